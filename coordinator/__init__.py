@@ -1,0 +1,1 @@
+"""Cluster metadata and consumer-group state: one interface, embedded (SQLite) and remote implementations."""

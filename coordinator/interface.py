@@ -1,0 +1,85 @@
+"""The coordinator interface: what clients may ask of the metadata and group store, whoever serves it."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic's metadata: partition count, config overrides and typed value schema (if any)."""
+
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+    value_schema: pa.Schema | None = None
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    """A group's committed position in one partition (the next offset to read)."""
+
+    offset: int
+    metadata: str = ""
+    commit_ms: int = 0
+
+
+class Coordinator(ABC):
+    """Metadata (topics, configs, schemas), committed group offsets and sink transactions."""
+
+    @abstractmethod
+    def create_topic(self, name: str, partitions: int, config: dict[str, str],
+                     value_schema: pa.Schema | None) -> TopicInfo:
+        """Register a topic; raises TopicExistsError if it exists."""
+
+    @abstractmethod
+    def delete_topic(self, name: str) -> None:
+        """Forget a topic and every group offset in it; raises UnknownTopicError."""
+
+    @abstractmethod
+    def topic(self, name: str) -> TopicInfo:
+        """The topic's metadata; raises UnknownTopicError."""
+
+    @abstractmethod
+    def list_topics(self) -> list[str]:
+        """All topic names, sorted."""
+
+    @abstractmethod
+    def alter_topic_config(self, name: str, config: dict[str, str | None]) -> TopicInfo:
+        """Set (or, with None, remove) config overrides."""
+
+    @abstractmethod
+    def set_partitions(self, name: str, total: int) -> TopicInfo:
+        """Grow the partition count to `total`; raises InvalidPartitionsError if it would shrink."""
+
+    @abstractmethod
+    def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
+                       generation: int = -1, member_id: str = "") -> None:
+        """Store committed offsets atomically (all or none)."""
+
+    @abstractmethod
+    def committed(self, group: str, topics: list[str] | None = None) -> dict[TopicPartition, CommittedOffset]:
+        """A group's committed offsets, optionally only for `topics`."""
+
+    @abstractmethod
+    def list_groups(self) -> list[str]:
+        """Groups with committed offsets (or live members), sorted."""
+
+    @abstractmethod
+    def delete_group(self, group: str) -> None:
+        """Forget a group's offsets."""
+
+    @abstractmethod
+    def commit_transaction(self, txn: str) -> None:
+        """Record that transaction `txn` committed (idempotent): its publish is then rolled forward."""
+
+    @abstractmethod
+    def transaction_committed(self, txn: str) -> bool:
+        """True once commit_transaction(txn) has happened."""
+
+    def close(self) -> None:
+        """Release connections."""

@@ -1,0 +1,144 @@
+"""The embedded coordinator: metadata and group offsets in a SQLite database inside the fabric directory.
+
+WAL mode plus a busy timeout makes it safe for many processes at once; every change is one transaction.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+
+import pyarrow as pa
+
+from coordinator.interface import CommittedOffset, Coordinator, TopicInfo, TopicPartition
+from fabric.errors import InvalidPartitionsError, TopicExistsError, UnknownTopicError
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS topics (
+    name TEXT PRIMARY KEY, partitions INTEGER NOT NULL, config TEXT NOT NULL, value_schema BLOB);
+CREATE TABLE IF NOT EXISTS offsets (
+    grp TEXT NOT NULL, topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL,
+    metadata TEXT NOT NULL, commit_ms INTEGER NOT NULL, PRIMARY KEY (grp, topic, partition));
+CREATE TABLE IF NOT EXISTS transactions (txn TEXT PRIMARY KEY, commit_ms INTEGER NOT NULL);
+"""
+
+
+class SqliteCoordinator(Coordinator):
+    """Coordinator state in `path` (created if missing)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._local = threading.local()
+        self._db().executescript(_SCHEMA)
+
+    def _db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None or getattr(self._local, "pid", None) != os.getpid():
+            db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            self._local.db, self._local.pid = db, os.getpid()
+        return db
+
+    class _Tx:
+        def __init__(self, db: sqlite3.Connection) -> None:
+            self.db = db
+
+        def __enter__(self) -> sqlite3.Connection:
+            self.db.execute("BEGIN IMMEDIATE")
+            return self.db
+
+        def __exit__(self, exc_type, exc, tb) -> None:
+            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+    def _tx(self) -> "_Tx":
+        return self._Tx(self._db())
+
+    @staticmethod
+    def _info(row: tuple) -> TopicInfo:
+        name, partitions, config, schema = row
+        value_schema = pa.ipc.read_schema(pa.py_buffer(schema)) if schema else None
+        return TopicInfo(name, partitions, json.loads(config), value_schema)
+
+    def _row(self, db: sqlite3.Connection, name: str) -> tuple:
+        row = db.execute("SELECT name, partitions, config, value_schema FROM topics WHERE name=?",
+                         (name,)).fetchone()
+        if row is None:
+            raise UnknownTopicError(f"topic {name!r} does not exist; create it with "
+                                    f"`fabric topics create {name}` or create_topic()")
+        return row
+
+    def create_topic(self, name: str, partitions: int, config: dict[str, str],
+                     value_schema: pa.Schema | None) -> TopicInfo:
+        blob = value_schema.serialize().to_pybytes() if value_schema is not None else None
+        with self._tx() as db:
+            try:
+                db.execute("INSERT INTO topics VALUES (?, ?, ?, ?)",
+                           (name, partitions, json.dumps(config, sort_keys=True), blob))
+            except sqlite3.IntegrityError:
+                raise TopicExistsError(f"topic {name!r} already exists") from None
+        return TopicInfo(name, partitions, dict(config), value_schema)
+
+    def delete_topic(self, name: str) -> None:
+        with self._tx() as db:
+            self._row(db, name)
+            db.execute("DELETE FROM topics WHERE name=?", (name,))
+            db.execute("DELETE FROM offsets WHERE topic=?", (name,))
+
+    def topic(self, name: str) -> TopicInfo:
+        return self._info(self._row(self._db(), name))
+
+    def list_topics(self) -> list[str]:
+        return [r[0] for r in self._db().execute("SELECT name FROM topics ORDER BY name")]
+
+    def alter_topic_config(self, name: str, config: dict[str, str | None]) -> TopicInfo:
+        with self._tx() as db:
+            info = self._info(self._row(db, name))
+            merged = {**info.config, **config}
+            merged = {k: v for k, v in merged.items() if v is not None}
+            db.execute("UPDATE topics SET config=? WHERE name=?", (json.dumps(merged, sort_keys=True), name))
+        return TopicInfo(name, info.partitions, merged, info.value_schema)
+
+    def set_partitions(self, name: str, total: int) -> TopicInfo:
+        with self._tx() as db:
+            info = self._info(self._row(db, name))
+            if total < info.partitions:
+                raise InvalidPartitionsError(
+                    f"topic {name!r} has {info.partitions} partitions; partitions can be added, never removed")
+            db.execute("UPDATE topics SET partitions=? WHERE name=?", (total, name))
+        return TopicInfo(name, total, info.config, info.value_schema)
+
+    def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
+                       generation: int = -1, member_id: str = "") -> None:
+        now = int(time.time() * 1000)
+        with self._tx() as db:
+            db.executemany("INSERT OR REPLACE INTO offsets VALUES (?, ?, ?, ?, ?, ?)",
+                           [(group, t, p, o, metadata, now) for (t, p), o in offsets.items()])
+
+    def committed(self, group: str, topics: list[str] | None = None) -> dict[TopicPartition, CommittedOffset]:
+        rows = self._db().execute(
+            "SELECT topic, partition, next_offset, metadata, commit_ms FROM offsets WHERE grp=?", (group,))
+        return {(t, p): CommittedOffset(o, m, ms) for t, p, o, m, ms in rows if topics is None or t in topics}
+
+    def list_groups(self) -> list[str]:
+        return [r[0] for r in self._db().execute("SELECT DISTINCT grp FROM offsets ORDER BY grp")]
+
+    def delete_group(self, group: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM offsets WHERE grp=?", (group,))
+
+    def commit_transaction(self, txn: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO transactions VALUES (?, ?)", (txn, int(time.time() * 1000)))
+
+    def transaction_committed(self, txn: str) -> bool:
+        return self._db().execute("SELECT 1 FROM transactions WHERE txn=?", (txn,)).fetchone() is not None
+
+    def close(self) -> None:
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None

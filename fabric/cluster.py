@@ -1,0 +1,88 @@
+"""The one interface clients use to reach storage and the coordinator.
+
+Implementations: `fabric.embedded.EmbeddedCluster` (a local directory, in-process) and the remote one
+(Arrow Flight). Producers, consumers, the CLI and the Spark sources and sinks only ever call this.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import pyarrow as pa
+
+from coordinator.interface import Coordinator, TopicInfo, TopicPartition
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """What describe shows for one partition."""
+
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    segments: int
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A run of committed records: stored rows starting at `offset`."""
+
+    offset: int
+    batch: pa.RecordBatch
+    timestamp_type: int
+
+
+class Cluster(ABC):
+    """Storage plus coordinator, as a client sees them."""
+
+    coordinator: Coordinator
+    url: str
+
+    @abstractmethod
+    def create_topic(self, name: str, partitions: int, config: Mapping[str, str],
+                     value_schema: pa.Schema | None) -> TopicInfo:
+        """Register the topic and create its partitions."""
+
+    @abstractmethod
+    def delete_topic(self, name: str) -> None:
+        """Remove the topic's metadata, data and group offsets."""
+
+    @abstractmethod
+    def create_partitions(self, name: str, total: int) -> TopicInfo:
+        """Grow the topic to `total` partitions."""
+
+    @abstractmethod
+    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none") -> int:
+        """Append stored rows to a partition; returns the first row's offset."""
+
+    @abstractmethod
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
+              end_offset: int | None = None) -> list[Fetched]:
+        """Committed rows from `offset` (at least one batch if any), up to ~max_bytes, below end_offset."""
+
+    @abstractmethod
+    def partition_state(self, topic: str, partition: int) -> PartitionState:
+        """Log start/end offsets, segment count and bytes of one partition."""
+
+    @abstractmethod
+    def offset_for_time(self, topic: str, partition: int, timestamp_us: int) -> int | None:
+        """Earliest offset with timestamp >= timestamp_us, or None if there is none."""
+
+    @abstractmethod
+    def enforce_retention(self, topic: str) -> int:
+        """Apply retention.ms / retention.bytes now; returns the number of segments deleted."""
+
+    @abstractmethod
+    def publish(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
+                codec: str = "none") -> bool:
+        """Append to several partitions atomically under transaction id `txn`, at most once.
+
+        Readers see all of it or none of it; returns False (and writes nothing) if `txn` already
+        committed, which is how a replayed Spark batch is skipped."""
+
+    def close(self) -> None:
+        """Release files and connections."""
+        self.coordinator.close()

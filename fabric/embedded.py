@@ -1,0 +1,145 @@
+"""The embedded fabric: logs and a SQLite coordinator in one local directory, no server.
+
+Layout: <root>/<topic>/<partition>/ holds a partition's segments; <root>/__fabric/ holds the metadata
+database and the sink's staging area.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import threading
+from typing import Mapping, Sequence
+
+import pyarrow as pa
+
+from coordinator.interface import TopicInfo, TopicPartition
+from coordinator.sqlite_store import SqliteCoordinator
+from fabric.cluster import Cluster, Fetched, PartitionState
+from fabric.config import TopicConfig
+from fabric.errors import InvalidPartitionsError, UnknownPartitionError
+from fabric.names import validate_topic
+from fabric.records import TIMESTAMP_TYPES, storage_schema
+from fabric.storage import frame
+from fabric.storage.log import Log
+
+INTERNAL_DIR = "__fabric"
+
+
+class EmbeddedCluster(Cluster):
+    """A fabric living in directory `root`, shared safely by every process that opens it."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        self.url = f"file://{self.root}"
+        os.makedirs(os.path.join(self.root, INTERNAL_DIR), exist_ok=True)
+        self.coordinator = SqliteCoordinator(os.path.join(self.root, INTERNAL_DIR, "metadata.db"))
+        self._logs: dict[TopicPartition, tuple[TopicInfo, Log]] = {}
+        self._guard = threading.Lock()
+
+    # -- paths and logs ----------------------------------------------------------------------------
+    def topic_dir(self, topic: str) -> str:
+        """The topic's directory; the validated name cannot leave the root."""
+        path = os.path.join(self.root, validate_topic(topic))
+        assert os.path.dirname(path) == self.root
+        return path
+
+    def log(self, topic: str, partition: int) -> Log:
+        """The Log of one partition (cached; reloaded if the topic's metadata changed)."""
+        info = self.coordinator.topic(topic)
+        if not isinstance(partition, int) or not 0 <= partition < info.partitions:
+            raise UnknownPartitionError(
+                f"topic {topic!r} has partitions 0..{info.partitions - 1}; there is no partition {partition!r}")
+        with self._guard:
+            cached = self._logs.get((topic, partition))
+            if cached is not None and cached[0] == info:
+                return cached[1]
+            log = Log(os.path.join(self.topic_dir(topic), str(partition)), storage_schema(info.value_schema),
+                      TopicConfig(info.config), self.coordinator.transaction_committed)
+            self._logs[(topic, partition)] = (info, log)
+            return log
+
+    def timestamp_type(self, topic: str) -> int:
+        return TIMESTAMP_TYPES[TopicConfig(self.coordinator.topic(topic).config)["message.timestamp.type"]]
+
+    # -- admin -------------------------------------------------------------------------------------
+    def create_topic(self, name: str, partitions: int, config: Mapping[str, str],
+                     value_schema: pa.Schema | None) -> TopicInfo:
+        directory = self.topic_dir(name)
+        if not isinstance(partitions, int) or partitions < 1:
+            raise InvalidPartitionsError(f"a topic needs at least 1 partition, got {partitions!r}")
+        info = self.coordinator.create_topic(name, partitions, dict(config), value_schema)
+        if os.path.exists(directory):  # left over from a crashed delete: never serve stale data
+            shutil.rmtree(directory)
+        for p in range(partitions):
+            self.log(name, p).sync_tail_locked()
+        return info
+
+    def delete_topic(self, name: str) -> None:
+        directory = self.topic_dir(name)
+        self.coordinator.delete_topic(name)
+        with self._guard:
+            for key in [k for k in self._logs if k[0] == name]:
+                del self._logs[key]
+        shutil.rmtree(directory, ignore_errors=True)
+
+    def create_partitions(self, name: str, total: int) -> TopicInfo:
+        info = self.coordinator.topic(name)
+        if not isinstance(total, int) or total <= info.partitions:
+            raise InvalidPartitionsError(
+                f"topic {name!r} has {info.partitions} partitions; the new total must be larger, got {total!r}")
+        info = self.coordinator.set_partitions(name, total)
+        for p in range(total):
+            self.log(name, p).sync_tail_locked()
+        return info
+
+    # -- data --------------------------------------------------------------------------------------
+    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none") -> int:
+        return self.log(topic, partition).append(rows, codec, self.timestamp_type(topic))
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
+              end_offset: int | None = None) -> list[Fetched]:
+        return [Fetched(o, b, t) for o, b, t in self.log(topic, partition).read(offset, max_bytes, end_offset)]
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState:
+        log = self.log(topic, partition)
+        segs = log.segments()
+        return PartitionState(topic, partition, log.start_offset, log.end_offset, len(segs),
+                              sum(s.size for s in segs))
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_us: int) -> int | None:
+        return self.log(topic, partition).offset_for_time(timestamp_us)
+
+    def enforce_retention(self, topic: str) -> int:
+        info = self.coordinator.topic(topic)
+        return sum(self.log(topic, p).enforce_retention() for p in range(info.partitions))
+
+    def publish(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
+                codec: str = "none") -> bool:
+        if self.coordinator.transaction_committed(txn):
+            return False
+        keys = sorted(parts)
+        ts_type = {topic: self.timestamp_type(topic) for topic, _ in keys}
+        logs = {key: self.log(*key) for key in keys}
+        with contextlib.ExitStack() as stack:
+            for key in keys:
+                stack.enter_context(logs[key].lock)
+            if self.coordinator.transaction_committed(txn):
+                return False
+            ends = {}
+            for key in keys:
+                log = logs[key]
+                log.sync_tail()
+                base = log.end_offset
+                batches = [b for b in parts[key] if b.num_rows]
+                end = base + sum(b.num_rows for b in batches)
+                log.begin_publish(txn, end)
+                for batch in batches:
+                    template, payload = log.encode(batch, codec, ts_type[key[0]])
+                    log.write_frame(frame.seal(template.rebased(base), payload), payload)
+                    base += batch.num_rows
+                ends[key] = end
+            self.coordinator.commit_transaction(txn)
+            for key in keys:
+                logs[key].finish_publish(ends[key])
+        return True

@@ -1,0 +1,74 @@
+"""Exceptions raised by the fabric: each names the problem and, where there is one, the fix."""
+from __future__ import annotations
+
+
+class FabricError(Exception):
+    """Base class of every error the fabric raises on purpose."""
+
+
+class InvalidTopicError(FabricError):
+    """A topic name breaks the naming rules."""
+
+
+class InvalidGroupError(FabricError):
+    """A consumer-group id breaks the naming rules."""
+
+
+class UnknownTopicError(FabricError):
+    """The topic does not exist."""
+
+
+class TopicExistsError(FabricError):
+    """create_topic was called for a topic that already exists."""
+
+
+class UnknownPartitionError(FabricError):
+    """The partition number is outside the topic's partition range."""
+
+
+class InvalidConfigError(FabricError):
+    """A config key is unknown or its value is out of range."""
+
+
+class InvalidPartitionsError(FabricError):
+    """A partition count is invalid (e.g. shrinking a topic)."""
+
+
+class RecordTooLargeError(FabricError):
+    """A record or batch is larger than max.message.bytes."""
+
+
+class SchemaMismatchError(FabricError):
+    """Produced data does not match the typed topic's value schema."""
+
+
+class OffsetOutOfRangeError(FabricError):
+    """A fetch asked for an offset outside [log start, log end]."""
+
+
+class CorruptRecordError(FabricError):
+    """A stored batch failed its CRC check; it is never served."""
+
+
+class IllegalGenerationError(FabricError):
+    """An offset commit or heartbeat came from a stale group generation."""
+
+
+class UnknownMemberError(FabricError):
+    """The group coordinator does not know this member id."""
+
+
+class RebalanceInProgressError(FabricError):
+    """The group is rebalancing; the member must rejoin."""
+
+
+class AuthorizationError(FabricError):
+    """The caller is not allowed to do this."""
+
+
+class AuthenticationError(FabricError):
+    """The caller presented no valid credentials."""
+
+
+class CoordinatorUnavailableError(FabricError):
+    """No coordinator instance answered."""

@@ -1,0 +1,133 @@
+"""The on-disk batch frame: a 64-byte header, then one Arrow IPC message.
+
+Layout (little-endian), documented byte by byte in the README:
+    0  magic b"FBAT"        4   payload length u32      8  base offset i64
+   16  leader epoch i32     20  CRC32C u32 of bytes [24, 64 + payload length)
+   24  format version u8    25  attributes u8           26 reserved u16
+   28  record count i32     32  first timestamp i64 (µs) 40 max timestamp i64 (µs)
+   48  producer id i64      56  producer epoch i16      58 base sequence i32   62 reserved u16
+The CRC leaves out base offset and leader epoch (as Kafka's does), so a staged frame can be re-based
+without being re-encoded.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, replace
+
+import crc32c
+import pyarrow as pa
+
+MAGIC = b"FBAT"
+VERSION = 1
+HEADER = struct.Struct("<4sIqiIBBHiqqqhih")
+HEADER_SIZE = HEADER.size
+assert HEADER_SIZE == 64
+CRC_START = 24
+
+ATTR_CODEC_MASK = 0x03
+ATTR_LOG_APPEND_TIME = 0x04
+ATTR_TRANSACTIONAL = 0x08
+ATTR_SCHEMA = 0x80
+CODECS = {"none": 0, "lz4": 1, "zstd": 2}
+_IPC_CODEC = {"none": None, "lz4": "lz4_frame", "zstd": "zstd"}
+
+
+@dataclass(frozen=True)
+class FrameHeader:
+    """The decoded header of one frame."""
+
+    length: int
+    base_offset: int
+    record_count: int
+    first_timestamp: int
+    max_timestamp: int
+    attributes: int = 0
+    crc: int = 0
+    leader_epoch: int = -1
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole frame takes on disk."""
+        return HEADER_SIZE + self.length
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.record_count
+
+    @property
+    def is_schema(self) -> bool:
+        return bool(self.attributes & ATTR_SCHEMA)
+
+    def pack(self) -> bytes:
+        return HEADER.pack(MAGIC, self.length, self.base_offset, self.leader_epoch, self.crc, VERSION,
+                           self.attributes, 0, self.record_count, self.first_timestamp, self.max_timestamp,
+                           self.producer_id, self.producer_epoch, self.base_sequence, 0)
+
+    def rebased(self, base_offset: int) -> "FrameHeader":
+        """The same frame at another base offset (the CRC stays valid)."""
+        return replace(self, base_offset=base_offset)
+
+
+class FrameError(ValueError):
+    """Bytes that are not a whole, valid frame."""
+
+
+def unpack_header(data: bytes | memoryview, pos: int = 0) -> FrameHeader:
+    """Decode the header at `pos`; raise FrameError if it is not one."""
+    if len(data) - pos < HEADER_SIZE:
+        raise FrameError("short header")
+    (magic, length, base, epoch, crc, version, attrs, _r, count, first_ts, max_ts,
+     pid, pepoch, seq, _r2) = HEADER.unpack_from(data, pos)
+    if magic != MAGIC or version != VERSION or count < 0:
+        raise FrameError("bad magic or version")
+    return FrameHeader(length, base, count, first_ts, max_ts, attrs, crc, epoch, pid, pepoch, seq)
+
+
+def checksum(header_bytes: bytes | memoryview, payload: bytes | memoryview | pa.Buffer) -> int:
+    """CRC32C of the header from byte 24 on, then the payload."""
+    return crc32c.crc32c(payload, crc32c.crc32c(header_bytes[CRC_START:HEADER_SIZE]))
+
+
+def seal(header: FrameHeader, payload: pa.Buffer | bytes) -> FrameHeader:
+    """The header for `payload` with its length and CRC filled in; the frame is its pack() then payload."""
+    header = replace(header, length=len(payload), crc=0)
+    return replace(header, crc=checksum(header.pack(), payload))
+
+
+def verify(data: bytes | memoryview, pos: int, header: FrameHeader) -> bool:
+    """True if the frame at `pos` is whole and its CRC matches."""
+    end = pos + header.size
+    if end > len(data):
+        return False
+    view = memoryview(data)
+    return checksum(view[pos:pos + HEADER_SIZE], view[pos + HEADER_SIZE:end]) == header.crc
+
+
+def encode_batch(batch: pa.RecordBatch, codec: str = "none") -> pa.Buffer:
+    """One Arrow IPC record-batch message (no schema), buffers compressed with `codec`."""
+    ipc_codec = _IPC_CODEC[codec]
+    if ipc_codec is None:
+        return batch.serialize()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema,
+                           options=pa.ipc.IpcWriteOptions(compression=ipc_codec)) as writer:
+        writer.write_batch(batch)
+    reader = pa.ipc.MessageReader.open_stream(sink.getvalue())
+    reader.read_next_message()  # the schema message
+    return reader.read_next_message().serialize()
+
+
+def decode_batch(payload: pa.Buffer, schema: pa.Schema) -> pa.RecordBatch:
+    """Zero-copy decode of one record-batch message against the segment's schema."""
+    return pa.ipc.read_record_batch(payload, schema)
+
+
+def encode_schema(schema: pa.Schema) -> pa.Buffer:
+    return schema.serialize()
+
+
+def decode_schema(payload: pa.Buffer) -> pa.Schema:
+    return pa.ipc.read_schema(payload)
