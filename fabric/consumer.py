@@ -181,7 +181,10 @@ class Consumer:
             time.sleep(min(IDLE_WAIT_S, max(deadline - time.monotonic(), 0)))
 
     def _drop_pending(self, unwanted) -> None:
-        self._pending = deque(b for b in self._pending if not unwanted(_partition_of(b)))
+        """Forget fetched batches of partitions no longer read (in place: callers may hold the deque)."""
+        kept = [b for b in self._pending if not unwanted(_partition_of(b))]
+        self._pending.clear()
+        self._pending.extend(kept)
 
     def _take(self, limit: int) -> list[pa.RecordBatch]:
         """Hand out up to `limit` fetched rows, oldest first."""

@@ -114,6 +114,13 @@ def to_storage(table: pa.Table | pa.RecordBatch, value_schema: pa.Schema | None,
     return pa.Table.from_arrays([ts, key, headers, value], schema=storage_schema(value_schema))
 
 
+def _null_like(dtype: pa.DataType) -> bool:
+    """A type inferred from empty or all-null data, which casts to anything without loss."""
+    if pa.types.is_null(dtype):
+        return True
+    return pa.types.is_list(dtype) and _null_like(dtype.value_type)
+
+
 def typed_values(table: pa.Table, value_schema: pa.Schema) -> pa.ChunkedArray:
     """The value struct column from a table's value-field columns, checked against the schema."""
     arrays = []
@@ -122,6 +129,8 @@ def typed_values(table: pa.Table, value_schema: pa.Schema) -> pa.ChunkedArray:
             raise SchemaMismatchError(
                 f"typed topic value field {field.name!r} ({field.type}) is missing from the batch")
         column = table.column(field.name)
+        if column.type != field.type and _null_like(column.type):
+            column = column.cast(field.type)  # e.g. [[]] infers list<null>: nothing to lose
         if column.type != field.type:
             raise SchemaMismatchError(
                 f"typed topic value field {field.name!r} must be {field.type}, got {column.type}")
