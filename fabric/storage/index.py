@@ -21,24 +21,26 @@ class _MappedIndex:
     def __init__(self, path: str) -> None:
         self.path = path
         self._entries = np.empty(0, self.DTYPE)
-        self._mapped_size = -1
+        self._mapped_size: tuple = (-1, None)
 
     @property
     def entries(self) -> np.ndarray:
         """The entries currently on disk (re-mapped if the file grew or shrank)."""
         try:
-            size = os.path.getsize(self.path)
+            st = os.stat(self.path)
+            size, inode = st.st_size, st.st_ino
         except FileNotFoundError:
-            size = 0
+            size, inode = 0, None
         size -= size % self.DTYPE.itemsize
-        if size != self._mapped_size:
+        # keyed by inode too: reset() replaces the file, possibly with one of the same size
+        if (size, inode) != self._mapped_size:
             if size == 0:
                 self._entries = np.empty(0, self.DTYPE)
             else:
                 with open(self.path, "rb") as f:
                     mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
                 self._entries = np.frombuffer(mm, self.DTYPE)
-            self._mapped_size = size
+            self._mapped_size = (size, inode)
         return self._entries
 
     def __len__(self) -> int:

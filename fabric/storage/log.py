@@ -2,7 +2,8 @@
 
 Appends (from any process) take the partition lock, bring this process's view of the tail up to date,
 recover it if a previous writer died mid-append, write the frame, then advance the high watermark.
-Reads take no lock: they read whole, CRC-checked frames below the high watermark.
+Reads take no lock (beyond a one-time index check per segment): they read whole, CRC-checked frames below
+the high watermark.
 """
 from __future__ import annotations
 
@@ -104,12 +105,24 @@ class Log:
                 raise
             active = Segment.create(self.directory, hw, self.schema)
             self._segments[hw] = active
-        active.check_indexes()
+        self._check_indexes(segs[:-1] + [active])
         pos, _ = active.locate(hw, active.size)
         if active.size > pos:
             active.truncate(pos)
         self._tail_state = (active.base_offset, active.size, hw)
         return active
+
+    def _check_indexes(self, segs: list[Segment]) -> None:
+        """Rebuild any missing or broken index, once per segment object (under the lock: a rebuild
+        rewrites the index files). Lookups through a broken index would skip or misplace records."""
+        unchecked = [s for s in segs if not s._indexes_checked]
+        if unchecked:
+            with self.lock:
+                for seg in unchecked:
+                    try:
+                        seg.check_indexes()
+                    except FileNotFoundError:
+                        pass  # deleted by retention meanwhile; reads report that themselves
 
     # -- appends -----------------------------------------------------------------------------------
     @staticmethod
@@ -188,6 +201,8 @@ class Log:
     # -- retention ---------------------------------------------------------------------------------
     def _maybe_retain(self, force: bool = False) -> None:
         if force or now_ms() - self._last_retention >= RETENTION_CHECK_MS:
+            if os.path.exists(os.path.join(self.directory, PENDING)):
+                return  # our own publish is mid-way (frames past the watermark): its sync_tail would undo it
             self.enforce_retention()
 
     def enforce_retention(self) -> int:
@@ -228,6 +243,7 @@ class Log:
                 f"offset {offset} is outside the log's range [{start}, {hw}] in {self.directory}")
         bases = [s.base_offset for s in segs]
         i = max(bisect.bisect_right(bases, offset) - 1, 0)
+        self._check_indexes(segs[i:])
         budget = max_bytes
         for seg in segs[i:]:
             if offset >= end or budget <= 0:
@@ -259,6 +275,7 @@ class Log:
     def offset_for_time(self, timestamp_us: int) -> int | None:
         """The earliest committed offset whose timestamp is >= timestamp_us, or None."""
         segs = self.segments()
+        self._check_indexes(segs)
         maxima, running = [], None
         for seg in segs:
             ts = seg.timeindex.max_timestamp()
