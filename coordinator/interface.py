@@ -28,6 +28,64 @@ class CommittedOffset:
     commit_ms: int = 0
 
 
+GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    """A member asking to join (or rejoin) a group; member_id "" means a new member."""
+
+    group: str
+    member_id: str
+    topics: tuple[str, ...]
+    assignors: tuple[str, ...] = ("range",)
+    group_instance_id: str = ""
+    client_id: str = ""
+    session_timeout_ms: int = 45000
+    rebalance_timeout_ms: int = 300000
+    owned: tuple[TopicPartition, ...] = ()
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    """The answer to a join: `ready` is False while the rebalance still waits for other members
+    (the member asks again); once ready, the member syncs with `generation`."""
+
+    member_id: str
+    generation: int
+    ready: bool
+    leader: str = ""
+    protocol: str = ""
+    members: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """The member's assignment for the generation; `ready` is False until it is computed."""
+
+    assignment: tuple[TopicPartition, ...]
+    ready: bool = True
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str
+    client_id: str
+    assignment: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """A group's state for `fabric groups describe`."""
+
+    group: str
+    state: str
+    generation: int
+    protocol: str
+    members: tuple[MemberDescription, ...]
+
+
 class Coordinator(ABC):
     """Metadata (topics, configs, schemas), committed group offsets and sink transactions."""
 
@@ -80,6 +138,28 @@ class Coordinator(ABC):
     @abstractmethod
     def transaction_committed(self, txn: str) -> bool:
         """True once commit_transaction(txn) has happened."""
+
+    # -- group membership (Kafka's JoinGroup / SyncGroup / Heartbeat / LeaveGroup) --------------------
+    @abstractmethod
+    def join_group(self, request: JoinRequest) -> JoinResult:
+        """Join or rejoin; may start a rebalance. Raises UnknownMemberError for a member the group forgot."""
+
+    @abstractmethod
+    def sync_group(self, group: str, member_id: str, generation: int) -> SyncResult:
+        """The member's assignment for `generation`; IllegalGenerationError if stale."""
+
+    @abstractmethod
+    def heartbeat(self, group: str, member_id: str, generation: int) -> None:
+        """Keep the member alive; RebalanceInProgressError tells it to rejoin, IllegalGenerationError or
+        UnknownMemberError that it was fenced."""
+
+    @abstractmethod
+    def leave_group(self, group: str, member_id: str) -> None:
+        """Leave now (starts a rebalance for the rest)."""
+
+    @abstractmethod
+    def describe_group(self, group: str) -> GroupDescription:
+        """State, generation, protocol, members and their assignments."""
 
     def close(self) -> None:
         """Release connections."""

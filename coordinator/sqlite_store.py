@@ -12,7 +12,10 @@ import time
 
 import pyarrow as pa
 
-from coordinator.interface import CommittedOffset, Coordinator, TopicInfo, TopicPartition
+from coordinator.group_store import GroupService, SqliteGroupStore
+from coordinator.groups import GroupCoordinator, GroupState, dead_state
+from coordinator.interface import (CommittedOffset, Coordinator, GroupDescription, JoinRequest, JoinResult,
+                                   SyncResult, TopicInfo, TopicPartition)
 from fabric.errors import InvalidPartitionsError, TopicExistsError, UnknownTopicError
 
 _SCHEMA = """
@@ -33,6 +36,7 @@ class SqliteCoordinator(Coordinator):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self._local = threading.local()
         self._db().executescript(_SCHEMA)
+        self._groups = GroupService(SqliteGroupStore(self._db, self._tx), self._partitions_of)
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -115,6 +119,7 @@ class SqliteCoordinator(Coordinator):
                        generation: int = -1, member_id: str = "") -> None:
         now = int(time.time() * 1000)
         with self._tx() as db:
+            self._groups.validate_commit(group, member_id, generation)
             db.executemany("INSERT OR REPLACE INTO offsets VALUES (?, ?, ?, ?, ?, ?)",
                            [(group, t, p, o, metadata, now) for (t, p), o in offsets.items()])
 
@@ -124,10 +129,13 @@ class SqliteCoordinator(Coordinator):
         return {(t, p): CommittedOffset(o, m, ms) for t, p, o, m, ms in rows if topics is None or t in topics}
 
     def list_groups(self) -> list[str]:
-        return [r[0] for r in self._db().execute("SELECT DISTINCT grp FROM offsets ORDER BY grp")]
+        with_offsets = {r[0] for r in self._db().execute("SELECT DISTINCT grp FROM offsets")}
+        return sorted(with_offsets | set(self._groups.live_groups()))
 
     def delete_group(self, group: str) -> None:
+        """Forget a group's offsets and state; GroupNotEmptyError while it has live members."""
         with self._tx() as db:
+            self._groups.delete_group(group)
             db.execute("DELETE FROM offsets WHERE grp=?", (group,))
 
     def commit_transaction(self, txn: str) -> None:
@@ -142,3 +150,27 @@ class SqliteCoordinator(Coordinator):
         if db is not None:
             db.close()
             self._local.db = None
+
+    # -- group membership: the GroupCoordinator state machine over the `groups` table -----------------
+    def _partitions_of(self, topic: str) -> int:
+        row = self._db().execute("SELECT partitions FROM topics WHERE name=?", (topic,)).fetchone()
+        return row[0] if row else 0
+
+    def join_group(self, request: JoinRequest) -> JoinResult:
+        return self._groups.join_group(request)
+
+    def sync_group(self, group: str, member_id: str, generation: int) -> SyncResult:
+        return self._groups.sync_group(group, member_id, generation)
+
+    def heartbeat(self, group: str, member_id: str, generation: int) -> None:
+        self._groups.heartbeat(group, member_id, generation)
+
+    def leave_group(self, group: str, member_id: str) -> None:
+        self._groups.leave_group(group, member_id)
+
+    def describe_group(self, group: str) -> GroupDescription:
+        found = self._groups.describe_group(group)
+        if found is not None:
+            return found
+        has_offsets = self._db().execute("SELECT 1 FROM offsets WHERE grp=? LIMIT 1", (group,)).fetchone()
+        return GroupCoordinator.describe(GroupState() if has_offsets else dead_state(), group)

@@ -3,6 +3,8 @@
 Positions are next offsets to read, per assigned partition. With a group_id, a partition without a
 position starts at the group's committed offset, else at auto_offset_reset; commit() stores positions in
 the coordinator, where `fabric groups describe` and every other consumer of the group see them.
+With a group_id, subscribe() makes the consumer a group member (fabric/membership.py): the group splits the
+partitions among its members and commits carry the member's generation.
 """
 from __future__ import annotations
 
@@ -16,7 +18,10 @@ import pyarrow as pa
 from coordinator.interface import TopicPartition
 from fabric.cluster import Cluster
 from fabric.config import CONSUMER_SETTINGS, client_config
-from fabric.errors import FabricError, OffsetOutOfRangeError, UnknownPartitionError
+from fabric.errors import (CommitFailedError, FabricError, IllegalGenerationError, InvalidConfigError,
+                           OffsetOutOfRangeError, RebalanceInProgressError, UnknownMemberError,
+                           UnknownPartitionError)
+from fabric.membership import Callback, GroupMember
 from fabric.names import validate_group
 from fabric.records import Record, output_schema, to_output, to_records
 
@@ -31,10 +36,15 @@ class NoOffsetForPartitionError(FabricError):
 class Consumer:
     """Reads records from assigned or subscribed topic partitions of one cluster."""
 
-    def __init__(self, cluster: Cluster, *topics: str, group_id: str | None = None, **config: Any) -> None:
+    def __init__(self, cluster: Cluster, *topics: str, group_id: str | None = None,
+                 on_assign: Callback | None = None, on_revoke: Callback | None = None, **config: Any) -> None:
         self.cluster = cluster
         self.group_id = validate_group(group_id) if group_id is not None else None
         self.config = client_config("consumer", CONSUMER_SETTINGS, config)
+        if (on_assign or on_revoke) and group_id is None:
+            raise InvalidConfigError("on_assign/on_revoke are group rebalance callbacks; pass group_id=... too")
+        self._on_assign, self._on_revoke = on_assign, on_revoke
+        self._member: GroupMember | None = None
         self._subscription: list[str] = []
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
@@ -52,7 +62,45 @@ class Consumer:
         self._subscription = list(topics)
         for topic in self._subscription:
             self.cluster.coordinator.topic(topic)
+        if self.group_id is not None:  # the group coordinator splits the partitions among its members
+            self._join_group()
         self._refresh_assignment(force=True)
+
+    def _join_group(self) -> None:
+        if self._member is not None:
+            self._member.subscribe(self._subscription)
+            return
+        c = self.config
+        self._member = GroupMember(
+            self.cluster.coordinator, self.group_id, self._subscription,
+            strategy=c["partition_assignment_strategy"], instance_id=c["group_instance_id"],
+            client_id=c["client_id"], session_timeout_ms=c["session_timeout_ms"],
+            heartbeat_interval_ms=c["heartbeat_interval_ms"], max_poll_interval_ms=c["max_poll_interval_ms"],
+            on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost)
+
+    def _leave_group(self) -> None:
+        if self._member is not None:
+            self._member.close()
+            self._member = None
+
+    def _assigned(self, partitions: list[TopicPartition]) -> None:
+        self._set_assignment(self._member.assignment())
+        if self._on_assign:
+            self._on_assign(partitions)
+
+    def _revoked(self, partitions: list[TopicPartition]) -> None:
+        """Before giving partitions up: commit their positions (with auto-commit on), tell the application."""
+        if self.config["enable_auto_commit"] == "true":
+            positions = self._consumed_positions()
+            mine = {tp: positions[tp] for tp in partitions if tp in positions}
+            if mine:
+                self._try_commit(mine)
+        self._lost(partitions)
+
+    def _lost(self, partitions: list[TopicPartition]) -> None:
+        if self._on_revoke:
+            self._on_revoke(partitions)
+        self._set_assignment([tp for tp in self._assignment if tp not in partitions])
 
     def subscription(self) -> list[str]:
         return list(self._subscription)
@@ -65,6 +113,7 @@ class Consumer:
             if not 0 <= p < info.partitions:
                 raise UnknownPartitionError(f"topic {topic!r} has no partition {p}")
         self._subscription = []
+        self._leave_group()
         self._set_assignment(wanted)
 
     def assignment(self) -> list[TopicPartition]:
@@ -77,6 +126,9 @@ class Consumer:
         self._drop_pending(lambda tp: tp not in self._positions)
 
     def _refresh_assignment(self, force: bool = False) -> None:
+        if self._member is not None:  # the group decides; callbacks update the assignment
+            self._member.poll()
+            return
         if not self._subscription or (not force and time.monotonic() - self._metadata_at < METADATA_REFRESH_S):
             return
         self._metadata_at = time.monotonic()
@@ -238,8 +290,26 @@ class Consumer:
         """Commit the given next-offsets, or the current positions, for this consumer's group."""
         if self.group_id is None:
             raise FabricError("commit() needs a consumer created with group_id=...")
-        self.cluster.coordinator.commit_offsets(self.group_id, offsets or self._consumed_positions())
+        member = self._member
+        generation, member_id = (member.generation, member.member_id) if member else (-1, "")
+        try:
+            self.cluster.coordinator.commit_offsets(self.group_id, offsets or self._consumed_positions(),
+                                                    generation=generation, member_id=member_id)
+        except (IllegalGenerationError, UnknownMemberError, RebalanceInProgressError) as exc:
+            if member is None:  # a plain commit while the group has members: the error says why
+                raise
+            raise CommitFailedError(
+                f"commit failed: group {self.group_id!r} rebalanced since this consumer joined generation "
+                f"{generation}, so its partitions may belong to another member now ({exc}). poll() again to "
+                "rejoin; records since the last successful commit will be delivered again") from exc
         self._last_auto_commit = time.monotonic()
+
+    def _try_commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit, but a stale generation only means the next owner re-reads from the last commit."""
+        try:
+            self.commit(offsets)
+        except CommitFailedError:
+            self._last_auto_commit = time.monotonic()
 
     def committed(self, partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int | None]:
         """The group's committed next-offsets for these partitions (default: the assignment)."""
@@ -252,17 +322,18 @@ class Consumer:
     def _maybe_auto_commit(self) -> None:
         if (self.group_id is not None and self.config["enable_auto_commit"] == "true" and self._positions
                 and time.monotonic() - self._last_auto_commit >= self.config["auto_commit_interval_ms"] / 1000):
-            self.commit()
+            self._try_commit()
 
     def _check_open(self) -> None:
         if self._closed:
             raise FabricError("the consumer is closed; create a new one")
 
     def close(self) -> None:
-        """Commit (with auto-commit on) and stop."""
+        """Commit (with auto-commit on) and stop; a group member commits as it revokes, then leaves."""
         if not self._closed and self.group_id is not None and self.config["enable_auto_commit"] == "true" \
-                and self._positions:
+                and self._positions and self._member is None:
             self.commit()
+        self._leave_group()
         self._closed = True
 
     def __enter__(self) -> "Consumer":

@@ -72,3 +72,15 @@ class AuthenticationError(FabricError):
 
 class CoordinatorUnavailableError(FabricError):
     """No coordinator instance answered."""
+
+
+class InconsistentGroupProtocolError(FabricError):
+    """A member's assignors or request do not fit the group (no assignor every member supports)."""
+
+
+class GroupNotEmptyError(FabricError):
+    """The group still has live members, so it cannot be deleted."""
+
+
+class CommitFailedError(FabricError):
+    """An offset commit was rejected because this consumer's group generation is stale."""

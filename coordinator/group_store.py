@@ -1,0 +1,158 @@
+"""Where group states live, and the group protocol served over any such store.
+
+A `GroupStore` only reads and compare-and-sets one group's JSON state; `update` retries a transition on
+conflict (ZooKeeper: znode version; SQLite: a BEGIN IMMEDIATE transaction never conflicts). `GroupService`
+runs `GroupCoordinator` transitions through a store: the part of the Coordinator interface about groups.
+"""
+from __future__ import annotations
+
+import sqlite3
+import time
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+from typing import Any, Callable, TypeVar
+
+from coordinator.groups import GroupCoordinator, GroupState, PartitionsOf
+from coordinator.interface import GroupDescription, JoinRequest, JoinResult, SyncResult
+from fabric.errors import (CoordinatorUnavailableError, IllegalGenerationError, RebalanceInProgressError,
+                           UnknownMemberError)
+
+T = TypeVar("T")
+MAX_ATTEMPTS = 64
+PROTOCOL_ERRORS = (UnknownMemberError, IllegalGenerationError, RebalanceInProgressError)
+
+
+def wall_ms() -> int:
+    """Milliseconds since the epoch: group timeouts are compared across processes and hosts."""
+    return int(time.time() * 1000)
+
+
+class GroupStore(ABC):
+    """Persisted group states with optimistic concurrency."""
+
+    @abstractmethod
+    def read(self, group: str) -> tuple[GroupState | None, Any]:
+        """The group's state (None if unknown) and a version token for `write`."""
+
+    @abstractmethod
+    def write(self, group: str, state: GroupState | None, version: Any) -> bool:
+        """Store `state` (None: forget the group) if the version is unchanged; False on conflict."""
+
+    @abstractmethod
+    def list(self) -> list[str]:
+        """Every stored group, sorted."""
+
+    def load(self, group: str) -> GroupState | None:
+        """The group's state, or None if the store never heard of it."""
+        return self.read(group)[0]
+
+    def update(self, group: str, fn: Callable[[GroupState], tuple[GroupState | None, T]]) -> T:
+        """Atomically load the state (a fresh Empty one if unknown), apply `fn` and save what it returns,
+        retrying `fn` on a concurrent change."""
+        for _ in range(MAX_ATTEMPTS):
+            stored, version = self.read(group)
+            before = stored or GroupState()
+            after, result = fn(before)
+            if after is not None and after.to_json() == before.to_json():
+                return result
+            if self.write(group, after, version):
+                return result
+        raise CoordinatorUnavailableError(f"group {group!r} changed {MAX_ATTEMPTS} times while updating it; retry")
+
+
+class GroupService:
+    """The group half of the Coordinator interface over a GroupStore; expiry is applied (and kept) on
+    every call, even one that then fails with a protocol error."""
+
+    def __init__(self, store: GroupStore, partitions_of: PartitionsOf,
+                 clock: Callable[[], int] = wall_ms, machine: GroupCoordinator | None = None) -> None:
+        self.store, self.partitions_of, self.clock = store, partitions_of, clock
+        self.machine = machine or GroupCoordinator()
+
+    def _call(self, group: str, op: Callable[[GroupState, int], tuple[GroupState | None, T]]) -> T:
+        def apply(state: GroupState) -> tuple[GroupState | None, Any]:
+            now = self.clock()
+            expired = self.machine.expire(state, now)
+            try:
+                return op(expired, now)
+            except PROTOCOL_ERRORS as exc:
+                return expired, exc
+        result = self.store.update(group, apply)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def join_group(self, request: JoinRequest) -> JoinResult:
+        return self._call(request.group, lambda s, now: self.machine.join(s, request, now, self.partitions_of))
+
+    def sync_group(self, group: str, member_id: str, generation: int) -> SyncResult:
+        return self._call(group, lambda s, now: self.machine.sync(s, member_id, generation, now))
+
+    def heartbeat(self, group: str, member_id: str, generation: int) -> None:
+        rebalance = self._call(group, lambda s, now: self.machine.heartbeat(
+            s, member_id, generation, now, self.partitions_of))
+        if rebalance:
+            raise RebalanceInProgressError(f"group {group!r} is rebalancing; rejoin")
+
+    def leave_group(self, group: str, member_id: str) -> None:
+        self._call(group, lambda s, now: self.machine.leave(s, member_id, now))
+
+    def delete_group(self, group: str) -> None:
+        """Forget the group's membership state; GroupNotEmptyError while it has live members."""
+        def forget(state: GroupState, now: int) -> tuple[None, None]:
+            self.machine.delete(state)  # raises while the group has members
+            return None, None
+        self._call(group, forget)
+
+    def validate_commit(self, group: str, member_id: str, generation: int) -> None:
+        """Raise unless this offset commit may be stored now (see GroupCoordinator.validate_commit)."""
+        state = self.machine.expire(self.store.load(group) or GroupState(), self.clock())
+        self.machine.validate_commit(state, member_id, generation)
+
+    def describe_group(self, group: str) -> GroupDescription | None:
+        """The group's state with timeouts applied, or None if the store never heard of it."""
+        state = self.store.load(group)
+        if state is None:
+            return None
+        return self.machine.describe(self.machine.expire(state, self.clock()), group)
+
+    def live_groups(self) -> list[str]:
+        """Groups that have members now."""
+        now = self.clock()
+        return [g for g in self.store.list()
+                if self.machine.expire(self.store.load(g) or GroupState(), now).members]
+
+
+class SqliteGroupStore(GroupStore):
+    """Group states in the `groups` table of the embedded fabric's metadata database."""
+
+    def __init__(self, db: Callable[[], sqlite3.Connection],
+                 transaction: Callable[[], AbstractContextManager[sqlite3.Connection]]) -> None:
+        self._db, self._transaction = db, transaction
+        db().execute("CREATE TABLE IF NOT EXISTS groups "
+                     "(grp TEXT PRIMARY KEY, state TEXT NOT NULL, version INTEGER NOT NULL)")
+
+    def read(self, group: str) -> tuple[GroupState | None, Any]:
+        row = self._db().execute("SELECT state, version FROM groups WHERE grp=?", (group,)).fetchone()
+        return (GroupState.from_json(row[0]), row[1]) if row else (None, 0)
+
+    def write(self, group: str, state: GroupState | None, version: Any) -> bool:
+        db = self._db()
+        if state is None:
+            db.execute("DELETE FROM groups WHERE grp=? AND version=?", (group, version))
+            return True
+        if version == 0:
+            return db.execute("INSERT OR IGNORE INTO groups VALUES (?, ?, 1)",
+                              (group, state.to_json())).rowcount == 1
+        return db.execute("UPDATE groups SET state=?, version=version+1 WHERE grp=? AND version=?",
+                          (state.to_json(), group, version)).rowcount == 1
+
+    def list(self) -> list[str]:
+        return [r[0] for r in self._db().execute("SELECT grp FROM groups ORDER BY grp")]
+
+    def update(self, group: str, fn: Callable[[GroupState], tuple[GroupState | None, T]]) -> T:
+        """Inside one BEGIN IMMEDIATE transaction (or the caller's, if one is open)."""
+        if self._db().in_transaction:
+            return super().update(group, fn)
+        with self._transaction():
+            return super().update(group, fn)
