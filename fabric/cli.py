@@ -14,7 +14,7 @@ from typing import NoReturn, Sequence
 from fabric.commands import add_url_option
 from fabric.errors import FabricError
 
-COMMAND_MODULES = ("topics", "clients", "groups")
+COMMAND_MODULES = ("topics", "clients", "groups", "coordinator")
 
 EPILOG = """examples:
   fabric topics create orders --partitions 3 --config retention.ms=86400000

@@ -12,6 +12,10 @@ from typing import Mapping, Sequence
 import pyarrow as pa
 
 from coordinator.interface import Coordinator, TopicInfo, TopicPartition
+from fabric.config import TopicConfig
+from fabric.records import TIMESTAMP_TYPES, storage_schema
+from fabric.storage import frame
+from fabric.storage.log import Log
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,24 @@ class Cluster(ABC):
 
         Readers see all of it or none of it; returns False (and writes nothing) if `txn` already
         committed, which is how a replayed Spark batch is skipped."""
+
+    def encode_frame(self, topic: str, rows: pa.RecordBatch, codec: str = "none") -> tuple[bytes, pa.Buffer]:
+        """Stored rows as one sealed frame (header bytes, payload) for publish_frames: the Spark sink's
+        tasks encode once, the driver appends the bytes as they are."""
+        config = TopicConfig(self.coordinator.topic(topic).config)
+        template, payload = Log.encode(rows, codec, TIMESTAMP_TYPES[config["message.timestamp.type"]])
+        return frame.seal(template, payload).pack(), payload
+
+    def publish_frames(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.Buffer]]) -> bool:
+        """publish() for buffers of whole frames from encode_frame, laid end to end (a staged file).
+
+        This default decodes and re-encodes; EmbeddedCluster appends the frames without re-encoding."""
+        batches = {}
+        for (topic, p), buffers in parts.items():
+            schema = storage_schema(self.coordinator.topic(topic).value_schema)
+            batches[(topic, p)] = [frame.decode_batch(payload, schema)
+                                   for buf in buffers for _, payload in frame.split_frames(buf)]
+        return self.publish(txn, batches)
 
     def close(self) -> None:
         """Release files and connections."""

@@ -9,11 +9,12 @@ import contextlib
 import os
 import shutil
 import threading
+import time
 from typing import Mapping, Sequence
 
 import pyarrow as pa
 
-from coordinator.interface import TopicInfo, TopicPartition
+from coordinator.interface import Coordinator, TopicInfo, TopicPartition
 from coordinator.sqlite_store import SqliteCoordinator
 from fabric.cluster import Cluster, Fetched, PartitionState
 from fabric.config import TopicConfig
@@ -21,19 +22,22 @@ from fabric.errors import InvalidPartitionsError, UnknownPartitionError
 from fabric.names import validate_topic
 from fabric.records import TIMESTAMP_TYPES, storage_schema
 from fabric.storage import frame
+from fabric.storage.frame import FrameHeader
 from fabric.storage.log import Log
 
 INTERNAL_DIR = "__fabric"
+DEBUG_PAUSE_ENV = "FABRIC_DEBUG_PUBLISH_PAUSE_S"
 
 
 class EmbeddedCluster(Cluster):
-    """A fabric living in directory `root`, shared safely by every process that opens it."""
+    """A fabric living in directory `root`, shared safely by every process that opens it; metadata in
+    `coordinator` if given (the coordinator service's store), else in root's own SQLite database."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, coordinator: Coordinator | None = None) -> None:
         self.root = os.path.abspath(root)
         self.url = f"file://{self.root}"
         os.makedirs(os.path.join(self.root, INTERNAL_DIR), exist_ok=True)
-        self.coordinator = SqliteCoordinator(os.path.join(self.root, INTERNAL_DIR, "metadata.db"))
+        self.coordinator = coordinator or SqliteCoordinator(os.path.join(self.root, INTERNAL_DIR, "metadata.db"))
         self._logs: dict[TopicPartition, tuple[TopicInfo, Log]] = {}
         self._guard = threading.Lock()
 
@@ -118,8 +122,23 @@ class EmbeddedCluster(Cluster):
                 codec: str = "none") -> bool:
         if self.coordinator.transaction_committed(txn):
             return False
-        keys = sorted(parts)
-        ts_type = {topic: self.timestamp_type(topic) for topic, _ in keys}
+        frames = {}
+        for key, batches in parts.items():
+            ts_type = self.timestamp_type(key[0])
+            encoded = [Log.encode(b, codec, ts_type) for b in batches if b.num_rows]
+            frames[key] = [(frame.seal(template, payload), payload) for template, payload in encoded]
+        return self._publish(txn, frames)
+
+    def publish_frames(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.Buffer]]) -> bool:
+        frames = {key: [f for buf in buffers for f in frame.split_frames(buf)] for key, buffers in parts.items()}
+        return self._publish(txn, frames)
+
+    def _publish(self, txn: str, frames: Mapping[TopicPartition, list[tuple[FrameHeader, pa.Buffer]]]) -> bool:
+        """Lock the partitions in sorted order, write the sealed frames past each high watermark under a
+        pending-publish marker, commit `txn` in the coordinator, then advance the watermarks."""
+        if self.coordinator.transaction_committed(txn):
+            return False
+        keys = sorted(frames)
         logs = {key: self.log(*key) for key in keys}
         with contextlib.ExitStack() as stack:
             for key in keys:
@@ -131,15 +150,23 @@ class EmbeddedCluster(Cluster):
                 log = logs[key]
                 log.sync_tail()
                 base = log.end_offset
-                batches = [b for b in parts[key] if b.num_rows]
-                end = base + sum(b.num_rows for b in batches)
+                todo = [(h, payload) for h, payload in frames[key] if h.record_count]
+                end = base + sum(h.record_count for h, _ in todo)
                 log.begin_publish(txn, end)
-                for batch in batches:
-                    template, payload = log.encode(batch, codec, ts_type[key[0]])
-                    log.write_frame(frame.seal(template.rebased(base), payload), payload)
-                    base += batch.num_rows
+                for header, payload in todo:
+                    log.write_frame(header.rebased(base), payload)
+                    base += header.record_count
                 ends[key] = end
+            _debug_pause()
             self.coordinator.commit_transaction(txn)
+            _debug_pause()
             for key in keys:
                 logs[key].finish_publish(ends[key])
         return True
+
+
+def _debug_pause() -> None:
+    """Sleep $FABRIC_DEBUG_PUBLISH_PAUSE_S seconds inside publish (crash tests widen the kill window)."""
+    pause = float(os.environ.get(DEBUG_PAUSE_ENV) or 0)
+    if pause > 0:
+        time.sleep(pause)

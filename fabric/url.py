@@ -25,7 +25,7 @@ def open_cluster(url: str | None = None) -> Cluster:
             raise InvalidConfigError(f"file URL {url!r} names host {parsed.netloc!r}; use file:///absolute/dir")
         from fabric.embedded import EmbeddedCluster
         return EmbeddedCluster(parsed.path)
-    if parsed.scheme == "fabric":
+    if parsed.scheme in ("fabric", "fabric+tls"):
         from fabric.remote import RemoteCluster
         return RemoteCluster(url)
     if parsed.scheme == "" or (len(parsed.scheme) == 1 and os.name == "nt"):

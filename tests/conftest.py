@@ -13,6 +13,8 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import fabric  # noqa: E402
 
+pytest_plugins = ["tests.zookeeper"]  # the real ZooKeeper server fixtures
+
 
 @pytest.fixture
 def fabric_dir(tmp_path) -> str:

@@ -1,6 +1,10 @@
-"""The Python client API: admin, producer, consumer, typed topics, and the errors users see."""
+"""The Python client API: admin, producer, consumer, typed topics, and the errors users see.
+
+Every test taking `fab` runs twice: against an embedded fabric (file://) and against a real coordinator
+service process serving the same kind of directory (fabric://), since clients must not care which."""
 from __future__ import annotations
 
+import os
 import time
 
 import pyarrow as pa
@@ -10,6 +14,20 @@ import fabric
 from fabric.errors import (InvalidConfigError, InvalidPartitionsError, InvalidTopicError, RecordTooLargeError,
                            SchemaMismatchError, TopicExistsError, UnknownPartitionError, UnknownTopicError)
 from fabric.partitioner import partition_for_key
+from tests.service import CoordinatorProcess
+
+
+@pytest.fixture(params=["file", "fabric"])
+def fab(request, fabric_dir):
+    """The same client API over an embedded fabric and over a coordinator service."""
+    if request.param == "file":
+        url = f"file://{fabric_dir}"
+    else:
+        instance = CoordinatorProcess(fabric_dir).start()
+        request.addfinalizer(instance.stop)
+        url = instance.url()
+    with fabric.connect(url) as handle:
+        yield handle
 
 
 def drain(consumer, expected: int, timeout: float = 10.0) -> list:
@@ -56,7 +74,6 @@ def test_topic_admin_round_trip(fab):
 
 @pytest.mark.parametrize("name", ["", ".", "..", "../evil", "a/b", "x" * 250, "sp ace", "__internal"])
 def test_invalid_topic_names_are_rejected_and_create_nothing(fab, fabric_dir, name):
-    import os
     before = sorted(os.listdir(fabric_dir))
     with pytest.raises(InvalidTopicError):
         fab.create_topic(name)

@@ -131,3 +131,15 @@ def encode_schema(schema: pa.Schema) -> pa.Buffer:
 
 def decode_schema(payload: pa.Buffer) -> pa.Schema:
     return pa.ipc.read_schema(payload)
+
+
+def split_frames(data: pa.Buffer) -> list[tuple[FrameHeader, pa.Buffer]]:
+    """The (header, payload) of each frame in a buffer of whole frames laid end to end, CRC-checked."""
+    out, pos = [], 0
+    while pos < data.size:
+        header = unpack_header(data, pos)
+        if not verify(data, pos, header):
+            raise FrameError(f"frame at byte {pos} is torn or fails its CRC check")
+        out.append((header, data.slice(pos + HEADER_SIZE, header.length)))
+        pos += header.size
+    return out

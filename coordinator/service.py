@@ -1,0 +1,389 @@
+"""The coordinator service: the Cluster interface served over Arrow Flight.
+
+DoAction runs the coordinator and admin calls of ROUTES (JSON bodies, see coordinator/wire.py); DoPut appends
+or publishes stored rows; DoGet fetches. Every call is authenticated (coordinator/security.py) and authorized
+per route. Only the active instance (per the election; a sqlite-store instance is always active) serves
+writes and group calls; a standby answers "not the active coordinator, active is HOST:PORT". Reads, append
+and fetch are served by any instance (the data directory is shared and its storage multi-process safe).
+
+Run: `fabric coordinator start ...` or `python -m coordinator.service --listen 127.0.0.1:9093 --data DIR ...`.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable, Sequence
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from coordinator import security, wire
+from coordinator.election import NotControllerError
+from coordinator.interface import Coordinator
+from fabric.cluster import Cluster
+from fabric.embedded import EmbeddedCluster
+from fabric.errors import FabricError, InvalidConfigError
+from fabric.records import storage_schema
+
+DEFAULT_LISTEN = "127.0.0.1:9093"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How one instance runs; from conf/fabric.properties (PROPERTIES) overridden by command-line options."""
+
+    listen: str = DEFAULT_LISTEN
+    data_dir: str = "./fabric-data"
+    store: str | None = None
+    advertise: str | None = None
+    tokens_file: str | None = None
+    acl_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    zk_session_timeout_ms: int = 18000
+
+    @property
+    def store_url(self) -> str:
+        """The metadata store: --store, else the data directory's own SQLite database (shared with file:// clients)."""
+        return self.store or f"sqlite://{os.path.abspath(self.data_dir)}/__fabric/metadata.db"
+
+    def advertise_address(self, port: int) -> str:
+        """host:port clients reach this instance at (the listen port 0 becomes the bound port)."""
+        host, _, _ = (self.advertise or self.listen).rpartition(":")
+        return self.advertise or f"{host}:{port}"
+
+
+PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir", "coordinator.store": "store",
+              "coordinator.advertised.listener": "advertise", "auth.tokens.file": "tokens_file",
+              "acl.file": "acl_file", "tls.cert.file": "tls_cert", "tls.key.file": "tls_key",
+              "zookeeper.session.timeout.ms": "zk_session_timeout_ms"}
+PATH_KEYS = ("tokens_file", "acl_file", "tls_cert", "tls_key")
+
+
+def add_start_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `fabric coordinator start` (each overrides its key in --config)."""
+    parser.add_argument("--config", metavar="FILE", help="a properties file, e.g. conf/fabric.properties; "
+                        "relative file paths in it are relative to its directory")
+    parser.add_argument("--listen", metavar="HOST:PORT", help=f"address to serve on (default {DEFAULT_LISTEN})")
+    parser.add_argument("--advertise", metavar="HOST:PORT", help="address clients use (default: --listen)")
+    parser.add_argument("--store", metavar="URL", help="metadata store: sqlite:///path/metadata.db or "
+                        "zk://host:port[,host:port]/chroot (default: DATA/__fabric/metadata.db)")
+    parser.add_argument("--data", dest="data_dir", metavar="DIR", help="the shared data directory")
+    parser.add_argument("--tokens-file", metavar="FILE", help="`token principal` lines; enables authentication")
+    parser.add_argument("--acl-file", metavar="FILE", help="`principal operation resource` lines; enables ACLs")
+    parser.add_argument("--tls-cert", metavar="PEM", help="server certificate (with --tls-key: serve TLS)")
+    parser.add_argument("--tls-key", metavar="PEM", help="server private key")
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    """Settings from --config's properties, then the command-line options."""
+    values: dict[str, Any] = {}
+    if args.config:
+        for key, value in security.load_properties(args.config).items():
+            if key not in PROPERTIES:
+                raise InvalidConfigError(f"{args.config}: unknown key {key!r}; known keys: {', '.join(PROPERTIES)}")
+            name = PROPERTIES[key]
+            values[name] = security.resolve_path(value, args.config) if name in PATH_KEYS else (value or None)
+    for f in fields(Settings):
+        if getattr(args, f.name, None) is not None:
+            values[f.name] = getattr(args, f.name)
+    try:
+        values["zk_session_timeout_ms"] = int(values.get("zk_session_timeout_ms", 18000))
+    except ValueError:
+        raise InvalidConfigError("zookeeper.session.timeout.ms must be an integer number of milliseconds") from None
+    return replace(Settings(), **{k: v for k, v in values.items() if v is not None})
+
+
+class Standalone:
+    """The election of a sqlite-store instance: it is always active."""
+
+    epoch = 0
+    is_active = True
+
+    def __init__(self) -> None:
+        self.instance = ""
+
+    def start(self, instance: str) -> None:
+        self.instance = instance
+
+    def active_instance(self) -> str:
+        return self.instance
+
+    def close(self) -> None:
+        pass
+
+
+class ZkElection:
+    """The ZooKeeper controller election of one instance; also the fence of its ZkCoordinator's writes.
+    On promotion the instance takes the leadership of every partition (a new controller epoch)."""
+
+    def __init__(self, settings: Settings) -> None:
+        from coordinator import zk_layout
+        from coordinator.zk_store import ZkCoordinator
+        timeout_s = settings.zk_session_timeout_ms / 1000
+        self.client = zk_layout.connect(settings.store_url, session_timeout=timeout_s)
+        self.store = ZkCoordinator(self.client, fence=self, session_timeout=timeout_s)
+        self.election: Any = None
+
+    def start(self, instance: str) -> None:
+        from coordinator.election import ControllerElection
+        self.election = ControllerElection(self.client, instance.replace(":", "_"), instance,
+                                           on_promote=lambda token: self._promoted())
+        self.election.start()
+
+    def _promoted(self) -> None:
+        try:
+            self.store.take_leadership()
+        except Exception as exc:  # noqa: BLE001 (the election thread must survive; the next promotion retries)
+            print(f"taking partition leadership failed: {exc!r}", file=sys.stderr, flush=True)
+
+    @property
+    def is_active(self) -> bool:
+        return self.election is not None and self.election.is_active
+
+    @property
+    def epoch(self) -> int:
+        return self.election.epoch if self.election is not None else 0
+
+    def active_instance(self) -> str:
+        info = self.election.active_instance() if self.election is not None else None
+        return info.address if info is not None else ""
+
+    def guard(self, txn: Any) -> Any:
+        if self.election is None:
+            raise NotControllerError("this coordinator instance has not joined the election yet")
+        return self.election.guard(txn)
+
+    def fenced(self, token: Any) -> None:
+        if self.election is not None:
+            self.election.fenced(token)
+
+    def close(self) -> None:
+        if self.election is not None:
+            self.election.stop()
+        self.client.stop()
+        self.client.close()
+
+
+def open_store(settings: Settings) -> tuple[Coordinator, Any]:
+    """The Coordinator the --store URL names, and the instance's election (Standalone or ZkElection)."""
+    url = settings.store_url
+    if url.startswith("sqlite://"):
+        from coordinator.sqlite_store import SqliteCoordinator
+        return SqliteCoordinator(url[len("sqlite://"):]), Standalone()
+    if url.startswith("zk://"):
+        election = ZkElection(settings)
+        return election.store, election
+    raise InvalidConfigError(f"unsupported --store {url!r}; use sqlite:///path/metadata.db or "
+                             "zk://host:port[,host:port]/chroot")
+
+
+Checks = Callable[[dict[str, Any]], list[tuple[str, str]]]
+
+
+def on_topic(operation: str, key: str = "name") -> Checks:
+    """The ACL check `operation` on topic:<args[key]>."""
+    return lambda args: [(operation, f"topic:{args[key]}")]
+
+
+def on_group(operation: str) -> Checks:
+    """The ACL check `operation` on group:<args["group"]>."""
+    return lambda args: [(operation, f"group:{args['group']}")]
+
+
+def nothing(args: dict[str, Any]) -> list[tuple[str, str]]:
+    """No ACL check: any authenticated principal may call (listings are filtered instead)."""
+    return []
+
+
+def commit_checks(args: dict[str, Any]) -> list[tuple[str, str]]:
+    """Committing offsets needs `group` on the group and `read` on every topic committed in (as Kafka)."""
+    return on_group("group")(args) + [("read", f"topic:{t}") for t in sorted({t for t, _ in args["offsets"]})]
+
+
+@dataclass(frozen=True)
+class Route:
+    """One DoAction: the method it calls on the cluster or its coordinator, its ACL checks, whether only the
+    active instance may serve it, and (for listings) the (operation, resource kind) that filters the result."""
+
+    target: str
+    checks: Checks
+    active_only: bool = False
+    filter_by: tuple[str, str] | None = None
+
+
+ROUTES: dict[str, Route] = {
+    "create_topic": Route("cluster", on_topic("create"), True),
+    "delete_topic": Route("cluster", on_topic("admin"), True),
+    "create_partitions": Route("cluster", on_topic("admin"), True),
+    "topic": Route("coordinator", on_topic("describe")),
+    "list_topics": Route("coordinator", nothing, filter_by=("describe", "topic")),
+    "alter_topic_config": Route("coordinator", on_topic("admin"), True),
+    "set_partitions": Route("coordinator", on_topic("admin"), True),
+    "commit_offsets": Route("coordinator", commit_checks, True),
+    "committed": Route("coordinator", on_group("describe")),
+    "list_groups": Route("coordinator", nothing, filter_by=("describe", "group")),
+    "delete_group": Route("coordinator", on_group("admin"), True),
+    "commit_transaction": Route("coordinator", lambda a: [("write", "topic:*")], True),
+    "transaction_committed": Route("coordinator", lambda a: [("describe", "topic:*")]),
+    "join_group": Route("coordinator", lambda a: [("group", f"group:{a['request'].group}")], True),
+    "sync_group": Route("coordinator", on_group("group"), True),
+    "heartbeat": Route("coordinator", on_group("group"), True),
+    "leave_group": Route("coordinator", on_group("group"), True),
+    "describe_group": Route("coordinator", on_group("describe"), True),
+    "partition_state": Route("cluster", on_topic("describe", "topic")),
+    "offset_for_time": Route("cluster", on_topic("describe", "topic")),
+    "enforce_retention": Route("cluster", on_topic("admin", "topic"), True),
+    "status": Route("service", nothing),
+}
+
+
+def translated(handler: Callable) -> Callable:
+    """Send any exception a handler raises as the Flight error that carries its type and message; a write
+    the store refused because this instance is no longer the controller becomes a "not active" answer."""
+    @functools.wraps(handler)
+    def run(self: "CoordinatorService", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return handler(self, *args, **kwargs)
+        except Exception as exc:
+            if isinstance(exc, NotControllerError):
+                raise wire.not_active(self.instance, self.election.active_instance()) from exc
+            raise wire.to_flight_error(exc) from exc
+    return run
+
+
+class CoordinatorService(flight.FlightServerBase):
+    """One coordinator instance: serves `cluster` (data in a shared directory, metadata in the store)."""
+
+    def __init__(self, settings: Settings, cluster: Cluster, election: Any) -> None:
+        self.settings, self.cluster, self.election = settings, cluster, election
+        tokens = security.load_tokens(settings.tokens_file) if settings.tokens_file else None
+        self.authorizer = security.Authorizer(security.load_acls(settings.acl_file) if settings.acl_file else None)
+        cert = security.read_pem(settings.tls_cert, "TLS certificate")
+        key = security.read_pem(settings.tls_key, "TLS private key")
+        if (cert is None) != (key is None):
+            raise FabricError("TLS needs both --tls-cert and --tls-key (PEM files)")
+        scheme = "grpc+tls" if cert else "grpc+tcp"
+        super().__init__(f"{scheme}://{settings.listen}", tls_certificates=[(cert, key)] if cert else None,
+                         middleware={security.MIDDLEWARE_KEY: security.TokenAuthFactory(tokens)})
+
+    @property
+    def instance(self) -> str:
+        """This instance's advertised host:port."""
+        return self.settings.advertise_address(self.port)
+
+    # -- checks ------------------------------------------------------------------------------------
+    def _authorize(self, context: flight.ServerCallContext, checks: list[tuple[str, str]]) -> str:
+        principal = context.get_middleware(security.MIDDLEWARE_KEY).name
+        self.authorizer.check(principal, checks)
+        return principal
+
+    def _require_active(self) -> None:
+        if not self.election.is_active:
+            raise wire.not_active(self.instance, self.election.active_instance() or "")
+
+    # -- actions -----------------------------------------------------------------------------------
+    @translated
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> list[bytes]:
+        route = ROUTES.get(action.type)
+        if route is None:
+            raise FabricError(f"unknown coordinator action {action.type!r}; known: {', '.join(sorted(ROUTES))}")
+        args = wire.action_args(action.body)
+        principal = self._authorize(context, route.checks(args))
+        if route.active_only:
+            self._require_active()
+        target = {"cluster": self.cluster, "coordinator": self.cluster.coordinator, "service": self}[route.target]
+        result = getattr(target, action.type)(**args)
+        if route.filter_by is not None:
+            operation, kind = route.filter_by
+            result = [name for name in result if self.authorizer.allowed(principal, operation, f"{kind}:{name}")]
+        return [wire.dumps(result)]
+
+    def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
+        return [(name, f"{route.target}.{name}") for name, route in sorted(ROUTES.items())]
+
+    def status(self) -> wire.InstanceStatus:
+        """Which instance this is, whether it is active, and which one is."""
+        election, settings = self.election, self.settings
+        return wire.InstanceStatus(self.instance, election.is_active, election.active_instance() or "", election.epoch,
+                                   settings.store_url, os.path.abspath(settings.data_dir), settings.tls_cert is not None)
+
+    # -- data plane --------------------------------------------------------------------------------
+    @translated
+    def do_put(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor,
+               reader: flight.MetadataRecordBatchReader, writer: flight.FlightMetadataWriter) -> None:
+        request = wire.loads(descriptor.command)
+        op = request.pop("op", None)
+        if op == "append":
+            self._authorize(context, [("write", f"topic:{request['topic']}")])
+            rows = _one_batch(reader.read_all())
+            result = self.cluster.append(request["topic"], request["partition"], rows, request["codec"])
+        elif op in wire.PUBLISH_OPS:
+            method, _, items = wire.PUBLISH_OPS[op]
+            keys = [tuple(k) for k in request.pop("keys")]
+            self._authorize(context, [("write", f"topic:{t}") for t in sorted({t for t, _ in keys})])
+            self._require_active()
+            parts = wire.unwrap(keys, reader, items)
+            result = getattr(self.cluster, method)(request.pop("txn"), parts, **request)
+        else:
+            raise FabricError(f"unknown coordinator put {op!r}; expected append, publish or publish_frames")
+        writer.write(pa.py_buffer(wire.dumps(result)))
+
+    @translated
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.GeneratorStream:
+        args = wire.loads(ticket.ticket)
+        self._authorize(context, [("read", f"topic:{args['topic']}")])
+        fetched = self.cluster.fetch(**args)
+        schema = None if fetched else storage_schema(self.cluster.coordinator.topic(args["topic"]).value_schema)
+        return wire.fetch_stream(schema, fetched)
+
+
+def _one_batch(table: pa.Table) -> pa.RecordBatch:
+    """A DoPut's rows as the single batch Cluster.append takes."""
+    batches = table.combine_chunks().to_batches()
+    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
+
+
+def serve(settings: Settings) -> None:
+    """Run one instance until SIGTERM/SIGINT: open the store and the data, join the election, serve."""
+    store, election = open_store(settings)
+    cluster = EmbeddedCluster(settings.data_dir, store)
+    server = None
+    try:
+        server = CoordinatorService(settings, cluster, election)
+        election.start(server.instance)
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        print(f"coordinator {server.instance} serving {settings.data_dir} with store {settings.store_url} "
+              f"({'TLS' if settings.tls_cert else 'plaintext'}, "
+              f"{'token auth' if settings.tokens_file else 'NO authentication'})", flush=True)
+        while not stop.wait(1.0):
+            pass
+    finally:
+        if server is not None:
+            server.shutdown()
+        election.close()
+        cluster.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m coordinator.service [options]`: the same options as `fabric coordinator start`."""
+    parser = argparse.ArgumentParser(prog="python -m coordinator.service", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_start_arguments(parser)
+    try:
+        serve(settings_from(parser.parse_args(argv)))
+    except FabricError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""Where the coordinator keeps its state in ZooKeeper, modelled on Kafka's znode layout, and how to connect.
+
+Every path lives under the optional chroot of the URL `zk://host:port[,host:port]/chroot`:
+
+    /brokers/ids/<id>                          ephemeral: a live coordinator instance
+                                               {"version":1,"instance_id","address","timestamp"}
+    /brokers/topics/<t>                        {"version":1,"partitions":N,"config":{k:v},
+                                                "value_schema": base64 Arrow IPC schema | null}
+    /brokers/topics/<t>/partitions/<p>/state   {"version":1,"leader","leader_epoch","isr":[...],"controller_epoch"}
+    /controller                                ephemeral: the active instance
+                                               {"version":1,"instance_id","address","epoch","timestamp"}
+    /controller_epoch                          the epoch of the latest election, as a decimal string
+    /consumers/<group>/state                   the group coordinator's state JSON (compare-and-set on its version)
+    /consumers/<group>/offsets/<t>/<p>         {"offset","metadata","commit_ms"}
+    /transactions/<txn>                        {"commit_ms"}: the sink transaction committed
+
+Names that are not plain znode names (a group id with "/", a transaction id ".") are percent-encoded.
+With one shared data directory each partition has a single replica: its leader is the active instance.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote, urlparse
+
+import pyarrow as pa
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+
+from coordinator.interface import CommittedOffset, TopicInfo
+from fabric.errors import CoordinatorUnavailableError, InvalidConfigError
+
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CONSUMERS = "/consumers"
+TRANSACTIONS = "/transactions"
+ROOTS = (BROKER_IDS, TOPICS, CONSUMERS, TRANSACTIONS)
+FORMAT_VERSION = 1
+DEFAULT_PORT = 2181
+DEFAULT_SESSION_TIMEOUT_S = 18.0  # Kafka's zookeeper.session.timeout.ms
+
+
+def node(name: str) -> str:
+    """`name` as one znode name: percent-encoded so "/", "%" and the names "." / ".." cannot break a path."""
+    if name in (".", ".."):
+        return name.replace(".", "%2E")
+    return quote(name, safe="")
+
+
+def name_of(znode: str) -> str:
+    """The name `node()` encoded."""
+    return unquote(znode)
+
+
+def broker(instance_id: str) -> str:
+    return f"{BROKER_IDS}/{node(instance_id)}"
+
+
+def topic(name: str) -> str:
+    return f"{TOPICS}/{node(name)}"
+
+
+def partitions(name: str) -> str:
+    return f"{topic(name)}/partitions"
+
+
+def partition(name: str, p: int) -> str:
+    return f"{partitions(name)}/{p}"
+
+
+def partition_state(name: str, p: int) -> str:
+    return f"{partition(name, p)}/state"
+
+
+def group(name: str) -> str:
+    return f"{CONSUMERS}/{node(name)}"
+
+
+def group_state(name: str) -> str:
+    return f"{group(name)}/state"
+
+
+def group_offsets(name: str) -> str:
+    return f"{group(name)}/offsets"
+
+
+def group_topic_offsets(name: str, topic_name: str) -> str:
+    return f"{group_offsets(name)}/{node(topic_name)}"
+
+
+def offset(name: str, topic_name: str, p: int) -> str:
+    return f"{group_topic_offsets(name, topic_name)}/{p}"
+
+
+def transaction(txn: str) -> str:
+    return f"{TRANSACTIONS}/{node(txn)}"
+
+
+# -- znode contents ------------------------------------------------------------------------------------
+def dumps(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def loads(data: bytes) -> dict[str, Any]:
+    return json.loads(data.decode())
+
+
+def topic_data(info: TopicInfo) -> bytes:
+    """The /brokers/topics/<t> content for `info`."""
+    schema = (base64.b64encode(info.value_schema.serialize().to_pybytes()).decode()
+              if info.value_schema is not None else None)
+    return dumps({"version": FORMAT_VERSION, "partitions": info.partitions, "config": info.config,
+                  "value_schema": schema})
+
+
+def topic_info(name: str, data: bytes) -> TopicInfo:
+    """Decode /brokers/topics/<t>."""
+    doc = loads(data)
+    schema = doc.get("value_schema")
+    value_schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(schema))) if schema else None
+    return TopicInfo(name, int(doc["partitions"]), dict(doc.get("config") or {}), value_schema)
+
+
+@dataclass(frozen=True)
+class LeaderState:
+    """A partition's leadership, as Kafka keeps it: leader "" means none (no active controller wrote it)."""
+
+    leader: str
+    leader_epoch: int
+    isr: tuple[str, ...]
+    controller_epoch: int
+
+    def encode(self) -> bytes:
+        return dumps({"version": FORMAT_VERSION, "leader": self.leader, "leader_epoch": self.leader_epoch,
+                      "isr": list(self.isr), "controller_epoch": self.controller_epoch})
+
+    @classmethod
+    def decode(cls, data: bytes) -> "LeaderState":
+        doc = loads(data)
+        return cls(doc["leader"], int(doc["leader_epoch"]), tuple(doc["isr"]), int(doc["controller_epoch"]))
+
+
+def offset_data(committed: CommittedOffset) -> bytes:
+    return dumps({"offset": committed.offset, "metadata": committed.metadata, "commit_ms": committed.commit_ms})
+
+
+def committed_offset(data: bytes) -> CommittedOffset:
+    doc = loads(data)
+    return CommittedOffset(int(doc["offset"]), doc.get("metadata", ""), int(doc.get("commit_ms", 0)))
+
+
+# -- connecting ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ZkAddress:
+    """A parsed zk:// URL: the connect string and the chroot ("" for none)."""
+
+    hosts: str
+    chroot: str
+
+
+def parse_url(url: str) -> ZkAddress:
+    """Parse `zk://host:port[,host:port]/chroot` (port defaults to 2181, chroot to none)."""
+    parsed = urlparse(url)
+    if parsed.scheme != "zk" or not parsed.netloc:
+        raise InvalidConfigError(f"ZooKeeper URL {url!r} is invalid; use zk://host:port[,host:port][/chroot]")
+    hosts = []
+    for host in parsed.netloc.split(","):
+        name, _, port = host.partition(":")
+        if not name or (port and not port.isdigit()):
+            raise InvalidConfigError(f"ZooKeeper URL {url!r} has a bad host {host!r}; use host:port")
+        hosts.append(f"{name}:{port or DEFAULT_PORT}")
+    chroot = parsed.path.rstrip("/")
+    if "//" in chroot or any(part in (".", "..") for part in chroot.split("/")):
+        raise InvalidConfigError(f"ZooKeeper URL {url!r} has a bad chroot {parsed.path!r}; use /name[/name]")
+    return ZkAddress(",".join(hosts), chroot)
+
+
+def _start(client: KazooClient, timeout: float, url: str) -> None:
+    try:
+        client.start(timeout=timeout)
+    except KazooTimeoutError:
+        client.close()
+        raise CoordinatorUnavailableError(
+            f"no ZooKeeper server answered at {url!r} within {timeout:g} s; start ZooKeeper or fix the URL"
+        ) from None
+
+
+def connect(url: str, timeout: float = 15.0,
+            session_timeout: float = DEFAULT_SESSION_TIMEOUT_S) -> KazooClient:
+    """A started KazooClient rooted at the URL's chroot, with the chroot and the layout's roots created.
+
+    The client reconnects forever on its own and retries idempotent commands for up to `timeout` seconds.
+    """
+    address = parse_url(url)
+    if address.chroot:
+        boot = KazooClient(hosts=address.hosts, timeout=session_timeout)
+        _start(boot, timeout, url)
+        try:
+            boot.ensure_path(address.chroot)
+        finally:
+            boot.stop()
+            boot.close()
+    client = KazooClient(hosts=address.hosts + address.chroot, timeout=session_timeout,
+                         connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 1.0},
+                         command_retry={"max_tries": -1, "delay": 0.02, "max_delay": 1.0, "deadline": timeout})
+    _start(client, timeout, url)
+    for root in ROOTS:
+        client.retry(client.ensure_path, root)
+    return client

@@ -1,0 +1,366 @@
+"""The ZooKeeper coordinator store: metadata, offsets, transactions and group states in znodes (zk_layout).
+
+Every change is one ZooKeeper transaction built from fresh reads and committed with compare-and-set on the
+znode versions it read; a conflicting concurrent change makes the whole transaction fail, and the change is
+re-read and retried (KazooRetry, which also rides out connection loss). With a fence (the instance's
+ControllerElection, or a pinned EpochToken) each transaction first checks /controller_epoch, so a deposed
+instance's writes are rejected by ZooKeeper itself (FencedError).
+"""
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any, Callable, Protocol, TypeVar
+
+import pyarrow as pa
+from kazoo.client import KazooClient, TransactionRequest
+from kazoo.exceptions import (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError,
+                              RuntimeInconsistency)
+from kazoo.retry import KazooRetry, RetryFailedError
+
+from coordinator import zk_layout as layout
+from coordinator.election import EpochToken, FencedError
+from coordinator.group_store import GroupService, GroupStore
+from coordinator.groups import GroupCoordinator, GroupState, dead_state
+from coordinator.interface import (CommittedOffset, Coordinator, GroupDescription, JoinRequest, JoinResult,
+                                   SyncResult, TopicInfo, TopicPartition)
+from fabric.errors import (CoordinatorUnavailableError, InvalidPartitionsError, TopicExistsError,
+                           UnknownTopicError)
+
+T = TypeVar("T")
+_CONFLICTS = (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError)
+_MAX_OPS = 512  # ZooKeeper transactions stay far below jute.maxbuffer (1 MiB)
+
+
+class Fence(Protocol):
+    """Something that fences a transaction with a controller epoch: ControllerElection or EpochToken."""
+
+    def guard(self, txn: TransactionRequest) -> EpochToken: ...
+
+    def fenced(self, token: EpochToken) -> None: ...
+
+
+class _Conflict(Exception):
+    """A znode changed between our read and our write: re-read and try again."""
+
+
+class _ConflictRetry(KazooRetry):
+    RETRY_EXCEPTIONS = KazooRetry.RETRY_EXCEPTIONS + (_Conflict,)
+
+
+class ZkWriter:
+    """Builds, fences and commits transactions for one KazooClient (shared by the coordinator and groups)."""
+
+    def __init__(self, client: KazooClient, fence: Fence | None = None, deadline_s: float = 30.0) -> None:
+        self.client, self.fence, self.deadline_s = client, fence, deadline_s
+
+    def commit(self, txn: TransactionRequest, token: EpochToken | None) -> bool:
+        """Commit; False on a compare-and-set conflict, FencedError if the epoch moved on."""
+        results = txn.commit()
+        failures = [r for r in results if isinstance(r, Exception)
+                    and not isinstance(r, (RolledBackError, RuntimeInconsistency))]
+        if not failures:
+            return True
+        if token is not None and isinstance(results[0], BadVersionError) and self.fence is not None:
+            self.fence.fenced(token)
+            raise FencedError(f"controller epoch {token.epoch} of instance {token.instance_id!r} is no longer "
+                              "current: a newer controller was elected; retry against it")
+        if isinstance(failures[0], _CONFLICTS):
+            return False
+        raise failures[0]
+
+    def write(self, build: Callable[[TransactionRequest, EpochToken | None], T]) -> T:
+        """Run `build` (fresh reads + ops added to the transaction) and commit, until no conflict."""
+        def attempt() -> T:
+            txn = self.client.transaction()
+            token = self.fence.guard(txn) if self.fence is not None else None
+            fenced_ops = len(txn.operations)
+            result = build(txn, token)
+            if len(txn.operations) > fenced_ops and not self.commit(txn, token):
+                raise _Conflict()
+            return result
+        retry = _ConflictRetry(max_tries=-1, delay=0.005, backoff=1.6, max_delay=0.5, deadline=self.deadline_s)
+        try:
+            return retry(attempt)
+        except RetryFailedError:
+            raise CoordinatorUnavailableError(
+                f"a ZooKeeper update did not succeed within {self.deadline_s:g} s (connection lost or constant "
+                "conflicting updates); check ZooKeeper and retry") from None
+
+    def get_many(self, paths: list[str]) -> list[tuple[bytes, Any] | None]:
+        """(data, stat) of each path, None where it does not exist: all reads in flight at once."""
+        pending = [self.client.get_async(p) for p in paths]
+        out: list[tuple[bytes, Any] | None] = []
+        for result in pending:
+            try:
+                out.append(result.get())
+            except NoNodeError:
+                out.append(None)
+        return out
+
+    def children(self, path: str) -> list[str]:
+        try:
+            return self.client.retry(self.client.get_children, path)
+        except NoNodeError:
+            return []
+
+    def subtree(self, path: str) -> list[str]:
+        """`path` and every znode below it, children before parents (the order to delete them); [] if none."""
+        if self.client.retry(self.client.exists, path) is None:
+            return []
+        out: list[str] = []
+        for child in self.children(path):
+            out.extend(self.subtree(f"{path}/{child}"))
+        return out + [path]
+
+
+def _leader_state(token: EpochToken | None, leader_epoch: int = 0) -> layout.LeaderState:
+    if token is None:
+        return layout.LeaderState("", leader_epoch, (), 0)
+    return layout.LeaderState(token.instance_id, leader_epoch, (token.instance_id,), token.epoch)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ZkGroupStore(GroupStore):
+    """Group states as JSON in /consumers/<group>/state, written by compare-and-set on the znode version."""
+
+    def __init__(self, writer: ZkWriter) -> None:
+        self.writer = writer
+
+    def read(self, group: str) -> tuple[GroupState | None, Any]:
+        try:
+            data, stat = self.writer.client.retry(self.writer.client.get, layout.group_state(group))
+        except NoNodeError:
+            return None, None
+        return GroupState.from_json(data.decode()), stat.version
+
+    def write(self, group: str, state: GroupState | None, version: Any) -> bool:
+        path = layout.group_state(group)
+        if state is None and version is None:
+            return True
+        return self.writer.client.retry(self._write, path, group, state, version)
+
+    def _write(self, path: str, group: str, state: GroupState | None, version: Any) -> bool:
+        txn = self.writer.client.transaction()
+        token = self.writer.fence.guard(txn) if self.writer.fence is not None else None
+        if state is None:
+            txn.delete(path, version=version)
+        elif version is None:
+            if self.writer.client.exists(layout.group(group)) is None:
+                txn.create(layout.group(group))
+            txn.create(path, state.to_json().encode())
+        else:
+            txn.set_data(path, state.to_json().encode(), version=version)
+        return self.writer.commit(txn, token)
+
+    def list(self) -> list[str]:
+        return sorted(layout.name_of(g) for g in self.writer.children(layout.CONSUMERS)
+                      if self.writer.client.exists(layout.group_state(layout.name_of(g))) is not None)
+
+
+class ZkCoordinator(Coordinator):
+    """The Coordinator interface on ZooKeeper. `target` is a zk:// URL (this object owns the connection) or
+    a started KazooClient (e.g. the one the instance's election uses); `fence` guards every write."""
+
+    def __init__(self, target: str | KazooClient, fence: Fence | None = None,
+                 session_timeout: float = layout.DEFAULT_SESSION_TIMEOUT_S) -> None:
+        self._owned = isinstance(target, str)
+        self.client = (layout.connect(target, session_timeout=session_timeout) if isinstance(target, str)
+                       else target)
+        self.writer = ZkWriter(self.client, fence)
+        self._groups = GroupService(ZkGroupStore(self.writer), self._partitions_of)
+
+    # -- topics --------------------------------------------------------------------------------------------
+    def _read_topic(self, name: str) -> tuple[TopicInfo, Any]:
+        try:
+            data, stat = self.client.retry(self.client.get, layout.topic(name))
+        except NoNodeError:
+            raise UnknownTopicError(f"topic {name!r} does not exist; create it with "
+                                    f"`fabric topics create {name}` or create_topic()") from None
+        return layout.topic_info(name, data), stat
+
+    @staticmethod
+    def _create_partitions(txn: TransactionRequest, name: str, first: int, total: int,
+                           token: EpochToken | None) -> None:
+        for p in range(first, total):
+            txn.create(layout.partition(name, p))
+            txn.create(layout.partition_state(name, p), _leader_state(token).encode())
+
+    def create_topic(self, name: str, partitions: int, config: dict[str, str],
+                     value_schema: pa.Schema | None) -> TopicInfo:
+        info = TopicInfo(name, partitions, dict(config), value_schema)
+
+        def build(txn: TransactionRequest, token: EpochToken | None) -> TopicInfo:
+            if self.client.exists(layout.topic(name)) is not None:
+                raise TopicExistsError(f"topic {name!r} already exists")
+            txn.create(layout.topic(name), layout.topic_data(info))
+            txn.create(layout.partitions(name))
+            self._create_partitions(txn, name, 0, partitions, token)
+            return info
+        return self.writer.write(build)
+
+    def delete_topic(self, name: str) -> None:
+        def build(txn: TransactionRequest, token: EpochToken | None) -> None:
+            _, stat = self._read_topic(name)
+            for group in self.writer.children(layout.CONSUMERS):
+                for path in self.writer.subtree(layout.group_topic_offsets(layout.name_of(group), name)):
+                    txn.delete(path)
+            *below, top = self.writer.subtree(layout.topic(name))
+            for path in below:
+                txn.delete(path)
+            txn.delete(top, version=stat.version)  # fails if the topic changed since we read it
+        self.writer.write(build)
+
+    def topic(self, name: str) -> TopicInfo:
+        return self._read_topic(name)[0]
+
+    def list_topics(self) -> list[str]:
+        return sorted(layout.name_of(t) for t in self.writer.children(layout.TOPICS))
+
+    def _update_topic(self, name: str, change: Callable[[TopicInfo], TopicInfo],
+                      extra: Callable[[TransactionRequest, TopicInfo, TopicInfo, EpochToken | None], None]
+                      = lambda *_: None) -> TopicInfo:
+        def build(txn: TransactionRequest, token: EpochToken | None) -> TopicInfo:
+            info, stat = self._read_topic(name)
+            new = change(info)
+            txn.set_data(layout.topic(name), layout.topic_data(new), version=stat.version)
+            extra(txn, info, new, token)
+            return new
+        return self.writer.write(build)
+
+    def alter_topic_config(self, name: str, config: dict[str, str | None]) -> TopicInfo:
+        def change(info: TopicInfo) -> TopicInfo:
+            merged = {k: v for k, v in {**info.config, **config}.items() if v is not None}
+            return TopicInfo(name, info.partitions, merged, info.value_schema)
+        return self._update_topic(name, change)
+
+    def set_partitions(self, name: str, total: int) -> TopicInfo:
+        def change(info: TopicInfo) -> TopicInfo:
+            if total < info.partitions:
+                raise InvalidPartitionsError(
+                    f"topic {name!r} has {info.partitions} partitions; partitions can be added, never removed")
+            return TopicInfo(name, total, info.config, info.value_schema)
+        return self._update_topic(name, change, lambda txn, old, new, token: self._create_partitions(
+            txn, name, old.partitions, new.partitions, token))
+
+    # -- partition leadership ------------------------------------------------------------------------------
+    def leader_state(self, name: str, partition: int) -> layout.LeaderState:
+        """The partition's {leader, leader_epoch, isr, controller_epoch}."""
+        found = self.writer.get_many([layout.partition_state(name, partition)])[0]
+        if found is None:
+            raise UnknownTopicError(f"topic {name!r} has no partition {partition}")
+        return layout.LeaderState.decode(found[0])
+
+    def take_leadership(self) -> int:
+        """Make this (fenced, active) instance the leader of every partition, bumping each leader epoch, as
+        a newly elected controller does; returns how many partition states changed."""
+        paths = [layout.partition_state(t, p) for t in self.list_topics()
+                 for p in range(self._partitions_of(t))]
+
+        def build(chunk: list[str], txn: TransactionRequest, token: EpochToken | None) -> int:
+            count = 0
+            for path, found in zip(chunk, self.writer.get_many(chunk)):
+                if found is None:
+                    continue  # deleted meanwhile
+                old = layout.LeaderState.decode(found[0])
+                new = _leader_state(token, old.leader_epoch + 1)
+                if (old.leader, old.controller_epoch) != (new.leader, new.controller_epoch):
+                    txn.set_data(path, new.encode(), version=found[1].version)
+                    count += 1
+            return count
+        return sum(self.writer.write(functools.partial(build, paths[start:start + _MAX_OPS]))
+                   for start in range(0, len(paths), _MAX_OPS))
+
+    # -- offsets -------------------------------------------------------------------------------------------
+    def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
+                       generation: int = -1, member_id: str = "") -> None:
+        items = sorted(offsets.items())
+
+        def build(txn: TransactionRequest, token: EpochToken | None) -> None:
+            state_stat = self.client.exists(layout.group_state(group))
+            self._groups.validate_commit(group, member_id, generation)
+            if state_stat is not None:
+                txn.check(layout.group_state(group), state_stat.version)  # generation unchanged since checked
+            now = _now_ms()
+            leaves = [layout.offset(group, t, p) for (t, p), _ in items]
+            parents = sorted({layout.group(group), layout.group_offsets(group)}
+                             | {layout.group_topic_offsets(group, t) for (t, _), _ in items})
+            for path, found in zip(parents, self.writer.get_many(parents)):
+                if found is None:
+                    txn.create(path)
+            for path, found, (_, next_offset) in zip(leaves, self.writer.get_many(leaves), items):
+                data = layout.offset_data(CommittedOffset(next_offset, metadata, now))
+                if found is None:
+                    txn.create(path, data)
+                else:
+                    txn.set_data(path, data, version=found[1].version)
+        self.writer.write(build)
+
+    def committed(self, group: str, topics: list[str] | None = None) -> dict[TopicPartition, CommittedOffset]:
+        base = layout.group_offsets(group)
+        names = [layout.name_of(t) for t in self.writer.children(base)]
+        keys = [(t, int(p)) for t in names if topics is None or t in topics
+                for p in self.writer.children(layout.group_topic_offsets(group, t))]
+        found = self.writer.get_many([layout.offset(group, t, p) for t, p in keys])
+        return {key: layout.committed_offset(f[0]) for key, f in zip(keys, found) if f is not None}
+
+    def _has_offsets(self, group: str) -> bool:
+        return any(self.writer.children(layout.group_topic_offsets(group, layout.name_of(t)))
+                   for t in self.writer.children(layout.group_offsets(group)))
+
+    def list_groups(self) -> list[str]:
+        with_offsets = {layout.name_of(g) for g in self.writer.children(layout.CONSUMERS)
+                        if self._has_offsets(layout.name_of(g))}
+        return sorted(with_offsets | set(self._groups.live_groups()))
+
+    def delete_group(self, group: str) -> None:
+        """Forget a group's offsets and state; GroupNotEmptyError while it has live members."""
+        self._groups.delete_group(group)
+
+        def build(txn: TransactionRequest, token: EpochToken | None) -> None:
+            for path in self.writer.subtree(layout.group(group)):
+                txn.delete(path)
+        self.writer.write(build)
+
+    # -- sink transactions ---------------------------------------------------------------------------------
+    def commit_transaction(self, txn_id: str) -> None:
+        def build(txn: TransactionRequest, token: EpochToken | None) -> None:
+            if self.client.exists(layout.transaction(txn_id)) is None:
+                txn.create(layout.transaction(txn_id), layout.dumps({"commit_ms": _now_ms()}))
+        self.writer.write(build)
+
+    def transaction_committed(self, txn: str) -> bool:
+        return self.client.retry(self.client.exists, layout.transaction(txn)) is not None
+
+    # -- group membership: the GroupCoordinator state machine over /consumers/<group>/state ------------
+    def _partitions_of(self, topic: str) -> int:
+        try:
+            return self._read_topic(topic)[0].partitions
+        except UnknownTopicError:
+            return 0
+
+    def join_group(self, request: JoinRequest) -> JoinResult:
+        return self._groups.join_group(request)
+
+    def sync_group(self, group: str, member_id: str, generation: int) -> SyncResult:
+        return self._groups.sync_group(group, member_id, generation)
+
+    def heartbeat(self, group: str, member_id: str, generation: int) -> None:
+        self._groups.heartbeat(group, member_id, generation)
+
+    def leave_group(self, group: str, member_id: str) -> None:
+        self._groups.leave_group(group, member_id)
+
+    def describe_group(self, group: str) -> GroupDescription:
+        found = self._groups.describe_group(group)
+        if found is not None:
+            return found
+        return GroupCoordinator.describe(GroupState() if self._has_offsets(group) else dead_state(), group)
+
+    def close(self) -> None:
+        if self._owned:
+            self.client.stop()
+            self.client.close()
