@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from typing import Any, Callable, TypeVar
 
-from coordinator.groups import GroupCoordinator, GroupState, PartitionsOf
+from coordinator.groups import GroupCoordinator, GroupState, PartitionsOf, dead_state
 from coordinator.interface import GroupDescription, JoinRequest, JoinResult, SyncResult
 from fabric.errors import (CoordinatorUnavailableError, IllegalGenerationError, RebalanceInProgressError,
                            UnknownMemberError)
@@ -156,3 +156,32 @@ class SqliteGroupStore(GroupStore):
             return super().update(group, fn)
         with self._transaction():
             return super().update(group, fn)
+
+
+class GroupMembership:
+    """The five group-membership methods of the Coordinator interface, for a store that keeps its
+    GroupService in `self._groups` and can tell whether a group has committed offsets."""
+
+    _groups: GroupService
+
+    def _has_offsets(self, group: str) -> bool:
+        raise NotImplementedError
+
+    def join_group(self, request: JoinRequest) -> JoinResult:
+        return self._groups.join_group(request)
+
+    def sync_group(self, group: str, member_id: str, generation: int) -> SyncResult:
+        return self._groups.sync_group(group, member_id, generation)
+
+    def heartbeat(self, group: str, member_id: str, generation: int) -> None:
+        self._groups.heartbeat(group, member_id, generation)
+
+    def leave_group(self, group: str, member_id: str) -> None:
+        self._groups.leave_group(group, member_id)
+
+    def describe_group(self, group: str) -> GroupDescription:
+        """Live state if the group has any; Empty if it only has offsets; Dead if it is unknown."""
+        found = self._groups.describe_group(group)
+        if found is not None:
+            return found
+        return GroupCoordinator.describe(GroupState() if self._has_offsets(group) else dead_state(), group)

@@ -12,10 +12,8 @@ import time
 
 import pyarrow as pa
 
-from coordinator.group_store import GroupService, SqliteGroupStore
-from coordinator.groups import GroupCoordinator, GroupState, dead_state
-from coordinator.interface import (CommittedOffset, Coordinator, GroupDescription, JoinRequest, JoinResult,
-                                   SyncResult, TopicInfo, TopicPartition)
+from coordinator.group_store import GroupMembership, GroupService, SqliteGroupStore
+from coordinator.interface import CommittedOffset, Coordinator, TopicInfo, TopicPartition
 from fabric.errors import InvalidPartitionsError, TopicExistsError, UnknownTopicError
 
 _SCHEMA = """
@@ -28,7 +26,7 @@ CREATE TABLE IF NOT EXISTS transactions (txn TEXT PRIMARY KEY, commit_ms INTEGER
 """
 
 
-class SqliteCoordinator(Coordinator):
+class SqliteCoordinator(GroupMembership, Coordinator):
     """Coordinator state in `path` (created if missing)."""
 
     def __init__(self, path: str) -> None:
@@ -156,21 +154,5 @@ class SqliteCoordinator(Coordinator):
         row = self._db().execute("SELECT partitions FROM topics WHERE name=?", (topic,)).fetchone()
         return row[0] if row else 0
 
-    def join_group(self, request: JoinRequest) -> JoinResult:
-        return self._groups.join_group(request)
-
-    def sync_group(self, group: str, member_id: str, generation: int) -> SyncResult:
-        return self._groups.sync_group(group, member_id, generation)
-
-    def heartbeat(self, group: str, member_id: str, generation: int) -> None:
-        self._groups.heartbeat(group, member_id, generation)
-
-    def leave_group(self, group: str, member_id: str) -> None:
-        self._groups.leave_group(group, member_id)
-
-    def describe_group(self, group: str) -> GroupDescription:
-        found = self._groups.describe_group(group)
-        if found is not None:
-            return found
-        has_offsets = self._db().execute("SELECT 1 FROM offsets WHERE grp=? LIMIT 1", (group,)).fetchone()
-        return GroupCoordinator.describe(GroupState() if has_offsets else dead_state(), group)
+    def _has_offsets(self, group: str) -> bool:
+        return self._db().execute("SELECT 1 FROM offsets WHERE grp=? LIMIT 1", (group,)).fetchone() is not None

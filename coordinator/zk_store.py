@@ -20,10 +20,9 @@ from kazoo.retry import KazooRetry, RetryFailedError
 
 from coordinator import zk_layout as layout
 from coordinator.election import EpochToken, FencedError
-from coordinator.group_store import GroupService, GroupStore
-from coordinator.groups import GroupCoordinator, GroupState, dead_state
-from coordinator.interface import (CommittedOffset, Coordinator, GroupDescription, JoinRequest, JoinResult,
-                                   SyncResult, TopicInfo, TopicPartition)
+from coordinator.group_store import GroupMembership, GroupService, GroupStore
+from coordinator.groups import GroupState
+from coordinator.interface import CommittedOffset, Coordinator, TopicInfo, TopicPartition
 from fabric.errors import (CoordinatorUnavailableError, InvalidPartitionsError, TopicExistsError,
                            UnknownTopicError)
 
@@ -161,7 +160,7 @@ class ZkGroupStore(GroupStore):
                       if self.writer.client.exists(layout.group_state(layout.name_of(g))) is not None)
 
 
-class ZkCoordinator(Coordinator):
+class ZkCoordinator(GroupMembership, Coordinator):
     """The Coordinator interface on ZooKeeper. `target` is a zk:// URL (this object owns the connection) or
     a started KazooClient (e.g. the one the instance's election uses); `fence` guards every write."""
 
@@ -341,24 +340,6 @@ class ZkCoordinator(Coordinator):
             return self._read_topic(topic)[0].partitions
         except UnknownTopicError:
             return 0
-
-    def join_group(self, request: JoinRequest) -> JoinResult:
-        return self._groups.join_group(request)
-
-    def sync_group(self, group: str, member_id: str, generation: int) -> SyncResult:
-        return self._groups.sync_group(group, member_id, generation)
-
-    def heartbeat(self, group: str, member_id: str, generation: int) -> None:
-        self._groups.heartbeat(group, member_id, generation)
-
-    def leave_group(self, group: str, member_id: str) -> None:
-        self._groups.leave_group(group, member_id)
-
-    def describe_group(self, group: str) -> GroupDescription:
-        found = self._groups.describe_group(group)
-        if found is not None:
-            return found
-        return GroupCoordinator.describe(GroupState() if self._has_offsets(group) else dead_state(), group)
 
     def close(self) -> None:
         if self._owned:
