@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml | check-java
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo ">> installing spark-fabric and its dependencies into $(VENV) (first run: ~2 minutes)"
 	@$(BIN)/python -m pip install --quiet --upgrade pip
-	@$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@# compat mode puts the checkout on sys.path, so Spark's pkgutil scan finds pyspark_fabric (format("fabric"))
+	@$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
 	@touch $(STAMP)
 
 check-java:
@@ -32,7 +33,7 @@ demo: $(STAMP)
 	$(BIN)/python jobs/demo.py
 
 bench: $(STAMP)
-	$(BIN)/python bench/run.py
+	$(BIN)/python -m bench.run
 
 clean:
 	rm -rf $(VENV) fabric-data demo-data .pytest_cache bench/results
