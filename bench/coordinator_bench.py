@@ -1,0 +1,230 @@
+"""Coordinator benchmark: offset commits per second (one client, 1 and 10 partitions per commit) against the
+embedded SQLite store, ZooKeeper, and the fabric:// service over each; and rebalance time of a 10-member group
+of real consumer processes on a 20-partition topic, embedded and through the service over ZooKeeper."""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from contextlib import ExitStack, contextmanager
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+import fabric
+from bench.group_workers import GROUP, TOPIC, Members, wait_for
+from bench.report import bar_chart, progress, save, table, timed
+from coordinator.interface import Coordinator
+from coordinator.launcher import CoordinatorProcess
+from coordinator.sqlite_store import SqliteCoordinator
+from coordinator.zk_server import ZooKeeperServer
+from coordinator.zk_store import ZkCoordinator
+
+COMMIT_GROUP, COMMIT_TOPIC = "bench-commits", "bench-commits"
+BATCH = 10
+MEMBERS, PARTITIONS = 10, 20
+WARMUP_COMMITS = 20
+SETTLE_TIMEOUT_S = 20.0  # a rebalance not done by then counts as failed
+
+
+# -- offset commits -------------------------------------------------------------------------------------
+def commit_loop(coordinator: Coordinator, seconds: float, batch: int) -> dict[str, float]:
+    """Commit `batch` partitions' offsets per call, back to back, for `seconds`; rate and latency."""
+    tps = [(COMMIT_TOPIC, p) for p in range(batch)]
+    for i in range(WARMUP_COMMITS):
+        coordinator.commit_offsets(COMMIT_GROUP, {tp: i for tp in tps})
+    latencies_ns: list[int] = []
+    start = time.perf_counter()
+    end, offset = start + seconds, WARMUP_COMMITS
+    while time.perf_counter() < end:
+        offsets = {tp: offset for tp in tps}
+        began = time.perf_counter_ns()
+        coordinator.commit_offsets(COMMIT_GROUP, offsets)
+        latencies_ns.append(time.perf_counter_ns() - began)
+        offset += 1
+    elapsed = time.perf_counter() - start
+    stored = coordinator.committed(COMMIT_GROUP, [COMMIT_TOPIC])
+    if sorted(stored) != tps or any(c.offset != offset - 1 for c in stored.values()):
+        raise RuntimeError(f"the store lost commits: expected offset {offset - 1} in {batch} partitions, got {stored}")
+    ms = np.array(latencies_ns) / 1e6
+    return {"commits": len(ms), "commits_per_s": len(ms) / elapsed, "offsets_per_s": len(ms) * batch / elapsed,
+            "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
+
+
+def bench_commits(backends: dict[str, Callable[[], Coordinator]], seconds: float) -> dict[str, dict[str, Any]]:
+    """commit_loop with 1 and with BATCH partitions per commit, on each backend."""
+    results: dict[str, dict[str, Any]] = {}
+    for label, open_coordinator in backends.items():
+        coordinator = open_coordinator()
+        try:
+            for key, batch in (("single", 1), (f"batch{BATCH}", BATCH)):
+                with timed(f"commits, {label}, {batch} partition(s) per commit, {seconds:g} s"):
+                    out = commit_loop(coordinator, seconds, batch)
+                progress(f"  {out['commits_per_s']:,.0f} commits/s, p50 {out['p50_ms']:.2f} ms, "
+                         f"p99 {out['p99_ms']:.2f} ms")
+                results.setdefault(label, {})[key] = out
+        finally:
+            coordinator.close()
+    return results
+
+
+# -- rebalances -----------------------------------------------------------------------------------------
+def settle(members: Members, names: list[str], t0: float, timeout: float) -> float:
+    """Seconds from wall-clock `t0` until `names` own every partition exactly once: the latest moment one of
+    them took up its final assignment (each member stamps its own changes)."""
+    statuses = wait_for(lambda: members.exact_cover(names, PARTITIONS), timeout,
+                        f"{len(names)} members to cover {PARTITIONS} partitions exactly once")
+    return max(s["since"] for s in statuses.values()) - t0
+
+
+def check_stable(coordinator: Coordinator, count: int) -> None:
+    """The group is Stable with `count` members whose assignments cover every partition once."""
+    def stable() -> bool:
+        group = coordinator.describe_group(GROUP)
+        owned = sorted(tp for m in group.members for tp in m.assignment)
+        return (group.state == "Stable" and len(group.members) == count
+                and owned == [(TOPIC, p) for p in range(PARTITIONS)])
+    wait_for(stable, 30, f"the coordinator to report the group Stable with {count} members")
+
+
+def bench_rebalance(label: str, url: str, workdir: str, rounds: int, config: dict[str, Any]) -> dict[str, Any]:
+    """10 members join together; then `rounds` times one leaves and rejoins; then one is SIGKILLed."""
+    fab = fabric.connect(url)
+    fab.create_topic(TOPIC, partitions=PARTITIONS)
+    coordinator = fab.cluster.coordinator
+    names = [f"m{i}" for i in range(MEMBERS)]
+    members = Members(url, workdir, config)
+    timeout = SETTLE_TIMEOUT_S + config["session_timeout_ms"] / 1000
+    out: dict[str, Any] = {"leave_s": [], "join_10th_s": []}
+    try:
+        with timed(f"rebalance, {label}: start {MEMBERS} member processes"):
+            members.start(names)
+        members.command(names, "join")
+        wait_for(lambda: all(members.status(n).get("joined_at") for n in names), 30, "members to join")
+        last_join = max(members.status(n)["joined_at"] for n in names)
+        out["join_together_s"] = settle(members, names, last_join, timeout)
+        check_stable(coordinator, MEMBERS)
+        progress(f"  {MEMBERS} members joining together: stable {out['join_together_s']:.3f} s after the last join")
+        rest, mover = names[:-1], names[-1]
+        for r in range(rounds):
+            members.command([mover], "leave")
+            wait_for(lambda: not members.status(mover).get("joined"), 30, f"{mover} to leave")
+            out["leave_s"].append(settle(members, rest, members.status(mover)["leave_at"], timeout))
+            check_stable(coordinator, MEMBERS - 1)
+            members.command([mover], "join")
+            wait_for(lambda: members.status(mover).get("joined"), 30, f"{mover} to rejoin")
+            out["join_10th_s"].append(settle(members, names, members.status(mover)["joined_at"], timeout))
+            check_stable(coordinator, MEMBERS)
+            progress(f"  round {r + 1}: one leaves -> {out['leave_s'][-1]:.3f} s, "
+                     f"10th joins -> {out['join_10th_s'][-1]:.3f} s")
+        victim, survivors = names[0], names[1:]
+        killed_at = time.time()
+        members.kill(victim)
+        out["kill_s"] = settle(members, survivors, killed_at, timeout)
+        check_stable(coordinator, MEMBERS - 1)
+        progress(f"  SIGKILL of one member -> {out['kill_s']:.3f} s "
+                 f"(session_timeout_ms={config['session_timeout_ms']})")
+    except TimeoutError as exc:  # a group that never stabilises is a result too: record it, go on
+        group = coordinator.describe_group(GROUP)
+        out["error"] = (f"{exc}; the group was then {group.state}, generation {group.generation}, "
+                        f"{len(group.members)} members, assigned {[len(m.assignment) for m in group.members]}")
+        progress(f"  FAILED: {out['error']}")
+        return out
+    finally:
+        members.close()
+        fab.close()
+    out["leave_median_s"], out["join_10th_median_s"] = (float(np.median(out[k])) for k in ("leave_s", "join_10th_s"))
+    return out
+
+
+# -- setup ----------------------------------------------------------------------------------------------
+@contextmanager
+def started(process: CoordinatorProcess) -> Iterator[CoordinatorProcess]:
+    """A coordinator process, running for the block."""
+    progress(f"starting coordinator service on {process.address} (store: {process.store or 'SQLite'})")
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def run(seconds: float, rounds: int, config: dict[str, Any], directory: str) -> dict[str, Any]:
+    """Start ZooKeeper and two coordinator services, then run every measurement."""
+    with ExitStack() as stack:
+        with timed("starting ZooKeeper (pyspark's jar)"):
+            zk = ZooKeeperServer(root=os.path.join(directory, "zk")).start()
+        stack.callback(zk.close)
+        svc_sqlite = stack.enter_context(started(CoordinatorProcess(os.path.join(directory, "svc-sqlite"))))
+        svc_zk = stack.enter_context(started(CoordinatorProcess(os.path.join(directory, "svc-zk"),
+                                                                store=zk.url("/svc"))))
+        commits = bench_commits({
+            "embedded SQLite": lambda: SqliteCoordinator(os.path.join(directory, "embedded", "metadata.db")),
+            "ZooKeeper (ZkCoordinator)": lambda: ZkCoordinator(zk.url("/direct")),
+            "fabric:// service, SQLite": lambda: fabric.connect(svc_sqlite.url()).cluster.coordinator,
+            "fabric:// service, ZooKeeper": lambda: fabric.connect(svc_zk.url()).cluster.coordinator,
+        }, seconds)
+        rebalance = {
+            "embedded (file://, SQLite)": bench_rebalance("embedded", os.path.join(directory, "rebalance-data"),
+                                                          os.path.join(directory, "members-embedded"), rounds, config),
+            "fabric:// service, ZooKeeper": bench_rebalance("service over ZooKeeper", svc_zk.url(),
+                                                            os.path.join(directory, "members-zk"), rounds, config),
+        }
+    return {"seconds_per_measurement": seconds, "rounds": rounds, "members": MEMBERS, "partitions": PARTITIONS,
+            "member_config": config, "commit_batch": BATCH, "commits": commits, "rebalance": rebalance}
+
+
+def report(results: dict[str, Any]) -> None:
+    """The plots and the Markdown tables."""
+    commits, rebalance = results["commits"], results["rebalance"]
+    rows = [(f"{label}, {key.replace('single', '1 partition').replace(f'batch{BATCH}', f'{BATCH} partitions')}",
+             out["commits_per_s"]) for label, modes in commits.items() for key, out in modes.items()]
+    chart = bar_chart("coordinator", "Offset commits/s, one client, back to back", rows, "commits/s")
+    timings = [(f"{label}: {what}", r[key] * 1000) for label, r in rebalance.items()
+               for what, key in (("10 join together", "join_together_s"), ("1 leaves", "leave_median_s"),
+                                 ("10th joins", "join_10th_median_s"), ("1 SIGKILLed", "kill_s")) if key in r]
+    rebalance_chart = bar_chart("coordinator_rebalance", f"Rebalance of {MEMBERS} consumer processes, "
+                                f"{PARTITIONS} partitions (median)", timings, "ms") if timings else "none"
+    print(table([(label, str(batch), f"{out['commits_per_s']:,.0f}", f"{out['offsets_per_s']:,.0f}",
+                  f"{out['p50_ms']:.2f}", f"{out['p99_ms']:.2f}")
+                 for label, modes in commits.items() for batch, out in zip((1, BATCH), modes.values())],
+                ("store", "partitions/commit", "commits/s", "offsets/s", "p50 ms", "p99 ms")))
+    print()
+    print(table([(label, *(f"{r[k]:.3f}" if k in r else "failed" for k in
+                           ("join_together_s", "leave_median_s", "join_10th_median_s", "kill_s")))
+                 for label, r in rebalance.items()],
+                ("coordinator", f"{MEMBERS} join together, s", "1 leaves, s (median)", "10th joins, s (median)",
+                 f"1 SIGKILLed, s (session {results['member_config']['session_timeout_ms']} ms)")))
+    for label, r in rebalance.items():
+        if "error" in r:
+            print(f"\n{label}: {r['error']}")
+    progress(f"plots: {chart}, {rebalance_chart}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=4.0, help="duration of each commit measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="leave/rejoin rounds per rebalance backend")
+    parser.add_argument("--session-ms", type=int, default=3000, help="members' session_timeout_ms")
+    parser.add_argument("--heartbeat-ms", type=int, default=250, help="members' heartbeat_interval_ms")
+    parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
+    args = parser.parse_args(argv)
+    if args.seconds <= 0 or args.rounds < 1:
+        parser.error("--seconds must be positive and --rounds at least 1")
+    config = {"session_timeout_ms": args.session_ms, "heartbeat_interval_ms": args.heartbeat_ms}
+    directory = args.dir or tempfile.mkdtemp(prefix="fabric-bench-coordinator-")
+    os.makedirs(directory, exist_ok=True)
+    try:
+        results = run(args.seconds, args.rounds, config, directory)
+    finally:
+        if args.dir is None:
+            shutil.rmtree(directory, ignore_errors=True)
+    save("coordinator", results)
+    report(results)
+    return results
+
+
+if __name__ == "__main__":
+    main()

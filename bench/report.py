@@ -1,0 +1,64 @@
+"""Shared benchmark plumbing: progress lines, timing, results JSON and bar-chart plots."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def progress(message: str) -> None:
+    """One progress line on stderr, so long runs show where they are."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def timed(label: str) -> Iterator[dict]:
+    """Time a block; the yielded dict gets 'seconds' when it ends."""
+    progress(f"{label} ...")
+    out: dict = {}
+    start = time.perf_counter()
+    yield out
+    out["seconds"] = time.perf_counter() - start
+    progress(f"{label}: {out['seconds']:.2f} s")
+
+
+def save(name: str, results: dict) -> str:
+    """Write results to bench/results/<name>.json and return the path."""
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    path = os.path.join(RESULTS_DIR, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(results, f, indent=2)
+    return path
+
+
+def bar_chart(name: str, title: str, rows: list[tuple[str, float]], unit: str) -> str:
+    """A horizontal bar chart of (label, value) saved as bench/results/<name>.png."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    path = os.path.join(RESULTS_DIR, f"{name}.png")
+    fig, ax = plt.subplots(figsize=(9, 0.6 * len(rows) + 1.5))
+    labels, values = zip(*rows)
+    bars = ax.barh(labels, values, color="#4C72B0")
+    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], padding=3, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(unit)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
+    """A Markdown table (what the README shows)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
