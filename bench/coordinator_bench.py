@@ -151,8 +151,12 @@ def started(process: CoordinatorProcess) -> Iterator[CoordinatorProcess]:
         process.stop()
 
 
-def run(seconds: float, rounds: int, config: dict[str, Any], directory: str) -> dict[str, Any]:
-    """Start ZooKeeper and two coordinator services, then run every measurement."""
+CASES = ("commits", "rebalance-embedded", "rebalance-zk")
+
+
+def run(seconds: float, rounds: int, config: dict[str, Any], directory: str,
+        cases: tuple[str, ...] = CASES) -> dict[str, Any]:
+    """Start ZooKeeper and two coordinator services, then run the measurements named in `cases`."""
     with ExitStack() as stack:
         with timed("starting ZooKeeper (pyspark's jar)"):
             zk = ZooKeeperServer(root=os.path.join(directory, "zk")).start()
@@ -165,27 +169,29 @@ def run(seconds: float, rounds: int, config: dict[str, Any], directory: str) -> 
             "ZooKeeper (ZkCoordinator)": lambda: ZkCoordinator(zk.url("/direct")),
             "fabric:// service, SQLite": lambda: fabric.connect(svc_sqlite.url()).cluster.coordinator,
             "fabric:// service, ZooKeeper": lambda: fabric.connect(svc_zk.url()).cluster.coordinator,
-        }, seconds)
-        rebalance = {
-            "embedded (file://, SQLite)": bench_rebalance("embedded", os.path.join(directory, "rebalance-data"),
-                                                          os.path.join(directory, "members-embedded"), rounds, config),
-            "fabric:// service, ZooKeeper": bench_rebalance("service over ZooKeeper", svc_zk.url(),
-                                                            os.path.join(directory, "members-zk"), rounds, config),
-        }
+        }, seconds) if "commits" in cases else {}
+        rebalance = {}
+        if "rebalance-embedded" in cases:
+            rebalance["embedded (file://, SQLite)"] = bench_rebalance(
+                "embedded", os.path.join(directory, "rebalance-data"), os.path.join(directory, "members-embedded"),
+                rounds, config)
+        if "rebalance-zk" in cases:
+            rebalance["fabric:// service, ZooKeeper"] = bench_rebalance(
+                "service over ZooKeeper", svc_zk.url(), os.path.join(directory, "members-zk"), rounds, config)
     return {"seconds_per_measurement": seconds, "rounds": rounds, "members": MEMBERS, "partitions": PARTITIONS,
             "member_config": config, "commit_batch": BATCH, "commits": commits, "rebalance": rebalance}
 
 
-def report(results: dict[str, Any]) -> None:
-    """The plots and the Markdown tables."""
+def report(results: dict[str, Any], name: str = "coordinator") -> None:
+    """The plots (bench/results/<name>*.png) and the Markdown tables."""
     commits, rebalance = results["commits"], results["rebalance"]
     rows = [(f"{label}, {key.replace('single', '1 partition').replace(f'batch{BATCH}', f'{BATCH} partitions')}",
              out["commits_per_s"]) for label, modes in commits.items() for key, out in modes.items()]
-    chart = bar_chart("coordinator", "Offset commits/s, one client, back to back", rows, "commits/s")
+    chart = bar_chart(name, "Offset commits/s, one client, back to back", rows, "commits/s") if rows else "none"
     timings = [(f"{label}: {what}", r[key] * 1000) for label, r in rebalance.items()
                for what, key in (("10 join together", "join_together_s"), ("1 leaves", "leave_median_s"),
                                  ("10th joins", "join_10th_median_s"), ("1 SIGKILLed", "kill_s")) if key in r]
-    rebalance_chart = bar_chart("coordinator_rebalance", f"Rebalance of {MEMBERS} consumer processes, "
+    rebalance_chart = bar_chart(f"{name}_rebalance", f"Rebalance of {MEMBERS} consumer processes, "
                                 f"{PARTITIONS} partitions (median)", timings, "ms") if timings else "none"
     print(table([(label, str(batch), f"{out['commits_per_s']:,.0f}", f"{out['offsets_per_s']:,.0f}",
                   f"{out['p50_ms']:.2f}", f"{out['p99_ms']:.2f}")
@@ -209,6 +215,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=3, help="leave/rejoin rounds per rebalance backend")
     parser.add_argument("--session-ms", type=int, default=3000, help="members' session_timeout_ms")
     parser.add_argument("--heartbeat-ms", type=int, default=250, help="members' heartbeat_interval_ms")
+    parser.add_argument("--only", choices=CASES, action="append", default=None,
+                        help="run only this case (repeatable; default: all of them)")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.rounds < 1:
@@ -217,12 +225,13 @@ def main(argv: list[str] | None = None) -> dict:
     directory = args.dir or tempfile.mkdtemp(prefix="fabric-bench-coordinator-")
     os.makedirs(directory, exist_ok=True)
     try:
-        results = run(args.seconds, args.rounds, config, directory)
+        results = run(args.seconds, args.rounds, config, directory, tuple(args.only or CASES))
     finally:
         if args.dir is None:
             shutil.rmtree(directory, ignore_errors=True)
-    save("coordinator", results)
-    report(results)
+    name = "coordinator" if args.only is None else "coordinator-" + "-".join(sorted(set(args.only)))
+    save(name, results)  # a partial run never overwrites the full run's results
+    report(results, name)
     return results
 
 

@@ -1,11 +1,13 @@
 """Where group states live, and the group protocol served over any such store.
 
 A `GroupStore` only reads and compare-and-sets one group's JSON state; `update` retries a transition on
-conflict (ZooKeeper: znode version; SQLite: a BEGIN IMMEDIATE transaction never conflicts). `GroupService`
-runs `GroupCoordinator` transitions through a store: the part of the Coordinator interface about groups.
+conflict, after a jittered backoff (ZooKeeper: znode version; SQLite: a BEGIN IMMEDIATE transaction never
+conflicts), and writes nothing when the transition changed nothing. `GroupService` runs `GroupCoordinator`
+transitions through a store: the part of the Coordinator interface about groups.
 """
 from __future__ import annotations
 
+import random
 import sqlite3
 import time
 from abc import ABC, abstractmethod
@@ -19,12 +21,19 @@ from fabric.errors import (CoordinatorUnavailableError, IllegalGenerationError, 
 
 T = TypeVar("T")
 MAX_ATTEMPTS = 64
+CONFLICT_BACKOFF_S, CONFLICT_BACKOFF_MAX_S = 0.001, 0.05
 PROTOCOL_ERRORS = (UnknownMemberError, IllegalGenerationError, RebalanceInProgressError)
 
 
 def wall_ms() -> int:
     """Milliseconds since the epoch: group timeouts are compared across processes and hosts."""
     return int(time.time() * 1000)
+
+
+def _conflict_backoff(attempt: int) -> None:
+    """Sleep before retrying a lost compare-and-set: exponential with full jitter, so concurrent writers
+    of one group spread out instead of colliding again in lockstep."""
+    time.sleep(random.uniform(0, min(CONFLICT_BACKOFF_MAX_S, CONFLICT_BACKOFF_S * 2 ** attempt)))
 
 
 class GroupStore(ABC):
@@ -49,7 +58,7 @@ class GroupStore(ABC):
     def update(self, group: str, fn: Callable[[GroupState], tuple[GroupState | None, T]]) -> T:
         """Atomically load the state (a fresh Empty one if unknown), apply `fn` and save what it returns,
         retrying `fn` on a concurrent change."""
-        for _ in range(MAX_ATTEMPTS):
+        for attempt in range(MAX_ATTEMPTS):
             stored, version = self.read(group)
             before = stored or GroupState()
             after, result = fn(before)
@@ -57,6 +66,7 @@ class GroupStore(ABC):
                 return result
             if self.write(group, after, version):
                 return result
+            _conflict_backoff(attempt)
         raise CoordinatorUnavailableError(f"group {group!r} changed {MAX_ATTEMPTS} times while updating it; retry")
 
 

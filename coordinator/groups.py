@@ -31,6 +31,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 PartitionsOf = Callable[[str], int]  # topic -> partition count (0 for a topic that does not exist)
+HEARTBEAT_SLACK_FRACTION = 5  # a stored heartbeat is refreshed once it is session_timeout_ms / 5 old
 
 
 class IllegalStateTransition(RuntimeError):
@@ -40,7 +41,8 @@ class IllegalStateTransition(RuntimeError):
 @dataclass
 class Member:
     """One member's persisted record. joined_generation is the generation it last joined (the pending one
-    while a rebalance runs); synced_generation the last one whose assignment it fetched."""
+    while a rebalance runs); synced_generation the last one whose assignment it fetched. last_heartbeat_ms
+    is refreshed lazily (see heartbeat_slack_ms)."""
 
     instance_id: str
     client_id: str
@@ -86,6 +88,20 @@ class GroupState:
     def owned(self, member_id: str) -> tuple[TopicPartition, ...]:
         """The member's assignment in the current generation, as (topic, partition) pairs."""
         return tuple((t, p) for t, p in self.assignment.get(member_id, []))
+
+
+def heartbeat_slack_ms(m: Member) -> int:
+    """How old a member's stored heartbeat may get before a heartbeat (or join/sync) rewrites it. Refreshing
+    it on every call would rewrite the group state for nothing several times a second per member, starving
+    real transitions and offset commits of compare-and-set wins; expiry adds the slack, so a live member is
+    never expired early and a dead one at most this late."""
+    return m.session_timeout_ms // HEARTBEAT_SLACK_FRACTION
+
+
+def _touch(m: Member, now_ms: int) -> None:
+    """Note that the member was heard of at now_ms, unless the stored time is within the slack."""
+    if now_ms - m.last_heartbeat_ms >= heartbeat_slack_ms(m):
+        m.last_heartbeat_ms = now_ms
 
 
 def _to(s: GroupState, new: str) -> None:
@@ -187,6 +203,8 @@ class GroupCoordinator:
             return member_id, True
         changed = (old.topics, old.assignors) != (fresh.topics, fresh.assignors)
         fresh.joined_generation, fresh.synced_generation = old.joined_generation, old.synced_generation
+        fresh.last_heartbeat_ms = old.last_heartbeat_ms
+        _touch(fresh, now_ms)  # a waiting member re-asking to join changes nothing, so nothing is written
         del s.members[slot]
         s.members[member_id] = fresh
         if slot != member_id:
@@ -207,7 +225,8 @@ class GroupCoordinator:
         """Remove members whose session timed out, and (past the rebalance deadline) members that did not
         rejoin; either starts a rebalance for the rest."""
         s = state.copy()
-        gone = [mid for mid, m in s.members.items() if now_ms - m.last_heartbeat_ms > m.session_timeout_ms]
+        gone = [mid for mid, m in s.members.items()
+                if now_ms - m.last_heartbeat_ms > m.session_timeout_ms + heartbeat_slack_ms(m)]
         if s.state == PREPARING and now_ms >= s.rebalance_deadline_ms:
             gone += [mid for mid, m in s.members.items()
                      if m.joined_generation != s.generation + 1 and mid not in gone]
@@ -232,7 +251,8 @@ class GroupCoordinator:
         if s.state == PREPARING:
             raise RebalanceInProgressError("the group is rebalancing; rejoin")
         self._check_generation(s, generation)
-        member.last_heartbeat_ms, member.synced_generation = now_ms, generation
+        _touch(member, now_ms)
+        member.synced_generation = generation
         if s.state == COMPLETING and all(m.synced_generation == s.generation for m in s.members.values()):
             if s.followup:
                 s.followup = False
@@ -249,15 +269,13 @@ class GroupCoordinator:
         member = _member(s, member_id)
         if generation > s.generation:
             self._check_generation(s, generation)
+        _touch(member, now_ms)
         if s.state == PREPARING:
-            member.last_heartbeat_ms = now_ms
             return s, True
         if generation != s.generation:
             if member.joined_generation != s.generation or member.synced_generation == s.generation:
                 self._check_generation(s, generation)
-            member.last_heartbeat_ms = now_ms  # joined the new generation, has not fetched it yet
-            return s, True
-        member.last_heartbeat_ms = now_ms
+            return s, True  # joined the new generation, has not fetched it yet
         topics = {t for m in s.members.values() for t in m.topics}
         if any(partitions_of(t) != s.partition_counts.get(t, 0) for t in topics):
             self._prepare(s, now_ms)

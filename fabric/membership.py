@@ -9,6 +9,7 @@ session_timeout_ms so a restart does not rebalance (KIP-345).
 """
 from __future__ import annotations
 
+import random
 import threading
 import time
 from typing import Callable, Iterable
@@ -18,7 +19,7 @@ from coordinator.interface import Coordinator, JoinRequest, TopicPartition
 from fabric.errors import (FabricError, IllegalGenerationError, InvalidConfigError, RebalanceInProgressError,
                            UnknownMemberError)
 
-JOIN_BACKOFF_S = 0.05
+JOIN_BACKOFF_S, JOIN_BACKOFF_MAX_S = 0.05, 0.25  # between join steps while waiting for a rebalance
 UNJOINED, JOINING, STABLE = "unjoined", "joining", "stable"
 Callback = Callable[[list[TopicPartition]], None]
 
@@ -51,7 +52,7 @@ class GroupMember:
         self._rejoin = self._fenced = False  # set by the heartbeat thread, acted on in poll()
         self._lock = threading.Lock()
         self._last_poll = time.monotonic()
-        self._next_join = 0.0
+        self._next_join, self._join_steps = 0.0, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._heartbeats, args=(heartbeat_interval_ms / 1000,),
                                         name=f"heartbeat-{group}", daemon=True)
@@ -80,12 +81,19 @@ class GroupMember:
         elif rejoin and self._phase == STABLE:
             self._start_rejoin()
         if self._phase != STABLE and time.monotonic() >= self._next_join:
-            self._next_join = time.monotonic() + JOIN_BACKOFF_S
             self._join_step()
+            self._next_join = time.monotonic() + self._join_backoff()
+
+    def _join_backoff(self) -> float:
+        """Exponential backoff with jitter between the join steps of one rebalance, so members waiting for
+        the others neither load the coordinator nor ask in lockstep."""
+        ceiling = min(JOIN_BACKOFF_MAX_S, JOIN_BACKOFF_S * 2 ** self._join_steps)
+        self._join_steps += 1
+        return random.uniform(ceiling / 2, ceiling)
 
     def _start_rejoin(self) -> None:
         """Eager protocols give everything up before rejoining; cooperative ones keep what they own."""
-        self._phase = JOINING
+        self._phase, self._next_join, self._join_steps = JOINING, 0.0, 0
         if not self.cooperative and self._owned:
             revoked, self._owned = self._owned, []
             self.on_revoke(revoked)
@@ -93,6 +101,7 @@ class GroupMember:
     def _lose(self) -> None:
         """Fenced or left: the partitions may already belong to someone else (no commit); start over."""
         lost, self._owned = self._owned, []
+        self._next_join, self._join_steps = 0.0, 0
         with self._lock:
             self.member_id, self.generation, self._phase = "", -1, UNJOINED
         if lost:

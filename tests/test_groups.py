@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from coordinator.assignors import ASSIGNORS, Subscription, assignor, range_assign, roundrobin_assign
 from coordinator.groups import (COMPLETING, DEAD, EMPTY, PREPARING, STABLE, TRANSITIONS, GroupCoordinator,
-                                GroupState, IllegalStateTransition, _to)
+                                GroupState, IllegalStateTransition, _to, heartbeat_slack_ms)
 from coordinator.interface import GROUP_STATES, JoinRequest
 from coordinator.sqlite_store import SqliteCoordinator
 from fabric.errors import (GroupNotEmptyError, IllegalGenerationError, InconsistentGroupProtocolError,
@@ -110,13 +110,35 @@ def test_leave_rebalances_and_last_leave_empties_the_group(gc):
 
 def test_session_timeout_expires_member_lazily(gc):
     parts = Topics(t=2)
-    s, m0, m1 = stable_pair(gc, parts, session_timeout_ms=1000)
+    s, m0, m1 = stable_pair(gc, parts, session_timeout_ms=1000)  # m0 stored at 0 (its later calls: in the slack)
     s, _ = gc.heartbeat(s, m1, 2, 900, parts)
-    assert gc.expire(s, 1004).members.keys() == {m0, m1}
-    s = gc.expire(s, 1005)  # m0 last heard of at 4
+    assert gc.expire(s, 1200).members.keys() == {m0, m1}
+    s = gc.expire(s, 1201)  # session timeout + the 200 ms heartbeat slack after m0's stored heartbeat
     assert s.state == PREPARING and set(s.members) == {m1}
     with pytest.raises(UnknownMemberError):
         gc.heartbeat(s, m0, 2, 1006, parts)
+
+
+def test_heartbeats_within_the_slack_write_nothing_and_expiry_allows_for_it(gc):
+    parts = Topics(t=2)
+    s, m0, _ = stable_pair(gc, parts, session_timeout_ms=1000)  # m0's heartbeat stored at 0
+    slack = heartbeat_slack_ms(s.members[m0])
+    assert slack == 200
+    beaten, rejoin = gc.heartbeat(s, m0, 2, slack - 1, parts)
+    assert beaten.to_json() == s.to_json() and not rejoin  # nothing to store
+    assert m0 in gc.expire(beaten, slack - 1 + 1000).members  # alive a full session after its real heartbeat
+    assert m0 not in gc.expire(beaten, 1000 + slack + 1).members
+    beaten, _ = gc.heartbeat(s, m0, 2, slack, parts)
+    assert beaten.members[m0].last_heartbeat_ms == slack
+
+
+def test_a_waiting_member_asking_again_to_join_changes_nothing(gc):
+    parts = Topics(t=2)
+    s, m0, _ = stable_pair(gc, parts)
+    s, _ = gc.join(s, req(), 10, parts)  # a third member starts a rebalance
+    s, r0 = gc.join(s, req(m0), 11, parts)
+    again, r0_again = gc.join(s, req(m0), 12, parts)
+    assert not r0.ready and r0_again == r0 and again.to_json() == s.to_json()
 
 
 def test_rebalance_timeout_removes_members_that_did_not_rejoin(gc):
