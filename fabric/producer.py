@@ -109,6 +109,26 @@ def _headers(headers: HeadersArg) -> list[dict] | None:
     return [{"key": k, "value": _encode(v)} for k, v in items]
 
 
+def assign_partitions(topic: str, keys: pa.ChunkedArray | pa.Array, explicit: pa.ChunkedArray | None,
+                      num_partitions: int, sticky: StickyPartitioner) -> np.ndarray:
+    """Each row's partition: the explicit one if given, else murmur2 of the key, else the sticky one
+    (shared with the Spark sink so both place records exactly as Kafka's Java producer does)."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    parts = partitions_for_keys(keys, num_partitions)
+    if explicit is not None:
+        given = pc.fill_null(explicit.cast(pa.int32()), -1).to_numpy()
+        bad = given[(given >= num_partitions) | (given < -1)]
+        if len(bad):
+            raise UnknownPartitionError(
+                f"topic {topic!r} has partitions 0..{num_partitions - 1}; there is no partition {bad[0]}")
+        parts = np.where(given >= 0, given, parts)
+    if (parts < 0).any():
+        parts = np.where(parts < 0, sticky.partition(topic, num_partitions), parts)
+        sticky.on_new_batch(topic, num_partitions)
+    return parts.astype(np.int32)
+
+
 class Producer:
     """Sends records to topics of one cluster. Thread-safe; use as a context manager or close()."""
 
@@ -200,18 +220,7 @@ class Producer:
 
     def _partition(self, topic: str, keys: pa.ChunkedArray, explicit: pa.ChunkedArray | None,
                    num_partitions: int) -> np.ndarray:
-        parts = partitions_for_keys(keys.combine_chunks(), num_partitions)
-        if explicit is not None:
-            given = pc.fill_null(explicit.cast(pa.int32()), -1).to_numpy()
-            bad = given[(given >= num_partitions) | (given < -1)]
-            if len(bad):
-                raise UnknownPartitionError(
-                    f"topic {topic!r} has partitions 0..{num_partitions - 1}; there is no partition {bad[0]}")
-            parts = np.where(given >= 0, given, parts)
-        if (parts < 0).any():
-            parts = np.where(parts < 0, self._sticky.partition(topic, num_partitions), parts)
-            self._sticky.on_new_batch(topic, num_partitions)
-        return parts.astype(np.int32)
+        return assign_partitions(topic, keys, explicit, num_partitions, self._sticky)
 
     def _append_by_partition(self, topic: str, rows: pa.Table, parts: np.ndarray) -> list[BatchMetadata]:
         order = np.argsort(parts, kind="stable")

@@ -1,0 +1,1 @@
+"""spark-submit streaming jobs; each runs as `spark-submit jobs/<job>.py --url ... --checkpoint ...`."""

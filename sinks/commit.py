@@ -1,0 +1,50 @@
+"""Driver side of the fabric sink: publish a batch's staged frames atomically, or discard them.
+
+The staged files are mapped, not read: `Cluster.publish_frames` appends their frames as they are, under one
+transaction id, so the batch becomes visible in every partition at once or not at all, and at most once.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Sequence
+
+import pyarrow as pa
+
+from fabric.cluster import Cluster
+from fabric.errors import FabricError
+from sinks.staging import StagedBatch, staging_dir
+
+
+def _messages(messages: Sequence[StagedBatch | None]) -> list[StagedBatch]:
+    """The commit messages of the tasks that returned one (a failed task's is None)."""
+    return [m for m in messages if isinstance(m, StagedBatch)]
+
+
+def publish_staged(cluster: Cluster, txn: str, messages: Sequence[StagedBatch | None]) -> bool:
+    """Publish every staged file of a batch under transaction `txn`; False if it was published before."""
+    if any(m is None for m in messages):
+        raise FabricError(f"a task of transaction {txn!r} returned no commit message; the batch is not published")
+    parts: dict[tuple[str, int], list[pa.Buffer]] = {}
+    for message in _messages(messages):
+        for staged in message.files:
+            with pa.memory_map(staged.path, "r") as mapped:
+                parts.setdefault((staged.topic, staged.partition), []).append(mapped.read_buffer())
+    if not parts:
+        return False
+    return cluster.publish_frames(txn, parts)
+
+
+def remove_staged(cluster: Cluster, sink_id: str, batch: str | None) -> None:
+    """Delete a batch's staging directory (every task attempt's files), or the sink's when batch is None."""
+    shutil.rmtree(staging_dir(cluster, sink_id, batch), ignore_errors=True)
+    if batch is not None:
+        try:
+            os.rmdir(staging_dir(cluster, sink_id))
+        except OSError:  # other batches' files are still there, or it is gone already
+            pass
+
+
+def sink_ids(messages: Sequence[StagedBatch | None]) -> set[tuple[str, str]]:
+    """The (sink id, batch) pairs the tasks staged under (one, unless something is badly wrong)."""
+    return {(m.sink_id, m.batch) for m in _messages(messages)}

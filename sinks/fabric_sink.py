@@ -1,0 +1,170 @@
+"""The fabric Spark sink: `df.write.format("fabric")` and exactly-once `df.writeStream.format("fabric")`.
+
+Input columns, as Spark's Kafka sink: `value` (binary or string; a typed topic takes its value fields as
+columns instead), optional `key` (binary or string), `headers` (array<struct<key: string, value: binary>>),
+`partition` (int) and `timestamp`, and `topic` unless the `topic` option is set (the option wins, as
+Kafka's). Options: `url` (else Spark conf spark.fabric.url, else $FABRIC_URL, else ./fabric-data), `topic`,
+`transactionalId`, `compression.type` (none, lz4, zstd). Records are placed exactly as the Python
+producer (and Kafka's Java producer) places them: murmur2 of the key, the `partition` column when set,
+sticky partitions per task for null keys.
+
+Guarantee (streaming): every input record appears in the output topics exactly once, whatever moment the
+query is killed at (SIGKILL included, during the commit too) before it is restarted from its checkpoint,
+and no reader ever sees records of a micro-batch that did not commit. How:
+
+1. Tasks convert their rows to stored rows and append them, already encoded as on-disk frames, to staging
+   files under <fabric root>/__fabric/staging/<sink id>/<batch id>/ (`sinks.staging`). Nothing is visible.
+2. When every task succeeded, the driver publishes all the staged frames with one
+   `Cluster.publish_frames(txn="<sink id>:<batch id>")` (`sinks.commit`): partitions are locked in a fixed
+   order, frames are written past each high watermark under a pending-publish marker, the transaction id
+   is committed in the coordinator, then the watermarks advance. Readers never read past a watermark.
+   A crash before the coordinator commit leaves frames that the next writer truncates; a crash after it
+   is rolled forward by the next writer. Publishing an already committed transaction id writes nothing.
+3. Spark replays the last uncommitted micro-batch with the same batch id after a restart; its transaction
+   id is the same, so it is skipped if it had been published, and published once otherwise.
+
+The sink id must be the same across restarts of one query and differ between queries: it is the
+`transactionalId` option when given, else "query-<id>" with the streaming query id Spark stores in the
+checkpoint (read by the tasks from Spark's `sql.streaming.queryId` task property, which also carries the
+batch id). A new checkpoint is a new query: its batches are never mistaken for an older query's.
+Staged files are deleted after the publish and on abort. A batch `df.write` is published the same way,
+atomically, in one transaction of its own.
+"""
+from __future__ import annotations
+
+import contextlib
+import uuid
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from fabric.errors import InvalidConfigError, SchemaMismatchError
+from fabric.names import validate_topic
+from fabric.records import to_storage
+from fabric.url import open_cluster
+from sinks.commit import publish_staged, remove_staged, sink_ids
+from sinks.staging import StagedBatch, Stager, staging_dir
+from sources.options import get_option, resolve_url
+
+SINK_OPTIONS = ("url", "topic", "transactionalId", "compression.type")
+SPARK_OPTIONS = ("checkpointLocation", "queryName", "path")  # Spark passes these along; the sink ignores them
+CODECS = ("none", "lz4", "zstd")
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """The validated options of one fabric write."""
+
+    url: str
+    topic: str | None
+    transactional_id: str | None
+    codec: str
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], schema: StructType) -> "SinkConfig":
+        """Check the options and the input columns on the driver, before any task runs."""
+        known = {n.lower() for n in SINK_OPTIONS + SPARK_OPTIONS}
+        unknown = sorted(k for k in options if k.lower() not in known)
+        if unknown:
+            raise InvalidConfigError(
+                f"unknown fabric sink option(s) {unknown}; known options: {', '.join(SINK_OPTIONS)}")
+        codec = (get_option(options, "compression.type") or "none").lower()
+        if codec not in CODECS:
+            raise InvalidConfigError(f"invalid value {codec!r} for fabric sink option 'compression.type'; "
+                                     f"use one of {', '.join(CODECS)}")
+        topic = get_option(options, "topic")
+        txn_id = get_option(options, "transactionalId")
+        if txn_id is not None and (not txn_id or ":" in txn_id or "/" in txn_id):
+            raise InvalidConfigError(f"invalid fabric sink option transactionalId={txn_id!r}: use a non-empty "
+                                     "name without ':' or '/' that stays the same across restarts")
+        config = cls(resolve_url(options), validate_topic(topic) if topic is not None else None, txn_id, codec)
+        config.check_columns(schema)
+        return config
+
+    def check_columns(self, schema: StructType) -> None:
+        """Fail early, naming the column, when the input cannot be written to the topic."""
+        arrow = to_arrow_schema(schema, timezone="UTC")
+        names = arrow.names
+        if self.topic is None and "topic" not in names:
+            raise SchemaMismatchError(
+                f"the fabric sink needs a 'topic' column or the 'topic' option; the input has {names}")
+        for name, ok, want in (("topic", pa.types.is_string, "string"),
+                               ("partition", pa.types.is_integer, "an integer")):
+            if name in names and not ok(arrow.field(name).type):
+                raise SchemaMismatchError(f"column {name!r} must be {want}, got {arrow.field(name).type}")
+        if self.topic is not None:
+            with contextlib.closing(open_cluster(self.url)) as cluster:
+                info = cluster.coordinator.topic(self.topic)
+            to_storage(arrow.empty_table(), info.value_schema, 0)
+
+
+def _stage_task(config: SinkConfig, sink_id: str, batch: str, txn: str,
+                iterator: Iterator[pa.RecordBatch]) -> StagedBatch:
+    """Stage one task's rows (or only drain them, when `txn` was already published before a restart)."""
+    with contextlib.closing(open_cluster(config.url)) as cluster:
+        if cluster.coordinator.transaction_committed(txn):
+            for _ in iterator:
+                pass
+            return StagedBatch(sink_id, batch)
+        stager = Stager(cluster, staging_dir(cluster, sink_id, batch), config.topic, config.codec)
+        for record_batch in iterator:
+            stager.add(record_batch)
+        return StagedBatch(sink_id, batch, stager.finish())
+
+
+class FabricBatchWriter(DataSourceArrowWriter):
+    """`df.write.format("fabric")`: appends the whole job atomically (one transaction of its own)."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.config = SinkConfig.parse(options, schema)
+        self.sink_id = f"job-{uuid.uuid4().hex}"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedBatch:
+        return _stage_task(self.config, self.sink_id, "job", self.sink_id, iterator)
+
+    def commit(self, messages: Sequence[StagedBatch | None]) -> None:
+        with contextlib.closing(open_cluster(self.config.url)) as cluster:
+            publish_staged(cluster, self.sink_id, messages)
+            remove_staged(cluster, self.sink_id, None)
+
+    def abort(self, messages: Sequence[StagedBatch | None]) -> None:
+        with contextlib.closing(open_cluster(self.config.url)) as cluster:
+            remove_staged(cluster, self.sink_id, None)
+
+
+class FabricStreamWriter(DataSourceStreamArrowWriter):
+    """`df.writeStream.format("fabric")`: each micro-batch is published exactly once (module docstring)."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.config = SinkConfig.parse(options, schema)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedBatch:
+        context = TaskContext.get()
+        batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context else None
+        query = context.getLocalProperty(QUERY_ID_PROPERTY) if context else None
+        if batch is None or (query is None and self.config.transactional_id is None):
+            raise InvalidConfigError("the fabric stream sink runs only inside a micro-batch streaming query "
+                                     "(continuous triggers are not supported)")
+        sink_id = self.config.transactional_id or f"query-{query}"
+        return _stage_task(self.config, sink_id, batch, f"{sink_id}:{batch}", iterator)
+
+    def commit(self, messages: Sequence[StagedBatch | None], batchId: int) -> None:
+        staged = sink_ids(messages)
+        if any(batch != str(batchId) for _, batch in staged) or len(staged) > 1:
+            raise InvalidConfigError(f"micro-batch {batchId} got commit messages of {sorted(staged)}")
+        with contextlib.closing(open_cluster(self.config.url)) as cluster:
+            for sink_id, batch in staged:
+                publish_staged(cluster, f"{sink_id}:{batch}", messages)
+                remove_staged(cluster, sink_id, batch)
+
+    def abort(self, messages: Sequence[StagedBatch | None], batchId: int) -> None:
+        with contextlib.closing(open_cluster(self.config.url)) as cluster:
+            for sink_id, batch in sink_ids(messages):
+                remove_staged(cluster, sink_id, batch)

@@ -1,0 +1,162 @@
+"""Task side of the fabric sink: turn Spark's Arrow batches into staged frame files per (topic, partition).
+
+Each task converts its rows to stored rows (`fabric.records.to_storage`), places them with the producer's
+partitioner (murmur2 of the key, explicit `partition`, sticky for null keys) and appends them, already
+encoded as on-disk frames (`Cluster.encode_frame`), to one file per (topic, partition) under the batch's
+staging directory. The driver then publishes those bytes without re-encoding them (`sinks.commit`).
+"""
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import WriterCommitMessage
+
+from coordinator.interface import TopicInfo
+from fabric.cluster import Cluster
+from fabric.errors import FabricError, SchemaMismatchError
+from fabric.partitioner import StickyPartitioner
+from fabric.producer import assign_partitions
+from fabric.records import to_storage
+
+FRAME_BYTES = 1 << 20  # stored bytes per frame: large enough to amortise per-frame costs
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """One task's frames for one partition."""
+
+    topic: str
+    partition: int
+    path: str
+    records: int
+
+
+@dataclass
+class StagedBatch(WriterCommitMessage):
+    """A task's commit message: its staged files, and the sink id and batch they belong to."""
+
+    sink_id: str
+    batch: str
+    files: list[StagedFile] = field(default_factory=list)
+
+
+def staging_dir(cluster: Cluster, sink_id: str, batch: str | None = None) -> str:
+    """Where a sink stages a batch: <fabric root>/__fabric/staging/<sink id>/<batch>/ (embedded fabric).
+
+    Staging needs a directory the tasks and the driver share; a remote cluster will stage differently."""
+    root = getattr(cluster, "root", None)
+    if root is None:
+        raise FabricError(
+            f"the fabric Spark sink stages batches in the fabric's directory, which a {type(cluster).__name__} "
+            "does not have; write to an embedded fabric URL (file:///dir)")
+    path = os.path.join(root, "__fabric", "staging", sink_id)
+    return path if batch is None else os.path.join(path, batch)
+
+
+class Stager:
+    """Stages the rows of one task; `add` each Arrow batch, then `finish` for the commit message's files."""
+
+    def __init__(self, cluster: Cluster, directory: str, topic: str | None, codec: str = "none") -> None:
+        self.cluster = cluster
+        self.directory = directory
+        self.topic = topic
+        self.codec = codec
+        self._token = uuid.uuid4().hex[:12]
+        self._topics: dict[str, TopicInfo] = {}
+        self._sticky = StickyPartitioner()
+        self._pending: dict[tuple[str, int], list[pa.RecordBatch]] = {}
+        self._pending_bytes: dict[tuple[str, int], int] = {}
+        self._files: dict[tuple[str, int], tuple] = {}
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        """Convert, partition and buffer one input batch (frames are written as buffers fill up)."""
+        if not batch.num_rows:
+            return
+        for topic, rows in self._by_topic(batch):
+            info = self._info(topic)
+            stored = to_storage(rows, info.value_schema, time.time_ns() // 1000)
+            explicit = rows.column("partition") if "partition" in rows.schema.names else None
+            parts = assign_partitions(topic, stored.column("key"), explicit, info.partitions, self._sticky)
+            for p, run in _split(stored, parts):
+                self._buffer((topic, p), run)
+
+    def finish(self) -> list[StagedFile]:
+        """Write what is buffered, close the files and describe them."""
+        for key in list(self._pending):
+            self._write(key)
+        out = []
+        for (topic, p), (f, path, records) in sorted(self._files.items()):
+            f.close()
+            out.append(StagedFile(topic, p, path, records))
+        self._files.clear()
+        return out
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _by_topic(self, batch: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch]]:
+        if self.topic is not None:
+            if "topic" in batch.schema.names:
+                batch = batch.drop_columns(["topic"])
+            yield self.topic, batch
+            return
+        topics = batch.column("topic")
+        if topics.null_count:
+            raise SchemaMismatchError(
+                "column 'topic' is null in some rows; give every row a topic or set the 'topic' option")
+        rest = batch.drop_columns(["topic"])
+        names = pc.unique(topics).to_pylist()
+        if len(names) == 1:
+            yield names[0], rest
+            return
+        for name in names:
+            yield name, rest.filter(pc.equal(topics, name))
+
+    def _info(self, topic: str) -> TopicInfo:
+        info = self._topics.get(topic)
+        if info is None:
+            info = self._topics[topic] = self.cluster.coordinator.topic(topic)
+        return info
+
+    def _buffer(self, key: tuple[str, int], rows: pa.RecordBatch) -> None:
+        self._pending.setdefault(key, []).append(rows)
+        self._pending_bytes[key] = self._pending_bytes.get(key, 0) + rows.nbytes
+        if self._pending_bytes[key] >= FRAME_BYTES:
+            self._write(key)
+
+    def _write(self, key: tuple[str, int]) -> None:
+        """Encode the key's buffered rows as one frame and append it to the key's staged file."""
+        batches = self._pending.pop(key)
+        self._pending_bytes.pop(key)
+        rows = batches[0] if len(batches) == 1 else \
+            pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+        header, payload = self.cluster.encode_frame(key[0], rows, self.codec)
+        if key not in self._files:
+            os.makedirs(self.directory, exist_ok=True)
+            path = os.path.join(self.directory, f"{key[0]}-{key[1]}-{self._token}.frames")
+            self._files[key] = (open(path, "wb"), path, 0)
+        f, path, records = self._files[key]
+        f.write(header)
+        f.write(payload)
+        self._files[key] = (f, path, records + rows.num_rows)
+
+
+def _split(rows: pa.Table, parts: np.ndarray) -> Iterable[tuple[int, pa.RecordBatch]]:
+    """(partition, its rows as one record batch) for each partition present, rows in input order."""
+    batch = rows.combine_chunks().to_batches()[0] if rows.num_rows else None
+    if batch is None:
+        return
+    if (parts == parts[0]).all():
+        yield int(parts[0]), batch
+        return
+    order = np.argsort(parts, kind="stable")
+    ordered = parts[order]
+    cuts = [0, *(np.flatnonzero(np.diff(ordered)) + 1).tolist(), len(order)]
+    taken = batch.take(pa.array(order))
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        yield int(ordered[lo]), taken.slice(lo, hi - lo)

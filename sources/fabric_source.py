@@ -1,0 +1,178 @@
+"""The fabric Spark source: `spark.read.format("fabric")` and `spark.readStream.format("fabric")`.
+
+Thin on purpose: options (sources/options.py), offsets (sources/offsets.py) and planning happen on the
+driver; tasks call sources/reading.py, which reads through the Cluster like every other client.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows,
+                                              ReadMinRows, SupportsTriggerAvailableNow)
+from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField,
+                               StructType, TimestampType)
+
+from fabric.cluster import Cluster
+from fabric.errors import FabricError
+from fabric.records import output_schema
+from sources.offsets import (Offsets, OffsetRange, byte_limit, checked_start, current_partitions,
+                             deleted_topics, from_json, rate_limit, resolve, split_ranges, states, to_json)
+from sources.options import ENDING_OPTIONS, SUBSCRIPTIONS, SourceOptions, Subscription, get_option, parse_source_options
+from sources.reading import RangePartition, ReadPlan, cluster_for, read_range
+
+HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+
+
+def value_schema_of(cluster: Cluster, subscription: Subscription) -> pa.Schema | None:
+    """The typed value schema shared by the subscribed topics (None for plain topics)."""
+    schemas: dict[str, pa.Schema | None] = {}
+    for topic, _ in current_partitions(cluster, subscription):
+        schemas.setdefault(topic, cluster.coordinator.topic(topic).value_schema)
+    distinct = list({None if s is None else s.serialize().to_pybytes(): s for s in schemas.values()}.values())
+    if len(distinct) > 1:
+        described = "; ".join(f"{t}: {'plain (binary value)' if s is None else s.names}" for t, s in schemas.items())
+        raise FabricError(f"the subscribed topics have different value schemas ({described}); "
+                          "read topics with different schemas in separate queries")
+    return distinct[0] if distinct else None
+
+
+def spark_schema(value_schema: pa.Schema | None, include_headers: bool) -> StructType:
+    """Kafka's record columns; a typed topic has its value fields in place of `value`."""
+    values = [StructField("value", BinaryType())] if value_schema is None else \
+        list(from_arrow_schema(value_schema).fields)
+    fields = [StructField("key", BinaryType()), *values, StructField("topic", StringType()),
+              StructField("partition", IntegerType()), StructField("offset", LongType()),
+              StructField("timestamp", TimestampType()), StructField("timestampType", IntegerType())]
+    return StructType(fields + ([StructField("headers", HEADERS)] if include_headers else []))
+
+
+def source_schema(options: Mapping[str, Any]) -> StructType:
+    """The default schema of a read; options without a subscription (a write) get the plain schema."""
+    if all(get_option(options, name) is None for name in SUBSCRIPTIONS):
+        return spark_schema(None, include_headers=False)
+    streaming = all(get_option(options, name) is None for name in ENDING_OPTIONS)
+    opts = parse_source_options(options, streaming=streaming)
+    return spark_schema(value_schema_of(cluster_for(opts.url), opts.subscription), opts.include_headers)
+
+
+def read_plan(opts: SourceOptions, schema: StructType) -> ReadPlan:
+    """What tasks need; checks the query's columns exist (a user schema may pick a subset, in any order)."""
+    value_schema = value_schema_of(cluster_for(opts.url), opts.subscription)
+    output_schema(value_schema, schema.fieldNames())
+    return ReadPlan(opts.url, value_schema, to_arrow_schema(schema, timezone="UTC"), opts.fail_on_data_loss)
+
+
+def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    return read_range(plan, partition.value) if isinstance(partition, RangePartition) else iter(())
+
+
+def _tasks(ranges: list[OffsetRange], opts: SourceOptions) -> list[InputPartition]:
+    return [RangePartition(r) for r in split_ranges(ranges, opts.min_partitions)]
+
+
+class FabricBatchReader(DataSourceReader):
+    """Batch read: startingOffsets (default earliest) to endingOffsets (default latest)."""
+
+    def __init__(self, options: Mapping[str, Any], schema: StructType) -> None:
+        self.opts = parse_source_options(options, streaming=False)
+        self.plan = read_plan(self.opts, schema)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        cluster = cluster_for(self.opts.url)
+        now = states(cluster, current_partitions(cluster, self.opts.subscription))
+        start = resolve(cluster, self.opts.starting, now, self.opts, "startingOffsets")
+        end = resolve(cluster, self.opts.ending, now, self.opts, "endingOffsets")
+        ranges = []
+        for tp, state in now.items():
+            begin = checked_start(tp, start[tp], state, self.opts.fail_on_data_loss)
+            if end[tp] < begin:
+                raise FabricError(f"{tp[0]}-{tp[1]}: the starting offset {begin} is after the ending offset "
+                                  f"{end[tp]}; fix startingOffsets/endingOffsets (or their timestamps)")
+            ranges.append(OffsetRange(tp[0], tp[1], begin, end[tp]))
+        return _tasks(ranges, self.opts)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.plan, partition)
+
+
+class FabricStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch read with admission control; offsets are Spark Kafka's JSON {"topic":{"0":23}}."""
+
+    def __init__(self, options: Mapping[str, Any], schema: StructType) -> None:
+        self.opts = parse_source_options(options, streaming=True)
+        self.plan = read_plan(self.opts, schema)
+        self.target: Offsets | None = None  # end offsets of a trigger(availableNow=True) run
+        self.group_position: Offsets | None = None  # what was last committed to groupId
+
+    @property
+    def cluster(self) -> Cluster:
+        return cluster_for(self.opts.url)
+
+    def initialOffset(self) -> dict:
+        now = states(self.cluster, current_partitions(self.cluster, self.opts.subscription))
+        return to_json(resolve(self.cluster, self.opts.starting, now, self.opts, "startingOffsets"))
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = {tp: s.end_offset for tp, s in
+                       states(self.cluster, current_partitions(self.cluster, self.opts.subscription)).items()}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        if self.opts.max_bytes_per_trigger:
+            return ReadMaxBytes(self.opts.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        previous = from_json(start)
+        self._commit_group(previous)  # Spark plans the next batch only once the one ending at start is done
+        gone = deleted_topics(self.cluster, self.opts.subscription, previous, self.opts.fail_on_data_loss)
+        now = states(self.cluster, current_partitions(self.cluster, self.opts.subscription, gone))
+        begin = {tp: min(max(previous.get(tp, s.start_offset), s.start_offset), s.end_offset)
+                 for tp, s in now.items()}
+        end = {tp: s.end_offset for tp, s in now.items()}
+        if self.target is not None:  # availableNow: nothing past what existed when the run began
+            end = {tp: max(begin[tp], min(e, self.target.get(tp, begin[tp]))) for tp, e in end.items()}
+        if isinstance(limit, ReadMinRows) and sum(end[tp] - begin[tp] for tp in end) < limit.min_rows:
+            return start
+        if isinstance(limit, ReadMaxRows) or (isinstance(limit, ReadMaxBytes) and self.opts.max_offsets_per_trigger):
+            end = rate_limit(begin, end, limit.max_rows if isinstance(limit, ReadMaxRows)
+                             else self.opts.max_offsets_per_trigger)
+        if isinstance(limit, ReadMaxBytes) or (isinstance(limit, ReadMaxRows) and self.opts.max_bytes_per_trigger):
+            end = byte_limit(begin, end, limit.max_bytes if isinstance(limit, ReadMaxBytes)
+                             else self.opts.max_bytes_per_trigger, now)
+        return to_json({**{tp: o for tp, o in previous.items() if tp[0] not in gone}, **end})
+
+    def reportLatestOffset(self) -> dict | None:
+        partitions = current_partitions(self.cluster, self.opts.subscription, self._missing_topics())
+        return to_json({tp: s.end_offset for tp, s in states(self.cluster, partitions).items()})
+
+    def _missing_topics(self) -> frozenset[str]:
+        existing = set(self.cluster.coordinator.list_topics())
+        return frozenset(t for t in self.opts.subscription.topic_names(self.cluster.coordinator) if t not in existing)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, stop = from_json(start), from_json(end)
+        now = states(self.cluster, list(stop))
+        ranges = []
+        for tp, last in stop.items():
+            first = checked_start(tp, begin.get(tp, 0), now[tp], self.opts.fail_on_data_loss)
+            ranges.append(OffsetRange(tp[0], tp[1], min(first, last), last))
+        return _tasks(ranges, self.opts)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.plan, partition)
+
+    def commit(self, end: dict) -> None:
+        """Spark finished the batch ending at `end`: show it as the consumer group's position (if groupId)."""
+        self._commit_group(from_json(end))
+
+    def _commit_group(self, done: Offsets) -> None:
+        """Commit processed offsets to groupId so `fabric groups describe` shows the query's lag (the
+        checkpoint, not the group, decides where a restarted query resumes)."""
+        if self.opts.group_id is not None and done and done != self.group_position:
+            self.cluster.coordinator.commit_offsets(self.opts.group_id, done)
+            self.group_position = done
