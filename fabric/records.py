@@ -121,6 +121,15 @@ def _null_like(dtype: pa.DataType) -> bool:
     return pa.types.is_list(dtype) and _null_like(dtype.value_type)
 
 
+def _lossless(source: pa.DataType, target: pa.DataType) -> bool:
+    """True for casts that change no value: from null-like types, or between time zones of one instant
+    (Spark hands out timestamps in its session zone, e.g. Etc/UTC for a UTC field)."""
+    if _null_like(source):
+        return True
+    return (pa.types.is_timestamp(source) and pa.types.is_timestamp(target) and source.unit == target.unit
+            and (source.tz is None) == (target.tz is None))
+
+
 def typed_values(table: pa.Table, value_schema: pa.Schema) -> pa.ChunkedArray:
     """The value struct column from a table's value-field columns, checked against the schema."""
     arrays = []
@@ -129,8 +138,8 @@ def typed_values(table: pa.Table, value_schema: pa.Schema) -> pa.ChunkedArray:
             raise SchemaMismatchError(
                 f"typed topic value field {field.name!r} ({field.type}) is missing from the batch")
         column = table.column(field.name)
-        if column.type != field.type and _null_like(column.type):
-            column = column.cast(field.type)  # e.g. [[]] infers list<null>: nothing to lose
+        if column.type != field.type and _lossless(column.type, field.type):
+            column = column.cast(field.type)
         if column.type != field.type:
             raise SchemaMismatchError(
                 f"typed topic value field {field.name!r} must be {field.type}, got {column.type}")

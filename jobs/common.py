@@ -9,6 +9,8 @@ import time
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from fabric.notebook import spark_session
+
 # Spark's Python workers cannot connect back in sandboxes without these (see README).
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -31,12 +33,15 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 
 def session(app: str) -> SparkSession:
-    """The job's SparkSession (spark-submit's master and confs win; local[2] when run directly)."""
-    builder = SparkSession.builder.appName(app)
-    if "spark.master" not in SparkSession.builder._options and not os.environ.get("SPARK_MASTER"):
-        builder = builder.config("spark.master", os.environ.get("SPARK_MASTER_URL", "local[2]"))
-    spark = (builder.config("spark.sql.shuffle.partitions", "2")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    """The job's SparkSession: under spark-submit, its --master and --conf/--properties-file decide; run
+    directly (python -m jobs.X, as `make demo` does), the project's conf/ (local[2], quiet logs)."""
+    active = SparkSession.getActiveSession()
+    if active is not None:  # e.g. the demo running two jobs in one process
+        return active
+    if os.environ.get("_PYSPARK_DRIVER_CONN_INFO_PATH") or os.environ.get("PYSPARK_GATEWAY_PORT"):
+        spark = SparkSession.builder.appName(app).getOrCreate()
+    else:
+        spark = spark_session(app)
     spark.sparkContext.setLogLevel("WARN")
     return spark
 
