@@ -23,11 +23,12 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from coordinator import security, wire
+from coordinator.arguments import check_call
 from coordinator.election import NotControllerError
 from coordinator.interface import Coordinator
 from fabric.cluster import Cluster
 from fabric.embedded import EmbeddedCluster
-from fabric.errors import FabricError, InvalidConfigError
+from fabric.errors import FabricError, InvalidConfigError, InvalidRequestError, SchemaMismatchError
 from fabric.records import storage_schema
 
 DEFAULT_LISTEN = "127.0.0.1:9093"
@@ -292,8 +293,9 @@ class CoordinatorService(flight.FlightServerBase):
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> list[bytes]:
         route = ROUTES.get(action.type)
         if route is None:
-            raise FabricError(f"unknown coordinator action {action.type!r}; known: {', '.join(sorted(ROUTES))}")
+            raise InvalidRequestError(f"unknown coordinator action {action.type!r}; known: {', '.join(sorted(ROUTES))}")
         args = wire.action_args(action.body)
+        check_call(action.type, getattr(INTERFACES[route.target], action.type), args)
         principal = self._authorize(context, route.checks(args))
         if route.active_only:
             self._require_active()
@@ -317,30 +319,47 @@ class CoordinatorService(flight.FlightServerBase):
     @translated
     def do_put(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor,
                reader: flight.MetadataRecordBatchReader, writer: flight.FlightMetadataWriter) -> None:
-        request = wire.loads(descriptor.command)
+        request = wire.request_args(descriptor.command, "DoPut descriptor")
         op = request.pop("op", None)
         if op == "append":
+            check_call(op, Cluster.append, request, skip=("rows",))
             self._authorize(context, [("write", f"topic:{request['topic']}")])
-            rows = _one_batch(reader.read_all())
+            rows = self._stored_rows(request["topic"], reader)
             result = self.cluster.append(request["topic"], request["partition"], rows, request["codec"])
         elif op in wire.PUBLISH_OPS:
             method, _, items = wire.PUBLISH_OPS[op]
-            keys = [tuple(k) for k in request.pop("keys")]
+            keys = wire.publish_keys(request.pop("keys", None))
+            check_call(op, getattr(Cluster, method), request, skip=("parts",))
             self._authorize(context, [("write", f"topic:{t}") for t in sorted({t for t, _ in keys})])
             self._require_active()
             parts = wire.unwrap(keys, reader, items)
             result = getattr(self.cluster, method)(request.pop("txn"), parts, **request)
         else:
-            raise FabricError(f"unknown coordinator put {op!r}; expected append, publish or publish_frames")
+            raise InvalidRequestError(f"unknown coordinator put {op!r}; expected append, publish or publish_frames")
         writer.write(pa.py_buffer(wire.dumps(result)))
+
+    def _stored_rows(self, topic: str, reader: flight.MetadataRecordBatchReader) -> pa.RecordBatch:
+        """An append's rows as one batch; SchemaMismatchError unless they have the topic's storage schema."""
+        expected = storage_schema(self.cluster.coordinator.topic(topic).value_schema)
+        if not reader.schema.equals(expected):
+            raise SchemaMismatchError(
+                f"an append to topic {topic!r} must carry stored rows with schema "
+                f"({wire.schema_text(expected)}), got ({wire.schema_text(reader.schema)}); produce with a fabric "
+                "producer (fabric.records.to_storage)")
+        return _one_batch(reader.read_all())
 
     @translated
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.GeneratorStream:
-        args = wire.loads(ticket.ticket)
+        args = wire.request_args(ticket.ticket, "DoGet ticket")
+        check_call("fetch", Cluster.fetch, args)
         self._authorize(context, [("read", f"topic:{args['topic']}")])
         fetched = self.cluster.fetch(**args)
         schema = None if fetched else storage_schema(self.cluster.coordinator.topic(args["topic"]).value_schema)
         return wire.fetch_stream(schema, fetched)
+
+
+# Where each route's method is declared: requests are checked against these signatures (coordinator/arguments.py).
+INTERFACES: dict[str, type] = {"cluster": Cluster, "coordinator": Coordinator, "service": CoordinatorService}
 
 
 def _one_batch(table: pa.Table) -> pa.RecordBatch:

@@ -15,8 +15,9 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 import fabric.errors as errors
+from coordinator.arguments import conforms
 from coordinator.interface import (CommittedOffset, GroupDescription, JoinRequest, JoinResult, MemberDescription,
-                                   SyncResult, TopicInfo)
+                                   SyncResult, TopicInfo, TopicPartition)
 from fabric.cluster import Fetched, PartitionState
 
 AUTH_HEADER = "authorization"
@@ -72,6 +73,9 @@ def decode(value: Any) -> Any:
         return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(body)))
     if tag in DATACLASSES:
         return DATACLASSES[tag](**{k: decode(v) for k, v in body.items()})
+    if tag is None:
+        raise ValueError('a JSON object must be a tagged value {"$": tag, "v": value}; encode requests with '
+                         "coordinator.wire.dumps")
     raise ValueError(f"unknown wire tag {tag!r}: client and coordinator versions differ")
 
 
@@ -96,12 +100,24 @@ def action(name: str, /, **kwargs: Any) -> flight.Action:
     return flight.Action(name, dumps(kwargs))
 
 
+def request_args(data: pa.Buffer | bytes | None, what: str) -> dict[str, Any]:
+    """The keyword arguments of a request (`what`: a DoAction body, DoPut descriptor or DoGet ticket);
+    InvalidRequestError if it is not a JSON object of named arguments in this wire format."""
+    try:
+        args = {} if not data else loads(data)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # bad UTF-8 or JSON, malformed tags
+        raise errors.InvalidRequestError(
+            f"the {what} is not valid coordinator wire JSON ({type(exc).__name__}: {exc}); send it with a "
+            "fabric client of the same version as the coordinator") from None
+    if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
+        raise errors.InvalidRequestError(f"the {what} must be a JSON object of named arguments, "
+                                         f"got {type(args).__name__}")
+    return args
+
+
 def action_args(body: pa.Buffer | bytes | None) -> dict[str, Any]:
     """The keyword arguments of a DoAction request."""
-    args = loads(body)
-    if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
-        raise errors.InvalidConfigError("a coordinator action body must be a JSON object of arguments")
-    return args
+    return request_args(body, "action body")
 
 
 # -- data plane ----------------------------------------------------------------------------------
@@ -175,10 +191,26 @@ def envelope(parts: dict[tuple[str, int], Sequence[Any]], payload: Callable[[Any
             yield pa.record_batch([[topic], [partition], [payload(item)]], schema=ENVELOPE)
 
 
+def publish_keys(keys: Any) -> list[TopicPartition]:
+    """The (topic, partition) list of a publish request; InvalidRequestError unless it is one."""
+    pairs = [tuple(k) for k in keys] if isinstance(keys, list) and all(isinstance(k, list) for k in keys) else None
+    if pairs is None or not conforms(pairs, list[TopicPartition]):
+        raise errors.InvalidRequestError(f"a publish needs keys: a list of [topic, partition] pairs, got {keys!r:.80}")
+    return pairs
+
+
+def schema_text(schema: pa.Schema) -> str:
+    """A schema on one line, for error messages."""
+    return schema.to_string(show_schema_metadata=False).replace("\n", ", ")
+
+
 def unwrap(keys: Iterable[tuple[str, int]], reader: flight.MetadataRecordBatchReader,
            items: Callable[[bytes], list[Any]]) -> dict[tuple[str, int], list[Any]]:
     """The publish parts: every partition in `keys` (even with nothing in it), filled from the envelope stream
     with `items(payload)`."""
+    if not reader.schema.equals(ENVELOPE):
+        raise errors.InvalidRequestError(f"a publish stream must have the schema ({schema_text(ENVELOPE)}), "
+                                         f"got ({schema_text(reader.schema)})")
     parts: dict[tuple[str, int], list[Any]] = {(t, p): [] for t, p in keys}
     for chunk in _chunks(reader):
         for row in chunk.data.to_pylist():

@@ -8,11 +8,11 @@ from typing import Any, Mapping
 
 import pyarrow as pa
 
-from coordinator.interface import TopicInfo, TopicPartition
+from coordinator.interface import MemberDescription, TopicInfo, TopicPartition
 from fabric.cluster import Cluster, PartitionState
 from fabric.config import TopicConfig, validate_topic_config
 from fabric.consumer import Consumer
-from fabric.errors import FabricError, InvalidConfigError
+from fabric.errors import InvalidConfigError, UnknownTopicError
 from fabric.names import validate_group, validate_topic
 from fabric.producer import Producer
 from fabric.records import validate_value_schema
@@ -31,13 +31,30 @@ class TopicDescription:
 
 @dataclass(frozen=True)
 class GroupOffset:
-    """One row of `describe_group`: a partition's committed offset, end offset and lag."""
+    """One row of `describe_group`: a partition's committed offset, end offset and lag, and the live member
+    that owns it in the group's current generation (None if no member does)."""
 
     topic: str
     partition: int
     committed: int | None
     end_offset: int
     lag: int | None
+    member_id: str | None = None
+    client_id: str | None = None
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ConsumerGroupDescription:
+    """What `describe_consumer_group` returns (Kafka's ConsumerGroupDescription plus the offsets): the group's
+    state, generation, assignor (protocol), live members with their assignments, and the per-partition rows."""
+
+    group: str
+    state: str
+    generation: int
+    protocol: str
+    members: tuple[MemberDescription, ...]
+    offsets: list[GroupOffset]
 
 
 class Fabric:
@@ -98,20 +115,30 @@ class Fabric:
         return self.cluster.coordinator.list_groups()
 
     def describe_group(self, group: str) -> list[GroupOffset]:
-        """Per partition of every topic the group committed in: committed offset, end offset, lag."""
-        committed = self.cluster.coordinator.committed(validate_group(group))
+        """Per partition of every topic the group committed in or is assigned: committed offset, end offset,
+        lag and owning member (describe_consumer_group adds the group's state and members)."""
+        return self.describe_consumer_group(group).offsets
+
+    def describe_consumer_group(self, group: str) -> ConsumerGroupDescription:
+        """The group's state, generation, assignor and members, and a GroupOffset row per partition of every
+        topic it committed in or its members are assigned (what `fabric groups describe` prints)."""
+        coordinator = self.cluster.coordinator
+        live = coordinator.describe_group(validate_group(group))
+        committed = coordinator.committed(group)
+        owners = {tp: m for m in live.members for tp in m.assignment}
         rows = []
-        for topic in sorted({t for t, _ in committed}):
+        for topic in sorted({t for t, _ in committed} | {t for t, _ in owners}):
             try:
-                partitions = self.cluster.coordinator.topic(topic).partitions
-            except FabricError:
-                continue
+                partitions = coordinator.topic(topic).partitions
+            except UnknownTopicError:
+                continue  # deleted since: nothing to show
             for p in range(partitions):
                 end = self.cluster.partition_state(topic, p).end_offset
-                c = committed.get((topic, p))
-                rows.append(GroupOffset(topic, p, c.offset if c else None, end,
-                                        end - c.offset if c else None))
-        return rows
+                c, m = committed.get((topic, p)), owners.get((topic, p))
+                rows.append(GroupOffset(topic, p, c.offset if c else None, end, end - c.offset if c else None,
+                                        m.member_id if m else None, m.client_id if m else None,
+                                        (m.group_instance_id or None) if m else None))
+        return ConsumerGroupDescription(group, live.state, live.generation, live.protocol, live.members, rows)
 
     def reset_offsets(self, group: str, topic: str, *, to_earliest: bool = False, to_latest: bool = False,
                       to_offset: int | None = None, to_datetime: datetime | str | None = None,

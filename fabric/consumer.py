@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Iterable
 
@@ -31,6 +32,17 @@ IDLE_WAIT_S = 0.005
 
 class NoOffsetForPartitionError(FabricError):
     """auto_offset_reset=none and the group has no committed offset for a partition."""
+
+
+@dataclass(frozen=True)
+class GroupMetadata:
+    """The consumer's group membership now (Kafka's ConsumerGroupMetadata): generation -1 and member_id ""
+    while it is not a member (not subscribed, or between being fenced and rejoining)."""
+
+    group_id: str
+    generation: int
+    member_id: str
+    group_instance_id: str
 
 
 class Consumer:
@@ -101,6 +113,14 @@ class Consumer:
         if self._on_revoke:
             self._on_revoke(partitions)
         self._set_assignment([tp for tp in self._assignment if tp not in partitions])
+
+    def group_metadata(self) -> GroupMetadata:
+        """Which group generation this consumer is a member of, and as whom (e.g. to log or fence its work)."""
+        if self.group_id is None:
+            raise FabricError("group_metadata() needs a consumer created with group_id=...")
+        member = self._member
+        return GroupMetadata(self.group_id, member.generation if member else -1, member.member_id if member else "",
+                             self.config["group_instance_id"])
 
     def subscription(self) -> list[str]:
         return list(self._subscription)

@@ -84,3 +84,8 @@ class GroupNotEmptyError(FabricError):
 
 class CommitFailedError(FabricError):
     """An offset commit was rejected because this consumer's group generation is stale."""
+
+
+class InvalidRequestError(FabricError):
+    """A request to the coordinator service is malformed: not JSON, or an argument is missing, unknown or of the
+    wrong type (usually a client of another version, or a hand-made call)."""

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import fabric
+
 TIMEOUT_S = 60
 
 
@@ -51,8 +53,14 @@ def table(text: str) -> list[dict[str, str]]:
     return [dict(zip(lines[0], row)) for row in lines[1:]]
 
 
+def describe_group(url: str, group: str, *extra: str) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """`groups describe`: its `Key: value` header line as a dict, and its table's rows."""
+    header, _, rest = ok(url, "groups", "describe", group, *extra).partition("\n")
+    return dict(field.split(": ", 1) for field in header.split("\t")), table(rest)
+
+
 def group_rows(url: str, group: str) -> dict[tuple[str, int], dict[str, str]]:
-    return {(r["TOPIC"], int(r["PARTITION"])): r for r in table(ok(url, "groups", "describe", group))}
+    return {(r["TOPIC"], int(r["PARTITION"])): r for r in describe_group(url, group)[1]}
 
 
 def described_ends(described: str) -> list[int]:
@@ -256,3 +264,52 @@ def test_consume_tails_until_signalled_then_commits_and_exits_0(fabric_url, sig)
         proc.wait()
     row = group_rows(fabric_url, "tail")[("live", 0)]
     assert (row["CURRENT-OFFSET"], row["LAG"]) == ("3", "0")
+
+
+def test_describe_shows_state_generation_and_the_owner_of_each_partition(fabric_url):
+    fast = dict(session_timeout_ms=20000, heartbeat_interval_ms=200, auto_offset_reset="earliest",
+                enable_auto_commit=False)
+    with fabric.connect(fabric_url) as fab:
+        fab.create_topic("work", partitions=3)
+        with fab.producer() as producer:
+            for p in range(3):
+                producer.send("work", b"x", partition=p)
+        a = fab.consumer("work", group_id="crew", client_id="reader-a", group_instance_id="box-a", **fast)
+        b = fab.consumer("work", group_id="crew", client_id="reader-b", **fast)
+        try:
+            deadline = time.monotonic() + TIMEOUT_S
+            while not (a.assignment() and b.assignment() and len(a.assignment() + b.assignment()) == 3
+                       and fab.cluster.coordinator.describe_group("crew").state == "Stable"):
+                assert time.monotonic() < deadline, "the two members never split the 3 partitions"
+                a.poll(0.05), b.poll(0.05)
+            a.commit({tp: 1 for tp in a.assignment()})  # b commits nothing: its rows show no offset, but its id
+            live = fab.cluster.coordinator.describe_group("crew")
+            owner = {tp: m for m in live.members for tp in m.assignment}
+            header, rows = describe_group(fabric_url, "crew")
+            assert header == {"Group": "crew", "State": "Stable", "Generation": str(live.generation),
+                              "Protocol": "range", "Members": "2"}
+            assert len(rows) == 3
+            for row in rows:
+                tp = (row["TOPIC"], int(row["PARTITION"]))
+                mine = tp in a.assignment()
+                assert (row["CONSUMER-ID"], row["CLIENT-ID"]) == (owner[tp].member_id, owner[tp].client_id)
+                assert row["INSTANCE-ID"] == ("box-a" if mine else "-")
+                assert (row["CURRENT-OFFSET"], row["LOG-END-OFFSET"], row["LAG"]) == (
+                    ("1", "1", "0") if mine else ("-", "1", "-"))
+            header, members = describe_group(fabric_url, "crew", "--members")
+            assert header["State"] == "Stable"
+            assert {(m["CONSUMER-ID"], m["CLIENT-ID"], m["INSTANCE-ID"], m["#PARTITIONS"], m["ASSIGNMENT"])
+                    for m in members} == {
+                (m.member_id, m.client_id, m.group_instance_id or "-", str(len(m.assignment)),
+                 "work(" + ",".join(str(p) for _, p in sorted(m.assignment)) + ")") for m in live.members}
+        finally:
+            a.close()
+            b.close()
+        static = next(m.member_id for m in live.members if m.group_instance_id == "box-a")
+        header, rows = describe_group(fabric_url, "crew")  # the static member keeps its slot (KIP-345)
+        assert header["Members"] == "1" and {r["CONSUMER-ID"] for r in rows} == {static, "-"}
+        fab.cluster.coordinator.leave_group("crew", static)  # as Kafka's removeMembersFromConsumerGroup
+    proc = run(fabric_url, "groups", "describe", "crew")  # every member gone: offsets stay, owners do not
+    rows = table(proc.stdout.decode().partition("\n")[2])
+    assert proc.returncode == 0 and b"has no active members" in proc.stderr
+    assert {r["CONSUMER-ID"] for r in rows} == {"-"} and len(rows) == 3

@@ -53,13 +53,13 @@ def run_member(url: str, workdir: str, name: str, config: dict) -> None:
 class Workers:
     """Worker processes (spawned) of one group, and what they report."""
 
-    def __init__(self, url: str, workdir: str) -> None:
-        self.url, self.workdir = url, workdir
+    def __init__(self, url: str, workdir: str, target: Callable[[str, str, str, dict], None] = run_member) -> None:
+        self.url, self.workdir, self.target = url, workdir, target
         self.procs: dict[str, multiprocessing.Process] = {}
 
     def start(self, name: str, **config: Any) -> None:
         ctx = multiprocessing.get_context("spawn")
-        proc = ctx.Process(target=run_member, args=(self.url, self.workdir, name, {**FAST, **config}), daemon=True)
+        proc = ctx.Process(target=self.target, args=(self.url, self.workdir, name, {**FAST, **config}), daemon=True)
         proc.start()
         self.procs[name] = proc
 

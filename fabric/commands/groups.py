@@ -15,14 +15,34 @@ def list_groups(args: argparse.Namespace) -> None:
 
 
 def describe(args: argparse.Namespace) -> None:
-    """Print the group's offsets and lag per partition, like kafka-consumer-groups --describe."""
+    """Print the group's state line, then per partition its offsets, lag and owning member, like
+    kafka-consumer-groups --describe; with --members one row per member and its assignment instead."""
     with open_fabric(args) as fab:
-        rows = fab.describe_group(args.group)
-    if not rows:
-        raise CommandError(f"consumer group {args.group!r} has no committed offsets; "
-                           "`fabric groups list` shows the groups that do")
-    print(format_table(("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"),
-                       [(args.group, r.topic, r.partition, r.committed, r.end_offset, r.lag) for r in rows]))
+        group = fab.describe_consumer_group(args.group)
+    if group.state == "Dead" and not group.offsets:
+        raise CommandError(f"consumer group {args.group!r} does not exist: it has no live members and no "
+                           "committed offsets; `fabric groups list` shows the groups")
+    print(f"Group: {group.group}\tState: {group.state}\tGeneration: {group.generation}\t"
+          f"Protocol: {group.protocol or '-'}\tMembers: {len(group.members)}")
+    if args.members:
+        print(format_table(("GROUP", "CONSUMER-ID", "INSTANCE-ID", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"),
+                           [(group.group, m.member_id, m.group_instance_id or None, m.client_id or None,
+                             len(m.assignment), _assignment_text(m.assignment)) for m in group.members]))
+    else:
+        print(format_table(("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
+                            "INSTANCE-ID", "CLIENT-ID"),
+                           [(group.group, r.topic, r.partition, r.committed, r.end_offset, r.lag, r.member_id,
+                             r.group_instance_id, r.client_id or None) for r in group.offsets]))
+    if not group.members:
+        print(f"Consumer group {group.group!r} has no active members.", file=sys.stderr)
+
+
+def _assignment_text(assignment: tuple[tuple[str, int], ...]) -> str | None:
+    """`topic(0,1),other(2)` as Kafka prints an assignment; None (shown as '-') when empty."""
+    topics: dict[str, list[int]] = {}
+    for topic, partition in sorted(assignment):
+        topics.setdefault(topic, []).append(partition)
+    return ",".join(f"{t}({','.join(map(str, ps))})" for t, ps in topics.items()) or None
 
 
 def reset_offsets(args: argparse.Namespace) -> None:
@@ -44,8 +64,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_command(verbs, "list", list_groups, "list consumer groups that have committed offsets")
 
     p = add_command(verbs, "describe", describe,
-                    "per partition: the group's committed offset, the log end offset and the lag")
+                    "the group's state, generation and assignor; per partition: committed offset, log end "
+                    "offset, lag and the member that owns it")
     p.add_argument("group", metavar="GROUP")
+    p.add_argument("--members", action="store_true",
+                   help="list the live members (id, group.instance.id, client.id) and their assignments instead")
 
     p = add_command(verbs, "reset-offsets", reset_offsets, "move a group's committed offsets in one topic",
                     description="Move a group's committed offsets in one topic. Without --execute this is a "
