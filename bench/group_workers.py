@@ -11,9 +11,10 @@ import json
 import multiprocessing
 import os
 import time
-from typing import Any, Callable
+from typing import Any
 
 import fabric
+from fabric.waiting import wait_for
 
 GROUP = "bench-rebalance"
 TOPIC = "bench-rebalance"
@@ -74,18 +75,6 @@ def run_member(url: str, workdir: str, name: str, config: dict[str, Any]) -> Non
                 save()
             if command == "exit":
                 return
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll `condition` until it is truthy; raise naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.01)
 
 
 class Members:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from fabric.errors import InvalidConfigError
 from fabric.url import ENV_URL
+from fabric.waiting import wait_for
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -68,13 +68,11 @@ def spark_session(app: str, conf_dir: str | None = None) -> SparkSession:
 def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 120.0,
                query: StreamingQuery | None = None) -> None:
     """Poll `condition` until it holds; fail naming `what` on timeout, or at once if `query` failed."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
+    def holds() -> bool:
         if query is not None and query.exception() is not None:
             raise RuntimeError(f"streaming query failed while waiting for {what}: {query.exception()}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gave up after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.2)
+        return bool(condition())
+    wait_for(holds, timeout_s, what, interval=0.2)
 
 
 def topic_frame(fab: Fabric, topic: str) -> pd.DataFrame:

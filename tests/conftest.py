@@ -13,7 +13,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import fabric  # noqa: E402
 
-pytest_plugins = ["tests.zookeeper"]  # the real ZooKeeper server fixtures
+pytest_plugins = ["tests.zookeeper", "tests.service"]  # real ZooKeeper server and coordinator fixtures
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from coordinator.launcher import ROOT, CoordinatorProcess  # noqa: F401 (ROOT: re-exported)
+from coordinator.launcher import CoordinatorProcess
 
 
 @pytest.fixture

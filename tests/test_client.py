@@ -14,7 +14,7 @@ import fabric
 from fabric.errors import (InvalidConfigError, InvalidPartitionsError, InvalidTopicError, RecordTooLargeError,
                            SchemaMismatchError, TopicExistsError, UnknownPartitionError, UnknownTopicError)
 from fabric.partitioner import partition_for_key
-from tests.service import CoordinatorProcess
+from coordinator.launcher import CoordinatorProcess
 
 
 @pytest.fixture(params=["file", "fabric"])

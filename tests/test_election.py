@@ -6,8 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import queue
 import threading
-import time
-from typing import Callable
+
 
 import pytest
 from kazoo.client import KazooClient
@@ -16,22 +15,11 @@ from coordinator import zk_layout as layout
 from coordinator.election import (ControllerElection, ElectionState, EpochToken, FencedError, NotControllerError,
                                   read_controller)
 from coordinator.zk_store import ZkCoordinator
-from tests.zookeeper import ZooKeeperServer
+from coordinator.zk_server import ZooKeeperServer
+from fabric.waiting import wait_for
 
 pytestmark = pytest.mark.zookeeper
 SESSION_S = 2.0  # short sessions make failover quick; the test server allows 0.4 s .. 4 s
-
-
-def wait_for(condition: Callable[[], object], timeout: float, what: str) -> object:
-    """Poll `condition` until it returns something truthy; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def _instance_main(url: str, instance_id: str, promotions: multiprocessing.Queue) -> None:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import time
 from typing import Any, Callable
 
 import pytest
 
 import fabric
 from fabric.errors import CommitFailedError
+from fabric.waiting import wait_for
 
 GROUP = "workers"
 TOPIC = "jobs"
@@ -98,17 +98,6 @@ def workers(fabric_url, tmp_path):
     os.makedirs(ws.workdir)
     yield ws
     ws.close()
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll `condition` until it is truthy; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def exact_cover(ws: Workers, names: list[str], partitions: int) -> dict[str, list[tuple[str, int]]] | None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 import fabric
-from tests.service import coordinators  # noqa: F401 (fixture)
 from tests.test_group_consumers import GROUP, TOPIC, Workers, exact_cover, produce, wait_for
 
 MEMBERS, PARTITIONS = 10, 20

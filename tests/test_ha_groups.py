@@ -15,7 +15,6 @@ import pytest
 
 import fabric
 from fabric.errors import CommitFailedError
-from tests.service import coordinators  # noqa: F401 (fixture)
 from tests.test_group_consumers import GROUP, TOPIC, Workers, wait_for
 from tests.test_service import the_active
 

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 
-import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable

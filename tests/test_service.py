@@ -7,7 +7,7 @@ import os
 import subprocess
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -23,7 +23,8 @@ from fabric.errors import (AuthenticationError, AuthorizationError, CoordinatorU
                            UnknownTopicError)
 from fabric.records import to_storage
 from tests.coordinator_contract import CONTRACT
-from tests.service import ROOT, coordinators  # noqa: F401 (fixture)
+from coordinator.launcher import ROOT
+from fabric.waiting import wait_for
 
 ADMIN, APP = "admin-secret", "app-secret"
 
@@ -35,17 +36,6 @@ def poll_until(consumer, count: int, timeout: float = 30.0) -> list:
         records += consumer.poll(0.5)
     assert len(records) == count, f"got {len(records)} of {count} records within {timeout} s"
     return records
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll `condition` until it returns something truthy (returned); fail naming `what` after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)  # poll interval of a deadline-bounded wait
-    pytest.fail(f"timed out after {timeout} s waiting for {what}")
 
 
 def produce(fab, topic: str, n: int) -> None:

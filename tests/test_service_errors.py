@@ -14,7 +14,6 @@ from coordinator import wire
 from coordinator.interface import JoinRequest
 from fabric.errors import IllegalGenerationError, InvalidRequestError, UnknownMemberError
 from fabric.records import to_storage
-from tests.service import coordinators  # noqa: F401 (fixture)
 from tests.test_service import wait_for
 
 GROUP, TOPIC = "billing", "orders"

@@ -15,7 +15,7 @@ from coordinator.sqlite_store import SqliteCoordinator
 from coordinator.zk_store import ZkCoordinator
 from fabric.errors import CoordinatorUnavailableError, InvalidConfigError
 from tests.coordinator_contract import CONTRACT
-from tests.zookeeper import free_port
+from coordinator.zk_server import free_port
 
 pytestmark = pytest.mark.zookeeper
 

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from coordinator.zk_server import ZooKeeperServer, free_port  # noqa: F401 (free_port: re-exported)
+from coordinator.zk_server import ZooKeeperServer
 
 
 @pytest.fixture(scope="session")
