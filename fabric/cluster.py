@@ -87,23 +87,39 @@ class Cluster(ABC):
         Readers see all of it or none of it; returns False (and writes nothing) if `txn` already
         committed, which is how a replayed Spark batch is skipped."""
 
-    def encode_frame(self, topic: str, rows: pa.RecordBatch, codec: str = "none") -> tuple[bytes, pa.Buffer]:
-        """Stored rows as one sealed frame (header bytes, payload) for publish_frames: the Spark sink's
-        tasks encode once, the driver appends the bytes as they are."""
+    def encode_frame(self, topic: str, rows: pa.RecordBatch, codec: str = "none",
+                     base_offset: int = 0) -> tuple[bytes, pa.Buffer]:
+        """Stored rows as one sealed frame (header bytes, payload) at `base_offset` for publish_frames /
+        publish_files: the Spark sink's tasks encode once, the driver appends the bytes as they are."""
         config = TopicConfig(self.coordinator.topic(topic).config)
         template, payload = Log.encode(rows, codec, TIMESTAMP_TYPES[config["message.timestamp.type"]])
-        return frame.seal(template, payload).pack(), payload
+        return frame.seal(template, payload).rebased(base_offset).pack(), payload
+
+    def schema_frame(self, topic: str) -> bytes:
+        """The frame a segment of `topic` starts with: a staged file that starts with it, followed by
+        frames based from 0, is a whole segment publish_files can adopt without copying."""
+        header, payload = frame.schema_frame(storage_schema(self.coordinator.topic(topic).value_schema))
+        return header.pack() + payload.to_pybytes()
 
     def publish_frames(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.Buffer]]) -> bool:
-        """publish() for buffers of whole frames from encode_frame, laid end to end (a staged file).
-
-        This default decodes and re-encodes; EmbeddedCluster appends the frames without re-encoding."""
+        """publish() for buffers of whole frames from encode_frame, laid end to end (a staged file; schema
+        frames are skipped). This default decodes and re-encodes; EmbeddedCluster appends them as they are."""
         batches = {}
         for (topic, p), buffers in parts.items():
             schema = storage_schema(self.coordinator.topic(topic).value_schema)
-            batches[(topic, p)] = [frame.decode_batch(payload, schema)
-                                   for buf in buffers for _, payload in frame.split_frames(buf)]
+            batches[(topic, p)] = [frame.decode_batch(payload, schema) for buf in buffers
+                                   for header, payload in frame.split_frames(buf) if not header.is_schema]
         return self.publish(txn, batches)
+
+    def publish_files(self, txn: str, parts: Mapping[TopicPartition, Sequence[str]]) -> bool:
+        """publish_frames() for staged files (schema_frame, then encode_frame frames) in a directory this
+        cluster shares with the caller; EmbeddedCluster adopts large ones as segments instead of copying."""
+        buffers: dict[TopicPartition, list[pa.Buffer]] = {}
+        for key, paths in parts.items():
+            for path in paths:
+                with pa.memory_map(path, "r") as mapped:
+                    buffers.setdefault(key, []).append(mapped.read_buffer())
+        return self.publish_frames(txn, buffers)
 
     def close(self) -> None:
         """Release files and connections."""

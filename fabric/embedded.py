@@ -10,6 +10,7 @@ import os
 import shutil
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Mapping, Sequence
 
 import pyarrow as pa
@@ -27,6 +28,8 @@ from fabric.storage.log import Log
 
 INTERNAL_DIR = "__fabric"
 DEBUG_PAUSE_ENV = "FABRIC_DEBUG_PUBLISH_PAUSE_S"
+ADOPT_BYTES = 4 << 20  # staged files at least this large become segments instead of being copied
+Frame = tuple[FrameHeader, pa.Buffer]
 
 
 class EmbeddedCluster(Cluster):
@@ -126,43 +129,76 @@ class EmbeddedCluster(Cluster):
         for key, batches in parts.items():
             ts_type = self.timestamp_type(key[0])
             encoded = [Log.encode(b, codec, ts_type) for b in batches if b.num_rows]
-            frames[key] = [(frame.seal(template, payload), payload) for template, payload in encoded]
+            frames[key] = [(None, [(frame.seal(template, payload), payload) for template, payload in encoded])]
         return self._publish(txn, frames)
 
     def publish_frames(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.Buffer]]) -> bool:
-        frames = {key: [f for buf in buffers for f in frame.split_frames(buf)] for key, buffers in parts.items()}
-        return self._publish(txn, frames)
+        return self._publish(txn, {key: [(None, frame.split_frames(buf)) for buf in buffers]
+                                   for key, buffers in parts.items()})
 
-    def _publish(self, txn: str, frames: Mapping[TopicPartition, list[tuple[FrameHeader, pa.Buffer]]]) -> bool:
-        """Lock the partitions in sorted order, write the sealed frames past each high watermark under a
-        pending-publish marker, commit `txn` in the coordinator, then advance the watermarks."""
+    def publish_files(self, txn: str, parts: Mapping[TopicPartition, Sequence[str]],
+                      adopt_bytes: int = ADOPT_BYTES) -> bool:
+        """publish_frames() for staged segment files: files of at least `adopt_bytes` become segments of
+        their partition as they are (renamed, not copied); smaller ones are copied, so small micro-batches
+        do not make tiny segments."""
         if self.coordinator.transaction_committed(txn):
             return False
-        keys = sorted(frames)
+        staged = {}
+        for key, paths in parts.items():
+            staged[key] = []
+            for path in paths:
+                with pa.memory_map(path, "r") as mapped:
+                    frames = frame.split_frames(mapped.read_buffer())
+                staged[key].append((path if os.path.getsize(path) >= adopt_bytes else None, frames))
+        return self._publish(txn, staged)
+
+    def _publish(self, txn: str, staged: Mapping[TopicPartition, list[tuple[str | None, list[Frame]]]]) -> bool:
+        """Lock the partitions in sorted order, write the sealed frames past each high watermark under a
+        pending-publish marker (the partitions in parallel threads: copies and CRCs release the GIL),
+        commit `txn` in the coordinator, then advance the watermarks. Each item of `staged` is
+        (a staged file to adopt as a segment, or None to copy, its frames)."""
+        if self.coordinator.transaction_committed(txn):
+            return False
+        keys = sorted(staged)
         logs = {key: self.log(*key) for key in keys}
         with contextlib.ExitStack() as stack:
             for key in keys:
                 stack.enter_context(logs[key].lock)
             if self.coordinator.transaction_committed(txn):
                 return False
-            ends = {}
+            ends, bases = {}, {}
             for key in keys:
-                log = logs[key]
-                log.sync_tail()
-                base = log.end_offset
-                todo = [(h, payload) for h, payload in frames[key] if h.record_count]
-                end = base + sum(h.record_count for h, _ in todo)
-                log.begin_publish(txn, end)
-                for header, payload in todo:
-                    log.write_frame(header.rebased(base), payload)
-                    base += header.record_count
-                ends[key] = end
+                logs[key].sync_tail()  # here, not in the threads: recovery may take the lock again
+                bases[key] = logs[key].end_offset
+                ends[key] = bases[key] + sum(h.record_count for _, frames in staged[key] for h, _ in frames)
+                logs[key].begin_publish(txn, ends[key])
+            try:
+                with ThreadPoolExecutor(max(1, min(len(keys), os.cpu_count() or 1))) as pool:
+                    for done in [pool.submit(_write_staged, logs[k], bases[k], staged[k]) for k in keys]:
+                        done.result()
+            except BaseException:
+                for log in logs.values():
+                    log.forget_tail()  # the next writer truncates what this publish wrote
+                raise
             _debug_pause()
             self.coordinator.commit_transaction(txn)
             _debug_pause()
             for key in keys:
                 logs[key].finish_publish(ends[key])
         return True
+
+
+def _write_staged(log: Log, base: int, items: list[tuple[str | None, list[Frame]]]) -> None:
+    """Write one partition's part of a publish at `base`: adopt the large staged files, copy the rest."""
+    for path, frames in items:
+        count = sum(h.record_count for h, _ in frames)
+        if not count or (path is not None and log.adopt_segment(path, frames, base)):
+            base += count
+            continue
+        for header, payload in frames:
+            if header.record_count:
+                log.write_frame(header.rebased(base), payload)
+                base += header.record_count
 
 
 def _debug_pause() -> None:

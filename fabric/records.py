@@ -71,7 +71,14 @@ def _as_binary(array: pa.Array | pa.ChunkedArray, name: str) -> pa.Array:
 def _column(table: pa.Table, name: str, length: int, dtype: pa.DataType) -> pa.Array:
     if name in table.column_names:
         return table.column(name)
-    return pa.nulls(length, dtype)
+    return null_headers(length) if dtype == HEADERS else pa.nulls(length, dtype)
+
+
+def null_headers(length: int) -> pa.Array:
+    """`length` null header lists. Not pa.nulls: its empty child arrays keep offset buffers sized for
+    `length` rows, which every slice of it then serializes in full (80 bytes per row of the whole column)."""
+    return pa.ListArray.from_arrays(pa.array(np.zeros(length + 1, np.int32)), pa.array([], HEADER_TYPE),
+                                    type=HEADERS, mask=pa.array(np.ones(length, np.bool_)))
 
 
 def to_storage(table: pa.Table | pa.RecordBatch, value_schema: pa.Schema | None,

@@ -1,15 +1,14 @@
 """Driver side of the fabric sink: publish a batch's staged frames atomically, or discard them.
 
-The staged files are mapped, not read: `Cluster.publish_frames` appends their frames as they are, under one
-transaction id, so the batch becomes visible in every partition at once or not at all, and at most once.
+The staged files are not read: `Cluster.publish_files` appends their frames as they are (large files become
+segments by a rename), under one transaction id, so the batch becomes visible in every partition at once or
+not at all, and at most once.
 """
 from __future__ import annotations
 
 import os
 import shutil
 from typing import Sequence
-
-import pyarrow as pa
 
 from fabric.cluster import Cluster
 from fabric.errors import FabricError
@@ -25,14 +24,13 @@ def publish_staged(cluster: Cluster, txn: str, messages: Sequence[StagedBatch | 
     """Publish every staged file of a batch under transaction `txn`; False if it was published before."""
     if any(m is None for m in messages):
         raise FabricError(f"a task of transaction {txn!r} returned no commit message; the batch is not published")
-    parts: dict[tuple[str, int], list[pa.Buffer]] = {}
+    parts: dict[tuple[str, int], list[str]] = {}
     for message in _messages(messages):
         for staged in message.files:
-            with pa.memory_map(staged.path, "r") as mapped:
-                parts.setdefault((staged.topic, staged.partition), []).append(mapped.read_buffer())
+            parts.setdefault((staged.topic, staged.partition), []).append(staged.path)
     if not parts:
         return False
-    return cluster.publish_frames(txn, parts)
+    return cluster.publish_files(txn, parts)
 
 
 def remove_staged(cluster: Cluster, sink_id: str, batch: str | None) -> None:

@@ -13,11 +13,14 @@ query is killed at (SIGKILL included, during the commit too) before it is restar
 and no reader ever sees records of a micro-batch that did not commit. How:
 
 1. Tasks convert their rows to stored rows and append them, already encoded as on-disk frames, to staging
-   files under <fabric root>/__fabric/staging/<sink id>/<batch id>/ (`sinks.staging`). Nothing is visible.
-2. When every task succeeded, the driver publishes all the staged frames with one
-   `Cluster.publish_frames(txn="<sink id>:<batch id>")` (`sinks.commit`): partitions are locked in a fixed
-   order, frames are written past each high watermark under a pending-publish marker, the transaction id
-   is committed in the coordinator, then the watermarks advance. Readers never read past a watermark.
+   files under <fabric root>/__fabric/staging/<sink id>/<batch id>/ (`sinks.staging`), one per (topic,
+   partition), each laid out as a whole segment. Nothing is visible.
+2. When every task succeeded, the driver publishes all the staged files with one
+   `Cluster.publish_files(txn="<sink id>:<batch id>")` (`sinks.commit`): partitions are locked in a fixed
+   order, frames are written past each high watermark under a pending-publish marker (a staged file of
+   4 MiB or more is re-based in place and renamed into the partition as its next segment instead of being
+   copied), the transaction id is committed in the coordinator, then the watermarks advance. Readers
+   never read past a watermark.
    A crash before the coordinator commit leaves frames that the next writer truncates; a crash after it
    is rolled forward by the next writer. Publishing an already committed transaction id writes nothing.
 3. Spark replays the last uncommitted micro-batch with the same batch id after a restart; its transaction

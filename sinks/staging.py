@@ -2,8 +2,9 @@
 
 Each task converts its rows to stored rows (`fabric.records.to_storage`), places them with the producer's
 partitioner (murmur2 of the key, explicit `partition`, sticky for null keys) and appends them, already
-encoded as on-disk frames (`Cluster.encode_frame`), to one file per (topic, partition) under the batch's
-staging directory. The driver then publishes those bytes without re-encoding them (`sinks.commit`).
+encoded as on-disk frames (`Cluster.encode_frame`, based from 0), to one file per (topic, partition) under
+the batch's staging directory, after the topic's schema frame: each file is a whole segment. The driver
+then publishes those bytes without re-encoding them, large files without even copying them (`sinks.commit`).
 """
 from __future__ import annotations
 
@@ -135,12 +136,14 @@ class Stager:
         self._pending_bytes.pop(key)
         rows = batches[0] if len(batches) == 1 else \
             pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
-        header, payload = self.cluster.encode_frame(key[0], rows, self.codec)
         if key not in self._files:
             os.makedirs(self.directory, exist_ok=True)
-            path = os.path.join(self.directory, f"{key[0]}-{key[1]}-{self._token}.frames")
-            self._files[key] = (open(path, "wb"), path, 0)
+            path = os.path.join(self.directory, f"{key[0]}-{key[1]}-{self._token}.segment")
+            f = open(path, "wb")
+            f.write(self.cluster.schema_frame(key[0]))
+            self._files[key] = (f, path, 0)
         f, path, records = self._files[key]
+        header, payload = self.cluster.encode_frame(key[0], rows, self.codec, base_offset=records)
         f.write(header)
         f.write(payload)
         self._files[key] = (f, path, records + rows.num_rows)

@@ -134,3 +134,18 @@ def test_stream_write_publishes_each_batch_once(spark, fab, fabric_url, tmp_path
     assert_df_equality(got, _records(spark, 400), ignore_row_order=True, ignore_nullable=True)
     assert all(fab.cluster.coordinator.transaction_committed(f"query-{first}:{b}") for b in range(4))
     assert not os.listdir(os.path.join(fab.cluster.root, "__fabric", "staging"))
+
+
+def test_large_staged_files_become_segments(spark, fab, fabric_url):
+    """A task's staged file of 4 MiB or more is published by renaming it into the partition (no copy)."""
+    fab.create_topic("big", partitions=1)
+    with fab.producer() as producer:
+        producer.send("big", b"first").result()
+    df = spark.range(0, 60_000, numPartitions=1).select(
+        F.concat(F.col("id").cast("string"), F.lit(":"), F.repeat(F.lit("x"), 90)).cast("binary").alias("value"))
+    _write(df, fabric_url, topic="big")
+    state = fab.describe_topic("big").partitions[0]
+    assert (state.end_offset, state.segments) == (60_001, 2)  # the adopted file is a segment of its own
+    got = _topic_df(spark, fab, "big", ["value"]).collect()
+    assert [r.value for r in got[:2]] == [b"first", b"0:" + b"x" * 90]
+    assert sorted(r.value for r in got[1:]) == sorted(r.value for r in df.collect())

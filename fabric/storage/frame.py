@@ -129,6 +129,12 @@ def encode_schema(schema: pa.Schema) -> pa.Buffer:
     return schema.serialize()
 
 
+def schema_frame(schema: pa.Schema, base_offset: int = 0) -> tuple[FrameHeader, pa.Buffer]:
+    """The sealed frame every segment starts with: `schema`, which its batches are encoded against."""
+    payload = encode_schema(schema)
+    return seal(FrameHeader(0, base_offset, 0, -1, -1, ATTR_SCHEMA), payload), payload
+
+
 def decode_schema(payload: pa.Buffer) -> pa.Schema:
     return pa.ipc.read_schema(payload)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import struct
 import time
 from typing import Callable, Iterator
 
@@ -22,11 +23,13 @@ from fabric.records import LOG_APPEND_TIME, TIMESTAMP
 from fabric.storage import frame
 from fabric.storage.frame import FrameHeader
 from fabric.storage.lock import PartitionLock
-from fabric.storage.segment import DATA_SUFFIX, Segment
+from fabric.storage.index import OffsetIndex, TimeIndex
+from fabric.storage.segment import DATA_SUFFIX, INDEX_SUFFIX, TIME_SUFFIX, Segment
 from fabric.storage.watermark import HighWatermark
 
 PENDING = "pending-publish"
 RETENTION_CHECK_MS = 30_000
+_BASE_OFFSET = struct.Struct("<q")  # a frame header's base offset, at byte 8 (outside the CRC)
 
 
 def now_ms() -> int:
@@ -192,6 +195,59 @@ class Log:
         with open(path + ".tmp", "w") as f:
             json.dump({"txn": txn, "end": end_offset}, f)
         os.replace(path + ".tmp", path)
+
+    def adopt_segment(self, path: str, frames: list[tuple[FrameHeader, pa.Buffer]], base_offset: int) -> bool:
+        """Make the staged file `path` the new active segment at `base_offset` instead of copying it (lock
+        held, under a pending-publish marker). `frames` are its verified frames: a schema frame, then data
+        frames based from 0. Returns False (nothing done) if it cannot be adopted; copy its frames then.
+
+        Steps: re-base the frames in place (the CRC leaves the base offset out), write the indexes beside
+        it, drop an empty active segment, rename the file into the partition, then its indexes. A crash at
+        any step leaves a state sync_tail recovers like a copied publish: a renamed segment whose indexes
+        did not follow gets them rebuilt; an uncommitted one is cut back to its schema frame or deleted."""
+        active = self.sync_tail()
+        schema_header, schema_payload = frames[0]
+        if (not schema_header.is_schema or base_offset != active.last_frame_end(active.size)[1]
+                or os.path.getsize(path) >= min(self.config["segment.bytes"], 1 << 32)
+                or not frame.decode_schema(schema_payload).equals(self.schema)):
+            return False
+        offsets, times, max_ts, pos, last_pos = [], [], None, 0, None
+        interval = self.config["index.interval.bytes"]
+        fd = os.open(path, os.O_RDWR)
+        try:
+            for header, _ in frames:
+                os.pwrite(fd, _BASE_OFFSET.pack(base_offset + header.base_offset), pos + 8)
+                if not header.is_schema:
+                    if last_pos is None or pos - last_pos >= interval:
+                        offsets.append((header.base_offset, pos))
+                        last_pos = pos
+                    if header.record_count and (max_ts is None or header.max_timestamp > max_ts):
+                        times.append((header.max_timestamp, header.base_offset))
+                        max_ts = header.max_timestamp
+                pos += header.size
+            if pos != os.fstat(fd).st_size:
+                raise CorruptRecordError(f"staged segment {path} has bytes after its last frame")
+        finally:
+            os.close(fd)
+        index, timeindex = OffsetIndex(path + INDEX_SUFFIX), TimeIndex(path + TIME_SUFFIX)
+        index.reset(offsets)
+        timeindex.reset(times)
+        if active.size == active.data_start:
+            active.delete()
+            self._segments.pop(active.base_offset, None)
+        seg = Segment(self.directory, base_offset)
+        os.rename(path, seg.path)
+        os.rename(index.path, seg.index.path)
+        os.rename(timeindex.path, seg.timeindex.path)
+        seg._indexes_checked = True
+        self._segments[base_offset] = seg
+        self._tail_state = (base_offset, seg.size, self._tail_state[2] if self._tail_state else self.end_offset)
+        self._unflushed += sum(h.record_count for h, _ in frames)
+        return True
+
+    def forget_tail(self) -> None:
+        """Drop the cached tail state, so the next writer recovers the tail (after a failed publish)."""
+        self._tail_state = None
 
     def finish_publish(self, end_offset: int) -> None:
         """Make a committed transaction's frames visible and drop its marker (lock held)."""

@@ -53,8 +53,7 @@ class Segment:
     def create(cls, directory: str, base_offset: int, schema: pa.Schema) -> "Segment":
         """A new segment holding only its schema frame (replacing any torn leftover of the same name)."""
         seg = cls(directory, base_offset)
-        payload = frame.encode_schema(schema)
-        header = frame.seal(FrameHeader(0, base_offset, 0, -1, -1, frame.ATTR_SCHEMA), payload)
+        header, payload = frame.schema_frame(schema, base_offset)
         tmp = seg.path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
