@@ -91,16 +91,6 @@ def committed_frames(directory: str, hw: int) -> list[tuple[str, int, frame.Fram
     return out
 
 
-def wait_for(predicate, timeout: float = 10.0, interval: float = 0.005, what: str = "condition"):
-    """Poll `predicate` until it returns a truthy value; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def child_env() -> dict[str, str]:

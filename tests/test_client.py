@@ -15,6 +15,7 @@ from fabric.errors import (InvalidConfigError, InvalidPartitionsError, InvalidTo
                            SchemaMismatchError, TopicExistsError, UnknownPartitionError, UnknownTopicError)
 from fabric.partitioner import partition_for_key
 from coordinator.launcher import CoordinatorProcess
+from tests.consuming import drain
 
 
 @pytest.fixture(params=["file", "fabric"])
@@ -30,13 +31,6 @@ def fab(request, fabric_dir):
         yield handle
 
 
-def drain(consumer, expected: int, timeout: float = 10.0) -> list:
-    """Poll until `expected` records arrived (or fail after `timeout`)."""
-    records, deadline = [], time.monotonic() + timeout
-    while len(records) < expected and time.monotonic() < deadline:
-        records += consumer.poll(0.2)
-    assert len(records) == expected, f"got {len(records)} of {expected} records"
-    return records
 
 
 def test_connect_defaults_to_env_then_fabric_data(tmp_path, monkeypatch):

@@ -6,7 +6,6 @@ import argparse
 import os
 import subprocess
 import threading
-import time
 from typing import Any
 
 import pyarrow as pa
@@ -25,17 +24,11 @@ from fabric.records import to_storage
 from tests.coordinator_contract import CONTRACT
 from coordinator.launcher import ROOT
 from fabric.waiting import wait_for
+from tests.consuming import drain
 
 ADMIN, APP = "admin-secret", "app-secret"
 
 
-def poll_until(consumer, count: int, timeout: float = 30.0) -> list:
-    """Records from consumer.poll until `count` arrived (fails after `timeout` s)."""
-    records, deadline = [], time.monotonic() + timeout
-    while len(records) < count and time.monotonic() < deadline:
-        records += consumer.poll(0.5)
-    assert len(records) == count, f"got {len(records)} of {count} records within {timeout} s"
-    return records
 
 
 def produce(fab, topic: str, n: int) -> None:
@@ -53,7 +46,7 @@ def test_client_api_over_fabric_url(coordinators, tmp_path) -> None:
         assert fab.list_topics() == ["orders", "typed"]
         produce(fab, "orders", 20)
         consumer = fab.consumer("orders", group_id="billing", **{"auto.offset.reset": "earliest"})
-        records = poll_until(consumer, 20)
+        records = drain(consumer, 20)
         assert sorted(r.value for r in records) == sorted(f"v{i}".encode() for i in range(20))
         consumer.commit()
         consumer.close()
@@ -162,7 +155,7 @@ def test_tls_round_trip(coordinators, tmp_path) -> None:
         fab.create_topic("secure")
         produce(fab, "secure", 5)
         consumer = fab.consumer("secure", **{"auto.offset.reset": "earliest"})
-        assert sorted(r.value for r in poll_until(consumer, 5)) == [f"v{i}".encode() for i in range(5)]
+        assert sorted(r.value for r in drain(consumer, 5)) == [f"v{i}".encode() for i in range(5)]
         consumer.close()
     with fabric.connect(f"fabric://{instance.address}?timeout_ms=1500") as plaintext:
         with pytest.raises(CoordinatorUnavailableError):

@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest

@@ -11,6 +11,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 from sources.fabric_source import FabricStreamReader, spark_schema
 from sources.offsets import OffsetRange, split_ranges
 from sources.options import URL_CONF, resolve_url
+from fabric.waiting import wait_for
 
 pytestmark = [pytest.mark.spark]
 
@@ -51,14 +52,6 @@ def offsets(df) -> list[tuple[int, int]]:
     return sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
 
 
-def wait_for(condition, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def stream(spark, url: str, name: str, checkpoint, trigger: dict | None = None, files=None, **options):
@@ -307,13 +300,13 @@ def test_stream_picks_up_added_partitions_and_new_records(spark, fab, fabric_url
     query = stream(spark, fabric_url, "grow_t", tmp_path / "ck", trigger={"processingTime": "200 milliseconds"},
                    subscribe="grow", startingOffsets="earliest")
     try:
-        wait_for(lambda: spark.table("grow_t").count() == 3, what="the first 3 records")
+        wait_for(lambda: spark.table("grow_t").count() == 3, timeout=60, what="the first 3 records")
         fab.create_partitions("grow", 2)
         producer = fab.producer()
         for i in range(4):
             producer.send("grow", f"new{i}".encode(), partition=1)
         producer.flush()
-        wait_for(lambda: spark.table("grow_t").where("partition = 1").count() == 4, what="the added partition")
+        wait_for(lambda: spark.table("grow_t").where("partition = 1").count() == 4, timeout=60, what="the added partition")
         assert offsets(spark.table("grow_t")) == [(0, 0), (0, 1), (0, 2)] + [(1, i) for i in range(4)]
     finally:
         query.stop()
@@ -325,9 +318,9 @@ def test_stream_reports_a_deleted_topic(spark, fab, fabric_url, tmp_path):
     query = stream(spark, fabric_url, "doomed_t", tmp_path / "ck", trigger={"processingTime": "200 milliseconds"},
                    subscribe="doomed", startingOffsets="earliest")
     try:
-        wait_for(lambda: spark.table("doomed_t").count() == 2, what="the records")
+        wait_for(lambda: spark.table("doomed_t").count() == 2, timeout=60, what="the records")
         fab.delete_topic("doomed")
-        wait_for(lambda: not query.isActive, what="the query to fail")
+        wait_for(lambda: not query.isActive, timeout=60, what="the query to fail")
         assert "topic 'doomed' was deleted while the query was reading it" in str(query.exception())
     finally:
         query.stop()

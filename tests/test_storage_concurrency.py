@@ -8,8 +8,9 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fabric.waiting import wait_for  # noqa: E402
 from storage_helpers import (PYTHON, child_env, committed_frames, data_files, make_batch,  # noqa: E402
-                             open_log, read_all, scan_frames, wait_for)
+                             open_log, read_all, scan_frames)
 
 WRITER = r"""
 import os, random, sys, time

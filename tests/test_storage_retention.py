@@ -7,7 +7,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from storage_helpers import data_files, make_batch, now_us, open_log, read_all, scan_frames, wait_for  # noqa: E402
+from fabric.waiting import wait_for  # noqa: E402
+from storage_helpers import data_files, make_batch, now_us, open_log, read_all, scan_frames  # noqa: E402
 
 from fabric.errors import OffsetOutOfRangeError  # noqa: E402
 from fabric.storage.segment import segment_name  # noqa: E402

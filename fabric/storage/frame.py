@@ -24,9 +24,7 @@ HEADER_SIZE = HEADER.size
 assert HEADER_SIZE == 64
 CRC_START = 24
 
-ATTR_CODEC_MASK = 0x03
 ATTR_LOG_APPEND_TIME = 0x04
-ATTR_TRANSACTIONAL = 0x08
 ATTR_SCHEMA = 0x80
 CODECS = {"none": 0, "lz4": 1, "zstd": 2}
 _IPC_CODEC = {"none": None, "lz4": "lz4_frame", "zstd": "zstd"}
