@@ -15,7 +15,7 @@ import pytest
 import fabric
 from coordinator import wire
 from coordinator.security import load_acls, load_tokens
-from coordinator.service import PROPERTIES, settings_from
+from coordinator.instance import PROPERTIES, settings_from
 from fabric.commands import coordinator as coordinator_command
 from fabric.errors import (AuthenticationError, AuthorizationError, CoordinatorUnavailableError,
                            InvalidConfigError, InvalidPartitionsError, TopicExistsError, UnknownPartitionError,

@@ -8,7 +8,8 @@ from fabric.url import open_cluster, resolve
 
 
 def start(args: argparse.Namespace) -> None:
-    from coordinator.service import serve, settings_from
+    from coordinator.instance import settings_from
+    from coordinator.service import serve
     serve(settings_from(args))
 
 
@@ -38,7 +39,7 @@ def status(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `fabric coordinator ...`."""
-    from coordinator.service import add_start_arguments
+    from coordinator.instance import add_start_arguments
     group = add_command(subparsers, "coordinator", None, "run and inspect coordinator service instances")
     verbs = add_subcommands(group, "coordinator commands")
     p = add_command(verbs, "start", start, "serve a fabric over Arrow Flight until SIGTERM",
