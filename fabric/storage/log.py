@@ -175,11 +175,17 @@ class Log:
         self._maybe_retain()
 
     def flush(self) -> None:
-        """fsync the active segment and the high watermark."""
+        """fsync the active segment, the high watermark and the directory (so a rolled or adopted
+        segment's name is durable too)."""
         segs = self.segments()
         if segs:
             segs[-1].fsync()
         self.hw.fsync()
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         self._unflushed = 0
         self._last_flush = now_ms()
 
