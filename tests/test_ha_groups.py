@@ -15,8 +15,9 @@ import pytest
 
 import fabric
 from fabric.errors import CommitFailedError
-from tests.test_group_consumers import GROUP, TOPIC, Workers, wait_for
-from tests.test_service import the_active
+from fabric.waiting import wait_for
+from tests.service import the_active, zookeeper_instances
+from tests.test_group_consumers import GROUP, TOPIC, Workers
 
 PARTITIONS = 6
 ZK_SESSION_MS = 2000
@@ -108,11 +109,7 @@ def settled(fab, workers: Workers, names: list[str]) -> Any:
 
 @pytest.mark.zookeeper
 def test_killing_the_active_coordinator_mid_rebalance_loses_no_commit(coordinators, zk_url, tmp_path) -> None:
-    config = tmp_path / "ha.properties"
-    config.write_text(f"coordinator.store={zk_url}\nzookeeper.session.timeout.ms={ZK_SESSION_MS}\n")
-    instances = {i.address: i for i in (coordinators(str(tmp_path / "data"), extra=("--config", str(config)))
-                                        for _ in range(3))}
-    url = "fabric://" + ",".join(instances)
+    instances, url = zookeeper_instances(coordinators, zk_url, tmp_path, ZK_SESSION_MS)
     (tmp_path / "workers").mkdir()
     workers = Workers(url, str(tmp_path / "workers"), target=run_logged_member)
     producer, sampler = Producer(url), CommitSampler(url)

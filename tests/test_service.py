@@ -6,7 +6,6 @@ import argparse
 import os
 import subprocess
 import threading
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -24,11 +23,10 @@ from fabric.records import to_storage
 from tests.coordinator_contract import CONTRACT
 from coordinator.launcher import ROOT
 from fabric.waiting import wait_for
+from tests.service import the_active, zookeeper_instances
 from tests.consuming import drain
 
 ADMIN, APP = "admin-secret", "app-secret"
-
-
 
 
 def produce(fab, topic: str, n: int) -> None:
@@ -210,19 +208,9 @@ def test_shipped_config_is_valid() -> None:
     assert "auth.tokens.file" in PROPERTIES
 
 
-def the_active(fab) -> Any:
-    """The status of the one active instance of fab's URL, or None while there is not exactly one."""
-    active = [s for s in fab.cluster.statuses().values() if not isinstance(s, Exception) and s.active]
-    return active[0] if len(active) == 1 else None
-
-
 @pytest.mark.zookeeper
 def test_ha_failover_on_zookeeper_loses_no_committed_offset(coordinators, zk_url, tmp_path) -> None:
-    config = tmp_path / "ha.properties"
-    config.write_text(f"coordinator.store={zk_url}\nzookeeper.session.timeout.ms=2000\n")
-    instances = {i.address: i for i in (coordinators(str(tmp_path / "data"), extra=("--config", str(config)))
-                                        for _ in range(3))}
-    url = "fabric://" + ",".join(instances)
+    instances, url = zookeeper_instances(coordinators, zk_url, tmp_path, 2000)
     acked: dict[int, int] = {0: 0, 1: 0}
     failures: list[BaseException] = []
     stop = threading.Event()
