@@ -21,7 +21,7 @@ from fabric.cluster import Cluster, Fetched, PartitionState
 from fabric.config import TopicConfig
 from fabric.errors import InvalidPartitionsError, UnknownPartitionError
 from fabric.names import validate_topic
-from fabric.records import TIMESTAMP_TYPES, storage_schema
+from fabric.records import storage_schema
 from fabric.storage import frame
 from fabric.storage.frame import FrameHeader
 from fabric.storage.log import Log
@@ -66,9 +66,6 @@ class EmbeddedCluster(Cluster):
             self._logs[(topic, partition)] = (info, log)
             return log
 
-    def timestamp_type(self, topic: str) -> int:
-        return TIMESTAMP_TYPES[TopicConfig(self.coordinator.topic(topic).config)["message.timestamp.type"]]
-
     # -- admin -------------------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int, config: Mapping[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:
@@ -102,7 +99,8 @@ class EmbeddedCluster(Cluster):
 
     # -- data --------------------------------------------------------------------------------------
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none") -> int:
-        return self.log(topic, partition).append(rows, codec, self.timestamp_type(topic))
+        log = self.log(topic, partition)
+        return log.append(rows, codec, log.timestamp_type)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
               end_offset: int | None = None) -> list[Fetched]:
@@ -127,7 +125,7 @@ class EmbeddedCluster(Cluster):
             return False
         frames = {}
         for key, batches in parts.items():
-            ts_type = self.timestamp_type(key[0])
+            ts_type = self.log(*key).timestamp_type
             encoded = [Log.encode(b, codec, ts_type) for b in batches if b.num_rows]
             frames[key] = [(None, [(frame.seal(template, payload), payload) for template, payload in encoded])]
         return self._publish(txn, frames)

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from fabric.config import TopicConfig
 from fabric.errors import CorruptRecordError, OffsetOutOfRangeError
-from fabric.records import LOG_APPEND_TIME, TIMESTAMP
+from fabric.records import LOG_APPEND_TIME, TIMESTAMP, TIMESTAMP_TYPES
 from fabric.storage import frame
 from fabric.storage.frame import FrameHeader
 from fabric.storage.lock import PartitionLock
@@ -72,6 +72,11 @@ class Log:
     def end_offset(self) -> int:
         """The high watermark: one past the last committed offset."""
         return self.hw.value
+
+    @property
+    def timestamp_type(self) -> int:
+        """CreateTime (0) or LogAppendTime (1), from the topic's message.timestamp.type."""
+        return TIMESTAMP_TYPES[self.config["message.timestamp.type"]]
 
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments())
