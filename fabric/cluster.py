@@ -15,7 +15,7 @@ from coordinator.interface import Coordinator, TopicInfo, TopicPartition
 from fabric.config import TopicConfig
 from fabric.records import TIMESTAMP_TYPES, storage_schema
 from fabric.storage import frame
-from fabric.storage.log import Log
+from fabric.storage.encoder import FrameEncoder
 
 
 @dataclass(frozen=True)
@@ -87,22 +87,15 @@ class Cluster(ABC):
         Readers see all of it or none of it; returns False (and writes nothing) if `txn` already
         committed, which is how a replayed Spark batch is skipped."""
 
-    def encode_frame(self, topic: str, rows: pa.RecordBatch, codec: str = "none",
-                     base_offset: int = 0) -> tuple[bytes, pa.Buffer]:
-        """Stored rows as one sealed frame (header bytes, payload) at `base_offset` for publish_frames /
-        publish_files: the Spark sink's tasks encode once, the driver appends the bytes as they are."""
-        config = TopicConfig(self.coordinator.topic(topic).config)
-        template, payload = Log.encode(rows, codec, TIMESTAMP_TYPES[config["message.timestamp.type"]])
-        return frame.seal(template, payload).rebased(base_offset).pack(), payload
-
-    def schema_frame(self, topic: str) -> bytes:
-        """The frame a segment of `topic` starts with: a staged file that starts with it, followed by
-        frames based from 0, is a whole segment publish_files can adopt without copying."""
-        header, payload = frame.schema_frame(storage_schema(self.coordinator.topic(topic).value_schema))
-        return header.pack() + payload.to_pybytes()
+    def frame_encoder(self, topic: str, codec: str = "none") -> FrameEncoder:
+        """An encoder of `topic`'s stored rows as sealed frames for publish_frames / publish_files: the Spark
+        sink's tasks encode once, and the driver appends the bytes as they are."""
+        info = self.coordinator.topic(topic)
+        timestamp_type = TIMESTAMP_TYPES[TopicConfig(info.config)["message.timestamp.type"]]
+        return FrameEncoder(storage_schema(info.value_schema), timestamp_type, codec)
 
     def publish_frames(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.Buffer]]) -> bool:
-        """publish() for buffers of whole frames from encode_frame, laid end to end (a staged file; schema
+        """publish() for buffers of whole frames from a frame_encoder, laid end to end (a staged file; schema
         frames are skipped). This default decodes and re-encodes; EmbeddedCluster appends them as they are."""
         batches = {}
         for (topic, p), buffers in parts.items():
@@ -112,7 +105,7 @@ class Cluster(ABC):
         return self.publish(txn, batches)
 
     def publish_files(self, txn: str, parts: Mapping[TopicPartition, Sequence[str]]) -> bool:
-        """publish_frames() for staged files (schema_frame, then encode_frame frames) in a directory this
+        """publish_frames() for staged files (a schema frame, then frames based from 0) in a directory this
         cluster shares with the caller; EmbeddedCluster adopts large ones as segments instead of copying."""
         buffers: dict[TopicPartition, list[pa.Buffer]] = {}
         for key, paths in parts.items():

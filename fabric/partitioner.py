@@ -71,8 +71,8 @@ def partitions_for_keys(keys: pa.Array, num_partitions: int) -> np.ndarray:
     else:
         raise TypeError(f"keys must be a binary or large_binary array, got {keys.type}")
     n = len(keys)
-    if n == 0:
-        return np.empty(0, dtype=np.int32)
+    if keys.null_count == n:  # no keys at all (also n == 0): nothing to hash
+        return np.full(n, -1, dtype=np.int32)
     _, offsets_buf, data_buf = keys.buffers()
     item = np.dtype(offset_type).itemsize
     offsets = np.frombuffer(offsets_buf, dtype=offset_type, count=n + 1, offset=keys.offset * item)

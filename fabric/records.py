@@ -75,10 +75,12 @@ def _column(table: pa.Table, name: str, length: int, dtype: pa.DataType) -> pa.A
 
 
 def null_headers(length: int) -> pa.Array:
-    """`length` null header lists. Not pa.nulls: its empty child arrays keep offset buffers sized for
-    `length` rows, which every slice of it then serializes in full (80 bytes per row of the whole column)."""
-    return pa.ListArray.from_arrays(pa.array(np.zeros(length + 1, np.int32)), pa.array([], HEADER_TYPE),
-                                    type=HEADERS, mask=pa.array(np.ones(length, np.bool_)))
+    """`length` null header lists, straight from zeroed buffers. Not pa.nulls: its empty child arrays keep
+    offset buffers sized for `length` rows, which every slice of it then serializes in full (80 bytes per
+    row of the whole column)."""
+    validity, offsets = pa.py_buffer(bytes((length + 7) // 8)), pa.py_buffer(bytes(4 * (length + 1)))
+    return pa.Array.from_buffers(HEADERS, length, [validity, offsets], null_count=length,
+                                 children=[pa.array([], HEADER_TYPE)])
 
 
 def to_storage(table: pa.Table | pa.RecordBatch, value_schema: pa.Schema | None,

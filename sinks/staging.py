@@ -2,7 +2,7 @@
 
 Each task converts its rows to stored rows (`fabric.records.to_storage`), places them with the producer's
 partitioner (murmur2 of the key, explicit `partition`, sticky for null keys) and appends them, already
-encoded as on-disk frames (`Cluster.encode_frame`, based from 0), to one file per (topic, partition) under
+encoded as on-disk frames (`Cluster.frame_encoder`, based from 0), to one file per (topic, partition) under
 the batch's staging directory, after the topic's schema frame: each file is a whole segment. The driver
 then publishes those bytes without re-encoding them, large files without even copying them (`sinks.commit`).
 """
@@ -24,6 +24,7 @@ from fabric.cluster import Cluster
 from fabric.errors import FabricError, SchemaMismatchError
 from fabric.partitioner import StickyPartitioner
 from fabric.producer import assign_partitions
+from fabric.storage.encoder import FrameEncoder
 from fabric.records import to_storage
 
 FRAME_BYTES = 1 << 20  # stored bytes per frame: large enough to amortise per-frame costs
@@ -71,6 +72,7 @@ class Stager:
         self.codec = codec
         self._token = uuid.uuid4().hex[:12]
         self._topics: dict[str, TopicInfo] = {}
+        self._encoders: dict[str, FrameEncoder] = {}
         self._sticky = StickyPartitioner()
         self._pending: dict[tuple[str, int], list[pa.RecordBatch]] = {}
         self._pending_bytes: dict[tuple[str, int], int] = {}
@@ -124,6 +126,12 @@ class Stager:
             info = self._topics[topic] = self.cluster.coordinator.topic(topic)
         return info
 
+    def _encoder(self, topic: str) -> FrameEncoder:
+        encoder = self._encoders.get(topic)
+        if encoder is None:
+            encoder = self._encoders[topic] = self.cluster.frame_encoder(topic, self.codec)
+        return encoder
+
     def _buffer(self, key: tuple[str, int], rows: pa.RecordBatch) -> None:
         self._pending.setdefault(key, []).append(rows)
         self._pending_bytes[key] = self._pending_bytes.get(key, 0) + rows.nbytes
@@ -140,10 +148,10 @@ class Stager:
             os.makedirs(self.directory, exist_ok=True)
             path = os.path.join(self.directory, f"{key[0]}-{key[1]}-{self._token}.segment")
             f = open(path, "wb")
-            f.write(self.cluster.schema_frame(key[0]))
+            f.write(self._encoder(key[0]).schema_frame())
             self._files[key] = (f, path, 0)
         f, path, records = self._files[key]
-        header, payload = self.cluster.encode_frame(key[0], rows, self.codec, base_offset=records)
+        header, payload = self._encoder(key[0]).encode(rows, base_offset=records)
         f.write(header)
         f.write(payload)
         self._files[key] = (f, path, records + rows.num_rows)

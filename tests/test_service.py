@@ -65,7 +65,7 @@ def test_client_api_over_fabric_url(coordinators, tmp_path) -> None:
         fetched = fab.cluster.fetch("orders", 0, end, 1 << 20)
         assert [f.batch.column("value").to_pylist() for f in fetched] == [[b"a", b"b"]]
         assert fab.cluster.fetch("orders", 0, end + 2, 1 << 20) == []
-        header, payload = fab.cluster.encode_frame("orders", rows.to_batches()[0])  # the Spark sink's path
+        header, payload = fab.cluster.frame_encoder("orders").encode(rows.to_batches()[0])  # the Spark sink's path
         staged = pa.py_buffer(header + payload.to_pybytes())
         assert fab.cluster.publish_frames("txn-2", {("orders", 1): [staged]}) is True
         assert fab.cluster.publish_frames("txn-2", {("orders", 1): [staged]}) is False

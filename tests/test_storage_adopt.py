@@ -32,10 +32,10 @@ def _stage(cluster, name: str, frames: list[list[bytes]]) -> tuple[str, list[byt
     path = os.path.join(directory, name)
     records = 0
     with open(path, "wb") as f:
-        f.write(cluster.schema_frame("events"))
+        encoder = cluster.frame_encoder("events")
+        f.write(encoder.schema_frame())
         for values in frames:
-            header, payload = cluster.encode_frame("events", make_batch(values, [1_000 + records] * len(values)),
-                                                   base_offset=records)
+            header, payload = encoder.encode(make_batch(values, [1_000 + records] * len(values)), records)
             f.write(header)
             f.write(payload)
             records += len(values)
