@@ -201,12 +201,23 @@ def output_schema(value_schema: pa.Schema | None, columns: Iterable[str] | None 
     return pa.schema([schema.field(c) for c in wanted])
 
 
+def stored_columns(columns: Iterable[str]) -> list[str]:
+    """The stored columns that reader `columns` are built from (offset, topic, partition and timestampType
+    need none, but a batch keeps at least one column to carry its row count)."""
+    wanted = set(columns)
+    stored = [c for c in ("timestamp", "key", "headers") if c in wanted]
+    if wanted - set(RESERVED) or "value" in wanted:  # typed value fields live in the value struct
+        stored.append("value")
+    return stored or ["timestamp"]
+
+
 def to_output(batch: pa.RecordBatch, base_offset: int, topic: str, partition: int, timestamp_type: int,
               schema: pa.Schema) -> pa.RecordBatch:
-    """Stored rows → reader columns, in `schema`'s order; only the requested columns are built."""
+    """Stored rows (all stored columns, or those `stored_columns` names) → reader columns, in `schema`'s
+    order; only the requested columns are built."""
     n = batch.num_rows
     arrays = []
-    value = batch.column(3)
+    value = batch.column("value") if "value" in batch.schema.names else None
     for field in schema:
         name = field.name
         if name == "offset":

@@ -40,12 +40,13 @@ def value_schema_of(cluster: Cluster, subscription: Subscription) -> pa.Schema |
 
 
 def spark_schema(value_schema: pa.Schema | None, include_headers: bool) -> StructType:
-    """Kafka's record columns; a typed topic has its value fields in place of `value`."""
+    """Kafka's record columns; a typed topic has its value fields in place of `value`. The metadata columns
+    are declared non-nullable, as they never are null: Spark then skips their null checks row by row."""
     values = [StructField("value", BinaryType())] if value_schema is None else \
         list(from_arrow_schema(value_schema).fields)
-    fields = [StructField("key", BinaryType()), *values, StructField("topic", StringType()),
-              StructField("partition", IntegerType()), StructField("offset", LongType()),
-              StructField("timestamp", TimestampType()), StructField("timestampType", IntegerType())]
+    fields = [StructField("key", BinaryType()), *values, StructField("topic", StringType(), False),
+              StructField("partition", IntegerType(), False), StructField("offset", LongType(), False),
+              StructField("timestamp", TimestampType(), False), StructField("timestampType", IntegerType(), False)]
     return StructType(fields + ([StructField("headers", HEADERS)] if include_headers else []))
 
 

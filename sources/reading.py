@@ -12,9 +12,9 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from fabric.cluster import Cluster
+from fabric.cluster import Cluster, Fetched
 from fabric.errors import OffsetOutOfRangeError
-from fabric.records import output_schema, to_output
+from fabric.records import output_schema, stored_columns, to_output
 from fabric.url import open_cluster
 from pyspark.sql.datasource import InputPartition
 from sources.offsets import OffsetRange, lost_range_message, report_data_loss
@@ -64,47 +64,60 @@ def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=target)
 
 
-def _combine(pending: list[pa.RecordBatch]) -> pa.RecordBatch:
-    return pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+def _combine(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
-def _fetch(cluster: Cluster, offsets: OffsetRange, offset: int, fail: bool) -> tuple[list, int]:
-    """(fetched batches, offset they start at): skips to the log start (or fails) if retention ran."""
+def _fetched(cluster: Cluster, offsets: OffsetRange, fail: bool) -> Iterator[Fetched]:
+    """The committed batches of the range in offset order; skips what retention deleted (or fails)."""
     topic, partition = offsets.topic, offsets.partition
-    while True:
+    offset = offsets.start
+    while offset < offsets.end:
         try:
-            return cluster.fetch(topic, partition, offset, FETCH_BYTES, offsets.end), offset
+            fetched = cluster.fetch(topic, partition, offset, FETCH_BYTES, offsets.end)
         except OffsetOutOfRangeError:
             log_start = cluster.partition_state(topic, partition).start_offset
             if offset >= log_start:
                 raise
             report_data_loss(lost_range_message((topic, partition), offset, log_start), fail)
             offset = log_start
+            continue
+        if not fetched:
+            report_data_loss(f"offsets {offset} to {offsets.end - 1} of topic {topic!r} partition "
+                             f"{partition} are no longer in the log", fail)
+            return
+        yield from fetched
+        offset = fetched[-1].offset + fetched[-1].batch.num_rows
+
+
+def _runs(fetched: Iterator[Fetched], columns: list[str]) -> Iterator[tuple[int, int, pa.RecordBatch]]:
+    """(first offset, timestamp type, stored `columns`) of runs of adjacent batches with one timestamp type
+    and schema, combined (one copy) up to about BATCH_BYTES, so Spark gets few, large batches."""
+    pending: list[pa.RecordBatch] = []
+    size = first = ts_type = end = 0
+    for item in fetched:
+        batch = item.batch.select(columns)
+        if pending and (item.offset != end or item.timestamp_type != ts_type
+                        or not batch.schema.equals(pending[0].schema)):
+            yield first, ts_type, _combine(pending)
+            pending = []
+        if not pending:
+            size, first, ts_type = 0, item.offset, item.timestamp_type
+        pending.append(batch)
+        size += batch.nbytes
+        end = item.offset + batch.num_rows
+        if size >= BATCH_BYTES:
+            yield first, ts_type, _combine(pending)
+            pending = []
+    if pending:
+        yield first, ts_type, _combine(pending)
 
 
 def read_range(plan: ReadPlan, offsets: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """The records of one offset range, as large Arrow batches with Spark's types."""
+    """The records of one offset range, as large Arrow batches with Spark's types. Only the stored columns
+    the query needs are combined; offset, topic, partition and timestampType are built once per batch."""
     cluster = cluster_for(plan.url)
     source = plan.source_schema
-    pending: list[pa.RecordBatch] = []
-    pending_bytes = 0
-    offset = offsets.start
-    while offset < offsets.end:
-        fetched, offset = _fetch(cluster, offsets, offset, plan.fail_on_data_loss)
-        if offset >= offsets.end:
-            break
-        if not fetched:
-            report_data_loss(f"offsets {offset} to {offsets.end - 1} of topic {offsets.topic!r} partition "
-                             f"{offsets.partition} are no longer in the log", plan.fail_on_data_loss)
-            break
-        for item in fetched:
-            out = conform(to_output(item.batch, item.offset, offsets.topic, offsets.partition,
-                                    item.timestamp_type, source), plan.target)
-            pending.append(out)
-            pending_bytes += out.nbytes
-            if pending_bytes >= BATCH_BYTES:
-                yield _combine(pending)
-                pending, pending_bytes = [], 0
-        offset = fetched[-1].offset + fetched[-1].batch.num_rows
-    if pending:
-        yield _combine(pending)
+    fetched = _fetched(cluster, offsets, plan.fail_on_data_loss)
+    for first, ts_type, stored in _runs(fetched, stored_columns(source.names)):
+        yield conform(to_output(stored, first, offsets.topic, offsets.partition, ts_type, source), plan.target)
