@@ -1,12 +1,18 @@
 """Spark benchmark: the fabric source and sink beside Spark's own parquet file source and sink, on the same
 records (random, incompressible 100-byte values, null keys: the Kafka seeds' benchmark record), local[2],
-warm (each path runs once untimed, then the best of `--repeats` is kept); plus the end-to-end latency of a
-running fabric -> fabric streaming query.
+warm (every path runs once untimed, then the paths take turns `--repeats` times and each keeps its best);
+plus the end-to-end latency of a running fabric -> fabric streaming query.
 
-Paths (rows/s):
-  source: fabric topic (2 partitions) -> noop sink   vs   parquet (2 files) -> noop sink
-  sink:   parquet -> df.write.format("fabric"), parquet -> writeStream.format("fabric") with trigger
-          availableNow (exactly-once, one micro-batch)   vs   parquet -> parquet file sink
+Pairs (rows/s), each side producing the same columns from the same records:
+  source, value column:   fabric topic (2 partitions), .schema("value binary") -> noop
+                          vs parquet of the values (2 files) -> noop
+  source, whole record:   fabric topic, default columns (key, value, topic, partition, offset, timestamp,
+                          timestampType) -> noop   vs   parquet of exactly those rows -> noop
+                          beside a Python source handing Spark prebuilt batches of those columns (no reading
+                          at all): the ceiling of Spark's Python data source path on this machine
+  sink, batch:            parquet -> df.write.format("fabric") (atomic)   vs   parquet -> df.write.parquet
+  sink, stream:           parquet -> writeStream.format("fabric"), trigger availableNow (exactly-once)
+                          vs   parquet -> Spark's file sink (exactly-once through its metadata log), same trigger
 Latency: a producer sends timestamped records at `--rate`/s to topic lat-in while a streaming query copies
 lat-in -> lat-out (trigger processingTime `--trigger`, started and warmed by one record first); a consumer
 of lat-out records receive time minus send time (both from this process's clock) -> p50/p99, beside the
@@ -22,12 +28,14 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 import fabric
+from bench.ceiling_source import CeilingSource
 from bench.log_bench import VALUE_BYTES, make_values
 from bench.report import RESULTS_DIR, bar_chart, progress, save, table, timed
 
@@ -74,33 +82,37 @@ def prepare(records: int, directory: str, url: str) -> str:
     return parquet_dir
 
 
-def best_of(label: str, records: int, action, repeats: int) -> float:
-    """Run `action` once to warm up, then `repeats` times; records/s of the fastest run (each run includes
-    removing its output, for the file sink and the fabric sink alike)."""
-    action()
-    seconds = []
-    for i in range(repeats):
-        with timed(f"{label} (run {i + 1}/{repeats})") as t:
+def best_of(actions: dict[str, Callable[[], None]], records: int, repeats: int) -> dict[str, float]:
+    """records/s of each action's fastest run. Every action runs once to warm up, then the actions take
+    turns `repeats` times, so a slow spell of this noisy machine hits them alike. A run includes removing
+    its output, for the file sinks and the fabric sink alike."""
+    for name, action in actions.items():
+        with timed(f"{name} (warm-up)"):
             action()
-        seconds.append(t["seconds"])
-    return records / min(seconds)
+    seconds: dict[str, list[float]] = {name: [] for name in actions}
+    for i in range(repeats):
+        for name, action in actions.items():
+            with timed(f"{name} (run {i + 1}/{repeats})") as t:
+                action()
+            seconds[name].append(t["seconds"])
+    return {name: records / min(runs) for name, runs in seconds.items()}
 
 
 def throughput(spark, url: str, parquet_dir: str, records: int, directory: str, repeats: int) -> dict:
-    """rows/s of every source and sink path, measured in this run."""
+    """rows/s of every source and sink path and of its Spark peer, measured in this run."""
     counter = iter(range(1_000_000))
+    record_parquet = os.path.join(directory, "parquet-records")
+    with timed("write the fabric source's rows (all 7 record columns) as parquet"):
+        fabric_read(spark, url).write.parquet(record_parquet)
+    spark.dataSource.register(CeilingSource)
     with fabric.connect(url) as fab:
         def fabric_target() -> str:
             name = f"out-{next(counter)}"
             fab.create_topic(name, partitions=PARTITIONS)
             return name
 
-        def parquet_to_noop() -> None:
-            spark.read.parquet(parquet_dir).write.format("noop").mode("overwrite").save()
-
-        def fabric_to_noop() -> None:
-            (spark.read.format("fabric").option("url", url).option("subscribe", "src").load()
-             .write.format("noop").mode("overwrite").save())
+        def noop(df) -> None:
+            df.write.format("noop").mode("overwrite").save()
 
         def parquet_to_parquet() -> None:
             out = os.path.join(directory, f"parquet-out-{next(counter)}")
@@ -114,22 +126,46 @@ def throughput(spark, url: str, parquet_dir: str, records: int, directory: str, 
             _check_count(fab, topic, records)
             fab.delete_topic(topic)
 
+        def stream_parquet(sink: str, **options: str) -> None:
+            """parquet -> `sink` as a streaming query with trigger availableNow (one micro-batch)."""
+            run = next(counter)
+            writer = (spark.readStream.schema("value binary").parquet(parquet_dir).writeStream.format(sink)
+                      .option("checkpointLocation", os.path.join(directory, f"ckpt-{run}")))
+            for key, value in options.items():
+                writer = writer.option(key, value)
+            writer.trigger(availableNow=True).start().awaitTermination()
+            shutil.rmtree(os.path.join(directory, f"ckpt-{run}"))
+
+        def parquet_to_parquet_stream() -> None:
+            out = os.path.join(directory, f"parquet-stream-{next(counter)}")
+            stream_parquet("parquet", path=out)
+            shutil.rmtree(out)
+
         def parquet_to_fabric_stream() -> None:
             topic = fabric_target()
-            query = (spark.readStream.schema("value binary").parquet(parquet_dir)
-                     .writeStream.format("fabric").option("url", url).option("topic", topic)
-                     .option("checkpointLocation", os.path.join(directory, f"ckpt-{topic}"))
-                     .trigger(availableNow=True).start())
-            query.awaitTermination()
+            stream_parquet("fabric", url=url, topic=topic)
             _check_count(fab, topic, records)
             fab.delete_topic(topic)
 
         paths = {
-            "parquet_to_noop": parquet_to_noop, "fabric_to_noop": fabric_to_noop,
-            "parquet_to_parquet": parquet_to_parquet, "parquet_to_fabric_batch": parquet_to_fabric_batch,
+            "parquet_value_to_noop": lambda: noop(spark.read.parquet(parquet_dir)),
+            "fabric_value_to_noop": lambda: noop(fabric_read(spark, url, "value binary")),
+            "parquet_record_to_noop": lambda: noop(spark.read.parquet(record_parquet)),
+            "fabric_record_to_noop": lambda: noop(fabric_read(spark, url)),
+            "ceiling_record_to_noop": lambda: noop(spark.read.format("fabric-ceiling").option("records", records)
+                                                   .option("partitions", PARTITIONS).load()),
+            "parquet_to_parquet": parquet_to_parquet,
+            "parquet_to_fabric_batch": parquet_to_fabric_batch,
+            "parquet_to_parquet_stream": parquet_to_parquet_stream,
             "parquet_to_fabric_stream": parquet_to_fabric_stream,
         }
-        return {name: best_of(name, records, action, repeats) for name, action in paths.items()}
+        return best_of(paths, records, repeats)
+
+
+def fabric_read(spark, url: str, schema: str | None = None):
+    """The benchmark topic as a batch DataFrame: all record columns, or only those of `schema`."""
+    reader = spark.read.format("fabric").option("url", url).option("subscribe", "src")
+    return (reader.schema(schema) if schema else reader).load()
 
 
 def _check_count(fab, topic: str, records: int) -> None:
@@ -238,7 +274,7 @@ def latency_plot(latencies: list[float], title: str) -> str:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=4_000_000)
-    parser.add_argument("--repeats", type=int, default=2, help="timed runs per path after one warm-up")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per path after one warm-up")
     parser.add_argument("--rate", type=float, default=100.0, help="latency test: records sent per second")
     parser.add_argument("--seconds", type=float, default=20.0, help="latency test: how long to send")
     parser.add_argument("--trigger", default="0 seconds", help="latency test: processingTime trigger")
@@ -257,31 +293,38 @@ def main(argv: list[str] | None = None) -> dict:
         if args.dir is None:
             shutil.rmtree(directory, ignore_errors=True)
     p50, p99 = (float(np.percentile(lat, q)) for q in (50, 99))
+    pairs = {  # path: its Spark peer on the same records and columns
+        "fabric_value_to_noop": "parquet_value_to_noop", "fabric_record_to_noop": "parquet_record_to_noop",
+        "ceiling_record_to_noop": "parquet_record_to_noop", "parquet_to_fabric_batch": "parquet_to_parquet",
+        "parquet_to_fabric_stream": "parquet_to_parquet_stream",
+    }
+    ratio = {path: rps[path] / rps[peer] for path, peer in pairs.items()}
     results = {
         "records": args.records, "value_bytes": VALUE_BYTES, "key": None, "spark_master": "local[2]",
-        "repeats": args.repeats, "rows_per_s": rps,
-        "source_vs_parquet": rps["fabric_to_noop"] / rps["parquet_to_noop"],
-        "sink_batch_vs_parquet": rps["parquet_to_fabric_batch"] / rps["parquet_to_parquet"],
-        "sink_stream_vs_parquet": rps["parquet_to_fabric_stream"] / rps["parquet_to_parquet"],
+        "repeats": args.repeats, "rows_per_s": rps, "vs_peer": ratio, "peers": pairs,
         "latency": {"trigger": args.trigger, "rate_per_s": args.rate, "records": len(lat),
                     "p50_ms": p50, "p99_ms": p99, "max_ms": max(lat), "median_batch_phase_ms": phases},
     }
     save("spark", results)
     labels = {
-        "parquet_to_noop": "parquet source -> noop", "fabric_to_noop": "fabric source -> noop",
-        "parquet_to_parquet": "parquet -> parquet sink", "parquet_to_fabric_batch": "parquet -> fabric (df.write)",
-        "parquet_to_fabric_stream": "parquet -> fabric (stream, availableNow)",
+        "parquet_value_to_noop": "parquet (value) -> noop",
+        "fabric_value_to_noop": "fabric, schema value -> noop",
+        "parquet_record_to_noop": "parquet (7 record columns) -> noop",
+        "fabric_record_to_noop": "fabric (7 record columns) -> noop",
+        "ceiling_record_to_noop": "Python source ceiling (7 columns, prebuilt) -> noop",
+        "parquet_to_parquet": "parquet -> parquet (df.write)",
+        "parquet_to_fabric_batch": "parquet -> fabric (df.write, atomic)",
+        "parquet_to_parquet_stream": "parquet -> parquet (stream, availableNow)",
+        "parquet_to_fabric_stream": "parquet -> fabric (stream, availableNow, exactly-once)",
     }
     chart = bar_chart("spark", f"Spark local[2], {args.records:,} x 100-byte records, best of {args.repeats} warm",
                       [(labels[k], v) for k, v in rps.items()], "rows/s")
     lat_chart = latency_plot(lat, f"fabric -> Spark -> fabric end to end, {args.rate:g} records/s, "
                                   f"trigger processingTime={args.trigger!r}")
-    ratio = {"fabric_to_noop": results["source_vs_parquet"],
-             "parquet_to_fabric_batch": results["sink_batch_vs_parquet"],
-             "parquet_to_fabric_stream": results["sink_stream_vs_parquet"]}
     print(table([(labels[k], f"{v:,.0f}", f"{v * VALUE_BYTES / 1e6:,.0f}",
-                  f"{ratio[k]:.2f}x of parquet" if k in ratio else "") for k, v in rps.items()],
-                ("path", "rows/s", "MB/s of values", "vs Spark's file format, same run")))
+                  f"{ratio[k]:.2f}x" if k in ratio else "", labels[pairs[k]] if k in pairs else "")
+                 for k, v in rps.items()],
+                ("path", "rows/s", "MB/s of values", "vs peer, same run", "peer")))
     print(table([(f"processingTime={args.trigger!r}", f"{args.rate:g}/s", f"{p50:.0f}", f"{p99:.0f}",
                   f"{max(lat):.0f}", f"{phases.get('triggerExecution', 0):.0f}", f"{phases['rows_per_batch']:.0f}")],
                 ("trigger", "send rate", "p50 ms", "p99 ms", "max ms", "median batch ms", "rows/batch")))
