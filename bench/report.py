@@ -8,6 +8,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+import psutil
+
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
@@ -16,15 +18,30 @@ def progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def tree_cpu_seconds() -> float:
+    """CPU seconds (user + system) used so far by this process and its live descendants (Spark's JVM and
+    its Python workers): steadier than wall time on a shared machine, whose other tenants stretch it."""
+    total = 0.0
+    for proc in [psutil.Process(), *psutil.Process().children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:  # ended meanwhile
+            continue
+        total += times.user + times.system
+    return total
+
+
 @contextmanager
 def timed(label: str) -> Iterator[dict]:
-    """Time a block; the yielded dict gets 'seconds' when it ends."""
+    """Time a block; the yielded dict gets 'seconds' (wall) and 'cpu' (tree_cpu_seconds) when it ends."""
     progress(f"{label} ...")
     out: dict = {}
+    cpu = tree_cpu_seconds()
     start = time.perf_counter()
     yield out
     out["seconds"] = time.perf_counter() - start
-    progress(f"{label}: {out['seconds']:.2f} s")
+    out["cpu"] = tree_cpu_seconds() - cpu
+    progress(f"{label}: {out['seconds']:.2f} s, {out['cpu']:.2f} CPU s")
 
 
 def save(name: str, results: dict) -> str:
