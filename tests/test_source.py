@@ -77,10 +77,22 @@ def test_batch_reads_every_record_with_kafka_schema(spark, fab, fabric_url):
     assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
         ("key", "binary"), ("value", "binary"), ("topic", "string"), ("partition", "int"),
         ("offset", "bigint"), ("timestamp", "timestamp"), ("timestampType", "int")]
+    assert [f.name for f in df.schema.fields if not f.nullable] == [  # never null, so Spark skips the checks
+        "topic", "partition", "offset", "timestamp", "timestampType"]
     assert_df_equality(records(df), expected(spark, rows), ignore_row_order=True, ignore_nullable=True)
     stamps = df.selectExpr("partition", "offset", "unix_millis(timestamp) AS ms", "timestampType").collect()
     assert sorted((r.partition, r.offset, r.ms, r.timestampType) for r in stamps) == sorted(
         (p, i, BASE_MS + i * 1000, 0) for p in range(2) for i in range(5))
+
+
+def test_batch_read_keeps_each_frames_timestamp_type(spark, fab, fabric_url):
+    """Frames are combined into large batches for Spark, but never across a change of timestamp type."""
+    fab.create_topic("stamps", partitions=1)
+    produce(fab, "stamps", 3, partitions=1)
+    fab.alter_topic_config("stamps", {"message.timestamp.type": "LogAppendTime"})
+    produce(fab, "stamps", 2, partitions=1, start=3)
+    df = reader(spark, fabric_url, subscribe="stamps").load()
+    assert sorted((r.offset, r.timestampType) for r in df.collect()) == [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1)]
 
 
 def test_subscribe_pattern_and_assign(spark, fab, fabric_url):
