@@ -53,21 +53,28 @@ def save(name: str, results: dict) -> str:
     return path
 
 
-def bar_chart(name: str, title: str, rows: list[tuple[str, float]], unit: str) -> str:
-    """A horizontal bar chart of (label, value) saved as bench/results/<name>.png."""
+def bar_chart(name: str, title: str, rows: list[tuple[str, float]], unit: str,
+              colors: list[str] | None = None, legend: dict[str, str] | None = None) -> str:
+    """A horizontal bar chart of (label, value) saved as bench/results/<name>.png; `colors` per bar and a
+    `legend` of {color: meaning} tell kinds of bars apart (e.g. ours and the peers)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     os.makedirs(RESULTS_DIR, exist_ok=True)
     path = os.path.join(RESULTS_DIR, f"{name}.png")
-    fig, ax = plt.subplots(figsize=(9, 0.6 * len(rows) + 1.5))
+    fig, ax = plt.subplots(figsize=(11, 0.5 * len(rows) + 1.6))
     labels, values = zip(*rows)
-    bars = ax.barh(labels, values, color="#4C72B0")
+    bars = ax.barh(labels, values, color=colors or "#4C72B0")
     ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], padding=3, fontsize=8)
+    ax.set_xlim(0, max(values) * 1.15)  # room for the value labels
     ax.invert_yaxis()
     ax.set_xlabel(unit)
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
+    if legend:
+        ax.legend(handles=[Patch(color=c, label=text) for c, text in legend.items()], loc="lower right",
+                  fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

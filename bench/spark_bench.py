@@ -338,8 +338,13 @@ def main(argv: list[str] | None = None) -> dict:
         "parquet_to_fabric_batch_tuned": "parquet -> fabric (df.write), conf/spark-defaults.conf Arrow setting",
         "parquet_to_fabric_stream_tuned": "parquet -> fabric (stream), conf/spark-defaults.conf Arrow setting",
     }
+    kinds = {"fabric": "#4C72B0", "spark": "#9A9A9A", "ceiling": "#DD8452"}
+    colors = [kinds["ceiling"] if k.startswith("ceiling") else kinds["fabric"] if k in pairs else kinds["spark"]
+              for k in rps]
     chart = bar_chart("spark", f"Spark local[2], {args.records:,} x 100-byte records, best of {args.repeats} warm",
-                      [(labels[k], v["rows_per_s"]) for k, v in rps.items()], "rows/s")
+                      [(labels[k], v["rows_per_s"]) for k, v in rps.items()], "rows/s", colors,
+                      {kinds["fabric"]: "fabric", kinds["spark"]: "Spark's parquet (the peer)",
+                       kinds["ceiling"]: "Python source reading nothing"})
     lat_chart = latency_plot(lat, f"fabric -> Spark -> fabric end to end, {args.rate:g} records/s, "
                                   f"trigger processingTime={args.trigger!r}")
     print(table([(labels[k], f"{v['rows_per_s']:,.0f}", f"{ratio[k]:.2f}x" if k in ratio else "",
