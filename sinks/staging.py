@@ -24,8 +24,8 @@ from fabric.cluster import Cluster
 from fabric.errors import FabricError, SchemaMismatchError
 from fabric.partitioner import StickyPartitioner
 from fabric.producer import assign_partitions
-from fabric.storage.encoder import FrameEncoder
 from fabric.records import to_storage
+from fabric.storage.encoder import FrameEncoder
 
 FRAME_BYTES = 1 << 20  # stored bytes per frame: large enough to amortise per-frame costs
 
@@ -71,8 +71,7 @@ class Stager:
         self.topic = topic
         self.codec = codec
         self._token = uuid.uuid4().hex[:12]
-        self._topics: dict[str, TopicInfo] = {}
-        self._encoders: dict[str, FrameEncoder] = {}
+        self._topics: dict[str, tuple[TopicInfo, FrameEncoder]] = {}
         self._sticky = StickyPartitioner()
         self._pending: dict[tuple[str, int], list[pa.RecordBatch]] = {}
         self._pending_bytes: dict[tuple[str, int], int] = {}
@@ -83,7 +82,7 @@ class Stager:
         if not batch.num_rows:
             return
         for topic, rows in self._by_topic(batch):
-            info = self._info(topic)
+            info = self._topic(topic)[0]
             stored = to_storage(rows, info.value_schema, time.time_ns() // 1000)
             explicit = rows.column("partition") if "partition" in rows.schema.names else None
             parts = assign_partitions(topic, stored.column("key"), explicit, info.partitions, self._sticky)
@@ -120,17 +119,13 @@ class Stager:
         for name in names:
             yield name, rest.filter(pc.equal(topics, name))
 
-    def _info(self, topic: str) -> TopicInfo:
-        info = self._topics.get(topic)
-        if info is None:
-            info = self._topics[topic] = self.cluster.coordinator.topic(topic)
-        return info
-
-    def _encoder(self, topic: str) -> FrameEncoder:
-        encoder = self._encoders.get(topic)
-        if encoder is None:
-            encoder = self._encoders[topic] = self.cluster.frame_encoder(topic, self.codec)
-        return encoder
+    def _topic(self, topic: str) -> tuple[TopicInfo, FrameEncoder]:
+        """The topic's metadata and frame encoder, read once per task."""
+        cached = self._topics.get(topic)
+        if cached is None:
+            cached = self._topics[topic] = (self.cluster.coordinator.topic(topic),
+                                            self.cluster.frame_encoder(topic, self.codec))
+        return cached
 
     def _buffer(self, key: tuple[str, int], rows: pa.RecordBatch) -> None:
         self._pending.setdefault(key, []).append(rows)
@@ -148,10 +143,10 @@ class Stager:
             os.makedirs(self.directory, exist_ok=True)
             path = os.path.join(self.directory, f"{key[0]}-{key[1]}-{self._token}.segment")
             f = open(path, "wb")
-            f.write(self._encoder(key[0]).schema_frame())
+            f.write(self._topic(key[0])[1].schema_frame())
             self._files[key] = (f, path, 0)
         f, path, records = self._files[key]
-        header, payload = self._encoder(key[0]).encode(rows, base_offset=records)
+        header, payload = self._topic(key[0])[1].encode(rows, base_offset=records)
         f.write(header)
         f.write(payload)
         self._files[key] = (f, path, records + rows.num_rows)
