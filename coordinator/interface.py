@@ -86,6 +86,16 @@ class GroupDescription:
     members: tuple[MemberDescription, ...]
 
 
+def transaction_sequence(txn: str) -> tuple[str, int]:
+    """A transaction id `<transactional id>:<sequence>` split in two (an id without a numeric sequence is
+    sequence 0 of itself). A transactional id commits in increasing sequence, as the Spark sink commits its
+    batch ids in order and only ever replays the latest, so stores keep one record per transactional id."""
+    head, sep, tail = txn.rpartition(":")
+    if sep and tail.isascii() and tail.isdigit():
+        return head, int(tail)
+    return txn, 0
+
+
 class Coordinator(ABC):
     """Metadata (topics, configs, schemas), committed group offsets and sink transactions."""
 
@@ -133,11 +143,12 @@ class Coordinator(ABC):
 
     @abstractmethod
     def commit_transaction(self, txn: str) -> None:
-        """Record that transaction `txn` committed (idempotent): its publish is then rolled forward."""
+        """Record that transaction `txn` (`<transactional id>:<sequence>`) committed (idempotent): its publish
+        is then rolled forward. Only the highest sequence of each transactional id is kept."""
 
     @abstractmethod
     def transaction_committed(self, txn: str) -> bool:
-        """True once commit_transaction(txn) has happened."""
+        """True once a transaction of the same transactional id with this or a higher sequence committed."""
 
     # -- group membership (Kafka's JoinGroup / SyncGroup / Heartbeat / LeaveGroup) --------------------
     @abstractmethod

@@ -13,7 +13,7 @@ import time
 import pyarrow as pa
 
 from coordinator.group_store import GroupMembership, GroupService, SqliteGroupStore
-from coordinator.interface import CommittedOffset, Coordinator, TopicInfo, TopicPartition
+from coordinator.interface import CommittedOffset, Coordinator, TopicInfo, TopicPartition, transaction_sequence
 from fabric.errors import InvalidPartitionsError, TopicExistsError, UnknownTopicError
 
 _SCHEMA = """
@@ -22,8 +22,12 @@ CREATE TABLE IF NOT EXISTS topics (
 CREATE TABLE IF NOT EXISTS offsets (
     grp TEXT NOT NULL, topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL,
     metadata TEXT NOT NULL, commit_ms INTEGER NOT NULL, PRIMARY KEY (grp, topic, partition));
-CREATE TABLE IF NOT EXISTS transactions (txn TEXT PRIMARY KEY, commit_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS transactional_ids (
+    id TEXT PRIMARY KEY, sequence INTEGER NOT NULL, commit_ms INTEGER NOT NULL);
 """
+_UPSERT_TRANSACTION = """
+INSERT INTO transactional_ids VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE
+SET sequence = excluded.sequence, commit_ms = excluded.commit_ms WHERE excluded.sequence > sequence"""
 
 
 class SqliteCoordinator(GroupMembership, Coordinator):
@@ -34,6 +38,7 @@ class SqliteCoordinator(GroupMembership, Coordinator):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self._local = threading.local()
         self._db().executescript(_SCHEMA)
+        self._migrate_transactions()
         self._groups = GroupService(SqliteGroupStore(self._db, self._tx), self._partitions_of)
 
     def _db(self) -> sqlite3.Connection:
@@ -138,10 +143,24 @@ class SqliteCoordinator(GroupMembership, Coordinator):
 
     def commit_transaction(self, txn: str) -> None:
         with self._tx() as db:
-            db.execute("INSERT OR IGNORE INTO transactions VALUES (?, ?)", (txn, int(time.time() * 1000)))
+            db.execute(_UPSERT_TRANSACTION, (*transaction_sequence(txn), int(time.time() * 1000)))
 
     def transaction_committed(self, txn: str) -> bool:
-        return self._db().execute("SELECT 1 FROM transactions WHERE txn=?", (txn,)).fetchone() is not None
+        transactional_id, sequence = transaction_sequence(txn)
+        row = self._db().execute("SELECT sequence FROM transactional_ids WHERE id=?", (transactional_id,)).fetchone()
+        return row is not None and row[0] >= sequence
+
+    def _migrate_transactions(self) -> None:
+        """Fold the `transactions` table of a 0.1.0 database (a row per transaction) into transactional_ids."""
+        exists = "SELECT 1 FROM sqlite_master WHERE type='table' AND name='transactions'"
+        if self._db().execute(exists).fetchone() is None:
+            return
+        with self._tx() as db:
+            if db.execute(exists).fetchone() is None:  # another process migrated it meanwhile
+                return
+            db.executemany(_UPSERT_TRANSACTION, [(*transaction_sequence(txn), ms) for txn, ms in
+                                                 db.execute("SELECT txn, commit_ms FROM transactions")])
+            db.execute("DROP TABLE transactions")
 
     def close(self) -> None:
         db = getattr(self._local, "db", None)

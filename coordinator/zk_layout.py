@@ -12,9 +12,11 @@ Every path lives under the optional chroot of the URL `zk://host:port[,host:port
     /controller_epoch                          the epoch of the latest election, as a decimal string
     /consumers/<group>/state                   the group coordinator's state JSON (compare-and-set on its version)
     /consumers/<group>/offsets/<t>/<p>         {"offset","metadata","commit_ms"}
-    /transactions/<txn>                        {"commit_ms"}: the sink transaction committed
+    /transaction_ids/<id>                      {"sequence","commit_ms"}: the highest committed sequence of a
+                                               transactional id (a sink: its last published batch)
+    /transactions/<txn>                        read only: a transaction committed by version 0.1.0
 
-Names that are not plain znode names (a group id with "/", a transaction id ".") are percent-encoded.
+Names that are not plain znode names (a group id with "/", a transactional id ".") are percent-encoded.
 With one shared data directory each partition has a single replica: its leader is the active instance.
 """
 from __future__ import annotations
@@ -37,8 +39,9 @@ TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONSUMERS = "/consumers"
-TRANSACTIONS = "/transactions"
-ROOTS = (BROKER_IDS, TOPICS, CONSUMERS, TRANSACTIONS)
+TRANSACTION_IDS = "/transaction_ids"
+LEGACY_TRANSACTIONS = "/transactions"  # one znode per transaction, written by 0.1.0; only read now
+ROOTS = (BROKER_IDS, TOPICS, CONSUMERS, TRANSACTION_IDS)
 FORMAT_VERSION = 1
 DEFAULT_PORT = 2181
 DEFAULT_SESSION_TIMEOUT_S = 18.0  # Kafka's zookeeper.session.timeout.ms
@@ -96,8 +99,12 @@ def offset(name: str, topic_name: str, p: int) -> str:
     return f"{group_topic_offsets(name, topic_name)}/{p}"
 
 
-def transaction(txn: str) -> str:
-    return f"{TRANSACTIONS}/{node(txn)}"
+def transaction_id(transactional_id: str) -> str:
+    return f"{TRANSACTION_IDS}/{node(transactional_id)}"
+
+
+def legacy_transaction(txn: str) -> str:
+    return f"{LEGACY_TRANSACTIONS}/{node(txn)}"
 
 
 # -- znode contents ------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from coordinator import zk_layout as layout
 from coordinator.election import EpochToken, FencedError
 from coordinator.group_store import GroupMembership, GroupService, GroupStore
 from coordinator.groups import GroupState
-from coordinator.interface import CommittedOffset, Coordinator, TopicInfo, TopicPartition
+from coordinator.interface import CommittedOffset, Coordinator, TopicInfo, TopicPartition, transaction_sequence
 from fabric.errors import (CoordinatorUnavailableError, InvalidPartitionsError, TopicExistsError,
                            UnknownTopicError)
 
@@ -326,13 +326,27 @@ class ZkCoordinator(GroupMembership, Coordinator):
 
     # -- sink transactions ---------------------------------------------------------------------------------
     def commit_transaction(self, txn_id: str) -> None:
+        transactional_id, sequence = transaction_sequence(txn_id)
+        path = layout.transaction_id(transactional_id)
+
         def build(txn: TransactionRequest, token: EpochToken | None) -> None:
-            if self.client.exists(layout.transaction(txn_id)) is None:
-                txn.create(layout.transaction(txn_id), layout.dumps({"commit_ms": _now_ms()}))
+            [found] = self.writer.get_many([path])
+            data = layout.dumps({"sequence": sequence, "commit_ms": _now_ms()})
+            if found is None:
+                txn.create(path, data)
+            elif layout.loads(found[0])["sequence"] < sequence:
+                txn.set_data(path, data, version=found[1].version)
         self.writer.write(build)
 
     def transaction_committed(self, txn: str) -> bool:
-        return self.client.retry(self.client.exists, layout.transaction(txn)) is not None
+        transactional_id, sequence = transaction_sequence(txn)
+        try:
+            data, _ = self.client.retry(self.client.get, layout.transaction_id(transactional_id))
+            if layout.loads(data)["sequence"] >= sequence:
+                return True
+        except NoNodeError:
+            pass
+        return self.client.retry(self.client.exists, layout.legacy_transaction(txn)) is not None
 
     # -- group membership: the GroupCoordinator state machine over /consumers/<group>/state ------------
     def _partitions_of(self, topic: str) -> int:

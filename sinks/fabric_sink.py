@@ -24,7 +24,9 @@ and no reader ever sees records of a micro-batch that did not commit. How:
    A crash before the coordinator commit leaves frames that the next writer truncates; a crash after it
    is rolled forward by the next writer. Publishing an already committed transaction id writes nothing.
 3. Spark replays the last uncommitted micro-batch with the same batch id after a restart; its transaction
-   id is the same, so it is skipped if it had been published, and published once otherwise.
+   id is the same, so it is skipped if it had been published, and published once otherwise. Batch ids
+   commit in order and only the latest is ever replayed, so the coordinator keeps one record per sink id
+   (its highest published batch), not one per batch.
 
 The sink id must be the same across restarts of one query and differ between queries: it is the
 `transactionalId` option when given, else "query-<id>" with the streaming query id Spark stores in the

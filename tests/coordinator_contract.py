@@ -65,12 +65,21 @@ def check_offsets(c: Coordinator) -> None:
 
 
 def check_transactions(c: Coordinator) -> None:
-    """A sink transaction id is recorded once; committing it again is a no-op."""
+    """A transaction id is recorded once; committing it again is a no-op. A `<transactional id>:<sequence>`
+    counts as committed once its id committed this or a higher sequence (a sink's batches, in order)."""
     assert not c.transaction_committed("query-1/batch-7")
     c.commit_transaction("query-1/batch-7")
     c.commit_transaction("query-1/batch-7")
     assert c.transaction_committed("query-1/batch-7")
     assert not c.transaction_committed("query-1/batch-8")
+    assert not c.transaction_committed("query-2:0")
+    c.commit_transaction("query-2:4")
+    c.commit_transaction("query-2:3")  # an older sequence never lowers the record
+    assert [c.transaction_committed(f"query-2:{b}") for b in (0, 4, 5)] == [True, True, False]
+    assert not c.transaction_committed("query-3:0")  # another transactional id
+    assert c.transaction_committed("query-2")  # an id without a sequence is sequence 0 of itself
+    c.commit_transaction("query-2:5")
+    assert c.transaction_committed("query-2:5") and not c.transaction_committed("query-2:6")
 
 
 def check_groups(c: Coordinator) -> None:

@@ -1,8 +1,10 @@
 """The ZooKeeper coordinator store against a real ZooKeeper server: the shared Coordinator contract (also run
-against the SQLite store), the znode layout, and compare-and-set conflicts between racing clients."""
+against the SQLite store), the znode layout, transactions recorded by version 0.1.0 (in either store), and
+compare-and-set conflicts between racing clients."""
 from __future__ import annotations
 
 import base64
+import sqlite3
 import threading
 
 import pyarrow as pa
@@ -48,7 +50,10 @@ def test_znode_layout_is_kafka_like(zk, zk_url):
     assert sorted(zk.client.get_children("/brokers/topics/clicks/partitions")) == ["0", "1"]
     assert zk.leader_state("clicks", 1) == layout.LeaderState("", 0, (), 0)  # no controller fenced the write
     assert layout.loads(zk.client.get("/consumers/g1/offsets/clicks/1")[0])["offset"] == 7
-    assert zk.client.exists("/transactions/txn-1") is not None
+    for batch in range(3):  # a streaming sink's micro-batches: one znode for the query, not one per batch
+        zk.commit_transaction(f"query-q:{batch}")
+    assert sorted(zk.client.get_children("/transaction_ids")) == ["query-q", "txn-1"]
+    assert layout.loads(zk.client.get("/transaction_ids/query-q")[0])["sequence"] == 2
     # everything lives under the URL's chroot, nothing at the server's root
     address = layout.parse_url(zk_url)
     root = KazooClient(hosts=address.hosts)
@@ -59,6 +64,29 @@ def test_znode_layout_is_kafka_like(zk, zk_url):
     finally:
         root.stop()
         root.close()
+
+
+def test_transactions_committed_by_0_1_0_still_count(zk):
+    """Version 0.1.0 wrote a znode per transaction under /transactions; a restarted query may replay one."""
+    zk.client.create(layout.legacy_transaction("query-old:5"), layout.dumps({"commit_ms": 1}), makepath=True)
+    assert zk.transaction_committed("query-old:5")
+    assert not zk.transaction_committed("query-old:6")
+
+
+def test_sqlite_store_folds_0_1_0_transactions_into_one_row_per_id(tmp_path):
+    path = str(tmp_path / "m.db")
+    with sqlite3.connect(path) as db:  # a 0.1.0 database: a row per transaction
+        db.execute("CREATE TABLE transactions (txn TEXT PRIMARY KEY, commit_ms INTEGER NOT NULL)")
+        db.executemany("INSERT INTO transactions VALUES (?, 1)", [("query-a:0",), ("query-a:7",), ("job-x",)])
+    store = SqliteCoordinator(path)
+    try:
+        assert [store.transaction_committed(t) for t in ("query-a:7", "query-a:8", "job-x")] == [True, False, True]
+        store.commit_transaction("query-a:8")
+        rows = store._db().execute("SELECT id, sequence FROM transactional_ids ORDER BY id").fetchall()
+        assert rows == [("job-x", 0), ("query-a", 8)]
+        assert store._db().execute("SELECT name FROM sqlite_master WHERE name='transactions'").fetchone() is None
+    finally:
+        store.close()
 
 
 def test_url_parsing_and_unreachable_server():
