@@ -158,6 +158,7 @@ class EmbeddedCluster(Cluster):
         if self.coordinator.transaction_committed(txn):
             return False
         keys = sorted(staged)
+        self._recover_dead_attempts(txn, keys)
         logs = {key: self.log(*key) for key in keys}
         with contextlib.ExitStack() as stack:
             for key in keys:
@@ -184,6 +185,18 @@ class EmbeddedCluster(Cluster):
             for key in keys:
                 logs[key].finish_publish(ends[key])
         return True
+
+    def _recover_dead_attempts(self, txn: str, keys: list[TopicPartition]) -> None:
+        """Recover the other partitions of these topics whose pending-publish marker names `txn`, while it is
+        uncommitted. An earlier attempt of this publish died there; a replay of a Spark batch places null-key
+        records on sticky partitions chosen anew, so it may not write those partitions. Recovered now, the dead
+        frames are truncated; after the commit they would be rolled forward as if this attempt wrote them.
+        Done before taking this publish's locks, which are taken in sorted order and never beside others."""
+        for topic in sorted({t for t, _ in keys}):
+            for p in range(self.coordinator.topic(topic).partitions):
+                log = self.log(topic, p)
+                if (topic, p) not in keys and (log.pending() or {}).get("txn") == txn:
+                    log.sync_tail_locked()
 
 
 def _write_staged(log: Log, base: int, items: list[tuple[str | None, list[Frame]]]) -> None:

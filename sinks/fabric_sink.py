@@ -23,6 +23,8 @@ and no reader ever sees records of a micro-batch that did not commit. How:
    never read past a watermark.
    A crash before the coordinator commit leaves frames that the next writer truncates; a crash after it
    is rolled forward by the next writer. Publishing an already committed transaction id writes nothing.
+   A replay may place null-key rows on other (sticky) partitions than the dead attempt did: before its
+   commit, the publish truncates the dead attempt's frames in the partitions it does not write itself.
 3. Spark replays the last uncommitted micro-batch with the same batch id after a restart; its transaction
    id is the same, so it is skipped if it had been published, and published once otherwise. Batch ids
    commit in order and only the latest is ever replayed, so the coordinator keeps one record per sink id

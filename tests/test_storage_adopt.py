@@ -179,3 +179,22 @@ def test_sigkill_during_an_adopting_publish(tmp_path, step):
         _assert_whole(log.directory)
         assert _values_of(storage_cluster(root), p) == expected[p]
 
+
+
+def test_a_replay_on_other_partitions_truncates_the_dead_attempt(tmp_path):
+    """Spark's replay of a batch places null-key records on sticky partitions chosen anew, so it may not write
+    the partitions where a dead attempt of the same transaction left frames: committing it must not roll
+    those frames forward (that would publish the batch's records twice)."""
+    root = str(tmp_path)
+    cluster, parts, expected = _setup(root)
+    dead = {("events", 0): parts[("events", 0)]}  # the dead attempt wrote partition 0 only
+    child = subprocess.run([PYTHON, "-c", CHILD.format(tests=os.path.dirname(__file__), adopt=ADOPT), root,
+                            "before-commit", repr(dead)], env=child_env(), capture_output=True, timeout=60)
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()
+    assert "pending-publish" in os.listdir(os.path.join(root, "events", "0"))
+    reopened = storage_cluster(root)
+    replay = {("events", 1): _stage_all(reopened, suffix="-replay")[("events", 1)]}  # the replay: partition 1
+    assert reopened.publish_files("txn-1", replay, adopt_bytes=ADOPT) is True
+    reopened.log("events", 0).sync_tail_locked()  # what the next writer of partition 0 does
+    assert _values_of(reopened, 0) == _values("old", 5)
+    assert _values_of(reopened, 1) == expected[1]

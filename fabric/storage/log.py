@@ -90,14 +90,12 @@ class Log:
         state = (segs[-1].base_offset, segs[-1].size, hw) if segs else None
         if state is not None and state == self._tail_state:
             return segs[-1]
-        pending = os.path.join(self.directory, PENDING)
-        if os.path.exists(pending):
-            with open(pending) as f:
-                marker = json.load(f)
+        marker = self.pending()
+        if marker is not None:
             if self._resolve_pending(marker["txn"]) and marker["end"] > hw:
                 hw = marker["end"]
                 self.hw.set(hw)
-            os.unlink(pending)
+            os.unlink(os.path.join(self.directory, PENDING))
         for seg in segs[1:]:
             if seg.base_offset > hw:
                 seg.delete()
@@ -199,6 +197,15 @@ class Log:
             return True
         first = next(active.headers(active.data_start, active.size), None)
         return first is not None and now_ms() - first[1].max_timestamp // 1000 >= self.config["segment.ms"]
+
+    def pending(self) -> dict | None:
+        """The pending-publish marker ({"txn", "end"}) a publish left here, if any (read without the lock it
+        is a hint; recovery under the lock decides)."""
+        try:
+            with open(os.path.join(self.directory, PENDING)) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return None
 
     def begin_publish(self, txn: str, end_offset: int) -> None:
         """Mark that frames of transaction `txn` up to `end_offset` are being written (lock held)."""
