@@ -3,31 +3,49 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# The package's files: the install is redone when one is added, removed or renamed (edits need nothing).
+SOURCES := $(shell git ls-files -co --exclude-standard fabric coordinator sources sinks conf pyspark_fabric.py 2>/dev/null)
+# Lint and type checks read the installed tree, where coordinator/, sources/ and sinks/ are fabric.* packages.
+TREE = $(firstword $(wildcard build/__editable__.spark_fabric-*))
 
 # Spark's Python workers cannot connect back in sandboxes without these (see README, Environment).
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN))/python
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN))/python
 
-.PHONY: install test demo bench check-java clean
+.PHONY: install lint test test-fast demo bench check-java clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml | check-java
+$(STAMP): pyproject.toml $(VENV)/.files | check-java
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo ">> installing spark-fabric and its dependencies into $(VENV) (first run: ~2 minutes)"
 	@$(BIN)/python -m pip install --quiet --upgrade pip
-	@# compat mode puts the checkout on sys.path, so Spark's pkgutil scan finds pyspark_fabric (format("fabric"))
-	@$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
+	@# strict editable mode: a tree of links to the checkout's files, with the fabric.* names the wheel has
+	@$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=strict
 	@touch $(STAMP)
+
+$(VENV)/.files: FORCE
+	@mkdir -p $(VENV)
+	@echo "$(SOURCES)" | cmp -s - $@ || echo "$(SOURCES)" > $@
+
+FORCE:
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17+ is required by Spark and ZooKeeper but 'java' is not on PATH; install it (Debian/Ubuntu: sudo apt-get install openjdk-17-jre-headless) and re-run" >&2; exit 1; }
 	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
 	 if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then echo "error: Java $$v found, Spark 4 needs Java 17+; install openjdk-17-jre-headless and re-run" >&2; exit 1; fi
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	cd $(TREE) && $(abspath $(BIN))/lint-imports --config $(CURDIR)/pyproject.toml
+	cd $(TREE) && $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml -p fabric -p pyspark_fabric
+
+test: lint
+	$(BIN)/pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -q tests/unit
 
 demo: $(STAMP)
 	$(BIN)/python jobs/demo.py
@@ -36,4 +54,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) fabric-data demo-data .pytest_cache bench/results
+	rm -rf $(VENV) build fabric-data demo-data .pytest_cache bench/results

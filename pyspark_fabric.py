@@ -2,8 +2,13 @@
 found by Spark's Python data source lookup, so `spark.read.format("fabric")` needs no register() call."""
 from __future__ import annotations
 
-from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter,
-                                    DataSourceWriter)
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 
@@ -15,21 +20,21 @@ class DefaultSource(DataSource):
         return "fabric"
 
     def schema(self) -> StructType:
-        from sources.fabric_source import source_schema
+        from fabric.sources.fabric_source import source_schema
         return source_schema(self.options)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from sources.fabric_source import FabricBatchReader
+        from fabric.sources.fabric_source import FabricBatchReader
         return FabricBatchReader(self.options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from sources.fabric_source import FabricStreamReader
+        from fabric.sources.fabric_source import FabricStreamReader
         return FabricStreamReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from sinks.fabric_sink import FabricBatchWriter
+        from fabric.sinks.fabric_sink import FabricBatchWriter
         return FabricBatchWriter(self.options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from sinks.fabric_sink import FabricStreamWriter
+        from fabric.sinks.fabric_sink import FabricStreamWriter
         return FabricStreamWriter(self.options, schema)

@@ -13,9 +13,9 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from bench.log_bench import VALUE_BYTES, make_values
-from fabric.records import output_schema, to_output, to_storage
-from sources.fabric_source import spark_schema
-from sources.reading import BATCH_BYTES, conform
+from fabric.common.records import output_schema, to_output, to_storage
+from fabric.sources.fabric_source import spark_schema
+from fabric.sources.reading import BATCH_BYTES, conform
 
 
 class CeilingSource(DataSource):

@@ -16,11 +16,11 @@ import numpy as np
 import fabric
 from bench.group_workers import GROUP, TOPIC, Members, wait_for
 from bench.report import bar_chart, progress, save, table, timed
-from coordinator.interface import Coordinator
-from coordinator.launcher import CoordinatorProcess
-from coordinator.sqlite_store import SqliteCoordinator
-from coordinator.zk_server import ZooKeeperServer
-from coordinator.zk_store import ZkCoordinator
+from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.sqlite_store import SqliteCoordinator
+from fabric.coordinator.zk_store import ZkCoordinator
+from fabric.server.launcher import CoordinatorProcess
+from fabric.server.zookeeper import ZooKeeperServer
 
 COMMIT_GROUP, COMMIT_TOPIC = "bench-commits", "bench-commits"
 BATCH = 10
@@ -195,7 +195,7 @@ def report(results: dict[str, Any], name: str = "coordinator") -> None:
                                 f"{PARTITIONS} partitions (median)", timings, "ms") if timings else "none"
     print(table([(label, str(batch), f"{out['commits_per_s']:,.0f}", f"{out['offsets_per_s']:,.0f}",
                   f"{out['p50_ms']:.2f}", f"{out['p99_ms']:.2f}")
-                 for label, modes in commits.items() for batch, out in zip((1, BATCH), modes.values())],
+                 for label, modes in commits.items() for batch, out in zip((1, BATCH), modes.values(), strict=True)],
                 ("store", "partitions/commit", "commits/s", "offsets/s", "p50 ms", "p99 ms")))
     print()
     print(table([(label, *(f"{r[k]:.3f}" if k in r else "failed" for k in

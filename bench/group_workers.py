@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 import fabric
-from fabric.waiting import wait_for
+from fabric.common.waiting import wait_for
 
 GROUP = "bench-rebalance"
 TOPIC = "bench-rebalance"

@@ -65,7 +65,7 @@ def bar_chart(name: str, title: str, rows: list[tuple[str, float]], unit: str,
     os.makedirs(RESULTS_DIR, exist_ok=True)
     path = os.path.join(RESULTS_DIR, f"{name}.png")
     fig, ax = plt.subplots(figsize=(11, 0.5 * len(rows) + 1.6))
-    labels, values = zip(*rows)
+    labels, values = zip(*rows, strict=True)
     bars = ax.barh(labels, values, color=colors or "#4C72B0")
     ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], padding=3, fontsize=8)
     ax.set_xlim(0, max(values) * 1.15)  # room for the value labels

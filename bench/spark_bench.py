@@ -41,7 +41,7 @@ import fabric
 from bench.ceiling_source import CeilingSource
 from bench.log_bench import VALUE_BYTES, make_values
 from bench.report import RESULTS_DIR, bar_chart, progress, save, table, timed
-from fabric.notebook import CONF_DIR, SPARK_DEFAULTS, read_spark_defaults
+from fabric.spark.session import SPARK_DEFAULTS, conf_dir_path, read_spark_defaults
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # Spark's workers cannot connect back without it
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -153,7 +153,7 @@ def throughput(spark, url: str, parquet_dir: str, records: int, directory: str, 
             _check_count(fab, topic, records)
             fab.delete_topic(topic)
 
-        arrow_max_bytes = read_spark_defaults(CONF_DIR / SPARK_DEFAULTS)[ARROW_MAX_BYTES]
+        arrow_max_bytes = read_spark_defaults(conf_dir_path() / SPARK_DEFAULTS)[ARROW_MAX_BYTES]
 
         def tuned(action: Callable[[], None]) -> Callable[[], None]:
             """`action` with conf/spark-defaults.conf's Arrow setting (no per-row batch size check)."""

@@ -1,1 +1,2 @@
-"""Cluster metadata and consumer-group state: one interface, embedded (SQLite) and remote implementations."""
+"""The coordinator (installed as fabric.coordinator): topic metadata, committed offsets and transactions in a
+store (SQLite or ZooKeeper), the consumer-group state machine and assignors, and the controller election."""

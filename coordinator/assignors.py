@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from coordinator.interface import TopicPartition
-from fabric.errors import InconsistentGroupProtocolError
+from fabric.common.errors import InconsistentGroupProtocolError
+from fabric.common.types import TopicPartition
 
 Assignment = dict[str, list[TopicPartition]]
 

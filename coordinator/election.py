@@ -22,8 +22,8 @@ from kazoo.client import KazooClient, KazooState, TransactionRequest
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
-from coordinator import zk_layout as layout
-from fabric.errors import CoordinatorUnavailableError
+from fabric.common.errors import CoordinatorUnavailableError
+from fabric.coordinator import zk_layout as layout
 
 log = logging.getLogger(__name__)
 _POLL_S = 0.5  # the election thread re-checks at least this often, e.g. to retry a failed registration
@@ -63,12 +63,12 @@ class EpochToken:
     epoch: int
     version: int
 
-    def guard(self, txn: TransactionRequest) -> "EpochToken":
+    def guard(self, txn: TransactionRequest) -> EpochToken:
         """Make `txn` fail unless this epoch is still the current one (must be the transaction's first op)."""
         txn.check(layout.CONTROLLER_EPOCH, self.version)
         return self
 
-    def fenced(self, token: "EpochToken") -> None:
+    def fenced(self, token: EpochToken) -> None:
         """A pinned token has no election to demote: the FencedError the writer raises is the whole answer."""
 
 
@@ -155,7 +155,7 @@ class ControllerElection:
         self._wake.set()
 
     # -- lifecycle -----------------------------------------------------------------------------------------
-    def start(self) -> "ControllerElection":
+    def start(self) -> ControllerElection:
         """Register this instance and join the election (in a background thread)."""
         self.client.add_listener(self._on_connection)
         DataWatch(self.client, layout.CONTROLLER, self._on_controller_change)

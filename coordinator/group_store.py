@@ -14,10 +14,14 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from typing import Any, Callable, TypeVar
 
-from coordinator.groups import GroupCoordinator, GroupState, PartitionsOf, dead_state
-from coordinator.interface import GroupDescription, JoinRequest, JoinResult, SyncResult
-from fabric.errors import (CoordinatorUnavailableError, IllegalGenerationError, RebalanceInProgressError,
-                           UnknownMemberError)
+from fabric.common.errors import (
+    CoordinatorUnavailableError,
+    IllegalGenerationError,
+    RebalanceInProgressError,
+    UnknownMemberError,
+)
+from fabric.common.types import GroupDescription, JoinRequest, JoinResult, SyncResult
+from fabric.coordinator.groups import GroupCoordinator, GroupState, PartitionsOf, dead_state
 
 T = TypeVar("T")
 MAX_ATTEMPTS = 64

@@ -12,22 +12,33 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from coordinator.assignors import Subscription, assignor, withhold_moving
-from coordinator.interface import (GROUP_STATES, GroupDescription, JoinRequest, JoinResult, MemberDescription,
-                                   SyncResult, TopicPartition)
-from fabric.errors import (GroupNotEmptyError, IllegalGenerationError, InconsistentGroupProtocolError,
-                           InvalidConfigError, RebalanceInProgressError, UnknownMemberError)
-from fabric.names import validate_group, validate_topic
-
-EMPTY, PREPARING, COMPLETING, STABLE, DEAD = GROUP_STATES
+from fabric.common.errors import (
+    GroupNotEmptyError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    InvalidConfigError,
+    RebalanceInProgressError,
+    UnknownMemberError,
+)
+from fabric.common.names import validate_group, validate_topic
+from fabric.common.types import (
+    GroupDescription,
+    GroupStatus,
+    JoinRequest,
+    JoinResult,
+    MemberDescription,
+    SyncResult,
+    TopicPartition,
+)
+from fabric.coordinator.assignors import Subscription, assignor, withhold_moving
 
 # Allowed state changes (Kafka's GroupMetadata). Dead is terminal: a store forgets a dead group.
-TRANSITIONS: dict[str, frozenset[str]] = {
-    EMPTY: frozenset({PREPARING, DEAD}),
-    PREPARING: frozenset({COMPLETING, EMPTY}),
-    COMPLETING: frozenset({STABLE, PREPARING}),
-    STABLE: frozenset({PREPARING}),
-    DEAD: frozenset(),
+TRANSITIONS: dict[GroupStatus, frozenset[GroupStatus]] = {
+    GroupStatus.EMPTY: frozenset({GroupStatus.PREPARING_REBALANCE, GroupStatus.DEAD}),
+    GroupStatus.PREPARING_REBALANCE: frozenset({GroupStatus.COMPLETING_REBALANCE, GroupStatus.EMPTY}),
+    GroupStatus.COMPLETING_REBALANCE: frozenset({GroupStatus.STABLE, GroupStatus.PREPARING_REBALANCE}),
+    GroupStatus.STABLE: frozenset({GroupStatus.PREPARING_REBALANCE}),
+    GroupStatus.DEAD: frozenset(),
 }
 
 PartitionsOf = Callable[[str], int]  # topic -> partition count (0 for a topic that does not exist)
@@ -60,7 +71,7 @@ class Member:
 class GroupState:
     """A group's whole persisted state (JSON-serialisable)."""
 
-    state: str = EMPTY
+    state: GroupStatus = GroupStatus.EMPTY
     generation: int = 0
     protocol: str = ""
     leader: str = ""
@@ -75,13 +86,14 @@ class GroupState:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "GroupState":
+    def from_json(cls, text: str) -> GroupState:
         """The state `to_json` wrote."""
         raw = json.loads(text)
         raw["members"] = {m: Member(**v) for m, v in raw["members"].items()}
+        raw["state"] = GroupStatus(raw["state"])
         return cls(**raw)
 
-    def copy(self) -> "GroupState":
+    def copy(self) -> GroupState:
         """A deep copy, so transitions never mutate their input."""
         return GroupState.from_json(self.to_json())
 
@@ -104,14 +116,14 @@ def _touch(m: Member, now_ms: int) -> None:
         m.last_heartbeat_ms = now_ms
 
 
-def _to(s: GroupState, new: str) -> None:
+def _to(s: GroupState, new: GroupStatus) -> None:
     if new not in TRANSITIONS[s.state]:
         raise IllegalStateTransition(f"group state {s.state} cannot go to {new}")
     s.state = new
 
 
 def _member(s: GroupState, member_id: str) -> Member:
-    if s.state == DEAD:
+    if s.state == GroupStatus.DEAD:
         raise UnknownMemberError("the group was deleted; join again as a new member")
     found = s.members.get(member_id)
     if found is None:
@@ -161,7 +173,7 @@ class GroupCoordinator:
         """Join, rejoin or take over a static member's slot; completes the rebalance when it can."""
         _validate_join(req)
         s = state.copy()
-        if s.state == DEAD:
+        if s.state == GroupStatus.DEAD:
             raise UnknownMemberError("the group was deleted; join again")
         slot = req.member_id or self._static_slot(s, req.group_instance_id)
         if req.member_id:
@@ -175,13 +187,14 @@ class GroupCoordinator:
                 f"no partition assignment strategy of {list(req.assignors)} is supported by every member of "
                 f"group {req.group!r}; configure a strategy all members share")
         member_id, changed = self._upsert(s, req, slot, now_ms)
-        if s.state == PREPARING:
+        if s.state == GroupStatus.PREPARING_REBALANCE:
             s.members[member_id].joined_generation = s.generation + 1
         elif changed:
             self._prepare(s, now_ms)
             s.members[member_id].joined_generation = s.generation + 1
         self._maybe_complete(s, now_ms, partitions_of)
-        ready = s.state in (COMPLETING, STABLE) and s.members[member_id].joined_generation == s.generation
+        ready = (s.state in (GroupStatus.COMPLETING_REBALANCE, GroupStatus.STABLE)
+                 and s.members[member_id].joined_generation == s.generation)
         return s, JoinResult(member_id, s.generation, ready, s.leader if ready else "",
                              s.protocol if ready else "", tuple(sorted(s.members)) if ready else ())
 
@@ -227,7 +240,7 @@ class GroupCoordinator:
         s = state.copy()
         gone = [mid for mid, m in s.members.items()
                 if now_ms - m.last_heartbeat_ms > m.session_timeout_ms + heartbeat_slack_ms(m)]
-        if s.state == PREPARING and now_ms >= s.rebalance_deadline_ms:
+        if s.state == GroupStatus.PREPARING_REBALANCE and now_ms >= s.rebalance_deadline_ms:
             gone += [mid for mid, m in s.members.items()
                      if m.joined_generation != s.generation + 1 and mid not in gone]
         if gone:
@@ -240,7 +253,7 @@ class GroupCoordinator:
             raise GroupNotEmptyError(f"the group has {len(state.members)} live member(s); stop its consumers "
                                      "(or wait for their session timeout) before deleting it")
         s = state.copy()
-        _to(s, DEAD)
+        _to(s, GroupStatus.DEAD)
         return s
 
     # -- generation protocol -----------------------------------------------------------------------
@@ -248,17 +261,18 @@ class GroupCoordinator:
         """The member's assignment for `generation`; the group is Stable once every member has synced."""
         s = state.copy()
         member = _member(s, member_id)
-        if s.state == PREPARING:
+        if s.state == GroupStatus.PREPARING_REBALANCE:
             raise RebalanceInProgressError("the group is rebalancing; rejoin")
         self._check_generation(s, generation)
         _touch(member, now_ms)
         member.synced_generation = generation
-        if s.state == COMPLETING and all(m.synced_generation == s.generation for m in s.members.values()):
+        synced = all(m.synced_generation == s.generation for m in s.members.values())
+        if s.state == GroupStatus.COMPLETING_REBALANCE and synced:
             if s.followup:
                 s.followup = False
                 self._prepare(s, now_ms)
             else:
-                _to(s, STABLE)
+                _to(s, GroupStatus.STABLE)
         return s, SyncResult(s.owned(member_id))
 
     def heartbeat(self, state: GroupState, member_id: str, generation: int, now_ms: int,
@@ -270,7 +284,7 @@ class GroupCoordinator:
         if generation > s.generation:
             self._check_generation(s, generation)
         _touch(member, now_ms)
-        if s.state == PREPARING:
+        if s.state == GroupStatus.PREPARING_REBALANCE:
             return s, True
         if generation != s.generation:
             if member.joined_generation != s.generation or member.synced_generation == s.generation:
@@ -293,7 +307,7 @@ class GroupCoordinator:
             return
         member = _member(state, member_id)
         self._check_generation(state, generation)
-        if state.state == COMPLETING and member.synced_generation != generation:
+        if state.state == GroupStatus.COMPLETING_REBALANCE and member.synced_generation != generation:
             raise RebalanceInProgressError("the member has not fetched its assignment yet; sync first")
 
     @staticmethod
@@ -306,9 +320,9 @@ class GroupCoordinator:
     # -- rebalancing -------------------------------------------------------------------------------
     def _prepare(self, s: GroupState, now_ms: int) -> None:
         """Start a rebalance: every member must rejoin before the deadline."""
-        if s.state == PREPARING:
+        if s.state == GroupStatus.PREPARING_REBALANCE:
             return
-        _to(s, PREPARING)
+        _to(s, GroupStatus.PREPARING_REBALANCE)
         s.rebalance_deadline_ms = now_ms + max((m.rebalance_timeout_ms for m in s.members.values()), default=0)
 
     def _remove(self, s: GroupState, member_ids: list[str], now_ms: int) -> None:
@@ -323,12 +337,12 @@ class GroupCoordinator:
     def _complete_empty(s: GroupState) -> None:
         s.generation += 1
         s.protocol, s.leader, s.assignment, s.partition_counts, s.followup = "", "", {}, {}, False
-        _to(s, EMPTY)
+        _to(s, GroupStatus.EMPTY)
 
     def _maybe_complete(self, s: GroupState, now_ms: int, partitions_of: PartitionsOf) -> None:
         """Finish the rebalance once every member has rejoined (or the deadline removed the rest):
         bump the generation, pick the protocol and compute the assignment."""
-        if s.state != PREPARING:
+        if s.state != GroupStatus.PREPARING_REBALANCE:
             return
         waiting = [mid for mid, m in s.members.items() if m.joined_generation != s.generation + 1]
         if waiting and now_ms < s.rebalance_deadline_ms:
@@ -352,7 +366,7 @@ class GroupCoordinator:
         s.partition_counts = counts
         if s.leader not in s.members:
             s.leader = min(s.members)
-        _to(s, COMPLETING)
+        _to(s, GroupStatus.COMPLETING_REBALANCE)
 
     @staticmethod
     def _choose_protocol(s: GroupState) -> str:
@@ -372,4 +386,4 @@ class GroupCoordinator:
 
 def dead_state() -> GroupState:
     """What describe shows for a group the coordinator has never heard of (Kafka says Dead)."""
-    return GroupState(state=DEAD)
+    return GroupState(state=GroupStatus.DEAD)

@@ -2,98 +2,18 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-TopicPartition = tuple[str, int]
-
-
-@dataclass(frozen=True)
-class TopicInfo:
-    """A topic's metadata: partition count, config overrides and typed value schema (if any)."""
-
-    name: str
-    partitions: int
-    config: dict[str, str] = field(default_factory=dict)
-    value_schema: pa.Schema | None = None
-
-
-@dataclass(frozen=True)
-class CommittedOffset:
-    """A group's committed position in one partition (the next offset to read)."""
-
-    offset: int
-    metadata: str = ""
-    commit_ms: int = 0
-
-
-GROUP_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
-
-
-@dataclass(frozen=True)
-class JoinRequest:
-    """A member asking to join (or rejoin) a group; member_id "" means a new member."""
-
-    group: str
-    member_id: str
-    topics: tuple[str, ...]
-    assignors: tuple[str, ...] = ("range",)
-    group_instance_id: str = ""
-    client_id: str = ""
-    session_timeout_ms: int = 45000
-    rebalance_timeout_ms: int = 300000
-    owned: tuple[TopicPartition, ...] = ()
-
-
-@dataclass(frozen=True)
-class JoinResult:
-    """The answer to a join: `ready` is False while the rebalance still waits for other members
-    (the member asks again); once ready, the member syncs with `generation`."""
-
-    member_id: str
-    generation: int
-    ready: bool
-    leader: str = ""
-    protocol: str = ""
-    members: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class SyncResult:
-    """The member's assignment for the generation; `ready` is False until it is computed."""
-
-    assignment: tuple[TopicPartition, ...]
-    ready: bool = True
-
-
-@dataclass(frozen=True)
-class MemberDescription:
-    member_id: str
-    group_instance_id: str
-    client_id: str
-    assignment: tuple[TopicPartition, ...]
-
-
-@dataclass(frozen=True)
-class GroupDescription:
-    """A group's state for `fabric groups describe`."""
-
-    group: str
-    state: str
-    generation: int
-    protocol: str
-    members: tuple[MemberDescription, ...]
-
-
-def transaction_sequence(txn: str) -> tuple[str, int]:
-    """A transaction id `<transactional id>:<sequence>` split in two (an id without a numeric sequence is
-    sequence 0 of itself). A transactional id commits in increasing sequence, as the Spark sink commits its
-    batch ids in order and only ever replays the latest, so stores keep one record per transactional id."""
-    head, sep, tail = txn.rpartition(":")
-    if sep and tail.isascii() and tail.isdigit():
-        return head, int(tail)
-    return txn, 0
+from fabric.common.types import (
+    CommittedOffset,
+    GroupDescription,
+    JoinRequest,
+    JoinResult,
+    SyncResult,
+    TopicInfo,
+    TopicPartition,
+)
 
 
 class Coordinator(ABC):
@@ -172,5 +92,5 @@ class Coordinator(ABC):
     def describe_group(self, group: str) -> GroupDescription:
         """State, generation, protocol, members and their assignments."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: stores without connections keep this)
         """Release connections."""

@@ -12,9 +12,10 @@ import time
 
 import pyarrow as pa
 
-from coordinator.group_store import GroupMembership, GroupService, SqliteGroupStore
-from coordinator.interface import CommittedOffset, Coordinator, TopicInfo, TopicPartition, transaction_sequence
-from fabric.errors import InvalidPartitionsError, TopicExistsError, UnknownTopicError
+from fabric.common.errors import InvalidPartitionsError, TopicExistsError, UnknownTopicError
+from fabric.common.types import CommittedOffset, TopicInfo, TopicPartition, transaction_sequence
+from fabric.coordinator.group_store import GroupMembership, GroupService, SqliteGroupStore
+from fabric.coordinator.interface import Coordinator
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics (
@@ -61,7 +62,7 @@ class SqliteCoordinator(GroupMembership, Coordinator):
         def __exit__(self, exc_type, exc, tb) -> None:
             self.db.execute("ROLLBACK" if exc_type else "COMMIT")
 
-    def _tx(self) -> "_Tx":
+    def _tx(self) -> _Tx:
         return self._Tx(self._db())
 
     @staticmethod
@@ -104,8 +105,7 @@ class SqliteCoordinator(GroupMembership, Coordinator):
     def alter_topic_config(self, name: str, config: dict[str, str | None]) -> TopicInfo:
         with self._tx() as db:
             info = self._info(self._row(db, name))
-            merged = {**info.config, **config}
-            merged = {k: v for k, v in merged.items() if v is not None}
+            merged = {k: v for k, v in {**info.config, **config}.items() if v is not None}
             db.execute("UPDATE topics SET config=? WHERE name=?", (json.dumps(merged, sort_keys=True), name))
         return TopicInfo(name, info.partitions, merged, info.value_schema)
 

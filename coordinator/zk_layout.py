@@ -31,8 +31,8 @@ import pyarrow as pa
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
-from coordinator.interface import CommittedOffset, TopicInfo
-from fabric.errors import CoordinatorUnavailableError, InvalidConfigError
+from fabric.common.errors import CoordinatorUnavailableError, InvalidConfigError
+from fabric.common.types import CommittedOffset, TopicInfo
 
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
@@ -146,7 +146,7 @@ class LeaderState:
                       "isr": list(self.isr), "controller_epoch": self.controller_epoch})
 
     @classmethod
-    def decode(cls, data: bytes) -> "LeaderState":
+    def decode(cls, data: bytes) -> LeaderState:
         doc = loads(data)
         return cls(doc["leader"], int(doc["leader_epoch"]), tuple(doc["isr"]), int(doc["controller_epoch"]))
 

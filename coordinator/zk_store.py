@@ -14,17 +14,28 @@ from typing import Any, Callable, Protocol, TypeVar
 
 import pyarrow as pa
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError,
-                              RuntimeInconsistency)
+from kazoo.exceptions import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
 from kazoo.retry import KazooRetry, RetryFailedError
 
-from coordinator import zk_layout as layout
-from coordinator.election import EpochToken, FencedError
-from coordinator.group_store import GroupMembership, GroupService, GroupStore
-from coordinator.groups import GroupState
-from coordinator.interface import CommittedOffset, Coordinator, TopicInfo, TopicPartition, transaction_sequence
-from fabric.errors import (CoordinatorUnavailableError, InvalidPartitionsError, TopicExistsError,
-                           UnknownTopicError)
+from fabric.common.errors import (
+    CoordinatorUnavailableError,
+    InvalidPartitionsError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from fabric.common.types import CommittedOffset, TopicInfo, TopicPartition, transaction_sequence
+from fabric.coordinator import zk_layout as layout
+from fabric.coordinator.election import EpochToken, FencedError
+from fabric.coordinator.group_store import GroupMembership, GroupService, GroupStore
+from fabric.coordinator.groups import GroupState
+from fabric.coordinator.interface import Coordinator
 
 T = TypeVar("T")
 _CONFLICTS = (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError)
@@ -261,7 +272,7 @@ class ZkCoordinator(GroupMembership, Coordinator):
 
         def build(chunk: list[str], txn: TransactionRequest, token: EpochToken | None) -> int:
             count = 0
-            for path, found in zip(chunk, self.writer.get_many(chunk)):
+            for path, found in zip(chunk, self.writer.get_many(chunk), strict=True):
                 if found is None:
                     continue  # deleted meanwhile
                 old = layout.LeaderState.decode(found[0])
@@ -287,10 +298,10 @@ class ZkCoordinator(GroupMembership, Coordinator):
             leaves = [layout.offset(group, t, p) for (t, p), _ in items]
             parents = sorted({layout.group(group), layout.group_offsets(group)}
                              | {layout.group_topic_offsets(group, t) for (t, _), _ in items})
-            for path, found in zip(parents, self.writer.get_many(parents)):
+            for path, found in zip(parents, self.writer.get_many(parents), strict=True):
                 if found is None:
                     txn.create(path)
-            for path, found, (_, next_offset) in zip(leaves, self.writer.get_many(leaves), items):
+            for path, found, (_, next_offset) in zip(leaves, self.writer.get_many(leaves), items, strict=True):
                 data = layout.offset_data(CommittedOffset(next_offset, metadata, now))
                 if found is None:
                     txn.create(path, data)
@@ -304,7 +315,7 @@ class ZkCoordinator(GroupMembership, Coordinator):
         keys = [(t, int(p)) for t in names if topics is None or t in topics
                 for p in self.writer.children(layout.group_topic_offsets(group, t))]
         found = self.writer.get_many([layout.offset(group, t, p) for t, p in keys])
-        return {key: layout.committed_offset(f[0]) for key, f in zip(keys, found) if f is not None}
+        return {key: layout.committed_offset(f[0]) for key, f in zip(keys, found, strict=True) if f is not None}
 
     def _has_offsets(self, group: str) -> bool:
         return any(self.writer.children(layout.group_topic_offsets(group, layout.name_of(t)))

@@ -2,12 +2,28 @@
 
     import fabric
     fab = fabric.connect("file:///tmp/fabric")   # or a path, or $FABRIC_URL, default ./fabric-data
+
+The package is layered; each layer imports only the ones below it (import-linter checks this):
+    fabric.sources, fabric.sinks   Spark source and sinks (from the repository's sources/ and sinks/)
+    fabric.spark                   what Spark jobs, sources, sinks and notebooks share: options, session
+    fabric.cli                     the `fabric` command
+    fabric.client                  clusters (embedded, remote), producer, consumer, admin
+    fabric.server                  the coordinator service and its wire format
+    fabric.coordinator             metadata stores, groups, assignors, election (the repository's coordinator/)
+    fabric.storage                 the log: segments, indexes, frames, watermark
+    fabric.common                  errors, names, value types, configs, the record layout
 """
 from __future__ import annotations
 
-from fabric.client import Fabric
-from fabric.errors import *  # noqa: F401,F403  (the exception types are part of the public API)
-from fabric.url import open_cluster
+from pkgutil import extend_path
+
+# coordinator/, sources/ and sinks/ live beside fabric/ in the repository and are installed as subpackages of
+# fabric: where the checkout itself is on sys.path (python -m from its root), find them in the installed tree.
+__path__ = extend_path(__path__, __name__)
+
+from fabric.client.admin import Fabric  # noqa: E402
+from fabric.client.url import open_cluster  # noqa: E402
+from fabric.common.errors import *  # noqa: E402,F401,F403  (the exception types are part of the public API)
 
 __all__ = ["connect", "Fabric"]
 

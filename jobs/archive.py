@@ -7,8 +7,8 @@ a plain Delta table either way.
 """
 from __future__ import annotations
 
-from jobs.common import parser, read_topic, run, session, trigger
-from sinks.delta_sink import DeltaArchiver
+from fabric.sinks.delta_sink import DeltaArchiver
+from fabric.spark.job import parser, read_topic, run, session, trigger
 
 
 def main(argv: list[str] | None = None) -> None:

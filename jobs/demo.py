@@ -16,7 +16,6 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 import fabric
-from jobs import archive, transform
 
 CLICKS = pa.schema([("user", pa.string()), ("page", pa.string()), ("amount", pa.float64())])
 THRESHOLD = 50.0
@@ -48,6 +47,9 @@ def main(argv: list[str] | None = None) -> None:
     with fab.producer() as producer:
         producer.send_batch("clicks", events)
     print(f"produced {args.events:,} events in {time.perf_counter() - start:.2f} s")
+
+    import archive  # the sibling jobs (this script's directory is first on sys.path); imported here, so that
+    import transform  # tests can load this module by its path for sample_events without them
 
     common = ["--url", fab.url, "--trigger", "available-now"]
     transform.main(common + ["--checkpoint", f"{work}/checkpoints/transform", "--input", "clicks",

@@ -9,7 +9,7 @@ result must have the sink's columns: `value` (or the output topic's typed column
 """
 from __future__ import annotations
 
-from jobs.common import parser, read_topic, run, session, trigger
+from fabric.spark.job import parser, read_topic, run, session, trigger
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,7 +10,7 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 import fabric
-from jobs.common import parser, read_topic, run, session, trigger
+from fabric.spark.job import parser, read_topic, run, session, trigger
 
 OUTPUT_SCHEMA = pa.schema([("window_start", pa.timestamp("us", tz="UTC")),
                            ("window_end", pa.timestamp("us", tz="UTC")),

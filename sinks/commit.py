@@ -10,17 +10,19 @@ import os
 import shutil
 from typing import Sequence
 
-from fabric.cluster import Cluster
-from fabric.errors import FabricError
-from sinks.staging import StagedBatch, staging_dir
+from pyspark.sql.datasource import WriterCommitMessage
+
+from fabric.client.cluster import Cluster
+from fabric.common.errors import FabricError
+from fabric.sinks.staging import StagedBatch
 
 
-def _messages(messages: Sequence[StagedBatch | None]) -> list[StagedBatch]:
+def _messages(messages: Sequence[WriterCommitMessage | None]) -> list[StagedBatch]:
     """The commit messages of the tasks that returned one (a failed task's is None)."""
     return [m for m in messages if isinstance(m, StagedBatch)]
 
 
-def publish_staged(cluster: Cluster, txn: str, messages: Sequence[StagedBatch | None]) -> bool:
+def publish_staged(cluster: Cluster, txn: str, messages: Sequence[WriterCommitMessage | None]) -> bool:
     """Publish every staged file of a batch under transaction `txn`; False if it was published before."""
     if any(m is None for m in messages):
         raise FabricError(f"a task of transaction {txn!r} returned no commit message; the batch is not published")
@@ -35,14 +37,14 @@ def publish_staged(cluster: Cluster, txn: str, messages: Sequence[StagedBatch | 
 
 def remove_staged(cluster: Cluster, sink_id: str, batch: str | None) -> None:
     """Delete a batch's staging directory (every task attempt's files), or the sink's when batch is None."""
-    shutil.rmtree(staging_dir(cluster, sink_id, batch), ignore_errors=True)
+    shutil.rmtree(cluster.staging_dir(sink_id, batch), ignore_errors=True)
     if batch is not None:
         try:
-            os.rmdir(staging_dir(cluster, sink_id))
+            os.rmdir(cluster.staging_dir(sink_id))
         except OSError:  # other batches' files are still there, or it is gone already
             pass
 
 
-def sink_ids(messages: Sequence[StagedBatch | None]) -> set[tuple[str, str]]:
+def sink_ids(messages: Sequence[WriterCommitMessage | None]) -> set[tuple[str, str]]:
     """The (sink id, batch) pairs the tasks staged under (one, unless something is badly wrong)."""
     return {(m.sink_id, m.batch) for m in _messages(messages)}

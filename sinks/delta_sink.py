@@ -27,11 +27,11 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
-from deltalake.transaction import AddAction, create_table_with_add_actions
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from fabric.errors import InvalidConfigError
+from fabric.common.errors import InvalidConfigError
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -99,13 +99,13 @@ class DeltaArchiver:
         os.makedirs(self.table_path, exist_ok=True)
         files = df.mapInArrow(_write_parquet(self.table_path, schema), FILES_SCHEMA).collect()
         now_ms = int(time.time() * 1000)
-        actions = [AddAction(f.path, f.size, {}, now_ms, True, json.dumps({"numRecords": f.rows}))
-                   for f in files]
+        adds = [AddAction(f.path, f.size, {}, now_ms, True, json.dumps({"numRecords": f.rows})) for f in files]
         commit = CommitProperties(app_transactions=[Transaction(app_id, batch_id)])
         if DeltaTable.is_deltatable(self.table_path):
+            actions: list[AddAction | RemoveAction] = list(adds)
             DeltaTable(self.table_path).create_write_transaction(actions, "append", schema,
                                                                  commit_properties=commit)
         else:
-            create_table_with_add_actions(self.table_path, Schema.from_arrow(schema), actions, mode="append",
+            create_table_with_add_actions(self.table_path, Schema.from_arrow(schema), adds, mode="append",
                                           commit_properties=commit)
         return True

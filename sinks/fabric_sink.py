@@ -42,21 +42,21 @@ from __future__ import annotations
 import contextlib
 import uuid
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import Iterator, Mapping
 
 import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from fabric.errors import InvalidConfigError, SchemaMismatchError
-from fabric.names import validate_topic
-from fabric.records import to_storage
-from fabric.url import open_cluster
-from sinks.commit import publish_staged, remove_staged, sink_ids
-from sinks.staging import StagedBatch, Stager, staging_dir
-from sources.options import get_option, resolve_url
+from fabric.client.url import open_cluster
+from fabric.common.errors import InvalidConfigError, SchemaMismatchError
+from fabric.common.names import validate_topic
+from fabric.common.records import to_storage
+from fabric.sinks.commit import publish_staged, remove_staged, sink_ids
+from fabric.sinks.staging import StagedBatch, Stager
+from fabric.spark.options import get_option, resolve_url
 
 SINK_OPTIONS = ("url", "topic", "transactionalId", "compression.type")
 SPARK_OPTIONS = ("checkpointLocation", "queryName", "path")  # Spark passes these along; the sink ignores them
@@ -75,7 +75,7 @@ class SinkConfig:
     codec: str
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], schema: StructType) -> "SinkConfig":
+    def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkConfig:
         """Check the options and the input columns on the driver, before any task runs."""
         known = {n.lower() for n in SINK_OPTIONS + SPARK_OPTIONS}
         unknown = sorted(k for k in options if k.lower() not in known)
@@ -120,7 +120,7 @@ def _stage_task(config: SinkConfig, sink_id: str, batch: str, txn: str,
             for _ in iterator:
                 pass
             return StagedBatch(sink_id, batch)
-        stager = Stager(cluster, staging_dir(cluster, sink_id, batch), config.topic, config.codec)
+        stager = Stager(cluster, cluster.staging_dir(sink_id, batch), config.topic, config.codec)
         for record_batch in iterator:
             stager.add(record_batch)
         return StagedBatch(sink_id, batch, stager.finish())
@@ -136,12 +136,12 @@ class FabricBatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedBatch:
         return _stage_task(self.config, self.sink_id, "job", self.sink_id, iterator)
 
-    def commit(self, messages: Sequence[StagedBatch | None]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         with contextlib.closing(open_cluster(self.config.url)) as cluster:
             publish_staged(cluster, self.sink_id, messages)
             remove_staged(cluster, self.sink_id, None)
 
-    def abort(self, messages: Sequence[StagedBatch | None]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         with contextlib.closing(open_cluster(self.config.url)) as cluster:
             remove_staged(cluster, self.sink_id, None)
 
@@ -162,7 +162,7 @@ class FabricStreamWriter(DataSourceStreamArrowWriter):
         sink_id = self.config.transactional_id or f"query-{query}"
         return _stage_task(self.config, sink_id, batch, f"{sink_id}:{batch}", iterator)
 
-    def commit(self, messages: Sequence[StagedBatch | None], batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         staged = sink_ids(messages)
         if any(batch != str(batchId) for _, batch in staged) or len(staged) > 1:
             raise InvalidConfigError(f"micro-batch {batchId} got commit messages of {sorted(staged)}")
@@ -171,7 +171,7 @@ class FabricStreamWriter(DataSourceStreamArrowWriter):
                 publish_staged(cluster, f"{sink_id}:{batch}", messages)
                 remove_staged(cluster, sink_id, batch)
 
-    def abort(self, messages: Sequence[StagedBatch | None], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         with contextlib.closing(open_cluster(self.config.url)) as cluster:
             for sink_id, batch in sink_ids(messages):
                 remove_staged(cluster, sink_id, batch)

@@ -8,6 +8,7 @@ then publishes those bytes without re-encoding them, large files without even co
 """
 from __future__ import annotations
 
+import itertools
 import os
 import time
 import uuid
@@ -19,13 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import WriterCommitMessage
 
-from coordinator.interface import TopicInfo
-from fabric.cluster import Cluster
-from fabric.errors import FabricError, SchemaMismatchError
-from fabric.partitioner import StickyPartitioner
-from fabric.producer import assign_partitions
-from fabric.records import to_storage
-from fabric.storage.encoder import FrameEncoder
+from fabric.client.cluster import Cluster, FrameEncoder
+from fabric.client.partitioner import StickyPartitioner, assign_partitions
+from fabric.common.errors import SchemaMismatchError
+from fabric.common.records import to_storage
+from fabric.common.types import TopicInfo
 
 FRAME_BYTES = 1 << 20  # stored bytes per frame: large enough to amortise per-frame costs
 
@@ -47,19 +46,6 @@ class StagedBatch(WriterCommitMessage):
     sink_id: str
     batch: str
     files: list[StagedFile] = field(default_factory=list)
-
-
-def staging_dir(cluster: Cluster, sink_id: str, batch: str | None = None) -> str:
-    """Where a sink stages a batch: <fabric root>/__fabric/staging/<sink id>/<batch>/ (embedded fabric).
-
-    Staging needs a directory the tasks and the driver share; a remote cluster will stage differently."""
-    root = getattr(cluster, "root", None)
-    if root is None:
-        raise FabricError(
-            f"the fabric Spark sink stages batches in the fabric's directory, which a {type(cluster).__name__} "
-            "does not have; write to an embedded fabric URL (file:///dir)")
-    path = os.path.join(root, "__fabric", "staging", sink_id)
-    return path if batch is None else os.path.join(path, batch)
 
 
 class Stager:
@@ -164,5 +150,5 @@ def _split(rows: pa.Table, parts: np.ndarray) -> Iterable[tuple[int, pa.RecordBa
     ordered = parts[order]
     cuts = [0, *(np.flatnonzero(np.diff(ordered)) + 1).tolist(), len(order)]
     taken = batch.take(pa.array(order))
-    for lo, hi in zip(cuts[:-1], cuts[1:]):
+    for lo, hi in itertools.pairwise(cuts):
         yield int(ordered[lo]), taken.slice(lo, hi - lo)

@@ -10,18 +10,45 @@ from typing import Any, Iterator, Mapping, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows,
-                                              ReadMinRows, SupportsTriggerAvailableNow)
-from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField,
-                               StructType, TimestampType)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
-from fabric.cluster import Cluster
-from fabric.errors import FabricError
-from fabric.records import output_schema
-from sources.offsets import (Offsets, OffsetRange, byte_limit, checked_start, current_partitions,
-                             deleted_topics, from_json, rate_limit, resolve, split_ranges, states, to_json)
-from sources.options import ENDING_OPTIONS, SUBSCRIPTIONS, SourceOptions, Subscription, get_option, parse_source_options
-from sources.reading import RangePartition, ReadPlan, cluster_for, read_range
+from fabric.client.cluster import Cluster
+from fabric.common.errors import FabricError
+from fabric.common.records import output_schema
+from fabric.sources.offsets import (
+    OffsetRange,
+    Offsets,
+    byte_limit,
+    checked_start,
+    current_partitions,
+    deleted_topics,
+    from_json,
+    rate_limit,
+    resolve,
+    split_ranges,
+    states,
+    to_json,
+)
+from fabric.sources.options import ENDING_OPTIONS, SUBSCRIPTIONS, SourceOptions, Subscription, parse_source_options
+from fabric.sources.reading import RangePartition, ReadPlan, cluster_for, read_range
+from fabric.spark.options import get_option
 
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
@@ -139,12 +166,14 @@ class FabricStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = {tp: max(begin[tp], min(e, self.target.get(tp, begin[tp]))) for tp, e in end.items()}
         if isinstance(limit, ReadMinRows) and sum(end[tp] - begin[tp] for tp in end) < limit.min_rows:
             return start
-        if isinstance(limit, ReadMaxRows) or (isinstance(limit, ReadMaxBytes) and self.opts.max_offsets_per_trigger):
-            end = rate_limit(begin, end, limit.max_rows if isinstance(limit, ReadMaxRows)
-                             else self.opts.max_offsets_per_trigger)
-        if isinstance(limit, ReadMaxBytes) or (isinstance(limit, ReadMaxRows) and self.opts.max_bytes_per_trigger):
-            end = byte_limit(begin, end, limit.max_bytes if isinstance(limit, ReadMaxBytes)
-                             else self.opts.max_bytes_per_trigger, now)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else \
+            self.opts.max_offsets_per_trigger if isinstance(limit, ReadMaxBytes) else None
+        if max_rows:
+            end = rate_limit(begin, end, max_rows)
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else \
+            self.opts.max_bytes_per_trigger if isinstance(limit, ReadMaxRows) else None
+        if max_bytes:
+            end = byte_limit(begin, end, max_bytes, now)
         return to_json({**{tp: o for tp, o in previous.items() if tp[0] not in gone}, **end})
 
     def reportLatestOffset(self) -> dict | None:
@@ -153,7 +182,7 @@ class FabricStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _missing_topics(self) -> frozenset[str]:
         existing = set(self.cluster.coordinator.list_topics())
-        return frozenset(t for t in self.opts.subscription.topic_names(self.cluster.coordinator) if t not in existing)
+        return frozenset(t for t in self.opts.subscription.topic_names(self.cluster) if t not in existing)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, stop = from_json(start), from_json(end)

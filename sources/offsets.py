@@ -2,15 +2,16 @@
 data-loss checks, admission control (per-trigger limits) and splitting ranges into Spark tasks."""
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from coordinator.interface import TopicPartition
-from fabric.cluster import Cluster, PartitionState
-from fabric.errors import FabricError, UnknownTopicError
-from sources.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription, check_topics_exist
+from fabric.client.cluster import Cluster
+from fabric.common.errors import FabricError, UnknownTopicError
+from fabric.common.types import PartitionState, TopicPartition
+from fabric.sources.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription, check_topics_exist
 
 Offsets = dict[TopicPartition, int]
 log = logging.getLogger("fabric.source")
@@ -51,9 +52,9 @@ def current_partitions(cluster: Cluster, subscription: Subscription,
                        skip: frozenset[str] = frozenset()) -> list[TopicPartition]:
     """The topic partitions the subscription covers now; subscribed or assigned topics must exist, except
     those in `skip` (deleted while a query ran with failOnDataLoss=false)."""
-    topics = [t for t in subscription.topic_names(cluster.coordinator) if t not in skip]
+    topics = [t for t in subscription.topic_names(cluster) if t not in skip]
     if subscription.kind != "subscribePattern":
-        check_topics_exist(cluster.coordinator, topics)
+        check_topics_exist(cluster, topics)
     if subscription.kind == "assign":
         for topic, p in [tp for tp in subscription.assigned if tp[0] not in skip]:
             count = cluster.coordinator.topic(topic).partitions
@@ -99,24 +100,26 @@ def resolve(cluster: Cluster, spec: OffsetSpec, now: Mapping[TopicPartition, Par
                           f"it reads {sorted(now)}")
     committed = {}
     if spec.kind == "group":
+        assert opts.group_id is not None  # parse_source_options refuses startingOffsets=group without groupId
         committed = {tp: c.offset for tp, c in cluster.coordinator.committed(
             opts.group_id, sorted({t for t, _ in now})).items()}
     out: Offsets = {}
     for tp, state in now.items():
-        kind, value = spec.kind, None
+        kind, value = spec.kind, -1
         if kind == "offsets":
             value = spec.offsets.get(tp, EARLIEST if starting else LATEST)
             kind = {EARLIEST: "earliest", LATEST: "latest"}.get(value, "offset")
         elif kind == "timestamps":
             kind = "timestamp" if tp in spec.offsets else fallback
         elif kind == "group":
-            kind, value = ("offset", min(committed[tp], state.end_offset)) if tp in committed else (fallback, None)
+            kind, value = ("offset", min(committed[tp], state.end_offset)) if tp in committed else (fallback, -1)
         if kind == "earliest":
             out[tp] = state.start_offset
         elif kind == "latest":
             out[tp] = state.end_offset
         elif kind == "timestamp":
-            ts = spec.timestamp_ms if spec.kind == "timestamp" else spec.offsets[tp]
+            ts = spec.offsets[tp] if spec.kind == "timestamps" else spec.timestamp_ms
+            assert ts is not None  # a "timestamp" spec always carries its timestamp
             strategy = opts.timestamp_strategy if starting else "latest"
             out[tp] = _by_timestamp(cluster, tp, ts, state, strategy, option)
         else:
@@ -160,7 +163,7 @@ def deleted_topics(cluster: Cluster, subscription: Subscription, previous: Mappi
     existing = set(cluster.coordinator.list_topics())
     gone = {t for t, _ in previous if t not in existing}
     if subscription.kind != "subscribePattern":
-        gone |= {t for t in subscription.topic_names(cluster.coordinator) if t not in existing}
+        gone |= {t for t in subscription.topic_names(cluster) if t not in existing}
     for topic in sorted(gone):
         report_data_loss(f"topic {topic!r} was deleted while the query was reading it", fail)
     return frozenset(gone)
@@ -209,5 +212,5 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
     for r in ranges:
         parts = min(r.size, max(1, math.ceil(r.size * min_partitions / total)))
         bounds = [r.start + (r.size * i) // parts for i in range(parts + 1)]
-        out += [OffsetRange(r.topic, r.partition, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+        out += [OffsetRange(r.topic, r.partition, lo, hi) for lo, hi in itertools.pairwise(bounds)]
     return out

@@ -1,4 +1,4 @@
-"""Options of the fabric Spark source (and the URL rule the sink shares), named as Spark's Kafka source's.
+"""Options of the fabric Spark source, named as Spark's Kafka source's.
 
 Everything is parsed and validated once, on the driver, into `SourceOptions`; a bad option fails the
 query before it starts with a message naming the option and how to fix it.
@@ -6,18 +6,16 @@ query before it starts with a message naming the option and how to fix it.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
-from urllib.parse import urlparse
 
-from coordinator.interface import Coordinator, TopicPartition
-from fabric.errors import InvalidConfigError, UnknownTopicError
-from fabric.names import validate_group, validate_topic
-from fabric.url import DEFAULT_URL, ENV_URL
+from fabric.client.cluster import Cluster
+from fabric.common.errors import InvalidConfigError, UnknownTopicError
+from fabric.common.names import validate_group, validate_topic
+from fabric.common.types import TopicPartition
+from fabric.spark.options import get_option, resolve_url
 
-URL_CONF = "spark.fabric.url"
 SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
 ENDING_OPTIONS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 SOURCE_OPTIONS = SUBSCRIPTIONS + ENDING_OPTIONS + (
@@ -25,33 +23,6 @@ SOURCE_OPTIONS = SUBSCRIPTIONS + ENDING_OPTIONS + (
     "startingOffsetsByTimestampStrategy", "maxOffsetsPerTrigger", "maxBytesPerTrigger", "minPartitions",
     "failOnDataLoss", "includeHeaders", "groupId")
 EARLIEST, LATEST = -2, -1  # the special offsets of Kafka's JSON offset specs
-
-
-def get_option(options: Mapping[str, Any], name: str) -> str | None:
-    """An option's value, looked up case-insensitively (Spark's own option maps are case-insensitive)."""
-    wanted = name.lower()
-    for key, value in options.items():
-        if key.lower() == wanted:
-            return None if value is None else str(value)
-    return None
-
-
-def _session_conf(key: str) -> str | None:
-    """A Spark conf of the active session, when this process has one (the driver); else None."""
-    try:
-        from pyspark.sql import SparkSession
-        session = SparkSession.getActiveSession()
-        return session.conf.get(key, None) if session is not None else None
-    except Exception:  # no JVM in this process (a Python worker): fall through to the environment
-        return None
-
-
-def resolve_url(options: Mapping[str, Any]) -> str:
-    """The fabric URL: option `url`, else Spark conf spark.fabric.url, else $FABRIC_URL, else ./fabric-data.
-
-    A plain path is made absolute here, on the driver, so executors with another cwd open the same fabric."""
-    url = get_option(options, "url") or _session_conf(URL_CONF) or os.environ.get(ENV_URL) or DEFAULT_URL
-    return f"file://{os.path.abspath(url)}" if urlparse(url).scheme == "" else url
 
 
 @dataclass(frozen=True)
@@ -63,11 +34,11 @@ class Subscription:
     pattern: str = ""
     assigned: tuple[TopicPartition, ...] = ()
 
-    def topic_names(self, coordinator: Coordinator) -> list[str]:
+    def topic_names(self, cluster: Cluster) -> list[str]:
         """The topics this subscription covers now (a pattern is re-evaluated on every call)."""
         if self.kind == "subscribePattern":
             regex = re.compile(self.pattern)
-            return [t for t in coordinator.list_topics() if regex.fullmatch(t)]
+            return [t for t in cluster.coordinator.list_topics() if regex.fullmatch(t)]
         if self.kind == "assign":
             return sorted({t for t, _ in self.assigned})
         return list(self.topics)
@@ -155,7 +126,7 @@ def _json_partitions(name: str, text: str, leaf: str) -> dict[TopicPartition, An
 
 
 def _subscription(options: Mapping[str, Any]) -> Subscription:
-    given = [(n, get_option(options, n)) for n in SUBSCRIPTIONS if get_option(options, n) is not None]
+    given = [(n, text) for n in SUBSCRIPTIONS if (text := get_option(options, n)) is not None]
     if len(given) != 1:
         names = ", ".join(n for n, _ in given) or "none"
         raise InvalidConfigError(
@@ -253,9 +224,9 @@ def parse_source_options(options: Mapping[str, Any], streaming: bool) -> SourceO
     )
 
 
-def check_topics_exist(coordinator: Coordinator, topics: list[str]) -> None:
+def check_topics_exist(cluster: Cluster, topics: list[str]) -> None:
     """Fail clearly when a subscribed or assigned topic does not exist."""
-    existing = set(coordinator.list_topics())
+    existing = set(cluster.coordinator.list_topics())
     missing = [t for t in topics if t not in existing]
     if missing:
         raise UnknownTopicError(

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import pyarrow as pa
-
-from fabric.cluster import Cluster, Fetched
-from fabric.errors import OffsetOutOfRangeError
-from fabric.records import output_schema, stored_columns, to_output
-from fabric.url import open_cluster
 from pyspark.sql.datasource import InputPartition
-from sources.offsets import OffsetRange, lost_range_message, report_data_loss
+
+from fabric.client.cluster import Cluster
+from fabric.client.url import open_cluster
+from fabric.common.errors import OffsetOutOfRangeError
+from fabric.common.records import output_schema, stored_columns, to_output
+from fabric.common.types import Fetched
+from fabric.sources.offsets import OffsetRange, lost_range_message, report_data_loss
 
 FETCH_BYTES = 32 << 20  # bytes of frames per fetch call
 BATCH_BYTES = 8 << 20  # combine smaller fetched batches up to about this size
@@ -60,7 +61,7 @@ class ReadPlan:
 def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
     """The batch with exactly Spark's Arrow types (zero-copy when the types already match)."""
     arrays = [col if col.type == field.type else col.cast(field.type)
-              for col, field in zip(batch.columns, target)]
+              for col, field in zip(batch.columns, target, strict=True)]
     return pa.RecordBatch.from_arrays(arrays, schema=target)
 
 

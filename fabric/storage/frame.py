@@ -64,7 +64,7 @@ class FrameHeader:
                            self.attributes, 0, self.record_count, self.first_timestamp, self.max_timestamp,
                            self.producer_id, self.producer_epoch, self.base_sequence, 0)
 
-    def rebased(self, base_offset: int) -> "FrameHeader":
+    def rebased(self, base_offset: int) -> FrameHeader:
         """The same frame at another base offset (the CRC stays valid)."""
         return replace(self, base_offset=base_offset)
 

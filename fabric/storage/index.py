@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from typing import Sequence
 
 import numpy as np
 
@@ -59,7 +60,7 @@ class _MappedIndex:
         with open(self.path, "ab") as f:
             f.truncate(count * self.DTYPE.itemsize)
 
-    def reset(self, entries: np.ndarray) -> None:
+    def reset(self, entries: Sequence[tuple[int, int]] | np.ndarray) -> None:
         """Replace the file's contents atomically (used when rebuilding)."""
         tmp = self.path + ".tmp"
         with open(tmp, "wb") as f:

@@ -16,7 +16,7 @@ class PartitionLock:
         self._depth = 0
         self._fd: int | None = None
 
-    def __enter__(self) -> "PartitionLock":
+    def __enter__(self) -> PartitionLock:
         self._thread_lock.acquire()
         if self._depth == 0:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)

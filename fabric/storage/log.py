@@ -17,13 +17,13 @@ from typing import Callable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fabric.config import TopicConfig
-from fabric.errors import CorruptRecordError, OffsetOutOfRangeError
-from fabric.records import LOG_APPEND_TIME, TIMESTAMP, TIMESTAMP_TYPES
+from fabric.common.config import TopicConfig
+from fabric.common.errors import CorruptRecordError, OffsetOutOfRangeError
+from fabric.common.records import LOG_APPEND_TIME, TIMESTAMP, TIMESTAMP_TYPES
 from fabric.storage import frame
 from fabric.storage.frame import FrameHeader
-from fabric.storage.lock import PartitionLock
 from fabric.storage.index import OffsetIndex, TimeIndex
+from fabric.storage.lock import PartitionLock
 from fabric.storage.segment import DATA_SUFFIX, INDEX_SUFFIX, TIME_SUFFIX, Segment
 from fabric.storage.watermark import HighWatermark
 
@@ -105,7 +105,7 @@ class Log:
             segs = [active]
         active = segs[-1]
         try:
-            active.schema
+            active.data_start  # noqa: B018 (reads and checks the schema frame)
         except CorruptRecordError:
             if active.base_offset != hw:
                 raise

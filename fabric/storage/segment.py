@@ -7,7 +7,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from fabric.errors import CorruptRecordError
+from fabric.common.errors import CorruptRecordError
 from fabric.storage import frame
 from fabric.storage.frame import FrameError, FrameHeader
 from fabric.storage.index import OffsetIndex, TimeIndex
@@ -50,7 +50,7 @@ class Segment:
 
     # -- creation and the schema frame ---------------------------------------------------------------
     @classmethod
-    def create(cls, directory: str, base_offset: int, schema: pa.Schema) -> "Segment":
+    def create(cls, directory: str, base_offset: int, schema: pa.Schema) -> Segment:
         """A new segment holding only its schema frame (replacing any torn leftover of the same name)."""
         seg = cls(directory, base_offset)
         header, payload = frame.schema_frame(schema, base_offset)
@@ -80,23 +80,29 @@ class Segment:
 
     @property
     def schema(self) -> pa.Schema:
-        """The Arrow schema every batch in this segment is encoded against."""
+        """The Arrow schema every batch in this segment is encoded against (CorruptRecordError if its schema
+        frame is missing or damaged)."""
         if self._schema is None:
-            buf = self.view(frame.HEADER_SIZE)
-            try:
-                header = frame.unpack_header(buf)
-            except FrameError:
-                raise CorruptRecordError(f"segment {self.path} has no valid schema frame") from None
-            if not header.is_schema or not frame.verify(buf, 0, header):
-                raise CorruptRecordError(f"segment {self.path} has a corrupt schema frame")
-            self._schema = frame.decode_schema(buf.slice(frame.HEADER_SIZE, header.length))
-            self._data_start = header.size
+            self._schema = self._read_schema_frame()
         return self._schema
+
+    def _read_schema_frame(self) -> pa.Schema:
+        """Decode the schema frame at byte 0 and note where the data frames start."""
+        buf = self.view(frame.HEADER_SIZE)
+        try:
+            header = frame.unpack_header(buf)
+        except FrameError:
+            raise CorruptRecordError(f"segment {self.path} has no valid schema frame") from None
+        if not header.is_schema or not frame.verify(buf, 0, header):
+            raise CorruptRecordError(f"segment {self.path} has a corrupt schema frame")
+        self._data_start = header.size
+        return frame.decode_schema(buf.slice(frame.HEADER_SIZE, header.length))
 
     @property
     def data_start(self) -> int:
         """Byte position of the first data frame."""
-        self.schema
+        if self._schema is None:
+            self._schema = self._read_schema_frame()
         return self._data_start
 
     # -- scanning ----------------------------------------------------------------------------------
@@ -117,10 +123,10 @@ class Segment:
         """The frame holding `offset` (position, header), or (position after the last frame, None)."""
         hit = self.index.floor(offset - self.base_offset)
         pos = max(hit[1], self.data_start) if hit else self.data_start
-        for pos, header in self.headers(pos, end):
+        for at, header in self.headers(pos, end):
             if header.next_offset > offset:
-                return pos, header
-            pos += header.size
+                return at, header
+            pos = at + header.size
         return pos, None
 
     def read(self, offset: int, end_offset: int, end: int) -> Iterator[tuple[FrameHeader, pa.Buffer]]:
@@ -129,23 +135,23 @@ class Segment:
         if header is None:
             return
         buf = self.view(end)
-        for pos, header in self.headers(pos, end):
+        for at, header in self.headers(pos, end):
             if header.base_offset >= end_offset:
                 return
-            if not frame.verify(buf, pos, header):
+            if not frame.verify(buf, at, header):
                 raise CorruptRecordError(
                     f"batch at offset {header.base_offset} in {self.path} failed its CRC check; "
                     "it will not be served (restore the segment or skip past it with a seek)")
-            yield header, buf.slice(pos + frame.HEADER_SIZE, header.length)
+            yield header, buf.slice(at + frame.HEADER_SIZE, header.length)
 
     def last_frame_end(self, end: int) -> tuple[int, int]:
         """(position after the last whole frame below byte `end`, the next offset there)."""
         last = self.index.last()
         pos = max(last[1], self.data_start) if last else self.data_start
         next_offset = self.base_offset
-        for pos, header in self.headers(pos, end):
+        for at, header in self.headers(pos, end):
             next_offset = header.next_offset
-            pos += header.size
+            pos = at + header.size
         if last and next_offset == self.base_offset:
             next_offset = self.base_offset + last[0]
         return pos, next_offset
@@ -194,8 +200,9 @@ class Segment:
         size = self.size
         ok = (os.path.exists(self.index.path) and os.path.exists(self.timeindex.path)
               and self.index.is_consistent(size) and self.timeindex.is_consistent(2**32))
-        if ok and len(self.index):
-            rel, pos = self.index.last()
+        last = self.index.last() if ok else None
+        if last is not None:
+            rel, pos = last
             try:
                 header = frame.unpack_header(self.view(pos + frame.HEADER_SIZE), pos)
                 ok = header.base_offset == self.base_offset + rel

@@ -1,0 +1,1 @@
+"""`fabric`: Kafka's command-line tools as one command. One module per command group; `main` runs it."""

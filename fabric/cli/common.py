@@ -1,0 +1,64 @@
+"""What the `fabric` command groups share: how a command is declared (`add_command`), how it reaches the
+fabric (`open_fabric`), `key=value` parsing and table printing.
+"""
+from __future__ import annotations
+
+import argparse
+import textwrap
+from typing import Any, Callable, Iterable, Sequence
+
+from fabric.client.admin import Fabric
+from fabric.client.url import open_cluster
+from fabric.common.errors import FabricError
+
+Handler = Callable[[argparse.Namespace], "int | None"]
+
+
+class CommandError(FabricError):
+    """Bad command-line input the argument parser cannot catch (e.g. bad JSON on stdin)."""
+
+
+def add_url_option(parser: argparse.ArgumentParser, default: Any) -> None:
+    """The --url option; accepted before the command and after it (`fabric topics list --url X`)."""
+    parser.add_argument("--url", default=default, metavar="URL",
+                        help="the fabric to use: file:///dir or a path (embedded), or fabric://host:port "
+                             "(default: $FABRIC_URL, else ./fabric-data)")
+
+
+def add_command(subparsers: argparse._SubParsersAction, name: str, handler: Handler | None, help: str,
+                description: str | None = None, epilog: str | None = None) -> argparse.ArgumentParser:
+    """Declare one (sub)command; `handler(args)` runs it (None for a group that only has subcommands)."""
+    parser = subparsers.add_parser(name, help=help, description=textwrap.fill(description or help, 90),
+                                   epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if handler is not None:
+        add_url_option(parser, argparse.SUPPRESS)
+        parser.set_defaults(func=handler)
+    return parser
+
+
+def add_subcommands(parser: argparse.ArgumentParser, title: str) -> argparse._SubParsersAction:
+    """A required choice of subcommands under `parser` (e.g. `fabric topics {create,list,...}`)."""
+    return parser.add_subparsers(title=title, metavar="COMMAND", dest="command", required=True)
+
+
+def open_fabric(args: argparse.Namespace) -> Fabric:
+    """Connect to the fabric named by --url (else $FABRIC_URL, else ./fabric-data)."""
+    return Fabric(open_cluster(args.url))
+
+
+def parse_config(pairs: Iterable[str] | None, option: str = "--config") -> dict[str, str]:
+    """`["k=v", ...]` → {k: v}; a pair without '=' is an error naming the expected form."""
+    out: dict[str, str] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise CommandError(f"{option} expects key=value (e.g. retention.ms=86400000), got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def format_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """Left-aligned columns separated by two spaces, as Kafka's admin tools print them."""
+    cells = [list(header)] + [["-" if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)

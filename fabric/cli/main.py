@@ -1,0 +1,67 @@
+"""`fabric`: Kafka's command-line tools as one command (topics, produce, consume, groups, coordinator).
+
+Each command group lives in a module of fabric.cli exposing `register(subparsers)`; add a group by adding its
+module name to COMMAND_MODULES. Errors print `error: <message>` on stderr and exit 1.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import NoReturn, Sequence
+
+from fabric.cli.common import add_url_option
+from fabric.common.errors import FabricError
+
+COMMAND_MODULES = ("topics", "clients", "groups", "coordinator")
+
+EPILOG = """examples:
+  fabric topics create orders --partitions 3 --config retention.ms=86400000
+  fabric topics create payments --schema 'user:string,amount:int64'
+  seq 10 | fabric produce orders
+  fabric consume orders --from-beginning --max-messages 10
+  fabric consume orders --group billing --format json --timeout-ms 5000
+  fabric groups describe billing
+  fabric groups reset-offsets billing --topic orders --to-earliest --execute
+
+Every command takes --url (before or after the command); without it $FABRIC_URL, else ./fabric-data."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but bad arguments exit 1 with `error: ...` like every other fabric error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(1, f"error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser: global options, then one subcommand tree per module in COMMAND_MODULES."""
+    parser = ArgumentParser(prog="fabric", description="Spark Fabric's command-line tool: manage topics and "
+                            "consumer groups, produce and consume records.", epilog=EPILOG,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_url_option(parser, None)
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"fabric.cli.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except FabricError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # the reader went away (e.g. `fabric consume t | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""`fabric topics create|list|describe|delete|alter`: kafka-topics and kafka-configs for topics."""
+from __future__ import annotations
+
+import argparse
+import re
+
+import pyarrow as pa
+
+from fabric.cli.common import CommandError, add_command, add_subcommands, format_table, open_fabric, parse_config
+from fabric.common.config import TOPIC_SETTINGS
+
+_TZ_TIMESTAMP = re.compile(r"timestamp\[(s|ms|us|ns),\s*tz=([^\]]+)\]")
+SCHEMA_HELP = ("make a typed topic whose values have these Arrow fields: comma-separated name:type pairs "
+               "with pyarrow type names, e.g. 'user:string,amount:int64,ts:timestamp[us, tz=UTC]'")
+
+
+def _split_fields(text: str) -> list[str]:
+    """Split on commas outside brackets (so 'timestamp[us, tz=UTC]' stays whole)."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += (c == "[") - (c == "]")
+        if c == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts]
+
+
+def _arrow_type(name: str, field: str) -> pa.DataType:
+    tz = _TZ_TIMESTAMP.fullmatch(name)
+    if tz:
+        return pa.timestamp(tz.group(1), tz=tz.group(2).strip())
+    try:
+        return pa.type_for_alias(name)
+    except ValueError:
+        raise CommandError(
+            f"unknown type {name!r} for field {field!r}; use a pyarrow type name such as string, int32, int64, "
+            "float64, bool, binary, date32, timestamp[us] or timestamp[us, tz=UTC]") from None
+
+
+def parse_schema(text: str) -> pa.Schema:
+    """'user:string,amount:int64' → an Arrow schema of nullable fields."""
+    fields = []
+    for part in _split_fields(text):
+        name, sep, type_name = part.partition(":")
+        if not sep or not name.strip() or not type_name.strip():
+            raise CommandError(
+                f"bad --schema field {part!r}: expected name:type, e.g. --schema 'user:string,amount:int64'")
+        fields.append(pa.field(name.strip(), _arrow_type(type_name.strip(), name.strip())))
+    return pa.schema(fields)
+
+
+def create(args: argparse.Namespace) -> None:
+    """Create a topic (typed if --schema is given)."""
+    schema = parse_schema(args.schema) if args.schema is not None else None
+    with open_fabric(args) as fab:
+        fab.create_topic(args.name, args.partitions, parse_config(args.config), schema)
+    print(f"Created topic {args.name}.")
+
+
+def list_topics(args: argparse.Namespace) -> None:
+    """Print every topic name, one per line."""
+    with open_fabric(args) as fab:
+        for name in fab.list_topics():
+            print(name)
+
+
+def describe(args: argparse.Namespace) -> None:
+    """Print per-partition offsets, segments and bytes, then config overrides and the schema."""
+    with open_fabric(args) as fab:
+        desc = fab.describe_topic(args.name)
+    print(f"Topic: {desc.name}\tPartitionCount: {len(desc.partitions)}\t"
+          f"Typed: {'yes' if desc.value_schema is not None else 'no'}")
+    print(format_table(("PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "SEGMENTS", "BYTES"),
+                       [(p.partition, p.start_offset, p.end_offset, p.segments, p.size_bytes)
+                        for p in desc.partitions]))
+    if desc.overrides:
+        print("Configs (non-default):")
+        for key, value in sorted(desc.overrides.items()):
+            print(f"  {key}={value}")
+    else:
+        print("Configs: all defaults")
+    if desc.value_schema is not None:
+        print("Schema:")
+        for field in desc.value_schema:
+            print(f"  {field.name}: {field.type}")
+
+
+def delete(args: argparse.Namespace) -> None:
+    """Delete a topic."""
+    with open_fabric(args) as fab:
+        fab.delete_topic(args.name)
+    print(f"Deleted topic {args.name}.")
+
+
+def alter(args: argparse.Namespace) -> None:
+    """Set or remove config overrides of a topic."""
+    changes: dict[str, str | None] = dict(parse_config(args.config))
+    changes.update({key: None for key in args.delete_config or ()})
+    if not changes:
+        raise CommandError("nothing to alter: give --config key=value and/or --delete-config key")
+    with open_fabric(args) as fab:
+        fab.alter_topic_config(args.name, changes)
+    print(f"Altered config of topic {args.name}.")
+
+
+def _config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", action="append", metavar="KEY=VALUE",
+                        help="a topic config override (repeatable); keys: " + ", ".join(sorted(TOPIC_SETTINGS)))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `fabric topics ...`."""
+    topics = add_command(subparsers, "topics", None, "create, list, describe, delete and alter topics")
+    verbs = add_subcommands(topics, "topic commands")
+
+    p = add_command(verbs, "create", create, "create a topic")
+    p.add_argument("name", metavar="NAME", help="topic name: letters, digits, '.', '_', '-'")
+    p.add_argument("--partitions", type=int, default=1, metavar="N", help="number of partitions (default 1)")
+    _config_option(p)
+    p.add_argument("--schema", metavar="FIELDS", help=SCHEMA_HELP)
+
+    add_command(verbs, "list", list_topics, "list topic names")
+
+    p = add_command(verbs, "describe", describe,
+                    "show per-partition offsets, segments and bytes, config overrides and the schema")
+    p.add_argument("name", metavar="NAME")
+
+    p = add_command(verbs, "delete", delete, "delete a topic, its data and its groups' offsets in it")
+    p.add_argument("name", metavar="NAME")
+
+    p = add_command(verbs, "alter", alter, "set or remove topic config overrides")
+    p.add_argument("name", metavar="NAME")
+    _config_option(p)
+    p.add_argument("--delete-config", action="append", metavar="KEY",
+                   help="remove an override, back to the default (repeatable)")

@@ -1,0 +1,184 @@
+"""`Fabric`: the handle `fabric.connect()` returns: topic admin, group admin, producers and consumers."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Mapping
+
+import pyarrow as pa
+
+from fabric.client.cluster import Cluster
+from fabric.client.consumer import Consumer
+from fabric.client.producer import Producer
+from fabric.common.config import TopicConfig, validate_topic_config
+from fabric.common.errors import InvalidConfigError, UnknownTopicError
+from fabric.common.names import validate_group, validate_topic
+from fabric.common.records import validate_value_schema
+from fabric.common.types import MemberDescription, PartitionState, TopicInfo, TopicPartition
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    """What `describe_topic` returns: per-partition offsets and sizes, effective config, value schema."""
+
+    name: str
+    partitions: list[PartitionState]
+    config: dict[str, str]
+    overrides: dict[str, str]
+    value_schema: pa.Schema | None
+
+
+@dataclass(frozen=True)
+class GroupOffset:
+    """One row of `describe_group`: a partition's committed offset, end offset and lag, and the live member
+    that owns it in the group's current generation (None if no member does)."""
+
+    topic: str
+    partition: int
+    committed: int | None
+    end_offset: int
+    lag: int | None
+    member_id: str | None = None
+    client_id: str | None = None
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ConsumerGroupDescription:
+    """What `describe_consumer_group` returns (Kafka's ConsumerGroupDescription plus the offsets): the group's
+    state, generation, assignor (protocol), live members with their assignments, and the per-partition rows."""
+
+    group: str
+    state: str
+    generation: int
+    protocol: str
+    members: tuple[MemberDescription, ...]
+    offsets: list[GroupOffset]
+
+
+class Fabric:
+    """A connection to one fabric (embedded directory or remote service)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    @property
+    def url(self) -> str:
+        return self.cluster.url
+
+    # -- topics ------------------------------------------------------------------------------------
+    def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None,
+                     schema: pa.Schema | None = None) -> TopicInfo:
+        """Create a topic; `schema` makes it a typed topic whose values are stored as Arrow columns."""
+        validate_topic(name)
+        if schema is not None:
+            validate_value_schema(schema)
+        return self.cluster.create_topic(name, partitions, validate_topic_config(config), schema)
+
+    def delete_topic(self, name: str) -> None:
+        self.cluster.delete_topic(validate_topic(name))
+
+    def list_topics(self) -> list[str]:
+        return self.cluster.coordinator.list_topics()
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        info = self.cluster.coordinator.topic(validate_topic(name))
+        states = [self.cluster.partition_state(name, p) for p in range(info.partitions)]
+        return TopicDescription(name, states, TopicConfig(info.config).effective(), dict(info.config),
+                                info.value_schema)
+
+    def alter_topic_config(self, name: str, config: Mapping[str, Any]) -> TopicInfo:
+        """Set config overrides; a value of None removes the override (back to the default)."""
+        sets = validate_topic_config({k: v for k, v in config.items() if v is not None})
+        removes = {k: None for k, v in config.items() if v is None}
+        validate_topic_config({k: TopicConfig()[k] for k in removes})
+        return self.cluster.coordinator.alter_topic_config(validate_topic(name), {**sets, **removes})
+
+    def create_partitions(self, name: str, total: int) -> TopicInfo:
+        """Grow the topic to `total` partitions (never shrinks; existing data stays put)."""
+        return self.cluster.create_partitions(validate_topic(name), total)
+
+    def enforce_retention(self, name: str) -> int:
+        """Apply the topic's retention now; returns how many segments were deleted."""
+        return self.cluster.enforce_retention(validate_topic(name))
+
+    # -- clients -----------------------------------------------------------------------------------
+    def producer(self, **config: Any) -> Producer:
+        return Producer(self.cluster, **config)
+
+    def consumer(self, *topics: str, group_id: str | None = None, **config: Any) -> Consumer:
+        return Consumer(self.cluster, *topics, group_id=group_id, **config)
+
+    # -- groups ------------------------------------------------------------------------------------
+    def list_groups(self) -> list[str]:
+        return self.cluster.coordinator.list_groups()
+
+    def describe_group(self, group: str) -> list[GroupOffset]:
+        """Per partition of every topic the group committed in or is assigned: committed offset, end offset,
+        lag and owning member (describe_consumer_group adds the group's state and members)."""
+        return self.describe_consumer_group(group).offsets
+
+    def describe_consumer_group(self, group: str) -> ConsumerGroupDescription:
+        """The group's state, generation, assignor and members, and a GroupOffset row per partition of every
+        topic it committed in or its members are assigned (what `fabric groups describe` prints)."""
+        coordinator = self.cluster.coordinator
+        live = coordinator.describe_group(validate_group(group))
+        committed = coordinator.committed(group)
+        owners = {tp: m for m in live.members for tp in m.assignment}
+        rows = []
+        for topic in sorted({t for t, _ in committed} | {t for t, _ in owners}):
+            try:
+                partitions = coordinator.topic(topic).partitions
+            except UnknownTopicError:
+                continue  # deleted since: nothing to show
+            for p in range(partitions):
+                end = self.cluster.partition_state(topic, p).end_offset
+                c, m = committed.get((topic, p)), owners.get((topic, p))
+                rows.append(GroupOffset(topic, p, c.offset if c else None, end, end - c.offset if c else None,
+                                        m.member_id if m else None, m.client_id if m else None,
+                                        (m.group_instance_id or None) if m else None))
+        return ConsumerGroupDescription(group, live.state, live.generation, live.protocol, live.members, rows)
+
+    def reset_offsets(self, group: str, topic: str, *, to_earliest: bool = False, to_latest: bool = False,
+                      to_offset: int | None = None, to_datetime: datetime | str | None = None,
+                      execute: bool = False) -> dict[TopicPartition, int]:
+        """Compute (and with execute=True, commit) new offsets for a group, as kafka-consumer-groups
+        --reset-offsets does. Returns the new offset of every partition."""
+        chosen = [to_earliest, to_latest, to_offset is not None, to_datetime is not None]
+        if sum(chosen) != 1:
+            raise InvalidConfigError("choose exactly one of to_earliest, to_latest, to_offset, to_datetime")
+        validate_group(group)
+        info = self.cluster.coordinator.topic(validate_topic(topic))
+        if isinstance(to_datetime, str):
+            try:
+                to_datetime = datetime.fromisoformat(to_datetime)
+            except ValueError:
+                raise InvalidConfigError(
+                    f"--to-datetime {to_datetime!r} is not ISO 8601; use e.g. 2026-01-31T12:00:00+00:00") from None
+        plan = {}
+        for p in range(info.partitions):
+            state = self.cluster.partition_state(topic, p)
+            if to_earliest:
+                target = state.start_offset
+            elif to_latest:
+                target = state.end_offset
+            elif to_offset is not None:
+                target = min(max(int(to_offset), state.start_offset), state.end_offset)
+            else:
+                assert to_datetime is not None  # exactly one target was chosen
+                found = self.cluster.offset_for_time(topic, p, int(to_datetime.timestamp() * 1_000_000))
+                target = state.end_offset if found is None else found
+            plan[(topic, p)] = target
+        if execute:
+            self.cluster.coordinator.commit_offsets(group, plan)
+        return plan
+
+    def close(self) -> None:
+        self.cluster.close()
+
+    def __enter__(self) -> Fabric:
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()

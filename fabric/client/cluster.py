@@ -1,0 +1,107 @@
+"""The one interface clients use to reach storage and the coordinator.
+
+Implementations: `fabric.client.embedded.EmbeddedCluster` (a local directory, in-process) and
+`fabric.client.remote.RemoteCluster` (the coordinator service, over Arrow Flight). Producers, consumers, the
+CLI and the Spark sources and sinks only ever call this.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Mapping, Sequence
+
+import pyarrow as pa
+
+from fabric.common.config import TopicConfig
+from fabric.common.errors import FabricError
+from fabric.common.records import TIMESTAMP_TYPES, storage_schema
+from fabric.common.types import Fetched, PartitionState, TopicInfo, TopicPartition
+from fabric.coordinator.interface import Coordinator
+from fabric.storage import frame
+from fabric.storage.encoder import FrameEncoder as FrameEncoder  # part of this interface
+
+
+class Cluster(ABC):
+    """Storage plus coordinator, as a client sees them."""
+
+    coordinator: Coordinator
+    url: str
+
+    @abstractmethod
+    def create_topic(self, name: str, partitions: int, config: Mapping[str, str],
+                     value_schema: pa.Schema | None) -> TopicInfo:
+        """Register the topic and create its partitions."""
+
+    @abstractmethod
+    def delete_topic(self, name: str) -> None:
+        """Remove the topic's metadata, data and group offsets."""
+
+    @abstractmethod
+    def create_partitions(self, name: str, total: int) -> TopicInfo:
+        """Grow the topic to `total` partitions."""
+
+    @abstractmethod
+    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none") -> int:
+        """Append stored rows to a partition; returns the first row's offset."""
+
+    @abstractmethod
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
+              end_offset: int | None = None) -> list[Fetched]:
+        """Committed rows from `offset` (at least one batch if any), up to ~max_bytes, below end_offset."""
+
+    @abstractmethod
+    def partition_state(self, topic: str, partition: int) -> PartitionState:
+        """Log start/end offsets, segment count and bytes of one partition."""
+
+    @abstractmethod
+    def offset_for_time(self, topic: str, partition: int, timestamp_us: int) -> int | None:
+        """Earliest offset with timestamp >= timestamp_us, or None if there is none."""
+
+    @abstractmethod
+    def enforce_retention(self, topic: str) -> int:
+        """Apply retention.ms / retention.bytes now; returns the number of segments deleted."""
+
+    @abstractmethod
+    def publish(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
+                codec: str = "none") -> bool:
+        """Append to several partitions atomically under transaction id `txn`, at most once.
+
+        Readers see all of it or none of it; returns False (and writes nothing) if `txn` already
+        committed, which is how a replayed Spark batch is skipped."""
+
+    def frame_encoder(self, topic: str, codec: str = "none") -> FrameEncoder:
+        """An encoder of `topic`'s stored rows as sealed frames for publish_frames / publish_files: the Spark
+        sink's tasks encode once, and the driver appends the bytes as they are."""
+        info = self.coordinator.topic(topic)
+        timestamp_type = TIMESTAMP_TYPES[TopicConfig(info.config)["message.timestamp.type"]]
+        return FrameEncoder(storage_schema(info.value_schema), timestamp_type, codec)
+
+    def publish_frames(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.Buffer]]) -> bool:
+        """publish() for buffers of whole frames from a frame_encoder, laid end to end (a staged file; schema
+        frames are skipped). This default decodes and re-encodes; EmbeddedCluster appends them as they are."""
+        batches = {}
+        for (topic, p), buffers in parts.items():
+            schema = storage_schema(self.coordinator.topic(topic).value_schema)
+            batches[(topic, p)] = [frame.decode_batch(payload, schema) for buf in buffers
+                                   for header, payload in frame.split_frames(buf) if not header.is_schema]
+        return self.publish(txn, batches)
+
+    def publish_files(self, txn: str, parts: Mapping[TopicPartition, Sequence[str]]) -> bool:
+        """publish_frames() for staged files (a schema frame, then frames based from 0) in a directory this
+        cluster shares with the caller; EmbeddedCluster adopts large ones as segments instead of copying."""
+        buffers: dict[TopicPartition, list[pa.Buffer]] = {}
+        for key, paths in parts.items():
+            for path in paths:
+                with pa.memory_map(path, "r") as mapped:
+                    buffers.setdefault(key, []).append(mapped.read_buffer())
+        return self.publish_frames(txn, buffers)
+
+    def staging_dir(self, sink_id: str, batch: str | None = None) -> str:
+        """Where the Spark sink stages a batch's frames (a directory its tasks and driver share): only an
+        embedded fabric has one; this refuses with the fix."""
+        raise FabricError(
+            f"the fabric Spark sink stages batches in the fabric's directory, which a {type(self).__name__} "
+            "does not have; write to an embedded fabric URL (file:///dir)")
+
+    def close(self) -> None:
+        """Release files and connections."""
+        self.coordinator.close()

@@ -1,0 +1,381 @@
+"""The consumer: Kafka's poll/seek/commit API, returning Records or whole Arrow tables.
+
+Positions are next offsets to read, per assigned partition. With a group_id, a partition without a
+position starts at the group's committed offset, else at auto_offset_reset; commit() stores positions in
+the coordinator, where `fabric groups describe` and every other consumer of the group see them.
+With a group_id, subscribe() makes the consumer a group member (fabric/membership.py): the group splits the
+partitions among its members and commits carry the member's generation.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Iterable
+
+import pyarrow as pa
+
+from fabric.client.cluster import Cluster
+from fabric.client.membership import Callback, GroupMember
+from fabric.common.config import CONSUMER_SETTINGS, client_config
+from fabric.common.errors import (
+    CommitFailedError,
+    FabricError,
+    IllegalGenerationError,
+    InvalidConfigError,
+    OffsetOutOfRangeError,
+    RebalanceInProgressError,
+    UnknownMemberError,
+    UnknownPartitionError,
+)
+from fabric.common.names import validate_group
+from fabric.common.records import Record, output_schema, to_output, to_records
+from fabric.common.types import TopicPartition
+
+METADATA_REFRESH_S = 1.0
+IDLE_WAIT_S = 0.005
+
+
+class NoOffsetForPartitionError(FabricError):
+    """auto_offset_reset=none and the group has no committed offset for a partition."""
+
+
+@dataclass(frozen=True)
+class GroupMetadata:
+    """The consumer's group membership now (Kafka's ConsumerGroupMetadata): generation -1 and member_id ""
+    while it is not a member (not subscribed, or between being fenced and rejoining)."""
+
+    group_id: str
+    generation: int
+    member_id: str
+    group_instance_id: str
+
+
+class Consumer:
+    """Reads records from assigned or subscribed topic partitions of one cluster."""
+
+    def __init__(self, cluster: Cluster, *topics: str, group_id: str | None = None,
+                 on_assign: Callback | None = None, on_revoke: Callback | None = None, **config: Any) -> None:
+        self.cluster = cluster
+        self.group_id = validate_group(group_id) if group_id is not None else None
+        self.config = client_config("consumer", CONSUMER_SETTINGS, config)
+        if (on_assign or on_revoke) and group_id is None:
+            raise InvalidConfigError("on_assign/on_revoke are group rebalance callbacks; pass group_id=... too")
+        self._on_assign, self._on_revoke = on_assign, on_revoke
+        self._member: GroupMember | None = None
+        self._subscription: list[str] = []
+        self._assignment: list[TopicPartition] = []
+        self._positions: dict[TopicPartition, int] = {}
+        self._pending: deque[pa.RecordBatch] = deque()  # fetched, not yet handed out
+        self._next = 0
+        self._metadata_at = 0.0
+        self._last_auto_commit = time.monotonic()
+        self._closed = False
+        if topics:
+            self.subscribe(list(topics))
+
+    # -- assignment --------------------------------------------------------------------------------
+    def subscribe(self, topics: Iterable[str]) -> None:
+        """Consume every partition of these topics (new partitions are picked up as they appear)."""
+        self._subscription = list(topics)
+        for topic in self._subscription:
+            self.cluster.coordinator.topic(topic)
+        if self.group_id is not None:  # the group coordinator splits the partitions among its members
+            self._join_group(self.group_id)
+        self._refresh_assignment(force=True)
+
+    def _join_group(self, group_id: str) -> None:
+        if self._member is not None:
+            self._member.subscribe(self._subscription)
+            return
+        c = self.config
+        self._member = GroupMember(
+            self.cluster.coordinator, group_id, self._subscription,
+            strategy=c["partition_assignment_strategy"], instance_id=c["group_instance_id"],
+            client_id=c["client_id"], session_timeout_ms=c["session_timeout_ms"],
+            heartbeat_interval_ms=c["heartbeat_interval_ms"], max_poll_interval_ms=c["max_poll_interval_ms"],
+            on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost)
+
+    def _leave_group(self) -> None:
+        if self._member is not None:
+            self._member.close()
+            self._member = None
+
+    def _assigned(self, partitions: list[TopicPartition]) -> None:
+        if self._member is not None:
+            self._set_assignment(self._member.assignment())
+        if self._on_assign:
+            self._on_assign(partitions)
+
+    def _revoked(self, partitions: list[TopicPartition]) -> None:
+        """Before giving partitions up: commit their positions (with auto-commit on), tell the application."""
+        if self.config["enable_auto_commit"] == "true":
+            positions = self._consumed_positions()
+            mine = {tp: positions[tp] for tp in partitions if tp in positions}
+            if mine:
+                self._try_commit(mine)
+        self._lost(partitions)
+
+    def _lost(self, partitions: list[TopicPartition]) -> None:
+        if self._on_revoke:
+            self._on_revoke(partitions)
+        self._set_assignment([tp for tp in self._assignment if tp not in partitions])
+
+    def group_metadata(self) -> GroupMetadata:
+        """Which group generation this consumer is a member of, and as whom (e.g. to log or fence its work)."""
+        if self.group_id is None:
+            raise FabricError("group_metadata() needs a consumer created with group_id=...")
+        member = self._member
+        return GroupMetadata(self.group_id, member.generation if member else -1, member.member_id if member else "",
+                             self.config["group_instance_id"])
+
+    def subscription(self) -> list[str]:
+        return list(self._subscription)
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Consume exactly these (topic, partition) pairs; replaces any subscription."""
+        wanted = [(t, int(p)) for t, p in partitions]
+        for topic, p in wanted:
+            info = self.cluster.coordinator.topic(topic)
+            if not 0 <= p < info.partitions:
+                raise UnknownPartitionError(f"topic {topic!r} has no partition {p}")
+        self._subscription = []
+        self._leave_group()
+        self._set_assignment(wanted)
+
+    def assignment(self) -> list[TopicPartition]:
+        """The partitions this consumer reads now."""
+        return list(self._assignment)
+
+    def _set_assignment(self, partitions: list[TopicPartition]) -> None:
+        self._assignment = sorted(set(partitions))
+        self._positions = {tp: o for tp, o in self._positions.items() if tp in self._assignment}
+        self._drop_pending(lambda tp: tp not in self._positions)
+
+    def _refresh_assignment(self, force: bool = False) -> None:
+        if self._member is not None:  # the group decides; callbacks update the assignment
+            self._member.poll()
+            return
+        if not self._subscription or (not force and time.monotonic() - self._metadata_at < METADATA_REFRESH_S):
+            return
+        self._metadata_at = time.monotonic()
+        tps = [(t, p) for t in self._subscription for p in range(self.cluster.coordinator.topic(t).partitions)]
+        if tps != self._assignment:
+            known = set(self._assignment)
+            self._set_assignment(tps)
+            for tp in tps:  # partitions added while we run are read from their start
+                if tp not in known and not force:
+                    self._positions[tp] = self.cluster.partition_state(*tp).start_offset
+
+    # -- positions ---------------------------------------------------------------------------------
+    def position(self, topic: str, partition: int) -> int:
+        """The next offset this consumer will read from the partition."""
+        tp = (topic, partition)
+        if tp not in self._assignment:
+            raise UnknownPartitionError(f"{topic}-{partition} is not assigned to this consumer")
+        if tp not in self._positions:
+            self._positions[tp] = self._initial_position(tp)
+        return self._positions[tp]
+
+    def _initial_position(self, tp: TopicPartition) -> int:
+        if self.group_id is not None:
+            committed = self.cluster.coordinator.committed(self.group_id, [tp[0]]).get(tp)
+            if committed is not None:
+                return self._clamp(tp, committed.offset)
+        return self._reset(tp)
+
+    def _reset(self, tp: TopicPartition) -> int:
+        state = self.cluster.partition_state(*tp)
+        policy = self.config["auto_offset_reset"]
+        if policy == "none":
+            raise NoOffsetForPartitionError(
+                f"no committed offset for {tp[0]}-{tp[1]} and auto_offset_reset=none; "
+                "seek() first or set auto_offset_reset to earliest or latest")
+        return state.start_offset if policy == "earliest" else state.end_offset
+
+    def _clamp(self, tp: TopicPartition, offset: int) -> int:
+        state = self.cluster.partition_state(*tp)
+        return offset if state.start_offset <= offset <= state.end_offset else self._reset(tp)
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        """Read the partition from `offset` next."""
+        self.position(topic, partition)
+        self._positions[(topic, partition)] = int(offset)
+        self._drop_pending(lambda tp: tp == (topic, partition))
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        for tp in partitions or self._assignment:
+            self.seek(*tp, self.cluster.partition_state(*tp).start_offset)
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        for tp in partitions or self._assignment:
+            self.seek(*tp, self.cluster.partition_state(*tp).end_offset)
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self.cluster.partition_state(*tp).start_offset for tp in partitions}
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self.cluster.partition_state(*tp).end_offset for tp in partitions}
+
+    def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+        """For each partition, the earliest offset whose timestamp (ms) is >= the given one, or None."""
+        return {tp: self.cluster.offset_for_time(tp[0], tp[1], int(ts) * 1000) for tp, ts in timestamps.items()}
+
+    # -- fetching ----------------------------------------------------------------------------------
+    def _fetch(self, max_bytes: int, columns: list[str] | None) -> list[pa.RecordBatch]:
+        """One pass over the assigned partitions, round robin, from the current positions."""
+        self._refresh_assignment()
+        out: list[pa.RecordBatch] = []
+        n = len(self._assignment)
+        for i in range(n):
+            if max_bytes <= 0:
+                break
+            tp = self._assignment[(self._next + i) % n]
+            position = self.position(*tp)
+            try:
+                fetched = self.cluster.fetch(tp[0], tp[1], position, max_bytes)
+            except OffsetOutOfRangeError:
+                self._positions[tp] = self._reset(tp)
+                continue
+            if not fetched:
+                continue
+            schema = output_schema(self._value_schema(tp[0]), columns)
+            for f in fetched:
+                out.append(to_output(f.batch, f.offset, tp[0], tp[1], f.timestamp_type, schema))
+                max_bytes -= f.batch.nbytes
+            self._positions[tp] = fetched[-1].offset + fetched[-1].batch.num_rows
+        self._next = (self._next + 1) % max(n, 1)
+        return out
+
+    def _value_schema(self, topic: str) -> pa.Schema | None:
+        return self.cluster.coordinator.topic(topic).value_schema
+
+    def _wait(self, timeout: float, attempt) -> Any:
+        deadline = time.monotonic() + max(timeout, 0)
+        while True:
+            result = attempt()
+            if result or time.monotonic() >= deadline:
+                self._maybe_auto_commit()
+                return result
+            time.sleep(min(IDLE_WAIT_S, max(deadline - time.monotonic(), 0)))
+
+    def _drop_pending(self, unwanted) -> None:
+        """Forget fetched batches of partitions no longer read (in place: callers may hold the deque)."""
+        kept = [b for b in self._pending if not unwanted(_partition_of(b))]
+        self._pending.clear()
+        self._pending.extend(kept)
+
+    def _take(self, limit: int) -> list[pa.RecordBatch]:
+        """Hand out up to `limit` fetched rows, oldest first."""
+        out = []
+        while self._pending and limit > 0:
+            batch = self._pending.popleft()
+            if batch.num_rows > limit:
+                self._pending.appendleft(batch.slice(limit))
+                batch = batch.slice(0, limit)
+            out.append(batch)
+            limit -= batch.num_rows
+        return out
+
+    def poll(self, timeout: float = 0.0) -> list[Record]:
+        """Up to max_poll_records records, waiting up to `timeout` seconds for the first."""
+        self._check_open()
+
+        def attempt() -> list[pa.RecordBatch]:
+            if not self._pending:
+                self._pending.extend(self._fetch(self.config["fetch_max_bytes"], None))
+            return self._take(self.config["max_poll_records"])
+        return [r for batch in self._wait(timeout, attempt) for r in to_records(batch)]
+
+    def poll_batch(self, timeout: float = 0.0, columns: list[str] | None = None) -> pa.Table:
+        """The next committed records as one Arrow table (up to fetch_max_bytes), no per-record work.
+
+        `columns` picks a subset of the output columns (e.g. typed value fields) to build."""
+        self._check_open()
+
+        def attempt() -> list[pa.RecordBatch]:
+            if self._pending:
+                pending = [b.select(columns) if columns else b for b in self._pending]
+                self._pending.clear()
+                return pending
+            return self._fetch(self.config["fetch_max_bytes"], columns)
+        batches = self._wait(timeout, attempt)
+        if batches:
+            return pa.Table.from_batches(batches)
+        value_schema = self._value_schema(self._assignment[0][0]) if self._assignment else None
+        return output_schema(value_schema, columns).empty_table()
+
+    # -- commits -----------------------------------------------------------------------------------
+    def _consumed_positions(self) -> dict[TopicPartition, int]:
+        """Positions of what the application has been given (excluding records still buffered)."""
+        positions = dict(self._positions)
+        for batch in reversed(self._pending):
+            positions[_partition_of(batch)] = batch.column("offset")[0].as_py()
+        return positions
+
+    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit the given next-offsets, or the current positions, for this consumer's group."""
+        if self.group_id is None:
+            raise FabricError("commit() needs a consumer created with group_id=...")
+        member = self._member
+        generation, member_id = (member.generation, member.member_id) if member else (-1, "")
+        try:
+            self.cluster.coordinator.commit_offsets(self.group_id, offsets or self._consumed_positions(),
+                                                    generation=generation, member_id=member_id)
+        except (IllegalGenerationError, UnknownMemberError, RebalanceInProgressError) as exc:
+            if member is None:  # a plain commit while the group has members: the error says why
+                raise
+            raise CommitFailedError(
+                f"commit failed: group {self.group_id!r} rebalanced since this consumer joined generation "
+                f"{generation}, so its partitions may belong to another member now ({exc}). poll() again to "
+                "rejoin; records since the last successful commit will be delivered again") from exc
+        self._last_auto_commit = time.monotonic()
+
+    def _try_commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit, but a stale generation only means the next owner re-reads from the last commit."""
+        try:
+            self.commit(offsets)
+        except CommitFailedError:
+            self._last_auto_commit = time.monotonic()
+
+    def committed(self, partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int | None]:
+        """The group's committed next-offsets for these partitions (default: the assignment)."""
+        if self.group_id is None:
+            raise FabricError("committed() needs a consumer created with group_id=...")
+        wanted = list(partitions) if partitions is not None else self._assignment
+        stored = self.cluster.coordinator.committed(self.group_id)
+        return {tp: (stored[tp].offset if tp in stored else None) for tp in wanted}
+
+    def _maybe_auto_commit(self) -> None:
+        if (self.group_id is not None and self.config["enable_auto_commit"] == "true" and self._positions
+                and time.monotonic() - self._last_auto_commit >= self.config["auto_commit_interval_ms"] / 1000):
+            self._try_commit()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise FabricError("the consumer is closed; create a new one")
+
+    def close(self) -> None:
+        """Commit (with auto-commit on) and stop; a group member commits as it revokes, then leaves."""
+        if not self._closed and self.group_id is not None and self.config["enable_auto_commit"] == "true" \
+                and self._positions and self._member is None:
+            self.commit()
+        self._leave_group()
+        self._closed = True
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def __iter__(self):
+        """Iterate records forever (as Kafka's consumer iterator does)."""
+        while not self._closed:
+            yield from self.poll(0.1)
+
+
+def _partition_of(batch: pa.RecordBatch) -> TopicPartition:
+    """The (topic, partition) a fetched batch came from (fetches never mix partitions)."""
+    return batch.column("topic")[0].as_py(), batch.column("partition")[0].as_py()

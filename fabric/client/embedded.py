@@ -1,0 +1,18 @@
+"""The embedded fabric: a Broker in the client's own process, over a local directory; no server.
+
+Every process that opens the directory (Spark executors, notebooks, the CLI) shares it safely.
+"""
+from __future__ import annotations
+
+from fabric.client.cluster import Cluster
+from fabric.coordinator.interface import Coordinator
+from fabric.server.broker import Broker
+
+
+class EmbeddedCluster(Broker, Cluster):
+    """A fabric living in directory `root` (file:///root); metadata in root's own SQLite database unless a
+    `coordinator` is given."""
+
+    def __init__(self, root: str, coordinator: Coordinator | None = None) -> None:
+        super().__init__(root, coordinator)
+        self.url = f"file://{self.root}"

@@ -1,0 +1,307 @@
+"""The producer: Kafka's send/flush API over Arrow batches.
+
+send() only appends to per-topic column buffers (cheap enough for hundreds of thousands of calls a second);
+a batch is built and appended when it reaches batch_size bytes, when linger_ms passes (a background
+thread), or on flush(). Keys are partitioned as Kafka's Java client does; null keys stick to one
+partition per batch.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fabric.client.cluster import Cluster
+from fabric.client.partitioner import StickyPartitioner, assign_partitions
+from fabric.common.config import PRODUCER_SETTINGS, TopicConfig, client_config
+from fabric.common.errors import FabricError, RecordTooLargeError, UnknownPartitionError
+from fabric.common.records import HEADERS, TIMESTAMP, to_storage, typed_rows
+
+HeadersArg = Mapping[str, bytes | str | None] | Sequence[tuple[str, bytes | str | None]] | None
+METADATA_MAX_AGE_S = 5.0
+
+
+@dataclass(frozen=True)
+class RecordMetadata:
+    """Where a record landed."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class BatchMetadata:
+    """Where a run of records from send_batch landed: offsets [offset, offset + count)."""
+
+    topic: str
+    partition: int
+    offset: int
+    count: int
+
+
+class _Drain:
+    """The outcome of appending one buffered batch, shared by its records' futures."""
+
+    __slots__ = ("topic", "partitions", "offsets", "error", "done")
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.partitions: np.ndarray | None = None
+        self.offsets: np.ndarray | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+
+class SendFuture:
+    """The result of one send(): .result() waits for the batch and returns RecordMetadata."""
+
+    __slots__ = ("_drain", "_index", "_producer")
+
+    def __init__(self, producer: Producer, drain: _Drain, index: int) -> None:
+        self._producer, self._drain, self._index = producer, drain, index
+
+    def done(self) -> bool:
+        return self._drain.done.is_set()
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        """Wait for the record's batch to be appended (sending it now if needed)."""
+        if not self._drain.done.is_set():
+            self._producer._drain_topic(self._drain.topic, only=self._drain)
+        if not self._drain.done.wait(timeout):
+            raise TimeoutError("the record was not appended in time")
+        drain = self._drain
+        if drain.error is not None:
+            raise drain.error
+        assert drain.partitions is not None and drain.offsets is not None  # set with done, unless error is
+        return RecordMetadata(drain.topic, int(drain.partitions[self._index]), int(drain.offsets[self._index]))
+
+
+class _Buffer:
+    """Columns of records waiting to be sent to one topic."""
+
+    __slots__ = ("values", "keys", "headers", "partitions", "timestamps", "size", "created", "drain")
+
+    def __init__(self, topic: str) -> None:
+        self.values: list = []
+        self.keys: list = []
+        self.headers: list = []
+        self.partitions: list = []
+        self.timestamps: list = []
+        self.size = 0
+        self.created = time.monotonic()
+        self.drain = _Drain(topic)
+
+
+def _encode(data: bytes | str | None) -> bytes | None:
+    return data.encode() if isinstance(data, str) else data
+
+
+def _headers(headers: HeadersArg) -> list[dict] | None:
+    if not headers:
+        return None
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    return [{"key": k, "value": _encode(v)} for k, v in items]
+
+
+class Producer:
+    """Sends records to topics of one cluster. Thread-safe; use as a context manager or close()."""
+
+    def __init__(self, cluster: Cluster, **config: Any) -> None:
+        self.cluster = cluster
+        self.config = client_config("producer", PRODUCER_SETTINGS, config)
+        self._batch_size = self.config["batch_size"]
+        self._linger = self.config["linger_ms"] / 1000.0
+        self._codec = self.config["compression_type"]
+        self._buffers: dict[str, _Buffer] = {}
+        self._lock = threading.RLock()
+        self._sticky = StickyPartitioner()
+        self._meta: dict[str, tuple[float, Any, int]] = {}
+        self._closed = False
+        self._wake = threading.Condition(self._lock)
+        self._linger_thread: threading.Thread | None = None
+
+    # -- metadata ----------------------------------------------------------------------------------
+    def _topic(self, topic: str, refresh: bool = False) -> tuple[Any, int]:
+        """(TopicInfo, max.message.bytes), cached for a few seconds."""
+        cached = self._meta.get(topic)
+        if refresh or cached is None or time.monotonic() - cached[0] > METADATA_MAX_AGE_S:
+            info = self.cluster.coordinator.topic(topic)
+            cached = (time.monotonic(), info, TopicConfig(info.config)["max.message.bytes"])
+            self._meta[topic] = cached
+        return cached[1], cached[2]
+
+    # -- sending -----------------------------------------------------------------------------------
+    def send(self, topic: str, value: Any = None, key: bytes | str | None = None, headers: HeadersArg = None,
+             partition: int | None = None, timestamp: int | None = None) -> SendFuture:
+        """Queue one record; timestamp is in ms since the epoch (Kafka's convention), default now."""
+        if self._closed:
+            raise FabricError("send() on a closed producer; create a new one")
+        info, max_bytes = self._topic(topic)
+        key = _encode(key)
+        if info.value_schema is None:
+            value = _encode(value)
+            size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        else:
+            size = 64 + (len(key) if key is not None else 0)
+        if size > max_bytes:
+            raise RecordTooLargeError(
+                f"record of {size} bytes exceeds max.message.bytes={max_bytes} of topic {topic!r}; "
+                f"raise it with `fabric topics alter {topic} --config max.message.bytes=N` or send less")
+        if partition is not None and not 0 <= partition < info.partitions:
+            raise UnknownPartitionError(
+                f"topic {topic!r} has partitions 0..{info.partitions - 1}; there is no partition {partition}")
+        with self._lock:
+            buf = self._buffers.get(topic)
+            if buf is None:
+                buf = self._buffers[topic] = _Buffer(topic)
+                self._ensure_linger_thread()
+            index = len(buf.values)
+            buf.values.append(value)
+            buf.keys.append(key)
+            buf.headers.append(_headers(headers))
+            buf.partitions.append(partition)
+            buf.timestamps.append(timestamp)
+            buf.size += size
+            future = SendFuture(self, buf.drain, index)
+            if buf.size >= self._batch_size:
+                self._drain_topic(topic)
+        return future
+
+    def send_batch(self, topic: str, table: pa.Table | pa.RecordBatch) -> list[BatchMetadata]:
+        """Append a whole Arrow table (columns value or the typed fields, optional key, headers,
+        timestamp, partition); returns where each partition's run landed."""
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        with self._lock:
+            self._drain_topic(topic)
+        info, max_bytes = self._topic(topic, refresh=True)
+        now_us = time.time_ns() // 1000
+        rows = to_storage(table, info.value_schema, now_us)
+        explicit = table.column("partition") if "partition" in table.column_names else None
+        self._check_sizes(topic, rows, info.value_schema is None, max_bytes)
+        parts = self._partition(topic, rows.column("key"), explicit, info.partitions)
+        return self._append_by_partition(topic, rows, parts)
+
+    def _check_sizes(self, topic: str, rows: pa.Table, plain: bool, max_bytes: int) -> None:
+        sizes = pc.fill_null(pc.binary_length(rows.column("key")), 0)
+        if plain:
+            sizes = pc.add(sizes, pc.fill_null(pc.binary_length(rows.column("value")), 0))
+        if len(sizes) and pc.max(sizes).as_py() > max_bytes:
+            first = pc.index(pc.greater(sizes, max_bytes), True).as_py()
+            raise RecordTooLargeError(
+                f"row {first} is {sizes[first].as_py()} bytes, over max.message.bytes={max_bytes} of topic "
+                f"{topic!r}; nothing from this batch was written")
+
+    def _partition(self, topic: str, keys: pa.ChunkedArray, explicit: pa.ChunkedArray | None,
+                   num_partitions: int) -> np.ndarray:
+        return assign_partitions(topic, keys, explicit, num_partitions, self._sticky)
+
+    def _append_by_partition(self, topic: str, rows: pa.Table, parts: np.ndarray) -> list[BatchMetadata]:
+        order = np.argsort(parts, kind="stable")
+        sorted_parts = parts[order]
+        if len(order) and not (order[:-1] < order[1:]).all():
+            rows = rows.take(pa.array(order))
+        cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
+        bounds = [0, *cuts.tolist(), len(order)]
+        out = []
+        for lo, hi in itertools.pairwise(bounds):
+            if lo == hi:
+                continue
+            p = int(sorted_parts[lo])
+            chunks = self._chunks(rows.slice(lo, hi - lo))
+            bases = [self.cluster.append(topic, p, chunk, self._codec) for chunk in chunks]
+            out.append(BatchMetadata(topic, p, bases[0], hi - lo))
+        return out
+
+    def _chunks(self, rows: pa.Table) -> list[pa.RecordBatch]:
+        """Split rows into record batches of about batch_size bytes each (one frame each)."""
+        total = rows.nbytes
+        if total <= self._batch_size * 2:
+            return rows.combine_chunks().to_batches() or []
+        step = max(1, rows.num_rows * self._batch_size // max(total, 1))
+        return [rows.slice(i, step).combine_chunks().to_batches()[0] for i in range(0, rows.num_rows, step)]
+
+    def _drain_topic(self, topic: str, only: _Drain | None = None) -> None:
+        """Append the topic's buffered records now (if `only` is given, only if it is still buffered)."""
+        with self._lock:
+            buf = self._buffers.get(topic)
+            if buf is None or (only is not None and buf.drain is not only):
+                return
+            del self._buffers[topic]
+            drain = buf.drain
+            try:
+                info, _ = self._topic(topic)
+                if info.value_schema is None:
+                    values = pa.array(buf.values, pa.binary())
+                else:
+                    values = typed_rows(buf.values, info.value_schema)
+                columns = {
+                    "timestamp": pa.array([None if t is None else t * 1000 for t in buf.timestamps],
+                                          pa.int64()).cast(TIMESTAMP),
+                    "key": pa.array(buf.keys, pa.binary()),
+                    "headers": pa.array(buf.headers, HEADERS) if any(buf.headers)
+                    else pa.nulls(len(buf.keys), HEADERS)}
+                if info.value_schema is None:
+                    columns["value"] = values
+                else:
+                    columns.update({f.name: values.field(f.name) for f in info.value_schema})
+                rows = to_storage(pa.table(columns), info.value_schema, time.time_ns() // 1000)
+                explicit = pa.chunked_array([pa.array(buf.partitions, pa.int32())])
+                parts = self._partition(topic, rows.column("key"), explicit, info.partitions)
+                metas = self._append_by_partition(topic, rows, parts)
+                offsets = np.empty(len(parts), np.int64)
+                offsets[np.argsort(parts, kind="stable")] = np.concatenate(
+                    [np.arange(m.offset, m.offset + m.count) for m in metas])
+                drain.partitions, drain.offsets = parts, offsets
+            except BaseException as exc:  # noqa: BLE001 (delivered through every future of the batch)
+                drain.error = exc
+            finally:
+                drain.done.set()
+
+    # -- linger, flush, close ----------------------------------------------------------------------
+    def _ensure_linger_thread(self) -> None:
+        if self._linger_thread is None:
+            self._linger_thread = threading.Thread(target=self._linger_loop, name="fabric-linger", daemon=True)
+            self._linger_thread.start()
+
+    def _linger_loop(self) -> None:
+        with self._lock:
+            while not self._closed:
+                now = time.monotonic()
+                due = [t for t, b in self._buffers.items() if now - b.created >= self._linger]
+                for topic in due:
+                    self._drain_topic(topic)
+                waits = [self._linger - (now - b.created) for b in self._buffers.values()]
+                self._wake.wait(max(min(waits), 0.001) if waits else self._linger or 0.05)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered and wait until it is appended."""
+        with self._lock:
+            for topic in list(self._buffers):
+                self._drain_topic(topic)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush, then stop the linger thread."""
+        if self._closed:
+            return
+        self.flush(timeout)
+        with self._lock:
+            self._closed = True
+            self._wake.notify_all()
+        if self._linger_thread is not None:
+            self._linger_thread.join(timeout=5)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+

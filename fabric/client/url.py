@@ -1,0 +1,36 @@
+"""Turn a fabric URL into a Cluster: file:///dir or a path is embedded; fabric://host:port is remote."""
+from __future__ import annotations
+
+import os
+from urllib.parse import urlparse
+
+from fabric.client.cluster import Cluster
+from fabric.common.errors import InvalidConfigError
+
+DEFAULT_URL = "./fabric-data"
+ENV_URL = "FABRIC_URL"
+
+
+def resolve(url: str | None = None) -> str:
+    """The URL to use: the argument, else $FABRIC_URL, else ./fabric-data."""
+    return url or os.environ.get(ENV_URL) or DEFAULT_URL
+
+
+def open_cluster(url: str | None = None) -> Cluster:
+    """Open the cluster a URL names."""
+    url = resolve(url)
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise InvalidConfigError(f"file URL {url!r} names host {parsed.netloc!r}; use file:///absolute/dir")
+        from fabric.client.embedded import EmbeddedCluster
+        return EmbeddedCluster(parsed.path)
+    if parsed.scheme in ("fabric", "fabric+tls"):
+        from fabric.client.remote import RemoteCluster
+        return RemoteCluster(url)
+    if parsed.scheme == "" or (len(parsed.scheme) == 1 and os.name == "nt"):
+        from fabric.client.embedded import EmbeddedCluster
+        return EmbeddedCluster(url)
+    raise InvalidConfigError(
+        f"unsupported fabric URL {url!r}; use file:///dir (or a plain path) for an embedded fabric, "
+        "or fabric://host:port[,host:port] for a coordinator service")

@@ -1,0 +1,141 @@
+"""Topic and client configuration: Kafka's names, Kafka's defaults, validated with clear errors."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from fabric.common.errors import InvalidConfigError
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One config key: its default and a parser that returns the typed value or raises ValueError."""
+
+    default: Any
+    parse: Callable[[str], Any]
+    doc: str
+
+
+def _long(lo: int, hi: int = LONG_MAX) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(str(text).strip())
+        if not lo <= value <= hi:
+            raise ValueError(f"must be between {lo} and {hi}")
+        return value
+    return parse
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = str(text).strip()
+        if value not in options:
+            raise ValueError(f"must be one of {', '.join(options)}")
+        return value
+    return parse
+
+
+TOPIC_SETTINGS: dict[str, Setting] = {
+    "cleanup.policy": Setting("delete", _choice("delete"),
+                              "only 'delete' (time/size retention) is supported; compaction is not"),
+    "segment.bytes": Setting(1 << 30, _long(1024, INT_MAX), "roll a new segment past this size"),
+    "segment.ms": Setting(7 * 24 * 3600 * 1000, _long(1), "roll a new segment after this age"),
+    "retention.ms": Setting(7 * 24 * 3600 * 1000, _long(-1), "delete segments older than this; -1 keeps all"),
+    "retention.bytes": Setting(-1, _long(-1), "delete old segments past this partition size; -1 keeps all"),
+    "max.message.bytes": Setting(1048588, _long(0, INT_MAX), "largest record accepted"),
+    "index.interval.bytes": Setting(4096, _long(0, INT_MAX), "bytes between offset-index entries"),
+    "flush.messages": Setting(LONG_MAX, _long(1), "fsync after this many messages"),
+    "flush.ms": Setting(LONG_MAX, _long(0), "fsync after this many milliseconds"),
+    "message.timestamp.type": Setting("CreateTime", _choice("CreateTime", "LogAppendTime"),
+                                      "record timestamps: the producer's, or the log's at append"),
+    "min.insync.replicas": Setting(1, _long(1), "accepted for compatibility; the embedded fabric has one replica"),
+    "compression.type": Setting("producer", _choice("producer", "uncompressed", "lz4", "zstd"),
+                                "codec stored on disk; 'producer' keeps the producer's"),
+}
+
+
+def _error(kind: str, key: str, value: object, why: str, table: Mapping[str, Setting]) -> InvalidConfigError:
+    if key not in table:
+        return InvalidConfigError(
+            f"unknown {kind} config {key!r}; known keys: {', '.join(sorted(table))}")
+    return InvalidConfigError(f"invalid value {value!r} for {kind} config {key!r}: {why}")
+
+
+def validate_topic_config(config: Mapping[str, object] | None) -> dict[str, str]:
+    """Check a partial topic config (Kafka dotted keys) and return it normalised to strings."""
+    out: dict[str, str] = {}
+    for key, value in (config or {}).items():
+        setting = TOPIC_SETTINGS.get(key)
+        if setting is None:
+            raise _error("topic", key, value, "", TOPIC_SETTINGS)
+        try:
+            out[key] = str(setting.parse(str(value)))
+        except ValueError as exc:
+            raise _error("topic", key, value, str(exc), TOPIC_SETTINGS) from None
+    return out
+
+
+class TopicConfig:
+    """A topic's effective config: overrides on top of Kafka's defaults, typed attribute access."""
+
+    def __init__(self, overrides: Mapping[str, object] | None = None) -> None:
+        self.overrides = validate_topic_config(overrides)
+
+    def __getitem__(self, key: str) -> Any:
+        setting = TOPIC_SETTINGS[key]
+        raw = self.overrides.get(key)
+        return setting.default if raw is None else setting.parse(raw)
+
+    def effective(self) -> dict[str, str]:
+        """Every key with its effective value, as Kafka's describe --all shows."""
+        return {key: str(self[key]) for key in sorted(TOPIC_SETTINGS)}
+
+
+PRODUCER_SETTINGS: dict[str, Setting] = {
+    "acks": Setting("all", _choice("0", "1", "all", "-1"), "0, 1 or all (-1): when a send counts as done"),
+    "linger_ms": Setting(5, _long(0, INT_MAX), "wait up to this long to fill a batch"),
+    "batch_size": Setting(1 << 20, _long(1, INT_MAX), "bytes of records per batch before it is sent"),
+    "compression_type": Setting("none", _choice("none", "lz4", "zstd"), "Arrow IPC buffer compression"),
+    "client_id": Setting("", str, "a name for logs"),
+    "max_request_size": Setting(1048576 * 64, _long(1, INT_MAX), "largest batch sent at once"),
+    "enable_idempotence": Setting("true", _choice("true", "false"), "accepted for compatibility"),
+}
+
+CONSUMER_SETTINGS: dict[str, Setting] = {
+    "auto_offset_reset": Setting("latest", _choice("earliest", "latest", "none"),
+                                 "where to start without a committed offset"),
+    "enable_auto_commit": Setting("true", _choice("true", "false"), "commit positions periodically in poll"),
+    "auto_commit_interval_ms": Setting(5000, _long(0, INT_MAX), "auto-commit period"),
+    "max_poll_records": Setting(500, _long(1, INT_MAX), "most records one poll() returns"),
+    "fetch_max_bytes": Setting(52428800, _long(1, INT_MAX), "most bytes one poll_batch() reads"),
+    "client_id": Setting("", str, "a name for logs"),
+    "session_timeout_ms": Setting(45000, _long(1, INT_MAX), "group member is dead without heartbeats this long"),
+    "heartbeat_interval_ms": Setting(3000, _long(1, INT_MAX), "how often members heartbeat"),
+    "max_poll_interval_ms": Setting(300000, _long(1, INT_MAX), "longest gap between polls"),
+    "partition_assignment_strategy": Setting("range", _choice("range", "roundrobin", "cooperative-sticky"),
+                                             "how the group splits partitions"),
+    "group_instance_id": Setting("", str, "static membership id"),
+    "isolation_level": Setting("read_committed", _choice("read_committed", "read_uncommitted"),
+                               "accepted for compatibility; readers only ever see committed data"),
+}
+
+
+def client_config(kind: str, table: Mapping[str, Setting], given: Mapping[str, object]) -> dict[str, Any]:
+    """Validate client keyword config (Kafka names with '_' for '.') and fill in defaults."""
+    out: dict[str, Any] = {}
+    for key, value in given.items():
+        norm = key.replace(".", "_")
+        setting = table.get(norm)
+        if setting is None:
+            raise _error(kind, key, value, "", table)
+        if isinstance(value, bool):
+            value = str(value).lower()
+        try:
+            out[norm] = setting.parse(str(value))
+        except ValueError as exc:
+            raise _error(kind, key, value, str(exc), table) from None
+    for key, setting in table.items():
+        out.setdefault(key, setting.default)
+    return out

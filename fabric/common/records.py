@@ -1,0 +1,266 @@
+"""Record layout: the Arrow schema batches are stored in, and the columns readers get back.
+
+Stored columns: timestamp (µs, UTC), key (binary), headers (list<struct<key, value>>), and value: binary
+for a plain topic, or a struct of the topic's value schema for a typed topic. Offsets are not stored: a
+batch's rows are dense from the frame's base offset.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fabric.common.errors import SchemaMismatchError
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
+HEADERS = pa.list_(HEADER_TYPE)
+CREATE_TIME, LOG_APPEND_TIME = 0, 1
+TIMESTAMP_TYPES = {"CreateTime": CREATE_TIME, "LogAppendTime": LOG_APPEND_TIME}
+RESERVED = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+
+
+def storage_schema(value_schema: pa.Schema | None = None) -> pa.Schema:
+    """The schema a topic's batches are stored with."""
+    value = pa.binary() if value_schema is None else pa.struct(list(value_schema))
+    return pa.schema([("timestamp", TIMESTAMP), ("key", pa.binary()), ("headers", HEADERS), ("value", value)])
+
+
+def _has_dictionary(dtype: pa.DataType) -> bool:
+    if pa.types.is_dictionary(dtype):
+        return True
+    return any(_has_dictionary(dtype.field(i).type) for i in range(dtype.num_fields))
+
+
+def validate_value_schema(schema: pa.Schema) -> pa.Schema:
+    """Check a typed topic's value schema can be stored and read back unambiguously."""
+    if not isinstance(schema, pa.Schema) or not len(schema):
+        raise SchemaMismatchError("a typed topic's schema must be a non-empty pyarrow.Schema")
+    for field in schema:
+        if field.name in RESERVED:
+            raise SchemaMismatchError(
+                f"value field {field.name!r} clashes with the record column of that name; rename it "
+                f"(reserved: {', '.join(RESERVED)})")
+        if _has_dictionary(field.type):
+            raise SchemaMismatchError(
+                f"value field {field.name!r} is dictionary-encoded, which topics do not store; "
+                "decode it first (pyarrow.compute.cast to its value type)")
+    if len(set(schema.names)) != len(schema.names):
+        raise SchemaMismatchError(f"value schema repeats a field name: {schema.names}")
+    return schema
+
+
+def value_schema_of(storage: pa.Schema) -> pa.Schema | None:
+    """The typed value schema inside a storage schema, or None for a plain topic."""
+    value = storage.field("value").type
+    return pa.schema(list(value)) if pa.types.is_struct(value) else None
+
+
+def _as_binary(array: pa.Array | pa.ChunkedArray, name: str) -> pa.Array:
+    if pa.types.is_binary(array.type):
+        return array
+    if pa.types.is_string(array.type) or pa.types.is_large_binary(array.type) \
+            or pa.types.is_large_string(array.type) or pa.types.is_null(array.type):
+        return pc.cast(array, pa.binary())
+    raise SchemaMismatchError(f"column {name!r} must be binary or string, got {array.type}")
+
+
+def _column(table: pa.Table, name: str, length: int, dtype: pa.DataType) -> pa.Array:
+    if name in table.column_names:
+        return table.column(name)
+    return null_headers(length) if dtype == HEADERS else pa.nulls(length, dtype)
+
+
+def null_headers(length: int) -> pa.Array:
+    """`length` null header lists, straight from zeroed buffers. Not pa.nulls: its empty child arrays keep
+    offset buffers sized for `length` rows, which every slice of it then serializes in full (80 bytes per
+    row of the whole column)."""
+    validity, offsets = pa.py_buffer(bytes((length + 7) // 8)), pa.py_buffer(bytes(4 * (length + 1)))
+    return pa.Array.from_buffers(HEADERS, length, [validity, offsets], null_count=length,
+                                 children=[pa.array([], HEADER_TYPE)])
+
+
+def to_storage(table: pa.Table | pa.RecordBatch, value_schema: pa.Schema | None,
+               now_us: int) -> pa.Table:
+    """Convert user columns (value or typed value fields, key, headers, timestamp) to stored columns."""
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    n = table.num_rows
+    extra = {"partition", "topic"}
+    if value_schema is None:
+        if "value" not in table.column_names:
+            raise SchemaMismatchError(
+                f"a batch for a plain topic needs a 'value' column; got {table.column_names}")
+        value = _as_binary(table.column("value"), "value")
+        allowed = {"key", "value", "headers", "timestamp"} | extra
+    else:
+        value = typed_values(table, value_schema)
+        allowed = {"key", "headers", "timestamp"} | extra | set(value_schema.names)
+    unknown = [c for c in table.column_names if c not in allowed]
+    if unknown:
+        raise SchemaMismatchError(
+            f"unexpected column(s) {unknown}; expected {sorted(allowed - extra)}")
+    ts = _column(table, "timestamp", n, TIMESTAMP)
+    if ts.type != TIMESTAMP:
+        try:
+            ts = pc.cast(ts, TIMESTAMP)
+        except pa.ArrowInvalid as exc:
+            raise SchemaMismatchError(f"column 'timestamp' cannot be read as a timestamp: {exc}") from None
+    if ts.null_count:
+        ts = pc.fill_null(ts, pa.scalar(now_us, TIMESTAMP))
+    headers = _column(table, "headers", n, HEADERS)
+    if headers.type != HEADERS:
+        try:
+            headers = pc.cast(headers, HEADERS)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise SchemaMismatchError(
+                f"column 'headers' must be list<struct<key: string, value: binary>>, got {headers.type}") \
+                from None
+    key = _as_binary(_column(table, "key", n, pa.binary()), "key")
+    return pa.Table.from_arrays([ts, key, headers, value], schema=storage_schema(value_schema))
+
+
+def _null_like(dtype: pa.DataType) -> bool:
+    """A type inferred from empty or all-null data, which casts to anything without loss."""
+    if pa.types.is_null(dtype):
+        return True
+    return pa.types.is_list(dtype) and _null_like(dtype.value_type)
+
+
+def _lossless(source: pa.DataType, target: pa.DataType) -> bool:
+    """True for casts that change no value: from null-like types, or between time zones of one instant
+    (Spark hands out timestamps in its session zone, e.g. Etc/UTC for a UTC field)."""
+    if _null_like(source):
+        return True
+    return (pa.types.is_timestamp(source) and pa.types.is_timestamp(target) and source.unit == target.unit
+            and (source.tz is None) == (target.tz is None))
+
+
+def typed_values(table: pa.Table, value_schema: pa.Schema) -> pa.ChunkedArray:
+    """The value struct column from a table's value-field columns, checked against the schema."""
+    arrays = []
+    for field in value_schema:
+        if field.name not in table.column_names:
+            raise SchemaMismatchError(
+                f"typed topic value field {field.name!r} ({field.type}) is missing from the batch")
+        column = table.column(field.name)
+        if column.type != field.type and _lossless(column.type, field.type):
+            column = column.cast(field.type)
+        if column.type != field.type:
+            raise SchemaMismatchError(
+                f"typed topic value field {field.name!r} must be {field.type}, got {column.type}")
+        if not field.nullable and column.null_count:
+            raise SchemaMismatchError(f"typed topic value field {field.name!r} is not nullable but has nulls")
+        arrays.append(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
+    return pa.chunked_array([pa.StructArray.from_arrays(arrays, fields=list(value_schema))])
+
+
+def typed_rows(values: Sequence[Mapping[str, Any] | None], value_schema: pa.Schema) -> pa.StructArray:
+    """Build the value struct from per-record dicts, naming the field that does not fit."""
+    struct = pa.struct(list(value_schema))
+    try:
+        return pa.array(values, type=struct)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+        for field in value_schema:
+            column = [None if v is None else v.get(field.name) for v in values]
+            try:
+                pa.array(column, type=field.type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as inner:
+                raise SchemaMismatchError(
+                    f"typed topic value field {field.name!r} must be {field.type}: {inner}") from None
+        known = set(value_schema.names)
+        for v in values:
+            if v is not None and not isinstance(v, Mapping):
+                raise SchemaMismatchError(
+                    f"a typed topic takes dict values with fields {value_schema.names}, got {type(v).__name__}") \
+                    from None
+            stray = set(v or ()) - known
+            if stray:
+                raise SchemaMismatchError(
+                    f"value has field(s) {sorted(stray)} not in the topic schema {value_schema.names}") from None
+        raise SchemaMismatchError(f"value does not match the topic schema: {exc}") from None
+
+
+def output_schema(value_schema: pa.Schema | None, columns: Iterable[str] | None = None) -> pa.Schema:
+    """The columns readers get: Kafka's record columns, with typed value fields in place of value."""
+    fields = [pa.field("key", pa.binary())]
+    fields += [pa.field("value", pa.binary())] if value_schema is None else list(value_schema)
+    fields += [pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
+               pa.field("offset", pa.int64()), pa.field("timestamp", TIMESTAMP),
+               pa.field("timestampType", pa.int32()), pa.field("headers", HEADERS)]
+    schema = pa.schema(fields)
+    if columns is None:
+        return schema
+    wanted = list(columns)
+    missing = [c for c in wanted if c not in schema.names]
+    if missing:
+        raise SchemaMismatchError(f"unknown column(s) {missing}; available: {schema.names}")
+    return pa.schema([schema.field(c) for c in wanted])
+
+
+def stored_columns(columns: Iterable[str]) -> list[str]:
+    """The stored columns that reader `columns` are built from (offset, topic, partition and timestampType
+    need none, but a batch keeps at least one column to carry its row count)."""
+    wanted = set(columns)
+    stored: list[str] = [c for c in ("timestamp", "key", "headers") if c in wanted]
+    if wanted - set(RESERVED) or "value" in wanted:  # typed value fields live in the value struct
+        stored.append("value")
+    return stored or ["timestamp"]
+
+
+def to_output(batch: pa.RecordBatch, base_offset: int, topic: str, partition: int, timestamp_type: int,
+              schema: pa.Schema) -> pa.RecordBatch:
+    """Stored rows (all stored columns, or those `stored_columns` names) → reader columns, in `schema`'s
+    order; only the requested columns are built."""
+    n = batch.num_rows
+    arrays = []
+    value = batch.column("value") if "value" in batch.schema.names else None
+    for field in schema:  # a typed value field is only asked for when the value struct was read
+        name = field.name
+        if name == "offset":
+            arrays.append(pa.array(np.arange(base_offset, base_offset + n, dtype=np.int64)))
+        elif name == "topic":
+            arrays.append(pa.repeat(pa.scalar(topic, pa.string()), n) if n else pa.array([], pa.string()))
+        elif name == "partition":
+            arrays.append(pa.array(np.full(n, partition, dtype=np.int32)))
+        elif name == "timestampType":
+            arrays.append(pa.array(np.full(n, timestamp_type, dtype=np.int32)))
+        elif name in ("timestamp", "key", "headers", "value"):
+            arrays.append(batch.column(name))
+        else:
+            assert value is not None, f"column {name!r} needs the stored value column"
+            arrays.append(value.field(name) if value.null_count == 0 else pc.struct_field(value, name))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One consumed record, with Kafka's ConsumerRecord attributes."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: Any
+    headers: list[tuple[str, bytes | None]]
+    timestamp: int
+    timestamp_type: int
+
+
+def to_records(batch: pa.RecordBatch) -> list[Record]:
+    """Reader columns → Record objects (timestamps in ms since the epoch, as Kafka's; typed values as dicts)."""
+    names = batch.schema.names
+    value_fields = [n for n in names if n not in RESERVED]
+    cols = {n: batch.column(n) for n in names}
+    ts = pc.divide(cols["timestamp"].cast(pa.int64()), 1000).to_pylist()
+    keys = cols["key"].to_pylist()
+    values = cols["value"].to_pylist() if "value" in cols else \
+        pa.StructArray.from_arrays([cols[n] for n in value_fields], names=value_fields).to_pylist()
+    headers = [[(h["key"], h["value"]) for h in hs] if hs else [] for hs in cols["headers"].to_pylist()]
+    topic, partitions = cols["topic"].to_pylist(), cols["partition"].to_pylist()
+    offsets, types = cols["offset"].to_pylist(), cols["timestampType"].to_pylist()
+    return [Record(topic[i], partitions[i], offsets[i], keys[i], values[i], headers[i], ts[i], types[i])
+            for i in range(batch.num_rows)]

@@ -1,0 +1,143 @@
+"""Value types every layer speaks: topics and partitions, committed offsets, group membership messages, and
+what a fetch or a describe returns. Plain frozen dataclasses, so they cross processes (pickle) and the
+service's wire format unchanged."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic's metadata: partition count, config overrides and typed value schema (if any)."""
+
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+    value_schema: pa.Schema | None = None
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    """A group's committed position in one partition (the next offset to read)."""
+
+    offset: int
+    metadata: str = ""
+    commit_ms: int = 0
+
+
+class GroupStatus(str, enum.Enum):
+    """The state of a consumer group, as Kafka's group coordinator names it.
+
+    - EMPTY: no members (offsets may remain). -> PREPARING_REBALANCE when a member joins; -> DEAD when deleted.
+    - PREPARING_REBALANCE: members must (re)join before the rebalance deadline. -> COMPLETING_REBALANCE once
+      every member rejoined (or the deadline removed the rest); -> EMPTY when the last member left.
+    - COMPLETING_REBALANCE: the generation and assignment are computed; members fetch them (sync).
+      -> STABLE when all synced; -> PREPARING_REBALANCE when membership changes again (or a cooperative
+      follow-up round is due).
+    - STABLE: every member has its assignment. -> PREPARING_REBALANCE on any membership or metadata change.
+    - DEAD: deleted; terminal (a store forgets a dead group).
+
+    A str enum: it compares equal to, and serialises as, Kafka's state name ("Stable", ...).
+    """
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    """A member asking to join (or rejoin) a group; member_id "" means a new member."""
+
+    group: str
+    member_id: str
+    topics: tuple[str, ...]
+    assignors: tuple[str, ...] = ("range",)
+    group_instance_id: str = ""
+    client_id: str = ""
+    session_timeout_ms: int = 45000
+    rebalance_timeout_ms: int = 300000
+    owned: tuple[TopicPartition, ...] = ()
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    """The answer to a join: `ready` is False while the rebalance still waits for other members
+    (the member asks again); once ready, the member syncs with `generation`."""
+
+    member_id: str
+    generation: int
+    ready: bool
+    leader: str = ""
+    protocol: str = ""
+    members: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """The member's assignment for the generation; `ready` is False until it is computed."""
+
+    assignment: tuple[TopicPartition, ...]
+    ready: bool = True
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    """One live member of a group and the partitions it owns in the current generation."""
+
+    member_id: str
+    group_instance_id: str
+    client_id: str
+    assignment: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """A group's state for `fabric groups describe`."""
+
+    group: str
+    state: GroupStatus
+    generation: int
+    protocol: str
+    members: tuple[MemberDescription, ...]
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """What describe shows for one partition."""
+
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    segments: int
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A run of committed records: stored rows starting at `offset`."""
+
+    offset: int
+    batch: pa.RecordBatch
+    timestamp_type: int
+
+
+def transaction_sequence(txn: str) -> tuple[str, int]:
+    """A transaction id `<transactional id>:<sequence>` split in two (an id without a numeric sequence is
+    sequence 0 of itself). A transactional id commits in increasing sequence, as the Spark sink commits its
+    batch ids in order and only ever replays the latest, so stores keep one record per transactional id."""
+    head, sep, tail = txn.rpartition(":")
+    if sep and tail.isascii() and tail.isdigit():
+        return head, int(tail)
+    return txn, 0

@@ -1,0 +1,85 @@
+"""Checking a decoded request against the signature of the interface method it calls.
+
+The coordinator service calls Cluster and Coordinator methods with arguments a client sent; a request with a
+missing, unknown or mistyped argument must be refused with an error naming the argument and the expected type
+(InvalidRequestError) before it reaches a store, never fail halfway with a TypeError deep inside one.
+"""
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import functools
+import inspect
+import types
+import typing
+from typing import Any, Callable
+
+from fabric.common.errors import InvalidRequestError
+
+
+@functools.cache
+def _hints(fn: Callable) -> dict[str, Any]:
+    return typing.get_type_hints(fn)
+
+
+def conforms(value: Any, hint: Any) -> bool:
+    """True if `value` fits the type hint (unions, Optional, list/tuple/dict/Mapping/Sequence, dataclasses)."""
+    if hint is Any:
+        return True
+    if hint is None or hint is type(None):
+        return value is None
+    origin, params = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(conforms(value, p) for p in params)
+    if origin is None:
+        if hint is float:
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+        if hint is int:
+            return isinstance(value, int) and not isinstance(value, bool)
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            return isinstance(value, hint) and all(
+                conforms(getattr(value, f), h) for f, h in _hints(hint).items() if f in _field_names(hint))
+        return isinstance(value, hint) if isinstance(hint, type) else True
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return False
+        if len(params) == 2 and params[1] is Ellipsis:
+            return all(conforms(v, params[0]) for v in value)
+        return len(value) == len(params) and all(conforms(v, p) for v, p in zip(value, params, strict=True))
+    if origin in (dict, collections.abc.Mapping):
+        return isinstance(value, dict) and all(conforms(k, params[0]) and conforms(v, params[1])
+                                               for k, v in value.items())
+    if origin in (list, collections.abc.Sequence):
+        return isinstance(value, (list, tuple)) and all(conforms(v, params[0]) for v in value)
+    return isinstance(value, origin)
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def _describe(hint: Any) -> str:
+    if typing.get_origin(hint) is None and isinstance(hint, type):
+        return hint.__name__
+    return str(hint).replace("typing.", "")
+
+
+def check_call(name: str, method: Callable, args: dict[str, Any], skip: tuple[str, ...] = ()) -> None:
+    """Raise InvalidRequestError unless `method(**args)` (plus the `skip` parameters, supplied otherwise)
+    binds to the method's signature with every argument of its annotated type."""
+    params = {p: v for p, v in inspect.signature(method).parameters.items() if p != "self" and p not in skip}
+    unknown = sorted(set(args) - set(params))
+    if unknown:
+        raise InvalidRequestError(f"request {name!r}: unknown argument(s) {', '.join(unknown)}; "
+                                  f"it takes {', '.join(params) or 'none'}")
+    missing = [p for p, v in params.items() if v.default is inspect.Parameter.empty and p not in args]
+    if missing:
+        raise InvalidRequestError(f"request {name!r}: missing argument(s) {', '.join(missing)}; "
+                                  f"it takes {', '.join(params)}")
+    hints = _hints(method)
+    for arg, value in args.items():
+        hint = hints.get(arg, Any)
+        if not conforms(value, hint):
+            raise InvalidRequestError(f"request {name!r}: argument {arg!r} must be {_describe(hint)}, "
+                                      f"got {type(value).__name__} {value!r:.80}")

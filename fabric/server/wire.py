@@ -1,0 +1,305 @@
+"""The coordinator service's wire format, in one place: tagged JSON for action arguments and results,
+Arrow streams with JSON app-metadata for the data plane, and errors that keep their fabric.errors type.
+
+Values: None/bool/int/float/str and lists are plain JSON; tuples, dicts (any keys), Arrow schemas, enums and
+the shared dataclasses are tagged objects {"$": tag, "v": ...}, so a decoded value equals the encoded one.
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+import fabric.common.errors as errors
+from fabric.common.types import (
+    CommittedOffset,
+    Fetched,
+    GroupDescription,
+    GroupStatus,
+    JoinRequest,
+    JoinResult,
+    MemberDescription,
+    PartitionState,
+    SyncResult,
+    TopicInfo,
+    TopicPartition,
+)
+from fabric.server.arguments import conforms
+
+AUTH_HEADER = "authorization"
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceStatus:
+    """What the `status` action reports about one coordinator instance."""
+
+    instance: str
+    active: bool
+    active_instance: str
+    epoch: int
+    store: str
+    data_dir: str
+    tls: bool
+
+
+DATACLASSES = {cls.__name__: cls for cls in (TopicInfo, CommittedOffset, JoinRequest, JoinResult, SyncResult,
+                                             MemberDescription, GroupDescription, PartitionState, InstanceStatus)}
+ENUMS = {cls.__name__: cls for cls in (GroupStatus,)}
+
+
+def encode(value: Any) -> Any:
+    """A JSON-ready form of `value` (see the module docstring for what is supported)."""
+    if type(value).__name__ in ENUMS and ENUMS[type(value).__name__] is type(value):
+        return {"$": type(value).__name__, "v": value.value}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, list):
+        return [encode(v) for v in value]
+    if isinstance(value, tuple):
+        return {"$": "tuple", "v": [encode(v) for v in value]}
+    if isinstance(value, dict):
+        return {"$": "dict", "v": [[encode(k), encode(v)] for k, v in value.items()]}
+    if isinstance(value, pa.Schema):
+        return {"$": "schema", "v": base64.b64encode(value.serialize().to_pybytes()).decode()}
+    name = type(value).__name__
+    if dataclasses.is_dataclass(value) and DATACLASSES.get(name) is type(value):
+        return {"$": name, "v": {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}}
+    raise TypeError(f"cannot send a {type(value).__name__} to the coordinator service")
+
+
+def decode(value: Any) -> Any:
+    """The inverse of encode()."""
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    tag = value.get("$")
+    body: Any = value.get("v")  # a body of the wrong shape raises here; request_args reports it
+    if tag == "tuple":
+        return tuple(decode(v) for v in body)
+    if tag == "dict":
+        return {_hashable(decode(k)): decode(v) for k, v in body}
+    if tag == "schema":
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(body)))
+    if tag in DATACLASSES:
+        return DATACLASSES[tag](**{k: decode(v) for k, v in body.items()})
+    if tag in ENUMS:
+        return ENUMS[tag](body)
+    if tag is None:
+        raise ValueError('a JSON object must be a tagged value {"$": tag, "v": value}; encode requests with '
+                         "fabric.server.wire.dumps")
+    raise ValueError(f"unknown wire tag {tag!r}: client and coordinator versions differ")
+
+
+def _hashable(key: Any) -> Any:
+    return tuple(key) if isinstance(key, list) else key
+
+
+def dumps(value: Any) -> bytes:
+    """encode() then JSON bytes."""
+    return json.dumps(encode(value), separators=(",", ":")).encode()
+
+
+def loads(data: bytes | pa.Buffer | None) -> Any:
+    """JSON bytes then decode(); empty input is None."""
+    raw = data.to_pybytes() if isinstance(data, pa.Buffer) else data
+    return decode(json.loads(raw)) if raw else None
+
+
+# -- actions -------------------------------------------------------------------------------------
+def action(name: str, /, **kwargs: Any) -> flight.Action:
+    """A DoAction request: `name` with keyword arguments."""
+    return flight.Action(name, dumps(kwargs))
+
+
+def request_args(data: pa.Buffer | bytes | None, what: str) -> dict[str, Any]:
+    """The keyword arguments of a request (`what`: a DoAction body, DoPut descriptor or DoGet ticket);
+    InvalidRequestError if it is not a JSON object of named arguments in this wire format."""
+    try:
+        args = {} if not data else loads(data)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # bad UTF-8 or JSON, malformed tags
+        raise errors.InvalidRequestError(
+            f"the {what} is not valid coordinator wire JSON ({type(exc).__name__}: {exc}); send it with a "
+            "fabric client of the same version as the coordinator") from None
+    if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
+        raise errors.InvalidRequestError(f"the {what} must be a JSON object of named arguments, "
+                                         f"got {type(args).__name__}")
+    return args
+
+
+def action_args(body: pa.Buffer | bytes | None) -> dict[str, Any]:
+    """The keyword arguments of a DoAction request."""
+    return request_args(body, "action body")
+
+
+# -- data plane ----------------------------------------------------------------------------------
+def put_descriptor(op: str, **kwargs: Any) -> flight.FlightDescriptor:
+    """The descriptor of a DoPut: `op` is "append" or "publish", with its arguments."""
+    return flight.FlightDescriptor.for_command(dumps({"op": op, **kwargs}))
+
+
+def fetch_ticket(topic: str, partition: int, offset: int, max_bytes: int, end_offset: int | None) -> flight.Ticket:
+    """The ticket of a DoGet: Cluster.fetch's arguments."""
+    return flight.Ticket(dumps({"topic": topic, "partition": partition, "offset": offset,
+                                "max_bytes": max_bytes, "end_offset": end_offset}))
+
+
+def fetch_stream(schema: pa.Schema, fetched: list[Fetched]) -> flight.GeneratorStream:
+    """A DoGet answer: each stored batch with {"offset", "timestamp_type"} as its app metadata."""
+    if fetched:
+        schema = fetched[0].batch.schema
+    return flight.GeneratorStream(schema, ((f.batch, dumps({"offset": f.offset, "timestamp_type": f.timestamp_type}))
+                                           for f in fetched))
+
+
+def read_fetched(reader: flight.FlightStreamReader) -> list[Fetched]:
+    """The Fetched runs of a DoGet answer."""
+    out = []
+    for chunk in _chunks(reader):
+        meta = loads(chunk.app_metadata)
+        out.append(Fetched(meta["offset"], chunk.data, meta["timestamp_type"]))
+    return out
+
+
+def _chunks(reader: flight.MetadataRecordBatchReader) -> Iterator[flight.FlightStreamChunk]:
+    while True:
+        try:
+            yield reader.read_chunk()
+        except StopIteration:
+            return
+
+
+# Publish: partitions may differ in schema (typed and untyped topics), so each stored batch (publish) or
+# buffer of sealed frames (publish_frames) travels as the binary payload of one row of this envelope.
+ENVELOPE = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("payload", pa.binary())])
+
+
+def ipc_bytes(batch: pa.RecordBatch) -> bytes:
+    """A stored batch as an Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def ipc_batches(data: bytes) -> list[pa.RecordBatch]:
+    """The inverse of ipc_bytes."""
+    return list(pa.ipc.open_stream(data))
+
+
+def frame_bytes(buffer: pa.Buffer) -> bytes:
+    return buffer.to_pybytes()
+
+
+def frame_buffers(data: bytes) -> list[pa.Buffer]:
+    return [pa.py_buffer(data)]
+
+
+def envelope(parts: dict[tuple[str, int], Sequence[Any]], payload: Callable[[Any], bytes]
+             ) -> Iterator[pa.RecordBatch]:
+    """One envelope row per item (stored batch or frame buffer) of a publish; `payload` makes its bytes."""
+    for (topic, partition), items in parts.items():
+        for item in items:
+            yield pa.record_batch([[topic], [partition], [payload(item)]], schema=ENVELOPE)
+
+
+def publish_keys(keys: Any) -> list[TopicPartition]:
+    """The (topic, partition) list of a publish request; InvalidRequestError unless it is one."""
+    pairs = [tuple(k) for k in keys] if isinstance(keys, list) and all(isinstance(k, list) for k in keys) else None
+    if pairs is None or not conforms(pairs, list[TopicPartition]):
+        raise errors.InvalidRequestError(f"a publish needs keys: a list of [topic, partition] pairs, got {keys!r:.80}")
+    return pairs
+
+
+def schema_text(schema: pa.Schema) -> str:
+    """A schema on one line, for error messages."""
+    return schema.to_string(show_schema_metadata=False).replace("\n", ", ")
+
+
+def unwrap(keys: Iterable[tuple[str, int]], reader: flight.MetadataRecordBatchReader,
+           items: Callable[[bytes], list[Any]]) -> dict[tuple[str, int], list[Any]]:
+    """The publish parts: every partition in `keys` (even with nothing in it), filled from the envelope stream
+    with `items(payload)`."""
+    if not reader.schema.equals(ENVELOPE):
+        raise errors.InvalidRequestError(f"a publish stream must have the schema ({schema_text(ENVELOPE)}), "
+                                         f"got ({schema_text(reader.schema)})")
+    parts: dict[tuple[str, int], list[Any]] = {(t, p): [] for t, p in keys}
+    for chunk in _chunks(reader):
+        for row in chunk.data.to_pylist():
+            key = (row["topic"], row["partition"])
+            if key not in parts:
+                raise errors.InvalidConfigError(f"publish stream names {key}, which the request did not list")
+            parts[key].extend(items(row["payload"]))
+    return parts
+
+
+# The DoPut ops that publish: (Cluster method, payload encoder, payload decoder).
+PUBLISH_OPS: dict[str, tuple[str, Callable[[Any], bytes], Callable[[bytes], list[Any]]]] = {
+    "publish": ("publish", ipc_bytes, ipc_batches),
+    "publish_frames": ("publish_frames", frame_bytes, frame_buffers),
+}
+
+
+# -- errors --------------------------------------------------------------------------------------
+NOT_ACTIVE = "NotActiveCoordinator"
+
+
+def error_info(exc: BaseException) -> bytes:
+    """The extra_info of a Flight error: the exception's exact message and type name (its nearest base class
+    in fabric.errors, which the client has too)."""
+    name = next((c.__name__ for c in type(exc).__mro__ if getattr(errors, c.__name__, None) is c),
+                type(exc).__name__)
+    return json.dumps({"type": name, "message": str(exc)}).encode()
+
+
+def not_active(instance: str, active: str) -> flight.FlightUnavailableError:
+    """The answer of a standby to a call only the active instance serves."""
+    message = f"{instance} is not the active coordinator, active is {active or 'not yet elected'}"
+    return flight.FlightUnavailableError(message, extra_info=json.dumps(
+        {"type": NOT_ACTIVE, "message": message, "active": active}).encode())
+
+
+def to_flight_error(exc: BaseException) -> flight.FlightError:
+    """A server-side exception as the Flight error that carries it to the client."""
+    if isinstance(exc, flight.FlightError):
+        return exc
+    if isinstance(exc, errors.AuthenticationError):
+        return flight.FlightUnauthenticatedError(str(exc), extra_info=error_info(exc))
+    if isinstance(exc, errors.AuthorizationError):
+        return flight.FlightUnauthorizedError(str(exc), extra_info=error_info(exc))
+    if isinstance(exc, errors.CoordinatorUnavailableError):  # e.g. lost ZooKeeper: the client tries another
+        return flight.FlightUnavailableError(str(exc), extra_info=error_info(exc))
+    if isinstance(exc, (errors.FabricError, NotImplementedError)):
+        return flight.FlightServerError(str(exc), extra_info=error_info(exc))
+    return flight.FlightInternalError(f"coordinator failed: {type(exc).__name__}: {exc}", extra_info=error_info(exc))
+
+
+def error_details(exc: flight.FlightError) -> dict[str, Any]:
+    """The {"type", "message", ...} a server attached to a Flight error ({} if none)."""
+    try:
+        info = json.loads(exc.extra_info or b"{}")
+    except ValueError:
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def from_flight_error(exc: flight.FlightError) -> Exception:
+    """The exception to raise client-side: the same fabric.errors class and message the server raised."""
+    info = error_details(exc)
+    cls = getattr(errors, info.get("type", ""), None)
+    if isinstance(cls, type) and issubclass(cls, errors.FabricError):
+        return cls(info["message"])
+    if info.get("type") == "NotImplementedError":
+        return NotImplementedError(info["message"])
+    if isinstance(exc, flight.FlightUnauthenticatedError):
+        return errors.AuthenticationError(f"the coordinator rejected the credentials: {exc}; "
+                                          "set FABRIC_TOKEN or add ?token=... to the fabric:// URL")
+    if isinstance(exc, flight.FlightUnauthorizedError):
+        return errors.AuthorizationError(str(exc))
+    if isinstance(exc, (flight.FlightUnavailableError, flight.FlightTimedOutError)):
+        return errors.CoordinatorUnavailableError(info.get("message") or str(exc))
+    return errors.FabricError(info.get("message") or str(exc))

@@ -1,0 +1,67 @@
+"""The LogManager: every partition log of one data directory, as Kafka's LogManager owns a broker's logs.
+
+Layout: <root>/<topic>/<partition>/ holds a partition's segments; <root>/__fabric/ holds what is not a
+partition (the embedded metadata database, the Spark sink's staging area). Topic names are validated, so a
+topic directory can never leave the root.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from typing import Callable
+
+from fabric.common.config import TopicConfig
+from fabric.common.errors import UnknownPartitionError
+from fabric.common.names import validate_topic
+from fabric.common.records import storage_schema
+from fabric.common.types import TopicInfo, TopicPartition
+from fabric.storage.log import Log
+
+INTERNAL_DIR = "__fabric"
+
+
+class LogManager:
+    """The logs under `root`, opened on demand and cached per (topic, partition) while the topic's metadata is
+    unchanged. `transaction_committed` decides whether a dead publish's frames are rolled forward."""
+
+    def __init__(self, root: str, transaction_committed: Callable[[str], bool]) -> None:
+        self.root = os.path.abspath(root)
+        self.internal_dir = os.path.join(self.root, INTERNAL_DIR)
+        os.makedirs(self.internal_dir, exist_ok=True)
+        self._transaction_committed = transaction_committed
+        self._logs: dict[TopicPartition, tuple[TopicInfo, Log]] = {}
+        self._guard = threading.Lock()
+
+    def topic_dir(self, topic: str) -> str:
+        """The topic's directory; the validated name cannot leave the root."""
+        path = os.path.join(self.root, validate_topic(topic))
+        assert os.path.dirname(path) == self.root
+        return path
+
+    def log(self, info: TopicInfo, partition: int) -> Log:
+        """The Log of one partition of the topic `info` describes (reloaded if the metadata changed)."""
+        if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < info.partitions:
+            raise UnknownPartitionError(f"topic {info.name!r} has partitions 0..{info.partitions - 1}; "
+                                        f"there is no partition {partition!r}")
+        with self._guard:
+            cached = self._logs.get((info.name, partition))
+            if cached is not None and cached[0] == info:
+                return cached[1]
+            log = Log(os.path.join(self.topic_dir(info.name), str(partition)), storage_schema(info.value_schema),
+                      TopicConfig(info.config), self._transaction_committed)
+            self._logs[(info.name, partition)] = (info, log)
+            return log
+
+    def create_partitions(self, info: TopicInfo, first: int = 0) -> None:
+        """Create (or recover) the logs of partitions first..info.partitions-1 on disk."""
+        for p in range(first, info.partitions):
+            self.log(info, p).sync_tail_locked()
+
+    def delete_topic(self, topic: str) -> None:
+        """Forget the topic's logs and remove its directory (whatever is in it)."""
+        directory = self.topic_dir(topic)
+        with self._guard:
+            for key in [k for k in self._logs if k[0] == topic]:
+                del self._logs[key]
+        shutil.rmtree(directory, ignore_errors=True)
