@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+LINKS  := $(VENV)/.linked-stamp
 # The package's files: the install is redone when one is added, removed or renamed (edits need nothing).
 SOURCES := $(shell git ls-files -co --exclude-standard fabric coordinator sources sinks conf pyspark_fabric.py 2>/dev/null)
 # Lint and type checks read the installed tree, where coordinator/, sources/ and sinks/ are fabric.* packages.
@@ -15,15 +16,21 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN))/python
 
 .PHONY: install lint test test-fast demo bench check-java clean
 
-install: $(STAMP)
+install: $(LINKS)
 
-$(STAMP): pyproject.toml $(VENV)/.files | check-java
+# Dependencies (and the project) when pyproject.toml changes.
+$(STAMP): pyproject.toml | check-java
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo ">> installing spark-fabric and its dependencies into $(VENV) (first run: ~2 minutes)"
 	@$(BIN)/python -m pip install --quiet --upgrade pip
-	@# strict editable mode: a tree of links to the checkout's files, with the fabric.* names the wheel has
 	@$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=strict
 	@touch $(STAMP)
+
+# The project alone when one of its files is added, removed or renamed: strict editable mode installs a tree
+# of links to the checkout's files under the fabric.* names the wheel has (edits show at once, new files not).
+$(LINKS): $(STAMP) $(VENV)/.files
+	@$(BIN)/python -m pip install --quiet --no-deps -e . --config-settings editable_mode=strict 2>/dev/null
+	@touch $(LINKS)
 
 $(VENV)/.files: FORCE
 	@mkdir -p $(VENV)
@@ -36,7 +43,7 @@ check-java:
 	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
 	 if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then echo "error: Java $$v found, Spark 4 needs Java 17+; install openjdk-17-jre-headless and re-run" >&2; exit 1; fi
 
-lint: $(STAMP)
+lint: $(LINKS)
 	$(BIN)/ruff check .
 	cd $(TREE) && $(abspath $(BIN))/lint-imports --config $(CURDIR)/pyproject.toml
 	cd $(TREE) && $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml -p fabric -p pyspark_fabric
@@ -44,13 +51,13 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/pytest -q
 
-test-fast: $(STAMP)
+test-fast: $(LINKS)
 	$(BIN)/pytest -q tests/unit
 
-demo: $(STAMP)
+demo: $(LINKS)
 	$(BIN)/python jobs/demo.py
 
-bench: $(STAMP)
+bench: $(LINKS)
 	$(BIN)/python -m bench.run
 
 clean:

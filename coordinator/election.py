@@ -14,7 +14,6 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -22,6 +21,7 @@ from kazoo.client import KazooClient, KazooState, TransactionRequest
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
+from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.errors import CoordinatorUnavailableError
 from fabric.coordinator import zk_layout as layout
 
@@ -252,7 +252,7 @@ class ControllerElection:
         """Create this instance's ephemeral /brokers/ids/<id> for the current session."""
         path = layout.broker(self.instance_id)
         data = layout.dumps({"version": layout.FORMAT_VERSION, "instance_id": self.instance_id,
-                             "address": self.address, "timestamp": int(time.time() * 1000)})
+                             "address": self.address, "timestamp": SYSTEM_CLOCK.now_ms()})
         try:
             self.client.create(path, data, ephemeral=True)
         except NodeExistsError:
@@ -274,7 +274,7 @@ class ControllerElection:
         txn = self.client.transaction()
         txn.create(layout.CONTROLLER, layout.dumps({
             "version": layout.FORMAT_VERSION, "instance_id": self.instance_id, "address": self.address,
-            "epoch": token.epoch, "timestamp": int(time.time() * 1000)}), ephemeral=True)
+            "epoch": token.epoch, "timestamp": SYSTEM_CLOCK.now_ms()}), ephemeral=True)
         txn.set_data(layout.CONTROLLER_EPOCH, str(token.epoch).encode(), version=stat.version)
         created = txn.commit()[0]
         with self._lock:

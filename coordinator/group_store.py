@@ -7,6 +7,7 @@ transitions through a store: the part of the Coordinator interface about groups.
 """
 from __future__ import annotations
 
+import logging
 import random
 import sqlite3
 import time
@@ -14,30 +15,34 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from typing import Any, Callable, TypeVar
 
+from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.errors import (
     CoordinatorUnavailableError,
-    IllegalGenerationError,
+    MembershipError,
     RebalanceInProgressError,
-    UnknownMemberError,
 )
 from fabric.common.types import GroupDescription, JoinRequest, JoinResult, SyncResult
 from fabric.coordinator.groups import GroupCoordinator, GroupState, PartitionsOf, dead_state
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 64
 CONFLICT_BACKOFF_S, CONFLICT_BACKOFF_MAX_S = 0.001, 0.05
-PROTOCOL_ERRORS = (UnknownMemberError, IllegalGenerationError, RebalanceInProgressError)
-
-
-def wall_ms() -> int:
-    """Milliseconds since the epoch: group timeouts are compared across processes and hosts."""
-    return int(time.time() * 1000)
 
 
 def _conflict_backoff(attempt: int) -> None:
     """Sleep before retrying a lost compare-and-set: exponential with full jitter, so concurrent writers
     of one group spread out instead of colliding again in lockstep."""
     time.sleep(random.uniform(0, min(CONFLICT_BACKOFF_MAX_S, CONFLICT_BACKOFF_S * 2 ** attempt)))
+
+
+def _log_transition(group: str, before: GroupState, after: GroupState | None) -> None:
+    """Log a group's change of state (or its removal) once it is stored."""
+    if after is None:
+        log.info("group %s: forgotten", group)
+    elif after.state != before.state or after.generation != before.generation:
+        log.info("group %s: %s -> %s, generation %d, %d member(s)", group, before.state, after.state,
+                 after.generation, len(after.members))
 
 
 class GroupStore(ABC):
@@ -69,8 +74,10 @@ class GroupStore(ABC):
             if after is not None and after.to_json() == before.to_json():
                 return result
             if self.write(group, after, version):
+                _log_transition(group, before, after)
                 return result
             _conflict_backoff(attempt)
+        log.warning("group %s: %d conflicting updates in a row; giving up this call", group, MAX_ATTEMPTS)
         raise CoordinatorUnavailableError(f"group {group!r} changed {MAX_ATTEMPTS} times while updating it; retry")
 
 
@@ -79,17 +86,17 @@ class GroupService:
     every call, even one that then fails with a protocol error."""
 
     def __init__(self, store: GroupStore, partitions_of: PartitionsOf,
-                 clock: Callable[[], int] = wall_ms, machine: GroupCoordinator | None = None) -> None:
+                 clock: Clock = SYSTEM_CLOCK, machine: GroupCoordinator | None = None) -> None:
         self.store, self.partitions_of, self.clock = store, partitions_of, clock
         self.machine = machine or GroupCoordinator()
 
     def _call(self, group: str, op: Callable[[GroupState, int], tuple[GroupState | None, T]]) -> T:
         def apply(state: GroupState) -> tuple[GroupState | None, Any]:
-            now = self.clock()
+            now = self.clock.now_ms()
             expired = self.machine.expire(state, now)
             try:
                 return op(expired, now)
-            except PROTOCOL_ERRORS as exc:
+            except MembershipError as exc:  # the member must rejoin; the expiry is kept all the same
                 return expired, exc
         result = self.store.update(group, apply)
         if isinstance(result, Exception):
@@ -120,7 +127,7 @@ class GroupService:
 
     def validate_commit(self, group: str, member_id: str, generation: int) -> None:
         """Raise unless this offset commit may be stored now (see GroupCoordinator.validate_commit)."""
-        state = self.machine.expire(self.store.load(group) or GroupState(), self.clock())
+        state = self.machine.expire(self.store.load(group) or GroupState(), self.clock.now_ms())
         self.machine.validate_commit(state, member_id, generation)
 
     def describe_group(self, group: str) -> GroupDescription | None:
@@ -128,11 +135,11 @@ class GroupService:
         state = self.store.load(group)
         if state is None:
             return None
-        return self.machine.describe(self.machine.expire(state, self.clock()), group)
+        return self.machine.describe(self.machine.expire(state, self.clock.now_ms()), group)
 
     def live_groups(self) -> list[str]:
         """Groups that have members now."""
-        now = self.clock()
+        now = self.clock.now_ms()
         return [g for g in self.store.list()
                 if self.machine.expire(self.store.load(g) or GroupState(), now).members]
 

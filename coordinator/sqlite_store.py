@@ -5,18 +5,20 @@ WAL mode plus a busy timeout makes it safe for many processes at once; every cha
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
-import time
 
 import pyarrow as pa
 
+from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.errors import InvalidPartitionsError, TopicExistsError, UnknownTopicError
 from fabric.common.types import CommittedOffset, TopicInfo, TopicPartition, transaction_sequence
 from fabric.coordinator.group_store import GroupMembership, GroupService, SqliteGroupStore
 from fabric.coordinator.interface import Coordinator
 
+log = logging.getLogger(__name__)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics (
     name TEXT PRIMARY KEY, partitions INTEGER NOT NULL, config TEXT NOT NULL, value_schema BLOB);
@@ -120,7 +122,7 @@ class SqliteCoordinator(GroupMembership, Coordinator):
 
     def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
                        generation: int = -1, member_id: str = "") -> None:
-        now = int(time.time() * 1000)
+        now = SYSTEM_CLOCK.now_ms()
         with self._tx() as db:
             self._groups.validate_commit(group, member_id, generation)
             db.executemany("INSERT OR REPLACE INTO offsets VALUES (?, ?, ?, ?, ?, ?)",
@@ -143,7 +145,7 @@ class SqliteCoordinator(GroupMembership, Coordinator):
 
     def commit_transaction(self, txn: str) -> None:
         with self._tx() as db:
-            db.execute(_UPSERT_TRANSACTION, (*transaction_sequence(txn), int(time.time() * 1000)))
+            db.execute(_UPSERT_TRANSACTION, (*transaction_sequence(txn), SYSTEM_CLOCK.now_ms()))
 
     def transaction_committed(self, txn: str) -> bool:
         transactional_id, sequence = transaction_sequence(txn)
@@ -158,9 +160,11 @@ class SqliteCoordinator(GroupMembership, Coordinator):
         with self._tx() as db:
             if db.execute(exists).fetchone() is None:  # another process migrated it meanwhile
                 return
-            db.executemany(_UPSERT_TRANSACTION, [(*transaction_sequence(txn), ms) for txn, ms in
-                                                 db.execute("SELECT txn, commit_ms FROM transactions")])
+            rows = db.execute("SELECT txn, commit_ms FROM transactions").fetchall()
+            db.executemany(_UPSERT_TRANSACTION, [(*transaction_sequence(txn), ms) for txn, ms in rows])
             db.execute("DROP TABLE transactions")
+        log.warning("%s: folded %d transaction rows of a 0.1.0 database into one record per transactional id",
+                    self.path, len(rows))
 
     def close(self) -> None:
         db = getattr(self._local, "db", None)

@@ -9,7 +9,7 @@ instance's writes are rejected by ZooKeeper itself (FencedError).
 from __future__ import annotations
 
 import functools
-import time
+import logging
 from typing import Any, Callable, Protocol, TypeVar
 
 import pyarrow as pa
@@ -24,6 +24,7 @@ from kazoo.exceptions import (
 )
 from kazoo.retry import KazooRetry, RetryFailedError
 
+from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.errors import (
     CoordinatorUnavailableError,
     InvalidPartitionsError,
@@ -38,6 +39,7 @@ from fabric.coordinator.groups import GroupState
 from fabric.coordinator.interface import Coordinator
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 _CONFLICTS = (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError)
 _MAX_OPS = 512  # ZooKeeper transactions stay far below jute.maxbuffer (1 MiB)
 
@@ -72,6 +74,8 @@ class ZkWriter:
         if not failures:
             return True
         if token is not None and isinstance(results[0], BadVersionError) and self.fence is not None:
+            log.warning("write refused: controller epoch %d of %s is no longer current", token.epoch,
+                        token.instance_id)
             self.fence.fenced(token)
             raise FencedError(f"controller epoch {token.epoch} of instance {token.instance_id!r} is no longer "
                               "current: a newer controller was elected; retry against it")
@@ -79,23 +83,39 @@ class ZkWriter:
             return False
         raise failures[0]
 
-    def write(self, build: Callable[[TransactionRequest, EpochToken | None], T]) -> T:
-        """Run `build` (fresh reads + ops added to the transaction) and commit, until no conflict."""
-        def attempt() -> T:
-            txn = self.client.transaction()
-            token = self.fence.guard(txn) if self.fence is not None else None
-            fenced_ops = len(txn.operations)
-            result = build(txn, token)
-            if len(txn.operations) > fenced_ops and not self.commit(txn, token):
-                raise _Conflict()
-            return result
-        retry = _ConflictRetry(max_tries=-1, delay=0.005, backoff=1.6, max_delay=0.5, deadline=self.deadline_s)
+    def _attempt(self, build: Callable[[TransactionRequest, EpochToken | None], T]) -> tuple[bool, T]:
+        """One fenced transaction: the epoch check, then `build`'s fresh reads and ops; (committed, result)."""
+        txn = self.client.transaction()
+        token = self.fence.guard(txn) if self.fence is not None else None
+        fenced_ops = len(txn.operations)
+        result = build(txn, token)
+        return len(txn.operations) == fenced_ops or self.commit(txn, token), result
+
+    def _retrying(self, attempt: Callable[[], T], retry: KazooRetry) -> T:
+        """Run `attempt` under `retry` (connection loss, and whatever else it retries) until the deadline."""
         try:
             return retry(attempt)
         except RetryFailedError:
             raise CoordinatorUnavailableError(
                 f"a ZooKeeper update did not succeed within {self.deadline_s:g} s (connection lost or constant "
                 "conflicting updates); check ZooKeeper and retry") from None
+
+    def write(self, build: Callable[[TransactionRequest, EpochToken | None], T]) -> T:
+        """Run `build` (fresh reads + ops added to the transaction) and commit, until no conflict."""
+        def attempt() -> T:
+            committed, result = self._attempt(build)
+            if not committed:
+                raise _Conflict()
+            return result
+        return self._retrying(attempt, _ConflictRetry(max_tries=-1, delay=0.005, backoff=1.6, max_delay=0.5,
+                                                      deadline=self.deadline_s))
+
+    def write_once(self, build: Callable[[TransactionRequest, EpochToken | None], object]) -> bool:
+        """One attempt of `build` (retried only across connection loss): False on a compare-and-set conflict,
+        for callers that re-read and decide again themselves."""
+        return self._retrying(lambda: self._attempt(build)[0],
+                              KazooRetry(max_tries=-1, delay=0.005, backoff=1.6, max_delay=0.5,
+                                         deadline=self.deadline_s))
 
     def get_many(self, paths: list[str]) -> list[tuple[bytes, Any] | None]:
         """(data, stat) of each path, None where it does not exist: all reads in flight at once."""
@@ -130,10 +150,6 @@ def _leader_state(token: EpochToken | None, leader_epoch: int = 0) -> layout.Lea
     return layout.LeaderState(token.instance_id, leader_epoch, (token.instance_id,), token.epoch)
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class ZkGroupStore(GroupStore):
     """Group states as JSON in /consumers/<group>/state, written by compare-and-set on the znode version."""
 
@@ -151,20 +167,17 @@ class ZkGroupStore(GroupStore):
         path = layout.group_state(group)
         if state is None and version is None:
             return True
-        return self.writer.client.retry(self._write, path, group, state, version)
 
-    def _write(self, path: str, group: str, state: GroupState | None, version: Any) -> bool:
-        txn = self.writer.client.transaction()
-        token = self.writer.fence.guard(txn) if self.writer.fence is not None else None
-        if state is None:
-            txn.delete(path, version=version)
-        elif version is None:
-            if self.writer.client.exists(layout.group(group)) is None:
-                txn.create(layout.group(group))
-            txn.create(path, state.to_json().encode())
-        else:
-            txn.set_data(path, state.to_json().encode(), version=version)
-        return self.writer.commit(txn, token)
+        def build(txn: TransactionRequest, token: EpochToken | None) -> None:
+            if state is None:
+                txn.delete(path, version=version)
+            elif version is None:
+                if self.writer.client.exists(layout.group(group)) is None:
+                    txn.create(layout.group(group))
+                txn.create(path, state.to_json().encode())
+            else:
+                txn.set_data(path, state.to_json().encode(), version=version)
+        return self.writer.write_once(build)
 
     def list(self) -> list[str]:
         return sorted(layout.name_of(g) for g in self.writer.children(layout.CONSUMERS)
@@ -294,7 +307,7 @@ class ZkCoordinator(GroupMembership, Coordinator):
             self._groups.validate_commit(group, member_id, generation)
             if state_stat is not None:
                 txn.check(layout.group_state(group), state_stat.version)  # generation unchanged since checked
-            now = _now_ms()
+            now = SYSTEM_CLOCK.now_ms()
             leaves = [layout.offset(group, t, p) for (t, p), _ in items]
             parents = sorted({layout.group(group), layout.group_offsets(group)}
                              | {layout.group_topic_offsets(group, t) for (t, _), _ in items})
@@ -342,7 +355,7 @@ class ZkCoordinator(GroupMembership, Coordinator):
 
         def build(txn: TransactionRequest, token: EpochToken | None) -> None:
             [found] = self.writer.get_many([path])
-            data = layout.dumps({"sequence": sequence, "commit_ms": _now_ms()})
+            data = layout.dumps({"sequence": sequence, "commit_ms": SYSTEM_CLOCK.now_ms()})
             if found is None:
                 txn.create(path, data)
             elif layout.loads(found[0])["sequence"] < sequence:

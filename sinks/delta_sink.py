@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import uuid
 from typing import Iterator
 
@@ -31,6 +30,7 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.errors import InvalidConfigError
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
@@ -98,7 +98,7 @@ class DeltaArchiver:
         schema = to_arrow_schema(df.schema, timezone="UTC")
         os.makedirs(self.table_path, exist_ok=True)
         files = df.mapInArrow(_write_parquet(self.table_path, schema), FILES_SCHEMA).collect()
-        now_ms = int(time.time() * 1000)
+        now_ms = SYSTEM_CLOCK.now_ms()
         adds = [AddAction(f.path, f.size, {}, now_ms, True, json.dumps({"numRecords": f.rows})) for f in files]
         commit = CommitProperties(app_transactions=[Transaction(app_id, batch_id)])
         if DeltaTable.is_deltatable(self.table_path):

@@ -51,6 +51,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from fabric.client.url import open_cluster
+from fabric.common.codecs import CODEC_NAMES
 from fabric.common.errors import InvalidConfigError, SchemaMismatchError
 from fabric.common.names import validate_topic
 from fabric.common.records import to_storage
@@ -60,7 +61,6 @@ from fabric.spark.options import get_option, resolve_url
 
 SINK_OPTIONS = ("url", "topic", "transactionalId", "compression.type")
 SPARK_OPTIONS = ("checkpointLocation", "queryName", "path")  # Spark passes these along; the sink ignores them
-CODECS = ("none", "lz4", "zstd")
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
@@ -83,9 +83,9 @@ class SinkConfig:
             raise InvalidConfigError(
                 f"unknown fabric sink option(s) {unknown}; known options: {', '.join(SINK_OPTIONS)}")
         codec = (get_option(options, "compression.type") or "none").lower()
-        if codec not in CODECS:
+        if codec not in CODEC_NAMES:
             raise InvalidConfigError(f"invalid value {codec!r} for fabric sink option 'compression.type'; "
-                                     f"use one of {', '.join(CODECS)}")
+                                     f"use one of {', '.join(CODEC_NAMES)}")
         topic = get_option(options, "topic")
         txn_id = get_option(options, "transactionalId")
         if txn_id is not None and (not txn_id or ":" in txn_id or "/" in txn_id):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -22,6 +21,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from fabric.client.cluster import Cluster, FrameEncoder
 from fabric.client.partitioner import StickyPartitioner, assign_partitions
+from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.errors import SchemaMismatchError
 from fabric.common.records import to_storage
 from fabric.common.types import TopicInfo
@@ -69,7 +69,7 @@ class Stager:
             return
         for topic, rows in self._by_topic(batch):
             info = self._topic(topic)[0]
-            stored = to_storage(rows, info.value_schema, time.time_ns() // 1000)
+            stored = to_storage(rows, info.value_schema, SYSTEM_CLOCK.now_us())
             explicit = rows.column("partition") if "partition" in rows.schema.names else None
             parts = assign_partitions(topic, stored.column("key"), explicit, info.partitions, self._sticky)
             for p, run in _split(stored, parts):

@@ -14,7 +14,7 @@ from fabric.common.types import PartitionState, TopicPartition
 from fabric.sources.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription, check_topics_exist
 
 Offsets = dict[TopicPartition, int]
-log = logging.getLogger("fabric.source")
+log = logging.getLogger(__name__)
 
 
 class DataLossError(FabricError):

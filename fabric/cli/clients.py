@@ -142,7 +142,7 @@ def consume(args: argparse.Namespace) -> None:
     count = 0
     with _stop_on_signals() as stop, open_fabric(args) as fab, \
             fab.consumer(args.topic, group_id=args.group, auto_offset_reset=reset,
-                         enable_auto_commit="false") as consumer:
+                         enable_auto_commit=False) as consumer:
         typed = fab.describe_topic(args.topic).value_schema is not None
         for tp in consumer.assignment():
             consumer.position(*tp)  # start now, so records produced from here on are not skipped

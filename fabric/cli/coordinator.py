@@ -39,7 +39,7 @@ def status(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `fabric coordinator ...`."""
-    from fabric.server.instance import add_start_arguments
+    from fabric.server.instance import SERVER_LOG_LEVEL, add_start_arguments
     group = add_command(subparsers, "coordinator", None, "run and inspect coordinator service instances")
     verbs = add_subcommands(group, "coordinator commands")
     p = add_command(verbs, "start", start, "serve a fabric over Arrow Flight until SIGTERM",
@@ -48,4 +48,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     epilog="example:\n  fabric coordinator start --listen 127.0.0.1:9093 --data /var/fabric "
                            "--config conf/fabric.properties")
     add_start_arguments(p)
+    p.set_defaults(log_level_default=SERVER_LOG_LEVEL)
     add_command(verbs, "status", status, "show each instance of --url fabric://... and which one is active")

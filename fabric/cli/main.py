@@ -13,8 +13,10 @@ from typing import NoReturn, Sequence
 
 from fabric.cli.common import add_url_option
 from fabric.common.errors import FabricError
+from fabric.common.logs import add_log_level_option, configure, level_of
 
 COMMAND_MODULES = ("topics", "clients", "groups", "coordinator")
+CLI_LOG_LEVEL = "WARNING"
 
 EPILOG = """examples:
   fabric topics create orders --partitions 3 --config retention.ms=86400000
@@ -42,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "consumer groups, produce and consume records.", epilog=EPILOG,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     add_url_option(parser, None)
+    add_log_level_option(parser, CLI_LOG_LEVEL)
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(f"fabric.cli.{name}").register(subparsers)
@@ -51,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the process exit code."""
     args = build_parser().parse_args(argv)
+    configure(level_of(args, getattr(args, "log_level_default", CLI_LOG_LEVEL)))
     try:
         return args.func(args) or 0
     except FabricError as exc:

@@ -8,11 +8,12 @@ partitions among its members and commits carry the member's generation.
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 
@@ -22,11 +23,9 @@ from fabric.common.config import CONSUMER_SETTINGS, client_config
 from fabric.common.errors import (
     CommitFailedError,
     FabricError,
-    IllegalGenerationError,
     InvalidConfigError,
+    MembershipError,
     OffsetOutOfRangeError,
-    RebalanceInProgressError,
-    UnknownMemberError,
     UnknownPartitionError,
 )
 from fabric.common.names import validate_group
@@ -34,6 +33,7 @@ from fabric.common.records import Record, output_schema, to_output, to_records
 from fabric.common.types import TopicPartition
 
 METADATA_REFRESH_S = 1.0
+log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.005
 
 
@@ -110,7 +110,7 @@ class Consumer:
 
     def _revoked(self, partitions: list[TopicPartition]) -> None:
         """Before giving partitions up: commit their positions (with auto-commit on), tell the application."""
-        if self.config["enable_auto_commit"] == "true":
+        if self.config["enable_auto_commit"]:
             positions = self._consumed_positions()
             mine = {tp: positions[tp] for tp in partitions if tp in positions}
             if mine:
@@ -251,10 +251,20 @@ class Consumer:
     def _value_schema(self, topic: str) -> pa.Schema | None:
         return self.cluster.coordinator.topic(topic).value_schema
 
-    def _wait(self, timeout: float, attempt) -> Any:
+    def _wait(self, timeout: float, attempt: Callable[[], list[pa.RecordBatch]]) -> list[pa.RecordBatch]:
+        """Call `attempt` until it returns records or `timeout` seconds pass. A retriable error (the
+        coordinator failing over, the group rebalancing) is retried after retry_backoff_ms while time is left,
+        then raised."""
         deadline = time.monotonic() + max(timeout, 0)
         while True:
-            result = attempt()
+            try:
+                result = attempt()
+            except FabricError as exc:
+                if not exc.retriable or time.monotonic() >= deadline:
+                    raise
+                log.info("poll: %s; retrying", exc)
+                time.sleep(min(self.config["retry_backoff_ms"] / 1000, max(deadline - time.monotonic(), 0)))
+                continue
             if result or time.monotonic() >= deadline:
                 self._maybe_auto_commit()
                 return result
@@ -323,7 +333,7 @@ class Consumer:
         try:
             self.cluster.coordinator.commit_offsets(self.group_id, offsets or self._consumed_positions(),
                                                     generation=generation, member_id=member_id)
-        except (IllegalGenerationError, UnknownMemberError, RebalanceInProgressError) as exc:
+        except MembershipError as exc:
             if member is None:  # a plain commit while the group has members: the error says why
                 raise
             raise CommitFailedError(
@@ -348,7 +358,7 @@ class Consumer:
         return {tp: (stored[tp].offset if tp in stored else None) for tp in wanted}
 
     def _maybe_auto_commit(self) -> None:
-        if (self.group_id is not None and self.config["enable_auto_commit"] == "true" and self._positions
+        if (self.group_id is not None and self.config["enable_auto_commit"] and self._positions
                 and time.monotonic() - self._last_auto_commit >= self.config["auto_commit_interval_ms"] / 1000):
             self._try_commit()
 
@@ -358,7 +368,7 @@ class Consumer:
 
     def close(self) -> None:
         """Commit (with auto-commit on) and stop; a group member commits as it revokes, then leaves."""
-        if not self._closed and self.group_id is not None and self.config["enable_auto_commit"] == "true" \
+        if not self._closed and self.group_id is not None and self.config["enable_auto_commit"] \
                 and self._positions and self._member is None:
             self.commit()
         self._leave_group()

@@ -9,6 +9,8 @@ session_timeout_ms so a restart does not rebalance (KIP-345).
 """
 from __future__ import annotations
 
+import enum
+import logging
 import random
 import threading
 import time
@@ -16,17 +18,31 @@ from typing import Callable, Iterable
 
 from fabric.common.errors import (
     FabricError,
-    IllegalGenerationError,
     InvalidConfigError,
+    MembershipError,
     RebalanceInProgressError,
     UnknownMemberError,
 )
 from fabric.common.types import JoinRequest, TopicPartition
-from fabric.coordinator import assignors  # a module import: coordinator.assignors imports fabric.errors
+from fabric.coordinator import assignors
 from fabric.coordinator.interface import Coordinator
 
+log = logging.getLogger(__name__)
 JOIN_BACKOFF_S, JOIN_BACKOFF_MAX_S = 0.05, 0.25  # between join steps while waiting for a rebalance
-UNJOINED, JOINING, STABLE = "unjoined", "joining", "stable"
+
+
+class Phase(enum.Enum):
+    """Where this member is in the group protocol.
+
+    UNJOINED -> JOINING (first join step, or after being fenced) -> STABLE (assignment installed);
+    STABLE -> JOINING when a heartbeat reports a rebalance or the subscription changes; any -> UNJOINED when
+    fenced (stale generation, forgotten member, missed max_poll_interval_ms) or closed.
+    """
+
+    UNJOINED = "unjoined"
+    JOINING = "joining"
+    STABLE = "stable"
+
 Callback = Callable[[list[TopicPartition]], None]
 
 
@@ -54,7 +70,7 @@ class GroupMember:
         self.on_lost = on_lost or self.on_revoke
         self.member_id, self.generation = "", -1
         self._owned: list[TopicPartition] = []
-        self._phase = UNJOINED
+        self._phase = Phase.UNJOINED
         self._rejoin = self._fenced = False  # set by the heartbeat thread, acted on in poll()
         self._lock = threading.Lock()
         self._last_poll = time.monotonic()
@@ -84,9 +100,9 @@ class GroupMember:
             self._fenced = self._rejoin = False
         if fenced:
             self._lose()
-        elif rejoin and self._phase == STABLE:
+        elif rejoin and self._phase == Phase.STABLE:
             self._start_rejoin()
-        if self._phase != STABLE and time.monotonic() >= self._next_join:
+        if self._phase != Phase.STABLE and time.monotonic() >= self._next_join:
             self._join_step()
             self._next_join = time.monotonic() + self._join_backoff()
 
@@ -99,7 +115,7 @@ class GroupMember:
 
     def _start_rejoin(self) -> None:
         """Eager protocols give everything up before rejoining; cooperative ones keep what they own."""
-        self._phase, self._next_join, self._join_steps = JOINING, 0.0, 0
+        self._phase, self._next_join, self._join_steps = Phase.JOINING, 0.0, 0
         if not self.cooperative and self._owned:
             revoked, self._owned = self._owned, []
             self.on_revoke(revoked)
@@ -109,7 +125,7 @@ class GroupMember:
         lost, self._owned = self._owned, []
         self._next_join, self._join_steps = 0.0, 0
         with self._lock:
-            self.member_id, self.generation, self._phase = "", -1, UNJOINED
+            self.member_id, self.generation, self._phase = "", -1, Phase.UNJOINED
         if lost:
             self.on_lost(lost)
 
@@ -120,15 +136,20 @@ class GroupMember:
         try:
             joined = self.coordinator.join_group(request)
             with self._lock:
-                self.member_id, self._phase = joined.member_id, JOINING
+                self.member_id, self._phase = joined.member_id, Phase.JOINING
             if not joined.ready:
                 return
             synced = self.coordinator.sync_group(self.group, joined.member_id, joined.generation)
         except UnknownMemberError:
             self._lose()
             return
-        except (RebalanceInProgressError, IllegalGenerationError):
-            return  # the group moved on meanwhile: join again on the next step
+        except MembershipError:
+            return  # the group moved on meanwhile (a rebalance, a new generation): join again on the next step
+        except FabricError as exc:
+            if not exc.retriable:
+                raise
+            log.info("group %s: join step failed (%s); retrying", self.group, exc)
+            return
         self._install(joined.generation, synced.assignment)
 
     def _install(self, generation: int, assignment: Iterable[TopicPartition]) -> None:
@@ -141,7 +162,7 @@ class GroupMember:
             self.on_revoke(revoked)
         self._owned = new
         with self._lock:
-            self._phase = STABLE
+            self._phase = Phase.STABLE
         self.on_assign(added)
 
     # -- the heartbeat thread ----------------------------------------------------------------------
@@ -149,7 +170,7 @@ class GroupMember:
         while not self._stop.wait(interval_s):
             with self._lock:
                 member_id, generation, phase = self.member_id, self.generation, self._phase
-                skip = phase == UNJOINED or self._fenced
+                skip = phase == Phase.UNJOINED or self._fenced
             if skip:
                 continue
             if (time.monotonic() - self._last_poll) * 1000 > self.max_poll_interval_ms:
@@ -160,10 +181,11 @@ class GroupMember:
                 self.coordinator.heartbeat(self.group, member_id, generation)
             except RebalanceInProgressError:
                 self._note(member_id, generation, fenced=False)
-            except (IllegalGenerationError, UnknownMemberError):
+            except MembershipError:  # a stale generation or a forgotten member: fenced
                 self._note(member_id, generation, fenced=True)
-            except FabricError:
-                continue  # e.g. coordinator unavailable: try again next interval
+            except FabricError as exc:  # this thread must outlive any answer: try again next interval
+                log.log(logging.INFO if exc.retriable else logging.WARNING,
+                        "group %s: heartbeat of %s failed: %s", self.group, member_id, exc)
 
     def _note(self, member_id: str, generation: int, fenced: bool) -> None:
         """Record a heartbeat outcome unless the poll thread has moved to another generation meanwhile."""
@@ -171,7 +193,7 @@ class GroupMember:
             if (self.member_id, self.generation) == (member_id, generation):
                 if fenced:
                     self._fenced = True
-                elif self._phase == STABLE:
+                elif self._phase == Phase.STABLE:
                     self._rejoin = True
 
     def _leave(self, member_id: str) -> None:
@@ -189,4 +211,4 @@ class GroupMember:
             self.on_revoke(revoked)
         if self.member_id and not self.instance_id and not self._fenced:
             self._leave(self.member_id)
-        self.member_id, self._phase = "", UNJOINED
+        self.member_id, self._phase = "", Phase.UNJOINED

@@ -8,6 +8,7 @@ partition per batch.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -20,12 +21,14 @@ import pyarrow.compute as pc
 
 from fabric.client.cluster import Cluster
 from fabric.client.partitioner import StickyPartitioner, assign_partitions
+from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.config import PRODUCER_SETTINGS, TopicConfig, client_config
 from fabric.common.errors import FabricError, RecordTooLargeError, UnknownPartitionError
 from fabric.common.records import HEADERS, TIMESTAMP, to_storage, typed_rows
 
 HeadersArg = Mapping[str, bytes | str | None] | Sequence[tuple[str, bytes | str | None]] | None
 METADATA_MAX_AGE_S = 5.0
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,7 @@ class Producer:
         with self._lock:
             self._drain_topic(topic)
         info, max_bytes = self._topic(topic, refresh=True)
-        now_us = time.time_ns() // 1000
+        now_us = SYSTEM_CLOCK.now_us()
         rows = to_storage(table, info.value_schema, now_us)
         explicit = table.column("partition") if "partition" in table.column_names else None
         self._check_sizes(topic, rows, info.value_schema is None, max_bytes)
@@ -217,9 +220,25 @@ class Producer:
                 continue
             p = int(sorted_parts[lo])
             chunks = self._chunks(rows.slice(lo, hi - lo))
-            bases = [self.cluster.append(topic, p, chunk, self._codec) for chunk in chunks]
+            bases = [self._append(topic, p, chunk) for chunk in chunks]
             out.append(BatchMetadata(topic, p, bases[0], hi - lo))
         return out
+
+    def _append(self, topic: str, partition: int, rows: pa.RecordBatch) -> int:
+        """Append one batch, retrying a retriable error (a coordinator failing over) every retry_backoff_ms,
+        up to `retries` times within delivery_timeout_ms, as Kafka's producer does. Without idempotence a
+        retry after a lost answer may write the batch twice (at least once)."""
+        deadline = time.monotonic() + self.config["delivery_timeout_ms"] / 1000
+        retries = 0
+        while True:
+            try:
+                return self.cluster.append(topic, partition, rows, self._codec)
+            except FabricError as exc:
+                if not exc.retriable or retries >= self.config["retries"] or time.monotonic() >= deadline:
+                    raise
+                retries += 1
+                log.info("append to %s-%d failed (%s); retry %d", topic, partition, exc, retries)
+                time.sleep(min(self.config["retry_backoff_ms"] / 1000, max(deadline - time.monotonic(), 0)))
 
     def _chunks(self, rows: pa.Table) -> list[pa.RecordBatch]:
         """Split rows into record batches of about batch_size bytes each (one frame each)."""
@@ -253,7 +272,7 @@ class Producer:
                     columns["value"] = values
                 else:
                     columns.update({f.name: values.field(f.name) for f in info.value_schema})
-                rows = to_storage(pa.table(columns), info.value_schema, time.time_ns() // 1000)
+                rows = to_storage(pa.table(columns), info.value_schema, SYSTEM_CLOCK.now_us())
                 explicit = pa.chunked_array([pa.array(buf.partitions, pa.int32())])
                 parts = self._partition(topic, rows.column("key"), explicit, info.partitions)
                 metas = self._append_by_partition(topic, rows, parts)

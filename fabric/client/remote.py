@@ -8,6 +8,7 @@ A retried append may be written twice (at-least-once, as Kafka without idempoten
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -35,6 +36,7 @@ from fabric.coordinator.interface import Coordinator
 from fabric.server import wire
 from fabric.server.security import read_pem
 
+log = logging.getLogger(__name__)
 ENV_TOKEN = "FABRIC_TOKEN"
 ENV_CA = "FABRIC_TLS_CA"
 SCHEMES = {"fabric": False, "fabric+tls": True}
@@ -118,7 +120,10 @@ class Connection:
                     f"no active coordinator answered at {', '.join(self.addresses)} within "
                     f"{self.options.timeout_s:g} s (last: {details.get('message') or failure}); start one or "
                     "check the fabric:// URL") from None
-            self._move(address, details.get("active") if details.get("type") == wire.NOT_ACTIVE else None)
+            active = details.get("active") if details.get("type") == wire.NOT_ACTIVE else None
+            log.info("coordinator %s did not serve the call (%s); trying %s", address,
+                     details.get("message") or type(failure).__name__, active or "the next address")
+            self._move(address, active)
             time.sleep(min(0.05 * 2 ** min(attempt, 5), 1.0, max(0.0, deadline - time.monotonic())))  # backoff
             attempt += 1
 

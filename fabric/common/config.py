@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from fabric.common.codecs import CODEC_NAMES
 from fabric.common.errors import InvalidConfigError
 
 LONG_MAX = 2**63 - 1
@@ -26,6 +27,14 @@ def _long(lo: int, hi: int = LONG_MAX) -> Callable[[str], int]:
             raise ValueError(f"must be between {lo} and {hi}")
         return value
     return parse
+
+
+def _bool(text: str) -> bool:
+    """true or false, any case (Kafka's boolean configs)."""
+    value = str(text).strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return value == "true"
 
 
 def _choice(*options: str) -> Callable[[str], str]:
@@ -51,8 +60,8 @@ TOPIC_SETTINGS: dict[str, Setting] = {
     "message.timestamp.type": Setting("CreateTime", _choice("CreateTime", "LogAppendTime"),
                                       "record timestamps: the producer's, or the log's at append"),
     "min.insync.replicas": Setting(1, _long(1), "accepted for compatibility; the embedded fabric has one replica"),
-    "compression.type": Setting("producer", _choice("producer", "uncompressed", "lz4", "zstd"),
-                                "codec stored on disk; 'producer' keeps the producer's"),
+    "compression.type": Setting("producer", _choice("producer", "uncompressed", *CODEC_NAMES[1:]),
+                                "codec stored on disk; 'producer' keeps the producer's ('uncompressed': none)"),
 }
 
 
@@ -97,16 +106,19 @@ PRODUCER_SETTINGS: dict[str, Setting] = {
     "acks": Setting("all", _choice("0", "1", "all", "-1"), "0, 1 or all (-1): when a send counts as done"),
     "linger_ms": Setting(5, _long(0, INT_MAX), "wait up to this long to fill a batch"),
     "batch_size": Setting(1 << 20, _long(1, INT_MAX), "bytes of records per batch before it is sent"),
-    "compression_type": Setting("none", _choice("none", "lz4", "zstd"), "Arrow IPC buffer compression"),
+    "compression_type": Setting("none", _choice(*CODEC_NAMES), "Arrow IPC buffer compression"),
     "client_id": Setting("", str, "a name for logs"),
     "max_request_size": Setting(1048576 * 64, _long(1, INT_MAX), "largest batch sent at once"),
-    "enable_idempotence": Setting("true", _choice("true", "false"), "accepted for compatibility"),
+    "enable_idempotence": Setting(True, _bool, "accepted for compatibility"),
+    "retries": Setting(INT_MAX, _long(0, INT_MAX), "how often a send retries a retriable error"),
+    "retry_backoff_ms": Setting(100, _long(0, INT_MAX), "wait between retries"),
+    "delivery_timeout_ms": Setting(120000, _long(1, INT_MAX), "give up on a send after this long, retries included"),
 }
 
 CONSUMER_SETTINGS: dict[str, Setting] = {
     "auto_offset_reset": Setting("latest", _choice("earliest", "latest", "none"),
                                  "where to start without a committed offset"),
-    "enable_auto_commit": Setting("true", _choice("true", "false"), "commit positions periodically in poll"),
+    "enable_auto_commit": Setting(True, _bool, "commit positions periodically in poll"),
     "auto_commit_interval_ms": Setting(5000, _long(0, INT_MAX), "auto-commit period"),
     "max_poll_records": Setting(500, _long(1, INT_MAX), "most records one poll() returns"),
     "fetch_max_bytes": Setting(52428800, _long(1, INT_MAX), "most bytes one poll_batch() reads"),
@@ -119,6 +131,7 @@ CONSUMER_SETTINGS: dict[str, Setting] = {
     "group_instance_id": Setting("", str, "static membership id"),
     "isolation_level": Setting("read_committed", _choice("read_committed", "read_uncommitted"),
                                "accepted for compatibility; readers only ever see committed data"),
+    "retry_backoff_ms": Setting(100, _long(0, INT_MAX), "wait between fetch attempts after a retriable error"),
 }
 
 

@@ -1,9 +1,18 @@
-"""Exceptions raised by the fabric: each names the problem and, where there is one, the fix."""
+"""Exceptions raised by the fabric: each names the problem and, where there is one, the fix.
+
+`retriable` says whether the same request may succeed if made again after a backoff (a coordinator failing
+over, a group rebalancing), as Kafka's RetriableException does; clients' retry loops consult it, never lists
+of types. Everything else needs a change by the caller first.
+"""
 from __future__ import annotations
+
+from typing import ClassVar
 
 
 class FabricError(Exception):
     """Base class of every error the fabric raises on purpose."""
+
+    retriable: ClassVar[bool] = False
 
 
 class InvalidTopicError(FabricError):
@@ -50,16 +59,23 @@ class CorruptRecordError(FabricError):
     """A stored batch failed its CRC check; it is never served."""
 
 
-class IllegalGenerationError(FabricError):
+class MembershipError(FabricError):
+    """A group member's view of its group is out of date: it must rejoin before it commits or fetches its
+    assignment again (the subclasses say whether it keeps its member id)."""
+
+
+class IllegalGenerationError(MembershipError):
     """An offset commit or heartbeat came from a stale group generation."""
 
 
-class UnknownMemberError(FabricError):
+class UnknownMemberError(MembershipError):
     """The group coordinator does not know this member id."""
 
 
-class RebalanceInProgressError(FabricError):
-    """The group is rebalancing; the member must rejoin."""
+class RebalanceInProgressError(MembershipError):
+    """The group is rebalancing; the member must rejoin (keeping its member id), then retry."""
+
+    retriable = True
 
 
 class AuthorizationError(FabricError):
@@ -71,7 +87,9 @@ class AuthenticationError(FabricError):
 
 
 class CoordinatorUnavailableError(FabricError):
-    """No coordinator instance answered."""
+    """No coordinator instance answered (or this one is not the active one): retry, maybe at another."""
+
+    retriable = True
 
 
 class InconsistentGroupProtocolError(FabricError):

@@ -7,6 +7,7 @@ are serialized per partition by the partition lock, metadata changes by the stor
 """
 from __future__ import annotations
 
+import logging
 import os
 from typing import Mapping, Sequence
 
@@ -22,6 +23,7 @@ from fabric.storage import frame
 from fabric.storage.log import Log
 from fabric.storage.log_manager import LogManager
 
+log = logging.getLogger(__name__)
 ADOPT_BYTES = 4 << 20  # staged files at least this large become segments instead of being copied
 METADATA_DB = "metadata.db"
 
@@ -53,14 +55,17 @@ class Broker:
             raise InvalidPartitionsError(f"a topic needs at least 1 partition, got {partitions!r}")
         info = self.coordinator.create_topic(name, partitions, dict(config), value_schema)
         if os.path.exists(directory):  # left over from a crashed delete: never serve stale data
+            log.warning("topic %s: removing the directory a crashed delete left behind", name)
             self.logs.delete_topic(name)
         self.logs.create_partitions(info)
+        log.info("topic %s created with %d partition(s)", name, partitions)
         return info
 
     def delete_topic(self, name: str) -> None:
         self.logs.topic_dir(name)
         self.coordinator.delete_topic(name)
         self.logs.delete_topic(name)
+        log.info("topic %s deleted", name)
 
     def create_partitions(self, name: str, total: int) -> TopicInfo:
         info = self.coordinator.topic(name)

@@ -5,17 +5,20 @@ ZooKeeper election with epoch fencing, on a zk:// store).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
-import sys
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from fabric.common.errors import InvalidConfigError
+from fabric.common.logs import add_log_level_option
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
 from fabric.server import security
 
+log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:9093"
+SERVER_LOG_LEVEL = "INFO"
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `fabric coordinator start` (each overrides its key in --config)."""
     parser.add_argument("--config", metavar="FILE", help="a properties file, e.g. conf/fabric.properties; "
                         "relative file paths in it are relative to its directory")
+    add_log_level_option(parser, SERVER_LOG_LEVEL)
     parser.add_argument("--listen", metavar="HOST:PORT", help=f"address to serve on (default {DEFAULT_LISTEN})")
     parser.add_argument("--advertise", metavar="HOST:PORT", help="address clients use (default: --listen)")
     parser.add_argument("--store", metavar="URL", help="metadata store: sqlite:///path/metadata.db or "
@@ -123,9 +127,11 @@ class ZkElection:
 
     def _promoted(self) -> None:
         try:
-            self.store.take_leadership()
-        except Exception as exc:  # noqa: BLE001 (the election thread must survive; the next promotion retries)
-            print(f"taking partition leadership failed: {exc!r}", file=sys.stderr, flush=True)
+            changed = self.store.take_leadership()
+        except Exception:  # noqa: BLE001 (the election thread must survive; the next promotion retries)
+            log.exception("taking the leadership of the partitions failed; the next promotion retries")
+            return
+        log.info("active coordinator (controller epoch %d): leader of %d partition(s) changed", self.epoch, changed)
 
     @property
     def is_active(self) -> bool:

@@ -9,6 +9,7 @@ before the commit leaves frames the next writer truncates, one after it frames t
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ from fabric.coordinator.interface import Coordinator
 from fabric.storage.frame import FrameHeader
 from fabric.storage.log import Log
 
+log = logging.getLogger(__name__)
 DEBUG_PAUSE_ENV = "FABRIC_DEBUG_PUBLISH_PAUSE_S"
 Frame = tuple[FrameHeader, pa.Buffer]
 Staged = list[tuple[str | None, list[Frame]]]  # per partition: (a staged file to adopt, or None to copy; its frames)
@@ -30,6 +32,7 @@ def publish(coordinator: Coordinator, log_of: Callable[[str, int], Log], partiti
             txn: str, staged: Mapping[TopicPartition, Staged]) -> bool:
     """Publish `staged` under transaction `txn`; False (nothing written) if `txn` had already committed."""
     if coordinator.transaction_committed(txn):
+        log.info("transaction %s committed before: skipped (a replay)", txn)
         return False
     keys = sorted(staged)
     _recover_dead_attempts(log_of, partitions_of, txn, keys)
@@ -50,14 +53,15 @@ def publish(coordinator: Coordinator, log_of: Callable[[str, int], Log], partiti
                 for done in [pool.submit(_write_staged, logs[k], bases[k], staged[k]) for k in keys]:
                     done.result()
         except BaseException:
-            for log in logs.values():
-                log.forget_tail()  # the next writer truncates what this publish wrote
+            for partition_log in logs.values():
+                partition_log.forget_tail()  # the next writer truncates what this publish wrote
             raise
         _debug_pause()
         coordinator.commit_transaction(txn)
         _debug_pause()
         for key in keys:
             logs[key].finish_publish(ends[key])
+    log.debug("transaction %s published to %d partition(s)", txn, len(keys))
     return True
 
 
@@ -70,9 +74,10 @@ def _recover_dead_attempts(log_of: Callable[[str, int], Log], partitions_of: Cal
     Done before taking this publish's locks, which are taken in sorted order and never beside others."""
     for topic in sorted({t for t, _ in keys}):
         for p in range(partitions_of(topic)):
-            log = log_of(topic, p)
-            if (topic, p) not in keys and (log.pending() or {}).get("txn") == txn:
-                log.sync_tail_locked()
+            partition_log = log_of(topic, p)
+            if (topic, p) not in keys and (partition_log.pending() or {}).get("txn") == txn:
+                log.warning("%s-%d: truncating what a dead attempt of transaction %s wrote", topic, p, txn)
+                partition_log.sync_tail_locked()
 
 
 def _write_staged(log: Log, base: int, items: Staged) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import os
 import signal
 import sys
@@ -22,6 +23,7 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from fabric.common import logs
 from fabric.common.errors import FabricError, InvalidRequestError, SchemaMismatchError
 from fabric.common.records import storage_schema
 from fabric.coordinator.election import NotControllerError
@@ -29,8 +31,9 @@ from fabric.coordinator.interface import Coordinator
 from fabric.server import security, wire
 from fabric.server.arguments import check_call
 from fabric.server.broker import Broker
-from fabric.server.instance import Settings, add_start_arguments, open_store, settings_from
+from fabric.server.instance import SERVER_LOG_LEVEL, Settings, add_start_arguments, open_store, settings_from
 
+log = logging.getLogger(__name__)
 Checks = Callable[[dict[str, Any]], list[tuple[str, str]]]
 
 
@@ -101,6 +104,10 @@ def translated(handler: Callable) -> Callable:
         except Exception as exc:
             if isinstance(exc, NotControllerError):
                 raise wire.not_active(self.instance, self.election.active_instance()) from exc
+            if isinstance(exc, FabricError):
+                log.debug("%s refused: %s", handler.__name__, exc)
+            else:  # a bug or an environment failure: the client gets its type and message, the log the trace
+                log.exception("%s failed", handler.__name__)
             raise wire.to_flight_error(exc) from exc
     return run
 
@@ -244,8 +251,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fabric.server.service", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_start_arguments(parser)
+    args = parser.parse_args(argv)
+    logs.configure(logs.level_of(args, SERVER_LOG_LEVEL))
     try:
-        serve(settings_from(parser.parse_args(argv)))
+        serve(settings_from(args))
     except FabricError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

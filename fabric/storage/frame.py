@@ -17,6 +17,8 @@ from dataclasses import dataclass, replace
 import crc32c
 import pyarrow as pa
 
+from fabric.common.codecs import CODECS
+
 MAGIC = b"FBAT"
 VERSION = 1
 HEADER = struct.Struct("<4sIqiIBBHiqqqhih")
@@ -26,8 +28,6 @@ CRC_START = 24
 
 ATTR_LOG_APPEND_TIME = 0x04
 ATTR_SCHEMA = 0x80
-CODECS = {"none": 0, "lz4": 1, "zstd": 2}
-_IPC_CODEC = {"none": None, "lz4": "lz4_frame", "zstd": "zstd"}
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def verify(data: bytes | memoryview, pos: int, header: FrameHeader) -> bool:
 
 def encode_batch(batch: pa.RecordBatch, codec: str = "none") -> pa.Buffer:
     """One Arrow IPC record-batch message (no schema), buffers compressed with `codec`."""
-    ipc_codec = _IPC_CODEC[codec]
+    ipc_codec = CODECS[codec].ipc
     if ipc_codec is None:
         return batch.serialize()
     sink = pa.BufferOutputStream()

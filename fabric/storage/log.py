@@ -11,12 +11,13 @@ import bisect
 import json
 import os
 import struct
-import time
 from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fabric.common.clock import SYSTEM_CLOCK, Clock
+from fabric.common.codecs import CODECS
 from fabric.common.config import TopicConfig
 from fabric.common.errors import CorruptRecordError, OffsetOutOfRangeError
 from fabric.common.records import LOG_APPEND_TIME, TIMESTAMP, TIMESTAMP_TYPES
@@ -32,15 +33,11 @@ RETENTION_CHECK_MS = 30_000
 _BASE_OFFSET = struct.Struct("<q")  # a frame header's base offset, at byte 8 (outside the CRC)
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class Log:
     """The partition log in `directory`, whose batches are stored with `schema`."""
 
     def __init__(self, directory: str, schema: pa.Schema, config: TopicConfig,
-                 resolve_pending: Callable[[str], bool] | None = None) -> None:
+                 resolve_pending: Callable[[str], bool] | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.directory = directory
         self.schema = schema
         self.config = config
@@ -51,7 +48,8 @@ class Log:
         self._segments: dict[int, Segment] = {}
         self._tail_state: tuple | None = None
         self._unflushed = 0
-        self._last_flush = self._last_retention = now_ms()
+        self.clock = clock
+        self._last_flush = self._last_retention = clock.now_ms()
 
     # -- segments ----------------------------------------------------------------------------------
     def segments(self) -> list[Segment]:
@@ -132,23 +130,24 @@ class Log:
 
     # -- appends -----------------------------------------------------------------------------------
     @staticmethod
-    def encode(batch: pa.RecordBatch, codec: str = "none", timestamp_type: int = 0
+    def encode(batch: pa.RecordBatch, codec: str = "none", timestamp_type: int = 0, clock: Clock = SYSTEM_CLOCK
                ) -> tuple[FrameHeader, pa.Buffer]:
-        """Encode stored rows into an unsealed frame header (base offset 0) and its payload."""
+        """Encode stored rows into an unsealed frame header (base offset 0) and its payload; with LogAppendTime
+        every row is stamped with `clock`'s time now."""
         if timestamp_type == LOG_APPEND_TIME:
-            stamp = pa.scalar(time.time_ns() // 1000, TIMESTAMP)
+            stamp = pa.scalar(clock.now_us(), TIMESTAMP)
             batch = batch.set_column(0, "timestamp", pa.repeat(stamp, batch.num_rows))
         ts = batch.column(0)
         if batch.num_rows:
             first, max_ts = ts[0].value, pc.max(ts).value
         else:
             first = max_ts = -1
-        attrs = frame.CODECS[codec] | (frame.ATTR_LOG_APPEND_TIME if timestamp_type == LOG_APPEND_TIME else 0)
+        attrs = CODECS[codec].attribute | (frame.ATTR_LOG_APPEND_TIME if timestamp_type == LOG_APPEND_TIME else 0)
         return FrameHeader(0, 0, batch.num_rows, first, max_ts, attrs), frame.encode_batch(batch, codec)
 
     def append(self, batch: pa.RecordBatch, codec: str = "none", timestamp_type: int = 0) -> int:
         """Append a batch of stored rows; returns the offset of its first row."""
-        template, payload = self.encode(batch, codec, timestamp_type)
+        template, payload = self.encode(batch, codec, timestamp_type, self.clock)
         with self.lock:
             base = self.end_offset
             self.write_frame(frame.seal(template.rebased(base), payload), payload)
@@ -172,7 +171,7 @@ class Log:
         self.hw.set(end_offset)
         if self._tail_state:
             self._tail_state = self._tail_state[:2] + (end_offset,)
-        now = now_ms()
+        now = self.clock.now_ms()
         if self._unflushed >= self.config["flush.messages"] or now - self._last_flush >= self.config["flush.ms"]:
             self.flush()
         self._maybe_retain()
@@ -190,13 +189,13 @@ class Log:
         finally:
             os.close(fd)
         self._unflushed = 0
-        self._last_flush = now_ms()
+        self._last_flush = self.clock.now_ms()
 
     def _roll_due(self, active: Segment, header: FrameHeader) -> bool:
         if active.size + header.size > self.config["segment.bytes"]:
             return True
         first = next(active.headers(active.data_start, active.size), None)
-        return first is not None and now_ms() - first[1].max_timestamp // 1000 >= self.config["segment.ms"]
+        return first is not None and self.clock.now_ms() - first[1].max_timestamp // 1000 >= self.config["segment.ms"]
 
     def pending(self) -> dict | None:
         """The pending-publish marker ({"txn", "end"}) a publish left here, if any (read without the lock it
@@ -274,7 +273,7 @@ class Log:
 
     # -- retention ---------------------------------------------------------------------------------
     def _maybe_retain(self, force: bool = False) -> None:
-        if force or now_ms() - self._last_retention >= RETENTION_CHECK_MS:
+        if force or self.clock.now_ms() - self._last_retention >= RETENTION_CHECK_MS:
             if os.path.exists(os.path.join(self.directory, PENDING)):
                 return  # our own publish is mid-way (frames past the watermark): its sync_tail would undo it
             self.enforce_retention()
@@ -283,7 +282,7 @@ class Log:
         """Delete whole old segments past retention.ms / retention.bytes; returns how many."""
         deleted = 0
         with self.lock:
-            self._last_retention = now_ms()
+            self._last_retention = self.clock.now_ms()
             active = self.sync_tail()
             segs = self.segments()
             retention_ms, retention_bytes = self.config["retention.ms"], self.config["retention.bytes"]
