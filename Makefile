@@ -19,10 +19,10 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN))/python
 install: $(LINKS)
 
 # Dependencies (and the project) when pyproject.toml changes.
-$(STAMP): pyproject.toml | check-java
+$(STAMP): pyproject.toml Makefile | check-java
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo ">> installing spark-fabric and its dependencies into $(VENV) (first run: ~2 minutes)"
-	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(BIN)/python -m pip install --quiet --upgrade pip "setuptools>=77" wheel
 	@$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=strict
 	@touch $(STAMP)
 

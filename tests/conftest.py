@@ -1,9 +1,17 @@
-"""Shared fixtures: an embedded fabric in a temp dir, and one real local[2] SparkSession per test run."""
+"""Fixtures both tiers share: an embedded fabric in a temp dir, `drain` (poll until records arrived) and the
+storage kits (build stored batches, open logs, read them back, stage segment files).
+
+Test modules get every helper through a fixture of this file or of tests/unit/conftest.py or
+tests/integration/conftest.py; they import nothing from tests/ (there is no tests package).
+"""
 from __future__ import annotations
 
 import os
 import sys
+import time
+from typing import Callable
 
+import pyarrow as pa
 import pytest
 
 # Spark's Python workers fail to connect back in sandboxes unless these are set (see README).
@@ -12,8 +20,17 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 import fabric  # noqa: E402
+from fabric.common.config import TopicConfig  # noqa: E402
+from fabric.common.records import TIMESTAMP, storage_schema  # noqa: E402
+from fabric.storage import frame  # noqa: E402
+from fabric.storage.log import Log  # noqa: E402
+from fabric.storage.segment import DATA_SUFFIX  # noqa: E402
 
-pytest_plugins = ["tests.zookeeper", "tests.service"]  # real ZooKeeper server and coordinator fixtures
+
+@pytest.fixture(scope="session")
+def repo_root() -> str:
+    """The checkout this test suite belongs to."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
@@ -36,19 +53,205 @@ def fab(fabric_url: str):
         yield handle
 
 
-@pytest.fixture(scope="session")
-def spark():
-    """One real local[2] SparkSession for the whole run (starting one costs seconds)."""
-    from pyspark.sql import SparkSession
+def _drain(consumer, expected: int, timeout: float = 30.0) -> list:
+    """Poll until `expected` records arrived; fail naming the shortfall after `timeout` seconds."""
+    records, deadline = [], time.monotonic() + timeout
+    while len(records) < expected and time.monotonic() < deadline:
+        records += consumer.poll(0.2)
+    assert len(records) == expected, f"got {len(records)} of {expected} records within {timeout} s"
+    return records
 
-    session = (SparkSession.builder.master("local[2]").appName("fabric-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.default.parallelism", "2")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.sql.streaming.stopTimeout", "30s")
-               .config("spark.python.worker.reuse", "true")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("WARN")
-    yield session
-    session.stop()
+
+@pytest.fixture
+def drain() -> Callable[..., list]:
+    """drain(consumer, expected, timeout=30.0): poll until `expected` records arrived, fail naming the
+    shortfall after `timeout` seconds; returns the records."""
+    return _drain
+
+
+# -- storage -------------------------------------------------------------------------------------------------
+class StorageKit:
+    """Helpers of the storage tests: stored batches, Log objects, reading back, frames on disk."""
+
+    SCHEMA = storage_schema()
+    # small, fixed or old (1970 / 2023) timestamps must not be rolled or expired by the 7-day defaults
+    KEEP = dict(retention_ms=-1, segment_ms=2**62)
+
+    @staticmethod
+    def now_us() -> int:
+        return time.time_ns() // 1000
+
+    def make_batch(self, values: list[bytes], timestamps: list[int] | None = None) -> pa.RecordBatch:
+        """A stored-rows batch of plain-topic records with the given values and µs timestamps."""
+        n = len(values)
+        if timestamps is None:
+            timestamps = [self.now_us()] * n
+        return pa.RecordBatch.from_arrays(
+            [pa.array(timestamps, TIMESTAMP), pa.array([None] * n, pa.binary()),
+             pa.nulls(n, self.SCHEMA.field("headers").type), pa.array(values, pa.binary())],
+            schema=self.SCHEMA)
+
+    def open_log(self, directory: str, **config) -> Log:
+        """A new Log object over `directory` (config given with Kafka names, '_' for '.')."""
+        overrides = {k.replace("_", "."): v for k, v in config.items()}
+        return Log(directory, self.SCHEMA, TopicConfig(overrides))
+
+    @staticmethod
+    def read_all(log: Log, offset: int | None = None, max_bytes: int = 1 << 30) -> list[tuple[int, bytes, int]]:
+        """(offset, value, timestamp µs) of every committed record from `offset` (default: log start)."""
+        if offset is None:
+            offset = log.start_offset
+        out: list[tuple[int, bytes, int]] = []
+        end = log.end_offset
+        while offset < end:
+            got = False
+            for base, batch, _ in log.read(offset, max_bytes):
+                values = batch.column(3).to_pylist()
+                stamps = batch.column(0).cast(pa.int64()).to_pylist()
+                out.extend((base + i, v, t) for i, (v, t) in enumerate(zip(values, stamps, strict=True)))
+                offset = base + batch.num_rows
+                got = True
+            if not got:
+                raise AssertionError(f"read({offset}) returned nothing below the watermark {end}")
+        return out
+
+    @staticmethod
+    def data_files(directory: str) -> list[str]:
+        return sorted(os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(DATA_SUFFIX))
+
+    @staticmethod
+    def scan_frames(path: str, limit: int | None = None) -> list[tuple[int, frame.FrameHeader, bool]]:
+        """(position, header, crc ok) of every parseable frame in a data file, up to byte `limit`."""
+        with open(path, "rb") as f:
+            data = f.read()
+        if limit is not None:
+            data = data[:limit]
+        out, pos = [], 0
+        while pos + frame.HEADER_SIZE <= len(data):
+            try:
+                header = frame.unpack_header(data, pos)
+            except frame.FrameError:
+                break
+            if pos + header.size > len(data):
+                break
+            out.append((pos, header, frame.verify(data, pos, header)))
+            pos += header.size
+        return out
+
+    def committed_frames(self, directory: str, hw: int) -> list[tuple[str, int, frame.FrameHeader, bool]]:
+        """Every data frame holding offsets below `hw`, across all segments, in file order."""
+        out = []
+        for path in self.data_files(directory):
+            for pos, header, ok in self.scan_frames(path):
+                if header.is_schema or header.base_offset >= hw:
+                    continue
+                out.append((path, pos, header, ok))
+        return out
+
+    @staticmethod
+    def cluster(root: str, partitions: int = 1, **config):
+        """A real EmbeddedCluster in `root` with one plain topic 'events' (config: Kafka keys, '_' for '.')."""
+        from fabric.client.embedded import EmbeddedCluster
+
+        cluster = EmbeddedCluster(root)
+        if "events" not in cluster.coordinator.list_topics():
+            cluster.create_topic("events", partitions, {k.replace("_", "."): str(v) for k, v in config.items()},
+                                 None)
+        return cluster
+
+    def fill(self, log: Log, batches: int, start: int = 0, width: int = 3) -> list[tuple[int, bytes, int]]:
+        """Append `batches` batches of 1..`width` records with small timestamps; the expected read_all()."""
+        expected = []
+        n = log.end_offset
+        for b in range(batches):
+            values = [f"b{start + b}-{i}".encode() for i in range(1 + (b % width))]
+            stamps = [1_000 + n + i for i in range(len(values))]
+            assert log.append(self.make_batch(values, stamps)) == n
+            expected.extend((n + i, v, s) for i, (v, s) in enumerate(zip(values, stamps, strict=True)))
+            n += len(values)
+        return expected
+
+    def assert_clean(self, directory: str, hw: int) -> None:
+        """Every frame on disk is whole and CRC-valid, and the segment files end exactly at a frame boundary."""
+        for path in self.data_files(directory):
+            frames = self.scan_frames(path)
+            assert frames and frames[0][1].is_schema
+            assert all(ok for _, _, ok in frames), path
+            last_pos, last, _ = frames[-1]
+            assert last_pos + last.size == os.path.getsize(path), f"trailing bytes in {path}"
+        offsets = [h.next_offset for _, _, h, _ in self.committed_frames(directory, hw)]
+        assert not offsets or offsets[-1] == hw
+
+
+@pytest.fixture(scope="session")
+def storage() -> StorageKit:
+    """The storage tests' helpers (make_batch, open_log, read_all, scan_frames, cluster, fill, ...)."""
+    return StorageKit()
+
+
+class AdoptionKit:
+    """Staged segment files as the Spark sink writes them, for the adopting-publish tests: partition 0 of
+    'events' holds 5 records, and a publish stages two large files for partition 0 and a large and a small one
+    for partition 1 (files of at least ADOPT bytes are adopted, smaller ones copied)."""
+
+    ADOPT = 20_000
+    SHAPES = {("events", 0): [[("a", 100), ("a2", 150)], [("b", 300)]], ("events", 1): [[("c", 200)], [("d", 3)]]}
+
+    def __init__(self, storage: StorageKit) -> None:
+        self.storage = storage
+
+    @staticmethod
+    def values(tag: str, count: int) -> list[bytes]:
+        return [f"{tag}-{i}".encode().ljust(100, b".") for i in range(count)]
+
+    def stage(self, cluster, name: str, frames: list[list[bytes]]) -> tuple[str, list[bytes]]:
+        """A staged segment file as the Spark sink writes it: the schema frame, then frames based from 0."""
+        directory = os.path.join(cluster.root, "__fabric", "staging", "test")
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, name)
+        records = 0
+        with open(path, "wb") as f:
+            encoder = cluster.frame_encoder("events")
+            f.write(encoder.schema_frame())
+            for values in frames:
+                header, payload = encoder.encode(self.storage.make_batch(values, [1_000 + records] * len(values)),
+                                                 records)
+                f.write(header)
+                f.write(payload)
+                records += len(values)
+        return path, [v for values in frames for v in values]
+
+    def stage_all(self, cluster, suffix: str = "") -> dict:
+        """The staged files of one publish, by partition."""
+        return {key: [self.stage(cluster, f"p{key[1]}-{i}{suffix}.segment", [self.values(t, n) for t, n in shape])[0]
+                      for i, shape in enumerate(shapes)] for key, shapes in self.SHAPES.items()}
+
+    def setup(self, root: str):
+        """Partition 0 holds 5 records (a non-empty active segment), partition 1 none; the staged files.
+        Returns (cluster, staged files by partition, expected values by partition number)."""
+        cluster = self.storage.cluster(root, partitions=2, **StorageKit.KEEP)
+        cluster.append("events", 0, self.storage.make_batch(self.values("old", 5), [500] * 5))
+        parts = self.stage_all(cluster)
+        sizes = [os.path.getsize(p) for paths in parts.values() for p in paths]
+        assert min(sizes[:3]) >= self.ADOPT > sizes[3]
+        expected = {p: [v for shape in self.SHAPES[("events", p)] for t, n in shape for v in self.values(t, n)]
+                    for p in (0, 1)}
+        expected[0] = self.values("old", 5) + expected[0]
+        return cluster, parts, expected
+
+    def values_of(self, cluster, partition: int) -> list[bytes]:
+        return [v for _, v, _ in self.storage.read_all(cluster.log("events", partition))]
+
+    def assert_whole(self, directory: str) -> None:
+        """Every segment is a schema frame then whole, CRC-valid frames whose base offsets run on from its name."""
+        for name in sorted(n for n in os.listdir(directory) if n.endswith(DATA_SUFFIX)):
+            frames = self.storage.scan_frames(os.path.join(directory, name))
+            assert frames[0][1].is_schema and all(ok for _, _, ok in frames)
+            assert frames[0][1].base_offset == int(name[:-len(DATA_SUFFIX)])
+            assert sum(h.size for _, h, _ in frames) == os.path.getsize(os.path.join(directory, name))
+
+
+@pytest.fixture(scope="session")
+def adoption(storage: StorageKit) -> AdoptionKit:
+    """The adopting-publish tests' helpers (setup, stage_all, values, values_of, assert_whole, ADOPT)."""
+    return AdoptionKit(storage)

@@ -15,8 +15,6 @@ import pyarrow.flight as flight
 from fabric.server import wire
 from fabric.server.zookeeper import free_port
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 class CoordinatorProcess:
     """One coordinator instance serving `data_dir` with metadata in `store` (default: data_dir's SQLite)."""
@@ -45,7 +43,7 @@ class CoordinatorProcess:
         """Start the process; return once it answers (any answer, even 'unauthenticated'), else raise."""
         os.makedirs(self.data_dir, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.command(), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            self.process = subprocess.Popen(self.command(), cwd=self.data_dir, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout
         while not self.answers():

@@ -16,7 +16,8 @@ import time
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
-TICK_MS = 200  # sessions may last 2..20 ticks: 0.4 s .. 4 s, so expiry tests stay short
+TICK_MS = 200  # sessions may be as short as 2 ticks (0.4 s), so expiry tests stay short
+MAX_SESSION_TIMEOUT_MS = 60_000  # and as long as a loaded machine needs (ZooKeeper's default cap is 20 ticks)
 
 
 def pyspark_jars() -> str:
@@ -36,9 +37,11 @@ def free_port() -> int:
 class ZooKeeperServer:
     """One standalone ZooKeeper JVM on 127.0.0.1:`port`, data and logs in `root`."""
 
-    def __init__(self, root: str | None = None, port: int | None = None) -> None:
+    def __init__(self, root: str | None = None, port: int | None = None,
+                 max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS) -> None:
         self.root = root or tempfile.mkdtemp(prefix="fabric-zk-")
         self.port = port or free_port()
+        self.max_session_timeout_ms = max_session_timeout_ms
         self.hosts = f"127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
         self._write_config()
@@ -47,7 +50,8 @@ class ZooKeeperServer:
         os.makedirs(os.path.join(self.root, "data"), exist_ok=True)
         with open(os.path.join(self.root, "zoo.cfg"), "w") as cfg:
             cfg.write(f"tickTime={TICK_MS}\ndataDir={self.root}/data\nclientPort={self.port}\n"
-                      "clientPortAddress=127.0.0.1\nadmin.enableServer=false\nmaxClientCnxns=0\n")
+                      "clientPortAddress=127.0.0.1\nadmin.enableServer=false\nmaxClientCnxns=0\n"
+                      f"maxSessionTimeout={self.max_session_timeout_ms}\n")
 
     def url(self, chroot: str = "") -> str:
         """The zk:// URL of this server, optionally with a chroot path."""

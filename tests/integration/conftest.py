@@ -1,0 +1,260 @@
+"""Fixtures of the integration tier: a real local[2] SparkSession, a real ZooKeeper server, coordinator service
+processes, and consumer-group members in processes of their own.
+
+Child processes run scripts that import only the installed package (fabric...), never anything from tests/.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from fabric.server.launcher import CoordinatorProcess
+from fabric.server.zookeeper import ZooKeeperServer
+
+PYTHON = sys.executable
+REPO = Path(__file__).resolve().parents[2]  # the checkout
+
+
+@pytest.fixture(scope="session")
+def demo_job() -> ModuleType:
+    """jobs/demo.py loaded by its path (jobs/ is scripts, not a package): its CLICKS schema and sample_events()."""
+    spec = importlib.util.spec_from_file_location("fabric_demo_job", REPO / "jobs" / "demo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One real local[2] SparkSession for the whole run (starting one costs seconds)."""
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("fabric-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.default.parallelism", "2")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.sql.streaming.stopTimeout", "30s")
+               .config("spark.python.worker.reuse", "true")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("WARN")
+    yield session
+    session.stop()
+
+
+# -- ZooKeeper ------------------------------------------------------------------------------------------------
+# The test servers grant sessions of 0.4 s .. MAX_SESSION_TIMEOUT_MS (60 s): ZooKeeper's own maximum (20 ticks,
+# 4 s here) would cut every client's session short enough to expire on a loaded machine; clients asking for
+# nothing get the fabric's default (18 s), and tests that wait for an expiry ask for short sessions.
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server():
+    """One real ZooKeeper server for the whole test run (fabric.server.zookeeper: a JVM from pyspark's jars),
+    granting sessions of 0.4 s .. MAX_SESSION_TIMEOUT_MS."""
+    server = ZooKeeperServer().start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def own_zookeeper(tmp_path) -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper server of the test's own (data in tmp_path/zk), for tests that stop and restart it; it grants
+    sessions of 0.4 s .. MAX_SESSION_TIMEOUT_MS and is closed after the test."""
+    server = ZooKeeperServer(root=str(tmp_path / "zk")).start()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def zookeeper(zookeeper_server: ZooKeeperServer) -> str:
+    """The connect string ("127.0.0.1:port") of the session's ZooKeeper server."""
+    return zookeeper_server.hosts
+
+
+@pytest.fixture
+def zk_url(zookeeper_server: ZooKeeperServer) -> str:
+    """A zk:// URL with a fresh chroot, so each test sees an empty namespace."""
+    return zookeeper_server.url(f"/test-{uuid.uuid4().hex[:12]}")
+
+
+# -- coordinator service processes ----------------------------------------------------------------------------
+@pytest.fixture
+def coordinators(tmp_path) -> Iterator[Callable[..., CoordinatorProcess]]:
+    """start(data_dir=None, **kwargs) → a started CoordinatorProcess (`python -m fabric.server.service`; data dir
+    defaults to tmp_path/data); all stopped after the test."""
+    started: list[CoordinatorProcess] = []
+
+    def start(data_dir: str | None = None, **kwargs) -> CoordinatorProcess:
+        instance = CoordinatorProcess(data_dir or str(tmp_path / "data"), **kwargs)
+        started.append(instance)
+        return instance.start()
+
+    yield start
+    for instance in started:
+        instance.stop()
+
+
+@pytest.fixture
+def zookeeper_instances(coordinators, zk_url, tmp_path) -> Callable[..., tuple[dict[str, CoordinatorProcess], str]]:
+    """instances(session_ms, count=3) → `count` coordinator instances sharing tmp_path/data with their metadata
+    in ZooKeeper (one is elected active): the instances by address, and the fabric:// URL listing them all."""
+    def start(session_ms: int, count: int = 3) -> tuple[dict[str, CoordinatorProcess], str]:
+        config = tmp_path / "ha.properties"
+        config.write_text(f"coordinator.store={zk_url}\nzookeeper.session.timeout.ms={session_ms}\n")
+        instances = {i.address: i for i in (coordinators(str(tmp_path / "data"), extra=("--config", str(config)))
+                                            for _ in range(count))}
+        return instances, "fabric://" + ",".join(instances)
+
+    return start
+
+
+@pytest.fixture
+def the_active() -> Callable[[Any], Any]:
+    """the_active(fab) → the status of the one active instance of fab's URL, or None while there is not exactly
+    one."""
+    def active(fab) -> Any:
+        statuses = [s for s in fab.cluster.statuses().values() if not isinstance(s, Exception) and s.active]
+        return statuses[0] if len(statuses) == 1 else None
+
+    return active
+
+
+# -- consumer-group members in processes of their own ---------------------------------------------------------
+MEMBER = r"""
+import json, os, sys
+import fabric
+from fabric.common.errors import CommitFailedError
+
+url, workdir, name, group, topic = sys.argv[1:6]
+config = json.loads(sys.argv[6])
+parent = os.getppid()
+status = {"owned": [], "assigned": [], "revoked": [], "consumed": 0, "closed": False}
+path = os.path.join(workdir, f"{name}.json")
+
+def save():
+    with open(path + ".tmp", "w") as out:
+        json.dump(status, out)
+    os.replace(path + ".tmp", path)
+
+with fabric.connect(url) as fab:
+    consumer = fab.consumer(topic, group_id=group, on_assign=lambda ps: status["assigned"].append(ps),
+                            on_revoke=lambda ps: status["revoked"].append(ps), **config)
+    while not os.path.exists(os.path.join(workdir, f"{name}.stop")) and os.getppid() == parent:
+        records = consumer.poll(0.05)
+        if records:
+            status["consumed"] += len(records)
+            try:
+                consumer.commit()
+            except CommitFailedError:
+                pass  # a rebalance took the partitions: the next owner resumes from the last commit
+        owned = [list(tp) for tp in consumer.assignment()]
+        if owned != status["owned"] or records:
+            status["owned"] = owned
+            save()
+    consumer.close()
+status["owned"], status["closed"] = [], True
+save()
+"""
+
+
+class Workers:
+    """Member processes of one consumer group consuming one topic, each running `script` (by default MEMBER:
+    consume, commit after every poll, report owned partitions and rebalance callbacks in <workdir>/<name>.json,
+    kill-safe), and what they report. A script gets argv: url, workdir, name, group, topic, config (JSON); it
+    stops once <workdir>/<name>.stop exists."""
+
+    # the members' consumer config unless start() overrides it: quick to notice a dead member, no auto-commit
+    FAST = dict(session_timeout_ms=1500, heartbeat_interval_ms=250, auto_offset_reset="earliest",
+                enable_auto_commit=False)
+
+    def __init__(self, url: str, workdir: str, group: str, topic: str, script: str = MEMBER) -> None:
+        self.url, self.workdir, self.group, self.topic, self.script = url, workdir, group, topic, script
+        self.procs: dict[str, subprocess.Popen] = {}
+        os.makedirs(workdir, exist_ok=True)
+
+    def start(self, name: str, **config: Any) -> None:
+        args = [self.url, self.workdir, name, self.group, self.topic, json.dumps({**self.FAST, **config})]
+        with open(os.path.join(self.workdir, f"{name}.log"), "ab") as log:
+            self.procs[name] = subprocess.Popen([PYTHON, "-c", self.script, *args], stdin=subprocess.DEVNULL,
+                                                stdout=log, stderr=subprocess.STDOUT)
+
+    def status(self, name: str) -> dict[str, Any]:
+        try:
+            with open(os.path.join(self.workdir, f"{name}.json")) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return {"owned": [], "assigned": [], "revoked": [], "consumed": 0, "closed": False}
+
+    def owned(self, names: list[str]) -> dict[str, list[tuple[str, int]]]:
+        return {n: [tuple(tp) for tp in self.status(n)["owned"]] for n in names}
+
+    def exact_cover(self, names: list[str], partitions: int) -> dict[str, list[tuple[str, int]]] | None:
+        """The workers' assignments if together they own every partition exactly once and each owns some."""
+        owned = self.owned(names)
+        flat = sorted(tp for tps in owned.values() for tp in tps)
+        busy = all(owned.values()) if len(names) <= partitions else True
+        return owned if flat == [(self.topic, p) for p in range(partitions)] and busy else None
+
+    def produce(self, fab, partitions: int, per_partition: int) -> None:
+        """Send `per_partition` records to each partition of the workers' topic."""
+        producer = fab.producer()
+        for p in range(partitions):
+            for i in range(per_partition):
+                producer.send(self.topic, b"v%d" % i, partition=p)
+        producer.flush()
+        producer.close()
+
+    def log(self, name: str) -> str:
+        with open(os.path.join(self.workdir, f"{name}.log"), errors="replace") as f:
+            return f.read()[-3000:]
+
+    def _wait(self, proc: subprocess.Popen, timeout: float) -> None:
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass  # still running: the caller reports or kills it
+
+    def stop(self, name: str) -> None:
+        open(os.path.join(self.workdir, f"{name}.stop"), "w").close()
+        self._wait(self.procs[name], 30)
+        assert self.procs[name].returncode == 0, self.log(name)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL: no leave, no commit."""
+        self.procs[name].kill()
+        self._wait(self.procs[name], 10)
+
+    def close(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is None:
+                open(os.path.join(self.workdir, f"{name}.stop"), "w").close()
+        for proc in self.procs.values():
+            self._wait(proc, 30)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def group_workers() -> Iterator[Callable[..., Workers]]:
+    """workers(url, workdir, group, topic, script=MEMBER) → a Workers set (see Workers) of `group` consuming
+    `topic`; every member is stopped after the test."""
+    made: list[Workers] = []
+
+    def make(url: str, workdir: str, group: str, topic: str, script: str = MEMBER) -> Workers:
+        made.append(Workers(url, workdir, group, topic, script))
+        return made[-1]
+
+    yield make
+    for workers in made:
+        workers.close()

@@ -1,0 +1,39 @@
+"""Consumer groups through a real coordinator service over a real ZooKeeper: ten consumer processes that
+commit as they go must settle. (Regression: heartbeats and waiting members' join polls rewrote the group
+state so often that a member's offset commit on revocation lost every compare-and-set, so it never rejoined
+and the group stayed in PreparingRebalance until max_poll_interval_ms.)"""
+from __future__ import annotations
+
+import pytest
+
+import fabric
+from fabric.common.waiting import wait_for
+
+GROUP, TOPIC = "workers", "jobs"
+MEMBERS, PARTITIONS = 10, 20
+
+
+@pytest.mark.slow
+@pytest.mark.zookeeper
+def test_ten_consumer_processes_over_zookeeper_stabilise(coordinators, group_workers, zk_url, tmp_path):
+    service = coordinators(store=zk_url)
+    workers = group_workers(service.url(), str(tmp_path / "status"), GROUP, TOPIC)
+    with fabric.connect(service.url()) as fab:
+        fab.create_topic(TOPIC, partitions=PARTITIONS)
+        workers.produce(fab, PARTITIONS, 5)  # members consume and commit, also while their partitions are revoked
+        names = [f"w{i}" for i in range(MEMBERS)]
+        try:
+            for name in names:
+                workers.start(name, enable_auto_commit=True, auto_commit_interval_ms=100)
+            owned = wait_for(lambda: workers.exact_cover(names, PARTITIONS), 30,
+                             f"{MEMBERS} processes to split {PARTITIONS} partitions")
+            assert sorted(len(tps) for tps in owned.values()) == [2] * MEMBERS
+            group = wait_for(lambda: (lambda d: d if d.state == "Stable" else None)(
+                fab.cluster.coordinator.describe_group(GROUP)), 30, "the group to be Stable")
+            assert len(group.members) == MEMBERS
+            assert sorted(tp for m in group.members for tp in m.assignment) == [(TOPIC, p) for p in range(PARTITIONS)]
+            committed = wait_for(lambda: (lambda c: c if len(c) == PARTITIONS else None)(
+                fab.cluster.coordinator.committed(GROUP)), 30, "every partition's offsets committed")
+            assert {c.offset for c in committed.values()} == {5}
+        finally:
+            workers.close()

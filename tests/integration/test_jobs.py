@@ -1,0 +1,101 @@
+"""The spark-submit jobs, each run through a real `spark-submit` from a directory outside the checkout, and
+the demo end to end."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable
+
+import fabric
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SPARK_SUBMIT = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def spark_submit(job: str, *args: str, cwd: str) -> subprocess.CompletedProcess:
+    """Run jobs/<job>.py with spark-submit (local[2]); fail the test with its output if it fails."""
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    cmd = [SPARK_SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+           "--conf", "spark.sql.shuffle.partitions=2", os.path.join(REPO, "jobs", f"{job}.py"), *args]
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{job} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    return done
+
+
+@pytest.fixture
+def clicks(fab, demo_job):
+    """A typed `clicks` topic with 3,000 events over 3 partitions (jobs/demo.py's schema and sample events)."""
+    fab.create_topic("clicks", partitions=3, schema=demo_job.CLICKS)
+    events = demo_job.sample_events(3000, seed=1)
+    with fab.producer() as producer:
+        producer.send_batch("clicks", events)
+    return events
+
+
+@pytest.mark.parametrize("job", ["transform", "archive", "windowed_counts"])
+def test_every_job_explains_itself(job, tmp_path):
+    done = spark_submit(job, "--help", cwd=str(tmp_path))
+    assert "--url" in done.stdout and "--checkpoint" in done.stdout
+
+
+def test_transform_job_filters_exactly_once(fab, fabric_url, clicks, demo_job, tmp_path):
+    fab.create_topic("big", partitions=2, schema=demo_job.CLICKS)
+    args = ["--url", fabric_url, "--checkpoint", str(tmp_path / "ckpt"), "--input", "clicks", "--output", "big",
+            "--group-id", "transform", "--max-offsets-per-trigger", "1000",
+            "--sql", "SELECT key, user, page, amount FROM input WHERE amount > 50"]
+    spark_submit("transform", *args, cwd=str(tmp_path))
+    spark_submit("transform", *args, cwd=str(tmp_path))  # a rerun from the checkpoint adds nothing
+    expected = clicks.filter(pc.greater(clicks.column("amount"), 50.0))
+    got = fab.consumer("big", auto_offset_reset="earliest").poll_batch(5, columns=["user", "amount"])
+    assert got.num_rows == expected.num_rows > 0
+    key = lambda t: sorted(zip(t.column("user").to_pylist(), t.column("amount").to_pylist(), strict=True))
+    assert key(got) == key(expected)
+    assert sum(row.lag for row in fab.describe_group("transform")) == 0
+
+
+def test_archive_job_writes_a_delta_table(fab, fabric_url, clicks, tmp_path):
+    table = str(tmp_path / "delta")
+    args = ["--url", fabric_url, "--checkpoint", str(tmp_path / "ckpt"), "--topic", "clicks", "--table", table]
+    spark_submit("archive", *args, cwd=str(tmp_path))
+    spark_submit("archive", *args, cwd=str(tmp_path))
+    archived = DeltaTable(table).to_pyarrow_table(columns=["partition", "offset", "user"])
+    assert archived.num_rows == clicks.num_rows
+    partitions, offsets = archived.column("partition").to_pylist(), archived.column("offset").to_pylist()
+    assert len(set(zip(partitions, offsets, strict=True))) == clicks.num_rows
+
+
+def test_windowed_counts_job_emits_final_windows(fab, fabric_url, tmp_path):
+    fab.create_topic("views", partitions=2)
+    minute = 60_000
+    start = (time.time_ns() // 1_000_000 // minute - 10) * minute  # 10 whole minutes ago
+    with fab.producer() as producer:
+        for i in range(60):  # 3 windows x 2 pages x 10 events
+            producer.send("views", b"v", key=f"page-{i % 2}", timestamp=start + (i // 20) * minute + i)
+        producer.send("views", b"v", key="page-0", timestamp=start + 9 * minute)  # moves the watermark on
+    spark_submit("windowed_counts", "--url", fabric_url, "--checkpoint", str(tmp_path / "ckpt"),
+                 "--input", "views", "--output", "view-counts", "--window", "1 minute",
+                 "--watermark", "30 seconds", cwd=str(tmp_path))
+    rows = fab.consumer("view-counts", auto_offset_reset="earliest").poll_batch(
+        5, columns=["window_start", "group", "events"]).to_pylist()
+    final = sorted((r["window_start"].timestamp() * 1000 - start, r["group"], r["events"]) for r in rows)
+    assert final == [(w * minute, f"page-{p}", 10) for w in range(3) for p in range(2)]
+
+
+def test_demo_runs_end_to_end_twice(tmp_path):
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    cmd = [sys.executable, os.path.join(REPO, "jobs", "demo.py"), "--events", "5000", "--url",
+           str(tmp_path / "fabric-data"), "--work", str(tmp_path / "demo")]
+    for run in (1, 2):
+        done = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert f"clicks: {5000 * run:,} records" in done.stdout
+        assert "exactly once: yes" in done.stdout
+    with fabric.connect(str(tmp_path / "fabric-data")) as fab:
+        assert sum(row.lag for row in fab.describe_group("demo-archive")) == 0

@@ -1,0 +1,196 @@
+"""Crash recovery across processes: SIGKILLed writers, interrupted publishes checked from a new process.
+(The in-process scenarios, torn tails, CRC failures and broken indexes: tests/unit/test_storage_recovery.py.)
+
+The child processes are scripts importing only the installed package."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from fabric.storage import frame
+from fabric.storage.log import PENDING
+
+KEEP = dict(retention_ms=-1, segment_ms=2**62)  # small fixed timestamps must not roll or expire
+PYTHON = sys.executable
+
+# What a child needs to build stored rows and open a partition log, from the installed package only.
+CHILD_PRELUDE = r"""
+import time
+import pyarrow as pa
+from fabric.common.config import TopicConfig
+from fabric.common.records import TIMESTAMP, storage_schema
+from fabric.storage.log import Log
+SCHEMA = storage_schema()
+
+def make_batch(values):
+    n = len(values)
+    return pa.RecordBatch.from_arrays(
+        [pa.array([time.time_ns() // 1000] * n, TIMESTAMP), pa.array([None] * n, pa.binary()),
+         pa.nulls(n, SCHEMA.field("headers").type), pa.array(values, pa.binary())], schema=SCHEMA)
+
+def open_log(directory, **config):
+    return Log(directory, SCHEMA, TopicConfig({k.replace("_", "."): v for k, v in config.items()}))
+"""
+
+
+# -- (e) SIGKILL during appends ----------------------------------------------------------------------
+CHILD = CHILD_PRELUDE + r"""
+import sys
+directory, tag = sys.argv[1], sys.argv[2]
+log = open_log(directory, segment_bytes=3000, index_interval_bytes=500, retention_ms=-1, flush_messages=7)
+i = 0
+while True:
+    k = 1 + i % 5
+    base = log.append(make_batch([f"{tag}:{i}:{j}".encode() for j in range(k)]))
+    print(base, k, i, flush=True)
+    i += 1
+"""
+
+
+def test_sigkill_during_appends_loses_no_acknowledged_record(tmp_path, storage):
+    directory = str(tmp_path / "p")
+    rng = random.Random()
+    acked: dict[int, bytes] = {}
+    for round_no in range(4):
+        tag = f"r{round_no}"
+        proc = subprocess.Popen([PYTHON, "-c", CHILD, directory, tag], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        lines = []
+        target = rng.randrange(1, 120)
+        try:
+            while len(lines) < target:
+                line = proc.stdout.readline()
+                if not line:
+                    raise AssertionError(f"child died early: {proc.stderr.read()}")
+                lines.append(line)
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        assert proc.returncode == -signal.SIGKILL
+        lines += proc.stdout.read().splitlines(keepends=True)
+        proc.stdout.close()
+        proc.stderr.close()
+        for line in lines:
+            if not line.endswith("\n"):
+                continue  # a half-printed line is not an acknowledgement
+            base, k, i = map(int, line.split())
+            for j in range(k):
+                assert base + j not in acked
+                acked[base + j] = f"{tag}:{i}:{j}".encode()
+
+        log = storage.open_log(directory, segment_bytes=3000, index_interval_bytes=500, **KEEP)
+        records = storage.read_all(log)
+        offsets = [o for o, _, _ in records]
+        assert offsets == list(range(log.start_offset, log.end_offset))  # dense
+        got = {o: v for o, v, _ in records}
+        missing = [o for o in acked if got.get(o) != acked[o]]
+        assert not missing, f"round {round_no}: acknowledged offsets lost or changed: {missing[:5]}"
+        for v in got.values():  # unacknowledged but committed records are whole and well formed
+            t, i, j = v.decode().split(":")
+            assert t.startswith("r") and int(i) >= 0 and int(j) >= 0
+        for path, pos, _, ok in storage.committed_frames(directory, log.end_offset):
+            assert ok, f"corrupt committed frame at {path}:{pos}"
+    # a further append after the last kill works and lands at the end
+    log = storage.open_log(directory, segment_bytes=3000, index_interval_bytes=500, **KEEP)
+    end = log.end_offset
+    assert log.append(storage.make_batch([b"final"])) == end
+    assert storage.read_all(log, end)[0][:2] == (end, b"final")
+    storage.assert_clean(directory, end + 1)
+
+
+# -- (f) an interrupted publish ---------------------------------------------------------------------
+CHECK_CHILD = r"""
+import json, sys
+from fabric.client.embedded import EmbeddedCluster
+cluster = EmbeddedCluster(sys.argv[1])
+log = cluster.log("events", 0)
+log.sync_tail_locked()
+out = []
+offset = log.start_offset
+while offset < log.end_offset:
+    for base, batch, _ in log.read(offset, 1 << 20):
+        out.extend(v.decode() for v in batch.column(3).to_pylist())
+        offset = base + batch.num_rows
+print(json.dumps({"end": log.end_offset, "values": out}))
+"""
+
+
+def _interrupted_publish(cluster, txn, batches):
+    """What a publisher that died before finishing leaves: the marker and its frames, watermark unmoved."""
+    log = cluster.log("events", 0)
+    with log.lock:
+        log.sync_tail()
+        base = log.end_offset
+        end = base + sum(b.num_rows for b in batches)
+        log.begin_publish(txn, end)
+        for batch in batches:
+            template, payload = log.encode(batch)
+            log.write_frame(frame.seal(template.rebased(base), payload), payload)
+            base += batch.num_rows
+    return end
+
+
+def _check_in_new_process(root):
+    """The partition's end offset and values as a new process opening the fabric sees them."""
+    out = subprocess.run([PYTHON, "-c", CHECK_CHILD, root], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("committed", [False, True])
+@pytest.mark.parametrize("segment_bytes", [1 << 20, 1024])
+def test_interrupted_publish(tmp_path, committed, segment_bytes, storage):
+    root = str(tmp_path)
+    cluster = storage.cluster(root, segment_bytes=segment_bytes, retention_ms=-1)
+    assert cluster.append("events", 0, storage.make_batch([b"c0", b"c1"])) == 0
+    assert cluster.publish("t-ok", {("events", 0): [storage.make_batch([b"ok0"]), storage.make_batch([b"ok1"])]})
+    batches = [storage.make_batch([f"p{b}-{i}".encode() for i in range(3)]) for b in range(4)]
+    end = _interrupted_publish(cluster, "t-dead", batches)
+    assert end == 4 + 12
+    log = cluster.log("events", 0)
+    assert log.end_offset == 4  # not visible yet
+    assert os.path.exists(os.path.join(log.directory, PENDING))
+    if committed:
+        cluster.coordinator.commit_transaction("t-dead")
+
+    state = _check_in_new_process(root)
+    before = ["c0", "c1", "ok0", "ok1"]
+    published = [f"p{b}-{i}" for b in range(4) for i in range(3)]
+    if committed:
+        assert state == {"end": 16, "values": before + published}
+    else:
+        assert state == {"end": 4, "values": before}
+    assert not os.path.exists(os.path.join(log.directory, PENDING))
+    # the publishing process's own Log object catches up and keeps appending at the right place
+    assert cluster.append("events", 0, storage.make_batch([b"next"])) == state["end"]
+    assert _check_in_new_process(root)["values"] == state["values"] + ["next"]
+    # a retried publish of the committed transaction is a no-op; of the dead one, it lands once
+    if committed:
+        assert cluster.publish("t-dead", {("events", 0): batches}) is False
+    else:
+        assert cluster.publish("t-dead", {("events", 0): batches}) is True
+        assert _check_in_new_process(root)["values"] == before + ["next"] + published
+    storage.assert_clean(log.directory, cluster.log("events", 0).end_offset)
+
+
+def test_publish_that_rolls_segments(tmp_path, storage):
+    """A multi-batch publish into a small segment.bytes rolls mid-publish; all of it must land once."""
+    root = str(tmp_path)
+    segment_bytes = 1024
+    cluster = storage.cluster(root, segment_bytes=segment_bytes, retention_ms=-1)
+    cluster.append("events", 0, storage.make_batch([b"first"]))
+    batches = [storage.make_batch([f"q{b}-{i}".encode() for i in range(4)]) for b in range(6)]
+    assert cluster.publish("t-roll", {("events", 0): batches}) is True
+    log = cluster.log("events", 0)
+    assert len(log.segments()) > 2
+    want = ["first"] + [f"q{b}-{i}" for b in range(6) for i in range(4)]
+    assert log.end_offset == len(want)
+    assert [v.decode() for _, v, _ in storage.read_all(log)] == want
+    assert _check_in_new_process(root) == {"end": len(want), "values": want}
+    assert not os.path.exists(os.path.join(log.directory, PENDING))

@@ -1,0 +1,113 @@
+"""The ZooKeeper coordinator store against a real ZooKeeper server: the znode layout, transactions recorded by
+version 0.1.0, and compare-and-set conflicts between racing clients. (The Coordinator contract, run against this
+store too: test_coordinator_contract.py.)"""
+from __future__ import annotations
+
+import base64
+import threading
+
+import pyarrow as pa
+import pytest
+from kazoo.client import KazooClient
+
+from fabric.common.types import JoinRequest
+from fabric.coordinator import zk_layout as layout
+from fabric.coordinator.zk_store import ZkCoordinator
+
+pytestmark = pytest.mark.zookeeper
+
+
+@pytest.fixture
+def zk(zk_url):
+    coordinator = ZkCoordinator(zk_url)
+    yield coordinator
+    coordinator.close()
+
+
+def test_znode_layout_is_kafka_like(zk, zk_url):
+    schema = pa.schema([("v", pa.float64())])
+    zk.create_topic("clicks", 2, {"retention.ms": "5"}, schema)
+    zk.commit_offsets("g1", {("clicks", 1): 7})
+    zk.commit_transaction("txn-1")
+    doc = layout.loads(zk.client.get("/brokers/topics/clicks")[0])
+    assert (doc["partitions"], doc["config"]) == (2, {"retention.ms": "5"})
+    assert pa.ipc.read_schema(pa.py_buffer(base64.b64decode(doc["value_schema"]))).equals(schema)
+    assert sorted(zk.client.get_children("/brokers/topics/clicks/partitions")) == ["0", "1"]
+    assert zk.leader_state("clicks", 1) == layout.LeaderState("", 0, (), 0)  # no controller fenced the write
+    assert layout.loads(zk.client.get("/consumers/g1/offsets/clicks/1")[0])["offset"] == 7
+    for batch in range(3):  # a streaming sink's micro-batches: one znode for the query, not one per batch
+        zk.commit_transaction(f"query-q:{batch}")
+    assert sorted(zk.client.get_children("/transaction_ids")) == ["query-q", "txn-1"]
+    assert layout.loads(zk.client.get("/transaction_ids/query-q")[0])["sequence"] == 2
+    # everything lives under the URL's chroot, nothing at the server's root
+    address = layout.parse_url(zk_url)
+    root = KazooClient(hosts=address.hosts)
+    root.start(timeout=15)
+    try:
+        assert root.get_children(address.chroot + "/brokers/topics") == ["clicks"]
+        assert "brokers" not in root.get_children("/")
+    finally:
+        root.stop()
+        root.close()
+
+
+def test_transactions_committed_by_0_1_0_still_count(zk):
+    """Version 0.1.0 wrote a znode per transaction under /transactions; a restarted query may replay one."""
+    zk.client.create(layout.legacy_transaction("query-old:5"), layout.dumps({"commit_ms": 1}), makepath=True)
+    assert zk.transaction_committed("query-old:5")
+    assert not zk.transaction_committed("query-old:6")
+
+
+def _race(workers: int, body) -> None:
+    """Run body(i) in `workers` threads that start together; re-raise the first failure."""
+    barrier, errors = threading.Barrier(workers), []
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait()
+            body(i)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+
+
+def test_cas_conflicts_between_two_clients_lose_no_update(zk, zk_url):
+    """Two clients (two sessions) alter one topic znode and create the same offset parents concurrently:
+    every compare-and-set loser re-reads and retries, so no update is lost."""
+    other = ZkCoordinator(zk_url)
+    try:
+        zk.create_topic("shared", 1, {}, None)
+        clients, rounds = [zk, other], 15
+
+        def alter(i: int) -> None:
+            for n in range(rounds):
+                clients[i].alter_topic_config("shared", {f"client{i}.key{n}": str(n)})
+                clients[i].commit_offsets("racers", {("shared", i * rounds + n): n})
+        _race(2, alter)
+        config = other.topic("shared").config
+        assert config == {f"client{i}.key{n}": str(n) for i in range(2) for n in range(rounds)}
+        assert len(zk.committed("racers")) == 2 * rounds
+    finally:
+        other.close()
+
+
+def test_group_state_cas_between_two_clients(zk, zk_url):
+    """Two members join through two clients at once: the group state znode keeps both (CAS retried)."""
+    other = ZkCoordinator(zk_url)
+    try:
+        zk.create_topic("jobs", 4, {}, None)
+        clients, ids = [zk, other], [None, None]
+
+        def join(i: int) -> None:
+            ids[i] = clients[i].join_group(JoinRequest("crew", "", ("jobs",), client_id=f"c{i}")).member_id
+        _race(2, join)
+        members = {m.member_id for m in zk.describe_group("crew").members}
+        assert members == set(ids)
+        assert zk.list_groups() == other.list_groups() == ["crew"]
+    finally:
+        other.close()

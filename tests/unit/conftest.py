@@ -1,0 +1,27 @@
+"""The unit tier: fast tests in this process only. No Spark, no ZooKeeper, no coordinator service, no child
+processes (those tests live in tests/integration). Both rules are enforced here, so a test that needs more
+fails naming the tier it belongs to."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+INTEGRATION_MARKERS = ("spark", "zookeeper", "slow")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    misplaced = [f"{item.nodeid} ({marker})" for item in items for marker in INTEGRATION_MARKERS
+                 if item.get_closest_marker(marker) and "tests/unit/" in item.nodeid]
+    if misplaced:
+        raise pytest.UsageError("tests marked spark, zookeeper or slow belong in tests/integration: "
+                                + ", ".join(misplaced))
+
+
+@pytest.fixture(autouse=True)
+def _no_child_processes(monkeypatch) -> None:
+    """Unit tests start no processes (servers, CLIs, crash children): those belong in tests/integration."""
+    def refuse(self, args, *rest, **kwargs):
+        raise AssertionError(f"a unit test started a process ({args!r}); move the test to tests/integration")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)

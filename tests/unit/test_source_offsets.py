@@ -1,0 +1,54 @@
+"""The fabric source's offset planning on the driver, without a Spark session: read limits Spark passes to the
+stream reader, and minPartitions splitting offset ranges into tasks. (The source in real Spark queries:
+tests/integration/test_source.py.)"""
+from __future__ import annotations
+
+import time
+
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
+
+from fabric.sources.fabric_source import FabricStreamReader, spark_schema
+from fabric.sources.offsets import OffsetRange, split_ranges
+
+BASE_MS = (int(time.time()) - 3600) * 1000  # record i is stamped BASE_MS + i s: recent, so retention keeps it
+
+
+def produce(fab, topic: str, per_partition: int, partitions: int = 2, start: int = 0,
+            headers: bool = False) -> list[tuple]:
+    """Send `per_partition` records to each partition (record i has timestamp BASE_MS + i seconds);
+    returns the expected (key, value, topic, partition, offset) rows."""
+    producer = fab.producer()
+    rows = []
+    for p in range(partitions):
+        for i in range(start, start + per_partition):
+            key, value = f"k{p}-{i}".encode(), f"v{p}-{i}".encode()
+            producer.send(topic, value, key=key, partition=p, timestamp=BASE_MS + i * 1000,
+                          headers=[("h", f"{i}".encode())] if headers else None)
+            rows.append((key, value, topic, p, i))
+    producer.flush()
+    producer.close()
+    return rows
+
+
+def test_read_limits_from_spark_are_honoured(fab, fabric_url):
+    fab.create_topic("t", partitions=2)
+    produce(fab, "t", 10)
+    produce(fab, "t", 20, partitions=1, start=10)  # backlog: partition 0 has 30 records, partition 1 has 10
+    source = FabricStreamReader({"url": fabric_url, "subscribe": "t", "startingOffsets": "earliest",
+                                 "maxOffsetsPerTrigger": "8"}, spark_schema(None, False))
+    start = source.initialOffset()
+    assert start == {"t": {"0": 0, "1": 0}}
+    assert source.getDefaultReadLimit() == ReadMaxRows(8)
+    assert source.latestOffset(start, ReadAllAvailable()) == {"t": {"0": 30, "1": 10}}
+    assert source.latestOffset(start, ReadMaxRows(8)) == {"t": {"0": 6, "1": 2}}  # in proportion to backlog
+    assert source.latestOffset(start, ReadMaxRows(2)) == {"t": {"0": 1, "1": 1}}  # every backlog progresses
+    assert source.latestOffset(start, ReadMinRows(100)) == start
+    per_record = fab.describe_topic("t").partitions[0].size_bytes / 30
+    by_bytes = source.latestOffset(start, ReadMaxBytes(int(per_record * 4)))["t"]
+    assert by_bytes["0"] >= 1 and by_bytes["1"] >= 1 and by_bytes["0"] + by_bytes["1"] <= 4
+
+
+def test_min_partitions_split_covers_every_offset_once():
+    ranges = split_ranges([OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 5, 7)], 4)
+    assert [(r.partition, r.start, r.end) for r in ranges] == [
+        (0, 0, 2), (0, 2, 5), (0, 5, 7), (0, 7, 10), (1, 5, 7)]

@@ -1,0 +1,192 @@
+"""Sparse offset/time indexes against brute-force models, and Log lookups across many segments."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fabric.common.errors import OffsetOutOfRangeError
+from fabric.storage import frame
+from fabric.storage.index import OffsetIndex, TimeIndex
+
+# old (1970 / 2023) timestamps must not be rolled or expired by the 7-day defaults in these tests
+KEEP = dict(retention_ms=-1, segment_ms=2**62)
+FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+# -- OffsetIndex / TimeIndex units -----------------------------------------------------------------
+def test_offset_index_floor_basics(tmp_path):
+    idx = OffsetIndex(str(tmp_path / "a.index"))
+    assert idx.floor(0) is None and idx.last() is None and len(idx) == 0
+    for rel, pos in [(0, 100), (5, 300), (9, 700)]:
+        idx.append(rel, pos)
+    assert len(idx) == 3
+    assert idx.floor(0) == (0, 100)
+    assert idx.floor(4) == (0, 100)
+    assert idx.floor(5) == (5, 300)
+    assert idx.floor(8) == (5, 300)
+    assert idx.floor(9) == (9, 700)
+    assert idx.floor(10**6) == (9, 700)
+    assert idx.last() == (9, 700)
+    assert idx.is_consistent(701) and not idx.is_consistent(700)
+    assert idx.count_below(300) == 1 and idx.count_below(301) == 2
+    idx.truncate_entries(1)
+    assert idx.floor(10**6) == (0, 100) and len(idx) == 1
+
+
+def test_time_index_first_at_or_after_basics(tmp_path):
+    idx = TimeIndex(str(tmp_path / "a.timeindex"))
+    assert idx.first_at_or_after(0) is None and idx.max_timestamp() is None
+    for ts, rel in [(10, 0), (20, 3), (35, 7)]:
+        idx.append(ts, rel)
+    assert idx.first_at_or_after(-5) == 0
+    assert idx.first_at_or_after(10) == 0
+    assert idx.first_at_or_after(11) == 3
+    assert idx.first_at_or_after(20) == 3
+    assert idx.first_at_or_after(35) == 7
+    assert idx.first_at_or_after(36) is None
+    assert idx.max_timestamp() == 35
+    assert idx.is_consistent(7) and not idx.is_consistent(6)
+    assert idx.count_below(3) == 1 and idx.count_below(4) == 2
+
+
+def test_index_with_torn_tail_ignores_partial_entry(tmp_path):
+    idx = OffsetIndex(str(tmp_path / "a.index"))
+    idx.append(0, 64)
+    idx.append(4, 200)
+    with open(idx.path, "ab") as f:
+        f.write(b"\x01\x02\x03")  # a torn third entry
+    assert len(idx) == 2 and idx.floor(100) == (4, 200)
+    assert not idx.is_consistent(1000)  # the odd size is reported
+
+
+@given(rels=st.lists(st.integers(0, 10_000), unique=True, max_size=60),
+       probes=st.lists(st.integers(-5, 10_100), min_size=1, max_size=30))
+@settings(max_examples=80, deadline=None)
+def test_offset_index_floor_matches_model(rels, probes):
+    rels = sorted(rels)
+    with tempfile.TemporaryDirectory() as d:
+        idx = OffsetIndex(os.path.join(d, "x.index"))
+        positions = [64 + 10 * i + r for i, r in enumerate(rels)]  # strictly increasing
+        for rel, pos in zip(rels, positions, strict=True):
+            idx.append(rel, pos)
+        for probe in probes:
+            if probe < 0:
+                continue  # relative offsets are never negative
+            model = [(r, p) for r, p in zip(rels, positions, strict=True) if r <= probe]
+            assert idx.floor(probe) == (model[-1] if model else None)
+
+
+@given(stamps=st.lists(st.integers(-10**6, 10**15), max_size=60),
+       probes=st.lists(st.integers(-10**6 - 5, 10**15 + 5), min_size=1, max_size=30))
+@settings(max_examples=80, deadline=None)
+def test_time_index_matches_model(stamps, probes):
+    """Entries are written the way Segment.append does: only when a batch raises the max timestamp."""
+    with tempfile.TemporaryDirectory() as d:
+        idx = TimeIndex(os.path.join(d, "x.timeindex"))
+        running = None
+        for rel, ts in enumerate(stamps):
+            if running is None or ts > running:
+                idx.append(ts, rel)
+                running = ts
+        for probe in probes:
+            model = next((rel for rel, ts in enumerate(stamps) if ts >= probe), None)
+            assert idx.first_at_or_after(probe) == model
+
+
+# -- Log lookups across many segments --------------------------------------------------------------
+def _build(storage, directory, sizes, stamps_for, **config):
+    log = storage.open_log(directory, **config)
+    expected = []  # (offset, value, ts)
+    n = 0
+    for size in sizes:
+        values = [f"r{n + i}-{'x' * ((n + i) % 17)}".encode() for i in range(size)]
+        stamps = stamps_for(n, size)
+        base = log.append(storage.make_batch(values, stamps))
+        assert base == n
+        expected.extend((n + i, values[i], stamps[i]) for i in range(size))
+        n += size
+    assert log.end_offset == n
+    return log, expected
+
+
+@given(data=st.data())
+@FAST
+def test_log_read_from_any_offset(tmp_path_factory, storage, data):
+    sizes = data.draw(st.lists(st.integers(0, 25), min_size=1, max_size=40), label="sizes")
+    interval = data.draw(st.sampled_from([0, 100, 4096]), label="index.interval.bytes")
+    directory = str(tmp_path_factory.mktemp("log"))
+    base_ts = 1_700_000_000_000_000
+    log, expected = _build(storage, directory, sizes, lambda n, k: [base_ts + n + i for i in range(k)],
+                           segment_bytes=1024, index_interval_bytes=interval, **KEEP)
+    total = len(expected)
+    if total >= 60:
+        assert len(log.segments()) > 1
+    # a fresh Log object sees the same thing
+    for reader in (log, storage.open_log(directory, segment_bytes=1024, **KEEP)):
+        assert storage.read_all(reader) == expected
+        for offset in sorted(set(data.draw(st.lists(st.integers(0, total), max_size=8), label="probes"))):
+            assert storage.read_all(reader, offset) == expected[offset:]
+            got = list(reader.read(offset, 1))  # at most about one batch, but never empty below the end
+            if offset < total:
+                assert got and got[0][0] == offset
+                batch = got[0][1]
+                assert batch.column(3).to_pylist() == [v for _, v, _ in expected[offset:offset + batch.num_rows]]
+            else:
+                assert got == []
+    with pytest.raises(OffsetOutOfRangeError):
+        list(log.read(total + 1, 1 << 20))
+
+
+@given(data=st.data())
+@FAST
+def test_offset_for_time_matches_brute_force(tmp_path_factory, storage, data):
+    sizes = data.draw(st.lists(st.integers(1, 12), min_size=1, max_size=30), label="sizes")
+    total = sum(sizes)
+    # non-monotonic CreateTime timestamps, with repeats
+    stamps = data.draw(st.lists(st.integers(0, 200), min_size=total, max_size=total), label="stamps")
+    directory = str(tmp_path_factory.mktemp("log"))
+    log, expected = _build(storage, directory, sizes, lambda n, k: stamps[n:n + k], segment_bytes=1024,
+                           index_interval_bytes=data.draw(st.sampled_from([0, 300]), label="interval"), **KEEP)
+    if total >= 60:
+        assert len(log.segments()) > 1
+    fresh = storage.open_log(directory, segment_bytes=1024, **KEEP)
+    for t in sorted({-1, 0, 200, 201, *stamps[:40], *data.draw(st.lists(st.integers(0, 201), max_size=40))}):
+        model = next((o for o, _, ts in expected if ts >= t), None)
+        assert log.offset_for_time(t) == model, t
+        assert fresh.offset_for_time(t) == model, t
+
+
+def test_offset_for_time_ignores_uncommitted_frames(tmp_path, storage):
+    """A batch written but not yet committed (beyond the watermark) is invisible to time lookups too."""
+    log = storage.open_log(str(tmp_path), **KEEP)
+    log.append(storage.make_batch([b"a", b"b"], [10, 20]))
+    with log.lock:
+        # a publish in flight: two frames written, the watermark not yet advanced
+        for base, (value, ts) in enumerate([(b"c", 30), (b"d", 99)], start=2):
+            template, payload = log.encode(storage.make_batch([value], [ts]))
+            log.write_frame(frame.seal(template.rebased(base), payload), payload)
+        assert log.end_offset == 2
+        assert log.offset_for_time(15) == 1
+        assert log.offset_for_time(50) is None
+        assert storage.read_all(log) == [(0, b"a", 10), (1, b"b", 20)]
+
+
+def test_index_entries_follow_interval(tmp_path, storage):
+    log = storage.open_log(str(tmp_path), index_interval_bytes=0)
+    for i in range(10):
+        log.append(storage.make_batch([b"v%d" % i]))
+    seg = log.segments()[-1]
+    assert len(seg.index) == 10  # every batch indexed
+    entries = seg.index.entries
+    assert list(entries["rel"]) == list(range(10))
+    assert np.all(np.diff(entries["pos"].astype(np.int64)) > 0)
+    sparse = storage.open_log(str(tmp_path / "s"), index_interval_bytes=1 << 20)
+    for i in range(10):
+        sparse.append(storage.make_batch([b"v%d" % i]))
+    assert len(sparse.segments()[-1].index) == 1
+    assert storage.read_all(sparse, 7) == [(o, v, t) for o, v, t in storage.read_all(sparse) if o >= 7]
