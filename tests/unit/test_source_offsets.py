@@ -3,37 +3,18 @@ stream reader, and minPartitions splitting offset ranges into tasks. (The source
 tests/integration/test_source.py.)"""
 from __future__ import annotations
 
-import time
-
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
 
 from fabric.sources.fabric_source import FabricStreamReader, spark_schema
 from fabric.sources.offsets import OffsetRange, split_ranges
 
-BASE_MS = (int(time.time()) - 3600) * 1000  # record i is stamped BASE_MS + i s: recent, so retention keeps it
-
-
-def produce(fab, topic: str, per_partition: int, partitions: int = 2, start: int = 0,
-            headers: bool = False) -> list[tuple]:
-    """Send `per_partition` records to each partition (record i has timestamp BASE_MS + i seconds);
-    returns the expected (key, value, topic, partition, offset) rows."""
-    producer = fab.producer()
-    rows = []
-    for p in range(partitions):
-        for i in range(start, start + per_partition):
-            key, value = f"k{p}-{i}".encode(), f"v{p}-{i}".encode()
-            producer.send(topic, value, key=key, partition=p, timestamp=BASE_MS + i * 1000,
-                          headers=[("h", f"{i}".encode())] if headers else None)
-            rows.append((key, value, topic, p, i))
-    producer.flush()
-    producer.close()
-    return rows
-
 
 def test_read_limits_from_spark_are_honoured(fab, fabric_url):
     fab.create_topic("t", partitions=2)
-    produce(fab, "t", 10)
-    produce(fab, "t", 20, partitions=1, start=10)  # backlog: partition 0 has 30 records, partition 1 has 10
+    with fab.producer() as producer:  # backlog: partition 0 has 30 records, partition 1 has 10
+        for partition, count in ((0, 30), (1, 10)):
+            for _ in range(count):
+                producer.send("t", b"v", partition=partition)
     source = FabricStreamReader({"url": fabric_url, "subscribe": "t", "startingOffsets": "earliest",
                                  "maxOffsetsPerTrigger": "8"}, spark_schema(None, False))
     start = source.initialOffset()
