@@ -13,7 +13,7 @@ from fabric.client.consumer import Consumer
 from fabric.client.producer import Producer
 from fabric.common import checks
 from fabric.common.config import TopicConfig, validate_topic_config, validate_topic_config_changes
-from fabric.common.errors import InvalidConfigError, UnknownTopicError
+from fabric.common.errors import InvalidArgumentError, InvalidConfigError, UnknownTopicError
 from fabric.common.names import validate_group, validate_topic
 from fabric.common.records import validate_value_schema
 from fabric.common.types import MemberDescription, PartitionState, TopicInfo, TopicPartition
@@ -192,10 +192,11 @@ def _epoch_us(when: datetime | str) -> int:
             raise InvalidConfigError(
                 f"--to-datetime {when!r} is not ISO 8601; use e.g. 2026-01-31T12:00:00+00:00") from None
     if not isinstance(when, datetime):
-        raise InvalidConfigError(
+        raise InvalidArgumentError(
             f"to_datetime must be a datetime or ISO 8601 text, got {type(when).__name__}; "
             "e.g. '2026-01-31T12:00:00+00:00'")
     try:
         return max(int(when.timestamp() * 1_000_000), 0)
     except (OverflowError, ValueError, OSError):
-        raise InvalidConfigError(f"to_datetime {when.isoformat()} is out of range; use a date from 1970 on") from None
+        raise InvalidArgumentError(
+            f"to_datetime {when.isoformat()} is out of range; use a date from 1970 on") from None
