@@ -11,8 +11,9 @@ import pyarrow as pa
 from fabric.client.cluster import Cluster
 from fabric.client.consumer import Consumer
 from fabric.client.producer import Producer
-from fabric.common.config import TopicConfig, validate_topic_config
-from fabric.common.errors import InvalidConfigError, UnknownTopicError
+from fabric.common import checks
+from fabric.common.config import TopicConfig, validate_topic_config, validate_topic_config_changes
+from fabric.common.errors import InvalidArgumentError, InvalidConfigError, UnknownTopicError
 from fabric.common.names import validate_group, validate_topic
 from fabric.common.records import validate_value_schema
 from fabric.common.types import MemberDescription, PartitionState, TopicInfo, TopicPartition
@@ -72,9 +73,11 @@ class Fabric:
                      schema: pa.Schema | None = None) -> TopicInfo:
         """Create a topic; `schema` makes it a typed topic whose values are stored as Arrow columns."""
         validate_topic(name)
+        partitions = checks.partition_count(partitions)
+        config = validate_topic_config(config)
         if schema is not None:
             validate_value_schema(schema)
-        return self.cluster.create_topic(name, partitions, validate_topic_config(config), schema)
+        return self.cluster.create_topic(name, partitions, config, schema)
 
     def delete_topic(self, name: str) -> None:
         self.cluster.delete_topic(validate_topic(name))
@@ -90,14 +93,12 @@ class Fabric:
 
     def alter_topic_config(self, name: str, config: Mapping[str, Any]) -> TopicInfo:
         """Set config overrides; a value of None removes the override (back to the default)."""
-        sets = validate_topic_config({k: v for k, v in config.items() if v is not None})
-        removes = {k: None for k, v in config.items() if v is None}
-        validate_topic_config({k: TopicConfig()[k] for k in removes})
-        return self.cluster.coordinator.alter_topic_config(validate_topic(name), {**sets, **removes})
+        changes = validate_topic_config_changes(config)
+        return self.cluster.coordinator.alter_topic_config(validate_topic(name), changes)
 
     def create_partitions(self, name: str, total: int) -> TopicInfo:
         """Grow the topic to `total` partitions (never shrinks; existing data stays put)."""
-        return self.cluster.create_partitions(validate_topic(name), total)
+        return self.cluster.create_partitions(validate_topic(name), checks.partition_count(total))
 
     def enforce_retention(self, name: str) -> int:
         """Apply the topic's retention now; returns how many segments were deleted."""
@@ -149,13 +150,10 @@ class Fabric:
         if sum(chosen) != 1:
             raise InvalidConfigError("choose exactly one of to_earliest, to_latest, to_offset, to_datetime")
         validate_group(group)
+        if to_offset is not None:
+            to_offset = checks.offset(to_offset, "to_offset")
+        since_us = None if to_datetime is None else _epoch_us(to_datetime)
         info = self.cluster.coordinator.topic(validate_topic(topic))
-        if isinstance(to_datetime, str):
-            try:
-                to_datetime = datetime.fromisoformat(to_datetime)
-            except ValueError:
-                raise InvalidConfigError(
-                    f"--to-datetime {to_datetime!r} is not ISO 8601; use e.g. 2026-01-31T12:00:00+00:00") from None
         plan = {}
         for p in range(info.partitions):
             state = self.cluster.partition_state(topic, p)
@@ -164,10 +162,10 @@ class Fabric:
             elif to_latest:
                 target = state.end_offset
             elif to_offset is not None:
-                target = min(max(int(to_offset), state.start_offset), state.end_offset)
+                target = min(max(to_offset, state.start_offset), state.end_offset)
             else:
-                assert to_datetime is not None  # exactly one target was chosen
-                found = self.cluster.offset_for_time(topic, p, int(to_datetime.timestamp() * 1_000_000))
+                assert since_us is not None  # exactly one target was chosen
+                found = self.cluster.offset_for_time(topic, p, since_us)
                 target = state.end_offset if found is None else found
             plan[(topic, p)] = target
         if execute:
@@ -182,3 +180,23 @@ class Fabric:
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def _epoch_us(when: datetime | str) -> int:
+    """reset_offsets' to_datetime (a datetime, or ISO 8601 text; no zone means local time) in µs since the
+    epoch; an instant before 1970 is 0 (the earliest record)."""
+    if isinstance(when, str):
+        try:
+            when = datetime.fromisoformat(when)
+        except ValueError:
+            raise InvalidConfigError(
+                f"--to-datetime {when!r} is not ISO 8601; use e.g. 2026-01-31T12:00:00+00:00") from None
+    if not isinstance(when, datetime):
+        raise InvalidArgumentError(
+            f"to_datetime must be a datetime or ISO 8601 text, got {type(when).__name__}; "
+            "e.g. '2026-01-31T12:00:00+00:00'")
+    try:
+        return max(int(when.timestamp() * 1_000_000), 0)
+    except (OverflowError, ValueError, OSError):
+        raise InvalidArgumentError(
+            f"to_datetime {when.isoformat()} is out of range; use a date from 1970 on") from None

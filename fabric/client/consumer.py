@@ -11,45 +11,33 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 
 from fabric.client.cluster import Cluster
-from fabric.client.membership import Callback, GroupMember
+from fabric.client.membership import Callback, GroupMember, GroupMetadata
+from fabric.common import checks
 from fabric.common.config import CONSUMER_SETTINGS, client_config
 from fabric.common.errors import (
     CommitFailedError,
     FabricError,
+    InvalidArgumentError,
     InvalidConfigError,
     MembershipError,
+    NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     UnknownPartitionError,
 )
-from fabric.common.names import validate_group
+from fabric.common.names import validate_group, validate_topic
+from fabric.common.record_checks import MAX_TIMESTAMP_MS
 from fabric.common.records import Record, output_schema, to_output, to_records
 from fabric.common.types import TopicPartition
 
 METADATA_REFRESH_S = 1.0
 log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.005
-
-
-class NoOffsetForPartitionError(FabricError):
-    """auto_offset_reset=none and the group has no committed offset for a partition."""
-
-
-@dataclass(frozen=True)
-class GroupMetadata:
-    """The consumer's group membership now (Kafka's ConsumerGroupMetadata): generation -1 and member_id ""
-    while it is not a member (not subscribed, or between being fenced and rejoining)."""
-
-    group_id: str
-    generation: int
-    member_id: str
-    group_instance_id: str
 
 
 class Consumer:
@@ -62,6 +50,8 @@ class Consumer:
         self.config = client_config("consumer", CONSUMER_SETTINGS, config)
         if (on_assign or on_revoke) and group_id is None:
             raise InvalidConfigError("on_assign/on_revoke are group rebalance callbacks; pass group_id=... too")
+        if not all(callback is None or callable(callback) for callback in (on_assign, on_revoke)):
+            raise InvalidArgumentError("on_assign and on_revoke must be functions taking a list of (topic, partition)")
         self._on_assign, self._on_revoke = on_assign, on_revoke
         self._member: GroupMember | None = None
         self._subscription: list[str] = []
@@ -76,11 +66,18 @@ class Consumer:
             self.subscribe(list(topics))
 
     # -- assignment --------------------------------------------------------------------------------
-    def subscribe(self, topics: Iterable[str]) -> None:
-        """Consume every partition of these topics (new partitions are picked up as they appear)."""
-        self._subscription = list(topics)
-        for topic in self._subscription:
+    def subscribe(self, topics: Iterable[str] | str) -> None:
+        """Consume every partition of these topics (a str is one topic; new partitions are picked up as they
+        appear). An empty list unsubscribes, as in Kafka."""
+        names = [topics] if isinstance(topics, str) else topics
+        if not isinstance(names, Iterable):
+            raise InvalidArgumentError(f"subscribe() takes a list of topic names, got {type(topics).__name__}")
+        wanted = list(dict.fromkeys(validate_topic(t) for t in names))
+        for topic in wanted:  # all exist, or nothing changes
             self.cluster.coordinator.topic(topic)
+        if not wanted:
+            return self.unsubscribe()
+        self._subscription = wanted
         if self.group_id is not None:  # the group coordinator splits the partitions among its members
             self._join_group(self.group_id)
         self._refresh_assignment(force=True)
@@ -130,12 +127,18 @@ class Consumer:
         return GroupMetadata(self.group_id, member.generation if member else -1, member.member_id if member else "",
                              self.config["group_instance_id"])
 
+    def unsubscribe(self) -> None:
+        """Stop consuming: leave the group (if a member) and drop the assignment."""
+        self._subscription = []
+        self._leave_group()
+        self._set_assignment([])
+
     def subscription(self) -> list[str]:
         return list(self._subscription)
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly these (topic, partition) pairs; replaces any subscription."""
-        wanted = [(t, int(p)) for t, p in partitions]
+        wanted = checks.topic_partitions(partitions, "assign()")
         for topic, p in wanted:
             info = self.cluster.coordinator.topic(topic)
             if not 0 <= p < info.partitions:
@@ -200,27 +203,32 @@ class Consumer:
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         """Read the partition from `offset` next."""
+        offset = checks.offset(offset, "seek() offset")
         self.position(topic, partition)
-        self._positions[(topic, partition)] = int(offset)
+        self._positions[(topic, partition)] = offset
         self._drop_pending(lambda tp: tp == (topic, partition))
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
-        for tp in partitions or self._assignment:
+        for tp in checks.topic_partitions(partitions, "seek_to_beginning()") or self._assignment:
             self.seek(*tp, self.cluster.partition_state(*tp).start_offset)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
-        for tp in partitions or self._assignment:
+        for tp in checks.topic_partitions(partitions, "seek_to_end()") or self._assignment:
             self.seek(*tp, self.cluster.partition_state(*tp).end_offset)
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: self.cluster.partition_state(*tp).start_offset for tp in partitions}
+        tps = checks.topic_partitions(partitions, "beginning_offsets()")
+        return {tp: self.cluster.partition_state(*tp).start_offset for tp in tps}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: self.cluster.partition_state(*tp).end_offset for tp in partitions}
+        tps = checks.topic_partitions(partitions, "end_offsets()")
+        return {tp: self.cluster.partition_state(*tp).end_offset for tp in tps}
 
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, int | None]:
         """For each partition, the earliest offset whose timestamp (ms) is >= the given one, or None."""
-        return {tp: self.cluster.offset_for_time(tp[0], tp[1], int(ts) * 1000) for tp, ts in timestamps.items()}
+        wanted = checks.by_partition(timestamps, "offsets_for_times()",
+                                     lambda ts, what: checks.integer(ts, f"{what} (ms)", 0, MAX_TIMESTAMP_MS))
+        return {tp: self.cluster.offset_for_time(tp[0], tp[1], ts * 1000) for tp, ts in wanted.items()}
 
     # -- fetching ----------------------------------------------------------------------------------
     def _fetch(self, max_bytes: int, columns: list[str] | None) -> list[pa.RecordBatch]:
@@ -291,6 +299,7 @@ class Consumer:
     def poll(self, timeout: float = 0.0) -> list[Record]:
         """Up to max_poll_records records, waiting up to `timeout` seconds for the first."""
         self._check_open()
+        timeout = checks.timeout(timeout, "poll() timeout")
 
         def attempt() -> list[pa.RecordBatch]:
             if not self._pending:
@@ -303,6 +312,9 @@ class Consumer:
 
         `columns` picks a subset of the output columns (e.g. typed value fields) to build."""
         self._check_open()
+        timeout = checks.timeout(timeout, "poll_batch() timeout")
+        if isinstance(columns, str):
+            raise InvalidArgumentError(f"columns takes a list of column names; use columns=[{columns!r}]")
 
         def attempt() -> list[pa.RecordBatch]:
             if self._pending:
@@ -330,6 +342,8 @@ class Consumer:
             raise FabricError("commit() needs a consumer created with group_id=...")
         member = self._member
         generation, member_id = (member.generation, member.member_id) if member else (-1, "")
+        if offsets is not None:
+            offsets = checks.by_partition(offsets, "commit()", checks.offset)
         try:
             self.cluster.coordinator.commit_offsets(self.group_id, offsets or self._consumed_positions(),
                                                     generation=generation, member_id=member_id)
@@ -353,7 +367,7 @@ class Consumer:
         """The group's committed next-offsets for these partitions (default: the assignment)."""
         if self.group_id is None:
             raise FabricError("committed() needs a consumer created with group_id=...")
-        wanted = list(partitions) if partitions is not None else self._assignment
+        wanted = checks.topic_partitions(partitions, "committed()") if partitions is not None else self._assignment
         stored = self.cluster.coordinator.committed(self.group_id)
         return {tp: (stored[tp].offset if tp in stored else None) for tp in wanted}
 

@@ -4,7 +4,10 @@ Every process that opens the directory (Spark executors, notebooks, the CLI) sha
 """
 from __future__ import annotations
 
+import sqlite3
+
 from fabric.client.cluster import Cluster
+from fabric.common.errors import InvalidConfigError
 from fabric.coordinator.interface import Coordinator
 from fabric.server.broker import Broker
 
@@ -14,5 +17,10 @@ class EmbeddedCluster(Broker, Cluster):
     `coordinator` is given."""
 
     def __init__(self, root: str, coordinator: Coordinator | None = None) -> None:
-        super().__init__(root, coordinator)
+        try:
+            super().__init__(root, coordinator)
+        except (OSError, sqlite3.Error) as exc:
+            raise InvalidConfigError(
+                f"cannot open an embedded fabric in {root!r} ({exc}); give a directory this process can create "
+                "and write (file:///dir or a path)") from None
         self.url = f"file://{self.root}"

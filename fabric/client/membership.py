@@ -14,6 +14,7 @@ import logging
 import random
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from fabric.common.errors import (
@@ -44,6 +45,17 @@ class Phase(enum.Enum):
     STABLE = "stable"
 
 Callback = Callable[[list[TopicPartition]], None]
+
+
+@dataclass(frozen=True)
+class GroupMetadata:
+    """A consumer's group membership now (Kafka's ConsumerGroupMetadata): generation -1 and member_id ""
+    while it is not a member (not subscribed, or between being fenced and rejoining)."""
+
+    group_id: str
+    generation: int
+    member_id: str
+    group_instance_id: str
 
 
 def _noop(partitions: list[TopicPartition]) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fabric.common.errors import UnknownPartitionError
+from fabric.common.errors import InvalidRecordError, UnknownPartitionError
 
 SEED = 0x9747B28C
 M = 0x5BD1E995
@@ -148,8 +148,11 @@ def assign_partitions(topic: str, keys: pa.ChunkedArray | pa.Array, explicit: pa
         keys = keys.combine_chunks()
     parts = partitions_for_keys(keys, num_partitions)
     if explicit is not None:
-        given = pc.fill_null(explicit.cast(pa.int32()), -1).to_numpy()
-        bad = given[(given >= num_partitions) | (given < -1)]
+        if not (pa.types.is_integer(explicit.type) or pa.types.is_null(explicit.type)):
+            raise InvalidRecordError(f"column 'partition' must hold integers (or nulls), got {explicit.type}")
+        wide = pc.fill_null(explicit.cast(pa.int64()), -1).to_numpy()
+        bad = wide[(wide >= num_partitions) | (wide < -1)]
+        given = wide.astype(np.int32)
         if len(bad):
             raise UnknownPartitionError(
                 f"topic {topic!r} has partitions 0..{num_partitions - 1}; there is no partition {bad[0]}")

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -21,12 +21,15 @@ import pyarrow.compute as pc
 
 from fabric.client.cluster import Cluster
 from fabric.client.partitioner import StickyPartitioner, assign_partitions
+from fabric.common import checks, record_checks
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.config import PRODUCER_SETTINGS, TopicConfig, client_config
-from fabric.common.errors import FabricError, RecordTooLargeError, UnknownPartitionError
+from fabric.common.errors import FabricError, InvalidRecordError, RecordTooLargeError
+from fabric.common.names import validate_topic
+from fabric.common.record_checks import Headers, TypedValueRule
 from fabric.common.records import HEADERS, TIMESTAMP, to_storage, typed_rows
+from fabric.common.types import TopicInfo
 
-HeadersArg = Mapping[str, bytes | str | None] | Sequence[tuple[str, bytes | str | None]] | None
 METADATA_MAX_AGE_S = 5.0
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,8 @@ class SendFuture:
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
         """Wait for the record's batch to be appended (sending it now if needed)."""
+        if timeout is not None:
+            timeout = checks.timeout(timeout, "result() timeout")
         if not self._drain.done.is_set():
             self._producer._drain_topic(self._drain.topic, only=self._drain)
         if not self._drain.done.wait(timeout):
@@ -103,15 +108,29 @@ class _Buffer:
         self.drain = _Drain(topic)
 
 
-def _encode(data: bytes | str | None) -> bytes | None:
-    return data.encode() if isinstance(data, str) else data
+@dataclass(frozen=True)
+class _TopicMeta:
+    """What send() needs of a topic, cached for METADATA_MAX_AGE_S."""
+
+    at: float
+    info: TopicInfo
+    max_bytes: int
+    typed: TypedValueRule | None
 
 
-def _headers(headers: HeadersArg) -> list[dict] | None:
-    if not headers:
-        return None
-    items = headers.items() if isinstance(headers, Mapping) else headers
-    return [{"key": k, "value": _encode(v)} for k, v in items]
+def _check_topic_column(topic: str, table: pa.Table) -> None:
+    """send_batch writes every row to its `topic`: a 'topic' column may only repeat it (or be null)."""
+    if "topic" not in table.column_names:
+        return
+    column = table.column("topic")
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        if pc.all(pc.equal(column, topic)).as_py() is not False:
+            return
+    elif pa.types.is_null(column.type):
+        return
+    raise InvalidRecordError(
+        f"send_batch({topic!r}, ...) writes every row to topic {topic!r}, but the table's 'topic' column names "
+        "other topics; drop that column, or split the table by topic and send each part to its own topic")
 
 
 class Producer:
@@ -126,41 +145,53 @@ class Producer:
         self._buffers: dict[str, _Buffer] = {}
         self._lock = threading.RLock()
         self._sticky = StickyPartitioner()
-        self._meta: dict[str, tuple[float, Any, int]] = {}
+        self._meta: dict[str, _TopicMeta] = {}
         self._closed = False
         self._wake = threading.Condition(self._lock)
         self._linger_thread: threading.Thread | None = None
 
     # -- metadata ----------------------------------------------------------------------------------
-    def _topic(self, topic: str, refresh: bool = False) -> tuple[Any, int]:
-        """(TopicInfo, max.message.bytes), cached for a few seconds."""
-        cached = self._meta.get(topic)
-        if refresh or cached is None or time.monotonic() - cached[0] > METADATA_MAX_AGE_S:
-            info = self.cluster.coordinator.topic(topic)
-            cached = (time.monotonic(), info, TopicConfig(info.config)["max.message.bytes"])
+    def _topic(self, topic: str, refresh: bool = False) -> _TopicMeta:
+        """The topic's metadata, cached for a few seconds."""
+        cached = self._meta.get(topic) if type(topic) is str else None
+        if refresh or cached is None or time.monotonic() - cached.at > METADATA_MAX_AGE_S:
+            info = self.cluster.coordinator.topic(validate_topic(topic))
+            typed = TypedValueRule(info.value_schema) if info.value_schema is not None else None
+            cached = _TopicMeta(time.monotonic(), info, TopicConfig(info.config)["max.message.bytes"], typed)
             self._meta[topic] = cached
-        return cached[1], cached[2]
+        return cached
 
     # -- sending -----------------------------------------------------------------------------------
-    def send(self, topic: str, value: Any = None, key: bytes | str | None = None, headers: HeadersArg = None,
+    def send(self, topic: str, value: Any = None, key: bytes | str | None = None, headers: Headers = None,
              partition: int | None = None, timestamp: int | None = None) -> SendFuture:
-        """Queue one record; timestamp is in ms since the epoch (Kafka's convention), default now."""
+        """Queue one record; timestamp is in ms since the epoch (Kafka's convention), default now.
+
+        The record is checked here (types, sizes, partition, timestamp range), so a bad one is refused by
+        this call alone and never fails the records buffered with it."""
         if self._closed:
             raise FabricError("send() on a closed producer; create a new one")
-        info, max_bytes = self._topic(topic)
-        key = _encode(key)
-        if info.value_schema is None:
-            value = _encode(value)
+        meta = self._topic(topic)
+        if key is not None and type(key) is not bytes:
+            key = record_checks.payload(key, "key")
+        if meta.typed is None:
+            if value is not None and type(value) is not bytes:
+                value = record_checks.payload(value, "value")
             size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
         else:
+            value = meta.typed.check(value)
             size = 64 + (len(key) if key is not None else 0)
-        if size > max_bytes:
+        stored_headers = None
+        if headers:
+            stored_headers, header_bytes = record_checks.headers(headers)
+            size += header_bytes
+        if size > meta.max_bytes:
             raise RecordTooLargeError(
-                f"record of {size} bytes exceeds max.message.bytes={max_bytes} of topic {topic!r}; "
+                f"record of {size} bytes exceeds max.message.bytes={meta.max_bytes} of topic {topic!r}; "
                 f"raise it with `fabric topics alter {topic} --config max.message.bytes=N` or send less")
-        if partition is not None and not 0 <= partition < info.partitions:
-            raise UnknownPartitionError(
-                f"topic {topic!r} has partitions 0..{info.partitions - 1}; there is no partition {partition}")
+        if partition is not None:
+            partition = record_checks.partition(partition, meta.info.partitions, topic)
+        if timestamp is not None:
+            timestamp = record_checks.timestamp_ms(timestamp)
         with self._lock:
             buf = self._buffers.get(topic)
             if buf is None:
@@ -169,7 +200,7 @@ class Producer:
             index = len(buf.values)
             buf.values.append(value)
             buf.keys.append(key)
-            buf.headers.append(_headers(headers))
+            buf.headers.append(stored_headers)
             buf.partitions.append(partition)
             buf.timestamps.append(timestamp)
             buf.size += size
@@ -180,16 +211,21 @@ class Producer:
 
     def send_batch(self, topic: str, table: pa.Table | pa.RecordBatch) -> list[BatchMetadata]:
         """Append a whole Arrow table (columns value or the typed fields, optional key, headers,
-        timestamp, partition); returns where each partition's run landed."""
+        timestamp, partition); returns where each partition's run landed. A bad row refuses the whole table."""
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
+        elif not isinstance(table, pa.Table):
+            raise InvalidRecordError(
+                f"send_batch takes a pyarrow.Table or RecordBatch, got {type(table).__name__}; build one with "
+                "pa.table({'value': [...]}), or send() records one at a time")
+        info = self._topic(topic, refresh=True).info
+        _check_topic_column(topic, table)
         with self._lock:
             self._drain_topic(topic)
-        info, max_bytes = self._topic(topic, refresh=True)
         now_us = SYSTEM_CLOCK.now_us()
         rows = to_storage(table, info.value_schema, now_us)
         explicit = table.column("partition") if "partition" in table.column_names else None
-        self._check_sizes(topic, rows, info.value_schema is None, max_bytes)
+        self._check_sizes(topic, rows, info.value_schema is None, self._topic(topic).max_bytes)
         parts = self._partition(topic, rows.column("key"), explicit, info.partitions)
         return self._append_by_partition(topic, rows, parts)
 
@@ -257,7 +293,7 @@ class Producer:
             del self._buffers[topic]
             drain = buf.drain
             try:
-                info, _ = self._topic(topic)
+                info = self._topic(topic).info
                 if info.value_schema is None:
                     values = pa.array(buf.values, pa.binary())
                 else:

@@ -19,10 +19,19 @@ def resolve(url: str | None = None) -> str:
 def open_cluster(url: str | None = None) -> Cluster:
     """Open the cluster a URL names."""
     url = resolve(url)
-    parsed = urlparse(url)
+    if not isinstance(url, str):
+        raise InvalidConfigError(f"a fabric URL is a string, got {type(url).__name__}; e.g. 'file:///tmp/fabric'")
+    try:
+        parsed = urlparse(url)
+    except ValueError as exc:
+        raise InvalidConfigError(f"fabric URL {url!r} cannot be parsed ({exc}); use file:///dir or "
+                                 "fabric://host:port[,host:port]") from None
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
             raise InvalidConfigError(f"file URL {url!r} names host {parsed.netloc!r}; use file:///absolute/dir")
+        if not parsed.path or parsed.query or parsed.fragment:
+            raise InvalidConfigError(f"file URL {url!r} must be a directory path and nothing else; "
+                                     "use file:///absolute/dir")
         from fabric.client.embedded import EmbeddedCluster
         return EmbeddedCluster(parsed.path)
     if parsed.scheme in ("fabric", "fabric+tls"):

@@ -22,9 +22,13 @@ class Setting:
 
 def _long(lo: int, hi: int = LONG_MAX) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        value = int(str(text).strip())
+        wanted = f"must be an integer from {lo} to {hi}"
+        try:
+            value = int(str(text).strip())
+        except ValueError:
+            raise ValueError(wanted) from None
         if not lo <= value <= hi:
-            raise ValueError(f"must be between {lo} and {hi}")
+            raise ValueError(wanted)
         return value
     return parse
 
@@ -72,10 +76,20 @@ def _error(kind: str, key: str, value: object, why: str, table: Mapping[str, Set
     return InvalidConfigError(f"invalid value {value!r} for {kind} config {key!r}: {why}")
 
 
+def _mapping(config: object, what: str) -> Mapping[str, object]:
+    if config is None:
+        return {}
+    if not isinstance(config, Mapping):
+        raise InvalidConfigError(
+            f"{what} must be a dict of Kafka config names to values, got {type(config).__name__}; "
+            "e.g. {'retention.ms': 86400000}")
+    return config
+
+
 def validate_topic_config(config: Mapping[str, object] | None) -> dict[str, str]:
     """Check a partial topic config (Kafka dotted keys) and return it normalised to strings."""
     out: dict[str, str] = {}
-    for key, value in (config or {}).items():
+    for key, value in _mapping(config, "a topic config").items():
         setting = TOPIC_SETTINGS.get(key)
         if setting is None:
             raise _error("topic", key, value, "", TOPIC_SETTINGS)
@@ -83,6 +97,20 @@ def validate_topic_config(config: Mapping[str, object] | None) -> dict[str, str]
             out[key] = str(setting.parse(str(value)))
         except ValueError as exc:
             raise _error("topic", key, value, str(exc), TOPIC_SETTINGS) from None
+    return out
+
+
+def validate_topic_config_changes(changes: Mapping[str, object]) -> dict[str, str | None]:
+    """Check an alter request: a value sets an override (checked as validate_topic_config does), None removes
+    one, which must name a known key (removing an override that is not set changes nothing, as in Kafka)."""
+    out: dict[str, str | None] = {}
+    for key, value in _mapping(changes, "a topic config change").items():
+        if value is not None:
+            out.update(validate_topic_config({key: value}))
+        elif key in TOPIC_SETTINGS:
+            out[key] = None
+        else:
+            raise _error("topic", key, value, "", TOPIC_SETTINGS)
     return out
 
 

@@ -39,6 +39,16 @@ class InvalidConfigError(FabricError):
     """A config key is unknown or its value is out of range."""
 
 
+class InvalidArgumentError(FabricError):
+    """An argument of a client call has the wrong type or is out of range (a negative offset, a timeout that
+    is not a number); the message names the argument and what it takes."""
+
+
+class InvalidRecordError(InvalidArgumentError):
+    """A record given to send() or send_batch() is malformed: its key, value, headers, partition or timestamp
+    has the wrong type or is out of range. Only that record (or batch) is refused; nothing is written."""
+
+
 class InvalidPartitionsError(FabricError):
     """A partition count is invalid (e.g. shrinking a topic)."""
 
@@ -53,6 +63,10 @@ class SchemaMismatchError(FabricError):
 
 class OffsetOutOfRangeError(FabricError):
     """A fetch asked for an offset outside [log start, log end]."""
+
+
+class NoOffsetForPartitionError(FabricError):
+    """auto_offset_reset=none and the group has no committed offset for a partition."""
 
 
 class CorruptRecordError(FabricError):

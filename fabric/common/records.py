@@ -6,20 +6,24 @@ batch's rows are dense from the frame's base offset.
 """
 from __future__ import annotations
 
+import re
+import zoneinfo
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from fabric.common.errors import SchemaMismatchError
+from fabric.common.record_checks import CONVERSION_ERRORS, check_timestamps, mismatch
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
 HEADERS = pa.list_(HEADER_TYPE)
 CREATE_TIME, LOG_APPEND_TIME = 0, 1
 TIMESTAMP_TYPES = {"CreateTime": CREATE_TIME, "LogAppendTime": LOG_APPEND_TIME}
+_FIXED_OFFSET = re.compile(r"[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]")
 RESERVED = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 
 
@@ -29,10 +33,25 @@ def storage_schema(value_schema: pa.Schema | None = None) -> pa.Schema:
     return pa.schema([("timestamp", TIMESTAMP), ("key", pa.binary()), ("headers", HEADERS), ("value", value)])
 
 
-def _has_dictionary(dtype: pa.DataType) -> bool:
-    if pa.types.is_dictionary(dtype):
-        return True
-    return any(_has_dictionary(dtype.field(i).type) for i in range(dtype.num_fields))
+def _nested_types(dtype: pa.DataType) -> Iterator[pa.DataType]:
+    """`dtype` and every type nested in it (struct fields, list items, map keys and items)."""
+    yield dtype
+    for i in range(dtype.num_fields):
+        yield from _nested_types(dtype.field(i).type)
+
+
+def validate_time_zone(tz: str) -> str:
+    """Return `tz` if readers can resolve it: an IANA zone name (e.g. UTC, Europe/Paris) or a fixed offset
+    +HH:MM / -HH:MM; else SchemaMismatchError. (Arrow stores any string, but reading such values fails.)"""
+    if _FIXED_OFFSET.fullmatch(tz):
+        return tz
+    try:
+        zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        raise SchemaMismatchError(
+            f"unknown time zone {tz!r}; use an IANA zone name such as UTC or Europe/Paris (case matters), or a "
+            "fixed offset such as +01:00") from None
+    return tz
 
 
 def validate_value_schema(schema: pa.Schema) -> pa.Schema:
@@ -40,14 +59,22 @@ def validate_value_schema(schema: pa.Schema) -> pa.Schema:
     if not isinstance(schema, pa.Schema) or not len(schema):
         raise SchemaMismatchError("a typed topic's schema must be a non-empty pyarrow.Schema")
     for field in schema:
+        if not field.name:
+            raise SchemaMismatchError("a value field has an empty name; give every field a name")
         if field.name in RESERVED:
             raise SchemaMismatchError(
                 f"value field {field.name!r} clashes with the record column of that name; rename it "
                 f"(reserved: {', '.join(RESERVED)})")
-        if _has_dictionary(field.type):
-            raise SchemaMismatchError(
-                f"value field {field.name!r} is dictionary-encoded, which topics do not store; "
-                "decode it first (pyarrow.compute.cast to its value type)")
+        for dtype in _nested_types(field.type):
+            if pa.types.is_dictionary(dtype):
+                raise SchemaMismatchError(
+                    f"value field {field.name!r} is dictionary-encoded, which topics do not store; "
+                    "decode it first (pyarrow.compute.cast to its value type)")
+            if pa.types.is_timestamp(dtype) and dtype.tz is not None:
+                try:
+                    validate_time_zone(dtype.tz)
+                except SchemaMismatchError as exc:
+                    raise SchemaMismatchError(f"value field {field.name!r} ({dtype}): {exc}") from None
     if len(set(schema.names)) != len(schema.names):
         raise SchemaMismatchError(f"value schema repeats a field name: {schema.names}")
     return schema
@@ -102,13 +129,15 @@ def to_storage(table: pa.Table | pa.RecordBatch, value_schema: pa.Schema | None,
     unknown = [c for c in table.column_names if c not in allowed]
     if unknown:
         raise SchemaMismatchError(
-            f"unexpected column(s) {unknown}; expected {sorted(allowed - extra)}")
+            f"unexpected column(s) {unknown}: neither record columns nor fields of the topic's schema; drop them "
+            f"(expected {sorted(allowed - extra)})")
     ts = _column(table, "timestamp", n, TIMESTAMP)
     if ts.type != TIMESTAMP:
         try:
             ts = pc.cast(ts, TIMESTAMP)
-        except pa.ArrowInvalid as exc:
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise SchemaMismatchError(f"column 'timestamp' cannot be read as a timestamp: {exc}") from None
+    check_timestamps(ts)
     if ts.null_count:
         ts = pc.fill_null(ts, pa.scalar(now_us, TIMESTAMP))
     headers = _column(table, "headers", n, HEADERS)
@@ -160,28 +189,10 @@ def typed_values(table: pa.Table, value_schema: pa.Schema) -> pa.ChunkedArray:
 
 def typed_rows(values: Sequence[Mapping[str, Any] | None], value_schema: pa.Schema) -> pa.StructArray:
     """Build the value struct from per-record dicts, naming the field that does not fit."""
-    struct = pa.struct(list(value_schema))
     try:
-        return pa.array(values, type=struct)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
-        for field in value_schema:
-            column = [None if v is None else v.get(field.name) for v in values]
-            try:
-                pa.array(column, type=field.type)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as inner:
-                raise SchemaMismatchError(
-                    f"typed topic value field {field.name!r} must be {field.type}: {inner}") from None
-        known = set(value_schema.names)
-        for v in values:
-            if v is not None and not isinstance(v, Mapping):
-                raise SchemaMismatchError(
-                    f"a typed topic takes dict values with fields {value_schema.names}, got {type(v).__name__}") \
-                    from None
-            stray = set(v or ()) - known
-            if stray:
-                raise SchemaMismatchError(
-                    f"value has field(s) {sorted(stray)} not in the topic schema {value_schema.names}") from None
-        raise SchemaMismatchError(f"value does not match the topic schema: {exc}") from None
+        return pa.array(values, type=pa.struct(list(value_schema)))
+    except CONVERSION_ERRORS as exc:
+        raise mismatch(values, value_schema, exc) from None
 
 
 def output_schema(value_schema: pa.Schema | None, columns: Iterable[str] | None = None) -> pa.Schema:

@@ -12,6 +12,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 import fabric
@@ -224,16 +225,78 @@ ERROR_CASES = [
 ]
 
 
-def test_errors_exit_1_with_a_clear_message(fabric_url):
-    procs = [(subprocess.Popen([sys.executable, "-m", "fabric.cli", "--url", fabric_url, *args],
+def all_fail(url: str | None, cases: list[tuple[tuple[str, ...], str, str]]) -> None:
+    """Run (args, stdin, expected) commands concurrently (they are independent); each must exit 1 printing
+    `error: ...` with `expected` in it and no traceback. `url` None: the args give --url themselves."""
+    procs = [(subprocess.Popen([sys.executable, "-m", "fabric.cli", *(("--url", url) if url else ()), *args],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE), stdin, expected)
-             for args, stdin, expected in ERROR_CASES]  # concurrently: they are independent
+             for args, stdin, expected in cases]
     for proc, stdin, expected in procs:
         _, err = proc.communicate(stdin.encode(), timeout=TIMEOUT_S)
         text = err.decode()
         assert proc.returncode == 1 and expected in text and "error: " in text, (proc.args, text)
         assert "Traceback" not in text
+
+
+def test_errors_exit_1_with_a_clear_message(fabric_url):
+    all_fail(fabric_url, ERROR_CASES)
     assert ok(fabric_url, "topics", "list") == ""
+
+
+def test_create_refuses_bad_partition_counts(fabric_url):
+    all_fail(fabric_url, [(("topics", "create", "t", "--partitions", count), "",
+                           "partition count must be an integer from 1 to 10000")
+                          for count in ("9223372036854775808", "0", "-3", "10001")])
+    assert ok(fabric_url, "topics", "list") == ""
+
+
+def test_alter_refuses_deleting_an_unknown_config(fabric_url):
+    ok(fabric_url, "topics", "create", "t", "--config", "retention.ms=1000")
+    err = fails(fabric_url, "topics", "alter", "t", "--config", "segment.bytes=4096", "--delete-config", "no.such.key")
+    assert "unknown topic config 'no.such.key'; known keys: cleanup.policy" in err
+    described = ok(fabric_url, "topics", "describe", "t")
+    assert "retention.ms=1000" in described and "segment.bytes" not in described
+
+
+def test_typed_topic_with_an_unknown_time_zone_is_refused(fabric_url):
+    err = fails(fabric_url, "topics", "create", "mars", "--schema", "ts:timestamp[us, tz=Mars/Base]")
+    assert "unknown time zone 'Mars/Base'" in err and "+01:00" in err
+    ok(fabric_url, "topics", "create", "earth", "--schema", "ts:timestamp[us, tz=+01:00],n:int64")
+    assert ok(fabric_url, "topics", "list").split() == ["earth"]
+
+
+def test_consume_json_prints_nan_and_infinity_as_strings(fabric_url):
+    with fabric.connect(fabric_url) as fab:  # a list field: more than --schema spells
+        fab.create_topic("f", schema=pa.schema([("x", pa.float64()), ("xs", pa.list_(pa.float64()))]))
+    ok(fabric_url, "produce", "f", stdin='{"x": NaN, "xs": [Infinity, -Infinity, 1.5]}\n{"x": 2.5}\n')
+
+    def strict(line: str) -> dict:
+        return json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} is not JSON: {line}"))
+    records = [strict(line) for line in ok(fabric_url, "consume", "f", "--from-beginning", "--format", "json",
+                                          "--timeout-ms", "300").splitlines()]
+    assert [r["value"] for r in records] == [{"x": "NaN", "xs": ["Infinity", "-Infinity", 1.5]},
+                                             {"x": 2.5, "xs": None}]
+    text = ok(fabric_url, "consume", "f", "--from-beginning", "--timeout-ms", "300")
+    assert [strict(line)["x"] for line in text.splitlines()] == ["NaN", 2.5]
+
+
+def test_bad_options_and_urls_fail_cleanly(fabric_url, tmp_path):
+    ok(fabric_url, "topics", "create", "t")
+    all_fail(fabric_url, [
+        (("produce", "t", "--key-separator", ""), "a:b\n", "--key-separator cannot be empty"),
+        (("consume", "t", "--timeout-ms", "-1"), "", "--timeout-ms must be 0 or more"),
+        (("groups", "reset-offsets", "g", "--topic", "t", "--to-datetime", "0001-01-01T00:00:00"), "",
+         "out of range"),
+    ])
+    (tmp_path / "a-file").write_text("")
+    all_fail(None, [(("--url", url, "topics", "list"), "", expected) for url, expected in [
+        (f"file://{tmp_path}/a-file", "cannot open an embedded fabric"),
+        (str(tmp_path / "a-file"), "cannot open an embedded fabric"),
+        ("file://", "must be a directory path"),
+        (f"{fabric_url}?retention=1", "must be a directory path"),
+        ("fabric://[::1", "cannot be parsed"),
+    ]])
+    assert end_offsets(fabric_url, "t") == [0]
 
 
 def _lines_of(stream) -> queue.Queue:

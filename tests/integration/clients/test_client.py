@@ -10,6 +10,7 @@ import pytest
 
 import fabric
 from fabric.common.errors import (
+    InvalidArgumentError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
@@ -130,3 +131,63 @@ def test_reset_offsets_dry_run_and_execute(fab):
     assert fab.describe_group("g")[0].committed == 5
     with pytest.raises(InvalidConfigError, match="exactly one"):
         fab.reset_offsets("g", "t", to_earliest=True, to_latest=True)
+
+
+@pytest.mark.parametrize("partitions", [0, -1, True, 2**63, "3", 10_001])
+def test_create_topic_refuses_bad_partition_counts_and_creates_nothing(fab, fabric_dir, partitions):
+    before = sorted(os.listdir(fabric_dir))
+    with pytest.raises(InvalidPartitionsError, match="partition count must be an integer from 1 to 10000"):
+        fab.create_topic("t", partitions=partitions)
+    assert fab.list_topics() == [] and sorted(os.listdir(fabric_dir)) == before
+
+
+def test_create_topic_refuses_a_config_that_is_not_a_dict(fab):
+    with pytest.raises(InvalidConfigError, match="must be a dict of Kafka config names"):
+        fab.create_topic("t", config="retention.ms=1")
+    assert fab.list_topics() == []
+
+
+def test_alter_refuses_deleting_an_unknown_config_and_changes_nothing(fab):
+    fab.create_topic("t", config={"retention.ms": 1000})
+    with pytest.raises(InvalidConfigError, match="unknown topic config 'no.such.key'; known keys"):
+        fab.alter_topic_config("t", {"segment.bytes": 4096, "no.such.key": None})
+    with pytest.raises(InvalidConfigError, match="must be a dict"):
+        fab.alter_topic_config("t", "retention.ms")
+    assert fab.describe_topic("t").overrides == {"retention.ms": "1000"}
+    fab.alter_topic_config("t", {"retention.ms": None, "segment.bytes": None})  # known, even if not set
+    assert fab.describe_topic("t").overrides == {}
+
+
+def test_typed_topic_with_an_unknown_time_zone_is_refused_at_create(fab):
+    for dtype in (pa.timestamp("us", tz="Mars/Base"), pa.list_(pa.timestamp("us", tz="Mars/Base"))):
+        with pytest.raises(SchemaMismatchError, match="unknown time zone 'Mars/Base'"):
+            fab.create_topic("mars", schema=pa.schema([("ts", dtype)]))
+    assert fab.list_topics() == []
+    schema = pa.schema([("paris", pa.timestamp("us", tz="Europe/Paris")), ("plus1", pa.timestamp("ms", tz="+01:00"))])
+    fab.create_topic("earth", schema=schema)
+    with fab.producer() as producer:
+        producer.send("earth", {"paris": 0, "plus1": 0}).result()
+    [record] = fab.consumer("earth", auto_offset_reset="earliest").poll(5)
+    assert record.value["paris"].utcoffset().total_seconds() == 3600
+
+
+@pytest.mark.parametrize("total", ["5", True, 2**63, 0])
+def test_create_partitions_refuses_bad_totals(fab, total):
+    fab.create_topic("t", partitions=2)
+    with pytest.raises(InvalidPartitionsError, match="partition count must be an integer"):
+        fab.create_partitions("t", total)
+    assert len(fab.describe_topic("t").partitions) == 2
+
+
+@pytest.mark.parametrize("target, message", [
+    (dict(to_offset="abc"), "to_offset must be an integer"),
+    (dict(to_offset=-5), "to_offset must be an integer from 0"),
+    (dict(to_datetime=5), "to_datetime must be a datetime or ISO 8601"),
+    (dict(to_datetime="0001-01-01T00:00:00"), "out of range"),
+])
+def test_reset_offsets_refuses_bad_targets_and_commits_nothing(fab, target, message):
+    fab.create_topic("t")
+    fab.cluster.coordinator.commit_offsets("g", {("t", 0): 0})
+    with pytest.raises(InvalidArgumentError, match=message):
+        fab.reset_offsets("g", "t", execute=True, **target)
+    assert fab.describe_group("g")[0].committed == 0

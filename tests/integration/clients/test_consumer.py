@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from fabric.common.errors import CommitFailedError
+from fabric.common.errors import CommitFailedError, InvalidArgumentError, InvalidTopicError, UnknownTopicError
 from fabric.common.waiting import wait_for
 
 GROUP = "workers"
@@ -105,3 +105,54 @@ def test_max_poll_interval_leaves_the_group_and_stale_commit_fails(fab):
     finally:
         slow.close()
         busy.close()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda c: c.seek("t", 0, "x"), "seek\\(\\) offset must be an integer"),
+    (lambda c: c.seek("t", 0, -1), "seek\\(\\) offset must be an integer from 0"),
+    (lambda c: c.seek("t", 0, 1.5), "seek\\(\\) offset must be an integer"),
+    (lambda c: c.assign(("t", 0)), "assign\\(\\) takes a list of \\(topic, partition\\) pairs"),
+    (lambda c: c.assign([("t", "x")]), "partition of 't' in assign\\(\\) must be an integer"),
+    (lambda c: c.seek_to_beginning(("t",)), "takes \\(topic, partition\\) pairs"),
+    (lambda c: c.end_offsets("t"), "takes a list of \\(topic, partition\\) pairs"),
+    (lambda c: c.offsets_for_times({("t", 0): "x"}), "offsets_for_times\\(\\) \\(ms\\) must be an integer"),
+    (lambda c: c.offsets_for_times({("t", 0): -1}), "must be an integer from 0"),
+    (lambda c: c.offsets_for_times({("t", 0): 2**62}), "must be an integer from 0 to 253402300799999"),
+    (lambda c: c.offsets_for_times([("t", 0)]), "takes a dict"),
+    (lambda c: c.poll("x"), "poll\\(\\) timeout must be a number of seconds"),
+    (lambda c: c.poll_batch(None), "poll_batch\\(\\) timeout must be a number"),
+    (lambda c: c.poll_batch(0, columns="value"), "columns takes a list of column names"),
+    (lambda c: c.commit({("t", 0): "x"}), "commit\\(\\) must be an integer"),
+    (lambda c: c.commit({("t", 0): -5}), "commit\\(\\) must be an integer from 0"),
+    (lambda c: c.commit({"t": 1}), "commit\\(\\) takes \\(topic, partition\\) pairs"),
+    (lambda c: c.committed("t"), "committed\\(\\) takes a list"),
+])
+def test_consumer_refuses_bad_arguments_and_changes_nothing(fab, call, message):
+    fab.create_topic("t", config={"retention.ms": -1})
+    with fab.producer() as producer:
+        producer.send("t", b"x").result()
+    consumer = fab.consumer(group_id="g", auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer.assign([("t", 0)])
+    consumer.seek("t", 0, 1)
+    consumer.commit({("t", 0): 1})
+    with pytest.raises(InvalidArgumentError, match=message):
+        call(consumer)
+    assert consumer.assignment() == [("t", 0)] and consumer.position("t", 0) == 1
+    assert consumer.committed() == {("t", 0): 1}
+    consumer.close()
+
+
+def test_consumer_refuses_bad_topics_and_callbacks(fab):
+    fab.create_topic("t")
+    with pytest.raises(InvalidTopicError, match="must be a string, got list"):
+        fab.consumer(["t"])
+    with pytest.raises(InvalidArgumentError, match="on_assign and on_revoke must be functions"):
+        fab.consumer("t", group_id="g", on_assign=5)
+    consumer = fab.consumer("t")
+    with pytest.raises(UnknownTopicError):
+        consumer.subscribe(["t", "missing"])
+    assert consumer.subscription() == ["t"]  # unchanged
+    consumer.subscribe("t")  # one topic, as a str
+    assert consumer.subscription() == ["t"] and consumer.assignment() == [("t", 0)]
+    consumer.subscribe([])  # as Kafka: unsubscribe
+    assert consumer.subscription() == [] and consumer.assignment() == []

@@ -8,7 +8,12 @@ import pyarrow as pa
 import pytest
 
 from fabric.client.partitioner import partition_for_key
-from fabric.common.errors import RecordTooLargeError
+from fabric.common.errors import (
+    InvalidRecordError,
+    RecordTooLargeError,
+    SchemaMismatchError,
+    UnknownPartitionError,
+)
 
 
 def test_produce_consume_round_trip_with_keys_headers_and_timestamps(fab, drain):
@@ -82,3 +87,67 @@ def test_log_append_time_overrides_producer_timestamps(fab, drain):
         producer.send("t", b"x", timestamp=5).result()
     [record] = drain(fab.consumer("t", auto_offset_reset="earliest"), 1)
     assert record.timestamp_type == 1 and record.timestamp >= before
+
+
+def test_typed_topic_refuses_extra_fields_naming_them(fab):
+    fab.create_topic("pay", schema=pa.schema([("user", pa.string()), ("amount", pa.float64())]))
+    with fab.producer() as producer:
+        with pytest.raises(SchemaMismatchError, match=r"\['oops'\].*not in the topic's schema"):
+            producer.send("pay", {"user": "a", "amount": 1.0, "oops": 1})
+        with pytest.raises(SchemaMismatchError, match=r"unexpected column\(s\) \['oops'\]"):
+            producer.send_batch("pay", pa.table({"user": ["a"], "amount": [1.0], "oops": [1]}))
+        producer.send("pay", {"user": "b", "amount": 2.0}).result()
+    assert [r.value for r in fab.consumer("pay", auto_offset_reset="earliest").poll(5)] == [
+        {"user": "b", "amount": 2.0}]
+
+
+@pytest.mark.parametrize("bad, error, message", [
+    (dict(value=5), InvalidRecordError, "value must be bytes, str or None, got int"),
+    (dict(key=5), InvalidRecordError, "key must be bytes, str or None, got int"),
+    (dict(partition="0"), InvalidRecordError, "partition must be an int.*got str"),
+    (dict(partition=True), InvalidRecordError, "partition must be an int.*got bool"),
+    (dict(partition=2), UnknownPartitionError, "no partition 2"),
+    (dict(headers=[1, 2]), InvalidRecordError, "each header must be a"),
+    (dict(headers={"h": 5}), InvalidRecordError, "header 'h' value must be bytes"),
+    (dict(headers="h=v"), InvalidRecordError, "headers must be a dict or a list"),
+    (dict(timestamp=1.5), InvalidRecordError, "timestamp must be an int of milliseconds"),
+    (dict(timestamp=-1), InvalidRecordError, "out of range"),
+])
+def test_send_refuses_wrong_types_at_send(fab, bad, error, message):
+    fab.create_topic("t", partitions=2)
+    with fab.producer(linger_ms=60_000) as producer:
+        with pytest.raises(error, match=message):
+            producer.send("t", **{"value": b"v", **bad})
+        producer.send("t", b"ok", partition=0).result()
+    assert fab.describe_topic("t").partitions[0].end_offset == 1
+
+
+def test_bad_record_is_refused_alone_and_buffered_records_are_delivered(fab):
+    fab.create_topic("t")
+    now = time.time_ns() // 1_000_000
+    with fab.producer(linger_ms=60_000, batch_size=1 << 30) as producer:
+        good = [producer.send("t", b"%d" % i, timestamp=now) for i in range(3)]
+        with pytest.raises(InvalidRecordError, match="timestamp 4611686018427387904 is out of range"):
+            producer.send("t", b"bad", timestamp=2**62)  # out of range once in µs
+        with pytest.raises(InvalidRecordError, match="value must be bytes"):
+            producer.send("t", {"not": "bytes"})
+        good.append(producer.send("t", b"3"))
+        producer.flush()
+        assert [f.result().offset for f in good] == [0, 1, 2, 3]
+    assert [r.value for r in fab.consumer("t", auto_offset_reset="earliest").poll(5)] == [b"0", b"1", b"2", b"3"]
+
+
+def test_send_batch_refuses_bad_timestamps_partitions_and_topic_column(fab):
+    fab.create_topic("t", partitions=2)
+    with fab.producer() as producer:
+        with pytest.raises(InvalidRecordError, match="row 1 has timestamp .* out of range"):
+            producer.send_batch("t", pa.table({"value": [b"a", b"b"],
+                                               "timestamp": pa.array([0, -1], pa.timestamp("ms"))}))
+        with pytest.raises(InvalidRecordError, match="column 'partition' must hold integers"):
+            producer.send_batch("t", pa.table({"value": [b"a"], "partition": [0.5]}))
+        with pytest.raises(InvalidRecordError, match="'topic' column names other topics"):
+            producer.send_batch("t", pa.table({"value": [b"a"], "topic": ["elsewhere"]}))
+        with pytest.raises(InvalidRecordError, match="takes a pyarrow.Table"):
+            producer.send_batch("t", {"value": [b"a"]})
+        producer.send_batch("t", pa.table({"value": [b"a"], "topic": ["t"], "partition": [1]}))
+    assert [p.end_offset for p in fab.describe_topic("t").partitions] == [0, 1]

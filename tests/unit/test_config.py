@@ -1,0 +1,31 @@
+"""The shared topic-config rules of fabric.common.config: what create_topic and alter_topic_config accept."""
+from __future__ import annotations
+
+import pytest
+
+from fabric.common.config import validate_topic_config, validate_topic_config_changes
+from fabric.common.errors import InvalidConfigError
+
+
+@pytest.mark.parametrize("config", ["retention.ms=1", ["retention.ms"], 5])
+def test_a_topic_config_that_is_not_a_dict_is_refused(config):
+    with pytest.raises(InvalidConfigError, match="must be a dict of Kafka config names.*retention.ms"):
+        validate_topic_config(config)
+    with pytest.raises(InvalidConfigError, match="must be a dict"):
+        validate_topic_config_changes(config)
+
+
+def test_integer_configs_name_their_range():
+    for bad in ("1.5", "soon", None, "", 2**63):
+        with pytest.raises(InvalidConfigError, match=r"'retention.ms': must be an integer from -1 to \d+"):
+            validate_topic_config({"retention.ms": bad})
+    assert validate_topic_config({"retention.ms": " 42 "}) == {"retention.ms": "42"}
+
+
+def test_config_changes_set_known_keys_and_delete_only_known_keys():
+    assert validate_topic_config_changes({"retention.ms": 5, "segment.bytes": None}) == {
+        "retention.ms": "5", "segment.bytes": None}
+    with pytest.raises(InvalidConfigError, match="unknown topic config 'no.such.key'; known keys: cleanup.policy"):
+        validate_topic_config_changes({"no.such.key": None})
+    with pytest.raises(InvalidConfigError, match="segment.bytes"):
+        validate_topic_config_changes({"segment.bytes": 1})
