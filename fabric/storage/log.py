@@ -177,10 +177,10 @@ class Log:
                 try:
                     if seg.indexes_consistent():
                         seg._indexes_checked = True
-                        continue
+                    else:
+                        self.repair_index(seg, "missing, torn or inconsistent", functools.partial(_inconsistent, seg))
                 except FileNotFoundError:
                     continue  # deleted by retention meanwhile; reads report that themselves
-                self.repair_index(seg, "missing, torn or inconsistent", functools.partial(_inconsistent, seg))
 
     def repair_index(self, seg: Segment, reason: str, still_broken: Callable[[], bool]) -> None:
         """Rebuild `seg`'s indexes under the lock if `still_broken()` once it is held (a writer may have fixed
