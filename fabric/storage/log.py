@@ -159,7 +159,7 @@ class Log:
         report, active = Recovery(self).run()
         assert active is not None
         self._recovered, self.last_recovery = True, report
-        self.check_indexes(self.segments())
+        report.rebuilt = self.check_indexes(self.segments())
         self._tail_state = TailState(active.base_offset, active.size, report.end_offset)
         return active
 
@@ -169,36 +169,42 @@ class Log:
         with self.lock:
             self.sync_tail()
 
-    def check_indexes(self, segs: list[Segment]) -> None:
-        """Rebuild any missing or broken index, once per segment object. Lookups through a broken index would
-        skip or misplace records; where it cannot be rebuilt, reads walk the frames without it."""
+    def check_indexes(self, segs: list[Segment]) -> list[str]:
+        """Rebuild any missing or broken index, once per segment object (lookups through a broken index would
+        skip or misplace records; where it cannot be rebuilt, reads walk the frames without it). Returns the
+        segments whose indexes were rebuilt."""
+        rebuilt = []
         for seg in segs:
             if not seg._indexes_checked:
                 try:
                     if seg.indexes_consistent():
                         seg._indexes_checked = True
-                    else:
-                        self.repair_index(seg, "missing, torn or inconsistent", functools.partial(_inconsistent, seg))
+                    elif self.repair_index(seg, "missing, torn or inconsistent",
+                                           functools.partial(_inconsistent, seg)):
+                        rebuilt.append(seg.path)
                 except FileNotFoundError:
                     continue  # deleted by retention meanwhile; reads report that themselves
+        return rebuilt
 
-    def repair_index(self, seg: Segment, reason: str, still_broken: Callable[[], bool]) -> None:
+    def repair_index(self, seg: Segment, reason: str, still_broken: Callable[[], bool]) -> bool:
         """Rebuild `seg`'s indexes under the lock if `still_broken()` once it is held (a writer may have fixed
-        them meanwhile); where the directory cannot be written, read without them."""
+        them meanwhile); where the directory cannot be written, read without them. True if rebuilt."""
         try:
             with self.lock:
                 if not still_broken():
                     seg._indexes_checked = True
-                    return
+                    return False
                 seg.rebuild_indexes(self.config["index.interval.bytes"])
             log.warning("%s: the indexes of segment %s were rebuilt from its frames (%s)", self.name, seg.path,
                         reason)
+            return True
         except OSError as exc:
             if exc.errno not in UNWRITABLE:
                 raise
             seg.use_index, seg._indexes_checked = False, True
             log.warning("%s: the indexes of segment %s need a rebuild (%s) but cannot be written (%s): reading "
                         "without them, by walking the frame headers", self.name, seg.path, reason, exc.strerror)
+            return False
 
     def start(self, seg: Segment, offset: int) -> tuple[int, int]:
         """Where to walk from in `seg` to reach `offset`: Segment.start, with a stale index repaired."""
@@ -240,12 +246,13 @@ class Log:
     def write_frame(self, header: FrameHeader, payload: pa.Buffer | bytes, active: Segment | None = None) -> None:
         """Write one sealed frame at the tail, rolling first if due (caller holds the lock)."""
         active = active or self.sync_tail()
+        end = self._tail_state.end_offset if self._tail_state else self.end_offset
         if active.size > active.data_start and self._roll_due(active, header):
             active = self.create_segment(header.base_offset)
+            self._tail_state = TailState(active.base_offset, active.size, end)
             self._maybe_retain(force=True)
         active.append(header, payload, self.config["index.interval.bytes"])
-        self._tail_state = TailState(active.base_offset, active.size,
-                                     self._tail_state.end_offset if self._tail_state else self.end_offset)
+        self._tail_state = TailState(active.base_offset, active.size, end)
         self._unflushed += header.record_count
 
     @writes
@@ -345,7 +352,7 @@ class Log:
                 total -= seg.size
                 seg.delete()
                 deleted += 1
-            self._tail_state = None
+            self._tail_state = TailState(active.base_offset, active.size, self.end_offset)
         return deleted
 
     # -- reads -------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ class RecoveryReport:
     damage: list[Damage] = field(default_factory=list)
     truncated: list[tuple[str, int, int]] = field(default_factory=list)  # (segment, byte position, offset)
     deleted: list[str] = field(default_factory=list)
-    rebuilt: list[str] = field(default_factory=list)
+    rebuilt: list[str] = field(default_factory=list)  # segments whose indexes were rebuilt (each logged itself)
     rolled_forward: tuple[int, int] | None = None
     applied: bool = True
 

@@ -99,5 +99,8 @@ def _reads_on_an_unwritable_directory(shared_dir: str, storage, caplog) -> None:
 
     writer = storage.open_log(directory, segment_bytes=1500, **KEEP)  # writable again: repaired on first use
     assert writer.append(storage.make_batch([b"yes"], [1])) == len(expected)
+    report = writer.last_recovery  # what the first writer repaired, as a report
+    assert report is not None and report.end_offset == len(expected)
+    assert report.rebuilt == [segs[1].path] and [t[0] for t in report.truncated] == [segs[-1].path]
     assert storage.read_all(writer) == expected + [(len(expected), b"yes", 1)]
     storage.assert_clean(directory, len(expected) + 1)
