@@ -128,12 +128,6 @@ class OffsetIndex(_MappedIndex):
             return None
         return int(entries["rel"][i]), int(entries["pos"][i])
 
-    def after(self, position: int) -> list[tuple[int, int]]:
-        """The entries pointing past byte `position`, as (rel, pos) (places to resynchronise at)."""
-        entries = self.entries
-        i = int(np.searchsorted(entries["pos"], position, side="right"))
-        return [(int(r), int(p)) for r, p in entries[i:]]
-
     def last(self) -> tuple[int, int] | None:
         entries = self.entries
         if not len(entries):

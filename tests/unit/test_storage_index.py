@@ -13,6 +13,7 @@ from fabric.common.errors import OffsetOutOfRangeError
 from fabric.storage import frame
 from fabric.storage.index import IndexOrderError, OffsetIndex, TimeIndex
 from fabric.storage.index_builder import IndexBuilder
+from fabric.storage.mapcache import MapCache
 
 # old (1970 / 2023) timestamps must not be rolled or expired by the 7-day defaults in these tests
 KEEP = dict(retention_ms=-1, segment_ms=2**62)
@@ -224,3 +225,27 @@ def test_appends_rebuilds_and_adoption_index_alike(tmp_path, storage):
             builder.add(pos, header)
     assert builder.offsets == [tuple(int(v) for v in e) for e in appended[0]]
     assert builder.times == [tuple(int(v) for v in e) for e in appended[1]]
+
+
+def test_maps_hold_no_file_descriptor_and_are_bounded(tmp_path):
+    """Defect 7's mechanism: a map keeps no descriptor open, the cache keeps at most `capacity` maps, and a map
+    follows its file when it grows, shrinks or is replaced."""
+    cache = MapCache(capacity=8)
+    paths = []
+    for i in range(40):
+        path = tmp_path / f"f{i}"
+        path.write_bytes(b"x" * (i + 1))
+        paths.append(str(path))
+    open_before = len(os.listdir("/proc/self/fd"))
+    held = [cache.get(p) for p in paths]
+    assert len(os.listdir("/proc/self/fd")) == open_before
+    assert len(cache) == 8 and [b.size for b in held] == list(range(1, 41))  # evicted maps stay readable
+    path = tmp_path / "f39"
+    with open(path, "ab") as f:
+        f.write(b"y")
+    assert cache.get(str(path)).to_pybytes() == b"x" * 40 + b"y"
+    path.write_bytes(b"z" * 3)  # shrunk in place: never read past its end
+    assert cache.get(str(path)).to_pybytes() == b"zzz"
+    (tmp_path / "new").write_bytes(b"new")
+    os.replace(tmp_path / "new", path)  # replaced by another file of the same size
+    assert cache.get(str(path)).to_pybytes() == b"new"
