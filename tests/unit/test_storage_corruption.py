@@ -14,7 +14,7 @@ import os
 import shutil
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fabric.common.errors import CorruptRecordError, FabricError, OffsetOutOfRangeError
@@ -23,8 +23,7 @@ from fabric.storage.marker import PENDING
 from fabric.storage.scan import CorruptRangeError
 
 CONFIG = dict(segment_bytes=1500, index_interval_bytes=400, retention_ms=-1, segment_ms=2**62)
-SUITE = settings(max_examples=4, deadline=None, derandomize=True,
-                 suppress_health_check=[HealthCheck.function_scoped_fixture])
+SUITE = settings(max_examples=4, deadline=None, derandomize=True)
 FIELDS = {  # byte ranges of the header's fields (see fabric.storage.frame)
     "magic": (0, 4), "length": (4, 8), "base offset": (8, 16), "leader epoch": (16, 20), "crc": (20, 24),
     "version": (24, 25), "attributes": (25, 26), "reserved": (26, 28), "record count": (28, 32),
