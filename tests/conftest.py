@@ -105,11 +105,11 @@ class StorageKit:
         end = log.end_offset
         while offset < end:
             got = False
-            for base, batch, _ in log.read(offset, max_bytes):
-                values = batch.column(3).to_pylist()
-                stamps = batch.column(0).cast(pa.int64()).to_pylist()
-                out.extend((base + i, v, t) for i, (v, t) in enumerate(zip(values, stamps, strict=True)))
-                offset = base + batch.num_rows
+            for fetched in log.read(offset, max_bytes):
+                values = fetched.batch.column(3).to_pylist()
+                stamps = fetched.batch.column(0).cast(pa.int64()).to_pylist()
+                out.extend((fetched.offset + i, v, t) for i, (v, t) in enumerate(zip(values, stamps, strict=True)))
+                offset = fetched.offset + fetched.batch.num_rows
                 got = True
             if not got:
                 raise AssertionError(f"read({offset}) returned nothing below the watermark {end}")

@@ -70,7 +70,13 @@ class NoOffsetForPartitionError(FabricError):
 
 
 class CorruptRecordError(FabricError):
-    """A stored batch failed its CRC check; it is never served."""
+    """Stored records are damaged or missing (a failed CRC check, a broken frame header, a gap in the offsets);
+    they are never served, and the message names the offsets to seek past."""
+
+
+class StorageError(FabricError):
+    """A partition's files cannot be written (a read-only or full disk, or a directory of another user), as
+    Kafka's KafkaStorageException: reads go on; writes need the disk or the permissions fixed first."""
 
 
 class MembershipError(FabricError):

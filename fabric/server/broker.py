@@ -83,7 +83,9 @@ class Broker:
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
               end_offset: int | None = None) -> list[Fetched]:
-        return [Fetched(o, b, t) for o, b, t in self.log(topic, partition).read(offset, max_bytes, end_offset)]
+        """Committed batches from `offset`; the batches before damaged records come back, and CorruptRecordError
+        is raised only when the first batch asked for is damaged (naming the offsets to seek past)."""
+        return self.log(topic, partition).fetch(offset, max_bytes, end_offset)
 
     def partition_state(self, topic: str, partition: int) -> PartitionState:
         log = self.log(topic, partition)
@@ -105,8 +107,9 @@ class Broker:
             return False
         staged: dict[TopicPartition, Staged] = {}
         for key, batches in parts.items():
-            ts_type = self.log(*key).timestamp_type
-            encoded = [Log.encode(b, codec, ts_type) for b in batches if b.num_rows]
+            partition_log = self.log(*key)
+            encoded = [Log.encode(b, codec, partition_log.timestamp_type, partition_log.clock)
+                       for b in batches if b.num_rows]
             staged[key] = [(None, [(frame.seal(template, payload), payload) for template, payload in encoded])]
         return self._publish(txn, staged)
 

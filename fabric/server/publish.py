@@ -75,7 +75,8 @@ def _recover_dead_attempts(log_of: Callable[[str, int], Log], partitions_of: Cal
     for topic in sorted({t for t, _ in keys}):
         for p in range(partitions_of(topic)):
             partition_log = log_of(topic, p)
-            if (topic, p) not in keys and (partition_log.pending() or {}).get("txn") == txn:
+            marker = partition_log.pending()
+            if (topic, p) not in keys and marker is not None and marker.txn == txn:
                 log.warning("%s-%d: truncating what a dead attempt of transaction %s wrote", topic, p, txn)
                 partition_log.sync_tail_locked()
 

@@ -7,17 +7,20 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.storage import frame
 from fabric.storage.log import Log
 
 
 @dataclass(frozen=True)
 class FrameEncoder:
-    """Encodes one topic's stored rows (`schema`) as frames, stamped per `timestamp_type`, in `codec`."""
+    """Encodes one topic's stored rows (`schema`) as frames, stamped per `timestamp_type` (LogAppendTime from
+    `clock`), in `codec`."""
 
     schema: pa.Schema
     timestamp_type: int
     codec: str = "none"
+    clock: Clock = SYSTEM_CLOCK
 
     def schema_frame(self) -> bytes:
         """The frame a segment starts with: a staged file that starts with it, followed by frames based
@@ -27,5 +30,5 @@ class FrameEncoder:
 
     def encode(self, rows: pa.RecordBatch, base_offset: int = 0) -> tuple[bytes, pa.Buffer]:
         """One sealed frame at `base_offset`: (header bytes, payload), to be written one after the other."""
-        template, payload = Log.encode(rows, self.codec, self.timestamp_type)
-        return frame.seal(template, payload).rebased(base_offset).pack(), payload
+        template, payload = Log.encode(rows, self.codec, self.timestamp_type, self.clock)
+        return frame.seal(template, payload, base_offset).pack(), payload

@@ -2,12 +2,14 @@
 
 Layout (little-endian), documented byte by byte in the README:
     0  magic b"FBAT"        4   payload length u32      8  base offset i64
-   16  leader epoch i32     20  CRC32C u32 of bytes [24, 64 + payload length)
+   16  leader epoch i32     20  CRC32C u32
    24  format version u8    25  attributes u8           26 reserved u16
    28  record count i32     32  first timestamp i64 (µs) 40 max timestamp i64 (µs)
    48  producer id i64      56  producer epoch i16      58 base sequence i32   62 reserved u16
-The CRC leaves out base offset and leader epoch (as Kafka's does), so a staged frame can be re-based
-without being re-encoded.
+Version 2 (what writers write) checksums bytes [24, 64 + payload length) and then bytes [4, 20): every field
+but the magic and the CRC itself. The fields that change when a staged frame is re-based come last, so the
+CRC is adjusted for a new base offset without reading the payload (CRC32C is linear). Version 1 (older
+segments, still read) checksums bytes [24, 64 + payload length) only.
 """
 from __future__ import annotations
 
@@ -20,11 +22,14 @@ import pyarrow as pa
 from fabric.common.codecs import CODECS
 
 MAGIC = b"FBAT"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 HEADER = struct.Struct("<4sIqiIBBHiqqqhih")
 HEADER_SIZE = HEADER.size
 assert HEADER_SIZE == 64
 CRC_START = 24
+REBASED_FIELDS = slice(4, 20)  # length, base offset, leader epoch: covered by the v2 CRC, last
+_ZERO_FIELDS_CRC = crc32c.crc32c(bytes(REBASED_FIELDS.stop - REBASED_FIELDS.start))
 
 ATTR_LOG_APPEND_TIME = 0x04
 ATTR_SCHEMA = 0x80
@@ -45,6 +50,7 @@ class FrameHeader:
     producer_id: int = -1
     producer_epoch: int = -1
     base_sequence: int = -1
+    version: int = VERSION
 
     @property
     def size(self) -> int:
@@ -60,48 +66,58 @@ class FrameHeader:
         return bool(self.attributes & ATTR_SCHEMA)
 
     def pack(self) -> bytes:
-        return HEADER.pack(MAGIC, self.length, self.base_offset, self.leader_epoch, self.crc, VERSION,
+        return HEADER.pack(MAGIC, self.length, self.base_offset, self.leader_epoch, self.crc, self.version,
                            self.attributes, 0, self.record_count, self.first_timestamp, self.max_timestamp,
                            self.producer_id, self.producer_epoch, self.base_sequence, 0)
 
     def rebased(self, base_offset: int) -> FrameHeader:
-        """The same frame at another base offset (the CRC stays valid)."""
-        return replace(self, base_offset=base_offset)
+        """The same sealed frame at another base offset, its CRC still valid: a version 1 CRC leaves the base
+        offset out; a version 2 CRC is adjusted by the change alone, without the payload."""
+        moved = replace(self, base_offset=base_offset)
+        if self.version == 1:
+            return moved
+        old, new = self.pack()[REBASED_FIELDS], moved.pack()[REBASED_FIELDS]
+        delta = bytes(a ^ b for a, b in zip(old, new, strict=True))
+        return replace(moved, crc=self.crc ^ crc32c.crc32c(delta) ^ _ZERO_FIELDS_CRC)
 
 
 class FrameError(ValueError):
     """Bytes that are not a whole, valid frame."""
 
 
-def unpack_header(data: bytes | memoryview, pos: int = 0) -> FrameHeader:
+def unpack_header(data: bytes | memoryview | pa.Buffer, pos: int = 0) -> FrameHeader:
     """Decode the header at `pos`; raise FrameError if it is not one."""
     if len(data) - pos < HEADER_SIZE:
         raise FrameError("short header")
     (magic, length, base, epoch, crc, version, attrs, _r, count, first_ts, max_ts,
      pid, pepoch, seq, _r2) = HEADER.unpack_from(data, pos)
-    if magic != MAGIC or version != VERSION or count < 0:
+    if magic != MAGIC or version not in READABLE_VERSIONS or count < 0:
         raise FrameError("bad magic or version")
-    return FrameHeader(length, base, count, first_ts, max_ts, attrs, crc, epoch, pid, pepoch, seq)
+    return FrameHeader(length, base, count, first_ts, max_ts, attrs, crc, epoch, pid, pepoch, seq, version)
 
 
-def checksum(header_bytes: bytes | memoryview, payload: bytes | memoryview | pa.Buffer) -> int:
-    """CRC32C of the header from byte 24 on, then the payload."""
-    return crc32c.crc32c(payload, crc32c.crc32c(header_bytes[CRC_START:HEADER_SIZE]))
+def checksum(header_bytes: bytes | memoryview, payload: bytes | memoryview | pa.Buffer, version: int = VERSION) -> int:
+    """The CRC32C a frame of `version` stores: of the header from byte 24 on and the payload, then (version 2)
+    of header bytes 4 to 19."""
+    crc = crc32c.crc32c(payload, crc32c.crc32c(header_bytes[CRC_START:HEADER_SIZE]))
+    return crc if version == 1 else crc32c.crc32c(header_bytes[REBASED_FIELDS], crc)
 
 
-def seal(header: FrameHeader, payload: pa.Buffer | bytes) -> FrameHeader:
-    """The header for `payload` with its length and CRC filled in; the frame is its pack() then payload."""
-    header = replace(header, length=len(payload), crc=0)
+def seal(header: FrameHeader, payload: pa.Buffer | bytes, base_offset: int | None = None) -> FrameHeader:
+    """The header for `payload` (at `base_offset`, default the header's) with its length and CRC filled in, as
+    the current version; the frame is its pack() then payload."""
+    base = header.base_offset if base_offset is None else base_offset
+    header = replace(header, length=len(payload), base_offset=base, crc=0, version=VERSION)
     return replace(header, crc=checksum(header.pack(), payload))
 
 
-def verify(data: bytes | memoryview, pos: int, header: FrameHeader) -> bool:
+def verify(data: bytes | memoryview | pa.Buffer, pos: int, header: FrameHeader) -> bool:
     """True if the frame at `pos` is whole and its CRC matches."""
     end = pos + header.size
     if end > len(data):
         return False
     view = memoryview(data)
-    return checksum(view[pos:pos + HEADER_SIZE], view[pos + HEADER_SIZE:end]) == header.crc
+    return checksum(view[pos:pos + HEADER_SIZE], view[pos + HEADER_SIZE:end], header.version) == header.crc
 
 
 def encode_batch(batch: pa.RecordBatch, codec: str = "none") -> pa.Buffer:

@@ -3,81 +3,119 @@
 OffsetIndex: (relative offset u32, byte position u32) per indexed batch.
 TimeIndex:   (max timestamp so far i64 µs, relative offset u32) each time a batch raises the segment's
              max timestamp, so the first entry with timestamp >= T names the first batch holding one.
-Both files only ever grow by appends made under the partition lock; readers map them read-only.
+Both files only grow by appends made under the partition lock, and entries must increase (an append that
+would not is refused); rebuilding or cutting one back replaces the file, so a reader's map of the old one stays
+valid. Entries are hints that readers check against the frame they name (see Segment).
 """
 from __future__ import annotations
 
-import mmap
 import os
 from typing import Sequence
 
 import numpy as np
 
+from fabric.common.errors import FabricError
+from fabric.storage.mapcache import MAPS
+
+
+class IndexOrderError(FabricError):
+    """An index append that would not increase the index (a writer with a stale view of the segment); refused,
+    so an index never misleads a lookup."""
+
 
 class _MappedIndex:
-    """An append-only file of fixed-size entries, viewed as a numpy array over a read-only mmap."""
+    """An append-only file of fixed-size entries, viewed as a numpy array over a shared read-only map."""
 
     DTYPE: np.dtype
+    KEYS: tuple[str, str]  # the fields, in entry order, that must both increase
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._entries = np.empty(0, self.DTYPE)
-        self._mapped_size: tuple = (-1, None)
 
     @property
     def entries(self) -> np.ndarray:
-        """The entries currently on disk (re-mapped if the file grew or shrank)."""
+        """The whole entries on disk now (a torn last entry is left out)."""
         try:
-            st = os.stat(self.path)
-            size, inode = st.st_size, st.st_ino
+            buf = MAPS.get(self.path)
         except FileNotFoundError:
-            size, inode = 0, None
-        size -= size % self.DTYPE.itemsize
-        # keyed by inode too: reset() replaces the file, possibly with one of the same size
-        if (size, inode) != self._mapped_size:
-            if size == 0:
-                self._entries = np.empty(0, self.DTYPE)
-            else:
-                with open(self.path, "rb") as f:
-                    mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-                self._entries = np.frombuffer(mm, self.DTYPE)
-            self._mapped_size = (size, inode)
-        return self._entries
+            return np.empty(0, self.DTYPE)
+        whole = buf.size - buf.size % self.DTYPE.itemsize
+        return np.frombuffer(buf, self.DTYPE, count=whole // self.DTYPE.itemsize)
 
     def __len__(self) -> int:
         return len(self.entries)
 
-    def _append(self, entry: tuple) -> None:
-        data = np.array([entry], self.DTYPE).tobytes()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    @property
+    def torn(self) -> bool:
+        """True if the file ends in part of an entry."""
         try:
-            os.write(fd, data)
+            return os.path.getsize(self.path) % self.DTYPE.itemsize != 0
+        except FileNotFoundError:
+            return False
+
+    def _append(self, entry: tuple[int, int]) -> None:
+        size = self.DTYPE.itemsize
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            end = os.fstat(fd).st_size
+            if end >= size:
+                raw = np.frombuffer(os.pread(fd, size, end - end % size - size), self.DTYPE)[0]
+                last = tuple(int(raw[k]) for k in self.KEYS)
+                if not all(new > old for new, old in zip(entry, last, strict=True)):
+                    raise IndexOrderError(
+                        f"refused index entry {dict(zip(self.KEYS, entry, strict=True))} after "
+                        f"{dict(zip(self.KEYS, last, strict=True))} in {self.path}: entries must increase; the "
+                        "writer's view of the segment is stale (the next writer recovers the tail and rebuilds "
+                        "the index)")
+            os.write(fd, np.array([entry], self.DTYPE).tobytes())
         finally:
             os.close(fd)
 
     def truncate_entries(self, count: int) -> None:
-        """Keep only the first `count` entries."""
-        with open(self.path, "ab") as f:
-            f.truncate(count * self.DTYPE.itemsize)
+        """Keep only the first `count` entries (a new file replaces the old one)."""
+        entries = self.entries
+        if count < len(entries) or self.torn:
+            self.reset(entries[:count].copy())
 
     def reset(self, entries: Sequence[tuple[int, int]] | np.ndarray) -> None:
         """Replace the file's contents atomically (used when rebuilding)."""
         tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(np.asarray(entries, self.DTYPE).tobytes())
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(np.asarray(entries, self.DTYPE).tobytes())
+            os.replace(tmp, self.path)
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        MAPS.forget(self.path)
 
     def delete(self) -> None:
+        MAPS.forget(self.path)
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+
+    def is_consistent(self, limit: int) -> bool:
+        """Whole entries whose keys both strictly increase and whose last entry's second key is below `limit`
+        (a position inside the data file; a relative offset inside the segment)."""
+        if self.torn:
+            return False
+        entries = self.entries
+        if not len(entries):
+            return True
+        first, second = (entries[k].astype(np.int64) for k in self.KEYS)
+        return bool(np.all(np.diff(first) > 0) and np.all(np.diff(second) > 0) and second[-1] < limit)
 
 
 class OffsetIndex(_MappedIndex):
     """Maps a relative offset to the byte position of the batch that starts at or before it."""
 
     DTYPE = np.dtype([("rel", "<u4"), ("pos", "<u4")])
+    KEYS = ("rel", "pos")
 
     def append(self, relative_offset: int, position: int) -> None:
         self._append((relative_offset, position))
@@ -96,16 +134,6 @@ class OffsetIndex(_MappedIndex):
             return None
         return int(entries["rel"][-1]), int(entries["pos"][-1])
 
-    def is_consistent(self, file_size: int) -> bool:
-        """Strictly increasing entries that all point inside the data file."""
-        entries = self.entries
-        if os.path.exists(self.path) and os.path.getsize(self.path) % self.DTYPE.itemsize:
-            return False
-        if not len(entries):
-            return True
-        rel, pos = entries["rel"].astype(np.int64), entries["pos"].astype(np.int64)
-        return bool(np.all(np.diff(rel) > 0) and np.all(np.diff(pos) > 0) and pos[-1] < file_size)
-
     def count_below(self, position: int) -> int:
         """How many entries point before byte `position` (to truncate the rest)."""
         return int(np.searchsorted(self.entries["pos"], position, side="left"))
@@ -115,6 +143,7 @@ class TimeIndex(_MappedIndex):
     """Maps a timestamp to the first batch whose max timestamp reaches it."""
 
     DTYPE = np.dtype([("ts", "<i8"), ("rel", "<u4")], align=False)
+    KEYS = ("ts", "rel")
 
     def append(self, timestamp: int, relative_offset: int) -> None:
         self._append((timestamp, relative_offset))
@@ -125,18 +154,18 @@ class TimeIndex(_MappedIndex):
 
     def first_at_or_after(self, timestamp: int) -> int | None:
         """Relative offset of the first batch with max timestamp >= timestamp; None if none."""
+        entry = self.entry_at_or_after(timestamp)
+        return None if entry is None else entry[1]
+
+    def entry_at_or_after(self, timestamp: int) -> tuple[int, int] | None:
+        """The first entry with max timestamp >= timestamp, as (ts, rel); None if none."""
         entries = self.entries
         i = int(np.searchsorted(entries["ts"], timestamp, side="left"))
-        return None if i >= len(entries) else int(entries["rel"][i])
+        return None if i >= len(entries) else (int(entries["ts"][i]), int(entries["rel"][i]))
 
     def is_consistent(self, max_relative: int) -> bool:
-        entries = self.entries
-        if os.path.exists(self.path) and os.path.getsize(self.path) % self.DTYPE.itemsize:
-            return False
-        if not len(entries):
-            return True
-        ts, rel = entries["ts"], entries["rel"].astype(np.int64)
-        return bool(np.all(np.diff(ts) > 0) and np.all(np.diff(rel) > 0) and rel[-1] <= max_relative)
+        """Increasing entries that name no batch past relative offset `max_relative`."""
+        return super().is_consistent(max_relative + 1)
 
     def count_below(self, relative_offset: int) -> int:
         """How many entries index batches before `relative_offset`."""

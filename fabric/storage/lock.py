@@ -19,7 +19,11 @@ class PartitionLock:
     def __enter__(self) -> PartitionLock:
         self._thread_lock.acquire()
         if self._depth == 0:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except BaseException:  # e.g. a read-only directory: the caller decides what to do without the lock
+                self._thread_lock.release()
+                raise
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
             except BaseException:

@@ -1,17 +1,17 @@
 """A Log: one partition's ordered segments, its high watermark and its lock.
 
 Appends (from any process) take the partition lock, bring this process's view of the tail up to date,
-recover it if a previous writer died mid-append, write the frame, then advance the high watermark.
-Reads take no lock (beyond a one-time index check per segment): they read whole, CRC-checked frames below
-the high watermark.
+recover it if a previous writer died mid-append (fabric.storage.recovery), write the frame, then advance the
+high watermark. Reads take no lock: they read whole, CRC-checked frames below the high watermark
+(fabric.storage.reader). The first use of a Log in a process recovers the partition (as Kafka recovers a log
+when it loads it); where the directory cannot be written, reads go on from what recovery works out in memory.
 """
 from __future__ import annotations
 
-import bisect
-import json
+import functools
+import logging
 import os
-import struct
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,18 +19,36 @@ import pyarrow.compute as pc
 from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.codecs import CODECS
 from fabric.common.config import TopicConfig
-from fabric.common.errors import CorruptRecordError, OffsetOutOfRangeError
+from fabric.common.errors import CorruptRecordError
 from fabric.common.records import LOG_APPEND_TIME, TIMESTAMP, TIMESTAMP_TYPES
-from fabric.storage import frame
+from fabric.common.types import Fetched
+from fabric.storage import adopt, frame, reader
+from fabric.storage.errors import UNWRITABLE, writes
 from fabric.storage.frame import FrameHeader
-from fabric.storage.index import OffsetIndex, TimeIndex
 from fabric.storage.lock import PartitionLock
-from fabric.storage.segment import DATA_SUFFIX, INDEX_SUFFIX, TIME_SUFFIX, Segment
+from fabric.storage.marker import (
+    PENDING,
+    PendingPublish,
+    UnreadableMarkerError,
+    read_marker,
+    remove_marker,
+    write_marker,
+)
+from fabric.storage.recovery import Recovery, RecoveryReport
+from fabric.storage.segment import DATA_SUFFIX, Segment, StaleIndexError
 from fabric.storage.watermark import HighWatermark
 
-PENDING = "pending-publish"
+__all__ = ["PENDING", "Log", "TailState"]
+
+log = logging.getLogger(__name__)
 RETENTION_CHECK_MS = 30_000
-_BASE_OFFSET = struct.Struct("<q")  # a frame header's base offset, at byte 8 (outside the CRC)
+class TailState(NamedTuple):
+    """This process's view of the tail after its last recovery or append: while the files still match it, the
+    next append needs no recovery."""
+
+    base_offset: int  # of the active segment
+    size: int  # of the active segment's file
+    end_offset: int  # the high watermark
 
 
 class Log:
@@ -46,30 +64,58 @@ class Log:
         self.hw = HighWatermark(os.path.join(directory, "high-watermark"))
         self._resolve_pending = resolve_pending or (lambda txn: False)
         self._segments: dict[int, Segment] = {}
-        self._tail_state: tuple | None = None
+        self._tail_state: TailState | None = None
+        self._recovered = False
+        self._memory_end: tuple[bytes, int] | None = None  # (watermark bytes, end) recovered but not written
+        self.last_recovery: RecoveryReport | None = None
         self._unflushed = 0
         self.clock = clock
         self._last_flush = self._last_retention = clock.now_ms()
+
+    @property
+    def name(self) -> str:
+        """topic-partition, as Kafka names a partition (from the directory <root>/<topic>/<partition>)."""
+        return f"{os.path.basename(os.path.dirname(self.directory))}-{os.path.basename(self.directory)}"
+
+    def resolve_pending(self, txn: str) -> bool:
+        """True if transaction `txn` committed (its frames past the watermark are rolled forward)."""
+        return self._resolve_pending(txn)
 
     # -- segments ----------------------------------------------------------------------------------
     def segments(self) -> list[Segment]:
         """The segments on disk now, oldest first (objects are cached per base offset)."""
         bases = sorted(int(name[:-len(DATA_SUFFIX)]) for name in os.listdir(self.directory)
                        if name.endswith(DATA_SUFFIX) and name[:-len(DATA_SUFFIX)].isdigit())
-        cache = {b: self._segments.get(b) or Segment(self.directory, b) for b in bases}
+        cache = {b: self._segments.get(b) or Segment(self.directory, b, self.schema) for b in bases}
         self._segments = cache
         return list(cache.values())
+
+    def create_segment(self, base_offset: int) -> Segment:
+        """A new, empty segment at `base_offset` (lock held)."""
+        seg = Segment.create(self.directory, base_offset, self.schema)
+        self._segments[base_offset] = seg
+        return seg
+
+    def register(self, seg: Segment) -> None:
+        """Cache a segment made outside this object (an adopted one)."""
+        self._segments[seg.base_offset] = seg
 
     @property
     def start_offset(self) -> int:
         """The log start offset: the first offset not yet deleted by retention."""
+        end = self.end_offset
         segs = self.segments()
-        return min(segs[0].base_offset, self.end_offset) if segs else self.end_offset
+        return min(segs[0].base_offset, end) if segs else end
 
     @property
     def end_offset(self) -> int:
         """The high watermark: one past the last committed offset."""
-        return self.hw.value
+        reading = self.hw.read()
+        if reading.trusted and self._recovered and reading.value is not None:
+            return reading.value
+        if self._memory_end is not None and self._memory_end[0] == reading.raw:
+            return self._memory_end[1]
+        return self.recover()
 
     @property
     def timestamp_type(self) -> int:
@@ -80,53 +126,93 @@ class Log:
         return sum(s.size for s in self.segments())
 
     # -- recovery ----------------------------------------------------------------------------------
-    def sync_tail(self) -> Segment:
-        """Bring the tail up to date under the lock; remove anything a dead writer left past the
-        high watermark (or roll it forward if its publish was committed). Returns the active segment."""
-        segs = self.segments()
-        hw = self.end_offset
-        state = (segs[-1].base_offset, segs[-1].size, hw) if segs else None
-        if state is not None and state == self._tail_state:
-            return segs[-1]
-        marker = self.pending()
-        if marker is not None:
-            if self._resolve_pending(marker["txn"]) and marker["end"] > hw:
-                hw = marker["end"]
-                self.hw.set(hw)
-            os.unlink(os.path.join(self.directory, PENDING))
-        for seg in segs[1:]:
-            if seg.base_offset > hw:
-                seg.delete()
-        segs = [s for s in segs if s.base_offset <= hw] or []
-        if not segs:
-            active = Segment.create(self.directory, hw, self.schema)
-            segs = [active]
-        active = segs[-1]
+    def recover(self) -> int:
+        """Recover the partition under its lock; returns the end offset. If the directory cannot be written,
+        work the end out from the frames without writing and serve reads from it (logged at WARNING)."""
         try:
-            active.data_start  # noqa: B018 (reads and checks the schema frame)
-        except CorruptRecordError:
-            if active.base_offset != hw:
+            with self.lock:
+                self._tail_state = None
+                self.sync_tail()
+                self._memory_end = None
+                assert self.last_recovery is not None
+                return self.last_recovery.end_offset
+        except OSError as exc:
+            if exc.errno not in UNWRITABLE:
                 raise
-            active = Segment.create(self.directory, hw, self.schema)
-            self._segments[hw] = active
-        self._check_indexes(segs[:-1] + [active])
-        pos, _ = active.locate(hw, active.size)
-        if active.size > pos:
-            active.truncate(pos)
-        self._tail_state = (active.base_offset, active.size, hw)
+            report, _ = Recovery(self, apply=False).run()
+            self._recovered, self.last_recovery = True, report
+            self._memory_end = (self.hw.read().raw, report.end_offset)
+            log.warning("%s: cannot repair the partition (%s: %s); reads are served up to offset %d as recovered "
+                        "in memory", self.name, exc.filename or self.directory, exc.strerror, report.end_offset)
+            return report.end_offset
+
+    def sync_tail(self) -> Segment:
+        """Bring the tail up to date under the lock: unless the files still match this process's last view of
+        them, recover (fabric.storage.recovery). Returns the active segment."""
+        segs = self.segments()
+        reading = self.hw.read()
+        if segs and reading.trusted and self._recovered and self._tail_state == TailState(
+                segs[-1].base_offset, segs[-1].size, reading.value or 0):
+            return segs[-1]
+        for seg in segs:
+            seg.forget_writes()  # another process wrote here, or recovery is about to change the files
+        report, active = Recovery(self).run()
+        assert active is not None
+        self._recovered, self.last_recovery = True, report
+        report.rebuilt = self.check_indexes(self.segments())
+        self._tail_state = TailState(active.base_offset, active.size, report.end_offset)
         return active
 
-    def _check_indexes(self, segs: list[Segment]) -> None:
-        """Rebuild any missing or broken index, once per segment object (under the lock: a rebuild
-        rewrites the index files). Lookups through a broken index would skip or misplace records."""
-        unchecked = [s for s in segs if not s._indexes_checked]
-        if unchecked:
+    @writes
+    def sync_tail_locked(self) -> None:
+        """Create or recover the tail under the lock (used when a partition is created or opened)."""
+        with self.lock:
+            self.sync_tail()
+
+    def check_indexes(self, segs: list[Segment]) -> list[str]:
+        """Rebuild any missing or broken index, once per segment object (lookups through a broken index would
+        skip or misplace records; where it cannot be rebuilt, reads walk the frames without it). Returns the
+        segments whose indexes were rebuilt."""
+        rebuilt = []
+        for seg in segs:
+            if not seg._indexes_checked:
+                try:
+                    if seg.indexes_consistent():
+                        seg._indexes_checked = True
+                    elif self.repair_index(seg, "missing, torn or inconsistent",
+                                           functools.partial(_inconsistent, seg)):
+                        rebuilt.append(seg.path)
+                except FileNotFoundError:
+                    continue  # deleted by retention meanwhile; reads report that themselves
+        return rebuilt
+
+    def repair_index(self, seg: Segment, reason: str, still_broken: Callable[[], bool]) -> bool:
+        """Rebuild `seg`'s indexes under the lock if `still_broken()` once it is held (a writer may have fixed
+        them meanwhile); where the directory cannot be written, read without them. True if rebuilt."""
+        try:
             with self.lock:
-                for seg in unchecked:
-                    try:
-                        seg.check_indexes()
-                    except FileNotFoundError:
-                        pass  # deleted by retention meanwhile; reads report that themselves
+                if not still_broken():
+                    seg._indexes_checked = True
+                    return False
+                seg.rebuild_indexes(self.config["index.interval.bytes"])
+            log.warning("%s: the indexes of segment %s were rebuilt from its frames (%s)", self.name, seg.path,
+                        reason)
+            return True
+        except OSError as exc:
+            if exc.errno not in UNWRITABLE:
+                raise
+            seg.use_index, seg._indexes_checked = False, True
+            log.warning("%s: the indexes of segment %s need a rebuild (%s) but cannot be written (%s): reading "
+                        "without them, by walking the frame headers", self.name, seg.path, reason, exc.strerror)
+            return False
+
+    def start(self, seg: Segment, offset: int) -> tuple[int, int]:
+        """Where to walk from in `seg` to reach `offset`: Segment.start, with a stale index repaired."""
+        try:
+            return seg.start(offset)
+        except StaleIndexError as exc:
+            self.repair_index(seg, str(exc), functools.partial(_stale, seg, offset))
+            return seg.start(offset)
 
     # -- appends -----------------------------------------------------------------------------------
     @staticmethod
@@ -145,32 +231,36 @@ class Log:
         attrs = CODECS[codec].attribute | (frame.ATTR_LOG_APPEND_TIME if timestamp_type == LOG_APPEND_TIME else 0)
         return FrameHeader(0, 0, batch.num_rows, first, max_ts, attrs), frame.encode_batch(batch, codec)
 
+    @writes
     def append(self, batch: pa.RecordBatch, codec: str = "none", timestamp_type: int = 0) -> int:
         """Append a batch of stored rows; returns the offset of its first row."""
         template, payload = self.encode(batch, codec, timestamp_type, self.clock)
         with self.lock:
-            base = self.end_offset
-            self.write_frame(frame.seal(template.rebased(base), payload), payload)
+            active = self.sync_tail()
+            base = self._tail_state.end_offset if self._tail_state else self.end_offset
+            self.write_frame(frame.seal(template, payload, base), payload, active)
             self.commit(base + batch.num_rows)
         return base
 
-    def write_frame(self, header: FrameHeader, payload: pa.Buffer | bytes) -> None:
+    @writes
+    def write_frame(self, header: FrameHeader, payload: pa.Buffer | bytes, active: Segment | None = None) -> None:
         """Write one sealed frame at the tail, rolling first if due (caller holds the lock)."""
-        active = self.sync_tail()
-        has_data = active.size > active.data_start
-        if has_data and self._roll_due(active, header):
-            active = Segment.create(self.directory, header.base_offset, self.schema)
-            self._segments[header.base_offset] = active
+        active = active or self.sync_tail()
+        end = self._tail_state.end_offset if self._tail_state else self.end_offset
+        if active.size > active.data_start and self._roll_due(active, header):
+            active = self.create_segment(header.base_offset)
+            self._tail_state = TailState(active.base_offset, active.size, end)
             self._maybe_retain(force=True)
         active.append(header, payload, self.config["index.interval.bytes"])
-        self._tail_state = (active.base_offset, active.size, self._tail_state[2] if self._tail_state else 0)
+        self._tail_state = TailState(active.base_offset, active.size, end)
         self._unflushed += header.record_count
 
+    @writes
     def commit(self, end_offset: int) -> None:
         """Advance the high watermark to `end_offset`, fsyncing if the flush policy asks (lock held)."""
-        self.hw.set(end_offset)
+        self.hw.write(end_offset)
         if self._tail_state:
-            self._tail_state = self._tail_state[:2] + (end_offset,)
+            self._tail_state = self._tail_state._replace(end_offset=end_offset)
         now = self.clock.now_ms()
         if self._unflushed >= self.config["flush.messages"] or now - self._last_flush >= self.config["flush.ms"]:
             self.flush()
@@ -194,71 +284,32 @@ class Log:
     def _roll_due(self, active: Segment, header: FrameHeader) -> bool:
         if active.size + header.size > self.config["segment.bytes"]:
             return True
-        first = next(active.headers(active.data_start, active.size), None)
-        return first is not None and self.clock.now_ms() - first[1].max_timestamp // 1000 >= self.config["segment.ms"]
+        first = active.first_frame()
+        return first is not None and self.clock.now_ms() - first.max_timestamp // 1000 >= self.config["segment.ms"]
 
-    def pending(self) -> dict | None:
-        """The pending-publish marker ({"txn", "end"}) a publish left here, if any (read without the lock it
-        is a hint; recovery under the lock decides)."""
+    # -- publishes ---------------------------------------------------------------------------------
+    def pending(self) -> PendingPublish | None:
+        """The pending-publish marker a publish left here, if any (read without the lock it is a hint; recovery
+        under the lock decides, and reports and removes one that cannot be read: None here)."""
         try:
-            with open(os.path.join(self.directory, PENDING)) as f:
-                return json.load(f)
-        except FileNotFoundError:
+            return read_marker(self.directory)
+        except UnreadableMarkerError:
             return None
 
+    @writes
     def begin_publish(self, txn: str, end_offset: int) -> None:
         """Mark that frames of transaction `txn` up to `end_offset` are being written (lock held)."""
-        path = os.path.join(self.directory, PENDING)
-        with open(path + ".tmp", "w") as f:
-            json.dump({"txn": txn, "end": end_offset}, f)
-        os.replace(path + ".tmp", path)
+        write_marker(self.directory, PendingPublish(txn, end_offset, self.end_offset))
 
+    @writes
     def adopt_segment(self, path: str, frames: list[tuple[FrameHeader, pa.Buffer]], base_offset: int) -> bool:
-        """Make the staged file `path` the new active segment at `base_offset` instead of copying it (lock
-        held, under a pending-publish marker). `frames` are its verified frames: a schema frame, then data
-        frames based from 0. Returns False (nothing done) if it cannot be adopted; copy its frames then.
-
-        Steps: re-base the frames in place (the CRC leaves the base offset out), write the indexes beside
-        it, drop an empty active segment, rename the file into the partition, then its indexes. A crash at
-        any step leaves a state sync_tail recovers like a copied publish: a renamed segment whose indexes
-        did not follow gets them rebuilt; an uncommitted one is cut back to its schema frame or deleted."""
-        active = self.sync_tail()
-        schema_header, schema_payload = frames[0]
-        if (not schema_header.is_schema or base_offset != active.last_frame_end(active.size)[1]
-                or os.path.getsize(path) >= min(self.config["segment.bytes"], 1 << 32)
-                or not frame.decode_schema(schema_payload).equals(self.schema)):
+        """Make the staged file `path` the new active segment at `base_offset` instead of copying it (lock held,
+        under a pending-publish marker); False if it cannot be adopted (copy its frames then). See adopt."""
+        adopted = adopt.adopt_segment(self, path, frames, base_offset)
+        if adopted is None:
             return False
-        offsets, times, max_ts, pos, last_pos = [], [], None, 0, None
-        interval = self.config["index.interval.bytes"]
-        fd = os.open(path, os.O_RDWR)
-        try:
-            for header, _ in frames:
-                os.pwrite(fd, _BASE_OFFSET.pack(base_offset + header.base_offset), pos + 8)
-                if not header.is_schema:
-                    if last_pos is None or pos - last_pos >= interval:
-                        offsets.append((header.base_offset, pos))
-                        last_pos = pos
-                    if header.record_count and (max_ts is None or header.max_timestamp > max_ts):
-                        times.append((header.max_timestamp, header.base_offset))
-                        max_ts = header.max_timestamp
-                pos += header.size
-            if pos != os.fstat(fd).st_size:
-                raise CorruptRecordError(f"staged segment {path} has bytes after its last frame")
-        finally:
-            os.close(fd)
-        index, timeindex = OffsetIndex(path + INDEX_SUFFIX), TimeIndex(path + TIME_SUFFIX)
-        index.reset(offsets)
-        timeindex.reset(times)
-        if active.size == active.data_start:
-            active.delete()
-            self._segments.pop(active.base_offset, None)
-        seg = Segment(self.directory, base_offset)
-        os.rename(path, seg.path)
-        os.rename(index.path, seg.index.path)
-        os.rename(timeindex.path, seg.timeindex.path)
-        seg._indexes_checked = True
-        self._segments[base_offset] = seg
-        self._tail_state = (base_offset, seg.size, self._tail_state[2] if self._tail_state else self.end_offset)
+        end = self._tail_state.end_offset if self._tail_state else self.end_offset
+        self._tail_state = TailState(adopted.base_offset, adopted.size, end)
         self._unflushed += sum(h.record_count for h, _ in frames)
         return True
 
@@ -266,10 +317,11 @@ class Log:
         """Drop the cached tail state, so the next writer recovers the tail (after a failed publish)."""
         self._tail_state = None
 
+    @writes
     def finish_publish(self, end_offset: int) -> None:
         """Make a committed transaction's frames visible and drop its marker (lock held)."""
         self.commit(end_offset)
-        os.unlink(os.path.join(self.directory, PENDING))
+        remove_marker(self.directory)
 
     # -- retention ---------------------------------------------------------------------------------
     def _maybe_retain(self, force: bool = False) -> None:
@@ -278,6 +330,7 @@ class Log:
                 return  # our own publish is mid-way (frames past the watermark): its sync_tail would undo it
             self.enforce_retention()
 
+    @writes
     def enforce_retention(self) -> int:
         """Delete whole old segments past retention.ms / retention.bytes; returns how many."""
         deleted = 0
@@ -289,7 +342,7 @@ class Log:
             expired = lambda s: (retention_ms >= 0 and s.timeindex.max_timestamp() is not None
                                  and s.timeindex.max_timestamp() // 1000 < self._last_retention - retention_ms)
             if expired(active) and active.size > active.data_start and len(segs) >= 1:
-                active = Segment.create(self.directory, self.end_offset, self.schema)
+                active = self.create_segment(self.end_offset)
                 segs = self.segments()
             total = sum(s.size for s in segs)
             for seg in segs[:-1]:
@@ -299,77 +352,42 @@ class Log:
                 total -= seg.size
                 seg.delete()
                 deleted += 1
-            self._tail_state = None
+            self._tail_state = TailState(active.base_offset, active.size, self.end_offset)
         return deleted
 
     # -- reads -------------------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int, end_offset: int | None = None
-             ) -> Iterator[tuple[int, pa.RecordBatch, int]]:
-        """(first offset, stored rows, timestamp type) of committed batches from `offset`, up to about
-        `max_bytes` of frames (at least one batch) and below `end_offset` (default: the watermark)."""
-        hw = self.end_offset
-        end = hw if end_offset is None else min(end_offset, hw)
-        segs = self.segments()
-        start = min(segs[0].base_offset, hw) if segs else hw
-        if not start <= offset <= hw:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is outside the log's range [{start}, {hw}] in {self.directory}")
-        bases = [s.base_offset for s in segs]
-        i = max(bisect.bisect_right(bases, offset) - 1, 0)
-        self._check_indexes(segs[i:])
-        budget = max_bytes
-        for seg in segs[i:]:
-            if offset >= end or budget <= 0:
-                return
-            try:
-                frames = list(self._frames(seg, offset, end, budget))
-            except FileNotFoundError:
-                raise OffsetOutOfRangeError(
-                    f"offset {offset} was deleted by retention while being read in {self.directory}") from None
-            for header, payload in frames:
-                batch = frame.decode_batch(payload, seg.schema)
-                lo = max(offset - header.base_offset, 0)
-                hi = min(end - header.base_offset, header.record_count)
-                if lo or hi < header.record_count:
-                    batch = batch.slice(lo, hi - lo)
-                ts_type = 1 if header.attributes & frame.ATTR_LOG_APPEND_TIME else 0
-                yield header.base_offset + lo, batch, ts_type
-                offset = header.base_offset + hi
-                budget -= header.size
+    def read(self, offset: int, max_bytes: int, end_offset: int | None = None) -> Iterator[Fetched]:
+        """Committed batches from `offset`, up to about `max_bytes` of frames (at least one batch) and below
+        `end_offset` (default: the watermark). Damaged records raise CorruptRecordError (a CorruptRangeError
+        naming them) when the read reaches them."""
+        return reader.read(self, offset, max_bytes, end_offset)
 
-    @staticmethod
-    def _frames(seg: Segment, offset: int, end: int, budget: int) -> Iterator[tuple[FrameHeader, pa.Buffer]]:
-        for header, payload in seg.read(offset, end, seg.size):
-            yield header, payload
-            budget -= header.size
-            if budget <= 0:
-                return
+    def fetch(self, offset: int, max_bytes: int, end_offset: int | None = None) -> list[Fetched]:
+        """read() as a list: the batches before damaged records are returned, and the error raised only when
+        the first batch asked for is damaged (the next fetch, from the damaged offset, raises it)."""
+        out: list[Fetched] = []
+        try:
+            for fetched in self.read(offset, max_bytes, end_offset):
+                out.append(fetched)
+        except CorruptRecordError as exc:
+            if not out:
+                raise
+            log.debug("%s: fetch from offset %d stops before damaged records: %s", self.name, offset, exc)
+        return out
 
     def offset_for_time(self, timestamp_us: int) -> int | None:
         """The earliest committed offset whose timestamp is >= timestamp_us, or None."""
-        segs = self.segments()
-        self._check_indexes(segs)
-        maxima, running = [], None
-        for seg in segs:
-            ts = seg.timeindex.max_timestamp()
-            running = ts if running is None else max(running, ts if ts is not None else running)
-            maxima.append(-1 if running is None else running)
-        i = bisect.bisect_left(maxima, timestamp_us)
-        hw = self.end_offset
-        for seg in segs[i:]:
-            rel = seg.timeindex.first_at_or_after(timestamp_us)
-            if rel is None:
-                continue
-            if seg.base_offset + rel >= hw:  # only uncommitted batches (past the watermark) reach it
-                return None
-            for base, batch, _ in self.read(max(seg.base_offset + rel, self.start_offset), 1, hw):
-                mask = pc.greater_equal(batch.column(0), pa.scalar(timestamp_us, TIMESTAMP))
-                idx = pc.index(mask, True).as_py()
-                if idx >= 0:
-                    return base + idx
-        return None
+        return reader.offset_for_time(self, timestamp_us)
 
-    def sync_tail_locked(self) -> None:
-        """Create or recover the tail under the lock (used when a partition is created or opened)."""
-        with self.lock:
-            self.sync_tail()
+
+def _stale(seg: Segment, offset: int) -> bool:
+    """True if the offset index entry for `offset` names a frame that is not there."""
+    try:
+        seg.start(offset)
+    except StaleIndexError:
+        return True
+    return False
+
+
+def _inconsistent(seg: Segment) -> bool:
+    return not seg.indexes_consistent()

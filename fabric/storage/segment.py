@@ -1,7 +1,7 @@
 """A Segment: one data file of frames plus its offset and time indexes, named by its base offset."""
 from __future__ import annotations
 
-import mmap
+import logging
 import os
 from typing import Iterator
 
@@ -11,6 +11,11 @@ from fabric.common.errors import CorruptRecordError
 from fabric.storage import frame
 from fabric.storage.frame import FrameError, FrameHeader
 from fabric.storage.index import OffsetIndex, TimeIndex
+from fabric.storage.index_builder import IndexBuilder
+from fabric.storage.mapcache import MAPS
+from fabric.storage.scan import Damage, Frame, Walk, resync
+
+log = logging.getLogger(__name__)
 
 DATA_SUFFIX = ".arrows"
 INDEX_SUFFIX = ".index"
@@ -34,25 +39,34 @@ def write_all(fd: int, parts: list) -> None:
             views[0] = views[0][written:]
 
 
-class Segment:
-    """The frames of offsets [base_offset, next segment's base) and their indexes."""
+class StaleIndexError(CorruptRecordError):
+    """An index entry names a frame that is not there (the Log rebuilds the index, or reads without it)."""
 
-    def __init__(self, directory: str, base_offset: int) -> None:
+
+class Segment:
+    """The frames of offsets [base_offset, next segment's base) and their indexes. `schema` (the topic's
+    storage schema) decodes the batches if the segment's own schema frame is damaged."""
+
+    def __init__(self, directory: str, base_offset: int, schema: pa.Schema | None = None) -> None:
         self.base_offset = base_offset
         stem = os.path.join(directory, segment_name(base_offset))
         self.path = stem + DATA_SUFFIX
         self.index = OffsetIndex(stem + INDEX_SUFFIX)
         self.timeindex = TimeIndex(stem + TIME_SUFFIX)
-        self._buffer: pa.Buffer | None = None
+        self.fallback_schema = schema
         self._schema: pa.Schema | None = None
         self._data_start = 0
+        self._inode = -1  # of the file the schema frame was read from
         self._indexes_checked = False
+        self.use_index = True  # False: the index is broken and cannot be rebuilt here (a read-only directory)
+        self._first: FrameHeader | None = None  # the first data frame: it never changes while it exists
+        self._builder: IndexBuilder | None = None  # this writer's indexing state (see append)
 
     # -- creation and the schema frame ---------------------------------------------------------------
     @classmethod
     def create(cls, directory: str, base_offset: int, schema: pa.Schema) -> Segment:
         """A new segment holding only its schema frame (replacing any torn leftover of the same name)."""
-        seg = cls(directory, base_offset)
+        seg = cls(directory, base_offset, schema)
         header, payload = frame.schema_frame(schema, base_offset)
         tmp = seg.path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -63,116 +77,144 @@ class Segment:
         seg.index.reset([])
         seg.timeindex.reset([])
         os.replace(tmp, seg.path)
+        MAPS.forget(seg.path)
+        seg._indexes_checked = True
         return seg
 
     @property
     def size(self) -> int:
         return os.path.getsize(self.path)
 
-    def view(self, upto: int | None = None) -> pa.Buffer:
-        """A zero-copy buffer over the mapped file, covering at least `upto` bytes (default: all)."""
-        if self._buffer is None or (upto or self.size) > self._buffer.size:
-            with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                self._buffer = pa.py_buffer(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)) \
-                    if size else pa.py_buffer(b"")
-        return self._buffer
+    def view(self) -> pa.Buffer:
+        """A zero-copy buffer over the mapped file as it is now (a shared, bounded map: see mapcache)."""
+        return MAPS.get(self.path)
 
     @property
     def schema(self) -> pa.Schema:
-        """The Arrow schema every batch in this segment is encoded against (CorruptRecordError if its schema
-        frame is missing or damaged)."""
-        if self._schema is None:
-            self._schema = self._read_schema_frame()
-        return self._schema
-
-    def _read_schema_frame(self) -> pa.Schema:
-        """Decode the schema frame at byte 0 and note where the data frames start."""
-        buf = self.view(frame.HEADER_SIZE)
-        try:
-            header = frame.unpack_header(buf)
-        except FrameError:
-            raise CorruptRecordError(f"segment {self.path} has no valid schema frame") from None
-        if not header.is_schema or not frame.verify(buf, 0, header):
-            raise CorruptRecordError(f"segment {self.path} has a corrupt schema frame")
-        self._data_start = header.size
-        return frame.decode_schema(buf.slice(frame.HEADER_SIZE, header.length))
+        """The Arrow schema every batch in this segment is encoded against (the topic's, if the schema frame is
+        damaged; CorruptRecordError if there is none to fall back on)."""
+        return self._schema_frame()[0]
 
     @property
     def data_start(self) -> int:
         """Byte position of the first data frame."""
-        if self._schema is None:
-            self._schema = self._read_schema_frame()
-        return self._data_start
+        return self._schema_frame()[1]
 
-    # -- scanning ----------------------------------------------------------------------------------
-    def headers(self, pos: int, end: int) -> Iterator[tuple[int, FrameHeader]]:
-        """(position, header) of each whole frame from `pos` while it ends at or before byte `end`."""
-        buf = self.view(end)
-        while pos + frame.HEADER_SIZE <= end:
-            try:
-                header = frame.unpack_header(buf, pos)
-            except FrameError:
-                return
-            if pos + header.size > end:
-                return
-            yield pos, header
-            pos += header.size
+    def _schema_frame(self) -> tuple[pa.Schema, int]:
+        """(schema, data start), read again if the file was replaced (a recreated or adopted segment)."""
+        inode = os.stat(self.path).st_ino
+        if self._schema is None or inode != self._inode:
+            self.forget_writes()
+            self._schema, self._data_start = self._read_schema_frame()
+            self._inode = inode
+        return self._schema, self._data_start
 
-    def locate(self, offset: int, end: int) -> tuple[int, FrameHeader | None]:
-        """The frame holding `offset` (position, header), or (position after the last frame, None)."""
-        hit = self.index.floor(offset - self.base_offset)
-        pos = max(hit[1], self.data_start) if hit else self.data_start
-        for at, header in self.headers(pos, end):
-            if header.next_offset > offset:
-                return at, header
-            pos = at + header.size
-        return pos, None
+    @property
+    def schema_frame_ok(self) -> bool:
+        """True if the file starts with a whole, valid schema frame."""
+        buf = self.view()
+        try:
+            header = frame.unpack_header(buf, 0)
+        except FrameError:
+            return False
+        return header.is_schema and frame.verify(buf, 0, header)
 
-    def read(self, offset: int, end_offset: int, end: int) -> Iterator[tuple[FrameHeader, pa.Buffer]]:
-        """Verified (header, payload) of the frames overlapping [offset, end_offset)."""
-        pos, header = self.locate(offset, end)
-        if header is None:
-            return
-        buf = self.view(end)
-        for at, header in self.headers(pos, end):
-            if header.base_offset >= end_offset:
-                return
-            if not frame.verify(buf, at, header):
-                raise CorruptRecordError(
-                    f"batch at offset {header.base_offset} in {self.path} failed its CRC check; "
-                    "it will not be served (restore the segment or skip past it with a seek)")
-            yield header, buf.slice(at + frame.HEADER_SIZE, header.length)
+    def _read_schema_frame(self) -> tuple[pa.Schema, int]:
+        """Decode the schema frame at byte 0; (schema, position of the first data frame)."""
+        buf = self.view()
+        try:
+            header: FrameHeader | None = frame.unpack_header(buf, 0)
+        except FrameError:
+            header = None
+        if header is not None and header.is_schema and frame.verify(buf, 0, header):
+            return frame.decode_schema(buf.slice(frame.HEADER_SIZE, header.length)), header.size
+        if self.fallback_schema is None:
+            raise CorruptRecordError(f"segment {self.path} has no valid schema frame; restore it from a backup")
+        first = resync(buf, 0, self.base_offset, header) if buf.size else None
+        start = buf.size if first is None else first.position
+        if buf.size:
+            log.warning("segment %s: its schema frame is damaged; its batches (from byte %d) are decoded with the "
+                        "topic's schema", self.path, start)
+        return self.fallback_schema, start
 
-    def last_frame_end(self, end: int) -> tuple[int, int]:
-        """(position after the last whole frame below byte `end`, the next offset there)."""
-        last = self.index.last()
-        pos = max(last[1], self.data_start) if last else self.data_start
-        next_offset = self.base_offset
-        for at, header in self.headers(pos, end):
-            next_offset = header.next_offset
-            pos = at + header.size
-        if last and next_offset == self.base_offset:
-            next_offset = self.base_offset + last[0]
-        return pos, next_offset
+    # -- walking -----------------------------------------------------------------------------------
+    def walk(self, position: int, expected: int, **options: int | None) -> Walk:
+        """The frames from byte `position` (where offset `expected` starts): see scan.Walk for the options."""
+        return Walk(self.path, self.view(), position, expected, **options)
+
+    def start(self, offset: int) -> tuple[int, int]:
+        """Where to start walking to reach `offset`: (byte position, the offset starting there), from the offset
+        index if its entry names the frame found there (StaleIndexError if it does not)."""
+        if self.use_index:
+            hit = self.index.floor(offset - self.base_offset)
+            if hit is not None:
+                rel, pos = hit
+                try:
+                    header = frame.unpack_header(self.view(), pos)
+                except FrameError:
+                    header = None
+                if header is None or header.is_schema or header.base_offset != self.base_offset + rel \
+                        or pos < self.data_start:
+                    found = "no frame header" if header is None else f"a frame of offset {header.base_offset}"
+                    raise StaleIndexError(f"index {self.index.path}: its entry for offset {self.base_offset + rel} "
+                                          f"points at byte {pos}, where there is {found}")
+                return pos, self.base_offset + rel
+        return self.data_start, self.base_offset
+
+    def read(self, offset: int, end_offset: int, limit: int, start: tuple[int, int]) -> Iterator[Frame | Damage]:
+        """The CRC-checked frames overlapping [offset, end_offset), and the damage among them, walking from
+        `start` (see start()); `limit` is the offset this segment's frames reach (the next segment's base, or the
+        watermark)."""
+        for item in self.walk(*start, stop=end_offset, verify_from=offset, limit=limit):
+            if isinstance(item, Frame) and item.header.next_offset <= offset:
+                continue
+            if isinstance(item, Damage) and item.next_offset is not None and item.next_offset <= offset:
+                continue
+            yield item
+
+    def frame_of(self, offset: int, start: tuple[int, int]) -> Frame | None:
+        """The frame starting at exactly `offset`, by its header, walking from `start` (None if there is none)."""
+        for item in self.walk(*start, stop=offset + 1):
+            if isinstance(item, Frame) and item.header.base_offset == offset:
+                return item
+        return None
+
+    def first_frame(self) -> FrameHeader | None:
+        """The header of the first data frame, if there is one."""
+        if self._first is None:
+            self._first = next((item.header for item in self.walk(self.data_start, self.base_offset)
+                                if isinstance(item, Frame)), None)
+        return self._first
+
+    def end(self, start: tuple[int, int] | None = None) -> Walk:
+        """A finished walk from `start` (default: the last indexed frame) to the end of the data: its `position`
+        and `expected` say where the frames end, checked by their CRC (this is where a writer appends)."""
+        pos, expected = start or self.start(2**62)
+        walk = self.walk(pos, expected, verify_from=expected)
+        for _ in walk:
+            pass
+        return walk
 
     # -- writing (callers hold the partition lock) -------------------------------------------------
     def append(self, header: FrameHeader, payload: pa.Buffer | bytes, index_interval: int) -> int:
-        """Append one sealed frame and index it; returns its byte position."""
+        """Append one sealed frame and index it; returns its byte position. The indexing state is read from the
+        index files once, then kept while this object is the only writer (forget_writes() drops it)."""
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
             pos = os.fstat(fd).st_size
             write_all(fd, [header.pack(), payload])
         finally:
             os.close(fd)
-        rel = header.base_offset - self.base_offset
-        last = self.index.last()
-        if last is None or pos - last[1] >= index_interval:
-            self.index.append(rel, pos)
-        max_ts = self.timeindex.max_timestamp()
-        if header.record_count and (max_ts is None or header.max_timestamp > max_ts):
-            self.timeindex.append(header.max_timestamp, rel)
+        if self._builder is None or self._builder.interval != index_interval:
+            self._builder = IndexBuilder.resume(self.base_offset, index_interval, self.index, self.timeindex)
+        self._builder.add(pos, header)
+        self._builder.append_to(self.index, self.timeindex)
         return pos
+
+    def forget_writes(self) -> None:
+        """Drop what this object remembers of its files' tail (another writer, or recovery, changed them)."""
+        self._builder = None
+        self._first = None
 
     def fsync(self) -> None:
         fd = os.open(self.path, os.O_RDONLY)
@@ -181,59 +223,70 @@ class Segment:
         finally:
             os.close(fd)
 
-    def truncate(self, position: int) -> None:
-        """Cut the data file at `position` and drop index entries pointing at or past it."""
-        pos, next_offset = self.last_frame_end(position)
+    def truncate(self, position: int, next_offset: int) -> None:
+        """Cut the data file at `position`, where offset `next_offset` would start, and drop the index entries
+        of what was cut."""
         with open(self.path, "r+b") as f:
             f.truncate(position)
-        self._buffer = None
+        MAPS.forget(self.path)
+        self.forget_writes()
         self.index.truncate_entries(self.index.count_below(position))
         self.timeindex.truncate_entries(self.timeindex.count_below(next_offset - self.base_offset))
 
-    def check_indexes(self) -> bool:
-        """Rebuild the indexes from the frames if they are missing, torn or inconsistent.
+    def indexes_consistent(self) -> bool:
+        """True if both indexes exist, are whole and increase, the offset index points inside the data file, and
+        the time index's last entry names a frame with that max timestamp which no later frame exceeds (a time
+        index cut short would hide the segment's later timestamps from time lookups)."""
+        if not (os.path.exists(self.index.path) and os.path.exists(self.timeindex.path)):
+            return False
+        if not self.index.is_consistent(self.size) or self.timeindex.torn:
+            return False
+        entries = self.timeindex.entries
+        if not len(entries):
+            return not any(isinstance(i, Frame) and i.header.record_count for i in self.walk(self.data_start,
+                                                                                             self.base_offset))
+        if not self.timeindex.is_consistent(2**32):
+            return False
+        ts, rel = int(entries["ts"][-1]), int(entries["rel"][-1])
+        try:
+            start = self.start(self.base_offset + rel)
+        except StaleIndexError:
+            return False
+        found = False
+        for item in self.walk(*start):
+            if isinstance(item, Frame) and item.header.base_offset == self.base_offset + rel:
+                found = item.header.max_timestamp == ts
+            elif isinstance(item, Frame) and item.header.record_count and item.header.max_timestamp > ts:
+                return False
+        return found
 
-        Returns True if they had to be rebuilt."""
+    def check_indexes(self, index_interval: int = 4096) -> bool:
+        """Rebuild the indexes from the frames if they are missing, torn or inconsistent (once per object; the
+        caller holds the lock). Returns True if they had to be rebuilt."""
         if self._indexes_checked:
             return False
-        self._indexes_checked = True
-        size = self.size
-        ok = (os.path.exists(self.index.path) and os.path.exists(self.timeindex.path)
-              and self.index.is_consistent(size) and self.timeindex.is_consistent(2**32))
-        last = self.index.last() if ok else None
-        if last is not None:
-            rel, pos = last
-            try:
-                header = frame.unpack_header(self.view(pos + frame.HEADER_SIZE), pos)
-                ok = header.base_offset == self.base_offset + rel
-            except FrameError:
-                ok = False
-        if ok:  # the time index may only name batches that exist (2**32 let any stale entry through)
-            _, next_offset = self.last_frame_end(size)
-            ok = self.timeindex.is_consistent(next_offset - self.base_offset - 1) or not len(self.timeindex)
+        ok = self.indexes_consistent()
         if not ok:
-            self.rebuild_indexes(index_interval=4096)
+            self.rebuild_indexes(index_interval)
+        self._indexes_checked = True
         return not ok
 
     def rebuild_indexes(self, index_interval: int) -> None:
-        """Recreate both indexes by scanning the frame headers (no payload is read)."""
-        offsets, times = [], []
-        last_pos, max_ts = None, None
-        for pos, header in self.headers(self.data_start, self.size):
-            rel = header.base_offset - self.base_offset
-            if last_pos is None or pos - last_pos >= index_interval:
-                offsets.append((rel, pos))
-                last_pos = pos
-            if header.record_count and (max_ts is None or header.max_timestamp > max_ts):
-                times.append((header.max_timestamp, rel))
-                max_ts = header.max_timestamp
-        self.index.reset(offsets)
-        self.timeindex.reset(times)
+        """Recreate both indexes by walking the frame headers (damaged frames are left out)."""
+        builder = IndexBuilder(self.base_offset, index_interval)
+        for item in self.walk(self.data_start, self.base_offset):
+            if isinstance(item, Frame):
+                builder.add(item.position, item.header)
+        builder.write(self.index, self.timeindex)
         self._indexes_checked = True
+        self.use_index = True
+        self._builder = None
 
     def delete(self) -> None:
-        """Remove the data file and both indexes (open maps stay readable until dropped)."""
+        """Remove the data file and both indexes (buffers readers hold stay readable until dropped)."""
+        MAPS.forget(self.path)
         for path in (self.path, self.index.path, self.timeindex.path):
+            MAPS.forget(path)
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -114,9 +114,9 @@ log.sync_tail_locked()
 out = []
 offset = log.start_offset
 while offset < log.end_offset:
-    for base, batch, _ in log.read(offset, 1 << 20):
-        out.extend(v.decode() for v in batch.column(3).to_pylist())
-        offset = base + batch.num_rows
+    for fetched in log.read(offset, 1 << 20):
+        out.extend(v.decode() for v in fetched.batch.column(3).to_pylist())
+        offset = fetched.offset + fetched.batch.num_rows
 print(json.dumps({"end": log.end_offset, "values": out}))
 """
 

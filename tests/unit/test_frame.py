@@ -2,6 +2,8 @@
 verifying it, record batches and schemas encoded as Arrow IPC payloads, and splitting a buffer of frames."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pyarrow as pa
 import pytest
 
@@ -123,13 +125,49 @@ def test_rebased_keeps_the_crc_valid():
     payload = b"staged frame"
     sealed = frame.seal(HEADER, payload)
     moved = sealed.rebased(5)
-    assert (moved.base_offset, moved.crc, moved.length) == (5, sealed.crc, sealed.length)
+    assert (moved.base_offset, moved.length) == (5, sealed.length)
     assert moved.next_offset == 5 + HEADER.record_count
     data = moved.pack() + payload
     assert frame.unpack_header(data).base_offset == 5
     assert frame.verify(data, 0, frame.unpack_header(data))
-    # base offset and leader epoch are outside the CRC; everything from byte 24 on is inside it
-    assert frame.verify(flipped(data, 8), 0, moved) and frame.verify(flipped(data, 16), 0, moved)
+    assert moved == frame.seal(replace(HEADER, base_offset=5), payload)  # as if sealed there: no payload read
+    assert moved.rebased(HEADER.base_offset) == sealed
+
+
+@pytest.mark.parametrize("position", [4, 8, 15, 16, 19])
+def test_version_2_crc_covers_length_base_offset_and_leader_epoch(position):
+    """Defect 3: a flipped base offset served records at wrong offsets, unnoticed (the v1 CRC left it out)."""
+    payload = b"0123456789abcdef"
+    data = frame.seal(HEADER, payload).pack() + payload
+    assert frame.unpack_header(data).version == frame.VERSION == 2
+    damaged = flipped(data, position)
+    try:
+        header = frame.unpack_header(damaged)
+    except frame.FrameError:
+        return
+    assert not frame.verify(damaged, 0, header)
+
+
+def version_1_frame(payload: bytes, base_offset: int) -> bytes:
+    """A frame as version 1 wrote it: the CRC of bytes 24 on only."""
+    header = replace(HEADER, base_offset=base_offset, length=len(payload), version=1, crc=0)
+    return replace(header, crc=frame.checksum(header.pack(), payload, version=1)).pack() + payload
+
+
+def test_version_1_frames_stay_readable():
+    payload = b"old segment's frame"
+    data = version_1_frame(payload, 77)
+    header = frame.unpack_header(data)
+    assert (header.version, header.base_offset) == (1, 77) and frame.verify(data, 0, header)
+    assert not frame.verify(flipped(data, frame.HEADER_SIZE + 3), 0, header)
+    # base offset and leader epoch are outside a version 1 CRC (readers check contiguity instead) ...
+    assert frame.verify(flipped(data, 8), 0, frame.unpack_header(flipped(data, 8)))
+    # ... and re-basing one keeps its CRC and its version
+    moved = header.rebased(5)
+    assert moved.version == 1 and frame.verify(moved.pack() + payload, 0, moved)
+    # changing its version byte to 2 fails the check: the version decides which bytes the CRC covers
+    as_v2 = data[:24] + bytes([2]) + data[25:]
+    assert not frame.verify(as_v2, 0, frame.unpack_header(as_v2))
 
 
 # -- payloads ------------------------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from fabric.common.errors import OffsetOutOfRangeError
 from fabric.storage import frame
-from fabric.storage.index import OffsetIndex, TimeIndex
+from fabric.storage.index import IndexOrderError, OffsetIndex, TimeIndex
+from fabric.storage.index_builder import IndexBuilder
+from fabric.storage.mapcache import MapCache
 
 # old (1970 / 2023) timestamps must not be rolled or expired by the 7-day defaults in these tests
 KEEP = dict(retention_ms=-1, segment_ms=2**62)
@@ -133,8 +135,8 @@ def test_log_read_from_any_offset(tmp_path_factory, storage, data):
             assert storage.read_all(reader, offset) == expected[offset:]
             got = list(reader.read(offset, 1))  # at most about one batch, but never empty below the end
             if offset < total:
-                assert got and got[0][0] == offset
-                batch = got[0][1]
+                assert got and got[0].offset == offset
+                batch = got[0].batch
                 assert batch.column(3).to_pylist() == [v for _, v, _ in expected[offset:offset + batch.num_rows]]
             else:
                 assert got == []
@@ -190,3 +192,60 @@ def test_index_entries_follow_interval(tmp_path, storage):
         sparse.append(storage.make_batch([b"v%d" % i]))
     assert len(sparse.segments()[-1].index) == 1
     assert storage.read_all(sparse, 7) == [(o, v, t) for o, v, t in storage.read_all(sparse) if o >= 7]
+
+
+@pytest.mark.parametrize("index_class, entries, bad", [
+    (OffsetIndex, [(0, 64), (5, 300)], [(5, 400), (6, 300), (4, 500), (6, 200)]),
+    (TimeIndex, [(10, 0), (20, 5)], [(20, 6), (30, 5), (15, 9), (25, 4)]),
+])
+def test_index_appends_refuse_entries_that_do_not_increase(tmp_path, index_class, entries, bad):
+    """Never a silent write: an entry that does not increase both keys would mislead every later lookup."""
+    idx = index_class(str(tmp_path / "seg.index"))
+    for entry in entries:
+        idx.append(*entry)
+    for entry in bad:
+        with pytest.raises(IndexOrderError, match=f"refused index entry .* in {tmp_path}/seg.index"):
+            idx.append(*entry)
+    assert [tuple(int(v) for v in e) for e in idx.entries] == entries  # nothing was written
+
+
+def test_appends_rebuilds_and_adoption_index_alike(tmp_path, storage):
+    """One rule (IndexBuilder) makes the entries, whether a segment is appended to, rebuilt or adopted."""
+    log = storage.open_log(str(tmp_path), index_interval_bytes=700, **KEEP)
+    for i in range(30):
+        log.append(storage.make_batch([b"x" * (i * 7 % 90)] * (1 + i % 3), [(i * 37) % 50] * (1 + i % 3)))
+    seg = log.segments()[0]
+    appended = (seg.index.entries.copy(), seg.timeindex.entries.copy())
+    assert 1 < len(appended[0]) < 30 and 1 < len(appended[1]) < 30
+    seg.rebuild_indexes(700)
+    assert np.array_equal(seg.index.entries, appended[0]) and np.array_equal(seg.timeindex.entries, appended[1])
+    builder = IndexBuilder(seg.base_offset, 700)
+    for pos, header, _ in storage.scan_frames(seg.path):
+        if not header.is_schema:
+            builder.add(pos, header)
+    assert builder.offsets == [tuple(int(v) for v in e) for e in appended[0]]
+    assert builder.times == [tuple(int(v) for v in e) for e in appended[1]]
+
+
+def test_maps_hold_no_file_descriptor_and_are_bounded(tmp_path):
+    """Defect 7's mechanism: a map keeps no descriptor open, the cache keeps at most `capacity` maps, and a map
+    follows its file when it grows, shrinks or is replaced."""
+    cache = MapCache(capacity=8)
+    paths = []
+    for i in range(40):
+        path = tmp_path / f"f{i}"
+        path.write_bytes(b"x" * (i + 1))
+        paths.append(str(path))
+    open_before = len(os.listdir("/proc/self/fd"))
+    held = [cache.get(p) for p in paths]
+    assert len(os.listdir("/proc/self/fd")) == open_before
+    assert len(cache) == 8 and [b.size for b in held] == list(range(1, 41))  # evicted maps stay readable
+    path = tmp_path / "f39"
+    with open(path, "ab") as f:
+        f.write(b"y")
+    assert cache.get(str(path)).to_pybytes() == b"x" * 40 + b"y"
+    path.write_bytes(b"z" * 3)  # shrunk in place: never read past its end
+    assert cache.get(str(path)).to_pybytes() == b"zzz"
+    (tmp_path / "new").write_bytes(b"new")
+    os.replace(tmp_path / "new", path)  # replaced by another file of the same size
+    assert cache.get(str(path)).to_pybytes() == b"new"

@@ -3,6 +3,7 @@ or publish left. Every scenario reopens the partition with a new Log object. (SI
 a new process: tests/integration/test_storage_recovery.py.)"""
 from __future__ import annotations
 
+import logging
 import os
 import random
 
@@ -139,14 +140,14 @@ def test_corrupt_committed_frame_is_never_served(tmp_path, where, storage):
         # reading from before it: the good records come, then the error; nothing from the bad frame
         served = []
         with pytest.raises(CorruptRecordError):
-            for base, batch, _ in reader.read(0, 1 << 20):
-                served.extend(range(base, base + batch.num_rows))
+            for fetched in reader.read(0, 1 << 20):
+                served.extend(range(fetched.offset, fetched.offset + fetched.batch.num_rows))
         assert not bad & set(served)
         assert served == list(range(len(served)))  # whatever came before the error was good and in order
         # every good record before it can still be fetched, one batch at a time
         for offset in range(header.base_offset):
             got = list(reader.read(offset, 1))
-            assert got[0][0] == offset and got[0][1].column(3)[0].as_py() == expected[offset][1]
+            assert got[0].offset == offset and got[0].batch.column(3)[0].as_py() == expected[offset][1]
         # reading past it still works
         after = header.next_offset if where != "record count" else frames[6][2].base_offset
         assert storage.read_all(reader, after) == expected[after:]
@@ -203,8 +204,8 @@ def test_broken_index_is_rebuilt(tmp_path, damage, which, storage):
     assert storage.read_all(reopened) == expected
     for offset in range(len(expected)):
         got = list(reopened.read(offset, 1))
-        assert got and got[0][0] == offset
-        assert got[0][1].column(3)[0].as_py() == expected[offset][1]
+        assert got and got[0].offset == offset
+        assert got[0].batch.column(3)[0].as_py() == expected[offset][1]
     for t in range(-1, 502, 7):
         model = next((o for o, _, ts in expected if ts >= t), None)
         assert reopened.offset_for_time(t) == model, t
@@ -212,3 +213,37 @@ def test_broken_index_is_rebuilt(tmp_path, damage, which, storage):
         assert seg.index.is_consistent(seg.size)
     assert reopened.append(storage.make_batch([b"tail"], [600])) == len(expected)
     assert reopened.offset_for_time(600) == len(expected)
+
+
+# -- (e) an unreadable pending-publish marker --------------------------------------------------------
+@pytest.mark.parametrize("garbage", [b"", b"{", b"\x00\xff\xfe", b'{"txn": 5, "end": 9}', b'{"txn": "t", "end": -1}',
+                                     b"[1, 2]", b'{"txn": "t", "base": 9, "end": 3}'])
+@pytest.mark.parametrize("committed", [False, True])
+def test_an_unreadable_pending_marker_is_recovered(tmp_path, storage, garbage, committed, caplog):
+    """Defect 6: a garbage pending-publish file raised JSONDecodeError from every command. A marker that cannot
+    be read names no transaction that could have committed the frames past the watermark, so they are
+    unacknowledged: recovery cuts them and says so."""
+    cluster = storage.cluster(str(tmp_path), **KEEP)
+    log = cluster.log("events", 0)
+    expected = storage.fill(log, 3)
+    hw = log.end_offset
+    with log.lock:  # a publish that died after writing its frames
+        log.begin_publish("txn-dead", hw + 2)
+        template, payload = log.encode(storage.make_batch([b"p1", b"p2"]))
+        log.write_frame(frame.seal(template.rebased(hw), payload), payload)
+    if committed:  # even a committed one: nothing ties these frames to it any more
+        cluster.coordinator.commit_transaction("txn-dead")
+    with open(os.path.join(log.directory, PENDING), "wb") as f:
+        f.write(garbage)
+
+    reopened = storage.cluster(str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="fabric.storage"):
+        assert reopened.log("events", 0).pending() is None  # a hint only: never raises
+        assert reopened.fetch("events", 0, 0, 1 << 20)[0].offset == 0
+        assert reopened.append("events", 0, storage.make_batch([b"next"], [4])) == hw
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "pending-publish marker" in messages and "unreadable" in messages and "events-0" in messages
+    assert f"cut offsets {hw}..{hw + 1}" in messages
+    assert not os.path.exists(os.path.join(log.directory, PENDING))
+    assert storage.read_all(reopened.log("events", 0)) == expected + [(hw, b"next", 4)]
+    storage.assert_clean(log.directory, hw + 1)

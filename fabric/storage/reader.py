@@ -1,0 +1,134 @@
+"""Reads of a partition: committed batches from an offset, and the offset for a time.
+
+Only whole, CRC-checked frames below the high watermark are served, each one checked to start where the one
+before it ended. Damaged or missing records raise CorruptRangeError naming the segment, the byte and the
+offsets, so a consumer can seek past them; the frames after them stay readable. Reads write nothing (an index
+found broken is rebuilt under the lock where the directory can be written, else bypassed).
+"""
+from __future__ import annotations
+
+import bisect
+import functools
+from typing import TYPE_CHECKING, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fabric.common.errors import CorruptRecordError, OffsetOutOfRangeError
+from fabric.common.records import TIMESTAMP
+from fabric.common.types import Fetched
+from fabric.storage import frame
+from fabric.storage.scan import CorruptRangeError, Damage, Frame
+from fabric.storage.segment import Segment
+
+if TYPE_CHECKING:
+    from fabric.storage.log import Log
+
+
+def read(plog: Log, offset: int, max_bytes: int, end_offset: int | None = None) -> Iterator[Fetched]:
+    """See Log.read."""
+    hw = plog.end_offset
+    end = hw if end_offset is None else min(end_offset, hw)
+    segs = plog.segments()
+    start = min(segs[0].base_offset, hw) if segs else hw
+    if not start <= offset <= hw:
+        raise OffsetOutOfRangeError(f"offset {offset} is outside the log's range [{start}, {hw}] of partition "
+                                    f"{plog.name} ({plog.directory})")
+    return _batches(plog, segs, offset, end, max_bytes)
+
+
+def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int) -> Iterator[Fetched]:
+    bases = [s.base_offset for s in segs]
+    first = max(bisect.bisect_right(bases, offset) - 1, 0)
+    for i in range(first, len(segs)):
+        if offset >= end or budget <= 0:
+            return
+        seg = segs[i]
+        limit = min(end, bases[i + 1]) if i + 1 < len(segs) else end
+        try:
+            plog.check_indexes([seg])
+            items = list(_frames(plog, seg, offset, end, limit, budget))
+        except FileNotFoundError:
+            raise OffsetOutOfRangeError(f"offset {offset} of partition {plog.name} was deleted by retention while "
+                                        "being read; seek to the log start") from None
+        buf = seg.view()
+        for item in items:
+            if isinstance(item, Damage):
+                raise CorruptRangeError(item)
+            header = item.header
+            batch = _decode(seg, buf, item)
+            lo = max(offset - header.base_offset, 0)
+            hi = min(end - header.base_offset, header.record_count)
+            if lo or hi < header.record_count:
+                batch = batch.slice(lo, hi - lo)
+            yield Fetched(header.base_offset + lo, batch, 1 if header.attributes & frame.ATTR_LOG_APPEND_TIME else 0)
+            offset = header.base_offset + hi
+            budget -= header.size
+
+
+def _frames(plog: Log, seg: Segment, offset: int, end: int, limit: int, budget: int) -> Iterator[Frame | Damage]:
+    """The frames (and damage) of `seg` to serve from `offset`, within about `budget` bytes."""
+    for item in seg.read(offset, end, limit, plog.start(seg, offset)):
+        yield item
+        if isinstance(item, Damage):
+            return
+        budget -= item.header.size
+        if budget <= 0:
+            return
+
+
+def _decode(seg: Segment, buf: pa.Buffer, item: Frame) -> pa.RecordBatch:
+    header = item.header
+    try:
+        return frame.decode_batch(buf.slice(item.position + frame.HEADER_SIZE, header.length), seg.schema)
+    except (pa.ArrowException, ValueError) as exc:
+        raise CorruptRangeError(Damage(seg.path, item.position, item.end, header.base_offset, header.next_offset,
+                                       f"its batch does not decode against the segment's schema: {exc}")) from None
+
+
+def offset_for_time(plog: Log, timestamp_us: int) -> int | None:
+    """See Log.offset_for_time."""
+    segs = plog.segments()
+    plog.check_indexes(segs)
+    maxima, running = [], None
+    for seg in segs:
+        ts = seg.timeindex.max_timestamp()
+        running = ts if running is None else max(running, ts if ts is not None else running)
+        maxima.append(-1 if running is None else running)
+    i = bisect.bisect_left(maxima, timestamp_us)
+    hw = plog.end_offset
+    for seg in segs[i:]:
+        rel = _time_entry(plog, seg, timestamp_us)
+        if rel is None:
+            continue
+        if seg.base_offset + rel >= hw:  # only uncommitted batches (past the watermark) reach it
+            return None
+        for fetched in plog.read(max(seg.base_offset + rel, plog.start_offset), 1, hw):
+            mask = pc.greater_equal(fetched.batch.column(0), pa.scalar(timestamp_us, TIMESTAMP))
+            idx = pc.index(mask, True).as_py()
+            if idx >= 0:
+                return fetched.offset + idx
+    return None
+
+
+def _time_entry(plog: Log, seg: Segment, timestamp_us: int) -> int | None:
+    """The relative offset the time index names for `timestamp_us`, its entry checked against the frame it
+    names (the index is rebuilt if they disagree)."""
+    for attempt in (1, 2):
+        entry = seg.timeindex.entry_at_or_after(timestamp_us)
+        if entry is None:
+            return None
+        ts, rel = entry
+        if not _time_entry_wrong(plog, seg, ts, rel):
+            return rel
+        if attempt == 2:
+            raise CorruptRecordError(f"time index {seg.timeindex.path} names offset {seg.base_offset + rel} with "
+                                     f"max timestamp {ts}, which its frame does not have, even once rebuilt")
+        plog.repair_index(seg, f"its time entry for offset {seg.base_offset + rel} disagrees with the frame",
+                          functools.partial(_time_entry_wrong, plog, seg, ts, rel))
+    return None
+
+
+def _time_entry_wrong(plog: Log, seg: Segment, ts: int, rel: int) -> bool:
+    found = seg.frame_of(seg.base_offset + rel, plog.start(seg, seg.base_offset + rel))
+    return found is None or found.header.max_timestamp != ts

@@ -1,0 +1,219 @@
+"""Recovery of a partition's tail, under its lock: what a writer that died left past the watermark, and a
+watermark that cannot be trusted.
+
+A watermark with a valid checksum is trusted: frames past it were never acknowledged and are cut, unless a
+pending-publish marker names a committed transaction (then they are rolled forward). A missing, short, corrupt,
+negative, out-of-range or checksum-less (older format) watermark is recovered from the frames, as Kafka
+recovers a log's end by scanning its segments: the end of the last whole, CRC-valid frame. Damage below the
+watermark is reported and kept, never cut: readers report it and can skip it. Every decision is logged at
+WARNING naming the partition and the offsets, and returned as a RecoveryReport.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fabric.common.errors import CorruptRecordError
+from fabric.storage.marker import PendingPublish, UnreadableMarkerError, read_marker, remove_marker
+from fabric.storage.scan import Damage, Frame
+from fabric.storage.segment import Segment, StaleIndexError
+from fabric.storage.watermark import WatermarkReading, WatermarkState
+
+if TYPE_CHECKING:
+    from fabric.storage.log import Log
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RecoveryReport:
+    """What recovery found in one partition and what it did (`applied` False: the directory could not be
+    written, so nothing changed on disk and `end_offset` is served from memory)."""
+
+    partition: str
+    watermark: WatermarkReading
+    end_offset: int = 0
+    actions: list[str] = field(default_factory=list)
+    damage: list[Damage] = field(default_factory=list)
+    truncated: list[tuple[str, int, int]] = field(default_factory=list)  # (segment, byte position, offset)
+    deleted: list[str] = field(default_factory=list)
+    rebuilt: list[str] = field(default_factory=list)  # segments whose indexes were rebuilt (each logged itself)
+    rolled_forward: tuple[int, int] | None = None
+    applied: bool = True
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.actions or self.damage)
+
+    def describe(self) -> str:
+        lines = self.actions + [f"damaged records below the watermark, kept and reported to readers: {d.describe()}"
+                                for d in self.damage]
+        what = "recovered to end offset" if self.actions else "at end offset"
+        suffix = "" if self.applied else " (not written: the directory cannot be written; reads use it in memory)"
+        return f"partition {self.partition} {what} {self.end_offset}{suffix}: " + "; ".join(lines)
+
+
+@dataclass(frozen=True)
+class _Boundary:
+    """Where offset `offset` starts in the active segment: byte `position` (frames from there on are past it)."""
+
+    position: int
+    offset: int
+    damage: list[Damage]
+    straddled: bool = False  # a whole frame holds offsets on both sides: the watermark is not a frame boundary
+    missing: bool = False  # the frames end before it: they were lost
+
+
+class Recovery:
+    """One recovery of `partition_log`'s tail (lock held). With apply=False it only works out the end offset."""
+
+    def __init__(self, partition_log: Log, apply: bool = True) -> None:
+        self.log = partition_log
+        self.apply = apply
+
+    def run(self) -> tuple[RecoveryReport, Segment | None]:
+        """Recover; returns the report and the active segment (None with apply=False)."""
+        plog = self.log
+        segs = plog.segments()
+        reading = plog.hw.read()
+        report = RecoveryReport(plog.name, reading, applied=self.apply)
+        if not segs and reading.state is WatermarkState.MISSING:  # a new partition: nothing to report
+            if not self.apply:
+                return report, None
+            plog.hw.write(0)
+            return report, plog.create_segment(0)
+        marker, marker_found = self._marker(report)
+        hw = self._watermark(report, reading, marker, segs)
+        active, hw, cut_at = self._tail(report, segs, hw)
+        report.end_offset = hw
+        if self.apply:
+            if not reading.trusted or reading.value != hw:  # the watermark first: it decides what is committed
+                plog.hw.write(hw)
+            if marker_found:
+                remove_marker(plog.directory)
+            active = self._finish(report, segs, active, hw, cut_at)
+        if report.changed:
+            log.warning("%s", report.describe())
+        return report, active
+
+    # -- deciding -----------------------------------------------------------------------------------
+    def _marker(self, report: RecoveryReport) -> tuple[PendingPublish | None, bool]:
+        """The pending-publish marker, and whether there was one (readable or not)."""
+        try:
+            marker = read_marker(self.log.directory)
+            return marker, marker is not None
+        except UnreadableMarkerError as exc:
+            report.actions.append(f"{exc}; the frames past the watermark are unacknowledged and are cut")
+            return None, True
+
+    def _watermark(self, report: RecoveryReport, reading: WatermarkReading, marker: PendingPublish | None,
+                   segs: list[Segment]) -> int:
+        """The watermark to trust: the file's if its checksum holds and it is not below the log start (else the
+        dead publish's base, else the end of the frames), rolled forward if a dead publish committed."""
+        start = segs[0].base_offset if segs else 0
+        shown = f"{reading.state}" + ("" if reading.value is None else f" {reading.value}")
+        legacy = reading.value if reading.state is WatermarkState.LEGACY else None
+        if reading.trusted and reading.value is not None and reading.value >= start:
+            hw = reading.value
+        elif marker is not None and marker.base is not None and marker.base >= start:
+            hw = marker.base
+            report.actions.append(f"watermark {shown}: taken from the pending publish's base, offset {hw}")
+        elif marker is not None and legacy is not None and start <= legacy <= self._frames_end(segs):
+            hw = legacy  # an earlier version's publish died past its (checksum-less) watermark: its base
+        else:
+            hw = self._frames_end(segs)
+            if legacy != hw:
+                report.actions.append(f"watermark {shown}: recovered from the frames, which end at offset {hw}")
+            else:
+                log.info("partition %s: watermark %d of the older format agrees with the frames", self.log.name, hw)
+            return hw
+        if marker is None:
+            return hw
+        if not self.log.resolve_pending(marker.txn):
+            report.actions.append(f"transaction {marker.txn} did not commit: its frames past offset {hw} are cut")
+            return hw
+        if marker.end > hw:
+            report.rolled_forward = (hw, marker.end)
+            report.actions.append(f"transaction {marker.txn} committed: offsets {hw}..{marker.end - 1} rolled forward")
+            return marker.end
+        return hw
+
+    @staticmethod
+    def _frames_end(segs: list[Segment]) -> int:
+        """The end of the last whole, CRC-valid, contiguous frame of the last segment (its base if it has none)."""
+        if not segs:
+            return 0
+        seg = segs[-1]
+        end = seg.base_offset
+        for item in seg.walk(seg.data_start, seg.base_offset, verify_from=seg.base_offset):
+            if isinstance(item, Frame):
+                end = item.header.next_offset
+        return end
+
+    def _tail(self, report: RecoveryReport, segs: list[Segment], hw: int) -> tuple[Segment | None, int, int]:
+        """(active segment, watermark, byte where what follows the watermark starts), the watermark checked
+        against the frames: lowered to where they end if they were lost, recovered from them if it splits one."""
+        for _ in range(3):
+            live = [s for s in segs if s.base_offset <= hw]
+            if not live:
+                return None, hw, 0
+            boundary = _boundary(live[-1], hw)
+            if boundary.straddled:
+                end = self._frames_end(live)
+                report.actions.append(f"watermark {hw} falls inside a frame: recovered from the frames, which end "
+                                      f"at offset {end}")
+                hw = end
+            elif boundary.missing:
+                report.actions.append(f"watermark {hw} is past the frames, which end at offset {boundary.offset} "
+                                      f"(offsets {boundary.offset}..{hw - 1} are lost): lowered")
+                hw = boundary.offset
+            else:
+                report.damage.extend(boundary.damage)
+                return live[-1], hw, boundary.position
+        raise CorruptRecordError(f"partition {self.log.name}: no watermark agrees with the frames; restore the "
+                                 "partition from a backup")
+
+    # -- applying -----------------------------------------------------------------------------------
+    def _finish(self, report: RecoveryReport, segs: list[Segment], active: Segment | None, hw: int,
+                cut_at: int) -> Segment:
+        """Delete segments past the watermark, give the tail a valid segment and cut what lies past `hw`."""
+        for seg in segs:
+            if seg.base_offset > hw:
+                seg.delete()
+                report.deleted.append(seg.path)
+                report.actions.append(f"segment {seg.path} past the watermark deleted")
+        if active is None:
+            active = self.log.create_segment(hw)
+            report.actions.append(f"no segment held the tail: {active.path} created at offset {hw}")
+            return active
+        if active.base_offset == hw and not active.schema_frame_ok:
+            report.actions.append(f"segment {active.path} had no valid schema frame and no records: recreated")
+            return self.log.create_segment(hw)
+        size = active.size
+        if size > cut_at:
+            cut = [i.header.next_offset for i in active.walk(cut_at, hw) if isinstance(i, Frame)]
+            active.truncate(cut_at, hw)
+            report.truncated.append((active.path, cut_at, hw))
+            offsets = f"offsets {hw}..{max(cut) - 1}, " if cut else ""
+            report.actions.append(f"cut {offsets}{size - cut_at} bytes past the watermark at byte {cut_at} of "
+                                  f"{active.path} (never acknowledged)")
+        return active
+
+
+def _boundary(seg: Segment, hw: int) -> _Boundary:
+    """Where offset `hw` starts in `seg`, walking (CRC-checked) from the index entry before it."""
+    try:
+        pos, expected = seg.start(hw)
+    except StaleIndexError:
+        pos, expected = seg.data_start, seg.base_offset
+    walk = seg.walk(pos, expected, stop=hw, verify_from=expected)
+    items = list(walk)
+    damage = [d for d in items if isinstance(d, Damage)]
+    last = items[-1] if items else None
+    if walk.expected >= hw:
+        straddled = isinstance(last, Frame) and last.header.next_offset > hw
+        return _Boundary(walk.position, hw, damage, straddled=straddled)
+    if isinstance(last, Damage) and last.end > last.position:  # bytes that may hold the missing offsets: damage
+        return _Boundary(walk.position, hw, damage)
+    return _Boundary(walk.position, walk.expected, damage, missing=True)
