@@ -331,8 +331,8 @@ class Consumer:
         member = self._member
         generation, member_id = (member.generation, member.member_id) if member else (-1, "")
         try:
-            self.cluster.coordinator.commit_offsets(self.group_id, offsets or self._consumed_positions(),
-                                                    generation=generation, member_id=member_id)
+            self.cluster.commit_offsets(self.group_id, offsets or self._consumed_positions(),
+                                        generation=generation, member_id=member_id)
         except MembershipError as exc:
             if member is None:  # a plain commit while the group has members: the error says why
                 raise

@@ -11,8 +11,9 @@ from fabric.server.broker import Broker
 
 class EmbeddedCluster(Broker, Cluster):
     """A fabric living in directory `root` (file:///root); metadata in root's own SQLite database unless a
-    `coordinator` is given."""
+    `coordinator` is given; at most `max_partitions` partitions per topic (default: $FABRIC_MAX_PARTITIONS,
+    else 10,000)."""
 
-    def __init__(self, root: str, coordinator: Coordinator | None = None) -> None:
-        super().__init__(root, coordinator)
+    def __init__(self, root: str, coordinator: Coordinator | None = None, max_partitions: int | None = None) -> None:
+        super().__init__(root, coordinator, max_partitions)
         self.url = f"file://{self.root}"

@@ -82,15 +82,22 @@ def test_cas_conflicts_between_two_clients_lose_no_update(zk, zk_url):
     other = ZkCoordinator(zk_url)
     try:
         zk.create_topic("shared", 1, {}, None)
-        clients, rounds = [zk, other], 15
+        clients = [zk, other]
+        # a distinct (valid) config key per write: a lost update leaves its key missing
+        writes = [[("retention.ms", "1000"), ("segment.ms", "1001"), ("retention.bytes", "1002"),
+                   ("flush.ms", "1003"), ("flush.messages", "1004"), ("index.interval.bytes", "1005")],
+                  [("segment.bytes", "2048"), ("max.message.bytes", "1006"), ("min.insync.replicas", "2"),
+                   ("compression.type", "lz4"), ("message.timestamp.type", "LogAppendTime"),
+                   ("cleanup.policy", "delete")]]
+        rounds = len(writes[0])
 
         def alter(i: int) -> None:
-            for n in range(rounds):
-                clients[i].alter_topic_config("shared", {f"client{i}.key{n}": str(n)})
+            for n, (key, value) in enumerate(writes[i]):
+                clients[i].alter_topic_config("shared", {key: value})
                 clients[i].commit_offsets("racers", {("shared", i * rounds + n): n})
         _race(2, alter)
         config = other.topic("shared").config
-        assert config == {f"client{i}.key{n}": str(n) for i in range(2) for n in range(rounds)}
+        assert config == dict(writes[0] + writes[1])
         assert len(zk.committed("racers")) == 2 * rounds
     finally:
         other.close()
