@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import sqlite3
 from typing import Iterator
 
@@ -43,8 +44,26 @@ def os_problem(exc: BaseException) -> str | None:
 
 
 def storage_error(problem: str, path: str, doing: str) -> StorageError:
-    """The error to raise: what failed, where, why and the fix."""
-    return StorageError(f"cannot {doing}: {problem} ({path}); {FIX}")
+    """The error to raise: what failed, where, why (a full or read-only filesystem named as such, whatever
+    error reported it) and the fix."""
+    return StorageError(f"cannot {doing}: {state_of(path) or problem} ({path}); {FIX}")
+
+
+def state_of(path: str) -> str | None:
+    """"the filesystem is read-only" or "the disk is full" if the filesystem holding `path` (or its nearest
+    existing parent) is, else None."""
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return None
+    if stats.f_flag & os.ST_RDONLY:
+        return OS_PROBLEMS[errno.EROFS]
+    return OS_PROBLEMS[errno.ENOSPC] if stats.f_bavail == 0 else None
 
 
 @contextlib.contextmanager

@@ -89,7 +89,7 @@ class SqliteCoordinator(GroupMembership, Coordinator):
             if not self._warned_read_only:
                 self._warned_read_only = True
                 log.warning("metadata database %s cannot be opened for writing (%s): serving reads only; writes "
-                            "fail until the disk is fixed", self.path, problem)
+                            "fail until the disk is fixed", self.path, disk.state_of(self.path) or problem)
             return db
         raise disk.storage_error(disk.sqlite_problem(failure) or problem, self.path,
                                  "open the metadata database") from failure

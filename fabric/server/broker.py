@@ -94,7 +94,9 @@ class Broker:
 
     def log(self, topic: str, partition: int) -> Log:
         """The Log of one partition (UnknownTopicError / UnknownPartitionError if there is none)."""
-        return self.logs.log(self._topic(topic), partition)
+        info = self._topic(topic)
+        with disk_errors(os.path.join(self.root, topic, str(partition)), f"open partition {topic}-{partition}"):
+            return self.logs.log(info, partition)
 
     def _partitions(self, topic: str) -> int:
         return self._topic(topic).partitions

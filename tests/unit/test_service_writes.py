@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 
 import pyarrow as pa
 import pytest
@@ -20,7 +21,7 @@ COUNT = struct.Struct("<i")  # a frame header's record count, at byte 28 (inside
 
 def rows(values: list, schema: pa.Schema | None = None) -> pa.RecordBatch:
     table = pa.table({"value": values}) if schema is None else pa.Table.from_pylist(values, schema=schema)
-    return to_storage(table, schema, 1_000_000).to_batches()[0]
+    return to_storage(table, schema, time.time_ns() // 1000).to_batches()[0]
 
 
 def resealed(header_bytes: bytes, payload: pa.Buffer, count: int) -> bytes:
