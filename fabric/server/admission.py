@@ -21,6 +21,7 @@ from fabric.storage import frame
 from fabric.storage.frame import FrameHeader
 
 Frame = tuple[FrameHeader, pa.Buffer]
+RECORD_COLUMNS = ("key", "value", "headers")  # what max.message.bytes measures of a record
 
 
 def check_rows(topic: str, batch: pa.RecordBatch, schema: pa.Schema, max_bytes: int) -> None:
@@ -60,10 +61,15 @@ def check_frames(topic: str, frames: Iterable[Frame], schema: pa.Schema, max_byt
 
 
 def check_sizes(topic: str, batch: pa.RecordBatch, max_bytes: int) -> None:
-    """RecordTooLargeError if a record (key, value and headers) is larger than max_bytes."""
+    """RecordTooLargeError if a record (key, value and headers) is larger than max_bytes. The bound on any one
+    record (the columns' total variable-width bytes) is checked first: only a batch whose bound is over the
+    limit has its records measured one by one."""
     if not batch.num_rows:
         return
-    sizes = sum(row_bytes(batch.column(name)) for name in ("key", "value", "headers"))
+    columns = [batch.column(name) for name in RECORD_COLUMNS]
+    if sum(_extent(c)[0] for c in columns) <= max_bytes:
+        return
+    sizes = sum(row_bytes(c) for c in columns)
     largest = int(np.max(sizes))
     if largest > max_bytes:
         row = int(np.argmax(sizes))
@@ -73,6 +79,30 @@ def check_sizes(topic: str, batch: pa.RecordBatch, max_bytes: int) -> None:
             "send smaller records")
 
 
+def _extent(array: pa.Array) -> tuple[int, int]:
+    """(the most bytes one row can hold, the bytes of all rows) of an array, from its offsets' end points: no
+    pass over the rows."""
+    kind = array.type
+    if not len(array):
+        return 0, 0
+    if _is_binary(kind):
+        offsets = _offsets(array)
+        total = int(offsets[-1] - offsets[0])
+        return total, total
+    if pa.types.is_struct(kind):
+        parts = [_extent(array.field(i)) for i in range(kind.num_fields)]
+        return sum(p[0] for p in parts), sum(p[1] for p in parts)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        offsets = _offsets(array)
+        total = _extent(array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])))[1]
+        return total, total
+    try:
+        width = max(kind.bit_width // 8, 1)
+    except ValueError:  # no fixed width (maps, unions, ...): all of it
+        return array.nbytes, array.nbytes
+    return width, width * len(array)
+
+
 def row_bytes(array: pa.Array) -> np.ndarray:
     """The bytes of each row of an array: lengths of binary data, widths of fixed-size values, sums over
     struct fields and list elements (an estimate by the average for other layouts)."""
@@ -80,19 +110,25 @@ def row_bytes(array: pa.Array) -> np.ndarray:
     kind = array.type
     if not n:
         return np.zeros(0, np.int64)
-    if pa.types.is_binary(kind) or pa.types.is_string(kind) or pa.types.is_large_binary(kind) \
-            or pa.types.is_large_string(kind):
+    if _is_binary(kind):
         return np.diff(_offsets(array)).astype(np.int64)
     if pa.types.is_struct(kind):
         return sum((row_bytes(array.field(i)) for i in range(kind.num_fields)), np.zeros(n, np.int64))
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
         offsets = _offsets(array)
+        if offsets[-1] == offsets[0]:  # no elements at all (e.g. every record without headers)
+            return np.zeros(n, np.int64)
         inner = np.concatenate([[0], np.cumsum(row_bytes(array.values))])
         return (inner[offsets[1:]] - inner[offsets[:-1]]).astype(np.int64)
     try:
         return np.full(n, max(kind.bit_width // 8, 1), np.int64)
     except ValueError:  # no fixed width (maps, unions, ...): the average row
         return np.full(n, array.nbytes // n, np.int64)
+
+
+def _is_binary(kind: pa.DataType) -> bool:
+    return pa.types.is_binary(kind) or pa.types.is_string(kind) or pa.types.is_large_binary(kind) \
+        or pa.types.is_large_string(kind)
 
 
 def _offsets(array: pa.Array) -> np.ndarray:
@@ -130,7 +166,8 @@ def _check_timestamps(header: FrameHeader, batch: pa.RecordBatch, where: str) ->
         raise CorruptRecordError(f"{where} has rows without a timestamp")
     if not batch.num_rows:
         return
-    stamps = column.cast(pa.int64()).to_numpy()
-    if (header.first_timestamp, header.max_timestamp) != (int(stamps[0]), int(stamps.max())):
+    stamps = np.frombuffer(column.buffers()[1], np.int64)[column.offset:column.offset + len(column)]
+    first, largest = int(stamps[0]), int(stamps.max())
+    if (header.first_timestamp, header.max_timestamp) != (first, largest):
         raise CorruptRecordError(f"{where}: its header's timestamps ({header.first_timestamp}, "
-                                 f"{header.max_timestamp}) are not its rows' ({stamps[0]}, {stamps.max()})")
+                                 f"{header.max_timestamp}) are not its rows' ({first}, {largest})")

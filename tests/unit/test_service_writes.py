@@ -123,6 +123,7 @@ def test_every_write_checks_max_message_bytes(topics, tmp_path) -> None:
     refused(topics, lambda: topics.cluster.publish_files("sink:1", {("plain", 1): [str(staged)]}, adopt_bytes=1),
             RecordTooLargeError, "max.message.bytes=100")
     assert topics.cluster.append("plain", 1, rows([b"y" * 100])) == 0  # at the limit is fine
+    assert topics.cluster.append("plain", 1, rows([b"z" * 60] * 3)) == 1  # records are measured one by one
 
 
 def test_good_publishes_still_land_and_replays_are_skipped(topics, tmp_path) -> None:
