@@ -19,6 +19,7 @@ from typing import Callable
 
 from kazoo.client import KazooClient, KazooState, TransactionRequest
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import DataWatch
 
 from fabric.common.clock import SYSTEM_CLOCK
@@ -27,6 +28,7 @@ from fabric.coordinator import zk_layout as layout
 
 log = logging.getLogger(__name__)
 _POLL_S = 0.5  # the election thread re-checks at least this often, e.g. to retry a failed registration
+_CALL_TIMEOUT_S = 5.0  # the most a cleanup call may wait for ZooKeeper (while disconnected it would wait forever)
 
 
 class NotControllerError(CoordinatorUnavailableError):
@@ -163,19 +165,22 @@ class ControllerElection:
         self._wake.set()
         return self
 
-    def stop(self) -> None:
-        """Leave the election: resign if active (deleting /controller) and stop the background thread."""
+    def stop(self, timeout: float = 30.0) -> None:
+        """Leave the election within about `timeout` seconds: resign if active (deleting /controller, so a
+        standby takes over at once) and stop the background thread. Without a connection to ZooKeeper nothing
+        is deleted: the znodes are ephemeral and go with the session."""
         with self._lock:
             self._stopping = True
             token, owned = self._token, self._state in (S.ACTIVE, S.SUSPENDED)
             if owned:
                 self._set(S.LOST)
         self._wake.set()
-        self._thread.join(timeout=30)
+        self._thread.join(timeout=timeout)
         self.client.remove_listener(self._on_connection)
+        call_timeout = min(_CALL_TIMEOUT_S, max(timeout / 2, 0.1))
         if owned and token is not None:
-            self._delete_if_mine(layout.CONTROLLER)
-        self._delete_if_mine(layout.broker(self.instance_id))
+            self._delete_if_mine(layout.CONTROLLER, call_timeout)
+        self._delete_if_mine(layout.broker(self.instance_id), call_timeout)
         self._announce()
 
     # -- state machine -------------------------------------------------------------------------------------
@@ -294,13 +299,18 @@ class ControllerElection:
         else:
             self._wake.set()  # the epoch moved under us (a concurrent election): race again
 
-    def _delete_if_mine(self, path: str) -> None:
-        """Delete an ephemeral znode if this session owns it."""
+    def _delete_if_mine(self, path: str, timeout: float = _CALL_TIMEOUT_S) -> None:
+        """Delete an ephemeral znode if this session owns it, waiting at most `timeout` seconds per call;
+        nothing without a connection (the znode goes with the session)."""
+        if not self.client.connected:
+            log.info("instance %s: not connected to ZooKeeper; %s goes when the session expires", self.instance_id,
+                     path)
+            return
         try:
-            stat = self.client.exists(path)
+            stat = self.client.exists_async(path).get(timeout=timeout)
             if stat is not None and self.client.connected and stat.ephemeralOwner == self.client.client_id[0]:
-                self.client.delete(path, version=stat.version)
-        except (NoNodeError, KazooException) as exc:
+                self.client.delete_async(path, version=stat.version).get(timeout=timeout)
+        except (NoNodeError, KazooException, KazooTimeoutError) as exc:
             log.info("instance %s: could not delete %s (%r)", self.instance_id, path, exc)
 
     def _announce(self) -> None:

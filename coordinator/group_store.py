@@ -188,6 +188,9 @@ class GroupMembership:
     def _has_offsets(self, group: str) -> bool:
         raise NotImplementedError
 
+    def check_commit(self, group: str, member_id: str = "", generation: int = -1) -> None:
+        self._groups.validate_commit(group, member_id, generation)
+
     def join_group(self, request: JoinRequest) -> JoinResult:
         return self._groups.join_group(request)
 

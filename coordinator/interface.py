@@ -49,6 +49,11 @@ class Coordinator(ABC):
                        generation: int = -1, member_id: str = "") -> None:
         """Store committed offsets atomically (all or none)."""
 
+    def check_commit(self, group: str, member_id: str = "", generation: int = -1) -> None:  # noqa: B027
+        """Raise the MembershipError an offset commit by this member would get now, so a fenced member hears it
+        must rejoin before anything else is checked (a hint: commit_offsets decides atomically). Stores without
+        group state keep this no-op."""
+
     @abstractmethod
     def committed(self, group: str, topics: list[str] | None = None) -> dict[TopicPartition, CommittedOffset]:
         """A group's committed offsets, optionally only for `topics`."""

@@ -1,6 +1,8 @@
 """The embedded coordinator: metadata and group offsets in a SQLite database inside the fabric directory.
 
 WAL mode plus a busy timeout makes it safe for many processes at once; every change is one transaction.
+When the database cannot be opened for writing (a full disk, a read-only filesystem), it is opened read-only:
+reads keep working and every write fails with a StorageError naming the problem until the disk is fixed.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pyarrow as pa
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.errors import InvalidPartitionsError, TopicExistsError, UnknownTopicError
 from fabric.common.types import CommittedOffset, TopicInfo, TopicPartition, transaction_sequence
+from fabric.coordinator import disk, validation
 from fabric.coordinator.group_store import GroupMembership, GroupService, SqliteGroupStore
 from fabric.coordinator.interface import Coordinator
 
@@ -38,34 +41,94 @@ class SqliteCoordinator(GroupMembership, Coordinator):
 
     def __init__(self, path: str) -> None:
         self.path = path
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         self._local = threading.local()
-        self._db().executescript(_SCHEMA)
-        self._migrate_transactions()
-        self._groups = GroupService(SqliteGroupStore(self._db, self._tx), self._partitions_of)
+        self._warned_read_only = False
+        with disk.disk_errors(path, "open the metadata database"):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self._db().executescript(_SCHEMA)
+            self._migrate_transactions()
+            self._groups = GroupService(SqliteGroupStore(self._db, self._tx), self._partitions_of)
 
     def _db(self) -> sqlite3.Connection:
+        """This thread's connection: read-write, or read-only while the disk refuses writes."""
         db = getattr(self._local, "db", None)
         if db is None or getattr(self._local, "pid", None) != os.getpid():
-            db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            self._local.db, self._local.pid = db, os.getpid()
+            try:
+                db, read_only = self._connect(), None
+            except sqlite3.Error as exc:
+                read_only = disk.sqlite_problem(exc)
+                if read_only is None:
+                    raise
+                db = self._connect_read_only(read_only)
+            self._local.db, self._local.pid, self._local.read_only = db, os.getpid(), read_only
         return db
 
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _connect_read_only(self, problem: str) -> sqlite3.Connection:
+        """The database opened for reading only: through the WAL index if it exists, else as an immutable file
+        (what a full or read-only disk still allows). StorageError if neither opens."""
+        failure: sqlite3.Error = sqlite3.OperationalError(problem)
+        for query in ("mode=ro", "mode=ro&immutable=1"):
+            db = sqlite3.connect(f"file:{self.path}?{query}", uri=True, timeout=60, isolation_level=None,
+                                 check_same_thread=False)
+            try:
+                db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except sqlite3.Error as exc:
+                db.close()
+                failure = exc
+                continue
+            if not self._warned_read_only:
+                self._warned_read_only = True
+                log.warning("metadata database %s cannot be opened for writing (%s): serving reads only; writes "
+                            "fail until the disk is fixed", self.path, disk.state_of(self.path) or problem)
+            return db
+        raise disk.storage_error(disk.sqlite_problem(failure) or problem, self.path,
+                                 "open the metadata database") from failure
+
     class _Tx:
-        def __init__(self, db: sqlite3.Connection) -> None:
-            self.db = db
+        """One BEGIN IMMEDIATE transaction; a disk problem in it becomes a StorageError (rolled back)."""
+
+        def __init__(self, db: sqlite3.Connection, path: str) -> None:
+            self.db, self.path = db, path
 
         def __enter__(self) -> sqlite3.Connection:
-            self.db.execute("BEGIN IMMEDIATE")
+            with disk.disk_errors(self.path, "write the metadata database"):
+                self.db.execute("BEGIN IMMEDIATE")
             return self.db
 
         def __exit__(self, exc_type, exc, tb) -> None:
-            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+            failure = exc
+            if exc_type is None:
+                try:
+                    self.db.execute("COMMIT")
+                    return
+                except sqlite3.Error as commit_failure:
+                    failure = commit_failure
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            problem = disk.sqlite_problem(failure)
+            if problem is not None:
+                raise disk.storage_error(problem, self.path, "write the metadata database") from failure
+            if failure is not exc:
+                raise failure
 
     def _tx(self) -> _Tx:
-        return self._Tx(self._db())
+        """A write transaction; a read-only connection is reopened for writing first (the disk may be fixed)."""
+        if getattr(self._local, "read_only", None) is not None:
+            self.close()
+            self._db()
+            if self._local.read_only is not None:
+                raise disk.storage_error(self._local.read_only, self.path, "write the metadata database")
+        return self._Tx(self._db(), self.path)
 
     @staticmethod
     def _info(row: tuple) -> TopicInfo:
@@ -83,6 +146,7 @@ class SqliteCoordinator(GroupMembership, Coordinator):
 
     def create_topic(self, name: str, partitions: int, config: dict[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:
+        config = validation.topic(name, partitions, config, value_schema)
         blob = value_schema.serialize().to_pybytes() if value_schema is not None else None
         with self._tx() as db:
             try:
@@ -107,11 +171,12 @@ class SqliteCoordinator(GroupMembership, Coordinator):
     def alter_topic_config(self, name: str, config: dict[str, str | None]) -> TopicInfo:
         with self._tx() as db:
             info = self._info(self._row(db, name))
-            merged = {k: v for k, v in {**info.config, **config}.items() if v is not None}
+            merged = validation.config_change(name, info.config, config)
             db.execute("UPDATE topics SET config=? WHERE name=?", (json.dumps(merged, sort_keys=True), name))
         return TopicInfo(name, info.partitions, merged, info.value_schema)
 
     def set_partitions(self, name: str, total: int) -> TopicInfo:
+        validation.partition_count(name, total)
         with self._tx() as db:
             info = self._info(self._row(db, name))
             if total < info.partitions:
@@ -122,6 +187,7 @@ class SqliteCoordinator(GroupMembership, Coordinator):
 
     def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
                        generation: int = -1, member_id: str = "") -> None:
+        validation.offsets(group, offsets, metadata)
         now = SYSTEM_CLOCK.now_ms()
         with self._tx() as db:
             self._groups.validate_commit(group, member_id, generation)
@@ -144,11 +210,12 @@ class SqliteCoordinator(GroupMembership, Coordinator):
             db.execute("DELETE FROM offsets WHERE grp=?", (group,))
 
     def commit_transaction(self, txn: str) -> None:
+        transactional_id, sequence = validation.transaction(txn)
         with self._tx() as db:
-            db.execute(_UPSERT_TRANSACTION, (*transaction_sequence(txn), SYSTEM_CLOCK.now_ms()))
+            db.execute(_UPSERT_TRANSACTION, (transactional_id, sequence, SYSTEM_CLOCK.now_ms()))
 
     def transaction_committed(self, txn: str) -> bool:
-        transactional_id, sequence = transaction_sequence(txn)
+        transactional_id, sequence = validation.transaction(txn)
         row = self._db().execute("SELECT sequence FROM transactional_ids WHERE id=?", (transactional_id,)).fetchone()
         return row is not None and row[0] >= sequence
 

@@ -32,6 +32,7 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
 from fabric.common.errors import CoordinatorUnavailableError, InvalidConfigError
+from fabric.common.redaction import redact_url
 from fabric.common.types import CommittedOffset, TopicInfo
 
 BROKER_IDS = "/brokers/ids"
@@ -172,8 +173,12 @@ class ZkAddress:
 def parse_url(url: str) -> ZkAddress:
     """Parse `zk://host:port[,host:port]/chroot` (port defaults to 2181, chroot to none)."""
     parsed = urlparse(url)
+    url = redact_url(url)  # errors never show a password
     if parsed.scheme != "zk" or not parsed.netloc:
         raise InvalidConfigError(f"ZooKeeper URL {url!r} is invalid; use zk://host:port[,host:port][/chroot]")
+    if "@" in parsed.netloc:
+        raise InvalidConfigError(f"ZooKeeper URL {url!r} carries credentials, which are not supported; use "
+                                 "zk://host:port[,host:port][/chroot]")
     hosts = []
     for host in parsed.netloc.split(","):
         name, _, port = host.partition(":")
@@ -192,7 +197,8 @@ def _start(client: KazooClient, timeout: float, url: str) -> None:
     except KazooTimeoutError:
         client.close()
         raise CoordinatorUnavailableError(
-            f"no ZooKeeper server answered at {url!r} within {timeout:g} s; start ZooKeeper or fix the URL"
+            f"no ZooKeeper server answered at {redact_url(url)!r} within {timeout:g} s; start ZooKeeper or fix "
+            "the URL"
         ) from None
 
 

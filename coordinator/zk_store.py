@@ -31,7 +31,8 @@ from fabric.common.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from fabric.common.types import CommittedOffset, TopicInfo, TopicPartition, transaction_sequence
+from fabric.common.types import CommittedOffset, TopicInfo, TopicPartition
+from fabric.coordinator import validation
 from fabric.coordinator import zk_layout as layout
 from fabric.coordinator.election import EpochToken, FencedError
 from fabric.coordinator.group_store import GroupMembership, GroupService, GroupStore
@@ -214,7 +215,7 @@ class ZkCoordinator(GroupMembership, Coordinator):
 
     def create_topic(self, name: str, partitions: int, config: dict[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:
-        info = TopicInfo(name, partitions, dict(config), value_schema)
+        info = TopicInfo(name, partitions, validation.topic(name, partitions, config, value_schema), value_schema)
 
         def build(txn: TransactionRequest, token: EpochToken | None) -> TopicInfo:
             if self.client.exists(layout.topic(name)) is not None:
@@ -256,11 +257,13 @@ class ZkCoordinator(GroupMembership, Coordinator):
 
     def alter_topic_config(self, name: str, config: dict[str, str | None]) -> TopicInfo:
         def change(info: TopicInfo) -> TopicInfo:
-            merged = {k: v for k, v in {**info.config, **config}.items() if v is not None}
+            merged = validation.config_change(name, info.config, config)
             return TopicInfo(name, info.partitions, merged, info.value_schema)
         return self._update_topic(name, change)
 
     def set_partitions(self, name: str, total: int) -> TopicInfo:
+        validation.partition_count(name, total)
+
         def change(info: TopicInfo) -> TopicInfo:
             if total < info.partitions:
                 raise InvalidPartitionsError(
@@ -300,6 +303,7 @@ class ZkCoordinator(GroupMembership, Coordinator):
     # -- offsets -------------------------------------------------------------------------------------------
     def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
                        generation: int = -1, member_id: str = "") -> None:
+        validation.offsets(group, offsets, metadata)
         items = sorted(offsets.items())
 
         def build(txn: TransactionRequest, token: EpochToken | None) -> None:
@@ -350,7 +354,7 @@ class ZkCoordinator(GroupMembership, Coordinator):
 
     # -- sink transactions ---------------------------------------------------------------------------------
     def commit_transaction(self, txn_id: str) -> None:
-        transactional_id, sequence = transaction_sequence(txn_id)
+        transactional_id, sequence = validation.transaction(txn_id)
         path = layout.transaction_id(transactional_id)
 
         def build(txn: TransactionRequest, token: EpochToken | None) -> None:
@@ -363,7 +367,7 @@ class ZkCoordinator(GroupMembership, Coordinator):
         self.writer.write(build)
 
     def transaction_committed(self, txn: str) -> bool:
-        transactional_id, sequence = transaction_sequence(txn)
+        transactional_id, sequence = validation.transaction(txn)
         try:
             data, _ = self.client.retry(self.client.get, layout.transaction_id(transactional_id))
             if layout.loads(data)["sequence"] >= sequence:

@@ -204,5 +204,5 @@ class FabricStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Commit processed offsets to groupId so `fabric groups describe` shows the query's lag (the
         checkpoint, not the group, decides where a restarted query resumes)."""
         if self.opts.group_id is not None and done and done != self.group_position:
-            self.cluster.coordinator.commit_offsets(self.opts.group_id, done)
+            self.cluster.commit_offsets(self.opts.group_id, done)
             self.group_position = done

@@ -1,4 +1,4 @@
-"""`fabric topics create|list|describe|delete|alter`: kafka-topics and kafka-configs for topics."""
+"""`fabric topics create|list|describe|delete|alter|recover`: kafka-topics and kafka-configs for topics."""
 from __future__ import annotations
 
 import argparse
@@ -104,6 +104,18 @@ def alter(args: argparse.Namespace) -> None:
     print(f"Altered config of topic {args.name}.")
 
 
+def recover(args: argparse.Namespace) -> int:
+    """Register topic directories whose metadata was lost, from their data; print what was done with each."""
+    with open_fabric(args) as fab:
+        results = fab.recover_topics(*args.names)
+    if not results:
+        print("No topic directories found.")
+        return 0
+    print(format_table(("TOPIC", "OUTCOME", "PARTITIONS", "DETAIL"),
+                       [(r.topic, r.outcome, r.partitions or None, r.detail) for r in results]))
+    return 1 if args.names and any(r.outcome == "skipped" for r in results) else 0
+
+
 def _config_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", action="append", metavar="KEY=VALUE",
                         help="a topic config override (repeatable); keys: " + ", ".join(sorted(TOPIC_SETTINGS)))
@@ -128,6 +140,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = add_command(verbs, "delete", delete, "delete a topic, its data and its groups' offsets in it")
     p.add_argument("name", metavar="NAME")
+
+    p = add_command(verbs, "recover", recover, "register topic directories whose metadata was lost, from their data",
+                    description="Register topic directories the metadata does not know (e.g. after "
+                                "__fabric/metadata.db was lost) from their data: the partition count from the "
+                                "partition directories, the schema of a typed topic from its segments. Configs, "
+                                "committed group offsets and sink transactions are not in the data: recovered "
+                                "topics get the default configs; set them again with `fabric topics alter`.")
+    p.add_argument("names", nargs="*", metavar="TOPIC", help="topics to recover (default: every directory the "
+                   "metadata does not know)")
 
     p = add_command(verbs, "alter", alter, "set or remove topic config overrides")
     p.add_argument("name", metavar="NAME")

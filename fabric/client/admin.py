@@ -16,7 +16,7 @@ from fabric.common.config import TopicConfig, validate_topic_config, validate_to
 from fabric.common.errors import InvalidArgumentError, InvalidConfigError, UnknownTopicError
 from fabric.common.names import validate_group, validate_topic
 from fabric.common.records import validate_value_schema
-from fabric.common.types import MemberDescription, PartitionState, TopicInfo, TopicPartition
+from fabric.common.types import MemberDescription, PartitionState, TopicInfo, TopicPartition, TopicRecovery
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,12 @@ class Fabric:
         """Grow the topic to `total` partitions (never shrinks; existing data stays put)."""
         return self.cluster.create_partitions(validate_topic(name), checks.partition_count(total))
 
+    def recover_topics(self, *names: str) -> list[TopicRecovery]:
+        """Register topic directories the metadata does not know (e.g. after `__fabric/metadata.db` was lost)
+        from their data: partition count and value schema; configs were lost and are back to the defaults.
+        Without names, every such directory. Returns what was done with each (`fabric topics recover`)."""
+        return self.cluster.recover_topics([validate_topic(n) for n in names] if names else None)
+
     def enforce_retention(self, name: str) -> int:
         """Apply the topic's retention now; returns how many segments were deleted."""
         return self.cluster.enforce_retention(validate_topic(name))
@@ -169,7 +175,7 @@ class Fabric:
                 target = state.end_offset if found is None else found
             plan[(topic, p)] = target
         if execute:
-            self.cluster.coordinator.commit_offsets(group, plan)
+            self.cluster.commit_offsets(group, plan)
         return plan
 
     def close(self) -> None:

@@ -14,7 +14,7 @@ import pyarrow as pa
 from fabric.common.config import TopicConfig
 from fabric.common.errors import FabricError
 from fabric.common.records import TIMESTAMP_TYPES, storage_schema
-from fabric.common.types import Fetched, PartitionState, TopicInfo, TopicPartition
+from fabric.common.types import Fetched, PartitionState, TopicInfo, TopicPartition, TopicRecovery
 from fabric.coordinator.interface import Coordinator
 from fabric.storage import frame
 from fabric.storage.encoder import FrameEncoder as FrameEncoder  # part of this interface
@@ -38,6 +38,17 @@ class Cluster(ABC):
     @abstractmethod
     def create_partitions(self, name: str, total: int) -> TopicInfo:
         """Grow the topic to `total` partitions."""
+
+    @abstractmethod
+    def recover_topics(self, names: Sequence[str] | None = None) -> list[TopicRecovery]:
+        """Register topic directories the metadata does not know (lost metadata) from their data; configs are
+        not in the data, so recovered topics get the defaults. Returns what was done with each directory."""
+
+    @abstractmethod
+    def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
+                       generation: int = -1, member_id: str = "") -> None:
+        """Commit a group's next offsets, each checked against its partition's [log start, log end]; the
+        generation and member id fence a group member's commit as Coordinator.commit_offsets does."""
 
     @abstractmethod
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none") -> int:

@@ -345,8 +345,8 @@ class Consumer:
         if offsets is not None:
             offsets = checks.by_partition(offsets, "commit()", checks.offset)
         try:
-            self.cluster.coordinator.commit_offsets(self.group_id, offsets or self._consumed_positions(),
-                                                    generation=generation, member_id=member_id)
+            self.cluster.commit_offsets(self.group_id, offsets or self._consumed_positions(),
+                                        generation=generation, member_id=member_id)
         except MembershipError as exc:
             if member is None:  # a plain commit while the group has members: the error says why
                 raise

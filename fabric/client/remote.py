@@ -21,6 +21,7 @@ import pyarrow.flight as flight
 
 from fabric.client.cluster import Cluster
 from fabric.common.errors import CoordinatorUnavailableError, InvalidConfigError
+from fabric.common.redaction import redact_url
 from fabric.common.types import (
     CommittedOffset,
     Fetched,
@@ -31,6 +32,7 @@ from fabric.common.types import (
     SyncResult,
     TopicInfo,
     TopicPartition,
+    TopicRecovery,
 )
 from fabric.coordinator.interface import Coordinator
 from fabric.server import wire
@@ -58,8 +60,12 @@ class RemoteOptions:
 def parse_url(url: str) -> RemoteOptions:
     """Parse a fabric:// URL (see the module docstring); bad input names the expected form."""
     parsed = urlparse(url)
+    shown = redact_url(url)  # errors never show the token
     if parsed.scheme not in SCHEMES or not parsed.netloc:
-        raise InvalidConfigError(f"coordinator URL {url!r} is invalid; use fabric://host:port[,host:port]")
+        raise InvalidConfigError(f"coordinator URL {shown!r} is invalid; use fabric://host:port[,host:port]")
+    if "@" in parsed.netloc:
+        raise InvalidConfigError(f"coordinator URL {shown!r} carries credentials before '@'; give the token as "
+                                 f"?token=... or ${ENV_TOKEN} instead")
     query = {k: v[-1] for k, v in parse_qs(parsed.query, keep_blank_values=True).items()}
     unknown = sorted(set(query) - set(QUERY_KEYS))
     if unknown:
@@ -69,11 +75,11 @@ def parse_url(url: str) -> RemoteOptions:
     for address in addresses:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
-            raise InvalidConfigError(f"coordinator address {address!r} in {url!r} must be host:port")
+            raise InvalidConfigError(f"coordinator address {address!r} in {shown!r} must be host:port")
     try:
         timeout_s = int(query.get("timeout_ms", "30000")) / 1000
     except ValueError:
-        raise InvalidConfigError(f"timeout_ms in {url!r} must be an integer number of milliseconds") from None
+        raise InvalidConfigError(f"timeout_ms in {shown!r} must be an integer number of milliseconds") from None
     tls = SCHEMES[parsed.scheme] or query.get("tls", "false").lower() in ("true", "1", "yes")
     return RemoteOptions(addresses, query.get("token") or os.environ.get(ENV_TOKEN) or None, tls,
                          query.get("ca") or os.environ.get(ENV_CA) or None, timeout_s)
@@ -242,6 +248,14 @@ class RemoteCluster(Cluster):
 
     def create_partitions(self, name: str, total: int) -> TopicInfo:
         return self.connection.action("create_partitions", name=name, total=total)
+
+    def recover_topics(self, names: Sequence[str] | None = None) -> list[TopicRecovery]:
+        return self.connection.action("recover_topics", names=None if names is None else list(names))
+
+    def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
+                       generation: int = -1, member_id: str = "") -> None:
+        """The service checks the offsets against its logs (Broker.commit_offsets) before storing them."""
+        self.coordinator.commit_offsets(group, offsets, metadata, generation, member_id)
 
     def _put(self, descriptor: flight.FlightDescriptor, schema: pa.Schema,
              batches: Callable[[], Sequence[pa.RecordBatch]]) -> Any:

@@ -6,6 +6,7 @@ from urllib.parse import urlparse
 
 from fabric.client.cluster import Cluster
 from fabric.common.errors import InvalidConfigError
+from fabric.common.redaction import redact_url
 
 DEFAULT_URL = "./fabric-data"
 ENV_URL = "FABRIC_URL"
@@ -28,9 +29,10 @@ def open_cluster(url: str | None = None) -> Cluster:
                                  "fabric://host:port[,host:port]") from None
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost"):
-            raise InvalidConfigError(f"file URL {url!r} names host {parsed.netloc!r}; use file:///absolute/dir")
+            raise InvalidConfigError(f"file URL {redact_url(url)!r} names host {parsed.hostname!r}; "
+                                     "use file:///absolute/dir")
         if not parsed.path or parsed.query or parsed.fragment:
-            raise InvalidConfigError(f"file URL {url!r} must be a directory path and nothing else; "
+            raise InvalidConfigError(f"file URL {redact_url(url)!r} must be a directory path and nothing else; "
                                      "use file:///absolute/dir")
         from fabric.client.embedded import EmbeddedCluster
         return EmbeddedCluster(parsed.path)
@@ -41,5 +43,5 @@ def open_cluster(url: str | None = None) -> Cluster:
         from fabric.client.embedded import EmbeddedCluster
         return EmbeddedCluster(url)
     raise InvalidConfigError(
-        f"unsupported fabric URL {url!r}; use file:///dir (or a plain path) for an embedded fabric, "
+        f"unsupported fabric URL {redact_url(url)!r}; use file:///dir (or a plain path) for an embedded fabric, "
         "or fabric://host:port[,host:port] for a coordinator service")

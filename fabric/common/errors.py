@@ -124,6 +124,11 @@ class CommitFailedError(FabricError):
     """An offset commit was rejected because this consumer's group generation is stale."""
 
 
+class StorageError(FabricError):
+    """A disk the fabric writes to failed (full, read-only, an I/O error): the message names the file and the
+    fix; nothing was changed (reads keep working where they can), so the call may be repeated once it is fixed."""
+
+
 class InvalidRequestError(FabricError):
     """A request to the coordinator service is malformed: not JSON, or an argument is missing, unknown or of the
     wrong type (usually a client of another version, or a hand-made call)."""

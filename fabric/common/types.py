@@ -133,6 +133,19 @@ class Fetched:
     timestamp_type: int
 
 
+@dataclass(frozen=True)
+class TopicRecovery:
+    """What `recover_topics` did with one topic directory. `outcome`: "recovered" (registered from its data
+    now, with `partitions` partitions, typed or not), "known" (registered already) or "skipped" (left alone);
+    `detail` says what was lost, or why the directory was left alone."""
+
+    topic: str
+    outcome: str
+    partitions: int = 0
+    typed: bool = False
+    detail: str = ""
+
+
 def transaction_sequence(txn: str) -> tuple[str, int]:
     """A transaction id `<transactional id>:<sequence>` split in two (an id without a numeric sequence is
     sequence 0 of itself). A transactional id commits in increasing sequence, as the Spark sink commits its

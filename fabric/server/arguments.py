@@ -15,6 +15,9 @@ import typing
 from typing import Any, Callable
 
 from fabric.common.errors import InvalidRequestError
+from fabric.common.redaction import clip, shorten
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 @functools.cache
@@ -23,7 +26,8 @@ def _hints(fn: Callable) -> dict[str, Any]:
 
 
 def conforms(value: Any, hint: Any) -> bool:
-    """True if `value` fits the type hint (unions, Optional, list/tuple/dict/Mapping/Sequence, dataclasses)."""
+    """True if `value` fits the type hint (unions, Optional, list/tuple/dict/Mapping/Sequence, dataclasses); an
+    int must fit in 64 bits, as every count, offset and timestamp of the fabric does."""
     if hint is Any:
         return True
     if hint is None or hint is type(None):
@@ -35,7 +39,7 @@ def conforms(value: Any, hint: Any) -> bool:
         if hint is float:
             return isinstance(value, (int, float)) and not isinstance(value, bool)
         if hint is int:
-            return isinstance(value, int) and not isinstance(value, bool)
+            return isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX
         if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             return isinstance(value, hint) and all(
                 conforms(getattr(value, f), h) for f, h in _hints(hint).items() if f in _field_names(hint))
@@ -60,6 +64,8 @@ def _field_names(cls: type) -> frozenset[str]:
 
 
 def _describe(hint: Any) -> str:
+    if hint is int:
+        return "int (64-bit)"
     if typing.get_origin(hint) is None and isinstance(hint, type):
         return hint.__name__
     return str(hint).replace("typing.", "")
@@ -71,7 +77,7 @@ def check_call(name: str, method: Callable, args: dict[str, Any], skip: tuple[st
     params = {p: v for p, v in inspect.signature(method).parameters.items() if p != "self" and p not in skip}
     unknown = sorted(set(args) - set(params))
     if unknown:
-        raise InvalidRequestError(f"request {name!r}: unknown argument(s) {', '.join(unknown)}; "
+        raise InvalidRequestError(f"request {name!r}: unknown argument(s) {shorten(', '.join(unknown))}; "
                                   f"it takes {', '.join(params) or 'none'}")
     missing = [p for p, v in params.items() if v.default is inspect.Parameter.empty and p not in args]
     if missing:
@@ -82,4 +88,4 @@ def check_call(name: str, method: Callable, args: dict[str, Any], skip: tuple[st
         hint = hints.get(arg, Any)
         if not conforms(value, hint):
             raise InvalidRequestError(f"request {name!r}: argument {arg!r} must be {_describe(hint)}, "
-                                      f"got {type(value).__name__} {value!r:.80}")
+                                      f"got {type(value).__name__} {clip(value)}")

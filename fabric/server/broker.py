@@ -4,21 +4,39 @@
 The coordinator service serves a Broker over Arrow Flight; an embedded fabric (fabric.client.embedded) is a
 Broker used in the client's own process. Many processes may open Brokers on one directory at once: appends
 are serialized per partition by the partition lock, metadata changes by the store.
+
+The Broker checks everything it is asked to do itself, whatever the caller checked: topic metadata (through
+the store's rules), partition counts against its limit, what is written (fabric.server.admission), committed
+offsets against the logs. A refused call changes nothing; a disk that refuses a write is a StorageError.
 """
 from __future__ import annotations
 
 import logging
 import os
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 
-from fabric.common.errors import InvalidPartitionsError
-from fabric.common.types import Fetched, PartitionState, TopicInfo, TopicPartition
+from fabric.common.codecs import CODECS
+from fabric.common.config import INT_MAX, LONG_MAX
+from fabric.common.errors import (
+    CorruptRecordError,
+    FabricError,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidRequestError,
+    OffsetOutOfRangeError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from fabric.common.redaction import clip
+from fabric.common.types import Fetched, PartitionState, TopicInfo, TopicPartition, TopicRecovery
+from fabric.coordinator import validation
+from fabric.coordinator.disk import disk_errors
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.sqlite_store import SqliteCoordinator
-from fabric.server import publish
-from fabric.server.publish import Staged
+from fabric.server import admission, publish, recovery
+from fabric.server.publish import Frame, Staged
 from fabric.storage import frame
 from fabric.storage.log import Log
 from fabric.storage.log_manager import LogManager
@@ -26,60 +44,160 @@ from fabric.storage.log_manager import LogManager
 log = logging.getLogger(__name__)
 ADOPT_BYTES = 4 << 20  # staged files at least this large become segments instead of being copied
 METADATA_DB = "metadata.db"
+DEFAULT_MAX_PARTITIONS = 10_000
+MAX_PARTITIONS_ENV = "FABRIC_MAX_PARTITIONS"
+
+
+def partition_limit(value: Any = None) -> int:
+    """The per-topic partition limit: `value` if given, else $FABRIC_MAX_PARTITIONS, else 10,000."""
+    source = "topic.max.partitions"
+    if value is None:
+        value, source = os.environ.get(MAX_PARTITIONS_ENV) or DEFAULT_MAX_PARTITIONS, f"${MAX_PARTITIONS_ENV}"
+    try:
+        limit = int(value)
+    except (TypeError, ValueError):
+        limit = 0
+    if not 1 <= limit <= INT_MAX:
+        raise InvalidConfigError(f"{source} must be a partition count from 1 to {INT_MAX}, "
+                                 f"got {clip(value)}")
+    return limit
 
 
 class Broker:
     """The fabric in directory `root`; metadata in `coordinator` if given (the coordinator service's store),
-    else in root's own SQLite database."""
+    else in root's own SQLite database. Topics may have at most `max_partitions` partitions (default:
+    partition_limit())."""
 
-    def __init__(self, root: str, coordinator: Coordinator | None = None) -> None:
-        self.logs = LogManager(root, self._transaction_committed)
+    def __init__(self, root: str, coordinator: Coordinator | None = None, max_partitions: int | None = None) -> None:
+        self.max_partitions = partition_limit(max_partitions)
+        with disk_errors(root, "open the data directory"):
+            self.logs = LogManager(root, self._transaction_committed)
         self.root = self.logs.root
         self.coordinator = coordinator or SqliteCoordinator(os.path.join(self.logs.internal_dir, METADATA_DB))
 
     def _transaction_committed(self, txn: str) -> bool:
         return self.coordinator.transaction_committed(txn)
 
+    def _topic(self, name: str) -> TopicInfo:
+        """The topic's metadata; UnknownTopicError, saying how to recover it if its data is still here."""
+        try:
+            return self.coordinator.topic(name)
+        except UnknownTopicError as exc:
+            try:
+                directory = self.logs.topic_dir(name)
+            except FabricError:
+                raise exc from None
+            if os.path.isdir(directory) and not recovery.is_deleting(directory):
+                raise UnknownTopicError(f"topic {name!r} is not registered: {recovery.orphan_hint(name, directory)}"
+                                        ) from None
+            raise
+
     def log(self, topic: str, partition: int) -> Log:
         """The Log of one partition (UnknownTopicError / UnknownPartitionError if there is none)."""
-        return self.logs.log(self.coordinator.topic(topic), partition)
+        info = self._topic(topic)
+        with disk_errors(os.path.join(self.root, topic, str(partition)), f"open partition {topic}-{partition}"):
+            return self.logs.log(info, partition)
 
     def _partitions(self, topic: str) -> int:
-        return self.coordinator.topic(topic).partitions
+        return self._topic(topic).partitions
+
+    def _check_limit(self, name: str, partitions: Any) -> None:
+        """A partition count from 1 to max_partitions, else InvalidPartitionsError naming the limit."""
+        if not validation.is_int(partitions) or partitions < 1:
+            validation.partition_count(name, partitions)
+        if partitions > self.max_partitions:
+            raise InvalidPartitionsError(
+                f"topic {name!r} cannot have {partitions} partitions: the limit is {self.max_partitions} per topic "
+                f"(topic.max.partitions of the coordinator service, ${MAX_PARTITIONS_ENV} of an embedded fabric); "
+                "ask for fewer or raise the limit")
 
     # -- admin -------------------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int, config: Mapping[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:
+        """Register the topic and create its partitions, all or nothing; never over data already there."""
+        self._check_limit(name, partitions)
+        checked = validation.topic(name, partitions, config, value_schema)
         directory = self.logs.topic_dir(name)
-        if not isinstance(partitions, int) or partitions < 1:
-            raise InvalidPartitionsError(f"a topic needs at least 1 partition, got {partitions!r}")
-        info = self.coordinator.create_topic(name, partitions, dict(config), value_schema)
-        if os.path.exists(directory):  # left over from a crashed delete: never serve stale data
-            log.warning("topic %s: removing the directory a crashed delete left behind", name)
-            self.logs.delete_topic(name)
-        self.logs.create_partitions(info)
+        self._claim_directory(name, directory)
+        info = self.coordinator.create_topic(name, partitions, checked, value_schema)
+        try:
+            with disk_errors(directory, f"create the partitions of topic {name!r}"):
+                self.logs.create_partitions(info)
+        except BaseException:
+            self._remove(name, directory)
+            log.warning("topic %s: creating its partitions failed; its metadata and directory were removed", name)
+            raise
         log.info("topic %s created with %d partition(s)", name, partitions)
         return info
 
+    def _claim_directory(self, name: str, directory: str) -> None:
+        """Make way for a new topic's directory: remove a crashed delete's leftover; refuse over anything else."""
+        if not os.path.exists(directory):
+            return
+        if recovery.is_deleting(directory):
+            log.warning("topic %s: removing %s, left behind by a delete that did not finish", name, directory)
+            with disk_errors(directory, f"remove the leftover directory of topic {name!r}"):
+                self.logs.delete_topic(name)
+            return
+        if name in self.coordinator.list_topics():
+            raise TopicExistsError(f"topic {name!r} already exists")
+        raise TopicExistsError(f"cannot create topic {name!r}: {recovery.orphan_hint(name, directory)}")
+
     def delete_topic(self, name: str) -> None:
-        self.logs.topic_dir(name)
-        self.coordinator.delete_topic(name)
+        """Mark the topic's directory as being deleted, forget its metadata, then remove the directory."""
+        directory = self.logs.topic_dir(name)
+        self._topic(name)
+        with disk_errors(directory, f"delete topic {name!r}"):
+            recovery.mark_deleting(directory)
+        try:
+            self.coordinator.delete_topic(name)
+        except BaseException:
+            recovery.unmark_deleting(directory)
+            raise
         self.logs.delete_topic(name)
         log.info("topic %s deleted", name)
 
+    def _remove(self, name: str, directory: str) -> None:
+        """Undo a create that failed halfway: its metadata, then the directory it made (best effort: logged)."""
+        try:
+            recovery.mark_deleting(directory)
+            self.coordinator.delete_topic(name)
+        except Exception:  # noqa: BLE001 (the original failure is what the caller must see)
+            log.exception("topic %s: could not remove the metadata of a failed create; delete the topic", name)
+            return
+        self.logs.delete_topic(name)
+
     def create_partitions(self, name: str, total: int) -> TopicInfo:
-        info = self.coordinator.topic(name)
-        if not isinstance(total, int) or total <= info.partitions:
-            raise InvalidPartitionsError(
-                f"topic {name!r} has {info.partitions} partitions; the new total must be larger, got {total!r}")
+        """Grow the topic to `total` partitions (more than it has)."""
+        info = self._topic(name)
+        if not validation.is_int(total) or total <= info.partitions:
+            raise InvalidPartitionsError(f"topic {name!r} has {info.partitions} partitions; the new total must be "
+                                         f"larger, got {clip(total)}")
+        return self.set_partitions(name, total)
+
+    def set_partitions(self, name: str, total: int) -> TopicInfo:
+        """Grow the partition count to `total` (never shrinks) and create the new partitions."""
+        self._check_limit(name, total)
         info = self.coordinator.set_partitions(name, total)
-        self.logs.create_partitions(info)
+        with disk_errors(self.logs.topic_dir(name), f"create the partitions of topic {name!r}"):
+            self.logs.create_partitions(info)
         return info
+
+    def recover_topics(self, names: Sequence[str] | None = None) -> list[TopicRecovery]:
+        """Register topic directories the metadata does not know (e.g. after losing __fabric/metadata.db) from
+        their data (fabric.server.recovery); returns what was done with each."""
+        if names is not None and (not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names)):
+            raise InvalidRequestError("recover_topics takes a list of topic names, or None for every directory")
+        with disk_errors(self.root, "register recovered topics"):
+            return recovery.recover_topics(self.logs, self.coordinator, names, self.max_partitions)
 
     # -- data --------------------------------------------------------------------------------------
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none") -> int:
         log = self.log(topic, partition)
-        return log.append(rows, codec, log.timestamp_type)
+        _check_codec(codec)
+        admission.check_rows(topic, rows, log.schema, log.config["max.message.bytes"])
+        with disk_errors(log.directory, f"append to {topic}-{partition}"):
+            return log.append(rows, codec, log.timestamp_type)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
               end_offset: int | None = None) -> list[Fetched]:
@@ -94,10 +212,31 @@ class Broker:
                               sum(s.size for s in segs))
 
     def offset_for_time(self, topic: str, partition: int, timestamp_us: int) -> int | None:
-        return self.log(topic, partition).offset_for_time(timestamp_us)
+        log = self.log(topic, partition)
+        if not validation.is_int(timestamp_us) or abs(timestamp_us) > LONG_MAX:
+            raise InvalidRequestError(f"timestamp_us must be a 64-bit int (µs since the epoch), got "
+                                      f"{clip(timestamp_us)}")
+        return log.offset_for_time(timestamp_us)
 
     def enforce_retention(self, topic: str) -> int:
-        return sum(self.log(topic, p).enforce_retention() for p in range(self._partitions(topic)))
+        with disk_errors(self.logs.topic_dir(topic), f"enforce the retention of topic {topic!r}"):
+            return sum(self.log(topic, p).enforce_retention() for p in range(self._partitions(topic)))
+
+    # -- group offsets -------------------------------------------------------------------------------
+    def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
+                       generation: int = -1, member_id: str = "") -> None:
+        """Commit a group's offsets: each an int within its partition's [log start, log end], after the
+        member's generation is checked (a fenced member hears first that it must rejoin)."""
+        validation.offsets(group, offsets, metadata)
+        logs = {key: self.log(*key) for key in offsets}
+        self.coordinator.check_commit(group, member_id, generation)
+        for (topic, partition), offset in offsets.items():
+            start, end = logs[(topic, partition)].start_offset, logs[(topic, partition)].end_offset
+            if not start <= offset <= end:
+                raise OffsetOutOfRangeError(
+                    f"cannot commit offset {offset} for {topic}-{partition}: the partition holds offsets [{start}, "
+                    f"{end}]; commit a position within them (reset with --to-earliest or --to-latest)")
+        self.coordinator.commit_offsets(group, dict(offsets), metadata, generation, member_id)
 
     # -- transactions --------------------------------------------------------------------------------
     def publish(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
@@ -105,9 +244,12 @@ class Broker:
         """Append stored rows to several partitions atomically under `txn`, at most once."""
         if self.coordinator.transaction_committed(txn):
             return False
+        _check_codec(codec)
         staged: dict[TopicPartition, Staged] = {}
         for key, batches in parts.items():
-            partition_log = self.log(*key)
+            partition_log = self._publish_log(key)
+            for batch in batches:
+                admission.check_rows(key[0], batch, partition_log.schema, partition_log.config["max.message.bytes"])
             encoded = [Log.encode(b, codec, partition_log.timestamp_type, partition_log.clock)
                        for b in batches if b.num_rows]
             staged[key] = [(None, [(frame.seal(template, payload), payload) for template, payload in encoded])]
@@ -115,8 +257,13 @@ class Broker:
 
     def publish_frames(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.Buffer]]) -> bool:
         """publish() for buffers of sealed frames laid end to end, appended as they are."""
-        return self._publish(txn, {key: [(None, frame.split_frames(buf)) for buf in buffers]
-                                   for key, buffers in parts.items()})
+        if self.coordinator.transaction_committed(txn):
+            return False
+        staged: dict[TopicPartition, Staged] = {}
+        for key, buffers in parts.items():
+            log = self._publish_log(key)
+            staged[key] = [(None, self._admit(key, log, buffer, "a buffer of frames")) for buffer in buffers]
+        return self._publish(txn, staged)
 
     def publish_files(self, txn: str, parts: Mapping[TopicPartition, Sequence[str]],
                       adopt_bytes: int = ADOPT_BYTES) -> bool:
@@ -127,15 +274,34 @@ class Broker:
             return False
         staged: dict[TopicPartition, Staged] = {}
         for key, paths in parts.items():
+            log = self._publish_log(key)
             staged[key] = []
             for path in paths:
                 with pa.memory_map(path, "r") as mapped:
-                    frames = frame.split_frames(mapped.read_buffer())
+                    frames = self._admit(key, log, mapped.read_buffer(), f"staged file {path}", dense=True)
                 staged[key].append((path if os.path.getsize(path) >= adopt_bytes else None, frames))
         return self._publish(txn, staged)
 
+    def _publish_log(self, key: Any) -> Log:
+        """The Log a publish writes to; InvalidRequestError unless `key` is a (topic, partition) pair."""
+        if not (isinstance(key, tuple) and len(key) == 2):
+            raise InvalidRequestError(f"a publish is keyed by (topic, partition) pairs, got {clip(key)}")
+        return self.log(*key)
+
+    @staticmethod
+    def _admit(key: TopicPartition, log: Log, buffer: pa.Buffer, what: str, dense: bool = False) -> list[Frame]:
+        """The CRC-checked frames of `buffer`, admitted for partition `key` (fabric.server.admission)."""
+        try:
+            frames = frame.split_frames(buffer)
+        except frame.FrameError as exc:
+            raise CorruptRecordError(f"{what} for {key[0]}-{key[1]} is not whole, valid frames ({exc}); nothing "
+                                     "was written") from None
+        admission.check_frames(key[0], frames, log.schema, log.config["max.message.bytes"], dense)
+        return frames
+
     def _publish(self, txn: str, staged: Mapping[TopicPartition, Staged]) -> bool:
-        return publish.publish(self.coordinator, self.log, self._partitions, txn, staged)
+        with disk_errors(self.root, f"publish transaction {clip(txn)}"):
+            return publish.publish(self.coordinator, self.log, self._partitions, txn, staged)
 
     def staging_dir(self, sink_id: str, batch: str | None = None) -> str:
         """<root>/__fabric/staging/<sink id>[/<batch>]: where the Spark sink stages a batch's frames."""
@@ -145,3 +311,8 @@ class Broker:
     def close(self) -> None:
         """Release the metadata store's connections."""
         self.coordinator.close()
+
+
+def _check_codec(codec: Any) -> None:
+    if codec not in CODECS:
+        raise InvalidConfigError(f"unknown codec {clip(codec)}; use one of {', '.join(CODECS)}")

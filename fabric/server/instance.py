@@ -7,14 +7,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from fabric.common.errors import InvalidConfigError
 from fabric.common.logs import add_log_level_option
+from fabric.common.redaction import clip
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
 from fabric.server import security
+from fabric.server.broker import DEFAULT_MAX_PARTITIONS, partition_limit
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:9093"
@@ -34,6 +37,8 @@ class Settings:
     tls_cert: str | None = None
     tls_key: str | None = None
     zk_session_timeout_ms: int = 18000
+    max_partitions: int = DEFAULT_MAX_PARTITIONS
+    shutdown_timeout_ms: int = 5000
 
     @property
     def store_url(self) -> str:
@@ -49,8 +54,11 @@ class Settings:
 PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir", "coordinator.store": "store",
               "coordinator.advertised.listener": "advertise", "auth.tokens.file": "tokens_file",
               "acl.file": "acl_file", "tls.cert.file": "tls_cert", "tls.key.file": "tls_key",
-              "zookeeper.session.timeout.ms": "zk_session_timeout_ms"}
+              "zookeeper.session.timeout.ms": "zk_session_timeout_ms", "topic.max.partitions": "max_partitions",
+              "coordinator.shutdown.timeout.ms": "shutdown_timeout_ms"}
 PATH_KEYS = ("tokens_file", "acl_file", "tls_cert", "tls_key")
+MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
+                "shutdown_timeout_ms": "coordinator.shutdown.timeout.ms"}
 
 
 def add_start_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +75,10 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--acl-file", metavar="FILE", help="`principal operation resource` lines; enables ACLs")
     parser.add_argument("--tls-cert", metavar="PEM", help="server certificate (with --tls-key: serve TLS)")
     parser.add_argument("--tls-key", metavar="PEM", help="server private key")
+    parser.add_argument("--max-partitions", metavar="N", help="most partitions a topic may have "
+                        f"(topic.max.partitions, default {DEFAULT_MAX_PARTITIONS})")
+    parser.add_argument("--shutdown-timeout-ms", metavar="MS", help="SIGTERM or Ctrl-C stops the instance within "
+                        "this time, whatever ZooKeeper or its peers do (coordinator.shutdown.timeout.ms, default 5000)")
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -75,17 +87,60 @@ def settings_from(args: argparse.Namespace) -> Settings:
     if args.config:
         for key, value in security.load_properties(args.config).items():
             if key not in PROPERTIES:
-                raise InvalidConfigError(f"{args.config}: unknown key {key!r}; known keys: {', '.join(PROPERTIES)}")
+                raise InvalidConfigError(f"{args.config}: unknown key {clip(key, 60)}; known keys: "
+                                         f"{', '.join(PROPERTIES)}")
             name = PROPERTIES[key]
             values[name] = security.resolve_path(value, args.config) if name in PATH_KEYS else (value or None)
     for f in fields(Settings):
         if getattr(args, f.name, None) is not None:
             values[f.name] = getattr(args, f.name)
+    for name, key in MILLISECONDS.items():
+        if name in values:
+            values[name] = _milliseconds(key, values[name])
+    if "max_partitions" in values:
+        values["max_partitions"] = partition_limit(values["max_partitions"])
+    settings = replace(Settings(), **{k: v for k, v in values.items() if v is not None})
+    check_address("listen", settings.listen)
+    if settings.advertise is not None:
+        check_address("advertise", settings.advertise)
+    return settings
+
+
+def _milliseconds(key: str, value: Any) -> int:
     try:
-        values["zk_session_timeout_ms"] = int(values.get("zk_session_timeout_ms", 18000))
-    except ValueError:
-        raise InvalidConfigError("zookeeper.session.timeout.ms must be an integer number of milliseconds") from None
-    return replace(Settings(), **{k: v for k, v in values.items() if v is not None})
+        ms = int(value)
+    except (TypeError, ValueError):
+        ms = -1
+    if not 1 <= ms <= 24 * 3600 * 1000:
+        raise InvalidConfigError(f"{key} must be a number of milliseconds from 1 to 86400000, got {clip(value, 40)}")
+    return ms
+
+
+def check_address(option: str, address: str) -> tuple[str, int]:
+    """(host, port) of a --listen/--advertise HOST:PORT; InvalidConfigError naming the expected form."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidConfigError(f"--{option} {clip(address, 60)} must be HOST:PORT with a port from 0 to 65535, "
+                                 f"e.g. {DEFAULT_LISTEN}")
+    return host.strip("[]"), int(port)
+
+
+def check_listen(listen: str) -> None:
+    """Refuse to serve on an address this machine cannot bind now (unknown host, port in use) with the fix:
+    gRPC itself only says that the server did not start."""
+    host, port = check_address("listen", listen)
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise InvalidConfigError(f"cannot listen on {listen}: host {host!r} does not resolve ({exc.strerror}); "
+                                 "use an address of this machine, e.g. 127.0.0.1 or 0.0.0.0") from None
+    with socket.socket(family, kind) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise InvalidConfigError(f"cannot listen on {listen}: {exc.strerror}; stop the process that uses it "
+                                     "or choose another --listen address") from None
 
 
 class Standalone:
@@ -103,7 +158,7 @@ class Standalone:
     def active_instance(self) -> str:
         return self.instance
 
-    def close(self) -> None:
+    def close(self, timeout: float = 30.0) -> None:
         pass
 
 
@@ -154,9 +209,11 @@ class ZkElection:
         if self.election is not None:
             self.election.fenced(token)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 30.0) -> None:
+        """Leave the election (resigning at once if active) and end the ZooKeeper session, waiting at most
+        about `timeout` seconds for ZooKeeper."""
         if self.election is not None:
-            self.election.stop()
+            self.election.stop(timeout)
         self.client.stop()
         self.client.close()
 

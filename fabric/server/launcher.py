@@ -17,14 +17,15 @@ from fabric.server.zookeeper import free_port
 
 
 class CoordinatorProcess:
-    """One coordinator instance serving `data_dir` with metadata in `store` (default: data_dir's SQLite)."""
+    """One coordinator instance serving `data_dir` with metadata in `store` (default: data_dir's SQLite); its
+    output goes to coordinator-<port>.log in `log_dir` (default: data_dir)."""
 
     def __init__(self, data_dir: str, store: str | None = None, port: int | None = None,
-                 tls: tuple[str, str] | None = None, extra: tuple[str, ...] = ()) -> None:
+                 tls: tuple[str, str] | None = None, extra: tuple[str, ...] = (), log_dir: str | None = None) -> None:
         self.data_dir, self.store, self.tls, self.extra = data_dir, store, tls, extra
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.log_path = os.path.join(data_dir, f"coordinator-{self.port}.log")
+        self.log_path = os.path.join(log_dir or data_dir, f"coordinator-{self.port}.log")
         self.process: subprocess.Popen | None = None
 
     def url(self, query: str = "") -> str:
@@ -42,6 +43,7 @@ class CoordinatorProcess:
     def start(self, timeout: float = 60.0) -> CoordinatorProcess:
         """Start the process; return once it answers (any answer, even 'unauthenticated'), else raise."""
         os.makedirs(self.data_dir, exist_ok=True)
+        os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(self.command(), cwd=self.data_dir, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True)

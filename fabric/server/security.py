@@ -3,8 +3,11 @@
 Tokens file: `token principal` lines. Every call must carry `authorization: Bearer <token>`; a missing or
 unknown token fails with FlightUnauthenticatedError before any handler runs.
 ACL file: `principal operation resource` lines; operations read, write, create, describe, group, admin
-(admin grants every operation on its resource); resources topic:NAME, topic:*, group:NAME, group:*.
+(admin grants every operation on its resource); resources topic:NAME, topic:*, group:NAME, group:*,
+transactional-id:NAME, transactional-id:* (a sink's transaction ids are `<transactional id>:<sequence>`; as in
+Kafka, publishing and committing under one needs `write` on it, asking whether one committed `describe`).
 Without a tokens file every caller is ANONYMOUS; without an ACL file every principal may do everything.
+Errors about these files never show a line of them: a misplaced tokens file must not print its tokens.
 """
 from __future__ import annotations
 
@@ -16,9 +19,10 @@ from typing import Iterable
 import pyarrow.flight as flight
 
 from fabric.common.errors import AuthorizationError, InvalidConfigError
+from fabric.common.redaction import clip
 
 OPERATIONS = ("read", "write", "create", "describe", "group", "admin")
-RESOURCE_TYPES = ("topic", "group")
+RESOURCE_TYPES = ("topic", "group", "transactional-id")
 ANONYMOUS = "ANONYMOUS"
 MIDDLEWARE_KEY = "auth"
 
@@ -36,19 +40,23 @@ def _read_lines(path: str, what: str) -> Iterable[tuple[int, str]]:
             yield number, line
 
 
-def _lines(path: str, what: str, fields: int) -> Iterable[tuple[int, list[str]]]:
-    """(line number, fields) of a whitespace-separated file with exactly `fields` fields per line."""
+def _lines(path: str, what: str, form: str) -> Iterable[tuple[int, list[str]]]:
+    """(line number, fields) of a whitespace-separated file whose lines have the fields named in `form`."""
+    fields = len(form.split())
     for number, line in _read_lines(path, what):
         parts = line.split()
         if len(parts) != fields:
-            raise InvalidConfigError(f"{path}:{number}: a {what} line has {fields} fields, got {line!r}")
+            article = "an" if what[0] in "AEIOU" else "a"
+            raise InvalidConfigError(f"{path}:{number}: {article} {what} line has {fields} fields ({form}), got "
+                                     f"{len(parts)} (the line is not shown: it may hold a token); is this the "
+                                     f"{what} file?")
         yield number, parts
 
 
 def load_tokens(path: str) -> dict[str, str]:
     """token → principal from a tokens file (`token principal` per line)."""
     tokens: dict[str, str] = {}
-    for number, (token, principal) in _lines(path, "tokens", 2):
+    for number, (token, principal) in _lines(path, "tokens", "token principal"):
         if token in tokens:
             raise InvalidConfigError(f"{path}:{number}: token listed twice; each token names one principal")
         tokens[token] = principal
@@ -73,14 +81,14 @@ class Acl:
 def load_acls(path: str) -> list[Acl]:
     """The grants of an ACL file (`principal operation resource` per line)."""
     acls = []
-    for number, (principal, operation, resource) in _lines(path, "ACL", 3):
+    for number, (principal, operation, resource) in _lines(path, "ACL", "principal operation resource"):
         kind, sep, name = resource.partition(":")
         if operation not in OPERATIONS:
-            raise InvalidConfigError(f"{path}:{number}: unknown operation {operation!r}; "
+            raise InvalidConfigError(f"{path}:{number}: unknown operation {clip(operation, 40)}; "
                                      f"use one of {', '.join(OPERATIONS)}")
         if not sep or kind not in RESOURCE_TYPES or not name:
-            raise InvalidConfigError(f"{path}:{number}: resource {resource!r} must be topic:NAME, topic:*, "
-                                     "group:NAME or group:*")
+            raise InvalidConfigError(f"{path}:{number}: resource {clip(resource, 80)} must be topic:NAME, topic:*, "
+                                     "group:NAME or group:* (or transactional-id:NAME, transactional-id:*)")
         acls.append(Acl(principal, operation, resource))
     return acls
 
@@ -98,8 +106,9 @@ class Authorizer:
         """Raise AuthorizationError unless every (operation, resource) is granted."""
         for operation, resource in checks:
             if not self.allowed(principal, operation, resource):
-                raise AuthorizationError(f"principal {principal!r} is not allowed to {operation} {resource}; "
-                                         f"grant it with an ACL line `{principal} {operation} {resource}`")
+                shown = resource if len(resource) <= 200 else resource[:200] + "..."
+                raise AuthorizationError(f"principal {principal!r} is not allowed to {operation} {shown}; "
+                                         f"grant it with an ACL line `{principal} {operation} {shown}`")
 
 
 class Principal(flight.ServerMiddleware):
@@ -146,7 +155,8 @@ def load_properties(path: str) -> dict[str, str]:
     for number, line in _read_lines(path, "config"):
         key, sep, value = line.partition("=")
         if not sep:
-            raise InvalidConfigError(f"{path}:{number}: expected key=value, got {line!r}")
+            raise InvalidConfigError(f"{path}:{number}: expected key=value (the line is not shown: it may hold a "
+                                     "secret); is this the config file?")
         props[key.strip()] = value.strip()
     return props
 

@@ -14,9 +14,7 @@ import argparse
 import functools
 import logging
 import os
-import signal
 import sys
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -26,12 +24,22 @@ import pyarrow.flight as flight
 from fabric.common import logs
 from fabric.common.errors import FabricError, InvalidRequestError, SchemaMismatchError
 from fabric.common.records import storage_schema
+from fabric.common.redaction import clip
+from fabric.common.types import transaction_sequence
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
 from fabric.server import security, wire
 from fabric.server.arguments import check_call
 from fabric.server.broker import Broker
-from fabric.server.instance import SERVER_LOG_LEVEL, Settings, add_start_arguments, open_store, settings_from
+from fabric.server.instance import (
+    SERVER_LOG_LEVEL,
+    Settings,
+    add_start_arguments,
+    check_listen,
+    open_store,
+    settings_from,
+)
+from fabric.server.shutdown import Interrupted, Shutdown, exit_now
 
 log = logging.getLogger(__name__)
 Checks = Callable[[dict[str, Any]], list[tuple[str, str]]]
@@ -57,6 +65,22 @@ def commit_checks(args: dict[str, Any]) -> list[tuple[str, str]]:
     return on_group("group")(args) + [("read", f"topic:{t}") for t in sorted({t for t, _ in args["offsets"]})]
 
 
+def on_transactional_id(operation: str) -> Checks:
+    """The ACL check `operation` on transactional-id:<the id of args["txn"], `<transactional id>:<sequence>`>."""
+    return lambda args: [(operation, transactional_id(args["txn"]))]
+
+
+def transactional_id(txn: str) -> str:
+    """The ACL resource of a transaction id (as Kafka binds a transactional producer's id to an ACL)."""
+    return f"transactional-id:{transaction_sequence(txn)[0]}"
+
+
+def recover_checks(args: dict[str, Any]) -> list[tuple[str, str]]:
+    """Recovering topics needs `create` on each (on topic:* to recover every directory)."""
+    names = args.get("names")
+    return [("create", "topic:*")] if names is None else [("create", f"topic:{n}") for n in names]
+
+
 @dataclass(frozen=True)
 class Route:
     """One DoAction: the method it calls on the broker or its coordinator, its ACL checks, whether only the
@@ -72,16 +96,17 @@ ROUTES: dict[str, Route] = {
     "create_topic": Route("broker", on_topic("create"), True),
     "delete_topic": Route("broker", on_topic("admin"), True),
     "create_partitions": Route("broker", on_topic("admin"), True),
+    "recover_topics": Route("broker", recover_checks, True),
     "topic": Route("coordinator", on_topic("describe")),
     "list_topics": Route("coordinator", nothing, filter_by=("describe", "topic")),
     "alter_topic_config": Route("coordinator", on_topic("admin"), True),
-    "set_partitions": Route("coordinator", on_topic("admin"), True),
-    "commit_offsets": Route("coordinator", commit_checks, True),
+    "set_partitions": Route("broker", on_topic("admin"), True),
+    "commit_offsets": Route("broker", commit_checks, True),
     "committed": Route("coordinator", on_group("describe")),
     "list_groups": Route("coordinator", nothing, filter_by=("describe", "group")),
     "delete_group": Route("coordinator", on_group("admin"), True),
-    "commit_transaction": Route("coordinator", lambda a: [("write", "topic:*")], True),
-    "transaction_committed": Route("coordinator", lambda a: [("describe", "topic:*")]),
+    "commit_transaction": Route("coordinator", on_transactional_id("write"), True),
+    "transaction_committed": Route("coordinator", on_transactional_id("describe")),
     "join_group": Route("coordinator", lambda a: [("group", f"group:{a['request'].group}")], True),
     "sync_group": Route("coordinator", on_group("group"), True),
     "heartbeat": Route("coordinator", on_group("group"), True),
@@ -124,8 +149,13 @@ class CoordinatorService(flight.FlightServerBase):
         if (cert is None) != (key is None):
             raise FabricError("TLS needs both --tls-cert and --tls-key (PEM files)")
         scheme = "grpc+tls" if cert else "grpc+tcp"
-        super().__init__(f"{scheme}://{settings.listen}", tls_certificates=[(cert, key)] if cert else None,
-                         middleware={security.MIDDLEWARE_KEY: security.TokenAuthFactory(tokens)})
+        check_listen(settings.listen)
+        try:
+            super().__init__(f"{scheme}://{settings.listen}", tls_certificates=[(cert, key)] if cert else None,
+                             middleware={security.MIDDLEWARE_KEY: security.TokenAuthFactory(tokens)})
+        except pa.ArrowException as exc:
+            raise FabricError(f"cannot listen on {settings.listen}: the server did not start ({exc}); check that "
+                              "the address belongs to this machine and the port is free") from None
 
     @property
     def instance(self) -> str:
@@ -147,7 +177,8 @@ class CoordinatorService(flight.FlightServerBase):
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> list[bytes]:
         route = ROUTES.get(action.type)
         if route is None:
-            raise InvalidRequestError(f"unknown coordinator action {action.type!r}; known: {', '.join(sorted(ROUTES))}")
+            raise InvalidRequestError(f"unknown coordinator action {clip(action.type, 60)}; known: "
+                                      f"{', '.join(sorted(ROUTES))}")
         args = wire.action_args(action.body)
         check_call(action.type, getattr(INTERFACES[route.target], action.type), args)
         principal = self._authorize(context, route.checks(args))
@@ -185,12 +216,14 @@ class CoordinatorService(flight.FlightServerBase):
             method, _, items = wire.PUBLISH_OPS[op]
             keys = wire.publish_keys(request.pop("keys", None))
             check_call(op, getattr(Broker, method), request, skip=("parts",))
-            self._authorize(context, [("write", f"topic:{t}") for t in sorted({t for t, _ in keys})])
+            self._authorize(context, [("write", transactional_id(request["txn"]))]
+                            + [("write", f"topic:{t}") for t in sorted({t for t, _ in keys})])
             self._require_active()
             parts = wire.unwrap(keys, reader, items)
             result = getattr(self.broker, method)(request.pop("txn"), parts, **request)
         else:
-            raise InvalidRequestError(f"unknown coordinator put {op!r}; expected append, publish or publish_frames")
+            raise InvalidRequestError(f"unknown coordinator put {clip(op, 60)}; expected append, publish or "
+                                      "publish_frames")
         writer.write(pa.py_buffer(wire.dumps(result)))
 
     def _stored_rows(self, topic: str, reader: flight.MetadataRecordBatchReader) -> pa.RecordBatch:
@@ -224,26 +257,44 @@ def _one_batch(table: pa.Table) -> pa.RecordBatch:
 
 
 def serve(settings: Settings) -> None:
-    """Run one instance until SIGTERM/SIGINT: open the store and the data, join the election, serve."""
-    store, election = open_store(settings)
-    broker = Broker(settings.data_dir, store)
-    server = None
+    """Run one instance until SIGTERM/SIGINT: open the store and the data, join the election, serve; then stop
+    within settings.shutdown_timeout_ms (fabric.server.shutdown), even if ZooKeeper or the peers are gone."""
+    shutdown = Shutdown(settings.shutdown_timeout_ms / 1000)
+    shutdown.install()
+    election: Any = None
+    broker = server = None
     try:
+        store, election = open_store(settings)
+        broker = Broker(settings.data_dir, store, settings.max_partitions)
         server = CoordinatorService(settings, broker, election)
         election.start(server.instance)
-        stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
         print(f"coordinator {server.instance} serving {settings.data_dir} with store {settings.store_url} "
               f"({'TLS' if settings.tls_cert else 'plaintext'}, "
               f"{'token auth' if settings.tokens_file else 'NO authentication'})", flush=True)
-        while not stop.wait(1.0):
+        shutdown.serving = True
+        while not shutdown.requested.wait(1.0):
             pass
+    except Interrupted as stop:
+        log.info("%s before the instance was serving: stopping", stop)
     finally:
-        if server is not None:
-            server.shutdown()
-        election.close()
-        broker.close()
+        _stop(shutdown, server, election, broker)
+
+
+def _stop(shutdown: Shutdown, server: CoordinatorService | None, election: Any, broker: Broker | None) -> None:
+    """Stop serving (calls in flight finish), leave the election and close the stores, within the deadline."""
+    shutdown.begin()
+    finished = True
+    serving = shutdown.start("stop serving", server.shutdown) if server is not None else None
+    if election is not None:
+        finished &= shutdown.wait("leave the election", shutdown.start(
+            "leave the election", lambda: election.close(shutdown.remaining() / 2)), 0.5)
+    if serving is not None:
+        finished &= shutdown.wait("stop serving", serving)
+    if broker is not None:
+        broker.close()  # its SQLite connections belong to this thread
+    if not finished:
+        exit_now("stopped with steps unfinished (see above): exiting now", 1)
+    log.info("stopped")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,6 +3,8 @@ Arrow streams with JSON app-metadata for the data plane, and errors that keep th
 
 Values: None/bool/int/float/str and lists are plain JSON; tuples, dicts (any keys), Arrow schemas, enums and
 the shared dataclasses are tagged objects {"$": tag, "v": ...}, so a decoded value equals the encoded one.
+Requests (action bodies, DoPut descriptors, DoGet tickets) are refused up front past MAX_REQUEST_BYTES or
+MAX_DEPTH levels of nesting, and errors about them never echo more than a short piece of the input.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 import fabric.common.errors as errors
+from fabric.common.redaction import clip, shorten
 from fabric.common.types import (
     CommittedOffset,
     Fetched,
@@ -27,10 +30,13 @@ from fabric.common.types import (
     SyncResult,
     TopicInfo,
     TopicPartition,
+    TopicRecovery,
 )
 from fabric.server.arguments import conforms
 
 AUTH_HEADER = "authorization"
+MAX_REQUEST_BYTES = 2 << 20  # a commit of 10,000 partitions takes about 0.5 MiB
+MAX_DEPTH = 32  # the deepest legitimate request (a join's owned partitions) nests 6 levels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +53,8 @@ class InstanceStatus:
 
 
 DATACLASSES = {cls.__name__: cls for cls in (TopicInfo, CommittedOffset, JoinRequest, JoinResult, SyncResult,
-                                             MemberDescription, GroupDescription, PartitionState, InstanceStatus)}
+                                             MemberDescription, GroupDescription, PartitionState, InstanceStatus,
+                                             TopicRecovery)}
 ENUMS = {cls.__name__: cls for cls in (GroupStatus,)}
 
 
@@ -71,28 +78,30 @@ def encode(value: Any) -> Any:
     raise TypeError(f"cannot send a {type(value).__name__} to the coordinator service")
 
 
-def decode(value: Any) -> Any:
-    """The inverse of encode()."""
+def decode(value: Any, depth: int = 0) -> Any:
+    """The inverse of encode(); ValueError past MAX_DEPTH levels of nesting."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"it nests deeper than {MAX_DEPTH} levels")
     if isinstance(value, list):
-        return [decode(v) for v in value]
+        return [decode(v, depth + 1) for v in value]
     if not isinstance(value, dict):
         return value
     tag = value.get("$")
     body: Any = value.get("v")  # a body of the wrong shape raises here; request_args reports it
     if tag == "tuple":
-        return tuple(decode(v) for v in body)
+        return tuple(decode(v, depth + 1) for v in body)
     if tag == "dict":
-        return {_hashable(decode(k)): decode(v) for k, v in body}
+        return {_hashable(decode(k, depth + 1)): decode(v, depth + 1) for k, v in body}
     if tag == "schema":
         return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(body)))
     if tag in DATACLASSES:
-        return DATACLASSES[tag](**{k: decode(v) for k, v in body.items()})
+        return DATACLASSES[tag](**{k: decode(v, depth + 1) for k, v in body.items()})
     if tag in ENUMS:
         return ENUMS[tag](body)
     if tag is None:
         raise ValueError('a JSON object must be a tagged value {"$": tag, "v": value}; encode requests with '
                          "fabric.server.wire.dumps")
-    raise ValueError(f"unknown wire tag {tag!r}: client and coordinator versions differ")
+    raise ValueError(f"unknown wire tag {clip(tag, 40)}: client and coordinator versions differ")
 
 
 def _hashable(key: Any) -> Any:
@@ -118,13 +127,22 @@ def action(name: str, /, **kwargs: Any) -> flight.Action:
 
 def request_args(data: pa.Buffer | bytes | None, what: str) -> dict[str, Any]:
     """The keyword arguments of a request (`what`: a DoAction body, DoPut descriptor or DoGet ticket);
-    InvalidRequestError if it is not a JSON object of named arguments in this wire format."""
+    InvalidRequestError if it is not a JSON object of named arguments in this wire format, or too large or too
+    deeply nested to be one."""
+    size = len(data) if data is not None else 0
+    if size > MAX_REQUEST_BYTES:
+        raise errors.InvalidRequestError(
+            f"the {what} is {size} bytes, over the limit of {MAX_REQUEST_BYTES}; split the request (e.g. commit "
+            "fewer partitions at once)")
     try:
         args = {} if not data else loads(data)
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # bad UTF-8 or JSON, malformed tags
+    except RecursionError:  # the JSON parser's own limit, below any stack trouble
+        raise errors.InvalidRequestError(f"the {what} nests deeper than {MAX_DEPTH} levels; no coordinator "
+                                         "request does") from None
+    except (ValueError, TypeError, KeyError, AttributeError, pa.ArrowException) as exc:  # bad JSON or tags
         raise errors.InvalidRequestError(
-            f"the {what} is not valid coordinator wire JSON ({type(exc).__name__}: {exc}); send it with a "
-            "fabric client of the same version as the coordinator") from None
+            f"the {what} is not valid coordinator wire JSON ({type(exc).__name__}: {shorten(str(exc))}); send it "
+            "with a fabric client of the same version as the coordinator") from None
     if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
         raise errors.InvalidRequestError(f"the {what} must be a JSON object of named arguments, "
                                          f"got {type(args).__name__}")
@@ -216,8 +234,8 @@ def publish_keys(keys: Any) -> list[TopicPartition]:
 
 
 def schema_text(schema: pa.Schema) -> str:
-    """A schema on one line, for error messages."""
-    return schema.to_string(show_schema_metadata=False).replace("\n", ", ")
+    """A schema on one line (shortened), for error messages."""
+    return shorten(schema.to_string(show_schema_metadata=False).replace("\n", ", "), 300)
 
 
 def unwrap(keys: Iterable[tuple[str, int]], reader: flight.MetadataRecordBatchReader,
@@ -232,8 +250,12 @@ def unwrap(keys: Iterable[tuple[str, int]], reader: flight.MetadataRecordBatchRe
         for row in chunk.data.to_pylist():
             key = (row["topic"], row["partition"])
             if key not in parts:
-                raise errors.InvalidConfigError(f"publish stream names {key}, which the request did not list")
-            parts[key].extend(items(row["payload"]))
+                raise errors.InvalidRequestError(f"publish stream names {clip(key)}, which the request did not list")
+            try:
+                parts[key].extend(items(row["payload"]))
+            except (pa.ArrowException, ValueError, TypeError) as exc:
+                raise errors.InvalidRequestError(f"a publish payload for {clip(key)} does not decode "
+                                                 f"({type(exc).__name__}); send it with a fabric client") from None
     return parts
 
 
@@ -275,7 +297,9 @@ def to_flight_error(exc: BaseException) -> flight.FlightError:
         return flight.FlightUnavailableError(str(exc), extra_info=error_info(exc))
     if isinstance(exc, (errors.FabricError, NotImplementedError)):
         return flight.FlightServerError(str(exc), extra_info=error_info(exc))
-    return flight.FlightInternalError(f"coordinator failed: {type(exc).__name__}: {exc}", extra_info=error_info(exc))
+    message = f"coordinator failed: {type(exc).__name__}: {shorten(str(exc), 300)}"  # never a whole input
+    return flight.FlightInternalError(message, extra_info=json.dumps({"type": type(exc).__name__,
+                                                                      "message": message}).encode())
 
 
 def error_details(exc: flight.FlightError) -> dict[str, Any]:

@@ -129,6 +129,63 @@ def the_active() -> Callable[[Any], Any]:
     return active
 
 
+# -- the CLI and real disks ----------------------------------------------------------------------------------
+@pytest.fixture
+def fabric_cli() -> Callable[..., subprocess.CompletedProcess]:
+    """fabric_cli(*args, stdin="", env=None, timeout=60) → the finished `python -m fabric.cli ARGS...` process
+    (text output), for tests that need the command as users run it."""
+    def run(*args: str, stdin: str = "", env: dict[str, str] | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run([PYTHON, "-m", "fabric.cli", *args], capture_output=True, text=True, timeout=timeout,
+                              input=stdin, env=env)
+
+    return run
+
+
+class SmallDisk:
+    """A tmpfs of `SIZE` bytes mounted at `path`: a real filesystem that can be filled up or remounted
+    read-only, whose ENOSPC and EROFS hold for root too (which ignores file permissions and chattr-free dirs)."""
+
+    SIZE = 16 << 20
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.filler = path / "filler"
+
+    def fill(self) -> None:
+        """Write to a filler file until the filesystem has no byte left."""
+        with open(self.filler, "ab", buffering=0) as out:
+            for chunk in (1 << 20, 4096, 1):
+                try:
+                    while True:
+                        out.write(b"\0" * chunk)
+                except OSError:
+                    continue
+
+    def free(self) -> None:
+        self.filler.unlink()
+
+    def remount(self, mode: str) -> None:
+        """Remount "ro" or "rw"."""
+        subprocess.run(["mount", "-o", f"remount,{mode}", str(self.path)], check=True, capture_output=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[SmallDisk]:
+    """A fresh SmallDisk at tmp_path/disk, unmounted after the test; skipped where this process may not mount a
+    tmpfs (it needs root with CAP_SYS_ADMIN, as in the CI container)."""
+    path = tmp_path / "disk"
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SmallDisk.SIZE}", "tmpfs", str(path)],
+                             capture_output=True, text=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}); the full-disk tests need root")
+    try:
+        yield SmallDisk(path)
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
 # -- consumer-group members in processes of their own ---------------------------------------------------------
 MEMBER = r"""
 import json, os, sys

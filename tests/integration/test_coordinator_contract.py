@@ -1,7 +1,11 @@
 """The Coordinator contract: checks any Coordinator implementation must pass, each run on a fresh, empty
 coordinator of every kind: the SQLite store, the ZooKeeper store (a real server) and a coordinator service
-process (fabric://, the remote coordinator its clients use)."""
+process (fabric://, the remote coordinator its clients use). A service checks committed offsets against its
+logs, so each check gets `fill(topic, partition, count)`, which makes a partition hold `count` records where
+the coordinator has logs (a no-op for a bare store)."""
 from __future__ import annotations
+
+from typing import Callable
 
 import pyarrow as pa
 import pytest
@@ -14,6 +18,7 @@ from fabric.common.errors import (
     UnknownMemberError,
     UnknownTopicError,
 )
+from fabric.common.records import to_storage
 from fabric.common.types import JoinRequest
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.sqlite_store import SqliteCoordinator
@@ -22,7 +27,10 @@ from fabric.coordinator.zk_store import ZkCoordinator
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("at", pa.timestamp("us", tz="UTC"))])
 
 
-def check_topics(c: Coordinator) -> None:
+Fill = Callable[[str, int, int], None]
+
+
+def check_topics(c: Coordinator, fill: Fill) -> None:
     """Create, read, list, alter, grow and delete topics; errors for unknown and duplicate topics."""
     info = c.create_topic("orders", 3, {"retention.ms": "1000"}, SCHEMA)
     assert (info.name, info.partitions, info.config) == ("orders", 3, {"retention.ms": "1000"})
@@ -34,8 +42,8 @@ def check_topics(c: Coordinator) -> None:
     assert read.value_schema is not None and read.value_schema.equals(SCHEMA)
     assert c.topic("a.plain-topic_1").value_schema is None
 
-    altered = c.alter_topic_config("orders", {"cleanup.policy": "compact", "retention.ms": None})
-    assert altered.config == {"cleanup.policy": "compact"} == c.topic("orders").config
+    altered = c.alter_topic_config("orders", {"cleanup.policy": "delete", "retention.ms": None})
+    assert altered.config == {"cleanup.policy": "delete"} == c.topic("orders").config
     assert c.set_partitions("orders", 5).partitions == 5 == c.topic("orders").partitions
     with pytest.raises(InvalidPartitionsError, match="never removed"):
         c.set_partitions("orders", 2)
@@ -50,10 +58,12 @@ def check_topics(c: Coordinator) -> None:
     assert c.create_topic("orders", 1, {}, None).partitions == 1  # the name is free again
 
 
-def check_offsets(c: Coordinator) -> None:
+def check_offsets(c: Coordinator, fill: Fill) -> None:
     """Commit several offsets at once, read them back (optionally by topic), list and delete groups."""
     c.create_topic("t1", 2, {}, None)
     c.create_topic("t2", 1, {}, None)
+    for topic, partition, count in (("t1", 0, 11), ("t1", 1, 20), ("t2", 0, 5)):
+        fill(topic, partition, count)
     c.commit_offsets("g/with:odd chars", {("t1", 0): 10, ("t1", 1): 20, ("t2", 0): 5}, metadata="m")
     got = c.committed("g/with:odd chars")
     assert {tp: o.offset for tp, o in got.items()} == {("t1", 0): 10, ("t1", 1): 20, ("t2", 0): 5}
@@ -72,7 +82,7 @@ def check_offsets(c: Coordinator) -> None:
     assert c.committed("g/with:odd chars") == {} and c.list_groups() == []
 
 
-def check_transactions(c: Coordinator) -> None:
+def check_transactions(c: Coordinator, fill: Fill) -> None:
     """A transaction id is recorded once; committing it again is a no-op. A `<transactional id>:<sequence>`
     counts as committed once its id committed this or a higher sequence (a sink's batches, in order)."""
     assert not c.transaction_committed("query-1/batch-7")
@@ -90,9 +100,10 @@ def check_transactions(c: Coordinator) -> None:
     assert c.transaction_committed("query-2:5") and not c.transaction_committed("query-2:6")
 
 
-def check_groups(c: Coordinator) -> None:
+def check_groups(c: Coordinator, fill: Fill) -> None:
     """One member joins, syncs all partitions; stale-generation and non-member commits are rejected."""
     c.create_topic("events", 2, {}, None)
+    fill("events", 0, 3)
     joined = c.join_group(JoinRequest("workers", "", ("events",)))
     assert joined.ready and joined.generation == 1 and joined.leader == joined.member_id
     assert sorted(c.sync_group("workers", joined.member_id, 1).assignment) == [("events", 0), ("events", 1)]
@@ -113,23 +124,31 @@ def check_groups(c: Coordinator) -> None:
 CONTRACT = [check_topics, check_offsets, check_transactions, check_groups]
 
 
+def no_logs(topic: str, partition: int, count: int) -> None:
+    """A bare store has no logs to fill."""
+
+
 @pytest.fixture(params=["sqlite", pytest.param("zookeeper", marks=pytest.mark.zookeeper), "service"])
 def coordinator(request, tmp_path):
-    """A fresh, empty Coordinator: the SQLite store, the ZooKeeper store or a service's remote coordinator."""
+    """(a fresh, empty Coordinator, its fill): the SQLite store, the ZooKeeper store or a service's remote
+    coordinator."""
     if request.param == "sqlite":
         store = SqliteCoordinator(str(tmp_path / "m.db"))
     elif request.param == "zookeeper":
         store = ZkCoordinator(request.getfixturevalue("zk_url"))
     else:
         with fabric.connect(request.getfixturevalue("coordinators")().url()) as fab:
-            yield fab.cluster.coordinator
+            def fill(topic: str, partition: int, count: int) -> None:
+                rows = to_storage(pa.table({"value": [b"x"] * count}), None, 1_000_000).to_batches()[0]
+                fab.cluster.append(topic, partition, rows)
+            yield fab.cluster.coordinator, fill
         return
     try:
-        yield store
+        yield store, no_logs
     finally:
         store.close()
 
 
 @pytest.mark.parametrize("check", CONTRACT, ids=lambda f: f.__name__)
 def test_coordinator_contract(coordinator, check) -> None:
-    check(coordinator)
+    check(*coordinator)

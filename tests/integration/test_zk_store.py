@@ -1,6 +1,6 @@
 """The ZooKeeper coordinator store against a real ZooKeeper server: the znode layout, transactions recorded by
-version 0.1.0, and compare-and-set conflicts between racing clients. (The Coordinator contract, run against this
-store too: test_coordinator_contract.py.)"""
+version 0.1.0, compare-and-set conflicts between racing clients, and the metadata it refuses to store. (The
+Coordinator contract, run against this store too: test_coordinator_contract.py.)"""
 from __future__ import annotations
 
 import base64
@@ -10,6 +10,13 @@ import pyarrow as pa
 import pytest
 from kazoo.client import KazooClient
 
+from fabric.common.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidRequestError,
+    InvalidTopicError,
+    SchemaMismatchError,
+)
 from fabric.common.types import JoinRequest
 from fabric.coordinator import zk_layout as layout
 from fabric.coordinator.zk_store import ZkCoordinator
@@ -82,15 +89,22 @@ def test_cas_conflicts_between_two_clients_lose_no_update(zk, zk_url):
     other = ZkCoordinator(zk_url)
     try:
         zk.create_topic("shared", 1, {}, None)
-        clients, rounds = [zk, other], 15
+        clients = [zk, other]
+        # a distinct (valid) config key per write: a lost update leaves its key missing
+        writes = [[("retention.ms", "1000"), ("segment.ms", "1001"), ("retention.bytes", "1002"),
+                   ("flush.ms", "1003"), ("flush.messages", "1004"), ("index.interval.bytes", "1005")],
+                  [("segment.bytes", "2048"), ("max.message.bytes", "1006"), ("min.insync.replicas", "2"),
+                   ("compression.type", "lz4"), ("message.timestamp.type", "LogAppendTime"),
+                   ("cleanup.policy", "delete")]]
+        rounds = len(writes[0])
 
         def alter(i: int) -> None:
-            for n in range(rounds):
-                clients[i].alter_topic_config("shared", {f"client{i}.key{n}": str(n)})
+            for n, (key, value) in enumerate(writes[i]):
+                clients[i].alter_topic_config("shared", {key: value})
                 clients[i].commit_offsets("racers", {("shared", i * rounds + n): n})
         _race(2, alter)
         config = other.topic("shared").config
-        assert config == {f"client{i}.key{n}": str(n) for i in range(2) for n in range(rounds)}
+        assert config == dict(writes[0] + writes[1])
         assert len(zk.committed("racers")) == 2 * rounds
     finally:
         other.close()
@@ -111,3 +125,23 @@ def test_group_state_cas_between_two_clients(zk, zk_url):
         assert zk.list_groups() == other.list_groups() == ["crew"]
     finally:
         other.close()
+
+
+def test_the_zookeeper_store_refuses_metadata_that_would_make_a_topic_unusable(zk):
+    """The same rules as the SQLite store (tests/unit/test_service_topics.py), whoever calls: nothing is written."""
+    zk.create_topic("orders", 1, {"retention.ms": "1000"}, None)
+    before = zk.client.get_children("/brokers/topics"), zk.topic("orders")
+    for call, error, match in [
+        (lambda: zk.create_topic("t", 1, {"segment.bytes": "1"}, None), InvalidConfigError, "segment.bytes"),
+        (lambda: zk.create_topic("t", 1, {}, pa.schema([("key", pa.string())])), SchemaMismatchError, "clashes"),
+        (lambda: zk.create_topic("../t", 1, {}, None), InvalidTopicError, "illegal characters"),
+        (lambda: zk.create_topic("t", 2**40, {}, None), InvalidPartitionsError, "partition count"),
+        (lambda: zk.alter_topic_config("orders", {"no.such.key": "1"}), InvalidConfigError, "unknown topic config"),
+        (lambda: zk.alter_topic_config("orders", {"segment.bytes": "1"}), InvalidConfigError, "segment.bytes"),
+        (lambda: zk.commit_offsets("g", {("orders", 0): "x"}), InvalidRequestError, "must be an int"),
+        (lambda: zk.commit_transaction("q:" + "9" * 30), InvalidRequestError, "sequence from 0 to"),
+    ]:
+        with pytest.raises(error, match=match):
+            call()
+        assert (zk.client.get_children("/brokers/topics"), zk.topic("orders")) == before
+    assert zk.list_groups() == [] and zk.client.get_children("/transaction_ids") == []

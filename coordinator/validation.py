@@ -1,0 +1,108 @@
+"""What every metadata store checks before it writes, whoever called it (a client, the broker, a raw call to
+the service): the shared rules of fabric.common (topic names, topic configs, value schemas, group ids) and the
+bounds of what a store keeps (partition counts, offsets, transaction ids). Both stores call these first, so
+nothing a client could not create ever reaches their tables or znodes.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import pyarrow as pa
+
+from fabric.common.config import INT_MAX, LONG_MAX, TOPIC_SETTINGS, validate_topic_config
+from fabric.common.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidRequestError,
+    OffsetOutOfRangeError,
+)
+from fabric.common.names import validate_group, validate_topic
+from fabric.common.records import validate_value_schema
+from fabric.common.redaction import clip
+from fabric.common.types import transaction_sequence
+
+MAX_OFFSET_METADATA = 4096  # Kafka's offset.metadata.max.bytes
+MAX_TRANSACTION_ID = 1024
+MAX_CONFIG_KEY, MAX_CONFIG_VALUE = 100, 1000
+
+
+def is_int(value: Any) -> bool:
+    """An int that is not a bool (True is an int to Python, never a count or an offset to the fabric)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def partition_count(name: str, partitions: Any) -> int:
+    """A topic's partition count: an int from 1 to 2^31-1 (partition numbers are 32-bit on the wire)."""
+    if not is_int(partitions) or not 1 <= partitions <= INT_MAX:
+        raise InvalidPartitionsError(f"topic {name!r} needs a partition count from 1 to {INT_MAX}, "
+                                     f"got {clip(partitions)}")
+    return partitions
+
+
+def _config(name: str, config: Any) -> Mapping[str, Any]:
+    """`config` if it is a mapping of short strings (no topic config key or value is long, and an error must
+    not echo a long one); the shared rules check the rest."""
+    if not isinstance(config, Mapping):
+        raise InvalidConfigError(f"topic {name!r}: a config must be a mapping of Kafka config keys to values")
+    for key, value in config.items():
+        if not isinstance(key, str) or len(key) > MAX_CONFIG_KEY:
+            raise InvalidConfigError(f"unknown topic config {clip(key)}; known keys: "
+                                     f"{', '.join(sorted(TOPIC_SETTINGS))}")
+        if value is not None and len(str(value)) > MAX_CONFIG_VALUE:
+            raise InvalidConfigError(f"invalid value {clip(value)} for topic config {key!r}: too long")
+    return config
+
+
+def topic(name: Any, partitions: Any, config: Any, value_schema: Any) -> dict[str, str]:
+    """Check a new topic; returns its config normalised to strings (fabric.common.config's rules)."""
+    validate_topic(name)
+    partition_count(name, partitions)
+    config = _config(name, config)
+    if value_schema is not None:
+        if not isinstance(value_schema, pa.Schema):
+            raise InvalidRequestError(f"topic {name!r}: value_schema must be a pyarrow.Schema or None")
+        validate_value_schema(value_schema)
+    return validate_topic_config(config)
+
+
+def config_change(name: str, current: Mapping[str, str], change: Any) -> dict[str, str]:
+    """Topic `name`'s config after `change` (a value of None removes the override); every key must be a known
+    topic config and every value valid, so no change can leave a topic that TopicConfig cannot read."""
+    change = _config(name, change)
+    removed = [k for k, v in change.items() if v is None]
+    validate_topic_config({k: TOPIC_SETTINGS[k].default if k in TOPIC_SETTINGS else "" for k in removed})
+    merged = {**current, **validate_topic_config({k: v for k, v in change.items() if v is not None})}
+    return {k: v for k, v in merged.items() if k not in removed}
+
+
+def offsets(group: Any, offsets: Any, metadata: Any) -> None:
+    """Check an offset commit's shape: (topic, partition) keys, offsets that are ints from 0 to 2^63-1, and
+    metadata of at most MAX_OFFSET_METADATA characters. (The broker also checks them against the logs.)"""
+    validate_group(group)
+    if not isinstance(offsets, Mapping):
+        raise InvalidRequestError("offsets must be a mapping of (topic, partition) to the next offset to read")
+    for key, offset in offsets.items():
+        if not (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str) and is_int(key[1])
+                and 0 <= key[1] <= INT_MAX):
+            raise InvalidRequestError(f"an offset commit's key must be a (topic, partition) pair, got {clip(key)}")
+        if not is_int(offset):
+            raise InvalidRequestError(f"the offset committed for {key[0]}-{key[1]} must be an int, got "
+                                      f"{type(offset).__name__} {clip(offset)}")
+        if not 0 <= offset <= LONG_MAX:
+            raise OffsetOutOfRangeError(f"the offset committed for {key[0]}-{key[1]} must be from 0 to {LONG_MAX}, "
+                                        f"got {clip(offset)}")
+    if not isinstance(metadata, str) or len(metadata) > MAX_OFFSET_METADATA:
+        raise InvalidRequestError(f"offset metadata must be a string of at most {MAX_OFFSET_METADATA} characters")
+
+
+def transaction(txn: Any) -> tuple[str, int]:
+    """A transaction id `<transactional id>:<sequence>` split in two (see transaction_sequence), checked: a
+    non-empty string of at most MAX_TRANSACTION_ID characters with a sequence below 2^63."""
+    if not isinstance(txn, str) or not 1 <= len(txn) <= MAX_TRANSACTION_ID:
+        raise InvalidRequestError(f"a transaction id must be a string of 1 to {MAX_TRANSACTION_ID} characters "
+                                  f"(<transactional id>:<sequence>), got {clip(txn)}")
+    transactional_id, sequence = transaction_sequence(txn)
+    if not transactional_id or sequence > LONG_MAX:
+        raise InvalidRequestError(f"transaction id {clip(txn)} must be <transactional id>:<sequence> with a "
+                                  f"non-empty id and a sequence from 0 to {LONG_MAX}")
+    return transactional_id, sequence

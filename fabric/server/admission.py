@@ -1,0 +1,173 @@
+"""What the broker checks of every write before any of it can become visible, whoever sent it: stored rows in
+the topic's storage schema, frames whose payload decodes against that schema (fully validated, since a client
+may have crafted it) with the record count and timestamps their header claims, and no record larger than the
+topic's max.message.bytes. A write that fails a check is refused whole; readers of the partition are never
+handed something they cannot decode.
+
+The Spark sink's publish is a hot path: its frames are already CRC-checked (frame.split_frames); decoding a
+record-batch message is zero-copy (uncompressed) and the checks are vectorised, a few tens of µs per frame.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+import pyarrow as pa
+
+from fabric.common.errors import CorruptRecordError, RecordTooLargeError, SchemaMismatchError
+from fabric.common.redaction import shorten
+from fabric.server.wire import schema_text
+from fabric.storage import frame
+from fabric.storage.frame import FrameHeader
+
+Frame = tuple[FrameHeader, pa.Buffer]
+RECORD_COLUMNS = ("key", "value", "headers")  # what max.message.bytes measures of a record
+
+
+def check_rows(topic: str, batch: pa.RecordBatch, schema: pa.Schema, max_bytes: int) -> None:
+    """Stored rows for `topic`: exactly its storage schema, valid, no record over max_bytes."""
+    if not batch.schema.equals(schema):
+        raise SchemaMismatchError(
+            f"rows for topic {topic!r} must have its storage schema ({schema_text(schema)}), got "
+            f"({schema_text(batch.schema)}); produce with a fabric producer (fabric.records.to_storage)")
+    _valid(batch, f"a batch for topic {topic!r}")
+    check_sizes(topic, batch, max_bytes)
+
+
+def check_frames(topic: str, frames: Iterable[Frame], schema: pa.Schema, max_bytes: int,
+                 dense: bool = False) -> None:
+    """Sealed frames for `topic` (CRCs already checked): schema frames carry no records; data frames decode
+    against its storage schema with their header's record count and timestamps, and no record over
+    max_bytes. `dense`: data frames must be based from 0 without gaps (a staged file, which may be adopted as
+    a segment as it is)."""
+    expected = 0
+    for number, (header, payload) in enumerate(frames):
+        where = f"frame {number} for topic {topic!r}"
+        if header.is_schema:  # never copied; adopted only if it is the log's schema (Log.adopt_segment)
+            if header.record_count:
+                raise CorruptRecordError(f"{where} is a schema frame claiming {header.record_count} records; "
+                                         "encode with the topic's frame_encoder")
+            continue
+        if dense and header.base_offset != expected:
+            raise CorruptRecordError(f"{where} has base offset {header.base_offset}, expected {expected}: a staged "
+                                     "file's frames are based from 0 without gaps")
+        expected += header.record_count
+        batch = _decode(payload, schema, where)
+        if batch.num_rows != header.record_count:
+            raise CorruptRecordError(f"{where} claims {header.record_count} records but holds {batch.num_rows}; "
+                                     "it is refused (every offset must hold a record)")
+        _check_timestamps(header, batch, where)
+        check_sizes(topic, batch, max_bytes)
+
+
+def check_sizes(topic: str, batch: pa.RecordBatch, max_bytes: int) -> None:
+    """RecordTooLargeError if a record (key, value and headers) is larger than max_bytes. The bound on any one
+    record (the columns' total variable-width bytes) is checked first: only a batch whose bound is over the
+    limit has its records measured one by one."""
+    if not batch.num_rows:
+        return
+    columns = [batch.column(name) for name in RECORD_COLUMNS]
+    if sum(_extent(c)[0] for c in columns) <= max_bytes:
+        return
+    sizes = sum(row_bytes(c) for c in columns)
+    largest = int(np.max(sizes))
+    if largest > max_bytes:
+        row = int(np.argmax(sizes))
+        raise RecordTooLargeError(
+            f"a record of {largest} bytes (row {row}) exceeds max.message.bytes={max_bytes} of topic {topic!r}; "
+            f"nothing was written: raise it with `fabric topics alter {topic} --config max.message.bytes=N` or "
+            "send smaller records")
+
+
+def _extent(array: pa.Array) -> tuple[int, int]:
+    """(the most bytes one row can hold, the bytes of all rows) of an array, from its offsets' end points: no
+    pass over the rows."""
+    kind = array.type
+    if not len(array):
+        return 0, 0
+    if _is_binary(kind):
+        offsets = _offsets(array)
+        total = int(offsets[-1] - offsets[0])
+        return total, total
+    if pa.types.is_struct(kind):
+        parts = [_extent(array.field(i)) for i in range(kind.num_fields)]
+        return sum(p[0] for p in parts), sum(p[1] for p in parts)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        offsets = _offsets(array)
+        total = _extent(array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])))[1]
+        return total, total
+    try:
+        width = max(kind.bit_width // 8, 1)
+    except ValueError:  # no fixed width (maps, unions, ...): all of it
+        return array.nbytes, array.nbytes
+    return width, width * len(array)
+
+
+def row_bytes(array: pa.Array) -> np.ndarray:
+    """The bytes of each row of an array: lengths of binary data, widths of fixed-size values, sums over
+    struct fields and list elements (an estimate by the average for other layouts)."""
+    n = len(array)
+    kind = array.type
+    if not n:
+        return np.zeros(0, np.int64)
+    if _is_binary(kind):
+        return np.diff(_offsets(array)).astype(np.int64)
+    if pa.types.is_struct(kind):
+        return sum((row_bytes(array.field(i)) for i in range(kind.num_fields)), np.zeros(n, np.int64))
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        offsets = _offsets(array)
+        if offsets[-1] == offsets[0]:  # no elements at all (e.g. every record without headers)
+            return np.zeros(n, np.int64)
+        inner = np.concatenate([[0], np.cumsum(row_bytes(array.values))])
+        return (inner[offsets[1:]] - inner[offsets[:-1]]).astype(np.int64)
+    try:
+        return np.full(n, max(kind.bit_width // 8, 1), np.int64)
+    except ValueError:  # no fixed width (maps, unions, ...): the average row
+        return np.full(n, array.nbytes // n, np.int64)
+
+
+def _is_binary(kind: pa.DataType) -> bool:
+    return pa.types.is_binary(kind) or pa.types.is_string(kind) or pa.types.is_large_binary(kind) \
+        or pa.types.is_large_string(kind)
+
+
+def _offsets(array: pa.Array) -> np.ndarray:
+    """The n+1 offsets of a binary, string or list array, read from its offsets buffer (zero-copy)."""
+    wide = pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type) \
+        or pa.types.is_large_list(array.type)
+    offsets = np.frombuffer(array.buffers()[1], np.int64 if wide else np.int32)
+    return offsets[array.offset:array.offset + len(array) + 1]
+
+
+def _decode(payload: pa.Buffer, schema: pa.Schema, where: str) -> pa.RecordBatch:
+    """The frame's batch, decoded against the topic's storage schema and fully validated."""
+    try:
+        batch = frame.decode_batch(payload, schema)
+        batch.validate(full=True)
+    except (pa.ArrowException, ValueError) as exc:
+        raise SchemaMismatchError(f"{where} does not decode as a record batch of the topic's storage schema "
+                                  f"({shorten(str(exc), 160)}); encode with the topic's frame_encoder") from None
+    return batch
+
+
+def _valid(batch: pa.RecordBatch, what: str) -> pa.RecordBatch:
+    """`batch` if its buffers are consistent (offsets in bounds, valid UTF-8: a reader can decode every row)."""
+    try:
+        batch.validate(full=True)
+    except (pa.ArrowException, ValueError) as exc:
+        raise CorruptRecordError(f"{what} is not a valid Arrow batch: {shorten(str(exc), 160)}") from None
+    return batch
+
+
+def _check_timestamps(header: FrameHeader, batch: pa.RecordBatch, where: str) -> None:
+    """The header's first and max timestamps are the rows' (they drive time lookups and retention)."""
+    column = batch.column(0)
+    if column.null_count:
+        raise CorruptRecordError(f"{where} has rows without a timestamp")
+    if not batch.num_rows:
+        return
+    stamps = np.frombuffer(column.buffers()[1], np.int64)[column.offset:column.offset + len(column)]
+    first, largest = int(stamps[0]), int(stamps.max())
+    if (header.first_timestamp, header.max_timestamp) != (first, largest):
+        raise CorruptRecordError(f"{where}: its header's timestamps ({header.first_timestamp}, "
+                                 f"{header.max_timestamp}) are not its rows' ({first}, {largest})")
