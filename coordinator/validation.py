@@ -9,10 +9,10 @@ from typing import Any, Mapping
 
 import pyarrow as pa
 
+from fabric.common import checks
 from fabric.common.config import INT_MAX, LONG_MAX, TOPIC_SETTINGS, validate_topic_config
 from fabric.common.errors import (
     InvalidConfigError,
-    InvalidPartitionsError,
     InvalidRequestError,
     OffsetOutOfRangeError,
 )
@@ -26,17 +26,9 @@ MAX_TRANSACTION_ID = 1024
 MAX_CONFIG_KEY, MAX_CONFIG_VALUE = 100, 1000
 
 
-def is_int(value: Any) -> bool:
-    """An int that is not a bool (True is an int to Python, never a count or an offset to the fabric)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def partition_count(name: str, partitions: Any) -> int:
-    """A topic's partition count: an int from 1 to 2^31-1 (partition numbers are 32-bit on the wire)."""
-    if not is_int(partitions) or not 1 <= partitions <= INT_MAX:
-        raise InvalidPartitionsError(f"topic {name!r} needs a partition count from 1 to {INT_MAX}, "
-                                     f"got {clip(partitions)}")
-    return partitions
+    """A topic's partition count as a store keeps it: from 1 to 2^31-1 (partition numbers are 32-bit)."""
+    return checks.partition_count(partitions, f"the partition count of topic {name!r}", INT_MAX)
 
 
 def _config(name: str, config: Any) -> Mapping[str, Any]:
@@ -82,10 +74,10 @@ def offsets(group: Any, offsets: Any, metadata: Any) -> None:
     if not isinstance(offsets, Mapping):
         raise InvalidRequestError("offsets must be a mapping of (topic, partition) to the next offset to read")
     for key, offset in offsets.items():
-        if not (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str) and is_int(key[1])
+        if not (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str) and checks.is_integer(key[1])
                 and 0 <= key[1] <= INT_MAX):
             raise InvalidRequestError(f"an offset commit's key must be a (topic, partition) pair, got {clip(key)}")
-        if not is_int(offset):
+        if not checks.is_integer(offset):
             raise InvalidRequestError(f"the offset committed for {key[0]}-{key[1]} must be an int, got "
                                       f"{type(offset).__name__} {clip(offset)}")
         if not 0 <= offset <= LONG_MAX:

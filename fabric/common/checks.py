@@ -16,8 +16,8 @@ from fabric.common.names import validate_topic
 from fabric.common.types import TopicPartition
 
 LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1  # partition numbers are 32-bit, as Kafka's (a cluster caps a topic far lower)
 T = TypeVar("T")
-MAX_PARTITIONS = 10_000  # per topic: each is a directory of files and a position in every consumer
 
 
 def _shown(value: object) -> str:
@@ -25,10 +25,15 @@ def _shown(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def is_integer(value: Any) -> bool:
+    """A whole number that is not a bool (True is an int to Python, never a count or an offset to the fabric)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def integer(value: Any, what: str, lo: int = 0, hi: int = LONG_MAX,
             error: type[FabricError] = InvalidArgumentError) -> int:
     """`value` as an int if it is a whole number (a bool is not) from `lo` to `hi`; else `error` naming `what`."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if not is_integer(value):
         raise error(f"{what} must be an integer from {lo} to {hi}, got {type(value).__name__} {_shown(value)}")
     value = int(value)
     if not lo <= value <= hi:
@@ -36,9 +41,10 @@ def integer(value: Any, what: str, lo: int = 0, hi: int = LONG_MAX,
     return value
 
 
-def partition_count(value: Any) -> int:
-    """A topic's partition count: 1 to MAX_PARTITIONS (InvalidPartitionsError otherwise)."""
-    return integer(value, "the partition count", 1, MAX_PARTITIONS, InvalidPartitionsError)
+def partition_count(value: Any, what: str = "the partition count", hi: int = LONG_MAX) -> int:
+    """A topic's partition count: a whole number from 1 (InvalidPartitionsError otherwise). The cluster refuses
+    counts over its own per-topic limit (topic.max.partitions) and names it; clients check only the type."""
+    return integer(value, what, 1, hi, InvalidPartitionsError)
 
 
 def offset(value: Any, what: str = "offset") -> int:
@@ -59,7 +65,7 @@ def topic_partition(value: Any, what: str) -> TopicPartition:
         raise InvalidArgumentError(
             f"{what} takes (topic, partition) pairs, got {_shown(value)}; e.g. ('orders', 0)")
     topic, partition = value
-    return validate_topic(topic), integer(partition, f"the partition of {topic!r} in {what}", 0, MAX_PARTITIONS - 1)
+    return validate_topic(topic), integer(partition, f"the partition of {topic!r} in {what}", 0, INT_MAX - 1)
 
 
 def topic_partitions(values: Any, what: str) -> list[TopicPartition]:

@@ -74,11 +74,6 @@ class CorruptRecordError(FabricError):
     they are never served, and the message names the offsets to seek past."""
 
 
-class StorageError(FabricError):
-    """A partition's files cannot be written (a read-only or full disk, or a directory of another user), as
-    Kafka's KafkaStorageException: reads go on; writes need the disk or the permissions fixed first."""
-
-
 class MembershipError(FabricError):
     """A group member's view of its group is out of date: it must rejoin before it commits or fetches its
     assignment again (the subclasses say whether it keeps its member id)."""
@@ -125,8 +120,9 @@ class CommitFailedError(FabricError):
 
 
 class StorageError(FabricError):
-    """A disk the fabric writes to failed (full, read-only, an I/O error): the message names the file and the
-    fix; nothing was changed (reads keep working where they can), so the call may be repeated once it is fixed."""
+    """A disk the fabric writes to failed (full, read-only, an I/O error, a directory of another user), as Kafka's
+    KafkaStorageException: the message names the file and the fix; nothing was changed and reads keep working
+    where they can, so the call may be repeated once the disk is fixed."""
 
 
 class InvalidRequestError(FabricError):

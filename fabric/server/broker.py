@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 
+from fabric.common import checks
 from fabric.common.codecs import CODECS
 from fabric.common.config import INT_MAX, LONG_MAX
 from fabric.common.errors import (
@@ -103,7 +104,7 @@ class Broker:
 
     def _check_limit(self, name: str, partitions: Any) -> None:
         """A partition count from 1 to max_partitions, else InvalidPartitionsError naming the limit."""
-        if not validation.is_int(partitions) or partitions < 1:
+        if not checks.is_integer(partitions) or partitions < 1:
             validation.partition_count(name, partitions)
         if partitions > self.max_partitions:
             raise InvalidPartitionsError(
@@ -170,7 +171,7 @@ class Broker:
     def create_partitions(self, name: str, total: int) -> TopicInfo:
         """Grow the topic to `total` partitions (more than it has)."""
         info = self._topic(name)
-        if not validation.is_int(total) or total <= info.partitions:
+        if not checks.is_integer(total) or total <= info.partitions:
             raise InvalidPartitionsError(f"topic {name!r} has {info.partitions} partitions; the new total must be "
                                          f"larger, got {clip(total)}")
         return self.set_partitions(name, total)
@@ -213,7 +214,7 @@ class Broker:
 
     def offset_for_time(self, topic: str, partition: int, timestamp_us: int) -> int | None:
         log = self.log(topic, partition)
-        if not validation.is_int(timestamp_us) or abs(timestamp_us) > LONG_MAX:
+        if not checks.is_integer(timestamp_us) or abs(timestamp_us) > LONG_MAX:
             raise InvalidRequestError(f"timestamp_us must be a 64-bit int (µs since the epoch), got "
                                       f"{clip(timestamp_us)}")
         return log.offset_for_time(timestamp_us)

@@ -10,7 +10,7 @@ import pytest
 from fabric.client.cluster import Cluster
 from fabric.client.embedded import EmbeddedCluster
 from fabric.common.errors import FabricError
-from fabric.common.types import Fetched, PartitionState, TopicInfo, TopicPartition
+from fabric.common.types import Fetched, PartitionState, TopicInfo, TopicPartition, TopicRecovery
 
 
 class FlakyCluster(Cluster):
@@ -63,6 +63,13 @@ class FlakyCluster(Cluster):
     def publish(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
                 codec: str = "none") -> bool:
         return self.inner.publish(txn, parts, codec)
+
+    def recover_topics(self, names: Sequence[str] | None = None) -> list[TopicRecovery]:
+        return self.inner.recover_topics(names)
+
+    def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
+                       generation: int = -1, member_id: str = "") -> None:
+        self.inner.commit_offsets(group, offsets, metadata, generation, member_id)
 
 
 @pytest.fixture
