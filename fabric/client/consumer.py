@@ -357,10 +357,14 @@ class Consumer:
         self._last_auto_commit = time.monotonic()
 
     def _try_commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
-        """Commit, but a stale generation only means the next owner re-reads from the last commit."""
+        """Commit, but a stale generation only means the next owner re-reads from the last commit, and a position
+        retention has overtaken (below the log start) is reset by the next fetch and committed then."""
         try:
             self.commit(offsets)
         except CommitFailedError:
+            self._last_auto_commit = time.monotonic()
+        except OffsetOutOfRangeError as exc:
+            log.warning("auto-commit of group %s skipped: %s", self.group_id, exc)
             self._last_auto_commit = time.monotonic()
 
     def committed(self, partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int | None]:

@@ -33,3 +33,20 @@ def test_min_partitions_split_covers_every_offset_once():
     ranges = split_ranges([OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 5, 7)], 4)
     assert [(r.partition, r.start, r.end) for r in ranges] == [
         (0, 0, 2), (0, 2, 5), (0, 5, 7), (0, 7, 10), (1, 5, 7)]
+
+
+def test_group_commit_of_a_batch_retention_overtook_does_not_fail_the_query(fab, fabric_url):
+    fab.create_topic("t", config={"segment.bytes": 1024, "retention.ms": -1})
+    with fab.producer(batch_size=1) as producer:  # a frame per record, ~4 to a segment
+        for i in range(20):
+            producer.send("t", b"%03d" % i + b"x" * 200)
+    source = FabricStreamReader({"url": fabric_url, "subscribe": "t", "startingOffsets": "earliest",
+                                 "groupId": "q"}, spark_schema(None, False))
+    source.commit({"t": {"0": 3}})
+    assert fab.describe_group("q")[0].committed == 3
+    fab.alter_topic_config("t", {"retention.bytes": 1024})
+    assert fab.enforce_retention("t") > 0
+    source.commit({"t": {"0": 4}})  # below the log start now: only the lag view misses this batch
+    assert fab.describe_group("q")[0].committed == 3
+    source.commit({"t": {"0": 20}})
+    assert fab.describe_group("q")[0].committed == 20

@@ -76,6 +76,29 @@ def test_group_commits_and_resumes(fab, drain):
     assert fab.list_groups() == ["g"]
 
 
+def test_auto_commit_below_a_log_start_retention_moved_does_not_fail_poll(fab):
+    fab.create_topic("t", config={"segment.bytes": 1024, "retention.ms": -1})
+    with fab.producer(batch_size=1) as producer:  # a frame per record, ~4 to a segment
+        for i in range(5):
+            producer.send("t", b"%03d" % i + b"x" * 200)
+    consumer = fab.consumer("t", group_id="g", auto_offset_reset="earliest", auto_commit_interval_ms=0,
+                            max_poll_records=2)
+    assert [r.offset for r in consumer.poll(5)] == [0, 1]  # 2, 3, 4 stay buffered in the consumer
+    with fab.producer(batch_size=1) as producer:
+        for i in range(5, 25):
+            producer.send("t", b"%03d" % i + b"x" * 200)
+    fab.alter_topic_config("t", {"retention.bytes": 1024})
+    assert fab.enforce_retention("t") > 0
+    start = fab.describe_topic("t").partitions[0].start_offset
+    assert start > 4  # what the consumer holds is gone from the log: its position is below the log start
+    assert [r.offset for r in consumer.poll(5)] == [2, 3]  # the auto-commit of position 4 is skipped, not raised
+    assert [r.offset for r in consumer.poll(5)] == [4]
+    assert consumer.poll(5)[0].offset == start  # the next fetch resets to the log start (auto_offset_reset)
+    consumer.commit()
+    assert fab.describe_group("g")[0].committed >= start
+    consumer.close()
+
+
 def test_partitions_added_are_consumed(fab, drain):
     fab.create_topic("grow", partitions=1)
     consumer = fab.consumer("grow", auto_offset_reset="earliest")
