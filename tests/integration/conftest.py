@@ -105,6 +105,21 @@ def coordinators(tmp_path) -> Iterator[Callable[..., CoordinatorProcess]]:
 
 
 @pytest.fixture
+def secured_service(coordinators, tmp_path) -> Callable[..., CoordinatorProcess]:
+    """start(tokens, grants, *extra, data_dir=None) → a started service that authenticates `tokens`
+    ({token: principal}) and authorizes the principal admin on every topic, group and transactional id plus
+    `grants` (ACL file lines, "principal operation resource"); `extra` are more service arguments."""
+    def start(tokens: dict[str, str], grants: str, *extra: str, data_dir: str | None = None) -> CoordinatorProcess:
+        (tmp_path / "tokens").write_text("".join(f"{token} {principal}\n" for token, principal in tokens.items()))
+        (tmp_path / "acls").write_text("admin admin topic:*\nadmin admin group:*\nadmin admin transactional-id:*\n"
+                                       + grants)
+        files = ("--tokens-file", str(tmp_path / "tokens"), "--acl-file", str(tmp_path / "acls"))
+        return coordinators(data_dir, extra=(*files, *extra))
+
+    return start
+
+
+@pytest.fixture
 def zookeeper_instances(coordinators, zk_url, tmp_path) -> Callable[..., tuple[dict[str, CoordinatorProcess], str]]:
     """instances(session_ms, count=3) → `count` coordinator instances sharing tmp_path/data with their metadata
     in ZooKeeper (one is elected active): the instances by address, and the fabric:// URL listing them all."""

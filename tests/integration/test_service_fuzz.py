@@ -33,10 +33,7 @@ from fabric.storage.encoder import FrameEncoder
 
 ADMIN, FUZZ = "admin-token", "fuzz-token"
 TYPED = pa.schema([("user", pa.string()), ("amount", pa.int64())])
-ACLS = """admin admin topic:*
-admin admin group:*
-admin admin transactional-id:*
-fuzz describe topic:mine
+GRANTS = """fuzz describe topic:mine
 fuzz read topic:mine
 fuzz write topic:mine
 fuzz group group:fz
@@ -226,13 +223,10 @@ def well_formed(draw: Any) -> tuple[str, Any, Any]:
 
 # -- the service and what must hold -----------------------------------------------------------------------------
 @pytest.fixture
-def fuzzed(coordinators, tmp_path):
-    """A service with tokens and ACLS; admin made topics mine (2 partitions), theirs (2, records, small
+def fuzzed(secured_service):
+    """A service with tokens and GRANTS; admin made topics mine (2 partitions), theirs (2, records, small
     max.message.bytes) and typed, group theirs-g with offsets, and committed transaction their-sink:5."""
-    (tmp_path / "tokens").write_text(f"{ADMIN} admin\n{FUZZ} fuzz\n")
-    (tmp_path / "acls").write_text(ACLS)
-    instance = coordinators(extra=("--tokens-file", str(tmp_path / "tokens"), "--acl-file", str(tmp_path / "acls"),
-                                   "--max-partitions", "8"))
+    instance = secured_service({ADMIN: "admin", FUZZ: "fuzz"}, GRANTS, "--max-partitions", "8")
     admin = fabric.connect(instance.url(f"token={ADMIN}"))
     admin.create_topic("mine", partitions=2)
     admin.create_topic("theirs", partitions=2, config={"max.message.bytes": "1000"})

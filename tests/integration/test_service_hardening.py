@@ -33,10 +33,7 @@ from fabric.storage import frame
 
 ADMIN, APP, VICTIM = "admin-secret", "app-secret", "victim-secret"
 TYPED = pa.schema([("user", pa.string()), ("amount", pa.int64())])
-ACLS = """admin admin topic:*
-admin admin group:*
-admin admin transactional-id:*
-app describe topic:orders
+GRANTS = """app describe topic:orders
 app read topic:orders
 app write topic:orders
 app group group:billing
@@ -57,15 +54,13 @@ def rows(values: list, schema: pa.Schema | None = None) -> pa.RecordBatch:
 
 
 @pytest.fixture
-def secured(coordinators, tmp_path):
-    """A service with tokens (admin, app, victim) and ACLs (ACLS), topics orders (2 partitions, 3 records in 0),
+def secured(secured_service, tmp_path):
+    """A service with tokens (admin, app, victim) and ACLs (GRANTS), topics orders (2 partitions, 3 records in 0),
     typed (TYPED) and small (max.message.bytes=100), and a raw Flight client sending the admin token.
     Yields (instance, raw, call) where call(name, **args) is a raw admin DoAction."""
-    (tmp_path / "tokens").write_text(f"{ADMIN} admin\n{APP} app\n{VICTIM} victim\n")
-    (tmp_path / "acls").write_text(ACLS)
     (tmp_path / "service.properties").write_text("topic.max.partitions=5\n")
-    instance = coordinators(extra=("--tokens-file", str(tmp_path / "tokens"), "--acl-file", str(tmp_path / "acls"),
-                                   "--config", str(tmp_path / "service.properties")))
+    instance = secured_service({ADMIN: "admin", APP: "app", VICTIM: "victim"}, GRANTS,
+                               "--config", str(tmp_path / "service.properties"))
     with fabric.connect(instance.url(f"token={ADMIN}")) as admin:
         admin.create_topic("orders", partitions=2)
         admin.create_topic("typed", schema=TYPED)
@@ -243,11 +238,9 @@ def test_secrets_never_reach_errors_or_logs(fabric_cli, tmp_path) -> None:
         assert secret not in started.stderr + started.stdout and "the line is not shown" in started.stderr
 
 
-def test_topics_lost_with_the_metadata_are_recovered_through_the_service(coordinators, tmp_path, fabric_cli) -> None:
-    (tmp_path / "tokens").write_text(f"{ADMIN} admin\n{APP} app\n")
-    (tmp_path / "acls").write_text(ACLS)
-    extra = ("--tokens-file", str(tmp_path / "tokens"), "--acl-file", str(tmp_path / "acls"))
-    instance = coordinators(extra=extra)
+def test_topics_lost_with_the_metadata_are_recovered_through_the_service(secured_service, fabric_cli) -> None:
+    tokens = {ADMIN: "admin", APP: "app"}
+    instance = secured_service(tokens, GRANTS)
     with fabric.connect(instance.url(f"token={ADMIN}")) as admin:
         admin.create_topic("orders", partitions=2, schema=TYPED)
         admin.cluster.append("orders", 1, rows([{"user": "u", "amount": 5}], TYPED))
@@ -255,7 +248,7 @@ def test_topics_lost_with_the_metadata_are_recovered_through_the_service(coordin
     for name in os.listdir(os.path.join(instance.data_dir, "__fabric")):
         if name.startswith("metadata.db"):
             os.unlink(os.path.join(instance.data_dir, "__fabric", name))
-    again = coordinators(instance.data_dir, extra=extra)
+    again = secured_service(tokens, GRANTS, data_dir=instance.data_dir)
     with fabric.connect(again.url(f"token={ADMIN}")) as admin, fabric.connect(again.url(f"token={APP}")) as app:
         with pytest.raises(Exception, match="fabric topics recover orders"):
             admin.create_topic("orders", partitions=1)
