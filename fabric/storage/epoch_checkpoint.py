@@ -9,7 +9,8 @@ Text, as Kafka's leader-epoch-checkpoint, with a checksum line so a damaged file
     5d1c0a3e           CRC32C of every byte before this line, 8 hex digits
 
 It is replaced whole (a temporary file, fsynced, renamed over it, then the directory fsynced), so a reader sees
-the old file or the new one. Its owner (fabric.storage.leader_epochs) holds the partition lock when it writes.
+the old file or the new one; a partition without epochs has none. Its owner (fabric.storage.leader_epochs)
+holds the partition lock when it writes.
 """
 from __future__ import annotations
 
@@ -86,16 +87,23 @@ def read(path: str) -> list[EpochEntry] | None:
 
 
 def write(path: str, entries: list[EpochEntry]) -> None:
-    """Replace the file with `entries` atomically and durably (refused if they break the invariant)."""
+    """Replace the file with `entries` atomically and durably (refused if they break the invariant); no entries
+    remove it, as a log that never had an epoch has none."""
     problem = order_problem(entries)
     if problem:
         raise InvalidLeaderEpochError(f"refused to write leader-epoch checkpoint {path}: {problem}")
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(encode(entries))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    if entries:
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(encode(entries))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
     dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -115,12 +115,12 @@ class LeaderEpochCache:
 
     def end_offset_for(self, epoch: int, log_end: int) -> EpochEndOffset:
         """The OffsetsForLeaderEpoch answer for a follower whose latest epoch is `epoch`, this log ending at
-        `log_end`: for this log's latest epoch (or a later one, as docs/replication.md has the leader answer),
-        (latest epoch, log_end); for an earlier epoch, the largest epoch known that is at most `epoch` and the
-        start offset of the next higher one; for an epoch below every epoch known, `epoch` and the first
-        known epoch's start offset (as Kafka answers: the records before it are gone from this log). UNDEFINED
-        (-1, -1) if `epoch` is undefined or no epoch is known."""
-        if epoch < 0 or not self._entries:
+        `log_end`: for this log's latest epoch, or a later one (as docs/replication.md has the leader answer;
+        with no epoch known, the latest is UNDEFINED), (latest epoch, log_end); for an earlier epoch, the largest
+        epoch known that is at most `epoch` and the start offset of the next higher one; for an epoch below every
+        epoch known, `epoch` and the first known epoch's start offset (as Kafka answers: the records before it
+        are gone from this log). (UNDEFINED, UNDEFINED) if `epoch` is undefined (a follower without epochs)."""
+        if epoch < 0:
             return EpochEndOffset(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
         if epoch >= self.latest_epoch:
             return EpochEndOffset(self.latest_epoch, log_end)
@@ -140,7 +140,7 @@ class LeaderEpochCache:
         """Drop the epochs wholly before `start_offset` (the log start moved up to it); the epoch holding it now
         starts there."""
         before = [e for e in self._entries if e.start_offset <= start_offset]
-        if before and before[-1].start_offset < start_offset:
+        if len(before) > 1 or (before and before[-1].start_offset < start_offset):
             self._save([EpochEntry(before[-1].epoch, start_offset)] + self._entries[len(before):])
 
     def _save(self, entries: list[EpochEntry]) -> None:

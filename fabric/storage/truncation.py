@@ -3,7 +3,8 @@ KIP-279) says its tail diverged from its leader's.
 
 Whole frames only: the offset must start a frame (or be the log end). Everything is checked before anything is
 changed; then the leader epochs from the offset on are forgotten, the watermark file is lowered to the offset,
-later segments are deleted (newest first) and the segment holding the offset is cut with its indexes. A crash
+later segments are deleted (newest first) and the segment the kept frames end in is cut with its indexes, so
+the log is what a replica that copied only the frames below the offset holds. A crash
 part-way leaves whole, CRC-valid frames past the watermark, which a replica log's recovery keeps: the follower
 asks its leader again and truncates again.
 """
@@ -31,12 +32,14 @@ def truncate(plog: Log, offset: int, end: int) -> Segment:
     if offset < start:
         raise OffsetOutOfRangeError(f"partition {plog.name}: cannot truncate to offset {offset}, below the log start "
                                     f"{start}")
-    kept = [s for s in segs if s.base_offset <= offset]
+    # the segment the kept frames end in: a later one starting at `offset` goes too, as a log that never held
+    # the frames from `offset` on has no segment there yet (its next append rolls one as needed)
+    kept = [s for i, s in enumerate(segs) if s.base_offset < offset or i == 0]
     target = kept[-1]
     position = _frame_start(plog, target, offset)
     plog.leader_epochs.truncate_from_end(offset)
     plog.hw.write(offset)
-    dropped = [s for s in segs if s.base_offset > offset]
+    dropped = segs[len(kept):]
     for seg in reversed(dropped):
         seg.delete()
     size = target.size
