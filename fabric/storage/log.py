@@ -339,10 +339,10 @@ class Log:
     @writes
     def truncate_to(self, offset: int) -> bool:
         """Remove every frame at and past `offset` (a follower whose tail diverged from its leader's, see
-        truncation): later segments are deleted, the segment holding `offset` is cut with its indexes, the
-        leader epochs from `offset` on are forgotten. Logged at WARNING. False (nothing done) if `offset` is at
-        or past the log end; OffsetOutOfRangeError below the log start and InvalidArgumentError inside a frame,
-        with nothing changed."""
+        truncation): the log becomes what a replica that copied only the frames below `offset` holds (later
+        segments deleted, the last kept one cut with its indexes, the leader epochs from `offset` on
+        forgotten). Logged at WARNING. False (nothing done) if `offset` is at or past the log end;
+        OffsetOutOfRangeError below the log start and InvalidArgumentError inside a frame, with nothing changed."""
         with self.lock:
             self.sync_tail()
             end = self._tail_state.end_offset if self._tail_state else self.end_offset

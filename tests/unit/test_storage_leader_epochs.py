@@ -125,26 +125,19 @@ def test_a_log_without_epochs_answers_its_end_with_an_undefined_epoch(tmp_path):
 
 
 # -- truncation ----------------------------------------------------------------------------------------
-def test_truncate_from_end_forgets_epochs_starting_at_or_past_the_offset(tmp_path):
+@pytest.mark.parametrize("method, steps", [
+    # the epochs starting at or past the offset are forgotten
+    ("truncate_from_end", [(701, [(2, 100), (5, 300), (7, 700)]), (700, [(2, 100), (5, 300)]), (0, [])]),
+    # the epochs wholly before the offset are dropped; the one holding it now starts there
+    ("truncate_from_start", [(100, [(2, 100), (5, 300), (7, 700)]), (450, [(5, 450), (7, 700)]),
+                             (700, [(7, 700)])]),
+])
+def test_truncation_from_either_end(tmp_path, method, steps):
     cache = _cache(tmp_path, (2, 100), (5, 300), (7, 700))
-    cache.truncate_from_end(701)
-    assert cache.entries == [(2, 100), (5, 300), (7, 700)]
-    cache.truncate_from_end(700)
-    assert cache.entries == [(2, 100), (5, 300)]
-    cache.truncate_from_end(0)
-    assert cache.entries == []
-    assert not os.path.exists(tmp_path / CHECKPOINT)  # no epochs, no file, as in a log that never had one
-
-
-def test_truncate_from_start_moves_the_epoch_holding_the_new_start(tmp_path):
-    cache = _cache(tmp_path, (2, 100), (5, 300), (7, 700))
-    cache.truncate_from_start(100)
-    assert cache.entries == [(2, 100), (5, 300), (7, 700)]
-    cache.truncate_from_start(450)
-    assert cache.entries == [(5, 450), (7, 700)]
-    cache.truncate_from_start(700)
-    assert cache.entries == [(7, 700)]
-    assert epoch_checkpoint.read(str(tmp_path / CHECKPOINT)) == [(7, 700)]
+    for offset, expected in steps:
+        getattr(cache, method)(offset)
+        assert cache.entries == expected
+        assert epoch_checkpoint.read(str(tmp_path / CHECKPOINT)) == (expected or None)  # no epochs, no file
 
 
 # -- a partition's cache, checked against its frames -----------------------------------------------------

@@ -21,6 +21,7 @@ from fabric.common.errors import (
 )
 from fabric.common.types import EpochEndOffset
 from fabric.storage import frame
+from fabric.storage.marker import PendingPublish, write_marker
 
 
 def _frames_of(log, storage):
@@ -312,3 +313,12 @@ def test_retention_moves_the_first_epoch_up_to_the_new_log_start(tmp_path, repli
     expected = [(holding, start)] + [(e, first) for e, first in firsts.items() if e > holding]
     assert log.leader_epochs.entries == expected
     assert replicas.open(str(tmp_path)).leader_epochs.entries == expected  # as the file says
+
+
+def test_replica_recovery_ignores_a_pending_publish_marker_and_says_so(tmp_path, replicas, storage, caplog):
+    directory, bases, original = _frames_past_the_watermark(tmp_path, replicas, storage)
+    write_marker(directory, PendingPublish("dead-txn", bases[-1], bases[-2]))
+    with caplog.at_level(logging.WARNING, logger="fabric.storage.recovery"):
+        assert replicas.open(directory).end_offset == bases[-1] + 3  # its frames kept all the same
+    assert replicas.files(directory) == original  # the marker and the torn tail went
+    assert any("marker of transaction dead-txn ignored" in r.getMessage() for r in caplog.records)
