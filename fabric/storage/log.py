@@ -317,7 +317,7 @@ class Log:
         their leader epochs go to the leader-epoch cache first. Returns the new log end offset."""
         buf = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
         with self.lock:
-            self.sync_tail()
+            active = self.sync_tail()
             end = self._tail_state.end_offset if self._tail_state else self.end_offset
             epochs = self.leader_epochs
             frames = check_copied(buf, end, epochs.latest_epoch, self.name)
@@ -328,7 +328,7 @@ class Log:
                     if header.leader_epoch >= 0:
                         epochs.assign(header.leader_epoch, header.base_offset)
                 for header, payload in frames:
-                    self.write_frame(header, payload)
+                    active = self.write_frame(header, payload, active)
                 end = frames[-1][0].next_offset
                 self.commit(end)
             except BaseException:
@@ -353,8 +353,9 @@ class Log:
         return True
 
     @writes
-    def write_frame(self, header: FrameHeader, payload: pa.Buffer | bytes, active: Segment | None = None) -> None:
-        """Write one sealed frame at the tail, rolling first if due (caller holds the lock)."""
+    def write_frame(self, header: FrameHeader, payload: pa.Buffer | bytes, active: Segment | None = None) -> Segment:
+        """Write one sealed frame at the tail, rolling first if due (caller holds the lock); returns the active
+        segment, which the next frame of the same write may be given."""
         active = active or self.sync_tail()
         end = self._tail_state.end_offset if self._tail_state else self.end_offset
         if active.size > active.data_start and self._roll_due(active, header):
@@ -364,6 +365,7 @@ class Log:
         active.append(header, payload, self.config["index.interval.bytes"])
         self._tail_state = TailState(active.base_offset, active.size, end)
         self._unflushed += header.record_count
+        return active
 
     @writes
     def commit(self, end_offset: int) -> None:
