@@ -155,17 +155,20 @@ class Log:
     def leader_epochs(self) -> LeaderEpochCache:
         """The partition's leader-epoch cache, loaded on first use under the lock: checked against the frames
         (rebuilt from their headers if its file is damaged, missing or behind them) and cut to the log's range."""
-        if self._epochs is None:
-            with self.lock:
-                self.sync_tail()
-                end = self._tail_state.end_offset if self._tail_state else self.end_offset
-                last = self._last_header(end)
-                cache = LeaderEpochCache.load(self.directory, self.name, -1 if last is None else last.leader_epoch,
-                                              functools.partial(self._headers, end))
-                cache.truncate_from_end(end)
-                cache.truncate_from_start(self.start_offset)
-                self._epochs = cache
-        return self._epochs
+        return self._epochs or self._load_epochs()
+
+    @writes
+    def _load_epochs(self) -> LeaderEpochCache:
+        with self.lock:
+            self.sync_tail()
+            end = self._tail_state.end_offset if self._tail_state else self.end_offset
+            last = self._last_header(end)
+            cache = LeaderEpochCache.load(self.directory, self.name, -1 if last is None else last.leader_epoch,
+                                          functools.partial(self._headers, end))
+            cache.truncate_from_end(end)
+            cache.truncate_from_start(self.start_offset)
+            self._epochs = cache
+        return cache
 
     def _headers(self, end: int) -> Iterator[FrameHeader]:
         """The headers of the data frames below offset `end`, in offset order (damaged frames left out)."""
