@@ -9,7 +9,8 @@ offset holds one value and each value one offset. What the checker reports, each
   with no final read of its partition begun after it is lost too, since nothing shows it survived;
 - duplicates: one value at more than one offset (unknown-outcome sends too: present or absent, at most once);
 - inconsistent offsets: two values at one offset, across reads, polls and acknowledgements;
-- acknowledged at a wrong offset: a value seen somewhere other than where its acknowledgement put it;
+- acknowledged at a wrong offset: a value seen somewhere other than where its acknowledgement put it (in another
+  partition, for an acknowledgement without an offset);
 - phantoms: values seen that no send wrote, or whose send certainly failed;
 - non-dense offsets (only when asked, `dense=True`): a read with holes or offsets out of order, or a consumer
   skipping offsets between two polls of a partition;
@@ -290,9 +291,9 @@ def check(ops: Iterable[dict[str, Any]], dense: bool = False) -> HistoryResult:
     result.inconsistent_offsets = [InconsistentOffset(pos[0], pos[1], tuple(values.items()))
                                    for pos, values in values_at.items() if len(values) > 1]
     for value, s in sends.items():
-        if s.outcome == "ok" and s.offset is not None:
+        if s.outcome == "ok":  # an acknowledgement without an offset still names the partition
             elsewhere = [f"{where(*pos)} ({by})" for pos, by in places.get(value, {}).items()
-                         if pos != (s.partition, s.offset)]
+                         if pos[0] != s.partition or s.offset not in (None, pos[1])]
             if elsewhere:
                 result.wrong_offsets.append(WrongOffset(value, s.acknowledged(), tuple(elsewhere)))
     for value, at in places.items():

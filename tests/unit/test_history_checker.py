@@ -122,6 +122,16 @@ def test_a_value_seen_elsewhere_than_acknowledged(rec):
     assert {x.offset for x in result.inconsistent_offsets} == {0, 1}  # the acknowledgements disagree with the read
 
 
+def test_an_acknowledgement_without_an_offset_names_the_partition(rec):
+    rec.producer.invoke("a", 0)
+    rec.producer.ok("a", 0, None)
+    rec.reader.read(0, [])
+    rec.reader.read(1, [(0, "a")])
+    result = rec.check()
+    assert [str(x) for x in result.wrong_offsets] == ["'a' acknowledged at 0 to w but seen at 1@0 (read by test)"]
+    assert [x.value for x in result.lost] == ["a"]
+
+
 def test_two_acknowledgements_of_one_offset(rec):
     sent(rec.producer, "a")
     sent(rec.producer, "b")  # acknowledged at 0 as well
