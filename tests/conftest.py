@@ -298,15 +298,13 @@ class History:
 
 class HistoryTools:
     """The recorder and the checker as modules (history_recorder.py, history_checker.py, plain files of tests/):
-    `Recorder`, `load`, `check`, the checker's anomaly classes, and `recorder_source` for child scripts."""
+    `Recorder`, `load`, `check`, `recorder_source` for child scripts, and the modules themselves (`recording`,
+    `checking`: HistoryResult and the anomaly classes)."""
 
     def __init__(self) -> None:
         self.recording, self.checking = _plain_module("history_recorder"), _plain_module("history_checker")
         self.recorder_source = Path(self.recording.__file__).read_text()
         self.Recorder, self.load, self.check = self.recording.Recorder, self.recording.load, self.checking.check
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.checking, name)  # HistoryResult, Lost, Duplicate, ..., where
 
     def at(self, directory: str) -> History:
         return History(self, directory)
@@ -315,7 +313,7 @@ class HistoryTools:
 @pytest.fixture(scope="session")
 def histories() -> HistoryTools:
     """The history tools: Recorder(directory or None, process), load(directory), check(ops, dense=False) →
-    HistoryResult, the anomaly classes, and at(directory) → a History."""
+    HistoryResult, and at(directory) → a History."""
     return HistoryTools()
 
 
