@@ -85,7 +85,7 @@ class ActiveController:
                        for tp, reg in outcome.changes.items()}
             if not updates or self.store.update_partition_states(updates):
                 for d in outcome.decisions:
-                    log.info("partition %s-%d: %s: %s -> %s", *d.partition, d.kind, d.before, d.after)
+                    log.info("partition %s-%d: %s: %s -> %s", *d.partition, d.kind.value, d.before, d.after)
                 return view, outcome
             log.info("%s: a partition changed while deciding (attempt %d); deciding again", event, attempt + 1)
             conflict_backoff(attempt)

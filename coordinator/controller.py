@@ -77,15 +77,14 @@ class ClusterView:
         return frozenset(n.id for n in self.nodes.values() if n.alive)
 
 
-class DecisionKind(str, enum.Enum):
+class DecisionKind(enum.Enum):
+    """What a decision did to a partition (the leader it elected, or only its ISR)."""
+
     CREATED = "Created"
     ELECTED = "Elected"
     UNCLEAN_ELECTED = "UncleanElected"
     OFFLINE = "Offline"
     ISR_CHANGED = "IsrChanged"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
@@ -133,7 +132,7 @@ class CreatePartitions:
     assignments: Mapping[int, PartitionAssignment]
 
 
-class Election(str, enum.Enum):
+class Election(enum.Enum):
     PREFERRED = "preferred"
     UNCLEAN = "unclean"
 

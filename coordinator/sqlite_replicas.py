@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 
 import pyarrow as pa
 
-from fabric.common.errors import InvalidPartitionsError, UnknownTopicError
+from fabric.common.errors import UnknownTopicError
 from fabric.common.types import (
     LeaderAndIsr,
     NodeInfo,
@@ -123,9 +123,7 @@ class SqliteReplication:
     def add_replicated_partitions(self, name: str, partitions: Mapping[int, PartitionRegistration]) -> TopicInfo:
         with self._tx() as db:
             info = self._info(self._row(db, name))
-            if not self._replicated(db, name):
-                raise InvalidPartitionsError(f"topic {name!r} was created without replication; grow it with "
-                                             "set_partitions")
+            validation.replicated_growth(name, self._replicated(db, name))
             validation.new_partitions(name, partitions, info.partitions, self._epoch(db))
             total = info.partitions + len(partitions)
             db.execute("UPDATE topics SET partitions=? WHERE name=?", (total, name))

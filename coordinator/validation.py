@@ -109,9 +109,9 @@ def _controller_epoch(tp: TopicPartition, state: LeaderAndIsr, current: int) -> 
             f"current one is {current}: only the active controller writes partition states")
 
 
-def new_partitions(name: str, partitions: Any, first: int, controller_epoch: int) -> None:
-    """Replicated partitions to add to topic `name` (which has `first`): registrations numbered on from
-    `first` without a gap, whose states the current controller decided."""
+def registrations(name: str, partitions: Any, first: int) -> None:
+    """Replicated partitions to add to topic `name` (which has `first`): PartitionRegistrations numbered on
+    from `first` without a gap."""
     if not isinstance(partitions, Mapping) or sorted(partitions) != list(range(first, first + len(partitions))):
         raise InvalidPartitionsError(f"topic {name!r}: new replicated partitions must be numbered from {first} on "
                                      "without a gap")
@@ -119,6 +119,12 @@ def new_partitions(name: str, partitions: Any, first: int, controller_epoch: int
     for p, registration in partitions.items():
         if not isinstance(registration, PartitionRegistration):
             raise InvalidRequestError(f"partition {name}-{p} must be given as a PartitionRegistration")
+
+
+def new_partitions(name: str, partitions: Any, first: int, controller_epoch: int) -> None:
+    """registrations(), whose states the current controller decided."""
+    registrations(name, partitions, first)
+    for p, registration in partitions.items():
         _controller_epoch((name, p), registration.state, controller_epoch)
 
 
@@ -155,3 +161,9 @@ def plain_growth(name: str, replicated: bool) -> None:
     if replicated:
         raise InvalidPartitionsError(f"topic {name!r} is replicated: its new partitions are placed on nodes by the "
                                      "controller (add_replicated_partitions)")
+
+
+def replicated_growth(name: str, replicated: bool) -> None:
+    """add_replicated_partitions applies to replicated topics only."""
+    if not replicated:
+        raise InvalidPartitionsError(f"topic {name!r} was created without replication; grow it with set_partitions")

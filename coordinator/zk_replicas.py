@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from kazoo.client import KazooClient, TransactionRequest
 
-from fabric.common.errors import InvalidConfigError, InvalidPartitionsError, UnknownTopicError
+from fabric.common.errors import InvalidConfigError, UnknownTopicError
 from fabric.common.types import (
     NodeInfo,
     PartitionAssignment,
@@ -105,14 +105,14 @@ class ZkReplication:
                                 partitions: Mapping[int, PartitionRegistration]) -> TopicInfo:
         count = len(partitions) if isinstance(partitions, Mapping) else 0
         info = TopicInfo(name, count, validation.topic(name, count, config, value_schema), value_schema)
+        validation.registrations(name, partitions, 0)
         return self._create(info, {p: reg.assignment for p, reg in partitions.items()},
                             lambda txn, token: self._states(txn, token, name, 0, partitions))
 
     def add_replicated_partitions(self, name: str, partitions: Mapping[int, PartitionRegistration]) -> TopicInfo:
         def change(info: TopicInfo, assignment: Assignment) -> tuple[TopicInfo, Assignment]:
-            if not assignment:
-                raise InvalidPartitionsError(f"topic {name!r} was created without replication; grow it with "
-                                             "set_partitions")
+            validation.replicated_growth(name, bool(assignment))
+            validation.registrations(name, partitions, info.partitions)
             added = {p: reg.assignment for p, reg in partitions.items()}
             return TopicInfo(name, info.partitions + len(added), info.config, info.value_schema), {**assignment,
                                                                                                    **added}
