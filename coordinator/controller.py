@@ -200,12 +200,11 @@ def _change(view: ClusterView, tp: TopicPartition, reg: PartitionRegistration, l
 
 def _elect(view: ClusterView, tp: TopicPartition, reg: PartitionRegistration, isr: tuple[int, ...],
            alive: frozenset[int], out: Outcome, unclean: bool | None = None) -> None:
-    """Elect the first alive ISR member in assignment order; else (unclean election on) the first alive
+    """For a partition without a live leader: elect the first alive ISR member in assignment order; else (unclean election on) the first alive
     replica with an ISR of itself; else the partition goes offline keeping its ISR."""
     clean = [r for r in _in_order(reg.assignment, set(isr)) if r in alive]
     if clean:
-        kind = DecisionKind.ISR_CHANGED if clean[0] == reg.state.leader else DecisionKind.ELECTED
-        _change(view, tp, reg, clean[0], isr, kind, out)
+        _change(view, tp, reg, clean[0], isr, DecisionKind.ELECTED, out)
         return
     candidates = _in_order(reg.assignment, alive)
     if (tp[0] in view.unclean_topics if unclean is None else unclean) and candidates:
