@@ -200,8 +200,8 @@ def _change(view: ClusterView, tp: TopicPartition, reg: PartitionRegistration, l
 
 def _elect(view: ClusterView, tp: TopicPartition, reg: PartitionRegistration, isr: tuple[int, ...],
            alive: frozenset[int], out: Outcome, unclean: bool | None = None) -> None:
-    """For a partition without a live leader: elect the first alive ISR member in assignment order; else (unclean election on) the first alive
-    replica with an ISR of itself; else the partition goes offline keeping its ISR."""
+    """For a partition without a live leader: elect the first alive ISR member in assignment order; else
+    (unclean election on) the first alive replica with an ISR of itself; else it goes offline keeping its ISR."""
     clean = [r for r in _in_order(reg.assignment, set(isr)) if r in alive]
     if clean:
         _change(view, tp, reg, clean[0], isr, DecisionKind.ELECTED, out)
