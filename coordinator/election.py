@@ -23,7 +23,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import DataWatch
 
 from fabric.common.clock import SYSTEM_CLOCK
-from fabric.common.errors import CoordinatorUnavailableError
+from fabric.common.errors import CoordinatorUnavailableError, StaleControllerEpochError
 from fabric.coordinator import zk_layout as layout
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class NotControllerError(CoordinatorUnavailableError):
     """This instance is not the active coordinator: send the request to the one /controller names."""
 
 
-class FencedError(NotControllerError):
+class FencedError(NotControllerError, StaleControllerEpochError):
     """A newer controller epoch exists: this instance was deposed and its write was rejected."""
 
 

@@ -30,9 +30,9 @@ MAX_ATTEMPTS = 64
 CONFLICT_BACKOFF_S, CONFLICT_BACKOFF_MAX_S = 0.001, 0.05
 
 
-def _conflict_backoff(attempt: int) -> None:
+def conflict_backoff(attempt: int) -> None:
     """Sleep before retrying a lost compare-and-set: exponential with full jitter, so concurrent writers
-    of one group spread out instead of colliding again in lockstep."""
+    of one group (or one partition state) spread out instead of colliding again in lockstep."""
     time.sleep(random.uniform(0, min(CONFLICT_BACKOFF_MAX_S, CONFLICT_BACKOFF_S * 2 ** attempt)))
 
 
@@ -76,7 +76,7 @@ class GroupStore(ABC):
             if self.write(group, after, version):
                 _log_transition(group, before, after)
                 return result
-            _conflict_backoff(attempt)
+            conflict_backoff(attempt)
         log.warning("group %s: %d conflicting updates in a row; giving up this call", group, MAX_ATTEMPTS)
         raise CoordinatorUnavailableError(f"group {group!r} changed {MAX_ATTEMPTS} times while updating it; retry")
 

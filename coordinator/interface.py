@@ -2,18 +2,25 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 
 import pyarrow as pa
 
+from fabric.common.errors import InvalidRequestError
 from fabric.common.types import (
     CommittedOffset,
     GroupDescription,
     JoinRequest,
     JoinResult,
+    LeaderAndIsr,
+    NodeInfo,
+    PartitionRegistration,
     SyncResult,
     TopicInfo,
     TopicPartition,
 )
+
+StateUpdates = Mapping[TopicPartition, tuple[int, LeaderAndIsr]]  # (partition epoch read, new state)
 
 
 class Coordinator(ABC):
@@ -96,6 +103,46 @@ class Coordinator(ABC):
     @abstractmethod
     def describe_group(self, group: str) -> GroupDescription:
         """State, generation, protocol, members and their assignments."""
+
+    # -- the replicated cluster (docs/replication.md): data nodes, assignments, partition states ----------
+    # Written by the active controller only; a store without them (a remote coordinator) refuses each call.
+    def _no_replication(self) -> InvalidRequestError:
+        return InvalidRequestError(f"{type(self).__name__} keeps no replication metadata; ask the coordinator "
+                                   "store (SQLite or ZooKeeper) of the active controller")
+
+    def register_node(self, node_id: int, address: str, rack: str | None = None) -> NodeInfo:
+        """Register data node `node_id` (again): its node epoch becomes one more than its last registration's
+        (1 for a new id), fencing every older process of the id. Returns the registration (alive False)."""
+        raise self._no_replication()
+
+    def registered_nodes(self) -> list[NodeInfo]:
+        """Every registered data node, sorted by id (alive False: liveness is the controller's lease)."""
+        raise self._no_replication()
+
+    def controller_epoch(self) -> int:
+        """The current controller epoch (0 before any election): partition states written must carry it."""
+        raise self._no_replication()
+
+    def create_replicated_topic(self, name: str, config: dict[str, str], value_schema: pa.Schema | None,
+                                partitions: Mapping[int, PartitionRegistration]) -> TopicInfo:
+        """create_topic for a topic whose partitions 0..n-1 have replicas and states, all in one write;
+        TopicExistsError, StaleControllerEpochError if the states carry another controller epoch."""
+        raise self._no_replication()
+
+    def add_replicated_partitions(self, name: str, partitions: Mapping[int, PartitionRegistration]) -> TopicInfo:
+        """Grow a replicated topic by `partitions`, numbered on from its partition count, in one write."""
+        raise self._no_replication()
+
+    def partition_registrations(self, topics: list[str] | None = None) -> dict[TopicPartition, PartitionRegistration]:
+        """The replicated partitions of `topics` (default: every topic); topics created without replication
+        have none."""
+        raise self._no_replication()
+
+    def update_partition_states(self, updates: StateUpdates) -> bool:
+        """Compare-and-set: store each new state if its partition's epoch is still the one read; False (and
+        nothing of that write stored) on a lost race, for the caller to re-read and decide again. Refused with
+        StaleControllerEpochError when a state carries a controller epoch other than the current one."""
+        raise self._no_replication()
 
     def close(self) -> None:  # noqa: B027 (optional: stores without connections keep this)
         """Release connections."""

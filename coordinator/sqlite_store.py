@@ -17,9 +17,10 @@ import pyarrow as pa
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.errors import InvalidPartitionsError, TopicExistsError, UnknownTopicError
 from fabric.common.types import CommittedOffset, TopicInfo, TopicPartition, transaction_sequence
-from fabric.coordinator import disk, validation
+from fabric.coordinator import disk, sqlite_replicas, validation
 from fabric.coordinator.group_store import GroupMembership, GroupService, SqliteGroupStore
 from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.sqlite_replicas import SqliteReplication
 
 log = logging.getLogger(__name__)
 _SCHEMA = """
@@ -36,8 +37,8 @@ INSERT INTO transactional_ids VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE
 SET sequence = excluded.sequence, commit_ms = excluded.commit_ms WHERE excluded.sequence > sequence"""
 
 
-class SqliteCoordinator(GroupMembership, Coordinator):
-    """Coordinator state in `path` (created if missing)."""
+class SqliteCoordinator(GroupMembership, SqliteReplication, Coordinator):
+    """Coordinator state in `path` (created if missing); the replicated cluster's tables: sqlite_replicas."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -45,7 +46,7 @@ class SqliteCoordinator(GroupMembership, Coordinator):
         self._warned_read_only = False
         with disk.disk_errors(path, "open the metadata database"):
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            self._db().executescript(_SCHEMA)
+            self._db().executescript(_SCHEMA + sqlite_replicas.SCHEMA)
             self._migrate_transactions()
             self._groups = GroupService(SqliteGroupStore(self._db, self._tx), self._partitions_of)
 
@@ -144,23 +145,27 @@ class SqliteCoordinator(GroupMembership, Coordinator):
                                     f"`fabric topics create {name}` or create_topic()")
         return row
 
+    @staticmethod
+    def _insert_topic(db: sqlite3.Connection, info: TopicInfo) -> None:
+        blob = info.value_schema.serialize().to_pybytes() if info.value_schema is not None else None
+        try:
+            db.execute("INSERT INTO topics VALUES (?, ?, ?, ?)",
+                       (info.name, info.partitions, json.dumps(info.config, sort_keys=True), blob))
+        except sqlite3.IntegrityError:
+            raise TopicExistsError(f"topic {info.name!r} already exists") from None
+
     def create_topic(self, name: str, partitions: int, config: dict[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:
-        config = validation.topic(name, partitions, config, value_schema)
-        blob = value_schema.serialize().to_pybytes() if value_schema is not None else None
+        info = TopicInfo(name, partitions, validation.topic(name, partitions, config, value_schema), value_schema)
         with self._tx() as db:
-            try:
-                db.execute("INSERT INTO topics VALUES (?, ?, ?, ?)",
-                           (name, partitions, json.dumps(config, sort_keys=True), blob))
-            except sqlite3.IntegrityError:
-                raise TopicExistsError(f"topic {name!r} already exists") from None
-        return TopicInfo(name, partitions, dict(config), value_schema)
+            self._insert_topic(db, info)
+        return info
 
     def delete_topic(self, name: str) -> None:
         with self._tx() as db:
             self._row(db, name)
-            db.execute("DELETE FROM topics WHERE name=?", (name,))
-            db.execute("DELETE FROM offsets WHERE topic=?", (name,))
+            for table, column in (("topics", "name"), ("offsets", "topic"), ("partition_state", "topic")):
+                db.execute(f"DELETE FROM {table} WHERE {column}=?", (name,))
 
     def topic(self, name: str) -> TopicInfo:
         return self._info(self._row(self._db(), name))
@@ -182,6 +187,7 @@ class SqliteCoordinator(GroupMembership, Coordinator):
             if total < info.partitions:
                 raise InvalidPartitionsError(
                     f"topic {name!r} has {info.partitions} partitions; partitions can be added, never removed")
+            validation.plain_growth(name, self._replicated(db, name))
             db.execute("UPDATE topics SET partitions=? WHERE name=?", (total, name))
         return TopicInfo(name, total, info.config, info.value_schema)
 

@@ -13,13 +13,15 @@ from fabric.common import checks
 from fabric.common.config import INT_MAX, LONG_MAX, TOPIC_SETTINGS, validate_topic_config
 from fabric.common.errors import (
     InvalidConfigError,
+    InvalidPartitionsError,
     InvalidRequestError,
     OffsetOutOfRangeError,
+    StaleControllerEpochError,
 )
 from fabric.common.names import validate_group, validate_topic
 from fabric.common.records import validate_value_schema
 from fabric.common.redaction import clip
-from fabric.common.types import transaction_sequence
+from fabric.common.types import LeaderAndIsr, PartitionRegistration, TopicPartition, transaction_sequence
 
 MAX_OFFSET_METADATA = 4096  # Kafka's offset.metadata.max.bytes
 MAX_TRANSACTION_ID = 1024
@@ -98,3 +100,70 @@ def transaction(txn: Any) -> tuple[str, int]:
         raise InvalidRequestError(f"transaction id {clip(txn)} must be <transactional id>:<sequence> with a "
                                   f"non-empty id and a sequence from 0 to {LONG_MAX}")
     return transactional_id, sequence
+
+
+def _controller_epoch(tp: TopicPartition, state: LeaderAndIsr, current: int) -> None:
+    if state.controller_epoch != current:
+        raise StaleControllerEpochError(
+            f"the state of {tp[0]}-{tp[1]} was decided under controller epoch {state.controller_epoch}, but the "
+            f"current one is {current}: only the active controller writes partition states")
+
+
+def registrations(name: str, partitions: Any, first: int) -> None:
+    """Replicated partitions to add to topic `name` (which has `first`): PartitionRegistrations numbered on
+    from `first` without a gap."""
+    if not isinstance(partitions, Mapping) or sorted(partitions) != list(range(first, first + len(partitions))):
+        raise InvalidPartitionsError(f"topic {name!r}: new replicated partitions must be numbered from {first} on "
+                                     "without a gap")
+    partition_count(name, first + len(partitions))
+    for p, registration in partitions.items():
+        if not isinstance(registration, PartitionRegistration):
+            raise InvalidRequestError(f"partition {name}-{p} must be given as a PartitionRegistration")
+
+
+def new_partitions(name: str, partitions: Any, first: int, controller_epoch: int) -> None:
+    """registrations(), whose states the current controller decided."""
+    registrations(name, partitions, first)
+    for p, registration in partitions.items():
+        _controller_epoch((name, p), registration.state, controller_epoch)
+
+
+def state_update(tp: TopicPartition, stored: PartitionRegistration, new: Any,
+                 controller_epoch: int) -> PartitionRegistration:
+    """The registration after a state change, checked: decided by the current controller, a higher partition
+    epoch, a leader epoch that never goes back, and an ISR within the replicas."""
+    if not isinstance(new, LeaderAndIsr):
+        raise InvalidRequestError(f"the new state of {tp[0]}-{tp[1]} must be a LeaderAndIsr")
+    _controller_epoch(tp, new, controller_epoch)
+    old = stored.state
+    if new.partition_epoch <= old.partition_epoch or new.leader_epoch < old.leader_epoch:
+        raise InvalidRequestError(f"the state of {tp[0]}-{tp[1]} must move to a higher partition epoch and never "
+                                  f"to a lower leader epoch: {old} -> {new}")
+    try:
+        return PartitionRegistration(stored.assignment, new)
+    except ValueError as exc:
+        raise InvalidRequestError(f"partition {tp[0]}-{tp[1]}: {exc}") from None
+
+
+def node(node_id: Any, address: Any, rack: Any) -> None:
+    """A data node's registration: an id from 0 to 2^31-1, a host:port address, a rack name or None."""
+    if not checks.is_integer(node_id) or not 0 <= node_id <= INT_MAX:
+        raise InvalidRequestError(f"a node id must be an int from 0 to {INT_MAX}, got {clip(node_id)}")
+    if not isinstance(address, str) or not address or len(address) > MAX_CONFIG_VALUE:
+        raise InvalidRequestError(f"node {node_id}: the address must be a non-empty HOST:PORT, got {clip(address)}")
+    if rack is not None and (not isinstance(rack, str) or not rack or len(rack) > MAX_CONFIG_KEY):
+        raise InvalidRequestError(f"node {node_id}: a rack must be a non-empty name or None, got {clip(rack)}")
+
+
+def plain_growth(name: str, replicated: bool) -> None:
+    """set_partitions applies to topics created without replication; a replicated topic's new partitions
+    need replicas placed (the controller's add_replicated_partitions)."""
+    if replicated:
+        raise InvalidPartitionsError(f"topic {name!r} is replicated: its new partitions are placed on nodes by the "
+                                     "controller (add_replicated_partitions)")
+
+
+def replicated_growth(name: str, replicated: bool) -> None:
+    """add_replicated_partitions applies to replicated topics only."""
+    if not replicated:
+        raise InvalidPartitionsError(f"topic {name!r} was created without replication; grow it with set_partitions")

@@ -4,9 +4,14 @@ Every path lives under the optional chroot of the URL `zk://host:port[,host:port
 
     /brokers/ids/<id>                          ephemeral: a live coordinator instance
                                                {"version":1,"instance_id","address","timestamp"}
+    /brokers/ids/<node id>                     persistent: a data node's registration (a numeric id)
+                                               {"version":1,"address","rack","node_epoch"}
     /brokers/topics/<t>                        {"version":1,"partitions":N,"config":{k:v},
-                                                "value_schema": base64 Arrow IPC schema | null}
+                                                "value_schema": base64 Arrow IPC schema | null,
+                                                "assignment": {"<p>": [node ids]} (replicated topics only)}
     /brokers/topics/<t>/partitions/<p>/state   {"version":1,"leader","leader_epoch","isr":[...],"controller_epoch"}
+                                               replicated: leader a node id (-1: none), isr node ids, and
+                                               "partition_epoch", the compare-and-set token of ISR changes
     /controller                                ephemeral: the active instance
                                                {"version":1,"instance_id","address","epoch","timestamp"}
     /controller_epoch                          the epoch of the latest election, as a decimal string
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote, urlparse
@@ -33,7 +39,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from fabric.common.errors import CoordinatorUnavailableError, InvalidConfigError
 from fabric.common.redaction import redact_url
-from fabric.common.types import CommittedOffset, TopicInfo
+from fabric.common.types import CommittedOffset, LeaderAndIsr, NodeInfo, PartitionAssignment, TopicInfo
 
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
@@ -46,6 +52,7 @@ ROOTS = (BROKER_IDS, TOPICS, CONSUMERS, TRANSACTION_IDS)
 FORMAT_VERSION = 1
 DEFAULT_PORT = 2181
 DEFAULT_SESSION_TIMEOUT_S = 18.0  # Kafka's zookeeper.session.timeout.ms
+MAX_OPS = 512  # znodes one transaction writes at most: far below jute.maxbuffer (1 MiB)
 
 
 def node(name: str) -> str:
@@ -62,6 +69,11 @@ def name_of(znode: str) -> str:
 
 def broker(instance_id: str) -> str:
     return f"{BROKER_IDS}/{node(instance_id)}"
+
+
+def data_node(node_id: int) -> str:
+    """A data node's registration; its znode name is the numeric id (coordinator instances' never are)."""
+    return broker(str(node_id))
 
 
 def topic(name: str) -> str:
@@ -117,12 +129,47 @@ def loads(data: bytes) -> dict[str, Any]:
     return json.loads(data.decode())
 
 
-def topic_data(info: TopicInfo) -> bytes:
-    """The /brokers/topics/<t> content for `info`."""
+def topic_data(info: TopicInfo, assignment: Mapping[int, PartitionAssignment] | None = None) -> bytes:
+    """The /brokers/topics/<t> content for `info`, with the replicas of a replicated topic's partitions."""
     schema = (base64.b64encode(info.value_schema.serialize().to_pybytes()).decode()
               if info.value_schema is not None else None)
-    return dumps({"version": FORMAT_VERSION, "partitions": info.partitions, "config": info.config,
-                  "value_schema": schema})
+    doc: dict[str, Any] = {"version": FORMAT_VERSION, "partitions": info.partitions, "config": info.config,
+                           "value_schema": schema}
+    if assignment:
+        doc["assignment"] = {str(p): list(a.replicas) for p, a in sorted(assignment.items())}
+    return dumps(doc)
+
+
+def topic_assignment(data: bytes) -> dict[int, PartitionAssignment]:
+    """The replicas of a replicated topic's partitions ({} for a topic created without replication)."""
+    return {int(p): PartitionAssignment(tuple(r)) for p, r in (loads(data).get("assignment") or {}).items()}
+
+
+def node_data(info: NodeInfo) -> bytes:
+    return dumps({"version": FORMAT_VERSION, "address": info.address, "rack": info.rack,
+                  "node_epoch": info.node_epoch})
+
+
+def node_info(node_id: int, data: bytes) -> NodeInfo | None:
+    """Decode a data node's /brokers/ids/<id>; None for a coordinator instance's registration."""
+    doc = loads(data)
+    if "node_epoch" not in doc:
+        return None
+    return NodeInfo(node_id, doc["address"], doc.get("rack"), int(doc["node_epoch"]))
+
+
+def state_data(state: LeaderAndIsr) -> bytes:
+    """A replicated partition's state znode (Kafka's: leader -1 when there is none)."""
+    return dumps({"version": FORMAT_VERSION, "leader": -1 if state.leader is None else state.leader,
+                  "leader_epoch": state.leader_epoch, "isr": list(state.isr),
+                  "partition_epoch": state.partition_epoch, "controller_epoch": state.controller_epoch})
+
+
+def leader_and_isr(data: bytes) -> LeaderAndIsr:
+    doc = loads(data)
+    leader = int(doc["leader"])
+    return LeaderAndIsr(None if leader < 0 else leader, int(doc["leader_epoch"]), tuple(doc["isr"]),
+                        int(doc["partition_epoch"]), int(doc["controller_epoch"]))
 
 
 def topic_info(name: str, data: bytes) -> TopicInfo:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Mapping
 from typing import Any, Callable, Protocol, TypeVar
 
 import pyarrow as pa
@@ -31,18 +32,19 @@ from fabric.common.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from fabric.common.types import CommittedOffset, TopicInfo, TopicPartition
+from fabric.common.types import CommittedOffset, PartitionAssignment, TopicInfo, TopicPartition
 from fabric.coordinator import validation
 from fabric.coordinator import zk_layout as layout
 from fabric.coordinator.election import EpochToken, FencedError
 from fabric.coordinator.group_store import GroupMembership, GroupService, GroupStore
 from fabric.coordinator.groups import GroupState
 from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.zk_replicas import ZkReplication
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 _CONFLICTS = (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError)
-_MAX_OPS = 512  # ZooKeeper transactions stay far below jute.maxbuffer (1 MiB)
+Assignment = Mapping[int, PartitionAssignment]
 
 
 class Fence(Protocol):
@@ -185,9 +187,10 @@ class ZkGroupStore(GroupStore):
                       if self.writer.client.exists(layout.group_state(layout.name_of(g))) is not None)
 
 
-class ZkCoordinator(GroupMembership, Coordinator):
+class ZkCoordinator(GroupMembership, ZkReplication, Coordinator):
     """The Coordinator interface on ZooKeeper. `target` is a zk:// URL (this object owns the connection) or
-    a started KazooClient (e.g. the one the instance's election uses); `fence` guards every write."""
+    a started KazooClient (e.g. the one the instance's election uses); `fence` guards every write. The
+    replicated cluster's nodes, assignments and states: zk_replicas."""
 
     def __init__(self, target: str | KazooClient, fence: Fence | None = None,
                  session_timeout: float = layout.DEFAULT_SESSION_TIMEOUT_S) -> None:
@@ -198,37 +201,42 @@ class ZkCoordinator(GroupMembership, Coordinator):
         self._groups = GroupService(ZkGroupStore(self.writer), self._partitions_of)
 
     # -- topics --------------------------------------------------------------------------------------------
-    def _read_topic(self, name: str) -> tuple[TopicInfo, Any]:
+    def _read_topic(self, name: str) -> tuple[TopicInfo, Any, dict[int, PartitionAssignment]]:
+        """The topic, its znode's stat and (a replicated topic's) assignment; UnknownTopicError."""
         try:
             data, stat = self.client.retry(self.client.get, layout.topic(name))
         except NoNodeError:
             raise UnknownTopicError(f"topic {name!r} does not exist; create it with "
                                     f"`fabric topics create {name}` or create_topic()") from None
-        return layout.topic_info(name, data), stat
+        return layout.topic_info(name, data), stat, layout.topic_assignment(data)
 
     @staticmethod
-    def _create_partitions(txn: TransactionRequest, name: str, first: int, total: int,
-                           token: EpochToken | None) -> None:
-        for p in range(first, total):
+    def _create_partitions(txn: TransactionRequest, name: str, states: Mapping[int, bytes]) -> None:
+        for p, state in sorted(states.items()):
             txn.create(layout.partition(name, p))
-            txn.create(layout.partition_state(name, p), _leader_state(token).encode())
+            txn.create(layout.partition_state(name, p), state)
+
+    def _create(self, info: TopicInfo, assignment: Assignment,
+                states: Callable[[TransactionRequest, EpochToken | None], Mapping[int, bytes]]) -> TopicInfo:
+        """Create the topic's znodes in one transaction: the topic, and each partition with its state."""
+        def build(txn: TransactionRequest, token: EpochToken | None) -> TopicInfo:
+            if self.client.exists(layout.topic(info.name)) is not None:
+                raise TopicExistsError(f"topic {info.name!r} already exists")
+            txn.create(layout.topic(info.name), layout.topic_data(info, assignment))
+            txn.create(layout.partitions(info.name))
+            self._create_partitions(txn, info.name, states(txn, token))
+            return info
+        return self.writer.write(build)
 
     def create_topic(self, name: str, partitions: int, config: dict[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:
         info = TopicInfo(name, partitions, validation.topic(name, partitions, config, value_schema), value_schema)
-
-        def build(txn: TransactionRequest, token: EpochToken | None) -> TopicInfo:
-            if self.client.exists(layout.topic(name)) is not None:
-                raise TopicExistsError(f"topic {name!r} already exists")
-            txn.create(layout.topic(name), layout.topic_data(info))
-            txn.create(layout.partitions(name))
-            self._create_partitions(txn, name, 0, partitions, token)
-            return info
-        return self.writer.write(build)
+        return self._create(info, {}, lambda txn, token: dict.fromkeys(range(partitions),
+                                                                        _leader_state(token).encode()))
 
     def delete_topic(self, name: str) -> None:
         def build(txn: TransactionRequest, token: EpochToken | None) -> None:
-            _, stat = self._read_topic(name)
+            _, stat, _ = self._read_topic(name)
             for group in self.writer.children(layout.CONSUMERS):
                 for path in self.writer.subtree(layout.group_topic_offsets(layout.name_of(group), name)):
                     txn.delete(path)
@@ -244,33 +252,35 @@ class ZkCoordinator(GroupMembership, Coordinator):
     def list_topics(self) -> list[str]:
         return sorted(layout.name_of(t) for t in self.writer.children(layout.TOPICS))
 
-    def _update_topic(self, name: str, change: Callable[[TopicInfo], TopicInfo],
+    def _update_topic(self, name: str, change: Callable[[TopicInfo, Assignment], tuple[TopicInfo, Assignment]],
                       extra: Callable[[TransactionRequest, TopicInfo, TopicInfo, EpochToken | None], None]
                       = lambda *_: None) -> TopicInfo:
+        """Rewrite the topic znode (its info and assignment, as `change` makes them) by compare-and-set."""
         def build(txn: TransactionRequest, token: EpochToken | None) -> TopicInfo:
-            info, stat = self._read_topic(name)
-            new = change(info)
-            txn.set_data(layout.topic(name), layout.topic_data(new), version=stat.version)
+            info, stat, assignment = self._read_topic(name)
+            new, new_assignment = change(info, assignment)
+            txn.set_data(layout.topic(name), layout.topic_data(new, new_assignment), version=stat.version)
             extra(txn, info, new, token)
             return new
         return self.writer.write(build)
 
     def alter_topic_config(self, name: str, config: dict[str, str | None]) -> TopicInfo:
-        def change(info: TopicInfo) -> TopicInfo:
+        def change(info: TopicInfo, assignment: Assignment) -> tuple[TopicInfo, Assignment]:
             merged = validation.config_change(name, info.config, config)
-            return TopicInfo(name, info.partitions, merged, info.value_schema)
+            return TopicInfo(name, info.partitions, merged, info.value_schema), assignment
         return self._update_topic(name, change)
 
     def set_partitions(self, name: str, total: int) -> TopicInfo:
         validation.partition_count(name, total)
 
-        def change(info: TopicInfo) -> TopicInfo:
+        def change(info: TopicInfo, assignment: Assignment) -> tuple[TopicInfo, Assignment]:
             if total < info.partitions:
                 raise InvalidPartitionsError(
                     f"topic {name!r} has {info.partitions} partitions; partitions can be added, never removed")
-            return TopicInfo(name, total, info.config, info.value_schema)
+            validation.plain_growth(name, bool(assignment))
+            return TopicInfo(name, total, info.config, info.value_schema), assignment
         return self._update_topic(name, change, lambda txn, old, new, token: self._create_partitions(
-            txn, name, old.partitions, new.partitions, token))
+            txn, name, dict.fromkeys(range(old.partitions, new.partitions), _leader_state(token).encode())))
 
     # -- partition leadership ------------------------------------------------------------------------------
     def leader_state(self, name: str, partition: int) -> layout.LeaderState:
@@ -281,10 +291,11 @@ class ZkCoordinator(GroupMembership, Coordinator):
         return layout.LeaderState.decode(found[0])
 
     def take_leadership(self) -> int:
-        """Make this (fenced, active) instance the leader of every partition, bumping each leader epoch, as
-        a newly elected controller does; returns how many partition states changed."""
+        """Make this (fenced, active) instance the leader of every partition of the topics created without
+        replication (the controller elects the replicated ones' leaders among their nodes), bumping each
+        leader epoch, as a newly elected controller does; returns how many partition states changed."""
         paths = [layout.partition_state(t, p) for t in self.list_topics()
-                 for p in range(self._partitions_of(t))]
+                 for p in range(self._partitions_of(t, replicated=False))]
 
         def build(chunk: list[str], txn: TransactionRequest, token: EpochToken | None) -> int:
             count = 0
@@ -297,8 +308,8 @@ class ZkCoordinator(GroupMembership, Coordinator):
                     txn.set_data(path, new.encode(), version=found[1].version)
                     count += 1
             return count
-        return sum(self.writer.write(functools.partial(build, paths[start:start + _MAX_OPS]))
-                   for start in range(0, len(paths), _MAX_OPS))
+        return sum(self.writer.write(functools.partial(build, paths[start:start + layout.MAX_OPS]))
+                   for start in range(0, len(paths), layout.MAX_OPS))
 
     # -- offsets -------------------------------------------------------------------------------------------
     def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
@@ -377,11 +388,13 @@ class ZkCoordinator(GroupMembership, Coordinator):
         return self.client.retry(self.client.exists, layout.legacy_transaction(txn)) is not None
 
     # -- group membership: the GroupCoordinator state machine over /consumers/<group>/state ------------
-    def _partitions_of(self, topic: str) -> int:
+    def _partitions_of(self, topic: str, replicated: bool = True) -> int:
+        """The topic's partition count (0 if it does not exist, or is replicated and `replicated` is False)."""
         try:
-            return self._read_topic(topic)[0].partitions
+            info, _, assignment = self._read_topic(topic)
         except UnknownTopicError:
             return 0
+        return info.partitions if replicated or not assignment else 0
 
     def close(self) -> None:
         if self._owned:

@@ -1,15 +1,19 @@
-"""Fixtures both tiers share: an embedded fabric in a temp dir, `drain` (poll until records arrived) and the
-storage kits (build stored batches, open logs, read them back, stage segment files, replicate raw frames).
+"""Fixtures both tiers share: an embedded fabric in a temp dir, `drain` (poll until records arrived), the
+storage kits (build stored batches, open logs, read them back, stage segment files, replicate raw frames) and
+the Jepsen-style history of producers and consumers with its checker (`history`, `histories`).
 
 Test modules get every helper through a fixture of this file or of tests/unit/conftest.py or
 tests/integration/conftest.py; they import nothing from tests/ (there is no tests package).
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import time
-from typing import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
 
 import pyarrow as pa
 import pytest
@@ -332,3 +336,65 @@ class AdoptionKit:
 def adoption(storage: StorageKit) -> AdoptionKit:
     """The adopting-publish tests' helpers (setup, stage_all, values, values_of, assert_whole, ADOPT)."""
     return AdoptionKit(storage)
+
+
+# -- histories of producers and consumers, and their checker ---------------------------------------------------
+def _plain_module(name: str) -> ModuleType:
+    """A plain module of tests/ loaded by its path (tests/ is no package and nothing puts it on sys.path)."""
+    path = Path(__file__).with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"fabric_tests_{name}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+class History:
+    """The history of one test's producers and consumers: one JSON-lines file per process in `directory`.
+
+    In this process: `recorder(name)` → a Recorder (tests/history_recorder.py: invoke/ok/fail/info for sends,
+    poll/seek for consumers, read for final reads). Child scripts, which import nothing from tests/, begin with
+    `child_prelude` (the recorder module's source) and make their own `Recorder(directory, name)`.
+    `check(dense=False)` merges every file and checks the whole (tests/history_checker.py)."""
+
+    def __init__(self, tools: HistoryTools, directory: str) -> None:
+        self.tools, self.directory = tools, directory
+        self.child_prelude = tools.recorder_source
+
+    def recorder(self, process: str) -> Any:
+        return self.tools.Recorder(self.directory, process)
+
+    def ops(self) -> list[dict[str, Any]]:
+        return self.tools.load(self.directory) if os.path.isdir(self.directory) else []
+
+    def check(self, dense: bool = False) -> Any:
+        """The HistoryResult of everything recorded so far: `.assert_valid()` fails with its summary."""
+        return self.tools.check(self.ops(), dense)
+
+
+class HistoryTools:
+    """The recorder and the checker as modules (history_recorder.py, history_checker.py, plain files of tests/):
+    `Recorder`, `load`, `check`, `recorder_source` for child scripts, and the modules themselves (`recording`,
+    `checking`: HistoryResult and the anomaly classes)."""
+
+    def __init__(self) -> None:
+        self.recording, self.checking = _plain_module("history_recorder"), _plain_module("history_checker")
+        self.recorder_source = Path(self.recording.__file__).read_text()
+        self.Recorder, self.load, self.check = self.recording.Recorder, self.recording.load, self.checking.check
+
+    def at(self, directory: str) -> History:
+        return History(self, directory)
+
+
+@pytest.fixture(scope="session")
+def histories() -> HistoryTools:
+    """The history tools: Recorder(directory or None, process), load(directory), check(ops, dense=False) →
+    HistoryResult, and at(directory) → a History."""
+    return HistoryTools()
+
+
+@pytest.fixture
+def history(histories: HistoryTools, tmp_path) -> History:
+    """The test's History in tmp_path/history: recorder(name), child_prelude, ops(), check(dense=False)."""
+    return histories.at(str(tmp_path / "history"))

@@ -64,9 +64,16 @@ TOPIC_SETTINGS: dict[str, Setting] = {
     "message.timestamp.type": Setting("CreateTime", _choice("CreateTime", "LogAppendTime"),
                                       "record timestamps: the producer's, or the log's at append"),
     "min.insync.replicas": Setting(1, _long(1), "accepted for compatibility; the embedded fabric has one replica"),
+    "unclean.leader.election.enable": Setting(False, _bool, "elect an out-of-sync replica when no in-sync one is "
+                                              "alive (available again, but records may be lost)"),
     "compression.type": Setting("producer", _choice("producer", "uncompressed", *CODEC_NAMES[1:]),
                                 "codec stored on disk; 'producer' keeps the producer's ('uncompressed': none)"),
 }
+
+
+def _text(value: Any) -> str:
+    """A parsed config value as a store keeps it: Kafka's spelling ("true", not "True") for booleans."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _error(kind: str, key: str, value: object, why: str, table: Mapping[str, Setting]) -> InvalidConfigError:
@@ -94,7 +101,7 @@ def validate_topic_config(config: Mapping[str, object] | None) -> dict[str, str]
         if setting is None:
             raise _error("topic", key, value, "", TOPIC_SETTINGS)
         try:
-            out[key] = str(setting.parse(str(value)))
+            out[key] = _text(setting.parse(str(value)))
         except ValueError as exc:
             raise _error("topic", key, value, str(exc), TOPIC_SETTINGS) from None
     return out
@@ -127,7 +134,7 @@ class TopicConfig:
 
     def effective(self) -> dict[str, str]:
         """Every key with its effective value, as Kafka's describe --all shows."""
-        return {key: str(self[key]) for key in sorted(TOPIC_SETTINGS)}
+        return {key: _text(self[key]) for key in sorted(TOPIC_SETTINGS)}
 
 
 PRODUCER_SETTINGS: dict[str, Setting] = {

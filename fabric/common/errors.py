@@ -130,6 +130,62 @@ class InvalidRequestError(FabricError):
     wrong type (usually a client of another version, or a hand-made call)."""
 
 
+# -- the replicated cluster (docs/replication.md) -------------------------------------------------------------
+class NotLeaderError(FabricError):
+    """The request went to a node that does not lead the partition (Kafka's NOT_LEADER_OR_FOLLOWER): refresh
+    the metadata and retry against the leader."""
+
+    retriable = True
+
+
+class FencedLeaderEpochError(FabricError):
+    """The request quoted a leader epoch older than the partition's current one: the sender's view of the
+    leadership is stale; refresh the metadata and retry."""
+
+    retriable = True
+
+
+class NotEnoughReplicasError(FabricError):
+    """Fewer in-sync replicas than the topic's min.insync.replicas: an acks=all write is refused (retry once
+    replicas are back, or write with acks=1)."""
+
+    retriable = True
+
+
+class OutOfOrderSequenceError(FabricError):
+    """An idempotent producer's batch does not follow the last sequence the leader stored: records were lost
+    in between, so the producer must fail rather than write them out of order."""
+
+
+class UnknownProducerIdError(FabricError):
+    """The leader holds no state for this producer id (expired or never assigned): initialise the producer
+    again."""
+
+
+class StaleNodeEpochError(FabricError):
+    """A data node quoted a node epoch other than its latest registration's: a newer process of the same node
+    id registered since (KIP-380), so this one is fenced and must register again."""
+
+
+class InvalidReplicationFactorError(FabricError):
+    """A replication factor the live nodes cannot hold (larger than their number, or below 1)."""
+
+
+class IneligibleReplicaError(FabricError):
+    """An ISR change the controller refuses: a member that is not a replica or not alive, or a leader leaving
+    its own ISR (Kafka's INELIGIBLE_REPLICA)."""
+
+
+class InvalidUpdateVersionError(FabricError):
+    """An ISR change quoted a partition epoch other than the current one (Kafka's INVALID_UPDATE_VERSION):
+    the partition changed since the leader last read it; it must learn the new state first."""
+
+
+class StaleControllerEpochError(CoordinatorUnavailableError):
+    """A write decided under an older controller epoch: a newer controller was elected, so the deposed one
+    may change nothing (retry against the current controller)."""
+
+
 class InvalidFramesError(FabricError):
     """Raw frames given to a replica (copied from its leader) are not whole, valid frames that continue its
     log: a bad magic or version, a torn frame, a failed CRC check, a schema frame, or leader epochs that go

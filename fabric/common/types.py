@@ -160,6 +160,77 @@ class TopicRecovery:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class NodeInfo:
+    """A data node as the controller knows it. `node_epoch` grows by one on every registration of the id, so a
+    zombie process of an older registration is fenced (KIP-380); `alive` is the controller's lease, never
+    stored. Invariants: id >= 0, node_epoch >= 1 once registered, rack None or non-empty."""
+
+    id: int
+    address: str
+    rack: str | None = None
+    node_epoch: int = 0
+    alive: bool = False
+
+    def __post_init__(self) -> None:
+        if self.id < 0 or self.node_epoch < 0 or self.rack == "":
+            raise ValueError(f"invalid node {self!r}: id and node_epoch must be >= 0, rack None or non-empty")
+
+
+@dataclass(frozen=True)
+class PartitionAssignment:
+    """Where one partition's replicas live: node ids in preference order, the first the preferred leader.
+    Invariant: at least one replica, no node twice."""
+
+    replicas: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not self.replicas or len(set(self.replicas)) != len(self.replicas):
+            raise ValueError(f"replicas {list(self.replicas)} must be distinct node ids, at least one")
+
+    @property
+    def preferred_leader(self) -> int:
+        return self.replicas[0]
+
+
+@dataclass(frozen=True)
+class LeaderAndIsr:
+    """One replicated partition's leadership (Kafka's partition state): the leader (None while the partition is
+    offline), the leader epoch every new leader bumps, the in-sync replicas, the partition epoch every change
+    bumps (the compare-and-set token of an ISR change) and the epoch of the controller that wrote it.
+
+    Invariants: the ISR is never empty (the last in-sync replica stays in it while down, so the partition can
+    come back without losing data); the leader, if any, is in the ISR; every epoch is >= 0."""
+
+    leader: int | None
+    leader_epoch: int
+    isr: tuple[int, ...]
+    partition_epoch: int
+    controller_epoch: int
+
+    def __post_init__(self) -> None:
+        if not self.isr or len(set(self.isr)) != len(self.isr):
+            raise ValueError(f"ISR {list(self.isr)} must be distinct node ids, at least one")
+        if self.leader is not None and self.leader not in self.isr:
+            raise ValueError(f"leader {self.leader} is not in the ISR {list(self.isr)}")
+        if min(self.leader_epoch, self.partition_epoch, self.controller_epoch) < 0:
+            raise ValueError(f"epochs must be >= 0 in {self!r}")
+
+
+@dataclass(frozen=True)
+class PartitionRegistration:
+    """A replicated partition's assignment and state together (KRaft's PartitionRegistration), as the stores
+    keep it. Invariant: the ISR is a subset of the replicas."""
+
+    assignment: PartitionAssignment
+    state: LeaderAndIsr
+
+    def __post_init__(self) -> None:
+        if not set(self.state.isr) <= set(self.assignment.replicas):
+            raise ValueError(f"ISR {list(self.state.isr)} is not a subset of the replicas "
+                             f"{list(self.assignment.replicas)}")
+
+
 def transaction_sequence(txn: str) -> tuple[str, int]:
     """A transaction id `<transactional id>:<sequence>` split in two (an id without a numeric sequence is
     sequence 0 of itself). A transactional id commits in increasing sequence, as the Spark sink commits its

@@ -1,30 +1,69 @@
-"""What the storage layer does when a partition's directory cannot be written (a read-only or full disk, or a
-directory of another user): reads go on, writes fail with a StorageError (fabric.errors) naming the partition
-and the fix."""
+"""Disk failures as StorageError: a full or read-only filesystem, a quota, a foreign directory or an I/O error
+while the fabric writes its files, told as what failed, the file, the problem (a full or read-only
+filesystem named as such, whatever error reported it) and the fix, instead of an OSError. Reads go on."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
-from typing import Any, Callable, TypeVar, cast
+import os
+from typing import Any, Callable, Iterator, TypeVar, cast
 
 from fabric.common.errors import StorageError
 
-# What a write to a read-only, full or foreign directory fails with.
-UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT})
+OS_PROBLEMS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exhausted",
+               errno.EROFS: "the filesystem is read-only", errno.EIO: "the disk reported an I/O error",
+               errno.EACCES: "permission denied", errno.EPERM: "permission denied"}
+# What a write to a read-only, full or foreign directory fails with (a reader falls back to memory on these).
+UNWRITABLE = frozenset(OS_PROBLEMS) - {errno.EIO}
+FIX = "free space on that filesystem or make it writable, then retry"
 _Write = TypeVar("_Write", bound=Callable[..., Any])
 
 
+def os_problem(exc: BaseException) -> str | None:
+    """What disk problem an OSError reports (None if it is not one)."""
+    return OS_PROBLEMS.get(exc.errno) if isinstance(exc, OSError) and exc.errno is not None else None
+
+
+def state_of(path: str) -> str | None:
+    """"the filesystem is read-only" or "the disk is full" if the filesystem holding `path` (or its nearest
+    existing parent) is, else None."""
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return None
+    if stats.f_flag & os.ST_RDONLY:
+        return OS_PROBLEMS[errno.EROFS]
+    return OS_PROBLEMS[errno.ENOSPC] if stats.f_bavail == 0 else None
+
+
+def storage_error(problem: str, path: str, doing: str) -> StorageError:
+    """The error to raise: what failed, where, why and the fix."""
+    return StorageError(f"cannot {doing}: {state_of(path) or problem} ({path}); {FIX}")
+
+
+@contextlib.contextmanager
+def disk_errors(path: str, doing: str) -> Iterator[None]:
+    """Raise StorageError for a disk problem inside the block (other errors pass through unchanged)."""
+    try:
+        yield
+    except OSError as exc:
+        problem = os_problem(exc)
+        if problem is None:
+            raise
+        raise storage_error(problem, exc.filename or path, doing) from exc
+
+
 def writes(method: _Write) -> _Write:
-    """Turn a write's failure on an unwritable directory into a StorageError naming the partition (the
-    object's `name` and `directory`) and the fix."""
+    """A partition's write (the object's `name` and `directory`) that fails on a disk problem raises the
+    StorageError of disk_errors, naming the partition."""
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
+        with disk_errors(self.directory, f"write partition {self.name}"):
             return method(self, *args, **kwargs)
-        except OSError as exc:
-            if exc.errno not in UNWRITABLE:
-                raise
-            raise StorageError(f"partition {self.name} cannot be written ({exc.strerror}: "
-                               f"{exc.filename or self.directory}); free disk space or make the directory "
-                               "writable by this user, then retry") from exc
     return cast(_Write, wrapper)

@@ -14,12 +14,21 @@ import fabric
 from fabric.common.errors import (
     IllegalGenerationError,
     InvalidPartitionsError,
+    InvalidRequestError,
+    StaleControllerEpochError,
     TopicExistsError,
     UnknownMemberError,
     UnknownTopicError,
 )
 from fabric.common.records import to_storage
-from fabric.common.types import JoinRequest
+from fabric.common.types import (
+    JoinRequest,
+    LeaderAndIsr,
+    NodeInfo,
+    PartitionAssignment,
+    PartitionRegistration,
+)
+from fabric.coordinator.election import ControllerElection
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.sqlite_store import SqliteCoordinator
 from fabric.coordinator.zk_store import ZkCoordinator
@@ -152,3 +161,123 @@ def coordinator(request, tmp_path):
 @pytest.mark.parametrize("check", CONTRACT, ids=lambda f: f.__name__)
 def test_coordinator_contract(coordinator, check) -> None:
     check(*coordinator)
+
+
+# -- the replicated cluster's metadata: the stores only (the service serves it in a later phase) --------------
+NewController = Callable[[], int]
+
+
+def registration(replicas: tuple[int, ...], controller_epoch: int, leader_epoch: int = 0,
+                 partition_epoch: int = 0) -> PartitionRegistration:
+    """A partition on `replicas`, led by the first, every replica in sync."""
+    return PartitionRegistration(PartitionAssignment(replicas),
+                                 LeaderAndIsr(replicas[0], leader_epoch, replicas, partition_epoch, controller_epoch))
+
+
+def check_node_registrations(c: Coordinator, new_controller: NewController) -> None:
+    """Each registration of a node id bumps its node epoch; registrations are listed by id."""
+    assert c.registered_nodes() == []
+    assert c.register_node(2, "h2:9092", "rack-b") == NodeInfo(2, "h2:9092", "rack-b", 1)
+    assert c.register_node(1, "h1:9092") == NodeInfo(1, "h1:9092", None, 1)
+    assert c.register_node(2, "h2:9093", "rack-b").node_epoch == 2  # a restart: the old process is fenced
+    assert c.registered_nodes() == [NodeInfo(1, "h1:9092", None, 1), NodeInfo(2, "h2:9093", "rack-b", 2)]
+    for bad in ((-1, "h:1", None), (3, "", None), (3, "h:1", "")):
+        with pytest.raises(InvalidRequestError):
+            c.register_node(*bad)
+    assert len(c.registered_nodes()) == 2
+
+
+def check_replicated_topics(c: Coordinator, new_controller: NewController) -> None:
+    """A replicated topic is created, grown and deleted with its assignment and states in one write; topics
+    without replication keep working as before and have no replication metadata."""
+    epoch = new_controller()
+    assert c.controller_epoch() == epoch
+    with pytest.raises(StaleControllerEpochError):
+        c.create_replicated_topic("stale", {}, None, {0: registration((1,), epoch - 1)})
+    with pytest.raises(InvalidPartitionsError, match="without a gap"):
+        c.create_replicated_topic("gap", {}, None, {1: registration((1,), epoch)})
+    assert c.list_topics() == []
+    parts = {0: registration((1, 2, 3), epoch), 1: registration((2, 3, 1), epoch)}
+    info = c.create_replicated_topic("r", {"min.insync.replicas": "2"}, None, parts)
+    assert (info.partitions, info.config) == (2, {"min.insync.replicas": "2"}) == (c.topic("r").partitions,
+                                                                                   c.topic("r").config)
+    with pytest.raises(TopicExistsError):
+        c.create_replicated_topic("r", {}, None, parts)
+    c.create_topic("plain", 2, {}, None)
+    assert c.partition_registrations() == {("r", p): reg for p, reg in parts.items()}
+    assert c.partition_registrations(["plain"]) == {}
+    c.alter_topic_config("r", {"retention.ms": "1000"})  # the assignment stays
+    assert c.partition_registrations(["r"]) == {("r", p): reg for p, reg in parts.items()}
+
+    with pytest.raises(InvalidPartitionsError, match="replicated"):
+        c.set_partitions("r", 3)
+    with pytest.raises(InvalidPartitionsError, match="without replication"):
+        c.add_replicated_partitions("plain", {2: registration((1,), epoch)})
+    with pytest.raises(InvalidPartitionsError, match="from 2 on"):
+        c.add_replicated_partitions("r", {3: registration((1,), epoch)})
+    assert c.add_replicated_partitions("r", {2: registration((3, 1, 2), epoch)}).partitions == 3
+    assert c.partition_registrations(["r"])[("r", 2)] == registration((3, 1, 2), epoch)
+    assert c.set_partitions("plain", 3).partitions == 3  # topics without replication grow as ever
+
+    c.delete_topic("r")
+    assert c.partition_registrations() == {} and c.list_topics() == ["plain"]
+
+
+def check_partition_state_compare_and_set(c: Coordinator, new_controller: NewController) -> None:
+    """A state change is stored only if the partition epoch is still the one read and the controller epoch the
+    current one; a deposed controller's write is refused."""
+    epoch = new_controller()
+    c.create_replicated_topic("r", {}, None, {0: registration((1, 2, 3), epoch), 1: registration((2, 3), epoch)})
+    shrunk = LeaderAndIsr(1, 0, (1, 2), 1, epoch)
+    assert c.update_partition_states({("r", 0): (0, shrunk)})
+    assert c.partition_registrations(["r"])[("r", 0)].state == shrunk
+    # a lost race: the partition epoch read (0) is stale now; nothing of the write is stored
+    both = {("r", 1): (0, LeaderAndIsr(3, 1, (3,), 1, epoch)), ("r", 0): (0, LeaderAndIsr(2, 1, (2,), 1, epoch))}
+    assert not c.update_partition_states(both)
+    assert c.partition_registrations(["r"]) == {("r", 0): PartitionRegistration(PartitionAssignment((1, 2, 3)), shrunk),
+                                                ("r", 1): registration((2, 3), epoch)}
+    for bad in (LeaderAndIsr(1, 0, (1, 4), 2, epoch),  # an ISR outside the replicas
+                LeaderAndIsr(1, 0, (1, 2), 1, epoch)):  # the partition epoch does not grow
+        with pytest.raises(InvalidRequestError):
+            c.update_partition_states({("r", 0): (1, bad)})
+
+    newer = new_controller()
+    assert newer > epoch
+    with pytest.raises(StaleControllerEpochError):  # decided by the deposed controller
+        c.update_partition_states({("r", 0): (1, LeaderAndIsr(2, 1, (2,), 2, epoch))})
+    elected = LeaderAndIsr(2, 1, (1, 2), 2, newer)
+    assert c.update_partition_states({("r", 0): (1, elected)})
+    with pytest.raises(InvalidRequestError):  # a leader epoch never goes back
+        c.update_partition_states({("r", 0): (2, LeaderAndIsr(1, 0, (1, 2), 3, newer))})
+    assert c.partition_registrations(["r"])[("r", 0)].state == elected
+    with pytest.raises(UnknownTopicError):
+        c.update_partition_states({("gone", 0): (0, elected)})
+
+
+REPLICATION_CONTRACT = [check_node_registrations, check_replicated_topics, check_partition_state_compare_and_set]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
+def store(request, tmp_path):
+    """(a fresh, empty store, new_controller): new_controller() makes a newer controller epoch current, as the
+    single SQLite coordinator does when it starts and as a ZooKeeper election does, and returns it."""
+    if request.param == "sqlite":
+        sqlite = SqliteCoordinator(str(tmp_path / "m.db"))
+        yield sqlite, sqlite.claim_controller_epoch
+        sqlite.close()
+        return
+    zk = ZkCoordinator(request.getfixturevalue("zk_url"))
+    elections = iter(range(1, 100))
+
+    def elect() -> int:
+        election = ControllerElection(zk.client, f"controller-{next(elections)}").start()
+        assert election.wait_active(15)
+        election.stop()
+        return election.epoch
+    yield zk, elect
+    zk.close()
+
+
+@pytest.mark.parametrize("check", REPLICATION_CONTRACT, ids=lambda f: f.__name__)
+def test_replication_metadata_contract(store, check) -> None:
+    check(*store)

@@ -11,6 +11,8 @@ import threading
 import pytest
 from kazoo.client import KazooClient
 
+from fabric.common.errors import StaleControllerEpochError
+from fabric.common.types import LeaderAndIsr, PartitionAssignment, PartitionRegistration
 from fabric.common.waiting import wait_for
 from fabric.coordinator import zk_layout as layout
 from fabric.coordinator.election import (
@@ -175,3 +177,36 @@ def test_unreachable_server_suspends_writes_until_reconnected(own_zookeeper):
         election.stop()
         client.stop()
         client.close()
+
+
+def test_a_deposed_controller_cannot_change_a_partition_state(elections, observer):
+    """Replicated partition states carry the controller epoch: a deposed controller's write fails in ZooKeeper
+    (FencedError, a StaleControllerEpochError), and a new controller's take_leadership leaves them to the
+    controller's elections (it only leads the topics created without replication)."""
+    a = elections("a")
+    assert a.wait_active(15)
+    old = a.token()
+    as_a = ZkCoordinator(a.client, fence=a)
+    for node_id in (1, 2):
+        as_a.register_node(node_id, f"h{node_id}:9092")
+    state = LeaderAndIsr(1, 0, (1, 2), 0, old.epoch)
+    as_a.create_replicated_topic("r", {}, None, {0: PartitionRegistration(PartitionAssignment((1, 2)), state)})
+    as_a.create_topic("plain", 1, {}, None)
+    assert as_a.take_leadership() == 0 and as_a.partition_registrations()[("r", 0)].state == state
+
+    a.stop()
+    b = elections("b")
+    assert b.wait_active(15) and b.epoch > old.epoch
+    shrunk = LeaderAndIsr(1, 0, (1,), 1, old.epoch)
+    with pytest.raises(FencedError) as refused:
+        ZkCoordinator(observer, fence=old).update_partition_states({("r", 0): (0, shrunk)})
+    assert isinstance(refused.value, StaleControllerEpochError)
+    as_b = ZkCoordinator(b.client, fence=b)
+    with pytest.raises(StaleControllerEpochError):  # decided under the old epoch, written by the new controller
+        as_b.update_partition_states({("r", 0): (0, shrunk)})
+    assert as_b.partition_registrations()[("r", 0)].state == state
+    assert as_b.take_leadership() == 1  # only "plain"
+    assert as_b.leader_state("plain", 0) == layout.LeaderState("b", 1, ("b",), b.epoch)
+    elected = LeaderAndIsr(2, 1, (2,), 1, b.epoch)
+    assert as_b.update_partition_states({("r", 0): (0, elected)})
+    assert as_b.partition_registrations()[("r", 0)].state == elected

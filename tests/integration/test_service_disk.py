@@ -49,7 +49,7 @@ def test_a_full_disk_keeps_reads_working_and_fails_writes_clearly(full_fabric, s
     groups = fabric_cli("--url", data, "groups", "describe", "g")
     assert groups.returncode == 0 and "g" in groups.stdout, groups.stderr
     refused(fabric_cli("--url", data, "topics", "create", "u"), "cannot write the metadata database: the disk is full")
-    refused(fabric_cli("--url", data, "produce", "t", stdin="x" * 100_000 + "\n"), "cannot append to t-")
+    refused(fabric_cli("--url", data, "produce", "t", stdin="x" * 100_000 + "\n"), "cannot write partition t-")
     with fabric.connect(instance.url()) as remote:
         assert remote.list_topics() == ["t"]
         assert sum(len(f.batch) for p in (0, 1) for f in remote.cluster.fetch("t", p, 0, 1 << 20)) == 5
@@ -72,6 +72,7 @@ def test_a_read_only_disk_serves_metadata_and_refuses_writes_clearly(small_disk,
     listed = fabric_cli("--url", data, "topics", "list")
     assert listed.returncode == 0 and listed.stdout.split() == ["t"], listed.stderr
     refused(fabric_cli("--url", data, "topics", "create", "u"), "the filesystem is read-only")
-    refused(fabric_cli("--url", data, "topics", "describe", "t"), "the filesystem is read-only")
+    described = fabric_cli("--url", data, "topics", "describe", "t")  # reads go on from memory
+    assert described.returncode == 0 and "t" in described.stdout, described.stderr
     small_disk.remount("rw")
     assert fabric_cli("--url", data, "topics", "create", "u").returncode == 0

@@ -45,27 +45,26 @@ def _value(f: int, i: int) -> bytes:
     return f"{f:03d}:{i:05d}".encode()
 
 
-def _write_input(source: str) -> dict[tuple[int, int], int]:
-    """One parquet file per batch; returns how many records of each file belong in each partition."""
+def _write_input(source: str) -> dict[bytes, int]:
+    """One parquet file per batch; returns the partition of each value (its key)."""
     os.makedirs(source)
-    expected: dict[tuple[int, int], int] = collections.Counter()
+    partition_of: dict[bytes, int] = {}
     for f in range(FILES):
         values = pa.array([_value(f, i) for i in range(PER_FILE)], pa.binary())
         pq.write_table(pa.table({"key": values, "value": values}), os.path.join(source, f"part-{f:03d}.parquet"))
-        for p in partitions_for_keys(values, PARTITIONS).tolist():
-            expected[(f, p)] += 1
-    return expected
+        partition_of.update(zip(values.to_pylist(), partitions_for_keys(values, PARTITIONS).tolist(), strict=True))
+    return partition_of
 
 
 class Reader(threading.Thread):
-    """Reads the output topic while the job runs; whenever it has read everything visible, every
-    (batch, partition) it saw must be complete: visible records are whole committed batches, once."""
+    """Reads the output topic while the job runs, recording its polls in the history; whenever it has read
+    everything visible, every (batch, partition) it saw must be complete: visible records are whole committed
+    batches, once."""
 
-    def __init__(self, fab, expected: dict[tuple[int, int], int]) -> None:
+    def __init__(self, fab, expected: dict[tuple[int, int], int], history) -> None:
         super().__init__(daemon=True)
-        self.fab, self.expected = fab, expected
+        self.fab, self.expected, self.history = fab, expected, history
         self.seen: collections.Counter = collections.Counter()
-        self.values: collections.Counter = collections.Counter()
         self.checks, self.errors = 0, []
         self.stop = threading.Event()
 
@@ -75,8 +74,8 @@ class Reader(threading.Thread):
         while not self.stop.is_set() or any(position[p] < self._end(p) for p in position):
             table = consumer.poll_batch(0.2, columns=["value", "partition", "offset"])
             columns = [table.column(c).to_pylist() for c in ("value", "partition", "offset")]
+            self.history.poll("reader", zip(columns[1], columns[2], columns[0], strict=True), topic=TOPIC)
             for value, p, offset in zip(*columns, strict=True):
-                self.values[value] += 1
                 self.seen[(int(value[:3]), p)] += 1
                 position[p] = offset + 1
             if all(position[p] == self._end(p) for p in position):
@@ -109,11 +108,18 @@ def _wait_for(condition, proc: subprocess.Popen, timeout: float) -> bool:
     return False
 
 
-def test_killed_and_restarted_query_writes_every_record_once(fab, fabric_url, fabric_dir, tmp_path):
+def test_killed_and_restarted_query_writes_every_record_once(fab, fabric_url, fabric_dir, tmp_path, history,
+                                                             storage):
+    """The history: the job sends every input value (unknown outcome while runs are killed, acknowledged once
+    the last run succeeded), the reader's polls, and a final read of each partition's log."""
     fab.create_topic(TOPIC, partitions=PARTITIONS)
     source, checkpoint = str(tmp_path / "in"), str(tmp_path / "chk")
-    expected = _write_input(source)
-    reader = Reader(fab, expected)
+    partition_of = _write_input(source)
+    job = history.recorder("job")
+    for value, p in partition_of.items():
+        job.invoke(value, p, topic=TOPIC)
+    reader = Reader(fab, collections.Counter((int(v[:3]), p) for v, p in partition_of.items()),
+                    history.recorder("test"))
     reader.start()
     rng = random.Random(7)
     visible = lambda: sum(reader._end(p) for p in range(PARTITIONS))
@@ -144,8 +150,13 @@ def test_killed_and_restarted_query_writes_every_record_once(fab, fabric_url, fa
     assert killed["publish"] >= 2 and killed["progress"] >= 1, f"too few kills landed: {killed}"
     assert not reader.errors, f"a reader saw partial or duplicated batches: {reader.errors[:3]}"
     assert reader.checks > 1
-    everything = {_value(f, i) for f in range(FILES) for i in range(PER_FILE)}
-    assert set(reader.values) == everything
-    assert set(reader.values.values()) == {1}, "some records were written more than once"
-    assert visible() == FILES * PER_FILE
+    for value, p in partition_of.items():
+        job.ok(value, p, None, topic=TOPIC)  # the last run succeeded: everything it was given is acknowledged
+    final = history.recorder("test-final")
+    for p in range(PARTITIONS):
+        log = fab.cluster.log(TOPIC, p)
+        final.read(p, [(o, v) for o, v, _ in storage.read_all(log)], log.start_offset, reader._end(p), topic=TOPIC)
+    # every value once, in the log and in the reader's polls (in order, none twice, none invented), densely
+    result = history.check(dense=True).assert_valid()
+    assert result.polled == visible() == FILES * PER_FILE
     assert not os.listdir(os.path.join(fabric_dir, "__fabric", "staging"))

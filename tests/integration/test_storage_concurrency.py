@@ -1,6 +1,7 @@
 """Several processes appending to one partition at once (with rolls), while this process reads.
 
-The writers are scripts importing only the installed package."""
+The writers are scripts importing only the installed package (and the history recorder's source, which the
+`history` fixture gives them); each records its sends in the history, and this process its reads."""
 from __future__ import annotations
 
 import os
@@ -30,7 +31,8 @@ def make_batch(values):
 def open_log(directory, **config):
     return Log(directory, SCHEMA, TopicConfig({k.replace("_", "."): v for k, v in config.items()}))
 
-directory, wid, batches, segment_bytes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+directory, wid, batches, segment_bytes, history_dir = sys.argv[1:6]
+batches, segment_bytes, history = int(batches), int(segment_bytes), Recorder(history_dir, wid)
 log = open_log(directory, segment_bytes=segment_bytes, index_interval_bytes=256, retention_ms=-1)
 open(os.path.join(directory, "..", f"ready-{wid}"), "w").close()
 go = os.path.join(directory, "..", "go")
@@ -42,32 +44,37 @@ while not os.path.exists(go):          # start together
 rng = random.Random(wid)
 for i in range(batches):
     k = rng.randint(1, 6)
-    values = [f"{wid}:{i}:{j}:".encode() + b"p" * rng.randint(0, 40) for j in range(k)]
-    base = log.append(make_batch(values))
-    print(base, k, i, flush=True)
+    values = [f"{wid}:{i}:{j}:" + "p" * rng.randint(0, 40) for j in range(k)]
+    for value in values:
+        history.invoke(value, 0)
+    base = log.append(make_batch([v.encode() for v in values]))
+    for j, value in enumerate(values):
+        history.ok(value, 0, base + j)
 """
 
 WRITERS, BATCHES = 3, 60
 
 
 @pytest.mark.parametrize("segment_bytes", [1 << 20, 4096])
-def test_concurrent_appenders(tmp_path, segment_bytes, storage):
+def test_concurrent_appenders(tmp_path, segment_bytes, storage, history):
     directory = str(tmp_path / "part")
     os.makedirs(directory)
     storage.open_log(directory, retention_ms=-1).sync_tail_locked()
-    procs = [subprocess.Popen([PYTHON, "-c", WRITER, directory, f"w{w}", str(BATCHES), str(segment_bytes)],
+    procs = [subprocess.Popen([PYTHON, "-c", history.child_prelude + WRITER, directory, f"w{w}", str(BATCHES),
+                               str(segment_bytes), history.directory],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(WRITERS)]
+    test = history.recorder("test")
     try:
         wait_for(lambda: all(os.path.exists(tmp_path / f"ready-w{w}") for w in range(WRITERS))
                  or any(p.poll() is not None for p in procs), timeout=30, what="writers ready")
         (tmp_path / "go").touch()
-        # read while they write: what we see grows densely, record by record, and never changes
+        # read while they write (as a consumer's polls): what we see grows densely and never changes
         reader = storage.open_log(directory, retention_ms=-1)
-        seen: list = []
+        seen = 0
         while any(p.poll() is None for p in procs):
-            fresh = storage.read_all(reader, len(seen))
-            assert [o for o, _, _ in fresh] == list(range(len(seen), len(seen) + len(fresh)))
-            seen += fresh
+            fresh = storage.read_all(reader, seen)
+            test.poll("reader", [(0, o, v) for o, v, _ in fresh])
+            seen += len(fresh)
         outs = [p.communicate(timeout=60) for p in procs]
     finally:
         for p in procs:
@@ -79,25 +86,14 @@ def test_concurrent_appenders(tmp_path, segment_bytes, storage):
 
     log = storage.open_log(directory, retention_ms=-1)
     records = storage.read_all(log)
-    assert records[:len(seen)] == seen  # what the concurrent reader saw was final
-    acked = {}
-    for w, (out, _) in enumerate(outs):
-        lines = out.splitlines()
-        assert len(lines) == BATCHES
-        last_base = -1
-        for line in lines:
-            base, k, i = map(int, line.split())
-            assert base > last_base  # one writer's batches keep their order
-            last_base = base
-            for j in range(k):
-                acked[base + j] = f"w{w}:{i}:{j}:"
-    assert log.end_offset == len(acked) == len(records)
-    offsets = [o for o, _, _ in records]
-    assert offsets == list(range(len(records)))  # dense and unique
-    values = [v for _, v, _ in records]
-    assert len(set(values)) == len(values)  # every record exactly once
-    for o, v, _ in records:
-        assert v.decode().startswith(acked[o]), (o, v, acked[o])
+    test.read(0, [(o, v) for o, v, _ in records], log.start_offset, log.end_offset)
+    # every acknowledged record once, at its offset, densely, nothing else; the concurrent reads were final
+    result = history.check(dense=True).assert_valid()
+    assert result.sends == {"ok": log.end_offset}
+    for w in range(WRITERS):  # one writer's records keep their order, and it sent all its batches
+        mine = [op for op in history.ops() if op["process"] == f"w{w}" and op["type"] == "ok"]
+        assert [op["offset"] for op in mine] == sorted(op["offset"] for op in mine)
+        assert int(mine[-1]["value"].split(":")[1]) == BATCHES - 1
     # no interleaved bytes: frames are whole, CRC-valid, contiguous, and files end on a frame boundary
     expected_next = 0
     for path, pos, header, ok in storage.committed_frames(directory, log.end_offset):

@@ -17,7 +17,13 @@ from fabric.common.errors import (
     InvalidTopicError,
     SchemaMismatchError,
 )
-from fabric.common.types import JoinRequest
+from fabric.common.types import (
+    JoinRequest,
+    LeaderAndIsr,
+    NodeInfo,
+    PartitionAssignment,
+    PartitionRegistration,
+)
 from fabric.coordinator import zk_layout as layout
 from fabric.coordinator.zk_store import ZkCoordinator
 
@@ -145,3 +151,48 @@ def test_the_zookeeper_store_refuses_metadata_that_would_make_a_topic_unusable(z
             call()
         assert (zk.client.get_children("/brokers/topics"), zk.topic("orders")) == before
     assert zk.list_groups() == [] and zk.client.get_children("/transaction_ids") == []
+
+
+def _partition(replicas: tuple[int, ...], leader: int | None, isr: tuple[int, ...]) -> PartitionRegistration:
+    return PartitionRegistration(PartitionAssignment(replicas), LeaderAndIsr(leader, 0, isr, 0, 0))
+
+
+def test_replication_znodes_are_kafkas(zk):
+    """Data nodes in persistent /brokers/ids/<id> beside the coordinator instances' ephemerals, a replicated
+    topic's assignment in its topic znode, each partition's state in Kafka's fields (leader -1: none)."""
+    zk.client.create("/brokers/ids/127.0.0.1_9093", layout.dumps({"version": 1, "instance_id": "i"}),
+                     ephemeral=True)
+    zk.client.create("/brokers/ids/7", layout.dumps({"version": 1, "instance_id": "7"}), ephemeral=True)
+    zk.register_node(1, "h1:9092", "rack-a")
+    data, stat = zk.client.get("/brokers/ids/1")
+    assert stat.ephemeralOwner == 0
+    assert layout.loads(data) == {"version": 1, "address": "h1:9092", "rack": "rack-a", "node_epoch": 1}
+    assert zk.registered_nodes() == [NodeInfo(1, "h1:9092", "rack-a", 1)]  # instances are not data nodes
+    with pytest.raises(InvalidConfigError, match="coordinator instance's registration"):
+        zk.register_node(7, "h7:9092")
+
+    zk.create_replicated_topic("r", {}, None, {0: _partition((1, 2), 1, (1, 2)), 1: _partition((2, 1), None, (2,))})
+    assert layout.loads(zk.client.get("/brokers/topics/r")[0])["assignment"] == {"0": [1, 2], "1": [2, 1]}
+    assert layout.loads(zk.client.get("/brokers/topics/r/partitions/0/state")[0]) == {
+        "version": 1, "leader": 1, "leader_epoch": 0, "isr": [1, 2], "partition_epoch": 0, "controller_epoch": 0}
+    assert layout.loads(zk.client.get("/brokers/topics/r/partitions/1/state")[0])["leader"] == -1
+    zk.create_topic("plain", 1, {}, None)
+    assert "assignment" not in layout.loads(zk.client.get("/brokers/topics/plain")[0])
+
+
+def test_partition_state_cas_between_two_clients(zk, zk_url):
+    """Two clients (two sessions) change one partition state from the same read: exactly one wins, the other
+    loses the race and stores nothing."""
+    other = ZkCoordinator(zk_url)
+    try:
+        zk.create_replicated_topic("r", {}, None, {0: _partition((1, 2, 3), 1, (1, 2, 3))})
+        clients, won = [zk, other], [None, None]
+        isrs = [(1, 2), (1, 3)]
+
+        def shrink(i: int) -> None:
+            won[i] = clients[i].update_partition_states({("r", 0): (0, LeaderAndIsr(1, 0, isrs[i], 1, 0))})
+        _race(2, shrink)
+        assert sorted(won) == [False, True]
+        assert zk.partition_registrations()[("r", 0)].state.isr == isrs[won.index(True)]
+    finally:
+        other.close()

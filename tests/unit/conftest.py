@@ -7,6 +7,8 @@ import subprocess
 
 import pytest
 
+from fabric.common.clock import Clock
+
 INTEGRATION_MARKERS = ("spark", "zookeeper", "slow")
 
 
@@ -25,3 +27,19 @@ def _no_child_processes(monkeypatch) -> None:
         raise AssertionError(f"a unit test started a process ({args!r}); move the test to tests/integration")
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+
+
+class ManualClock(Clock):
+    """A clock that moves only when the test sets `ms` (milliseconds since the epoch)."""
+
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def now_us(self) -> int:
+        return self.ms * 1000
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """A ManualClock for code that takes a Clock: the test moves time with `clock.ms += ...`."""
+    return ManualClock()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from fabric.common.config import validate_topic_config, validate_topic_config_changes
+from fabric.common.config import TopicConfig, validate_topic_config, validate_topic_config_changes
 from fabric.common.errors import InvalidConfigError
 
 
@@ -29,3 +29,12 @@ def test_config_changes_set_known_keys_and_delete_only_known_keys():
         validate_topic_config_changes({"no.such.key": None})
     with pytest.raises(InvalidConfigError, match="segment.bytes"):
         validate_topic_config_changes({"segment.bytes": 1})
+
+
+def test_boolean_topic_configs_are_stored_as_kafka_spells_them():
+    assert validate_topic_config({"unclean.leader.election.enable": "TRUE"}) == {
+        "unclean.leader.election.enable": "true"}
+    assert TopicConfig({"unclean.leader.election.enable": True})["unclean.leader.election.enable"] is True
+    assert TopicConfig().effective()["unclean.leader.election.enable"] == "false"  # off by default, as in Kafka
+    with pytest.raises(InvalidConfigError, match="must be true or false"):
+        validate_topic_config({"unclean.leader.election.enable": "yes"})

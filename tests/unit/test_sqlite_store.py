@@ -1,5 +1,6 @@
 """The SQLite coordinator store's own behaviour beyond the Coordinator contract (which
-tests/integration/test_coordinator_contract.py runs against every store): transactions recorded by 0.1.0."""
+tests/integration/test_coordinator_contract.py runs against every store): transactions recorded by 0.1.0, and
+a database from before the replicated cluster."""
 from __future__ import annotations
 
 import sqlite3
@@ -19,5 +20,20 @@ def test_sqlite_store_folds_0_1_0_transactions_into_one_row_per_id(tmp_path):
         rows = store._db().execute("SELECT id, sequence FROM transactional_ids ORDER BY id").fetchall()
         assert rows == [("job-x", 0), ("query-a", 8)]
         assert store._db().execute("SELECT name FROM sqlite_master WHERE name='transactions'").fetchone() is None
+    finally:
+        store.close()
+
+
+def test_a_database_from_before_replication_keeps_its_topics_and_gains_the_tables(tmp_path):
+    path = str(tmp_path / "m.db")
+    with sqlite3.connect(path) as db:  # the tables as they were before the replicated cluster
+        db.execute("CREATE TABLE topics (name TEXT PRIMARY KEY, partitions INTEGER NOT NULL, config TEXT NOT NULL, "
+                   "value_schema BLOB)")
+        db.execute("INSERT INTO topics VALUES ('old', 2, '{}', NULL)")
+    store = SqliteCoordinator(path)
+    try:
+        assert store.topic("old").partitions == 2 and store.set_partitions("old", 3).partitions == 3
+        assert store.partition_registrations() == {} and store.registered_nodes() == []
+        assert store.controller_epoch() == 0 and store.claim_controller_epoch() == 1
     finally:
         store.close()

@@ -90,7 +90,7 @@ def _reads_on_an_unwritable_directory(shared_dir: str, storage, caplog) -> None:
         for offset in range(0, len(expected), 5):
             assert storage.read_all(reader, offset) == expected[offset:]
         assert reader.offset_for_time(expected[7][2]) == next(o for o, _, t in expected if t >= expected[7][2])
-        with pytest.raises(StorageError, match="partition t-0 cannot be written .* make the directory writable"):
+        with pytest.raises(StorageError, match="cannot write partition t-0: .* make it writable"):
             reader.append(storage.make_batch([b"no"], [1]))
     assert _snapshot(shared_dir) == before  # nothing was written
     messages = " ".join(r.getMessage() for r in caplog.records)

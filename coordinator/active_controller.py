@@ -1,0 +1,147 @@
+"""The active controller: the partition state machine (controller.py) run against a coordinator store.
+
+Each event is decided from a fresh read (registered nodes with the leases' liveness, the replicated partitions
+concerned, which topics enable unclean election) and every change is written in one compare-and-set on the
+partition epochs read. A lost race re-reads and decides again, at most MAX_ATTEMPTS times, then fails with
+CoordinatorUnavailableError. Placement (placement.py) picks the replicas of new topics and partitions.
+"""
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+import pyarrow as pa
+
+from fabric.common.config import TopicConfig
+from fabric.common.errors import CoordinatorUnavailableError, InvalidPartitionsError, UnknownTopicError
+from fabric.common.types import LeaderAndIsr, NodeInfo, TopicInfo, TopicPartition
+from fabric.coordinator import placement
+from fabric.coordinator.controller import (
+    AlterPartition,
+    ClusterView,
+    CreatePartitions,
+    Decision,
+    Election,
+    ElectLeaders,
+    Event,
+    NodeDied,
+    NodeRegistered,
+    Outcome,
+    decide,
+)
+from fabric.coordinator.group_store import conflict_backoff
+from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.node_leases import NodeLeases
+
+log = logging.getLogger(__name__)
+MAX_ATTEMPTS = 16
+
+
+class ActiveController:
+    """The controller of one controller epoch over `store`.
+
+    Invariants: every state it writes carries its epoch `controller_epoch` (so once a newer controller exists,
+    each of its writes fails with StaleControllerEpochError and it must be replaced); node liveness is its
+    `leases`, granted afresh to every registered node when it starts; a partition changes only through
+    controller.decide and a compare-and-set on the partition epoch the decision was made from."""
+
+    def __init__(self, store: Coordinator, controller_epoch: int, leases: NodeLeases,
+                 start_index: Callable[[int], int] = random.randrange) -> None:
+        self.store, self.controller_epoch, self.leases = store, controller_epoch, leases
+        self._start_index = start_index
+        leases.grant_all((n.id, n.node_epoch) for n in store.registered_nodes())
+
+    # -- reading -------------------------------------------------------------------------------------------
+    def nodes(self) -> dict[int, NodeInfo]:
+        """The registered nodes with their liveness."""
+        return {n.id: replace(n, alive=self.leases.is_alive(n.id)) for n in self.store.registered_nodes()}
+
+    def _unclean(self, topics: set[str]) -> frozenset[str]:
+        enabled = set()
+        for name in topics:
+            try:
+                if TopicConfig(self.store.topic(name).config)["unclean.leader.election.enable"]:
+                    enabled.add(name)
+            except UnknownTopicError:
+                continue  # deleted meanwhile
+        return frozenset(enabled)
+
+    def _view(self, topics: list[str] | None, nodes: Mapping[int, NodeInfo] | None = None) -> ClusterView:
+        partitions = self.store.partition_registrations(topics)
+        return ClusterView(self.controller_epoch, self.nodes() if nodes is None else nodes, partitions,
+                           self._unclean({tp[0] for tp in partitions}))
+
+    # -- deciding ------------------------------------------------------------------------------------------
+    def _run(self, event: Event, topics: list[str] | None = None,
+             nodes: Callable[[], Mapping[int, NodeInfo]] | None = None) -> tuple[ClusterView, Outcome]:
+        """Decide `event` on a fresh view of `topics` (default: all) and store the changes; again on a lost
+        race."""
+        for attempt in range(MAX_ATTEMPTS):
+            view = self._view(topics, nodes() if nodes is not None else None)
+            outcome = decide(view, event)
+            updates = {tp: (view.partitions[tp].state.partition_epoch, reg.state)
+                       for tp, reg in outcome.changes.items()}
+            if not updates or self.store.update_partition_states(updates):
+                for d in outcome.decisions:
+                    log.info("partition %s-%d: %s: %s -> %s", *d.partition, d.kind.value, d.before, d.after)
+                return view, outcome
+            log.info("%s: a partition changed while deciding (attempt %d); deciding again", event, attempt + 1)
+            conflict_backoff(attempt)
+        raise CoordinatorUnavailableError(f"{event}: partition states changed {MAX_ATTEMPTS} times while deciding; "
+                                          "retry")
+
+    # -- events --------------------------------------------------------------------------------------------
+    def register_node(self, node_id: int, address: str, rack: str | None = None) -> NodeInfo:
+        """Register a node (a new node epoch, fencing its older processes) and elect it where it can lead."""
+        previous = self.nodes()
+        node = replace(self.store.register_node(node_id, address, rack), alive=True)
+        self.leases.register(node.id, node.node_epoch)
+
+        def known() -> dict[int, NodeInfo]:  # the view before this registration, as the event needs it
+            current = self.nodes()
+            current.pop(node_id)
+            return {**current, **({node_id: previous[node_id]} if node_id in previous else {})}
+        self._run(NodeRegistered(node), nodes=known)
+        return node
+
+    def heartbeat(self, node_id: int, node_epoch: int) -> None:
+        self.leases.heartbeat(node_id, node_epoch)
+
+    def expire_nodes(self) -> list[Decision]:
+        """Declare dead the nodes whose lease lapsed, and move their partitions on."""
+        return [d for node_id in self.leases.expire() for d in self._run(NodeDied(node_id))[1].decisions]
+
+    def alter_partition(self, tp: TopicPartition, node_id: int, node_epoch: int, leader_epoch: int,
+                        partition_epoch: int, isr: tuple[int, ...]) -> LeaderAndIsr:
+        """The leader's ISR change (Kafka's AlterPartition); returns the partition's state after it."""
+        view, outcome = self._run(AlterPartition(tp, node_id, node_epoch, leader_epoch, partition_epoch, isr),
+                                  [tp[0]])
+        return (outcome.changes.get(tp) or view.partitions[tp]).state
+
+    def elect_leaders(self, election: Election, partitions: tuple[TopicPartition, ...] = ()) -> list[Decision]:
+        topics = sorted({tp[0] for tp in partitions}) if partitions else None
+        return self._run(ElectLeaders(election, partitions), topics)[1].decisions
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int, config: dict[str, str],
+                     value_schema: pa.Schema | None) -> TopicInfo:
+        """Place the topic's replicas on the live nodes and create it with its first leaders."""
+        view = self._view([])
+        live = sum(n.alive for n in view.nodes.values())
+        assignments = placement.assign(list(view.nodes.values()), range(partitions), replication_factor,
+                                       self._start_index(max(live, 1)))
+        outcome = decide(view, CreatePartitions(name, assignments))
+        return self.store.create_replicated_topic(name, config, value_schema,
+                                                  {tp[1]: reg for tp, reg in outcome.changes.items()})
+
+    def add_partitions(self, name: str, total: int) -> TopicInfo:
+        """Grow a replicated topic to `total` partitions, placed as Kafka adds partitions."""
+        view = self._view([name])
+        existing = {tp[1]: reg.assignment for tp, reg in view.partitions.items()}
+        if not existing or total <= len(existing):
+            raise InvalidPartitionsError(f"topic {name!r} has {len(existing)} replicated partitions; it can only "
+                                         "grow, and only a replicated topic grows here")
+        assignments = placement.assign_added(list(view.nodes.values()), existing, total)
+        outcome = decide(view, CreatePartitions(name, assignments))
+        return self.store.add_replicated_partitions(name, {tp[1]: reg for tp, reg in outcome.changes.items()})

@@ -1,0 +1,315 @@
+"""The controller's partition state machine (docs/replication.md), a pure function of events, as groups.py is.
+
+`decide(view, event)` takes what the controller knows (`ClusterView`: its controller epoch, the registered
+nodes with their liveness, every replicated partition's assignment and LeaderAndIsr) and one event, and returns
+the partitions that change and the decisions taken; it never mutates its input. Refusals raise, changing
+nothing. Whoever runs it writes every change by compare-and-set on the partition epoch it read, and on a lost
+race re-reads and decides again.
+
+States of a replicated partition:
+- Online(L, ISR): leader L is alive and in the ISR.
+- Offline(ISR): no leader (leader None): no ISR member is alive and unclean election is off for the topic
+  (or no replica at all is alive). The ISR keeps its last member, which holds every committed record.
+
+Transitions (each bumps partition_epoch and stamps the controller epoch; each new leader, or the loss of one,
+bumps leader_epoch, fencing the old leader):
+- CreatePartitions: (none) -> Online(first alive replica, ISR = the alive replicas); refused if none is alive.
+- NodeDied(N): N leaves every ISR it is in, unless it is the last member. Online(N, ...) -> Online(first alive
+  ISR member in assignment order) | Online(first alive replica, ISR = [it]) when unclean election is on |
+  Offline.
+- NodeRegistered(N) (a new node epoch; a node the controller thought alive first dies, as KIP-380's bounce):
+  Offline(ISR) -> Online(N) when N is in the ISR (or unclean election is on and N is a replica).
+- AlterPartition from the leader (Kafka's AlterPartition): Online(L, ISR) -> Online(L, ISR'). Refused unless
+  the node epoch is the node's current one (StaleNodeEpochError), the sender leads (NotLeaderError), quotes the
+  current leader epoch (FencedLeaderEpochError) and partition epoch (InvalidUpdateVersionError), and ISR' is a
+  subset of the replicas that keeps the leader and adds only alive nodes (IneligibleReplicaError).
+- ElectLeaders(PREFERRED): Online(L) -> Online(first replica) when it is alive and in the ISR.
+- ElectLeaders(UNCLEAN), only for topics with unclean.leader.election.enable=true: Offline -> Online(first
+  alive replica, ISR = [it]); the election is logged, since records the old ISR acknowledged may be lost.
+
+A deposed controller decides nothing: a partition that carries a newer controller epoch than the view's makes
+every event touching it fail with StaleControllerEpochError (the stores refuse its writes as well).
+
+ISR rules are KIP-966-compatible: the high watermark only advances while |ISR| >= min.insync.replicas, and a
+clean election only ever picks an ISR member, a subset of the replicas KIP-966 deems eligible (ISR and ELR).
+"""
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from fabric.common.errors import (
+    FencedLeaderEpochError,
+    IneligibleReplicaError,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidUpdateVersionError,
+    NotLeaderError,
+    StaleControllerEpochError,
+    StaleNodeEpochError,
+    UnknownPartitionError,
+)
+from fabric.common.types import (
+    LeaderAndIsr,
+    NodeInfo,
+    PartitionAssignment,
+    PartitionRegistration,
+    TopicPartition,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What the controller decides from: its epoch, the registered nodes (alive from its leases) and the
+    replicated partitions; `unclean_topics` enable unclean.leader.election.enable."""
+
+    controller_epoch: int
+    nodes: Mapping[int, NodeInfo]
+    partitions: Mapping[TopicPartition, PartitionRegistration]
+    unclean_topics: frozenset[str] = frozenset()
+
+    def alive(self) -> frozenset[int]:
+        return frozenset(n.id for n in self.nodes.values() if n.alive)
+
+
+class DecisionKind(enum.Enum):
+    """What a decision did to a partition (the leader it elected, or only its ISR)."""
+
+    CREATED = "Created"
+    ELECTED = "Elected"
+    UNCLEAN_ELECTED = "UncleanElected"
+    OFFLINE = "Offline"
+    ISR_CHANGED = "IsrChanged"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One partition's change: what it was (None when created), what it becomes, and why."""
+
+    partition: TopicPartition
+    kind: DecisionKind
+    before: LeaderAndIsr | None
+    after: LeaderAndIsr
+
+
+@dataclass
+class Outcome:
+    """The partitions an event changes (their new registrations) and the decisions, in partition order."""
+
+    changes: dict[TopicPartition, PartitionRegistration] = field(default_factory=dict)
+    decisions: list[Decision] = field(default_factory=list)
+
+
+# -- events -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeDied:
+    node_id: int
+
+
+@dataclass(frozen=True)
+class NodeRegistered:
+    node: NodeInfo  # the new registration (its new node epoch)
+
+
+@dataclass(frozen=True)
+class AlterPartition:
+    partition: TopicPartition
+    node_id: int
+    node_epoch: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CreatePartitions:
+    topic: str
+    assignments: Mapping[int, PartitionAssignment]
+
+
+class Election(enum.Enum):
+    PREFERRED = "preferred"
+    UNCLEAN = "unclean"
+
+
+@dataclass(frozen=True)
+class ElectLeaders:
+    election: Election
+    partitions: tuple[TopicPartition, ...] = ()  # () means every replicated partition
+
+
+Event = NodeDied | NodeRegistered | AlterPartition | CreatePartitions | ElectLeaders
+
+
+# -- the transitions ----------------------------------------------------------------------------------------
+def decide(view: ClusterView, event: Event) -> Outcome:
+    """The partitions `event` changes and why (see the module docstring); raises a refusal, changing nothing."""
+    if isinstance(event, NodeDied):
+        return _node_died(view, event.node_id)
+    if isinstance(event, NodeRegistered):
+        return _node_registered(view, event.node)
+    if isinstance(event, AlterPartition):
+        return _alter_partition(view, event)
+    if isinstance(event, CreatePartitions):
+        return _create(view, event)
+    return _elect_leaders(view, event)
+
+
+def advance(view: ClusterView, event: Event) -> tuple[ClusterView, Outcome]:
+    """decide(), and the view after it: the changed partitions and the event's node liveness applied."""
+    outcome = decide(view, event)
+    nodes = dict(view.nodes)
+    if isinstance(event, NodeDied) and event.node_id in nodes:
+        nodes[event.node_id] = replace(nodes[event.node_id], alive=False)
+    elif isinstance(event, NodeRegistered):
+        nodes[event.node.id] = replace(event.node, alive=True)
+    return replace(view, nodes=nodes, partitions={**view.partitions, **outcome.changes}), outcome
+
+
+def _in_order(assignment: PartitionAssignment, members: set[int] | frozenset[int]) -> tuple[int, ...]:
+    return tuple(r for r in assignment.replicas if r in members)
+
+
+def _guard(view: ClusterView, tp: TopicPartition, reg: PartitionRegistration) -> None:
+    if reg.state.controller_epoch > view.controller_epoch:
+        raise StaleControllerEpochError(
+            f"partition {tp[0]}-{tp[1]} was written by controller epoch {reg.state.controller_epoch}, newer than "
+            f"this controller's {view.controller_epoch}: it was deposed and may change nothing")
+
+
+def _change(view: ClusterView, tp: TopicPartition, reg: PartitionRegistration, leader: int | None,
+            isr: tuple[int, ...], kind: DecisionKind, out: Outcome) -> None:
+    """Record the partition's new leader and ISR in `out` (nothing if both are unchanged)."""
+    old = reg.state
+    if (leader, isr) == (old.leader, old.isr):
+        return
+    _guard(view, tp, reg)
+    new = LeaderAndIsr(leader, old.leader_epoch + (1 if leader != old.leader else 0), isr, old.partition_epoch + 1,
+                       view.controller_epoch)
+    out.changes[tp] = PartitionRegistration(reg.assignment, new)
+    out.decisions.append(Decision(tp, kind, old, new))
+    if kind is DecisionKind.UNCLEAN_ELECTED:
+        log.warning("partition %s-%d: unclean election of node %s from outside the ISR %s; records the old ISR "
+                    "acknowledged above this replica's log end may be lost", tp[0], tp[1], leader, list(old.isr))
+
+
+def _elect(view: ClusterView, tp: TopicPartition, reg: PartitionRegistration, isr: tuple[int, ...],
+           alive: frozenset[int], out: Outcome, unclean: bool | None = None) -> None:
+    """For a partition without a live leader: elect the first alive ISR member in assignment order; else
+    (unclean election on) the first alive replica with an ISR of itself; else it goes offline keeping its ISR."""
+    clean = [r for r in _in_order(reg.assignment, set(isr)) if r in alive]
+    if clean:
+        _change(view, tp, reg, clean[0], isr, DecisionKind.ELECTED, out)
+        return
+    candidates = _in_order(reg.assignment, alive)
+    if (tp[0] in view.unclean_topics if unclean is None else unclean) and candidates:
+        _change(view, tp, reg, candidates[0], (candidates[0],), DecisionKind.UNCLEAN_ELECTED, out)
+    else:
+        _change(view, tp, reg, None, isr, DecisionKind.OFFLINE, out)
+
+
+def _node_died(view: ClusterView, node_id: int) -> Outcome:
+    alive, out = view.alive() - {node_id}, Outcome()
+    for tp, reg in sorted(view.partitions.items()):
+        state = reg.state
+        if node_id not in state.isr:
+            continue
+        isr = tuple(r for r in state.isr if r != node_id) or state.isr  # the last member stays
+        if state.leader is None or state.leader == node_id:
+            _elect(view, tp, reg, isr, alive, out)
+        else:
+            _change(view, tp, reg, state.leader, isr, DecisionKind.ISR_CHANGED, out)
+    return out
+
+
+def _node_registered(view: ClusterView, node: NodeInfo) -> Outcome:
+    known = view.nodes.get(node.id)
+    if known is not None and node.node_epoch <= known.node_epoch:
+        raise StaleNodeEpochError(f"node {node.id} registered with epoch {node.node_epoch}, not newer than "
+                                  f"{known.node_epoch}")
+    died = Outcome()
+    if known is not None and known.alive:  # a bounce the leases did not see: its old incarnation died
+        view, died = advance(view, NodeDied(node.id))
+    view = replace(view, nodes={**view.nodes, node.id: replace(node, alive=True)})
+    out = Outcome(dict(died.changes), list(died.decisions))
+    for tp, reg in sorted(view.partitions.items()):
+        if reg.state.leader is None and node.id in reg.assignment.replicas:
+            _elect(view, tp, reg, reg.state.isr, view.alive(), out)
+    return out
+
+
+def _alter_partition(view: ClusterView, req: AlterPartition) -> Outcome:
+    tp = req.partition
+    reg = view.partitions.get(tp)
+    if reg is None:
+        raise UnknownPartitionError(f"partition {tp[0]}-{tp[1]} is not a replicated partition")
+    node, state = view.nodes.get(req.node_id), reg.state
+    if node is None or node.node_epoch != req.node_epoch or not node.alive:
+        raise StaleNodeEpochError(f"node {req.node_id} with node epoch {req.node_epoch} is not a live registration "
+                                  "(a newer one fenced it, or its lease lapsed); register the node again")
+    _guard(view, tp, reg)
+    if state.leader != req.node_id:
+        raise NotLeaderError(f"node {req.node_id} does not lead {tp[0]}-{tp[1]} (the leader is {state.leader})")
+    if req.leader_epoch != state.leader_epoch:
+        raise FencedLeaderEpochError(f"leader epoch {req.leader_epoch} of {tp[0]}-{tp[1]} is not the current "
+                                     f"{state.leader_epoch}; refresh the partition state")
+    if req.partition_epoch != state.partition_epoch:
+        raise InvalidUpdateVersionError(f"partition epoch {req.partition_epoch} of {tp[0]}-{tp[1]} is stale (now "
+                                        f"{state.partition_epoch}); refresh the partition state and decide again")
+    wanted = set(req.isr)
+    if len(wanted) != len(req.isr) or not wanted <= set(reg.assignment.replicas):
+        raise IneligibleReplicaError(f"ISR {list(req.isr)} of {tp[0]}-{tp[1]} must be distinct replicas of "
+                                     f"{list(reg.assignment.replicas)}")
+    if req.node_id not in wanted:
+        raise IneligibleReplicaError(f"leader {req.node_id} of {tp[0]}-{tp[1]} cannot leave its own ISR")
+    dead = sorted(wanted - set(state.isr) - view.alive())
+    if dead:
+        raise IneligibleReplicaError(f"nodes {dead} are not alive, so they cannot join the ISR of {tp[0]}-{tp[1]}")
+    out = Outcome()
+    _change(view, tp, reg, state.leader, _in_order(reg.assignment, wanted), DecisionKind.ISR_CHANGED, out)
+    return out
+
+
+def _create(view: ClusterView, event: CreatePartitions) -> Outcome:
+    alive, out = view.alive(), Outcome()
+    for p, assignment in sorted(event.assignments.items()):
+        tp = (event.topic, p)
+        if tp in view.partitions:
+            raise InvalidPartitionsError(f"partition {event.topic}-{p} exists already")
+        unknown = sorted(set(assignment.replicas) - set(view.nodes))
+        if unknown:
+            raise InvalidReplicationFactorError(f"replicas {unknown} of {event.topic}-{p} are not registered nodes")
+        isr = _in_order(assignment, alive)
+        if not isr:
+            raise InvalidReplicationFactorError(f"no replica of {event.topic}-{p} ({list(assignment.replicas)}) is "
+                                                "alive; start the nodes or place the partition on live ones")
+        state = LeaderAndIsr(isr[0], 0, isr, 0, view.controller_epoch)
+        out.changes[tp] = PartitionRegistration(assignment, state)
+        out.decisions.append(Decision(tp, DecisionKind.CREATED, None, state))
+    return out
+
+
+def _elect_leaders(view: ClusterView, event: ElectLeaders) -> Outcome:
+    chosen = event.partitions or tuple(sorted(view.partitions))
+    missing = [tp for tp in chosen if tp not in view.partitions]
+    if missing:
+        raise UnknownPartitionError(f"partitions {missing} are not replicated partitions")
+    alive, out = view.alive(), Outcome()
+    for tp in sorted(chosen):
+        reg = view.partitions[tp]
+        if event.election is Election.UNCLEAN:
+            if tp[0] not in view.unclean_topics:
+                raise InvalidConfigError(f"topic {tp[0]!r} does not enable unclean.leader.election.enable; set it "
+                                         "to true first (records may be lost)")
+            if reg.state.leader is None:
+                _elect(view, tp, reg, reg.state.isr, alive, out, unclean=True)
+            continue
+        preferred = reg.assignment.preferred_leader
+        if reg.state.leader != preferred and preferred in alive and preferred in reg.state.isr:
+            _change(view, tp, reg, preferred, reg.state.isr, DecisionKind.ELECTED, out)
+    return out

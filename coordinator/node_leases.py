@@ -1,0 +1,77 @@
+"""Data-node liveness as the active controller sees it: a heartbeat lease per registered node (KRaft's broker
+heartbeats), kept in memory; registrations (and their node epochs) are what the stores persist.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from fabric.common.clock import SYSTEM_CLOCK, Clock
+from fabric.common.errors import StaleNodeEpochError
+
+log = logging.getLogger(__name__)
+DEFAULT_SESSION_TIMEOUT_MS = 9000  # node.session.timeout.ms, as Kafka's broker.session.timeout.ms
+DEFAULT_HEARTBEAT_INTERVAL_MS = 2000  # node.heartbeat.interval.ms, as Kafka's broker.heartbeat.interval.ms
+
+
+@dataclass(frozen=True)
+class _Lease:
+    node_epoch: int
+    expires_ms: int
+
+
+class NodeLeases:
+    """A lease per node, renewed by each heartbeat and lapsing `session_timeout_ms` after the last one.
+
+    Invariants: a node is alive exactly while it holds a lease that has not lapsed; a lease belongs to one node
+    epoch, so a heartbeat quoting another (a zombie of an older registration, or a node already declared dead)
+    is refused with StaleNodeEpochError and the node must register again. A newly elected controller knows no
+    heartbeats yet: `grant_all` gives every registered node one full session timeout before it can be declared
+    dead."""
+
+    def __init__(self, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS, clock: Clock = SYSTEM_CLOCK) -> None:
+        if session_timeout_ms < 1:
+            raise ValueError(f"node.session.timeout.ms must be at least 1, got {session_timeout_ms}")
+        self.session_timeout_ms, self.clock = session_timeout_ms, clock
+        self._leases: dict[int, _Lease] = {}
+
+    def grant_all(self, registered: Iterable[tuple[int, int]]) -> None:
+        """A new controller's start: a fresh lease for each (node id, node epoch) registered."""
+        expires = self.clock.now_ms() + self.session_timeout_ms
+        self._leases = {node_id: _Lease(epoch, expires) for node_id, epoch in registered}
+
+    def register(self, node_id: int, node_epoch: int) -> None:
+        """A node registered with a new epoch: its lease starts now and fences every older epoch."""
+        old = self._leases.get(node_id)
+        if old is not None and node_epoch <= old.node_epoch:
+            raise StaleNodeEpochError(f"node {node_id} registered with epoch {node_epoch}, not newer than its "
+                                      f"current epoch {old.node_epoch}")
+        self._leases[node_id] = _Lease(node_epoch, self.clock.now_ms() + self.session_timeout_ms)
+
+    def heartbeat(self, node_id: int, node_epoch: int) -> None:
+        """Renew the node's lease; StaleNodeEpochError unless it holds one for exactly this epoch."""
+        lease = self._leases.get(node_id)
+        if lease is None or lease.node_epoch != node_epoch or self._lapsed(lease):
+            raise StaleNodeEpochError(
+                f"node {node_id} with node epoch {node_epoch} is not registered with this controller (a newer "
+                "registration fenced it, or its session timed out); register the node again")
+        self._leases[node_id] = replace(lease, expires_ms=self.clock.now_ms() + self.session_timeout_ms)
+
+    def expire(self) -> list[int]:
+        """The nodes whose lease lapsed, sorted; each is reported once and is dead until it registers again."""
+        dead = sorted(node_id for node_id, lease in self._leases.items() if self._lapsed(lease))
+        for node_id in dead:
+            log.warning("node %d: no heartbeat for %d ms; declared dead", node_id, self.session_timeout_ms)
+            del self._leases[node_id]
+        return dead
+
+    def is_alive(self, node_id: int) -> bool:
+        lease = self._leases.get(node_id)
+        return lease is not None and not self._lapsed(lease)
+
+    def alive(self) -> set[int]:
+        return {node_id for node_id in self._leases if self.is_alive(node_id)}
+
+    def _lapsed(self, lease: _Lease) -> bool:
+        return self.clock.now_ms() > lease.expires_ms

@@ -1,0 +1,155 @@
+"""The replicated cluster's metadata in the embedded coordinator's SQLite database (docs/replication.md).
+
+Tables (each row's version column is its epoch, the compare-and-set token of its writes):
+- `nodes`: a data node's registration; `node_epoch` grows by one on each registration of the id.
+- `partition_state`: a replicated partition's replicas and its LeaderAndIsr; `partition_epoch` is the version.
+- `controller`: one row, the controller epoch; the single coordinator claims a new one when it starts, and a
+  state quoting another is refused.
+Every change is one BEGIN IMMEDIATE transaction, so a lost race cannot interleave: a write whose partition
+epoch is no longer the one read stores nothing and answers False.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+
+import pyarrow as pa
+
+from fabric.common.errors import UnknownTopicError
+from fabric.common.types import (
+    LeaderAndIsr,
+    NodeInfo,
+    PartitionAssignment,
+    PartitionRegistration,
+    TopicInfo,
+    TopicPartition,
+)
+from fabric.coordinator import validation
+from fabric.coordinator.interface import StateUpdates
+
+log = logging.getLogger(__name__)
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS nodes (
+    id INTEGER PRIMARY KEY, address TEXT NOT NULL, rack TEXT, node_epoch INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS partition_state (
+    topic TEXT NOT NULL, partition INTEGER NOT NULL, replicas TEXT NOT NULL, leader INTEGER,
+    leader_epoch INTEGER NOT NULL, isr TEXT NOT NULL, partition_epoch INTEGER NOT NULL,
+    controller_epoch INTEGER NOT NULL, PRIMARY KEY (topic, partition));
+CREATE TABLE IF NOT EXISTS controller (id INTEGER PRIMARY KEY CHECK (id = 0), epoch INTEGER NOT NULL);
+"""
+_COLUMNS = "topic, partition, replicas, leader, leader_epoch, isr, partition_epoch, controller_epoch"
+
+
+class _LostRace(Exception):
+    """A partition epoch changed since it was read: roll back and answer False."""
+
+
+def _registration(row: tuple) -> tuple[TopicPartition, PartitionRegistration]:
+    topic, p, replicas, leader, leader_epoch, isr, partition_epoch, controller_epoch = row
+    state = LeaderAndIsr(leader, leader_epoch, tuple(json.loads(isr)), partition_epoch, controller_epoch)
+    return (topic, p), PartitionRegistration(PartitionAssignment(tuple(json.loads(replicas))), state)
+
+
+def _values(tp: TopicPartition, reg: PartitionRegistration) -> tuple:
+    s = reg.state
+    return (*tp, json.dumps(list(reg.assignment.replicas)), s.leader, s.leader_epoch, json.dumps(list(s.isr)),
+            s.partition_epoch, s.controller_epoch)
+
+
+class SqliteReplication:
+    """The replication methods of the Coordinator interface over the tables above, for SqliteCoordinator."""
+
+    _db: Callable[[], sqlite3.Connection]
+    _tx: Callable[[], AbstractContextManager[sqlite3.Connection]]
+    _row: Callable[[sqlite3.Connection, str], tuple]
+    _info: Callable[[tuple], TopicInfo]
+    _insert_topic: Callable[[sqlite3.Connection, TopicInfo], None]
+
+    # -- the controller epoch ----------------------------------------------------------------------------------
+    @staticmethod
+    def _epoch(db: sqlite3.Connection) -> int:
+        row = db.execute("SELECT epoch FROM controller WHERE id=0").fetchone()
+        return row[0] if row else 0
+
+    def controller_epoch(self) -> int:
+        return self._epoch(self._db())
+
+    def claim_controller_epoch(self) -> int:
+        """Become the controller under a new epoch (the last one + 1); every state the previous one decides
+        after this is refused. The single coordinator of a SQLite store calls it when it starts."""
+        with self._tx() as db:
+            epoch = self._epoch(db) + 1
+            db.execute("INSERT INTO controller VALUES (0, ?) ON CONFLICT (id) DO UPDATE SET epoch=excluded.epoch",
+                       (epoch,))
+        return epoch
+
+    # -- nodes ---------------------------------------------------------------------------------------------
+    def register_node(self, node_id: int, address: str, rack: str | None = None) -> NodeInfo:
+        validation.node(node_id, address, rack)
+        with self._tx() as db:
+            row = db.execute("SELECT node_epoch FROM nodes WHERE id=?", (node_id,)).fetchone()
+            epoch = (row[0] if row else 0) + 1
+            db.execute("INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?)", (node_id, address, rack, epoch))
+        log.info("node %d registered at %s (rack %s), node epoch %d", node_id, address, rack, epoch)
+        return NodeInfo(node_id, address, rack, epoch)
+
+    def registered_nodes(self) -> list[NodeInfo]:
+        return [NodeInfo(*row) for row in self._db().execute(
+            "SELECT id, address, rack, node_epoch FROM nodes ORDER BY id")]
+
+    # -- assignments and states ----------------------------------------------------------------------------
+    def _insert_partitions(self, db: sqlite3.Connection, name: str,
+                           partitions: Mapping[int, PartitionRegistration]) -> None:
+        db.executemany(f"INSERT INTO partition_state ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       [_values((name, p), reg) for p, reg in sorted(partitions.items())])
+
+    @staticmethod
+    def _replicated(db: sqlite3.Connection, name: str) -> bool:
+        return db.execute("SELECT 1 FROM partition_state WHERE topic=? LIMIT 1", (name,)).fetchone() is not None
+
+    def create_replicated_topic(self, name: str, config: dict[str, str], value_schema: pa.Schema | None,
+                                partitions: Mapping[int, PartitionRegistration]) -> TopicInfo:
+        count = len(partitions) if isinstance(partitions, Mapping) else 0
+        info = TopicInfo(name, count, validation.topic(name, count, config, value_schema), value_schema)
+        with self._tx() as db:
+            validation.new_partitions(name, partitions, 0, self._epoch(db))
+            self._insert_topic(db, info)
+            self._insert_partitions(db, name, partitions)
+        return info
+
+    def add_replicated_partitions(self, name: str, partitions: Mapping[int, PartitionRegistration]) -> TopicInfo:
+        with self._tx() as db:
+            info = self._info(self._row(db, name))
+            validation.replicated_growth(name, self._replicated(db, name))
+            validation.new_partitions(name, partitions, info.partitions, self._epoch(db))
+            total = info.partitions + len(partitions)
+            db.execute("UPDATE topics SET partitions=? WHERE name=?", (total, name))
+            self._insert_partitions(db, name, partitions)
+        return TopicInfo(name, total, info.config, info.value_schema)
+
+    def partition_registrations(self, topics: list[str] | None = None) -> dict[TopicPartition, PartitionRegistration]:
+        rows = self._db().execute(f"SELECT {_COLUMNS} FROM partition_state ORDER BY topic, partition")
+        return dict(_registration(row) for row in rows if topics is None or row[0] in topics)
+
+    def update_partition_states(self, updates: StateUpdates) -> bool:
+        try:
+            with self._tx() as db:
+                epoch = self._epoch(db)
+                for tp, (expected, new) in sorted(updates.items()):
+                    found = db.execute(f"SELECT {_COLUMNS} FROM partition_state WHERE topic=? AND partition=?",
+                                       tp).fetchone()
+                    if found is None:
+                        raise UnknownTopicError(f"{tp[0]}-{tp[1]} is not a replicated partition (deleted?)")
+                    stored = _registration(found)[1]
+                    if stored.state.partition_epoch != expected:
+                        raise _LostRace()
+                    reg = validation.state_update(tp, stored, new, epoch)
+                    db.execute("UPDATE partition_state SET leader=?, leader_epoch=?, isr=?, partition_epoch=?, "
+                               "controller_epoch=? WHERE topic=? AND partition=? AND partition_epoch=?",
+                               (*_values(tp, reg)[3:], *tp, expected))
+        except _LostRace:
+            return False
+        return True

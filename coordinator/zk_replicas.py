@@ -1,0 +1,164 @@
+"""The replicated cluster's metadata in ZooKeeper, in Kafka's layout (zk_layout, docs/zookeeper-layout.md):
+data nodes' registrations in persistent /brokers/ids/<id>, each replicated topic's assignment in its
+/brokers/topics/<t> znode and each partition's LeaderAndIsr in its state znode.
+
+Every write goes through the store's ZkWriter, so the active instance's fence (the /controller_epoch check)
+heads each transaction; a store without a fence checks /controller_epoch's version itself. A state quoting a
+controller epoch other than the current one is refused (StaleControllerEpochError); one whose partition epoch
+changed since it was read loses the race (False), and the caller re-reads and decides again.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from kazoo.client import KazooClient, TransactionRequest
+
+from fabric.common.errors import InvalidConfigError, UnknownTopicError
+from fabric.common.types import (
+    NodeInfo,
+    PartitionAssignment,
+    PartitionRegistration,
+    TopicInfo,
+    TopicPartition,
+)
+from fabric.coordinator import validation
+from fabric.coordinator import zk_layout as layout
+from fabric.coordinator.election import EpochToken
+from fabric.coordinator.interface import StateUpdates
+
+if TYPE_CHECKING:
+    from fabric.coordinator.zk_store import ZkWriter
+
+log = logging.getLogger(__name__)
+Assignment = Mapping[int, PartitionAssignment]
+
+
+class _LostRace(Exception):
+    """A partition epoch changed since it was read."""
+
+
+class ZkReplication:
+    """The replication methods of the Coordinator interface, for ZkCoordinator."""
+
+    client: KazooClient
+    writer: ZkWriter
+    _read_topic: Callable[[str], tuple[TopicInfo, Any, dict[int, PartitionAssignment]]]
+    _create: Callable[..., TopicInfo]
+    _update_topic: Callable[..., TopicInfo]
+    _create_partitions: Callable[[TransactionRequest, str, Mapping[int, bytes]], None]
+    list_topics: Callable[[], list[str]]
+
+    # -- the controller epoch ----------------------------------------------------------------------------------
+    def controller_epoch(self) -> int:
+        found = self.writer.get_many([layout.CONTROLLER_EPOCH])[0]
+        return int(found[0]) if found is not None else 0
+
+    def _fenced_epoch(self, txn: TransactionRequest, token: EpochToken | None) -> int:
+        """The controller epoch `txn` is fenced by: the token's (its check heads the transaction), else the
+        current /controller_epoch, whose version `txn` then checks."""
+        if token is not None:
+            return token.epoch
+        found = self.writer.get_many([layout.CONTROLLER_EPOCH])[0]
+        if found is None:
+            return 0
+        txn.check(layout.CONTROLLER_EPOCH, found[1].version)
+        return int(found[0])
+
+    # -- nodes ---------------------------------------------------------------------------------------------
+    def register_node(self, node_id: int, address: str, rack: str | None = None) -> NodeInfo:
+        validation.node(node_id, address, rack)
+        path = layout.data_node(node_id)
+
+        def build(txn: TransactionRequest, token: EpochToken | None) -> NodeInfo:
+            found = self.writer.get_many([path])[0]
+            old = None if found is None else layout.node_info(node_id, found[0])
+            if found is not None and (old is None or found[1].ephemeralOwner):
+                raise InvalidConfigError(f"{path} is a coordinator instance's registration; give the data node "
+                                         "another id")
+            new = NodeInfo(node_id, address, rack, (old.node_epoch if old else 0) + 1)
+            if found is None:
+                txn.create(path, layout.node_data(new))
+            else:
+                txn.set_data(path, layout.node_data(new), version=found[1].version)
+            return new
+        registered = self.writer.write(build)
+        log.info("node %d registered at %s (rack %s), node epoch %d", node_id, address, rack, registered.node_epoch)
+        return registered
+
+    def registered_nodes(self) -> list[NodeInfo]:
+        ids = sorted(int(name) for name in self.writer.children(layout.BROKER_IDS) if name.isdigit())
+        found = self.writer.get_many([layout.data_node(i) for i in ids])
+        nodes = (layout.node_info(i, f[0]) for i, f in zip(ids, found, strict=True) if f and not f[1].ephemeralOwner)
+        return [n for n in nodes if n is not None]
+
+    # -- assignments and states ----------------------------------------------------------------------------
+    def _states(self, txn: TransactionRequest, token: EpochToken | None, name: str, first: int,
+                partitions: Mapping[int, PartitionRegistration]) -> dict[int, bytes]:
+        validation.new_partitions(name, partitions, first, self._fenced_epoch(txn, token))
+        return {p: layout.state_data(reg.state) for p, reg in partitions.items()}
+
+    def create_replicated_topic(self, name: str, config: dict[str, str], value_schema: pa.Schema | None,
+                                partitions: Mapping[int, PartitionRegistration]) -> TopicInfo:
+        count = len(partitions) if isinstance(partitions, Mapping) else 0
+        info = TopicInfo(name, count, validation.topic(name, count, config, value_schema), value_schema)
+        validation.registrations(name, partitions, 0)
+        return self._create(info, {p: reg.assignment for p, reg in partitions.items()},
+                            lambda txn, token: self._states(txn, token, name, 0, partitions))
+
+    def add_replicated_partitions(self, name: str, partitions: Mapping[int, PartitionRegistration]) -> TopicInfo:
+        def change(info: TopicInfo, assignment: Assignment) -> tuple[TopicInfo, Assignment]:
+            validation.replicated_growth(name, bool(assignment))
+            validation.registrations(name, partitions, info.partitions)
+            added = {p: reg.assignment for p, reg in partitions.items()}
+            return TopicInfo(name, info.partitions + len(added), info.config, info.value_schema), {**assignment,
+                                                                                                   **added}
+
+        def extra(txn: TransactionRequest, old: TopicInfo, new: TopicInfo, token: EpochToken | None) -> None:
+            self._create_partitions(txn, name, self._states(txn, token, name, old.partitions, partitions))
+        return self._update_topic(name, change, extra)
+
+    def _assignments(self, topics: list[str]) -> dict[TopicPartition, PartitionAssignment]:
+        out: dict[TopicPartition, PartitionAssignment] = {}
+        for name in topics:
+            try:
+                assignment = self._read_topic(name)[2]
+            except UnknownTopicError:
+                continue  # deleted meanwhile
+            out.update(((name, p), a) for p, a in assignment.items())
+        return out
+
+    def partition_registrations(self, topics: list[str] | None = None) -> dict[TopicPartition, PartitionRegistration]:
+        assignments = self._assignments(self.list_topics() if topics is None else topics)
+        keys = sorted(assignments)
+        found = self.writer.get_many([layout.partition_state(*tp) for tp in keys])
+        return {tp: PartitionRegistration(assignments[tp], layout.leader_and_isr(f[0]))
+                for tp, f in zip(keys, found, strict=True) if f is not None}
+
+    def update_partition_states(self, updates: StateUpdates) -> bool:
+        items = sorted(updates.items())
+        for start in range(0, len(items), layout.MAX_OPS):
+            chunk = items[start:start + layout.MAX_OPS]
+            try:
+                if not self.writer.write_once(functools.partial(self._set_states, chunk=chunk)):
+                    return False
+            except _LostRace:
+                return False
+        return True
+
+    def _set_states(self, txn: TransactionRequest, token: EpochToken | None,
+                    chunk: list[tuple[TopicPartition, tuple[int, Any]]]) -> None:
+        epoch = self._fenced_epoch(txn, token)
+        assignments = self._assignments(sorted({tp[0] for tp, _ in chunk}))
+        found = self.writer.get_many([layout.partition_state(*tp) for tp, _ in chunk])
+        for (tp, (expected, new)), f in zip(chunk, found, strict=True):
+            if tp not in assignments or f is None:
+                raise UnknownTopicError(f"{tp[0]}-{tp[1]} is not a replicated partition (deleted?)")
+            stored = PartitionRegistration(assignments[tp], layout.leader_and_isr(f[0]))
+            if stored.state.partition_epoch != expected:
+                raise _LostRace()
+            reg = validation.state_update(tp, stored, new, epoch)
+            txn.set_data(layout.partition_state(*tp), layout.state_data(reg.state), version=f[1].version)
