@@ -9,6 +9,7 @@ A replica log (a data node's) also takes frames copied from its leader and is tr
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -308,9 +309,21 @@ class Log:
             base = self._tail_state.end_offset if self._tail_state else self.end_offset
             if leader_epoch >= 0:
                 self.leader_epochs.assign(leader_epoch, base)
-            self.write_frame(frame.seal(replace(template, leader_epoch=leader_epoch), payload, base), payload, active)
-            self.commit(base + batch.num_rows)
+            with self._recover_on_failure():
+                self.write_frame(frame.seal(replace(template, leader_epoch=leader_epoch), payload, base), payload,
+                                 active)
+                self.commit(base + batch.num_rows)
         return base
+
+    @contextlib.contextmanager
+    def _recover_on_failure(self) -> Iterator[None]:
+        """A write that fails part-way (a frame written, its watermark not) drops the cached tail and epochs, so
+        the next use recovers them from the files instead of writing a second frame at the same offset."""
+        try:
+            yield
+        except BaseException:
+            self._tail_state, self._epochs = None, None
+            raise
 
     @writes
     def append_frames(self, data: pa.Buffer | bytes) -> int:
@@ -326,7 +339,7 @@ class Log:
             frames = check_copied(buf, end, epochs.latest_epoch, self.name)
             if not frames:
                 return end
-            try:
+            with self._recover_on_failure():
                 for header, _ in frames:
                     if header.leader_epoch >= 0:
                         epochs.assign(header.leader_epoch, header.base_offset)
@@ -334,9 +347,6 @@ class Log:
                     active = self.write_frame(header, payload, active)
                 end = frames[-1][0].next_offset
                 self.commit(end)
-            except BaseException:
-                self._tail_state, self._epochs = None, None  # the next use recovers both from the files
-                raise
         return end
 
     @writes
