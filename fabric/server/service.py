@@ -211,7 +211,7 @@ class CoordinatorService(flight.FlightServerBase):
             check_call(op, Broker.append, request, skip=("rows",))
             self._authorize(context, [("write", f"topic:{request['topic']}")])
             rows = self._stored_rows(request["topic"], reader)
-            result = self.broker.append(request["topic"], request["partition"], rows, request["codec"])
+            result = self.broker.append(rows=rows, **request)  # checked against its signature, defaults kept
         elif op in wire.PUBLISH_OPS:
             method, _, items = wire.PUBLISH_OPS[op]
             keys = wire.publish_keys(request.pop("keys", None))
