@@ -17,11 +17,18 @@ from typing import Any, Callable
 
 import pyarrow as pa
 import pytest
+from hypothesis import settings
 
 # Spark's Python workers fail to connect back in sandboxes unless these are set (see README).
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+# Property and fuzz tests draw the same examples on every run (`make test` and CI), so a failure is a change of
+# behaviour and not the luck of the draw; HYPOTHESIS_PROFILE=explore draws new ones to look for more.
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 import fabric  # noqa: E402
 from fabric.common.config import TopicConfig  # noqa: E402
