@@ -8,6 +8,7 @@ import pyarrow as pa
 
 from fabric.cli.common import CommandError, add_command, add_subcommands, format_table, open_fabric, parse_config
 from fabric.common.config import TOPIC_SETTINGS
+from fabric.common.types import PartitionState
 
 _TZ_TIMESTAMP = re.compile(r"timestamp\[(s|ms|us|ns),\s*tz=([^\]]+)\]")
 SCHEMA_HELP = ("make a typed topic whose values have these Arrow fields: comma-separated name:type pairs "
@@ -54,7 +55,7 @@ def create(args: argparse.Namespace) -> None:
     """Create a topic (typed if --schema is given)."""
     schema = parse_schema(args.schema) if args.schema is not None else None
     with open_fabric(args) as fab:
-        fab.create_topic(args.name, args.partitions, parse_config(args.config), schema)
+        fab.create_topic(args.name, args.partitions, parse_config(args.config), schema, args.replication_factor)
     print(f"Created topic {args.name}.")
 
 
@@ -71,9 +72,15 @@ def describe(args: argparse.Namespace) -> None:
         desc = fab.describe_topic(args.name)
     print(f"Topic: {desc.name}\tPartitionCount: {len(desc.partitions)}\t"
           f"Typed: {'yes' if desc.value_schema is not None else 'no'}")
-    print(format_table(("PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "SEGMENTS", "BYTES"),
-                       [(p.partition, p.start_offset, p.end_offset, p.segments, p.size_bytes)
-                        for p in desc.partitions]))
+    if any(p.replicas for p in desc.partitions):
+        print(format_table(("PARTITION", "LEADER", "REPLICAS", "ISR", "LEADER-EPOCH", "LOG-START-OFFSET",
+                            "LOG-END-OFFSET", "SEGMENTS", "BYTES"),
+                           [(p.partition, "none (offline)" if p.leader is None else p.leader, _ids(p.replicas),
+                             _ids(p.isr), p.leader_epoch, *_offsets(p)) for p in desc.partitions]))
+    else:
+        print(format_table(("PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "SEGMENTS", "BYTES"),
+                           [(p.partition, p.start_offset, p.end_offset, p.segments, p.size_bytes)
+                            for p in desc.partitions]))
     if desc.overrides:
         print("Configs (non-default):")
         for key, value in sorted(desc.overrides.items()):
@@ -84,6 +91,15 @@ def describe(args: argparse.Namespace) -> None:
         print("Schema:")
         for field in desc.value_schema:
             print(f"  {field.name}: {field.type}")
+
+
+def _ids(nodes: tuple[int, ...]) -> str:
+    return ",".join(map(str, nodes))
+
+
+def _offsets(p: PartitionState) -> tuple[object, ...]:
+    """Offsets, segments and bytes; unknown ("-") while the partition is offline."""
+    return (None,) * 4 if p.leader is None else (p.start_offset, p.end_offset, p.segments, p.size_bytes)
 
 
 def delete(args: argparse.Namespace) -> None:
@@ -131,6 +147,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--partitions", type=int, default=1, metavar="N", help="number of partitions (default 1)")
     _config_option(p)
     p.add_argument("--schema", metavar="FIELDS", help=SCHEMA_HELP)
+    p.add_argument("--replication-factor", type=int, metavar="N", help="place the partitions on data nodes with N "
+                   "replicas each (a cluster with data nodes; default: each partition in the fabric's one directory)")
 
     add_command(verbs, "list", list_topics, "list topic names")
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from fabric.server.launcher import CoordinatorProcess
+from fabric.server.launcher import CoordinatorProcess, NodeProcess
 from fabric.server.zookeeper import ZooKeeperServer
 
 PYTHON = sys.executable
@@ -142,6 +142,74 @@ def the_active() -> Callable[[Any], Any]:
         return statuses[0] if len(statuses) == 1 else None
 
     return active
+
+
+# -- a replicated cluster: a coordinator and data nodes --------------------------------------------------------
+class NodeCluster:
+    """A coordinator (SQLite store) and data nodes 1..`nodes` as real processes under `root`, with quick
+    leases: a node is dead `SESSION_MS` after its last heartbeat. `start()` returns once every node registered;
+    `close()` stops them all. `coordinator_extra` / `node_url` let a test secure the coordinator and give the
+    nodes a token."""
+
+    SESSION_MS, HEARTBEAT_MS = 2000, 300
+
+    def __init__(self, root: Path, nodes: int = 3, coordinator_extra: tuple[str, ...] = (),
+                 node_query: str = "") -> None:
+        self.root = root
+        self.coordinator = CoordinatorProcess(str(root / "coordinator"), extra=(
+            "--node-session-timeout-ms", str(self.SESSION_MS), *coordinator_extra))
+        self.node_query = node_query
+        self.nodes: dict[int, NodeProcess] = {}
+        self.count = nodes
+
+    @property
+    def url(self) -> str:
+        return self.coordinator.url()
+
+    def start(self) -> NodeCluster:
+        self.coordinator.start()
+        for i in range(1, self.count + 1):
+            self.nodes[i] = NodeProcess(i, str(self.root / f"node{i}"), self.coordinator.url(self.node_query),
+                                        extra=("--heartbeat-interval-ms", str(self.HEARTBEAT_MS),
+                                               "--session-timeout-ms", str(self.SESSION_MS)))
+        for node in self.nodes.values():
+            node.start()
+        return self
+
+    def restart(self, node_id: int) -> NodeProcess:
+        """Start node `node_id` again on its port and data directory; returns once it registered."""
+        old = self.nodes[node_id]
+        old.stop()
+        self.nodes[node_id] = NodeProcess(node_id, old.data_dir, old.coordinator, port=old.port, extra=old.extra)
+        return self.nodes[node_id].start()
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            node.stop()
+        self.coordinator.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
+    """One NodeCluster of 3 nodes for a test module's tests that kill nothing and use topics of their own."""
+    cluster = NodeCluster(tmp_path_factory.mktemp("cluster")).start()
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def node_cluster(tmp_path) -> Iterator[Callable[..., NodeCluster]]:
+    """start(nodes=3, coordinator_extra=(), node_query="") → a started NodeCluster of the test's own (for tests
+    that kill or restart processes); stopped after the test."""
+    started: list[NodeCluster] = []
+
+    def start(nodes: int = 3, coordinator_extra: tuple[str, ...] = (), node_query: str = "") -> NodeCluster:
+        started.append(NodeCluster(tmp_path / f"cluster{len(started)}", nodes, coordinator_extra, node_query))
+        return started[-1].start()
+
+    yield start
+    for cluster in started:
+        cluster.close()
 
 
 # -- the CLI and real disks ----------------------------------------------------------------------------------
