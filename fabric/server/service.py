@@ -247,10 +247,10 @@ def serve(settings: Settings) -> None:
         server = CoordinatorService(settings, broker, election)
         election.start(server.instance, controller)
         controller.start_timer()
-        print(f"coordinator {server.instance} serving {settings.data_dir} with store {settings.store_url} "
-              f"({'TLS' if settings.tls_cert else 'plaintext'}, "
-              f"{'token auth' if settings.tokens_file else 'NO authentication'})", flush=True)
-        shutdown.serve_until_requested()
+        shutdown.serve_until_requested(
+            f"coordinator {server.instance} serving {settings.data_dir} with store {settings.store_url} "
+            f"({'TLS' if settings.tls_cert else 'plaintext'}, "
+            f"{'token auth' if settings.tokens_file else 'NO authentication'})")
     except Interrupted as stop:
         log.info("%s before the instance was serving: stopping", stop)
     finally:

@@ -48,8 +48,10 @@ class Shutdown:
         if not self.serving:
             raise Interrupted(name)
 
-    def serve_until_requested(self) -> None:
-        """The server is serving: from now on a signal stops it in order; block until one asks for the stop."""
+    def serve_until_requested(self, banner: str) -> None:
+        """The server is serving (say so with `banner` on stdout): from now on a signal stops it in order; block
+        until one asks for the stop."""
+        print(banner, flush=True)
         self.serving = True
         while not self.requested.wait(1.0):
             pass

@@ -146,32 +146,39 @@ def the_active() -> Callable[[Any], Any]:
 
 # -- a replicated cluster: a coordinator and data nodes --------------------------------------------------------
 class NodeCluster:
-    """A coordinator (SQLite store) and data nodes 1..`nodes` as real processes under `root`, with quick
+    """Coordinator instances (`instances` of them sharing one data directory: a SQLite store, or with
+    `coordinator_extra` e.g. a zk:// store) and data nodes 1..`nodes` as real processes under `root`, with quick
     leases: a node is dead `SESSION_MS` after its last heartbeat. `start()` returns once every node registered;
-    `close()` stops them all. `coordinator_extra` / `node_url` let a test secure the coordinator and give the
-    nodes a token."""
+    `close()` stops them all. `node_query` (e.g. "token=...") is added to the nodes' coordinator URL, `node_extra`
+    to their options."""
 
     SESSION_MS, HEARTBEAT_MS = 2000, 300
 
     def __init__(self, root: Path, nodes: int = 3, coordinator_extra: tuple[str, ...] = (),
-                 node_query: str = "") -> None:
-        self.root = root
-        self.coordinator = CoordinatorProcess(str(root / "coordinator"), extra=(
-            "--node-session-timeout-ms", str(self.SESSION_MS), *coordinator_extra))
+                 node_query: str = "", instances: int = 1, node_extra: tuple[str, ...] = ()) -> None:
+        self.root, self.node_extra = root, node_extra
+        self.coordinators = [CoordinatorProcess(str(root / "coordinator"), extra=(
+            "--node-session-timeout-ms", str(self.SESSION_MS), *coordinator_extra)) for _ in range(instances)]
         self.node_query = node_query
         self.nodes: dict[int, NodeProcess] = {}
         self.count = nodes
 
     @property
+    def coordinator(self) -> CoordinatorProcess:
+        return self.coordinators[0]
+
+    @property
     def url(self) -> str:
-        return self.coordinator.url()
+        return "fabric://" + ",".join(c.address for c in self.coordinators)
 
     def start(self) -> NodeCluster:
-        self.coordinator.start()
+        for coordinator in self.coordinators:
+            coordinator.start()
+        coordinator_url = self.url + (f"?{self.node_query}" if self.node_query else "")
         for i in range(1, self.count + 1):
-            self.nodes[i] = NodeProcess(i, str(self.root / f"node{i}"), self.coordinator.url(self.node_query),
+            self.nodes[i] = NodeProcess(i, str(self.root / f"node{i}"), coordinator_url,
                                         extra=("--heartbeat-interval-ms", str(self.HEARTBEAT_MS),
-                                               "--session-timeout-ms", str(self.SESSION_MS)))
+                                               "--session-timeout-ms", str(self.SESSION_MS), *self.node_extra))
         for node in self.nodes.values():
             node.start()
         return self
@@ -186,7 +193,8 @@ class NodeCluster:
     def close(self) -> None:
         for node in self.nodes.values():
             node.stop()
-        self.coordinator.stop()
+        for coordinator in self.coordinators:
+            coordinator.stop()
 
 
 @pytest.fixture(scope="module")
@@ -199,12 +207,14 @@ def shared_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
 
 @pytest.fixture
 def node_cluster(tmp_path) -> Iterator[Callable[..., NodeCluster]]:
-    """start(nodes=3, coordinator_extra=(), node_query="") → a started NodeCluster of the test's own (for tests
-    that kill or restart processes); stopped after the test."""
+    """start(nodes=3, coordinator_extra=(), node_query="", instances=1, node_extra=()) → a started NodeCluster of
+    the test's own (for tests that kill or restart processes); stopped after the test."""
     started: list[NodeCluster] = []
 
-    def start(nodes: int = 3, coordinator_extra: tuple[str, ...] = (), node_query: str = "") -> NodeCluster:
-        started.append(NodeCluster(tmp_path / f"cluster{len(started)}", nodes, coordinator_extra, node_query))
+    def start(nodes: int = 3, coordinator_extra: tuple[str, ...] = (), node_query: str = "",
+              instances: int = 1, node_extra: tuple[str, ...] = ()) -> NodeCluster:
+        started.append(NodeCluster(tmp_path / f"cluster{len(started)}", nodes, coordinator_extra, node_query,
+                                   instances, node_extra))
         return started[-1].start()
 
     yield start

@@ -137,9 +137,8 @@ def serve(settings: NodeSettings) -> None:
         _register_until_answered(node, shutdown)
         heartbeats = threading.Thread(target=node.run_heartbeats, name="node-heartbeat", daemon=True)
         heartbeats.start()
-        print(f"node {settings.node_id} serving {settings.data_dir} at {server.address} (coordinator "
-              f"{', '.join(options.addresses)}, node epoch {server.node_epoch})", flush=True)
-        shutdown.serve_until_requested()
+        shutdown.serve_until_requested(f"node {settings.node_id} serving {settings.data_dir} at {server.address} "
+                                       f"(coordinator {', '.join(options.addresses)}, node epoch {server.node_epoch})")
     except Interrupted as stop:
         log.info("%s before the node was serving: stopping", stop)
     finally:

@@ -60,10 +60,15 @@ class ReplicaManager:
     # -- the controller's assignments ----------------------------------------------------------------------
     def apply(self, assignment: NodeAssignment) -> None:
         """Take the controller's view of this node's partitions: roles move on (never back in epoch), new leaders
-        open their logs, partitions of deleted topics are dropped with their data."""
+        open their logs, partitions of deleted topics are dropped with their data. The view of a controller older
+        than one already heard from (deposed since) is ignored."""
         with self._lock:
+            if assignment.controller_epoch < self.controller_epoch:
+                log.info("node %d: ignoring the view of controller epoch %d (epoch %d is newer)", self.node_id,
+                         assignment.controller_epoch, self.controller_epoch)
+                return
             hosted = {tp[0] for tp in self._replicas}
-            self.controller_epoch = max(self.controller_epoch, assignment.controller_epoch)
+            self.controller_epoch = assignment.controller_epoch
             self._topics = dict(assignment.topics)
             for tp, registration in sorted(assignment.partitions.items()):
                 replica = self._replicas.setdefault(tp, PartitionReplica(tp, self.node_id))
