@@ -1,10 +1,11 @@
 """The controller inside a coordinator instance: runs the ActiveController (coordinator/active_controller.py)
 while the instance is the controller, and serves the data nodes' calls and describe_cluster.
 
-States: IDLE (not the controller: every call answers NotControllerError, so clients go to the active
-instance) -> STARTING (promoted: the controller epoch is claimed, the leases granted; retried on every tick
-while the store refuses) -> RUNNING (an ActiveController of that epoch) -> IDLE when demoted, or deposed (a
-write refused with StaleControllerEpochError: a newer controller exists, so this one may change nothing).
+States: IDLE (not the controller: the nodes' calls answer NotControllerError, so they go to the active
+instance; describe_cluster answers from the store, liveness unknown) -> STARTING (promoted: the controller
+epoch is claimed, the leases granted; retried on every tick while the store refuses) -> RUNNING (an
+ActiveController of that epoch) -> IDLE when demoted, or deposed (a write refused with
+StaleControllerEpochError: a newer controller exists, so this one may change nothing).
 A SQLite instance is promoted once at start with a freshly claimed epoch; a ZooKeeper instance on every
 promotion of its election (the epoch it won), and demoted when it loses it.
 
@@ -48,6 +49,7 @@ class ControllerDriver:
         self._lock = threading.RLock()
         self._claim: Callable[[], int] | None = None
         self._controller: ActiveController | None = None
+        self._failure = ""  # why the controller last failed to start
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -73,16 +75,18 @@ class ControllerDriver:
             self._controller, self._claim = None, None
 
     def _start(self) -> None:
-        """STARTING -> RUNNING, if the store answers (caller holds the lock)."""
+        """STARTING -> RUNNING, if the store answers (caller holds the lock; a failure is logged once)."""
         if self._claim is None:
             return
         try:
             epoch = self._claim()
             self._controller = ActiveController(self.store, epoch, NodeLeases(self.session_timeout_ms, self.clock))
         except FabricError as exc:
-            log.warning("the controller could not start (%s); retrying", exc)
+            if str(exc) != self._failure:
+                log.warning("the controller could not start (%s); retrying every tick", exc)
+            self._failure = str(exc)
             return
-        self._claim = None
+        self._claim, self._failure = None, ""
         log.info("controller running with controller epoch %d", epoch)
 
     def start_timer(self) -> None:
@@ -158,10 +162,17 @@ class ControllerDriver:
         return NodeAssignment(epoch, {tp: reg for tp, reg in mine.items() if tp[0] in topics}, topics)
 
     def describe_cluster(self) -> ClusterDescription:
-        """The nodes with their liveness and every replicated partition's assignment and state."""
-        controller_epoch, nodes = self._call(lambda c: (c.controller_epoch, c.nodes()))
-        return ClusterDescription(controller_epoch, tuple(nodes[i] for i in sorted(nodes)),
-                                  self.store.partition_registrations())
+        """The nodes with their liveness and every replicated partition's assignment and state. While the
+        controller is not running (starting, or its store refuses writes) the store still answers, every node's
+        liveness unknown (alive False), so clients keep routing by the stored leaders."""
+        with self._lock:
+            controller = self._controller
+            if controller is not None:
+                live = controller.nodes()
+                epoch, nodes = controller.controller_epoch, tuple(live[i] for i in sorted(live))
+        if controller is None:
+            epoch, nodes = self.store.controller_epoch(), tuple(self.store.registered_nodes())
+        return ClusterDescription(epoch, nodes, self.store.partition_registrations())
 
     def create_topic(self, name: str, partitions: int, replication_factor: int, config: dict[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:

@@ -220,6 +220,15 @@ def test_the_elected_coordinator_runs_the_controller_and_its_successor_takes_ove
             tp: r.state.leader for tp, r in before.partitions.items()}
 
 
+def test_a_node_stops_in_time_on_sigterm_even_without_its_coordinator(node_cluster) -> None:
+    cluster = node_cluster(nodes=1)
+    cluster.coordinator.kill()
+    node = cluster.nodes[1].process
+    assert node is not None
+    node.terminate()
+    assert node.wait(timeout=SETTLE_S) == 0  # node.shutdown.timeout.ms is 5 s; exit 1 would mean it gave up
+
+
 def test_a_local_cluster_in_one_command(fabric_cli, tmp_path) -> None:
     data = str(tmp_path / "local")
     up = fabric_cli("cluster", "up", "--nodes", "2", "--data", data, timeout=120)

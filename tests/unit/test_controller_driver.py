@@ -57,11 +57,13 @@ def test_ticks_expire_silent_nodes_and_their_partitions_go_offline(driver, clock
         driver.node_heartbeat(1, one.node_epoch)
 
 
-def test_a_demoted_or_deposed_controller_decides_nothing(driver, store) -> None:
+def test_a_demoted_or_deposed_controller_decides_nothing_but_the_store_is_described(driver, store) -> None:
     driver.register_node(1, "127.0.0.1:9095")
     driver.demote()
     with pytest.raises(NotControllerError):
-        driver.describe_cluster()
+        driver.node_heartbeat(1, 1)
+    stored = driver.describe_cluster()  # what the store says, liveness unknown
+    assert [(n.id, n.alive) for n in stored.nodes] == [(1, False)] and stored.controller_epoch == 1
     driver.promote(store.claim_controller_epoch)
     driver.register_node(1, "127.0.0.1:9095")
     store.claim_controller_epoch()  # another controller took over
