@@ -39,8 +39,9 @@ class TopicDescription:
 
 @dataclass(frozen=True)
 class GroupOffset:
-    """One row of `describe_group`: a partition's committed offset, end offset and lag, and the live member
-    that owns it in the group's current generation (None if no member does)."""
+    """One row of `describe_group`: a partition's committed offset, end offset (-1 while the partition is
+    offline) and lag (None while unknown), and the live member that owns it in the group's current generation
+    (None if no member does)."""
 
     topic: str
     partition: int
@@ -156,9 +157,10 @@ class Fabric:
             except UnknownTopicError:
                 continue  # deleted since: nothing to show
             for p in range(partitions):
-                end = self.cluster.partition_state(topic, p).end_offset
+                end = self.cluster.describe_partition(topic, p).end_offset  # -1 while offline
                 c, m = committed.get((topic, p)), owners.get((topic, p))
-                rows.append(GroupOffset(topic, p, c.offset if c else None, end, end - c.offset if c else None,
+                rows.append(GroupOffset(topic, p, c.offset if c else None, end,
+                                        end - c.offset if c and end >= 0 else None,
                                         m.member_id if m else None, m.client_id if m else None,
                                         (m.group_instance_id or None) if m else None))
         return ConsumerGroupDescription(group, live.state, live.generation, live.protocol, live.members, rows)

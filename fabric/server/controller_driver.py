@@ -1,8 +1,8 @@
 """The controller inside a coordinator instance: runs the ActiveController (coordinator/active_controller.py)
 while the instance is the controller, and serves the data nodes' calls and describe_cluster.
 
-States: IDLE (not the controller: the nodes' calls answer NotControllerError, so they go to the active
-instance; describe_cluster answers from the store, liveness unknown) -> STARTING (promoted: the controller
+States: IDLE (not the controller: the nodes' calls answer ControllerNotRunningError, so they retry at the
+active instance; describe_cluster answers from the store, liveness unknown) -> STARTING (promoted: the controller
 epoch is claimed, the leases granted; retried on every tick while the store refuses) -> RUNNING (an
 ActiveController of that epoch) -> IDLE when demoted, or deposed (a write refused with
 StaleControllerEpochError: a newer controller exists, so this one may change nothing).
@@ -22,7 +22,12 @@ from typing import Callable, TypeVar
 import pyarrow as pa
 
 from fabric.common.clock import SYSTEM_CLOCK, Clock
-from fabric.common.errors import FabricError, StaleControllerEpochError, UnknownTopicError
+from fabric.common.errors import (
+    CoordinatorUnavailableError,
+    FabricError,
+    StaleControllerEpochError,
+    UnknownTopicError,
+)
 from fabric.common.types import ClusterDescription, NodeAssignment, NodeInfo, TopicInfo
 from fabric.coordinator.active_controller import ActiveController
 from fabric.coordinator.election import NotControllerError
@@ -32,6 +37,10 @@ from fabric.server.instance import check_address
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class ControllerNotRunningError(CoordinatorUnavailableError):
+    """This instance runs no controller now (starting, demoted or deposed): retry, at the active instance."""
 
 
 class ControllerState(str, enum.Enum):
@@ -129,8 +138,9 @@ class ControllerDriver:
         with self._lock:
             controller = self._controller
             if controller is None:
-                raise NotControllerError(f"this coordinator instance is not running the controller "
-                                         f"({self.state.value}); retry against the active instance")
+                raise ControllerNotRunningError(
+                    f"this coordinator instance is not running the controller ({self.state.value}"
+                    f"{': ' + self._failure if self._failure else ''}); retry, at the active instance")
             try:
                 return fn(controller)
             except StaleControllerEpochError:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fabric.common.errors import InvalidConfigError, StaleControllerEpochError, StaleNodeEpochError
-from fabric.coordinator.election import NotControllerError
-from fabric.server.controller_driver import ControllerDriver, ControllerState
+from fabric.server.controller_driver import ControllerDriver, ControllerNotRunningError, ControllerState
 
 SESSION_MS = 1000
 
@@ -22,7 +21,7 @@ def driver(store, clock) -> ControllerDriver:
 def test_an_idle_instance_serves_no_controller_call(store, clock) -> None:
     idle = ControllerDriver(store, SESSION_MS, clock)
     assert idle.state is ControllerState.IDLE
-    with pytest.raises(NotControllerError, match="not running the controller"):
+    with pytest.raises(ControllerNotRunningError, match="not running the controller"):
         idle.register_node(1, "127.0.0.1:9095")
 
 
@@ -60,7 +59,7 @@ def test_ticks_expire_silent_nodes_and_their_partitions_go_offline(driver, clock
 def test_a_demoted_or_deposed_controller_decides_nothing_but_the_store_is_described(driver, store) -> None:
     driver.register_node(1, "127.0.0.1:9095")
     driver.demote()
-    with pytest.raises(NotControllerError):
+    with pytest.raises(ControllerNotRunningError):
         driver.node_heartbeat(1, 1)
     stored = driver.describe_cluster()  # what the store says, liveness unknown
     assert [(n.id, n.alive) for n in stored.nodes] == [(1, False)] and stored.controller_epoch == 1
