@@ -127,7 +127,7 @@ def test_nodes_refuse_partitions_they_do_not_lead_and_stale_epochs(shared_cluste
             embedded.create_topic("embedded-rf", replication_factor=1)
 
 
-def test_a_killed_node_takes_its_partitions_offline_until_it_rejoins(node_cluster) -> None:
+def test_a_killed_node_takes_its_partitions_offline_until_it_rejoins(node_cluster, fabric_cli) -> None:
     cluster = node_cluster(nodes=2)
     with fabric.connect(cluster.url) as fab:
         fab.create_topic("fragile", partitions=4, replication_factor=1)
@@ -141,6 +141,10 @@ def test_a_killed_node_takes_its_partitions_offline_until_it_rejoins(node_cluste
         offline = fab.describe_topic("fragile").partitions[on_one[0]]
         assert (offline.replicas, offline.isr, offline.end_offset) == ((1,), (1,), -1)
         assert [n.alive for n in fab.list_nodes()] == [False, True]
+        shown = fabric_cli("topics", "describe", "--unavailable-partitions", "--format", "json", "--url", cluster.url)
+        assert [p["partition"] for t in json.loads(shown.stdout) for p in t["partitions"]] == on_one, shown.stderr
+        text = fabric_cli("topics", "describe", "fragile", "--unavailable-partitions", "--url", cluster.url).stdout
+        assert text.count("none (offline)") == len(on_one)
         with fab.producer(delivery_timeout_ms=1000, retry_backoff_ms=100) as producer:
             with pytest.raises(LeaderNotAvailableError, match=f"fragile-{on_one[0]} is offline"):
                 producer.send("fragile", b"lost", partition=on_one[0]).result(10)
