@@ -233,9 +233,11 @@ def test_a_node_stops_in_time_on_sigterm_even_without_its_coordinator(node_clust
     assert node.wait(timeout=SETTLE_S) == 0  # node.shutdown.timeout.ms is 5 s; exit 1 would mean it gave up
 
 
-def test_a_local_cluster_in_one_command(fabric_cli, tmp_path) -> None:
+@pytest.mark.parametrize("store", [(), pytest.param(("--zookeeper",), marks=pytest.mark.zookeeper)],
+                         ids=["sqlite", "zookeeper"])
+def test_a_local_cluster_in_one_command(fabric_cli, tmp_path, store) -> None:
     data = str(tmp_path / "local")
-    up = fabric_cli("cluster", "up", "--nodes", "2", "--data", data, timeout=120)
+    up = fabric_cli("cluster", "up", "--nodes", "2", "--data", data, *store, timeout=120)
     try:
         assert up.returncode == 0, up.stderr
         url = up.stdout.strip()
@@ -245,7 +247,7 @@ def test_a_local_cluster_in_one_command(fabric_cli, tmp_path) -> None:
         again = fabric_cli("cluster", "up", "--data", data)
         assert again.returncode == 1 and "is running" in again.stderr
         status = fabric_cli("cluster", "status", "--data", data)
-        assert status.returncode == 0 and status.stdout.count("running") == 3, status.stdout
+        assert status.returncode == 0 and status.stdout.count("running") == 3 + len(store), status.stdout
     finally:
         down = fabric_cli("cluster", "down", "--data", data, timeout=120)
     assert down.returncode == 0, down.stderr
