@@ -1,6 +1,6 @@
 """Fixtures both tiers share: an embedded fabric in a temp dir, `drain` (poll until records arrived), the
-storage kits (build stored batches, open logs, read them back, stage segment files) and the Jepsen-style
-history of producers and consumers with its checker (`history`, `histories`).
+storage kits (build stored batches, open logs, read them back, stage segment files, replicate raw frames) and
+the Jepsen-style history of producers and consumers with its checker (`history`, `histories`).
 
 Test modules get every helper through a fixture of this file or of tests/unit/conftest.py or
 tests/integration/conftest.py; they import nothing from tests/ (there is no tests package).
@@ -17,15 +17,23 @@ from typing import Any, Callable
 
 import pyarrow as pa
 import pytest
+from hypothesis import settings
 
 # Spark's Python workers fail to connect back in sandboxes unless these are set (see README).
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
+# Property and fuzz tests draw the same examples on every run (`make test` and CI), so a failure is a change of
+# behaviour and not the luck of the draw; HYPOTHESIS_PROFILE=explore draws new ones to look for more.
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
 import fabric  # noqa: E402
 from fabric.common.config import TopicConfig  # noqa: E402
 from fabric.common.records import TIMESTAMP, storage_schema  # noqa: E402
+from fabric.common.types import UNDEFINED_EPOCH  # noqa: E402
 from fabric.storage import frame  # noqa: E402
 from fabric.storage.log import Log  # noqa: E402
 from fabric.storage.segment import DATA_SUFFIX  # noqa: E402
@@ -191,6 +199,82 @@ class StorageKit:
 def storage() -> StorageKit:
     """The storage tests' helpers (make_batch, open_log, read_all, scan_frames, cluster, fill, ...)."""
     return StorageKit()
+
+
+class ReplicaKit:
+    """Helpers of the replication storage tests: replica-mode logs, leaders appending in an epoch, followers
+    copying raw frames, the KIP-101/KIP-279 truncation a follower does, and a partition's files as bytes."""
+
+    # one or two frames per segment, an index entry per frame: rolls and index entries on every path
+    CONFIG = dict(segment_bytes=1500, index_interval_bytes=300, retention_ms=-1, segment_ms=2**62)
+
+    def __init__(self, storage: StorageKit) -> None:
+        self.storage = storage
+
+    def open(self, directory: str, **config) -> Log:
+        """A replica-mode Log over `directory` (CONFIG, overridden by `config`, Kafka names with '_')."""
+        overrides = {k.replace("_", "."): v for k, v in {**self.CONFIG, **config}.items()}
+        return Log(directory, self.storage.SCHEMA, TopicConfig(overrides), replica=True)
+
+    def lead(self, log: Log, epoch: int, batches: int, tag: str = "") -> list[int]:
+        """Append `batches` batches of 1..3 records as the leader of `epoch`; their base offsets."""
+        bases = []
+        for b in range(batches):
+            values = [f"{tag}e{epoch}-b{b}-{i}".encode() * 8 for i in range(1 + b % 3)]
+            bases.append(log.append(self.storage.make_batch(values, [1_000 + b] * len(values)), leader_epoch=epoch))
+        return bases
+
+    @staticmethod
+    def copy(leader: Log, follower: Log, upto: int | None = None, max_bytes: int = 700) -> int:
+        """Copy the leader's frames from the follower's log end up to offset `upto` (default: the leader's end),
+        as a follower's fetcher does; the follower's new log end."""
+        end = leader.end_offset if upto is None else upto
+        while follower.end_offset < end:
+            raw = leader.read_frames(follower.end_offset, max_bytes, end)
+            assert raw.size, f"the leader served nothing from offset {follower.end_offset} below {end}"
+            follower.append_frames(raw)
+        return follower.end_offset
+
+    @staticmethod
+    def reconcile(follower: Log, leader: Log) -> int:
+        """Truncate the follower where its log diverges from the leader's, as Kafka's fetcher does before it
+        fetches (KIP-101, with KIP-279's rounds): ask the leader for the end of the follower's latest epoch; if the
+        leader answers for an epoch the follower does not have, cut back to the follower's end of the epoch below
+        it and ask again. Returns the follower's end offset after."""
+        while follower.end_offset:
+            asked = follower.leader_epochs.latest_epoch
+            answer = leader.leader_epochs.end_offset_for(asked, leader.end_offset)
+            if answer.epoch == UNDEFINED_EPOCH:  # neither has an earlier epoch to compare
+                follower.truncate_to(min(answer.end_offset, follower.end_offset))
+                break
+            own = follower.leader_epochs.end_offset_for(answer.epoch, follower.end_offset)
+            if own.epoch != answer.epoch:
+                follower.truncate_to(min(own.end_offset, follower.end_offset))
+                continue
+            follower.truncate_to(min(own.end_offset, answer.end_offset, follower.end_offset))
+            break
+        return follower.end_offset
+
+    def follow(self, follower: Log, leader: Log, upto: int | None = None) -> int:
+        """Reconcile the follower with the leader, then copy up to `upto`."""
+        self.reconcile(follower, leader)
+        return self.copy(leader, follower, upto)
+
+    @staticmethod
+    def files(directory: str) -> dict[str, bytes]:
+        """Every file of a partition directory but its lock, by name, as bytes."""
+        out = {}
+        for name in sorted(os.listdir(directory)):
+            if name != ".lock":
+                with open(os.path.join(directory, name), "rb") as f:
+                    out[name] = f.read()
+        return out
+
+
+@pytest.fixture(scope="session")
+def replicas(storage: StorageKit) -> ReplicaKit:
+    """The replication storage tests' helpers (open, lead, copy, reconcile, follow, files)."""
+    return ReplicaKit(storage)
 
 
 class AdoptionKit:

@@ -191,3 +191,19 @@ class InvalidUpdateVersionError(FabricError):
 class StaleControllerEpochError(CoordinatorUnavailableError):
     """A write decided under an older controller epoch: a newer controller was elected, so the deposed one
     may change nothing (retry against the current controller)."""
+
+
+class InvalidFramesError(FabricError):
+    """Raw frames given to a replica (copied from its leader) are not whole, valid frames that continue its
+    log: a bad magic or version, a torn frame, a failed CRC check, a schema frame, or leader epochs that go
+    backwards. Nothing of the batch was written; fetch it again."""
+
+
+class UnexpectedOffsetError(InvalidFramesError):
+    """Raw frames given to a replica do not start at its log end offset, or do not follow one another; the
+    message names the offset expected and the one found. Nothing was written: fetch from the log end offset."""
+
+
+class InvalidLeaderEpochError(FabricError):
+    """A leader epoch, or the offset it starts at, would go backwards in a partition's leader-epoch cache
+    (both only increase, as Kafka's LeaderEpochFileCache requires); the message names both values."""

@@ -139,6 +139,20 @@ class Fetched:
     timestamp_type: int
 
 
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+
+
+@dataclass(frozen=True)
+class EpochEndOffset:
+    """The answer to OffsetsForLeaderEpoch (KIP-101, KIP-279): the largest leader epoch a replica knows that is
+    at most the one asked for, and the offset where that epoch's records end (a follower truncates to it).
+    Both are UNDEFINED (-1) when the replica cannot answer (no epoch asked for, or none known)."""
+
+    epoch: int
+    end_offset: int
+
+
 @dataclass(frozen=True)
 class TopicRecovery:
     """What `recover_topics` did with one topic directory. `outcome`: "recovered" (registered from its data

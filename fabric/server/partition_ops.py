@@ -23,12 +23,13 @@ def check_codec(codec: Any) -> None:
         raise InvalidConfigError(f"unknown codec {clip(codec)}; use one of {', '.join(CODECS)}")
 
 
-def append(log: Log, topic: str, partition: int, rows: pa.RecordBatch, codec: str) -> int:
-    """Append stored rows after admission (schema, sizes, timestamps); returns the first row's offset."""
+def append(log: Log, topic: str, partition: int, rows: pa.RecordBatch, codec: str, leader_epoch: int = -1) -> int:
+    """Append stored rows after admission (schema, sizes, timestamps); returns the first row's offset. A leader
+    stamps its `leader_epoch` on the frame (-1: an embedded log's, none)."""
     check_codec(codec)
     admission.check_rows(topic, rows, log.schema, log.config["max.message.bytes"])
     with disk_errors(log.directory, f"append to {topic}-{partition}"):
-        return log.append(rows, codec, log.timestamp_type)
+        return log.append(rows, codec, log.timestamp_type, leader_epoch)
 
 
 def state(log: Log, topic: str, partition: int, **replication: Any) -> PartitionState:

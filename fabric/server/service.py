@@ -205,7 +205,7 @@ class CoordinatorService(FabricFlightServer):
             check_call(op, ClusterBroker.append, request, skip=("rows",))
             self.authorize(context, [("write", f"topic:{request['topic']}")])
             rows = stored_rows(request["topic"], self._storage_schema(request["topic"]), reader)
-            result = self.broker.append(request["topic"], request["partition"], rows, request["codec"])
+            result = self.broker.append(rows=rows, **request)  # checked against its signature, defaults kept
         elif op in wire.PUBLISH_OPS:
             method, _, items = wire.PUBLISH_OPS[op]
             keys = wire.publish_keys(request.pop("keys", None))

@@ -100,7 +100,10 @@ def decode(value: Any, depth: int = 0) -> Any:
     if tag == "dict":
         return {_hashable(decode(k, depth + 1)): decode(v, depth + 1) for k, v in body}
     if tag == "schema":
-        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(body)))
+        try:
+            return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(body)))
+        except OSError as exc:  # what pyarrow raises for bytes that are no IPC schema message
+            raise ValueError(f"a schema value is not a serialized Arrow schema ({shorten(str(exc))})") from None
     if tag in DATACLASSES:
         return DATACLASSES[tag](**{k: decode(v, depth + 1) for k, v in body.items()})
     if tag in ENUMS:

@@ -1,16 +1,19 @@
-"""A Log: one partition's ordered segments, its high watermark and its lock.
+"""A Log: one partition's ordered segments, its high watermark, its leader epochs and its lock.
 
 Appends (from any process) take the partition lock, bring this process's view of the tail up to date,
 recover it if a previous writer died mid-append (fabric.storage.recovery), write the frame, then advance the
 high watermark. Reads take no lock: they read whole, CRC-checked frames below the high watermark
 (fabric.storage.reader). The first use of a Log in a process recovers the partition (as Kafka recovers a log
 when it loads it); where the directory cannot be written, reads go on from what recovery works out in memory.
+A replica log (a data node's) also takes frames copied from its leader and is truncated to an offset.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
+from dataclasses import replace
 from typing import Callable, Iterator, NamedTuple
 
 import pyarrow as pa
@@ -22,9 +25,10 @@ from fabric.common.config import TopicConfig
 from fabric.common.errors import CorruptRecordError
 from fabric.common.records import LOG_APPEND_TIME, TIMESTAMP, TIMESTAMP_TYPES
 from fabric.common.types import Fetched
-from fabric.storage import adopt, frame, reader
+from fabric.storage import adopt, frame, reader, truncation
 from fabric.storage.errors import UNWRITABLE, writes
 from fabric.storage.frame import FrameHeader
+from fabric.storage.leader_epochs import LeaderEpochCache
 from fabric.storage.lock import PartitionLock
 from fabric.storage.marker import (
     PENDING,
@@ -35,6 +39,8 @@ from fabric.storage.marker import (
     write_marker,
 )
 from fabric.storage.recovery import Recovery, RecoveryReport
+from fabric.storage.replica_frames import check_copied
+from fabric.storage.scan import Frame
 from fabric.storage.segment import DATA_SUFFIX, Segment, StaleIndexError
 from fabric.storage.watermark import HighWatermark
 
@@ -52,11 +58,30 @@ class TailState(NamedTuple):
 
 
 class Log:
-    """The partition log in `directory`, whose batches are stored with `schema`."""
+    """The partition log in `directory`, whose batches are stored with `schema`.
+
+    Invariants, checked where frames are written: the frames of the segments are whole and contiguous (each
+    starts at the offset the one before it ended at: Segment.append follows the tail this object recovered
+    under the lock, and copied frames are checked by replica_frames.check_copied); the watermark file is
+    written after the frames it covers; the leader-epoch cache (leader_epochs) has no epoch starting at or past
+    the log end, and takes an epoch before the first frame stamped with it is written.
+
+    Two modes, fixed when the Log is made:
+    - embedded (replica=False, the `file://` fabric): the watermark is the commit point; frames past it were
+      never acknowledged and recovery cuts them. Frames carry leader epoch -1.
+    - replica (replica=True, a data node's): the log end offset is the end of the last whole, CRC-valid frame
+      (the watermark file follows it and is only checked against the frames); frames past the replication high
+      watermark, which the node keeps, are awaiting replication, and recovery keeps them all, cutting only a torn
+      or invalid tail. Only truncate_to, as the leader-epoch protocol decides, removes valid frames. A leader
+      stamps its epoch on what it appends (append(leader_epoch=)); a follower appends its leader's frames byte
+      for byte (append_frames).
+    """
 
     def __init__(self, directory: str, schema: pa.Schema, config: TopicConfig,
-                 resolve_pending: Callable[[str], bool] | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+                 resolve_pending: Callable[[str], bool] | None = None, clock: Clock = SYSTEM_CLOCK,
+                 replica: bool = False) -> None:
         self.directory = directory
+        self.replica = replica
         self.schema = schema
         self.config = config
         os.makedirs(directory, exist_ok=True)
@@ -68,6 +93,7 @@ class Log:
         self._recovered = False
         self._memory_end: tuple[bytes, int] | None = None  # (watermark bytes, end) recovered but not written
         self.last_recovery: RecoveryReport | None = None
+        self._epochs: LeaderEpochCache | None = None  # loaded on first use (embedded logs never use it)
         self._unflushed = 0
         self.clock = clock
         self._last_flush = self._last_retention = clock.now_ms()
@@ -125,6 +151,44 @@ class Log:
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments())
 
+    # -- leader epochs -----------------------------------------------------------------------------
+    @property
+    def leader_epochs(self) -> LeaderEpochCache:
+        """The partition's leader-epoch cache, loaded on first use under the lock: checked against the frames
+        (rebuilt from their headers if its file is damaged, missing or behind them) and cut to the log's range."""
+        return self._epochs or self._load_epochs()
+
+    @writes
+    def _load_epochs(self) -> LeaderEpochCache:
+        with self.lock:
+            self.sync_tail()
+            end = self._tail_state.end_offset if self._tail_state else self.end_offset
+            last = self._last_header(end)
+            cache = LeaderEpochCache.load(self.directory, self.name, -1 if last is None else last.leader_epoch,
+                                          functools.partial(self._headers, end))
+            cache.truncate_from_end(end)
+            cache.truncate_from_start(self.start_offset)
+            self._epochs = cache
+        return cache
+
+    def _headers(self, end: int) -> Iterator[FrameHeader]:
+        """The headers of the data frames below offset `end`, in offset order (damaged frames left out)."""
+        for seg in self.segments():
+            for item in seg.walk(seg.data_start, seg.base_offset, stop=end):
+                if isinstance(item, Frame):
+                    yield item.header
+
+    def _last_header(self, end: int) -> FrameHeader | None:
+        """The header of the last data frame below offset `end`, walking from the last index entry."""
+        for seg in reversed(self.segments()):
+            last = None
+            for item in seg.walk(*self.start(seg, end), stop=end):
+                if isinstance(item, Frame):
+                    last = item.header
+            if last is not None:
+                return last
+        return None
+
     # -- recovery ----------------------------------------------------------------------------------
     def recover(self) -> int:
         """Recover the partition under its lock; returns the end offset. If the directory cannot be written,
@@ -159,6 +223,8 @@ class Log:
         report, active = Recovery(self).run()
         assert active is not None
         self._recovered, self.last_recovery = True, report
+        if self._epochs is not None:
+            self._epochs.truncate_from_end(report.end_offset)
         report.rebuilt = self.check_indexes(self.segments())
         self._tail_state = TailState(active.base_offset, active.size, report.end_offset)
         return active
@@ -232,19 +298,77 @@ class Log:
         return FrameHeader(0, 0, batch.num_rows, first, max_ts, attrs), frame.encode_batch(batch, codec)
 
     @writes
-    def append(self, batch: pa.RecordBatch, codec: str = "none", timestamp_type: int = 0) -> int:
-        """Append a batch of stored rows; returns the offset of its first row."""
+    def append(self, batch: pa.RecordBatch, codec: str = "none", timestamp_type: int = 0,
+               leader_epoch: int = -1) -> int:
+        """Append a batch of stored rows; returns the offset of its first row. A leader gives its `leader_epoch`
+        (>= 0): it is stamped on the frame and taken by the leader-epoch cache first (InvalidLeaderEpochError,
+        nothing written, if it is below the latest); -1, an embedded log's, stamps no epoch."""
         template, payload = self.encode(batch, codec, timestamp_type, self.clock)
         with self.lock:
             active = self.sync_tail()
             base = self._tail_state.end_offset if self._tail_state else self.end_offset
-            self.write_frame(frame.seal(template, payload, base), payload, active)
-            self.commit(base + batch.num_rows)
+            if leader_epoch >= 0:
+                self.leader_epochs.assign(leader_epoch, base)
+            with self._recover_on_failure():
+                self.write_frame(frame.seal(replace(template, leader_epoch=leader_epoch), payload, base), payload,
+                                 active)
+                self.commit(base + batch.num_rows)
         return base
 
+    @contextlib.contextmanager
+    def _recover_on_failure(self) -> Iterator[None]:
+        """A write that fails part-way (a frame written, its watermark not) drops the cached tail and epochs, so
+        the next use recovers them from the files instead of writing a second frame at the same offset."""
+        try:
+            yield
+        except BaseException:
+            self._tail_state, self._epochs = None, None
+            raise
+
     @writes
-    def write_frame(self, header: FrameHeader, payload: pa.Buffer | bytes, active: Segment | None = None) -> None:
-        """Write one sealed frame at the tail, rolling first if due (caller holds the lock)."""
+    def append_frames(self, data: pa.Buffer | bytes) -> int:
+        """Append frames a follower copied from its leader, byte for byte (CRCs kept): each is checked (see
+        replica_frames) before any is written, so a bad batch (InvalidFramesError; UnexpectedOffsetError if it
+        does not start at the log end) writes nothing. They roll segments and are indexed as appends are, and
+        their leader epochs go to the leader-epoch cache first. Returns the new log end offset."""
+        buf = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
+        with self.lock:
+            active = self.sync_tail()
+            end = self._tail_state.end_offset if self._tail_state else self.end_offset
+            epochs = self.leader_epochs
+            frames = check_copied(buf, end, epochs.latest_epoch, self.name)
+            if not frames:
+                return end
+            with self._recover_on_failure():
+                for header, _ in frames:
+                    if header.leader_epoch >= 0:
+                        epochs.assign(header.leader_epoch, header.base_offset)
+                for header, payload in frames:
+                    active = self.write_frame(header, payload, active)
+                end = frames[-1][0].next_offset
+                self.commit(end)
+        return end
+
+    @writes
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every frame at and past `offset` (a follower whose tail diverged from its leader's, see
+        truncation): the log becomes what a replica that copied only the frames below `offset` holds (later
+        segments deleted, the last kept one cut with its indexes, the leader epochs from `offset` on
+        forgotten). Logged at WARNING. False (nothing done) if `offset` is at or past the log end;
+        OffsetOutOfRangeError below the log start and InvalidArgumentError inside a frame, with nothing changed."""
+        with self.lock:
+            self.sync_tail()
+            end = self._tail_state.end_offset if self._tail_state else self.end_offset
+            if offset >= end:
+                return False
+            active = truncation.truncate(self, offset, end)
+            self._tail_state = TailState(active.base_offset, active.size, offset)
+        return True
+
+    @writes
+    def write_frame(self, header: FrameHeader, payload: pa.Buffer | bytes, active: Segment | None = None) -> Segment:
+        """Write one sealed frame at the tail, rolling first if due (caller holds the lock); returns the active
+        segment, which the next frame of the same write may be given."""
         active = active or self.sync_tail()
         end = self._tail_state.end_offset if self._tail_state else self.end_offset
         if active.size > active.data_start and self._roll_due(active, header):
@@ -254,6 +378,7 @@ class Log:
         active.append(header, payload, self.config["index.interval.bytes"])
         self._tail_state = TailState(active.base_offset, active.size, end)
         self._unflushed += header.record_count
+        return active
 
     @writes
     def commit(self, end_offset: int) -> None:
@@ -352,6 +477,8 @@ class Log:
                 total -= seg.size
                 seg.delete()
                 deleted += 1
+            if deleted and self._epochs is not None:
+                self._epochs.truncate_from_start(self.start_offset)
             self._tail_state = TailState(active.base_offset, active.size, self.end_offset)
         return deleted
 
@@ -374,6 +501,13 @@ class Log:
                 raise
             log.debug("%s: fetch from offset %d stops before damaged records: %s", self.name, offset, exc)
         return out
+
+    def read_frames(self, offset: int, max_bytes: int, end_offset: int | None = None) -> pa.Buffer:
+        """The raw bytes of whole, CRC-checked frames from the one holding `offset`, starting below `end_offset`
+        (default: the log end), from one segment, about `max_bytes` (at least one frame): what a leader serves a
+        follower, which appends them with append_frames. Empty at the end; CorruptRecordError if the first frame
+        is damaged (the frames before damage are returned first)."""
+        return reader.read_frames(self, offset, max_bytes, end_offset)
 
     def offset_for_time(self, timestamp_us: int) -> int | None:
         """The earliest committed offset whose timestamp is >= timestamp_us, or None."""

@@ -1,4 +1,5 @@
-"""Reads of a partition: committed batches from an offset, and the offset for a time.
+"""Reads of a partition: committed batches from an offset, the raw frames from an offset (what a leader serves
+its followers), and the offset for a time.
 
 Only whole, CRC-checked frames below the high watermark are served, each one checked to start where the one
 before it ended. Damaged or missing records raise CorruptRangeError naming the segment, the byte and the
@@ -27,6 +28,33 @@ if TYPE_CHECKING:
 
 def read(plog: Log, offset: int, max_bytes: int, end_offset: int | None = None) -> Iterator[Fetched]:
     """See Log.read."""
+    segs, end = _range(plog, offset, end_offset)
+    return _batches(plog, segs, offset, end, max_bytes)
+
+
+def read_frames(plog: Log, offset: int, max_bytes: int, end_offset: int | None = None) -> pa.Buffer:
+    """See Log.read_frames."""
+    segs, end = _range(plog, offset, end_offset)
+    if offset >= end or not segs:
+        return pa.py_buffer(b"")
+    bases = [s.base_offset for s in segs]
+    i = max(bisect.bisect_right(bases, offset) - 1, 0)
+    limit = min(end, bases[i + 1]) if i + 1 < len(segs) else end
+    frames: list[Frame] = []
+    for item in _segment_items(plog, segs[i], offset, end, limit, max_bytes):
+        if isinstance(item, Damage):
+            if not frames:
+                raise CorruptRangeError(item)
+            break
+        frames.append(item)
+    if not frames:
+        return pa.py_buffer(b"")
+    return segs[i].view().slice(frames[0].position, frames[-1].end - frames[0].position)
+
+
+def _range(plog: Log, offset: int, end_offset: int | None) -> tuple[list[Segment], int]:
+    """The segments to read `offset` from and the offset to read up to (`end_offset`, at most the end offset);
+    OffsetOutOfRangeError if `offset` is outside the log."""
     hw = plog.end_offset
     end = hw if end_offset is None else min(end_offset, hw)
     segs = plog.segments()
@@ -34,7 +62,7 @@ def read(plog: Log, offset: int, max_bytes: int, end_offset: int | None = None) 
     if not start <= offset <= hw:
         raise OffsetOutOfRangeError(f"offset {offset} is outside the log's range [{start}, {hw}] of partition "
                                     f"{plog.name} ({plog.directory})")
-    return _batches(plog, segs, offset, end, max_bytes)
+    return segs, end
 
 
 def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int) -> Iterator[Fetched]:
@@ -45,12 +73,7 @@ def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int)
             return
         seg = segs[i]
         limit = min(end, bases[i + 1]) if i + 1 < len(segs) else end
-        try:
-            plog.check_indexes([seg])
-            items = list(_frames(plog, seg, offset, end, limit, budget))
-        except FileNotFoundError:
-            raise OffsetOutOfRangeError(f"offset {offset} of partition {plog.name} was deleted by retention while "
-                                        "being read; seek to the log start") from None
+        items = _segment_items(plog, seg, offset, end, limit, budget)
         buf = seg.view()
         for item in items:
             if isinstance(item, Damage):
@@ -64,6 +87,16 @@ def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int)
             yield Fetched(header.base_offset + lo, batch, 1 if header.attributes & frame.ATTR_LOG_APPEND_TIME else 0)
             offset = header.base_offset + hi
             budget -= header.size
+
+
+def _segment_items(plog: Log, seg: Segment, offset: int, end: int, limit: int, budget: int) -> list[Frame | Damage]:
+    """The frames (and damage) of `seg` to serve from `offset`, its indexes checked first."""
+    try:
+        plog.check_indexes([seg])
+        return list(_frames(plog, seg, offset, end, limit, budget))
+    except FileNotFoundError:
+        raise OffsetOutOfRangeError(f"offset {offset} of partition {plog.name} was deleted by retention while "
+                                    "being read; seek to the log start") from None
 
 
 def _frames(plog: Log, seg: Segment, offset: int, end: int, limit: int, budget: int) -> Iterator[Frame | Damage]:

@@ -1,12 +1,16 @@
 """Recovery of a partition's tail, under its lock: what a writer that died left past the watermark, and a
 watermark that cannot be trusted.
 
-A watermark with a valid checksum is trusted: frames past it were never acknowledged and are cut, unless a
-pending-publish marker names a committed transaction (then they are rolled forward). A missing, short, corrupt,
-negative, out-of-range or checksum-less (older format) watermark is recovered from the frames, as Kafka
-recovers a log's end by scanning its segments: the end of the last whole, CRC-valid frame. Damage below the
-watermark is reported and kept, never cut: readers report it and can skip it. Every decision is logged at
+An embedded log's watermark with a valid checksum is trusted: frames past it were never acknowledged and are
+cut, unless a pending-publish marker names a committed transaction (then they are rolled forward). A missing,
+short, corrupt, negative, out-of-range or checksum-less (older format) watermark is recovered from the frames,
+as Kafka recovers a log's end by scanning its segments: the end of the last whole, CRC-valid frame. Damage below
+the watermark is reported and kept, never cut: readers report it and can skip it. Every decision is logged at
 WARNING naming the partition and the offsets, and returned as a RecoveryReport.
+
+A replica log (Log.replica) ends at its last whole, CRC-valid frame whatever the watermark file says: frames
+past the watermark are awaiting replication, not unacknowledged, so only a torn or invalid tail is cut (a
+follower truncates its log only as the leader-epoch protocol tells it, with Log.truncate_to).
 """
 from __future__ import annotations
 
@@ -111,6 +115,8 @@ class Recovery:
                    segs: list[Segment]) -> int:
         """The watermark to trust: the file's if its checksum holds and it is not below the log start (else the
         dead publish's base, else the end of the frames), rolled forward if a dead publish committed."""
+        if self.log.replica:
+            return self._log_end(report, reading, marker, segs)
         start = segs[0].base_offset if segs else 0
         shown = f"{reading.state}" + ("" if reading.value is None else f" {reading.value}")
         legacy = reading.value if reading.state is WatermarkState.LEGACY else None
@@ -138,6 +144,22 @@ class Recovery:
             report.actions.append(f"transaction {marker.txn} committed: offsets {hw}..{marker.end - 1} rolled forward")
             return marker.end
         return hw
+
+    def _log_end(self, report: RecoveryReport, reading: WatermarkReading, marker: PendingPublish | None,
+                 segs: list[Segment]) -> int:
+        """A replica log's end: the end of its last whole, CRC-valid frame, whatever the watermark file says
+        (frames past it are awaiting replication, not unacknowledged)."""
+        end = self._frames_end(segs)
+        if marker is not None:
+            report.actions.append(f"pending-publish marker of transaction {marker.txn} ignored: a replica log keeps "
+                                  "every whole, valid frame")
+        if reading.value is not None and reading.value > end:
+            report.actions.append(f"the watermark file read {reading.value} but the frames end at offset {end}: "
+                                  f"offsets {end}..{reading.value - 1} are lost (a follower fetches them again)")
+        elif reading.value != end:
+            log.info("partition %s: replica log ends at offset %d, its last valid frame (the watermark file read "
+                     "%s): frames past the watermark kept", self.log.name, end, reading.value)
+        return end
 
     @staticmethod
     def _frames_end(segs: list[Segment]) -> int:
@@ -196,8 +218,9 @@ class Recovery:
             active.truncate(cut_at, hw)
             report.truncated.append((active.path, cut_at, hw))
             offsets = f"offsets {hw}..{max(cut) - 1}, " if cut else ""
+            what = "a torn or invalid tail" if self.log.replica else "never acknowledged"
             report.actions.append(f"cut {offsets}{size - cut_at} bytes past the watermark at byte {cut_at} of "
-                                  f"{active.path} (never acknowledged)")
+                                  f"{active.path} ({what})")
         return active
 
 

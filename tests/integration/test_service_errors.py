@@ -157,3 +157,5 @@ def test_malformed_data_plane_requests_are_refused(live) -> None:
         assert snapshot(fab) == before
     assert not fab.cluster.coordinator.transaction_committed("t1")
     assert fab.cluster.append(TOPIC, 1, rows) == 0  # the service still serves good requests
+    put(wire.dumps({"op": "append", "topic": TOPIC, "partition": 1}), rows)()  # an argument left out takes its default
+    assert fab.describe_topic(TOPIC).partitions[1].end_offset == 2

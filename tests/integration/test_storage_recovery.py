@@ -1,4 +1,5 @@
-"""Crash recovery across processes: SIGKILLed writers, interrupted publishes checked from a new process.
+"""Crash recovery across processes: SIGKILLed writers and followers, interrupted publishes checked from a new
+process.
 (The in-process scenarios, torn tails, CRC failures and broken indexes: tests/unit/test_storage_recovery.py.)
 
 The child processes are scripts importing only the installed package."""
@@ -95,6 +96,52 @@ def test_sigkill_during_appends_loses_no_acknowledged_record(tmp_path, storage, 
     assert log.append(storage.make_batch([b"final"])) == end
     assert storage.read_all(log, end)[0][:2] == (end, b"final")
     storage.assert_clean(directory, end + 1)
+
+
+# -- (e') SIGKILL during a follower's copy -------------------------------------------------------------
+FOLLOWER_CHILD = CHILD_PRELUDE + r"""
+import json, sys
+leader_dir, follower_dir, config = sys.argv[1], sys.argv[2], TopicConfig(json.loads(sys.argv[3]))
+leader = Log(leader_dir, SCHEMA, config, replica=True)
+follower = Log(follower_dir, SCHEMA, config, replica=True)
+end = leader.end_offset
+while follower.end_offset < end:
+    print(follower.append_frames(leader.read_frames(follower.end_offset, 1, end)), flush=True)
+"""
+
+
+def test_sigkill_during_a_followers_copy_keeps_every_copied_frame(tmp_path, replicas, storage):
+    """A follower copying its leader's frames one at a time is SIGKILLed, several times: each restart keeps
+    every frame append_frames acknowledged (and any whole one after it), its log is a prefix of the leader's,
+    and once it has copied the rest it holds the leader's bytes."""
+    leader, follower_dir = replicas.open(str(tmp_path / "leader")), str(tmp_path / "follower")
+    for epoch in range(4):
+        replicas.lead(leader, epoch, 60)
+    config = json.dumps({k.replace("_", "."): str(v) for k, v in replicas.CONFIG.items()})
+    rng = random.Random()
+    for _ in range(4):
+        proc = subprocess.Popen([PYTHON, "-c", FOLLOWER_CHILD, leader.directory, follower_dir, config],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        acked, target = 0, rng.randrange(1, 60)
+        try:
+            for _ in range(target):
+                line = proc.stdout.readline()
+                if not line.endswith("\n"):
+                    break  # done copying, or a half-printed line: not an acknowledgement
+                acked = int(line)
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+            proc.stdout.close()
+            assert proc.returncode in (0, -signal.SIGKILL), proc.stderr.read()
+            proc.stderr.close()
+        follower = replicas.open(follower_dir)
+        assert follower.end_offset >= acked
+        assert storage.read_all(follower) == storage.read_all(leader)[:follower.end_offset]
+        assert follower.leader_epochs.entries == [e for e in leader.leader_epochs.entries
+                                                  if e.start_offset < follower.end_offset]
+    replicas.copy(leader, replicas.open(follower_dir))
+    assert replicas.files(follower_dir) == replicas.files(leader.directory)
 
 
 # -- (f) an interrupted publish ---------------------------------------------------------------------

@@ -37,6 +37,12 @@ def test_it_serves_what_it_leads_and_follows_newer_views_only(tmp_path, storage)
     assert replicas.leaders() == [("t", 0)]
     replicas.apply(view(2, {0: None, 1: 2}, epoch=1))
     assert replicas.leaders() == []
+    replicas.apply(view(2, {0: 1, 1: 2}, epoch=3))
+    assert replicas.append("t", 0, storage.make_batch([b"c"])) == 2
+    directory = str(tmp_path / "node1" / "t" / "0")
+    stamped = [h.leader_epoch for path in storage.data_files(directory) for _, h, _ in storage.scan_frames(path)
+               if not h.is_schema]
+    assert stamped == [0, 3]  # each frame carries the epoch its leader appended it under
 
 
 def test_a_deleted_topic_loses_its_logs_and_the_directory_keeps_its_owner(tmp_path, storage) -> None:

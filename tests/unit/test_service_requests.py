@@ -30,6 +30,11 @@ def nested(depth: int) -> list:
     (b'{"$": "dict", "v": [["group", "' + b"g" * (3 << 20) + b'"]]}', "over the limit of 2097152"),
     (b'{"$": "' + b"t" * 100_000 + b'", "v": 1}', "unknown wire tag"),
     (b'{"$": "JoinRequest", "v": {"' + b"k" * 100_000 + b'": 1}}', "unexpected keyword"),
+    (b'{"$": "dict", "v": [["value_schema", {"$": "schema", "v": "'
+     b'/////5AAAAAQAAAAAAAKAAwABgAF1AgACgAAAAABBAAEAAAAvP///wQAAAAB'
+     b'AAAAFAAAABAAGAAIAAYABwAMABAAFAAQAAAAAAABBRQAAABAAAAAHAAAAAQA'
+     b'AAAAAAAAAQAAAHYAAAAIAAgAAAAEAAgAAAAMAAAACAAMAAgABwAIAAAAAAAAAQgAAAAEAAQABAAAAAAAAAA="}]]}',
+     "not a serialized Arrow schema"),  # a damaged schema message (found by the service fuzz suite)
 ])
 def test_oversized_deep_or_malformed_requests_are_refused_without_echo(body, match) -> None:
     for what in ("action body", "DoPut descriptor", "DoGet ticket"):

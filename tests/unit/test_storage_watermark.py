@@ -2,12 +2,14 @@
 lost or damaged (from the frames) or that trails them (a crash before the acknowledgement)."""
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
 
 import pytest
 
+from fabric.common.errors import StorageError
 from fabric.storage import watermark
 from fabric.storage.watermark import HighWatermark, WatermarkState
 
@@ -127,3 +129,25 @@ def test_an_older_format_watermark_that_agrees_is_upgraded_quietly(tmp_path, sto
     assert not caplog.records
     assert os.path.getsize(hw_path) == 16
     assert storage.read_all(reopened) == expected
+
+
+def test_a_watermark_write_that_fails_leaves_no_second_frame_at_its_offset(tmp_path, storage, monkeypatch):
+    """The frame is written, its watermark is not (a disk filling up between the two): the append fails, and the
+    same writer's next append recovers the tail from the files and writes at the unacknowledged frame's offset,
+    so every record reads back once, at the offset its append returned."""
+    log = storage.open_log(str(tmp_path / "t" / "0"), **KEEP)
+    assert log.append(storage.make_batch([b"a", b"b"], [1, 1])) == 0
+    real_write = HighWatermark.write
+
+    def full_disk(self, value: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", self.path)
+
+    monkeypatch.setattr(HighWatermark, "write", full_disk)
+    with pytest.raises(StorageError, match="cannot write partition .*the disk is full"):
+        log.append(storage.make_batch([b"lost"], [1]))
+    monkeypatch.setattr(HighWatermark, "write", real_write)
+    assert log.append(storage.make_batch([b"c"], [1])) == 2
+    assert log.append(storage.make_batch([b"d"], [1])) == 3
+    assert [(o, v) for o, v, _ in storage.read_all(log)] == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
+    assert [(o, v) for o, v, _ in storage.read_all(storage.open_log(log.directory, **KEEP))] == \
+        [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]

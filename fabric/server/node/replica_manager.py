@@ -122,7 +122,8 @@ class ReplicaManager:
 
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none",
                leader_epoch: int | None = None) -> int:
-        return partition_ops.append(self.leader_log(topic, partition, leader_epoch)[0], topic, partition, rows, codec)
+        log_, replica = self.leader_log(topic, partition, leader_epoch)
+        return partition_ops.append(log_, topic, partition, rows, codec, replica.state.leader_epoch)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, end_offset: int | None = None,
               leader_epoch: int | None = None) -> list[Fetched]:

@@ -1,0 +1,66 @@
+"""Truncating a partition's log to an offset: what a follower does when the leader-epoch protocol (KIP-101,
+KIP-279) says its tail diverged from its leader's.
+
+Whole frames only: the offset must start a frame (or be the log end). Everything is checked before anything is
+changed; then the leader epochs from the offset on are forgotten, the watermark file is lowered to the offset,
+later segments are deleted (newest first) and the segment the kept frames end in is cut with its indexes, so
+the log is what a replica that copied only the frames below the offset holds. A crash
+part-way leaves whole, CRC-valid frames past the watermark, which a replica log's recovery keeps: the follower
+asks its leader again and truncates again.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from fabric.common.errors import CorruptRecordError, InvalidArgumentError, OffsetOutOfRangeError
+from fabric.storage.scan import Frame
+from fabric.storage.segment import Segment
+
+if TYPE_CHECKING:
+    from fabric.storage.log import Log
+
+log = logging.getLogger(__name__)
+
+
+def truncate(plog: Log, offset: int, end: int) -> Segment:
+    """Remove the frames of `plog` (lock held, its log ending at `end` > `offset`) at and past `offset`; returns
+    the new active segment. OffsetOutOfRangeError below the log start, InvalidArgumentError for an offset inside
+    a frame (nothing is changed then)."""
+    segs = plog.segments()
+    start = min(segs[0].base_offset, end) if segs else end
+    if offset < start:
+        raise OffsetOutOfRangeError(f"partition {plog.name}: cannot truncate to offset {offset}, below the log start "
+                                    f"{start}")
+    # the segment the kept frames end in: a later one starting at `offset` goes too, as a log that never held
+    # the frames from `offset` on has no segment there yet (its next append rolls one as needed)
+    kept = [s for i, s in enumerate(segs) if s.base_offset < offset or i == 0]
+    target = kept[-1]
+    position = _frame_start(plog, target, offset)
+    plog.leader_epochs.truncate_from_end(offset)
+    plog.hw.write(offset)
+    dropped = segs[len(kept):]
+    for seg in reversed(dropped):
+        seg.delete()
+    size = target.size
+    target.truncate(position, offset)
+    log.warning("%s: truncated from log end offset %d to offset %d: %d bytes cut at byte %d of %s%s", plog.name, end,
+                offset, size - position, position, target.path,
+                f", segments deleted: {', '.join(s.path for s in dropped)}" if dropped else "")
+    return target
+
+
+def _frame_start(plog: Log, seg: Segment, offset: int) -> int:
+    """The byte of `seg` where the frame of base offset `offset` starts (the end of its frames if none follows)."""
+    walk = seg.walk(*plog.start(seg, offset), stop=offset)
+    last = None
+    for item in walk:
+        last = item
+    if walk.expected == offset:
+        return walk.position
+    if isinstance(last, Frame):
+        raise InvalidArgumentError(f"partition {plog.name}: cannot truncate to offset {offset}, inside the frame of "
+                                   f"offsets {last.header.base_offset}..{last.header.next_offset - 1} (truncation "
+                                   "keeps or removes whole frames)")
+    raise CorruptRecordError(f"partition {plog.name}: cannot truncate to offset {offset}: the frames of {seg.path} do "
+                             f"not reach it whole (they end at offset {walk.expected})")
