@@ -12,6 +12,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any, Callable, Iterator
 
 import numpy as np
+import pyarrow as pa
 
 import fabric
 from bench.group_workers import GROUP, TOPIC, Members, wait_for
@@ -24,6 +25,7 @@ from fabric.server.zookeeper import ZooKeeperServer
 
 COMMIT_GROUP, COMMIT_TOPIC = "bench-commits", "bench-commits"
 BATCH = 10
+RECORDS = 100  # per partition of the commit topic: the offsets committed cycle through 0..RECORDS
 MEMBERS, PARTITIONS = 10, 20
 WARMUP_COMMITS = 20
 SETTLE_TIMEOUT_S = 20.0  # a rebalance not done by then counts as failed
@@ -34,20 +36,20 @@ def commit_loop(coordinator: Coordinator, seconds: float, batch: int) -> dict[st
     """Commit `batch` partitions' offsets per call, back to back, for `seconds`; rate and latency."""
     tps = [(COMMIT_TOPIC, p) for p in range(batch)]
     for i in range(WARMUP_COMMITS):
-        coordinator.commit_offsets(COMMIT_GROUP, {tp: i for tp in tps})
+        coordinator.commit_offsets(COMMIT_GROUP, {tp: i % (RECORDS + 1) for tp in tps})
     latencies_ns: list[int] = []
     start = time.perf_counter()
-    end, offset = start + seconds, WARMUP_COMMITS
+    end, commit = start + seconds, WARMUP_COMMITS
     while time.perf_counter() < end:
-        offsets = {tp: offset for tp in tps}
+        offsets = {tp: commit % (RECORDS + 1) for tp in tps}  # each commit a new offset, all within the logs
         began = time.perf_counter_ns()
         coordinator.commit_offsets(COMMIT_GROUP, offsets)
         latencies_ns.append(time.perf_counter_ns() - began)
-        offset += 1
+        commit += 1
     elapsed = time.perf_counter() - start
-    stored = coordinator.committed(COMMIT_GROUP, [COMMIT_TOPIC])
-    if sorted(stored) != tps or any(c.offset != offset - 1 for c in stored.values()):
-        raise RuntimeError(f"the store lost commits: expected offset {offset - 1} in {batch} partitions, got {stored}")
+    stored, last = coordinator.committed(COMMIT_GROUP, [COMMIT_TOPIC]), (commit - 1) % (RECORDS + 1)
+    if sorted(stored) != tps or any(c.offset != last for c in stored.values()):
+        raise RuntimeError(f"the store lost commits: expected offset {last} in {batch} partitions, got {stored}")
     ms = np.array(latencies_ns) / 1e6
     return {"commits": len(ms), "commits_per_s": len(ms) / elapsed, "offsets_per_s": len(ms) * batch / elapsed,
             "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
@@ -68,6 +70,17 @@ def bench_commits(backends: dict[str, Callable[[], Coordinator]], seconds: float
         finally:
             coordinator.close()
     return results
+
+
+def service_coordinator(url: str) -> Coordinator:
+    """The coordinator of the service at `url`, with the commit topic created and filled (RECORDS per
+    partition): the service accepts only offsets within a partition's log."""
+    fab = fabric.connect(url)
+    fab.create_topic(COMMIT_TOPIC, partitions=BATCH)
+    with fab.producer() as producer:
+        producer.send_batch(COMMIT_TOPIC, pa.table({"value": [b"x"] * (RECORDS * BATCH),
+                                                    "partition": [p for p in range(BATCH) for _ in range(RECORDS)]}))
+    return fab.cluster.coordinator
 
 
 # -- rebalances -----------------------------------------------------------------------------------------
@@ -167,8 +180,8 @@ def run(seconds: float, rounds: int, config: dict[str, Any], directory: str,
         commits = bench_commits({
             "embedded SQLite": lambda: SqliteCoordinator(os.path.join(directory, "embedded", "metadata.db")),
             "ZooKeeper (ZkCoordinator)": lambda: ZkCoordinator(zk.url("/direct")),
-            "fabric:// service, SQLite": lambda: fabric.connect(svc_sqlite.url()).cluster.coordinator,
-            "fabric:// service, ZooKeeper": lambda: fabric.connect(svc_zk.url()).cluster.coordinator,
+            "fabric:// service, SQLite": lambda: service_coordinator(svc_sqlite.url()),
+            "fabric:// service, ZooKeeper": lambda: service_coordinator(svc_zk.url()),
         }, seconds) if "commits" in cases else {}
         rebalance = {}
         if "rebalance-embedded" in cases:
