@@ -138,6 +138,10 @@ class Coordinator(ABC):
         have none."""
         raise self._no_replication()
 
+    def replicated(self, name: str) -> bool:
+        """True if topic `name` exists and has replicated partitions (its data lives on data nodes)."""
+        raise self._no_replication()
+
     def update_partition_states(self, updates: StateUpdates) -> bool:
         """Compare-and-set: store each new state if its partition's epoch is still the one read; False (and
         nothing of that write stored) on a lost race, for the caller to re-read and decide again. Refused with

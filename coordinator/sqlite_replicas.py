@@ -130,9 +130,16 @@ class SqliteReplication:
             self._insert_partitions(db, name, partitions)
         return TopicInfo(name, total, info.config, info.value_schema)
 
+    def replicated(self, name: str) -> bool:
+        return self._replicated(self._db(), name)
+
     def partition_registrations(self, topics: list[str] | None = None) -> dict[TopicPartition, PartitionRegistration]:
-        rows = self._db().execute(f"SELECT {_COLUMNS} FROM partition_state ORDER BY topic, partition")
-        return dict(_registration(row) for row in rows if topics is None or row[0] in topics)
+        if topics is None:
+            rows = self._db().execute(f"SELECT {_COLUMNS} FROM partition_state ORDER BY topic, partition")
+        else:
+            rows = self._db().execute(f"SELECT {_COLUMNS} FROM partition_state WHERE topic IN (SELECT value FROM "
+                                      "json_each(?)) ORDER BY topic, partition", (json.dumps(list(topics)),))
+        return dict(_registration(row) for row in rows)
 
     def update_partition_states(self, updates: StateUpdates) -> bool:
         try:

@@ -131,6 +131,12 @@ class ZkReplication:
             out.update(((name, p), a) for p, a in assignment.items())
         return out
 
+    def replicated(self, name: str) -> bool:
+        try:
+            return bool(self._read_topic(name)[2])
+        except UnknownTopicError:
+            return False
+
     def partition_registrations(self, topics: list[str] | None = None) -> dict[TopicPartition, PartitionRegistration]:
         assignments = self._assignments(self.list_topics() if topics is None else topics)
         keys = sorted(assignments)

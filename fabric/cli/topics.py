@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import re
+from typing import Any, Callable
 
 import pyarrow as pa
 
 from fabric.cli.common import CommandError, add_command, add_subcommands, format_table, open_fabric, parse_config
+from fabric.client.admin import TopicDescription
 from fabric.common.config import TOPIC_SETTINGS
+from fabric.common.types import PartitionState
 
 _TZ_TIMESTAMP = re.compile(r"timestamp\[(s|ms|us|ns),\s*tz=([^\]]+)\]")
 SCHEMA_HELP = ("make a typed topic whose values have these Arrow fields: comma-separated name:type pairs "
@@ -54,7 +59,7 @@ def create(args: argparse.Namespace) -> None:
     """Create a topic (typed if --schema is given)."""
     schema = parse_schema(args.schema) if args.schema is not None else None
     with open_fabric(args) as fab:
-        fab.create_topic(args.name, args.partitions, parse_config(args.config), schema)
+        fab.create_topic(args.name, args.partitions, parse_config(args.config), schema, args.replication_factor)
     print(f"Created topic {args.name}.")
 
 
@@ -66,14 +71,53 @@ def list_topics(args: argparse.Namespace) -> None:
 
 
 def describe(args: argparse.Namespace) -> None:
-    """Print per-partition offsets, segments and bytes, then config overrides and the schema."""
+    """Print per-partition offsets, segments and bytes (and a replicated topic's leader, replicas, ISR and leader
+    epoch), then config overrides and the schema; of one topic, or of every topic without a name. The filters
+    keep the partitions short of replicas in sync, or without a leader (as kafka-topics --describe has them)."""
     with open_fabric(args) as fab:
-        desc = fab.describe_topic(args.name)
+        described = [fab.describe_topic(name) for name in ([args.name] if args.name else fab.list_topics())]
+    wanted = _partition_filter(args)
+    if args.format == "json":
+        print(json.dumps([_topic_json(desc, wanted) for desc in described]))
+        return
+    for desc in described:
+        partitions = [p for p in desc.partitions if wanted(p)]
+        if partitions or wanted is _every:
+            _print_topic(desc, partitions)
+
+
+def _every(p: PartitionState) -> bool:
+    return True
+
+
+def _partition_filter(args: argparse.Namespace) -> Callable[[PartitionState], bool]:
+    if args.under_replicated_partitions:
+        return lambda p: bool(p.replicas) and len(p.isr) < len(p.replicas)
+    if args.unavailable_partitions:
+        return lambda p: bool(p.replicas) and p.leader is None
+    return _every
+
+
+def _topic_json(desc: TopicDescription, wanted: Callable[[PartitionState], bool]) -> dict[str, Any]:
+    return {"name": desc.name, "partitions": [{**dataclasses.asdict(p), "replicas": list(p.replicas),
+                                               "isr": list(p.isr)} for p in desc.partitions if wanted(p)],
+            "config": desc.overrides,
+            "schema": None if desc.value_schema is None else [{"name": f.name, "type": str(f.type)}
+                                                              for f in desc.value_schema]}
+
+
+def _print_topic(desc: TopicDescription, partitions: list[PartitionState]) -> None:
     print(f"Topic: {desc.name}\tPartitionCount: {len(desc.partitions)}\t"
           f"Typed: {'yes' if desc.value_schema is not None else 'no'}")
-    print(format_table(("PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "SEGMENTS", "BYTES"),
-                       [(p.partition, p.start_offset, p.end_offset, p.segments, p.size_bytes)
-                        for p in desc.partitions]))
+    if any(p.replicas for p in desc.partitions):
+        print(format_table(("PARTITION", "LEADER", "REPLICAS", "ISR", "LEADER-EPOCH", "LOG-START-OFFSET",
+                            "LOG-END-OFFSET", "SEGMENTS", "BYTES"),
+                           [(p.partition, "none (offline)" if p.leader is None else p.leader, _ids(p.replicas),
+                             _ids(p.isr), p.leader_epoch, *_offsets(p)) for p in partitions]))
+    else:
+        print(format_table(("PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "SEGMENTS", "BYTES"),
+                           [(p.partition, p.start_offset, p.end_offset, p.segments, p.size_bytes)
+                            for p in partitions]))
     if desc.overrides:
         print("Configs (non-default):")
         for key, value in sorted(desc.overrides.items()):
@@ -84,6 +128,15 @@ def describe(args: argparse.Namespace) -> None:
         print("Schema:")
         for field in desc.value_schema:
             print(f"  {field.name}: {field.type}")
+
+
+def _ids(nodes: tuple[int, ...]) -> str:
+    return ",".join(map(str, nodes))
+
+
+def _offsets(p: PartitionState) -> tuple[object, ...]:
+    """Offsets, segments and bytes; unknown ("-") while the partition is offline."""
+    return (None,) * 4 if p.leader is None else (p.start_offset, p.end_offset, p.segments, p.size_bytes)
 
 
 def delete(args: argparse.Namespace) -> None:
@@ -131,12 +184,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--partitions", type=int, default=1, metavar="N", help="number of partitions (default 1)")
     _config_option(p)
     p.add_argument("--schema", metavar="FIELDS", help=SCHEMA_HELP)
+    p.add_argument("--replication-factor", type=int, metavar="N", help="place the partitions on data nodes with N "
+                   "replicas each (a cluster with data nodes; default: each partition in the fabric's one directory)")
 
     add_command(verbs, "list", list_topics, "list topic names")
 
     p = add_command(verbs, "describe", describe,
-                    "show per-partition offsets, segments and bytes, config overrides and the schema")
-    p.add_argument("name", metavar="NAME")
+                    "show per-partition offsets, segments and bytes (leaders, replicas, ISR of a replicated topic), "
+                    "config overrides and the schema")
+    p.add_argument("name", metavar="NAME", nargs="?", help="the topic (default: every topic)")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+    only = p.add_mutually_exclusive_group()
+    only.add_argument("--under-replicated-partitions", action="store_true",
+                      help="only replicated partitions with fewer in-sync replicas than replicas")
+    only.add_argument("--unavailable-partitions", action="store_true",
+                      help="only replicated partitions without a leader (offline)")
 
     p = add_command(verbs, "delete", delete, "delete a topic, its data and its groups' offsets in it")
     p.add_argument("name", metavar="NAME")

@@ -12,11 +12,18 @@ from fabric.client.cluster import Cluster
 from fabric.client.consumer import Consumer
 from fabric.client.producer import Producer
 from fabric.common import checks
-from fabric.common.config import TopicConfig, validate_topic_config, validate_topic_config_changes
+from fabric.common.config import INT_MAX, TopicConfig, validate_topic_config, validate_topic_config_changes
 from fabric.common.errors import InvalidArgumentError, InvalidConfigError, UnknownTopicError
 from fabric.common.names import validate_group, validate_topic
 from fabric.common.records import validate_value_schema
-from fabric.common.types import MemberDescription, PartitionState, TopicInfo, TopicPartition, TopicRecovery
+from fabric.common.types import (
+    MemberDescription,
+    NodeInfo,
+    PartitionState,
+    TopicInfo,
+    TopicPartition,
+    TopicRecovery,
+)
 
 
 @dataclass(frozen=True)
@@ -32,8 +39,9 @@ class TopicDescription:
 
 @dataclass(frozen=True)
 class GroupOffset:
-    """One row of `describe_group`: a partition's committed offset, end offset and lag, and the live member
-    that owns it in the group's current generation (None if no member does)."""
+    """One row of `describe_group`: a partition's committed offset, end offset (-1 while the partition is
+    offline) and lag (None while unknown), and the live member that owns it in the group's current generation
+    (None if no member does)."""
 
     topic: str
     partition: int
@@ -70,14 +78,19 @@ class Fabric:
 
     # -- topics ------------------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None,
-                     schema: pa.Schema | None = None) -> TopicInfo:
-        """Create a topic; `schema` makes it a typed topic whose values are stored as Arrow columns."""
+                     schema: pa.Schema | None = None, replication_factor: int | None = None) -> TopicInfo:
+        """Create a topic; `schema` makes it a typed topic whose values are stored as Arrow columns;
+        `replication_factor` places its partitions on data nodes (a cluster with nodes only), without it each
+        partition lives in the fabric's one directory."""
         validate_topic(name)
         partitions = checks.partition_count(partitions)
         config = validate_topic_config(config)
         if schema is not None:
             validate_value_schema(schema)
-        return self.cluster.create_topic(name, partitions, config, schema)
+        if replication_factor is None:
+            return self.cluster.create_topic(name, partitions, config, schema)
+        factor = checks.integer(replication_factor, "replication_factor", 1, INT_MAX)
+        return self.cluster.create_replicated_topic(name, partitions, factor, config, schema)
 
     def delete_topic(self, name: str) -> None:
         self.cluster.delete_topic(validate_topic(name))
@@ -87,9 +100,13 @@ class Fabric:
 
     def describe_topic(self, name: str) -> TopicDescription:
         info = self.cluster.coordinator.topic(validate_topic(name))
-        states = [self.cluster.partition_state(name, p) for p in range(info.partitions)]
+        states = [self.cluster.describe_partition(name, p) for p in range(info.partitions)]
         return TopicDescription(name, states, TopicConfig(info.config).effective(), dict(info.config),
                                 info.value_schema)
+
+    def list_nodes(self) -> list[NodeInfo]:
+        """The data nodes (id, address, rack, node epoch, alive); none outside a cluster with data nodes."""
+        return self.cluster.nodes()
 
     def alter_topic_config(self, name: str, config: Mapping[str, Any]) -> TopicInfo:
         """Set config overrides; a value of None removes the override (back to the default)."""
@@ -140,9 +157,10 @@ class Fabric:
             except UnknownTopicError:
                 continue  # deleted since: nothing to show
             for p in range(partitions):
-                end = self.cluster.partition_state(topic, p).end_offset
+                end = self.cluster.describe_partition(topic, p).end_offset  # -1 while offline
                 c, m = committed.get((topic, p)), owners.get((topic, p))
-                rows.append(GroupOffset(topic, p, c.offset if c else None, end, end - c.offset if c else None,
+                rows.append(GroupOffset(topic, p, c.offset if c else None, end,
+                                        end - c.offset if c and end >= 0 else None,
                                         m.member_id if m else None, m.client_id if m else None,
                                         (m.group_instance_id or None) if m else None))
         return ConsumerGroupDescription(group, live.state, live.generation, live.protocol, live.members, rows)

@@ -12,9 +12,9 @@ from typing import Mapping, Sequence
 import pyarrow as pa
 
 from fabric.common.config import TopicConfig
-from fabric.common.errors import FabricError
+from fabric.common.errors import FabricError, InvalidConfigError
 from fabric.common.records import TIMESTAMP_TYPES, storage_schema
-from fabric.common.types import Fetched, PartitionState, TopicInfo, TopicPartition, TopicRecovery
+from fabric.common.types import Fetched, NodeInfo, PartitionState, TopicInfo, TopicPartition, TopicRecovery
 from fabric.coordinator.interface import Coordinator
 from fabric.storage import frame
 from fabric.storage.encoder import FrameEncoder as FrameEncoder  # part of this interface
@@ -30,6 +30,24 @@ class Cluster(ABC):
     def create_topic(self, name: str, partitions: int, config: Mapping[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:
         """Register the topic and create its partitions."""
+
+    def create_replicated_topic(self, name: str, partitions: int, replication_factor: int,
+                                config: Mapping[str, str], value_schema: pa.Schema | None) -> TopicInfo:
+        """Create a topic whose partitions the controller places on data nodes, `replication_factor` replicas
+        each; only a cluster with data nodes has them (this refuses with the fix)."""
+        raise InvalidConfigError(
+            f"a replication factor needs a cluster with data nodes (fabric://coordinator:port with `fabric node "
+            f"start` nodes); {type(self).__name__} {self.url!r} keeps each partition in one directory: create the "
+            "topic without replication_factor")
+
+    def nodes(self) -> list[NodeInfo]:
+        """The data nodes with their liveness (none outside a cluster with data nodes)."""
+        return []
+
+    def describe_partition(self, topic: str, partition: int) -> PartitionState:
+        """partition_state() for describing: an offline replicated partition is described (leader None, offsets
+        -1) instead of refused."""
+        return self.partition_state(topic, partition)
 
     @abstractmethod
     def delete_topic(self, name: str) -> None:

@@ -37,8 +37,8 @@ def open_cluster(url: str | None = None) -> Cluster:
         from fabric.client.embedded import EmbeddedCluster
         return EmbeddedCluster(parsed.path)
     if parsed.scheme in ("fabric", "fabric+tls"):
-        from fabric.client.remote import RemoteCluster
-        return RemoteCluster(url)
+        from fabric.client.routing import RoutingCluster
+        return RoutingCluster(url)
     if parsed.scheme == "" or (len(parsed.scheme) == 1 and os.name == "nt"):
         from fabric.client.embedded import EmbeddedCluster
         return EmbeddedCluster(url)

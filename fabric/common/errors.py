@@ -145,6 +145,13 @@ class FencedLeaderEpochError(FabricError):
     retriable = True
 
 
+class LeaderNotAvailableError(FabricError):
+    """The partition has no live leader (offline: no in-sync replica is alive), or its leader is not known yet
+    (Kafka's LEADER_NOT_AVAILABLE): retry once a replica is back."""
+
+    retriable = True
+
+
 class NotEnoughReplicasError(FabricError):
     """Fewer in-sync replicas than the topic's min.insync.replicas: an acks=all write is refused (retry once
     replicas are back, or write with acks=1)."""

@@ -114,7 +114,9 @@ class GroupDescription:
 
 @dataclass(frozen=True)
 class PartitionState:
-    """What describe shows for one partition."""
+    """What describe shows for one partition. A replicated partition also names its leader (None while
+    offline: its offsets, segments and bytes are then -1, unknown), replicas, ISR and leader epoch; a partition
+    of a single-directory topic has no replicas and leader epoch -1."""
 
     topic: str
     partition: int
@@ -122,6 +124,10 @@ class PartitionState:
     end_offset: int
     segments: int
     size_bytes: int
+    leader: int | None = None
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    leader_epoch: int = -1
 
 
 @dataclass(frozen=True)
@@ -229,6 +235,26 @@ class PartitionRegistration:
         if not set(self.state.isr) <= set(self.assignment.replicas):
             raise ValueError(f"ISR {list(self.state.isr)} is not a subset of the replicas "
                              f"{list(self.assignment.replicas)}")
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    """What describe_cluster answers (Kafka's metadata): the controller epoch, the registered data nodes with
+    their liveness, and every replicated partition's assignment and state, by which clients route to leaders."""
+
+    controller_epoch: int
+    nodes: tuple[NodeInfo, ...]
+    partitions: dict[TopicPartition, PartitionRegistration]
+
+
+@dataclass(frozen=True)
+class NodeAssignment:
+    """A data node's heartbeat answer: the controller epoch, the registrations of the partitions it is a
+    replica of, and their topics' metadata (what it needs to open their logs)."""
+
+    controller_epoch: int
+    partitions: dict[TopicPartition, PartitionRegistration]
+    topics: dict[str, TopicInfo]
 
 
 def transaction_sequence(txn: str) -> tuple[str, int]:

@@ -14,7 +14,7 @@ from typing import Iterable
 import numpy as np
 import pyarrow as pa
 
-from fabric.common.errors import CorruptRecordError, RecordTooLargeError, SchemaMismatchError
+from fabric.common.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError, SchemaMismatchError
 from fabric.common.redaction import shorten
 from fabric.server.wire import schema_text
 from fabric.storage import frame
@@ -31,6 +31,10 @@ def check_rows(topic: str, batch: pa.RecordBatch, schema: pa.Schema, max_bytes: 
             f"rows for topic {topic!r} must have its storage schema ({schema_text(schema)}), got "
             f"({schema_text(batch.schema)}); produce with a fabric producer (fabric.records.to_storage)")
     _valid(batch, f"a batch for topic {topic!r}")
+    missing = batch.column("timestamp").null_count
+    if missing:
+        raise InvalidRecordError(f"{missing} of the {batch.num_rows} rows for topic {topic!r} have no timestamp; "
+                                 "every stored row needs one (fabric.common.records.to_storage sets them)")
     check_sizes(topic, batch, max_bytes)
 
 

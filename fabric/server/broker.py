@@ -18,8 +18,7 @@ from typing import Any, Mapping, Sequence
 import pyarrow as pa
 
 from fabric.common import checks
-from fabric.common.codecs import CODECS
-from fabric.common.config import INT_MAX, LONG_MAX
+from fabric.common.config import INT_MAX
 from fabric.common.errors import (
     CorruptRecordError,
     FabricError,
@@ -36,7 +35,7 @@ from fabric.coordinator import validation
 from fabric.coordinator.disk import disk_errors
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.sqlite_store import SqliteCoordinator
-from fabric.server import admission, publish, recovery
+from fabric.server import admission, partition_ops, publish, recovery
 from fabric.server.publish import Frame, Staged
 from fabric.storage import frame
 from fabric.storage.log import Log
@@ -194,11 +193,7 @@ class Broker:
 
     # -- data --------------------------------------------------------------------------------------
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none") -> int:
-        log = self.log(topic, partition)
-        _check_codec(codec)
-        admission.check_rows(topic, rows, log.schema, log.config["max.message.bytes"])
-        with disk_errors(log.directory, f"append to {topic}-{partition}"):
-            return log.append(rows, codec, log.timestamp_type)
+        return partition_ops.append(self.log(topic, partition), topic, partition, rows, codec)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
               end_offset: int | None = None) -> list[Fetched]:
@@ -207,17 +202,10 @@ class Broker:
         return self.log(topic, partition).fetch(offset, max_bytes, end_offset)
 
     def partition_state(self, topic: str, partition: int) -> PartitionState:
-        log = self.log(topic, partition)
-        segs = log.segments()
-        return PartitionState(topic, partition, log.start_offset, log.end_offset, len(segs),
-                              sum(s.size for s in segs))
+        return partition_ops.state(self.log(topic, partition), topic, partition)
 
     def offset_for_time(self, topic: str, partition: int, timestamp_us: int) -> int | None:
-        log = self.log(topic, partition)
-        if not checks.is_integer(timestamp_us) or abs(timestamp_us) > LONG_MAX:
-            raise InvalidRequestError(f"timestamp_us must be a 64-bit int (µs since the epoch), got "
-                                      f"{clip(timestamp_us)}")
-        return log.offset_for_time(timestamp_us)
+        return partition_ops.offset_for_time(self.log(topic, partition), timestamp_us)
 
     def enforce_retention(self, topic: str) -> int:
         with disk_errors(self.logs.topic_dir(topic), f"enforce the retention of topic {topic!r}"):
@@ -229,15 +217,22 @@ class Broker:
         """Commit a group's offsets: each an int within its partition's [log start, log end], after the
         member's generation is checked (a fenced member hears first that it must rejoin)."""
         validation.offsets(group, offsets, metadata)
-        logs = {key: self.log(*key) for key in offsets}
+        logs = {key: self._committable_log(*key) for key in offsets}
         self.coordinator.check_commit(group, member_id, generation)
         for (topic, partition), offset in offsets.items():
-            start, end = logs[(topic, partition)].start_offset, logs[(topic, partition)].end_offset
+            partition_log = logs[(topic, partition)]
+            if partition_log is None:
+                continue
+            start, end = partition_log.start_offset, partition_log.end_offset
             if not start <= offset <= end:
                 raise OffsetOutOfRangeError(
                     f"cannot commit offset {offset} for {topic}-{partition}: the partition holds offsets [{start}, "
                     f"{end}]; commit a position within them (reset with --to-earliest or --to-latest)")
         self.coordinator.commit_offsets(group, dict(offsets), metadata, generation, member_id)
+
+    def _committable_log(self, topic: str, partition: int) -> Log | None:
+        """The log a committed offset is checked against (None: not checked)."""
+        return self.log(topic, partition)
 
     # -- transactions --------------------------------------------------------------------------------
     def publish(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
@@ -245,7 +240,7 @@ class Broker:
         """Append stored rows to several partitions atomically under `txn`, at most once."""
         if self.coordinator.transaction_committed(txn):
             return False
-        _check_codec(codec)
+        partition_ops.check_codec(codec)
         staged: dict[TopicPartition, Staged] = {}
         for key, batches in parts.items():
             partition_log = self._publish_log(key)
@@ -313,7 +308,3 @@ class Broker:
         """Release the metadata store's connections."""
         self.coordinator.close()
 
-
-def _check_codec(codec: Any) -> None:
-    if codec not in CODECS:
-        raise InvalidConfigError(f"unknown codec {clip(codec)}; use one of {', '.join(CODECS)}")

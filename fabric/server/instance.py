@@ -9,13 +9,14 @@ import logging
 import os
 import socket
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, Callable, Protocol
 
 from fabric.common.errors import InvalidConfigError
 from fabric.common.logs import add_log_level_option
 from fabric.common.redaction import clip
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.node_leases import DEFAULT_SESSION_TIMEOUT_MS
 from fabric.server import security
 from fabric.server.broker import DEFAULT_MAX_PARTITIONS, partition_limit
 
@@ -39,6 +40,7 @@ class Settings:
     zk_session_timeout_ms: int = 18000
     max_partitions: int = DEFAULT_MAX_PARTITIONS
     shutdown_timeout_ms: int = 5000
+    node_session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
 
     @property
     def store_url(self) -> str:
@@ -55,10 +57,12 @@ PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir"
               "coordinator.advertised.listener": "advertise", "auth.tokens.file": "tokens_file",
               "acl.file": "acl_file", "tls.cert.file": "tls_cert", "tls.key.file": "tls_key",
               "zookeeper.session.timeout.ms": "zk_session_timeout_ms", "topic.max.partitions": "max_partitions",
-              "coordinator.shutdown.timeout.ms": "shutdown_timeout_ms"}
+              "coordinator.shutdown.timeout.ms": "shutdown_timeout_ms",
+              "node.session.timeout.ms": "node_session_timeout_ms"}
 PATH_KEYS = ("tokens_file", "acl_file", "tls_cert", "tls_key")
 MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
-                "shutdown_timeout_ms": "coordinator.shutdown.timeout.ms"}
+                "shutdown_timeout_ms": "coordinator.shutdown.timeout.ms",
+                "node_session_timeout_ms": "node.session.timeout.ms"}
 
 
 def add_start_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,24 +83,34 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
                         f"(topic.max.partitions, default {DEFAULT_MAX_PARTITIONS})")
     parser.add_argument("--shutdown-timeout-ms", metavar="MS", help="SIGTERM or Ctrl-C stops the instance within "
                         "this time, whatever ZooKeeper or its peers do (coordinator.shutdown.timeout.ms, default 5000)")
+    parser.add_argument("--node-session-timeout-ms", metavar="MS", help="a data node without a heartbeat for this "
+                        f"long is dead (node.session.timeout.ms, default {DEFAULT_SESSION_TIMEOUT_MS})")
+
+
+def option_values(args: argparse.Namespace, settings: type, properties: dict[str, str], path_keys: tuple[str, ...],
+                  durations: dict[str, str]) -> dict[str, Any]:
+    """The values of a server's settings dataclass given by --config's `properties` (file paths among them
+    relative to the file), then by the command-line options; the `durations` checked as milliseconds."""
+    values: dict[str, Any] = {}
+    if args.config:
+        for key, value in security.load_properties(args.config).items():
+            if key not in properties:
+                raise InvalidConfigError(f"{args.config}: unknown key {clip(key, 60)}; known keys: "
+                                         f"{', '.join(properties)}")
+            name = properties[key]
+            values[name] = security.resolve_path(value, args.config) if name in path_keys else (value or None)
+    for f in fields(settings):
+        if getattr(args, f.name, None) is not None:
+            values[f.name] = getattr(args, f.name)
+    for name, key in durations.items():
+        if name in values:
+            values[name] = milliseconds(key, values[name])
+    return values
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
     """Settings from --config's properties, then the command-line options."""
-    values: dict[str, Any] = {}
-    if args.config:
-        for key, value in security.load_properties(args.config).items():
-            if key not in PROPERTIES:
-                raise InvalidConfigError(f"{args.config}: unknown key {clip(key, 60)}; known keys: "
-                                         f"{', '.join(PROPERTIES)}")
-            name = PROPERTIES[key]
-            values[name] = security.resolve_path(value, args.config) if name in PATH_KEYS else (value or None)
-    for f in fields(Settings):
-        if getattr(args, f.name, None) is not None:
-            values[f.name] = getattr(args, f.name)
-    for name, key in MILLISECONDS.items():
-        if name in values:
-            values[name] = _milliseconds(key, values[name])
+    values = option_values(args, Settings, PROPERTIES, PATH_KEYS, MILLISECONDS)
     if "max_partitions" in values:
         values["max_partitions"] = partition_limit(values["max_partitions"])
     settings = replace(Settings(), **{k: v for k, v in values.items() if v is not None})
@@ -106,7 +120,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def _milliseconds(key: str, value: Any) -> int:
+def milliseconds(key: str, value: Any) -> int:
     try:
         ms = int(value)
     except (TypeError, ValueError):
@@ -143,17 +157,29 @@ def check_listen(listen: str) -> None:
                                      "or choose another --listen address") from None
 
 
+class Controller(Protocol):
+    """What an election tells the instance's controller (fabric.server.controller_driver)."""
+
+    def promote(self, claim: Callable[[], int]) -> None: ...
+
+    def demote(self) -> None: ...
+
+
 class Standalone:
-    """The election of a sqlite-store instance: it is always active."""
+    """The election of a sqlite-store instance: it is always active, and its controller claims a new controller
+    epoch (`claim`) when it starts."""
 
     epoch = 0
     is_active = True
 
-    def __init__(self) -> None:
+    def __init__(self, claim: Callable[[], int]) -> None:
         self.instance = ""
+        self._claim = claim
 
-    def start(self, instance: str) -> None:
+    def start(self, instance: str, controller: Controller | None = None) -> None:
         self.instance = instance
+        if controller is not None:
+            controller.promote(self._claim)
 
     def active_instance(self) -> str:
         return self.instance
@@ -164,7 +190,8 @@ class Standalone:
 
 class ZkElection:
     """The ZooKeeper controller election of one instance; also the fence of its ZkCoordinator's writes.
-    On promotion the instance takes the leadership of every partition (a new controller epoch)."""
+    On promotion the instance takes the leadership of every single-directory partition (a new controller epoch)
+    and starts its controller under the epoch it won; on demotion the controller stops."""
 
     def __init__(self, settings: Settings) -> None:
         from fabric.coordinator import zk_layout
@@ -174,13 +201,17 @@ class ZkElection:
         self.store = ZkCoordinator(self.client, fence=self, session_timeout=timeout_s)
         self.election: Any = None
 
-    def start(self, instance: str) -> None:
+    def start(self, instance: str, controller: Controller | None = None) -> None:
         from fabric.coordinator.election import ControllerElection
-        self.election = ControllerElection(self.client, instance.replace(":", "_"), instance,
-                                           on_promote=lambda token: self._promoted())
+        self.election = ControllerElection(
+            self.client, instance.replace(":", "_"), instance,
+            on_promote=lambda token: self._promoted(token.epoch, controller),
+            on_demote=lambda token: controller.demote() if controller is not None else None)
         self.election.start()
 
-    def _promoted(self) -> None:
+    def _promoted(self, epoch: int, controller: Controller | None) -> None:
+        if controller is not None:
+            controller.promote(lambda: epoch)
         try:
             changed = self.store.take_leadership()
         except Exception:  # noqa: BLE001 (the election thread must survive; the next promotion retries)
@@ -223,7 +254,8 @@ def open_store(settings: Settings) -> tuple[Coordinator, Any]:
     url = settings.store_url
     if url.startswith("sqlite://"):
         from fabric.coordinator.sqlite_store import SqliteCoordinator
-        return SqliteCoordinator(url[len("sqlite://"):]), Standalone()
+        store = SqliteCoordinator(url[len("sqlite://"):])
+        return store, Standalone(store.claim_controller_epoch)
     if url.startswith("zk://"):
         election = ZkElection(settings)
         return election.store, election

@@ -1,6 +1,7 @@
-"""Real coordinator instances as `python -m fabric.server.service` subprocesses on free 127.0.0.1 ports
-(tests and benchmarks). `CoordinatorProcess.start()` returns once the instance answers a Flight call;
-`kill()` SIGKILLs it, `stop()` terminates it.
+"""Real server processes on free 127.0.0.1 ports (tests, benchmarks and `fabric cluster up`): coordinator
+instances (`python -m fabric.server.service`) and data nodes (`python -m fabric.server.node`).
+`start()` returns once the process answers a Flight call (a node: once it has registered); `kill()` SIGKILLs
+it, `stop()` terminates it.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pyarrow.flight as flight
 
@@ -16,62 +18,66 @@ from fabric.server import wire
 from fabric.server.zookeeper import free_port
 
 
-class CoordinatorProcess:
-    """One coordinator instance serving `data_dir` with metadata in `store` (default: data_dir's SQLite); its
-    output goes to coordinator-<port>.log in `log_dir` (default: data_dir)."""
+class ServerProcess:
+    """One server process serving `data_dir`; its output goes to <kind>-<port>.log in `log_dir` (default:
+    data_dir). Subclasses give `kind` and `command()`."""
 
-    def __init__(self, data_dir: str, store: str | None = None, port: int | None = None,
-                 tls: tuple[str, str] | None = None, extra: tuple[str, ...] = (), log_dir: str | None = None) -> None:
-        self.data_dir, self.store, self.tls, self.extra = data_dir, store, tls, extra
+    kind = "server"
+
+    def __init__(self, data_dir: str, port: int | None = None, tls: tuple[str, str] | None = None,
+                 extra: tuple[str, ...] = (), log_dir: str | None = None) -> None:
+        self.data_dir, self.tls, self.extra = data_dir, tls, extra
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.log_path = os.path.join(log_dir or data_dir, f"coordinator-{self.port}.log")
+        self.log_path = os.path.join(log_dir or data_dir, f"{self.kind}-{self.port}.log")
         self.process: subprocess.Popen | None = None
 
-    def url(self, query: str = "") -> str:
-        scheme = "fabric+tls" if self.tls else "fabric"
-        return f"{scheme}://{self.address}" + (f"?{query}" if query else "")
-
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "fabric.server.service", "--listen", self.address, "--data", self.data_dir]
-        if self.store:
-            cmd += ["--store", self.store]
-        if self.tls:
-            cmd += ["--tls-cert", self.tls[0], "--tls-key", self.tls[1]]
-        return cmd + list(self.extra)
+        raise NotImplementedError
 
-    def start(self, timeout: float = 60.0) -> CoordinatorProcess:
-        """Start the process; return once it answers (any answer, even 'unauthenticated'), else raise."""
+    def _tls_arguments(self) -> list[str]:
+        return ["--tls-cert", self.tls[0], "--tls-key", self.tls[1]] if self.tls else []
+
+    def start(self, timeout: float = 60.0) -> Any:
+        """Start the process; return self once it is ready (see ready()), else raise with its log."""
         os.makedirs(self.data_dir, exist_ok=True)
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(self.command(), cwd=self.data_dir, stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout
-        while not self.answers():
+        while not self.ready():
             if self.process.poll() is not None:
-                raise RuntimeError(f"coordinator exited with {self.process.returncode}:\n{self.log()}")
+                raise RuntimeError(f"{self.kind} exited with {self.process.returncode}:\n{self.log()}")
             if time.monotonic() > deadline:
                 self.kill()
-                raise RuntimeError(f"coordinator did not answer within {timeout} s:\n{self.log()}")
+                raise RuntimeError(f"{self.kind} did not answer within {timeout} s:\n{self.log()}")
             time.sleep(0.05)  # poll interval of a deadline-bounded wait
         return self
 
-    def answers(self) -> bool:
-        """True if the instance answers a status call."""
+    def status(self) -> Any:
+        """The process's `status` answer; a FlightError if it does not give one."""
         kwargs = {}
         if self.tls:
             with open(self.tls[0], "rb") as cert:
                 kwargs["tls_root_certs"] = cert.read()
         scheme = "grpc+tls" if self.tls else "grpc+tcp"
         with flight.connect(f"{scheme}://{self.address}", **kwargs) as client:
-            try:
-                list(client.do_action(wire.action("status"), flight.FlightCallOptions(timeout=2)))
-                return True
-            except flight.FlightUnauthenticatedError:
-                return True
-            except flight.FlightError:
-                return False
+            return wire.loads(next(iter(client.do_action(wire.action("status"),
+                                                         flight.FlightCallOptions(timeout=2)))).body)
+
+    def answers(self) -> bool:
+        """True if the process answers a status call (even 'unauthenticated')."""
+        try:
+            self.status()
+            return True
+        except flight.FlightUnauthenticatedError:
+            return True
+        except flight.FlightError:
+            return False
+
+    def ready(self) -> bool:
+        return self.answers()
 
     def log(self) -> str:
         with open(self.log_path, errors="replace") as handle:
@@ -92,3 +98,49 @@ class CoordinatorProcess:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.kill()
+
+
+class CoordinatorProcess(ServerProcess):
+    """One coordinator instance serving `data_dir` with metadata in `store` (default: data_dir's SQLite)."""
+
+    kind = "coordinator"
+
+    def __init__(self, data_dir: str, store: str | None = None, port: int | None = None,
+                 tls: tuple[str, str] | None = None, extra: tuple[str, ...] = (), log_dir: str | None = None) -> None:
+        super().__init__(data_dir, port, tls, extra, log_dir)
+        self.store = store
+
+    def url(self, query: str = "") -> str:
+        scheme = "fabric+tls" if self.tls else "fabric"
+        return f"{scheme}://{self.address}" + (f"?{query}" if query else "")
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "fabric.server.service", "--listen", self.address, "--data", self.data_dir]
+        if self.store:
+            cmd += ["--store", self.store]
+        return cmd + self._tls_arguments() + list(self.extra)
+
+
+class NodeProcess(ServerProcess):
+    """Data node `node_id` serving `data_dir`, registered with the coordinator at `coordinator` (a fabric://
+    URL); ready once it has registered."""
+
+    kind = "node"
+
+    def __init__(self, node_id: int, data_dir: str, coordinator: str, port: int | None = None,
+                 tls: tuple[str, str] | None = None, extra: tuple[str, ...] = (), log_dir: str | None = None) -> None:
+        super().__init__(data_dir, port, tls, extra, log_dir)
+        self.node_id, self.coordinator = node_id, coordinator
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "fabric.server.node", "--id", str(self.node_id), "--listen", self.address,
+                "--data", self.data_dir, "--coordinator", self.coordinator, *self._tls_arguments(), *self.extra]
+
+    def ready(self) -> bool:
+        """True once the node answers with a node epoch (it has registered)."""
+        try:
+            return self.status()["node_epoch"] > 0
+        except flight.FlightUnauthenticatedError:
+            return True
+        except flight.FlightError:
+            return False

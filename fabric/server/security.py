@@ -2,10 +2,12 @@
 
 Tokens file: `token principal` lines. Every call must carry `authorization: Bearer <token>`; a missing or
 unknown token fails with FlightUnauthenticatedError before any handler runs.
-ACL file: `principal operation resource` lines; operations read, write, create, describe, group, admin
-(admin grants every operation on its resource); resources topic:NAME, topic:*, group:NAME, group:*,
-transactional-id:NAME, transactional-id:* (a sink's transaction ids are `<transactional id>:<sequence>`; as in
-Kafka, publishing and committing under one needs `write` on it, asking whether one committed `describe`).
+ACL file: `principal operation resource` lines; operations read, write, create, describe, group,
+cluster_action, admin (admin grants every operation on its resource); resources topic:NAME, topic:*,
+group:NAME, group:*, transactional-id:NAME, transactional-id:* (a sink's transaction ids are
+`<transactional id>:<sequence>`; as in Kafka, publishing and committing under one needs `write` on it, asking
+whether one committed `describe`) and cluster:fabric (or cluster:*): data nodes registering and heartbeating
+need `cluster_action` on it, as Kafka's brokers need ClusterAction on the cluster.
 Without a tokens file every caller is ANONYMOUS; without an ACL file every principal may do everything.
 Errors about these files never show a line of them: a misplaced tokens file must not print its tokens.
 """
@@ -21,8 +23,9 @@ import pyarrow.flight as flight
 from fabric.common.errors import AuthorizationError, InvalidConfigError
 from fabric.common.redaction import clip
 
-OPERATIONS = ("read", "write", "create", "describe", "group", "admin")
-RESOURCE_TYPES = ("topic", "group", "transactional-id")
+OPERATIONS = ("read", "write", "create", "describe", "group", "cluster_action", "admin")
+RESOURCE_TYPES = ("topic", "group", "transactional-id", "cluster")
+CLUSTER = "cluster:fabric"  # the one cluster resource (Kafka's kafka-cluster); `cluster:*` matches it too
 ANONYMOUS = "ANONYMOUS"
 MIDDLEWARE_KEY = "auth"
 
@@ -88,7 +91,8 @@ def load_acls(path: str) -> list[Acl]:
                                      f"use one of {', '.join(OPERATIONS)}")
         if not sep or kind not in RESOURCE_TYPES or not name:
             raise InvalidConfigError(f"{path}:{number}: resource {clip(resource, 80)} must be topic:NAME, topic:*, "
-                                     "group:NAME or group:* (or transactional-id:NAME, transactional-id:*)")
+                                     "group:NAME or group:* (or transactional-id:NAME, transactional-id:*, "
+                                     "cluster:fabric)")
         acls.append(Acl(principal, operation, resource))
     return acls
 

@@ -48,6 +48,14 @@ class Shutdown:
         if not self.serving:
             raise Interrupted(name)
 
+    def serve_until_requested(self, banner: str) -> None:
+        """The server is serving (say so with `banner` on stdout): from now on a signal stops it in order; block
+        until one asks for the stop."""
+        print(banner, flush=True)
+        self.serving = True
+        while not self.requested.wait(1.0):
+            pass
+
     def begin(self) -> None:
         """Start the shutdown clock (once): past the timeout the process exits, finished or not."""
         with self._lock:
@@ -85,6 +93,13 @@ class Shutdown:
             return True
         log.warning("shutdown: %s did not finish in time; going on", what)
         return False
+
+
+    def finish(self, finished: bool) -> None:
+        """End the stop: exit at once if a step did not finish in time, else log that it stopped."""
+        if not finished:
+            exit_now("stopped with steps unfinished (see above): exiting now", 1)
+        log.info("stopped")
 
 
 def exit_now(message: str, code: int) -> None:

@@ -19,13 +19,19 @@ import pyarrow.flight as flight
 import fabric.common.errors as errors
 from fabric.common.redaction import clip, shorten
 from fabric.common.types import (
+    ClusterDescription,
     CommittedOffset,
     Fetched,
     GroupDescription,
     GroupStatus,
     JoinRequest,
     JoinResult,
+    LeaderAndIsr,
     MemberDescription,
+    NodeAssignment,
+    NodeInfo,
+    PartitionAssignment,
+    PartitionRegistration,
     PartitionState,
     SyncResult,
     TopicInfo,
@@ -54,7 +60,8 @@ class InstanceStatus:
 
 DATACLASSES = {cls.__name__: cls for cls in (TopicInfo, CommittedOffset, JoinRequest, JoinResult, SyncResult,
                                              MemberDescription, GroupDescription, PartitionState, InstanceStatus,
-                                             TopicRecovery)}
+                                             TopicRecovery, NodeInfo, PartitionAssignment, LeaderAndIsr,
+                                             PartitionRegistration, ClusterDescription, NodeAssignment)}
 ENUMS = {cls.__name__: cls for cls in (GroupStatus,)}
 
 
@@ -163,10 +170,11 @@ def put_descriptor(op: str, **kwargs: Any) -> flight.FlightDescriptor:
     return flight.FlightDescriptor.for_command(dumps({"op": op, **kwargs}))
 
 
-def fetch_ticket(topic: str, partition: int, offset: int, max_bytes: int, end_offset: int | None) -> flight.Ticket:
-    """The ticket of a DoGet: Cluster.fetch's arguments."""
+def fetch_ticket(topic: str, partition: int, offset: int, max_bytes: int, end_offset: int | None,
+                 **extra: Any) -> flight.Ticket:
+    """The ticket of a DoGet: Cluster.fetch's arguments (and, to a data node, the leader epoch)."""
     return flight.Ticket(dumps({"topic": topic, "partition": partition, "offset": offset,
-                                "max_bytes": max_bytes, "end_offset": end_offset}))
+                                "max_bytes": max_bytes, "end_offset": end_offset, **extra}))
 
 
 def fetch_stream(schema: pa.Schema, fetched: list[Fetched]) -> flight.GeneratorStream:

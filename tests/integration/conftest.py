@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from fabric.server.launcher import CoordinatorProcess
+from fabric.server.launcher import CoordinatorProcess, NodeProcess
 from fabric.server.zookeeper import ZooKeeperServer
 
 PYTHON = sys.executable
@@ -142,6 +142,84 @@ def the_active() -> Callable[[Any], Any]:
         return statuses[0] if len(statuses) == 1 else None
 
     return active
+
+
+# -- a replicated cluster: a coordinator and data nodes --------------------------------------------------------
+class NodeCluster:
+    """Coordinator instances (`instances` of them sharing one data directory: a SQLite store, or with
+    `coordinator_extra` e.g. a zk:// store) and data nodes 1..`nodes` as real processes under `root`, with quick
+    leases: a node is dead `SESSION_MS` after its last heartbeat. `start()` returns once every node registered;
+    `close()` stops them all. `node_query` (e.g. "token=...") is added to the nodes' coordinator URL, `node_extra`
+    to their options."""
+
+    SESSION_MS, HEARTBEAT_MS = 2000, 300
+
+    def __init__(self, root: Path, nodes: int = 3, coordinator_extra: tuple[str, ...] = (),
+                 node_query: str = "", instances: int = 1, node_extra: tuple[str, ...] = ()) -> None:
+        self.root, self.node_extra = root, node_extra
+        self.coordinators = [CoordinatorProcess(str(root / "coordinator"), extra=(
+            "--node-session-timeout-ms", str(self.SESSION_MS), *coordinator_extra)) for _ in range(instances)]
+        self.node_query = node_query
+        self.nodes: dict[int, NodeProcess] = {}
+        self.count = nodes
+
+    @property
+    def coordinator(self) -> CoordinatorProcess:
+        return self.coordinators[0]
+
+    @property
+    def url(self) -> str:
+        return "fabric://" + ",".join(c.address for c in self.coordinators)
+
+    def start(self) -> NodeCluster:
+        for coordinator in self.coordinators:
+            coordinator.start()
+        coordinator_url = self.url + (f"?{self.node_query}" if self.node_query else "")
+        for i in range(1, self.count + 1):
+            self.nodes[i] = NodeProcess(i, str(self.root / f"node{i}"), coordinator_url,
+                                        extra=("--heartbeat-interval-ms", str(self.HEARTBEAT_MS),
+                                               "--session-timeout-ms", str(self.SESSION_MS), *self.node_extra))
+        for node in self.nodes.values():
+            node.start()
+        return self
+
+    def restart(self, node_id: int) -> NodeProcess:
+        """Start node `node_id` again on its port and data directory; returns once it registered."""
+        old = self.nodes[node_id]
+        old.stop()
+        self.nodes[node_id] = NodeProcess(node_id, old.data_dir, old.coordinator, port=old.port, extra=old.extra)
+        return self.nodes[node_id].start()
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            node.stop()
+        for coordinator in self.coordinators:
+            coordinator.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
+    """One NodeCluster of 3 nodes for a test module's tests that kill nothing and use topics of their own."""
+    cluster = NodeCluster(tmp_path_factory.mktemp("cluster")).start()
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def node_cluster(tmp_path) -> Iterator[Callable[..., NodeCluster]]:
+    """start(nodes=3, coordinator_extra=(), node_query="", instances=1, node_extra=()) → a started NodeCluster of
+    the test's own (for tests that kill or restart processes); stopped after the test."""
+    started: list[NodeCluster] = []
+
+    def start(nodes: int = 3, coordinator_extra: tuple[str, ...] = (), node_query: str = "",
+              instances: int = 1, node_extra: tuple[str, ...] = ()) -> NodeCluster:
+        started.append(NodeCluster(tmp_path / f"cluster{len(started)}", nodes, coordinator_extra, node_query,
+                                   instances, node_extra))
+        return started[-1].start()
+
+    yield start
+    for cluster in started:
+        cluster.close()
 
 
 # -- the CLI and real disks ----------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from fabric.common.errors import (
     CorruptRecordError,
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidRecordError,
     InvalidRequestError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -137,6 +138,9 @@ def test_the_service_checks_what_it_writes(secured) -> None:
                                               parsed.attributes), payload)
         refused(instance, lambda: cluster.publish_frames("admin-sink:1", {("orders", 1): [
             pa.py_buffer(forged.pack() + payload.to_pybytes())]}), CorruptRecordError, "claims 100 records")
+        stamped = rows([b"no time"])
+        unstamped = stamped.set_column(0, "timestamp", pa.nulls(1, stamped.schema.field("timestamp").type))
+        refused(instance, lambda: cluster.append("orders", 1, unstamped), InvalidRecordError, "have no timestamp")
         assert cluster.publish("admin-sink:1", {("typed", 0): [rows([{"user": "u", "amount": 1}], TYPED)]})
         assert [f.batch.num_rows for f in cluster.fetch("typed", 0, 0, 1 << 20)] == [1]
 

@@ -43,3 +43,13 @@ class ManualClock(Clock):
 def clock() -> ManualClock:
     """A ManualClock for code that takes a Clock: the test moves time with `clock.ms += ...`."""
     return ManualClock()
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A SqliteCoordinator in tmp_path/m.db, closed after the test (the controller's store)."""
+    from fabric.coordinator.sqlite_store import SqliteCoordinator
+
+    sqlite = SqliteCoordinator(str(tmp_path / "m.db"))
+    yield sqlite
+    sqlite.close()

@@ -22,13 +22,6 @@ SESSION_MS = 1000
 
 
 @pytest.fixture
-def store(tmp_path):
-    sqlite = SqliteCoordinator(str(tmp_path / "m.db"))
-    yield sqlite
-    sqlite.close()
-
-
-@pytest.fixture
 def controller(store, clock) -> ActiveController:
     """The controller of a fresh epoch with nodes 1, 2, 3 registered and alive; placement starts at index 0."""
     made = ActiveController(store, store.claim_controller_epoch(), NodeLeases(SESSION_MS, clock), lambda n: 0)

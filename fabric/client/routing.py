@@ -1,0 +1,157 @@
+"""`RoutingCluster`: a fabric:// cluster whose replicated partitions are served by data nodes.
+
+Metadata (docs/replication.md, Clients) is the controller's `describe_cluster`: the nodes and every replicated
+partition's replicas, leader and leader epoch, cached until a routing error shows it stale (or for
+METADATA_MAX_AGE_S). Produce, fetch and the partition offsets of a replicated partition go to its leader node,
+quoting the leader epoch the client knows; everything else, and every single-directory topic, goes to the
+coordinator as RemoteCluster sends it. A NotLeaderError or FencedLeaderEpochError (from a node, or from the
+coordinator about a topic the cache does not know as replicated yet) refreshes the metadata and the call is
+tried once more at once; a partition without a live leader is LeaderNotAvailableError. All three are
+retriable: producers and consumers retry them within their delivery and poll timeouts.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Mapping, TypeVar
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from fabric.client.remote import RemoteCluster
+from fabric.common.errors import FencedLeaderEpochError, LeaderNotAvailableError, NotLeaderError
+from fabric.common.types import ClusterDescription, Fetched, NodeInfo, PartitionState, TopicInfo
+from fabric.server import wire
+from fabric.server.connection import Call, action_call, fetch_call, put_call
+
+log = logging.getLogger(__name__)
+METADATA_MAX_AGE_S = 30.0
+T = TypeVar("T")
+
+
+class RoutingCluster(RemoteCluster):
+    """A fabric served by coordinator instances and data nodes (`fabric://coordinator:port[,...]`)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._metadata: ClusterDescription | None = None
+        self._fetched_at = 0.0
+        self._lock = threading.Lock()
+
+    # -- metadata --------------------------------------------------------------------------------------------
+    def describe_cluster(self, refresh: bool = False) -> ClusterDescription:
+        """The controller's view of the nodes and replicated partitions (cached; `refresh` asks again)."""
+        with self._lock:
+            metadata = self._metadata
+            if refresh or metadata is None or time.monotonic() - self._fetched_at > METADATA_MAX_AGE_S:
+                metadata = self.connection.action("describe_cluster")
+                self._metadata, self._fetched_at = metadata, time.monotonic()
+        assert metadata is not None
+        return metadata
+
+    def _stale(self) -> None:
+        with self._lock:
+            self._metadata = None
+
+    def nodes(self) -> list[NodeInfo]:
+        return list(self.describe_cluster(refresh=True).nodes)
+
+    def _leader(self, topic: str, partition: int) -> tuple[NodeInfo, int] | None:
+        """The leader node of a replicated partition and its leader epoch; None for a single-directory topic."""
+        metadata = self.describe_cluster()
+        registration = metadata.partitions.get((topic, partition))
+        if registration is None:
+            return None
+        state = registration.state
+        node = next((n for n in metadata.nodes if n.id == state.leader), None)
+        if node is None:
+            self._stale()
+            raise LeaderNotAvailableError(
+                f"partition {topic}-{partition} is offline: none of its in-sync replicas (nodes "
+                f"{list(state.isr)}) is alive; it comes back when one of them does (replicas "
+                f"{list(registration.assignment.replicas)})")
+        return node, state.leader_epoch
+
+    def _routed(self, topic: str, partition: int, on_node: Callable[[int], Call], on_coordinator: Callable[[], T]
+                ) -> T:
+        """on_coordinator() for a single-directory partition; else on_node(leader epoch) at the leader. A routing
+        error refreshes the metadata and tries once more."""
+        try:
+            return self._route_once(topic, partition, on_node, on_coordinator)
+        except (NotLeaderError, FencedLeaderEpochError) as exc:
+            log.info("%s-%d: %s; refreshing the metadata", topic, partition, exc)
+            return self._route_once(topic, partition, on_node, on_coordinator)
+
+    def _route_once(self, topic: str, partition: int, on_node: Callable[[int], Call],
+                    on_coordinator: Callable[[], T]) -> T:
+        leader = self._leader(topic, partition)
+        try:
+            if leader is None:
+                return on_coordinator()
+            return self._at_node(leader[0], topic, partition, on_node(leader[1]))
+        except (NotLeaderError, FencedLeaderEpochError):
+            self._stale()
+            raise
+
+    def _at_node(self, node: NodeInfo, topic: str, partition: int, call: Call) -> Any:
+        try:
+            return call(self.connection.client(node.address), self.connection.call_options)
+        except (flight.FlightUnavailableError, flight.FlightTimedOutError) as exc:
+            self._stale()
+            raise LeaderNotAvailableError(f"node {node.id} at {node.address}, the leader of {topic}-{partition}, "
+                                          f"did not answer ({wire.error_details(exc).get('message') or exc}); "
+                                          "retry once the controller has moved the partition or the node is back"
+                                          ) from None
+        except flight.FlightError as exc:
+            raise wire.from_flight_error(exc) from None
+
+    # -- topics ----------------------------------------------------------------------------------------------
+    def create_replicated_topic(self, name: str, partitions: int, replication_factor: int,
+                                config: Mapping[str, str], value_schema: pa.Schema | None) -> TopicInfo:
+        info = self.connection.action("create_topic", name=name, partitions=partitions, config=dict(config),
+                                      value_schema=value_schema, replication_factor=replication_factor)
+        self._stale()
+        return info
+
+    def describe_partition(self, topic: str, partition: int) -> PartitionState:
+        """partition_state(), or for a partition whose leader is offline or does not answer, what the controller
+        says of it with unknown (-1) offsets, segments and bytes."""
+        try:
+            return self.partition_state(topic, partition)
+        except LeaderNotAvailableError:
+            registration = self.describe_cluster().partitions.get((topic, partition))
+            if registration is None:
+                raise
+            state = registration.state
+            return PartitionState(topic, partition, -1, -1, -1, -1, state.leader, registration.assignment.replicas,
+                                  state.isr, state.leader_epoch)
+
+    # -- data ------------------------------------------------------------------------------------------------
+    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none") -> int:
+        def at_node(epoch: int) -> Call:
+            descriptor = wire.put_descriptor("append", topic=topic, partition=partition, codec=codec,
+                                             leader_epoch=epoch)
+            return put_call(descriptor, rows.schema, lambda: [rows])
+        return self._routed(topic, partition, at_node, lambda: super(RoutingCluster, self).append(
+            topic, partition, rows, codec))
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
+              end_offset: int | None = None) -> list[Fetched]:
+        return self._routed(
+            topic, partition,
+            lambda epoch: fetch_call(wire.fetch_ticket(topic, partition, offset, max_bytes, end_offset,
+                                                       leader_epoch=epoch)),
+            lambda: super(RoutingCluster, self).fetch(topic, partition, offset, max_bytes, end_offset))
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState:
+        return self._routed(topic, partition,
+                            lambda epoch: action_call("partition_state", topic=topic, partition=partition,
+                                                      leader_epoch=epoch),
+                            lambda: super(RoutingCluster, self).partition_state(topic, partition))
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_us: int) -> int | None:
+        return self._routed(topic, partition,
+                            lambda epoch: action_call("offset_for_time", topic=topic, partition=partition,
+                                                      timestamp_us=timestamp_us, leader_epoch=epoch),
+                            lambda: super(RoutingCluster, self).offset_for_time(topic, partition, timestamp_us))

@@ -1,0 +1,88 @@
+"""The coordinator service's Broker in a cluster with data nodes (docs/replication.md).
+
+Topics created without a replication factor stay what they were: partitions in the instance's data directory,
+served by the Broker as before. A replicated topic (created with `replication_factor`) is placed on data nodes
+by the controller; its data lives only on them, so this Broker refuses every data call on it with
+NotLeaderError (retriable: a routing client refreshes its metadata and goes to the leader) instead of opening
+an empty log in its own directory. Adding partitions and deleting a replicated topic change only its metadata;
+a committed offset in it is checked against the partition count (the logs are on the nodes).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Mapping
+
+import pyarrow as pa
+
+from fabric.common import checks
+from fabric.common.errors import InvalidReplicationFactorError, NotLeaderError, UnknownPartitionError
+from fabric.common.redaction import clip
+from fabric.common.types import TopicInfo
+from fabric.coordinator import validation
+from fabric.coordinator.interface import Coordinator
+from fabric.server.broker import Broker
+from fabric.server.controller_driver import ControllerDriver
+from fabric.storage.log import Log
+
+log = logging.getLogger(__name__)
+# Followers do not copy their leaders' frames yet (docs/replication.md, step 4): a second replica would be elected
+# with none of the data, so only single-replica topics are placed until then.
+MAX_REPLICATION_FACTOR = 1
+
+
+class ClusterBroker(Broker):
+    """A Broker over `root` and `coordinator` whose replicated topics are the `controller`'s."""
+
+    def __init__(self, root: str, coordinator: Coordinator, max_partitions: int | None,
+                 controller: ControllerDriver) -> None:
+        super().__init__(root, coordinator, max_partitions)
+        self.controller = controller
+
+    def create_topic(self, name: str, partitions: int, config: Mapping[str, str], value_schema: pa.Schema | None,
+                     replication_factor: int | None = None) -> TopicInfo:
+        """A topic in this instance's directory, or (with a replication factor) placed on the data nodes."""
+        if replication_factor is None:
+            return super().create_topic(name, partitions, config, value_schema)
+        self._check_limit(name, partitions)
+        checked = validation.topic(name, partitions, config, value_schema)
+        if not checks.is_integer(replication_factor) or replication_factor < 1:
+            raise InvalidReplicationFactorError(f"replication factor must be an int of at least 1, got "
+                                                f"{clip(replication_factor)}")
+        if replication_factor > MAX_REPLICATION_FACTOR:
+            raise InvalidReplicationFactorError(
+                f"replication factor {replication_factor} is not supported yet: data nodes do not replicate to "
+                f"followers in this version, so a topic has at most {MAX_REPLICATION_FACTOR} replica; use "
+                f"--replication-factor {MAX_REPLICATION_FACTOR}")
+        info = self.controller.create_topic(name, partitions, replication_factor, checked, value_schema)
+        log.info("topic %s created with %d partition(s), replication factor %d", name, partitions,
+                 replication_factor)
+        return info
+
+    def delete_topic(self, name: str) -> None:
+        if not self.coordinator.replicated(name):
+            return super().delete_topic(name)
+        self.coordinator.delete_topic(name)
+        log.info("replicated topic %s deleted (its nodes stop serving it)", name)
+
+    def set_partitions(self, name: str, total: int) -> TopicInfo:
+        if not self.coordinator.replicated(name):
+            return super().set_partitions(name, total)
+        self._check_limit(name, total)
+        return self.controller.add_partitions(name, total)
+
+    def log(self, topic: str, partition: int) -> Log:
+        if self.coordinator.replicated(topic):
+            raise NotLeaderError(
+                f"topic {topic!r} is replicated: its partitions are served by their leader nodes, not by the "
+                "coordinator; use a fabric client (fabric.connect), which routes to the leaders (`fabric topics "
+                f"describe {topic}` shows them)")
+        return super().log(topic, partition)
+
+    def _committable_log(self, topic: str, partition: int) -> Log | None:
+        if not self.coordinator.replicated(topic):
+            return super()._committable_log(topic, partition)
+        count = self._partitions(topic)
+        if not 0 <= partition < count:
+            raise UnknownPartitionError(f"topic {topic!r} has partitions 0..{count - 1}; there is no partition "
+                                        f"{partition}")
+        return None

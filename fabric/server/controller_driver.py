@@ -1,0 +1,192 @@
+"""The controller inside a coordinator instance: runs the ActiveController (coordinator/active_controller.py)
+while the instance is the controller, and serves the data nodes' calls and describe_cluster.
+
+States: IDLE (not the controller: the nodes' calls answer ControllerNotRunningError, so they retry at the
+active instance; describe_cluster answers from the store, liveness unknown) -> STARTING (promoted: the controller
+epoch is claimed, the leases granted; retried on every tick while the store refuses) -> RUNNING (an
+ActiveController of that epoch) -> IDLE when demoted, or deposed (a write refused with
+StaleControllerEpochError: a newer controller exists, so this one may change nothing).
+A SQLite instance is promoted once at start with a freshly claimed epoch; a ZooKeeper instance on every
+promotion of its election (the epoch it won), and demoted when it loses it.
+
+A timer thread (`start_timer`, stopped by `stop`) expires the node leases every tick. Every controller call
+holds one lock: decisions are taken one at a time, as Kafka's controller takes them on one thread.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from typing import Callable, TypeVar
+
+import pyarrow as pa
+
+from fabric.common.clock import SYSTEM_CLOCK, Clock
+from fabric.common.errors import (
+    CoordinatorUnavailableError,
+    FabricError,
+    StaleControllerEpochError,
+    UnknownTopicError,
+)
+from fabric.common.types import ClusterDescription, NodeAssignment, NodeInfo, TopicInfo
+from fabric.coordinator.active_controller import ActiveController
+from fabric.coordinator.election import NotControllerError
+from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.node_leases import NodeLeases
+from fabric.server.instance import check_address
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class ControllerNotRunningError(CoordinatorUnavailableError):
+    """This instance runs no controller now (starting, demoted or deposed): retry, at the active instance."""
+
+
+class ControllerState(str, enum.Enum):
+    IDLE = "Idle"
+    STARTING = "Starting"
+    RUNNING = "Running"
+
+
+class ControllerDriver:
+    """The controller of one coordinator instance over `store`; nodes are declared dead after
+    `session_timeout_ms` (node.session.timeout.ms) without a heartbeat."""
+
+    def __init__(self, store: Coordinator, session_timeout_ms: int, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.store, self.session_timeout_ms, self.clock = store, session_timeout_ms, clock
+        self._lock = threading.RLock()
+        self._claim: Callable[[], int] | None = None
+        self._controller: ActiveController | None = None
+        self._failure = ""  # why the controller last failed to start
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def state(self) -> ControllerState:
+        if self._controller is not None:
+            return ControllerState.RUNNING
+        return ControllerState.STARTING if self._claim is not None else ControllerState.IDLE
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    def promote(self, claim: Callable[[], int]) -> None:
+        """This instance became the controller; `claim()` gives its controller epoch. It starts now if the store
+        answers, else on a later tick."""
+        with self._lock:
+            self._controller, self._claim = None, claim
+            self._start()
+
+    def demote(self) -> None:
+        """This instance is no longer the controller: it decides nothing more."""
+        with self._lock:
+            if self.state is not ControllerState.IDLE:
+                log.info("controller stopped (demoted)")
+            self._controller, self._claim = None, None
+
+    def _start(self) -> None:
+        """STARTING -> RUNNING, if the store answers (caller holds the lock; a failure is logged once)."""
+        if self._claim is None:
+            return
+        try:
+            epoch = self._claim()
+            self._controller = ActiveController(self.store, epoch, NodeLeases(self.session_timeout_ms, self.clock))
+        except FabricError as exc:
+            if str(exc) != self._failure:
+                log.warning("the controller could not start (%s); retrying every tick", exc)
+            self._failure = str(exc)
+            return
+        self._claim, self._failure = None, ""
+        log.info("controller running with controller epoch %d", epoch)
+
+    def start_timer(self) -> None:
+        """Expire node leases every tick (a quarter of the session timeout, at most 1 s) until stop()."""
+        interval = max(0.05, min(self.session_timeout_ms / 4000, 1.0))
+        self._thread = threading.Thread(target=self._tick_loop, args=(interval,), name="controller-timer",
+                                        daemon=True)
+        self._thread.start()
+
+    def _tick_loop(self, interval: float) -> None:
+        while not self._stopped.wait(interval):
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 (the timer must survive; the next tick tries again)
+                log.exception("controller tick failed")
+
+    def tick(self) -> None:
+        """One tick: start a pending controller, declare dead the nodes whose lease lapsed."""
+        with self._lock:
+            self._start()
+            if self._controller is not None:
+                try:
+                    self._call(lambda c: c.expire_nodes())
+                except NotControllerError:
+                    pass  # demoted while deciding
+                except FabricError as exc:
+                    log.warning("expiring node leases failed (%s); the next tick retries", exc)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the timer and the controller."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self.demote()
+
+    # -- calls -------------------------------------------------------------------------------------------------
+    def _call(self, fn: Callable[[ActiveController], T]) -> T:
+        """fn(the running controller), one at a time; NotControllerError unless running; a deposed controller
+        (StaleControllerEpochError) stops."""
+        with self._lock:
+            controller = self._controller
+            if controller is None:
+                raise ControllerNotRunningError(
+                    f"this coordinator instance is not running the controller ({self.state.value}"
+                    f"{': ' + self._failure if self._failure else ''}); retry, at the active instance")
+            try:
+                return fn(controller)
+            except StaleControllerEpochError:
+                if self._controller is controller:
+                    log.warning("controller epoch %d was superseded: this controller stops deciding",
+                                controller.controller_epoch)
+                    self._controller = None
+                raise
+
+    def register_node(self, node_id: int, address: str, rack: str | None = None) -> NodeInfo:
+        """A data node (re)registers: a new node epoch, and the partitions it can lead elected to it."""
+        check_address("address", address)
+        return self._call(lambda c: c.register_node(node_id, address, rack))
+
+    def node_heartbeat(self, node_id: int, node_epoch: int) -> NodeAssignment:
+        """Renew the node's lease (StaleNodeEpochError if fenced: it must register again); answer what it hosts."""
+        def beat(controller: ActiveController) -> int:
+            controller.heartbeat(node_id, node_epoch)
+            return controller.controller_epoch
+        epoch = self._call(beat)
+        mine = {tp: reg for tp, reg in self.store.partition_registrations().items()
+                if node_id in reg.assignment.replicas}
+        topics: dict[str, TopicInfo] = {}
+        for name in sorted({tp[0] for tp in mine}):
+            try:
+                topics[name] = self.store.topic(name)
+            except UnknownTopicError:
+                continue  # deleted meanwhile
+        return NodeAssignment(epoch, {tp: reg for tp, reg in mine.items() if tp[0] in topics}, topics)
+
+    def describe_cluster(self) -> ClusterDescription:
+        """The nodes with their liveness and every replicated partition's assignment and state. While the
+        controller is not running (starting, or its store refuses writes) the store still answers, every node's
+        liveness unknown (alive False), so clients keep routing by the stored leaders."""
+        with self._lock:
+            controller = self._controller
+            if controller is not None:
+                live = controller.nodes()
+                epoch, nodes = controller.controller_epoch, tuple(live[i] for i in sorted(live))
+        if controller is None:
+            epoch, nodes = self.store.controller_epoch(), tuple(self.store.registered_nodes())
+        return ClusterDescription(epoch, nodes, self.store.partition_registrations())
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int, config: dict[str, str],
+                     value_schema: pa.Schema | None) -> TopicInfo:
+        return self._call(lambda c: c.create_topic(name, partitions, replication_factor, config, value_schema))
+
+    def add_partitions(self, name: str, total: int) -> TopicInfo:
+        return self._call(lambda c: c.add_partitions(name, total))

@@ -1,0 +1,90 @@
+"""What every fabric Flight server shares (the coordinator service and the data node): TLS, token
+authentication and ACLs (security.py), errors sent as the Flight errors that keep their fabric.errors type
+(wire.py), and the check of appended rows against the topic's storage schema.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from fabric.common.errors import FabricError, SchemaMismatchError
+from fabric.common.types import Fetched
+from fabric.server import security, wire
+from fabric.server.arguments import check_call
+from fabric.server.instance import check_listen
+
+log = logging.getLogger(__name__)
+
+
+class FabricFlightServer(flight.FlightServerBase):
+    """A Flight server on `listen` (TLS with a cert and key; token authentication with a tokens file; ACLs with
+    an ACL file). Handlers decorated with `translated` send their exceptions through `translate`."""
+
+    def __init__(self, listen: str, tokens_file: str | None, acl_file: str | None, tls_cert: str | None,
+                 tls_key: str | None) -> None:
+        tokens = security.load_tokens(tokens_file) if tokens_file else None
+        self.authorizer = security.Authorizer(security.load_acls(acl_file) if acl_file else None)
+        cert = security.read_pem(tls_cert, "TLS certificate")
+        key = security.read_pem(tls_key, "TLS private key")
+        if (cert is None) != (key is None):
+            raise FabricError("TLS needs both --tls-cert and --tls-key (PEM files)")
+        scheme = "grpc+tls" if cert else "grpc+tcp"
+        check_listen(listen)
+        try:
+            super().__init__(f"{scheme}://{listen}", tls_certificates=[(cert, key)] if cert else None,
+                             middleware={security.MIDDLEWARE_KEY: security.TokenAuthFactory(tokens)})
+        except pa.ArrowException as exc:
+            raise FabricError(f"cannot listen on {listen}: the server did not start ({exc}); check that "
+                              "the address belongs to this machine and the port is free") from None
+
+    def authorize(self, context: flight.ServerCallContext, checks: list[tuple[str, str]]) -> str:
+        """The caller's principal; AuthorizationError unless it may do every (operation, resource)."""
+        principal = context.get_middleware(security.MIDDLEWARE_KEY).name
+        self.authorizer.check(principal, checks)
+        return principal
+
+    def serve_fetch(self, context: flight.ServerCallContext, ticket: flight.Ticket, method: Callable,
+                    fetch: Callable[..., list[Fetched]], schema_of: Callable[[str], pa.Schema]
+                    ) -> flight.GeneratorStream:
+        """A DoGet: the ticket's arguments checked against `method`, `read` on the topic, then fetch(**args)
+        (an empty answer carries the topic's storage schema, `schema_of(topic)`)."""
+        args = wire.request_args(ticket.ticket, "DoGet ticket")
+        check_call("fetch", method, args)
+        self.authorize(context, [("read", f"topic:{args['topic']}")])
+        fetched = fetch(**args)
+        return wire.fetch_stream(None if fetched else schema_of(args["topic"]), fetched)
+
+    def translate(self, exc: Exception) -> flight.FlightError:
+        """The Flight error a handler's exception is sent as."""
+        return wire.to_flight_error(exc)
+
+
+def translated(handler: Callable) -> Callable:
+    """Send any exception a handler raises as the Flight error `translate` makes of it (a refusal is logged at
+    debug level, anything else with its trace: the client gets its type and message)."""
+    @functools.wraps(handler)
+    def run(self: FabricFlightServer, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return handler(self, *args, **kwargs)
+        except Exception as exc:
+            if isinstance(exc, FabricError):
+                log.debug("%s refused: %s", handler.__name__, exc)
+            else:
+                log.exception("%s failed", handler.__name__)
+            raise self.translate(exc) from exc
+    return run
+
+
+def stored_rows(topic: str, expected: pa.Schema, reader: flight.MetadataRecordBatchReader) -> pa.RecordBatch:
+    """An append's rows as one batch; SchemaMismatchError unless they have the topic's storage schema."""
+    if not reader.schema.equals(expected):
+        raise SchemaMismatchError(
+            f"an append to topic {topic!r} must carry stored rows with schema "
+            f"({wire.schema_text(expected)}), got ({wire.schema_text(reader.schema)}); produce with a fabric "
+            "producer (fabric.records.to_storage)")
+    batches = reader.read_all().combine_chunks().to_batches()
+    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=reader.schema)

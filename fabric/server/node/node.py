@@ -1,0 +1,162 @@
+"""The data node process (`fabric node start`, `python -m fabric.server.node`): registers with the controller,
+keeps its heartbeat lease, learns the partitions it leads and serves them over Flight until SIGTERM.
+
+States of a node: STARTING (not registered yet: the coordinator may still be starting, so registering is
+retried until it answers) -> REGISTERED(node epoch) (heartbeats every node.heartbeat.interval.ms; each answer
+says what it hosts) -> FENCED when the controller refuses a heartbeat (StaleNodeEpochError: its lease lapsed,
+or a newer process of the id registered) or none was answered for node.session.timeout.ms: it stops leading
+everything at once (the controller has declared it dead) and registers again, under a new node epoch, ->
+REGISTERED. SIGTERM stops it within node.shutdown.timeout.ms (fabric.server.shutdown). A restart with the
+same id and data directory registers again and finds its logs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import threading
+import time
+from typing import Sequence
+
+from fabric.common.errors import FabricError, StaleNodeEpochError
+from fabric.common.types import NodeAssignment, NodeInfo
+from fabric.server.connection import Connection, parse_url
+from fabric.server.entry import server_main
+from fabric.server.node.replica_manager import ReplicaManager
+from fabric.server.node.service import NodeService
+from fabric.server.node.settings import NodeSettings, add_node_arguments, node_settings_from
+from fabric.server.shutdown import Interrupted, Shutdown
+
+log = logging.getLogger(__name__)
+
+
+class NodeState(str, enum.Enum):
+    STARTING = "Starting"
+    REGISTERED = "Registered"
+    FENCED = "Fenced"
+
+
+class Node:
+    """One data node: its registration and heartbeats (`connection` to the coordinator), its replicas, its server."""
+
+    def __init__(self, settings: NodeSettings, connection: Connection, replicas: ReplicaManager,
+                 server: NodeService) -> None:
+        self.settings, self.connection, self.replicas, self.server = settings, connection, replicas, server
+        self.state = NodeState.STARTING
+        self.stopping = threading.Event()
+        self._beat_lock = threading.Lock()
+        self._last_answer = self._last_beat = time.monotonic()  # last answered / last started heartbeat
+        replicas.refresh = self.refresh
+
+    def register(self) -> NodeInfo:
+        """Register (a new node epoch, fencing older processes of the id), then learn what the node hosts."""
+        node: NodeInfo = self.connection.action("register_node", node_id=self.settings.node_id,
+                                                address=self.server.address, rack=self.settings.rack)
+        self.server.node_epoch = node.node_epoch
+        self._set(NodeState.REGISTERED)
+        log.info("node %d registered at %s with node epoch %d", node.id, node.address, node.node_epoch)
+        self._heartbeat()
+        return node
+
+    def _set(self, state: NodeState) -> None:
+        if state is not self.state:
+            log.info("node %d: %s -> %s", self.settings.node_id, self.state.value, state.value)
+            self.state = state
+
+    def _heartbeat(self) -> None:
+        assignment: NodeAssignment = self.connection.action("node_heartbeat", node_id=self.settings.node_id,
+                                                            node_epoch=self.server.node_epoch)
+        self.replicas.apply(assignment)
+        self._last_answer = time.monotonic()
+
+    def beat(self) -> None:
+        """One heartbeat (or registration, while fenced); fence every partition once the session has lapsed."""
+        with self._beat_lock:
+            self._beat_locked()
+
+    def _beat_locked(self) -> None:
+        self._last_beat = time.monotonic()
+        try:
+            if self.state is NodeState.REGISTERED:
+                self._heartbeat()
+            else:
+                self.register()
+        except StaleNodeEpochError as exc:
+            self._fence(f"the controller refused the heartbeat ({exc})")
+        except FabricError as exc:
+            log.warning("node %d: heartbeat failed (%s); retrying", self.settings.node_id, exc)
+        silent_s = time.monotonic() - self._last_answer
+        if self.state is NodeState.REGISTERED and silent_s * 1000 > self.settings.session_timeout_ms:
+            self._fence(f"no heartbeat answered for {silent_s:.1f} s, over node.session.timeout.ms")
+
+    def _fence(self, why: str) -> None:
+        self._set(NodeState.FENCED)
+        self.replicas.fence_all(why + "; registering again")
+
+    def refresh(self) -> None:
+        """Learn the controller's latest decisions now (a request showed this node is behind); requests asking at
+        once share one heartbeat."""
+        asked = time.monotonic()
+        with self._beat_lock:
+            if self.state is NodeState.REGISTERED and self._last_beat < asked:
+                self._beat_locked()
+
+    def run_heartbeats(self) -> None:
+        """Heartbeat every node.heartbeat.interval.ms until `stopping` is set."""
+        while not self.stopping.wait(self.settings.heartbeat_interval_ms / 1000):
+            self.beat()
+
+
+def _register_until_answered(node: Node, shutdown: Shutdown) -> None:
+    """Register, retrying while the coordinator is unavailable (it may be starting); other refusals raise."""
+    while True:
+        try:
+            node.register()
+            return
+        except FabricError as exc:
+            if not exc.retriable or shutdown.requested.is_set():
+                raise
+            log.warning("node %d: cannot register yet (%s); retrying", node.settings.node_id, exc)
+            if shutdown.requested.wait(1.0):
+                return
+
+
+def serve(settings: NodeSettings) -> None:
+    """Run one data node until SIGTERM/SIGINT, then stop within settings.shutdown_timeout_ms."""
+    shutdown = Shutdown(settings.shutdown_timeout_ms / 1000)
+    shutdown.install()
+    options = parse_url(settings.coordinator)
+    # a heartbeat must give up before the session lapses, so the node notices it is cut off in time
+    connection = Connection(dataclasses.replace(options, timeout_s=min(options.timeout_s,
+                                                                       settings.session_timeout_ms / 2000)))
+    server = node = None
+    try:
+        replicas = ReplicaManager(settings.node_id, settings.data_dir)
+        server = NodeService(settings, replicas)
+        node = Node(settings, connection, replicas, server)
+        _register_until_answered(node, shutdown)
+        heartbeats = threading.Thread(target=node.run_heartbeats, name="node-heartbeat", daemon=True)
+        heartbeats.start()
+        shutdown.serve_until_requested(f"node {settings.node_id} serving {settings.data_dir} at {server.address} "
+                                       f"(coordinator {', '.join(options.addresses)}, node epoch {server.node_epoch})")
+    except Interrupted as stop:
+        log.info("%s before the node was serving: stopping", stop)
+    finally:
+        _stop(shutdown, server, node, connection)
+
+
+def _stop(shutdown: Shutdown, server: NodeService | None, node: Node | None, connection: Connection) -> None:
+    """Stop heartbeating and serving (calls in flight finish) within the deadline."""
+    shutdown.begin()
+    if node is not None:
+        node.stopping.set()
+    finished = True
+    if server is not None:
+        finished = shutdown.wait("stop serving", shutdown.start("stop serving", server.shutdown))
+    connection.close()
+    shutdown.finish(finished)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m fabric.server.node [options]`: the same options as `fabric node start`."""
+    return server_main("python -m fabric.server.node", __doc__, add_node_arguments, node_settings_from, serve, argv)

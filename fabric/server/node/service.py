@@ -1,0 +1,84 @@
+"""A data node's Flight service: the data plane of the partitions it leads.
+
+DoPut `append` ({topic, partition, codec, leader_epoch}) appends stored rows; DoGet ({topic, partition,
+offset, max_bytes, end_offset, leader_epoch}) fetches; DoAction runs `partition_state`, `offset_for_time`
+and `status`. The wire format is the coordinator service's (fabric.server.wire). Every request is checked
+against the ReplicaManager method it calls, authenticated and authorized as the coordinator's are (same
+tokens and ACL files), and refused with NotLeaderError / FencedLeaderEpochError unless this node leads the
+partition under the quoted leader epoch.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from fabric.common.errors import InvalidRequestError
+from fabric.common.records import storage_schema
+from fabric.common.redaction import clip
+from fabric.server import wire
+from fabric.server.arguments import check_call
+from fabric.server.flight_server import FabricFlightServer, stored_rows, translated
+from fabric.server.node.replica_manager import ReplicaManager
+from fabric.server.node.settings import NodeSettings
+
+log = logging.getLogger(__name__)
+ACTIONS = {"partition_state": "describe", "offset_for_time": "describe"}  # action -> ACL operation on its topic
+
+
+class NodeService(FabricFlightServer):
+    """The Flight server of one data node over its `replicas`."""
+
+    def __init__(self, settings: NodeSettings, replicas: ReplicaManager) -> None:
+        self.settings, self.replicas = settings, replicas
+        self.node_epoch = 0
+        super().__init__(settings.listen, settings.tokens_file, settings.acl_file, settings.tls_cert,
+                         settings.tls_key)
+
+    @property
+    def address(self) -> str:
+        return self.settings.advertise_address(self.port)
+
+    @translated
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> list[bytes]:
+        args = wire.action_args(action.body)
+        if action.type == "status":
+            check_call("status", NodeService.status, args)
+            self.authorize(context, [])
+            return [wire.dumps(self.status())]
+        if action.type not in ACTIONS:
+            raise InvalidRequestError(f"unknown node action {clip(action.type, 60)}; known: "
+                                      f"{', '.join(sorted([*ACTIONS, 'status']))}")
+        method = getattr(ReplicaManager, action.type)
+        check_call(action.type, method, args)
+        self.authorize(context, [(ACTIONS[action.type], f"topic:{args['topic']}")])
+        return [wire.dumps(getattr(self.replicas, action.type)(**args))]
+
+    def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
+        return [(name, f"node.{name}") for name in sorted([*ACTIONS, "status"])]
+
+    def status(self) -> dict[str, Any]:
+        """This node's id, address, epochs and the partitions it leads."""
+        return {"node_id": self.replicas.node_id, "address": self.address, "node_epoch": self.node_epoch,
+                "controller_epoch": self.replicas.controller_epoch,
+                "leaders": [list(tp) for tp in self.replicas.leaders()]}
+
+    @translated
+    def do_put(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor,
+               reader: flight.MetadataRecordBatchReader, writer: flight.FlightMetadataWriter) -> None:
+        request = wire.request_args(descriptor.command, "DoPut descriptor")
+        op = request.pop("op", None)
+        if op != "append":
+            raise InvalidRequestError(f"unknown node put {clip(op, 60)}; a data node takes only append")
+        check_call(op, ReplicaManager.append, request, skip=("rows",))
+        topic = request["topic"]
+        self.authorize(context, [("write", f"topic:{topic}")])
+        rows = stored_rows(topic, storage_schema(self.replicas.topic(topic).value_schema), reader)
+        writer.write(pa.py_buffer(wire.dumps(self.replicas.append(rows=rows, **request))))
+
+    @translated
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.GeneratorStream:
+        return self.serve_fetch(context, ticket, ReplicaManager.fetch, self.replicas.fetch,
+                                lambda topic: storage_schema(self.replicas.topic(topic).value_schema))

@@ -1,0 +1,106 @@
+"""A data node's settings: its properties file (--config) overridden by command-line options, checked up front
+so a bad option is an `error:` line naming the fix, never a traceback."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, replace
+from typing import Any
+
+from fabric.common.config import INT_MAX
+from fabric.common.errors import InvalidConfigError
+from fabric.common.logs import add_log_level_option
+from fabric.common.redaction import clip
+from fabric.coordinator.node_leases import DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_SESSION_TIMEOUT_MS
+from fabric.server.connection import parse_url
+from fabric.server.instance import SERVER_LOG_LEVEL, check_address, option_values
+
+DEFAULT_LISTEN = "127.0.0.1:9095"
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """How one data node runs. `session_timeout_ms` is the controller's node.session.timeout.ms: a node that
+    could not heartbeat for that long stops leading (the controller has declared it dead)."""
+
+    node_id: int = -1
+    listen: str = DEFAULT_LISTEN
+    advertise: str | None = None
+    data_dir: str = "./fabric-node"
+    coordinator: str = ""
+    rack: str | None = None
+    heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    tokens_file: str | None = None
+    acl_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    shutdown_timeout_ms: int = 5000
+
+    def advertise_address(self, port: int) -> str:
+        """host:port clients reach this node at (the listen port 0 becomes the bound port)."""
+        host, _, _ = (self.advertise or self.listen).rpartition(":")
+        return self.advertise or f"{host}:{port}"
+
+
+PROPERTIES = {"node.id": "node_id", "node.listen": "listen", "node.advertised.listener": "advertise",
+              "node.data.dir": "data_dir", "node.coordinator": "coordinator", "node.rack": "rack",
+              "node.heartbeat.interval.ms": "heartbeat_interval_ms", "node.session.timeout.ms": "session_timeout_ms",
+              "auth.tokens.file": "tokens_file", "acl.file": "acl_file", "tls.cert.file": "tls_cert",
+              "tls.key.file": "tls_key", "node.shutdown.timeout.ms": "shutdown_timeout_ms"}
+PATH_KEYS = ("tokens_file", "acl_file", "tls_cert", "tls_key")
+MILLISECONDS = {"heartbeat_interval_ms": "node.heartbeat.interval.ms", "session_timeout_ms": "node.session.timeout.ms",
+                "shutdown_timeout_ms": "node.shutdown.timeout.ms"}
+
+
+def add_node_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `fabric node start` (each overrides its key in --config)."""
+    parser.add_argument("--config", metavar="FILE", help="a properties file (keys: " + ", ".join(PROPERTIES)
+                        + "); relative file paths in it are relative to its directory")
+    add_log_level_option(parser, SERVER_LOG_LEVEL)
+    parser.add_argument("--id", dest="node_id", metavar="N", help="this node's id, an int from 0 (node.id)")
+    parser.add_argument("--listen", metavar="HOST:PORT", help=f"address to serve on (default {DEFAULT_LISTEN})")
+    parser.add_argument("--advertise", metavar="HOST:PORT", help="address clients use (default: --listen)")
+    parser.add_argument("--data", dest="data_dir", metavar="DIR", help="this node's own data directory")
+    parser.add_argument("--coordinator", metavar="URL", help="the coordinator service: fabric://host:port[,host:port]"
+                        " (its token: ?token= or $FABRIC_TOKEN)")
+    parser.add_argument("--rack", metavar="RACK", help="the node's rack, for rack-aware replica placement")
+    parser.add_argument("--heartbeat-interval-ms", metavar="MS", help="how often the node heartbeats "
+                        f"(node.heartbeat.interval.ms, default {DEFAULT_HEARTBEAT_INTERVAL_MS})")
+    parser.add_argument("--session-timeout-ms", metavar="MS", help="the coordinator's node.session.timeout.ms: "
+                        "without a heartbeat for this long the node stops leading "
+                        f"(default {DEFAULT_SESSION_TIMEOUT_MS})")
+    parser.add_argument("--tokens-file", metavar="FILE", help="`token principal` lines; enables authentication")
+    parser.add_argument("--acl-file", metavar="FILE", help="`principal operation resource` lines; enables ACLs")
+    parser.add_argument("--tls-cert", metavar="PEM", help="server certificate (with --tls-key: serve TLS)")
+    parser.add_argument("--tls-key", metavar="PEM", help="server private key")
+    parser.add_argument("--shutdown-timeout-ms", metavar="MS", help="SIGTERM or Ctrl-C stops the node within this "
+                        "time (node.shutdown.timeout.ms, default 5000)")
+
+
+def node_settings_from(args: argparse.Namespace) -> NodeSettings:
+    """NodeSettings from --config's properties, then the command-line options; InvalidConfigError naming the
+    option and the fix for anything malformed or missing."""
+    values = option_values(args, NodeSettings, PROPERTIES, PATH_KEYS, MILLISECONDS)
+    if "node_id" not in values:
+        raise InvalidConfigError("a data node needs its id: --id N (node.id), an int from 0; keep it with its --data "
+                                 "directory across restarts")
+    values["node_id"] = _node_id(values["node_id"])
+    if not values.get("coordinator"):
+        raise InvalidConfigError("a data node needs its coordinator: --coordinator fabric://HOST:PORT[,HOST:PORT] "
+                                 "(node.coordinator)")
+    parse_url(values["coordinator"])
+    settings = replace(NodeSettings(), **{k: v for k, v in values.items() if v is not None})
+    check_address("listen", settings.listen)
+    if settings.advertise is not None:
+        check_address("advertise", settings.advertise)
+    if settings.heartbeat_interval_ms >= settings.session_timeout_ms:
+        raise InvalidConfigError(f"node.heartbeat.interval.ms ({settings.heartbeat_interval_ms}) must be below "
+                                 f"node.session.timeout.ms ({settings.session_timeout_ms}), e.g. a third of it")
+    return settings
+
+
+def _node_id(value: Any) -> int:
+    text = str(value).strip()
+    if not text.isdigit() or int(text) > INT_MAX:
+        raise InvalidConfigError(f"--id {clip(value, 40)} must be a node id, an int from 0 to {INT_MAX}")
+    return int(text)

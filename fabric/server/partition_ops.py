@@ -1,0 +1,49 @@
+"""Data-plane calls on one partition's Log as every server serves them (the coordinator's Broker, a data node's
+leader partitions): an append checked by admission and reported by the disk, the partition's offsets and size,
+the offset of a time. The caller picks the Log (and refuses partitions it does not serve)."""
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from fabric.common import checks
+from fabric.common.codecs import CODECS
+from fabric.common.config import LONG_MAX
+from fabric.common.errors import InvalidConfigError, InvalidRequestError
+from fabric.common.redaction import clip
+from fabric.common.types import PartitionState
+from fabric.coordinator.disk import disk_errors
+from fabric.server import admission
+from fabric.storage.log import Log
+
+
+def check_codec(codec: Any) -> None:
+    if codec not in CODECS:
+        raise InvalidConfigError(f"unknown codec {clip(codec)}; use one of {', '.join(CODECS)}")
+
+
+def append(log: Log, topic: str, partition: int, rows: pa.RecordBatch, codec: str, leader_epoch: int = -1) -> int:
+    """Append stored rows after admission (schema, sizes, timestamps); returns the first row's offset. A leader
+    stamps its `leader_epoch` on the frame (-1: an embedded log's, none)."""
+    check_codec(codec)
+    admission.check_rows(topic, rows, log.schema, log.config["max.message.bytes"])
+    with disk_errors(log.directory, f"append to {topic}-{partition}"):
+        return log.append(rows, codec, log.timestamp_type, leader_epoch)
+
+
+def state(log: Log, topic: str, partition: int, **replication: Any) -> PartitionState:
+    """The partition's offsets, segments and bytes (and, for a replicated one, its leader, replicas, ISR and
+    leader epoch in `replication`)."""
+    segs = log.segments()
+    return PartitionState(topic, partition, log.start_offset, log.end_offset, len(segs), sum(s.size for s in segs),
+                          **replication)
+
+
+def offset_for_time(log: Log, timestamp_us: int) -> int | None:
+    """The earliest offset with a timestamp >= timestamp_us (µs), or None."""
+    if not checks.is_integer(timestamp_us) or abs(timestamp_us) > LONG_MAX:
+        raise InvalidRequestError(f"timestamp_us must be a 64-bit int (µs since the epoch), got "
+                                  f"{clip(timestamp_us)}")
+    return log.offset_for_time(timestamp_us)
+

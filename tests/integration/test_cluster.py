@@ -1,0 +1,254 @@
+"""The replicated cluster with replication factor 1 (docs/replication.md, step 3) as real processes: a coordinator
+that runs the controller and data nodes that register, heartbeat and serve the partitions they lead. Clients
+route produce and fetch to leaders; a SIGKILLed node's partitions go offline after node.session.timeout.ms and
+come back when it restarts; nodes refuse partitions they do not lead and stale leader epochs; the controller's
+calls are authorized on the cluster resource."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+import fabric
+from fabric.common.errors import (
+    AuthorizationError,
+    FencedLeaderEpochError,
+    InvalidConfigError,
+    InvalidReplicationFactorError,
+    LeaderNotAvailableError,
+    NotLeaderError,
+)
+from fabric.common.records import to_storage
+from fabric.common.waiting import wait_for
+from fabric.server import wire
+
+# a loaded machine may take a while past the session timeout to notice, decide and answer
+SETTLE_S = 30
+
+
+def raw_call(server: str, call, token: str | None = None):
+    """A call straight to one server (no routing, no retry), its error as the fabric exception."""
+    headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+    with flight.connect(f"grpc+tcp://{server}") as client:
+        try:
+            return call(client, flight.FlightCallOptions(headers=headers, timeout=10))
+        except flight.FlightError as exc:
+            raise wire.from_flight_error(exc) from None
+
+
+def raw_action(server: str, name: str, /, token: str | None = None, **kwargs):
+    return raw_call(server, lambda c, o: wire.loads(next(iter(c.do_action(wire.action(name, **kwargs), o))).body),
+                    token)
+
+
+def raw_append_call(topic: str, partition: int = 0, leader_epoch: int | None = None):
+    """A raw DoPut appending one record."""
+    rows = to_storage(pa.table({"value": [b"raw"]}), None, 1_000_000).to_batches()[0]
+
+    def put(client, options):
+        descriptor = wire.put_descriptor("append", topic=topic, partition=partition, codec="none",
+                                         leader_epoch=leader_epoch)
+        writer, answers = client.do_put(descriptor, rows.schema, options)
+        writer.write_batch(rows)
+        writer.done_writing()
+        try:
+            return wire.loads(answers.read())
+        finally:
+            writer.close()
+    return put
+
+
+def raw_append(server: str, topic: str, partition: int, leader_epoch: int | None) -> int:
+    return raw_call(server, raw_append_call(topic, partition, leader_epoch))
+
+
+def leaders(fab, topic: str) -> dict[int, int | None]:
+    return {p.partition: p.leader for p in fab.describe_topic(topic).partitions}
+
+
+def test_a_replicated_topic_spreads_its_leaders_and_clients_route_to_them(shared_cluster, drain, fabric_cli) -> None:
+    with fabric.connect(shared_cluster.url) as fab:
+        assert [(n.id, n.alive) for n in fab.list_nodes()] == [(1, True), (2, True), (3, True)]
+        fab.create_topic("spread", partitions=6, replication_factor=1)
+        described = fab.describe_topic("spread").partitions
+        assert Counter(p.leader for p in described) == {1: 2, 2: 2, 3: 2}
+        assert all(p.replicas == (p.leader,) and p.isr == (p.leader,) and p.leader_epoch == 0 for p in described)
+        with fab.producer() as producer:
+            for i in range(600):
+                producer.send("spread", b"v%d" % i, key=b"k%d" % i)
+        ends = {p.partition: p.end_offset for p in fab.describe_topic("spread").partitions}
+        assert sum(ends.values()) == 600 and all(ends.values())
+        for node in shared_cluster.nodes.values():  # each node holds exactly the partitions it leads
+            status = raw_action(node.address, "status")
+            assert sorted(p for _, p in status["leaders"]) == sorted(p for p, n in leaders(fab, "spread").items()
+                                                                     if n == status["node_id"])
+        consumer = fab.consumer("spread", group_id="readers", auto_offset_reset="earliest")
+        records = drain(consumer, 600)
+        assert sorted(r.value for r in records) == sorted(b"v%d" % i for i in range(600))
+        consumer.commit()
+        consumer.close()
+        assert all(g.lag == 0 for g in fab.describe_group("readers"))
+        fab.create_topic("plain", partitions=2)  # a topic without a replication factor stays the coordinator's
+        with fab.producer() as producer:
+            producer.send("plain", b"x").result()
+        assert fab.describe_topic("plain").partitions[0].replicas == ()
+        with pytest.raises(InvalidReplicationFactorError, match="factor 2 is not supported yet: data nodes do not "
+                                                                "replicate"):
+            fab.create_topic("too-many", replication_factor=2)  # until followers copy their leaders (step 4)
+        with pytest.raises(fabric.InvalidArgumentError, match="replication_factor must be an integer from 1"):
+            fab.create_topic("none", replication_factor=0)
+    listed = fabric_cli("nodes", "list", "--format", "json", "--url", shared_cluster.url)
+    assert listed.returncode == 0, listed.stderr
+    assert [(n["id"], n["alive"]) for n in json.loads(listed.stdout)] == [(1, True), (2, True), (3, True)]
+    created = fabric_cli("topics", "create", "cli-made", "--partitions", "3", "--replication-factor", "1",
+                         "--url", shared_cluster.url)
+    assert created.returncode == 0, created.stderr
+    shown = fabric_cli("topics", "describe", "cli-made", "--url", shared_cluster.url)
+    assert shown.returncode == 0 and "LEADER" in shown.stdout and "LEADER-EPOCH" in shown.stdout, shown.stderr
+
+
+def test_nodes_refuse_partitions_they_do_not_lead_and_stale_epochs(shared_cluster) -> None:
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic("refusals", partitions=3, replication_factor=1)
+        owner = leaders(fab, "refusals")
+    other = next(n for i, n in shared_cluster.nodes.items() if i != owner[0])
+    with pytest.raises(NotLeaderError, match="does not lead refusals-0|hosts no replica of refusals-0"):
+        raw_append(other.address, "refusals", 0, 0)
+    with pytest.raises(FencedLeaderEpochError, match="older than"):
+        raw_append(shared_cluster.nodes[owner[0]].address, "refusals", 0, -1)
+    assert raw_append(shared_cluster.nodes[owner[0]].address, "refusals", 0, 0) == 0
+    with pytest.raises(NotLeaderError, match="replicated: its partitions are served by their leader nodes"):
+        raw_action(shared_cluster.coordinator.address, "partition_state", topic="refusals", partition=0)
+    with fabric.connect(f"file://{shared_cluster.coordinator.data_dir}") as embedded:
+        with pytest.raises(InvalidConfigError, match="needs a cluster with data nodes"):
+            embedded.create_topic("embedded-rf", replication_factor=1)
+
+
+def test_a_killed_node_takes_its_partitions_offline_until_it_rejoins(node_cluster, fabric_cli) -> None:
+    cluster = node_cluster(nodes=2)
+    with fabric.connect(cluster.url) as fab:
+        fab.create_topic("fragile", partitions=4, replication_factor=1)
+        with fab.producer() as producer:
+            for p in range(4):
+                producer.send("fragile", b"before", partition=p)
+        on_one = sorted(p for p, leader in leaders(fab, "fragile").items() if leader == 1)
+        cluster.nodes[1].kill()
+        wait_for(lambda: all(leaders(fab, "fragile")[p] is None for p in on_one), SETTLE_S,
+                 "node 1's partitions to go offline")
+        offline = fab.describe_topic("fragile").partitions[on_one[0]]
+        assert (offline.replicas, offline.isr, offline.end_offset) == ((1,), (1,), -1)
+        assert [n.alive for n in fab.list_nodes()] == [False, True]
+        shown = fabric_cli("topics", "describe", "--unavailable-partitions", "--format", "json", "--url", cluster.url)
+        assert [p["partition"] for t in json.loads(shown.stdout) for p in t["partitions"]] == on_one, shown.stderr
+        text = fabric_cli("topics", "describe", "fragile", "--unavailable-partitions", "--url", cluster.url).stdout
+        assert text.count("none (offline)") == len(on_one)
+        with fab.producer(delivery_timeout_ms=1000, retry_backoff_ms=100) as producer:
+            with pytest.raises(LeaderNotAvailableError, match=f"fragile-{on_one[0]} is offline"):
+                producer.send("fragile", b"lost", partition=on_one[0]).result(10)
+            others = [p for p in range(4) if p not in on_one]
+            assert producer.send("fragile", b"fine", partition=others[0]).result(10).offset == 1
+        cluster.restart(1)
+        with fab.producer(delivery_timeout_ms=SETTLE_S * 1000) as producer:
+            assert producer.send("fragile", b"after", partition=on_one[0]).result(SETTLE_S).offset == 1
+        back = fab.describe_topic("fragile").partitions[on_one[0]]
+        assert back.leader == 1 and back.leader_epoch == 2  # offline (1), then elected again (2)
+        consumer = fab.consumer(auto_offset_reset="earliest")
+        consumer.assign([("fragile", on_one[0])])
+        assert [r.value for r in consumer.poll(5)] == [b"before", b"after"]
+        consumer.close()
+    with pytest.raises(FencedLeaderEpochError):
+        raw_append(cluster.nodes[1].address, "fragile", on_one[0], 0)
+
+
+def test_the_controllers_calls_need_cluster_action_and_describe_shows_only_described_topics(node_cluster,
+                                                                                           tmp_path) -> None:
+    (tmp_path / "tokens").write_text("admin-secret admin\nnode-secret node\napp-secret app\n")
+    (tmp_path / "acls").write_text("admin admin topic:*\nadmin admin group:*\nnode cluster_action cluster:fabric\n"
+                                   "app describe topic:visible\n")
+    files = ("--tokens-file", str(tmp_path / "tokens"), "--acl-file", str(tmp_path / "acls"))
+    cluster = node_cluster(nodes=1, coordinator_extra=files, node_query="token=node-secret", node_extra=files)
+    with fabric.connect(cluster.coordinator.url("token=admin-secret")) as fab:
+        fab.create_topic("visible", replication_factor=1)
+        fab.create_topic("hidden", replication_factor=1)
+        with fab.producer() as producer:  # the node authorizes the admin's token as the coordinator does
+            assert producer.send("visible", b"x").result(SETTLE_S).offset == 0
+    node = cluster.nodes[1].address
+    with pytest.raises(AuthorizationError, match="not allowed to write topic:visible"):
+        raw_call(node, raw_append_call("visible"), "app-secret")
+    assert raw_action(node, "partition_state", token="app-secret", topic="visible", partition=0).end_offset == 1
+    with pytest.raises(AuthorizationError, match="not allowed to describe topic:hidden"):
+        raw_action(node, "partition_state", token="app-secret", topic="hidden", partition=0)
+    coordinator = cluster.coordinator.address
+    with pytest.raises(AuthorizationError, match="not allowed to cluster_action cluster:fabric"):
+        raw_action(coordinator, "register_node", token="app-secret", node_id=7, address="127.0.0.1:1")
+    with pytest.raises(AuthorizationError, match="not allowed to cluster_action cluster:fabric"):
+        raw_action(coordinator, "node_heartbeat", token="app-secret", node_id=1, node_epoch=1)
+    with pytest.raises(AuthorizationError, match="not allowed to create topic:mine"):
+        raw_action(coordinator, "create_topic", token="app-secret", name="mine", partitions=1, config={},
+                   value_schema=None, replication_factor=1)
+    seen = raw_action(coordinator, "describe_cluster", token="app-secret")
+    assert sorted({tp[0] for tp in seen.partitions}) == ["visible"] and [n.id for n in seen.nodes] == [1]
+    assert sorted({tp[0] for tp in raw_action(coordinator, "describe_cluster", token="admin-secret").partitions}) == [
+        "hidden", "visible"]
+    with pytest.raises(fabric.InvalidRequestError, match="argument 'node_epoch' must be int"):
+        raw_action(coordinator, "node_heartbeat", token="node-secret", node_id=1, node_epoch="1")
+    with pytest.raises(fabric.InvalidRequestError, match="node id must be an int from 0"):
+        raw_action(coordinator, "register_node", token="node-secret", node_id=-3, address="127.0.0.1:1")
+
+
+@pytest.mark.zookeeper
+def test_the_elected_coordinator_runs_the_controller_and_its_successor_takes_over(node_cluster, zk_url, tmp_path,
+                                                                                 the_active) -> None:
+    config = tmp_path / "zk.properties"
+    config.write_text(f"coordinator.store={zk_url}\nzookeeper.session.timeout.ms=2000\n")
+    cluster = node_cluster(nodes=2, coordinator_extra=("--config", str(config)), instances=2)
+    with fabric.connect(cluster.url) as fab:
+        fab.create_topic("ha", partitions=2, replication_factor=1)
+        with fab.producer() as producer:
+            assert producer.send("ha", b"one", partition=0).result(SETTLE_S).offset == 0
+        first = wait_for(lambda: the_active(fab), SETTLE_S, "an active coordinator")
+        before = fab.cluster.describe_cluster(refresh=True)
+        next(c for c in cluster.coordinators if c.address == first.instance).kill()
+        wait_for(lambda: (the_active(fab) or first).instance != first.instance, SETTLE_S, "the standby to take over")
+        after = fab.cluster.describe_cluster(refresh=True)
+        assert after.controller_epoch > before.controller_epoch
+        with fab.producer(delivery_timeout_ms=SETTLE_S * 1000) as producer:
+            assert producer.send("ha", b"two", partition=0).result(SETTLE_S).offset == 1
+        # the nodes heartbeat to the new controller: alive past a whole session, leaders unchanged
+        wait_for(lambda: fab.cluster.describe_cluster(refresh=True).controller_epoch == after.controller_epoch
+                 and all(n.alive for n in fab.list_nodes()), SETTLE_S, "the nodes to stay alive")
+        assert {tp: r.state.leader for tp, r in after.partitions.items()} == {
+            tp: r.state.leader for tp, r in before.partitions.items()}
+
+
+def test_a_node_stops_in_time_on_sigterm_even_without_its_coordinator(node_cluster) -> None:
+    cluster = node_cluster(nodes=1)
+    cluster.coordinator.kill()
+    node = cluster.nodes[1].process
+    assert node is not None
+    node.terminate()
+    assert node.wait(timeout=SETTLE_S) == 0  # node.shutdown.timeout.ms is 5 s; exit 1 would mean it gave up
+
+
+@pytest.mark.parametrize("store", [(), pytest.param(("--zookeeper",), marks=pytest.mark.zookeeper)],
+                         ids=["sqlite", "zookeeper"])
+def test_a_local_cluster_in_one_command(fabric_cli, tmp_path, store) -> None:
+    data = str(tmp_path / "local")
+    up = fabric_cli("cluster", "up", "--nodes", "2", "--data", data, *store, timeout=120)
+    try:
+        assert up.returncode == 0, up.stderr
+        url = up.stdout.strip()
+        assert url.startswith("fabric://127.0.0.1:")
+        with fabric.connect(url) as fab:
+            assert [n.id for n in fab.list_nodes() if n.alive] == [1, 2]
+        again = fabric_cli("cluster", "up", "--data", data)
+        assert again.returncode == 1 and "is running" in again.stderr
+        status = fabric_cli("cluster", "status", "--data", data)
+        assert status.returncode == 0 and status.stdout.count("running") == 3 + len(store), status.stdout
+    finally:
+        down = fabric_cli("cluster", "down", "--data", data, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert "no cluster state" in fabric_cli("cluster", "status", "--data", data).stderr

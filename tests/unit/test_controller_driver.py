@@ -1,0 +1,71 @@
+"""The controller inside a coordinator instance (fabric/server/controller_driver.py) over a real SQLite store
+and a clock the test moves: idle until promoted, node calls and describe_cluster while running, leases expired
+by ticks, nothing decided once demoted or deposed by a newer controller epoch."""
+from __future__ import annotations
+
+import pytest
+
+from fabric.common.errors import InvalidConfigError, StaleControllerEpochError, StaleNodeEpochError
+from fabric.server.controller_driver import ControllerDriver, ControllerNotRunningError, ControllerState
+
+SESSION_MS = 1000
+
+
+@pytest.fixture
+def driver(store, clock) -> ControllerDriver:
+    made = ControllerDriver(store, SESSION_MS, clock)
+    made.promote(store.claim_controller_epoch)
+    return made
+
+
+def test_an_idle_instance_serves_no_controller_call(store, clock) -> None:
+    idle = ControllerDriver(store, SESSION_MS, clock)
+    assert idle.state is ControllerState.IDLE
+    with pytest.raises(ControllerNotRunningError, match="not running the controller"):
+        idle.register_node(1, "127.0.0.1:9095")
+
+
+def test_nodes_register_heartbeat_and_learn_their_partitions(driver, clock) -> None:
+    assert driver.state is ControllerState.RUNNING
+    one = driver.register_node(1, "127.0.0.1:9095")
+    driver.register_node(2, "127.0.0.1:9096", None)
+    driver.create_topic("t", 4, 1, {}, None)
+    assignment = driver.node_heartbeat(1, one.node_epoch)
+    assert sorted(assignment.partitions) == [tp for tp, reg in driver.describe_cluster().partitions.items()
+                                             if reg.assignment.replicas == (1,)]
+    assert assignment.topics["t"].partitions == 4
+    with pytest.raises(StaleNodeEpochError):
+        driver.node_heartbeat(1, one.node_epoch + 1)
+    with pytest.raises(InvalidConfigError, match="HOST:PORT"):
+        driver.register_node(3, "no-port")
+
+
+def test_ticks_expire_silent_nodes_and_their_partitions_go_offline(driver, clock) -> None:
+    one = driver.register_node(1, "127.0.0.1:9095")
+    two = driver.register_node(2, "127.0.0.1:9096")
+    driver.create_topic("t", 2, 1, {}, None)
+    for _ in range(3):
+        clock.ms += SESSION_MS // 2
+        driver.node_heartbeat(2, two.node_epoch)
+        driver.tick()
+    cluster = driver.describe_cluster()
+    assert [(n.id, n.alive) for n in cluster.nodes] == [(1, False), (2, True)]
+    on_one = [reg.state for reg in cluster.partitions.values() if reg.assignment.replicas == (1,)]
+    assert on_one and all(state.leader is None for state in on_one)
+    with pytest.raises(StaleNodeEpochError):
+        driver.node_heartbeat(1, one.node_epoch)
+
+
+def test_a_demoted_or_deposed_controller_decides_nothing_but_the_store_is_described(driver, store) -> None:
+    driver.register_node(1, "127.0.0.1:9095")
+    driver.demote()
+    with pytest.raises(ControllerNotRunningError):
+        driver.node_heartbeat(1, 1)
+    stored = driver.describe_cluster()  # what the store says, liveness unknown
+    assert [(n.id, n.alive) for n in stored.nodes] == [(1, False)] and stored.controller_epoch == 1
+    driver.promote(store.claim_controller_epoch)
+    driver.register_node(1, "127.0.0.1:9095")
+    store.claim_controller_epoch()  # another controller took over
+    with pytest.raises(StaleControllerEpochError):
+        driver.create_topic("t", 1, 1, {}, None)
+    assert driver.state is ControllerState.IDLE

@@ -1,0 +1,39 @@
+"""A data node's options (fabric/server/node/settings.py): the shipped conf/node.properties is valid, and a
+missing or malformed option is an error naming it and the fix."""
+from __future__ import annotations
+
+import argparse
+import os
+
+import pytest
+
+from fabric.common.errors import InvalidConfigError
+from fabric.server.node.settings import add_node_arguments, node_settings_from
+
+
+def parse(*argv: str):
+    parser = argparse.ArgumentParser()
+    add_node_arguments(parser)
+    return node_settings_from(parser.parse_args(argv))
+
+
+def test_the_shipped_node_config_is_valid(repo_root) -> None:
+    settings = parse("--config", os.path.join(repo_root, "conf", "node.properties"), "--id", "2")
+    assert (settings.node_id, settings.coordinator, settings.heartbeat_interval_ms) == (
+        2, "fabric://127.0.0.1:9093", 2000)
+    assert settings.tokens_file == os.path.join(repo_root, "conf", "tokens")
+
+
+@pytest.mark.parametrize("argv, message", [
+    ((), "needs its id: --id N"),
+    (("--id", "x", "--coordinator", "fabric://h:1"), "--id 'x' must be a node id"),
+    (("--id", "1"), "needs its coordinator: --coordinator fabric://"),
+    (("--id", "1", "--coordinator", "http://h:1"), "coordinator URL 'http://h:1' is invalid"),
+    (("--id", "1", "--coordinator", "fabric://h:1", "--listen", "nowhere"), "--listen 'nowhere' must be HOST:PORT"),
+    (("--id", "1", "--coordinator", "fabric://h:1", "--heartbeat-interval-ms", "5000", "--session-timeout-ms",
+      "4000"), "must be below node.session.timeout.ms"),
+    (("--id", "1", "--coordinator", "fabric://h:1", "--session-timeout-ms", "0"), "node.session.timeout.ms must be"),
+])
+def test_bad_options_name_the_fix(argv, message) -> None:
+    with pytest.raises(InvalidConfigError, match=message):
+        parse(*argv)

@@ -1,0 +1,56 @@
+"""A data node's replicas (fabric/server/node/replica_manager.py) over a real data directory: the controller's
+views make it lead, follow or drop partitions; a deposed controller's view is ignored; requests are served only
+where it leads; its directory belongs to its node id."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fabric.common.errors import InvalidConfigError, NotLeaderError
+from fabric.common.types import LeaderAndIsr, NodeAssignment, PartitionAssignment, PartitionRegistration, TopicInfo
+from fabric.server.node.replica_manager import ReplicaManager
+
+
+def view(controller_epoch: int, leaders: dict[int, int | None], epoch: int = 0) -> NodeAssignment:
+    """Node 1's view of topic t: partition p led by leaders[p] (None: offline) at leader epoch `epoch`."""
+    partitions = {("t", p): PartitionRegistration(PartitionAssignment((1, 2)), LeaderAndIsr(
+        leader, epoch, (1, 2) if leader is None else (leader,), epoch, controller_epoch))
+        for p, leader in leaders.items()}
+    return NodeAssignment(controller_epoch, partitions, {"t": TopicInfo("t", len(leaders))})
+
+
+def test_it_serves_what_it_leads_and_follows_newer_views_only(tmp_path, storage) -> None:
+    replicas = ReplicaManager(1, str(tmp_path / "node1"))
+    asked = []
+    replicas.refresh = lambda: asked.append(True)
+    with pytest.raises(NotLeaderError, match="hosts no replica of t-0"):
+        replicas.append("t", 0, storage.make_batch([b"x"]))
+    assert asked  # an unknown partition asks the controller first
+    replicas.apply(view(1, {0: 1, 1: 2}))
+    assert replicas.leaders() == [("t", 0)]
+    assert replicas.append("t", 0, storage.make_batch([b"a", b"b"]), leader_epoch=0) == 0
+    assert replicas.partition_state("t", 0).end_offset == 2
+    with pytest.raises(NotLeaderError, match="does not lead t-1"):
+        replicas.fetch("t", 1, 0, 1 << 20)
+    replicas.apply(view(0, {0: 2, 1: 2}, epoch=5))  # a deposed controller's view
+    assert replicas.leaders() == [("t", 0)]
+    replicas.apply(view(2, {0: None, 1: 2}, epoch=1))
+    assert replicas.leaders() == []
+    replicas.apply(view(2, {0: 1, 1: 2}, epoch=3))
+    assert replicas.append("t", 0, storage.make_batch([b"c"])) == 2
+    directory = str(tmp_path / "node1" / "t" / "0")
+    stamped = [h.leader_epoch for path in storage.data_files(directory) for _, h, _ in storage.scan_frames(path)
+               if not h.is_schema]
+    assert stamped == [0, 3]  # each frame carries the epoch its leader appended it under
+
+
+def test_a_deleted_topic_loses_its_logs_and_the_directory_keeps_its_owner(tmp_path, storage) -> None:
+    replicas = ReplicaManager(1, str(tmp_path / "node1"))
+    replicas.apply(view(1, {0: 1}))
+    replicas.append("t", 0, storage.make_batch([b"a"]))
+    assert os.path.isdir(tmp_path / "node1" / "t" / "0")
+    replicas.apply(NodeAssignment(1, {}, {}))
+    assert not os.path.exists(tmp_path / "node1" / "t")
+    with pytest.raises(InvalidConfigError, match="belongs to node 1, not node 2; start it with --id 1"):
+        ReplicaManager(2, str(tmp_path / "node1"))
