@@ -94,8 +94,11 @@ class Broker:
 
     def log(self, topic: str, partition: int) -> Log:
         """The Log of one partition (UnknownTopicError / UnknownPartitionError if there is none)."""
-        info = self._topic(topic)
-        with disk_errors(os.path.join(self.root, topic, str(partition)), f"open partition {topic}-{partition}"):
+        return self._open(self._topic(topic), partition)
+
+    def _open(self, info: TopicInfo, partition: int) -> Log:
+        with disk_errors(os.path.join(self.root, info.name, str(partition)),
+                         f"open partition {info.name}-{partition}"):
             return self.logs.log(info, partition)
 
     def _partitions(self, topic: str) -> int:
@@ -217,7 +220,11 @@ class Broker:
         """Commit a group's offsets: each an int within its partition's [log start, log end], after the
         member's generation is checked (a fenced member hears first that it must rejoin)."""
         validation.offsets(group, offsets, metadata)
-        logs = {key: self._committable_log(*key) for key in offsets}
+        partitions: dict[str, list[int]] = {}
+        for topic, partition in offsets:
+            partitions.setdefault(topic, []).append(partition)
+        logs = {(topic, partition): partition_log for topic, numbers in partitions.items()
+                for partition, partition_log in self._committable_logs(topic, numbers).items()}
         self.coordinator.check_commit(group, member_id, generation)
         for (topic, partition), offset in offsets.items():
             partition_log = logs[(topic, partition)]
@@ -230,9 +237,11 @@ class Broker:
                     f"{end}]; commit a position within them (reset with --to-earliest or --to-latest)")
         self.coordinator.commit_offsets(group, dict(offsets), metadata, generation, member_id)
 
-    def _committable_log(self, topic: str, partition: int) -> Log | None:
-        """The log a committed offset is checked against (None: not checked)."""
-        return self.log(topic, partition)
+    def _committable_logs(self, topic: str, partitions: list[int]) -> dict[int, Log | None]:
+        """The logs committed offsets of `topic` are checked against (None: not checked), its metadata read
+        once for all of them."""
+        info = self._topic(topic)
+        return {partition: self._open(info, partition) for partition in partitions}
 
     # -- transactions --------------------------------------------------------------------------------
     def publish(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],

@@ -78,11 +78,12 @@ class ClusterBroker(Broker):
                 f"describe {topic}` shows them)")
         return super().log(topic, partition)
 
-    def _committable_log(self, topic: str, partition: int) -> Log | None:
+    def _committable_logs(self, topic: str, partitions: list[int]) -> dict[int, Log | None]:
         if not self.coordinator.replicated(topic):
-            return super()._committable_log(topic, partition)
+            return super()._committable_logs(topic, partitions)
         count = self._partitions(topic)
-        if not 0 <= partition < count:
-            raise UnknownPartitionError(f"topic {topic!r} has partitions 0..{count - 1}; there is no partition "
-                                        f"{partition}")
-        return None
+        for partition in partitions:
+            if not 0 <= partition < count:
+                raise UnknownPartitionError(f"topic {topic!r} has partitions 0..{count - 1}; there is no partition "
+                                            f"{partition}")
+        return dict.fromkeys(partitions)

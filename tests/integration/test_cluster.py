@@ -20,6 +20,7 @@ from fabric.common.errors import (
     InvalidReplicationFactorError,
     LeaderNotAvailableError,
     NotLeaderError,
+    UnknownPartitionError,
 )
 from fabric.common.records import to_storage
 from fabric.common.waiting import wait_for
@@ -91,6 +92,9 @@ def test_a_replicated_topic_spreads_its_leaders_and_clients_route_to_them(shared
         consumer.commit()
         consumer.close()
         assert all(g.lag == 0 for g in fab.describe_group("readers"))
+        with pytest.raises(UnknownPartitionError, match="there is no partition 6"):  # checked once per topic
+            fab.cluster.commit_offsets("readers", {("spread", 0): 0, ("spread", 6): 0})
+        assert all(g.lag == 0 for g in fab.describe_group("readers"))  # nothing of the refused commit stored
         fab.create_topic("plain", partitions=2)  # a topic without a replication factor stays the coordinator's
         with fab.producer() as producer:
             producer.send("plain", b"x").result()
