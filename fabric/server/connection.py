@@ -60,12 +60,17 @@ def parse_url(url: str) -> RemoteOptions:
     addresses = tuple(a.strip() for a in parsed.netloc.split(","))
     for address in addresses:
         host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
-            raise InvalidConfigError(f"coordinator address {address!r} in {shown!r} must be host:port")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidConfigError(f"coordinator address {address!r} in {shown!r} must be host:port, the port "
+                                     "from 1 to 65535")
     try:
-        timeout_s = int(query.get("timeout_ms", "30000")) / 1000
+        timeout_ms = int(query.get("timeout_ms", "30000"))
     except ValueError:
-        raise InvalidConfigError(f"timeout_ms in {shown!r} must be an integer number of milliseconds") from None
+        timeout_ms = -1
+    if timeout_ms <= 0:
+        raise InvalidConfigError(f"timeout_ms in {shown!r} must be a positive integer number of milliseconds, "
+                                 "e.g. timeout_ms=30000")
+    timeout_s = timeout_ms / 1000
     tls = SCHEMES[parsed.scheme] or query.get("tls", "false").lower() in ("true", "1", "yes")
     return RemoteOptions(addresses, query.get("token") or os.environ.get(ENV_TOKEN) or None, tls,
                          query.get("ca") or os.environ.get(ENV_CA) or None, timeout_s)

@@ -46,3 +46,13 @@ def test_malformed_or_misplaced_tokens_files_never_print_a_token(tmp_path) -> No
     with pytest.raises(InvalidConfigError, match="expected key=value") as raised:
         settings_from(args)  # the tokens file given as --config
     assert SECRET not in str(raised.value)
+
+
+@pytest.mark.parametrize("url, problem", [
+    ("fabric://127.0.0.1:70000", "the port from 1 to 65535"), ("fabric://127.0.0.1:0", "the port from 1 to 65535"),
+    ("fabric://127.0.0.1:9093?timeout_ms=-5", "must be a positive integer"),
+    ("fabric://127.0.0.1:9093?timeout_ms=0", "must be a positive integer"),
+])
+def test_an_impossible_port_or_timeout_in_a_fabric_url_is_refused_by_name(url, problem) -> None:
+    with pytest.raises(InvalidConfigError, match=problem):
+        fabric.connect(url)
