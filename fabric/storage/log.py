@@ -302,11 +302,15 @@ class Log:
                leader_epoch: int = -1) -> int:
         """Append a batch of stored rows; returns the offset of its first row. A leader gives its `leader_epoch`
         (>= 0): it is stamped on the frame and taken by the leader-epoch cache first (InvalidLeaderEpochError,
-        nothing written, if it is below the latest); -1, an embedded log's, stamps no epoch."""
+        nothing written, if it is below the latest); -1, an embedded log's, stamps no epoch. An empty batch
+        writes nothing (a frame holds at least one record, so every frame is copied to followers) and returns the
+        log end."""
         template, payload = self.encode(batch, codec, timestamp_type, self.clock)
         with self.lock:
             active = self.sync_tail()
             base = self._tail_state.end_offset if self._tail_state else self.end_offset
+            if not batch.num_rows:
+                return base
             if leader_epoch >= 0:
                 self.leader_epochs.assign(leader_epoch, base)
             with self._recover_on_failure():

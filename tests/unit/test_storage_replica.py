@@ -47,6 +47,15 @@ def test_an_append_in_an_older_epoch_is_refused_and_writes_nothing(tmp_path, rep
     assert replicas.files(str(tmp_path)) == before and log.end_offset == end
 
 
+def test_an_empty_append_writes_no_frame(tmp_path, replicas, storage):
+    """Every frame holds a record, so a follower copying by offsets gets every frame the leader has."""
+    log = replicas.open(str(tmp_path))
+    replicas.lead(log, 0, 2)
+    before, end = replicas.files(str(tmp_path)), log.end_offset
+    assert log.append(storage.make_batch([b"x"]).slice(0, 0), leader_epoch=0) == end
+    assert replicas.files(str(tmp_path)) == before and log.end_offset == end
+
+
 # -- raw frames: the leader's read, the follower's append ----------------------------------------------
 def test_a_follower_copying_raw_frames_holds_the_leaders_segments_byte_for_byte(tmp_path, replicas, storage):
     leader, follower = replicas.open(str(tmp_path / "l")), replicas.open(str(tmp_path / "f"))
