@@ -152,7 +152,7 @@ class NodeCluster:
     `close()` stops them all. `node_query` (e.g. "token=...") is added to the nodes' coordinator URL, `node_extra`
     to their options."""
 
-    SESSION_MS, HEARTBEAT_MS = 2000, 300
+    SESSION_MS, HEARTBEAT_MS = 6000, 500  # a loaded machine meets these; death tests wait up to 30 s
 
     def __init__(self, root: Path, nodes: int = 3, coordinator_extra: tuple[str, ...] = (),
                  node_query: str = "", instances: int = 1, node_extra: tuple[str, ...] = ()) -> None:
