@@ -326,7 +326,7 @@ class Log:
         try:
             yield
         except BaseException:
-            self._tail_state, self._epochs = None, None
+            self.forget_tail()
             raise
 
     @writes
@@ -443,8 +443,9 @@ class Log:
         return True
 
     def forget_tail(self) -> None:
-        """Drop the cached tail state, so the next writer recovers the tail (after a failed publish)."""
-        self._tail_state = None
+        """Drop the cached tail state and leader epochs, so the next writer recovers both from the files (after
+        a write or publish that failed part-way)."""
+        self._tail_state, self._epochs = None, None
 
     @writes
     def finish_publish(self, end_offset: int) -> None:
