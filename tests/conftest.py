@@ -33,8 +33,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 import fabric  # noqa: E402
 from fabric.common.config import TopicConfig  # noqa: E402
 from fabric.common.records import TIMESTAMP, storage_schema  # noqa: E402
-from fabric.common.types import UNDEFINED_EPOCH  # noqa: E402
-from fabric.storage import frame  # noqa: E402
+from fabric.storage import frame, truncation  # noqa: E402
 from fabric.storage.log import Log  # noqa: E402
 from fabric.storage.segment import DATA_SUFFIX  # noqa: E402
 
@@ -237,23 +236,10 @@ class ReplicaKit:
 
     @staticmethod
     def reconcile(follower: Log, leader: Log) -> int:
-        """Truncate the follower where its log diverges from the leader's, as Kafka's fetcher does before it
-        fetches (KIP-101, with KIP-279's rounds): ask the leader for the end of the follower's latest epoch; if the
-        leader answers for an epoch the follower does not have, cut back to the follower's end of the epoch below
-        it and ask again. Returns the follower's end offset after."""
-        while follower.end_offset:
-            asked = follower.leader_epochs.latest_epoch
-            answer = leader.leader_epochs.end_offset_for(asked, leader.end_offset)
-            if answer.epoch == UNDEFINED_EPOCH:  # neither has an earlier epoch to compare
-                follower.truncate_to(min(answer.end_offset, follower.end_offset))
-                break
-            own = follower.leader_epochs.end_offset_for(answer.epoch, follower.end_offset)
-            if own.epoch != answer.epoch:
-                follower.truncate_to(min(own.end_offset, follower.end_offset))
-                continue
-            follower.truncate_to(min(own.end_offset, answer.end_offset, follower.end_offset))
-            break
-        return follower.end_offset
+        """Truncate the follower where its log diverges from the leader's (truncation.reconcile, the fetcher's
+        rounds of OffsetsForLeaderEpoch); returns the follower's end offset after."""
+        return truncation.reconcile(follower,
+                                    lambda epoch: leader.leader_epochs.end_offset_for(epoch, leader.end_offset))
 
     def follow(self, follower: Log, leader: Log, upto: int | None = None) -> int:
         """Reconcile the follower with the leader, then copy up to `upto`."""

@@ -69,8 +69,9 @@ class Cluster(ABC):
         generation and member id fence a group member's commit as Coordinator.commit_offsets does."""
 
     @abstractmethod
-    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none") -> int:
-        """Append stored rows to a partition; returns the first row's offset."""
+    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all") -> int:
+        """Append stored rows to a partition; returns the first row's offset. `acks` ("0", "1", "all") says when
+        a replicated partition's leader answers: after its own append, or once the in-sync replicas have it."""
 
     @abstractmethod
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,

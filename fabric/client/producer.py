@@ -142,6 +142,7 @@ class Producer:
         self._batch_size = self.config["batch_size"]
         self._linger = self.config["linger_ms"] / 1000.0
         self._codec = self.config["compression_type"]
+        self._acks = "all" if self.config["acks"] == "-1" else self.config["acks"]
         self._buffers: dict[str, _Buffer] = {}
         self._lock = threading.RLock()
         self._sticky = StickyPartitioner()
@@ -268,7 +269,7 @@ class Producer:
         retries = 0
         while True:
             try:
-                return self.cluster.append(topic, partition, rows, self._codec)
+                return self.cluster.append(topic, partition, rows, self._codec, self._acks)
             except FabricError as exc:
                 if not exc.retriable or retries >= self.config["retries"] or time.monotonic() >= deadline:
                     raise

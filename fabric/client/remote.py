@@ -126,7 +126,7 @@ class RemoteCluster(Cluster):
         """One DoPut of `batches()` (re-made on every retry); returns the server's JSON answer."""
         return self.connection.call(put_call(descriptor, schema, batches))
 
-    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none") -> int:
+    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all") -> int:
         descriptor = wire.put_descriptor("append", topic=topic, partition=partition, codec=codec)
         return self._put(descriptor, rows.schema, lambda: [rows])
 

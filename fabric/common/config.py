@@ -63,7 +63,8 @@ TOPIC_SETTINGS: dict[str, Setting] = {
     "flush.ms": Setting(LONG_MAX, _long(0), "fsync after this many milliseconds"),
     "message.timestamp.type": Setting("CreateTime", _choice("CreateTime", "LogAppendTime"),
                                       "record timestamps: the producer's, or the log's at append"),
-    "min.insync.replicas": Setting(1, _long(1), "accepted for compatibility; the embedded fabric has one replica"),
+    "min.insync.replicas": Setting(1, _long(1), "fewest in-sync replicas for an acks=all write and for the high "
+                                   "watermark to advance (a replicated topic's; the embedded fabric has one replica)"),
     "unclean.leader.election.enable": Setting(False, _bool, "elect an out-of-sync replica when no in-sync one is "
                                               "alive (available again, but records may be lost)"),
     "compression.type": Setting("producer", _choice("producer", "uncompressed", *CODEC_NAMES[1:]),

@@ -159,6 +159,18 @@ class NotEnoughReplicasError(FabricError):
     retriable = True
 
 
+class NotEnoughReplicasAfterAppendError(NotEnoughReplicasError):
+    """An acks=all write was appended by the leader, but its in-sync replicas fell below min.insync.replicas
+    before it was replicated: it may or may not be kept (retry, as Kafka's producer does)."""
+
+
+class RequestTimedOutError(FabricError):
+    """The request was not done within its timeout (an acks=all write not yet replicated): it may still be
+    done, so a retry without idempotence may write it twice."""
+
+    retriable = True
+
+
 class OutOfOrderSequenceError(FabricError):
     """An idempotent producer's batch does not follow the last sequence the leader stored: records were lost
     in between, so the producer must fail rather than write them out of order."""

@@ -250,11 +250,13 @@ class ClusterDescription:
 @dataclass(frozen=True)
 class NodeAssignment:
     """A data node's heartbeat answer: the controller epoch, the registrations of the partitions it is a
-    replica of, and their topics' metadata (what it needs to open their logs)."""
+    replica of, their topics' metadata (what it needs to open their logs) and the addresses of the registered
+    nodes by id (where its followers fetch from)."""
 
     controller_epoch: int
     partitions: dict[TopicPartition, PartitionRegistration]
     topics: dict[str, TopicInfo]
+    addresses: dict[int, str] = field(default_factory=dict)
 
 
 def transaction_sequence(txn: str) -> tuple[str, int]:

@@ -195,7 +195,8 @@ class Broker:
             return recovery.recover_topics(self.logs, self.coordinator, names, self.max_partitions)
 
     # -- data --------------------------------------------------------------------------------------
-    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none") -> int:
+    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all") -> int:
+        """Append to a single-directory partition: it has one replica, so every `acks` answers after the append."""
         return partition_ops.append(self.log(topic, partition), topic, partition, rows, codec)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,

@@ -25,9 +25,6 @@ from fabric.server.controller_driver import ControllerDriver
 from fabric.storage.log import Log
 
 log = logging.getLogger(__name__)
-# Followers do not copy their leaders' frames yet (docs/replication.md, step 4): a second replica would be elected
-# with none of the data, so only single-replica topics are placed until then.
-MAX_REPLICATION_FACTOR = 1
 
 
 class ClusterBroker(Broker):
@@ -48,11 +45,6 @@ class ClusterBroker(Broker):
         if not checks.is_integer(replication_factor) or replication_factor < 1:
             raise InvalidReplicationFactorError(f"replication factor must be an int of at least 1, got "
                                                 f"{clip(replication_factor)}")
-        if replication_factor > MAX_REPLICATION_FACTOR:
-            raise InvalidReplicationFactorError(
-                f"replication factor {replication_factor} is not supported yet: data nodes do not replicate to "
-                f"followers in this version, so a topic has at most {MAX_REPLICATION_FACTOR} replica; use "
-                f"--replication-factor {MAX_REPLICATION_FACTOR}")
         info = self.controller.create_topic(name, partitions, replication_factor, checked, value_schema)
         log.info("topic %s created with %d partition(s), replication factor %d", name, partitions,
                  replication_factor)

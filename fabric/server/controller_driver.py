@@ -28,7 +28,7 @@ from fabric.common.errors import (
     StaleControllerEpochError,
     UnknownTopicError,
 )
-from fabric.common.types import ClusterDescription, NodeAssignment, NodeInfo, TopicInfo
+from fabric.common.types import ClusterDescription, LeaderAndIsr, NodeAssignment, NodeInfo, TopicInfo
 from fabric.coordinator.active_controller import ActiveController
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
@@ -169,7 +169,15 @@ class ControllerDriver:
                 topics[name] = self.store.topic(name)
             except UnknownTopicError:
                 continue  # deleted meanwhile
-        return NodeAssignment(epoch, {tp: reg for tp, reg in mine.items() if tp[0] in topics}, topics)
+        addresses = {n.id: n.address for n in self.store.registered_nodes()}
+        return NodeAssignment(epoch, {tp: reg for tp, reg in mine.items() if tp[0] in topics}, topics, addresses)
+
+    def alter_partition(self, topic: str, partition: int, node_id: int, node_epoch: int, leader_epoch: int,
+                        partition_epoch: int, isr: tuple[int, ...]) -> LeaderAndIsr:
+        """A leader's ISR change (Kafka's AlterPartition), refused unless it quotes the current node, leader and
+        partition epochs; returns the partition's state after it."""
+        return self._call(lambda c: c.alter_partition((topic, partition), node_id, node_epoch, leader_epoch,
+                                                      partition_epoch, isr))
 
     def describe_cluster(self) -> ClusterDescription:
         """The nodes with their liveness and every replicated partition's assignment and state. While the

@@ -32,11 +32,13 @@ def append(log: Log, topic: str, partition: int, rows: pa.RecordBatch, codec: st
         return log.append(rows, codec, log.timestamp_type, leader_epoch)
 
 
-def state(log: Log, topic: str, partition: int, **replication: Any) -> PartitionState:
+def state(log: Log, topic: str, partition: int, end_offset: int | None = None, **replication: Any
+          ) -> PartitionState:
     """The partition's offsets, segments and bytes (and, for a replicated one, its leader, replicas, ISR and
-    leader epoch in `replication`)."""
+    leader epoch in `replication`); its end is `end_offset` (a replica's high watermark) or the log's."""
     segs = log.segments()
-    return PartitionState(topic, partition, log.start_offset, log.end_offset, len(segs), sum(s.size for s in segs),
+    end = log.end_offset if end_offset is None else end_offset
+    return PartitionState(topic, partition, min(log.start_offset, end), end, len(segs), sum(s.size for s in segs),
                           **replication)
 
 

@@ -136,6 +136,7 @@ ROUTES: dict[str, Route] = {
     "status": Route("service", nothing),
     "register_node": Route("controller", on_cluster("cluster_action"), True),
     "node_heartbeat": Route("controller", on_cluster("cluster_action"), True),
+    "alter_partition": Route("controller", on_cluster("cluster_action"), True),
     "describe_cluster": Route("controller", nothing, True, filter_by=topics_described),
 }
 

@@ -21,6 +21,7 @@ from fabric.common.redaction import clip, shorten
 from fabric.common.types import (
     ClusterDescription,
     CommittedOffset,
+    EpochEndOffset,
     Fetched,
     GroupDescription,
     GroupStatus,
@@ -61,7 +62,8 @@ class InstanceStatus:
 DATACLASSES = {cls.__name__: cls for cls in (TopicInfo, CommittedOffset, JoinRequest, JoinResult, SyncResult,
                                              MemberDescription, GroupDescription, PartitionState, InstanceStatus,
                                              TopicRecovery, NodeInfo, PartitionAssignment, LeaderAndIsr,
-                                             PartitionRegistration, ClusterDescription, NodeAssignment)}
+                                             PartitionRegistration, ClusterDescription, NodeAssignment,
+                                             EpochEndOffset)}
 ENUMS = {cls.__name__: cls for cls in (GroupStatus,)}
 
 

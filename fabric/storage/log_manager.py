@@ -23,13 +23,15 @@ INTERNAL_DIR = "__fabric"
 
 class LogManager:
     """The logs under `root`, opened on demand and cached per (topic, partition) while the topic's metadata is
-    unchanged. `transaction_committed` decides whether a dead publish's frames are rolled forward."""
+    unchanged. `transaction_committed` decides whether a dead publish's frames are rolled forward; `replica`
+    opens every log in replica mode (a data node's, see Log)."""
 
-    def __init__(self, root: str, transaction_committed: Callable[[str], bool]) -> None:
+    def __init__(self, root: str, transaction_committed: Callable[[str], bool], replica: bool = False) -> None:
         self.root = os.path.abspath(root)
         self.internal_dir = os.path.join(self.root, INTERNAL_DIR)
         os.makedirs(self.internal_dir, exist_ok=True)
         self._transaction_committed = transaction_committed
+        self.replica = replica
         self._logs: dict[TopicPartition, tuple[TopicInfo, Log]] = {}
         self._guard = threading.Lock()
 
@@ -49,7 +51,7 @@ class LogManager:
             if cached is not None and cached[0] == info:
                 return cached[1]
             log = Log(os.path.join(self.topic_dir(info.name), str(partition)), storage_schema(info.value_schema),
-                      TopicConfig(info.config), self._transaction_committed)
+                      TopicConfig(info.config), self._transaction_committed, replica=self.replica)
             self._logs[(info.name, partition)] = (info, log)
             return log
 

@@ -11,9 +11,10 @@ asks its leader again and truncates again.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from fabric.common.errors import CorruptRecordError, InvalidArgumentError, OffsetOutOfRangeError
+from fabric.common.types import UNDEFINED_EPOCH, EpochEndOffset
 from fabric.storage.scan import Frame
 from fabric.storage.segment import Segment
 
@@ -64,3 +65,31 @@ def _frame_start(plog: Log, seg: Segment, offset: int) -> int:
                                    "keeps or removes whole frames)")
     raise CorruptRecordError(f"partition {plog.name}: cannot truncate to offset {offset}: the frames of {seg.path} do "
                              f"not reach it whole (they end at offset {walk.expected})")
+
+
+MAX_ROUNDS = 64  # each round cuts at least one leader epoch off; a log has far fewer
+
+
+def reconcile(follower: Log, ask: Callable[[int], EpochEndOffset],
+              truncate_to: Callable[[int], object] | None = None) -> int:
+    """Truncate `follower` where it diverges from its leader, as Kafka's fetcher does before it fetches (KIP-101
+    with KIP-279's rounds): `ask(epoch)` is the leader's OffsetsForLeaderEpoch answer for the follower's latest
+    epoch; if the leader answers for an epoch the follower does not have, cut back to the follower's end of the
+    epoch below and ask again. `truncate_to` cuts (default follower.truncate_to). Returns the end offset after.
+    Never cuts below what the leader holds of the follower's epochs, so acknowledged records are kept."""
+    cut = truncate_to or follower.truncate_to
+    for _ in range(MAX_ROUNDS):
+        end = follower.end_offset
+        if not end:
+            break
+        answer = ask(follower.leader_epochs.latest_epoch)
+        if answer.epoch == UNDEFINED_EPOCH:  # the leader has no epochs: it holds answer.end_offset records
+            cut(max(min(answer.end_offset, end), 0))
+            break
+        own = follower.leader_epochs.end_offset_for(answer.epoch, end)
+        if own.epoch != answer.epoch:
+            cut(min(own.end_offset, end))
+            continue
+        cut(min(own.end_offset, answer.end_offset, end))
+        break
+    return follower.end_offset

@@ -99,9 +99,8 @@ def test_a_replicated_topic_spreads_its_leaders_and_clients_route_to_them(shared
         with fab.producer() as producer:
             producer.send("plain", b"x").result()
         assert fab.describe_topic("plain").partitions[0].replicas == ()
-        with pytest.raises(InvalidReplicationFactorError, match="factor 2 is not supported yet: data nodes do not "
-                                                                "replicate"):
-            fab.create_topic("too-many", replication_factor=2)  # until followers copy their leaders (step 4)
+        with pytest.raises(InvalidReplicationFactorError, match="replication factor 4 is larger than the 3 live"):
+            fab.create_topic("too-many", replication_factor=4)
         with pytest.raises(fabric.InvalidArgumentError, match="replication_factor must be an integer from 1"):
             fab.create_topic("none", replication_factor=0)
     listed = fabric_cli("nodes", "list", "--format", "json", "--url", shared_cluster.url)

@@ -1,27 +1,50 @@
-"""A data node's partition replica (fabric/server/node/partition.py): its role follows the controller's states
-and only ever moves forward in leader epoch; requests are refused unless the node leads under the quoted epoch."""
+"""A data node's partition replica (fabric/server/node/partition.py) over a real replica log: its role follows the
+controller's states and only ever moves forward in leader epoch; requests are refused unless the node leads under
+the quoted epoch; as leader, the high watermark is the minimum log end over the ISR, acks=all waits for it and
+min.insync.replicas refuses writes; a follower copies frames and takes the leader's high watermark."""
 from __future__ import annotations
+
+import threading
 
 import pytest
 
-from fabric.common.errors import FencedLeaderEpochError, NotLeaderError
+from fabric.common.errors import (
+    FencedLeaderEpochError,
+    IneligibleReplicaError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+)
 from fabric.common.types import LeaderAndIsr, PartitionAssignment, PartitionRegistration
 from fabric.server.node.partition import PartitionReplica, Role
 
 
-def registration(leader: int | None, leader_epoch: int, isr: tuple[int, ...] = (1,)) -> PartitionRegistration:
-    return PartitionRegistration(PartitionAssignment((1, 2)), LeaderAndIsr(leader, leader_epoch, isr, leader_epoch, 1))
+def registration(leader: int | None, leader_epoch: int, isr: tuple[int, ...] = (1,), replicas: tuple[int, ...] = (1, 2),
+                 partition_epoch: int | None = None) -> PartitionRegistration:
+    return PartitionRegistration(PartitionAssignment(replicas), LeaderAndIsr(
+        leader, leader_epoch, isr, leader_epoch if partition_epoch is None else partition_epoch, 1))
 
 
-def test_the_role_follows_newer_epochs_and_ignores_stale_ones() -> None:
-    replica = PartitionReplica(("t", 0), node_id=1)
+@pytest.fixture
+def make_replica(tmp_path, replicas):
+    """make_replica(node_id=1, **topic config) → a PartitionReplica of t-0 over a replica log of its own."""
+    def make(node_id: int = 1, **config) -> PartitionReplica:
+        plog = replicas.open(str(tmp_path / f"node{node_id}"), **config)
+        return PartitionReplica(("t", 0), node_id, lambda: plog)
+    return make
+
+
+def test_the_role_follows_newer_epochs_and_ignores_stale_ones(make_replica) -> None:
+    replica = make_replica()
     assert replica.state.role is Role.OFFLINE
     with pytest.raises(NotLeaderError, match="does not lead t-0"):
         replica.check_leader(None)
     assert replica.become(registration(1, 0))
     assert replica.check_leader(0).role is Role.LEADER and replica.check_leader(None).leader_epoch == 0
     assert replica.become(registration(2, 1, (2,)))
-    assert replica.state.role is Role.FOLLOWER
+    assert replica.state.role is Role.FOLLOWER and replica.leader is None
     assert not replica.become(registration(1, 0))  # an older decision arriving late
     assert replica.state.role is Role.FOLLOWER
     assert replica.become(registration(None, 2, (2,)))
@@ -29,8 +52,8 @@ def test_the_role_follows_newer_epochs_and_ignores_stale_ones() -> None:
     assert not replica.become(registration(None, 2, (2,)))  # the same decision again changes nothing
 
 
-def test_requests_quoting_another_epoch_are_refused() -> None:
-    replica = PartitionReplica(("t", 0), node_id=1)
+def test_requests_quoting_another_epoch_are_refused(make_replica) -> None:
+    replica = make_replica()
     replica.become(registration(1, 3))
     with pytest.raises(FencedLeaderEpochError, match="epoch 2 of t-0 is older than node 1's 3"):
         replica.check_leader(2)
@@ -38,12 +61,103 @@ def test_requests_quoting_another_epoch_are_refused() -> None:
         replica.check_leader(4)
 
 
-def test_a_fenced_replica_serves_nothing_until_a_newer_decision() -> None:
-    replica = PartitionReplica(("t", 0), node_id=1)
+def test_a_fenced_replica_serves_nothing_until_a_newer_decision(make_replica) -> None:
+    replica = make_replica()
     replica.become(registration(1, 3))
     replica.fence("the node's registration lapsed")
-    assert replica.state.role is Role.OFFLINE and replica.state.leader_epoch == 3
+    assert replica.state.role is Role.OFFLINE and replica.state.leader_epoch == 3 and replica.leader is None
     with pytest.raises(NotLeaderError):
         replica.check_leader(3)
     assert replica.become(registration(1, 3))  # the controller's state again (it may still name this node)
     assert replica.state.role is Role.LEADER
+
+
+def test_the_high_watermark_is_the_minimum_log_end_over_the_isr(make_replica, storage) -> None:
+    leader = make_replica()
+    leader.become(registration(1, 0, isr=(1, 2)))
+    assert leader.append(storage.make_batch([b"a", b"b"]), "none", 0, "1", 5) == 0
+    assert leader.hw == 0  # follower 2's log end is unknown until it fetches
+    assert leader.read(0, 1 << 20, None, 0) == []  # consumers read below the high watermark only
+    answer = leader.serve_follower(2, 0, 0, 1 << 20, 0)
+    assert answer.frames.size and answer.log_end == 2 and leader.hw == 0
+    follower = make_replica(2)
+    follower.become(registration(1, 0, isr=(1, 2)))
+    follower.append_copied(0, answer.frames, answer.high_watermark)
+    assert follower.log.end_offset == 2 and follower.hw == 0
+    assert leader.serve_follower(2, 0, 2, 1 << 20, 0).frames.size == 0
+    assert leader.hw == 2 and [r.offset for r in leader.read(0, 1 << 20, None, 0)] == [0]
+    with pytest.raises(OffsetOutOfRangeError, match="past the leader's log end 2: it must truncate first"):
+        leader.serve_follower(2, 0, 3, 1 << 20, 0)
+    with pytest.raises(IneligibleReplicaError, match="node 3 is not a follower of t-0"):
+        leader.serve_follower(3, 0, 0, 1 << 20, 0)
+    with pytest.raises(FencedLeaderEpochError):
+        leader.serve_follower(2, -1, 0, 1 << 20, 0)
+
+
+def test_acks_all_waits_for_the_isr_and_min_insync_replicas_refuses(make_replica, storage) -> None:
+    leader = make_replica(**{"min.insync.replicas": "2"})
+    leader.become(registration(1, 0, isr=(1, 2)))
+    leader.serve_follower(2, 0, 0, 1 << 20, 0)  # follower 2 is at the log end (0)
+    with pytest.raises(RequestTimedOutError, match=r"offsets 0\.\.0 of t-0 were not replicated"):
+        leader.append(storage.make_batch([b"a"]), "none", 0, "all", 0.05)
+    done: list[int] = []
+    writer = threading.Thread(target=lambda: done.append(leader.append(storage.make_batch([b"b"]), "none", 0,
+                                                                        "all", 30)))
+    writer.start()
+    leader.changed.acquire()
+    leader.changed.wait_for(lambda: leader.log.end_offset == 2, 30)
+    leader.changed.release()
+    leader.serve_follower(2, 0, 2, 1 << 20, 0)  # the follower has both: the write is acknowledged
+    writer.join(30)
+    assert done == [1] and leader.hw == 2
+    leader.become(registration(1, 0, isr=(1,), partition_epoch=1))  # the controller dropped follower 2
+    with pytest.raises(NotEnoughReplicasError, match=r"1 in-sync replica\(s\) \[1\], below its min.insync.replicas 2"):
+        leader.append(storage.make_batch([b"c"]), "none", 0, "all", 5)
+    assert leader.log.end_offset == 2  # nothing written
+    assert leader.append(storage.make_batch([b"c"]), "none", 0, "1", 5) == 2
+    assert leader.hw == 2  # KIP-966: the watermark waits for min.insync.replicas members
+    leader.become(registration(1, 0, isr=(1, 2), partition_epoch=2))
+    errors: list[Exception] = []
+
+    def write() -> None:
+        try:
+            leader.append(storage.make_batch([b"d"]), "none", 0, "all", 30)
+        except NotEnoughReplicasAfterAppendError as exc:
+            errors.append(exc)
+    writer = threading.Thread(target=write)
+    writer.start()
+    leader.changed.acquire()
+    leader.changed.wait_for(lambda: leader.log.end_offset == 4, 30)
+    leader.changed.release()
+    leader.become(registration(1, 0, isr=(1,), partition_epoch=3))
+    writer.join(30)
+    assert errors and "fell below min.insync.replicas 2" in str(errors[0])
+
+
+def test_the_leader_asks_to_shrink_laggards_and_to_add_caught_up_followers(make_replica, storage) -> None:
+    leader = make_replica()
+    leader.become(registration(1, 0, isr=(1, 2), replicas=(1, 2, 3)))
+    leader.append(storage.make_batch([b"a"]), "none", 0, "1", 5)
+    assert leader.wanted_isr(60_000) is None  # follower 2 is within replica.lag.time.max.ms
+    state, wanted = leader.wanted_isr(0) or (None, None)
+    assert wanted == (1,)  # follower 2 never fetched within a lag of 0 ms
+    assert leader.wanted_isr(0) is None  # a change is pending: no second one
+    leader.isr_changed(state, LeaderAndIsr(1, 0, (1,), 1, 1))
+    assert leader.leader.isr == (1,) and leader.hw == 1
+    leader.serve_follower(3, 0, 1, 1 << 20, 0)  # follower 3 caught up with the high watermark
+    state, wanted = leader.wanted_isr(60_000) or (None, None)
+    assert wanted == (1, 3)
+    leader.isr_refused(state)  # e.g. a stale partition epoch: decided again next round
+    assert leader.wanted_isr(60_000)[1] == (1, 3)
+
+
+def test_a_follower_never_writes_after_its_epoch_moved_on(make_replica, storage, replicas) -> None:
+    leader, follower = make_replica(), make_replica(2)
+    leader.become(registration(1, 0, isr=(1, 2)))
+    leader.append(storage.make_batch([b"a"]), "none", 0, "1", 5)
+    follower.become(registration(1, 0, isr=(1, 2)))
+    answer = leader.serve_follower(2, 0, 0, 1 << 20, 0)
+    follower.become(registration(2, 1, isr=(2,)))  # it leads now: the old fetch's frames are not appended
+    follower.append_copied(0, answer.frames, answer.high_watermark)
+    follower.truncate_follower(0, 0)
+    assert follower.log.end_offset == 0

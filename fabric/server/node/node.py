@@ -8,6 +8,10 @@ or a newer process of the id registered) or none was answered for node.session.t
 everything at once (the controller has declared it dead) and registers again, under a new node epoch, ->
 REGISTERED. SIGTERM stops it within node.shutdown.timeout.ms (fabric.server.shutdown). A restart with the
 same id and data directory registers again and finds its logs.
+
+Besides heartbeats, a replication thread runs the ReplicaManager's rounds (ISR changes through the controller's
+alter_partition, high-watermark checkpoints) every MAINTAIN_INTERVAL_S; followers' fetchers reach other nodes
+over the coordinator connection's clients and credentials.
 """
 from __future__ import annotations
 
@@ -16,18 +20,20 @@ import enum
 import logging
 import threading
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 from fabric.common.errors import FabricError, StaleNodeEpochError
-from fabric.common.types import NodeAssignment, NodeInfo
-from fabric.server.connection import Connection, parse_url
+from fabric.common.types import LeaderAndIsr, NodeAssignment, NodeInfo, TopicPartition
+from fabric.server.connection import Call, Connection, parse_url
 from fabric.server.entry import server_main
+from fabric.server.node.leader import LeaderState
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.service import NodeService
 from fabric.server.node.settings import NodeSettings, add_node_arguments, node_settings_from
 from fabric.server.shutdown import Interrupted, Shutdown
 
 log = logging.getLogger(__name__)
+MAINTAIN_INTERVAL_S = 0.25
 
 
 class NodeState(str, enum.Enum):
@@ -47,6 +53,7 @@ class Node:
         self._beat_lock = threading.Lock()
         self._last_answer = self._last_beat = time.monotonic()  # last answered / last started heartbeat
         replicas.refresh = self.refresh
+        replicas.alter_partition = self.alter_partition
 
     def register(self) -> NodeInfo:
         """Register (a new node epoch, fencing older processes of the id), then learn what the node hosts."""
@@ -101,6 +108,20 @@ class Node:
             if self.state is NodeState.REGISTERED and self._last_beat < asked:
                 self._beat_locked()
 
+    def alter_partition(self, tp: TopicPartition, leader: LeaderState, isr: tuple[int, ...]) -> LeaderAndIsr:
+        """Ask the controller for a new ISR of a partition this node leads, quoting the epochs it leads under."""
+        state: LeaderAndIsr = self.connection.action(
+            "alter_partition", topic=tp[0], partition=tp[1], node_id=self.settings.node_id,
+            node_epoch=self.server.node_epoch, leader_epoch=leader.leader_epoch,
+            partition_epoch=leader.partition_epoch, isr=isr)
+        return state
+
+    def run_replication(self) -> None:
+        """The ReplicaManager's rounds every MAINTAIN_INTERVAL_S until `stopping` is set."""
+        while not self.stopping.wait(MAINTAIN_INTERVAL_S):
+            if self.state is NodeState.REGISTERED:
+                self.replicas.maintain()
+
     def run_heartbeats(self) -> None:
         """Heartbeat every node.heartbeat.interval.ms until `stopping` is set."""
         while not self.stopping.wait(self.settings.heartbeat_interval_ms / 1000):
@@ -131,12 +152,16 @@ def serve(settings: NodeSettings) -> None:
                                                                        settings.session_timeout_ms / 2000)))
     server = node = None
     try:
-        replicas = ReplicaManager(settings.node_id, settings.data_dir)
+        def peer(address: str, call: Call) -> Any:
+            return call(connection.client(address), connection.call_options)
+        replicas = ReplicaManager(settings.node_id, settings.data_dir, peer, settings.fetch_settings(),
+                                  settings.replica_lag_time_max_ms)
         server = NodeService(settings, replicas)
         node = Node(settings, connection, replicas, server)
         _register_until_answered(node, shutdown)
         heartbeats = threading.Thread(target=node.run_heartbeats, name="node-heartbeat", daemon=True)
         heartbeats.start()
+        threading.Thread(target=node.run_replication, name="node-replication", daemon=True).start()
         shutdown.serve_until_requested(f"node {settings.node_id} serving {settings.data_dir} at {server.address} "
                                        f"(coordinator {', '.join(options.addresses)}, node epoch {server.node_epoch})")
     except Interrupted as stop:
@@ -150,6 +175,7 @@ def _stop(shutdown: Shutdown, server: NodeService | None, node: Node | None, con
     shutdown.begin()
     if node is not None:
         node.stopping.set()
+        node.replicas.stop()
     finished = True
     if server is not None:
         finished = shutdown.wait("stop serving", shutdown.start("stop serving", server.shutdown))

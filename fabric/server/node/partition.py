@@ -1,11 +1,13 @@
-"""One partition replica hosted by a data node: its role as an explicit state machine with leader epochs.
+"""One partition replica hosted by a data node (Kafka's Partition): its role as an explicit state machine with
+leader epochs, its log, and the high watermark replication gives it.
 
 States (docs/replication.md, "Replication on the nodes"):
 - OFFLINE: the node serves nothing of it (not yet told, the partition has no leader, the node is fenced, or
   it is no longer assigned here).
-- LEADER(epoch): the controller made this node the leader under `epoch`; it serves appends and fetches.
-- FOLLOWER(epoch): another node leads under `epoch`. Phase 3 has replication factor 1 only in mind: a
-  follower serves nothing yet; phase 4's fetcher copies the leader's frames while in this state.
+- LEADER(epoch): the controller made this node the leader under `epoch`: it appends, tracks its followers
+  (a LeaderState) and serves consumers below the high watermark and followers their frames.
+- FOLLOWER(epoch): another node leads under `epoch`; a fetcher (fetcher.py) copies the leader's frames and the
+  leader's high watermark.
 
 Transitions come from the controller's states (`become`): a state with a higher leader epoch moves to LEADER
 or FOLLOWER (or OFFLINE when it has no leader); the same epoch only refreshes the ISR and partition epoch; an
@@ -15,19 +17,41 @@ lapsed, or the partition left it) moves to OFFLINE keeping the epoch: the contro
 
 A request quotes the leader epoch the client knows (`check_leader`): one for an older epoch is refused with
 FencedLeaderEpochError, one the node does not lead with NotLeaderError (both retriable: the client refreshes
-its metadata).
+its metadata). Every change of role, ISR, log end or high watermark notifies `changed`, which acks=all
+appends and long-polling follower fetches wait on.
+
+The high watermark is checkpointed in the partition directory (`replication-high-watermark`, written by
+`checkpoint`), so a restarted replica starts from it (at most its log end) rather than from zero.
 """
 from __future__ import annotations
 
 import enum
 import logging
+import os
 import threading
+import time
 from dataclasses import dataclass
+from typing import Callable
 
-from fabric.common.errors import FencedLeaderEpochError, NotLeaderError
-from fabric.common.types import PartitionRegistration, TopicPartition
+import pyarrow as pa
+
+from fabric.common.errors import (
+    FencedLeaderEpochError,
+    IneligibleReplicaError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+)
+from fabric.common.types import EpochEndOffset, Fetched, LeaderAndIsr, PartitionRegistration, TopicPartition
+from fabric.server import partition_ops
+from fabric.server.node.leader import LeaderState
+from fabric.storage.log import Log
+from fabric.storage.watermark import HighWatermark
 
 log = logging.getLogger(__name__)
+HW_CHECKPOINT = "replication-high-watermark"
 
 
 class Role(str, enum.Enum):
@@ -45,13 +69,32 @@ class ReplicaState:
     registration: PartitionRegistration | None = None
 
 
-class PartitionReplica:
-    """The replica of partition `tp` on node `node_id`; thread-safe."""
+@dataclass(frozen=True)
+class ReplicaFetch:
+    """A leader's answer to a follower's fetch: whole frames from the offset asked for (possibly none), and the
+    leader's high watermark, log end and log start."""
 
-    def __init__(self, tp: TopicPartition, node_id: int) -> None:
-        self.tp, self.node_id = tp, node_id
+    frames: pa.Buffer
+    high_watermark: int
+    log_end: int
+    log_start: int
+
+
+def _now_ms() -> float:
+    return time.monotonic() * 1000
+
+
+class PartitionReplica:
+    """The replica of partition `tp` on node `node_id` over the log `open_log()` gives; thread-safe."""
+
+    def __init__(self, tp: TopicPartition, node_id: int, open_log: Callable[[], Log]) -> None:
+        self.tp, self.node_id, self._open_log = tp, node_id, open_log
         self._state = ReplicaState(Role.OFFLINE, -1)
         self._lock = threading.Lock()
+        self.changed = threading.Condition(self._lock)
+        self.leader: LeaderState | None = None
+        self.hw = -1  # unknown until the log is first opened
+        self._checkpointed = -1
 
     @property
     def state(self) -> ReplicaState:
@@ -61,10 +104,28 @@ class PartitionReplica:
     def name(self) -> str:
         return f"{self.tp[0]}-{self.tp[1]}"
 
+    @property
+    def log(self) -> Log:
+        return self._open_log()
+
+    def _hw_file(self, plog: Log) -> HighWatermark:
+        return HighWatermark(os.path.join(plog.directory, HW_CHECKPOINT))
+
+    def _load_hw(self, plog: Log) -> None:
+        """The checkpointed high watermark, at most the log end (lock held)."""
+        if self.hw < 0:
+            reading = self._hw_file(plog).read()
+            self.hw = min(reading.value if reading.trusted and reading.value is not None else 0, plog.end_offset)
+            self._checkpointed = self.hw
+
+    def min_isr(self, plog: Log) -> int:
+        return int(plog.config["min.insync.replicas"])
+
+    # -- the controller's decisions ---------------------------------------------------------------------
     def become(self, registration: PartitionRegistration) -> bool:
         """Apply the controller's state of the partition; True if the role or epoch changed."""
         new = registration.state
-        with self._lock:
+        with self.changed:
             old = self._state
             if new.leader_epoch < old.leader_epoch:
                 return False  # an older decision than the one applied: stale
@@ -72,8 +133,21 @@ class PartitionReplica:
                 role = Role.OFFLINE
             else:
                 role = Role.LEADER if new.leader == self.node_id else Role.FOLLOWER
+            changed = (role, new.leader_epoch) != (old.role, old.leader_epoch)
+            if role is not Role.OFFLINE:
+                self._load_hw(self.log)
+            if changed and role is Role.LEADER:
+                plog = self.log
+                self.leader = LeaderState(self.name, self.node_id, new.leader_epoch, registration.assignment.replicas,
+                                          new.isr, new.partition_epoch, self.hw, plog.end_offset, _now_ms())
+                self._advance(plog)
+            elif changed:
+                self.leader = None
+            elif self.leader is not None:
+                self.leader.isr_confirmed(new.isr, new.partition_epoch)
+                self._advance(self.log)
             self._state = ReplicaState(role, new.leader_epoch, registration)
-        changed = (role, new.leader_epoch) != (old.role, old.leader_epoch)
+            self.changed.notify_all()
         if changed:
             log.info("partition %s: %s(epoch %d) -> %s(epoch %d)", self.name, old.role.value, old.leader_epoch,
                      role.value, new.leader_epoch)
@@ -81,9 +155,11 @@ class PartitionReplica:
 
     def fence(self, why: str) -> None:
         """Stop serving (keeping the epoch) until the controller's next state says otherwise."""
-        with self._lock:
+        with self.changed:
             old = self._state
             self._state = ReplicaState(Role.OFFLINE, old.leader_epoch, old.registration)
+            self.leader = None
+            self.changed.notify_all()
         if old.role is not Role.OFFLINE:
             log.warning("partition %s: %s(epoch %d) -> Offline: %s", self.name, old.role.value, old.leader_epoch, why)
 
@@ -101,3 +177,164 @@ class PartitionReplica:
             raise NotLeaderError(f"node {self.node_id} has not learned leader epoch {leader_epoch} of {self.name} "
                                  f"yet (it knows {state.leader_epoch}); retry")
         return state
+
+    # -- leading ------------------------------------------------------------------------------------------
+    def _advance(self, plog: Log) -> bool:
+        """Move the high watermark as the leader's followers allow (lock held); True if it moved."""
+        if self.leader is None or not self.leader.advance_hw(plog.end_offset, self.min_isr(plog)):
+            return False
+        self.hw = self.leader.hw
+        self.changed.notify_all()
+        return True
+
+    def append(self, rows: pa.RecordBatch, codec: str, leader_epoch: int | None, acks: str, timeout_s: float) -> int:
+        """Append as the leader; with acks=all, return once the high watermark covers the rows. NotEnoughReplicas
+        (nothing written) when the ISR is below min.insync.replicas; after the append, NotEnoughReplicasAfterAppend
+        if it falls below before the rows are replicated, NotLeaderError if leadership is lost meanwhile and
+        RequestTimedOutError past `timeout_s` (the rows may or may not be kept in those three cases)."""
+        state = self.check_leader(leader_epoch)
+        plog = self.log
+        with self.changed:
+            leader = self.leader
+            if leader is None or leader.leader_epoch != state.leader_epoch:
+                raise NotLeaderError(f"node {self.node_id} no longer leads {self.name}; refresh the metadata")
+            min_isr = self.min_isr(plog)
+            if acks == "all" and len(leader.isr) < min_isr:
+                raise NotEnoughReplicasError(
+                    f"{self.name} has {len(leader.isr)} in-sync replica(s) {list(leader.isr)}, below its "
+                    f"min.insync.replicas {min_isr}: an acks=all write is refused (nothing written); retry once "
+                    "replicas are back, or write with acks=1")
+        base = partition_ops.append(plog, self.tp[0], self.tp[1], rows, codec, state.leader_epoch)
+        end = base + rows.num_rows
+        with self.changed:
+            self._advance(plog)
+            self.changed.notify_all()  # followers long-polling for new frames
+            if acks != "all":
+                return base
+            self.changed.wait_for(lambda: self.leader is not leader or self.hw >= end or len(leader.isr) < min_isr,
+                                  timeout_s)
+            if self.hw >= end and self.leader is leader:
+                return base
+            if self.leader is not leader:
+                raise NotLeaderError(f"node {self.node_id} stopped leading {self.name} before offsets "
+                                     f"{base}..{end - 1} were replicated: they may or may not be kept; refresh the "
+                                     "metadata and retry")
+            if len(leader.isr) < min_isr:
+                raise NotEnoughReplicasAfterAppendError(
+                    f"{self.name}'s ISR {list(leader.isr)} fell below min.insync.replicas {min_isr} before offsets "
+                    f"{base}..{end - 1} were replicated: they may or may not be kept; retry")
+            raise RequestTimedOutError(f"offsets {base}..{end - 1} of {self.name} were not replicated to the ISR "
+                                       f"{list(leader.isr)} within {timeout_s:.1f} s: they may or may not be kept")
+
+    def read(self, offset: int, max_bytes: int, end_offset: int | None, leader_epoch: int | None) -> list[Fetched]:
+        """What a consumer may read as the leader: records below the high watermark."""
+        self.check_leader(leader_epoch)
+        hw = self.hw
+        return self.log.fetch(offset, max_bytes, hw if end_offset is None else min(end_offset, hw))
+
+    def serve_follower(self, follower: int, leader_epoch: int, offset: int, max_bytes: int,
+                       max_wait_s: float) -> ReplicaFetch:
+        """A follower fetches from `offset` (all it holds) under `leader_epoch`: record its progress, move the
+        high watermark, and answer the frames from `offset`, waiting up to `max_wait_s` for some if there are
+        none yet (Kafka's replica.fetch.wait.max.ms)."""
+        state = self.check_leader(leader_epoch)
+        plog = self.log
+        with self.changed:
+            leader = self.leader
+            if leader is None or leader.leader_epoch != state.leader_epoch:
+                raise NotLeaderError(f"node {self.node_id} no longer leads {self.name}; refresh the metadata")
+            if follower not in leader.followers:
+                raise IneligibleReplicaError(f"node {follower} is not a follower of {self.name} (replicas "
+                                             f"{list(leader.replicas)})")
+            leo = plog.end_offset
+            if offset > leo:
+                raise OffsetOutOfRangeError(f"follower {follower} fetches {self.name} from offset {offset}, past the "
+                                            f"leader's log end {leo}: it must truncate first (OffsetsForLeaderEpoch)")
+            leader.follower_fetched(follower, offset, leo, _now_ms())
+            self._advance(plog)
+            if offset >= leo:
+                self.changed.wait_for(lambda: self.leader is not leader or plog.end_offset > offset, max_wait_s)
+        frames = plog.read_frames(offset, max_bytes)
+        return ReplicaFetch(frames, self.hw, plog.end_offset, plog.start_offset)
+
+    def end_offset_for(self, epoch: int, leader_epoch: int) -> EpochEndOffset:
+        """OffsetsForLeaderEpoch as the leader under `leader_epoch`: where this log's records of `epoch` end."""
+        self.check_leader(leader_epoch)
+        plog = self.log
+        return plog.leader_epochs.end_offset_for(epoch, plog.end_offset)
+
+    def wanted_isr(self, lag_ms: float) -> tuple[LeaderState, tuple[int, ...]] | None:
+        """The ISR change this leader should ask the controller for (marked pending), or None."""
+        with self.changed:
+            leader = self.leader
+            if leader is None:
+                return None
+            wanted = leader.wanted_isr(self.log.end_offset, lag_ms, _now_ms())
+            if wanted is not None:
+                leader.pending = wanted
+            return None if wanted is None else (leader, wanted)
+
+    def isr_changed(self, leader: LeaderState, state: LeaderAndIsr) -> None:
+        """The controller's answer to the ISR change `leader` asked for: take its ISR (if this leadership still
+        holds) and move the high watermark as the new ISR allows."""
+        with self.changed:
+            if self.leader is leader and state.leader_epoch == leader.leader_epoch:
+                leader.isr_confirmed(state.isr, state.partition_epoch)
+                self._advance(self.log)
+                self.changed.notify_all()
+
+    def isr_refused(self, leader: LeaderState) -> None:
+        """The controller refused (or did not answer) the pending ISR change: decide again on the next round."""
+        with self.changed:
+            leader.pending = None
+
+    # -- following ----------------------------------------------------------------------------------------
+    def following(self, leader_epoch: int) -> bool:
+        state = self._state
+        return state.role is Role.FOLLOWER and state.leader_epoch == leader_epoch
+
+    def append_copied(self, leader_epoch: int, frames: pa.Buffer, leader_hw: int) -> None:
+        """A fetch under `leader_epoch` returned: append its frames, byte for byte, and take the leader's high
+        watermark (at most the new log end). Nothing is done once the replica no longer follows that epoch, so a
+        fetch answered after a leadership change never writes into a leader's log."""
+        with self.changed:
+            if not self.following(leader_epoch):
+                return
+            plog = self.log
+            if frames.size:
+                plog.append_frames(frames)
+            self.hw = min(leader_hw, plog.end_offset)
+
+    def truncate_follower(self, leader_epoch: int, offset: int) -> None:
+        """Cut the log to `offset` as the leader-epoch protocol decided under `leader_epoch` (nothing once it no
+        longer follows that epoch); the high watermark is at most the new end."""
+        with self.changed:
+            if not self.following(leader_epoch):
+                return
+            plog = self.log
+            plog.truncate_to(offset)
+            self.hw = min(self.hw, plog.end_offset)
+
+    # -- housekeeping -------------------------------------------------------------------------------------
+    def checkpoint(self) -> None:
+        """Write the high watermark to its checkpoint file if it moved since the last write."""
+        with self.changed:
+            hw = self.hw
+            if hw < 0 or hw == self._checkpointed:
+                return
+            self._hw_file(self.log).write(hw)
+            self._checkpointed = hw
+
+    def describe(self) -> dict[str, object]:
+        """The replica's role, epoch, high watermark, and as leader its ISR and each follower's progress."""
+        with self.changed:
+            out: dict[str, object] = {"topic": self.tp[0], "partition": self.tp[1], "role": self._state.role.value,
+                                      "leader_epoch": self._state.leader_epoch, "high_watermark": self.hw}
+            if self.hw >= 0:
+                out["log_end"] = self.log.end_offset
+            if self.leader is not None:
+                now = _now_ms()
+                out["isr"] = list(self.leader.isr)
+                out["followers"] = {str(r): {"log_end": p.leo, "lag_ms": round(now - p.caught_up_ms)}
+                                    for r, p in self.leader.followers.items()}
+            return out

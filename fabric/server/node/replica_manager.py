@@ -1,12 +1,13 @@
-"""The partitions one data node hosts (Kafka's ReplicaManager): a PartitionReplica (its role and leader epoch)
-and a Log in the node's own data directory for each, as the controller's assignments say.
+"""The partitions one data node hosts (Kafka's ReplicaManager): a PartitionReplica (its role, leader epoch, log
+and high watermark) for each, as the controller's assignments say, and a ReplicaFetcher for each it follows.
 
 The data directory belongs to one node id (`__fabric/node.id`), so a restart with the same id and directory
 finds its logs and rejoins, and a directory of another node is refused. Serving a partition means leading it
 under the epoch the request quotes; a request for a partition the node does not know, or quoting a newer
 epoch than it knows, first refreshes the assignment from the controller (`refresh`, set by the node), so a
 node learns a decision as soon as a client has. A topic that disappears from the assignments was deleted: its
-logs here are deleted too.
+logs here are deleted too. `maintain` (run periodically by the node) asks the controller to shrink or expand
+the ISR of each partition it leads (`alter_partition`, set by the node) and checkpoints high watermarks.
 """
 from __future__ import annotations
 
@@ -17,30 +18,61 @@ from typing import Callable
 
 import pyarrow as pa
 
-from fabric.common.errors import InvalidConfigError, NotLeaderError
-from fabric.common.types import Fetched, NodeAssignment, PartitionState, TopicInfo, TopicPartition
+from fabric.common.config import INT_MAX
+from fabric.common.errors import FabricError, InvalidConfigError, InvalidRequestError, NotLeaderError
+from fabric.common.redaction import clip
+from fabric.common.types import (
+    EpochEndOffset,
+    Fetched,
+    LeaderAndIsr,
+    NodeAssignment,
+    PartitionState,
+    TopicInfo,
+    TopicPartition,
+)
 from fabric.coordinator.disk import disk_errors
 from fabric.server import partition_ops
-from fabric.server.node.partition import PartitionReplica, Role
+from fabric.server.node.fetcher import FetchSettings, Peer, ReplicaFetcher
+from fabric.server.node.leader import LeaderState
+from fabric.server.node.partition import PartitionReplica, ReplicaFetch, Role
 from fabric.storage.log import Log
 from fabric.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
 NODE_ID_FILE = "node.id"
+ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
+MAX_WAIT_MS = 300_000  # the longest an acks=all append or a follower's fetch may wait
+
+
+# the controller's answer to an ISR change: (partition, leader state it was asked for, ISR) -> the new state
+AlterPartition = Callable[[TopicPartition, LeaderState, tuple[int, ...]], LeaderAndIsr]
+
+
+def _wait_ms(name: str, value: int) -> float:
+    """A wait the request asks for (ms, checked an int by the service), capped at MAX_WAIT_MS, in seconds."""
+    if not 0 <= value <= INT_MAX:
+        raise InvalidRequestError(f"{name} must be milliseconds from 0 to {INT_MAX}, got {clip(value)}")
+    return min(value, MAX_WAIT_MS) / 1000
 
 
 class ReplicaManager:
-    """The replicas of node `node_id` with their logs under `data_dir`."""
+    """The replicas of node `node_id` with their logs under `data_dir`; with a `peer` (calls to other nodes)
+    it runs a fetcher for every partition it follows (without one, as in unit tests, followers stay idle)."""
 
-    def __init__(self, node_id: int, data_dir: str) -> None:
+    def __init__(self, node_id: int, data_dir: str, peer: Peer | None = None,
+                 fetch_settings: FetchSettings = FetchSettings(), replica_lag_time_max_ms: int = 30000) -> None:
         self.node_id = node_id
         with disk_errors(data_dir, "open the node's data directory"):
-            self.logs = LogManager(data_dir, lambda txn: False)  # a node never publishes transactions
+            self.logs = LogManager(data_dir, lambda txn: False, replica=True)  # a node never publishes transactions
             self._claim_directory()
+        self.peer, self.fetch_settings, self.lag_ms = peer, fetch_settings, replica_lag_time_max_ms
         self.refresh: Callable[[], None] = lambda: None
+        self.alter_partition: AlterPartition | None = None
         self.controller_epoch = 0
         self._replicas: dict[TopicPartition, PartitionReplica] = {}
+        self._fetchers: dict[TopicPartition, ReplicaFetcher] = {}
         self._topics: dict[str, TopicInfo] = {}
+        self._addresses: dict[int, str] = {}
         self._lock = threading.Lock()
 
     def _claim_directory(self) -> None:
@@ -59,9 +91,10 @@ class ReplicaManager:
 
     # -- the controller's assignments ----------------------------------------------------------------------
     def apply(self, assignment: NodeAssignment) -> None:
-        """Take the controller's view of this node's partitions: roles move on (never back in epoch), new leaders
-        open their logs, partitions of deleted topics are dropped with their data. The view of a controller older
-        than one already heard from (deposed since) is ignored."""
+        """Take the controller's view of this node's partitions: roles move on (never back in epoch), leaders
+        and followers open their logs, followers fetch from their leader, partitions of deleted topics are
+        dropped with their data. The view of a controller older than one already heard from (deposed since) is
+        ignored."""
         with self._lock:
             if assignment.controller_epoch < self.controller_epoch:
                 log.info("node %d: ignoring the view of controller epoch %d (epoch %d is newer)", self.node_id,
@@ -70,32 +103,95 @@ class ReplicaManager:
             hosted = {tp[0] for tp in self._replicas}
             self.controller_epoch = assignment.controller_epoch
             self._topics = dict(assignment.topics)
+            self._addresses.update(assignment.addresses)
             for tp, registration in sorted(assignment.partitions.items()):
-                replica = self._replicas.setdefault(tp, PartitionReplica(tp, self.node_id))
-                if replica.become(registration) and replica.state.role is Role.LEADER:
-                    with disk_errors(self.logs.topic_dir(tp[0]), f"open partition {tp[0]}-{tp[1]}"):
-                        self._log(tp).sync_tail_locked()
+                replica = self._replicas.get(tp)
+                if replica is None:
+                    replica = self._replicas[tp] = PartitionReplica(tp, self.node_id, self._opener(tp))
+                with disk_errors(self.logs.topic_dir(tp[0]), f"open partition {tp[0]}-{tp[1]}"):
+                    if replica.become(registration):
+                        self._follow(replica)
             for tp in sorted(set(self._replicas) - set(assignment.partitions)):
+                self._stop_fetcher(tp)
                 self._replicas.pop(tp).fence("no longer assigned to this node")
             for topic in sorted(hosted - set(assignment.topics)):
                 log.warning("topic %s was deleted: deleting its logs on node %d", topic, self.node_id)
                 with disk_errors(self.logs.topic_dir(topic), f"delete the logs of topic {topic!r}"):
                     self.logs.delete_topic(topic)
 
+    def _opener(self, tp: TopicPartition) -> Callable[[], Log]:
+        return lambda: self.logs.log(self._topics[tp[0]], tp[1])
+
+    def _follow(self, replica: PartitionReplica) -> None:
+        """Start (or stop) the replica's fetcher for its new role (lock held)."""
+        self._stop_fetcher(replica.tp)
+        state = replica.state
+        if state.role is not Role.FOLLOWER or self.peer is None or state.registration is None:
+            return
+        leader = state.registration.state.leader
+        assert leader is not None  # a follower has a leader
+        address = self._addresses.get(leader)
+        if address is None:
+            log.warning("partition %s: the address of leader node %d is unknown; fetching once it is", replica.name,
+                        leader)
+            return
+        self._fetchers[replica.tp] = ReplicaFetcher(replica, leader, address, state.leader_epoch, self.peer,
+                                                    self.refresh, self.fetch_settings).start()
+
+    def _stop_fetcher(self, tp: TopicPartition) -> None:
+        fetcher = self._fetchers.pop(tp, None)
+        if fetcher is not None:
+            fetcher.stop()
+
     def fence_all(self, why: str) -> None:
-        """Stop serving every partition (the node's registration lapsed): only the controller's next decisions,
-        after the node registers again, bring them back."""
+        """Stop serving and fetching every partition (the node's registration lapsed): only the controller's next
+        decisions, after the node registers again, bring them back."""
         with self._lock:
-            for replica in self._replicas.values():
+            for tp, replica in self._replicas.items():
+                self._stop_fetcher(tp)
                 replica.fence(why)
+
+    def stop(self) -> None:
+        """Stop every fetcher (the node is shutting down)."""
+        with self._lock:
+            for tp in list(self._fetchers):
+                self._stop_fetcher(tp)
 
     def leaders(self) -> list[TopicPartition]:
         return sorted(tp for tp, r in self._replicas.items() if r.state.role is Role.LEADER)
 
-    # -- serving ---------------------------------------------------------------------------------------------
-    def _log(self, tp: TopicPartition) -> Log:
-        return self.logs.log(self._topics[tp[0]], tp[1])
+    # -- replication housekeeping --------------------------------------------------------------------------
+    def maintain(self) -> None:
+        """One round: ask the controller for each ISR change the partitions led here need, and checkpoint every
+        high watermark that moved."""
+        with self._lock:
+            replicas = list(self._replicas.values())
+        for replica in replicas:
+            try:
+                with disk_errors(self.logs.topic_dir(replica.tp[0]), f"checkpoint partition {replica.name}"):
+                    self._maintain_isr(replica)
+                    replica.checkpoint()
+            except FabricError as exc:
+                log.warning("partition %s: %s; retrying next round", replica.name, exc)
 
+    def _maintain_isr(self, replica: PartitionReplica) -> None:
+        if self.alter_partition is None:
+            return
+        wanted = replica.wanted_isr(self.lag_ms)
+        if wanted is None:
+            return
+        leader, isr = wanted
+        log.info("partition %s: asking the controller to change the ISR %s -> %s", replica.name, list(leader.isr),
+                 list(isr))
+        try:
+            state = self.alter_partition(replica.tp, leader, isr)
+        except FabricError:
+            replica.isr_refused(leader)
+            self.refresh()  # the controller may know a newer state (a stale partition or leader epoch)
+            raise
+        replica.isr_changed(leader, state)
+
+    # -- serving ---------------------------------------------------------------------------------------------
     def topic(self, name: str) -> TopicInfo:
         """The metadata of a topic this node hosts; NotLeaderError if it hosts none of it."""
         info = self._topics.get(name)
@@ -106,8 +202,8 @@ class ReplicaManager:
             raise NotLeaderError(f"node {self.node_id} hosts no partition of topic {name!r}; refresh the metadata")
         return info
 
-    def leader_log(self, topic: str, partition: int, leader_epoch: int | None) -> tuple[Log, PartitionReplica]:
-        """The log of a partition this node leads under `leader_epoch` (None: whichever it leads under)."""
+    def replica(self, topic: str, partition: int, leader_epoch: int | None) -> PartitionReplica:
+        """The replica of a partition this node leads under `leader_epoch` (None: whichever it leads under)."""
         tp = (topic, partition)
         replica = self._replicas.get(tp)
         if replica is None or (leader_epoch is not None and leader_epoch > replica.state.leader_epoch):
@@ -117,25 +213,64 @@ class ReplicaManager:
             raise NotLeaderError(f"node {self.node_id} hosts no replica of {topic}-{partition}; refresh the "
                                  "metadata")
         replica.check_leader(leader_epoch)
-        with disk_errors(self.logs.topic_dir(topic), f"open partition {topic}-{partition}"):
-            return self._log(tp), replica
+        return replica
 
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none",
-               leader_epoch: int | None = None) -> int:
-        log_, replica = self.leader_log(topic, partition, leader_epoch)
-        return partition_ops.append(log_, topic, partition, rows, codec, replica.state.leader_epoch)
+               leader_epoch: int | None = None, acks: str = "all", timeout_ms: int = 30000) -> int:
+        """Append as the leader; `acks` "0"/"1" answer after the leader's append, "all" (or "-1") once the ISR
+        has the rows, waiting up to `timeout_ms`."""
+        if acks not in ACKS:
+            raise InvalidRequestError(f"acks must be one of 0, 1, all (-1), got {clip(acks)}")
+        timeout_s = _wait_ms("timeout_ms", timeout_ms)
+        replica = self.replica(topic, partition, leader_epoch)
+        with disk_errors(self.logs.topic_dir(topic), f"append to partition {topic}-{partition}"):
+            return replica.append(rows, codec, leader_epoch, ACKS[acks], timeout_s)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, end_offset: int | None = None,
               leader_epoch: int | None = None) -> list[Fetched]:
-        return self.leader_log(topic, partition, leader_epoch)[0].fetch(offset, max_bytes, end_offset)
+        """Records below the high watermark, for consumers."""
+        replica = self.replica(topic, partition, leader_epoch)
+        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+            return replica.read(offset, max_bytes, end_offset, leader_epoch)
+
+    def replica_fetch(self, topic: str, partition: int, offset: int, leader_epoch: int, replica_id: int,
+                      max_bytes: int = 1 << 20, max_wait_ms: int = 500) -> ReplicaFetch:
+        """A follower's fetch: its progress recorded, the frames from `offset` (long-polled up to max_wait_ms)."""
+        for name, value in (("offset", offset), ("leader_epoch", leader_epoch), ("replica_id", replica_id),
+                            ("max_bytes", max_bytes)):
+            if value < 0:
+                raise InvalidRequestError(f"{name} must be an int from 0, got {clip(value)}")
+        wait_s = _wait_ms("max_wait_ms", max_wait_ms)
+        replica = self.replica(topic, partition, leader_epoch)
+        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+            return replica.serve_follower(replica_id, leader_epoch, offset, max(max_bytes, 1), wait_s)
+
+    def offsets_for_leader_epoch(self, topic: str, partition: int, epoch: int, leader_epoch: int) -> EpochEndOffset:
+        """Where the leader's records of `epoch` end (KIP-101), asked by a follower under `leader_epoch`."""
+        replica = self.replica(topic, partition, leader_epoch)
+        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+            return replica.end_offset_for(epoch, leader_epoch)
 
     def partition_state(self, topic: str, partition: int, leader_epoch: int | None = None) -> PartitionState:
-        log_, replica = self.leader_log(topic, partition, leader_epoch)
+        """The partition's offsets (its end is the high watermark), leader, replicas, ISR and epoch."""
+        replica = self.replica(topic, partition, leader_epoch)
         reg = replica.state.registration
         assert reg is not None  # a leader's state comes from a registration
-        return partition_ops.state(log_, topic, partition, leader=reg.state.leader, replicas=reg.assignment.replicas,
-                                   isr=reg.state.isr, leader_epoch=reg.state.leader_epoch)
+        leader = replica.leader
+        isr = leader.isr if leader is not None else reg.state.isr
+        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+            return partition_ops.state(replica.log, topic, partition, replica.hw, leader=reg.state.leader,
+                                       replicas=reg.assignment.replicas, isr=isr, leader_epoch=reg.state.leader_epoch)
 
     def offset_for_time(self, topic: str, partition: int, timestamp_us: int,
                         leader_epoch: int | None = None) -> int | None:
-        return partition_ops.offset_for_time(self.leader_log(topic, partition, leader_epoch)[0], timestamp_us)
+        replica = self.replica(topic, partition, leader_epoch)
+        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+            found = partition_ops.offset_for_time(replica.log, timestamp_us)
+        return found if found is None or found < replica.hw else None
+
+    def describe(self) -> list[dict[str, object]]:
+        """Every hosted replica's role, epoch, high watermark and (as leader) ISR and followers' progress."""
+        with self._lock:
+            replicas = [self._replicas[tp] for tp in sorted(self._replicas)]
+        return [r.describe() for r in replicas]

@@ -1,8 +1,10 @@
 """A data node's Flight service: the data plane of the partitions it leads.
 
-DoPut `append` ({topic, partition, codec, leader_epoch}) appends stored rows; DoGet ({topic, partition,
-offset, max_bytes, end_offset, leader_epoch}) fetches; DoAction runs `partition_state`, `offset_for_time`
-and `status`. The wire format is the coordinator service's (fabric.server.wire). Every request is checked
+DoPut `append` ({topic, partition, codec, leader_epoch, acks, timeout_ms}) appends stored rows; DoGet
+({topic, partition, offset, max_bytes, end_offset, leader_epoch}) fetches below the high watermark; DoAction
+runs `partition_state`, `offset_for_time` and `status` for clients, and for followers (other nodes, which need
+cluster_action on the cluster resource) `offsets_for_leader_epoch` and `replica_fetch`, whose second result is
+the raw frames. The wire format is the coordinator service's (fabric.server.wire). Every request is checked
 against the ReplicaManager method it calls, authenticated and authorized as the coordinator's are (same
 tokens and ACL files), and refused with NotLeaderError / FencedLeaderEpochError unless this node leads the
 partition under the quoted leader epoch.
@@ -18,14 +20,16 @@ import pyarrow.flight as flight
 from fabric.common.errors import InvalidRequestError
 from fabric.common.records import storage_schema
 from fabric.common.redaction import clip
-from fabric.server import wire
+from fabric.server import security, wire
 from fabric.server.arguments import check_call
 from fabric.server.flight_server import FabricFlightServer, stored_rows, translated
+from fabric.server.node.partition import ReplicaFetch
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.settings import NodeSettings
 
 log = logging.getLogger(__name__)
 ACTIONS = {"partition_state": "describe", "offset_for_time": "describe"}  # action -> ACL operation on its topic
+REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_fetch")  # followers' calls, on the cluster resource
 
 
 class NodeService(FabricFlightServer):
@@ -42,28 +46,35 @@ class NodeService(FabricFlightServer):
         return self.settings.advertise_address(self.port)
 
     @translated
-    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> list[bytes]:
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> list[bytes | flight.Result]:
         args = wire.action_args(action.body)
         if action.type == "status":
             check_call("status", NodeService.status, args)
             self.authorize(context, [])
             return [wire.dumps(self.status())]
-        if action.type not in ACTIONS:
+        if action.type not in ACTIONS and action.type not in REPLICA_ACTIONS:
             raise InvalidRequestError(f"unknown node action {clip(action.type, 60)}; known: "
-                                      f"{', '.join(sorted([*ACTIONS, 'status']))}")
+                                      f"{', '.join(sorted([*ACTIONS, *REPLICA_ACTIONS, 'status']))}")
         method = getattr(ReplicaManager, action.type)
         check_call(action.type, method, args)
-        self.authorize(context, [(ACTIONS[action.type], f"topic:{args['topic']}")])
-        return [wire.dumps(getattr(self.replicas, action.type)(**args))]
+        if action.type in REPLICA_ACTIONS:
+            self.authorize(context, [("cluster_action", security.CLUSTER)])
+        else:
+            self.authorize(context, [(ACTIONS[action.type], f"topic:{args['topic']}")])
+        result = getattr(self.replicas, action.type)(**args)
+        if isinstance(result, ReplicaFetch):
+            return [wire.dumps({"high_watermark": result.high_watermark, "log_end": result.log_end,
+                                "log_start": result.log_start}), flight.Result(result.frames)]
+        return [wire.dumps(result)]
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
-        return [(name, f"node.{name}") for name in sorted([*ACTIONS, "status"])]
+        return [(name, f"node.{name}") for name in sorted([*ACTIONS, *REPLICA_ACTIONS, "status"])]
 
     def status(self) -> dict[str, Any]:
-        """This node's id, address, epochs and the partitions it leads."""
+        """This node's id, address, epochs, the partitions it leads and every replica's replication state."""
         return {"node_id": self.replicas.node_id, "address": self.address, "node_epoch": self.node_epoch,
                 "controller_epoch": self.replicas.controller_epoch,
-                "leaders": [list(tp) for tp in self.replicas.leaders()]}
+                "leaders": [list(tp) for tp in self.replicas.leaders()], "replicas": self.replicas.describe()}
 
     @translated
     def do_put(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor,

@@ -13,6 +13,7 @@ from fabric.common.redaction import clip
 from fabric.coordinator.node_leases import DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_SESSION_TIMEOUT_MS
 from fabric.server.connection import parse_url
 from fabric.server.instance import SERVER_LOG_LEVEL, check_address, option_values
+from fabric.server.node.fetcher import FetchSettings
 
 DEFAULT_LISTEN = "127.0.0.1:9095"
 
@@ -35,6 +36,14 @@ class NodeSettings:
     tls_cert: str | None = None
     tls_key: str | None = None
     shutdown_timeout_ms: int = 5000
+    replica_lag_time_max_ms: int = 30000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 1 << 20
+    replica_fetch_backoff_ms: int = 200
+
+    def fetch_settings(self) -> FetchSettings:
+        return FetchSettings(self.replica_fetch_max_bytes, self.replica_fetch_wait_max_ms,
+                             self.replica_fetch_backoff_ms)
 
     def advertise_address(self, port: int) -> str:
         """host:port clients reach this node at (the listen port 0 becomes the bound port)."""
@@ -46,10 +55,17 @@ PROPERTIES = {"node.id": "node_id", "node.listen": "listen", "node.advertised.li
               "node.data.dir": "data_dir", "node.coordinator": "coordinator", "node.rack": "rack",
               "node.heartbeat.interval.ms": "heartbeat_interval_ms", "node.session.timeout.ms": "session_timeout_ms",
               "auth.tokens.file": "tokens_file", "acl.file": "acl_file", "tls.cert.file": "tls_cert",
-              "tls.key.file": "tls_key", "node.shutdown.timeout.ms": "shutdown_timeout_ms"}
+              "tls.key.file": "tls_key", "node.shutdown.timeout.ms": "shutdown_timeout_ms",
+              "replica.lag.time.max.ms": "replica_lag_time_max_ms",
+              "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
+              "replica.fetch.max.bytes": "replica_fetch_max_bytes",
+              "replica.fetch.backoff.ms": "replica_fetch_backoff_ms"}
 PATH_KEYS = ("tokens_file", "acl_file", "tls_cert", "tls_key")
-MILLISECONDS = {"heartbeat_interval_ms": "node.heartbeat.interval.ms", "session_timeout_ms": "node.session.timeout.ms",
-                "shutdown_timeout_ms": "node.shutdown.timeout.ms"}
+MILLISECONDS = {"heartbeat_interval_ms": "node.heartbeat.interval.ms",
+                "session_timeout_ms": "node.session.timeout.ms", "shutdown_timeout_ms": "node.shutdown.timeout.ms",
+                "replica_lag_time_max_ms": "replica.lag.time.max.ms",
+                "replica_fetch_wait_max_ms": "replica.fetch.wait.max.ms",
+                "replica_fetch_backoff_ms": "replica.fetch.backoff.ms"}
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +89,12 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--acl-file", metavar="FILE", help="`principal operation resource` lines; enables ACLs")
     parser.add_argument("--tls-cert", metavar="PEM", help="server certificate (with --tls-key: serve TLS)")
     parser.add_argument("--tls-key", metavar="PEM", help="server private key")
+    parser.add_argument("--replica-lag-time-max-ms", metavar="MS", help="a follower not caught up for this long "
+                        "leaves the ISR (replica.lag.time.max.ms, default 30000)")
+    parser.add_argument("--replica-fetch-wait-max-ms", metavar="MS", help="how long a leader holds a follower's "
+                        "fetch while it has nothing new (replica.fetch.wait.max.ms, default 500)")
+    parser.add_argument("--replica-fetch-max-bytes", metavar="BYTES", help="bytes of frames a follower fetches at "
+                        "once, at least one frame (replica.fetch.max.bytes, default 1048576)")
     parser.add_argument("--shutdown-timeout-ms", metavar="MS", help="SIGTERM or Ctrl-C stops the node within this "
                         "time (node.shutdown.timeout.ms, default 5000)")
 
@@ -85,6 +107,8 @@ def node_settings_from(args: argparse.Namespace) -> NodeSettings:
         raise InvalidConfigError("a data node needs its id: --id N (node.id), an int from 0; keep it with its --data "
                                  "directory across restarts")
     values["node_id"] = _node_id(values["node_id"])
+    if "replica_fetch_max_bytes" in values:
+        values["replica_fetch_max_bytes"] = _bytes("replica.fetch.max.bytes", values["replica_fetch_max_bytes"])
     if not values.get("coordinator"):
         raise InvalidConfigError("a data node needs its coordinator: --coordinator fabric://HOST:PORT[,HOST:PORT] "
                                  "(node.coordinator)")
@@ -93,6 +117,10 @@ def node_settings_from(args: argparse.Namespace) -> NodeSettings:
     check_address("listen", settings.listen)
     if settings.advertise is not None:
         check_address("advertise", settings.advertise)
+    if settings.replica_fetch_wait_max_ms * 2 > settings.session_timeout_ms:
+        raise InvalidConfigError(f"replica.fetch.wait.max.ms ({settings.replica_fetch_wait_max_ms}) must be at most "
+                                 f"half of node.session.timeout.ms ({settings.session_timeout_ms}): a follower's call "
+                                 "to its leader gives up at half the session")
     if settings.heartbeat_interval_ms >= settings.session_timeout_ms:
         raise InvalidConfigError(f"node.heartbeat.interval.ms ({settings.heartbeat_interval_ms}) must be below "
                                  f"node.session.timeout.ms ({settings.session_timeout_ms}), e.g. a third of it")
@@ -103,4 +131,11 @@ def _node_id(value: Any) -> int:
     text = str(value).strip()
     if not text.isdigit() or int(text) > INT_MAX:
         raise InvalidConfigError(f"--id {clip(value, 40)} must be a node id, an int from 0 to {INT_MAX}")
+    return int(text)
+
+
+def _bytes(key: str, value: Any) -> int:
+    text = str(value).strip()
+    if not text.isdigit() or not 1 <= int(text) <= INT_MAX:
+        raise InvalidConfigError(f"{key} must be a number of bytes from 1 to {INT_MAX}, got {clip(value, 40)}")
     return int(text)

@@ -34,8 +34,8 @@ class FlakyCluster(Cluster):
             raise failure[1]
         return getattr(self.inner, method)(*args)
 
-    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none") -> int:
-        return self._call("append", topic, partition, rows, codec)
+    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all") -> int:
+        return self._call("append", topic, partition, rows, codec, acks)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
               end_offset: int | None = None) -> list[Fetched]:
