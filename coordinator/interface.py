@@ -110,6 +110,11 @@ class Coordinator(ABC):
         return InvalidRequestError(f"{type(self).__name__} keeps no replication metadata; ask the coordinator "
                                    "store (SQLite or ZooKeeper) of the active controller")
 
+    def allocate_producer_ids(self, count: int, first: int) -> int:
+        """Reserve `count` producer ids no one else will be given (a block, as Kafka's controller hands out),
+        after the last block, or from `first` if the store has handed out none; returns the block's first id."""
+        raise self._no_replication()
+
     def register_node(self, node_id: int, address: str, rack: str | None = None) -> NodeInfo:
         """Register data node `node_id` (again): its node epoch becomes one more than its last registration's
         (1 for a new id), fencing every older process of the id. Returns the registration (alive False)."""

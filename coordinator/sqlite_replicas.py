@@ -39,6 +39,7 @@ CREATE TABLE IF NOT EXISTS partition_state (
     leader_epoch INTEGER NOT NULL, isr TEXT NOT NULL, partition_epoch INTEGER NOT NULL,
     controller_epoch INTEGER NOT NULL, PRIMARY KEY (topic, partition));
 CREATE TABLE IF NOT EXISTS controller (id INTEGER PRIMARY KEY CHECK (id = 0), epoch INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS producer_ids (id INTEGER PRIMARY KEY CHECK (id = 0), next INTEGER NOT NULL);
 """
 _COLUMNS = "topic, partition, replicas, leader, leader_epoch, isr, partition_epoch, controller_epoch"
 
@@ -85,6 +86,14 @@ class SqliteReplication:
             db.execute("INSERT INTO controller VALUES (0, ?) ON CONFLICT (id) DO UPDATE SET epoch=excluded.epoch",
                        (epoch,))
         return epoch
+
+    def allocate_producer_ids(self, count: int, first: int) -> int:
+        with self._tx() as db:
+            row = db.execute("SELECT next FROM producer_ids WHERE id=0").fetchone()
+            first = row[0] if row else first
+            db.execute("INSERT INTO producer_ids VALUES (0, ?) ON CONFLICT (id) DO UPDATE SET next=excluded.next",
+                       (first + count,))
+        return int(first)
 
     # -- nodes ---------------------------------------------------------------------------------------------
     def register_node(self, node_id: int, address: str, rack: str | None = None) -> NodeInfo:

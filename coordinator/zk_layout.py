@@ -47,6 +47,7 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONSUMERS = "/consumers"
 TRANSACTION_IDS = "/transaction_ids"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"  # Kafka's: the last block of producer ids handed out
 LEGACY_TRANSACTIONS = "/transactions"  # one znode per transaction, written by 0.1.0; only read now
 ROOTS = (BROKER_IDS, TOPICS, CONSUMERS, TRANSACTION_IDS)
 FORMAT_VERSION = 1
@@ -69,6 +70,16 @@ def name_of(znode: str) -> str:
 
 def broker(instance_id: str) -> str:
     return f"{BROKER_IDS}/{node(instance_id)}"
+
+
+def producer_id_block(first: int, last: int) -> bytes:
+    """/latest_producer_id_block's content (Kafka's layout): the last block of producer ids handed out."""
+    return dumps({"version": FORMAT_VERSION, "block_start": first, "block_end": last})
+
+
+def next_producer_id(data: bytes) -> int:
+    """The first producer id after the block /latest_producer_id_block holds."""
+    return int(loads(data)["block_end"]) + 1
 
 
 def data_node(node_id: int) -> str:

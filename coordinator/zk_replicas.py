@@ -68,6 +68,19 @@ class ZkReplication:
         txn.check(layout.CONTROLLER_EPOCH, found[1].version)
         return int(found[0])
 
+    def allocate_producer_ids(self, count: int, first: int) -> int:
+        """The next block from /latest_producer_id_block (Kafka's znode), claimed by compare-and-set."""
+        def build(txn: TransactionRequest, token: EpochToken | None) -> int:
+            found = self.writer.get_many([layout.PRODUCER_ID_BLOCK])[0]
+            start = layout.next_producer_id(found[0]) if found is not None else first
+            data = layout.producer_id_block(start, start + count - 1)
+            if found is None:
+                txn.create(layout.PRODUCER_ID_BLOCK, data)
+            else:
+                txn.set_data(layout.PRODUCER_ID_BLOCK, data, version=found[1].version)
+            return start
+        return self.writer.write(build)
+
     # -- nodes ---------------------------------------------------------------------------------------------
     def register_node(self, node_id: int, address: str, rack: str | None = None) -> NodeInfo:
         validation.node(node_id, address, rack)

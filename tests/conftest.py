@@ -391,3 +391,10 @@ def histories() -> HistoryTools:
 def history(histories: HistoryTools, tmp_path) -> History:
     """The test's History in tmp_path/history: recorder(name), child_prelude, ops(), check(dense=False)."""
     return histories.at(str(tmp_path / "history"))
+
+
+@pytest.fixture(scope="session")
+def flaky_cluster() -> type:
+    """The FlakyCluster class (tests/flaky_cluster.py): FlakyCluster(a real cluster), whose append and fetch
+    fail on demand with .fail(method, times, error, after=False, then=...), counting .calls."""
+    return _plain_module("flaky_cluster").FlakyCluster

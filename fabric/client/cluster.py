@@ -14,7 +14,15 @@ import pyarrow as pa
 from fabric.common.config import TopicConfig
 from fabric.common.errors import FabricError, InvalidConfigError
 from fabric.common.records import TIMESTAMP_TYPES, storage_schema
-from fabric.common.types import Fetched, NodeInfo, PartitionState, TopicInfo, TopicPartition, TopicRecovery
+from fabric.common.types import (
+    Fetched,
+    NodeInfo,
+    PartitionState,
+    ProducerIdentity,
+    TopicInfo,
+    TopicPartition,
+    TopicRecovery,
+)
 from fabric.coordinator.interface import Coordinator
 from fabric.storage import frame
 from fabric.storage.encoder import FrameEncoder as FrameEncoder  # part of this interface
@@ -69,9 +77,16 @@ class Cluster(ABC):
         generation and member id fence a group member's commit as Coordinator.commit_offsets does."""
 
     @abstractmethod
-    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all") -> int:
+    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
+               producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
         """Append stored rows to a partition; returns the first row's offset. `acks` ("0", "1", "all") says when
-        a replicated partition's leader answers: after its own append, or once the in-sync replicas have it."""
+        a replicated partition's leader answers: after its own append, or once the in-sync replicas have it. An
+        idempotent producer (producer_id from init_producer_id, and the partition's sequence of the first row)
+        is not written twice by a retry: the retry answers the offset of the first write."""
+
+    @abstractmethod
+    def init_producer_id(self) -> ProducerIdentity:
+        """A new idempotent producer's id, unique in the fabric, and its epoch."""
 
     @abstractmethod
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,

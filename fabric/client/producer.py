@@ -20,11 +20,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fabric.client.cluster import Cluster
+from fabric.client.idempotence import Sequences
 from fabric.client.partitioner import StickyPartitioner, assign_partitions
 from fabric.common import checks, record_checks
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.config import PRODUCER_SETTINGS, TopicConfig, client_config
-from fabric.common.errors import FabricError, InvalidRecordError, RecordTooLargeError
+from fabric.common.errors import FabricError, InvalidConfigError, InvalidRecordError, RecordTooLargeError
 from fabric.common.names import validate_topic
 from fabric.common.record_checks import Headers, TypedValueRule
 from fabric.common.records import HEADERS, TIMESTAMP, to_storage, typed_rows
@@ -143,6 +144,11 @@ class Producer:
         self._linger = self.config["linger_ms"] / 1000.0
         self._codec = self.config["compression_type"]
         self._acks = "all" if self.config["acks"] == "-1" else self.config["acks"]
+        idempotent = self.config["enable_idempotence"]
+        if idempotent and self._acks != "all" and "enable_idempotence" in {k.replace(".", "_") for k in config}:
+            raise InvalidConfigError(f"enable_idempotence needs acks=all (got acks={self.config['acks']}), as in "
+                                     "Kafka; drop one of the two")
+        self._sequences = Sequences(cluster) if idempotent and self._acks == "all" else None
         self._buffers: dict[str, _Buffer] = {}
         self._lock = threading.RLock()
         self._sticky = StickyPartitioner()
@@ -262,14 +268,29 @@ class Producer:
         return out
 
     def _append(self, topic: str, partition: int, rows: pa.RecordBatch) -> int:
-        """Append one batch, retrying a retriable error (a coordinator failing over) every retry_backoff_ms,
-        up to `retries` times within delivery_timeout_ms, as Kafka's producer does. Without idempotence a
-        retry after a lost answer may write the batch twice (at least once)."""
+        """Append one batch. An idempotent producer's batch carries its producer id and sequence, so a retry
+        after a lost answer or a leader failover is not written twice; without idempotence it may be (at least
+        once)."""
+        if self._sequences is None:
+            return self._append_retrying(topic, partition, rows, {})
+        with self._sequences.lock:
+            tp = (topic, partition)
+            try:
+                base = self._append_retrying(topic, partition, rows, self._sequences.fields(tp))
+            except FabricError as exc:
+                self._sequences.reset(f"a batch to {topic}-{partition} failed: {exc}")
+                raise
+            self._sequences.written(tp, rows.num_rows)
+            return base
+
+    def _append_retrying(self, topic: str, partition: int, rows: pa.RecordBatch, producer: dict[str, int]) -> int:
+        """Append one batch, retrying a retriable error (a coordinator failing over, a leader moving) every
+        retry_backoff_ms, up to `retries` times within delivery_timeout_ms, as Kafka's producer does."""
         deadline = time.monotonic() + self.config["delivery_timeout_ms"] / 1000
         retries = 0
         while True:
             try:
-                return self.cluster.append(topic, partition, rows, self._codec, self._acks)
+                return self.cluster.append(topic, partition, rows, self._codec, self._acks, **producer)
             except FabricError as exc:
                 if not exc.retriable or retries >= self.config["retries"] or time.monotonic() >= deadline:
                     raise

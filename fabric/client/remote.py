@@ -2,7 +2,8 @@
 
 URL: `fabric://host:port[,host:port...][?token=T&tls=true&ca=/ca.pem&timeout_ms=30000]` (fabric.server.connection:
 calls fail over to the active instance until timeout_ms has passed).
-A retried append may be written twice (at-least-once, as Kafka without idempotence); publish is exactly-once.
+An idempotent producer's retried append is written once (the service's log recognises its producer id and
+sequence); without idempotence it may be written twice (at least once, as in Kafka). Publish is exactly-once.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from fabric.common.types import (
     JoinRequest,
     JoinResult,
     PartitionState,
+    ProducerIdentity,
     SyncResult,
     TopicInfo,
     TopicPartition,
@@ -121,13 +123,20 @@ class RemoteCluster(Cluster):
         """The service checks the offsets against its logs (Broker.commit_offsets) before storing them."""
         self.coordinator.commit_offsets(group, offsets, metadata, generation, member_id)
 
+    def init_producer_id(self) -> ProducerIdentity:
+        identity: ProducerIdentity = self.connection.action("init_producer_id")
+        return identity
+
     def _put(self, descriptor: flight.FlightDescriptor, schema: pa.Schema,
              batches: Callable[[], Sequence[pa.RecordBatch]]) -> Any:
         """One DoPut of `batches()` (re-made on every retry); returns the server's JSON answer."""
         return self.connection.call(put_call(descriptor, schema, batches))
 
-    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all") -> int:
-        descriptor = wire.put_descriptor("append", topic=topic, partition=partition, codec=codec)
+    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
+               producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
+        descriptor = wire.put_descriptor("append", topic=topic, partition=partition, codec=codec,
+                                         producer_id=producer_id, producer_epoch=producer_epoch,
+                                         base_sequence=base_sequence)
         return self._put(descriptor, rows.schema, lambda: [rows])
 
     def publish(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],

@@ -128,16 +128,19 @@ class RoutingCluster(RemoteCluster):
                                   state.isr, state.leader_epoch)
 
     # -- data ------------------------------------------------------------------------------------------------
-    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all") -> int:
+    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
+               producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
         """At the leader node, which answers (acks=all) once the in-sync replicas have the rows, within most of
         this client's call timeout (so its refusal, not the call's deadline, says what happened)."""
         def at_node(epoch: int) -> Call:
             descriptor = wire.put_descriptor("append", topic=topic, partition=partition, codec=codec,
                                              leader_epoch=epoch, acks=acks,
-                                             timeout_ms=int(self.connection.options.timeout_s * 1000 * 0.8))
+                                             timeout_ms=int(self.connection.options.timeout_s * 1000 * 0.8),
+                                             producer_id=producer_id, producer_epoch=producer_epoch,
+                                             base_sequence=base_sequence)
             return put_call(descriptor, rows.schema, lambda: [rows])
         return self._routed(topic, partition, at_node, lambda: super(RoutingCluster, self).append(
-            topic, partition, rows, codec))
+            topic, partition, rows, codec, acks, producer_id, producer_epoch, base_sequence))
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
               end_offset: int | None = None) -> list[Fetched]:

@@ -145,7 +145,7 @@ PRODUCER_SETTINGS: dict[str, Setting] = {
     "compression_type": Setting("none", _choice(*CODEC_NAMES), "Arrow IPC buffer compression"),
     "client_id": Setting("", str, "a name for logs"),
     "max_request_size": Setting(1048576 * 64, _long(1, INT_MAX), "largest batch sent at once"),
-    "enable_idempotence": Setting(True, _bool, "accepted for compatibility"),
+    "enable_idempotence": Setting(True, _bool, "with acks=all, a retried batch is never written twice"),
     "retries": Setting(INT_MAX, _long(0, INT_MAX), "how often a send retries a retriable error"),
     "retry_backoff_ms": Setting(100, _long(0, INT_MAX), "wait between retries"),
     "delivery_timeout_ms": Setting(120000, _long(1, INT_MAX), "give up on a send after this long, retries included"),

@@ -181,6 +181,11 @@ class UnknownProducerIdError(FabricError):
     again."""
 
 
+class InvalidProducerEpochError(FabricError):
+    """An idempotent producer's epoch is older than the latest its id wrote with: a newer producer with the
+    same id fenced it (Kafka's INVALID_PRODUCER_EPOCH)."""
+
+
 class StaleNodeEpochError(FabricError):
     """A data node quoted a node epoch other than its latest registration's: a newer process of the same node
     id registered since (KIP-380), so this one is fenced and must register again."""

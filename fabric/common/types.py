@@ -154,6 +154,24 @@ class EpochEndOffset:
 
 
 @dataclass(frozen=True)
+class ProducerBatch:
+    """The producer fields of an idempotent append (KIP-98): the producer id and epoch the coordinator handed
+    out, and the sequence of the batch's first record in its partition."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+
+
+@dataclass(frozen=True)
+class ProducerIdentity:
+    """What init_producer_id hands an idempotent producer: a producer id unique in the cluster, and its epoch."""
+
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True)
 class TopicRecovery:
     """What `recover_topics` did with one topic directory. `outcome`: "recovered" (registered from its data
     now, with `partitions` partitions, typed or not), "known" (registered already) or "skipped" (left alone);

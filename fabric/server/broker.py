@@ -30,10 +30,11 @@ from fabric.common.errors import (
     UnknownTopicError,
 )
 from fabric.common.redaction import clip
-from fabric.common.types import Fetched, PartitionState, TopicInfo, TopicPartition, TopicRecovery
+from fabric.common.types import Fetched, PartitionState, ProducerIdentity, TopicInfo, TopicPartition, TopicRecovery
 from fabric.coordinator import validation
 from fabric.coordinator.disk import disk_errors
 from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.producer_ids import ProducerIds
 from fabric.coordinator.sqlite_store import SqliteCoordinator
 from fabric.server import admission, partition_ops, publish, recovery
 from fabric.server.publish import Frame, Staged
@@ -74,6 +75,11 @@ class Broker:
             self.logs = LogManager(root, self._transaction_committed)
         self.root = self.logs.root
         self.coordinator = coordinator or SqliteCoordinator(os.path.join(self.logs.internal_dir, METADATA_DB))
+        self.producer_ids = ProducerIds(self.coordinator)
+
+    def init_producer_id(self) -> ProducerIdentity:
+        """A new idempotent producer's id (unique in the fabric) and epoch."""
+        return self.producer_ids.next()
 
     def _transaction_committed(self, txn: str) -> bool:
         return self.coordinator.transaction_committed(txn)
@@ -195,9 +201,12 @@ class Broker:
             return recovery.recover_topics(self.logs, self.coordinator, names, self.max_partitions)
 
     # -- data --------------------------------------------------------------------------------------
-    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all") -> int:
-        """Append to a single-directory partition: it has one replica, so every `acks` answers after the append."""
-        return partition_ops.append(self.log(topic, partition), topic, partition, rows, codec)
+    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
+               producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
+        """Append to a single-directory partition: it has one replica, so every `acks` answers after the append.
+        An idempotent producer's retry is not written twice (see Log.append)."""
+        return partition_ops.append(self.log(topic, partition), topic, partition, rows, codec,
+                                    producer=partition_ops.producer_batch(producer_id, producer_epoch, base_sequence))
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
               end_offset: int | None = None) -> list[Fetched]:

@@ -12,10 +12,13 @@ from fabric.common.codecs import CODECS
 from fabric.common.config import LONG_MAX
 from fabric.common.errors import InvalidConfigError, InvalidRequestError
 from fabric.common.redaction import clip
-from fabric.common.types import PartitionState
+from fabric.common.types import PartitionState, ProducerBatch
 from fabric.coordinator.disk import disk_errors
 from fabric.server import admission
 from fabric.storage.log import Log
+from fabric.storage.producer_state import SEQUENCE_MAX
+
+SHORT_MAX = (1 << 15) - 1
 
 
 def check_codec(codec: Any) -> None:
@@ -23,13 +26,28 @@ def check_codec(codec: Any) -> None:
         raise InvalidConfigError(f"unknown codec {clip(codec)}; use one of {', '.join(CODECS)}")
 
 
-def append(log: Log, topic: str, partition: int, rows: pa.RecordBatch, codec: str, leader_epoch: int = -1) -> int:
-    """Append stored rows after admission (schema, sizes, timestamps); returns the first row's offset. A leader
-    stamps its `leader_epoch` on the frame (-1: an embedded log's, none)."""
+def producer_batch(producer_id: int, producer_epoch: int, base_sequence: int) -> ProducerBatch | None:
+    """The idempotent producer fields of an append request (producer id -1: not idempotent), range-checked as
+    the frame header stores them."""
+    if producer_id == -1:
+        return None
+    for name, value, hi in (("producer_id", producer_id, LONG_MAX), ("producer_epoch", producer_epoch, SHORT_MAX),
+                            ("base_sequence", base_sequence, SEQUENCE_MAX)):
+        if not checks.is_integer(value) or not 0 <= value <= hi:
+            raise InvalidRequestError(f"{name} must be an int from 0 to {hi} (producer_id -1: not idempotent), got "
+                                      f"{clip(value)}; a producer gets its id and epoch from init_producer_id")
+    return ProducerBatch(producer_id, producer_epoch, base_sequence)
+
+
+def append(log: Log, topic: str, partition: int, rows: pa.RecordBatch, codec: str, leader_epoch: int = -1,
+           producer: ProducerBatch | None = None) -> int:
+    """Append stored rows after admission (schema, sizes, timestamps); returns the first row's offset (an
+    idempotent producer's retry: the offset it was written at). A leader stamps its `leader_epoch` on the frame
+    (-1: an embedded log's, none)."""
     check_codec(codec)
     admission.check_rows(topic, rows, log.schema, log.config["max.message.bytes"])
     with disk_errors(log.directory, f"append to {topic}-{partition}"):
-        return log.append(rows, codec, log.timestamp_type, leader_epoch)
+        return log.append(rows, codec, log.timestamp_type, leader_epoch, producer)
 
 
 def state(log: Log, topic: str, partition: int, end_offset: int | None = None, **replication: Any

@@ -134,6 +134,7 @@ ROUTES: dict[str, Route] = {
     "offset_for_time": Route("broker", on_topic("describe", "topic")),
     "enforce_retention": Route("broker", on_topic("admin", "topic"), True),
     "status": Route("service", nothing),
+    "init_producer_id": Route("broker", nothing, True),
     "register_node": Route("controller", on_cluster("cluster_action"), True),
     "node_heartbeat": Route("controller", on_cluster("cluster_action"), True),
     "alter_partition": Route("controller", on_cluster("cluster_action"), True),

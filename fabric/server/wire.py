@@ -34,6 +34,7 @@ from fabric.common.types import (
     PartitionAssignment,
     PartitionRegistration,
     PartitionState,
+    ProducerIdentity,
     SyncResult,
     TopicInfo,
     TopicPartition,
@@ -63,7 +64,7 @@ DATACLASSES = {cls.__name__: cls for cls in (TopicInfo, CommittedOffset, JoinReq
                                              MemberDescription, GroupDescription, PartitionState, InstanceStatus,
                                              TopicRecovery, NodeInfo, PartitionAssignment, LeaderAndIsr,
                                              PartitionRegistration, ClusterDescription, NodeAssignment,
-                                             EpochEndOffset)}
+                                             EpochEndOffset, ProducerIdentity)}
 ENUMS = {cls.__name__: cls for cls in (GroupStatus,)}
 
 

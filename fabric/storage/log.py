@@ -24,7 +24,7 @@ from fabric.common.codecs import CODECS
 from fabric.common.config import TopicConfig
 from fabric.common.errors import CorruptRecordError
 from fabric.common.records import LOG_APPEND_TIME, TIMESTAMP, TIMESTAMP_TYPES
-from fabric.common.types import Fetched
+from fabric.common.types import Fetched, ProducerBatch
 from fabric.storage import adopt, frame, reader, truncation
 from fabric.storage.errors import UNWRITABLE, writes
 from fabric.storage.frame import FrameHeader
@@ -38,6 +38,7 @@ from fabric.storage.marker import (
     remove_marker,
     write_marker,
 )
+from fabric.storage.producer_state import ProducerStateTable
 from fabric.storage.recovery import Recovery, RecoveryReport
 from fabric.storage.replica_frames import check_copied
 from fabric.storage.scan import Frame
@@ -94,6 +95,7 @@ class Log:
         self._memory_end: tuple[bytes, int] | None = None  # (watermark bytes, end) recovered but not written
         self.last_recovery: RecoveryReport | None = None
         self._epochs: LeaderEpochCache | None = None  # loaded on first use (embedded logs never use it)
+        self._producers: ProducerStateTable | None = None  # built on an idempotent producer's first append
         self._unflushed = 0
         self.clock = clock
         self._last_flush = self._last_retention = clock.now_ms()
@@ -225,6 +227,7 @@ class Log:
         self._recovered, self.last_recovery = True, report
         if self._epochs is not None:
             self._epochs.truncate_from_end(report.end_offset)
+        self._producers = None  # the frames may have changed: rebuilt from them when next needed
         report.rebuilt = self.check_indexes(self.segments())
         self._tail_state = TailState(active.base_offset, active.size, report.end_offset)
         return active
@@ -299,10 +302,12 @@ class Log:
 
     @writes
     def append(self, batch: pa.RecordBatch, codec: str = "none", timestamp_type: int = 0,
-               leader_epoch: int = -1) -> int:
+               leader_epoch: int = -1, producer: ProducerBatch | None = None) -> int:
         """Append a batch of stored rows; returns the offset of its first row. A leader gives its `leader_epoch`
         (>= 0): it is stamped on the frame and taken by the leader-epoch cache first (InvalidLeaderEpochError,
-        nothing written, if it is below the latest); -1, an embedded log's, stamps no epoch. An empty batch
+        nothing written, if it is below the latest); -1, an embedded log's, stamps no epoch. An idempotent
+        producer's batch (`producer`) is checked against the partition's producer state first (producer_state):
+        a retry of a batch already written writes nothing and returns that batch's offset. An empty batch
         writes nothing (a frame holds at least one record, so every frame is copied to followers) and returns the
         log end."""
         template, payload = self.encode(batch, codec, timestamp_type, self.clock)
@@ -311,13 +316,31 @@ class Log:
             base = self._tail_state.end_offset if self._tail_state else self.end_offset
             if not batch.num_rows:
                 return base
+            fields: dict[str, int] = {"leader_epoch": leader_epoch}
+            if producer is not None:
+                original = self._producer_state(base).check(producer, batch.num_rows)
+                if original is not None:
+                    log.info("%s: batch of producer %d from sequence %d is a retry of offset %d: not written again",
+                             self.name, producer.producer_id, producer.base_sequence, original)
+                    return original
+                fields.update(producer_id=producer.producer_id, producer_epoch=producer.producer_epoch,
+                              base_sequence=producer.base_sequence)
             if leader_epoch >= 0:
                 self.leader_epochs.assign(leader_epoch, base)
             with self._recover_on_failure():
-                self.write_frame(frame.seal(replace(template, leader_epoch=leader_epoch), payload, base), payload,
-                                 active)
+                header = frame.seal(replace(template, **fields), payload, base)
+                self.write_frame(header, payload, active)
                 self.commit(base + batch.num_rows)
+                if self._producers is not None:
+                    self._producers.update(header)
         return base
+
+    def _producer_state(self, end: int) -> ProducerStateTable:
+        """The producer state of the frames below `end`, the log end (lock held), rebuilt from their headers on
+        first use."""
+        if self._producers is None:
+            self._producers = ProducerStateTable.rebuild(self.name, self._headers(end))
+        return self._producers
 
     @contextlib.contextmanager
     def _recover_on_failure(self) -> Iterator[None]:
@@ -351,6 +374,9 @@ class Log:
                     active = self.write_frame(header, payload, active)
                 end = frames[-1][0].next_offset
                 self.commit(end)
+                if self._producers is not None:
+                    for header, _ in frames:
+                        self._producers.update(header)
         return end
 
     @writes
@@ -366,6 +392,7 @@ class Log:
             if offset >= end:
                 return False
             active = truncation.truncate(self, offset, end)
+            self._producers = None
             self._tail_state = TailState(active.base_offset, active.size, offset)
         return True
 
@@ -443,9 +470,9 @@ class Log:
         return True
 
     def forget_tail(self) -> None:
-        """Drop the cached tail state and leader epochs, so the next writer recovers both from the files (after
-        a write or publish that failed part-way)."""
-        self._tail_state, self._epochs = None, None
+        """Drop the cached tail state, leader epochs and producer state, so the next writer recovers them from the
+        files (after a write or publish that failed part-way)."""
+        self._tail_state, self._epochs, self._producers = None, None, None
 
     @writes
     def finish_publish(self, end_offset: int) -> None:

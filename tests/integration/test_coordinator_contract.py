@@ -5,6 +5,7 @@ logs, so each check gets `fill(topic, partition, count)`, which makes a partitio
 the coordinator has logs (a no-op for a bare store)."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import pyarrow as pa
@@ -254,7 +255,18 @@ def check_partition_state_compare_and_set(c: Coordinator, new_controller: NewCon
         c.update_partition_states({("gone", 0): (0, elected)})
 
 
-REPLICATION_CONTRACT = [check_node_registrations, check_replicated_topics, check_partition_state_compare_and_set]
+def check_producer_id_blocks(c: Coordinator, new_controller: NewController) -> None:
+    """Producer id blocks never overlap: the first starts where asked, each next one after the last (whatever
+    the later callers ask), from any number of callers at once."""
+    assert c.allocate_producer_ids(10, 5_000) == 5_000
+    assert c.allocate_producer_ids(10, 0) == 5_010
+    with ThreadPoolExecutor(4) as pool:
+        firsts = sorted(pool.map(lambda _: c.allocate_producer_ids(10, 0), range(8)))
+    assert firsts == list(range(5_020, 5_100, 10))
+
+
+REPLICATION_CONTRACT = [check_node_registrations, check_replicated_topics, check_partition_state_compare_and_set,
+                        check_producer_id_blocks]
 
 
 @pytest.fixture(params=["sqlite", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])

@@ -44,7 +44,14 @@ from fabric.common.errors import (
     OffsetOutOfRangeError,
     RequestTimedOutError,
 )
-from fabric.common.types import EpochEndOffset, Fetched, LeaderAndIsr, PartitionRegistration, TopicPartition
+from fabric.common.types import (
+    EpochEndOffset,
+    Fetched,
+    LeaderAndIsr,
+    PartitionRegistration,
+    ProducerBatch,
+    TopicPartition,
+)
 from fabric.server import partition_ops
 from fabric.server.node.leader import LeaderState
 from fabric.storage.log import Log
@@ -187,7 +194,8 @@ class PartitionReplica:
         self.changed.notify_all()
         return True
 
-    def append(self, rows: pa.RecordBatch, codec: str, leader_epoch: int | None, acks: str, timeout_s: float) -> int:
+    def append(self, rows: pa.RecordBatch, codec: str, leader_epoch: int | None, acks: str, timeout_s: float,
+               producer: ProducerBatch | None = None) -> int:
         """Append as the leader; with acks=all, return once the high watermark covers the rows. NotEnoughReplicas
         (nothing written) when the ISR is below min.insync.replicas; after the append, NotEnoughReplicasAfterAppend
         if it falls below before the rows are replicated, NotLeaderError if leadership is lost meanwhile and
@@ -204,7 +212,7 @@ class PartitionReplica:
                     f"{self.name} has {len(leader.isr)} in-sync replica(s) {list(leader.isr)}, below its "
                     f"min.insync.replicas {min_isr}: an acks=all write is refused (nothing written); retry once "
                     "replicas are back, or write with acks=1")
-        base = partition_ops.append(plog, self.tp[0], self.tp[1], rows, codec, state.leader_epoch)
+        base = partition_ops.append(plog, self.tp[0], self.tp[1], rows, codec, state.leader_epoch, producer)
         end = base + rows.num_rows
         with self.changed:
             self._advance(plog)

@@ -216,15 +216,17 @@ class ReplicaManager:
         return replica
 
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none",
-               leader_epoch: int | None = None, acks: str = "all", timeout_ms: int = 30000) -> int:
+               leader_epoch: int | None = None, acks: str = "all", timeout_ms: int = 30000, producer_id: int = -1,
+               producer_epoch: int = -1, base_sequence: int = -1) -> int:
         """Append as the leader; `acks` "0"/"1" answer after the leader's append, "all" (or "-1") once the ISR
-        has the rows, waiting up to `timeout_ms`."""
+        has the rows, waiting up to `timeout_ms`. An idempotent producer's retry is not written twice."""
+        producer = partition_ops.producer_batch(producer_id, producer_epoch, base_sequence)
         if acks not in ACKS:
             raise InvalidRequestError(f"acks must be one of 0, 1, all (-1), got {clip(acks)}")
         timeout_s = _wait_ms("timeout_ms", timeout_ms)
         replica = self.replica(topic, partition, leader_epoch)
         with disk_errors(self.logs.topic_dir(topic), f"append to partition {topic}-{partition}"):
-            return replica.append(rows, codec, leader_epoch, ACKS[acks], timeout_s)
+            return replica.append(rows, codec, leader_epoch, ACKS[acks], timeout_s, producer)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, end_offset: int | None = None,
               leader_epoch: int | None = None) -> list[Fetched]:

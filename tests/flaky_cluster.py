@@ -1,0 +1,81 @@
+"""FlakyCluster: a real cluster (embedded, service or node cluster) whose data calls fail on demand, for the
+client tests of retries and idempotence."""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable, Mapping, Sequence
+
+import pyarrow as pa
+
+from fabric.client.cluster import Cluster
+from fabric.common.errors import FabricError
+from fabric.common.types import Fetched, PartitionState, ProducerIdentity, TopicInfo, TopicPartition, TopicRecovery
+
+
+class FlakyCluster(Cluster):
+    """A real cluster whose append or fetch raise a chosen error on their first N calls (as a
+    coordinator failing over, a rebalance or a refusal would), or make the call and then raise it (an answer
+    lost on the way back), counting every call."""
+
+    def __init__(self, inner: Cluster) -> None:
+        self.inner, self.coordinator, self.url = inner, inner.coordinator, inner.url
+        self.calls: Counter[str] = Counter()
+        self._failures: dict[str, list[Any]] = {}
+
+    def fail(self, method: str, times: int, error: FabricError, after: bool = False,
+             then: Callable[[], object] = lambda: None) -> None:
+        """Make the next `times` calls of `method` ("append" or "fetch") raise `error` (`after`: once the call
+        was made, and `then()` has run, e.g. a leader killed while the answer was on its way)."""
+        self._failures[method] = [times, error, after, then]
+
+    def _call(self, method: str, *args: Any) -> Any:
+        self.calls[method] += 1
+        failure = self._failures.get(method)
+        if failure and failure[0] > 0:
+            failure[0] -= 1
+            if failure[2]:
+                getattr(self.inner, method)(*args)
+                failure[3]()
+            raise failure[1]
+        return getattr(self.inner, method)(*args)
+
+    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
+               producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
+        return self._call("append", topic, partition, rows, codec, acks, producer_id, producer_epoch, base_sequence)
+
+    def init_producer_id(self) -> ProducerIdentity:
+        return self.inner.init_producer_id()
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
+              end_offset: int | None = None) -> list[Fetched]:
+        return self._call("fetch", topic, partition, offset, max_bytes, end_offset)
+
+    def create_topic(self, name: str, partitions: int, config: Mapping[str, str],
+                     value_schema: pa.Schema | None) -> TopicInfo:
+        return self.inner.create_topic(name, partitions, config, value_schema)
+
+    def delete_topic(self, name: str) -> None:
+        self.inner.delete_topic(name)
+
+    def create_partitions(self, name: str, total: int) -> TopicInfo:
+        return self.inner.create_partitions(name, total)
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState:
+        return self.inner.partition_state(topic, partition)
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_us: int) -> int | None:
+        return self.inner.offset_for_time(topic, partition, timestamp_us)
+
+    def enforce_retention(self, topic: str) -> int:
+        return self.inner.enforce_retention(topic)
+
+    def publish(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
+                codec: str = "none") -> bool:
+        return self.inner.publish(txn, parts, codec)
+
+    def recover_topics(self, names: Sequence[str] | None = None) -> list[TopicRecovery]:
+        return self.inner.recover_topics(names)
+
+    def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
+                       generation: int = -1, member_id: str = "") -> None:
+        self.inner.commit_offsets(group, offsets, metadata, generation, member_id)

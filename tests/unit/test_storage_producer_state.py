@@ -1,0 +1,44 @@
+"""Idempotent producers' state in a partition log (fabric/storage/producer_state.py): a retried batch is not
+written again and answers its first offset; gaps, fenced epochs and unknown producers are refused with nothing
+written; the state is rebuilt from the frame headers after a reopen, and follows a truncation and copied frames."""
+from __future__ import annotations
+
+import pytest
+
+from fabric.common.errors import InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError
+from fabric.common.types import ProducerBatch
+
+
+def values(plog) -> list[bytes]:
+    return [v for f in plog.fetch(plog.start_offset, 1 << 30) for v in f.batch.column("value").to_pylist()]
+
+
+def test_a_retried_batch_answers_its_first_offset_and_gaps_are_refused(tmp_path, replicas, storage) -> None:
+    plog = replicas.open(str(tmp_path / "p"))
+    assert plog.append(storage.make_batch([b"a", b"b"]), producer=ProducerBatch(7, 0, 0)) == 0
+    assert plog.append(storage.make_batch([b"c"]), producer=ProducerBatch(7, 0, 2)) == 2
+    assert plog.append(storage.make_batch([b"a", b"b"]), producer=ProducerBatch(7, 0, 0)) == 0  # a retry
+    assert plog.append(storage.make_batch([b"x"])) == 3  # not idempotent: never checked
+    with pytest.raises(OutOfOrderSequenceError, match="sequence 5 does not follow the last written, so 3 is"):
+        plog.append(storage.make_batch([b"d"]), producer=ProducerBatch(7, 0, 5))
+    with pytest.raises(UnknownProducerIdError, match="no state of the producer and sequence 4 is not its first"):
+        plog.append(storage.make_batch([b"e"]), producer=ProducerBatch(8, 0, 4))
+    assert plog.append(storage.make_batch([b"f"]), producer=ProducerBatch(7, 1, 0)) == 4  # a new epoch
+    with pytest.raises(InvalidProducerEpochError, match="epoch 0 is older than the producer's latest 1"):
+        plog.append(storage.make_batch([b"g"]), producer=ProducerBatch(7, 0, 3))
+    assert values(plog) == [b"a", b"b", b"c", b"x", b"f"]  # nothing refused was written
+
+
+def test_the_state_is_rebuilt_from_the_frames(tmp_path, replicas, storage) -> None:
+    leader = replicas.open(str(tmp_path / "leader"))
+    leader.append(storage.make_batch([b"a"]), leader_epoch=0, producer=ProducerBatch(3, 0, 0))
+    leader.append(storage.make_batch([b"b", b"c"]), leader_epoch=0, producer=ProducerBatch(3, 0, 1))
+    follower = replicas.open(str(tmp_path / "follower"))
+    replicas.copy(leader, follower)
+    # the follower, leading now, recognises the retry of a batch it only copied
+    assert follower.append(storage.make_batch([b"b", b"c"]), leader_epoch=1, producer=ProducerBatch(3, 0, 1)) == 1
+    reopened = replicas.open(str(tmp_path / "leader"))
+    assert reopened.append(storage.make_batch([b"a"]), producer=ProducerBatch(3, 0, 0)) == 0
+    reopened.truncate_to(1)  # the batch from sequence 1 is gone: it is new again
+    assert reopened.append(storage.make_batch([b"b", b"c"]), producer=ProducerBatch(3, 0, 1)) == 1
+    assert values(reopened) == [b"a", b"b", b"c"]
