@@ -25,7 +25,13 @@ from fabric.client.partitioner import StickyPartitioner, assign_partitions
 from fabric.common import checks, record_checks
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.config import PRODUCER_SETTINGS, TopicConfig, client_config
-from fabric.common.errors import FabricError, InvalidConfigError, InvalidRecordError, RecordTooLargeError
+from fabric.common.errors import (
+    FabricError,
+    InvalidConfigError,
+    InvalidRecordError,
+    RecordTooLargeError,
+    UnknownProducerIdError,
+)
 from fabric.common.names import validate_topic
 from fabric.common.record_checks import Headers, TypedValueRule
 from fabric.common.records import HEADERS, TIMESTAMP, to_storage, typed_rows
@@ -276,7 +282,11 @@ class Producer:
         with self._sequences.lock:
             tp = (topic, partition)
             try:
-                base = self._append_retrying(topic, partition, rows, self._sequences.fields(tp))
+                try:
+                    base = self._append_retrying(topic, partition, rows, self._sequences.fields(tp))
+                except UnknownProducerIdError as exc:  # the partition forgot this producer: nothing was written
+                    self._sequences.reset(str(exc))
+                    base = self._append_retrying(topic, partition, rows, self._sequences.fields(tp))
             except FabricError as exc:
                 self._sequences.reset(f"a batch to {topic}-{partition} failed: {exc}")
                 raise

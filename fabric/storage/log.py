@@ -49,6 +49,9 @@ __all__ = ["PENDING", "Log", "TailState"]
 
 log = logging.getLogger(__name__)
 RETENTION_CHECK_MS = 30_000
+PRODUCER_STATE_SEGMENTS = 2  # how far back a partition's producer state is rebuilt from frame headers
+
+
 class TailState(NamedTuple):
     """This process's view of the tail after its last recovery or append: while the files still match it, the
     next append needs no recovery."""
@@ -173,9 +176,11 @@ class Log:
             self._epochs = cache
         return cache
 
-    def _headers(self, end: int) -> Iterator[FrameHeader]:
-        """The headers of the data frames below offset `end`, in offset order (damaged frames left out)."""
-        for seg in self.segments():
+    def _headers(self, end: int, last_segments: int | None = None) -> Iterator[FrameHeader]:
+        """The headers of the data frames below offset `end` (of the last `last_segments` segments only, if
+        given), in offset order (damaged frames left out)."""
+        segs = self.segments()
+        for seg in segs[-last_segments:] if last_segments else segs:
             for item in seg.walk(seg.data_start, seg.base_offset, stop=end):
                 if isinstance(item, Frame):
                     yield item.header
@@ -336,10 +341,11 @@ class Log:
         return base
 
     def _producer_state(self, end: int) -> ProducerStateTable:
-        """The producer state of the frames below `end`, the log end (lock held), rebuilt from their headers on
-        first use."""
+        """The producer state of the frames below `end`, the log end (lock held), rebuilt on first use from the
+        headers of the last PRODUCER_STATE_SEGMENTS segments (a producer silent for longer is unknown: its next
+        batch is refused with UnknownProducerIdError and the producer takes a new id)."""
         if self._producers is None:
-            self._producers = ProducerStateTable.rebuild(self.name, self._headers(end))
+            self._producers = ProducerStateTable.rebuild(self.name, self._headers(end, PRODUCER_STATE_SEGMENTS))
         return self._producers
 
     @contextlib.contextmanager

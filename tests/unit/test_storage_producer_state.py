@@ -42,3 +42,14 @@ def test_the_state_is_rebuilt_from_the_frames(tmp_path, replicas, storage) -> No
     reopened.truncate_to(1)  # the batch from sequence 1 is gone: it is new again
     assert reopened.append(storage.make_batch([b"b", b"c"]), producer=ProducerBatch(3, 0, 1)) == 1
     assert values(reopened) == [b"a", b"b", b"c"]
+
+
+def test_a_producer_silent_for_more_than_the_last_segments_is_forgotten(tmp_path, replicas, storage) -> None:
+    plog = replicas.open(str(tmp_path / "p"), segment_bytes=1024)
+    plog.append(storage.make_batch([b"a" * 600]), producer=ProducerBatch(5, 0, 0))
+    for i in range(4):  # each frame fills a segment of its own
+        plog.append(storage.make_batch([b"%d" % i * 600]))
+    assert len(plog.segments()) >= 4
+    reopened = replicas.open(str(tmp_path / "p"), segment_bytes=1024)
+    with pytest.raises(UnknownProducerIdError):
+        reopened.append(storage.make_batch([b"b"]), producer=ProducerBatch(5, 0, 1))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fabric.client.producer import Producer
-from fabric.common.errors import CoordinatorUnavailableError, InvalidConfigError
+from fabric.common.errors import CoordinatorUnavailableError, InvalidConfigError, UnknownProducerIdError
 
 FAST = dict(retry_backoff_ms=1, linger_ms=0)
 
@@ -44,3 +44,11 @@ def test_idempotence_needs_acks_all(flaky):
         Producer(flaky, acks="1", enable_idempotence=True)
     with Producer(flaky, acks="1", **FAST) as producer:  # the default gives way to acks=1, as in Kafka
         assert producer.send("t", b"a").result(timeout=10).offset == 0
+
+
+def test_a_producer_the_partition_forgot_takes_a_new_id_and_sends_again(flaky):
+    with Producer(flaky, **FAST) as producer:
+        producer.send("t", b"a").result(timeout=10)
+        flaky.fail("append", 1, UnknownProducerIdError("the partition has no state of the producer"))
+        assert producer.send("t", b"b").result(timeout=10).offset == 1
+    assert flaky.calls["append"] == 3 and flaky.partition_state("t", 0).end_offset == 2
