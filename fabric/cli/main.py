@@ -15,13 +15,14 @@ from fabric.cli.common import add_url_option
 from fabric.common.errors import FabricError
 from fabric.common.logs import add_log_level_option, configure, level_of
 
-COMMAND_MODULES = ("topics", "clients", "groups", "coordinator", "nodes", "cluster")
+COMMAND_MODULES = ("topics", "clients", "groups", "coordinator", "nodes", "partitions", "cluster")
 CLI_LOG_LEVEL = "WARNING"
 
 EPILOG = """examples:
   fabric topics create orders --partitions 3 --config retention.ms=86400000
   fabric topics create payments --schema 'user:string,amount:int64'
-  fabric topics create clicks --partitions 6 --replication-factor 1   (a cluster with data nodes)
+  fabric topics create clicks --partitions 6 --replication-factor 3   (a cluster with data nodes)
+  fabric partitions elect-leaders --preferred                         (leaders back on their first replica)
   seq 10 | fabric produce orders
   fabric consume orders --from-beginning --max-messages 10
   fabric consume orders --group billing --format json --timeout-ms 5000

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -17,6 +17,7 @@ from fabric.common.errors import InvalidArgumentError, InvalidConfigError, Unkno
 from fabric.common.names import validate_group, validate_topic
 from fabric.common.records import validate_value_schema
 from fabric.common.types import (
+    LeaderAndIsr,
     MemberDescription,
     NodeInfo,
     PartitionState,
@@ -107,6 +108,15 @@ class Fabric:
     def list_nodes(self) -> list[NodeInfo]:
         """The data nodes (id, address, rack, node epoch, alive); none outside a cluster with data nodes."""
         return self.cluster.nodes()
+
+    def elect_leaders(self, election: str = "preferred", partitions: Sequence[TopicPartition] | None = None
+                      ) -> dict[TopicPartition, LeaderAndIsr]:
+        """Kafka's leader election: "preferred" moves leadership back to each partition's first replica where it
+        is alive and in sync; "unclean" elects an out-of-sync replica for offline partitions of topics with
+        unclean.leader.election.enable=true (records may be lost). Of `partitions`, or every replicated one;
+        returns the new state of each partition whose leader changed."""
+        chosen = checks.topic_partitions(partitions, "partitions") if partitions is not None else []
+        return self.cluster.elect_leaders(election, chosen)
 
     def alter_topic_config(self, name: str, config: Mapping[str, Any]) -> TopicInfo:
         """Set config overrides; a value of None removes the override (back to the default)."""

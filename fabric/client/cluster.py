@@ -16,6 +16,7 @@ from fabric.common.errors import FabricError, InvalidConfigError
 from fabric.common.records import TIMESTAMP_TYPES, storage_schema
 from fabric.common.types import (
     Fetched,
+    LeaderAndIsr,
     NodeInfo,
     PartitionState,
     ProducerIdentity,
@@ -51,6 +52,13 @@ class Cluster(ABC):
     def nodes(self) -> list[NodeInfo]:
         """The data nodes with their liveness (none outside a cluster with data nodes)."""
         return []
+
+    def elect_leaders(self, election: str, partitions: Sequence[TopicPartition] = ()) -> dict[TopicPartition,
+                                                                                              LeaderAndIsr]:
+        """Ask the controller for a preferred or unclean leader election (only a cluster with data nodes has
+        one; this refuses with the fix)."""
+        raise InvalidConfigError(f"leader elections need a cluster with data nodes; {type(self).__name__} "
+                                 f"{self.url!r} has one replica per partition")
 
     def describe_partition(self, topic: str, partition: int) -> PartitionState:
         """partition_state() for describing: an offline replicated partition is described (leader None, offsets

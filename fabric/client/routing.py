@@ -14,14 +14,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from fabric.client.remote import RemoteCluster
 from fabric.common.errors import FencedLeaderEpochError, LeaderNotAvailableError, NotLeaderError
-from fabric.common.types import ClusterDescription, Fetched, NodeInfo, PartitionState, TopicInfo
+from fabric.common.types import (
+    ClusterDescription,
+    Fetched,
+    LeaderAndIsr,
+    NodeInfo,
+    PartitionState,
+    TopicInfo,
+    TopicPartition,
+)
 from fabric.server import wire
 from fabric.server.connection import Call, action_call, fetch_call, put_call
 
@@ -113,6 +121,13 @@ class RoutingCluster(RemoteCluster):
                                       value_schema=value_schema, replication_factor=replication_factor)
         self._stale()
         return info
+
+    def elect_leaders(self, election: str, partitions: Sequence[TopicPartition] = ()) -> dict[TopicPartition,
+                                                                                              LeaderAndIsr]:
+        changed: dict[TopicPartition, LeaderAndIsr] = self.connection.action("elect_leaders", election=election,
+                                                                              partitions=tuple(partitions))
+        self._stale()
+        return changed
 
     def describe_partition(self, topic: str, partition: int) -> PartitionState:
         """partition_state(), or for a partition whose leader is offline or does not answer, what the controller

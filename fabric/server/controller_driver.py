@@ -25,11 +25,14 @@ from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.errors import (
     CoordinatorUnavailableError,
     FabricError,
+    InvalidRequestError,
     StaleControllerEpochError,
     UnknownTopicError,
 )
-from fabric.common.types import ClusterDescription, LeaderAndIsr, NodeAssignment, NodeInfo, TopicInfo
+from fabric.common.redaction import clip
+from fabric.common.types import ClusterDescription, LeaderAndIsr, NodeAssignment, NodeInfo, TopicInfo, TopicPartition
 from fabric.coordinator.active_controller import ActiveController
+from fabric.coordinator.controller import Election
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.node_leases import NodeLeases
@@ -191,6 +194,19 @@ class ControllerDriver:
         if controller is None:
             epoch, nodes = self.store.controller_epoch(), tuple(self.store.registered_nodes())
         return ClusterDescription(epoch, nodes, self.store.partition_registrations())
+
+    def elect_leaders(self, election: str, partitions: tuple[TopicPartition, ...] = ()) -> dict[TopicPartition,
+                                                                                                LeaderAndIsr]:
+        """A preferred-leader election (each partition's first replica leads again, if alive and in sync) or an
+        unclean one (offline partitions of topics that enable it lead from outside the ISR) of `partitions` (all
+        when empty); returns the states of the partitions whose leader changed."""
+        try:
+            kind = Election(election)
+        except ValueError:
+            raise InvalidRequestError(f"election must be one of {', '.join(e.value for e in Election)}, got "
+                                      f"{clip(election)}") from None
+        decisions = self._call(lambda c: c.elect_leaders(kind, tuple(partitions)))
+        return {d.partition: d.after for d in decisions}
 
     def create_topic(self, name: str, partitions: int, replication_factor: int, config: dict[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:

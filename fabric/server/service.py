@@ -138,6 +138,7 @@ ROUTES: dict[str, Route] = {
     "register_node": Route("controller", on_cluster("cluster_action"), True),
     "node_heartbeat": Route("controller", on_cluster("cluster_action"), True),
     "alter_partition": Route("controller", on_cluster("cluster_action"), True),
+    "elect_leaders": Route("controller", on_cluster("admin"), True),
     "describe_cluster": Route("controller", nothing, True, filter_by=topics_described),
 }
 

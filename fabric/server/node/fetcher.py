@@ -129,8 +129,20 @@ class ReplicaFetcher:
         return answer
 
     def _truncate(self) -> None:
-        end = truncation.reconcile(self.replica.log, self._ask,
+        """Reconcile with the leader; report what was cut. Records cut below this replica's high watermark were
+        committed: only an unclean election (a leader from outside the ISR) loses them, so they are reported at
+        WARNING with their offsets; a cut above it removes records never acknowledged to acks=all."""
+        plog = self.replica.log
+        before, hw = plog.end_offset, self.replica.hw
+        end = truncation.reconcile(plog, self._ask,
                                    lambda offset: self.replica.truncate_follower(self.leader_epoch, offset))
+        if end < min(before, hw):
+            log.warning("partition %s: offsets %d..%d were committed here but are not in leader node %d's log (an "
+                        "unclean election): they are lost; offsets %d..%d truncated", self.replica.name, end,
+                        min(before, hw) - 1, self.leader_id, end, before - 1)
+        elif end < before:
+            log.info("partition %s: truncated uncommitted offsets %d..%d, not in leader node %d's log (epoch %d)",
+                     self.replica.name, end, before - 1, self.leader_id, self.leader_epoch)
         log.info("partition %s: reconciled with leader node %d (epoch %d): fetching from offset %d",
                  self.replica.name, self.leader_id, self.leader_epoch, end)
 
