@@ -98,8 +98,9 @@ class Cluster(ABC):
 
     @abstractmethod
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
-              end_offset: int | None = None) -> list[Fetched]:
-        """Committed rows from `offset` (at least one batch if any), up to ~max_bytes, below end_offset."""
+              end_offset: int | None = None, max_wait_ms: int = 0) -> list[Fetched]:
+        """Committed rows from `offset` (at least one batch if any), up to ~max_bytes, below end_offset; at the
+        end of the partition, the server holds the fetch up to `max_wait_ms` for records to arrive."""
 
     @abstractmethod
     def partition_state(self, topic: str, partition: int) -> PartitionState:

@@ -231,8 +231,9 @@ class Consumer:
         return {tp: self.cluster.offset_for_time(tp[0], tp[1], ts * 1000) for tp, ts in wanted.items()}
 
     # -- fetching ----------------------------------------------------------------------------------
-    def _fetch(self, max_bytes: int, columns: list[str] | None) -> list[pa.RecordBatch]:
-        """One pass over the assigned partitions, round robin, from the current positions."""
+    def _fetch(self, max_bytes: int, columns: list[str] | None, wait_ms: int = 0) -> list[pa.RecordBatch]:
+        """One pass over the assigned partitions, round robin, from the current positions; the first partition
+        of the pass may be held up to `wait_ms` by the server for records to arrive (long polling)."""
         self._refresh_assignment()
         out: list[pa.RecordBatch] = []
         n = len(self._assignment)
@@ -242,7 +243,7 @@ class Consumer:
             tp = self._assignment[(self._next + i) % n]
             position = self.position(*tp)
             try:
-                fetched = self.cluster.fetch(tp[0], tp[1], position, max_bytes)
+                fetched = self.cluster.fetch(tp[0], tp[1], position, max_bytes, max_wait_ms=wait_ms if i == 0 else 0)
             except OffsetOutOfRangeError:
                 self._positions[tp] = self._reset(tp)
                 continue
@@ -259,14 +260,16 @@ class Consumer:
     def _value_schema(self, topic: str) -> pa.Schema | None:
         return self.cluster.coordinator.topic(topic).value_schema
 
-    def _wait(self, timeout: float, attempt: Callable[[], list[pa.RecordBatch]]) -> list[pa.RecordBatch]:
-        """Call `attempt` until it returns records or `timeout` seconds pass. A retriable error (the
-        coordinator failing over, the group rebalancing) is retried after retry_backoff_ms while time is left,
-        then raised."""
+    def _wait(self, timeout: float, attempt: Callable[[int], list[pa.RecordBatch]]) -> list[pa.RecordBatch]:
+        """Call `attempt(wait_ms)` until it returns records or `timeout` seconds pass: after an empty pass, the
+        next one long-polls (`wait_ms`: up to fetch_max_wait_ms with one partition assigned, IDLE_WAIT_S with
+        several, so none waits long behind another). A retriable error (the coordinator failing over, the group
+        rebalancing) is retried after retry_backoff_ms while time is left, then raised."""
         deadline = time.monotonic() + max(timeout, 0)
+        wait_ms = 0
         while True:
             try:
-                result = attempt()
+                result = attempt(wait_ms)
             except FabricError as exc:
                 if not exc.retriable or time.monotonic() >= deadline:
                     raise
@@ -276,7 +279,11 @@ class Consumer:
             if result or time.monotonic() >= deadline:
                 self._maybe_auto_commit()
                 return result
-            time.sleep(min(IDLE_WAIT_S, max(deadline - time.monotonic(), 0)))
+            left_ms = max(int((deadline - time.monotonic()) * 1000), 0)
+            if not self._assignment:  # nothing to long-poll on yet (e.g. joining a group)
+                time.sleep(min(IDLE_WAIT_S, left_ms / 1000))
+            longest = self.config["fetch_max_wait_ms"] if len(self._assignment) == 1 else int(IDLE_WAIT_S * 1000)
+            wait_ms = min(left_ms, longest)
 
     def _drop_pending(self, unwanted) -> None:
         """Forget fetched batches of partitions no longer read (in place: callers may hold the deque)."""
@@ -301,9 +308,9 @@ class Consumer:
         self._check_open()
         timeout = checks.timeout(timeout, "poll() timeout")
 
-        def attempt() -> list[pa.RecordBatch]:
+        def attempt(wait_ms: int) -> list[pa.RecordBatch]:
             if not self._pending:
-                self._pending.extend(self._fetch(self.config["fetch_max_bytes"], None))
+                self._pending.extend(self._fetch(self.config["fetch_max_bytes"], None, wait_ms))
             return self._take(self.config["max_poll_records"])
         return [r for batch in self._wait(timeout, attempt) for r in to_records(batch)]
 
@@ -316,12 +323,12 @@ class Consumer:
         if isinstance(columns, str):
             raise InvalidArgumentError(f"columns takes a list of column names; use columns=[{columns!r}]")
 
-        def attempt() -> list[pa.RecordBatch]:
+        def attempt(wait_ms: int) -> list[pa.RecordBatch]:
             if self._pending:
                 pending = [b.select(columns) if columns else b for b in self._pending]
                 self._pending.clear()
                 return pending
-            return self._fetch(self.config["fetch_max_bytes"], columns)
+            return self._fetch(self.config["fetch_max_bytes"], columns, wait_ms)
         batches = self._wait(timeout, attempt)
         if batches:
             return pa.Table.from_batches(batches)

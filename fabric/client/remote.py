@@ -152,9 +152,16 @@ class RemoteCluster(Cluster):
         payload = wire.PUBLISH_OPS[op][1]
         return self._put(descriptor, wire.ENVELOPE, lambda: list(wire.envelope(dict(parts), payload)))
 
+    @property
+    def hold_ms(self) -> int:
+        """The longest a server may hold one of this client's calls (an acks=all append, a long-polling fetch):
+        most of the call timeout, so the server's answer, not the call's deadline, says what happened."""
+        return int(self.connection.options.timeout_s * 800)
+
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
-              end_offset: int | None = None) -> list[Fetched]:
-        return self.connection.call(fetch_call(wire.fetch_ticket(topic, partition, offset, max_bytes, end_offset)))
+              end_offset: int | None = None, max_wait_ms: int = 0) -> list[Fetched]:
+        return self.connection.call(fetch_call(wire.fetch_ticket(topic, partition, offset, max_bytes, end_offset,
+                                                                 max_wait_ms=min(max_wait_ms, self.hold_ms))))
 
     def partition_state(self, topic: str, partition: int) -> PartitionState:
         return self.connection.action("partition_state", topic=topic, partition=partition)

@@ -145,12 +145,11 @@ class RoutingCluster(RemoteCluster):
     # -- data ------------------------------------------------------------------------------------------------
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
-        """At the leader node, which answers (acks=all) once the in-sync replicas have the rows, within most of
-        this client's call timeout (so its refusal, not the call's deadline, says what happened)."""
+        """At the leader node, which answers (acks=all) once the in-sync replicas have the rows, within hold_ms."""
         def at_node(epoch: int) -> Call:
             descriptor = wire.put_descriptor("append", topic=topic, partition=partition, codec=codec,
                                              leader_epoch=epoch, acks=acks,
-                                             timeout_ms=int(self.connection.options.timeout_s * 1000 * 0.8),
+                                             timeout_ms=self.hold_ms,
                                              producer_id=producer_id, producer_epoch=producer_epoch,
                                              base_sequence=base_sequence)
             return put_call(descriptor, rows.schema, lambda: [rows])
@@ -158,12 +157,12 @@ class RoutingCluster(RemoteCluster):
             topic, partition, rows, codec, acks, producer_id, producer_epoch, base_sequence))
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
-              end_offset: int | None = None) -> list[Fetched]:
+              end_offset: int | None = None, max_wait_ms: int = 0) -> list[Fetched]:
         return self._routed(
             topic, partition,
             lambda epoch: fetch_call(wire.fetch_ticket(topic, partition, offset, max_bytes, end_offset,
-                                                       leader_epoch=epoch)),
-            lambda: super(RoutingCluster, self).fetch(topic, partition, offset, max_bytes, end_offset))
+                                                       leader_epoch=epoch, max_wait_ms=min(max_wait_ms, self.hold_ms))),
+            lambda: super(RoutingCluster, self).fetch(topic, partition, offset, max_bytes, end_offset, max_wait_ms))
 
     def partition_state(self, topic: str, partition: int) -> PartitionState:
         return self._routed(topic, partition,

@@ -9,10 +9,10 @@ import pyarrow as pa
 
 from fabric.common import checks
 from fabric.common.codecs import CODECS
-from fabric.common.config import LONG_MAX
+from fabric.common.config import INT_MAX, LONG_MAX
 from fabric.common.errors import InvalidConfigError, InvalidRequestError
 from fabric.common.redaction import clip
-from fabric.common.types import PartitionState, ProducerBatch
+from fabric.common.types import Fetched, PartitionState, ProducerBatch
 from fabric.coordinator.disk import disk_errors
 from fabric.server import admission
 from fabric.storage.log import Log
@@ -48,6 +48,26 @@ def append(log: Log, topic: str, partition: int, rows: pa.RecordBatch, codec: st
     admission.check_rows(topic, rows, log.schema, log.config["max.message.bytes"])
     with disk_errors(log.directory, f"append to {topic}-{partition}"):
         return log.append(rows, codec, log.timestamp_type, leader_epoch, producer)
+
+
+MAX_WAIT_MS = 300_000  # the longest a request may ask to be held (an acks=all append, a long-polling fetch)
+
+
+def wait_seconds(name: str, value: int) -> float:
+    """A wait a request asks for (ms, checked an int by the service), capped at MAX_WAIT_MS, in seconds."""
+    if not 0 <= value <= INT_MAX:
+        raise InvalidRequestError(f"{name} must be milliseconds from 0 to {INT_MAX}, got {clip(value)}")
+    return min(value, MAX_WAIT_MS) / 1000
+
+
+def fetch(log: Log, offset: int, max_bytes: int, end_offset: int | None, max_wait_ms: int) -> list[Fetched]:
+    """Committed batches from `offset`; at the end of the log, wait up to `max_wait_ms` for some (Kafka's
+    fetch.max.wait.ms), so a consumer gets a record as soon as it is appended instead of polling for it."""
+    wait_s = wait_seconds("max_wait_ms", max_wait_ms)
+    fetched = log.fetch(offset, max_bytes, end_offset)
+    if not fetched and wait_s and end_offset is None and log.wait_for_records(offset, wait_s):
+        fetched = log.fetch(offset, max_bytes)
+    return fetched
 
 
 def state(log: Log, topic: str, partition: int, end_offset: int | None = None, **replication: Any

@@ -13,6 +13,8 @@ import contextlib
 import functools
 import logging
 import os
+import threading
+import time
 from dataclasses import replace
 from typing import Callable, Iterator, NamedTuple
 
@@ -50,6 +52,7 @@ __all__ = ["PENDING", "Log", "TailState"]
 log = logging.getLogger(__name__)
 RETENTION_CHECK_MS = 30_000
 PRODUCER_STATE_SEGMENTS = 2  # how far back a partition's producer state is rebuilt from frame headers
+FOREIGN_APPEND_POLL_S = 0.05  # how often a waiting reader looks for appends by other processes (not notified)
 
 
 class TailState(NamedTuple):
@@ -99,6 +102,7 @@ class Log:
         self.last_recovery: RecoveryReport | None = None
         self._epochs: LeaderEpochCache | None = None  # loaded on first use (embedded logs never use it)
         self._producers: ProducerStateTable | None = None  # built on an idempotent producer's first append
+        self.appended = threading.Condition()  # notified whenever the end offset moves on in this process
         self._unflushed = 0
         self.clock = clock
         self._last_flush = self._last_retention = clock.now_ms()
@@ -423,6 +427,8 @@ class Log:
         self.hw.write(end_offset)
         if self._tail_state:
             self._tail_state = self._tail_state._replace(end_offset=end_offset)
+        with self.appended:
+            self.appended.notify_all()
         now = self.clock.now_ms()
         if self._unflushed >= self.config["flush.messages"] or now - self._last_flush >= self.config["flush.ms"]:
             self.flush()
@@ -539,6 +545,18 @@ class Log:
                 raise
             log.debug("%s: fetch from offset %d stops before damaged records: %s", self.name, offset, exc)
         return out
+
+    def wait_for_records(self, offset: int, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for the end offset to pass `offset` (a long-polling reader at the end): woken by
+        this process's appends at once, and by other processes' within FOREIGN_APPEND_POLL_S. True if it did."""
+        deadline = time.monotonic() + timeout_s
+        with self.appended:
+            while self.end_offset <= offset:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.appended.wait(min(left, FOREIGN_APPEND_POLL_S))
+        return True
 
     def read_frames(self, offset: int, max_bytes: int, end_offset: int | None = None) -> pa.Buffer:
         """The raw bytes of whole, CRC-checked frames from the one holding `offset`, starting below `end_offset`

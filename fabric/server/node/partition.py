@@ -234,11 +234,20 @@ class PartitionReplica:
             raise RequestTimedOutError(f"offsets {base}..{end - 1} of {self.name} were not replicated to the ISR "
                                        f"{list(leader.isr)} within {timeout_s:.1f} s: they may or may not be kept")
 
-    def read(self, offset: int, max_bytes: int, end_offset: int | None, leader_epoch: int | None) -> list[Fetched]:
-        """What a consumer may read as the leader: records below the high watermark."""
+    def read(self, offset: int, max_bytes: int, end_offset: int | None, leader_epoch: int | None,
+             max_wait_s: float = 0) -> list[Fetched]:
+        """What a consumer may read as the leader: records below the high watermark; at it, wait up to
+        `max_wait_s` for the high watermark to move on (Kafka's fetch.max.wait.ms)."""
         self.check_leader(leader_epoch)
-        hw = self.hw
-        return self.log.fetch(offset, max_bytes, hw if end_offset is None else min(end_offset, hw))
+        plog, hw = self.log, self.hw
+        fetched = plog.fetch(offset, max_bytes, hw if end_offset is None else min(end_offset, hw))
+        if fetched or not max_wait_s or end_offset is not None:
+            return fetched
+        with self.changed:
+            leader = self.leader
+            self.changed.wait_for(lambda: self.leader is not leader or self.hw > offset, max_wait_s)
+        self.check_leader(leader_epoch)
+        return plog.fetch(offset, max_bytes, self.hw)
 
     def serve_follower(self, follower: int, leader_epoch: int, offset: int, max_bytes: int,
                        max_wait_s: float) -> ReplicaFetch:

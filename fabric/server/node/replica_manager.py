@@ -18,7 +18,6 @@ from typing import Callable
 
 import pyarrow as pa
 
-from fabric.common.config import INT_MAX
 from fabric.common.errors import FabricError, InvalidConfigError, InvalidRequestError, NotLeaderError
 from fabric.common.redaction import clip
 from fabric.common.types import (
@@ -41,18 +40,10 @@ from fabric.storage.log_manager import LogManager
 log = logging.getLogger(__name__)
 NODE_ID_FILE = "node.id"
 ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
-MAX_WAIT_MS = 300_000  # the longest an acks=all append or a follower's fetch may wait
 
 
 # the controller's answer to an ISR change: (partition, leader state it was asked for, ISR) -> the new state
 AlterPartition = Callable[[TopicPartition, LeaderState, tuple[int, ...]], LeaderAndIsr]
-
-
-def _wait_ms(name: str, value: int) -> float:
-    """A wait the request asks for (ms, checked an int by the service), capped at MAX_WAIT_MS, in seconds."""
-    if not 0 <= value <= INT_MAX:
-        raise InvalidRequestError(f"{name} must be milliseconds from 0 to {INT_MAX}, got {clip(value)}")
-    return min(value, MAX_WAIT_MS) / 1000
 
 
 class ReplicaManager:
@@ -223,17 +214,18 @@ class ReplicaManager:
         producer = partition_ops.producer_batch(producer_id, producer_epoch, base_sequence)
         if acks not in ACKS:
             raise InvalidRequestError(f"acks must be one of 0, 1, all (-1), got {clip(acks)}")
-        timeout_s = _wait_ms("timeout_ms", timeout_ms)
+        timeout_s = partition_ops.wait_seconds("timeout_ms", timeout_ms)
         replica = self.replica(topic, partition, leader_epoch)
         with disk_errors(self.logs.topic_dir(topic), f"append to partition {topic}-{partition}"):
             return replica.append(rows, codec, leader_epoch, ACKS[acks], timeout_s, producer)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, end_offset: int | None = None,
-              leader_epoch: int | None = None) -> list[Fetched]:
-        """Records below the high watermark, for consumers."""
+              leader_epoch: int | None = None, max_wait_ms: int = 0) -> list[Fetched]:
+        """Records below the high watermark, for consumers, waiting up to `max_wait_ms` for some at its end."""
+        wait_s = partition_ops.wait_seconds("max_wait_ms", max_wait_ms)
         replica = self.replica(topic, partition, leader_epoch)
         with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
-            return replica.read(offset, max_bytes, end_offset, leader_epoch)
+            return replica.read(offset, max_bytes, end_offset, leader_epoch, wait_s)
 
     def replica_fetch(self, topic: str, partition: int, offset: int, leader_epoch: int, replica_id: int,
                       max_bytes: int = 1 << 20, max_wait_ms: int = 500) -> ReplicaFetch:
@@ -242,7 +234,7 @@ class ReplicaManager:
                             ("max_bytes", max_bytes)):
             if value < 0:
                 raise InvalidRequestError(f"{name} must be an int from 0, got {clip(value)}")
-        wait_s = _wait_ms("max_wait_ms", max_wait_ms)
+        wait_s = partition_ops.wait_seconds("max_wait_ms", max_wait_ms)
         replica = self.replica(topic, partition, leader_epoch)
         with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
             return replica.serve_follower(replica_id, leader_epoch, offset, max(max_bytes, 1), wait_s)
