@@ -98,9 +98,10 @@ class Cluster(ABC):
 
     @abstractmethod
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
-              end_offset: int | None = None, max_wait_ms: int = 0) -> list[Fetched]:
+              end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None) -> list[Fetched]:
         """Committed rows from `offset` (at least one batch if any), up to ~max_bytes, below end_offset; at the
-        end of the partition, the server holds the fetch up to `max_wait_ms` for records to arrive."""
+        end of the partition, the server holds the fetch up to `max_wait_ms` for records to arrive. A reader in
+        `client_rack` reads a replicated partition from an in-sync replica in its rack, if there is one."""
 
     @abstractmethod
     def partition_state(self, topic: str, partition: int) -> PartitionState:

@@ -243,7 +243,8 @@ class Consumer:
             tp = self._assignment[(self._next + i) % n]
             position = self.position(*tp)
             try:
-                fetched = self.cluster.fetch(tp[0], tp[1], position, max_bytes, max_wait_ms=wait_ms if i == 0 else 0)
+                fetched = self.cluster.fetch(tp[0], tp[1], position, max_bytes, max_wait_ms=wait_ms if i == 0 else 0,
+                                             client_rack=self.config["client_rack"] or None)
             except OffsetOutOfRangeError:
                 self._positions[tp] = self._reset(tp)
                 continue

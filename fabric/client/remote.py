@@ -159,7 +159,7 @@ class RemoteCluster(Cluster):
         return int(self.connection.options.timeout_s * 800)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
-              end_offset: int | None = None, max_wait_ms: int = 0) -> list[Fetched]:
+              end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None) -> list[Fetched]:
         return self.connection.call(fetch_call(wire.fetch_ticket(topic, partition, offset, max_bytes, end_offset,
                                                                  max_wait_ms=min(max_wait_ms, self.hold_ms))))
 

@@ -158,6 +158,8 @@ CONSUMER_SETTINGS: dict[str, Setting] = {
     "auto_commit_interval_ms": Setting(5000, _long(0, INT_MAX), "auto-commit period"),
     "max_poll_records": Setting(500, _long(1, INT_MAX), "most records one poll() returns"),
     "fetch_max_bytes": Setting(52428800, _long(1, INT_MAX), "most bytes one poll_batch() reads"),
+    "client_rack": Setting("", str, "the consumer's rack: it reads a replicated partition from an in-sync "
+                           "replica in this rack when there is one (KIP-392), else from the leader"),
     "fetch_max_wait_ms": Setting(500, _long(0, INT_MAX), "how long the server holds a fetch at a partition's end "
                                  "for records to arrive (long polling)"),
     "client_id": Setting("", str, "a name for logs"),

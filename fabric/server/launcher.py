@@ -89,10 +89,21 @@ class ServerProcess:
             os.kill(self.process.pid, sig)
             self.process.wait(timeout=30)
 
+    def pause(self) -> None:
+        """SIGSTOP: the process is frozen (a stalled machine, a long GC pause) until resume()."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after pause()."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGCONT)
+
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL if it has not exited within 10 s."""
+        """SIGTERM, then SIGKILL if it has not exited within 10 s (a paused process is resumed first)."""
         if self.process is None or self.process.poll() is not None:
             return
+        self.resume()
         self.process.terminate()
         try:
             self.process.wait(timeout=10)

@@ -52,3 +52,37 @@ def test_a_consumer_long_polls_the_leader(shared_cluster, flaky_cluster) -> None
         assert [r.value for r in consumer.poll(timeout=120)] == [b"x"]
         writer.join(60)
         assert flaky.calls["fetch"] == 2  # one empty pass, then one fetch the leader held until x was committed
+
+
+def test_a_consumer_with_a_rack_reads_from_a_follower_there(node_cluster, history) -> None:
+    """KIP-392: with the leader paused (SIGSTOP), a consumer whose client_rack is a follower's rack still reads
+    every committed record, from that follower. Sessions of 60 s keep the controller from moving the leadership
+    meanwhile, which the unchanged leader epoch confirms."""
+    cluster = node_cluster(racks=("a", "b", "c"), node_extra=("--session-timeout-ms", "60000"),
+                           coordinator_extra=("--node-session-timeout-ms", "60000"))
+    recorder = history.recorder("producer")
+    with fabric.connect(cluster.url) as fab:
+        fab.create_topic("racked", partitions=1, replication_factor=3, config={"min.insync.replicas": "3"})
+        with fab.producer(linger_ms=0) as producer:
+            for i in range(30):
+                recorder.invoke(b"v%d" % i, 0)
+                recorder.ok(b"v%d" % i, 0, producer.send("racked", b"v%d" % i, partition=0).result(60).offset)
+        before = fab.cluster.describe_cluster(refresh=True).partitions[("racked", 0)].state
+        follower = next(r for r in before.isr if r != before.leader)
+        wait_for(lambda: replica_view(cluster, "racked", 0)[follower] == (30, 30), SETTLE_S,
+                 f"node {follower} has every record and the high watermark")
+        consumer = fab.consumer("racked", auto_offset_reset="earliest", client_rack="abc"[follower - 1])
+        assert consumer.position("racked", 0) == 0  # the start offset comes from the leader, as in Kafka
+        cluster.nodes[before.leader].pause()
+        try:
+            seen: list[tuple[int, bytes]] = []
+            while len(seen) < 30:
+                seen += [(r.offset, r.value) for r in consumer.poll(timeout=60)]
+            consumer.close()
+            after = fab.cluster.describe_cluster(refresh=True).partitions[("racked", 0)].state
+        finally:
+            cluster.nodes[before.leader].resume()
+        assert after.leader_epoch == before.leader_epoch  # the leader never changed: the follower served it all
+        assert [v for _, v in seen] == [b"v%d" % i for i in range(30)]
+        recorder.read(0, seen)
+    history.check(dense=True).assert_valid()

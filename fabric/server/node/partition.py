@@ -234,19 +234,26 @@ class PartitionReplica:
             raise RequestTimedOutError(f"offsets {base}..{end - 1} of {self.name} were not replicated to the ISR "
                                        f"{list(leader.isr)} within {timeout_s:.1f} s: they may or may not be kept")
 
+    def check_readable(self, leader_epoch: int | None, from_follower: bool) -> ReplicaState:
+        """The state, if a consumer may read here: as the leader (check_leader), or with `from_follower` (a
+        consumer in this replica's rack, KIP-392) as a follower under the quoted leader epoch."""
+        state = self._state
+        if from_follower and state.role is Role.FOLLOWER and leader_epoch == state.leader_epoch:
+            return state
+        return self.check_leader(leader_epoch)
+
     def read(self, offset: int, max_bytes: int, end_offset: int | None, leader_epoch: int | None,
-             max_wait_s: float = 0) -> list[Fetched]:
-        """What a consumer may read as the leader: records below the high watermark; at it, wait up to
-        `max_wait_s` for the high watermark to move on (Kafka's fetch.max.wait.ms)."""
-        self.check_leader(leader_epoch)
+             max_wait_s: float = 0, from_follower: bool = False) -> list[Fetched]:
+        """What a consumer may read here: records below this replica's high watermark (a follower's is the
+        leader's as of its last fetch); at it, wait up to `max_wait_s` for it to move on (fetch.max.wait.ms)."""
+        state = self.check_readable(leader_epoch, from_follower)
         plog, hw = self.log, self.hw
         fetched = plog.fetch(offset, max_bytes, hw if end_offset is None else min(end_offset, hw))
         if fetched or not max_wait_s or end_offset is not None:
             return fetched
         with self.changed:
-            leader = self.leader
-            self.changed.wait_for(lambda: self.leader is not leader or self.hw > offset, max_wait_s)
-        self.check_leader(leader_epoch)
+            self.changed.wait_for(lambda: self._state is not state or self.hw > offset, max_wait_s)
+        self.check_readable(leader_epoch, from_follower)
         return plog.fetch(offset, max_bytes, self.hw)
 
     def serve_follower(self, follower: int, leader_epoch: int, offset: int, max_bytes: int,
@@ -269,8 +276,10 @@ class PartitionReplica:
                                             f"leader's log end {leo}: it must truncate first (OffsetsForLeaderEpoch)")
             leader.follower_fetched(follower, offset, leo, _now_ms())
             self._advance(plog)
-            if offset >= leo:
-                self.changed.wait_for(lambda: self.leader is not leader or plog.end_offset > offset, max_wait_s)
+            if offset >= leo:  # held until new frames, or a new high watermark the follower should learn
+                hw = self.hw
+                self.changed.wait_for(lambda: self.leader is not leader or plog.end_offset > offset or self.hw > hw,
+                                      max_wait_s)
         frames = plog.read_frames(offset, max_bytes)
         return ReplicaFetch(frames, self.hw, plog.end_offset, plog.start_offset)
 
@@ -320,7 +329,10 @@ class PartitionReplica:
             plog = self.log
             if frames.size:
                 plog.append_frames(frames)
-            self.hw = min(leader_hw, plog.end_offset)
+            hw = min(leader_hw, plog.end_offset)
+            if hw != self.hw:
+                self.hw = hw
+                self.changed.notify_all()  # consumers long-polling this follower
 
     def truncate_follower(self, leader_epoch: int, offset: int) -> None:
         """Cut the log to `offset` as the leader-epoch protocol decided under `leader_epoch` (nothing once it no

@@ -193,8 +193,10 @@ class ReplicaManager:
             raise NotLeaderError(f"node {self.node_id} hosts no partition of topic {name!r}; refresh the metadata")
         return info
 
-    def replica(self, topic: str, partition: int, leader_epoch: int | None) -> PartitionReplica:
-        """The replica of a partition this node leads under `leader_epoch` (None: whichever it leads under)."""
+    def replica(self, topic: str, partition: int, leader_epoch: int | None, from_follower: bool = False
+                ) -> PartitionReplica:
+        """The replica of a partition this node leads under `leader_epoch` (None: whichever it leads under), or
+        with `from_follower` also follows under it."""
         tp = (topic, partition)
         replica = self._replicas.get(tp)
         if replica is None or (leader_epoch is not None and leader_epoch > replica.state.leader_epoch):
@@ -203,7 +205,7 @@ class ReplicaManager:
         if replica is None:
             raise NotLeaderError(f"node {self.node_id} hosts no replica of {topic}-{partition}; refresh the "
                                  "metadata")
-        replica.check_leader(leader_epoch)
+        replica.check_readable(leader_epoch, from_follower)
         return replica
 
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none",
@@ -220,12 +222,13 @@ class ReplicaManager:
             return replica.append(rows, codec, leader_epoch, ACKS[acks], timeout_s, producer)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, end_offset: int | None = None,
-              leader_epoch: int | None = None, max_wait_ms: int = 0) -> list[Fetched]:
-        """Records below the high watermark, for consumers, waiting up to `max_wait_ms` for some at its end."""
+              leader_epoch: int | None = None, max_wait_ms: int = 0, from_follower: bool = False) -> list[Fetched]:
+        """Records below the high watermark, for consumers, waiting up to `max_wait_ms` for some at its end; a
+        follower serves them too when asked `from_follower` under its leader epoch (KIP-392)."""
         wait_s = partition_ops.wait_seconds("max_wait_ms", max_wait_ms)
-        replica = self.replica(topic, partition, leader_epoch)
+        replica = self.replica(topic, partition, leader_epoch, from_follower)
         with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
-            return replica.read(offset, max_bytes, end_offset, leader_epoch, wait_s)
+            return replica.read(offset, max_bytes, end_offset, leader_epoch, wait_s, from_follower)
 
     def replica_fetch(self, topic: str, partition: int, offset: int, leader_epoch: int, replica_id: int,
                       max_bytes: int = 1 << 20, max_wait_ms: int = 500) -> ReplicaFetch:
