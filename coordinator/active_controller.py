@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from fabric.common.config import TopicConfig
 from fabric.common.errors import CoordinatorUnavailableError, InvalidPartitionsError, UnknownTopicError
-from fabric.common.types import LeaderAndIsr, NodeInfo, TopicInfo, TopicPartition
+from fabric.common.types import LeaderAndIsr, NodeInfo, PartitionRegistration, TopicInfo, TopicPartition
 from fabric.coordinator import placement
 from fabric.coordinator.controller import (
     AlterPartition,
@@ -29,6 +29,7 @@ from fabric.coordinator.controller import (
     NodeDied,
     NodeRegistered,
     Outcome,
+    Reassign,
     decide,
 )
 from fabric.coordinator.group_store import conflict_backoff
@@ -81,7 +82,8 @@ class ActiveController:
         for attempt in range(MAX_ATTEMPTS):
             view = self._view(topics, nodes() if nodes is not None else None)
             outcome = decide(view, event)
-            updates = {tp: (view.partitions[tp].state.partition_epoch, reg.state)
+            updates = {tp: (view.partitions[tp].state.partition_epoch,
+                            reg if reg.assignment != view.partitions[tp].assignment else reg.state)
                        for tp, reg in outcome.changes.items()}
             if not updates or self.store.update_partition_states(updates):
                 for d in outcome.decisions:
@@ -119,6 +121,13 @@ class ActiveController:
         view, outcome = self._run(AlterPartition(tp, node_id, node_epoch, leader_epoch, partition_epoch, isr),
                                   [tp[0]])
         return (outcome.changes.get(tp) or view.partitions[tp]).state
+
+    def reassign(self, tp: TopicPartition, target: tuple[int, ...]) -> PartitionRegistration:
+        """Move a partition's replicas to `target` (KIP-455): the new ones join as followers and catch up, then
+        the old ones leave; returns the partition's registration after the start (or the end, if nothing had
+        to catch up)."""
+        view, outcome = self._run(Reassign(tp, target), [tp[0]])
+        return outcome.changes.get(tp) or view.partitions[tp]
 
     def elect_leaders(self, election: Election, partitions: tuple[TopicPartition, ...] = ()) -> list[Decision]:
         topics = sorted({tp[0] for tp in partitions}) if partitions else None

@@ -24,6 +24,11 @@ bumps leader_epoch, fencing the old leader):
   current leader epoch (FencedLeaderEpochError) and partition epoch (InvalidUpdateVersionError), and ISR' is a
   subset of the replicas that keeps the leader and adds only alive nodes (IneligibleReplicaError).
 - ElectLeaders(PREFERRED): Online(L) -> Online(first replica) when it is alive and in the ISR.
+- Reassign(target) (KIP-455): the replicas become the target followed by the old replicas not in it, the target
+  is recorded, and the new replicas fetch as followers. Once every target replica is in the ISR (at once, or at
+  the AlterPartition that adds the last one) the reassignment completes: the replicas become the target, the ISR
+  keeps only target members, and a leader outside the target hands over to the first in-sync target replica.
+  Refused for a partition already being reassigned, and for targets that are not distinct registered nodes.
 - ElectLeaders(UNCLEAN), only for topics with unclean.leader.election.enable=true: Offline -> Online(first
   alive replica, ISR = [it]); the election is logged, since records the old ISR acknowledged may be lost.
 
@@ -78,13 +83,15 @@ class ClusterView:
 
 
 class DecisionKind(enum.Enum):
-    """What a decision did to a partition (the leader it elected, or only its ISR)."""
+    """What a decision did to a partition (the leader it elected, only its ISR, or its replicas)."""
 
     CREATED = "Created"
     ELECTED = "Elected"
     UNCLEAN_ELECTED = "UncleanElected"
     OFFLINE = "Offline"
     ISR_CHANGED = "IsrChanged"
+    REASSIGNING = "Reassigning"
+    REASSIGNED = "Reassigned"
 
 
 @dataclass(frozen=True)
@@ -143,7 +150,13 @@ class ElectLeaders:
     partitions: tuple[TopicPartition, ...] = ()  # () means every replicated partition
 
 
-Event = NodeDied | NodeRegistered | AlterPartition | CreatePartitions | ElectLeaders
+@dataclass(frozen=True)
+class Reassign:
+    partition: TopicPartition
+    target: tuple[int, ...]
+
+
+Event = NodeDied | NodeRegistered | AlterPartition | CreatePartitions | ElectLeaders | Reassign
 
 
 # -- the transitions ----------------------------------------------------------------------------------------
@@ -157,6 +170,8 @@ def decide(view: ClusterView, event: Event) -> Outcome:
         return _alter_partition(view, event)
     if isinstance(event, CreatePartitions):
         return _create(view, event)
+    if isinstance(event, Reassign):
+        return _reassign(view, event)
     return _elect_leaders(view, event)
 
 
@@ -271,8 +286,54 @@ def _alter_partition(view: ClusterView, req: AlterPartition) -> Outcome:
     if dead:
         raise IneligibleReplicaError(f"nodes {dead} are not alive, so they cannot join the ISR of {tp[0]}-{tp[1]}")
     out = Outcome()
-    _change(view, tp, reg, state.leader, _in_order(reg.assignment, wanted), DecisionKind.ISR_CHANGED, out)
+    isr = _in_order(reg.assignment, wanted)
+    if reg.assignment.target and set(reg.assignment.target) <= wanted:
+        _complete_reassignment(view, tp, reg, isr, out)
+    else:
+        _change(view, tp, reg, state.leader, isr, DecisionKind.ISR_CHANGED, out)
     return out
+
+
+def _reassign(view: ClusterView, event: Reassign) -> Outcome:
+    tp, target = event.partition, event.target
+    reg = view.partitions.get(tp)
+    if reg is None:
+        raise UnknownPartitionError(f"partition {tp[0]}-{tp[1]} is not a replicated partition")
+    _guard(view, tp, reg)
+    if not target or len(set(target)) != len(target):
+        raise InvalidReplicationFactorError(f"the replicas of {tp[0]}-{tp[1]} must be distinct node ids, at least "
+                                            f"one; got {list(target)}")
+    unknown = sorted(set(target) - set(view.nodes))
+    if unknown:
+        raise InvalidReplicationFactorError(f"nodes {unknown} are not registered nodes; start them first")
+    if reg.assignment.target:
+        raise InvalidPartitionsError(f"partition {tp[0]}-{tp[1]} is being reassigned to "
+                                     f"{list(reg.assignment.target)} already; wait until it is done (--verify)")
+    out = Outcome()
+    if target == reg.assignment.replicas:
+        return out
+    moving = PartitionAssignment(target + tuple(r for r in reg.assignment.replicas if r not in target), target)
+    started = PartitionRegistration(moving, replace(reg.state, partition_epoch=reg.state.partition_epoch + 1,
+                                                    controller_epoch=view.controller_epoch))
+    if set(target) <= set(reg.state.isr):  # nothing to catch up: done at once
+        _complete_reassignment(view, tp, started, reg.state.isr, out, before=reg)
+        return out
+    out.changes[tp] = started
+    out.decisions.append(Decision(tp, DecisionKind.REASSIGNING, reg.state, started.state))
+    return out
+
+
+def _complete_reassignment(view: ClusterView, tp: TopicPartition, reg: PartitionRegistration, isr: tuple[int, ...],
+                           out: Outcome, before: PartitionRegistration | None = None) -> None:
+    """The replicas become the target and the ISR its in-sync members; a leader outside the target hands over
+    to the first in-sync target replica that is alive (none alive: offline until one is)."""
+    target, old = reg.assignment.target, reg.state
+    kept = tuple(r for r in target if r in isr)
+    leader = old.leader if old.leader in target else next((r for r in kept if r in view.alive()), None)
+    state = LeaderAndIsr(leader, old.leader_epoch + (1 if leader != old.leader else 0), kept,
+                         old.partition_epoch + 1, view.controller_epoch)
+    out.changes[tp] = PartitionRegistration(PartitionAssignment(target), state)
+    out.decisions.append(Decision(tp, DecisionKind.REASSIGNED, (before or reg).state, state))
 
 
 def _create(view: ClusterView, event: CreatePartitions) -> Outcome:

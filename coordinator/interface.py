@@ -20,7 +20,8 @@ from fabric.common.types import (
     TopicPartition,
 )
 
-StateUpdates = Mapping[TopicPartition, tuple[int, LeaderAndIsr]]  # (partition epoch read, new state)
+# (partition epoch read, new state, or new assignment and state for a reassignment)
+StateUpdates = Mapping[TopicPartition, tuple[int, LeaderAndIsr | PartitionRegistration]]
 
 
 class Coordinator(ABC):
@@ -148,9 +149,10 @@ class Coordinator(ABC):
         raise self._no_replication()
 
     def update_partition_states(self, updates: StateUpdates) -> bool:
-        """Compare-and-set: store each new state if its partition's epoch is still the one read; False (and
-        nothing of that write stored) on a lost race, for the caller to re-read and decide again. Refused with
-        StaleControllerEpochError when a state carries a controller epoch other than the current one."""
+        """Compare-and-set: store each new state (with a PartitionRegistration, its assignment too) if its
+        partition's epoch is still the one read; False (and nothing of that write stored) on a lost race, for the
+        caller to re-read and decide again. Refused with StaleControllerEpochError when a state carries a
+        controller epoch other than the current one."""
         raise self._no_replication()
 
     def close(self) -> None:  # noqa: B027 (optional: stores without connections keep this)

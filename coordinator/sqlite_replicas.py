@@ -37,11 +37,21 @@ CREATE TABLE IF NOT EXISTS nodes (
 CREATE TABLE IF NOT EXISTS partition_state (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, replicas TEXT NOT NULL, leader INTEGER,
     leader_epoch INTEGER NOT NULL, isr TEXT NOT NULL, partition_epoch INTEGER NOT NULL,
-    controller_epoch INTEGER NOT NULL, PRIMARY KEY (topic, partition));
+    controller_epoch INTEGER NOT NULL, target TEXT NOT NULL DEFAULT '[]', PRIMARY KEY (topic, partition));
 CREATE TABLE IF NOT EXISTS controller (id INTEGER PRIMARY KEY CHECK (id = 0), epoch INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS producer_ids (id INTEGER PRIMARY KEY CHECK (id = 0), next INTEGER NOT NULL);
 """
-_COLUMNS = "topic, partition, replicas, leader, leader_epoch, isr, partition_epoch, controller_epoch"
+_COLUMNS = "topic, partition, replicas, leader, leader_epoch, isr, partition_epoch, controller_epoch, target"
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """Bring a database written by an older version to this SCHEMA: partition states gained a reassignment
+    target (none for what was stored before)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(partition_state)")}
+    if "target" not in columns:
+        db.execute("ALTER TABLE partition_state ADD COLUMN target TEXT NOT NULL DEFAULT '[]'")
+        db.commit()
+        log.info("metadata database: partition states gained the reassignment target column")
 
 
 class _LostRace(Exception):
@@ -49,15 +59,16 @@ class _LostRace(Exception):
 
 
 def _registration(row: tuple) -> tuple[TopicPartition, PartitionRegistration]:
-    topic, p, replicas, leader, leader_epoch, isr, partition_epoch, controller_epoch = row
+    topic, p, replicas, leader, leader_epoch, isr, partition_epoch, controller_epoch, target = row
     state = LeaderAndIsr(leader, leader_epoch, tuple(json.loads(isr)), partition_epoch, controller_epoch)
-    return (topic, p), PartitionRegistration(PartitionAssignment(tuple(json.loads(replicas))), state)
+    assignment = PartitionAssignment(tuple(json.loads(replicas)), tuple(json.loads(target)))
+    return (topic, p), PartitionRegistration(assignment, state)
 
 
 def _values(tp: TopicPartition, reg: PartitionRegistration) -> tuple:
-    s = reg.state
-    return (*tp, json.dumps(list(reg.assignment.replicas)), s.leader, s.leader_epoch, json.dumps(list(s.isr)),
-            s.partition_epoch, s.controller_epoch)
+    s, a = reg.state, reg.assignment
+    return (*tp, json.dumps(list(a.replicas)), s.leader, s.leader_epoch, json.dumps(list(s.isr)),
+            s.partition_epoch, s.controller_epoch, json.dumps(list(a.target)))
 
 
 class SqliteReplication:
@@ -112,7 +123,7 @@ class SqliteReplication:
     # -- assignments and states ----------------------------------------------------------------------------
     def _insert_partitions(self, db: sqlite3.Connection, name: str,
                            partitions: Mapping[int, PartitionRegistration]) -> None:
-        db.executemany(f"INSERT INTO partition_state ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        db.executemany(f"INSERT INTO partition_state ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        [_values((name, p), reg) for p, reg in sorted(partitions.items())])
 
     @staticmethod
@@ -163,9 +174,9 @@ class SqliteReplication:
                     if stored.state.partition_epoch != expected:
                         raise _LostRace()
                     reg = validation.state_update(tp, stored, new, epoch)
-                    db.execute("UPDATE partition_state SET leader=?, leader_epoch=?, isr=?, partition_epoch=?, "
-                               "controller_epoch=? WHERE topic=? AND partition=? AND partition_epoch=?",
-                               (*_values(tp, reg)[3:], *tp, expected))
+                    db.execute("UPDATE partition_state SET replicas=?, leader=?, leader_epoch=?, isr=?, "
+                               "partition_epoch=?, controller_epoch=?, target=? WHERE topic=? AND partition=? AND "
+                               "partition_epoch=?", (*_values(tp, reg)[2:], *tp, expected))
         except _LostRace:
             return False
         return True

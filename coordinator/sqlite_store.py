@@ -47,6 +47,7 @@ class SqliteCoordinator(GroupMembership, SqliteReplication, Coordinator):
         with disk.disk_errors(path, "open the metadata database"):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             self._db().executescript(_SCHEMA + sqlite_replicas.SCHEMA)
+            sqlite_replicas.migrate(self._db())
             self._migrate_transactions()
             self._groups = GroupService(SqliteGroupStore(self._db, self._tx), self._partitions_of)
 

@@ -130,17 +130,23 @@ def new_partitions(name: str, partitions: Any, first: int, controller_epoch: int
 
 def state_update(tp: TopicPartition, stored: PartitionRegistration, new: Any,
                  controller_epoch: int) -> PartitionRegistration:
-    """The registration after a state change, checked: decided by the current controller, a higher partition
+    """The registration after a change of state (a LeaderAndIsr) or of assignment and state (a
+    PartitionRegistration: a reassignment), checked: decided by the current controller, a higher partition
     epoch, a leader epoch that never goes back, and an ISR within the replicas."""
-    if not isinstance(new, LeaderAndIsr):
-        raise InvalidRequestError(f"the new state of {tp[0]}-{tp[1]} must be a LeaderAndIsr")
-    _controller_epoch(tp, new, controller_epoch)
+    if isinstance(new, PartitionRegistration):
+        assignment, state = new.assignment, new.state
+    elif isinstance(new, LeaderAndIsr):
+        assignment, state = stored.assignment, new
+    else:
+        raise InvalidRequestError(f"the new state of {tp[0]}-{tp[1]} must be a LeaderAndIsr or a "
+                                  "PartitionRegistration")
+    _controller_epoch(tp, state, controller_epoch)
     old = stored.state
-    if new.partition_epoch <= old.partition_epoch or new.leader_epoch < old.leader_epoch:
+    if state.partition_epoch <= old.partition_epoch or state.leader_epoch < old.leader_epoch:
         raise InvalidRequestError(f"the state of {tp[0]}-{tp[1]} must move to a higher partition epoch and never "
-                                  f"to a lower leader epoch: {old} -> {new}")
+                                  f"to a lower leader epoch: {old} -> {state}")
     try:
-        return PartitionRegistration(stored.assignment, new)
+        return PartitionRegistration(assignment, state)
     except ValueError as exc:
         raise InvalidRequestError(f"partition {tp[0]}-{tp[1]}: {exc}") from None
 

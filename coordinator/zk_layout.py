@@ -148,12 +148,19 @@ def topic_data(info: TopicInfo, assignment: Mapping[int, PartitionAssignment] | 
                            "value_schema": schema}
     if assignment:
         doc["assignment"] = {str(p): list(a.replicas) for p, a in sorted(assignment.items())}
+        targets = {str(p): list(a.target) for p, a in sorted(assignment.items()) if a.target}
+        if targets:
+            doc["reassigning"] = targets  # Kafka keeps adding/removing replicas beside the assignment too
     return dumps(doc)
 
 
 def topic_assignment(data: bytes) -> dict[int, PartitionAssignment]:
-    """The replicas of a replicated topic's partitions ({} for a topic created without replication)."""
-    return {int(p): PartitionAssignment(tuple(r)) for p, r in (loads(data).get("assignment") or {}).items()}
+    """The replicas of a replicated topic's partitions ({} for a topic created without replication), with the
+    target of those being reassigned."""
+    doc = loads(data)
+    targets = doc.get("reassigning") or {}
+    return {int(p): PartitionAssignment(tuple(r), tuple(targets.get(p, ()))) for p, r in
+            (doc.get("assignment") or {}).items()}
 
 
 def node_data(info: NodeInfo) -> bytes:

@@ -171,13 +171,26 @@ class ZkReplication:
     def _set_states(self, txn: TransactionRequest, token: EpochToken | None,
                     chunk: list[tuple[TopicPartition, tuple[int, Any]]]) -> None:
         epoch = self._fenced_epoch(txn, token)
-        assignments = self._assignments(sorted({tp[0] for tp, _ in chunk}))
+        topics = {}
+        for name in sorted({tp[0] for tp, _ in chunk}):
+            try:
+                topics[name] = self._read_topic(name)
+            except UnknownTopicError:
+                continue  # deleted meanwhile
         found = self.writer.get_many([layout.partition_state(*tp) for tp, _ in chunk])
+        reassigned: set[str] = set()
         for (tp, (expected, new)), f in zip(chunk, found, strict=True):
-            if tp not in assignments or f is None:
+            if tp[0] not in topics or tp[1] not in topics[tp[0]][2] or f is None:
                 raise UnknownTopicError(f"{tp[0]}-{tp[1]} is not a replicated partition (deleted?)")
-            stored = PartitionRegistration(assignments[tp], layout.leader_and_isr(f[0]))
+            assignment = topics[tp[0]][2]
+            stored = PartitionRegistration(assignment[tp[1]], layout.leader_and_isr(f[0]))
             if stored.state.partition_epoch != expected:
                 raise _LostRace()
             reg = validation.state_update(tp, stored, new, epoch)
             txn.set_data(layout.partition_state(*tp), layout.state_data(reg.state), version=f[1].version)
+            if reg.assignment != stored.assignment:
+                assignment[tp[1]] = reg.assignment
+                reassigned.add(tp[0])
+        for name in sorted(reassigned):  # the assignment lives in the topic's znode, as in Kafka
+            info, stat, assignment = topics[name]
+            txn.set_data(layout.topic(name), layout.topic_data(info, assignment), version=stat.version)

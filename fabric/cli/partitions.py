@@ -1,4 +1,5 @@
-"""`fabric partitions elect-leaders`: Kafka's kafka-leader-election, for a cluster with data nodes."""
+"""`fabric partitions elect-leaders` and `fabric partitions reassign`: Kafka's kafka-leader-election and
+kafka-reassign-partitions, for a cluster with data nodes."""
 from __future__ import annotations
 
 import argparse
@@ -38,6 +39,42 @@ def elect_leaders(args: argparse.Namespace) -> None:
                        [(t, p, s.leader, s.leader_epoch, ",".join(map(str, s.isr))) for (t, p), s in rows]))
 
 
+def _replica_list(text: str) -> list[int]:
+    try:
+        replicas = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise InvalidArgumentError(f"--replicas {text!r} must be node ids separated by commas, e.g. 3,1,2") from None
+    return replicas
+
+
+def reassign(args: argparse.Namespace) -> None:
+    """Show the move (a dry run, as Kafka's tool without --execute), start it, or say whether it is done."""
+    wanted = _replica_list(args.replicas)
+    with open_fabric(args) as fab:
+        current = fab.partition_assignment(args.topic, args.partition)
+        if current is None:
+            raise InvalidArgumentError(f"{args.topic}-{args.partition} is not a replicated partition; only those "
+                                       "placed on data nodes (--replication-factor) can be reassigned")
+        where = f"{args.topic}-{args.partition}"
+        if args.verify:
+            done = current.assignment.replicas == tuple(wanted) and not current.assignment.target
+            print(f"Reassignment of {where} to {wanted} is {'complete' if done else 'still in progress'} "
+                  f"(replicas {list(current.assignment.replicas)}, ISR {list(current.state.isr)}).")
+            return
+        print(f"Current replicas of {where}: {list(current.assignment.replicas)}")
+        print(f"Proposed replicas of {where}: {wanted}")
+        if not args.execute:
+            print("This was a dry run: add --execute to move the replicas.")
+            return
+        started = fab.reassign_partition(args.topic, args.partition, wanted)
+    if started.assignment.target:
+        print(f"Started: the new replicas copy the log and join the ISR, then the old ones leave. Check with "
+              f"`fabric partitions reassign --topic {args.topic} --partition {args.partition} --replicas "
+              f"{args.replicas} --verify`.")
+    else:
+        print(f"Done: {where} is on {list(started.assignment.replicas)}.")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `fabric partitions ...`."""
     group = add_command(subparsers, "partitions", None, "leader elections of a cluster's replicated partitions")
@@ -57,3 +94,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--topic", metavar="T", help="only this topic's partitions (default: every replicated one)")
     p.add_argument("--partition", metavar="P", type=int, help="only this partition of --topic")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+
+    p = add_command(verbs, "reassign", reassign, "move a partition's replicas to other nodes",
+                    description="Without --execute, show the current and proposed replicas (a dry run). With "
+                                "--execute, the new replicas are added as followers, copy the log and join the "
+                                "ISR; then the replicas become the given list (the first is the preferred "
+                                "leader) and the old ones delete their copy. --verify says whether it is done.",
+                    epilog="example:\n  fabric partitions reassign --topic clicks --partition 0 --replicas 4,1,2 "
+                           "--execute")
+    p.add_argument("--topic", metavar="T", required=True, help="the topic")
+    p.add_argument("--partition", metavar="P", type=int, required=True, help="the partition")
+    p.add_argument("--replicas", metavar="IDS", required=True, help="the new replicas, node ids like 3,1,2")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--execute", action="store_true", help="start the move (default: a dry run)")
+    mode.add_argument("--verify", action="store_true", help="say whether the move is done")

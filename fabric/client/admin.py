@@ -20,6 +20,7 @@ from fabric.common.types import (
     LeaderAndIsr,
     MemberDescription,
     NodeInfo,
+    PartitionRegistration,
     PartitionState,
     TopicInfo,
     TopicPartition,
@@ -117,6 +118,19 @@ class Fabric:
         returns the new state of each partition whose leader changed."""
         chosen = checks.topic_partitions(partitions, "partitions") if partitions is not None else []
         return self.cluster.elect_leaders(election, chosen)
+
+    def reassign_partition(self, topic: str, partition: int, replicas: Sequence[int]) -> PartitionRegistration:
+        """Move a replicated partition to the nodes `replicas` (the first its preferred leader), as Kafka's
+        kafka-reassign-partitions --execute: the new replicas copy the log and join the ISR, then the old ones
+        leave (and delete their copy). Returns the partition's registration once started; its assignment's
+        `target` is set until the move is done (`partition_assignment` shows it)."""
+        nodes = [checks.integer(r, "replicas[]", 0, INT_MAX) for r in replicas]
+        return self.cluster.reassign_partition(validate_topic(topic), checks.integer(partition, "partition", 0,
+                                                                                      INT_MAX), nodes)
+
+    def partition_assignment(self, topic: str, partition: int) -> PartitionRegistration | None:
+        """The controller's assignment and state of a replicated partition (None for one that is not)."""
+        return self.cluster.describe_cluster(refresh=True).partitions.get((validate_topic(topic), partition))
 
     def alter_topic_config(self, name: str, config: Mapping[str, Any]) -> TopicInfo:
         """Set config overrides; a value of None removes the override (back to the default)."""

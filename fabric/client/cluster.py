@@ -15,9 +15,11 @@ from fabric.common.config import TopicConfig
 from fabric.common.errors import FabricError, InvalidConfigError
 from fabric.common.records import TIMESTAMP_TYPES, storage_schema
 from fabric.common.types import (
+    ClusterDescription,
     Fetched,
     LeaderAndIsr,
     NodeInfo,
+    PartitionRegistration,
     PartitionState,
     ProducerIdentity,
     TopicInfo,
@@ -53,12 +55,22 @@ class Cluster(ABC):
         """The data nodes with their liveness (none outside a cluster with data nodes)."""
         return []
 
+    def describe_cluster(self, refresh: bool = False) -> ClusterDescription:
+        """The controller's view of the nodes and replicated partitions (empty outside a cluster with nodes)."""
+        return ClusterDescription(0, (), {})
+
     def elect_leaders(self, election: str, partitions: Sequence[TopicPartition] = ()) -> dict[TopicPartition,
                                                                                               LeaderAndIsr]:
         """Ask the controller for a preferred or unclean leader election (only a cluster with data nodes has
         one; this refuses with the fix)."""
         raise InvalidConfigError(f"leader elections need a cluster with data nodes; {type(self).__name__} "
                                  f"{self.url!r} has one replica per partition")
+
+    def reassign_partition(self, topic: str, partition: int, replicas: Sequence[int]) -> PartitionRegistration:
+        """Ask the controller to move a replicated partition to `replicas` (only a cluster with data nodes has
+        them; this refuses with the fix)."""
+        raise InvalidConfigError(f"reassigning replicas needs a cluster with data nodes; {type(self).__name__} "
+                                 f"{self.url!r} keeps each partition in one directory")
 
     def describe_partition(self, topic: str, partition: int) -> PartitionState:
         """partition_state() for describing: an offline replicated partition is described (leader None, offsets

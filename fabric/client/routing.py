@@ -26,6 +26,7 @@ from fabric.common.types import (
     Fetched,
     LeaderAndIsr,
     NodeInfo,
+    PartitionRegistration,
     PartitionState,
     TopicInfo,
     TopicPartition,
@@ -134,6 +135,12 @@ class RoutingCluster(RemoteCluster):
                                                                               partitions=tuple(partitions))
         self._stale()
         return changed
+
+    def reassign_partition(self, topic: str, partition: int, replicas: Sequence[int]) -> PartitionRegistration:
+        started: PartitionRegistration = self.connection.action("reassign_partition", topic=topic,
+                                                                 partition=partition, replicas=tuple(replicas))
+        self._stale()
+        return started
 
     def describe_partition(self, topic: str, partition: int) -> PartitionState:
         """partition_state(), or for a partition whose leader is offline or does not answer, what the controller

@@ -203,14 +203,20 @@ class NodeInfo:
 
 @dataclass(frozen=True)
 class PartitionAssignment:
-    """Where one partition's replicas live: node ids in preference order, the first the preferred leader.
-    Invariant: at least one replica, no node twice."""
+    """Where one partition's replicas live: node ids in preference order, the first the preferred leader; while
+    it is being reassigned (KIP-455), `target` is where it goes, and `replicas` the target followed by the old
+    replicas that leave once the target's new ones are in sync. Invariant: at least one replica, no node twice,
+    the target (if any) a subset of the replicas."""
 
     replicas: tuple[int, ...]
+    target: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.replicas or len(set(self.replicas)) != len(self.replicas):
             raise ValueError(f"replicas {list(self.replicas)} must be distinct node ids, at least one")
+        if len(set(self.target)) != len(self.target) or not set(self.target) <= set(self.replicas):
+            raise ValueError(f"reassignment target {list(self.target)} must be distinct replicas of "
+                             f"{list(self.replicas)}")
 
     @property
     def preferred_leader(self) -> int:

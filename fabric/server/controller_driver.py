@@ -30,7 +30,15 @@ from fabric.common.errors import (
     UnknownTopicError,
 )
 from fabric.common.redaction import clip
-from fabric.common.types import ClusterDescription, LeaderAndIsr, NodeAssignment, NodeInfo, TopicInfo, TopicPartition
+from fabric.common.types import (
+    ClusterDescription,
+    LeaderAndIsr,
+    NodeAssignment,
+    NodeInfo,
+    PartitionRegistration,
+    TopicInfo,
+    TopicPartition,
+)
 from fabric.coordinator.active_controller import ActiveController
 from fabric.coordinator.controller import Election
 from fabric.coordinator.election import NotControllerError
@@ -207,6 +215,11 @@ class ControllerDriver:
                                       f"{clip(election)}") from None
         decisions = self._call(lambda c: c.elect_leaders(kind, tuple(partitions)))
         return {d.partition: d.after for d in decisions}
+
+    def reassign_partition(self, topic: str, partition: int, replicas: tuple[int, ...]) -> PartitionRegistration:
+        """Start moving a partition to `replicas` (Kafka's reassignment): returns its registration, whose
+        assignment's `target` stays set until the new replicas are in sync and the old ones have left."""
+        return self._call(lambda c: c.reassign((topic, partition), replicas))
 
     def create_topic(self, name: str, partitions: int, replication_factor: int, config: dict[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:

@@ -139,6 +139,7 @@ ROUTES: dict[str, Route] = {
     "node_heartbeat": Route("controller", on_cluster("cluster_action"), True),
     "alter_partition": Route("controller", on_cluster("cluster_action"), True),
     "elect_leaders": Route("controller", on_cluster("admin"), True),
+    "reassign_partition": Route("controller", on_topic("admin", "topic"), True),
     "describe_cluster": Route("controller", nothing, True, filter_by=topics_described),
 }
 

@@ -60,6 +60,13 @@ class LogManager:
         for p in range(first, info.partitions):
             self.log(info, p).sync_tail_locked()
 
+    def delete_partition(self, tp: TopicPartition) -> None:
+        """Forget one partition's log and remove its directory (a replica moved to other nodes)."""
+        directory = os.path.join(self.topic_dir(tp[0]), str(tp[1]))
+        with self._guard:
+            self._logs.pop(tp, None)
+        shutil.rmtree(directory, ignore_errors=True)
+
     def delete_topic(self, topic: str) -> None:
         """Forget the topic's logs and remove its directory (whatever is in it)."""
         directory = self.topic_dir(topic)

@@ -255,6 +255,26 @@ def check_partition_state_compare_and_set(c: Coordinator, new_controller: NewCon
         c.update_partition_states({("gone", 0): (0, elected)})
 
 
+def check_assignment_changes(c: Coordinator, new_controller: NewController) -> None:
+    """A reassignment's assignment (with its target) and state are stored together by compare-and-set, and the
+    end of it too; a lost race stores neither."""
+    epoch = new_controller()
+    c.create_replicated_topic("r", {}, None, {0: registration((1, 2, 3), epoch), 1: registration((2, 3), epoch)})
+    moving = PartitionRegistration(PartitionAssignment((4, 1, 2, 3), (4, 1, 2)),
+                                   LeaderAndIsr(1, 0, (1, 2, 3), 1, epoch))
+    assert not c.update_partition_states({("r", 0): (0, moving), ("r", 1): (5, LeaderAndIsr(2, 0, (2,), 6, epoch))})
+    assert c.partition_registrations(["r"])[("r", 0)] == registration((1, 2, 3), epoch)
+    assert c.update_partition_states({("r", 0): (0, moving)})
+    assert c.partition_registrations(["r"]) == {("r", 0): moving, ("r", 1): registration((2, 3), epoch)}
+    done = PartitionRegistration(PartitionAssignment((4, 1, 2)), LeaderAndIsr(1, 0, (4, 1, 2), 2, epoch))
+    assert c.update_partition_states({("r", 0): (1, done)})
+    assert c.partition_registrations(["r"])[("r", 0)] == done
+    with pytest.raises(InvalidRequestError):  # the partition epoch must grow, with an assignment change too
+        c.update_partition_states({("r", 0): (2, PartitionRegistration(PartitionAssignment((4,)),
+                                                                         LeaderAndIsr(4, 1, (4,), 2, epoch)))})
+    assert c.partition_registrations(["r"])[("r", 0)] == done
+
+
 def check_producer_id_blocks(c: Coordinator, new_controller: NewController) -> None:
     """Producer id blocks never overlap: the first starts where asked, each next one after the last (whatever
     the later callers ask), from any number of callers at once."""
@@ -266,7 +286,7 @@ def check_producer_id_blocks(c: Coordinator, new_controller: NewController) -> N
 
 
 REPLICATION_CONTRACT = [check_node_registrations, check_replicated_topics, check_partition_state_compare_and_set,
-                        check_producer_id_blocks]
+                        check_assignment_changes, check_producer_id_blocks]
 
 
 @pytest.fixture(params=["sqlite", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])

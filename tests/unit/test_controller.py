@@ -32,6 +32,7 @@ from fabric.coordinator.controller import (
     ElectLeaders,
     NodeDied,
     NodeRegistered,
+    Reassign,
     advance,
     decide,
 )
@@ -215,9 +216,45 @@ def test_unclean_election_on_request_only_where_the_topic_enables_it() -> None:
     assert out.changes == {("u", 0): part((1, 3), 3, (3,), 4, 8)}
 
 
+# -- reassignment ---------------------------------------------------------------------------------------------
+def test_a_reassignment_adds_the_new_replicas_then_completes_when_they_are_in_sync() -> None:
+    v = view({TP: part((1, 2, 3), 1, (1, 2, 3))}, alive=(1, 2, 3, 4), registered=(1, 2, 3, 4))
+    v, out = advance(v, Reassign(TP, (4, 1, 2)))
+    started = out.changes[TP]
+    assert started.assignment == PartitionAssignment((4, 1, 2, 3), (4, 1, 2))
+    assert started.state == LeaderAndIsr(1, 3, (1, 2, 3), 8, EPOCH)  # node 4 catches up as a follower first
+    assert [d.kind for d in out.decisions] == [DecisionKind.REASSIGNING]
+    with pytest.raises(InvalidPartitionsError, match=r"being reassigned to \[4, 1, 2\] already"):
+        decide(v, Reassign(TP, (1, 2, 3)))
+    v, out = advance(v, AlterPartition(TP, 1, 1, 3, 8, (1, 2, 3, 4)))  # the leader adds node 4: done
+    assert out.changes[TP] == PartitionRegistration(PartitionAssignment((4, 1, 2)), LeaderAndIsr(1, 3, (4, 1, 2), 9,
+                                                                                                 EPOCH))
+    assert [d.kind for d in out.decisions] == [DecisionKind.REASSIGNED]
+
+
+def test_a_reassignment_away_from_the_leader_hands_leadership_over() -> None:
+    v = view({TP: part((1, 2, 3), 1, (1, 2, 3))})
+    out = decide(v, Reassign(TP, (3, 2)))  # every target replica is in sync: done at once
+    assert out.changes[TP] == PartitionRegistration(PartitionAssignment((3, 2)), LeaderAndIsr(3, 4, (3, 2), 9,
+                                                                                              EPOCH))
+
+
+@pytest.mark.parametrize("target, error, match", [
+    ((), InvalidReplicationFactorError, "at least one"),
+    ((1, 1), InvalidReplicationFactorError, "distinct"),
+    ((1, 9), InvalidReplicationFactorError, r"nodes \[9\] are not registered"),
+])
+def test_reassignment_refusals(target, error, match) -> None:
+    with pytest.raises(error, match=match):
+        decide(view(), Reassign(TP, target))
+    with pytest.raises(UnknownPartitionError):
+        decide(view(), Reassign(("nope", 0), (1,)))
+    assert decide(view(), Reassign(TP, (1, 2, 3))).changes == {}  # already there
+
+
 # -- a deposed controller -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("event", [NodeDied(1), NodeDied(2), alter((1, 2)), ElectLeaders(Election.PREFERRED),
-                                   NodeRegistered(node(1, epoch=2))])
+                                   NodeRegistered(node(1, epoch=2)), Reassign(TP, (3, 2))])
 def test_a_deposed_controller_decides_nothing(event) -> None:
     newer = {TP: part((2, 1, 3), 1, (1, 2, 3), controller_epoch=EPOCH + 1)}
     with pytest.raises(StaleControllerEpochError, match=f"newer than this controller's {EPOCH}"):
@@ -241,7 +278,7 @@ def scenarios(draw):
     """A cluster of four nodes and replicated partitions on them, and a sequence of event choices."""
     placements = draw(st.lists(st.permutations(NODES).map(lambda p: p[:3]), min_size=1, max_size=4))
     unclean = draw(st.booleans())
-    steps = draw(st.lists(st.tuples(st.sampled_from(["die", "register", "alter", "preferred"]),
+    steps = draw(st.lists(st.tuples(st.sampled_from(["die", "register", "alter", "preferred", "reassign"]),
                                     st.sampled_from(NODES), st.integers(0, 3), st.sets(st.sampled_from(NODES))),
                           max_size=30))
     return placements, unclean, steps
@@ -255,6 +292,8 @@ def _event(v: ClusterView, kind: str, node_id: int, p: int, isr: set[int]):
     if kind == "preferred":
         return ElectLeaders(Election.PREFERRED)
     tp = sorted(v.partitions)[p % len(v.partitions)]
+    if kind == "reassign":
+        return Reassign(tp, tuple(sorted(isr | {node_id})))
     s = v.partitions[tp].state
     leader = s.leader if s.leader is not None else node_id
     return AlterPartition(tp, leader, v.nodes[leader].node_epoch, s.leader_epoch, s.partition_epoch,
@@ -277,6 +316,7 @@ def test_invariants_hold_over_any_event_sequence(scenario) -> None:
             old, new = v.partitions[tp].state, reg.state
             assert new.leader is None or (new.leader in new.isr and after.nodes[new.leader].alive)
             assert set(new.isr) <= set(reg.assignment.replicas) and new.isr
+            assert set(reg.assignment.target) <= set(reg.assignment.replicas)
             # dead nodes leave every ISR, except the last member of an offline partition's
             assert all(after.nodes[r].alive for r in new.isr) or (new.leader is None and len(new.isr) == 1)
             assert new.leader_epoch >= old.leader_epoch
@@ -284,8 +324,10 @@ def test_invariants_hold_over_any_event_sequence(scenario) -> None:
                 assert new.partition_epoch > old.partition_epoch and new.controller_epoch == EPOCH
                 if new.leader != old.leader:
                     assert new.leader_epoch > old.leader_epoch
-                if new.leader is not None and new.leader != old.leader and not unclean:
-                    assert new.leader in old.isr  # clean elections pick an in-sync replica
+                reassigned = any(d.kind is DecisionKind.REASSIGNED for d in outcome.decisions if d.partition == tp)
+                if new.leader is not None and new.leader != old.leader and not unclean and not reassigned:
+                    assert new.leader in old.isr  # clean elections pick an in-sync replica (a completed
+                    # reassignment picks one of the ISR the leader has just confirmed: new.isr, checked above)
             else:
                 assert new == old
         v = after

@@ -55,6 +55,15 @@ class LeaderState:
                      partition_epoch)
         self.isr, self.partition_epoch, self.pending = isr, partition_epoch, None
 
+    def replicas_changed(self, replicas: tuple[int, ...], now_ms: float) -> None:
+        """The partition's replicas changed under this leadership (a reassignment): track the new followers from
+        now, forget the ones that left."""
+        if replicas == self.replicas:
+            return
+        self.followers = {r: self.followers.get(r) or FollowerProgress(caught_up_ms=now_ms) for r in replicas
+                          if r != self.leader_id}
+        self.replicas = replicas
+
     def follower_fetched(self, follower: int, offset: int, leader_leo: int, now_ms: float) -> None:
         """A follower fetches from `offset`: it holds every record below it."""
         progress = self.followers[follower]

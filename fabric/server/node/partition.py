@@ -151,6 +151,7 @@ class PartitionReplica:
             elif changed:
                 self.leader = None
             elif self.leader is not None:
+                self.leader.replicas_changed(registration.assignment.replicas, _now_ms())
                 self.leader.isr_confirmed(new.isr, new.partition_epoch)
                 self._advance(self.log)
             self._state = ReplicaState(role, new.leader_epoch, registration)

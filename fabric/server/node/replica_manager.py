@@ -105,6 +105,10 @@ class ReplicaManager:
             for tp in sorted(set(self._replicas) - set(assignment.partitions)):
                 self._stop_fetcher(tp)
                 self._replicas.pop(tp).fence("no longer assigned to this node")
+                if tp[0] in assignment.topics:  # reassigned away: this copy is no longer needed
+                    log.info("partition %s-%d was moved off node %d: deleting its log here", *tp, self.node_id)
+                    with disk_errors(self.logs.topic_dir(tp[0]), f"delete partition {tp[0]}-{tp[1]}"):
+                        self.logs.delete_partition(tp)
             for topic in sorted(hosted - set(assignment.topics)):
                 log.warning("topic %s was deleted: deleting its logs on node %d", topic, self.node_id)
                 with disk_errors(self.logs.topic_dir(topic), f"delete the logs of topic {topic!r}"):
