@@ -30,6 +30,7 @@ from fabric.common.errors import (
 )
 from fabric.common.types import ClusterDescription, LeaderAndIsr, NodeAssignment, NodeInfo, TopicInfo
 from fabric.coordinator.active_controller import ActiveController
+from fabric.coordinator.controller import Decision
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.node_leases import NodeLeases
@@ -61,6 +62,7 @@ class ControllerDriver:
         self._failure = ""  # why the controller last failed to start
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self.on_decision: Callable[[Decision], None] = lambda decision: None  # told every decision stored
 
     @property
     def state(self) -> ControllerState:
@@ -89,7 +91,8 @@ class ControllerDriver:
             return
         try:
             epoch = self._claim()
-            self._controller = ActiveController(self.store, epoch, NodeLeases(self.session_timeout_ms, self.clock))
+            self._controller = ActiveController(self.store, epoch, NodeLeases(self.session_timeout_ms, self.clock),
+                                                on_decision=lambda decision: self.on_decision(decision))
         except FabricError as exc:
             if str(exc) != self._failure:
                 log.warning("the controller could not start (%s); retrying every tick", exc)
