@@ -46,12 +46,14 @@ class ActiveController:
     Invariants: every state it writes carries its epoch `controller_epoch` (so once a newer controller exists,
     each of its writes fails with StaleControllerEpochError and it must be replaced); node liveness is its
     `leases`, granted afresh to every registered node when it starts; a partition changes only through
-    controller.decide and a compare-and-set on the partition epoch the decision was made from."""
+    controller.decide and a compare-and-set on the partition epoch the decision was made from. Each decision
+    stored is logged and told to `on_decision` (the service's metrics count them)."""
 
     def __init__(self, store: Coordinator, controller_epoch: int, leases: NodeLeases,
-                 start_index: Callable[[int], int] = random.randrange) -> None:
+                 start_index: Callable[[int], int] = random.randrange,
+                 on_decision: Callable[[Decision], None] = lambda decision: None) -> None:
         self.store, self.controller_epoch, self.leases = store, controller_epoch, leases
-        self._start_index = start_index
+        self._start_index, self._on_decision = start_index, on_decision
         leases.grant_all((n.id, n.node_epoch) for n in store.registered_nodes())
 
     # -- reading -------------------------------------------------------------------------------------------
@@ -88,6 +90,7 @@ class ActiveController:
             if not updates or self.store.update_partition_states(updates):
                 for d in outcome.decisions:
                     log.info("partition %s-%d: %s: %s -> %s", *d.partition, d.kind.value, d.before, d.after)
+                    self._on_decision(d)
                 return view, outcome
             log.info("%s: a partition changed while deciding (attempt %d); deciding again", event, attempt + 1)
             conflict_backoff(attempt)

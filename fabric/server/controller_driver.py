@@ -40,7 +40,7 @@ from fabric.common.types import (
     TopicPartition,
 )
 from fabric.coordinator.active_controller import ActiveController
-from fabric.coordinator.controller import Election
+from fabric.coordinator.controller import Decision, Election
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.node_leases import NodeLeases
@@ -72,6 +72,7 @@ class ControllerDriver:
         self._failure = ""  # why the controller last failed to start
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self.on_decision: Callable[[Decision], None] = lambda decision: None  # told every decision stored
 
     @property
     def state(self) -> ControllerState:
@@ -100,7 +101,8 @@ class ControllerDriver:
             return
         try:
             epoch = self._claim()
-            self._controller = ActiveController(self.store, epoch, NodeLeases(self.session_timeout_ms, self.clock))
+            self._controller = ActiveController(self.store, epoch, NodeLeases(self.session_timeout_ms, self.clock),
+                                                on_decision=lambda decision: self.on_decision(decision))
         except FabricError as exc:
             if str(exc) != self._failure:
                 log.warning("the controller could not start (%s); retrying every tick", exc)

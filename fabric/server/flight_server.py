@@ -1,6 +1,7 @@
 """What every fabric Flight server shares (the coordinator service and the data node): TLS, token
 authentication and ACLs (security.py), errors sent as the Flight errors that keep their fabric.errors type
-(wire.py), and the check of appended rows against the topic's storage schema.
+(wire.py), the check of appended rows against the topic's storage schema, and its Prometheus metrics
+(metrics.py: produce and fetch requests, measured by `measured`).
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from fabric.common.types import Fetched
 from fabric.server import security, wire
 from fabric.server.arguments import check_call
 from fabric.server.instance import check_listen
+from fabric.server.metrics import ServerMetrics
+from fabric.server.request_metrics import count_bytes
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +31,7 @@ class FabricFlightServer(flight.FlightServerBase):
                  tls_key: str | None) -> None:
         tokens = security.load_tokens(tokens_file) if tokens_file else None
         self.authorizer = security.Authorizer(security.load_acls(acl_file) if acl_file else None)
+        self.metrics = ServerMetrics()
         cert = security.read_pem(tls_cert, "TLS certificate")
         key = security.read_pem(tls_key, "TLS private key")
         if (cert is None) != (key is None):
@@ -40,6 +44,11 @@ class FabricFlightServer(flight.FlightServerBase):
         except pa.ArrowException as exc:
             raise FabricError(f"cannot listen on {listen}: the server did not start ({exc}); check that "
                               "the address belongs to this machine and the port is free") from None
+
+    def shutdown(self) -> None:
+        """Stop serving Flight calls (those in flight finish), then the metrics endpoint."""
+        super().shutdown()
+        self.metrics.close()
 
     def authorize(self, context: flight.ServerCallContext, checks: list[tuple[str, str]]) -> str:
         """The caller's principal; AuthorizationError unless it may do every (operation, resource)."""
@@ -56,6 +65,7 @@ class FabricFlightServer(flight.FlightServerBase):
         check_call("fetch", method, args)
         self.authorize(context, [("read", f"topic:{args['topic']}")])
         fetched = fetch(**args)
+        count_bytes(sum(f.batch.nbytes for f in fetched))
         return wire.fetch_stream(None if fetched else schema_of(args["topic"]), fetched)
 
     def translate(self, exc: Exception) -> flight.FlightError:
@@ -79,6 +89,18 @@ def translated(handler: Callable) -> Callable:
     return run
 
 
+def measured(kind: str) -> Callable[[Callable], Callable]:
+    """Record each call of a handler as a `kind` request (request_metrics.KINDS) in its server's metrics; under
+    `translated`, so refusals are counted by their own type."""
+    def wrap(handler: Callable) -> Callable:
+        @functools.wraps(handler)
+        def run(self: FabricFlightServer, *args: Any, **kwargs: Any) -> Any:
+            with self.metrics.requests.measure(kind):
+                return handler(self, *args, **kwargs)
+        return run
+    return wrap
+
+
 def stored_rows(topic: str, expected: pa.Schema, reader: flight.MetadataRecordBatchReader) -> pa.RecordBatch:
     """An append's rows as one batch; SchemaMismatchError unless they have the topic's storage schema."""
     if not reader.schema.equals(expected):
@@ -87,4 +109,6 @@ def stored_rows(topic: str, expected: pa.Schema, reader: flight.MetadataRecordBa
             f"({wire.schema_text(expected)}), got ({wire.schema_text(reader.schema)}); produce with a fabric "
             "producer (fabric.records.to_storage)")
     batches = reader.read_all().combine_chunks().to_batches()
-    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=reader.schema)
+    rows = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=reader.schema)
+    count_bytes(rows.nbytes)
+    return rows

@@ -41,6 +41,7 @@ class Settings:
     max_partitions: int = DEFAULT_MAX_PARTITIONS
     shutdown_timeout_ms: int = 5000
     node_session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    metrics_port: int | None = None
 
     @property
     def store_url(self) -> str:
@@ -58,7 +59,7 @@ PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir"
               "acl.file": "acl_file", "tls.cert.file": "tls_cert", "tls.key.file": "tls_key",
               "zookeeper.session.timeout.ms": "zk_session_timeout_ms", "topic.max.partitions": "max_partitions",
               "coordinator.shutdown.timeout.ms": "shutdown_timeout_ms",
-              "node.session.timeout.ms": "node_session_timeout_ms"}
+              "node.session.timeout.ms": "node_session_timeout_ms", "metrics.port": "metrics_port"}
 PATH_KEYS = ("tokens_file", "acl_file", "tls_cert", "tls_key")
 MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
                 "shutdown_timeout_ms": "coordinator.shutdown.timeout.ms",
@@ -85,6 +86,23 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
                         "this time, whatever ZooKeeper or its peers do (coordinator.shutdown.timeout.ms, default 5000)")
     parser.add_argument("--node-session-timeout-ms", metavar="MS", help="a data node without a heartbeat for this "
                         f"long is dead (node.session.timeout.ms, default {DEFAULT_SESSION_TIMEOUT_MS})")
+    add_metrics_port_argument(parser)
+
+
+def add_metrics_port_argument(parser: argparse.ArgumentParser) -> None:
+    """--metrics-port, the same for every server process."""
+    parser.add_argument("--metrics-port", metavar="PORT", help="serve Prometheus metrics at "
+                        "http://HOST:PORT/metrics, HOST being --listen's (metrics.port; 0: any free port, shown by "
+                        "the status action; default: no metrics endpoint)")
+
+
+def metrics_port(value: Any) -> int:
+    """The port of --metrics-port (metrics.port): 1 to 65535, or 0 for any free one."""
+    text = str(value).strip()
+    if not text.isdigit() or int(text) > 65535:
+        raise InvalidConfigError(f"--metrics-port {clip(value, 40)} must be a port from 1 to 65535, or 0 for any "
+                                 "free port (metrics.port); leave it out to serve no metrics")
+    return int(text)
 
 
 def option_values(args: argparse.Namespace, settings: type, properties: dict[str, str], path_keys: tuple[str, ...],
@@ -113,6 +131,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
     values = option_values(args, Settings, PROPERTIES, PATH_KEYS, MILLISECONDS)
     if "max_partitions" in values:
         values["max_partitions"] = partition_limit(values["max_partitions"])
+    if values.get("metrics_port") is not None:
+        values["metrics_port"] = metrics_port(values["metrics_port"])
     settings = replace(Settings(), **{k: v for k, v in values.items() if v is not None})
     check_address("listen", settings.listen)
     if settings.advertise is not None:

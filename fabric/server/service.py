@@ -27,18 +27,19 @@ from fabric.common.redaction import clip
 from fabric.common.types import ClusterDescription, transaction_sequence
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
-from fabric.server import security, wire
+from fabric.server import coordinator_metrics, security, wire
 from fabric.server.arguments import check_call
 from fabric.server.cluster_broker import ClusterBroker
 from fabric.server.controller_driver import ControllerDriver
 from fabric.server.entry import server_main
-from fabric.server.flight_server import FabricFlightServer, stored_rows, translated
+from fabric.server.flight_server import FabricFlightServer, measured, stored_rows, translated
 from fabric.server.instance import (
     Settings,
     add_start_arguments,
     open_store,
     settings_from,
 )
+from fabric.server.request_metrics import count_bytes
 from fabric.server.shutdown import Interrupted, Shutdown
 
 log = logging.getLogger(__name__)
@@ -193,14 +194,15 @@ class CoordinatorService(FabricFlightServer):
         return [(name, f"{route.target}.{name}") for name, route in sorted(ROUTES.items())]
 
     def status(self) -> wire.InstanceStatus:
-        """Which instance this is, whether it is active, and which one is."""
+        """Which instance this is, whether it is active, which one is, and where it serves metrics."""
         election, settings = self.election, self.settings
         return wire.InstanceStatus(self.instance, election.is_active, election.active_instance() or "",
                                    election.epoch, settings.store_url, os.path.abspath(settings.data_dir),
-                                   settings.tls_cert is not None)
+                                   settings.tls_cert is not None, self.metrics.port)
 
     # -- data plane --------------------------------------------------------------------------------
     @translated
+    @measured("produce")
     def do_put(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor,
                reader: flight.MetadataRecordBatchReader, writer: flight.FlightMetadataWriter) -> None:
         request = wire.request_args(descriptor.command, "DoPut descriptor")
@@ -218,6 +220,7 @@ class CoordinatorService(FabricFlightServer):
                             + [("write", f"topic:{t}") for t in sorted({t for t, _ in keys})])
             self._require_active()
             parts = wire.unwrap(keys, reader, items)
+            count_bytes(sum(i.size if isinstance(i, pa.Buffer) else i.nbytes for v in parts.values() for i in v))
             result = getattr(self.broker, method)(request.pop("txn"), parts, **request)
         else:
             raise InvalidRequestError(f"unknown coordinator put {clip(op, 60)}; expected append, publish or "
@@ -228,6 +231,7 @@ class CoordinatorService(FabricFlightServer):
         return storage_schema(self.broker.coordinator.topic(topic).value_schema)
 
     @translated
+    @measured("fetch")
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.GeneratorStream:
         return self.serve_fetch(context, ticket, ClusterBroker.fetch, self.broker.fetch, self._storage_schema)
 
@@ -249,6 +253,8 @@ def serve(settings: Settings) -> None:
         controller = ControllerDriver(store, settings.node_session_timeout_ms)
         broker = ClusterBroker(settings.data_dir, store, settings.max_partitions, controller)
         server = CoordinatorService(settings, broker, election)
+        coordinator_metrics.register(server.metrics.registry, broker, lambda: election.is_active)
+        server.metrics.serve(settings.listen, settings.metrics_port)
         election.start(server.instance, controller)
         controller.start_timer()
         shutdown.serve_until_requested(

@@ -58,6 +58,7 @@ class InstanceStatus:
     store: str
     data_dir: str
     tls: bool
+    metrics_port: int | None = None  # where it serves Prometheus metrics (--metrics-port), if it does
 
 
 DATACLASSES = {cls.__name__: cls for cls in (TopicInfo, CommittedOffset, JoinRequest, JoinResult, SyncResult,

@@ -27,6 +27,7 @@ from fabric.common.types import LeaderAndIsr, NodeAssignment, NodeInfo, TopicPar
 from fabric.server.connection import Call, Connection, parse_url
 from fabric.server.entry import server_main
 from fabric.server.node.leader import LeaderState
+from fabric.server.node.metrics import ReplicationCollector
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.service import NodeService
 from fabric.server.node.settings import NodeSettings, add_node_arguments, node_settings_from
@@ -157,6 +158,8 @@ def serve(settings: NodeSettings) -> None:
         replicas = ReplicaManager(settings.node_id, settings.data_dir, peer, settings.fetch_settings(),
                                   settings.replica_lag_time_max_ms)
         server = NodeService(settings, replicas)
+        server.metrics.registry.register(ReplicationCollector(replicas))
+        server.metrics.serve(settings.listen, settings.metrics_port)
         node = Node(settings, connection, replicas, server)
         _register_until_answered(node, shutdown)
         heartbeats = threading.Thread(target=node.run_heartbeats, name="node-heartbeat", daemon=True)

@@ -22,7 +22,7 @@ from fabric.common.records import storage_schema
 from fabric.common.redaction import clip
 from fabric.server import security, wire
 from fabric.server.arguments import check_call
-from fabric.server.flight_server import FabricFlightServer, stored_rows, translated
+from fabric.server.flight_server import FabricFlightServer, measured, stored_rows, translated
 from fabric.server.node.partition import ReplicaFetch
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.settings import NodeSettings
@@ -71,12 +71,15 @@ class NodeService(FabricFlightServer):
         return [(name, f"node.{name}") for name in sorted([*ACTIONS, *REPLICA_ACTIONS, "status"])]
 
     def status(self) -> dict[str, Any]:
-        """This node's id, address, epochs, the partitions it leads and every replica's replication state."""
+        """This node's id, address, epochs, metrics port, the partitions it leads and every replica's replication
+        state."""
         return {"node_id": self.replicas.node_id, "address": self.address, "node_epoch": self.node_epoch,
+                "metrics_port": self.metrics.port,
                 "controller_epoch": self.replicas.controller_epoch,
                 "leaders": [list(tp) for tp in self.replicas.leaders()], "replicas": self.replicas.describe()}
 
     @translated
+    @measured("produce")
     def do_put(self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor,
                reader: flight.MetadataRecordBatchReader, writer: flight.FlightMetadataWriter) -> None:
         request = wire.request_args(descriptor.command, "DoPut descriptor")
@@ -90,6 +93,7 @@ class NodeService(FabricFlightServer):
         writer.write(pa.py_buffer(wire.dumps(self.replicas.append(rows=rows, **request))))
 
     @translated
+    @measured("fetch")
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.GeneratorStream:
         return self.serve_fetch(context, ticket, ReplicaManager.fetch, self.replicas.fetch,
                                 lambda topic: storage_schema(self.replicas.topic(topic).value_schema))

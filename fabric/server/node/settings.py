@@ -12,7 +12,13 @@ from fabric.common.logs import add_log_level_option
 from fabric.common.redaction import clip
 from fabric.coordinator.node_leases import DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_SESSION_TIMEOUT_MS
 from fabric.server.connection import parse_url
-from fabric.server.instance import SERVER_LOG_LEVEL, check_address, option_values
+from fabric.server.instance import (
+    SERVER_LOG_LEVEL,
+    add_metrics_port_argument,
+    check_address,
+    metrics_port,
+    option_values,
+)
 from fabric.server.node.fetcher import FetchSettings
 
 DEFAULT_LISTEN = "127.0.0.1:9095"
@@ -40,6 +46,7 @@ class NodeSettings:
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_max_bytes: int = 1 << 20
     replica_fetch_backoff_ms: int = 200
+    metrics_port: int | None = None
 
     def fetch_settings(self) -> FetchSettings:
         return FetchSettings(self.replica_fetch_max_bytes, self.replica_fetch_wait_max_ms,
@@ -59,7 +66,7 @@ PROPERTIES = {"node.id": "node_id", "node.listen": "listen", "node.advertised.li
               "replica.lag.time.max.ms": "replica_lag_time_max_ms",
               "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
               "replica.fetch.max.bytes": "replica_fetch_max_bytes",
-              "replica.fetch.backoff.ms": "replica_fetch_backoff_ms"}
+              "replica.fetch.backoff.ms": "replica_fetch_backoff_ms", "metrics.port": "metrics_port"}
 PATH_KEYS = ("tokens_file", "acl_file", "tls_cert", "tls_key")
 MILLISECONDS = {"heartbeat_interval_ms": "node.heartbeat.interval.ms",
                 "session_timeout_ms": "node.session.timeout.ms", "shutdown_timeout_ms": "node.shutdown.timeout.ms",
@@ -97,6 +104,7 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
                         "once, at least one frame (replica.fetch.max.bytes, default 1048576)")
     parser.add_argument("--shutdown-timeout-ms", metavar="MS", help="SIGTERM or Ctrl-C stops the node within this "
                         "time (node.shutdown.timeout.ms, default 5000)")
+    add_metrics_port_argument(parser)
 
 
 def node_settings_from(args: argparse.Namespace) -> NodeSettings:
@@ -109,6 +117,8 @@ def node_settings_from(args: argparse.Namespace) -> NodeSettings:
     values["node_id"] = _node_id(values["node_id"])
     if "replica_fetch_max_bytes" in values:
         values["replica_fetch_max_bytes"] = _bytes("replica.fetch.max.bytes", values["replica_fetch_max_bytes"])
+    if values.get("metrics_port") is not None:
+        values["metrics_port"] = metrics_port(values["metrics_port"])
     if not values.get("coordinator"):
         raise InvalidConfigError("a data node needs its coordinator: --coordinator fabric://HOST:PORT[,HOST:PORT] "
                                  "(node.coordinator)")
