@@ -252,8 +252,9 @@ class PartitionReplica:
         fetched = plog.fetch(offset, max_bytes, hw if end_offset is None else min(end_offset, hw))
         if fetched or not max_wait_s or end_offset is not None:
             return fetched
-        with self.changed:
-            self.changed.wait_for(lambda: self._state is not state or self.hw > offset, max_wait_s)
+        with self.changed:  # until the high watermark moves on, or the role or epoch changes
+            self.changed.wait_for(lambda: self.hw > offset or (self._state.role, self._state.leader_epoch) != (
+                state.role, state.leader_epoch), max_wait_s)
         self.check_readable(leader_epoch, from_follower)
         return plog.fetch(offset, max_bytes, self.hw)
 
