@@ -15,6 +15,7 @@ import logging
 import sqlite3
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import replace
 
 import pyarrow as pa
 
@@ -42,16 +43,6 @@ CREATE TABLE IF NOT EXISTS controller (id INTEGER PRIMARY KEY CHECK (id = 0), ep
 CREATE TABLE IF NOT EXISTS producer_ids (id INTEGER PRIMARY KEY CHECK (id = 0), next INTEGER NOT NULL);
 """
 _COLUMNS = "topic, partition, replicas, leader, leader_epoch, isr, partition_epoch, controller_epoch, target"
-
-
-def migrate(db: sqlite3.Connection) -> None:
-    """Bring a database written by an older version to this SCHEMA: partition states gained a reassignment
-    target (none for what was stored before)."""
-    columns = {row[1] for row in db.execute("PRAGMA table_info(partition_state)")}
-    if "target" not in columns:
-        db.execute("ALTER TABLE partition_state ADD COLUMN target TEXT NOT NULL DEFAULT '[]'")
-        db.commit()
-        log.info("metadata database: partition states gained the reassignment target column")
 
 
 class _LostRace(Exception):
@@ -133,7 +124,7 @@ class SqliteReplication:
     def create_replicated_topic(self, name: str, config: dict[str, str], value_schema: pa.Schema | None,
                                 partitions: Mapping[int, PartitionRegistration]) -> TopicInfo:
         count = len(partitions) if isinstance(partitions, Mapping) else 0
-        info = TopicInfo(name, count, validation.topic(name, count, config, value_schema), value_schema)
+        info = validation.new_topic(name, count, config, value_schema)
         with self._tx() as db:
             validation.new_partitions(name, partitions, 0, self._epoch(db))
             self._insert_topic(db, info)
@@ -148,7 +139,7 @@ class SqliteReplication:
             total = info.partitions + len(partitions)
             db.execute("UPDATE topics SET partitions=? WHERE name=?", (total, name))
             self._insert_partitions(db, name, partitions)
-        return TopicInfo(name, total, info.config, info.value_schema)
+        return replace(info, partitions=total)
 
     def replicated(self, name: str) -> bool:
         return self._replicated(self._db(), name)

@@ -11,6 +11,7 @@ import logging
 import os
 import sqlite3
 import threading
+from dataclasses import replace
 
 import pyarrow as pa
 
@@ -25,7 +26,8 @@ from fabric.coordinator.sqlite_replicas import SqliteReplication
 log = logging.getLogger(__name__)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics (
-    name TEXT PRIMARY KEY, partitions INTEGER NOT NULL, config TEXT NOT NULL, value_schema BLOB);
+    name TEXT PRIMARY KEY, partitions INTEGER NOT NULL, config TEXT NOT NULL, value_schema BLOB,
+    topic_id TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS offsets (
     grp TEXT NOT NULL, topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL,
     metadata TEXT NOT NULL, commit_ms INTEGER NOT NULL, PRIMARY KEY (grp, topic, partition));
@@ -35,6 +37,19 @@ CREATE TABLE IF NOT EXISTS transactional_ids (
 _UPSERT_TRANSACTION = """
 INSERT INTO transactional_ids VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE
 SET sequence = excluded.sequence, commit_ms = excluded.commit_ms WHERE excluded.sequence > sequence"""
+
+
+MIGRATIONS = (("partition_state", "target", "TEXT NOT NULL DEFAULT '[]'"),  # a reassignment's target
+              ("topics", "topic_id", "TEXT NOT NULL DEFAULT ''"))  # topic ids ('' for older topics)
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring a database written by an older version to the current schema: add the columns it lacks."""
+    for table, column, declaration in MIGRATIONS:
+        if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+            db.commit()
+            log.info("metadata database: table %s gained column %s", table, column)
 
 
 class SqliteCoordinator(GroupMembership, SqliteReplication, Coordinator):
@@ -47,7 +62,7 @@ class SqliteCoordinator(GroupMembership, SqliteReplication, Coordinator):
         with disk.disk_errors(path, "open the metadata database"):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             self._db().executescript(_SCHEMA + sqlite_replicas.SCHEMA)
-            sqlite_replicas.migrate(self._db())
+            _migrate(self._db())
             self._migrate_transactions()
             self._groups = GroupService(SqliteGroupStore(self._db, self._tx), self._partitions_of)
 
@@ -134,12 +149,12 @@ class SqliteCoordinator(GroupMembership, SqliteReplication, Coordinator):
 
     @staticmethod
     def _info(row: tuple) -> TopicInfo:
-        name, partitions, config, schema = row
+        name, partitions, config, schema, topic_id = row
         value_schema = pa.ipc.read_schema(pa.py_buffer(schema)) if schema else None
-        return TopicInfo(name, partitions, json.loads(config), value_schema)
+        return TopicInfo(name, partitions, json.loads(config), value_schema, topic_id)
 
     def _row(self, db: sqlite3.Connection, name: str) -> tuple:
-        row = db.execute("SELECT name, partitions, config, value_schema FROM topics WHERE name=?",
+        row = db.execute("SELECT name, partitions, config, value_schema, topic_id FROM topics WHERE name=?",
                          (name,)).fetchone()
         if row is None:
             raise UnknownTopicError(f"topic {name!r} does not exist; create it with "
@@ -150,14 +165,14 @@ class SqliteCoordinator(GroupMembership, SqliteReplication, Coordinator):
     def _insert_topic(db: sqlite3.Connection, info: TopicInfo) -> None:
         blob = info.value_schema.serialize().to_pybytes() if info.value_schema is not None else None
         try:
-            db.execute("INSERT INTO topics VALUES (?, ?, ?, ?)",
-                       (info.name, info.partitions, json.dumps(info.config, sort_keys=True), blob))
+            db.execute("INSERT INTO topics (name, partitions, config, value_schema, topic_id) VALUES (?, ?, ?, ?, ?)",
+                       (info.name, info.partitions, json.dumps(info.config, sort_keys=True), blob, info.topic_id))
         except sqlite3.IntegrityError:
             raise TopicExistsError(f"topic {info.name!r} already exists") from None
 
     def create_topic(self, name: str, partitions: int, config: dict[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:
-        info = TopicInfo(name, partitions, validation.topic(name, partitions, config, value_schema), value_schema)
+        info = validation.new_topic(name, partitions, config, value_schema)
         with self._tx() as db:
             self._insert_topic(db, info)
         return info
@@ -179,7 +194,7 @@ class SqliteCoordinator(GroupMembership, SqliteReplication, Coordinator):
             info = self._info(self._row(db, name))
             merged = validation.config_change(name, info.config, config)
             db.execute("UPDATE topics SET config=? WHERE name=?", (json.dumps(merged, sort_keys=True), name))
-        return TopicInfo(name, info.partitions, merged, info.value_schema)
+        return replace(info, config=merged)
 
     def set_partitions(self, name: str, total: int) -> TopicInfo:
         validation.partition_count(name, total)
@@ -190,7 +205,7 @@ class SqliteCoordinator(GroupMembership, SqliteReplication, Coordinator):
                     f"topic {name!r} has {info.partitions} partitions; partitions can be added, never removed")
             validation.plain_growth(name, self._replicated(db, name))
             db.execute("UPDATE topics SET partitions=? WHERE name=?", (total, name))
-        return TopicInfo(name, total, info.config, info.value_schema)
+        return replace(info, partitions=total)
 
     def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
                        generation: int = -1, member_id: str = "") -> None:

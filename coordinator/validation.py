@@ -5,6 +5,7 @@ nothing a client could not create ever reaches their tables or znodes.
 """
 from __future__ import annotations
 
+import uuid
 from typing import Any, Mapping
 
 import pyarrow as pa
@@ -21,7 +22,7 @@ from fabric.common.errors import (
 from fabric.common.names import validate_group, validate_topic
 from fabric.common.records import validate_value_schema
 from fabric.common.redaction import clip
-from fabric.common.types import LeaderAndIsr, PartitionRegistration, TopicPartition, transaction_sequence
+from fabric.common.types import LeaderAndIsr, PartitionRegistration, TopicInfo, TopicPartition, transaction_sequence
 
 MAX_OFFSET_METADATA = 4096  # Kafka's offset.metadata.max.bytes
 MAX_TRANSACTION_ID = 1024
@@ -57,6 +58,11 @@ def topic(name: Any, partitions: Any, config: Any, value_schema: Any) -> dict[st
             raise InvalidRequestError(f"topic {name!r}: value_schema must be a pyarrow.Schema or None")
         validate_value_schema(value_schema)
     return validate_topic_config(config)
+
+
+def new_topic(name: Any, partitions: Any, config: Any, value_schema: Any) -> TopicInfo:
+    """A new topic's metadata, checked (topic()), with a fresh topic id."""
+    return TopicInfo(name, partitions, topic(name, partitions, config, value_schema), value_schema, uuid.uuid4().hex)
 
 
 def config_change(name: str, current: Mapping[str, str], change: Any) -> dict[str, str]:

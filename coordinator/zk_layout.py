@@ -145,7 +145,7 @@ def topic_data(info: TopicInfo, assignment: Mapping[int, PartitionAssignment] | 
     schema = (base64.b64encode(info.value_schema.serialize().to_pybytes()).decode()
               if info.value_schema is not None else None)
     doc: dict[str, Any] = {"version": FORMAT_VERSION, "partitions": info.partitions, "config": info.config,
-                           "value_schema": schema}
+                           "value_schema": schema, "topic_id": info.topic_id}
     if assignment:
         doc["assignment"] = {str(p): list(a.replicas) for p, a in sorted(assignment.items())}
         targets = {str(p): list(a.target) for p, a in sorted(assignment.items()) if a.target}
@@ -195,7 +195,8 @@ def topic_info(name: str, data: bytes) -> TopicInfo:
     doc = loads(data)
     schema = doc.get("value_schema")
     value_schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(schema))) if schema else None
-    return TopicInfo(name, int(doc["partitions"]), dict(doc.get("config") or {}), value_schema)
+    return TopicInfo(name, int(doc["partitions"]), dict(doc.get("config") or {}), value_schema,
+                     str(doc.get("topic_id") or ""))
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -117,7 +118,7 @@ class ZkReplication:
     def create_replicated_topic(self, name: str, config: dict[str, str], value_schema: pa.Schema | None,
                                 partitions: Mapping[int, PartitionRegistration]) -> TopicInfo:
         count = len(partitions) if isinstance(partitions, Mapping) else 0
-        info = TopicInfo(name, count, validation.topic(name, count, config, value_schema), value_schema)
+        info = validation.new_topic(name, count, config, value_schema)
         validation.registrations(name, partitions, 0)
         return self._create(info, {p: reg.assignment for p, reg in partitions.items()},
                             lambda txn, token: self._states(txn, token, name, 0, partitions))
@@ -127,7 +128,7 @@ class ZkReplication:
             validation.replicated_growth(name, bool(assignment))
             validation.registrations(name, partitions, info.partitions)
             added = {p: reg.assignment for p, reg in partitions.items()}
-            return TopicInfo(name, info.partitions + len(added), info.config, info.value_schema), {**assignment,
+            return replace(info, partitions=info.partitions + len(added)), {**assignment,
                                                                                                    **added}
 
         def extra(txn: TransactionRequest, old: TopicInfo, new: TopicInfo, token: EpochToken | None) -> None:

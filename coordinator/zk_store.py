@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Callable, Protocol, TypeVar
 
 import pyarrow as pa
@@ -230,7 +231,7 @@ class ZkCoordinator(GroupMembership, ZkReplication, Coordinator):
 
     def create_topic(self, name: str, partitions: int, config: dict[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:
-        info = TopicInfo(name, partitions, validation.topic(name, partitions, config, value_schema), value_schema)
+        info = validation.new_topic(name, partitions, config, value_schema)
         return self._create(info, {}, lambda txn, token: dict.fromkeys(range(partitions),
                                                                         _leader_state(token).encode()))
 
@@ -267,7 +268,7 @@ class ZkCoordinator(GroupMembership, ZkReplication, Coordinator):
     def alter_topic_config(self, name: str, config: dict[str, str | None]) -> TopicInfo:
         def change(info: TopicInfo, assignment: Assignment) -> tuple[TopicInfo, Assignment]:
             merged = validation.config_change(name, info.config, config)
-            return TopicInfo(name, info.partitions, merged, info.value_schema), assignment
+            return replace(info, config=merged), assignment
         return self._update_topic(name, change)
 
     def set_partitions(self, name: str, total: int) -> TopicInfo:
@@ -278,7 +279,7 @@ class ZkCoordinator(GroupMembership, ZkReplication, Coordinator):
                 raise InvalidPartitionsError(
                     f"topic {name!r} has {info.partitions} partitions; partitions can be added, never removed")
             validation.plain_growth(name, bool(assignment))
-            return TopicInfo(name, total, info.config, info.value_schema), assignment
+            return replace(info, partitions=total), assignment
         return self._update_topic(name, change, lambda txn, old, new, token: self._create_partitions(
             txn, name, dict.fromkeys(range(old.partitions, new.partitions), _leader_state(token).encode())))
 

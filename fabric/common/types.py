@@ -13,12 +13,15 @@ TopicPartition = tuple[str, int]
 
 @dataclass(frozen=True)
 class TopicInfo:
-    """A topic's metadata: partition count, config overrides and typed value schema (if any)."""
+    """A topic's metadata: partition count, config overrides, typed value schema (if any), and the id it was
+    given when created (Kafka's topic id: a topic deleted and created again under its name is another topic;
+    "" for topics stored before ids existed)."""
 
     name: str
     partitions: int
     config: dict[str, str] = field(default_factory=dict)
     value_schema: pa.Schema | None = None
+    topic_id: str = ""
 
 
 @dataclass(frozen=True)

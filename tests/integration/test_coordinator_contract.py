@@ -58,6 +58,7 @@ def check_topics(c: Coordinator, fill: Fill) -> None:
     with pytest.raises(InvalidPartitionsError, match="never removed"):
         c.set_partitions("orders", 2)
     assert c.topic("orders").value_schema.equals(SCHEMA)
+    assert len(info.topic_id) == 32 and c.topic("orders").topic_id == info.topic_id  # kept by every change
 
     c.delete_topic("orders")
     assert c.list_topics() == ["a.plain-topic_1"]
@@ -65,7 +66,8 @@ def check_topics(c: Coordinator, fill: Fill) -> None:
                  lambda: c.alter_topic_config("orders", {"a": "b"}), lambda: c.set_partitions("orders", 9)):
         with pytest.raises(UnknownTopicError, match="orders"):
             call()
-    assert c.create_topic("orders", 1, {}, None).partitions == 1  # the name is free again
+    again = c.create_topic("orders", 1, {}, None)
+    assert again.partitions == 1 and again.topic_id != info.topic_id  # the name is free again, for another topic
 
 
 def check_offsets(c: Coordinator, fill: Fill) -> None:

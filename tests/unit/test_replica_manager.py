@@ -4,6 +4,7 @@ where it leads; its directory belongs to its node id."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -54,3 +55,21 @@ def test_a_deleted_topic_loses_its_logs_and_the_directory_keeps_its_owner(tmp_pa
     assert not os.path.exists(tmp_path / "node1" / "t")
     with pytest.raises(InvalidConfigError, match="belongs to node 1, not node 2; start it with --id 1"):
         ReplicaManager(2, str(tmp_path / "node1"))
+
+
+def test_a_topic_created_again_under_its_name_is_served_without_the_old_logs(tmp_path, storage) -> None:
+    def topic_view(topic_id: str, epoch: int = 0) -> NodeAssignment:
+        base = view(1, {0: 1}, epoch)
+        return replace(base, topics={"t": TopicInfo("t", 1, topic_id=topic_id)})
+    replicas = ReplicaManager(1, str(tmp_path / "node1"))
+    replicas.apply(topic_view("first"))
+    replicas.append("t", 0, storage.make_batch([b"old", b"old"]))
+    replicas.apply(topic_view("second"))  # deleted and created again between two heartbeats
+    assert replicas.partition_state("t", 0).end_offset == 0
+    assert replicas.append("t", 0, storage.make_batch([b"new"])) == 0
+    restarted = ReplicaManager(1, str(tmp_path / "node1"))  # the same topic after a restart keeps its logs
+    restarted.apply(topic_view("second"))
+    assert restarted.partition_state("t", 0).end_offset == 1
+    again = ReplicaManager(1, str(tmp_path / "node1"))  # created again while the node was down
+    again.apply(topic_view("third"))
+    assert again.partition_state("t", 0).end_offset == 0

@@ -39,6 +39,7 @@ from fabric.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
 NODE_ID_FILE = "node.id"
+TOPIC_ID_FILE = "topic.id"  # in each topic directory: the id of the topic its logs belong to
 ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
 
 
@@ -93,6 +94,9 @@ class ReplicaManager:
                 return
             hosted = {tp[0] for tp in self._replicas}
             self.controller_epoch = assignment.controller_epoch
+            for info in sorted(assignment.topics.values(), key=lambda i: i.name):
+                with disk_errors(self.logs.topic_dir(info.name), f"check the topic id of {info.name!r}"):
+                    self._check_topic_id(info)
             self._topics = dict(assignment.topics)
             self._addresses.update(assignment.addresses)
             for tp, registration in sorted(assignment.partitions.items()):
@@ -113,6 +117,32 @@ class ReplicaManager:
                 log.warning("topic %s was deleted: deleting its logs on node %d", topic, self.node_id)
                 with disk_errors(self.logs.topic_dir(topic), f"delete the logs of topic {topic!r}"):
                     self.logs.delete_topic(topic)
+
+    def _check_topic_id(self, info: TopicInfo) -> None:
+        """A topic deleted and created again under its name is another topic (Kafka's topic ids): the logs of the
+        old one, here since before a restart or not yet dropped, are deleted before the new one is served. The id
+        is kept in the topic's directory (TOPIC_ID_FILE). Topics without an id (older metadata) are not checked.
+        Lock held."""
+        known = self._topics.get(info.name)
+        if not info.topic_id or (known is not None and known.topic_id == info.topic_id):
+            return
+        path = os.path.join(self.logs.topic_dir(info.name), TOPIC_ID_FILE)
+        try:
+            with open(path) as handle:
+                stored = handle.read().strip()
+        except FileNotFoundError:
+            stored = known.topic_id if known is not None else ""
+        if stored and stored != info.topic_id:
+            log.warning("topic %s was deleted and created again (topic id %s, now %s): deleting the old one's logs "
+                        "on node %d", info.name, stored, info.topic_id, self.node_id)
+            for tp in sorted(tp for tp in self._replicas if tp[0] == info.name):
+                self._stop_fetcher(tp)
+                self._replicas.pop(tp).fence("its topic was deleted and created again")
+            self.logs.delete_topic(info.name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".tmp", "w") as handle:
+            handle.write(info.topic_id + "\n")
+        os.replace(path + ".tmp", path)
 
     def _opener(self, tp: TopicPartition) -> Callable[[], Log]:
         return lambda: self.logs.log(self._topics[tp[0]], tp[1])
