@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, NamedTuple, Sequence, TypeVar
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -37,6 +37,22 @@ from fabric.server.connection import Call, action_call, fetch_call, put_call
 log = logging.getLogger(__name__)
 METADATA_MAX_AGE_S = 30.0
 T = TypeVar("T")
+
+
+class Target(NamedTuple):
+    """Where a request about a replicated partition goes, and what it quotes there: the leader epoch and topic
+    id the client knows (a node refuses a request whose view differs from its own), and whether it asks a
+    follower (fetch from follower)."""
+
+    node: NodeInfo
+    leader_epoch: int
+    topic_id: str
+    from_follower: bool
+
+    def quoted(self) -> dict[str, Any]:
+        """The request fields that say which leadership and which topic the client means."""
+        return {"leader_epoch": self.leader_epoch, "topic_id": self.topic_id,
+                **({"from_follower": True} if self.from_follower else {})}
 
 
 class RoutingCluster(RemoteCluster):
@@ -66,10 +82,10 @@ class RoutingCluster(RemoteCluster):
     def nodes(self) -> list[NodeInfo]:
         return list(self.describe_cluster(refresh=True).nodes)
 
-    def _leader(self, topic: str, partition: int, rack: str | None = None) -> tuple[NodeInfo, int, bool] | None:
-        """The node to ask about a replicated partition, its leader epoch, and whether it is a follower: the
-        leader, or for a reader in `rack` an in-sync replica alive in that rack (KIP-392's fetch from follower,
-        which serves records up to its own high watermark); None for a single-directory topic."""
+    def _leader(self, topic: str, partition: int, rack: str | None = None) -> Target | None:
+        """The node to ask about a replicated partition: the leader, or for a reader in `rack` an in-sync replica
+        alive in that rack (KIP-392's fetch from follower, which serves records up to its own high watermark);
+        None for a single-directory topic."""
         metadata = self.describe_cluster()
         registration = metadata.partitions.get((topic, partition))
         if registration is None:
@@ -82,29 +98,30 @@ class RoutingCluster(RemoteCluster):
                 f"partition {topic}-{partition} is offline: none of its in-sync replicas (nodes "
                 f"{list(state.isr)}) is alive; it comes back when one of them does (replicas "
                 f"{list(registration.assignment.replicas)})")
+        topic_id = metadata.topic_ids.get(topic, "")
         if rack is not None and node.rack != rack:
             nearby = [n for r in state.isr for n in metadata.nodes if n.id == r and n.alive and n.rack == rack]
             if nearby:
-                return nearby[0], state.leader_epoch, True
-        return node, state.leader_epoch, False
+                return Target(nearby[0], state.leader_epoch, topic_id, True)
+        return Target(node, state.leader_epoch, topic_id, False)
 
-    def _routed(self, topic: str, partition: int, on_node: Callable[[int, bool], Call],
+    def _routed(self, topic: str, partition: int, on_node: Callable[[Target], Call],
                 on_coordinator: Callable[[], T], rack: str | None = None) -> T:
-        """on_coordinator() for a single-directory partition; else on_node(leader epoch, from a follower) at the
-        node _leader picks. A routing error refreshes the metadata and tries once more."""
+        """on_coordinator() for a single-directory partition; else on_node(target) at the node _leader picks. A
+        routing error refreshes the metadata and tries once more."""
         try:
             return self._route_once(topic, partition, on_node, on_coordinator, rack)
         except (NotLeaderError, FencedLeaderEpochError) as exc:
             log.info("%s-%d: %s; refreshing the metadata", topic, partition, exc)
             return self._route_once(topic, partition, on_node, on_coordinator, rack)
 
-    def _route_once(self, topic: str, partition: int, on_node: Callable[[int, bool], Call],
+    def _route_once(self, topic: str, partition: int, on_node: Callable[[Target], Call],
                     on_coordinator: Callable[[], T], rack: str | None) -> T:
         target = self._leader(topic, partition, rack)
         try:
             if target is None:
                 return on_coordinator()
-            return self._at_node(target[0], topic, partition, on_node(target[1], target[2]))
+            return self._at_node(target.node, topic, partition, on_node(target))
         except (NotLeaderError, FencedLeaderEpochError):
             self._stale()
             raise
@@ -159,9 +176,9 @@ class RoutingCluster(RemoteCluster):
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
         """At the leader node, which answers (acks=all) once the in-sync replicas have the rows, within hold_ms."""
-        def at_node(epoch: int, _: bool) -> Call:
+        def at_node(target: Target) -> Call:
             descriptor = wire.put_descriptor("append", topic=topic, partition=partition, codec=codec,
-                                             leader_epoch=epoch, acks=acks,
+                                             **target.quoted(), acks=acks,
                                              timeout_ms=self.hold_ms,
                                              producer_id=producer_id, producer_epoch=producer_epoch,
                                              base_sequence=base_sequence)
@@ -172,21 +189,20 @@ class RoutingCluster(RemoteCluster):
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
               end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None) -> list[Fetched]:
         """At the leader, or (a `client_rack` given) at an in-sync replica in that rack."""
-        def at_node(epoch: int, from_follower: bool) -> Call:
-            extra = {"from_follower": True} if from_follower else {}
-            return fetch_call(wire.fetch_ticket(topic, partition, offset, max_bytes, end_offset, leader_epoch=epoch,
-                                                max_wait_ms=min(max_wait_ms, self.hold_ms), **extra))
+        def at_node(target: Target) -> Call:
+            return fetch_call(wire.fetch_ticket(topic, partition, offset, max_bytes, end_offset, **target.quoted(),
+                                                max_wait_ms=min(max_wait_ms, self.hold_ms)))
         return self._routed(topic, partition, at_node, lambda: super(RoutingCluster, self).fetch(
             topic, partition, offset, max_bytes, end_offset, max_wait_ms), client_rack)
 
     def partition_state(self, topic: str, partition: int) -> PartitionState:
         return self._routed(topic, partition,
-                            lambda epoch, _: action_call("partition_state", topic=topic, partition=partition,
-                                                      leader_epoch=epoch),
+                            lambda target: action_call("partition_state", topic=topic, partition=partition,
+                                                       **target.quoted()),
                             lambda: super(RoutingCluster, self).partition_state(topic, partition))
 
     def offset_for_time(self, topic: str, partition: int, timestamp_us: int) -> int | None:
         return self._routed(topic, partition,
-                            lambda epoch, _: action_call("offset_for_time", topic=topic, partition=partition,
-                                                      timestamp_us=timestamp_us, leader_epoch=epoch),
+                            lambda target: action_call("offset_for_time", topic=topic, partition=partition,
+                                                       timestamp_us=timestamp_us, **target.quoted()),
                             lambda: super(RoutingCluster, self).offset_for_time(topic, partition, timestamp_us))

@@ -138,6 +138,12 @@ class NotLeaderError(FabricError):
     retriable = True
 
 
+class InconsistentTopicIdError(NotLeaderError):
+    """The request names a topic by an id other than the one the node serves under that name: the topic was
+    deleted and created again, and the client or the node has not learned it yet (Kafka's
+    INCONSISTENT_TOPIC_ID); refresh the metadata and retry."""
+
+
 class FencedLeaderEpochError(FabricError):
     """The request quoted a leader epoch older than the partition's current one: the sender's view of the
     leadership is stale; refresh the metadata and retry."""

@@ -272,6 +272,7 @@ class ClusterDescription:
     controller_epoch: int
     nodes: tuple[NodeInfo, ...]
     partitions: dict[TopicPartition, PartitionRegistration]
+    topic_ids: dict[str, str] = field(default_factory=dict)  # of the replicated topics, which requests quote
 
 
 @dataclass(frozen=True)

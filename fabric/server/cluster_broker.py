@@ -31,13 +31,16 @@ class ClusterBroker(Broker):
     """A Broker over `root` and `coordinator` whose replicated topics are the `controller`'s."""
 
     def __init__(self, root: str, coordinator: Coordinator, max_partitions: int | None,
-                 controller: ControllerDriver) -> None:
+                 controller: ControllerDriver, default_replication_factor: int | None = None) -> None:
         super().__init__(root, coordinator, max_partitions)
-        self.controller = controller
+        self.controller, self.default_replication_factor = controller, default_replication_factor
 
     def create_topic(self, name: str, partitions: int, config: Mapping[str, str], value_schema: pa.Schema | None,
                      replication_factor: int | None = None) -> TopicInfo:
-        """A topic in this instance's directory, or (with a replication factor) placed on the data nodes."""
+        """A topic in this instance's directory, or (with a replication factor, or the instance's
+        default.replication.factor) placed on the data nodes."""
+        if replication_factor is None:
+            replication_factor = self.default_replication_factor
         if replication_factor is None:
             return super().create_topic(name, partitions, config, value_schema)
         self._check_limit(name, partitions)

@@ -203,7 +203,14 @@ class ControllerDriver:
                 epoch, nodes = controller.controller_epoch, tuple(live[i] for i in sorted(live))
         if controller is None:
             epoch, nodes = self.store.controller_epoch(), tuple(self.store.registered_nodes())
-        return ClusterDescription(epoch, nodes, self.store.partition_registrations())
+        partitions = self.store.partition_registrations()
+        topic_ids = {}
+        for name in sorted({tp[0] for tp in partitions}):
+            try:
+                topic_ids[name] = self.store.topic(name).topic_id
+            except UnknownTopicError:
+                continue  # deleted meanwhile
+        return ClusterDescription(epoch, nodes, partitions, topic_ids)
 
     def elect_leaders(self, election: str, partitions: tuple[TopicPartition, ...] = ()) -> dict[TopicPartition,
                                                                                                 LeaderAndIsr]:

@@ -11,6 +11,7 @@ import socket
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Protocol
 
+from fabric.common.config import INT_MAX
 from fabric.common.errors import InvalidConfigError
 from fabric.common.logs import add_log_level_option
 from fabric.common.redaction import clip
@@ -42,6 +43,7 @@ class Settings:
     shutdown_timeout_ms: int = 5000
     node_session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
     metrics_port: int | None = None
+    default_replication_factor: int | None = None
 
     @property
     def store_url(self) -> str:
@@ -59,7 +61,8 @@ PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir"
               "acl.file": "acl_file", "tls.cert.file": "tls_cert", "tls.key.file": "tls_key",
               "zookeeper.session.timeout.ms": "zk_session_timeout_ms", "topic.max.partitions": "max_partitions",
               "coordinator.shutdown.timeout.ms": "shutdown_timeout_ms",
-              "node.session.timeout.ms": "node_session_timeout_ms", "metrics.port": "metrics_port"}
+              "node.session.timeout.ms": "node_session_timeout_ms", "metrics.port": "metrics_port",
+              "default.replication.factor": "default_replication_factor"}
 PATH_KEYS = ("tokens_file", "acl_file", "tls_cert", "tls_key")
 MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
                 "shutdown_timeout_ms": "coordinator.shutdown.timeout.ms",
@@ -86,6 +89,9 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
                         "this time, whatever ZooKeeper or its peers do (coordinator.shutdown.timeout.ms, default 5000)")
     parser.add_argument("--node-session-timeout-ms", metavar="MS", help="a data node without a heartbeat for this "
                         f"long is dead (node.session.timeout.ms, default {DEFAULT_SESSION_TIMEOUT_MS})")
+    parser.add_argument("--default-replication-factor", metavar="N", help="place topics created without a "
+                        "replication factor on N data nodes too (default.replication.factor; default: such topics "
+                        "stay in the coordinator's data directory)")
     add_metrics_port_argument(parser)
 
 
@@ -102,6 +108,15 @@ def metrics_port(value: Any) -> int:
     if not text.isdigit() or int(text) > 65535:
         raise InvalidConfigError(f"--metrics-port {clip(value, 40)} must be a port from 1 to 65535, or 0 for any "
                                  "free port (metrics.port); leave it out to serve no metrics")
+    return int(text)
+
+
+def replication_factor(value: Any) -> int:
+    """--default-replication-factor (default.replication.factor): a number of replicas from 1."""
+    text = str(value).strip()
+    if not text.isdigit() or not 1 <= int(text) <= INT_MAX:
+        raise InvalidConfigError(f"--default-replication-factor {clip(value, 40)} must be a number of replicas "
+                                 "from 1 (default.replication.factor), e.g. 3")
     return int(text)
 
 
@@ -133,6 +148,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         values["max_partitions"] = partition_limit(values["max_partitions"])
     if values.get("metrics_port") is not None:
         values["metrics_port"] = metrics_port(values["metrics_port"])
+    if values.get("default_replication_factor") is not None:
+        values["default_replication_factor"] = replication_factor(values["default_replication_factor"])
     settings = replace(Settings(), **{k: v for k, v in values.items() if v is not None})
     check_address("listen", settings.listen)
     if settings.advertise is not None:

@@ -97,7 +97,8 @@ def names_allowed(operation: str, kind: str) -> Filter:
 def topics_described(description: ClusterDescription, allowed: Allowed) -> ClusterDescription:
     """describe_cluster's partitions kept to the topics the caller may describe (nodes are shown to all)."""
     return replace(description, partitions={tp: reg for tp, reg in description.partitions.items()
-                                            if allowed("describe", f"topic:{tp[0]}")})
+                                            if allowed("describe", f"topic:{tp[0]}")},
+                   topic_ids={t: i for t, i in description.topic_ids.items() if allowed("describe", f"topic:{t}")})
 
 
 @dataclass(frozen=True)
@@ -251,7 +252,8 @@ def serve(settings: Settings) -> None:
     try:
         store, election = open_store(settings)
         controller = ControllerDriver(store, settings.node_session_timeout_ms)
-        broker = ClusterBroker(settings.data_dir, store, settings.max_partitions, controller)
+        broker = ClusterBroker(settings.data_dir, store, settings.max_partitions, controller,
+                               settings.default_replication_factor)
         server = CoordinatorService(settings, broker, election)
         coordinator_metrics.register(server.metrics.registry, broker, lambda: election.is_active)
         server.metrics.serve(settings.listen, settings.metrics_port)

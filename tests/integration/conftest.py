@@ -207,6 +207,16 @@ def shared_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
     cluster.close()
 
 
+@pytest.fixture(scope="session")
+def replicated_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
+    """One NodeCluster of 3 nodes whose coordinator places every topic on 3 replicas
+    (--default-replication-factor 3), for the client suite; its users delete their topics after each test."""
+    cluster = NodeCluster(tmp_path_factory.mktemp("replicated"),
+                          coordinator_extra=("--default-replication-factor", "3")).start()
+    yield cluster
+    cluster.close()
+
+
 @pytest.fixture
 def node_cluster(tmp_path) -> Iterator[Callable[..., NodeCluster]]:
     """start(nodes=3, coordinator_extra=(), node_query="", instances=1, node_extra=(), racks=()) → a started

@@ -53,10 +53,11 @@ class FetchSettings:
 
 
 def replica_fetch_call(topic: str, partition: int, offset: int, leader_epoch: int, replica_id: int,
-                       settings: FetchSettings) -> Call:
+                       settings: FetchSettings, topic_id: str) -> Call:
     """The replica_fetch action: its first result is the answer's JSON, its second the frames."""
     request = wire.action("replica_fetch", topic=topic, partition=partition, offset=offset, leader_epoch=leader_epoch,
-                          replica_id=replica_id, max_bytes=settings.max_bytes, max_wait_ms=settings.max_wait_ms)
+                          replica_id=replica_id, max_bytes=settings.max_bytes, max_wait_ms=settings.max_wait_ms,
+                          topic_id=topic_id)
 
     def run(client: flight.FlightClient, options: flight.FlightCallOptions) -> tuple[dict[str, int], pa.Buffer]:
         results = list(client.do_action(request, options))
@@ -65,12 +66,14 @@ def replica_fetch_call(topic: str, partition: int, offset: int, leader_epoch: in
 
 
 class ReplicaFetcher:
-    """Copies `replica`'s leader's frames (node `leader_id` at `address`, under `leader_epoch`) on a thread;
-    `peer` makes calls to other nodes, `refresh` asks the controller for this node's latest states."""
+    """Copies `replica`'s leader's frames (node `leader_id` at `address`, under `leader_epoch`, of the topic with
+    `topic_id`) on a thread; `peer` makes calls to other nodes, `refresh` asks the controller for this node's
+    latest states."""
 
-    def __init__(self, replica: PartitionReplica, leader_id: int, address: str, leader_epoch: int, peer: Peer,
-                 refresh: Callable[[], None], settings: FetchSettings) -> None:
+    def __init__(self, replica: PartitionReplica, leader_id: int, address: str, leader_epoch: int, topic_id: str,
+                 peer: Peer, refresh: Callable[[], None], settings: FetchSettings) -> None:
         self.replica, self.leader_id, self.address, self.leader_epoch = replica, leader_id, address, leader_epoch
+        self.topic_id = topic_id
         self.peer, self.refresh, self.settings = peer, refresh, settings
         self.state = FetcherState.TRUNCATING
         self._stopped = threading.Event()
@@ -125,7 +128,7 @@ class ReplicaFetcher:
         tp = self.replica.tp
         answer: EpochEndOffset = self._call(action_call("offsets_for_leader_epoch", topic=tp[0],
                                                              partition=tp[1], epoch=epoch,
-                                                             leader_epoch=self.leader_epoch))
+                                                             leader_epoch=self.leader_epoch, topic_id=self.topic_id))
         return answer
 
     def _truncate(self) -> None:
@@ -149,6 +152,6 @@ class ReplicaFetcher:
     def _fetch(self) -> None:
         tp = self.replica.tp
         answer, frames = self._call(replica_fetch_call(tp[0], tp[1], self.replica.log.end_offset, self.leader_epoch,
-                                                       self.replica.node_id, self.settings))
+                                                       self.replica.node_id, self.settings, self.topic_id))
         self.replica.append_copied(self.leader_epoch, frames, answer["high_watermark"])
 

@@ -18,7 +18,13 @@ from typing import Callable
 
 import pyarrow as pa
 
-from fabric.common.errors import FabricError, InvalidConfigError, InvalidRequestError, NotLeaderError
+from fabric.common.errors import (
+    FabricError,
+    InconsistentTopicIdError,
+    InvalidConfigError,
+    InvalidRequestError,
+    NotLeaderError,
+)
 from fabric.common.redaction import clip
 from fabric.common.types import (
     EpochEndOffset,
@@ -160,8 +166,9 @@ class ReplicaManager:
             log.warning("partition %s: the address of leader node %d is unknown; fetching once it is", replica.name,
                         leader)
             return
-        self._fetchers[replica.tp] = ReplicaFetcher(replica, leader, address, state.leader_epoch, self.peer,
-                                                    self.refresh, self.fetch_settings).start()
+        self._fetchers[replica.tp] = ReplicaFetcher(replica, leader, address, state.leader_epoch,
+                                                    self._topics[replica.tp[0]].topic_id, self.peer, self.refresh,
+                                                    self.fetch_settings).start()
 
     def _stop_fetcher(self, tp: TopicPartition) -> None:
         fetcher = self._fetchers.pop(tp, None)
@@ -227,64 +234,79 @@ class ReplicaManager:
             raise NotLeaderError(f"node {self.node_id} hosts no partition of topic {name!r}; refresh the metadata")
         return info
 
-    def replica(self, topic: str, partition: int, leader_epoch: int | None, from_follower: bool = False
-                ) -> PartitionReplica:
+    def replica(self, topic: str, partition: int, leader_epoch: int | None, from_follower: bool = False,
+                topic_id: str = "") -> PartitionReplica:
         """The replica of a partition this node leads under `leader_epoch` (None: whichever it leads under), or
-        with `from_follower` also follows under it."""
+        with `from_follower` also follows under it; of the topic with `topic_id`, if given (a topic deleted and
+        created again under its name is another one: InconsistentTopicIdError until both sides agree)."""
         tp = (topic, partition)
         replica = self._replicas.get(tp)
-        if replica is None or (leader_epoch is not None and leader_epoch > replica.state.leader_epoch):
+        if (replica is None or (leader_epoch is not None and leader_epoch > replica.state.leader_epoch)
+                or not self._same_topic(topic, topic_id)):
             self.refresh()  # a decision the client knows of and this node not yet
             replica = self._replicas.get(tp)
+        if not self._same_topic(topic, topic_id):
+            known = self._topics.get(topic)
+            raise InconsistentTopicIdError(
+                f"node {self.node_id} serves topic {topic!r} with id {known.topic_id if known else 'none'}, the "
+                f"request names id {topic_id}: it was deleted and created again and one side is behind; refresh the "
+                "metadata and retry")
         if replica is None:
             raise NotLeaderError(f"node {self.node_id} hosts no replica of {topic}-{partition}; refresh the "
                                  "metadata")
         replica.check_readable(leader_epoch, from_follower)
         return replica
 
+    def _same_topic(self, topic: str, topic_id: str) -> bool:
+        known = self._topics.get(topic)
+        return not topic_id or known is None or not known.topic_id or known.topic_id == topic_id
+
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none",
                leader_epoch: int | None = None, acks: str = "all", timeout_ms: int = 30000, producer_id: int = -1,
-               producer_epoch: int = -1, base_sequence: int = -1) -> int:
+               producer_epoch: int = -1, base_sequence: int = -1, topic_id: str = "") -> int:
         """Append as the leader; `acks` "0"/"1" answer after the leader's append, "all" (or "-1") once the ISR
         has the rows, waiting up to `timeout_ms`. An idempotent producer's retry is not written twice."""
         producer = partition_ops.producer_batch(producer_id, producer_epoch, base_sequence)
         if acks not in ACKS:
             raise InvalidRequestError(f"acks must be one of 0, 1, all (-1), got {clip(acks)}")
         timeout_s = partition_ops.wait_seconds("timeout_ms", timeout_ms)
-        replica = self.replica(topic, partition, leader_epoch)
+        replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
         with disk_errors(self.logs.topic_dir(topic), f"append to partition {topic}-{partition}"):
             return replica.append(rows, codec, leader_epoch, ACKS[acks], timeout_s, producer)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, end_offset: int | None = None,
-              leader_epoch: int | None = None, max_wait_ms: int = 0, from_follower: bool = False) -> list[Fetched]:
+              leader_epoch: int | None = None, max_wait_ms: int = 0, from_follower: bool = False,
+              topic_id: str = "") -> list[Fetched]:
         """Records below the high watermark, for consumers, waiting up to `max_wait_ms` for some at its end; a
         follower serves them too when asked `from_follower` under its leader epoch (KIP-392)."""
         wait_s = partition_ops.wait_seconds("max_wait_ms", max_wait_ms)
-        replica = self.replica(topic, partition, leader_epoch, from_follower)
+        replica = self.replica(topic, partition, leader_epoch, from_follower, topic_id)
         with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
             return replica.read(offset, max_bytes, end_offset, leader_epoch, wait_s, from_follower)
 
     def replica_fetch(self, topic: str, partition: int, offset: int, leader_epoch: int, replica_id: int,
-                      max_bytes: int = 1 << 20, max_wait_ms: int = 500) -> ReplicaFetch:
+                      max_bytes: int = 1 << 20, max_wait_ms: int = 500, topic_id: str = "") -> ReplicaFetch:
         """A follower's fetch: its progress recorded, the frames from `offset` (long-polled up to max_wait_ms)."""
         for name, value in (("offset", offset), ("leader_epoch", leader_epoch), ("replica_id", replica_id),
                             ("max_bytes", max_bytes)):
             if value < 0:
                 raise InvalidRequestError(f"{name} must be an int from 0, got {clip(value)}")
         wait_s = partition_ops.wait_seconds("max_wait_ms", max_wait_ms)
-        replica = self.replica(topic, partition, leader_epoch)
+        replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
         with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
             return replica.serve_follower(replica_id, leader_epoch, offset, max(max_bytes, 1), wait_s)
 
-    def offsets_for_leader_epoch(self, topic: str, partition: int, epoch: int, leader_epoch: int) -> EpochEndOffset:
+    def offsets_for_leader_epoch(self, topic: str, partition: int, epoch: int, leader_epoch: int,
+                                 topic_id: str = "") -> EpochEndOffset:
         """Where the leader's records of `epoch` end (KIP-101), asked by a follower under `leader_epoch`."""
-        replica = self.replica(topic, partition, leader_epoch)
+        replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
         with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
             return replica.end_offset_for(epoch, leader_epoch)
 
-    def partition_state(self, topic: str, partition: int, leader_epoch: int | None = None) -> PartitionState:
+    def partition_state(self, topic: str, partition: int, leader_epoch: int | None = None,
+                        topic_id: str = "") -> PartitionState:
         """The partition's offsets (its end is the high watermark), leader, replicas, ISR and epoch."""
-        replica = self.replica(topic, partition, leader_epoch)
+        replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
         reg = replica.state.registration
         assert reg is not None  # a leader's state comes from a registration
         leader = replica.leader
@@ -294,8 +316,8 @@ class ReplicaManager:
                                        replicas=reg.assignment.replicas, isr=isr, leader_epoch=reg.state.leader_epoch)
 
     def offset_for_time(self, topic: str, partition: int, timestamp_us: int,
-                        leader_epoch: int | None = None) -> int | None:
-        replica = self.replica(topic, partition, leader_epoch)
+                        leader_epoch: int | None = None, topic_id: str = "") -> int | None:
+        replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
         with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
             found = partition_ops.offset_for_time(replica.log, timestamp_us)
         return found if found is None or found < replica.hw else None

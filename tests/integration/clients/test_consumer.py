@@ -77,6 +77,8 @@ def test_group_commits_and_resumes(fab, drain):
 
 
 def test_auto_commit_below_a_log_start_retention_moved_does_not_fail_poll(fab):
+    if fab.list_nodes():
+        pytest.skip("enforce_retention is not built for replicated topics yet (docs/replication.md, What is left)")
     fab.create_topic("t", config={"segment.bytes": 1024, "retention.ms": -1})
     with fab.producer(batch_size=1) as producer:  # a frame per record, ~4 to a segment
         for i in range(5):
