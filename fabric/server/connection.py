@@ -112,15 +112,16 @@ class Connection:
             except flight.FlightError as exc:
                 raise wire.from_flight_error(exc) from None
             details = wire.error_details(failure)
+            active = details.get("active") if details.get("type") == wire.NOT_ACTIVE else None
+            self._move(address, active)  # the next call starts elsewhere, even if this one gives up (a hung
+            # instance can take a whole call's time: without this, every call would go to it again)
             if time.monotonic() >= deadline:
                 raise CoordinatorUnavailableError(
                     f"no active coordinator answered at {', '.join(self.addresses)} within "
                     f"{self.options.timeout_s:g} s (last: {details.get('message') or failure}); start one or "
                     "check the fabric:// URL") from None
-            active = details.get("active") if details.get("type") == wire.NOT_ACTIVE else None
             log.info("coordinator %s did not serve the call (%s); trying %s", address,
                      details.get("message") or type(failure).__name__, active or "the next address")
-            self._move(address, active)
             time.sleep(min(0.05 * 2 ** min(attempt, 5), 1.0, max(0.0, deadline - time.monotonic())))  # backoff
             attempt += 1
 

@@ -161,3 +161,18 @@ def test_a_follower_never_writes_after_its_epoch_moved_on(make_replica, storage,
     follower.append_copied(0, answer.frames, answer.high_watermark)
     follower.truncate_follower(0, 0)
     assert follower.log.end_offset == 0
+
+
+def test_a_follower_out_of_the_isr_rejoins_only_on_its_new_fetches(make_replica, storage) -> None:
+    """KIP-903: a follower that left the ISR (dead, perhaps back with an empty disk) is not added again on the
+    progress of its earlier incarnation, only once its own fetches reach the high watermark."""
+    leader = make_replica()
+    leader.become(registration(1, 0, isr=(1, 2)))
+    leader.append(storage.make_batch([b"a", b"b"]), "none", 0, "1", 5)
+    leader.serve_follower(2, 0, 2, 1 << 20, 0)  # follower 2 holds everything
+    leader.become(registration(1, 0, isr=(1,), partition_epoch=1))  # the controller declared it dead
+    assert leader.wanted_isr(60_000) is None  # its old progress does not count
+    leader.serve_follower(2, 0, 0, 1 << 20, 0)  # back with an empty log
+    assert leader.wanted_isr(60_000) is None
+    leader.serve_follower(2, 0, 2, 1 << 20, 0)  # caught up again
+    assert leader.wanted_isr(60_000)[1] == (1, 2)

@@ -4,6 +4,8 @@ offset and when it was last caught up, the in-sync replicas, and the high waterm
 Rules (docs/replication.md, "Replication on the nodes"):
 - A follower's log end offset (LEO) is the offset it fetches from in the current leader epoch; unknown (-1)
   until its first such fetch, so a new leader counts no follower's old progress.
+- A follower that leaves the ISR starts over: its LEO is unknown again until it fetches (a node restarted with
+  an empty disk must never rejoin on the progress of its earlier incarnation, KIP-903).
 - A follower is caught up when it fetches from the leader's LEO, or from at least the LEO the leader had at the
   follower's previous fetch (Kafka's lastCaughtUpTime: under steady writes a follower is never exactly at the
   end). One not caught up for replica.lag.time.max.ms leaves the ISR; one at the high watermark and at the
@@ -53,6 +55,10 @@ class LeaderState:
         if isr != self.isr:
             log.info("partition %s: ISR %s -> %s (partition epoch %d)", self.name, list(self.isr), list(isr),
                      partition_epoch)
+        for r in set(self.isr) - set(isr) - {self.leader_id}:
+            # out of the ISR (lagging, or dead and perhaps back with an empty disk): only its next fetches count
+            # towards rejoining, never the progress of its earlier incarnation (KIP-903)
+            self.followers[r] = FollowerProgress()
         self.isr, self.partition_epoch, self.pending = isr, partition_epoch, None
 
     def replicas_changed(self, replicas: tuple[int, ...], now_ms: float) -> None:
