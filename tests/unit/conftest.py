@@ -3,7 +3,9 @@ processes (those tests live in tests/integration). Both rules are enforced here,
 fails naming the tier it belongs to."""
 from __future__ import annotations
 
+import socket
 import subprocess
+from typing import Iterator
 
 import pytest
 
@@ -53,3 +55,12 @@ def store(tmp_path):
     sqlite = SqliteCoordinator(str(tmp_path / "m.db"))
     yield sqlite
     sqlite.close()
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A loopback port another socket is listening on, for tests of servers refusing a port in use."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        yield busy.getsockname()[1]

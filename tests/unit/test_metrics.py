@@ -4,7 +4,6 @@ are counted as elections and ISR changes; requests are counted with their bytes 
 from __future__ import annotations
 
 import argparse
-import socket
 import urllib.request
 from typing import Callable
 
@@ -87,14 +86,10 @@ def test_each_server_serves_its_own_registry_on_the_port_it_bound() -> None:
     assert first.port is None
 
 
-def test_a_port_in_use_is_refused_with_the_fix() -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        with pytest.raises(InvalidConfigError, match=f"cannot serve metrics on 127.0.0.1:{port} .*choose another "
-                                                     "--metrics-port"):
-            ServerMetrics().serve("127.0.0.1:9093", port)
+def test_a_port_in_use_is_refused_with_the_fix(busy_port) -> None:
+    with pytest.raises(InvalidConfigError, match=f"cannot serve metrics on 127.0.0.1:{busy_port} .*choose another "
+                                                 "--metrics-port"):
+        ServerMetrics().serve("127.0.0.1:9093", busy_port)
 
 
 def state(leader: int | None, isr: tuple[int, ...], epoch: int) -> LeaderAndIsr:

@@ -5,7 +5,6 @@ real service: tests/integration/test_service_hardening.py and the fuzz suite.)""
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 
@@ -51,14 +50,10 @@ def test_integers_beyond_64_bits_are_refused_by_name() -> None:
     check_call("fetch", Broker.fetch, {"topic": "t", "partition": 0, "offset": 2**63 - 1, "max_bytes": 1})
 
 
-def test_a_listen_address_that_cannot_be_served_is_named_with_the_fix() -> None:
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        with pytest.raises(InvalidConfigError, match=f"cannot listen on 127.0.0.1:{port}: Address already in use; "
-                                                     "stop the process that uses it or choose another --listen"):
-            check_listen(f"127.0.0.1:{port}")
+def test_a_listen_address_that_cannot_be_served_is_named_with_the_fix(busy_port) -> None:
+    with pytest.raises(InvalidConfigError, match=f"cannot listen on 127.0.0.1:{busy_port}: Address already in use; "
+                                                 "stop the process that uses it or choose another --listen"):
+        check_listen(f"127.0.0.1:{busy_port}")
     for listen, match in (("abc", "must be HOST:PORT"), ("127.0.0.1:99999", "port from 0 to 65535"),
                           (":9093", "must be HOST:PORT"), ("no-such-host.invalid:9093", "does not resolve")):
         with pytest.raises(InvalidConfigError, match=match):

@@ -187,6 +187,13 @@ class PartitionReplica:
         return state
 
     # -- leading ------------------------------------------------------------------------------------------
+    def _leading(self, state: ReplicaState) -> LeaderState:
+        """The LeaderState of the leadership `state` names (lock held); NotLeaderError once it has ended."""
+        leader = self.leader
+        if leader is None or leader.leader_epoch != state.leader_epoch:
+            raise NotLeaderError(f"node {self.node_id} no longer leads {self.name}; refresh the metadata")
+        return leader
+
     def _advance(self, plog: Log) -> bool:
         """Move the high watermark as the leader's followers allow (lock held); True if it moved."""
         if self.leader is None or not self.leader.advance_hw(plog.end_offset, self.min_isr(plog)):
@@ -204,9 +211,7 @@ class PartitionReplica:
         state = self.check_leader(leader_epoch)
         plog = self.log
         with self.changed:
-            leader = self.leader
-            if leader is None or leader.leader_epoch != state.leader_epoch:
-                raise NotLeaderError(f"node {self.node_id} no longer leads {self.name}; refresh the metadata")
+            leader = self._leading(state)
             min_isr = self.min_isr(plog)
             if acks == "all" and len(leader.isr) < min_isr:
                 raise NotEnoughReplicasError(
@@ -266,9 +271,7 @@ class PartitionReplica:
         state = self.check_leader(leader_epoch)
         plog = self.log
         with self.changed:
-            leader = self.leader
-            if leader is None or leader.leader_epoch != state.leader_epoch:
-                raise NotLeaderError(f"node {self.node_id} no longer leads {self.name}; refresh the metadata")
+            leader = self._leading(state)
             if follower not in leader.followers:
                 raise IneligibleReplicaError(f"node {follower} is not a follower of {self.name} (replicas "
                                              f"{list(leader.replicas)})")
