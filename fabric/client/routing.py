@@ -183,8 +183,10 @@ class RoutingCluster(RemoteCluster):
                                              producer_id=producer_id, producer_epoch=producer_epoch,
                                              base_sequence=base_sequence)
             return put_call(descriptor, rows.schema, lambda: [rows])
-        return self._routed(topic, partition, at_node, lambda: super(RoutingCluster, self).append(
-            topic, partition, rows, codec, acks, producer_id, producer_epoch, base_sequence))
+        # tried once: a NotLeaderError may come after the leader appended the rows (it lost the leadership while
+        # acks=all waited), so only the producer, within its `retries`, may send them again
+        return self._route_once(topic, partition, at_node, lambda: super(RoutingCluster, self).append(
+            topic, partition, rows, codec, acks, producer_id, producer_epoch, base_sequence), None)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
               end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None) -> list[Fetched]:

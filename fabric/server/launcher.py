@@ -89,10 +89,32 @@ class ServerProcess:
             os.kill(self.process.pid, sig)
             self.process.wait(timeout=30)
 
-    def pause(self) -> None:
-        """SIGSTOP: the process is frozen (a stalled machine, a long GC pause) until resume()."""
-        if self.process is not None and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGSTOP)
+    def pause(self, timeout: float = 60.0) -> None:
+        """SIGSTOP: the process is frozen (a stalled machine, a long GC pause) until resume(). Returns once every
+        thread is stopped (where /proc shows it): a process stops only when one of its threads runs to take the
+        signal, which on a loaded machine may be after kill() returned, time enough to serve a request."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.kill(self.process.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + timeout
+        while not self._stopped() and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    def _stopped(self) -> bool:
+        """Whether every thread of the process is stopped ("T" in /proc/<pid>/task/<tid>/stat; True where there
+        is no /proc to ask)."""
+        assert self.process is not None
+        tasks = f"/proc/{self.process.pid}/task"
+        if not os.path.isdir(tasks):
+            return True
+        states = []
+        for tid in os.listdir(tasks):
+            try:
+                with open(f"{tasks}/{tid}/stat") as stat:
+                    states.append(stat.read().rpartition(")")[2].split()[0])
+            except FileNotFoundError:
+                continue  # the thread exited meanwhile
+        return all(state == "T" for state in states)
 
     def resume(self) -> None:
         """SIGCONT after pause()."""

@@ -1,5 +1,6 @@
 """Fixtures of the integration tier: a real local[2] SparkSession, a real ZooKeeper server, coordinator service
-processes, and consumer-group members in processes of their own.
+processes, clusters of data nodes with calls straight to one server, and consumer-group members in processes of
+their own.
 
 Child processes run scripts that import only the installed package (fabric...), never anything from tests/.
 """
@@ -15,8 +16,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
+import pyarrow as pa
+import pyarrow.flight as flight
 import pytest
 
+from fabric.common.records import to_storage
+from fabric.server import wire
 from fabric.server.launcher import CoordinatorProcess, NodeProcess
 from fabric.server.zookeeper import ZooKeeperServer
 
@@ -232,6 +237,60 @@ def node_cluster(tmp_path) -> Iterator[Callable[..., NodeCluster]]:
     yield start
     for cluster in started:
         cluster.close()
+
+
+class RawCalls:
+    """Calls straight to one server (a coordinator instance or a data node): no routing, no retry, a refusal
+    raised as the fabric exception. Tests use them to ask one particular node, e.g. a deposed leader quoting its
+    old leader epoch."""
+
+    @staticmethod
+    def call(server: str, call: Callable[[flight.FlightClient, flight.FlightCallOptions], Any],
+             token: str | None = None) -> Any:
+        """Run `call` (client, options) against `server` with a 10 s deadline and `token`, if given."""
+        headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+        with flight.connect(f"grpc+tcp://{server}") as client:
+            try:
+                return call(client, flight.FlightCallOptions(headers=headers, timeout=10))
+            except flight.FlightError as exc:
+                raise wire.from_flight_error(exc) from None
+
+    def action(self, server: str, name: str, /, token: str | None = None, **kwargs: Any) -> Any:
+        """The first result of action `name` (kwargs: its arguments), decoded."""
+        return self.call(server, lambda c, o: wire.loads(next(iter(c.do_action(wire.action(name, **kwargs), o)))
+                                                          .body), token)
+
+    @staticmethod
+    def append_call(topic: str, partition: int = 0, leader_epoch: int | None = None, value: bytes = b"raw",
+                    acks: str = "all", timeout_ms: int = 8000) -> Callable[..., Any]:
+        """A DoPut appending one record of `value` (a node waits up to `timeout_ms` for acks=all, less than the
+        call's deadline, so its own answer comes back)."""
+        rows = to_storage(pa.table({"value": [value]}), None, 1_000_000).to_batches()[0]
+
+        def put(client: flight.FlightClient, options: flight.FlightCallOptions) -> Any:
+            descriptor = wire.put_descriptor("append", topic=topic, partition=partition, codec="none",
+                                             leader_epoch=leader_epoch, acks=acks, timeout_ms=timeout_ms)
+            writer, answers = client.do_put(descriptor, rows.schema, options)
+            writer.write_batch(rows)
+            writer.done_writing()
+            try:
+                return wire.loads(answers.read())
+            finally:
+                writer.close()
+        return put
+
+    def append(self, server: str, topic: str, partition: int, leader_epoch: int | None, value: bytes = b"raw",
+               acks: str = "all", timeout_ms: int = 8000) -> int:
+        """Append one record at `server` quoting `leader_epoch`; its offset."""
+        return self.call(server, self.append_call(topic, partition, leader_epoch, value, acks, timeout_ms))
+
+
+@pytest.fixture(scope="session")
+def raw() -> RawCalls:
+    """Calls straight to one server: call(server, call, token=None), action(server, name, token=None, **args),
+    append_call(topic, ...) and append(server, topic, partition, leader_epoch, value=b"raw", acks="all",
+    timeout_ms=8000) → the offset."""
+    return RawCalls()
 
 
 # -- the CLI and real disks ----------------------------------------------------------------------------------

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-import pyarrow as pa
-import pyarrow.flight as flight
 import pytest
 
 import fabric
@@ -22,55 +20,18 @@ from fabric.common.errors import (
     NotLeaderError,
     UnknownPartitionError,
 )
-from fabric.common.records import to_storage
 from fabric.common.waiting import wait_for
-from fabric.server import wire
 
 # a loaded machine may take a while past the session timeout to notice, decide and answer
 SETTLE_S = 30
-
-
-def raw_call(server: str, call, token: str | None = None):
-    """A call straight to one server (no routing, no retry), its error as the fabric exception."""
-    headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
-    with flight.connect(f"grpc+tcp://{server}") as client:
-        try:
-            return call(client, flight.FlightCallOptions(headers=headers, timeout=10))
-        except flight.FlightError as exc:
-            raise wire.from_flight_error(exc) from None
-
-
-def raw_action(server: str, name: str, /, token: str | None = None, **kwargs):
-    return raw_call(server, lambda c, o: wire.loads(next(iter(c.do_action(wire.action(name, **kwargs), o))).body),
-                    token)
-
-
-def raw_append_call(topic: str, partition: int = 0, leader_epoch: int | None = None):
-    """A raw DoPut appending one record."""
-    rows = to_storage(pa.table({"value": [b"raw"]}), None, 1_000_000).to_batches()[0]
-
-    def put(client, options):
-        descriptor = wire.put_descriptor("append", topic=topic, partition=partition, codec="none",
-                                         leader_epoch=leader_epoch)
-        writer, answers = client.do_put(descriptor, rows.schema, options)
-        writer.write_batch(rows)
-        writer.done_writing()
-        try:
-            return wire.loads(answers.read())
-        finally:
-            writer.close()
-    return put
-
-
-def raw_append(server: str, topic: str, partition: int, leader_epoch: int | None) -> int:
-    return raw_call(server, raw_append_call(topic, partition, leader_epoch))
 
 
 def leaders(fab, topic: str) -> dict[int, int | None]:
     return {p.partition: p.leader for p in fab.describe_topic(topic).partitions}
 
 
-def test_a_replicated_topic_spreads_its_leaders_and_clients_route_to_them(shared_cluster, drain, fabric_cli) -> None:
+def test_a_replicated_topic_spreads_its_leaders_and_clients_route_to_them(shared_cluster, drain, fabric_cli,
+                                                                          raw) -> None:
     with fabric.connect(shared_cluster.url) as fab:
         assert [(n.id, n.alive) for n in fab.list_nodes()] == [(1, True), (2, True), (3, True)]
         fab.create_topic("spread", partitions=6, replication_factor=1)
@@ -83,7 +44,7 @@ def test_a_replicated_topic_spreads_its_leaders_and_clients_route_to_them(shared
         ends = {p.partition: p.end_offset for p in fab.describe_topic("spread").partitions}
         assert sum(ends.values()) == 600 and all(ends.values())
         for node in shared_cluster.nodes.values():  # each node holds exactly the partitions it leads
-            status = raw_action(node.address, "status")
+            status = raw.action(node.address, "status")
             assert sorted(p for _, p in status["leaders"]) == sorted(p for p, n in leaders(fab, "spread").items()
                                                                      if n == status["node_id"])
         consumer = fab.consumer("spread", group_id="readers", auto_offset_reset="earliest")
@@ -113,24 +74,24 @@ def test_a_replicated_topic_spreads_its_leaders_and_clients_route_to_them(shared
     assert shown.returncode == 0 and "LEADER" in shown.stdout and "LEADER-EPOCH" in shown.stdout, shown.stderr
 
 
-def test_nodes_refuse_partitions_they_do_not_lead_and_stale_epochs(shared_cluster) -> None:
+def test_nodes_refuse_partitions_they_do_not_lead_and_stale_epochs(shared_cluster, raw) -> None:
     with fabric.connect(shared_cluster.url) as fab:
         fab.create_topic("refusals", partitions=3, replication_factor=1)
         owner = leaders(fab, "refusals")
     other = next(n for i, n in shared_cluster.nodes.items() if i != owner[0])
     with pytest.raises(NotLeaderError, match="does not lead refusals-0|hosts no replica of refusals-0"):
-        raw_append(other.address, "refusals", 0, 0)
+        raw.append(other.address, "refusals", 0, 0)
     with pytest.raises(FencedLeaderEpochError, match="older than"):
-        raw_append(shared_cluster.nodes[owner[0]].address, "refusals", 0, -1)
-    assert raw_append(shared_cluster.nodes[owner[0]].address, "refusals", 0, 0) == 0
+        raw.append(shared_cluster.nodes[owner[0]].address, "refusals", 0, -1)
+    assert raw.append(shared_cluster.nodes[owner[0]].address, "refusals", 0, 0) == 0
     with pytest.raises(NotLeaderError, match="replicated: its partitions are served by their leader nodes"):
-        raw_action(shared_cluster.coordinator.address, "partition_state", topic="refusals", partition=0)
+        raw.action(shared_cluster.coordinator.address, "partition_state", topic="refusals", partition=0)
     with fabric.connect(f"file://{shared_cluster.coordinator.data_dir}") as embedded:
         with pytest.raises(InvalidConfigError, match="needs a cluster with data nodes"):
             embedded.create_topic("embedded-rf", replication_factor=1)
 
 
-def test_a_killed_node_takes_its_partitions_offline_until_it_rejoins(node_cluster, fabric_cli) -> None:
+def test_a_killed_node_takes_its_partitions_offline_until_it_rejoins(node_cluster, fabric_cli, raw) -> None:
     cluster = node_cluster(nodes=2)
     with fabric.connect(cluster.url) as fab:
         fab.create_topic("fragile", partitions=4, replication_factor=1)
@@ -163,11 +124,11 @@ def test_a_killed_node_takes_its_partitions_offline_until_it_rejoins(node_cluste
         assert [r.value for r in consumer.poll(5)] == [b"before", b"after"]
         consumer.close()
     with pytest.raises(FencedLeaderEpochError):
-        raw_append(cluster.nodes[1].address, "fragile", on_one[0], 0)
+        raw.append(cluster.nodes[1].address, "fragile", on_one[0], 0)
 
 
-def test_the_controllers_calls_need_cluster_action_and_describe_shows_only_described_topics(node_cluster,
-                                                                                           tmp_path) -> None:
+def test_the_controllers_calls_need_cluster_action_and_describe_shows_only_described_topics(node_cluster, tmp_path,
+                                                                                           raw) -> None:
     (tmp_path / "tokens").write_text("admin-secret admin\nnode-secret node\napp-secret app\n")
     (tmp_path / "acls").write_text("admin admin topic:*\nadmin admin group:*\nnode cluster_action cluster:fabric\n"
                                    "app describe topic:visible\n")
@@ -180,26 +141,26 @@ def test_the_controllers_calls_need_cluster_action_and_describe_shows_only_descr
             assert producer.send("visible", b"x").result(SETTLE_S).offset == 0
     node = cluster.nodes[1].address
     with pytest.raises(AuthorizationError, match="not allowed to write topic:visible"):
-        raw_call(node, raw_append_call("visible"), "app-secret")
-    assert raw_action(node, "partition_state", token="app-secret", topic="visible", partition=0).end_offset == 1
+        raw.call(node, raw.append_call("visible"), "app-secret")
+    assert raw.action(node, "partition_state", token="app-secret", topic="visible", partition=0).end_offset == 1
     with pytest.raises(AuthorizationError, match="not allowed to describe topic:hidden"):
-        raw_action(node, "partition_state", token="app-secret", topic="hidden", partition=0)
+        raw.action(node, "partition_state", token="app-secret", topic="hidden", partition=0)
     coordinator = cluster.coordinator.address
     with pytest.raises(AuthorizationError, match="not allowed to cluster_action cluster:fabric"):
-        raw_action(coordinator, "register_node", token="app-secret", node_id=7, address="127.0.0.1:1")
+        raw.action(coordinator, "register_node", token="app-secret", node_id=7, address="127.0.0.1:1")
     with pytest.raises(AuthorizationError, match="not allowed to cluster_action cluster:fabric"):
-        raw_action(coordinator, "node_heartbeat", token="app-secret", node_id=1, node_epoch=1)
+        raw.action(coordinator, "node_heartbeat", token="app-secret", node_id=1, node_epoch=1)
     with pytest.raises(AuthorizationError, match="not allowed to create topic:mine"):
-        raw_action(coordinator, "create_topic", token="app-secret", name="mine", partitions=1, config={},
+        raw.action(coordinator, "create_topic", token="app-secret", name="mine", partitions=1, config={},
                    value_schema=None, replication_factor=1)
-    seen = raw_action(coordinator, "describe_cluster", token="app-secret")
+    seen = raw.action(coordinator, "describe_cluster", token="app-secret")
     assert sorted({tp[0] for tp in seen.partitions}) == ["visible"] and [n.id for n in seen.nodes] == [1]
-    assert sorted({tp[0] for tp in raw_action(coordinator, "describe_cluster", token="admin-secret").partitions}) == [
+    assert sorted({tp[0] for tp in raw.action(coordinator, "describe_cluster", token="admin-secret").partitions}) == [
         "hidden", "visible"]
     with pytest.raises(fabric.InvalidRequestError, match="argument 'node_epoch' must be int"):
-        raw_action(coordinator, "node_heartbeat", token="node-secret", node_id=1, node_epoch="1")
+        raw.action(coordinator, "node_heartbeat", token="node-secret", node_id=1, node_epoch="1")
     with pytest.raises(fabric.InvalidRequestError, match="node id must be an int from 0"):
-        raw_action(coordinator, "register_node", token="node-secret", node_id=-3, address="127.0.0.1:1")
+        raw.action(coordinator, "register_node", token="node-secret", node_id=-3, address="127.0.0.1:1")
 
 
 @pytest.mark.zookeeper
