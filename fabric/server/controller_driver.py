@@ -73,6 +73,8 @@ class ControllerDriver:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self.on_decision: Callable[[Decision], None] = lambda decision: None  # told every decision stored
+        # the high watermark each leader last reported (node_heartbeat), for group lag of replicated topics
+        self.high_watermarks: dict[TopicPartition, int] = {}
 
     @property
     def state(self) -> ControllerState:
@@ -168,12 +170,15 @@ class ControllerDriver:
         check_address("address", address)
         return self._call(lambda c: c.register_node(node_id, address, rack))
 
-    def node_heartbeat(self, node_id: int, node_epoch: int) -> NodeAssignment:
-        """Renew the node's lease (StaleNodeEpochError if fenced: it must register again); answer what it hosts."""
+    def node_heartbeat(self, node_id: int, node_epoch: int,
+                       high_watermarks: dict[TopicPartition, int] | None = None) -> NodeAssignment:
+        """Renew the node's lease (StaleNodeEpochError if fenced: it must register again); answer what it hosts.
+        A node reports the high watermarks of the partitions it leads (kept for consumer-group lag)."""
         def beat(controller: ActiveController) -> int:
             controller.heartbeat(node_id, node_epoch)
             return controller.controller_epoch
         epoch = self._call(beat)
+        self.high_watermarks.update(high_watermarks or {})
         mine = {tp: reg for tp, reg in self.store.partition_registrations().items()
                 if node_id in reg.assignment.replicas}
         topics: dict[str, TopicInfo] = {}

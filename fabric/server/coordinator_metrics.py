@@ -13,9 +13,9 @@ partition gauges are 0 and no group lag is given, so sums over instances stay ri
 - fabric_active_controller, fabric_live_nodes, fabric_offline_partitions (no leader),
   fabric_under_replicated_partitions (ISR smaller than the replicas, offline ones included);
 - fabric_consumer_group_committed_offset{group,topic,partition} for every committed offset, and
-  fabric_consumer_group_lag{group,topic,partition} (log end − committed offset) for topics stored in the
-  coordinator's data directory. A replicated topic's log end is on its leader node, not here: its lag is
-  `fabric_partition_high_watermark` (from the node) minus the committed offset, joined in PromQL.
+  fabric_consumer_group_lag{group,topic,partition}: log end − committed offset for topics stored in the
+  coordinator's data directory; for a replicated topic, the high watermark its leader last reported with its
+  heartbeat (at most a heartbeat interval old) − committed offset.
 """
 from __future__ import annotations
 
@@ -103,7 +103,8 @@ class GroupLagCollector(Collector):
         committed = GaugeMetricFamily("fabric_consumer_group_committed_offset", "a group's committed offset (the "
                                       "next offset it reads)", labels=GROUP_LABELS)
         lag = GaugeMetricFamily("fabric_consumer_group_lag", "records between a group's committed offset and the "
-                                "log end, for topics stored in the coordinator's directory", labels=GROUP_LABELS)
+                                "log end (a replicated topic's: the high watermark its leader last reported)",
+                                labels=GROUP_LABELS)
         if self.is_active():
             try:
                 self._read(committed, lag)
@@ -123,6 +124,9 @@ class GroupLagCollector(Collector):
                     local[topic] = not store.replicated(topic)
                 if local[topic]:
                     lag.add_metric(labels, self.broker.log(topic, partition).end_offset - position.offset)
+                elif (topic, partition) in self.broker.controller.high_watermarks:
+                    end = self.broker.controller.high_watermarks[(topic, partition)]
+                    lag.add_metric(labels, max(end - position.offset, 0))
 
 
 def register(registry: CollectorRegistry, broker: ClusterBroker, is_active: Callable[[], bool]) -> None:

@@ -103,7 +103,8 @@ def test_nodes_and_the_coordinator_serve_request_replication_and_group_metrics(n
     assert coordinator.value("fabric_consumer_group_lag", **local) == 5
     replicated = dict(group="replicated-readers", topic="metered", partition="0")
     assert coordinator.value("fabric_consumer_group_committed_offset", **replicated) == 50
-    assert coordinator.value("fabric_consumer_group_lag", **replicated) is None  # its log end is on the leader
+    wait_for(lambda: coordinator_metrics(cluster).value("fabric_consumer_group_lag", **replicated) == 0, SETTLE_S,
+             "the group's lag in the replicated topic, from the high watermark its leader reports", interval=0.5)
 
 
 def test_a_killed_leader_is_an_election_an_isr_shrink_and_an_under_replicated_partition_until_it_rejoins(

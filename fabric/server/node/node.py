@@ -73,7 +73,8 @@ class Node:
 
     def _heartbeat(self) -> None:
         assignment: NodeAssignment = self.connection.action("node_heartbeat", node_id=self.settings.node_id,
-                                                            node_epoch=self.server.node_epoch)
+                                                            node_epoch=self.server.node_epoch,
+                                                            high_watermarks=self.replicas.leader_high_watermarks())
         self.replicas.apply(assignment)
         self._last_answer = time.monotonic()
 

@@ -192,6 +192,11 @@ class ReplicaManager:
     def leaders(self) -> list[TopicPartition]:
         return sorted(tp for tp, r in self._replicas.items() if r.state.role is Role.LEADER)
 
+    def leader_high_watermarks(self) -> dict[TopicPartition, int]:
+        """The high watermark of each partition this node leads (reported with its heartbeats)."""
+        with self._lock:
+            return {tp: r.hw for tp, r in self._replicas.items() if r.state.role is Role.LEADER and r.hw >= 0}
+
     # -- replication housekeeping --------------------------------------------------------------------------
     def maintain(self) -> None:
         """One round: ask the controller for each ISR change the partitions led here need, and checkpoint every
