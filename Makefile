@@ -15,7 +15,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN))/python
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN))/python
 
-.PHONY: install lint test test-fast demo bench check-java clean
+.PHONY: install lint test test-fast demo demo-cluster bench check-java clean
 
 install: $(LINKS)
 
@@ -58,6 +58,10 @@ test-fast: $(LINKS)
 
 demo: $(LINKS)
 	$(BIN)/python jobs/demo.py
+
+# The demo on a local coordinator and 3 data nodes (replication factor 3), stopped afterwards, also on failure.
+demo-cluster: $(LINKS)
+	$(BIN)/python jobs/demo_cluster.py
 
 bench: $(LINKS)
 	$(BIN)/python -m bench.run
