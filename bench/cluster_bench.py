@@ -22,7 +22,7 @@ Measurements:
                       ISR before the next of --failovers rounds. Single-node peer: the coordinator service
                       SIGKILLed and restarted at once on its port and directory (as a supervisor would).
 
-Follower reads are not measured: see FOLLOWER_READS.
+Follower reads are not measured: consumers read from partition leaders (the output says why).
 """
 from __future__ import annotations
 
@@ -396,16 +396,18 @@ def report(results: dict[str, Any], raw: dict[str, dict[str, list[float]]]) -> N
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", type=int, default=500_000, help="records per throughput run")
-    parser.add_argument("--partitions", type=int, default=3, help="partitions of the throughput topics")
-    parser.add_argument("--repeats", type=int, default=3, help="timed throughput runs per path (best kept)")
-    parser.add_argument("--rate", type=float, default=1000.0, help="latency: records sent per second")
-    parser.add_argument("--seconds", type=float, default=3.0, help="latency: seconds measured per turn")
-    parser.add_argument("--warmup", type=float, default=1.0, help="latency: seconds dropped at the start of a turn")
-    parser.add_argument("--rounds", type=int, default=3, help="latency: turns per path")
-    parser.add_argument("--failovers", type=int, default=3, help="leader SIGKILLs (and single-node restarts)")
-    parser.add_argument("--session-timeout-ms", type=int, default=3000, help="node.session.timeout.ms")
-    parser.add_argument("--heartbeat-ms", type=int, default=300, help="node.heartbeat.interval.ms")
+    options = (("--records", int, 500_000, "records per throughput run"),
+               ("--partitions", int, 3, "partitions of the throughput topics"),
+               ("--repeats", int, 3, "timed throughput runs per path (the best is kept)"),
+               ("--rate", float, 1000.0, "latency: records sent per second"),
+               ("--seconds", float, 3.0, "latency: seconds measured per turn"),
+               ("--warmup", float, 1.0, "latency: seconds dropped at the start of each turn"),
+               ("--rounds", int, 3, "latency: turns per path"),
+               ("--failovers", int, 3, "leader SIGKILLs (and single-node restarts)"),
+               ("--session-timeout-ms", int, 3000, "node.session.timeout.ms of the coordinator and nodes"),
+               ("--heartbeat-ms", int, 300, "node.heartbeat.interval.ms"))
+    for flag, kind, default, text in options:
+        parser.add_argument(flag, type=kind, default=default, help=f"{text} (default {default:g})")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
     if min(args.records, args.partitions, args.repeats, args.rounds, args.failovers) < 1 or \
