@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.installed-stamp
 LINKS  := $(VENV)/.linked-stamp
 # The package's files: the install is redone when one is added, removed or renamed (edits need nothing).
 SOURCES := $(shell git ls-files -co --exclude-standard fabric coordinator sources sinks conf pyspark_fabric.py 2>/dev/null)
-# Lint and type checks read the installed tree, where coordinator/, sources/ and sinks/ are fabric.* packages.
+# Lint and type checks read the installed tree, where coordinator/, sources/ and sinks/ are fabric.* packages
+# (bench/ and jobs/, outside the wheel, are checked from the checkout with the tree first on mypy's path).
 TREE = $(firstword $(wildcard build/__editable__.spark_fabric-*))
 
 # Spark's Python workers cannot connect back in sandboxes without these (see README, Environment).
@@ -14,7 +15,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN))/python
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN))/python
 
-.PHONY: install lint test test-fast demo bench check-java clean
+.PHONY: install lint test test-fast demo demo-cluster bench check-java clean
 
 install: $(LINKS)
 
@@ -47,6 +48,7 @@ lint: $(LINKS)
 	$(BIN)/ruff check .
 	cd $(TREE) && $(abspath $(BIN))/lint-imports --config $(CURDIR)/pyproject.toml
 	cd $(TREE) && $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml -p fabric -p pyspark_fabric
+	MYPYPATH=$(TREE) $(BIN)/mypy --config-file pyproject.toml bench jobs
 
 test: lint
 	$(BIN)/pytest -q
@@ -56,6 +58,10 @@ test-fast: $(LINKS)
 
 demo: $(LINKS)
 	$(BIN)/python jobs/demo.py
+
+# The demo on a local coordinator and 3 data nodes (replication factor 3), stopped afterwards, also on failure.
+demo-cluster: $(LINKS)
+	$(BIN)/python jobs/demo_cluster.py
 
 bench: $(LINKS)
 	$(BIN)/python -m bench.run

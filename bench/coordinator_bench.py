@@ -89,6 +89,7 @@ def settle(members: Members, names: list[str], t0: float, timeout: float) -> flo
     them took up its final assignment (each member stamps its own changes)."""
     statuses = wait_for(lambda: members.exact_cover(names, PARTITIONS), timeout,
                         f"{len(names)} members to cover {PARTITIONS} partitions exactly once")
+    assert statuses is not None  # wait_for returns a truthy value
     return max(s["since"] for s in statuses.values()) - t0
 
 

@@ -1,18 +1,23 @@
 """Shared benchmark plumbing: progress lines, timing, results JSON and bar-chart plots."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Mapping, Sequence
 
+import numpy as np
 import psutil
 
 # bench/results/, or $FABRIC_BENCH_RESULTS (the benchmarks' smoke test keeps its figures out of the checkout)
 RESULTS_DIR = os.environ.get("FABRIC_BENCH_RESULTS") or os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                                       "results")
+
+
+COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860")  # one per series of a plot
 
 
 def progress(message: str) -> None:
@@ -75,8 +80,42 @@ def bar_chart(name: str, title: str, rows: list[tuple[str, float]], unit: str,
     ax.set_xlabel(unit)
     ax.set_title(title, fontsize=10)
     if legend:
-        ax.legend(handles=[Patch(color=c, label=text) for c, text in legend.items()], loc="lower right",
-                  fontsize=8)
+        ax.legend(handles=[Patch(color=c, label=text) for c, text in legend.items()], loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def latency_plot(name: str, title: str, series: Mapping[str, Sequence[float]], what: str = "latency") -> str:
+    """Histogram and CDF of latencies in ms, saved as bench/results/<name>.png: one series filled, with its p50
+    and p99 marked; several as outlines and CDF lines on a log scale (their tails differ by orders of magnitude)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    path = os.path.join(RESULTS_DIR, f"{name}.png")
+    single = len(series) == 1
+    fig, (hist, cdf) = plt.subplots(1, 2, figsize=(11, 4))
+    for (label, values), color in zip(series.items(), itertools.cycle(COLORS)):
+        data = np.sort(np.asarray(values, dtype=float))
+        bins = 50 if single else np.geomspace(max(data[0], 1e-3), data[-1] * 1.01, 60)
+        hist.hist(data, bins=bins, color=color, histtype="bar" if single else "step", label=label)
+        cdf.plot(data, np.arange(1, len(data) + 1) / len(data), color=color, label=label)
+        if single:
+            for q in (50, 99):
+                cdf.axvline(np.percentile(data, q), ls="--", color="gray")
+                cdf.text(np.percentile(data, q), 0.05, f" p{q}", color="gray")
+    if not single:
+        for ax in (hist, cdf):
+            ax.set_xscale("log")
+        cdf.legend(fontsize=8, loc="lower right")
+    hist.set_xlabel(f"{what} (ms)")
+    hist.set_ylabel("records")
+    cdf.set_xlabel(f"{what} (ms)")
+    cdf.set_ylabel("fraction of records")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 import fabric
 from bench.ceiling_source import CeilingSource
 from bench.log_bench import VALUE_BYTES, make_values
-from bench.report import RESULTS_DIR, bar_chart, progress, save, table, timed
+from bench.report import bar_chart, latency_plot, progress, save, table, timed
 from fabric.spark.session import SPARK_DEFAULTS, conf_dir_path, read_spark_defaults
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # Spark's workers cannot connect back without it
@@ -266,31 +266,6 @@ def _consume_stamped(consumer, count: int, deadline: float) -> list[float]:
     return latencies
 
 
-def latency_plot(latencies: list[float], title: str) -> str:
-    """Histogram and CDF of the latencies, saved as bench/results/spark_latency.png."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = os.path.join(RESULTS_DIR, "spark_latency.png")
-    data = np.sort(np.asarray(latencies))
-    fig, (hist, cdf) = plt.subplots(1, 2, figsize=(11, 4))
-    hist.hist(data, bins=50, color="#4C72B0")
-    hist.set_xlabel("end-to-end latency (ms)")
-    hist.set_ylabel("records")
-    cdf.plot(data, np.arange(1, len(data) + 1) / len(data), color="#4C72B0")
-    for q in (50, 99):
-        cdf.axvline(np.percentile(data, q), ls="--", color="gray")
-        cdf.text(np.percentile(data, q), 0.05, f" p{q}", color="gray")
-    cdf.set_xlabel("end-to-end latency (ms)")
-    cdf.set_ylabel("fraction of records")
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=4_000_000)
@@ -348,8 +323,9 @@ def main(argv: list[str] | None = None) -> dict:
                       [(labels[k], v["rows_per_s"]) for k, v in rps.items()], "rows/s", colors,
                       {kinds["fabric"]: "fabric", kinds["spark"]: "Spark's parquet (the peer)",
                        kinds["ceiling"]: "Python source reading nothing"})
-    lat_chart = latency_plot(lat, f"fabric -> Spark -> fabric end to end, {args.rate:g} records/s, "
-                                  f"trigger processingTime={args.trigger!r}")
+    lat_chart = latency_plot("spark_latency", f"fabric -> Spark -> fabric end to end, {args.rate:g} records/s, "
+                                              f"trigger processingTime={args.trigger!r}", {"end to end": lat},
+                             "end-to-end latency")
     print(table([(labels[k], f"{v['rows_per_s']:,.0f}", f"{ratio[k]:.2f}x" if k in ratio else "",
                   f"{v['cpu_s']:.2f}", f"{cpu_ratio[k]:.2f}x" if k in cpu_ratio else "",
                   labels[pairs[k]] if k in pairs else "") for k, v in rps.items()],

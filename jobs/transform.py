@@ -18,11 +18,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--output", required=True, help="topic to write (must exist)")
     p.add_argument("--sql", default="SELECT key, value FROM input", help="query over the view `input`")
     p.add_argument("--group-id", default=None, help="consumer group that shows this query's lag")
+    p.add_argument("--output-url", default=None,
+                   help="fabric the sink writes to (default: --url); the sink stages in the fabric's directory, so "
+                        "this is an embedded URL, e.g. a coordinator service's data directory as file:///dir")
     args = p.parse_args(argv)
     spark = session("fabric-transform")
     options = {"groupId": args.group_id} if args.group_id else {}
     read_topic(spark, args, args.input, **options).createOrReplaceTempView("input")
-    query = (spark.sql(args.sql).writeStream.format("fabric").option("url", args.url)
+    query = (spark.sql(args.sql).writeStream.format("fabric").option("url", args.output_url or args.url)
              .option("topic", args.output).option("checkpointLocation", args.checkpoint)
              .queryName("transform").trigger(**trigger(args)).start())
     run(query, args)

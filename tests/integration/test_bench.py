@@ -15,15 +15,40 @@ SUITES = [
     ("bench.spark_bench", ["--records", "4000", "--repeats", "1", "--seconds", "2", "--rate", "20"], "spark",
      "vs_peer"),
 ]
+CLUSTER_PATHS = {"rf3", "rf1", "service", "file"}
 
 
-@pytest.mark.parametrize("module, args, name, key", SUITES, ids=[s[2] for s in SUITES])
-def test_benchmark_suite_runs_and_reports(repo_root, tmp_path, module, args, name, key) -> None:
+def run_suite(repo_root, tmp_path, module: str, args: list[str], name: str) -> dict:
+    """Run `python -m module args` with its results under tmp_path; the results JSON (a plot was written too)."""
     env = {**os.environ, "FABRIC_BENCH_RESULTS": str(tmp_path / "results")}
     done = subprocess.run([sys.executable, "-m", module, *args, "--dir", str(tmp_path / "scratch")], cwd=repo_root,
                           env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    with open(tmp_path / "results" / f"{name}.json") as f:
-        results = json.load(f)
-    assert results[key], results
     assert any(p.endswith(".png") for p in os.listdir(tmp_path / "results"))
+    with open(tmp_path / "results" / f"{name}.json") as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("module, args, name, key", SUITES, ids=[s[2] for s in SUITES])
+def test_benchmark_suite_runs_and_reports(repo_root, tmp_path, module, args, name, key) -> None:
+    results = run_suite(repo_root, tmp_path, module, args, name)
+    assert results[key], results
+
+
+def test_cluster_benchmark_reports_every_path_and_failover(repo_root, tmp_path) -> None:
+    results = run_suite(repo_root, tmp_path, "bench.cluster_bench", [
+        "--records", "2000", "--partitions", "2", "--repeats", "1", "--rate", "100", "--seconds", "0.5",
+        "--warmup", "0.1", "--rounds", "1", "--failovers", "1"], "cluster")
+    for kind in ("produce", "consume"):
+        assert set(results[kind]) == CLUSTER_PATHS
+        assert all(out["records_per_s"] > 0 for out in results[kind].values()), results[kind]
+    assert results["produce_ratio"]["rf3_vs_rf1"] > 0
+    for key in CLUSTER_PATHS:
+        for kind in ("produce", "end_to_end"):
+            figures = results["latency"][key][kind]
+            assert figures["records"] == 50 and 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"]
+    failover = results["failover"]
+    assert failover["session_timeout_ms"] == 3000 and failover["goal_s"] == 4
+    assert len(failover["cluster_s"]) == len(failover["single_node_restart_s"]) == 1
+    assert failover["cluster_median_s"] > 0 and failover["single_node_restart_median_s"] > 0
+    assert "not measured" in results["follower_reads"]

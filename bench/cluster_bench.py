@@ -1,0 +1,429 @@
+"""Cluster benchmark: a local replicated cluster (a coordinator and 3 data nodes, real processes on 127.0.0.1)
+beside single-node fabrics, on the same records (random 100-byte values) in the same run.
+
+Paths (each on topics of its own):
+  rf3      the cluster, replication factor 3, acks=all, min.insync.replicas=2 (leaders spread over the nodes)
+  rf1      the cluster, replication factor 1, acks=1
+  service  single node: a coordinator service alone (fabric://, no data nodes), producer defaults (acks=all)
+  file     single node: the embedded fabric (file://) in this process, producer defaults
+
+Measurements:
+  produce throughput  one producer's send_batch of --records records spread over --partitions partitions; every
+                      path runs once to warm up, then the paths take turns --repeats times and each keeps its best
+                      run: records/s, and CPU microseconds per record of this process and every server together
+  consume throughput  poll_batch of as many records from the start of those topics, from each partition's leader
+  latency             a producer sends one record after another at --rate/s (linger_ms=0; a second thread waits
+                      for the acks) to a 1-partition topic while a consumer long-polls it, all in this process
+                      (one clock): produce latency (send() to ack) and end to end (send() to poll); the first
+                      --warmup seconds are dropped; the paths take turns --rounds times, --seconds each
+  failover            a producer sends one record at a time to an RF3 partition; between two sends its leader is
+                      SIGKILLed: time from the kill to the ack of the next send (retried until the controller has
+                      elected a new leader, after the node session timeout); the node is restarted and back in the
+                      ISR before the next of --failovers rounds. Single-node peer: the coordinator service
+                      SIGKILLed and restarted at once on its port and directory (as a supervisor would).
+
+Follower reads are not measured: consumers read from partition leaders (the output says why).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import shutil
+import struct
+import tempfile
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+
+import fabric
+from bench.local_cluster import LocalCluster
+from bench.log_bench import VALUE_BYTES, make_values
+from bench.report import bar_chart, latency_plot, progress, save, table, timed
+from fabric.common.config import CONSUMER_SETTINGS, PRODUCER_SETTINGS
+from fabric.common.waiting import wait_for
+from fabric.server.launcher import CoordinatorProcess
+
+NODES = 3
+MIN_ISR = 2
+STAMP = struct.Struct("<qq")  # a latency record's value starts with its send time (perf_counter ns) and number
+PAD = bytes(VALUE_BYTES - STAMP.size)
+SETTLE_S = 60.0  # longest wait for the cluster to settle (a node back in the ISR, records to arrive)
+RATIO_GOAL, KREPS_2014 = 0.6, 0.51  # RF3 acks=all over RF1 acks=1: the issue's goal and Kafka's 2014 figure
+E2E_P99_GOAL_MS, PRODUCE_P99_GOAL_MS = 3.0, 10.0
+FOLLOWER_READS = (
+    "not measured: the consumer has no client_rack option, so it reads from partition leaders only (fetch from "
+    "a follower, KIP-392, is not built)" if "client_rack" not in CONSUMER_SETTINGS else
+    "not measured: this suite reads from partition leaders only")
+
+
+@dataclass(frozen=True)
+class Path:
+    """One way of producing and consuming: a fabric, the producer's acks, how its topics are created."""
+
+    key: str
+    label: str
+    fab: fabric.Fabric
+    acks: str
+    replication_factor: int | None = None
+
+    def create_topic(self, topic: str, partitions: int) -> str:
+        """Create `topic` as this path stores it; return its name."""
+        config = {"min.insync.replicas": str(MIN_ISR)} if (self.replication_factor or 1) > 1 else None
+        self.fab.create_topic(topic, partitions, config=config, replication_factor=self.replication_factor)
+        return topic
+
+
+def paths(stack: ExitStack, cluster_url: str, service_url: str, directory: str) -> list[Path]:
+    """The four paths, the cluster's first; their connections are closed with `stack`."""
+    cluster = stack.enter_context(fabric.connect(cluster_url))
+    service = stack.enter_context(fabric.connect(service_url))
+    embedded = stack.enter_context(fabric.connect(os.path.join(directory, "embedded")))
+    return [
+        Path("rf3", f"cluster, RF {NODES}, acks=all, min.insync.replicas={MIN_ISR}", cluster, "all", NODES),
+        Path("rf1", "cluster, RF 1, acks=1", cluster, "1", 1),
+        Path("service", "single node: coordinator service alone (fabric://)", service, "all"),
+        Path("file", "single node: embedded (file://, in process)", embedded, "all"),
+    ]
+
+
+# -- throughput ---------------------------------------------------------------------------------------------
+def spread(records: int, partitions: int) -> pa.Table:
+    """`records` random 100-byte values with a partition column dealing them round robin over `partitions`."""
+    values = make_values(records)
+    return values.append_column("partition", pa.array(np.arange(records) % partitions, pa.int32()))
+
+
+def best_of(what: str, runs: dict[str, Callable[[], int]], repeats: int) -> dict[str, dict[str, float]]:
+    """Each run (returning the records it moved) once to warm up, then `repeats` times taking turns; per path
+    the best run's records/s, MB/s and CPU microseconds per record (this process and every server)."""
+    for key, run in runs.items():
+        with timed(f"{what}, {key}, warm-up"):
+            run()
+    best: dict[str, dict[str, float]] = {}
+    for r in range(repeats):
+        for key, run in runs.items():
+            with timed(f"{what}, {key}, run {r + 1} of {repeats}") as t:
+                records = run()
+            rps = records / t["seconds"]
+            if rps > best.get(key, {}).get("records_per_s", 0):
+                best[key] = {"records_per_s": rps, "mb_per_s": rps * VALUE_BYTES / 1e6,
+                             "cpu_us_per_record": t["cpu"] / records * 1e6}
+    return best
+
+
+def throughput(all_paths: list[Path], records: int, partitions: int, repeats: int) -> dict[str, Any]:
+    """Produce, then consume, `records` records on each path (best of `repeats`)."""
+    data = spread(records, partitions)
+    topics = {p.key: p.create_topic(f"tput-{p.key}", partitions) for p in all_paths}
+
+    def produce(path: Path) -> Callable[[], int]:
+        def run() -> int:
+            with path.fab.producer(acks=path.acks) as producer:
+                producer.send_batch(topics[path.key], data)
+            return records
+        return run
+
+    def consume(path: Path) -> Callable[[], int]:
+        def run() -> int:
+            with path.fab.consumer(auto_offset_reset="earliest") as consumer:
+                consumer.assign([(topics[path.key], p) for p in range(partitions)])
+                got = 0
+                while got < records:
+                    got += consumer.poll_batch(SETTLE_S).num_rows
+            return got
+        return run
+
+    return {"produce": best_of("produce", {p.key: produce(p) for p in all_paths}, repeats),
+            "consume": best_of("consume", {p.key: consume(p) for p in all_paths}, repeats)}
+
+
+# -- latency ------------------------------------------------------------------------------------------------
+def latency_turn(path: Path, topic: str, rate: float, warmup_s: float, seconds: float) -> dict[str, list[float]]:
+    """One turn of a path: records sent at `rate`/s for warmup_s + seconds while this thread long-polls them;
+    the produce and end-to-end latencies (ms) of the records after the warm-up."""
+    total, warm = round(rate * (warmup_s + seconds)), round(rate * warmup_s)
+    produce_ms, end_to_end_ms = np.full(total, np.nan), np.full(total, np.nan)
+    sent: queue.Queue = queue.Queue()
+    stop, failed = threading.Event(), []
+
+    def guarded(body: Callable[[], None]) -> threading.Thread:
+        def run() -> None:
+            try:
+                body()
+            except BaseException as exc:  # noqa: BLE001 (raised again by the polling thread)
+                failed.append(exc)
+                stop.set()
+        return threading.Thread(target=run, daemon=True)
+
+    with path.fab.producer(acks=path.acks, linger_ms=0) as producer, \
+            path.fab.consumer(auto_offset_reset="latest") as consumer:
+        def send_paced() -> None:
+            start = time.perf_counter()
+            for i in range(total):
+                delay = start + i / rate - time.perf_counter()
+                if stop.wait(delay) if delay > 0 else stop.is_set():
+                    return
+                at = time.perf_counter_ns()
+                sent.put((i, at, producer.send(topic, STAMP.pack(at, i) + PAD)))
+
+        def await_acks() -> None:  # result() sends what is buffered (linger_ms=0) and waits for its ack
+            done = 0
+            while done < total and not stop.is_set():
+                try:
+                    i, at, future = sent.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                future.result(SETTLE_S)
+                produce_ms[i] = (time.perf_counter_ns() - at) / 1e6
+                done += 1
+
+        consumer.assign([(topic, 0)])
+        consumer.position(topic, 0)  # "latest" is resolved now, before the first record is sent
+        threads = [guarded(send_paced), guarded(await_acks)]
+        for thread in threads:
+            thread.start()
+        deadline, got = time.monotonic() + warmup_s + seconds + SETTLE_S, 0
+        try:
+            while got < total and not failed:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{path.key}: only {got} of {total} records arrived in time")
+                records = consumer.poll(1.0)
+                received = time.perf_counter_ns()
+                for record in records:
+                    at, i = STAMP.unpack_from(record.value)
+                    end_to_end_ms[i] = (received - at) / 1e6
+                got += len(records)
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            for thread in threads:
+                thread.join(SETTLE_S)
+    if failed:
+        raise failed[0]
+    if np.isnan(produce_ms).any() or np.isnan(end_to_end_ms).any():
+        raise RuntimeError(f"{path.key}: {int(np.isnan(end_to_end_ms).sum())} of {total} records never arrived "
+                           f"(others more than once) or {int(np.isnan(produce_ms).sum())} were not acknowledged")
+    return {"produce": produce_ms[warm:].tolist(), "end_to_end": end_to_end_ms[warm:].tolist()}
+
+
+def summary(ms: list[float]) -> dict[str, float]:
+    """Count, p50, p99 and max of latencies in ms."""
+    data = np.asarray(ms)
+    return {"records": len(data), "p50_ms": float(np.percentile(data, 50)), "p99_ms": float(np.percentile(data, 99)),
+            "max_ms": float(data.max())}
+
+
+def latency(all_paths: list[Path], rate: float, warmup_s: float, seconds: float, rounds: int
+            ) -> tuple[dict[str, Any], dict[str, dict[str, list[float]]]]:
+    """latency_turn on every path, taking turns `rounds` times (so a burst of load from other tenants of the
+    machine falls on all of them); per path the summaries, and the raw latencies for the plots."""
+    topics = {p.key: p.create_topic(f"latency-{p.key}", 1) for p in all_paths}
+    raw: dict[str, dict[str, list[float]]] = {p.key: {"produce": [], "end_to_end": []} for p in all_paths}
+    for r in range(rounds):
+        for path in all_paths:
+            with timed(f"latency, {path.key}, round {r + 1} of {rounds}: {rate:g} records/s for "
+                       f"{warmup_s:g} + {seconds:g} s"):
+                turn = latency_turn(path, topics[path.key], rate, warmup_s, seconds)
+            for kind, values in turn.items():
+                raw[path.key][kind] += values
+            progress(f"  produce p99 {summary(turn['produce'])['p99_ms']:.2f} ms, "
+                     f"end to end p99 {summary(turn['end_to_end'])['p99_ms']:.2f} ms")
+    return {key: {kind: summary(values) for kind, values in kinds.items()} for key, kinds in raw.items()}, raw
+
+
+# -- failover -----------------------------------------------------------------------------------------------
+def acked_after(fab: fabric.Fabric, topic: str, kill: Callable[[], None]) -> float:
+    """Seconds from kill() (called between two sends) to the ack of the next send, which the producer retries
+    (every retry_backoff_ms) until the partition has a leader again."""
+    with fab.producer(acks="all", linger_ms=0) as producer:
+        for _ in range(10):  # the producer is warm and the partition's leader known before the kill
+            producer.send(topic, PAD).result(SETTLE_S)
+        killed = time.perf_counter()
+        kill()
+        producer.send(topic, PAD).result(SETTLE_S + 60)
+        return time.perf_counter() - killed
+
+
+def kill_leader(cluster: LocalCluster, fab: fabric.Fabric, topic: str) -> float:
+    """acked_after the SIGKILL of the leader of `topic`-0; then the killed node is restarted and waited for until
+    it is back in the ISR."""
+    leader = wait_for(lambda: fab.describe_topic(topic).partitions[0].leader, SETTLE_S, "a leader")
+    assert leader is not None  # wait_for returns a truthy value
+    seconds = acked_after(fab, topic, cluster.nodes[leader].kill)
+    moved = fab.describe_topic(topic).partitions[0]
+    if moved.leader == leader:
+        raise RuntimeError(f"{topic}-0 was acknowledged with node {leader} still its leader after its SIGKILL")
+    progress(f"  node {leader} killed: first ack {seconds:.3f} s later, on node {moved.leader} (leader epoch "
+             f"{moved.leader_epoch}); restarting node {leader}")
+    cluster.restart(leader)
+    wait_for(lambda: leader in fab.describe_topic(topic).partitions[0].isr, SETTLE_S,
+             f"node {leader} back in the ISR of {topic}-0")
+    return seconds
+
+
+def failover_cluster(cluster: LocalCluster, path: Path, rounds: int) -> list[float]:
+    """kill_leader on an RF3 partition of `path`, `rounds` times."""
+    topic = path.create_topic("failover", 1)
+    out = []
+    for r in range(rounds):
+        with timed(f"failover {r + 1} of {rounds}: SIGKILL of the leader of {topic}-0"):
+            out.append(kill_leader(cluster, path.fab, topic))
+    return out
+
+
+def supervised_restart(service: CoordinatorProcess, fab: fabric.Fabric, topic: str) -> float:
+    """acked_after the SIGKILL of the coordinator `service`, which another thread starts again at once on its
+    port and directory (as a supervisor would, while the producer retries)."""
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            service.start()
+        except BaseException as exc:  # noqa: BLE001 (raised again below)
+            failed.append(exc)
+    restart = threading.Thread(target=start, daemon=True)
+
+    def kill_and_restart() -> None:
+        service.kill()
+        restart.start()
+    try:
+        seconds = acked_after(fab, topic, kill_and_restart)
+    finally:
+        restart.join(SETTLE_S)
+        if failed:
+            raise RuntimeError(f"the coordinator service did not start again: {failed[0]}")
+    return seconds
+
+
+def failover_single(service: CoordinatorProcess, path: Path, rounds: int) -> list[float]:
+    """supervised_restart of the coordinator service of `path`, `rounds` times."""
+    topic = path.create_topic("failover", 1)
+    out = []
+    for r in range(rounds):
+        with timed(f"single-node restart {r + 1} of {rounds}: SIGKILL of the coordinator service"):
+            out.append(supervised_restart(service, path.fab, topic))
+    return out
+
+
+# -- the run ------------------------------------------------------------------------------------------------
+def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], dict[str, dict[str, list[float]]]]:
+    """Start the cluster and the single-node service, measure, stop them (also on Ctrl-C or an error); the
+    results, and the raw latencies for the plots."""
+    load_before = os.getloadavg()
+    with ExitStack() as stack:
+        with timed(f"starting a coordinator and {NODES} data nodes, and a coordinator service alone"):
+            cluster = stack.enter_context(LocalCluster(os.path.join(directory, "cluster"), NODES,
+                                                       args.session_timeout_ms, args.heartbeat_ms))
+            service = CoordinatorProcess(os.path.join(directory, "service"))
+            stack.callback(service.stop)
+            service.start()
+        all_paths = paths(stack, cluster.url, service.url(), directory)
+        moved = throughput(all_paths, args.records, args.partitions, args.repeats)
+        lat, raw = latency(all_paths, args.rate, args.warmup, args.seconds, args.rounds)
+        failover: dict[str, Any] = {"cluster_s": failover_cluster(cluster, all_paths[0], args.failovers),
+                    "single_node_restart_s": failover_single(service, all_paths[2], args.failovers)}
+    failover |= {f"{k}_median_s": float(np.median(failover[f"{k}_s"])) for k in ("cluster", "single_node_restart")}
+    return {
+        "records": args.records, "value_bytes": VALUE_BYTES, "partitions": args.partitions, "repeats": args.repeats,
+        "nodes": NODES, "cpus": os.cpu_count(), "load_average_1m": [load_before[0], os.getloadavg()[0]],
+        "paths": {p.key: p.label for p in all_paths},
+        **moved,
+        "produce_ratio": {"rf3_vs_rf1": moved["produce"]["rf3"]["records_per_s"] / moved["produce"]["rf1"][
+            "records_per_s"], "goal": RATIO_GOAL, "kreps_2014": KREPS_2014},
+        "vs_service": {kind: {key: out["records_per_s"] / moved[kind]["service"]["records_per_s"]
+                              for key, out in moved[kind].items()} for kind in ("produce", "consume")},
+        "follower_reads": FOLLOWER_READS,
+        "latency": {"rate_per_s": args.rate, "warmup_s": args.warmup, "seconds": args.seconds, "rounds": args.rounds,
+                    "goals_p99_ms": {"produce": PRODUCE_P99_GOAL_MS, "end_to_end": E2E_P99_GOAL_MS}, **lat},
+        "failover": {"session_timeout_ms": args.session_timeout_ms, "heartbeat_interval_ms": args.heartbeat_ms,
+                     "retry_backoff_ms": PRODUCER_SETTINGS["retry_backoff_ms"].default,
+                     "goal_s": args.session_timeout_ms / 1000 + 1, **failover},
+    }, raw
+
+
+def report(results: dict[str, Any], raw: dict[str, dict[str, list[float]]]) -> None:
+    """The plots (bench/results/cluster*.png) and the Markdown tables."""
+    labels, lat, failover = results["paths"], results["latency"], results["failover"]
+    kinds = ("produce", "consume")
+
+    def moved(key: str) -> tuple[str, ...]:
+        return tuple(f"{results[kind][key]['records_per_s']:,.0f}" for kind in kinds) + \
+            tuple(f"{results[kind][key]['cpu_us_per_record']:.2f}" for kind in kinds) + \
+            tuple(f"{results['vs_service'][kind][key]:.2f}" for kind in kinds)
+
+    def delays(key: str) -> tuple[str, ...]:
+        return tuple(f"{lat[key][kind][m]:.2f}" for kind in ("produce", "end_to_end")
+                     for m in ("p50_ms", "p99_ms", "max_ms"))
+
+    print(table([(labels[key], *moved(key)) for key in labels],
+                ("path", "produce records/s", "consume records/s", "produce CPU µs/record", "consume CPU µs/record",
+                 "produce vs service", "consume vs service")))
+    ratio = results["produce_ratio"]
+    print(f"\nproduce, RF {NODES} acks=all over RF 1 acks=1: {ratio['rf3_vs_rf1']:.2f} (goal >= {RATIO_GOAL}; "
+          f"Kafka 2014: {KREPS_2014}). Follower reads: {results['follower_reads']}.\n")
+    print(table([(labels[key], *delays(key),
+                  f"{lat[key]['end_to_end']['p99_ms'] / lat['service']['end_to_end']['p99_ms']:.2f}")
+                 for key in labels],
+                ("path", "produce p50 ms", "p99", "max", "end-to-end p50 ms", "p99", "max", "e2e p99 vs service")))
+    print(f"\nlatency at {lat['rate_per_s']:g} records/s, {lat['rounds']} x {lat['seconds']:g} s after "
+          f"{lat['warmup_s']:g} s of warm-up each; goals for p99: produce < {PRODUCE_P99_GOAL_MS:g} ms, end to end "
+          f"< {E2E_P99_GOAL_MS:g} ms\n")
+    print(table([("cluster: SIGKILL of an RF 3 leader", f"{failover['cluster_median_s']:.2f}",
+                  ", ".join(f"{s:.2f}" for s in failover["cluster_s"]), str(failover["session_timeout_ms"]),
+                  f"<= {failover['goal_s']:g}"),
+                 ("single node: SIGKILL, restarted at once", f"{failover['single_node_restart_median_s']:.2f}",
+                  ", ".join(f"{s:.2f}" for s in failover["single_node_restart_s"]), "", "")],
+                ("failover", "median s", "each s", "node.session.timeout.ms", "goal s")))
+    colors = {"cluster": "#4C72B0", "single": "#9A9A9A"}
+    chart = bar_chart("cluster", f"{results['records']:,} x 100-byte records, {results['partitions']} partitions, "
+                      f"one client, best of {results['repeats']}",
+                      [(f"{kind}: {labels[key]}", results[kind][key]["records_per_s"]) for kind in kinds
+                       for key in labels], "records/s",
+                      [colors["cluster"] if key.startswith("rf") else colors["single"] for key in labels] * 2,
+                      {colors["cluster"]: f"cluster ({NODES} nodes)", colors["single"]: "single node, same run"})
+    plots = [latency_plot(f"cluster_latency_{kind}", f"{what} latency, {lat['rate_per_s']:g} records/s",
+                          {labels[key]: raw[key][kind] for key in labels}, f"{what} latency")
+             for kind, what in (("produce", "produce"), ("end_to_end", "end-to-end"))]
+    progress(f"plots: {chart}, {', '.join(plots)}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    options = (("--records", int, 500_000, "records per throughput run"),
+               ("--partitions", int, 3, "partitions of the throughput topics"),
+               ("--repeats", int, 3, "timed throughput runs per path (the best is kept)"),
+               ("--rate", float, 1000.0, "latency: records sent per second"),
+               ("--seconds", float, 3.0, "latency: seconds measured per turn"),
+               ("--warmup", float, 1.0, "latency: seconds dropped at the start of each turn"),
+               ("--rounds", int, 3, "latency: turns per path"),
+               ("--failovers", int, 3, "leader SIGKILLs (and single-node restarts)"),
+               ("--session-timeout-ms", int, 3000, "node.session.timeout.ms of the coordinator and nodes"),
+               ("--heartbeat-ms", int, 300, "node.heartbeat.interval.ms"))
+    for flag, kind, default, text in options:
+        parser.add_argument(flag, type=kind, default=default, help=f"{text} (default {default:g})")
+    parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
+    args = parser.parse_args(argv)
+    if min(args.records, args.partitions, args.repeats, args.rounds, args.failovers) < 1 or \
+            args.rate * args.seconds < 1 or args.warmup < 0:
+        parser.error("sizes and counts must be positive, --rate x --seconds at least one record, --warmup >= 0")
+    directory = args.dir or tempfile.mkdtemp(prefix="fabric-bench-cluster-")
+    os.makedirs(directory, exist_ok=True)
+    try:
+        results, raw = run(args, directory)
+    finally:
+        if args.dir is None:
+            shutil.rmtree(directory, ignore_errors=True)
+    save("cluster", results)
+    report(results, raw)
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""A replicated cluster of real processes on 127.0.0.1 for benchmarks: a coordinator and data nodes on free
+ports with a short node session, so a killed leader is replaced within seconds (the tests' NodeCluster is the
+same idea; benchmarks do not import tests)."""
+from __future__ import annotations
+
+import logging
+import os
+from types import TracebackType
+
+from fabric.server.launcher import CoordinatorProcess, NodeProcess
+
+log = logging.getLogger(__name__)
+
+
+class LocalCluster:
+    """A coordinator (SQLite store, under root/coordinator) and data nodes 1..`nodes` (root/node<i>), declared
+    dead `session_timeout_ms` after their last heartbeat (sent every `heartbeat_ms`). Use as a context manager:
+    every process is stopped on the way out, also on Ctrl-C or an error."""
+
+    def __init__(self, root: str, nodes: int, session_timeout_ms: int, heartbeat_ms: int) -> None:
+        self.root, self.count = root, nodes
+        self.session_timeout_ms, self.heartbeat_ms = session_timeout_ms, heartbeat_ms
+        self.coordinator = CoordinatorProcess(os.path.join(root, "coordinator"),
+                                              extra=("--node-session-timeout-ms", str(session_timeout_ms)))
+        self.nodes: dict[int, NodeProcess] = {}
+
+    @property
+    def url(self) -> str:
+        return self.coordinator.url()
+
+    def _node_options(self) -> tuple[str, ...]:
+        return ("--heartbeat-interval-ms", str(self.heartbeat_ms), "--session-timeout-ms", str(self.session_timeout_ms))
+
+    def start(self) -> LocalCluster:
+        """Start the coordinator, then the nodes; return once every node has registered."""
+        self.coordinator.start()
+        for i in range(1, self.count + 1):
+            self.nodes[i] = NodeProcess(i, os.path.join(self.root, f"node{i}"), self.url, extra=self._node_options())
+            self.nodes[i].start()
+        log.info("cluster %s: %d nodes", self.url, self.count)
+        return self
+
+    def restart(self, node_id: int) -> NodeProcess:
+        """Start node `node_id` again (after a kill) on its port and data directory; return once it registered."""
+        old = self.nodes[node_id]
+        old.stop()
+        self.nodes[node_id] = NodeProcess(node_id, old.data_dir, self.url, port=old.port, extra=self._node_options())
+        return self.nodes[node_id].start()
+
+    def close(self) -> None:
+        """Stop the nodes, then the coordinator (SIGTERM, SIGKILL after 10 s)."""
+        for node in self.nodes.values():
+            node.stop()
+        self.coordinator.stop()
+
+    def __enter__(self) -> LocalCluster:
+        try:
+            return self.start()
+        except BaseException:  # a node that failed to start, or Ctrl-C: stop what did start
+            self.close()
+            raise
+
+    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
