@@ -11,7 +11,6 @@ import time
 from typing import Any
 
 from fabric.cli.common import CommandError, add_command, add_subcommands, format_table
-from fabric.common.errors import FabricError
 
 STATE_FILE = "cluster.json"
 DEFAULT_DIR = "./fabric-cluster"
@@ -71,9 +70,10 @@ def up(args: argparse.Namespace) -> int:
         started.append(_entry("coordinator", None, coordinator))
         for i in range(1, args.nodes + 1):
             node = NodeProcess(i, os.path.join(data, f"node{i}"), coordinator.url(),
-                               extra=("--session-timeout-ms", str(args.session_timeout_ms))).start()
+                               extra=("--session-timeout-ms", str(args.session_timeout_ms),
+                                      "--heartbeat-interval-ms", str(max(args.session_timeout_ms // 3, 1)))).start()
             started.append(_entry("node", i, node))
-    except (RuntimeError, FabricError):
+    except BaseException:  # a failure, or Ctrl-C, part-way: stop what started (no state file names it yet)
         _stop_all(started)
         raise
     state = {"url": coordinator.url(), "processes": started}

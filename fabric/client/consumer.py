@@ -38,6 +38,7 @@ from fabric.common.types import TopicPartition
 METADATA_REFRESH_S = 1.0
 log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.005
+SCHEMA_MAX_AGE_S = 5.0  # a topic deleted and created again with another schema is seen within this time
 
 
 class Consumer:
@@ -58,6 +59,7 @@ class Consumer:
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
         self._pending: deque[pa.RecordBatch] = deque()  # fetched, not yet handed out
+        self._schemas: dict[str, tuple[float, pa.Schema | None]] = {}  # topic -> (when read, value schema)
         self._next = 0
         self._metadata_at = 0.0
         self._last_auto_commit = time.monotonic()
@@ -259,7 +261,12 @@ class Consumer:
         return out
 
     def _value_schema(self, topic: str) -> pa.Schema | None:
-        return self.cluster.coordinator.topic(topic).value_schema
+        """The topic's value schema, asked of the coordinator at most every SCHEMA_MAX_AGE_S (not on every poll:
+        on fabric:// that is a network call)."""
+        cached = self._schemas.get(topic)
+        if cached is None or time.monotonic() - cached[0] > SCHEMA_MAX_AGE_S:
+            cached = self._schemas[topic] = (time.monotonic(), self.cluster.coordinator.topic(topic).value_schema)
+        return cached[1]
 
     def _wait(self, timeout: float, attempt: Callable[[int], list[pa.RecordBatch]]) -> list[pa.RecordBatch]:
         """Call `attempt(wait_ms)` until it returns records or `timeout` seconds pass: after an empty pass, the

@@ -210,6 +210,7 @@ class Producer:
             if buf is None:
                 buf = self._buffers[topic] = _Buffer(topic)
                 self._ensure_linger_thread()
+                self._wake.notify()  # the linger thread times the new batch from now (linger_ms=0: sends it now)
             index = len(buf.values)
             buf.values.append(value)
             buf.keys.append(key)
