@@ -28,14 +28,16 @@ class LocalCluster:
     def url(self) -> str:
         return self.coordinator.url()
 
-    def _node_options(self) -> tuple[str, ...]:
-        return ("--heartbeat-interval-ms", str(self.heartbeat_ms), "--session-timeout-ms", str(self.session_timeout_ms))
+    def _node_options(self, node_id: int) -> tuple[str, ...]:
+        """Node `node_id`'s options: the timings, and a rack of its own (rack-<id>), for reads from followers."""
+        return ("--heartbeat-interval-ms", str(self.heartbeat_ms), "--session-timeout-ms", str(self.session_timeout_ms),
+                "--rack", f"rack-{node_id}")
 
     def start(self) -> LocalCluster:
         """Start the coordinator, then the nodes; return once every node has registered."""
         self.coordinator.start()
         for i in range(1, self.count + 1):
-            self.nodes[i] = NodeProcess(i, os.path.join(self.root, f"node{i}"), self.url, extra=self._node_options())
+            self.nodes[i] = NodeProcess(i, os.path.join(self.root, f"node{i}"), self.url, extra=self._node_options(i))
             self.nodes[i].start()
         log.info("cluster %s: %d nodes", self.url, self.count)
         return self
@@ -44,7 +46,8 @@ class LocalCluster:
         """Start node `node_id` again (after a kill) on its port and data directory; return once it registered."""
         old = self.nodes[node_id]
         old.stop()
-        self.nodes[node_id] = NodeProcess(node_id, old.data_dir, self.url, port=old.port, extra=self._node_options())
+        self.nodes[node_id] = NodeProcess(node_id, old.data_dir, self.url, port=old.port,
+                                          extra=self._node_options(node_id))
         return self.nodes[node_id].start()
 
     def close(self) -> None:
