@@ -7,6 +7,7 @@ tests/integration/conftest.py; they import nothing from tests/ (there is no test
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import sys
@@ -332,8 +333,10 @@ def adoption(storage: StorageKit) -> AdoptionKit:
 
 
 # -- histories of producers and consumers, and their checker ---------------------------------------------------
+@functools.cache
 def _plain_module(name: str) -> ModuleType:
-    """A plain module of tests/ loaded by its path (tests/ is no package and nothing puts it on sys.path)."""
+    """A plain module of tests/ loaded by its path (tests/ is no package and nothing puts it on sys.path), once
+    per run."""
     path = Path(__file__).with_name(f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"fabric_tests_{name}", path)
     assert spec and spec.loader
@@ -391,6 +394,13 @@ def histories() -> HistoryTools:
 def history(histories: HistoryTools, tmp_path) -> History:
     """The test's History in tmp_path/history: recorder(name), child_prelude, ops(), check(dense=False)."""
     return histories.at(str(tmp_path / "history"))
+
+
+@pytest.fixture(scope="session")
+def plain_module() -> Callable[[str], ModuleType]:
+    """plain_module(name) → tests/<name>.py loaded by its path, once per run: how a tier's conftest exposes a kit
+    kept in a plain module of tests/ (tests/integration/conftest.py's `replication`: tests/replication_kit.py)."""
+    return _plain_module
 
 
 @pytest.fixture(scope="session")

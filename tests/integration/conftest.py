@@ -1,6 +1,6 @@
 """Fixtures of the integration tier: a real local[2] SparkSession, a real ZooKeeper server, coordinator service
-processes, clusters of data nodes with calls straight to one server, and consumer-group members in processes of
-their own.
+processes, clusters of data nodes with calls straight to one server and the replication tests' kit, and
+consumer-group members in processes of their own.
 
 Child processes run scripts that import only the installed package (fabric...), never anything from tests/.
 """
@@ -237,6 +237,19 @@ def node_cluster(tmp_path) -> Iterator[Callable[..., NodeCluster]]:
     yield start
     for cluster in started:
         cluster.close()
+
+
+@pytest.fixture(scope="session")
+def replication(plain_module: Callable[[str], ModuleType], storage: Any) -> Any:
+    """The replication tests' kit (tests/replication_kit.py's ReplicationKit), each concept once: asking
+    (state: the controller's LeaderAndIsr, described/led: the leader's description, status(node, topic, p): the
+    node's status of its replica, follower), waiting (eventually, wait_elected, wait_isr, wait_offline,
+    wait_in_sync, wait_quiet; pause/resume nodes; append_alone: a leader's divergent tail), writing and reading
+    with a history (values, sender: a recorded producer, writers: background acks=all writers, final_read
+    through the leader), replicas on disk (partition_dir, wipe, assert_identical_replicas: every replica's frames
+    byte for byte) and the controllers' ZooKeeper states (zk_client, zk_states). Session-wide: it keeps no
+    state; the tests pass it their recorders and history."""
+    return plain_module("replication_kit").ReplicationKit(storage)
 
 
 class RawCalls:

@@ -12,32 +12,26 @@ import pytest
 
 import fabric
 from fabric.common.errors import InvalidConfigError
-from fabric.common.waiting import wait_for
-
-SETTLE_S = 60  # a loaded machine may take a while past the session timeout to notice, decide and answer
 
 
-def test_the_preferred_replica_leads_again_after_it_rejoined(node_cluster, fabric_cli, history) -> None:
+def test_the_preferred_replica_leads_again_after_it_rejoined(node_cluster, fabric_cli, history, replication) -> None:
     cluster = node_cluster()
     recorder = history.recorder("producer")
+    sent = replication.values("v", 20)
     with fabric.connect(cluster.url) as fab:
         fab.create_topic("pref", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
-        first = fab.describe_topic("pref").partitions[0]
+        first = replication.described(fab, "pref")
         preferred = first.replicas[0]
         assert first.leader == preferred
-        with fab.producer(linger_ms=0) as producer:
-            for i in range(20):
-                recorder.invoke(b"v%d" % i, 0)
-                meta = producer.send("pref", b"v%d" % i, partition=0).result(120)
-                recorder.ok(b"v%d" % i, meta.partition, meta.offset)
+        with replication.sender(fab.producer(linger_ms=0), recorder, "pref") as sender:
+            for i, value in enumerate(sent):
+                sender.send(value)
                 if i == 9:
                     cluster.nodes[preferred].kill()
-                    wait_for(lambda: fab.describe_topic("pref").partitions[0].leader not in (None, preferred),
-                             SETTLE_S, "a new leader elected")
+                    replication.wait_elected(fab, "pref", 0, first)
         cluster.restart(preferred)
-        wait_for(lambda: preferred in fab.describe_topic("pref").partitions[0].isr, SETTLE_S,
-                 f"node {preferred} back in the ISR")
-        moved = fab.describe_topic("pref").partitions[0]
+        replication.wait_isr(fab, "pref", {1, 2, 3})
+        moved = replication.described(fab, "pref")
         assert moved.leader != preferred
         shown = fabric_cli("partitions", "elect-leaders", "--preferred", "--format", "json", "--url", cluster.url)
         assert shown.returncode == 0, shown.stderr
@@ -49,21 +43,19 @@ def test_the_preferred_replica_leads_again_after_it_rejoined(node_cluster, fabri
             fab.elect_leaders("unclean", [("pref", 0)])
         refused = fabric_cli("partitions", "elect-leaders", "--partition", "0", "--url", cluster.url)
         assert refused.returncode == 1 and "--partition needs --topic" in refused.stderr
-        values = []
-        with fab.consumer("pref", auto_offset_reset="earliest") as consumer:  # read from the preferred leader
-            while len(values) < 20:
-                values += [(r.offset, r.value) for r in consumer.poll(timeout=30)]
-        assert [v for _, v in values] == [b"v%d" % i for i in range(20)]
-        recorder.read(0, values)
+        read = replication.final_read(fab, recorder, "pref")  # from the preferred leader
+        assert [v for _, v in read] == sent
     history.check(dense=True).assert_valid()
 
 
-def test_a_partition_moves_to_other_nodes_and_keeps_every_record(node_cluster, fabric_cli, history) -> None:
+def test_a_partition_moves_to_other_nodes_and_keeps_every_record(node_cluster, fabric_cli, history,
+                                                                 replication) -> None:
     """`fabric partitions reassign`: the dry run changes nothing; --execute adds node 4 as a follower that copies
     the log and joins the ISR, then the replicas become the target and the node that left deletes its copy;
     --verify says it is done. Records written before and during the move are all there, once."""
     cluster = node_cluster(nodes=4)
     recorder = history.recorder("producer")
+    sent = replication.values("v", 60)
     with fabric.connect(cluster.url) as fab:
         fab.create_topic("moved", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
         before = fab.partition_assignment("moved", 0)
@@ -72,12 +64,8 @@ def test_a_partition_moves_to_other_nodes_and_keeps_every_record(node_cluster, f
         target = [outside, *before.assignment.replicas[:2]]
         replicas = ",".join(map(str, target))
 
-        def send(i: int) -> None:
-            recorder.invoke(b"v%d" % i, 0)
-            recorder.ok(b"v%d" % i, 0, producer.send("moved", b"v%d" % i, partition=0).result(120).offset)
-        with fab.producer(linger_ms=0) as producer:
-            for i in range(30):
-                send(i)
+        with replication.sender(fab.producer(linger_ms=0), recorder, "moved") as sender:
+            sender.send_all(sent[:30])
             dry = fabric_cli("partitions", "reassign", "--topic", "moved", "--partition", "0", "--replicas",
                              replicas, "--url", cluster.url)
             assert dry.returncode == 0 and "dry run" in dry.stdout, dry.stderr
@@ -85,20 +73,15 @@ def test_a_partition_moves_to_other_nodes_and_keeps_every_record(node_cluster, f
             started = fabric_cli("partitions", "reassign", "--topic", "moved", "--partition", "0", "--replicas",
                                  replicas, "--execute", "--url", cluster.url)
             assert started.returncode == 0 and "Started" in started.stdout, started.stderr
-            for i in range(30, 60):
-                send(i)
-            wait_for(lambda: fab.partition_assignment("moved", 0).assignment.replicas == tuple(target), SETTLE_S,
-                     f"moved-0 on {target}")
+            sender.send_all(sent[30:])
+            replication.eventually(lambda: fab.partition_assignment("moved", 0).assignment.replicas == tuple(target),
+                                   f"moved-0 on {target}")
         done = fab.partition_assignment("moved", 0)
         assert not done.assignment.target and sorted(done.state.isr) == sorted(target)
         verified = fabric_cli("partitions", "reassign", "--topic", "moved", "--partition", "0", "--replicas",
                               replicas, "--verify", "--url", cluster.url)
         assert verified.returncode == 0 and "is complete" in verified.stdout, verified.stderr
-        gone = cluster.nodes[leaving].data_dir + "/moved/0"
-        wait_for(lambda: not os.path.exists(gone), SETTLE_S, f"node {leaving} deleted its copy of moved-0")
-        values = []
-        with fab.consumer("moved", auto_offset_reset="earliest") as consumer:
-            while len(values) < 60:
-                values += [(r.offset, r.value) for r in consumer.poll(timeout=30)]
-        recorder.read(0, values)
+        gone = replication.partition_dir(cluster.nodes[leaving], "moved")
+        replication.eventually(lambda: not os.path.exists(gone), f"node {leaving} deleted its copy of moved-0")
+        replication.final_read(fab, recorder, "moved")
     history.check(dense=True).assert_valid()
