@@ -269,14 +269,20 @@ def kill_leader(cluster: LocalCluster, fab: fabric.Fabric, topic: str) -> float:
     return seconds
 
 
+def rounds_of(what: str, rounds: int, once: Callable[[], float]) -> list[float]:
+    """once()'s seconds, `rounds` times, each round timed and shown as `what`."""
+    out = []
+    for r in range(rounds):
+        with timed(f"{what}, round {r + 1} of {rounds}"):
+            out.append(once())
+    return out
+
+
 def failover_cluster(cluster: LocalCluster, path: Path, rounds: int) -> list[float]:
     """kill_leader on an RF3 partition of `path`, `rounds` times."""
     topic = path.create_topic("failover", 1)
-    out = []
-    for r in range(rounds):
-        with timed(f"failover {r + 1} of {rounds}: SIGKILL of the leader of {topic}-0"):
-            out.append(kill_leader(cluster, path.fab, topic))
-    return out
+    return rounds_of(f"failover: SIGKILL of the leader of {topic}-0", rounds,
+                     lambda: kill_leader(cluster, path.fab, topic))
 
 
 def supervised_restart(service: CoordinatorProcess, fab: fabric.Fabric, topic: str) -> float:
@@ -306,11 +312,8 @@ def supervised_restart(service: CoordinatorProcess, fab: fabric.Fabric, topic: s
 def failover_single(service: CoordinatorProcess, path: Path, rounds: int) -> list[float]:
     """supervised_restart of the coordinator service of `path`, `rounds` times."""
     topic = path.create_topic("failover", 1)
-    out = []
-    for r in range(rounds):
-        with timed(f"single-node restart {r + 1} of {rounds}: SIGKILL of the coordinator service"):
-            out.append(supervised_restart(service, path.fab, topic))
-    return out
+    return rounds_of("single-node restart: SIGKILL of the coordinator service", rounds,
+                     lambda: supervised_restart(service, path.fab, topic))
 
 
 # -- the run ------------------------------------------------------------------------------------------------
