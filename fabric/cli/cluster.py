@@ -127,7 +127,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verbs = add_subcommands(group, "cluster commands")
     start = add_command(verbs, "up", up, "start a coordinator and N data nodes on loopback ports; print the URL",
                         epilog="example:\n  fabric cluster up --nodes 3 --data /tmp/fabric-cluster\n"
-                               "  fabric topics create t --partitions 6 --replication-factor 1 --url fabric://...")
+                               "  fabric topics create t --partitions 6 --replication-factor 3 --url fabric://...")
     start.add_argument("--nodes", type=int, default=3, metavar="N", help="how many data nodes (default 3)")
     start.add_argument("--zookeeper", action="store_true", help="keep the metadata in a ZooKeeper server of the "
                        "cluster's own (started from pyspark's jars; needs java) instead of SQLite")

@@ -1,7 +1,8 @@
 """The coordinator service's Broker in a cluster with data nodes (docs/replication.md).
 
-Topics created without a replication factor stay what they were: partitions in the instance's data directory,
-served by the Broker as before. A replicated topic (created with `replication_factor`) is placed on data nodes
+Topics created without a replication factor (and with no default.replication.factor set) stay what they were:
+partitions in the instance's data directory, served by the Broker as before. A replicated topic is placed on data
+nodes
 by the controller; its data lives only on them, so this Broker refuses every data call on it with
 NotLeaderError (retriable: a routing client refreshes its metadata and goes to the leader) instead of opening
 an empty log in its own directory. Adding partitions and deleting a replicated topic change only its metadata;
