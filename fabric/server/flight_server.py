@@ -56,6 +56,16 @@ class FabricFlightServer(flight.FlightServerBase):
         self.authorizer.check(principal, checks)
         return principal
 
+    def serve_append(self, context: flight.ServerCallContext, request: dict[str, Any], reader:
+                     flight.MetadataRecordBatchReader, method: Callable, append: Callable[..., int],
+                     schema_of: Callable[[str], pa.Schema]) -> int:
+        """A DoPut append: the descriptor's arguments checked against `method`, `write` on the topic, the rows
+        read against the topic's storage schema (`schema_of(topic)`), then append(rows=..., **request)."""
+        check_call("append", method, request, skip=("rows",))
+        topic = request["topic"]
+        self.authorize(context, [("write", f"topic:{topic}")])
+        return append(rows=stored_rows(topic, schema_of(topic), reader), **request)
+
     def serve_fetch(self, context: flight.ServerCallContext, ticket: flight.Ticket, method: Callable,
                     fetch: Callable[..., list[Fetched]], schema_of: Callable[[str], pa.Schema]
                     ) -> flight.GeneratorStream:

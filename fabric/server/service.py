@@ -32,7 +32,7 @@ from fabric.server.arguments import check_call
 from fabric.server.cluster_broker import ClusterBroker
 from fabric.server.controller_driver import ControllerDriver
 from fabric.server.entry import server_main
-from fabric.server.flight_server import FabricFlightServer, measured, stored_rows, translated
+from fabric.server.flight_server import FabricFlightServer, measured, translated
 from fabric.server.instance import (
     Settings,
     add_start_arguments,
@@ -209,10 +209,8 @@ class CoordinatorService(FabricFlightServer):
         request = wire.request_args(descriptor.command, "DoPut descriptor")
         op = request.pop("op", None)
         if op == "append":
-            check_call(op, ClusterBroker.append, request, skip=("rows",))
-            self.authorize(context, [("write", f"topic:{request['topic']}")])
-            rows = stored_rows(request["topic"], self._storage_schema(request["topic"]), reader)
-            result = self.broker.append(rows=rows, **request)  # checked against its signature, defaults kept
+            result = self.serve_append(context, request, reader, ClusterBroker.append, self.broker.append,
+                                       self._storage_schema)
         elif op in wire.PUBLISH_OPS:
             method, _, items = wire.PUBLISH_OPS[op]
             keys = wire.publish_keys(request.pop("keys", None))

@@ -53,6 +53,13 @@ ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
 AlterPartition = Callable[[TopicPartition, LeaderState, tuple[int, ...]], LeaderAndIsr]
 
 
+def _write_marker(path: str, text: str) -> None:
+    """Write a one-line marker file (the node's id, a topic's id) whole: a temporary file renamed over it."""
+    with open(path + ".tmp", "w") as handle:
+        handle.write(text + "\n")
+    os.replace(path + ".tmp", path)
+
+
 class ReplicaManager:
     """The replicas of node `node_id` with their logs under `data_dir`; with a `peer` (calls to other nodes)
     it runs a fetcher for every partition it follows (without one, as in unit tests, followers stay idle)."""
@@ -83,9 +90,7 @@ class ReplicaManager:
                                          f"{self.node_id}; start it with --id {owner}, or give this node its own "
                                          "--data")
             return
-        with open(path + ".tmp", "w") as handle:
-            handle.write(f"{self.node_id}\n")
-        os.replace(path + ".tmp", path)
+        _write_marker(path, str(self.node_id))
 
     # -- the controller's assignments ----------------------------------------------------------------------
     def apply(self, assignment: NodeAssignment) -> None:
@@ -146,9 +151,7 @@ class ReplicaManager:
                 self._replicas.pop(tp).fence("its topic was deleted and created again")
             self.logs.delete_topic(info.name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".tmp", "w") as handle:
-            handle.write(info.topic_id + "\n")
-        os.replace(path + ".tmp", path)
+        _write_marker(path, info.topic_id)
 
     def _opener(self, tp: TopicPartition) -> Callable[[], Log]:
         return lambda: self.logs.log(self._topics[tp[0]], tp[1])

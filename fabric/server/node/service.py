@@ -22,7 +22,7 @@ from fabric.common.records import storage_schema
 from fabric.common.redaction import clip
 from fabric.server import security, wire
 from fabric.server.arguments import check_call
-from fabric.server.flight_server import FabricFlightServer, measured, stored_rows, translated
+from fabric.server.flight_server import FabricFlightServer, measured, translated
 from fabric.server.node.partition import ReplicaFetch
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.settings import NodeSettings
@@ -86,14 +86,14 @@ class NodeService(FabricFlightServer):
         op = request.pop("op", None)
         if op != "append":
             raise InvalidRequestError(f"unknown node put {clip(op, 60)}; a data node takes only append")
-        check_call(op, ReplicaManager.append, request, skip=("rows",))
-        topic = request["topic"]
-        self.authorize(context, [("write", f"topic:{topic}")])
-        rows = stored_rows(topic, storage_schema(self.replicas.topic(topic).value_schema), reader)
-        writer.write(pa.py_buffer(wire.dumps(self.replicas.append(rows=rows, **request))))
+        offset = self.serve_append(context, request, reader, ReplicaManager.append, self.replicas.append,
+                                   self._storage_schema)
+        writer.write(pa.py_buffer(wire.dumps(offset)))
+
+    def _storage_schema(self, topic: str) -> pa.Schema:
+        return storage_schema(self.replicas.topic(topic).value_schema)
 
     @translated
     @measured("fetch")
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.GeneratorStream:
-        return self.serve_fetch(context, ticket, ReplicaManager.fetch, self.replicas.fetch,
-                                lambda topic: storage_schema(self.replicas.topic(topic).value_schema))
+        return self.serve_fetch(context, ticket, ReplicaManager.fetch, self.replicas.fetch, self._storage_schema)
