@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
@@ -18,6 +18,7 @@ from fabric.common.types import (
     SyncResult,
     TopicInfo,
     TopicPartition,
+    TransactionRecord,
 )
 
 # (partition epoch read, new state, or new assignment and state for a reassignment)
@@ -75,9 +76,21 @@ class Coordinator(ABC):
         """Forget a group's offsets."""
 
     @abstractmethod
-    def commit_transaction(self, txn: str) -> None:
+    def commit_transaction(self, txn: str, writers: Sequence[int] | None = None) -> None:
         """Record that transaction `txn` (`<transactional id>:<sequence>`) committed (idempotent): its publish
-        is then rolled forward. Only the highest sequence of each transactional id is kept."""
+        is then rolled forward, or (`writers`, the producer ids whose output counts, each joined by
+        add_transaction_writer) its writers' markers are decided. Only the highest sequence of each
+        transactional id is kept (coordinator/transactions.py)."""
+
+    @abstractmethod
+    def add_transaction_writer(self, txn: str, producer_id: int, producer_epoch: int,
+                               partitions: Sequence[TopicPartition]) -> TransactionRecord:
+        """Register a writer of transaction `txn` and the replicated partitions it will write, before it writes
+        (Kafka's AddPartitionsToTxn); InvalidTxnStateError if `txn` committed or a newer one began."""
+
+    @abstractmethod
+    def transaction_record(self, transactional_id: str) -> TransactionRecord:
+        """The transactional id's record: its latest transaction's writers and the decision about them."""
 
     @abstractmethod
     def transaction_committed(self, txn: str) -> bool:

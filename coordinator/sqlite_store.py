@@ -12,13 +12,14 @@ import os
 import sqlite3
 import threading
 from dataclasses import replace
+from typing import Sequence
 
 import pyarrow as pa
 
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.errors import InvalidPartitionsError, TopicExistsError, UnknownTopicError
-from fabric.common.types import CommittedOffset, TopicInfo, TopicPartition, transaction_sequence
-from fabric.coordinator import disk, sqlite_replicas, validation
+from fabric.common.types import CommittedOffset, TopicInfo, TopicPartition, TransactionRecord, transaction_sequence
+from fabric.coordinator import disk, sqlite_replicas, transactions, validation
 from fabric.coordinator.group_store import GroupMembership, GroupService, SqliteGroupStore
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.sqlite_replicas import SqliteReplication
@@ -32,15 +33,19 @@ CREATE TABLE IF NOT EXISTS offsets (
     grp TEXT NOT NULL, topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL,
     metadata TEXT NOT NULL, commit_ms INTEGER NOT NULL, PRIMARY KEY (grp, topic, partition));
 CREATE TABLE IF NOT EXISTS transactional_ids (
-    id TEXT PRIMARY KEY, sequence INTEGER NOT NULL, commit_ms INTEGER NOT NULL);
+    id TEXT PRIMARY KEY, sequence INTEGER NOT NULL, commit_ms INTEGER NOT NULL, writers TEXT NOT NULL DEFAULT '');
 """
 _UPSERT_TRANSACTION = """
-INSERT INTO transactional_ids VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE
+INSERT INTO transactional_ids (id, sequence, commit_ms) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE
 SET sequence = excluded.sequence, commit_ms = excluded.commit_ms WHERE excluded.sequence > sequence"""
+_STORE_TRANSACTION = """
+INSERT INTO transactional_ids (id, sequence, commit_ms, writers) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE
+SET sequence = excluded.sequence, commit_ms = excluded.commit_ms, writers = excluded.writers"""
 
 
 MIGRATIONS = (("partition_state", "target", "TEXT NOT NULL DEFAULT '[]'"),  # a reassignment's target
-              ("topics", "topic_id", "TEXT NOT NULL DEFAULT ''"))  # topic ids ('' for older topics)
+              ("topics", "topic_id", "TEXT NOT NULL DEFAULT ''"),  # topic ids ('' for older topics)
+              ("transactional_ids", "writers", "TEXT NOT NULL DEFAULT ''"))  # a transaction's writers
 
 
 def _migrate(db: sqlite3.Connection) -> None:
@@ -231,10 +236,35 @@ class SqliteCoordinator(GroupMembership, SqliteReplication, Coordinator):
             self._groups.delete_group(group)
             db.execute("DELETE FROM offsets WHERE grp=?", (group,))
 
-    def commit_transaction(self, txn: str) -> None:
+    def commit_transaction(self, txn: str, writers: Sequence[int] | None = None) -> None:
         transactional_id, sequence = validation.transaction(txn)
         with self._tx() as db:
-            db.execute(_UPSERT_TRANSACTION, (transactional_id, sequence, SYSTEM_CLOCK.now_ms()))
+            changed = transactions.commit(self._transaction(db, transactional_id), sequence, writers)
+            if changed is not None:
+                self._store_transaction(db, changed)
+
+    def add_transaction_writer(self, txn: str, producer_id: int, producer_epoch: int,
+                               partitions: Sequence[TopicPartition]) -> TransactionRecord:
+        transactional_id, sequence = validation.transaction(txn)
+        new = transactions.writer(producer_id, producer_epoch, partitions)
+        with self._tx() as db:
+            record = transactions.add_writer(self._transaction(db, transactional_id), sequence, new)
+            self._store_transaction(db, record)
+        return record
+
+    def transaction_record(self, transactional_id: str) -> TransactionRecord:
+        return self._transaction(self._db(), validation.transactional_id(transactional_id))
+
+    @staticmethod
+    def _transaction(db: sqlite3.Connection, transactional_id: str) -> TransactionRecord:
+        row = db.execute("SELECT sequence, writers FROM transactional_ids WHERE id=?", (transactional_id,)).fetchone()
+        return transactions.from_json(transactional_id, -1, "") if row is None else \
+            transactions.from_json(transactional_id, row[0], row[1])
+
+    @staticmethod
+    def _store_transaction(db: sqlite3.Connection, record: TransactionRecord) -> None:
+        db.execute(_STORE_TRANSACTION, (record.transactional_id, record.committed_sequence, SYSTEM_CLOCK.now_ms(),
+                                        transactions.to_json(record)))
 
     def transaction_committed(self, txn: str) -> bool:
         transactional_id, sequence = validation.transaction(txn)

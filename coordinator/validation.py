@@ -95,6 +95,14 @@ def offsets(group: Any, offsets: Any, metadata: Any) -> None:
         raise InvalidRequestError(f"offset metadata must be a string of at most {MAX_OFFSET_METADATA} characters")
 
 
+def transactional_id(value: Any) -> str:
+    """A transactional id, checked: a non-empty string of at most MAX_TRANSACTION_ID characters."""
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_TRANSACTION_ID:
+        raise InvalidRequestError(f"a transactional id must be a string of 1 to {MAX_TRANSACTION_ID} characters, "
+                                  f"got {clip(value)}")
+    return value
+
+
 def transaction(txn: Any) -> tuple[str, int]:
     """A transaction id `<transactional id>:<sequence>` split in two (see transaction_sequence), checked: a
     non-empty string of at most MAX_TRANSACTION_ID characters with a sequence below 2^63."""

@@ -17,8 +17,9 @@ Every path lives under the optional chroot of the URL `zk://host:port[,host:port
     /controller_epoch                          the epoch of the latest election, as a decimal string
     /consumers/<group>/state                   the group coordinator's state JSON (compare-and-set on its version)
     /consumers/<group>/offsets/<t>/<p>         {"offset","metadata","commit_ms"}
-    /transaction_ids/<id>                      {"sequence","commit_ms"}: the highest committed sequence of a
-                                               transactional id (a sink: its last published batch)
+    /transaction_ids/<id>                      {"sequence","commit_ms","writers"}: the highest committed sequence
+                                               of a transactional id (a sink: its last published batch) and its
+                                               latest transaction's writers (coordinator/transactions.py)
     /transactions/<txn>                        read only: a transaction committed by version 0.1.0
 
 Names that are not plain znode names (a group id with "/", a transactional id ".") are percent-encoded.

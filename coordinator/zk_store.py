@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Callable, Protocol, TypeVar
 
@@ -33,8 +33,8 @@ from fabric.common.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from fabric.common.types import CommittedOffset, PartitionAssignment, TopicInfo, TopicPartition
-from fabric.coordinator import validation
+from fabric.common.types import CommittedOffset, PartitionAssignment, TopicInfo, TopicPartition, TransactionRecord
+from fabric.coordinator import transactions, validation
 from fabric.coordinator import zk_layout as layout
 from fabric.coordinator.election import EpochToken, FencedError
 from fabric.coordinator.group_store import GroupMembership, GroupService, GroupStore
@@ -365,18 +365,50 @@ class ZkCoordinator(GroupMembership, ZkReplication, Coordinator):
         self.writer.write(build)
 
     # -- sink transactions ---------------------------------------------------------------------------------
-    def commit_transaction(self, txn_id: str) -> None:
+    def commit_transaction(self, txn_id: str, writers: Sequence[int] | None = None) -> None:
         transactional_id, sequence = validation.transaction(txn_id)
+        self._change_transaction(transactional_id,
+                                 lambda record: transactions.commit(record, sequence, writers))
+
+    def add_transaction_writer(self, txn: str, producer_id: int, producer_epoch: int,
+                               partitions: Sequence[TopicPartition]) -> TransactionRecord:
+        transactional_id, sequence = validation.transaction(txn)
+        new = transactions.writer(producer_id, producer_epoch, partitions)
+        record = self._change_transaction(transactional_id,
+                                          lambda record: transactions.add_writer(record, sequence, new))
+        assert record is not None
+        return record
+
+    def transaction_record(self, transactional_id: str) -> TransactionRecord:
+        transactional_id = validation.transactional_id(transactional_id)
+        [found] = self.writer.get_many([layout.transaction_id(transactional_id)])
+        return self._transaction(transactional_id, found)
+
+    @staticmethod
+    def _transaction(transactional_id: str, found: Any) -> TransactionRecord:
+        if found is None:
+            return transactions.from_json(transactional_id, -1, "")
+        data = layout.loads(found[0])
+        return transactions.from_json(transactional_id, data["sequence"], data.get("writers", ""))
+
+    def _change_transaction(self, transactional_id: str, change: Callable[[TransactionRecord], TransactionRecord | None]
+                            ) -> TransactionRecord | None:
+        """Apply `change` to the transactional id's record by compare-and-set (re-read on a conflict)."""
         path = layout.transaction_id(transactional_id)
 
-        def build(txn: TransactionRequest, token: EpochToken | None) -> None:
+        def build(txn: TransactionRequest, token: EpochToken | None) -> TransactionRecord | None:
             [found] = self.writer.get_many([path])
-            data = layout.dumps({"sequence": sequence, "commit_ms": SYSTEM_CLOCK.now_ms()})
+            record = change(self._transaction(transactional_id, found))
+            if record is None:
+                return None
+            data = layout.dumps({"sequence": record.committed_sequence, "commit_ms": SYSTEM_CLOCK.now_ms(),
+                                 "writers": transactions.to_json(record)})
             if found is None:
                 txn.create(path, data)
-            elif layout.loads(found[0])["sequence"] < sequence:
+            else:
                 txn.set_data(path, data, version=found[1].version)
-        self.writer.write(build)
+            return record
+        return self.writer.write(build)
 
     def transaction_committed(self, txn: str) -> bool:
         transactional_id, sequence = validation.transaction(txn)

@@ -22,12 +22,17 @@ def _messages(messages: Sequence[WriterCommitMessage | None]) -> list[StagedBatc
     return [m for m in messages if isinstance(m, StagedBatch)]
 
 
-def publish_staged(cluster: Cluster, txn: str, messages: Sequence[WriterCommitMessage | None]) -> bool:
-    """Publish every staged file of a batch under transaction `txn`; False if it was published before."""
+def checked_messages(txn: str, messages: Sequence[WriterCommitMessage | None]) -> list[StagedBatch]:
+    """The tasks' commit messages; FabricError if a task returned none (the batch must not commit)."""
     if any(m is None for m in messages):
         raise FabricError(f"a task of transaction {txn!r} returned no commit message; the batch is not published")
+    return _messages(messages)
+
+
+def publish_staged(cluster: Cluster, txn: str, messages: Sequence[WriterCommitMessage | None]) -> bool:
+    """Publish every staged file of a batch under transaction `txn`; False if it was published before."""
     parts: dict[tuple[str, int], list[str]] = {}
-    for message in _messages(messages):
+    for message in checked_messages(txn, messages):
         for staged in message.files:
             parts.setdefault((staged.topic, staged.partition), []).append(staged.path)
     if not parts:

@@ -30,6 +30,14 @@ and no reader ever sees records of a micro-batch that did not commit. How:
    commit in order and only the latest is ever replayed, so the coordinator keeps one record per sink id
    (its highest published batch), not one per batch.
 
+On a cluster with data nodes (fabric://, replicated topics) the same guarantee holds across machines and
+node failures, by Kafka's transaction design instead of publish (sinks.transactional, docs/replication.md):
+tasks stage locally, join the batch's transaction in the coordinator with the partitions they will write and
+append to the partition leaders as transactions (replicated like any data, invisible to read_committed
+readers); the driver's commit_transaction, naming the writers of the tasks that succeeded, is the commit
+point; commit and abort markers then end each writer's transaction on each partition. Consumers and the Spark
+source read committed data only, by default (isolation_level / the last stable offset).
+
 The sink id must be the same across restarts of one query and differ between queries: it is the
 `transactionalId` option when given, else "query-<id>" with the streaming query id Spark stores in the
 checkpoint (read by the tasks from Spark's `sql.streaming.queryId` task property, which also carries the
@@ -50,12 +58,14 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from fabric.client.cluster import Cluster
 from fabric.client.url import open_cluster
 from fabric.common.codecs import CODEC_NAMES
 from fabric.common.errors import InvalidConfigError, SchemaMismatchError
 from fabric.common.names import validate_topic
 from fabric.common.records import to_storage
-from fabric.sinks.commit import publish_staged, remove_staged, sink_ids
+from fabric.sinks import transactional
+from fabric.sinks.commit import checked_messages, publish_staged, remove_staged, sink_ids
 from fabric.sinks.staging import StagedBatch, Stager
 from fabric.spark.options import get_option, resolve_url
 
@@ -112,6 +122,12 @@ class SinkConfig:
             to_storage(arrow.empty_table(), info.value_schema, 0)
 
 
+def _on_leaders(cluster: Cluster) -> bool:
+    """True for a cluster with data nodes: batches are transactions on the partition leaders (sinks.transactional);
+    else they are published from the fabric directory (sinks.commit)."""
+    return bool(cluster.describe_cluster().nodes)
+
+
 def _stage_task(config: SinkConfig, sink_id: str, batch: str, txn: str,
                 iterator: Iterator[pa.RecordBatch]) -> StagedBatch:
     """Stage one task's rows (or only drain them, when `txn` was already published before a restart)."""
@@ -120,6 +136,9 @@ def _stage_task(config: SinkConfig, sink_id: str, batch: str, txn: str,
             for _ in iterator:
                 pass
             return StagedBatch(sink_id, batch)
+        if _on_leaders(cluster):
+            written = transactional.write_transaction(cluster, txn, config.topic, config.codec, iterator)
+            return StagedBatch(sink_id, batch, writer=None if written is None else written[0])
         stager = Stager(cluster, cluster.staging_dir(sink_id, batch), config.topic, config.codec)
         for record_batch in iterator:
             stager.add(record_batch)
@@ -138,12 +157,11 @@ class FabricBatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         with contextlib.closing(open_cluster(self.config.url)) as cluster:
-            publish_staged(cluster, self.sink_id, messages)
-            remove_staged(cluster, self.sink_id, None)
+            _commit(cluster, self.sink_id, None, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         with contextlib.closing(open_cluster(self.config.url)) as cluster:
-            remove_staged(cluster, self.sink_id, None)
+            _abort(cluster, self.sink_id, None)
 
 
 class FabricStreamWriter(DataSourceStreamArrowWriter):
@@ -168,10 +186,27 @@ class FabricStreamWriter(DataSourceStreamArrowWriter):
             raise InvalidConfigError(f"micro-batch {batchId} got commit messages of {sorted(staged)}")
         with contextlib.closing(open_cluster(self.config.url)) as cluster:
             for sink_id, batch in staged:
-                publish_staged(cluster, f"{sink_id}:{batch}", messages)
-                remove_staged(cluster, sink_id, batch)
+                _commit(cluster, sink_id, batch, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         with contextlib.closing(open_cluster(self.config.url)) as cluster:
             for sink_id, batch in sink_ids(messages):
-                remove_staged(cluster, sink_id, batch)
+                _abort(cluster, sink_id, batch)
+
+
+def _commit(cluster: Cluster, sink_id: str, batch: str | None, messages: list[WriterCommitMessage | None]) -> None:
+    """Make batch `batch` of sink `sink_id` (None: a batch write, its own transaction) visible, once."""
+    txn = sink_id if batch is None else f"{sink_id}:{batch}"
+    if _on_leaders(cluster):
+        transactional.commit_transaction(cluster, txn, checked_messages(txn, messages))
+        return
+    publish_staged(cluster, txn, messages)
+    remove_staged(cluster, sink_id, batch)
+
+
+def _abort(cluster: Cluster, sink_id: str, batch: str | None) -> None:
+    """Discard what the tasks of a failed batch wrote: abort its writers' transactions, or delete staged files."""
+    if _on_leaders(cluster):
+        transactional.end_transaction(cluster, sink_id if batch is None else f"{sink_id}:{batch}")
+    else:
+        remove_staged(cluster, sink_id, batch)

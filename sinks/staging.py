@@ -46,6 +46,7 @@ class StagedBatch(WriterCommitMessage):
     sink_id: str
     batch: str
     files: list[StagedFile] = field(default_factory=list)
+    writer: int | None = None  # on a replicated cluster: the producer id the task wrote its transaction with
 
 
 class Stager:

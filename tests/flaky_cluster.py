@@ -47,8 +47,10 @@ class FlakyCluster(Cluster):
         return self.inner.init_producer_id()
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
-              end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None) -> list[Fetched]:
-        return self._call("fetch", topic, partition, offset, max_bytes, end_offset, max_wait_ms, client_rack)
+              end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None,
+              isolation_level: str = "read_committed") -> list[Fetched]:
+        return self._call("fetch", topic, partition, offset, max_bytes, end_offset, max_wait_ms, client_rack,
+                          isolation_level)
 
     def create_topic(self, name: str, partitions: int, config: Mapping[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:

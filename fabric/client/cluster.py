@@ -21,6 +21,7 @@ from fabric.common.types import (
     NodeInfo,
     PartitionRegistration,
     PartitionState,
+    ProducerBatch,
     ProducerIdentity,
     TopicInfo,
     TopicPartition,
@@ -110,10 +111,14 @@ class Cluster(ABC):
 
     @abstractmethod
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
-              end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None) -> list[Fetched]:
+              end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None,
+              isolation_level: str = "read_committed") -> list[Fetched]:
         """Committed rows from `offset` (at least one batch if any), up to ~max_bytes, below end_offset; at the
         end of the partition, the server holds the fetch up to `max_wait_ms` for records to arrive. A reader in
-        `client_rack` reads a replicated partition from an in-sync replica in its rack, if there is one."""
+        `client_rack` reads a replicated partition from an in-sync replica in its rack, if there is one.
+        read_committed (Kafka's isolation.level) reads a replicated partition below its last stable offset and
+        skips aborted transactions; read_uncommitted reads to the high watermark. Offsets a reader does not get
+        (markers, aborted records) are gaps: the last batch may be empty, at the offset to read from next."""
 
     @abstractmethod
     def partition_state(self, topic: str, partition: int) -> PartitionState:
@@ -162,12 +167,32 @@ class Cluster(ABC):
                     buffers.setdefault(key, []).append(mapped.read_buffer())
         return self.publish_frames(txn, buffers)
 
+    def replicated(self, topic: str) -> bool:
+        """True if the topic's partitions are replicated by data nodes (so it takes transactions, not publish)."""
+        return False
+
+    def transactional_append(self, topic: str, partition: int, rows: pa.RecordBatch, producer: ProducerBatch,
+                             codec: str = "none") -> int:
+        """Append stored rows as part of `producer`'s transaction on the partition (Kafka's transactional
+        produce): invisible to read_committed readers until write_markers ends it; a retry is not written
+        twice. Only replicated partitions take transactions; elsewhere this refuses with the fix."""
+        raise InvalidConfigError(f"transactions need a replicated topic on a cluster with data nodes; "
+                                 f"{type(self).__name__} {self.url!r} publishes whole batches instead (publish)")
+
+    def write_markers(self, topic: str, partition: int, transactional_id: str,
+                      commit: Sequence[tuple[int, int]], abort: Sequence[tuple[int, int]]) -> None:
+        """End the transactions of (producer id, epoch) writers on a replicated partition, committed or aborted
+        (Kafka's WriteTxnMarkers), once the coordinator decided (TransactionRecord). Idempotent."""
+        raise InvalidConfigError(f"transactions need a replicated topic on a cluster with data nodes; "
+                                 f"{type(self).__name__} {self.url!r} has none")
+
     def staging_dir(self, sink_id: str, batch: str | None = None) -> str:
         """Where the Spark sink stages a batch's frames (a directory its tasks and driver share): only an
         embedded fabric has one; this refuses with the fix."""
         raise FabricError(
             f"the fabric Spark sink stages batches in the fabric's directory, which a {type(self).__name__} "
-            "does not have; write to an embedded fabric URL (file:///dir)")
+            "does not have; write to an embedded fabric URL (file:///dir), or to a cluster with data nodes, where "
+            "batches are transactions on the partition leaders")
 
     def close(self) -> None:
         """Release files and connections."""

@@ -246,7 +246,8 @@ class Consumer:
             position = self.position(*tp)
             try:
                 fetched = self.cluster.fetch(tp[0], tp[1], position, max_bytes, max_wait_ms=wait_ms if i == 0 else 0,
-                                             client_rack=self.config["client_rack"] or None)
+                                             client_rack=self.config["client_rack"] or None,
+                                             isolation_level=self.config["isolation_level"])
             except OffsetOutOfRangeError:
                 self._positions[tp] = self._reset(tp)
                 continue
@@ -254,8 +255,9 @@ class Consumer:
                 continue
             schema = output_schema(self._value_schema(tp[0]), columns)
             for f in fetched:
-                out.append(to_output(f.batch, f.offset, tp[0], tp[1], f.timestamp_type, schema))
-                max_bytes -= f.batch.nbytes
+                if f.batch.num_rows:  # an empty batch only moves the position past a gap
+                    out.append(to_output(f.batch, f.offset, tp[0], tp[1], f.timestamp_type, schema))
+                    max_bytes -= f.batch.nbytes
             self._positions[tp] = fetched[-1].offset + fetched[-1].batch.num_rows
         self._next = (self._next + 1) % max(n, 1)
         return out

@@ -25,6 +25,7 @@ from fabric.common.types import (
     TopicInfo,
     TopicPartition,
     TopicRecovery,
+    TransactionRecord,
 )
 from fabric.coordinator.interface import Coordinator
 from fabric.server import wire
@@ -71,8 +72,16 @@ class RemoteCoordinator(Coordinator):
     def delete_group(self, group: str) -> None:
         self.connection.action("delete_group", group=group)
 
-    def commit_transaction(self, txn: str) -> None:
-        self.connection.action("commit_transaction", txn=txn)
+    def commit_transaction(self, txn: str, writers: Sequence[int] | None = None) -> None:
+        self.connection.action("commit_transaction", txn=txn, writers=None if writers is None else list(writers))
+
+    def add_transaction_writer(self, txn: str, producer_id: int, producer_epoch: int,
+                               partitions: Sequence[TopicPartition]) -> TransactionRecord:
+        return self.connection.action("add_transaction_writer", txn=txn, producer_id=producer_id,
+                                      producer_epoch=producer_epoch, partitions=[tuple(p) for p in partitions])
+
+    def transaction_record(self, transactional_id: str) -> TransactionRecord:
+        return self.connection.action("transaction_record", transactional_id=transactional_id)
 
     def transaction_committed(self, txn: str) -> bool:
         return self.connection.action("transaction_committed", txn=txn)
@@ -159,7 +168,8 @@ class RemoteCluster(Cluster):
         return int(self.connection.options.timeout_s * 800)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
-              end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None) -> list[Fetched]:
+              end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None,
+              isolation_level: str = "read_committed") -> list[Fetched]:
         return self.connection.call(fetch_call(wire.fetch_ticket(topic, partition, offset, max_bytes, end_offset,
                                                                  max_wait_ms=min(max_wait_ms, self.hold_ms))))
 

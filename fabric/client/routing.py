@@ -28,6 +28,7 @@ from fabric.common.types import (
     NodeInfo,
     PartitionRegistration,
     PartitionState,
+    ProducerBatch,
     TopicInfo,
     TopicPartition,
 )
@@ -189,13 +190,41 @@ class RoutingCluster(RemoteCluster):
             topic, partition, rows, codec, acks, producer_id, producer_epoch, base_sequence), None)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
-              end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None) -> list[Fetched]:
+              end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None,
+              isolation_level: str = "read_committed") -> list[Fetched]:
         """At the leader, or (a `client_rack` given) at an in-sync replica in that rack."""
         def at_node(target: Target) -> Call:
             return fetch_call(wire.fetch_ticket(topic, partition, offset, max_bytes, end_offset, **target.quoted(),
-                                                max_wait_ms=min(max_wait_ms, self.hold_ms)))
+                                                max_wait_ms=min(max_wait_ms, self.hold_ms),
+                                                isolation_level=isolation_level))
         return self._routed(topic, partition, at_node, lambda: super(RoutingCluster, self).fetch(
             topic, partition, offset, max_bytes, end_offset, max_wait_ms), client_rack)
+
+    def replicated(self, topic: str) -> bool:
+        return any(t == topic for t, _ in self.describe_cluster().partitions)
+
+    def transactional_append(self, topic: str, partition: int, rows: pa.RecordBatch, producer: ProducerBatch,
+                             codec: str = "none") -> int:
+        """At the leader, acks=all; routed again after a metadata refresh (a retry is recognised by sequence)."""
+        def at_node(target: Target) -> Call:
+            descriptor = wire.put_descriptor("append", topic=topic, partition=partition, codec=codec,
+                                             **target.quoted(), acks="all", timeout_ms=self.hold_ms,
+                                             producer_id=producer.producer_id,
+                                             producer_epoch=producer.producer_epoch,
+                                             base_sequence=producer.base_sequence, transactional=True)
+            return put_call(descriptor, rows.schema, lambda: [rows])
+        return self._routed(topic, partition, at_node, lambda: super(RoutingCluster, self).transactional_append(
+            topic, partition, rows, producer, codec))
+
+    def write_markers(self, topic: str, partition: int, transactional_id: str,
+                      commit: Sequence[tuple[int, int]], abort: Sequence[tuple[int, int]]) -> None:
+        self._routed(topic, partition,
+                     lambda target: action_call("write_markers", topic=topic, partition=partition,
+                                                transactional_id=transactional_id,
+                                                commit=[list(p) for p in commit], abort=[list(p) for p in abort],
+                                                timeout_ms=self.hold_ms, **target.quoted()),
+                     lambda: super(RoutingCluster, self).write_markers(topic, partition, transactional_id, commit,
+                                                                        abort))
 
     def partition_state(self, topic: str, partition: int) -> PartitionState:
         return self._routed(topic, partition,

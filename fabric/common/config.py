@@ -170,7 +170,8 @@ CONSUMER_SETTINGS: dict[str, Setting] = {
                                              "how the group splits partitions"),
     "group_instance_id": Setting("", str, "static membership id"),
     "isolation_level": Setting("read_committed", _choice("read_committed", "read_uncommitted"),
-                               "accepted for compatibility; readers only ever see committed data"),
+                               "read_committed: read a replicated partition below its last stable offset, "
+                               "skipping aborted transactions; read_uncommitted: up to the high watermark"),
     "retry_backoff_ms": Setting(100, _long(0, INT_MAX), "wait between fetch attempts after a retriable error"),
 }
 

@@ -192,6 +192,18 @@ class InvalidProducerEpochError(FabricError):
     same id fenced it (Kafka's INVALID_PRODUCER_EPOCH)."""
 
 
+class ProducerFencedError(FabricError):
+    """A transactional write by a producer whose transaction on the partition already ended (a marker
+    committed or aborted it): the writer is a zombie, an attempt its transaction's owner gave up on (Kafka's
+    PRODUCER_FENCED). Nothing was written."""
+
+
+class InvalidTxnStateError(FabricError):
+    """A transaction request that does not fit the transactional id's state: a writer joining a transaction
+    that already committed or that a newer one replaced, or markers for a transaction that is not the one the
+    coordinator holds (Kafka's INVALID_TXN_STATE). The message names both."""
+
+
 class StaleNodeEpochError(FabricError):
     """A data node quoted a node epoch other than its latest registration's: a newer process of the same node
     id registered since (KIP-380), so this one is fenced and must register again."""

@@ -287,6 +287,45 @@ class NodeAssignment:
     addresses: dict[int, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class TransactionWriter:
+    """One writer of a transaction on replicated partitions (a Spark sink task attempt): its producer id and
+    epoch, and the partitions it writes (registered before it writes any, as Kafka's AddPartitionsToTxn)."""
+
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class TransactionRecord:
+    """A transactional id's one record in the coordinator: its highest committed sequence, and the writers of
+    its latest transaction (`sequence`: the one in progress, or the one committed last). `committed_writers`
+    is the coordinator's decision, the commit point: None while undecided, else the producer ids committed
+    (every other writer of `sequence` is aborted)."""
+
+    transactional_id: str
+    committed_sequence: int = -1
+    sequence: int = -1
+    writers: tuple[TransactionWriter, ...] = ()
+    committed_writers: tuple[int, ...] | None = None
+
+    def markers(self) -> dict[TopicPartition, tuple[list[tuple[int, int]], list[tuple[int, int]]]]:
+        """What ends transaction `sequence` on each partition: (commit, abort) lists of [producer id, epoch].
+        Undecided, every writer is aborted. An abort marker carries the writer's epoch + 1, which fences the
+        writer if it is a zombie still running."""
+        committed = set(self.committed_writers or ())
+        out: dict[TopicPartition, tuple[list[tuple[int, int]], list[tuple[int, int]]]] = {}
+        for writer in self.writers:
+            for tp in writer.partitions:
+                commit, abort = out.setdefault(tp, ([], []))
+                if writer.producer_id in committed:
+                    commit.append((writer.producer_id, writer.producer_epoch))
+                else:
+                    abort.append((writer.producer_id, writer.producer_epoch + 1))
+        return out
+
+
 def transaction_sequence(txn: str) -> tuple[str, int]:
     """A transaction id `<transactional id>:<sequence>` split in two (an id without a numeric sequence is
     sequence 0 of itself). A transactional id commits in increasing sequence, as the Spark sink commits its

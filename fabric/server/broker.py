@@ -209,10 +209,12 @@ class Broker:
                                     producer=partition_ops.producer_batch(producer_id, producer_epoch, base_sequence))
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
-              end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None) -> list[Fetched]:
+              end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None,
+              isolation_level: str = "read_committed") -> list[Fetched]:
         """Committed batches from `offset`, waiting up to `max_wait_ms` at the end of the log for some; the
         batches before damaged records come back, and CorruptRecordError is raised only when the first batch
-        asked for is damaged (naming the offsets to seek past). One directory has one replica: the rack is moot."""
+        asked for is damaged (naming the offsets to seek past). One directory has one replica: the rack is moot;
+        its batches are published whole, never as open transactions: the isolation level is too."""
         return partition_ops.fetch(self.log(topic, partition), offset, max_bytes, end_offset, max_wait_ms)
 
     def partition_state(self, topic: str, partition: int) -> PartitionState:

@@ -17,6 +17,7 @@ from fabric.coordinator.disk import disk_errors
 from fabric.server import admission
 from fabric.storage.log import Log
 from fabric.storage.producer_state import SEQUENCE_MAX
+from fabric.storage.reader import ISOLATION_LEVELS
 
 SHORT_MAX = (1 << 15) - 1
 
@@ -39,15 +40,35 @@ def producer_batch(producer_id: int, producer_epoch: int, base_sequence: int) ->
     return ProducerBatch(producer_id, producer_epoch, base_sequence)
 
 
+def marker_producer(value: Any) -> tuple[int, int]:
+    """A transaction marker's [producer id, producer epoch], range-checked as the frame header stores them."""
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise InvalidRequestError(f"a marker names [producer_id, producer_epoch], got {clip(value)}")
+    batch = producer_batch(value[0], value[1], 0)
+    if batch is None:
+        raise InvalidRequestError(f"a marker's producer id must be an int from 0, got {clip(value[0])}")
+    return batch.producer_id, batch.producer_epoch
+
+
 def append(log: Log, topic: str, partition: int, rows: pa.RecordBatch, codec: str, leader_epoch: int = -1,
-           producer: ProducerBatch | None = None) -> int:
+           producer: ProducerBatch | None = None, transactional: bool = False) -> int:
     """Append stored rows after admission (schema, sizes, timestamps); returns the first row's offset (an
     idempotent producer's retry: the offset it was written at). A leader stamps its `leader_epoch` on the frame
-    (-1: an embedded log's, none)."""
+    (-1: an embedded log's, none). A `transactional` append needs an idempotent producer."""
     check_codec(codec)
+    if transactional and producer is None:
+        raise InvalidRequestError("a transactional append needs producer_id, producer_epoch and base_sequence "
+                                  "(a producer gets its id and epoch from init_producer_id)")
     admission.check_rows(topic, rows, log.schema, log.config["max.message.bytes"])
     with disk_errors(log.directory, f"append to {topic}-{partition}"):
-        return log.append(rows, codec, log.timestamp_type, leader_epoch, producer)
+        return log.append(rows, codec, log.timestamp_type, leader_epoch, producer, transactional)
+
+
+def isolation_level(value: Any) -> str:
+    """A fetch's isolation level, checked: read_committed or read_uncommitted (Kafka's isolation.level)."""
+    if value not in ISOLATION_LEVELS:
+        raise InvalidRequestError(f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, got {clip(value)}")
+    return str(value)
 
 
 MAX_WAIT_MS = 300_000  # the longest a request may ask to be held (an acks=all append, a long-polling fetch)

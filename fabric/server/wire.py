@@ -39,6 +39,8 @@ from fabric.common.types import (
     TopicInfo,
     TopicPartition,
     TopicRecovery,
+    TransactionRecord,
+    TransactionWriter,
 )
 from fabric.server.arguments import conforms
 
@@ -65,7 +67,8 @@ DATACLASSES = {cls.__name__: cls for cls in (TopicInfo, CommittedOffset, JoinReq
                                              MemberDescription, GroupDescription, PartitionState, InstanceStatus,
                                              TopicRecovery, NodeInfo, PartitionAssignment, LeaderAndIsr,
                                              PartitionRegistration, ClusterDescription, NodeAssignment,
-                                             EpochEndOffset, ProducerIdentity)}
+                                             EpochEndOffset, ProducerIdentity, TransactionWriter,
+                                             TransactionRecord)}
 ENUMS = {cls.__name__: cls for cls in (GroupStatus,)}
 
 

@@ -32,6 +32,9 @@ REBASED_FIELDS = slice(4, 20)  # length, base offset, leader epoch: covered by t
 _ZERO_FIELDS_CRC = crc32c.crc32c(bytes(REBASED_FIELDS.stop - REBASED_FIELDS.start))
 
 ATTR_LOG_APPEND_TIME = 0x04
+ATTR_ABORT = 0x08  # on a control frame: the transaction it ends aborted (else it committed)
+ATTR_TRANSACTIONAL = 0x10  # part of a producer's transaction: invisible to read_committed readers until it ends
+ATTR_CONTROL = 0x20  # a transaction marker (one record, never delivered to readers)
 ATTR_SCHEMA = 0x80
 
 
@@ -64,6 +67,14 @@ class FrameHeader:
     @property
     def is_schema(self) -> bool:
         return bool(self.attributes & ATTR_SCHEMA)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
 
     def pack(self) -> bytes:
         return HEADER.pack(MAGIC, self.length, self.base_offset, self.leader_epoch, self.crc, self.version,

@@ -45,6 +45,7 @@ from fabric.storage.recovery import Recovery, RecoveryReport
 from fabric.storage.replica_frames import check_copied
 from fabric.storage.scan import Frame
 from fabric.storage.segment import DATA_SUFFIX, Segment, StaleIndexError
+from fabric.storage.transactions import TransactionState
 from fabric.storage.watermark import HighWatermark
 
 __all__ = ["PENDING", "Log", "TailState"]
@@ -102,6 +103,7 @@ class Log:
         self.last_recovery: RecoveryReport | None = None
         self._epochs: LeaderEpochCache | None = None  # loaded on first use (embedded logs never use it)
         self._producers: ProducerStateTable | None = None  # built on an idempotent producer's first append
+        self._txns: TransactionState | None = None  # built when a transaction or a read_committed reader needs it
         self.appended = threading.Condition()  # notified whenever the end offset moves on in this process
         self._unflushed = 0
         self.clock = clock
@@ -236,7 +238,7 @@ class Log:
         self._recovered, self.last_recovery = True, report
         if self._epochs is not None:
             self._epochs.truncate_from_end(report.end_offset)
-        self._producers = None  # the frames may have changed: rebuilt from them when next needed
+        self._producers = self._txns = None  # the frames may have changed: rebuilt from them when next needed
         report.rebuilt = self.check_indexes(self.segments())
         self._tail_state = TailState(active.base_offset, active.size, report.end_offset)
         return active
@@ -311,14 +313,17 @@ class Log:
 
     @writes
     def append(self, batch: pa.RecordBatch, codec: str = "none", timestamp_type: int = 0,
-               leader_epoch: int = -1, producer: ProducerBatch | None = None) -> int:
+               leader_epoch: int = -1, producer: ProducerBatch | None = None, transactional: bool = False) -> int:
         """Append a batch of stored rows; returns the offset of its first row. A leader gives its `leader_epoch`
         (>= 0): it is stamped on the frame and taken by the leader-epoch cache first (InvalidLeaderEpochError,
         nothing written, if it is below the latest); -1, an embedded log's, stamps no epoch. An idempotent
         producer's batch (`producer`) is checked against the partition's producer state first (producer_state):
         a retry of a batch already written writes nothing and returns that batch's offset. An empty batch
         writes nothing (a frame holds at least one record, so every frame is copied to followers) and returns the
-        log end."""
+        log end. A `transactional` batch (an idempotent producer's) is part of the producer's transaction here,
+        invisible to read_committed readers until a marker ends it (write_marker; fabric.storage.transactions)."""
+        if transactional and producer is None:
+            raise ValueError("a transactional append needs its producer's id, epoch and sequence")
         template, payload = self.encode(batch, codec, timestamp_type, self.clock)
         with self.lock:
             active = self.sync_tail()
@@ -334,15 +339,64 @@ class Log:
                     return original
                 fields.update(producer_id=producer.producer_id, producer_epoch=producer.producer_epoch,
                               base_sequence=producer.base_sequence)
-            if leader_epoch >= 0:
-                self.leader_epochs.assign(leader_epoch, base)
-            with self._recover_on_failure():
-                header = frame.seal(replace(template, **fields), payload, base)
-                self.write_frame(header, payload, active)
-                self.commit(base + batch.num_rows)
-                if self._producers is not None:
-                    self._producers.update(header)
+                if transactional:
+                    fields["attributes"] = template.attributes | frame.ATTR_TRANSACTIONAL
+            return self._write_one(replace(template, **fields), payload, base, active)
+
+    def _write_one(self, template: FrameHeader, payload: pa.Buffer, base: int, active: Segment) -> int:
+        """Seal and write one frame at `base`, the log end, and take it into the producer and transaction
+        states (lock held); returns `base`."""
+        if template.leader_epoch >= 0:
+            self.leader_epochs.assign(template.leader_epoch, base)
+        with self._recover_on_failure():
+            header = frame.seal(template, payload, base)
+            self.write_frame(header, payload, active)
+            self.commit(base + header.record_count)
+            self._took(header)
         return base
+
+    def _took(self, header: FrameHeader) -> None:
+        """Update the producer and transaction states that are loaded with a frame just written."""
+        if self._producers is not None:
+            self._producers.update(header)
+        if self._txns is not None:
+            self._txns.update(header)
+
+    @writes
+    def write_marker(self, producer_id: int, producer_epoch: int, commit: bool, leader_epoch: int = -1) -> int:
+        """End producer `producer_id`'s transaction here with a marker (one record readers never get): committed
+        or aborted. A marker whose producer has no open transaction ends nothing but still moves its epoch
+        (fencing a zombie's later writes); so writing one twice is harmless. Returns the marker's offset."""
+        row = pa.RecordBatch.from_arrays(
+            [pa.array([self.clock.now_us()], TIMESTAMP), *(pa.nulls(1, f.type) for f in list(self.schema)[1:])],
+            schema=self.schema)
+        template, payload = self.encode(row)
+        attributes = template.attributes | frame.ATTR_CONTROL | frame.ATTR_TRANSACTIONAL | (
+            0 if commit else frame.ATTR_ABORT)
+        template = replace(template, attributes=attributes, leader_epoch=leader_epoch, producer_id=producer_id,
+                           producer_epoch=producer_epoch)
+        with self.lock:
+            active = self.sync_tail()
+            base = self._tail_state.end_offset if self._tail_state else self.end_offset
+            self._producer_state(base)  # loaded, so the marker's epoch fences what the producer sends after it
+            return self._write_one(template, payload, base, active)
+
+    @property
+    def transactions(self) -> TransactionState:
+        """The partition's open and aborted transactions, rebuilt on first use from every frame header."""
+        return self._txns or self._load_transactions()
+
+    def _load_transactions(self) -> TransactionState:
+        with self.lock:
+            if self._txns is None:
+                self.sync_tail()
+                end = self._tail_state.end_offset if self._tail_state else self.end_offset
+                self._txns = TransactionState.rebuild(self.name, self._headers(end))
+            return self._txns
+
+    def last_stable_offset(self, end: int) -> int:
+        """Where read_committed readers stop: the first offset of the oldest open transaction, at most `end`."""
+        return self.transactions.last_stable_offset(end)
 
     def _producer_state(self, end: int) -> ProducerStateTable:
         """The producer state of the frames below `end`, the log end (lock held), rebuilt on first use from the
@@ -384,9 +438,8 @@ class Log:
                     active = self.write_frame(header, payload, active)
                 end = frames[-1][0].next_offset
                 self.commit(end)
-                if self._producers is not None:
-                    for header, _ in frames:
-                        self._producers.update(header)
+                for header, _ in frames:
+                    self._took(header)
         return end
 
     @writes
@@ -402,7 +455,7 @@ class Log:
             if offset >= end:
                 return False
             active = truncation.truncate(self, offset, end)
-            self._producers = None
+            self._producers = self._txns = None
             self._tail_state = TailState(active.base_offset, active.size, offset)
         return True
 
@@ -484,7 +537,7 @@ class Log:
     def forget_tail(self) -> None:
         """Drop the cached tail state, leader epochs and producer state, so the next writer recovers them from the
         files (after a write or publish that failed part-way)."""
-        self._tail_state, self._epochs, self._producers = None, None, None
+        self._tail_state, self._epochs, self._producers, self._txns = None, None, None, None
 
     @writes
     def finish_publish(self, end_offset: int) -> None:
@@ -527,18 +580,22 @@ class Log:
         return deleted
 
     # -- reads -------------------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int, end_offset: int | None = None) -> Iterator[Fetched]:
+    def read(self, offset: int, max_bytes: int, end_offset: int | None = None,
+             isolation: str = reader.READ_COMMITTED) -> Iterator[Fetched]:
         """Committed batches from `offset`, up to about `max_bytes` of frames (at least one batch) and below
-        `end_offset` (default: the watermark). Damaged records raise CorruptRecordError (a CorruptRangeError
-        naming them) when the read reaches them."""
-        return reader.read(self, offset, max_bytes, end_offset)
+        `end_offset` (default: the watermark). Transaction markers are never returned, nor (`isolation`
+        read_committed) the records of aborted transactions: the caller bounds a read_committed read by
+        last_stable_offset. Damaged records raise CorruptRecordError (a CorruptRangeError naming them) when the
+        read reaches them."""
+        return reader.read(self, offset, max_bytes, end_offset, isolation)
 
-    def fetch(self, offset: int, max_bytes: int, end_offset: int | None = None) -> list[Fetched]:
+    def fetch(self, offset: int, max_bytes: int, end_offset: int | None = None,
+              isolation: str = reader.READ_COMMITTED) -> list[Fetched]:
         """read() as a list: the batches before damaged records are returned, and the error raised only when
         the first batch asked for is damaged (the next fetch, from the damaged offset, raises it)."""
         out: list[Fetched] = []
         try:
-            for fetched in self.read(offset, max_bytes, end_offset):
+            for fetched in self.read(offset, max_bytes, end_offset, isolation):
                 out.append(fetched)
         except CorruptRecordError as exc:
             if not out:

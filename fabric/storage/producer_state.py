@@ -88,12 +88,15 @@ class ProducerStateTable:
         return None
 
     def update(self, header: FrameHeader) -> None:
-        """Take a written frame (ignored unless an idempotent producer's)."""
+        """Take a written frame (ignored unless an idempotent producer's). A transaction marker only moves the
+        producer's epoch: one that aborts a zombie's transaction carries a bumped epoch, which fences it."""
         if header.producer_id < 0 or header.is_schema:
             return
         entry = self._producers.get(header.producer_id)
         if entry is None or header.producer_epoch > entry.epoch:
             entry = self._producers[header.producer_id] = ProducerEntry(header.producer_epoch)
+        if header.is_control:
+            return
         entry.batches.append(BatchEntry(header.base_sequence, last_sequence(header.base_sequence,
                                                                             header.record_count),
                                         header.base_offset))

@@ -26,10 +26,15 @@ if TYPE_CHECKING:
     from fabric.storage.log import Log
 
 
-def read(plog: Log, offset: int, max_bytes: int, end_offset: int | None = None) -> Iterator[Fetched]:
+READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"
+ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
+
+
+def read(plog: Log, offset: int, max_bytes: int, end_offset: int | None = None,
+         isolation: str = READ_COMMITTED) -> Iterator[Fetched]:
     """See Log.read."""
     segs, end = _range(plog, offset, end_offset)
-    return _batches(plog, segs, offset, end, max_bytes)
+    return _batches(plog, segs, offset, end, max_bytes, isolation == READ_COMMITTED)
 
 
 def read_frames(plog: Log, offset: int, max_bytes: int, end_offset: int | None = None) -> pa.Buffer:
@@ -65,12 +70,17 @@ def _range(plog: Log, offset: int, end_offset: int | None) -> tuple[list[Segment
     return segs, end
 
 
-def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int) -> Iterator[Fetched]:
+def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int,
+             committed_only: bool) -> Iterator[Fetched]:
+    """The batches from `offset` to `end`. Markers, and with `committed_only` the records of aborted
+    transactions, are left out; a read ending on some yields an empty batch at the offset after them, so the
+    reader's position moves past them (the offsets they take are gaps to the reader)."""
     bases = [s.base_offset for s in segs]
     first = max(bisect.bisect_right(bases, offset) - 1, 0)
+    skipped: tuple[Segment, int] | None = None  # (segment, offset after the frames left out since the last batch)
     for i in range(first, len(segs)):
         if offset >= end or budget <= 0:
-            return
+            break
         seg = segs[i]
         limit = min(end, bases[i + 1]) if i + 1 < len(segs) else end
         items = _segment_items(plog, seg, offset, end, limit, budget)
@@ -79,6 +89,13 @@ def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int)
             if isinstance(item, Damage):
                 raise CorruptRangeError(item)
             header = item.header
+            if header.is_control or (committed_only and header.is_transactional
+                                     and plog.transactions.aborted(header)):
+                offset = min(end, header.next_offset)
+                skipped = (seg, offset)
+                budget -= header.size
+                continue
+            skipped = None
             batch = _decode(seg, buf, item)
             lo = max(offset - header.base_offset, 0)
             hi = min(end - header.base_offset, header.record_count)
@@ -87,6 +104,8 @@ def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int)
             yield Fetched(header.base_offset + lo, batch, 1 if header.attributes & frame.ATTR_LOG_APPEND_TIME else 0)
             offset = header.base_offset + hi
             budget -= header.size
+    if skipped is not None:
+        yield Fetched(skipped[1], pa.RecordBatch.from_pylist([], schema=skipped[0].schema), 0)
 
 
 def _segment_items(plog: Log, seg: Segment, offset: int, end: int, limit: int, budget: int) -> list[Frame | Damage]:

@@ -55,6 +55,7 @@ from fabric.common.types import (
 from fabric.server import partition_ops
 from fabric.server.node.leader import LeaderState
 from fabric.storage.log import Log
+from fabric.storage.reader import READ_COMMITTED
 from fabric.storage.watermark import HighWatermark
 
 log = logging.getLogger(__name__)
@@ -203,23 +204,44 @@ class PartitionReplica:
         return True
 
     def append(self, rows: pa.RecordBatch, codec: str, leader_epoch: int | None, acks: str, timeout_s: float,
-               producer: ProducerBatch | None = None) -> int:
+               producer: ProducerBatch | None = None, transactional: bool = False) -> int:
         """Append as the leader; with acks=all, return once the high watermark covers the rows. NotEnoughReplicas
         (nothing written) when the ISR is below min.insync.replicas; after the append, NotEnoughReplicasAfterAppend
         if it falls below before the rows are replicated, NotLeaderError if leadership is lost meanwhile and
         RequestTimedOutError past `timeout_s` (the rows may or may not be kept in those three cases)."""
-        state = self.check_leader(leader_epoch)
+        state, leader, min_isr = self._writable(leader_epoch, acks)
         plog = self.log
+        base = partition_ops.append(plog, self.tp[0], self.tp[1], rows, codec, state.leader_epoch, producer,
+                                    transactional)
+        return self._acknowledge(plog, leader, min_isr, base, base + rows.num_rows, acks, timeout_s)
+
+    def write_markers(self, markers: list[tuple[int, int, bool]], leader_epoch: int | None,
+                      timeout_s: float) -> None:
+        """End transactions here as the leader: a marker per (producer id, producer epoch, commit), answered once
+        the in-sync replicas have them (as an acks=all append, with its refusals)."""
+        state, leader, min_isr = self._writable(leader_epoch, "all")
+        plog = self.log
+        offsets = [plog.write_marker(producer_id, producer_epoch, commit, state.leader_epoch)
+                   for producer_id, producer_epoch, commit in markers]
+        self._acknowledge(plog, leader, min_isr, offsets[0], offsets[-1] + 1, "all", timeout_s)
+
+    def _writable(self, leader_epoch: int | None, acks: str) -> tuple[ReplicaState, LeaderState, int]:
+        """The leadership a write goes to, and min.insync.replicas; NotEnoughReplicasError (nothing written) for
+        an acks=all write while the ISR is below it."""
+        state = self.check_leader(leader_epoch)
         with self.changed:
             leader = self._leading(state)
-            min_isr = self.min_isr(plog)
+            min_isr = self.min_isr(self.log)
             if acks == "all" and len(leader.isr) < min_isr:
                 raise NotEnoughReplicasError(
                     f"{self.name} has {len(leader.isr)} in-sync replica(s) {list(leader.isr)}, below its "
                     f"min.insync.replicas {min_isr}: an acks=all write is refused (nothing written); retry once "
                     "replicas are back, or write with acks=1")
-        base = partition_ops.append(plog, self.tp[0], self.tp[1], rows, codec, state.leader_epoch, producer)
-        end = base + rows.num_rows
+        return state, leader, min_isr
+
+    def _acknowledge(self, plog: Log, leader: LeaderState, min_isr: int, base: int, end: int, acks: str,
+                     timeout_s: float) -> int:
+        """Answer a write of offsets base..end-1: at once (acks 0 or 1), or once the high watermark covers them."""
         with self.changed:
             self._advance(plog)
             self.changed.notify_all()  # followers long-polling for new frames
@@ -248,20 +270,26 @@ class PartitionReplica:
             return state
         return self.check_leader(leader_epoch)
 
+    def readable_end(self, isolation: str = READ_COMMITTED) -> int:
+        """Where consumers stop: the high watermark (a follower's is the leader's as of its last fetch), and for
+        read_committed ones the last stable offset below it (the oldest open transaction's first offset)."""
+        hw = self.hw
+        return self.log.last_stable_offset(hw) if isolation == READ_COMMITTED else hw
+
     def read(self, offset: int, max_bytes: int, end_offset: int | None, leader_epoch: int | None,
-             max_wait_s: float = 0, from_follower: bool = False) -> list[Fetched]:
-        """What a consumer may read here: records below this replica's high watermark (a follower's is the
-        leader's as of its last fetch); at it, wait up to `max_wait_s` for it to move on (fetch.max.wait.ms)."""
+             max_wait_s: float = 0, from_follower: bool = False, isolation: str = READ_COMMITTED) -> list[Fetched]:
+        """What a consumer may read here: records below readable_end(isolation); at it, wait up to `max_wait_s`
+        for it to move on (fetch.max.wait.ms)."""
         state = self.check_readable(leader_epoch, from_follower)
-        plog, hw = self.log, self.hw
-        fetched = plog.fetch(offset, max_bytes, hw if end_offset is None else min(end_offset, hw))
+        plog, bound = self.log, self.readable_end(isolation)
+        fetched = plog.fetch(offset, max_bytes, bound if end_offset is None else min(end_offset, bound), isolation)
         if fetched or not max_wait_s or end_offset is not None:
             return fetched
-        with self.changed:  # until the high watermark moves on, or the role or epoch changes
-            self.changed.wait_for(lambda: self.hw > offset or (self._state.role, self._state.leader_epoch) != (
-                state.role, state.leader_epoch), max_wait_s)
+        with self.changed:  # until the readable end moves on, or the role or epoch changes
+            self.changed.wait_for(lambda: self.readable_end(isolation) > offset or (
+                self._state.role, self._state.leader_epoch) != (state.role, state.leader_epoch), max_wait_s)
         self.check_readable(leader_epoch, from_follower)
-        return plog.fetch(offset, max_bytes, self.hw)
+        return plog.fetch(offset, max_bytes, self.readable_end(isolation), isolation)
 
     def serve_follower(self, follower: int, leader_epoch: int, offset: int, max_bytes: int,
                        max_wait_s: float) -> ReplicaFetch:

@@ -42,11 +42,13 @@ from fabric.server.node.leader import LeaderState
 from fabric.server.node.partition import PartitionReplica, ReplicaFetch, Role
 from fabric.storage.log import Log
 from fabric.storage.log_manager import LogManager
+from fabric.storage.reader import READ_COMMITTED
 
 log = logging.getLogger(__name__)
 NODE_ID_FILE = "node.id"
 TOPIC_ID_FILE = "topic.id"  # in each topic directory: the id of the topic its logs belong to
 ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
+MAX_MARKERS = 4096  # transaction markers one write_markers request writes at most
 
 
 # the controller's answer to an ISR change: (partition, leader state it was asked for, ISR) -> the new state
@@ -271,26 +273,47 @@ class ReplicaManager:
 
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none",
                leader_epoch: int | None = None, acks: str = "all", timeout_ms: int = 30000, producer_id: int = -1,
-               producer_epoch: int = -1, base_sequence: int = -1, topic_id: str = "") -> int:
+               producer_epoch: int = -1, base_sequence: int = -1, topic_id: str = "",
+               transactional: bool = False) -> int:
         """Append as the leader; `acks` "0"/"1" answer after the leader's append, "all" (or "-1") once the ISR
-        has the rows, waiting up to `timeout_ms`. An idempotent producer's retry is not written twice."""
+        has the rows, waiting up to `timeout_ms`. An idempotent producer's retry is not written twice; its
+        `transactional` rows stay invisible to read_committed readers until write_markers ends them."""
         producer = partition_ops.producer_batch(producer_id, producer_epoch, base_sequence)
         if acks not in ACKS:
             raise InvalidRequestError(f"acks must be one of 0, 1, all (-1), got {clip(acks)}")
         timeout_s = partition_ops.wait_seconds("timeout_ms", timeout_ms)
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
         with disk_errors(self.logs.topic_dir(topic), f"append to partition {topic}-{partition}"):
-            return replica.append(rows, codec, leader_epoch, ACKS[acks], timeout_s, producer)
+            return replica.append(rows, codec, leader_epoch, ACKS[acks], timeout_s, producer, transactional)
+
+    def write_markers(self, topic: str, partition: int, transactional_id: str, commit: list[list[int]],
+                      abort: list[list[int]], leader_epoch: int | None = None, timeout_ms: int = 30000,
+                      topic_id: str = "") -> None:
+        """End transactions of `transactional_id`'s writers as the leader: a commit marker for each [producer id,
+        epoch] in `commit`, an abort marker for each in `abort` (Kafka's WriteTxnMarkers), answered once the
+        in-sync replicas have them."""
+        markers = [(*partition_ops.marker_producer(p), True) for p in commit] + \
+                  [(*partition_ops.marker_producer(p), False) for p in abort]
+        if not 1 <= len(markers) <= MAX_MARKERS:
+            raise InvalidRequestError(f"write_markers takes 1 to {MAX_MARKERS} markers, got {len(markers)}")
+        if not isinstance(transactional_id, str) or not transactional_id:
+            raise InvalidRequestError(f"transactional_id must be a non-empty string, got {clip(transactional_id)}")
+        timeout_s = partition_ops.wait_seconds("timeout_ms", timeout_ms)
+        replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
+        with disk_errors(self.logs.topic_dir(topic), f"write transaction markers to {topic}-{partition}"):
+            replica.write_markers(markers, leader_epoch, timeout_s)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, end_offset: int | None = None,
               leader_epoch: int | None = None, max_wait_ms: int = 0, from_follower: bool = False,
-              topic_id: str = "") -> list[Fetched]:
-        """Records below the high watermark, for consumers, waiting up to `max_wait_ms` for some at its end; a
-        follower serves them too when asked `from_follower` under its leader epoch (KIP-392)."""
+              topic_id: str = "", isolation_level: str = READ_COMMITTED) -> list[Fetched]:
+        """Records below the high watermark (read_committed: the last stable offset), for consumers, waiting up
+        to `max_wait_ms` for some at its end; a follower serves them too when asked `from_follower` under its
+        leader epoch (KIP-392)."""
         wait_s = partition_ops.wait_seconds("max_wait_ms", max_wait_ms)
+        isolation = partition_ops.isolation_level(isolation_level)
         replica = self.replica(topic, partition, leader_epoch, from_follower, topic_id)
         with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
-            return replica.read(offset, max_bytes, end_offset, leader_epoch, wait_s, from_follower)
+            return replica.read(offset, max_bytes, end_offset, leader_epoch, wait_s, from_follower, isolation)
 
     def replica_fetch(self, topic: str, partition: int, offset: int, leader_epoch: int, replica_id: int,
                       max_bytes: int = 1 << 20, max_wait_ms: int = 500, topic_id: str = "") -> ReplicaFetch:
@@ -313,14 +336,15 @@ class ReplicaManager:
 
     def partition_state(self, topic: str, partition: int, leader_epoch: int | None = None,
                         topic_id: str = "") -> PartitionState:
-        """The partition's offsets (its end is the high watermark), leader, replicas, ISR and epoch."""
+        """The partition's offsets (its end is the last stable offset: the high watermark unless a transaction is
+        open below it), leader, replicas, ISR and epoch."""
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
         reg = replica.state.registration
         assert reg is not None  # a leader's state comes from a registration
         leader = replica.leader
         isr = leader.isr if leader is not None else reg.state.isr
         with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
-            return partition_ops.state(replica.log, topic, partition, replica.hw, leader=reg.state.leader,
+            return partition_ops.state(replica.log, topic, partition, replica.readable_end(), leader=reg.state.leader,
                                        replicas=reg.assignment.replicas, isr=isr, leader_epoch=reg.state.leader_epoch)
 
     def offset_for_time(self, topic: str, partition: int, timestamp_us: int,

@@ -1,8 +1,10 @@
 """A data node's Flight service: the data plane of the partitions it leads.
 
-DoPut `append` ({topic, partition, codec, leader_epoch, acks, timeout_ms}) appends stored rows; DoGet
-({topic, partition, offset, max_bytes, end_offset, leader_epoch}) fetches below the high watermark; DoAction
-runs `partition_state`, `offset_for_time` and `status` for clients, and for followers (other nodes, which need
+DoPut `append` ({topic, partition, codec, leader_epoch, acks, timeout_ms, producer fields, transactional})
+appends stored rows; DoGet ({topic, partition, offset, max_bytes, end_offset, leader_epoch, isolation_level})
+fetches below the high watermark (read_committed: the last stable offset); DoAction runs `partition_state`,
+`offset_for_time`, `write_markers` (which needs write on the topic and on the transactional id) and `status`
+for clients, and for followers (other nodes, which need
 cluster_action on the cluster resource) `offsets_for_leader_epoch` and `replica_fetch`, whose second result is
 the raw frames. The wire format is the coordinator service's (fabric.server.wire). Every request is checked
 against the ReplicaManager method it calls, authenticated and authorized as the coordinator's are (same
@@ -28,7 +30,8 @@ from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.settings import NodeSettings
 
 log = logging.getLogger(__name__)
-ACTIONS = {"partition_state": "describe", "offset_for_time": "describe"}  # action -> ACL operation on its topic
+ACTIONS = {"partition_state": "describe", "offset_for_time": "describe",  # action -> ACL operation on its topic
+           "write_markers": "write"}
 REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_fetch")  # followers' calls, on the cluster resource
 
 
@@ -60,7 +63,8 @@ class NodeService(FabricFlightServer):
         if action.type in REPLICA_ACTIONS:
             self.authorize(context, [("cluster_action", security.CLUSTER)])
         else:
-            self.authorize(context, [(ACTIONS[action.type], f"topic:{args['topic']}")])
+            self.authorize(context, [(ACTIONS[action.type], f"topic:{args['topic']}"), *(
+                [("write", f"transactional-id:{args['transactional_id']}")] if "transactional_id" in args else [])])
         result = getattr(self.replicas, action.type)(**args)
         if isinstance(result, ReplicaFetch):
             return [wire.dumps({"high_watermark": result.high_watermark, "log_end": result.log_end,

@@ -1,0 +1,107 @@
+"""The state machine of a transactional id's one record (TransactionRecord), which both stores run inside
+their own atomic read-modify-write (SQLite: one BEGIN IMMEDIATE transaction; ZooKeeper: compare-and-set on the
+znode version), and its JSON form.
+
+States of transaction `sequence` S of an id:
+- Ongoing(S): writers join (`add_writer`) before they write anything, each with the partitions it will write;
+  a writer of a newer S' starts Ongoing(S') and forgets S's writers (S' > S is only started once S's markers
+  were written: the Spark sink commits its batches in order).
+- Committed(S): `commit` with the producer ids of the writers whose output counts (the tasks that succeeded)
+  is the commit point: those writers' transactions are committed on every partition they registered, every
+  other writer of S aborted (TransactionRecord.markers), even when the markers are only written later.
+
+Refused with InvalidTxnStateError: a writer joining S once S committed, or once a newer transaction began (a
+zombie: it must not write), and a commit naming a writer that never joined (its frames could not be found to
+end). Committing S again is a no-op, so a replayed batch changes nothing. The publish path (embedded fabric)
+commits without writers: only its sequence is recorded.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from fabric.common import checks
+from fabric.common.config import LONG_MAX
+from fabric.common.errors import InvalidRequestError, InvalidTxnStateError
+from fabric.common.redaction import clip
+from fabric.common.types import TransactionRecord, TransactionWriter
+
+MAX_WRITERS = 4096  # writers of one transaction (Spark tasks and their retries)
+MAX_PARTITIONS = 20_000  # (writer, partition) pairs of one transaction: keeps a record well below 1 MiB
+
+
+def writer(producer_id: Any, producer_epoch: Any, partitions: Any) -> TransactionWriter:
+    """A writer as a request gives it, checked: ids in the frame header's ranges, [topic, partition] pairs."""
+    for name, value, hi in (("producer_id", producer_id, LONG_MAX), ("producer_epoch", producer_epoch, 32766)):
+        if not checks.is_integer(value) or not 0 <= value <= hi:
+            raise InvalidRequestError(f"{name} must be an int from 0 to {hi}, got {clip(value)}; a writer gets its "
+                                      "id and epoch from init_producer_id")
+    if not isinstance(partitions, (list, tuple)) or not 1 <= len(partitions) <= MAX_PARTITIONS:
+        raise InvalidRequestError(f"a writer names 1 to {MAX_PARTITIONS} [topic, partition] pairs, got "
+                                  f"{clip(partitions)}")
+    keys = sorted({checks.topic_partition(tp, "a transaction writer's partitions") for tp in partitions})
+    return TransactionWriter(int(producer_id), int(producer_epoch), tuple(keys))
+
+
+def add_writer(record: TransactionRecord, sequence: int, new: TransactionWriter) -> TransactionRecord:
+    """The record once `new` joined transaction `sequence` (see the module docstring for refusals)."""
+    txn = f"{record.transactional_id}:{sequence}"
+    if record.committed_sequence >= sequence:
+        raise InvalidTxnStateError(f"transaction {txn} committed already (the latest committed is "
+                                   f"{record.committed_sequence}): writer {new.producer_id} must not write to it")
+    if record.sequence > sequence:
+        raise InvalidTxnStateError(f"transaction {record.transactional_id}:{record.sequence} began after {txn}: "
+                                   f"writer {new.producer_id} of the older one must not write")
+    writers = list(record.writers) if record.sequence == sequence else []
+    old = next((w for w in writers if w.producer_id == new.producer_id), None)
+    if old is not None:
+        writers.remove(old)
+        new = TransactionWriter(new.producer_id, new.producer_epoch,
+                                tuple(sorted(set(old.partitions) | set(new.partitions))))
+    writers.append(new)
+    if len(writers) > MAX_WRITERS or sum(len(w.partitions) for w in writers) > MAX_PARTITIONS:
+        raise InvalidRequestError(f"transaction {txn} would have more than {MAX_WRITERS} writers or "
+                                  f"{MAX_PARTITIONS} (writer, partition) pairs; write fewer partitions per batch")
+    return TransactionRecord(record.transactional_id, record.committed_sequence, sequence, tuple(writers), None)
+
+
+def commit(record: TransactionRecord, sequence: int, committed: Sequence[int] | None) -> TransactionRecord | None:
+    """The record once transaction `sequence` committed with the writers `committed` (None: a publish, which
+    has none); None if it needs no change (committed already)."""
+    if record.committed_sequence >= sequence:
+        return None
+    if committed is None:
+        return TransactionRecord(record.transactional_id, sequence, record.sequence, record.writers,
+                                 record.committed_writers)
+    if not isinstance(committed, (list, tuple)) or len(committed) > MAX_WRITERS \
+            or not all(checks.is_integer(p) for p in committed):
+        raise InvalidRequestError(f"committed writers must be a list of at most {MAX_WRITERS} producer ids, got "
+                                  f"{clip(committed)}")
+    joined = {w.producer_id for w in record.writers} if record.sequence == sequence else set()
+    unknown = sorted(set(committed) - joined)
+    if unknown:
+        raise InvalidTxnStateError(f"transaction {record.transactional_id}:{sequence} cannot commit writers "
+                                   f"{unknown[:10]}: they never joined it (its writers: {sorted(joined)[:10]})")
+    writers = record.writers if record.sequence == sequence else ()
+    return TransactionRecord(record.transactional_id, sequence, sequence, writers, tuple(sorted(set(committed))))
+
+
+def to_json(record: TransactionRecord) -> str:
+    """The writers part of a stored record (the committed sequence has its own column or field)."""
+    return json.dumps({"sequence": record.sequence, "committed": record.committed_writers,
+                       "writers": [[w.producer_id, w.producer_epoch, [list(tp) for tp in w.partitions]]
+                                   for w in record.writers]}, separators=(",", ":"))
+
+
+def from_json(transactional_id: str, committed_sequence: int, text: str) -> TransactionRecord:
+    """A stored record from its committed sequence and to_json's text ('' for a record written before
+    transactions had writers)."""
+    if not text:
+        return TransactionRecord(transactional_id, committed_sequence)
+    data = json.loads(text)
+    committed = data["committed"]
+    return TransactionRecord(
+        transactional_id, committed_sequence, data["sequence"],
+        tuple(TransactionWriter(p, e, tuple((t, n) for t, n in parts)) for p, e, parts in data["writers"]),
+        None if committed is None else tuple(committed))
+

@@ -1,0 +1,66 @@
+"""The transactions of one partition (Kafka's transaction index and last stable offset, KIP-98): which
+producers have a transaction open here and where it began, and which ended in an abort.
+
+A transactional frame (frame.ATTR_TRANSACTIONAL) of producer P opens P's transaction at its base offset, unless
+one is open already; a control frame of P (frame.ATTR_CONTROL, a marker of one record) ends it, committed or
+(frame.ATTR_ABORT) aborted, and an aborted one's range [first offset, marker offset) is kept. So:
+- the last stable offset (LSO) is the first offset of the oldest open transaction (the log end if none):
+  read_committed readers read below it and below the high watermark;
+- a transactional frame below the LSO is visible unless it lies in an aborted range of its producer.
+
+The state is rebuilt from the frame headers (`rebuild`), which carry all of it, so it needs no file of its own,
+survives restarts, and a follower has the state of the frames it copied. Thread-safe: readers ask while the
+partition's writer updates it.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Iterable
+
+from fabric.storage.frame import ATTR_ABORT, FrameHeader
+
+
+class TransactionState:
+    """The open and aborted transactions of partition `partition` (a name for messages)."""
+
+    def __init__(self, partition: str) -> None:
+        self.partition = partition
+        self._lock = threading.Lock()
+        self._open: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self._aborted: dict[int, list[tuple[int, int]]] = {}  # producer id -> aborted [first, marker) ranges
+
+    @classmethod
+    def rebuild(cls, partition: str, headers: Iterable[FrameHeader]) -> TransactionState:
+        """The state the frames with these headers (in offset order) leave."""
+        state = cls(partition)
+        for header in headers:
+            state.update(header)
+        return state
+
+    def update(self, header: FrameHeader) -> None:
+        """Take a written frame (ignored unless transactional or a marker)."""
+        if header.is_schema or not (header.is_transactional or header.is_control):
+            return
+        with self._lock:
+            if header.is_control:
+                first = self._open.pop(header.producer_id, None)
+                if header.attributes & ATTR_ABORT and first is not None:
+                    self._aborted.setdefault(header.producer_id, []).append((first, header.base_offset))
+            else:
+                self._open.setdefault(header.producer_id, header.base_offset)
+
+    def last_stable_offset(self, end: int) -> int:
+        """The first offset of the oldest open transaction, at most `end` (the log end or high watermark)."""
+        with self._lock:
+            return min([end, *self._open.values()])
+
+    def aborted(self, header: FrameHeader) -> bool:
+        """True if this transactional data frame belongs to a transaction that aborted."""
+        with self._lock:
+            ranges = self._aborted.get(header.producer_id, ())
+            return any(first <= header.base_offset < marker for first, marker in ranges)
+
+    def open_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of each open transaction (for describing the partition)."""
+        with self._lock:
+            return dict(self._open)

@@ -1,0 +1,103 @@
+"""The fabric sink on a replicated cluster: a batch is written as transactions on the partition leaders, the
+coordinator's record of the transactional id is the commit point, and markers end the transactions.
+
+Task side (`write_transaction`): the task stages its rows to local frame files (sinks.staging, in a temporary
+directory on the executor) so it knows every partition it will write before it writes any. It takes a producer
+id (init_producer_id) and joins the transaction in the coordinator with those partitions
+(add_transaction_writer: refused once the batch committed, so a zombie never starts), then appends the rows of
+each file to the partition's leader as its transaction (acks=all, so they are replicated like any data; each
+append keeps its sequence across retries, so a retry after a lost answer is not written twice). The task's
+commit message names its producer id.
+
+Driver side (`commit_transaction`): commit_transaction(txn, the producer ids of the tasks that succeeded) is
+the commit point; then the markers (`end_transaction`): a commit marker for each committed writer on each
+partition it joined with, an abort marker (its epoch + 1, fencing it) for every other writer of the batch: a
+failed or killed task attempt, a zombie. read_committed readers (the default) never read past a partition's
+oldest open transaction and skip aborted ones, so a batch shows in a partition once its marker is there.
+A crash anywhere is repaired by Spark's replay of the batch with the same id: its tasks find the batch
+committed and write nothing, or write anew as new writers; its commit then commits them (or finds it
+committed) and writes every marker of the record again, which is harmless.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+
+from fabric.client.cluster import Cluster
+from fabric.client.idempotence import SEQUENCE_MAX
+from fabric.client.retry import retrying
+from fabric.client.staged import staged_rows
+from fabric.common.records import storage_schema
+from fabric.common.types import ProducerBatch, ProducerIdentity, TransactionRecord, transaction_sequence
+from fabric.sinks.staging import StagedBatch, StagedFile, Stager
+
+log = logging.getLogger(__name__)
+TIMEOUT_S = 120.0  # how long an append or a marker keeps retrying retriable errors (Kafka's delivery.timeout.ms)
+
+
+def write_transaction(cluster: Cluster, txn: str, topic: str | None, codec: str,
+                      batches: Iterator[pa.RecordBatch]) -> tuple[int, int] | None:
+    """Stage, join and append one task's rows as a writer of `txn`; the writer's (producer id, records), or None
+    if the task had no rows."""
+    directory = tempfile.mkdtemp(prefix="fabric-sink-")
+    try:
+        stager = Stager(cluster, directory, topic, codec)
+        for batch in batches:
+            stager.add(batch)
+        files = stager.finish()
+        if not files:
+            return None
+        identity = cluster.init_producer_id()
+        cluster.coordinator.add_transaction_writer(txn, identity.producer_id, identity.producer_epoch,
+                                                   sorted({(f.topic, f.partition) for f in files}))
+        for staged in files:
+            _append_file(cluster, staged, identity, codec)
+        return identity.producer_id, sum(f.records for f in files)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _append_file(cluster: Cluster, staged: StagedFile, identity: ProducerIdentity, codec: str) -> None:
+    """Append a staged file's frames to its partition's leader, in order, as `identity`'s transaction."""
+    schema = storage_schema(cluster.coordinator.topic(staged.topic).value_schema)
+    sequence = 0
+    for rows in staged_rows(staged.path, schema):
+        producer = ProducerBatch(identity.producer_id, identity.producer_epoch, sequence)
+        retrying(functools.partial(cluster.transactional_append, staged.topic, staged.partition, rows, producer,
+                                   codec), f"append to {staged.topic}-{staged.partition}", TIMEOUT_S)
+        sequence = (sequence + rows.num_rows) % (SEQUENCE_MAX + 1)
+
+
+def commit_transaction(cluster: Cluster, txn: str, messages: Sequence[StagedBatch]) -> TransactionRecord:
+    """The commit point of `txn` with the writers of the tasks' messages, then every marker it decided."""
+    writers = sorted({m.writer for m in messages if m.writer is not None})
+    retrying(lambda: cluster.coordinator.commit_transaction(txn, writers), f"commit transaction {txn}", TIMEOUT_S)
+    return end_transaction(cluster, txn)
+
+
+def end_transaction(cluster: Cluster, txn: str) -> TransactionRecord:
+    """Write the markers the coordinator's record decides for `txn`: commit or abort if it committed, abort
+    for every writer if it did not (a failed batch); nothing if the record has moved on to a later one."""
+    transactional_id, sequence = transaction_sequence(txn)
+    record = retrying(lambda: cluster.coordinator.transaction_record(transactional_id),
+                      f"read transaction {txn}", TIMEOUT_S)
+    if record.sequence != sequence:
+        return record
+    markers = record.markers()
+
+    def write(tp: tuple[str, int]) -> None:
+        commit, abort = markers[tp]
+        retrying(lambda: cluster.write_markers(tp[0], tp[1], transactional_id, commit, abort),
+                 f"write the markers of {txn} to {tp[0]}-{tp[1]}", TIMEOUT_S)
+    with ThreadPoolExecutor(max(1, min(len(markers), 8))) as pool:
+        for done in [pool.submit(write, tp) for tp in sorted(markers)]:
+            done.result()
+    log.info("transaction %s %s: markers written to %d partition(s)", txn,
+             "committed" if record.committed_writers is not None else "aborted", len(markers))
+    return record

@@ -1,0 +1,109 @@
+"""Transactions on replicated partitions (real coordinator and node processes), as the Spark sink writes them
+(fabric/sinks/transactional.py): writers join a transaction in the coordinator and append to the leaders; the
+coordinator's commit is the commit point; markers end each writer's transaction. read_committed consumers (the
+default) stop at the last stable offset and never see an aborted writer; a zombie is fenced; a leader killed
+between the appends and the markers loses nothing."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+import fabric
+from fabric.common.clock import SYSTEM_CLOCK
+from fabric.common.errors import InvalidProducerEpochError, InvalidTxnStateError
+from fabric.common.records import to_storage
+from fabric.common.types import ProducerBatch
+from fabric.sinks import transactional
+
+
+def rows(values: list[bytes]) -> pa.RecordBatch:
+    return to_storage(pa.table({"value": pa.array(values, pa.binary())}), None, SYSTEM_CLOCK.now_us()).to_batches()[0]
+
+
+def read_all(fab: fabric.Fabric, topic: str, isolation_level: str = "read_committed") -> list[bytes]:
+    """Every value of partition 0 a consumer of `isolation_level` reads up to the end it is told of."""
+    with fab.consumer(auto_offset_reset="earliest", isolation_level=isolation_level) as consumer:
+        consumer.assign([(topic, 0)])
+        end = fab.describe_topic(topic).partitions[0].end_offset if isolation_level == "read_committed" else None
+        out: list[bytes] = []
+        while True:
+            got = consumer.poll(timeout=2)
+            out += [r.value for r in got]
+            if not got and (end is None or consumer.position(topic, 0) >= end):
+                return out
+
+
+def append(fab: fabric.Fabric, topic: str, writer, values: list[bytes], sequence: int = 0) -> int:
+    return fab.cluster.transactional_append(topic, 0, rows(values),
+                                            ProducerBatch(writer.producer_id, writer.producer_epoch, sequence))
+
+
+def test_committed_readers_see_a_transaction_once_its_markers_are_written(shared_cluster) -> None:
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic("txn-basic", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+        with fab.producer(linger_ms=0) as producer:
+            producer.send("txn-basic", b"before", partition=0).result(60)
+        kept, failed = fab.cluster.init_producer_id(), fab.cluster.init_producer_id()
+        for writer in (kept, failed):
+            fab.cluster.coordinator.add_transaction_writer("sink-a:0", writer.producer_id, writer.producer_epoch,
+                                                           [("txn-basic", 0)])
+        append(fab, "txn-basic", kept, [b"k1", b"k2"])
+        append(fab, "txn-basic", failed, [b"f1"])
+        with fab.producer(linger_ms=0) as producer:
+            producer.send("txn-basic", b"plain-after", partition=0).result(60)
+        # the open transactions hold the last stable offset at the first one's first offset
+        assert fab.describe_topic("txn-basic").partitions[0].end_offset == 1
+        assert read_all(fab, "txn-basic") == [b"before"]
+        assert read_all(fab, "txn-basic", "read_uncommitted") == [b"before", b"k1", b"k2", b"f1", b"plain-after"]
+
+        fab.cluster.coordinator.commit_transaction("sink-a:0", [kept.producer_id])  # the commit point
+        record = transactional.end_transaction(fab.cluster, "sink-a:0")
+        assert record.committed_writers == (kept.producer_id,)
+        assert read_all(fab, "txn-basic") == [b"before", b"k1", b"k2", b"plain-after"]
+        transactional.end_transaction(fab.cluster, "sink-a:0")  # writing the markers again changes nothing
+        assert read_all(fab, "txn-basic") == [b"before", b"k1", b"k2", b"plain-after"]
+
+        # the failed writer is a zombie now: fenced by its abort marker's epoch, and refused by the coordinator
+        with pytest.raises(InvalidProducerEpochError):
+            append(fab, "txn-basic", failed, [b"late"], sequence=1)
+        with pytest.raises(InvalidTxnStateError, match="committed already"):
+            fab.cluster.coordinator.add_transaction_writer("sink-a:0", failed.producer_id, failed.producer_epoch,
+                                                           [("txn-basic", 0)])
+        assert read_all(fab, "txn-basic", "read_uncommitted")[-1] == b"plain-after"
+
+
+def test_an_undecided_transaction_is_aborted_whole(shared_cluster) -> None:
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic("txn-abort", partitions=1, replication_factor=3)
+        writer = fab.cluster.init_producer_id()
+        fab.cluster.coordinator.add_transaction_writer("sink-b:4", writer.producer_id, writer.producer_epoch,
+                                                       [("txn-abort", 0)])
+        append(fab, "txn-abort", writer, [b"x", b"y"])
+        record = transactional.end_transaction(fab.cluster, "sink-b:4")  # a failed batch: Spark's abort
+        assert record.committed_writers is None
+        assert read_all(fab, "txn-abort") == []
+        assert fab.describe_topic("txn-abort").partitions[0].end_offset == 3  # two records and a marker
+        with pytest.raises(InvalidTxnStateError, match="never joined"):
+            fab.cluster.coordinator.commit_transaction("sink-b:4", [writer.producer_id + 1])
+
+
+def test_a_leader_killed_before_the_markers_loses_nothing(node_cluster, replication) -> None:
+    """The writer's records are replicated (acks=all) before the leader is SIGKILLed; the new leader rebuilt the
+    open transaction from the frames it copied, so the markers end it there: the batch is read once."""
+    cluster = node_cluster()
+    with fabric.connect(replication.client_url(cluster)) as fab:
+        fab.create_topic("txn-failover", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+        writer = fab.cluster.init_producer_id()
+        fab.cluster.coordinator.add_transaction_writer("sink-c:0", writer.producer_id, writer.producer_epoch,
+                                                       [("txn-failover", 0)])
+        values = [b"r%d" % i for i in range(20)]
+        append(fab, "txn-failover", writer, values)
+        fab.cluster.coordinator.commit_transaction("sink-c:0", [writer.producer_id])
+        before = replication.state(fab, "txn-failover")
+        cluster.nodes[before.leader].kill()
+        replication.wait_elected(fab, "txn-failover", 0, before)
+        transactional.end_transaction(fab.cluster, "sink-c:0")
+        assert read_all(fab, "txn-failover") == values
+        cluster.restart(before.leader)  # the old leader comes back as a follower and reads the same
+        replication.wait_in_sync(fab, cluster.nodes, "txn-failover")
+        assert read_all(fab, "txn-failover") == values
