@@ -14,8 +14,10 @@ import pytest
 import fabric
 from fabric.common.errors import (
     IllegalGenerationError,
+    InvalidArgumentError,
     InvalidPartitionsError,
     InvalidRequestError,
+    InvalidTxnStateError,
     StaleControllerEpochError,
     TopicExistsError,
     UnknownMemberError,
@@ -28,6 +30,7 @@ from fabric.common.types import (
     NodeInfo,
     PartitionAssignment,
     PartitionRegistration,
+    TransactionRecord,
 )
 from fabric.coordinator.election import ControllerElection
 from fabric.coordinator.interface import Coordinator
@@ -112,6 +115,38 @@ def check_transactions(c: Coordinator, fill: Fill) -> None:
     assert c.transaction_committed("query-2:5") and not c.transaction_committed("query-2:6")
 
 
+def check_transaction_writers(c: Coordinator, fill: Fill) -> None:
+    """The writer registry of a transactional id (coordinator/transactions.py): writers join an ongoing
+    transaction, the commit names those that count, later joins and unknown writers are refused, and a newer
+    transaction replaces the record's writers."""
+    assert c.transaction_record("sink") == TransactionRecord("sink")
+    c.add_transaction_writer("sink:3", 11, 0, [("out", 1), ("out", 0)])
+    c.add_transaction_writer("sink:3", 12, 0, [("out", 0)])
+    c.add_transaction_writer("sink:3", 11, 0, [("out", 2)])  # a writer may name more partitions
+    record = c.add_transaction_writer("sink:3", 13, 2, [("other", 0)])
+    assert record.sequence == 3 and record.committed_writers is None
+    assert [(w.producer_id, w.partitions) for w in record.writers] == [
+        (12, (("out", 0),)), (11, (("out", 0), ("out", 1), ("out", 2))), (13, (("other", 0),))]
+    with pytest.raises(InvalidTxnStateError, match="never joined"):
+        c.commit_transaction("sink:3", [11, 99])
+    c.commit_transaction("sink:3", [11, 13])
+    c.commit_transaction("sink:3", [12])  # committed already: a replay changes nothing
+    record = c.transaction_record("sink")
+    assert (record.committed_sequence, record.committed_writers) == (3, (11, 13))
+    assert record.markers()[("out", 0)] == ([(11, 0)], [(12, 1)])  # the other writer aborted, its epoch bumped
+    assert c.transaction_committed("sink:3") and not c.transaction_committed("sink:4")
+    with pytest.raises(InvalidTxnStateError, match="committed already"):
+        c.add_transaction_writer("sink:3", 14, 0, [("out", 0)])
+    c.add_transaction_writer("sink:5", 15, 0, [("out", 1)])
+    with pytest.raises(InvalidTxnStateError, match="began after"):
+        c.add_transaction_writer("sink:4", 16, 0, [("out", 1)])
+    record = c.transaction_record("sink")
+    assert (record.committed_sequence, record.sequence, [w.producer_id for w in record.writers]) == (3, 5, [15])
+    for bad in ([], [("out", -1)], "out"):
+        with pytest.raises((InvalidRequestError, InvalidArgumentError)):
+            c.add_transaction_writer("sink:5", 17, 0, bad)
+
+
 def check_groups(c: Coordinator, fill: Fill) -> None:
     """One member joins, syncs all partitions; stale-generation and non-member commits are rejected."""
     c.create_topic("events", 2, {}, None)
@@ -133,7 +168,7 @@ def check_groups(c: Coordinator, fill: Fill) -> None:
     assert c.describe_group("never-seen").state == "Dead"
 
 
-CONTRACT = [check_topics, check_offsets, check_transactions, check_groups]
+CONTRACT = [check_topics, check_offsets, check_transactions, check_transaction_writers, check_groups]
 
 
 def no_logs(topic: str, partition: int, count: int) -> None:
