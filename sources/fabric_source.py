@@ -2,6 +2,19 @@
 
 Thin on purpose: options (sources/options.py), offsets (sources/offsets.py) and planning happen on the
 driver; tasks call sources/reading.py, which reads through the Cluster like every other client.
+
+On a cluster (Spark standalone, YARN, Kubernetes) tasks run in executors of their own, so what they need travels
+in the pickled reader and partitions: the URL and the rack are resolved on the driver into SourceOptions and the
+ReadPlan. The driver side of a Python data source runs in a planner Python worker of the driver, which sees the
+`url` option and the driver's environment ($FABRIC_URL) but no Spark conf (see fabric/spark/options.py).
+
+Placement: pyspark 4.3's Python data source API gives an InputPartition no preferred locations, so Spark cannot
+schedule a task next to a replica of its partition the way Spark's Kafka source prefers executors. Tasks read from
+the nearest in-sync replica instead (KIP-392, fetch from follower) by their rack: option clientRack, else conf
+spark.fabric.clientRack (only where the planning process has a SparkSession, which pyspark 4.3's planner worker
+has not), else $FABRIC_CLIENT_RACK on the task's executor (set it in each worker's environment, or for all with
+spark.executorEnv.FABRIC_CLIENT_RACK). A task whose replica there is behind reads from the leader,
+and a task that meets a leader change retries within itself (sources/reading.py) instead of failing.
 """
 from __future__ import annotations
 
@@ -93,7 +106,8 @@ def read_plan(opts: SourceOptions, schema: StructType) -> ReadPlan:
     """What tasks need; checks the query's columns exist (a user schema may pick a subset, in any order)."""
     value_schema = value_schema_of(cluster_for(opts.url), opts.subscription)
     output_schema(value_schema, schema.fieldNames())
-    return ReadPlan(opts.url, value_schema, to_arrow_schema(schema, timezone="UTC"), opts.fail_on_data_loss)
+    return ReadPlan(opts.url, value_schema, to_arrow_schema(schema, timezone="UTC"), opts.fail_on_data_loss,
+                    opts.client_rack)
 
 
 def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -13,15 +13,16 @@ from typing import Any, Mapping
 from fabric.client.cluster import Cluster
 from fabric.common.errors import InvalidConfigError, UnknownTopicError
 from fabric.common.names import validate_group, validate_topic
+from fabric.common.redaction import redact_url
 from fabric.common.types import TopicPartition
-from fabric.spark.options import get_option, resolve_url
+from fabric.spark.options import CLIENT_RACK_OPTION, get_option, resolve_client_rack, resolve_url
 
 SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
 ENDING_OPTIONS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 SOURCE_OPTIONS = SUBSCRIPTIONS + ENDING_OPTIONS + (
     "url", "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp",
     "startingOffsetsByTimestampStrategy", "maxOffsetsPerTrigger", "maxBytesPerTrigger", "minPartitions",
-    "failOnDataLoss", "includeHeaders", "groupId")
+    "failOnDataLoss", "includeHeaders", "groupId", CLIENT_RACK_OPTION)
 EARLIEST, LATEST = -2, -1  # the special offsets of Kafka's JSON offset specs
 
 
@@ -68,6 +69,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     group_id: str | None = None
+    client_rack: str | None = None  # None: each task reads $FABRIC_CLIENT_RACK on its executor
 
 
 def _error(option: str, value: object, why: str) -> InvalidConfigError:
@@ -221,6 +223,7 @@ def parse_source_options(options: Mapping[str, Any], streaming: bool) -> SourceO
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         include_headers=_bool(options, "includeHeaders", False),
         group_id=validate_group(group) if group is not None else None,
+        client_rack=resolve_client_rack(options),
     )
 
 
@@ -230,5 +233,6 @@ def check_topics_exist(cluster: Cluster, topics: list[str]) -> None:
     missing = [t for t in topics if t not in existing]
     if missing:
         raise UnknownTopicError(
-            f"topic(s) {missing} do not exist in the fabric; create them first "
-            "(fabric topics create NAME) or fix the subscribe/assign option")
+            f"topic(s) {missing} do not exist in the fabric at {redact_url(cluster.url)}; create them first "
+            "(fabric topics create NAME), fix the subscribe/assign option, or point the read at another fabric "
+            "(option 'url', or $FABRIC_URL in the driver's environment)")

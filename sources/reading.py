@@ -2,26 +2,41 @@
 
 Fetched segment batches are zero-copy views of the mapped files; only the columns the query asks for are
 built, and small batches are combined (one copy) into a few MB each so Spark sees few, large batches.
+
+Everything a task needs comes in its pickled ReadPlan (the URL and rack resolved on the driver), except the rack
+when none was resolved: then the task reads $FABRIC_CLIENT_RACK on its executor, so workers in different racks
+read from the in-sync replica nearest each (KIP-392). A retriable error (a leader moving: NotLeaderError,
+FencedLeaderEpochError; a leader down until the controller elects another: LeaderNotAvailableError; a coordinator
+failing over) is retried within the task, with fresh metadata, for up to the plan's retry_timeout_s per call,
+instead of failing the task.
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from fabric.client.cluster import Cluster
 from fabric.client.url import open_cluster
-from fabric.common.errors import OffsetOutOfRangeError
+from fabric.common.errors import FabricError, OffsetOutOfRangeError
 from fabric.common.records import output_schema, stored_columns, to_output
 from fabric.common.types import Fetched
 from fabric.sources.offsets import OffsetRange, lost_range_message, report_data_loss
+from fabric.spark.options import task_client_rack
 
 FETCH_BYTES = 32 << 20  # bytes of frames per fetch call
 BATCH_BYTES = 8 << 20  # combine smaller fetched batches up to about this size
+RETRY_TIMEOUT_S = 120.0  # how long a task retries one call's retriable errors (Spark Kafka's pollTimeoutMs default)
+RETRY_BACKOFF_S, RETRY_BACKOFF_MAX_S = 0.1, 1.0  # first wait between attempts, doubled up to the max
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _clusters: dict[tuple[int, str], Cluster] = {}
 _clusters_lock = threading.Lock()
@@ -52,6 +67,8 @@ class ReadPlan:
     value_schema: pa.Schema | None
     target: pa.Schema  # Spark's Arrow schema for the query's columns, in order
     fail_on_data_loss: bool
+    client_rack: str | None = None  # None: each task reads $FABRIC_CLIENT_RACK on its executor
+    retry_timeout_s: float = RETRY_TIMEOUT_S
 
     @property
     def source_schema(self) -> pa.Schema:
@@ -69,23 +86,57 @@ def _combine(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
-def _fetched(cluster: Cluster, offsets: OffsetRange, fail: bool) -> Iterator[Fetched]:
+def retrying(cluster: Cluster, call: Callable[[], T], what: str, timeout_s: float) -> T:
+    """call(), retried after a backoff while it raises a retriable FabricError and `timeout_s` has not passed; each
+    retry first refreshes the cluster's metadata (the leaders and their epochs). A non-retriable error, or the last
+    one once the time is up, is raised."""
+    deadline = time.monotonic() + timeout_s
+    backoff, refresh = RETRY_BACKOFF_S, False
+    while True:
+        try:
+            if refresh:
+                cluster.describe_cluster(refresh=True)
+            return call()
+        except FabricError as exc:
+            if not exc.retriable or time.monotonic() >= deadline:
+                raise
+            log.warning("%s: %s; retrying with fresh metadata for up to %.0f s more", what, exc,
+                        deadline - time.monotonic())
+        time.sleep(min(backoff, max(deadline - time.monotonic(), 0)))
+        backoff, refresh = min(backoff * 2, RETRY_BACKOFF_MAX_S), True
+
+
+def _fetch(cluster: Cluster, offsets: OffsetRange, at: int, rack: str | None, timeout_s: float) -> list[Fetched]:
+    """One fetch of the range from offset `at`, retrying retriable errors: with a rack, at the in-sync replica
+    there, or at the leader when that replica has nothing yet (its high watermark, which bounds what a follower
+    serves, behind the leader's, which the range's end came from)."""
+    def attempt(near: str | None) -> list[Fetched]:
+        return retrying(cluster, lambda: cluster.fetch(offsets.topic, offsets.partition, at, FETCH_BYTES, offsets.end,
+                                                       client_rack=near),
+                        f"fetch {offsets.topic}-{offsets.partition} at {at}", timeout_s)
+    fetched = attempt(rack)
+    return fetched if fetched or rack is None else attempt(None)
+
+
+def _fetched(cluster: Cluster, offsets: OffsetRange, plan: ReadPlan) -> Iterator[Fetched]:
     """The committed batches of the range in offset order; skips what retention deleted (or fails)."""
     topic, partition = offsets.topic, offsets.partition
+    rack = task_client_rack(plan.client_rack)
     offset = offsets.start
     while offset < offsets.end:
         try:
-            fetched = cluster.fetch(topic, partition, offset, FETCH_BYTES, offsets.end)
+            fetched = _fetch(cluster, offsets, offset, rack, plan.retry_timeout_s)
         except OffsetOutOfRangeError:
-            log_start = cluster.partition_state(topic, partition).start_offset
+            log_start = retrying(cluster, lambda: cluster.partition_state(topic, partition).start_offset,
+                                 f"log start of {topic}-{partition}", plan.retry_timeout_s)
             if offset >= log_start:
                 raise
-            report_data_loss(lost_range_message((topic, partition), offset, log_start), fail)
+            report_data_loss(lost_range_message((topic, partition), offset, log_start), plan.fail_on_data_loss)
             offset = log_start
             continue
         if not fetched:
             report_data_loss(f"offsets {offset} to {offsets.end - 1} of topic {topic!r} partition "
-                             f"{partition} are no longer in the log", fail)
+                             f"{partition} are no longer in the log", plan.fail_on_data_loss)
             return
         yield from fetched
         offset = fetched[-1].offset + fetched[-1].batch.num_rows
@@ -114,11 +165,12 @@ def _runs(fetched: Iterator[Fetched], columns: list[str]) -> Iterator[tuple[int,
         yield first, ts_type, _combine(pending)
 
 
-def read_range(plan: ReadPlan, offsets: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """The records of one offset range, as large Arrow batches with Spark's types. Only the stored columns
-    the query needs are combined; offset, topic, partition and timestampType are built once per batch."""
-    cluster = cluster_for(plan.url)
+def read_range(plan: ReadPlan, offsets: OffsetRange, cluster: Cluster | None = None) -> Iterator[pa.RecordBatch]:
+    """The records of one offset range, as large Arrow batches with Spark's types, read through `cluster`
+    (default: this process's connection to plan.url). Only the stored columns the query needs are combined;
+    offset, topic, partition and timestampType are built once per batch."""
+    cluster = cluster or cluster_for(plan.url)
     source = plan.source_schema
-    fetched = _fetched(cluster, offsets, plan.fail_on_data_loss)
+    fetched = _fetched(cluster, offsets, plan)
     for first, ts_type, stored in _runs(fetched, stored_columns(source.names)):
         yield conform(to_output(stored, first, offsets.topic, offsets.partition, ts_type, source), plan.target)

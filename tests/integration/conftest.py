@@ -1,6 +1,6 @@
-"""Fixtures of the integration tier: a real local[2] SparkSession, a real ZooKeeper server, coordinator service
-processes, clusters of data nodes with calls straight to one server and the replication tests' kit, and
-consumer-group members in processes of their own.
+"""Fixtures of the integration tier: a real local[2] SparkSession and a real Spark standalone cluster, a real
+ZooKeeper server, coordinator service processes, clusters of data nodes with calls straight to one server and the
+replication tests' kit, and consumer-group members in processes of their own.
 
 Child processes run scripts that import only the installed package (fabric...), never anything from tests/.
 """
@@ -54,6 +54,20 @@ def spark():
     session.sparkContext.setLogLevel("WARN")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(plain_module: Callable[[str], ModuleType], tmp_path_factory) -> Iterator[Any]:
+    """A real Spark standalone cluster for a test module (tests/spark_cluster.py's SparkCluster): a master and 2
+    workers of 1 core and 1 GiB on free 127.0.0.1 ports, started with pyspark's launcher. `master_url`,
+    `submit(script, *args, conf=None, env=None, name=None)` → the spark-submit Popen (client mode),
+    `run(...)` → its output once it succeeded, `output(popen)`, `wait_for_app(name)` → the master's app entry,
+    `executor_pids(app_id=None)` / `wait_for_executors(count, app_id=None)` → executor JVM pids,
+    `kill_executor(pid=None, app_id=None)` → the pid SIGKILLed, once gone, `alive_workers()`, `state()`.
+    Everything it started is stopped after the module, by process group."""
+    cluster = plain_module("spark_cluster").SparkCluster(tmp_path_factory.mktemp("spark")).start()
+    yield cluster
+    cluster.stop()
 
 
 # -- ZooKeeper ------------------------------------------------------------------------------------------------
@@ -208,6 +222,17 @@ class NodeCluster:
 def shared_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
     """One NodeCluster of 3 nodes for a test module's tests that kill nothing and use topics of their own."""
     cluster = NodeCluster(tmp_path_factory.mktemp("cluster")).start()
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def racked_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
+    """One NodeCluster of 3 nodes, node i in rack "rack-i" (a reader with client rack rack-i reads from node i),
+    each serving Prometheus metrics on a port of its own (its status' metrics_port), for a test module's tests that
+    kill nothing and use topics of their own."""
+    cluster = NodeCluster(tmp_path_factory.mktemp("racked"), node_extra=("--metrics-port", "0"),
+                          racks=("rack-1", "rack-2", "rack-3")).start()
     yield cluster
     cluster.close()
 

@@ -8,8 +8,9 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
+from fabric.common.errors import InvalidConfigError
 from fabric.common.waiting import wait_for
-from fabric.spark.options import URL_CONF, resolve_url
+from fabric.spark.options import CLIENT_RACK_CONF, ENV_CLIENT_RACK, URL_CONF, resolve_client_rack, resolve_url
 
 pytestmark = [pytest.mark.spark]
 
@@ -186,6 +187,7 @@ def test_typed_topic_returns_value_columns(spark, fab, fabric_url):
     ({"subscribe": "nope"}, "do not exist"),
     ({"assign": '{"t":[5]}'}, "has partitions 0..0"),
     ({"subscribePattern": "(unclosed"}, "not a valid regular expression"),
+    ({"subscribe": "t", "clientRack": " "}, "for fabric source option 'clientRack'"),
 ])
 def test_bad_options_fail_with_a_clear_error(spark, fab, fabric_url, options, message):
     fab.create_topic("t", partitions=1)
@@ -205,6 +207,37 @@ def test_url_resolution_order(spark, monkeypatch, tmp_path):
     monkeypatch.delenv("FABRIC_URL")
     monkeypatch.chdir(tmp_path)
     assert resolve_url({}) == f"file://{tmp_path}/fabric-data"
+
+
+def test_client_rack_resolution_order(spark, monkeypatch):
+    """Option clientRack, else conf spark.fabric.clientRack where the process has a session (here, the driver's
+    own); else nothing is fixed and each task reads $FABRIC_CLIENT_RACK, which the driver's environment does not
+    set."""
+    monkeypatch.setenv(ENV_CLIENT_RACK, "driver-rack")
+    spark.conf.set(CLIENT_RACK_CONF, "conf-rack")
+    try:
+        assert resolve_client_rack({"CLIENTRACK": "option-rack"}) == "option-rack"
+        assert resolve_client_rack({}) == "conf-rack"
+        spark.conf.set(CLIENT_RACK_CONF, "")
+        with pytest.raises(InvalidConfigError, match="for Spark conf spark.fabric.clientRack: a rack name must not"):
+            resolve_client_rack({})
+    finally:
+        spark.conf.unset(CLIENT_RACK_CONF)
+    assert resolve_client_rack({}) is None
+
+
+def test_spark_confs_do_not_reach_the_source(spark, fab, fabric_url):
+    """pyspark 4.3 plans a Python data source in a planner Python worker that has no SparkSession and gets no
+    session confs: spark.fabric.url alone does not point a read at a fabric; the error names the fabric the source
+    looked in and how to point it (option url, or $FABRIC_URL in the driver's environment)."""
+    fab.create_topic("t", partitions=1)
+    spark.conf.set(URL_CONF, fabric_url)
+    try:
+        with pytest.raises(Exception, match=r"do not exist in the fabric at .*option 'url', or \$FABRIC_URL") as error:
+            spark.read.format("fabric").option("subscribe", "t").load().collect()
+    finally:
+        spark.conf.unset(URL_CONF)
+    assert f"at {fabric_url};" not in str(error.value)
 
 
 # -- streaming -----------------------------------------------------------------------------------------
