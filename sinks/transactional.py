@@ -69,15 +69,17 @@ def _append_file(cluster: Cluster, staged: StagedFile, identity: ProducerIdentit
     sequence = 0
     for rows in staged_rows(staged.path, schema):
         producer = ProducerBatch(identity.producer_id, identity.producer_epoch, sequence)
-        retrying(functools.partial(cluster.transactional_append, staged.topic, staged.partition, rows, producer,
-                                   codec), f"append to {staged.topic}-{staged.partition}", TIMEOUT_S)
+        retrying(cluster, functools.partial(cluster.transactional_append, staged.topic, staged.partition, rows,
+                                            producer, codec), f"append to {staged.topic}-{staged.partition}",
+                 TIMEOUT_S)
         sequence = (sequence + rows.num_rows) % (SEQUENCE_MAX + 1)
 
 
 def commit_transaction(cluster: Cluster, txn: str, messages: Sequence[StagedBatch]) -> TransactionRecord:
     """The commit point of `txn` with the writers of the tasks' messages, then every marker it decided."""
     writers = sorted({m.writer for m in messages if m.writer is not None})
-    retrying(lambda: cluster.coordinator.commit_transaction(txn, writers), f"commit transaction {txn}", TIMEOUT_S)
+    retrying(cluster, lambda: cluster.coordinator.commit_transaction(txn, writers), f"commit transaction {txn}",
+             TIMEOUT_S)
     return end_transaction(cluster, txn)
 
 
@@ -85,7 +87,7 @@ def end_transaction(cluster: Cluster, txn: str) -> TransactionRecord:
     """Write the markers the coordinator's record decides for `txn`: commit or abort if it committed, abort
     for every writer if it did not (a failed batch); nothing if the record has moved on to a later one."""
     transactional_id, sequence = transaction_sequence(txn)
-    record = retrying(lambda: cluster.coordinator.transaction_record(transactional_id),
+    record = retrying(cluster, lambda: cluster.coordinator.transaction_record(transactional_id),
                       f"read transaction {txn}", TIMEOUT_S)
     if record.sequence != sequence:
         return record
@@ -93,7 +95,7 @@ def end_transaction(cluster: Cluster, txn: str) -> TransactionRecord:
 
     def write(tp: tuple[str, int]) -> None:
         commit, abort = markers[tp]
-        retrying(lambda: cluster.write_markers(tp[0], tp[1], transactional_id, commit, abort),
+        retrying(cluster, lambda: cluster.write_markers(tp[0], tp[1], transactional_id, commit, abort),
                  f"write the markers of {txn} to {tp[0]}-{tp[1]}", TIMEOUT_S)
     with ThreadPoolExecutor(max(1, min(len(markers), 8))) as pool:
         for done in [pool.submit(write, tp) for tp in sorted(markers)]:

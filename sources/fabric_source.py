@@ -6,15 +6,16 @@ driver; tasks call sources/reading.py, which reads through the Cluster like ever
 On a cluster (Spark standalone, YARN, Kubernetes) tasks run in executors of their own, so what they need travels
 in the pickled reader and partitions: the URL and the rack are resolved on the driver into SourceOptions and the
 ReadPlan. The driver side of a Python data source runs in a planner Python worker of the driver, which sees the
-`url` option and the driver's environment ($FABRIC_URL) but no Spark conf (see fabric/spark/options.py).
+`url` option and the driver's environment ($FABRIC_URL) but no Spark conf, except through
+fabric.spark.session.use_fabric_confs, which fabric.spark's sessions and jobs call (see fabric/spark/options.py).
 
 Placement: pyspark 4.3's Python data source API gives an InputPartition no preferred locations, so Spark cannot
 schedule a task next to a replica of its partition the way Spark's Kafka source prefers executors. Tasks read from
 the nearest in-sync replica instead (KIP-392, fetch from follower) by their rack: option clientRack, else conf
-spark.fabric.clientRack (only where the planning process has a SparkSession, which pyspark 4.3's planner worker
-has not), else $FABRIC_CLIENT_RACK on the task's executor (set it in each worker's environment, or for all with
-spark.executorEnv.FABRIC_CLIENT_RACK). A task whose replica there is behind reads from the leader,
-and a task that meets a leader change retries within itself (sources/reading.py) instead of failing.
+spark.fabric.clientRack (passed on by use_fabric_confs), else $FABRIC_CLIENT_RACK on the task's executor (set it
+in each worker's environment, or for all with spark.executorEnv.FABRIC_CLIENT_RACK). A task whose replica there is
+behind reads from the leader, and a task that meets a leader change retries within itself (sources/reading.py)
+instead of failing.
 """
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 data-loss checks, admission control (per-trigger limits) and splitting ranges into Spark tasks."""
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
@@ -9,11 +10,13 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from fabric.client.cluster import Cluster
+from fabric.client.retry import retrying
 from fabric.common.errors import FabricError, UnknownTopicError
 from fabric.common.types import PartitionState, TopicPartition
 from fabric.sources.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription, check_topics_exist
 
 Offsets = dict[TopicPartition, int]
+PLANNING_TIMEOUT_S = 120.0  # how long the driver waits out a partition without a leader while planning a batch
 log = logging.getLogger(__name__)
 
 
@@ -71,8 +74,9 @@ def current_partitions(cluster: Cluster, subscription: Subscription,
 
 
 def states(cluster: Cluster, partitions: list[TopicPartition]) -> dict[TopicPartition, PartitionState]:
-    """Log start/end offsets and sizes of the partitions."""
-    return {tp: cluster.partition_state(*tp) for tp in partitions}
+    """Log start/end offsets and sizes of the partitions (a leader moving meanwhile is waited out, as tasks do)."""
+    return {tp: retrying(cluster, functools.partial(cluster.partition_state, *tp), f"offsets of {tp[0]}-{tp[1]}",
+                         PLANNING_TIMEOUT_S) for tp in partitions}
 
 
 def _by_timestamp(cluster: Cluster, tp: TopicPartition, ts_ms: int, state: PartitionState,

@@ -12,19 +12,20 @@ instead of failing the task.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
-import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, TypeVar
+from typing import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from fabric.client.cluster import Cluster
+from fabric.client.retry import retrying
 from fabric.client.url import open_cluster
-from fabric.common.errors import FabricError, OffsetOutOfRangeError
+from fabric.common.errors import OffsetNotAvailableError, OffsetOutOfRangeError
 from fabric.common.records import output_schema, stored_columns, to_output
 from fabric.common.types import Fetched
 from fabric.sources.offsets import OffsetRange, lost_range_message, report_data_loss
@@ -33,10 +34,8 @@ from fabric.spark.options import task_client_rack
 FETCH_BYTES = 32 << 20  # bytes of frames per fetch call
 BATCH_BYTES = 8 << 20  # combine smaller fetched batches up to about this size
 RETRY_TIMEOUT_S = 120.0  # how long a task retries one call's retriable errors (Spark Kafka's pollTimeoutMs default)
-RETRY_BACKOFF_S, RETRY_BACKOFF_MAX_S = 0.1, 1.0  # first wait between attempts, doubled up to the max
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 _clusters: dict[tuple[int, str], Cluster] = {}
 _clusters_lock = threading.Lock()
@@ -86,26 +85,6 @@ def _combine(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
-def retrying(cluster: Cluster, call: Callable[[], T], what: str, timeout_s: float) -> T:
-    """call(), retried after a backoff while it raises a retriable FabricError and `timeout_s` has not passed; each
-    retry first refreshes the cluster's metadata (the leaders and their epochs). A non-retriable error, or the last
-    one once the time is up, is raised."""
-    deadline = time.monotonic() + timeout_s
-    backoff, refresh = RETRY_BACKOFF_S, False
-    while True:
-        try:
-            if refresh:
-                cluster.describe_cluster(refresh=True)
-            return call()
-        except FabricError as exc:
-            if not exc.retriable or time.monotonic() >= deadline:
-                raise
-            log.warning("%s: %s; retrying with fresh metadata for up to %.0f s more", what, exc,
-                        deadline - time.monotonic())
-        time.sleep(min(backoff, max(deadline - time.monotonic(), 0)))
-        backoff, refresh = min(backoff * 2, RETRY_BACKOFF_MAX_S), True
-
-
 def _fetch(cluster: Cluster, offsets: OffsetRange, at: int, rack: str | None, timeout_s: float) -> list[Fetched]:
     """One fetch of the range from offset `at`, retrying retriable errors: with a rack, at the in-sync replica
     there, or at the leader when that replica has nothing yet (its high watermark, which bounds what a follower
@@ -134,12 +113,26 @@ def _fetched(cluster: Cluster, offsets: OffsetRange, plan: ReadPlan) -> Iterator
             report_data_loss(lost_range_message((topic, partition), offset, log_start), plan.fail_on_data_loss)
             offset = log_start
             continue
-        if not fetched:
-            report_data_loss(f"offsets {offset} to {offsets.end - 1} of topic {topic!r} partition "
-                             f"{partition} are no longer in the log", plan.fail_on_data_loss)
-            return
+        if not fetched:  # the replica answering is behind the planned end: a new leader yet to learn its high
+            try:         # watermark from its followers; lost only if that does not come within the retry time
+                fetched = retrying(cluster, functools.partial(_caught_up, cluster, offsets, offset),
+                                   f"{topic}-{partition} to reach offset {offset + 1}", plan.retry_timeout_s)
+            except OffsetNotAvailableError:
+                report_data_loss(f"offsets {offset} to {offsets.end - 1} of topic {topic!r} partition "
+                                 f"{partition} are no longer in the log", plan.fail_on_data_loss)
+                return
         yield from fetched
         offset = fetched[-1].offset + fetched[-1].batch.num_rows
+
+
+def _caught_up(cluster: Cluster, offsets: OffsetRange, at: int) -> list[Fetched]:
+    """A fetch at the leader from `at` that returns something; OffsetNotAvailableError (retriable) while the
+    partition's end is at or below `at`."""
+    fetched = cluster.fetch(offsets.topic, offsets.partition, at, FETCH_BYTES, offsets.end)
+    if not fetched:
+        raise OffsetNotAvailableError(f"{offsets.topic}-{offsets.partition} ends at or before offset {at}, below "
+                                      f"the {offsets.end} this read was planned to: its leader is catching up")
+    return fetched
 
 
 def _runs(fetched: Iterator[Fetched], columns: list[str]) -> Iterator[tuple[int, int, pa.RecordBatch]]:

@@ -65,6 +65,13 @@ class OffsetOutOfRangeError(FabricError):
     """A fetch asked for an offset outside [log start, log end]."""
 
 
+class OffsetNotAvailableError(FabricError):
+    """An offset below what a reader was told the partition holds is not readable yet: a new leader has not
+    learned its high watermark from its followers (Kafka's OFFSET_NOT_AVAILABLE). Retriable."""
+
+    retriable = True
+
+
 class NoOffsetForPartitionError(FabricError):
     """auto_offset_reset=none and the group has no committed offset for a partition."""
 

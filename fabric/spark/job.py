@@ -9,7 +9,7 @@ import time
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from fabric.spark.session import spark_session
+from fabric.spark.session import spark_session, use_fabric_confs
 
 # Spark's Python workers cannot connect back in sandboxes without these (see README).
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -39,7 +39,7 @@ def session(app: str) -> SparkSession:
     if active is not None:  # e.g. the demo running two jobs in one process
         return active
     if os.environ.get("_PYSPARK_DRIVER_CONN_INFO_PATH") or os.environ.get("PYSPARK_GATEWAY_PORT"):
-        spark = SparkSession.builder.appName(app).getOrCreate()
+        spark = use_fabric_confs(SparkSession.builder.appName(app).getOrCreate())
     else:
         spark = spark_session(app)
     spark.sparkContext.setLogLevel("WARN")

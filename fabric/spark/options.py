@@ -6,7 +6,9 @@ tasks in the pickled reader/partition state, so executors never look the URL up 
 (spark.fabric.*) are read only in a Python process that has an active SparkSession: pyspark 4.3 runs a Python data
 source's driver-side code (schema, reader, partitions) in a planner Python worker that has none, and passes it
 neither the session's confs nor spark.executorEnv.*, so there the conf step is skipped and the URL comes from the
-`url` option or from $FABRIC_URL in the driver's environment (which the planner worker inherits).
+`url` option or from $FABRIC_URL: the driver's environment (which the planner worker inherits), or the one
+fabric.spark.session.use_fabric_confs gives the format, holding the session's spark.fabric.url and
+spark.fabric.clientRack (every session and job of fabric.spark calls it).
 """
 from __future__ import annotations
 

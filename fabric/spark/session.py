@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable
 from fabric.client.url import ENV_URL
 from fabric.common.errors import InvalidConfigError
 from fabric.common.waiting import wait_for
+from fabric.spark.options import CLIENT_RACK_CONF, ENV_CLIENT_RACK, URL_CONF
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,8 +45,8 @@ def read_spark_defaults(path: Path) -> dict[str, str]:
 
 def spark_session(app: str, conf_dir: str | None = None) -> SparkSession:
     """A SparkSession configured by conf_dir's spark-defaults.conf and log4j2.properties (default: the
-    project's conf/), with the environment Spark's Python workers need. `format("fabric")` needs no
-    registration: Spark finds the installed pyspark_fabric module itself."""
+    project's conf/), with the environment Spark's Python workers need, and the fabric confs made to reach the
+    fabric format (use_fabric_confs)."""
     directory = Path(conf_dir) if conf_dir else conf_dir_path()
     defaults, log4j = directory / SPARK_DEFAULTS, directory / LOG4J2
     for path in (defaults, log4j):
@@ -65,7 +66,23 @@ def spark_session(app: str, conf_dir: str | None = None) -> SparkSession:
     builder = SparkSession.builder.appName(app)
     for key, value in confs.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    return use_fabric_confs(builder.getOrCreate())
+
+
+def use_fabric_confs(spark: SparkSession) -> SparkSession:
+    """Make the session's spark.fabric.url and spark.fabric.clientRack reach the fabric source and sink, and
+    return the session. pyspark runs a Python data source's driver-side code (schema, planning, commits) in a
+    Python worker without a session or its confs; a source registered through the session gets the session's
+    Python environment there (and on executors), so the confs are copied into it as $FABRIC_URL and
+    $FABRIC_CLIENT_RACK and `fabric` is registered explicitly."""
+    from pyspark_fabric import DefaultSource
+
+    for conf, variable in ((URL_CONF, ENV_URL), (CLIENT_RACK_CONF, ENV_CLIENT_RACK)):
+        value = spark.conf.get(conf, None)
+        if value:
+            spark.sparkContext.environment[variable] = value
+    spark.dataSource.register(DefaultSource)
+    return spark
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 120.0,

@@ -8,9 +8,11 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
+from fabric.client.url import ENV_URL
 from fabric.common.errors import InvalidConfigError
 from fabric.common.waiting import wait_for
 from fabric.spark.options import CLIENT_RACK_CONF, ENV_CLIENT_RACK, URL_CONF, resolve_client_rack, resolve_url
+from fabric.spark.session import use_fabric_confs
 
 pytestmark = [pytest.mark.spark]
 
@@ -226,18 +228,25 @@ def test_client_rack_resolution_order(spark, monkeypatch):
     assert resolve_client_rack({}) is None
 
 
-def test_spark_confs_do_not_reach_the_source(spark, fab, fabric_url):
+def test_spark_fabric_url_reaches_the_source_once_the_session_passes_its_confs_on(spark, fab, fabric_url):
     """pyspark 4.3 plans a Python data source in a planner Python worker that has no SparkSession and gets no
-    session confs: spark.fabric.url alone does not point a read at a fabric; the error names the fabric the source
-    looked in and how to point it (option url, or $FABRIC_URL in the driver's environment)."""
+    session confs: spark.fabric.url alone does not point a read at a fabric (the error names the fabric the source
+    looked in and how to point it), until use_fabric_confs (which fabric.spark's sessions and jobs call) registers
+    the format with the confs in its Python environment."""
     fab.create_topic("t", partitions=1)
+    with fab.producer() as producer:
+        producer.send("t", b"x", partition=0)
     spark.conf.set(URL_CONF, fabric_url)
     try:
         with pytest.raises(Exception, match=r"do not exist in the fabric at .*option 'url', or \$FABRIC_URL") as error:
             spark.read.format("fabric").option("subscribe", "t").load().collect()
+        assert f"at {fabric_url};" not in str(error.value)
+        use_fabric_confs(spark)
+        assert [r.value for r in spark.read.format("fabric").option("subscribe", "t").load().collect()] == [b"x"]
     finally:
         spark.conf.unset(URL_CONF)
-    assert f"at {fabric_url};" not in str(error.value)
+        spark.sparkContext.environment.pop(ENV_URL, None)
+        use_fabric_confs(spark)  # registered again without it: later tests see the session as before
 
 
 # -- streaming -----------------------------------------------------------------------------------------
