@@ -5,10 +5,9 @@ queries until caught up: clicks -> SQL filter -> `big-clicks` (exactly-once fabr
 table (exactly-once archive). Prints the counts and each query's consumer-group lag. Run it again: new events
 are processed from the checkpoints and every count still adds up.
 
-With `--replication-factor` (as jobs/demo_cluster.py runs it on a local cluster) `clicks` is a replicated topic
-(min.insync.replicas 2) on the data nodes; `big-clicks` is not: it is the Spark sink's output, and the sink
-stages its batches in the fabric's directory and publishes them, which replicated topics do not take yet. It is
-written through `--sink-url`, the embedded URL of that directory (a coordinator service's data directory).
+With `--replication-factor` (as jobs/demo_cluster.py runs it on a local cluster) both topics are replicated
+(min.insync.replicas 2) on the data nodes, and the Spark sink writes `big-clicks` as transactions on its
+partition leaders.
 """
 from __future__ import annotations
 
@@ -42,17 +41,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--events", type=int, default=100_000, help="events to produce in this run")
     p.add_argument("--replication-factor", type=int, default=None,
                    help="create clicks with this replication factor (a cluster with data nodes)")
-    p.add_argument("--sink-url", default=None,
-                   help="embedded URL the Spark sink writes big-clicks through (default: --url)")
+    p.add_argument("--max-offsets-per-trigger", default=None,
+                   help="cap on records per micro-batch of both queries (default: the whole backlog in one)")
     args = p.parse_args(argv)
     work = os.path.abspath(args.work)
     fab = fabric.connect(args.url)
     print(f"fabric: {fab.url}")
     if "clicks" not in fab.list_topics():
         factor = args.replication_factor
-        fab.create_topic("clicks", partitions=3, schema=CLICKS, replication_factor=factor,
-                         config={"min.insync.replicas": str(min(2, factor))} if factor else None)
-        fab.create_topic("big-clicks", partitions=3, schema=CLICKS)  # never replicated: see the docstring
+        for topic in ("clicks", "big-clicks"):
+            fab.create_topic(topic, partitions=3, schema=CLICKS, replication_factor=factor,
+                             config={"min.insync.replicas": str(min(2, factor))} if factor else None)
     events = sample_events(args.events, seed=time.time_ns() % 2**32)
     start = time.perf_counter()
     with fab.producer() as producer:
@@ -63,9 +62,10 @@ def main(argv: list[str] | None = None) -> None:
     import transform  # tests can load this module by its path for sample_events without them
 
     common = ["--url", fab.url, "--trigger", "available-now"]
+    if args.max_offsets_per_trigger:
+        common += ["--max-offsets-per-trigger", args.max_offsets_per_trigger]
     transform.main(common + ["--checkpoint", f"{work}/checkpoints/transform", "--input", "clicks",
-                             "--output", "big-clicks", "--output-url", args.sink_url or fab.url,
-                             "--group-id", "demo-transform", "--sql",
+                             "--output", "big-clicks", "--group-id", "demo-transform", "--sql",
                              f"SELECT key, user, page, amount FROM input WHERE amount > {THRESHOLD}"])
     archive.main(common + ["--checkpoint", f"{work}/checkpoints/archive", "--topic", "clicks",
                            "--table", f"{work}/clicks-delta", "--group-id", "demo-archive"])

@@ -19,8 +19,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sql", default="SELECT key, value FROM input", help="query over the view `input`")
     p.add_argument("--group-id", default=None, help="consumer group that shows this query's lag")
     p.add_argument("--output-url", default=None,
-                   help="fabric the sink writes to (default: --url); the sink stages in the fabric's directory, so "
-                        "this is an embedded URL, e.g. a coordinator service's data directory as file:///dir")
+                   help="fabric the sink writes to (default: --url): an embedded one (file:///dir), or a cluster "
+                        "with data nodes (fabric://host:port) whose output topic is replicated")
     args = p.parse_args(argv)
     spark = session("fabric-transform")
     options = {"groupId": args.group_id} if args.group_id else {}
