@@ -365,8 +365,8 @@ class ZkCoordinator(GroupMembership, ZkReplication, Coordinator):
         self.writer.write(build)
 
     # -- sink transactions ---------------------------------------------------------------------------------
-    def commit_transaction(self, txn_id: str, writers: Sequence[int] | None = None) -> None:
-        transactional_id, sequence = validation.transaction(txn_id)
+    def commit_transaction(self, txn: str, writers: Sequence[int] | None = None) -> None:
+        transactional_id, sequence = validation.transaction(txn)
         self._change_transaction(transactional_id,
                                  lambda record: transactions.commit(record, sequence, writers))
 

@@ -53,9 +53,10 @@ def write_transaction(cluster: Cluster, txn: str, topic: str | None, codec: str,
         files = stager.finish()
         if not files:
             return None
-        identity = cluster.init_producer_id()
-        cluster.coordinator.add_transaction_writer(txn, identity.producer_id, identity.producer_epoch,
-                                                   sorted({(f.topic, f.partition) for f in files}))
+        identity = retrying(cluster, cluster.init_producer_id, "take a producer id", TIMEOUT_S)
+        partitions = sorted({(f.topic, f.partition) for f in files})
+        retrying(cluster, lambda: cluster.coordinator.add_transaction_writer(  # joining twice is joining once
+            txn, identity.producer_id, identity.producer_epoch, partitions), f"join transaction {txn}", TIMEOUT_S)
         for staged in files:
             _append_file(cluster, staged, identity, codec)
         return identity.producer_id, sum(f.records for f in files)

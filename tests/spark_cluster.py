@@ -24,7 +24,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,28 +34,12 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import pyspark
 
+from fabric.common.waiting import wait_for
+from fabric.server.zookeeper import free_port
+
 T = TypeVar("T")
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 STOP_GRACE_S = 15.0  # SIGTERM to SIGKILL
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(condition: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:
-    """`condition()`'s first truthy answer; TimeoutError naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 def _cmdline(pid: int) -> list[str]:

@@ -6,8 +6,8 @@ reaches them through the plan, the confs and their environment.
 - A job reads a replication-factor-3 topic whole, every record exactly once, in executors under the workers.
 - The URL from the driver's environment alone ($FABRIC_URL of spark-submit) reaches the executors in the plan, and
   executors given a rack (spark.executorEnv.FABRIC_CLIENT_RACK) read from the in-sync replica in that rack: only
-  that node serves fetches, also for the partitions other nodes lead. (Spark confs such as spark.fabric.url do not
-  reach a Python data source at all in pyspark 4.3: tests/integration/test_source.py.)
+  that node serves fetches, also for the partitions other nodes lead. (Spark confs such as spark.fabric.url reach a
+  Python data source only through fabric.spark.session.use_fabric_confs: tests/integration/test_source.py.)
 - A read task whose leader dies retries within itself until the controller elected another (no Spark needed:
   read_range is what the task runs).
 """
@@ -136,7 +136,7 @@ def test_a_read_task_retries_through_its_leaders_death(node_cluster, replication
                          spark_schema(None, False))
         dead = replication.state(fab, "moving").leader
         cluster.nodes[dead].kill()
-        with caplog.at_level(logging.WARNING, logger="fabric.sources.reading"):
+        with caplog.at_level(logging.WARNING, logger="fabric.client.retry"):
             batches = list(read_range(plan, OffsetRange("moving", 0, 0, 50)))
         assert [v for b in batches for v in b.column("value").to_pylist()] == [f"m-{i}".encode() for i in range(50)]
         assert replication.state(fab, "moving").leader not in (dead, -1, None)
