@@ -30,7 +30,8 @@ def retrying(cluster: Cluster, call: Callable[[], T], what: str, timeout_s: floa
         except FabricError as exc:
             if not exc.retriable or time.monotonic() >= deadline:
                 raise
-            log.log(logging.INFO if refresh else logging.WARNING,  # the first retry of a call warns, later ones inform
-                    "%s: %s; retrying with fresh metadata for up to %.0f s more", what, exc, deadline - time.monotonic())
+            log.log(logging.INFO if refresh else logging.WARNING,  # a call's first retry warns, later ones inform
+                    "%s: %s; retrying with fresh metadata for up to %.0f s more", what, exc,
+                    deadline - time.monotonic())
         time.sleep(min(backoff, max(deadline - time.monotonic(), 0)))
         backoff, refresh = min(backoff * 2, MAX_BACKOFF_S), True
