@@ -1,5 +1,5 @@
-"""The fabric Spark source, batch and streaming, against a real local Spark and an embedded fabric. (Its offset
-planning without Spark: tests/unit/test_source_offsets.py.)"""
+"""The fabric Spark source, batch and streaming, against a real local Spark, on an embedded fabric and on a
+replicated cluster. (Its offset planning without Spark: tests/unit/test_source_offsets.py.)"""
 from __future__ import annotations
 
 import time
@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
+import fabric
 from fabric.client.url import ENV_URL
 from fabric.common.errors import InvalidConfigError
 from fabric.common.waiting import wait_for
@@ -18,6 +19,31 @@ pytestmark = [pytest.mark.spark]
 
 BASE_MS = (int(time.time()) - 3600) * 1000  # record i is stamped BASE_MS + i s: recent, so retention keeps it
 RECORD = "key binary, value binary, topic string, partition int, offset long"
+
+
+@pytest.fixture(params=["file", "cluster"])
+def fabric_url(request, fabric_dir):
+    """Every source test runs on an embedded fabric and on a replicated cluster of three data nodes (every topic
+    with three replicas, read from the leaders): each option must work the same on both. The cluster is shared by
+    the run: a test's topics and groups are deleted after it."""
+    if request.param == "file":
+        yield f"file://{fabric_dir}"
+        return
+    url = request.getfixturevalue("replicated_cluster").url
+    yield url
+    with fabric.connect(url) as fab:
+        for topic in fab.list_topics():
+            fab.delete_topic(topic)
+        for group in fab.list_groups():
+            fab.cluster.coordinator.delete_group(group)
+
+
+RETENTION = "enforce_retention is not built for replicated topics yet (docs/replication.md, What is left)"
+
+
+def on_embedded_only(url: str, why: str) -> None:
+    if url.startswith("fabric://"):
+        pytest.skip(why)
 
 
 def produce(fab, topic: str, per_partition: int, partitions: int = 2, start: int = 0,
@@ -86,6 +112,8 @@ def test_batch_reads_every_record_with_kafka_schema(spark, fab, fabric_url):
 
 def test_batch_read_keeps_each_frames_timestamp_type(spark, fab, fabric_url):
     """Frames are combined into large batches for Spark, but never across a change of timestamp type."""
+    on_embedded_only(fabric_url, "a topic config change reaches the data nodes with their next heartbeat, so "
+                                 "records produced at once may still get the old timestamp type")
     fab.create_topic("stamps", partitions=1)
     produce(fab, "stamps", 3, partitions=1)
     fab.alter_topic_config("stamps", {"message.timestamp.type": "LogAppendTime"})
@@ -303,6 +331,7 @@ def _lose_unread_data(spark, fab, url: str, tmp_path) -> int:
 
 
 def test_stream_fails_on_data_loss_by_default(spark, fab, fabric_url, tmp_path):
+    on_embedded_only(fabric_url, RETENTION)
     start = _lose_unread_data(spark, fab, fabric_url, tmp_path)
     query = stream(spark, fabric_url, "lossy", tmp_path / "ck", files=tmp_path / "out", subscribe="lossy")
     with pytest.raises(Exception) as failure:
@@ -313,6 +342,7 @@ def test_stream_fails_on_data_loss_by_default(spark, fab, fabric_url, tmp_path):
 
 
 def test_stream_skips_lost_data_when_told(spark, fab, fabric_url, tmp_path):
+    on_embedded_only(fabric_url, RETENTION)
     start = _lose_unread_data(spark, fab, fabric_url, tmp_path)
     _, table = run_available_now(spark, fabric_url, "lossy", tmp_path / "ck", files=tmp_path / "out",
                                  subscribe="lossy", failOnDataLoss="false")
