@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from fabric.common.errors import InvalidRequestError
+from fabric.common.errors import AuthorizationError, InvalidRequestError
 from fabric.common.records import storage_schema
 from fabric.common.redaction import clip
 from fabric.common.types import ClusterDescription, transaction_sequence
@@ -103,13 +103,15 @@ def topics_described(description: ClusterDescription, allowed: Allowed) -> Clust
 
 @dataclass(frozen=True)
 class Route:
-    """One DoAction: the method it calls on the broker, its coordinator or the controller, its ACL checks,
-    whether only the active instance may serve it, and (for listings) what filters the result."""
+    """One DoAction: the method it calls on the broker, its coordinator or the controller, its ACL checks (or,
+    where a data node may call it too, `cluster_action` on the cluster instead), whether only the active
+    instance may serve it, and (for listings) what filters the result."""
 
     target: str
     checks: Checks
     active_only: bool = False
     filter_by: Filter | None = None
+    for_nodes: bool = False
 
 
 ROUTES: dict[str, Route] = {
@@ -129,7 +131,7 @@ ROUTES: dict[str, Route] = {
     "transaction_committed": Route("coordinator", on_transactional_id("describe")),
     "add_transaction_writer": Route("coordinator", on_transactional_id("write"), True),
     "transaction_record": Route("coordinator", lambda a: [("describe", f"transactional-id:{a['transactional_id']}")],
-                                True),
+                                True, for_nodes=True),  # a leader checks the markers it is asked for against it
     "join_group": Route("coordinator", lambda a: [("group", f"group:{a['request'].group}")], True),
     "sync_group": Route("coordinator", on_group("group"), True),
     "heartbeat": Route("coordinator", on_group("group"), True),
@@ -183,7 +185,12 @@ class CoordinatorService(FabricFlightServer):
                                       f"{', '.join(sorted(ROUTES))}")
         args = wire.action_args(action.body)
         check_call(action.type, getattr(INTERFACES[route.target], action.type), args)
-        principal = self.authorize(context, route.checks(args))
+        try:
+            principal = self.authorize(context, route.checks(args))
+        except AuthorizationError:
+            if not route.for_nodes:
+                raise
+            principal = self.authorize(context, on_cluster("cluster_action")(args))
         if route.active_only:
             self._require_active()
         target = {"broker": self.broker, "coordinator": self.broker.coordinator, "service": self,

@@ -63,6 +63,13 @@ def test_committed_readers_see_a_transaction_once_its_markers_are_written(shared
         transactional.end_transaction(fab.cluster, "sink-a:0")  # writing the markers again changes nothing
         assert read_all(fab, "txn-basic") == [b"before", b"k1", b"k2", b"plain-after"]
 
+        # the leaders write only the markers the coordinator decided, for the transactional id that decided them
+        with pytest.raises(InvalidTxnStateError, match="not what the coordinator decided"):
+            fab.cluster.write_markers("txn-basic", 0, "sink-a", [(failed.producer_id, failed.producer_epoch)], [])
+        with pytest.raises(InvalidTxnStateError, match="not what the coordinator decided"):
+            fab.cluster.write_markers("txn-basic", 0, "another-sink", [], [(kept.producer_id, 1)])
+        assert read_all(fab, "txn-basic") == [b"before", b"k1", b"k2", b"plain-after"]
+
         # the failed writer is a zombie now: fenced by its abort marker's epoch, and refused by the coordinator
         with pytest.raises(InvalidProducerEpochError):
             append(fab, "txn-basic", failed, [b"late"], sequence=1)

@@ -55,6 +55,7 @@ class Node:
         self._last_answer = self._last_beat = time.monotonic()  # last answered / last started heartbeat
         replicas.refresh = self.refresh
         replicas.alter_partition = self.alter_partition
+        replicas.transaction_record = lambda tid: self.connection.action("transaction_record", transactional_id=tid)
 
     def register(self) -> NodeInfo:
         """Register (a new node epoch, fencing older processes of the id), then learn what the node hosts."""

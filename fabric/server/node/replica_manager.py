@@ -23,6 +23,7 @@ from fabric.common.errors import (
     InconsistentTopicIdError,
     InvalidConfigError,
     InvalidRequestError,
+    InvalidTxnStateError,
     NotLeaderError,
 )
 from fabric.common.redaction import clip
@@ -34,6 +35,7 @@ from fabric.common.types import (
     PartitionState,
     TopicInfo,
     TopicPartition,
+    TransactionRecord,
 )
 from fabric.coordinator.disk import disk_errors
 from fabric.server import partition_ops
@@ -75,6 +77,8 @@ class ReplicaManager:
         self.peer, self.fetch_settings, self.lag_ms = peer, fetch_settings, replica_lag_time_max_ms
         self.refresh: Callable[[], None] = lambda: None
         self.alter_partition: AlterPartition | None = None
+        # the coordinator's record of a transactional id (set by the node), which markers are checked against
+        self.transaction_record: Callable[[str], TransactionRecord] | None = None
         self.controller_epoch = 0
         self._replicas: dict[TopicPartition, PartitionReplica] = {}
         self._fetchers: dict[TopicPartition, ReplicaFetcher] = {}
@@ -300,8 +304,24 @@ class ReplicaManager:
             raise InvalidRequestError(f"transactional_id must be a non-empty string, got {clip(transactional_id)}")
         timeout_s = partition_ops.wait_seconds("timeout_ms", timeout_ms)
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
+        self._check_decided(topic, partition, transactional_id, markers)
         with disk_errors(self.logs.topic_dir(topic), f"write transaction markers to {topic}-{partition}"):
             replica.write_markers(markers, leader_epoch, timeout_s)
+
+    def _check_decided(self, topic: str, partition: int, transactional_id: str,
+                       markers: list[tuple[int, int, bool]]) -> None:
+        """InvalidTxnStateError (nothing written) unless the coordinator's record of `transactional_id` decided
+        every one of these markers for this partition: a client may end only its own id's writers, as decided."""
+        if self.transaction_record is None:
+            return
+        commit, abort = self.transaction_record(transactional_id).markers().get((topic, partition), ([], []))
+        decided = {(p, e, True) for p, e in commit} | {(p, e, False) for p, e in abort}
+        stray = sorted(set(markers) - decided)
+        if stray:
+            raise InvalidTxnStateError(
+                f"markers {[(p, e, 'commit' if c else 'abort') for p, e, c in stray][:5]} for {topic}-{partition} "
+                f"are not what the coordinator decided for transactional id {clip(transactional_id)} (commit "
+                f"{commit[:5]}, abort {abort[:5]}); nothing was written")
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, end_offset: int | None = None,
               leader_epoch: int | None = None, max_wait_ms: int = 0, from_follower: bool = False,
