@@ -1,7 +1,8 @@
 """Run the notebooks in notebooks/ top to bottom with a real IPython kernel (this venv's python) and real Spark.
 
 The kernel is described by a kernelspec written into a temp dir, so nothing is registered globally and a clean
-clone works as soon as `make test` has installed the project. Each notebook gets its own empty FABRIC_URL.
+clone works as soon as `make test` has installed the project. Each notebook gets its own empty FABRIC_URL: an
+embedded fabric in its tmp_path, or (explore_topics once more) the fabric:// URL of a coordinator with 3 data nodes.
 (The notebooks' session helper alone: tests/unit/test_spark_session.py.)
 """
 from __future__ import annotations
@@ -36,15 +37,18 @@ def kernel_dir(tmp_path_factory) -> str:
     return str(root)
 
 
-def run_notebook(name: str, kernel_dir: str, tmp_path: Path) -> nbformat.NotebookNode:
-    """Execute notebooks/<name> in tmp_path against a fresh embedded fabric; any cell error fails the test."""
+def run_notebook(name: str, kernel_dir: str, tmp_path: Path, url: str | None = None) -> nbformat.NotebookNode:
+    """Execute notebooks/<name> in tmp_path with FABRIC_URL=`url`, by default a fresh embedded fabric in tmp_path;
+    any cell error fails the test."""
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
         f"{name} is committed with outputs; clear them (Kernel > Restart & Clear Output) before committing"
-    fabric_dir = tmp_path / "fabric-data"  # not "fabric": in the kernel's cwd it would shadow the package
-    fabric_dir.mkdir()
+    if url is None:
+        fabric_dir = tmp_path / "fabric-data"  # not "fabric": in the kernel's cwd it would shadow the package
+        fabric_dir.mkdir()
+        url = f"file://{fabric_dir}"
     # The notebooks' temp dirs, the IPython profile and the connection file all go to tmp_path, not $HOME or /tmp.
-    env = {**os.environ, "FABRIC_URL": f"file://{fabric_dir}", "IPYTHONDIR": str(tmp_path / "ipython"),
+    env = {**os.environ, "FABRIC_URL": url, "IPYTHONDIR": str(tmp_path / "ipython"),
            "TMPDIR": str(tmp_path)}
     km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=KernelSpecManager(kernel_dirs=[kernel_dir]),
                        connection_file=str(tmp_path / "kernel-connection.json"))
@@ -88,10 +92,8 @@ def has_image(cell_node: nbformat.NotebookNode) -> bool:
     return any("image/png" in output.get("data", {}) for output in cell_node.outputs)
 
 
-@pytest.mark.spark
-@pytest.mark.slow
-def test_explore_topics(kernel_dir, tmp_path):
-    nb = run_notebook("explore_topics.ipynb", kernel_dir, tmp_path)
+def check_explore_topics(nb: nbformat.NotebookNode) -> None:
+    """What explore_topics shows on any fabric: the sample data, a sample of it read with Spark, the lag, the plots."""
     assert "600 records in clicks" in text(cell(nb, "count"))
     assert "'clicks'" in text(cell(nb, "list"))
     sample = text(cell(nb, "sample"))
@@ -101,6 +103,34 @@ def test_explore_topics(kernel_dir, tmp_path):
     lag = int(re.search(r"group dashboard lags (\d+) records behind clicks", text(cell(nb, "lag-table")))[1])
     assert consumed >= 250 and consumed + lag == 600
     assert has_image(cell(nb, "offsets")) and has_image(cell(nb, "lag-plot"))
+    assert has_image(cell(nb, "replication-plot"))
+    table = text(cell(nb, "replication-table"))
+    rows = re.findall(r"^([0-2]) .* (\d+)$", table, re.MULTILINE)  # partition ... lag, the table's last column
+    assert [p for p, _ in rows] == ["0", "1", "2"] and sum(int(lag) for _, lag in rows) == lag, table
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_explore_topics(kernel_dir, tmp_path):
+    nb = run_notebook("explore_topics.ipynb", kernel_dir, tmp_path)
+    check_explore_topics(nb)
+    assert "data nodes: none" in text(cell(nb, "connect"))
+    assert "clicks is not replicated: no leader, replicas or ISR" in text(cell(nb, "replication-table"))
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_explore_topics_on_cluster(kernel_dir, tmp_path, shared_cluster):
+    """The same notebook against a coordinator and data nodes 1..3: clicks is replicated on all three."""
+    nb = run_notebook("explore_topics.ipynb", kernel_dir, tmp_path, url=shared_cluster.url)
+    check_explore_topics(nb)
+    assert "data nodes: [1, 2, 3]" in text(cell(nb, "connect"))
+    table = text(cell(nb, "replication-table"))
+    found = re.search(r"clicks: leaders \[([^\]]*)\], ISR sizes \[([^\]]*)\]", table)
+    assert found, table
+    leaders, isr_sizes = found[1].split(", "), found[2].split(", ")
+    assert len(leaders) == 3 and set(leaders) <= {"1", "2", "3"}, table  # no <NA>: every partition has a leader
+    assert isr_sizes == ["3", "3", "3"], table
 
 
 def output_counts(cell_node: nbformat.NotebookNode) -> tuple[int, int]:
