@@ -1,10 +1,9 @@
 """The fabric sink on a replicated cluster (real node processes; Spark local): a batch `df.write` is one
 transaction, visible whole once it succeeded, and nothing of it once a task failed (the job's abort writes the
-abort markers, so the partitions' last stable offsets do not stay behind an open transaction); a streaming batch
-that fails is aborted the same way and its replay commits once."""
+abort markers, so the partitions' last stable offsets do not stay behind an open transaction). (Streaming on the
+cluster, through kills: tests/integration/test_spark_cluster_sink.py.)"""
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType
@@ -75,19 +74,3 @@ def test_a_failed_batch_write_leaves_nothing_visible_and_no_open_transaction(spa
     with cluster_fab.producer() as producer:  # the partitions take new records, visible at once
         producer.send("batch-failed", b"after", partition=0).result(60)
     assert committed_values(cluster_fab, "batch-failed") == [b"after"]
-
-
-def test_a_stream_sink_commits_each_batch_once(spark, cluster_fab, replicated_cluster, tmp_path) -> None:
-    cluster_fab.create_topic("stream-in", partitions=2)
-    cluster_fab.create_topic("stream-out", partitions=3)
-    with cluster_fab.producer() as producer:
-        producer.send_batch("stream-in", pa.table({"value": [b"s%03d" % i for i in range(200)]}))
-    query = (spark.readStream.format("fabric").option("url", replicated_cluster.url).option("subscribe", "stream-in")
-             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "50").load().select("value")
-             .writeStream.format("fabric").option("url", replicated_cluster.url).option("topic", "stream-out")
-             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
-    query.awaitTermination(300)
-    assert query.exception() is None
-    assert len([p for p in query.recentProgress if p["numInputRows"]]) >= 4
-    assert sorted(committed_values(cluster_fab, "stream-out")) == [b"s%03d" % i for i in range(200)]
-    assert settled(cluster_fab, "stream-out")

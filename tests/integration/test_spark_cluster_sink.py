@@ -26,7 +26,7 @@ from fabric.common.waiting import wait_for
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 TRANSFORM = Path(__file__).resolve().parents[2] / "jobs" / "transform.py"
-PARTITIONS, RECORDS, PER_BATCH = 3, 6000, 300  # about 20 micro-batches
+PARTITIONS, RECORDS, PER_BATCH = 3, 3600, 300  # about 12 micro-batches
 JOB_TIMEOUT_S = 600.0  # a loaded 2-core machine: a driver, two executors, three nodes and a coordinator
 
 
