@@ -24,6 +24,7 @@ median duration of each phase of the query's micro-batches (Spark's durationMs).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import struct
@@ -31,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +51,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 PARTITIONS = 2
 ARROW_MAX_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"  # see conf/spark-defaults.conf
 STAMP = struct.Struct("<q")
+RUNS = itertools.count()  # numbers the outputs (topics, directories) of the runs of one process
 
 
 def spark_session():
@@ -69,115 +71,179 @@ def spark_session():
     return session
 
 
-def prepare(records: int, directory: str, url: str) -> str:
-    """Write the records as 2 parquet files and into a 2-partition fabric topic 'src'; returns the parquet dir."""
-    tbl = make_values(records)
+def write_parquet(tbl: pa.Table, directory: str) -> str:
+    """The records as PARTITIONS parquet files (snappy) in directory/parquet-src; returns that directory."""
     parquet_dir = os.path.join(directory, "parquet-src")
     os.makedirs(parquet_dir)
-    half = records // PARTITIONS
-    with timed(f"write {records:,} records as {PARTITIONS} parquet files and fabric topic 'src'"):
-        for i in range(PARTITIONS):
-            pq.write_table(tbl.slice(i * half, half), os.path.join(parquet_dir, f"part-{i}.parquet"),
-                           compression="snappy", row_group_size=1 << 20)
-        with fabric.connect(url) as fab:
-            fab.create_topic("src", partitions=PARTITIONS)
-            parts = pa.array(np.repeat(np.arange(PARTITIONS, dtype=np.int32), half))
-            with fab.producer() as producer:
-                producer.send_batch("src", tbl.slice(0, half * PARTITIONS).append_column("partition", parts))
+    half = tbl.num_rows // PARTITIONS
+    for i in range(PARTITIONS):
+        pq.write_table(tbl.slice(i * half, half), os.path.join(parquet_dir, f"part-{i}.parquet"),
+                       compression="snappy", row_group_size=1 << 20)
     return parquet_dir
 
 
-def best_of(actions: dict[str, Callable[[], None]], records: int, repeats: int) -> dict[str, dict[str, float]]:
+def create_topic(fab, name: str, topic_options: Mapping[str, Any] | None = None) -> str:
+    """Create a PARTITIONS-partition topic (`topic_options`: more create_topic arguments, e.g. a replication
+    factor and config); returns its name."""
+    fab.create_topic(name, partitions=PARTITIONS, **(topic_options or {}))
+    return name
+
+
+def write_topic(url: str, tbl: pa.Table, topic_options: Mapping[str, Any] | None = None) -> None:
+    """The records into topic 'src' of `url`, the same halves on the same partitions as write_parquet's files."""
+    half = tbl.num_rows // PARTITIONS
+    with fabric.connect(url) as fab:
+        create_topic(fab, "src", topic_options)
+        parts = pa.array(np.repeat(np.arange(PARTITIONS, dtype=np.int32), half))
+        with fab.producer() as producer:
+            producer.send_batch("src", tbl.slice(0, half * PARTITIONS).append_column("partition", parts))
+
+
+def prepare(records: int, directory: str, url: str) -> str:
+    """Write the records as 2 parquet files and into a 2-partition fabric topic 'src'; returns the parquet dir."""
+    tbl = make_values(records)
+    with timed(f"write {records:,} records as {PARTITIONS} parquet files and fabric topic 'src'"):
+        parquet_dir = write_parquet(tbl, directory)
+        write_topic(url, tbl)
+    return parquet_dir
+
+
+def best_of(actions: dict[str, Callable[[], None]], records: int, repeats: int,
+            servers: Callable[[], float] | None = None) -> dict[str, dict[str, float]]:
     """Each action's rows/s in its fastest run and its lowest CPU seconds (tree_cpu_seconds) of any run.
     Every action runs once to warm up, then the actions take turns `repeats` times, so a slow spell of this
-    noisy machine hits them alike. A run includes removing its output, for file and fabric sinks alike."""
-    for name, action in actions.items():
-        with timed(f"{name} (warm-up)"):
+    noisy machine hits them alike. A run times the Spark job alone: an action's `before()` (making its output,
+    e.g. a topic) and `after()` (checking and removing it), where it has them, run untimed around it.
+    `servers()`: the CPU seconds used so far by server processes among this one's descendants (a local
+    cluster's); then each path also gets its lowest CPU seconds of those servers and of the rest of any run."""
+    def run(name: str, action: Callable[[], None], label: str) -> dict:
+        getattr(action, "before", lambda: None)()
+        served = servers() if servers else 0.0
+        with timed(f"{name} ({label})") as t:
             action()
+        t["servers"] = servers() - served if servers else 0.0
+        getattr(action, "after", lambda: None)()
+        return t
+
+    for name, action in actions.items():
+        run(name, action, "warm-up")
     runs: dict[str, list[dict]] = {name: [] for name in actions}
     for i in range(repeats):
         for name, action in actions.items():
-            with timed(f"{name} (run {i + 1}/{repeats})") as t:
-                action()
-            runs[name].append(t)
-    return {name: {"rows_per_s": records / min(t["seconds"] for t in ts), "cpu_s": min(t["cpu"] for t in ts)}
+            runs[name].append(run(name, action, f"run {i + 1}/{repeats}"))
+    best = {name: {"rows_per_s": records / min(t["seconds"] for t in ts), "cpu_s": min(t["cpu"] for t in ts)}
             for name, ts in runs.items()}
+    if servers:
+        for name, ts in runs.items():
+            best[name] |= {"servers_cpu_s": min(t["servers"] for t in ts),
+                           "cpu_s_without_servers": min(t["cpu"] - t["servers"] for t in ts)}
+    return best
+
+
+def noop(df) -> None:
+    """Run `df` to its end into Spark's noop sink (reads everything, writes nothing)."""
+    df.write.format("noop").mode("overwrite").save()
+
+
+def stream_parquet(spark, parquet_dir: str, checkpoint: str, sink: str, options: Mapping[str, str]) -> None:
+    """parquet -> `sink` as a streaming query with trigger availableNow (one micro-batch)."""
+    writer = (spark.readStream.schema("value binary").parquet(parquet_dir).writeStream.format(sink)
+              .option("checkpointLocation", checkpoint))
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.trigger(availableNow=True).start().awaitTermination()
+
+
+class ParquetSink:
+    """A run of parquet -> Spark's parquet file sink: `df.write.parquet` (batch) or a stream (availableNow, its
+    exactly-once file sink), into a new directory; removed after the run."""
+
+    def __init__(self, spark, parquet_dir: str, directory: str, stream: bool) -> None:
+        self.spark, self.parquet_dir, self.directory, self.stream = spark, parquet_dir, directory, stream
+        self.out = self.checkpoint = ""
+
+    def before(self) -> None:
+        run = next(RUNS)
+        self.out = os.path.join(self.directory, f"parquet-out-{run}")
+        self.checkpoint = os.path.join(self.directory, f"ckpt-{run}")
+
+    def __call__(self) -> None:
+        if self.stream:
+            stream_parquet(self.spark, self.parquet_dir, self.checkpoint, "parquet", {"path": self.out})
+        else:
+            self.spark.read.parquet(self.parquet_dir).write.parquet(self.out)
+
+    def after(self) -> None:
+        for path in (self.out, self.checkpoint):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+class FabricSink:
+    """A run of parquet -> the fabric sink of `url`: `df.write.format("fabric")` (batch, atomic) or a stream
+    (availableNow, exactly-once), into a new topic made before the run (`topic_options` as create_topic's);
+    after it the topic must hold every record once, then it is deleted. `conf`: Spark confs for the job alone.
+    `settle_s`: a wait after creating the topic (a replicated topic's followers learn of it at their next
+    heartbeat, and an acks=all write waits for them until then)."""
+
+    def __init__(self, spark, fab, url: str, parquet_dir: str, records: int, directory: str, stream: bool,
+                 topic_options: Mapping[str, Any] | None = None, conf: Mapping[str, str] | None = None,
+                 settle_s: float = 0.0) -> None:
+        self.spark, self.fab, self.url, self.parquet_dir = spark, fab, url, parquet_dir
+        self.records, self.directory, self.stream = records, directory, stream
+        self.topic_options, self.conf, self.settle_s = topic_options, dict(conf or {}), settle_s
+        self.topic = self.checkpoint = ""
+
+    def before(self) -> None:
+        run = next(RUNS)
+        self.topic = create_topic(self.fab, f"out-{run}", self.topic_options)
+        self.checkpoint = os.path.join(self.directory, f"ckpt-{run}")
+        time.sleep(self.settle_s)
+
+    def __call__(self) -> None:
+        for key, value in self.conf.items():
+            self.spark.conf.set(key, value)
+        try:
+            if self.stream:
+                stream_parquet(self.spark, self.parquet_dir, self.checkpoint, "fabric",
+                               {"url": self.url, "topic": self.topic})
+            else:
+                (self.spark.read.parquet(self.parquet_dir).write.format("fabric").mode("append")
+                 .option("url", self.url).option("topic", self.topic).save())
+        finally:
+            for key in self.conf:
+                self.spark.conf.unset(key)
+
+    def after(self) -> None:
+        _check_count(self.fab, self.topic, self.records)
+        self.fab.delete_topic(self.topic)
+        shutil.rmtree(self.checkpoint, ignore_errors=True)
 
 
 def throughput(spark, url: str, parquet_dir: str, records: int, directory: str, repeats: int) -> dict:
     """rows/s of every source and sink path and of its Spark peer, measured in this run."""
-    counter = iter(range(1_000_000))
     record_parquet = os.path.join(directory, "parquet-records")
     with timed("write the fabric source's rows (all 7 record columns) as parquet"):
         fabric_read(spark, url).write.parquet(record_parquet)
     spark.dataSource.register(CeilingSource)
+    tuned = {ARROW_MAX_BYTES: read_spark_defaults(conf_dir_path() / SPARK_DEFAULTS)[ARROW_MAX_BYTES]}
     with fabric.connect(url) as fab:
-        def fabric_target() -> str:
-            name = f"out-{next(counter)}"
-            fab.create_topic(name, partitions=PARTITIONS)
-            return name
+        def fabric_sink(stream: bool, conf: Mapping[str, str] | None = None) -> FabricSink:
+            return FabricSink(spark, fab, url, parquet_dir, records, directory, stream, conf=conf)
 
-        def noop(df) -> None:
-            df.write.format("noop").mode("overwrite").save()
-
-        def parquet_to_parquet() -> None:
-            out = os.path.join(directory, f"parquet-out-{next(counter)}")
-            spark.read.parquet(parquet_dir).write.parquet(out)
-            shutil.rmtree(out)
-
-        def parquet_to_fabric_batch() -> None:
-            topic = fabric_target()
-            (spark.read.parquet(parquet_dir).write.format("fabric").mode("append")
-             .option("url", url).option("topic", topic).save())
-            _check_count(fab, topic, records)
-            fab.delete_topic(topic)
-
-        def stream_parquet(sink: str, **options: str) -> None:
-            """parquet -> `sink` as a streaming query with trigger availableNow (one micro-batch)."""
-            run = next(counter)
-            writer = (spark.readStream.schema("value binary").parquet(parquet_dir).writeStream.format(sink)
-                      .option("checkpointLocation", os.path.join(directory, f"ckpt-{run}")))
-            for key, value in options.items():
-                writer = writer.option(key, value)
-            writer.trigger(availableNow=True).start().awaitTermination()
-            shutil.rmtree(os.path.join(directory, f"ckpt-{run}"))
-
-        def parquet_to_parquet_stream() -> None:
-            out = os.path.join(directory, f"parquet-stream-{next(counter)}")
-            stream_parquet("parquet", path=out)
-            shutil.rmtree(out)
-
-        def parquet_to_fabric_stream() -> None:
-            topic = fabric_target()
-            stream_parquet("fabric", url=url, topic=topic)
-            _check_count(fab, topic, records)
-            fab.delete_topic(topic)
-
-        arrow_max_bytes = read_spark_defaults(conf_dir_path() / SPARK_DEFAULTS)[ARROW_MAX_BYTES]
-
-        def tuned(action: Callable[[], None]) -> Callable[[], None]:
-            """`action` with conf/spark-defaults.conf's Arrow setting (no per-row batch size check)."""
-            def run() -> None:
-                spark.conf.set(ARROW_MAX_BYTES, arrow_max_bytes)
-                try:
-                    action()
-                finally:
-                    spark.conf.unset(ARROW_MAX_BYTES)
-            return run
-
-        paths = {
+        paths: dict[str, Callable[[], None]] = {
             "parquet_value_to_noop": lambda: noop(spark.read.parquet(parquet_dir)),
             "fabric_value_to_noop": lambda: noop(fabric_read(spark, url, "value binary")),
             "parquet_record_to_noop": lambda: noop(spark.read.parquet(record_parquet)),
             "fabric_record_to_noop": lambda: noop(fabric_read(spark, url)),
             "ceiling_record_to_noop": lambda: noop(spark.read.format("fabric-ceiling").option("records", records)
                                                    .option("partitions", PARTITIONS).load()),
-            "parquet_to_parquet": parquet_to_parquet,
-            "parquet_to_fabric_batch": parquet_to_fabric_batch,
-            "parquet_to_parquet_stream": parquet_to_parquet_stream,
-            "parquet_to_fabric_stream": parquet_to_fabric_stream,
-            "parquet_to_fabric_batch_tuned": tuned(parquet_to_fabric_batch),
-            "parquet_to_fabric_stream_tuned": tuned(parquet_to_fabric_stream),
+            "parquet_to_parquet": ParquetSink(spark, parquet_dir, directory, stream=False),
+            "parquet_to_fabric_batch": fabric_sink(stream=False),
+            "parquet_to_parquet_stream": ParquetSink(spark, parquet_dir, directory, stream=True),
+            "parquet_to_fabric_stream": fabric_sink(stream=True),
+            # conf/spark-defaults.conf's Arrow setting: no per-row batch size check (the parquet paths ignore it)
+            "parquet_to_fabric_batch_tuned": fabric_sink(stream=False, conf=tuned),
+            "parquet_to_fabric_stream_tuned": fabric_sink(stream=True, conf=tuned),
         }
         return best_of(paths, records, repeats)
 
@@ -188,24 +254,39 @@ def fabric_read(spark, url: str, schema: str | None = None):
     return (reader.schema(schema) if schema else reader).load()
 
 
+def committed_records(fab, topic: str) -> int:
+    """How many records a read_committed consumer reads from the whole topic (a transaction's markers take
+    offsets on a cluster, so the partitions' end offsets are not record counts there)."""
+    with fab.consumer(auto_offset_reset="earliest") as consumer:
+        partitions = [(topic, p) for p in range(len(fab.describe_topic(topic).partitions))]
+        consumer.assign(partitions)
+        ends, got, deadline = consumer.end_offsets(partitions), 0, time.monotonic() + 60
+        while any(consumer.position(*tp) < ends[tp] for tp in partitions):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"topic {topic!r}: read {got:,} records, not up to its end offsets {ends}")
+            got += consumer.poll_batch(1.0).num_rows
+        return got
+
+
 def _check_count(fab, topic: str, records: int) -> None:
     """A sink run only counts if every record landed (once)."""
-    got = sum(p.end_offset for p in fab.describe_topic(topic).partitions)
+    got = committed_records(fab, topic)
     if got != records:
         raise AssertionError(f"topic {topic!r} holds {got:,} records, expected {records:,}")
 
 
-def latency(spark, url: str, directory: str, rate: float, seconds: float, trigger: str
-            ) -> tuple[list[float], dict]:
+def latency(spark, url: str, directory: str, rate: float, seconds: float, trigger: str,
+            topic_options: Mapping[str, Any] | None = None) -> tuple[list[float], dict]:
     """End-to-end latencies (ms) of records sent at `rate`/s through a lat-in -> lat-out streaming query,
-    and the median duration (ms) of each phase of its non-empty micro-batches (Spark's durationMs)."""
+    and the median duration (ms) of each phase of its non-empty micro-batches (Spark's durationMs).
+    `topic_options`: how the two topics are created (create_topic)."""
     with fabric.connect(url) as fab:
-        fab.create_topic("lat-in", partitions=PARTITIONS)
-        fab.create_topic("lat-out", partitions=PARTITIONS)
+        create_topic(fab, "lat-in", topic_options)
+        create_topic(fab, "lat-out", topic_options)
         query = (spark.readStream.format("fabric").option("url", url).option("subscribe", "lat-in")
                  .option("startingOffsets", "latest").load().select("value")
                  .writeStream.format("fabric").option("url", url).option("topic", "lat-out")
-                 .option("checkpointLocation", os.path.join(directory, "ckpt-latency"))
+                 .option("checkpointLocation", os.path.join(directory, f"ckpt-latency-{next(RUNS)}"))
                  .trigger(processingTime=trigger).start())
         try:
             _wait_running(query)

@@ -52,3 +52,22 @@ def test_cluster_benchmark_reports_every_path_and_failover(repo_root, tmp_path) 
     assert len(failover["cluster_s"]) == len(failover["single_node_restart_s"]) == 1
     assert failover["cluster_median_s"] > 0 and failover["single_node_restart_median_s"] > 0
     assert results["consume_from_follower"]["records_per_s"] > 0 and results["follower_reads"]["vs_leaders"] > 0
+
+
+def test_spark_cluster_benchmark_reports_every_path_goal_and_latency(repo_root, tmp_path) -> None:
+    results = run_suite(repo_root, tmp_path, "bench.spark_cluster_bench", [
+        "--records", "2000", "--repeats", "1", "--rate", "20", "--seconds", "1"], "spark_cluster")
+    paths = results["paths"]
+    for where in ("parquet", "file", "cluster"):
+        for path in (f"{where}_value_to_noop", f"{where}_record_to_noop", f"parquet_to_{where}_batch",
+                     f"parquet_to_{where}_stream"):
+            assert paths[path]["rows_per_s"] > 0 and paths[path]["cpu_s"] > 0, path
+    assert all(paths[f"{kind}_{where}"]["rows_per_s"] > 0 for kind in ("consume", "produce")
+               for where in ("file", "cluster"))
+    assert set(results["goals"]) == {"cluster_value_to_noop", "cluster_record_to_noop", "parquet_to_cluster_batch",
+                                     "parquet_to_cluster_stream"}
+    assert all(goal["vs_file"] > 0 and isinstance(goal["met"], bool) for goal in results["goals"].values())
+    assert results["cluster"]["replication_factor"] == 3 and results["cluster"]["min_insync_replicas"] == 2
+    for where in ("cluster", "file"):
+        figures = results["latency"][where]
+        assert figures["records"] == 20 and 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"]
