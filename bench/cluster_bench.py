@@ -30,9 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import queue
-import shutil
 import struct
-import tempfile
 import threading
 import time
 from contextlib import ExitStack
@@ -45,7 +43,7 @@ import pyarrow as pa
 import fabric
 from bench.local_cluster import LocalCluster
 from bench.log_bench import VALUE_BYTES, make_values
-from bench.report import bar_chart, latency_plot, progress, save, table, timed
+from bench.report import bar_chart, latency_plot, progress, run_suite, table, timed
 from fabric.common.config import PRODUCER_SETTINGS
 from fabric.common.waiting import wait_for
 from fabric.server.launcher import CoordinatorProcess
@@ -424,16 +422,7 @@ def main(argv: list[str] | None = None) -> dict:
     if min(args.records, args.partitions, args.repeats, args.rounds, args.failovers) < 1 or \
             args.rate * args.seconds < 1 or args.warmup < 0:
         parser.error("sizes and counts must be positive, --rate x --seconds at least one record, --warmup >= 0")
-    directory = args.dir or tempfile.mkdtemp(prefix="fabric-bench-cluster-")
-    os.makedirs(directory, exist_ok=True)
-    try:
-        results, raw = run(args, directory)
-    finally:
-        if args.dir is None:
-            shutil.rmtree(directory, ignore_errors=True)
-    save("cluster", results)
-    report(results, raw)
-    return results
+    return run_suite("cluster", args, run, report)
 
 
 if __name__ == "__main__":

@@ -4,10 +4,12 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import psutil
@@ -58,6 +60,22 @@ def save(name: str, results: dict) -> str:
     with open(path, "w") as f:
         json.dump(results, f, indent=2)
     return path
+
+
+def run_suite(name: str, args: Any, run: Callable[[Any, str], tuple[dict, Any]],
+              report: Callable[[dict, Any], None]) -> dict:
+    """Run a suite in --dir (else a temporary directory, removed after), save its results as `name` and print
+    its report; the results."""
+    directory = args.dir or tempfile.mkdtemp(prefix=f"fabric-bench-{name}-")
+    os.makedirs(directory, exist_ok=True)
+    try:
+        results, raw = run(args, directory)
+    finally:
+        if args.dir is None:
+            shutil.rmtree(directory, ignore_errors=True)
+    save(name, results)
+    report(results, raw)
+    return results
 
 
 def bar_chart(name: str, title: str, rows: list[tuple[str, float]], unit: str,

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import tempfile
 from contextlib import ExitStack
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -44,7 +42,7 @@ import pyarrow.parquet as pq
 import fabric
 from bench.local_cluster import LocalCluster
 from bench.log_bench import VALUE_BYTES, make_values
-from bench.report import bar_chart, latency_plot, progress, save, table, timed
+from bench.report import bar_chart, latency_plot, progress, run_suite, table, timed
 from bench.spark_bench import (
     PARTITIONS,
     FabricSink,
@@ -324,16 +322,7 @@ def main(argv: list[str] | None = None) -> dict:
     args.records -= args.records % PARTITIONS  # every path moves the same records: half in each partition
     if args.records < PARTITIONS or args.repeats < 1 or args.rate * args.seconds < 1:
         parser.error(f"--records at least {PARTITIONS}, --repeats at least 1, --rate x --seconds at least one record")
-    directory = args.dir or tempfile.mkdtemp(prefix="fabric-spark-cluster-bench-")
-    os.makedirs(directory, exist_ok=True)
-    try:
-        results, raw = run(args, directory)
-    finally:
-        if args.dir is None:
-            shutil.rmtree(directory, ignore_errors=True)
-    save("spark_cluster", results)
-    report(results, raw)
-    return results
+    return run_suite("spark_cluster", args, run, report)
 
 
 if __name__ == "__main__":

@@ -126,7 +126,7 @@ def test_killed_and_restarted_query_writes_every_record_once(fab, fabric_url, fa
     markers = [os.path.join(fabric_dir, TOPIC, str(p), "pending-publish") for p in range(PARTITIONS)]
     publishing = lambda: any(os.path.exists(m) for m in markers)
     # (pause inside publish, when to kill): while a publish is under way, or at a random moment after progress.
-    rounds = [(0.0, "progress"), (0.4, "publish"), (0.4, "publish"), (0.0, "progress"), (0.4, "publish")]
+    rounds = [(0.0, "progress"), (0.4, "publish"), (0.4, "publish"), (0.4, "publish")]
     killed = collections.Counter()
     with open(tmp_path / "job.log", "ab") as log:
         for pause, moment in rounds:

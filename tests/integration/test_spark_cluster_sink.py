@@ -163,8 +163,7 @@ def test_archive_on_a_spark_cluster_fills_a_delta_table_and_shows_its_lag(spark_
                 producer.send("archived", value, partition=i % PARTITIONS)
     table = tmp_path / "lake"
     spark_cluster.run(ARCHIVE, "--url", shared_cluster.url, "--checkpoint", str(tmp_path / "checkpoint"),
-                      "--topic", "archived", "--table", str(table), "--group-id", "archiver",
-                      "--max-offsets-per-trigger", "300", timeout=JOB_TIMEOUT_S)
+                      "--topic", "archived", "--table", str(table), "--group-id", "archiver", timeout=JOB_TIMEOUT_S)
     archived = DeltaTable(str(table)).to_pyarrow_table(columns=["value", "partition", "offset"])
     assert sorted(archived.column("value").to_pylist()) == values
     shown = fabric_cli("groups", "describe", "archiver", "--url", shared_cluster.url)
