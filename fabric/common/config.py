@@ -50,9 +50,36 @@ def _choice(*options: str) -> Callable[[str], str]:
     return parse
 
 
+def _ratio(text: str) -> float:
+    """A number from 0 to 1 (min.cleanable.dirty.ratio)."""
+    wanted = "must be a number from 0 to 1"
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise ValueError(wanted) from None
+    if not 0 <= value <= 1:
+        raise ValueError(wanted)
+    return value
+
+
+def _policy(text: str) -> str:
+    """Kafka's cleanup.policy: delete, compact, or both (a comma-separated list, in either order)."""
+    parts = sorted({part.strip() for part in str(text).split(",")})
+    if not parts or any(part not in ("compact", "delete") for part in parts):
+        raise ValueError("must be delete, compact, or compact,delete")
+    return ",".join(parts)
+
+
 TOPIC_SETTINGS: dict[str, Setting] = {
-    "cleanup.policy": Setting("delete", _choice("delete"),
-                              "only 'delete' (time/size retention) is supported; compaction is not"),
+    "cleanup.policy": Setting("delete", _policy, "delete: time/size retention; compact: keep the latest record "
+                              "of each key (null-valued records are tombstones); compact,delete: both"),
+    "min.cleanable.dirty.ratio": Setting(0.5, _ratio, "compact once this share of the closed segments' bytes "
+                                         "has not been cleaned yet"),
+    "min.compaction.lag.ms": Setting(0, _long(0), "a record stays uncompacted for at least this long"),
+    "max.compaction.lag.ms": Setting(LONG_MAX, _long(1), "a record is compacted within about this long, whatever "
+                                     "the dirty ratio"),
+    "delete.retention.ms": Setting(24 * 3600 * 1000, _long(0), "how long a tombstone is kept once its segment "
+                                   "is cleaned (readers have this long to see the delete)"),
     "segment.bytes": Setting(1 << 30, _long(1024, INT_MAX), "roll a new segment past this size"),
     "segment.ms": Setting(7 * 24 * 3600 * 1000, _long(1), "roll a new segment after this age"),
     "retention.ms": Setting(7 * 24 * 3600 * 1000, _long(-1), "delete segments older than this; -1 keeps all"),

@@ -14,18 +14,22 @@ from typing import Iterable
 import numpy as np
 import pyarrow as pa
 
+from fabric.common.config import TopicConfig
 from fabric.common.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError, SchemaMismatchError
 from fabric.common.redaction import shorten
 from fabric.server.wire import schema_text
 from fabric.storage import frame
 from fabric.storage.frame import FrameHeader
+from fabric.storage.log import check_keys
 
 Frame = tuple[FrameHeader, pa.Buffer]
 RECORD_COLUMNS = ("key", "value", "headers")  # what max.message.bytes measures of a record
 
 
-def check_rows(topic: str, batch: pa.RecordBatch, schema: pa.Schema, max_bytes: int) -> None:
-    """Stored rows for `topic`: exactly its storage schema, valid, no record over max_bytes."""
+def check_rows(topic: str, batch: pa.RecordBatch, schema: pa.Schema, max_bytes: int,
+               config: TopicConfig | None = None) -> None:
+    """Stored rows for `topic`: exactly its storage schema, valid, no record over max_bytes, and (a compacted
+    topic's `config`) each with a key."""
     if not batch.schema.equals(schema):
         raise SchemaMismatchError(
             f"rows for topic {topic!r} must have its storage schema ({schema_text(schema)}), got "
@@ -36,14 +40,17 @@ def check_rows(topic: str, batch: pa.RecordBatch, schema: pa.Schema, max_bytes: 
         raise InvalidRecordError(f"{missing} of the {batch.num_rows} rows for topic {topic!r} have no timestamp; "
                                  "every stored row needs one (fabric.common.records.to_storage sets them)")
     check_sizes(topic, batch, max_bytes)
+    if config is not None:
+        check_keys(batch, config, topic)
 
 
 def check_frames(topic: str, frames: Iterable[Frame], schema: pa.Schema, max_bytes: int,
-                 dense: bool = False) -> None:
-    """Sealed frames for `topic` (CRCs already checked): schema frames carry no records; data frames decode
-    against its storage schema with their header's record count and timestamps, and no record over
-    max_bytes. `dense`: data frames must be based from 0 without gaps (a staged file, which may be adopted as
-    a segment as it is)."""
+                 dense: bool = False, config: TopicConfig | None = None) -> None:
+    """Sealed frames for `topic` (CRCs already checked): schema frames carry no records; data frames (never a
+    marker or a compaction gap, which only the log writes) decode against its storage schema with their
+    header's record count and timestamps, no record over max_bytes, and (a compacted topic's `config`) each with
+    a key. `dense`: data frames must be based from 0 without gaps (a staged file, which may be adopted as a
+    segment as it is)."""
     expected = 0
     for number, (header, payload) in enumerate(frames):
         where = f"frame {number} for topic {topic!r}"
@@ -52,6 +59,9 @@ def check_frames(topic: str, frames: Iterable[Frame], schema: pa.Schema, max_byt
                 raise CorruptRecordError(f"{where} is a schema frame claiming {header.record_count} records; "
                                          "encode with the topic's frame_encoder")
             continue
+        if header.is_control or header.is_gap:
+            raise CorruptRecordError(f"{where} is a {'transaction marker' if header.is_control else 'compaction gap'}"
+                                     ", which only the log writes; publish data frames only")
         if dense and header.base_offset != expected:
             raise CorruptRecordError(f"{where} has base offset {header.base_offset}, expected {expected}: a staged "
                                      "file's frames are based from 0 without gaps")
@@ -62,6 +72,8 @@ def check_frames(topic: str, frames: Iterable[Frame], schema: pa.Schema, max_byt
                                      "it is refused (every offset must hold a record)")
         _check_timestamps(header, batch, where)
         check_sizes(topic, batch, max_bytes)
+        if config is not None:
+            check_keys(batch, config, topic)
 
 
 def check_sizes(topic: str, batch: pa.RecordBatch, max_bytes: int) -> None:

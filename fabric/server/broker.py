@@ -267,7 +267,8 @@ class Broker:
         for key, batches in parts.items():
             partition_log = self._publish_log(key)
             for batch in batches:
-                admission.check_rows(key[0], batch, partition_log.schema, partition_log.config["max.message.bytes"])
+                admission.check_rows(key[0], batch, partition_log.schema, partition_log.config["max.message.bytes"],
+                                     partition_log.config)
             encoded = [Log.encode(b, codec, partition_log.timestamp_type, partition_log.clock)
                        for b in batches if b.num_rows]
             staged[key] = [(None, [(frame.seal(template, payload), payload) for template, payload in encoded])]
@@ -314,7 +315,7 @@ class Broker:
         except frame.FrameError as exc:
             raise CorruptRecordError(f"{what} for {key[0]}-{key[1]} is not whole, valid frames ({exc}); nothing "
                                      "was written") from None
-        admission.check_frames(key[0], frames, log.schema, log.config["max.message.bytes"], dense)
+        admission.check_frames(key[0], frames, log.schema, log.config["max.message.bytes"], dense, log.config)
         return frames
 
     def _publish(self, txn: str, staged: Mapping[TopicPartition, Staged]) -> bool:

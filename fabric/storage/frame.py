@@ -35,6 +35,7 @@ ATTR_LOG_APPEND_TIME = 0x04
 ATTR_ABORT = 0x08  # on a control frame: the transaction it ends aborted (else it committed)
 ATTR_TRANSACTIONAL = 0x10  # part of a producer's transaction: invisible to read_committed readers until it ends
 ATTR_CONTROL = 0x20  # a transaction marker (one record, never delivered to readers)
+ATTR_GAP = 0x40  # offsets the log cleaner removed: a header with no payload, never delivered (see gap_frame)
 ATTR_SCHEMA = 0x80
 
 
@@ -71,6 +72,15 @@ class FrameHeader:
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def is_gap(self) -> bool:
+        return bool(self.attributes & ATTR_GAP)
+
+    @property
+    def delivered(self) -> bool:
+        """True if this frame's records go to readers: not a schema frame, a transaction marker or a gap."""
+        return not self.attributes & (ATTR_SCHEMA | ATTR_CONTROL | ATTR_GAP)
 
     @property
     def is_transactional(self) -> bool:
@@ -158,6 +168,13 @@ def schema_frame(schema: pa.Schema, base_offset: int = 0) -> tuple[FrameHeader, 
     """The sealed frame every segment starts with: `schema`, which its batches are encoded against."""
     payload = encode_schema(schema)
     return seal(FrameHeader(0, base_offset, 0, -1, -1, ATTR_SCHEMA), payload), payload
+
+
+def gap_frame(base_offset: int, count: int, leader_epoch: int) -> FrameHeader:
+    """The sealed frame that stands for `count` offsets from `base_offset` which compaction removed (written by
+    the log cleaner in epoch `leader_epoch`'s frames): no payload, so a compacted segment stays contiguous,
+    keeps every offset's value and is copied to followers like any other; readers skip it as they skip a marker."""
+    return seal(FrameHeader(0, base_offset, count, -1, -1, ATTR_GAP, leader_epoch=leader_epoch), b"")
 
 
 def decode_schema(payload: pa.Buffer) -> pa.Schema:

@@ -1,6 +1,6 @@
 """The indexing rule, in one place for appends, rebuilds and adopted segments: the first batch gets an offset
 entry, then one every `index.interval.bytes`; a time entry each time a batch raises the segment's max
-timestamp."""
+timestamp (a compaction gap has no timestamp)."""
 from __future__ import annotations
 
 from fabric.storage.frame import FrameHeader
@@ -32,7 +32,8 @@ class IndexBuilder:
         if self.last_position is None or position - self.last_position >= self.interval:
             self.offsets.append((rel, position))
             self.last_position = position
-        if header.record_count and (self.max_timestamp is None or header.max_timestamp > self.max_timestamp):
+        if header.record_count and not header.is_gap and (self.max_timestamp is None
+                                                          or header.max_timestamp > self.max_timestamp):
             self.times.append((header.max_timestamp, rel))
             self.max_timestamp = header.max_timestamp
 

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from dataclasses import replace
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,10 +24,11 @@ import pyarrow.compute as pc
 from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.codecs import CODECS
 from fabric.common.config import TopicConfig
-from fabric.common.errors import CorruptRecordError
+from fabric.common.errors import CorruptRecordError, InvalidRecordError
 from fabric.common.records import LOG_APPEND_TIME, TIMESTAMP, TIMESTAMP_TYPES
 from fabric.common.types import Fetched, ProducerBatch
 from fabric.storage import adopt, frame, reader, truncation
+from fabric.storage.cleaner import CleanReport, LogCleaner
 from fabric.storage.errors import UNWRITABLE, writes
 from fabric.storage.frame import FrameHeader
 from fabric.storage.leader_epochs import LeaderEpochCache
@@ -45,6 +46,7 @@ from fabric.storage.recovery import Recovery, RecoveryReport
 from fabric.storage.replica_frames import check_copied
 from fabric.storage.scan import Frame
 from fabric.storage.segment import DATA_SUFFIX, Segment, StaleIndexError
+from fabric.storage.segment_swap import CrashHook
 from fabric.storage.transactions import TransactionState
 from fabric.storage.watermark import HighWatermark
 
@@ -133,6 +135,11 @@ class Log:
         self._segments[base_offset] = seg
         return seg
 
+    def forget_segments(self, bases: Iterable[int]) -> None:
+        """Drop the cached objects of segments replaced or deleted by another writer (the cleaner's swap)."""
+        for base in bases:
+            self._segments.pop(base, None)
+
     def register(self, seg: Segment) -> None:
         """Cache a segment made outside this object (an adopted one)."""
         self._segments[seg.base_offset] = seg
@@ -176,13 +183,13 @@ class Log:
             end = self._tail_state.end_offset if self._tail_state else self.end_offset
             last = self._last_header(end)
             cache = LeaderEpochCache.load(self.directory, self.name, -1 if last is None else last.leader_epoch,
-                                          functools.partial(self._headers, end))
+                                          functools.partial(self.headers, end))
             cache.truncate_from_end(end)
             cache.truncate_from_start(self.start_offset)
             self._epochs = cache
         return cache
 
-    def _headers(self, end: int, last_segments: int | None = None) -> Iterator[FrameHeader]:
+    def headers(self, end: int, last_segments: int | None = None) -> Iterator[FrameHeader]:
         """The headers of the data frames below offset `end` (of the last `last_segments` segments only, if
         given), in offset order (damaged frames left out)."""
         segs = self.segments()
@@ -324,6 +331,7 @@ class Log:
         invisible to read_committed readers until a marker ends it (write_marker; fabric.storage.transactions)."""
         if transactional and producer is None:
             raise ValueError("a transactional append needs its producer's id, epoch and sequence")
+        check_keys(batch, self.config, self.name)
         template, payload = self.encode(batch, codec, timestamp_type, self.clock)
         with self.lock:
             active = self.sync_tail()
@@ -391,7 +399,7 @@ class Log:
             if self._txns is None:
                 self.sync_tail()
                 end = self._tail_state.end_offset if self._tail_state else self.end_offset
-                self._txns = TransactionState.rebuild(self.name, self._headers(end))
+                self._txns = TransactionState.rebuild(self.name, self.headers(end))
             return self._txns
 
     def last_stable_offset(self, end: int) -> int:
@@ -403,7 +411,7 @@ class Log:
         headers of the last PRODUCER_STATE_SEGMENTS segments (a producer silent for longer is unknown: its next
         batch is refused with UnknownProducerIdError and the producer takes a new id)."""
         if self._producers is None:
-            self._producers = ProducerStateTable.rebuild(self.name, self._headers(end, PRODUCER_STATE_SEGMENTS))
+            self._producers = ProducerStateTable.rebuild(self.name, self.headers(end, PRODUCER_STATE_SEGMENTS))
         return self._producers
 
     @contextlib.contextmanager
@@ -554,8 +562,12 @@ class Log:
 
     @writes
     def enforce_retention(self) -> int:
-        """Delete whole old segments past retention.ms / retention.bytes; returns how many."""
+        """Delete whole old segments past retention.ms / retention.bytes (cleanup.policy delete or
+        compact,delete); returns how many."""
         deleted = 0
+        if "delete" not in self.config["cleanup.policy"]:
+            self._last_retention = self.clock.now_ms()
+            return 0  # a compacted-only topic keeps its segments: the cleaner bounds it
         with self.lock:
             self._last_retention = self.clock.now_ms()
             active = self.sync_tail()
@@ -578,6 +590,43 @@ class Log:
                 self._epochs.truncate_from_start(self.start_offset)
             self._tail_state = TailState(active.base_offset, active.size, self.end_offset)
         return deleted
+
+    @writes
+    def roll(self) -> bool:
+        """Close the active segment if it holds records, so the cleaner may compact them (a new, empty active
+        segment starts at the log end). True if it rolled."""
+        with self.lock:
+            active = self.sync_tail()
+            if active.first_frame() is None:
+                return False
+            end = self._tail_state.end_offset if self._tail_state else self.end_offset
+            active = self.create_segment(end)
+            self._tail_state = TailState(active.base_offset, active.size, end)
+        return True
+
+    @writes
+    def clean(self, force: bool = False, crash: CrashHook | None = None) -> CleanReport:
+        """One log-cleaner pass (fabric.storage.cleaner): compact the closed segments if due, or (`force`,
+        `fabric topics compact`) roll the active segment and compact everything cleanable. `crash` is a test hook
+        called at each swap step."""
+        cleaner = LogCleaner(self, self.clock.now_ms(), crash) if crash else LogCleaner(self, self.clock.now_ms())
+        return cleaner.run(force)
+
+    def maintain(self) -> tuple[int, CleanReport]:
+        """What the background maintenance does to a partition: retention (segments deleted), a roll of an
+        active segment older than segment.ms or, on a compacted topic, max.compaction.lag.ms, then a cleaner
+        pass if one is due."""
+        deleted = self.enforce_retention()
+        compacted = "compact" in self.config["cleanup.policy"]
+        first = self.segments()[-1].first_frame() if self.segments() else None
+        if first is not None and first.first_timestamp >= 0:
+            age = self.clock.now_ms() - first.first_timestamp // 1000
+            limit = self.config["segment.ms"]
+            if compacted:
+                limit = min(limit, self.config["max.compaction.lag.ms"])
+            if age >= limit:
+                self.roll()
+        return deleted, self.clean()
 
     # -- reads -------------------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int, end_offset: int | None = None,
@@ -625,6 +674,16 @@ class Log:
     def offset_for_time(self, timestamp_us: int) -> int | None:
         """The earliest committed offset whose timestamp is >= timestamp_us, or None."""
         return reader.offset_for_time(self, timestamp_us)
+
+
+def check_keys(batch: pa.RecordBatch, config: TopicConfig, partition: str) -> None:
+    """A compacted topic keeps the latest record of each key, so every record must have one (Kafka refuses
+    keyless records there too): InvalidRecordError, nothing written, if one has none."""
+    if "compact" in config["cleanup.policy"] and batch.num_rows and batch.column(1).null_count:
+        first = pc.index(pc.is_null(batch.column(1)), True).as_py()
+        raise InvalidRecordError(f"partition {partition} is compacted (cleanup.policy={config['cleanup.policy']}), "
+                                 f"so every record needs a key; record {first} of the batch has none (nothing of "
+                                 "the batch was written): give it a key, or use a topic with cleanup.policy=delete")
 
 
 def _stale(seg: Segment, offset: int) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import os
 from typing import TYPE_CHECKING, Iterator
 
 import pyarrow as pa
@@ -46,7 +47,8 @@ def read_frames(plog: Log, offset: int, max_bytes: int, end_offset: int | None =
     i = max(bisect.bisect_right(bases, offset) - 1, 0)
     limit = min(end, bases[i + 1]) if i + 1 < len(segs) else end
     frames: list[Frame] = []
-    for item in _segment_items(plog, segs[i], offset, end, limit, max_bytes):
+    _, buf, items = _segment_items(plog, segs[i], offset, end, limit, max_bytes)
+    for item in items:
         if isinstance(item, Damage):
             if not frames:
                 raise CorruptRangeError(item)
@@ -54,7 +56,7 @@ def read_frames(plog: Log, offset: int, max_bytes: int, end_offset: int | None =
         frames.append(item)
     if not frames:
         return pa.py_buffer(b"")
-    return segs[i].view().slice(frames[0].position, frames[-1].end - frames[0].position)
+    return buf.slice(frames[0].position, frames[-1].end - frames[0].position)
 
 
 def _range(plog: Log, offset: int, end_offset: int | None) -> tuple[list[Segment], int]:
@@ -72,25 +74,23 @@ def _range(plog: Log, offset: int, end_offset: int | None) -> tuple[list[Segment
 
 def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int,
              committed_only: bool) -> Iterator[Fetched]:
-    """The batches from `offset` to `end`. Markers, and with `committed_only` the records of aborted
-    transactions, are left out; a read ending on some yields an empty batch at the offset after them, so the
-    reader's position moves past them (the offsets they take are gaps to the reader)."""
+    """The batches from `offset` to `end`. Markers, compaction's gaps, and with `committed_only` the records of
+    aborted transactions, are left out; a read ending on some yields an empty batch at the offset after them, so
+    the reader's position moves past them (the offsets they take are gaps to the reader)."""
     bases = [s.base_offset for s in segs]
     first = max(bisect.bisect_right(bases, offset) - 1, 0)
     skipped: tuple[Segment, int] | None = None  # (segment, offset after the frames left out since the last batch)
     for i in range(first, len(segs)):
         if offset >= end or budget <= 0:
             break
-        seg = segs[i]
         limit = min(end, bases[i + 1]) if i + 1 < len(segs) else end
-        items = _segment_items(plog, seg, offset, end, limit, budget)
-        buf = seg.view()
+        seg, buf, items = _segment_items(plog, segs[i], offset, end, limit, budget)
         for item in items:
             if isinstance(item, Damage):
                 raise CorruptRangeError(item)
             header = item.header
-            if header.is_control or (committed_only and header.is_transactional
-                                     and plog.transactions.aborted(header)):
+            if not header.delivered or (committed_only and header.is_transactional
+                                        and plog.transactions.aborted(header)):
                 offset = min(end, header.next_offset)
                 skipped = (seg, offset)
                 budget -= header.size
@@ -108,19 +108,36 @@ def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int,
         yield Fetched(skipped[1], pa.RecordBatch.from_pylist([], schema=skipped[0].schema), 0)
 
 
-def _segment_items(plog: Log, seg: Segment, offset: int, end: int, limit: int, budget: int) -> list[Frame | Damage]:
-    """The frames (and damage) of `seg` to serve from `offset`, its indexes checked first."""
-    try:
-        plog.check_indexes([seg])
-        return list(_frames(plog, seg, offset, end, limit, budget))
-    except FileNotFoundError:
-        raise OffsetOutOfRangeError(f"offset {offset} of partition {plog.name} was deleted by retention while "
-                                    "being read; seek to the log start") from None
+def _segment_items(plog: Log, seg: Segment, offset: int, end: int, limit: int, budget: int
+                   ) -> tuple[Segment, pa.Buffer, list[Frame | Damage]]:
+    """The frames (and damage) to serve from `offset`, found in `seg` (its indexes checked first) or, if the
+    cleaner replaced or merged it meanwhile, in the segment holding `offset` now; with that segment and the
+    buffer their positions refer to (read again if the file was replaced while being walked)."""
+    for _ in range(3):
+        try:
+            plog.check_indexes([seg])
+            inode = os.stat(seg.path).st_ino
+            buf = seg.view()
+            items = list(_frames(plog, seg, offset, end, limit, budget, buf))
+            if os.stat(seg.path).st_ino == inode:
+                return seg, buf, items
+        except FileNotFoundError:
+            if offset < plog.start_offset:
+                raise OffsetOutOfRangeError(f"offset {offset} of partition {plog.name} was deleted by retention "
+                                            "while being read; seek to the log start") from None
+        segs = plog.segments()  # the cleaner swapped segments: read the offsets where they are now
+        i = max(bisect.bisect_right([s.base_offset for s in segs], offset) - 1, 0)
+        seg = segs[i]
+        limit = min(end, segs[i + 1].base_offset) if i + 1 < len(segs) else end
+    raise OffsetOutOfRangeError(f"offset {offset} of partition {plog.name}: its segment kept changing while being "
+                                "read; retry the read")
 
 
-def _frames(plog: Log, seg: Segment, offset: int, end: int, limit: int, budget: int) -> Iterator[Frame | Damage]:
-    """The frames (and damage) of `seg` to serve from `offset`, within about `budget` bytes."""
-    for item in seg.read(offset, end, limit, plog.start(seg, offset)):
+def _frames(plog: Log, seg: Segment, offset: int, end: int, limit: int, budget: int, buf: pa.Buffer
+            ) -> Iterator[Frame | Damage]:
+    """The frames (and damage) of `seg` (whose data `buf` holds) to serve from `offset`, within about `budget`
+    bytes."""
+    for item in seg.read(offset, end, limit, plog.start(seg, offset), buf):
         yield item
         if isinstance(item, Damage):
             return

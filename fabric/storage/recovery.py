@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fabric.common.errors import CorruptRecordError
+from fabric.storage import segment_swap
 from fabric.storage.marker import PendingPublish, UnreadableMarkerError, read_marker, remove_marker
 from fabric.storage.scan import Damage, Frame
 from fabric.storage.segment import Segment, StaleIndexError
@@ -79,9 +80,12 @@ class Recovery:
     def run(self) -> tuple[RecoveryReport, Segment | None]:
         """Recover; returns the report and the active segment (None with apply=False)."""
         plog = self.log
+        swapped = segment_swap.complete(plog) if self.apply else None
         segs = plog.segments()
         reading = plog.hw.read()
         report = RecoveryReport(plog.name, reading, applied=self.apply)
+        if swapped:
+            report.actions.append(swapped)
         if not segs and reading.state is WatermarkState.MISSING:  # a new partition: nothing to report
             if not self.apply:
                 return report, None

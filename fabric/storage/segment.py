@@ -104,6 +104,8 @@ class Segment:
         """(schema, data start), read again if the file was replaced (a recreated or adopted segment)."""
         inode = os.stat(self.path).st_ino
         if self._schema is None or inode != self._inode:
+            if self._inode != -1:  # replaced (a compacted copy): its indexes are new files, checked again
+                self._indexes_checked = False
             self.forget_writes()
             self._schema, self._data_start = self._read_schema_frame()
             self._inode = inode
@@ -138,9 +140,10 @@ class Segment:
         return self.fallback_schema, start
 
     # -- walking -----------------------------------------------------------------------------------
-    def walk(self, position: int, expected: int, **options: int | None) -> Walk:
-        """The frames from byte `position` (where offset `expected` starts): see scan.Walk for the options."""
-        return Walk(self.path, self.view(), position, expected, **options)
+    def walk(self, position: int, expected: int, buf: pa.Buffer | None = None, **options: int | None) -> Walk:
+        """The frames from byte `position` (where offset `expected` starts) of the data file, or of `buf` (a view
+        of it taken earlier): see scan.Walk for the options."""
+        return Walk(self.path, self.view() if buf is None else buf, position, expected, **options)
 
     def start(self, offset: int) -> tuple[int, int]:
         """Where to start walking to reach `offset`: (byte position, the offset starting there), from the offset
@@ -161,11 +164,12 @@ class Segment:
                 return pos, self.base_offset + rel
         return self.data_start, self.base_offset
 
-    def read(self, offset: int, end_offset: int, limit: int, start: tuple[int, int]) -> Iterator[Frame | Damage]:
+    def read(self, offset: int, end_offset: int, limit: int, start: tuple[int, int], buf: pa.Buffer | None = None
+             ) -> Iterator[Frame | Damage]:
         """The CRC-checked frames overlapping [offset, end_offset), and the damage among them, walking from
-        `start` (see start()); `limit` is the offset this segment's frames reach (the next segment's base, or the
-        watermark)."""
-        for item in self.walk(*start, stop=end_offset, verify_from=offset, limit=limit):
+        `start` (see start()) in `buf` (default: a view taken now); `limit` is the offset this segment's frames
+        reach (the next segment's base, or the watermark)."""
+        for item in self.walk(*start, buf, stop=end_offset, verify_from=offset, limit=limit):
             if isinstance(item, Frame) and item.header.next_offset <= offset:
                 continue
             if isinstance(item, Damage) and item.next_offset is not None and item.next_offset <= offset:
@@ -243,8 +247,8 @@ class Segment:
             return False
         entries = self.timeindex.entries
         if not len(entries):
-            return not any(isinstance(i, Frame) and i.header.record_count for i in self.walk(self.data_start,
-                                                                                             self.base_offset))
+            return not any(isinstance(i, Frame) and i.header.record_count and not i.header.is_gap
+                           for i in self.walk(self.data_start, self.base_offset))
         if not self.timeindex.is_consistent(2**32):
             return False
         ts, rel = int(entries["ts"][-1]), int(entries["rel"][-1])
