@@ -1,0 +1,173 @@
+"""Compaction killed with SIGKILL: at each step of a swap (fabric/storage/segment_swap.py), and at random moments
+of a process that appends and compacts in turn. A new process opening the partition finishes or abandons the
+swap; every record it reads is one that was written, at its offset, and each key reads back as its latest
+acknowledged value.
+
+The child processes are scripts importing only the installed package."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from fabric.common.config import TopicConfig
+from fabric.storage.log import Log
+from fabric.storage.segment_swap import CLEANED_SUFFIX, MARKER
+
+PYTHON = sys.executable
+CONFIG = {"cleanup.policy": "compact", "segment.bytes": "1500", "index.interval.bytes": "300",
+          "segment.ms": str(2**62), "min.cleanable.dirty.ratio": "0.01"}
+
+CHILD_PRELUDE = r"""
+import json, os, signal, sys, time
+import pyarrow as pa
+from fabric.common.config import TopicConfig
+from fabric.common.records import TIMESTAMP, storage_schema
+from fabric.storage.log import Log
+SCHEMA = storage_schema()
+CONFIG = json.loads(sys.argv[2])
+
+def append(log, pairs):
+    n = len(pairs)
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([time.time_ns() // 1000] * n, TIMESTAMP), pa.array([k.encode() for k, _ in pairs], pa.binary()),
+         pa.nulls(n, SCHEMA.field("headers").type), pa.array([v.encode() for _, v in pairs], pa.binary())],
+        schema=SCHEMA)
+    return log.append(batch)
+
+log = Log(sys.argv[1], SCHEMA, TopicConfig(CONFIG))
+"""
+
+# argv: directory, config, step. Writes rounds of updates of 6 keys, compacts, writes more (so the next pass
+# merges the small cleaned segments), records them all in written.json, then compacts again and SIGKILLs itself
+# at `step` of the swap.
+STEP_CHILD = CHILD_PRELUDE + r"""
+written = []
+for r in range(12):
+    for k in range(0, 6, 2):
+        pairs = [(f"k{j}", f"r{r}-k{j}-" + "x" * 40) for j in (k, k + 1)]
+        base = append(log, pairs)
+        written += [(base + i, key, value) for i, (key, value) in enumerate(pairs)]
+    if r == 7:
+        log.clean(force=True)
+with open(os.path.join(sys.argv[1], "..", "written.json"), "w") as f:
+    json.dump(written, f)
+
+def crash(step):
+    if step == sys.argv[3]:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+log.clean(force=True, crash=crash)
+sys.exit("the step was never reached")
+"""
+
+# argv: directory, config, tag. Appends a batch of two keys at a time, printing each acknowledged one as JSON,
+# and runs a cleaner pass after each.
+LOOP_CHILD = CHILD_PRELUDE + r"""
+tag, i = sys.argv[3], 0
+while True:
+    pairs = [(f"k{(i * 2 + j) % 9}", f"{tag}:{i}:{j}") for j in range(2)]
+    print(json.dumps({"sending": pairs}), flush=True)
+    base = append(log, pairs)
+    print(json.dumps({"ok": [[base + j, k, v] for j, (k, v) in enumerate(pairs)]}), flush=True)
+    log.clean()
+    i += 1
+"""
+
+
+def _open(directory: str) -> Log:
+    from fabric.common.records import storage_schema
+
+    return Log(directory, storage_schema(), TopicConfig(CONFIG))
+
+
+def _records(plog: Log) -> list[tuple[int, str, str]]:
+    out, offset, end = [], plog.start_offset, plog.end_offset
+    while offset < end:
+        fetched = plog.fetch(offset, 1 << 20)
+        assert fetched, f"no progress at offset {offset}"
+        for f in fetched:
+            keys, values = f.batch.column(1).to_pylist(), f.batch.column(3).to_pylist()
+            out += [(f.offset + i, k.decode(), v.decode()) for i, (k, v) in enumerate(zip(keys, values, strict=True))]
+        offset = fetched[-1].offset + fetched[-1].batch.num_rows
+    return out
+
+
+def _latest(records: list[tuple[int, str, str]]) -> dict[str, tuple[int, str]]:
+    return {key: (offset, value) for offset, key, value in sorted(records)}
+
+
+def _leftovers(directory: str) -> list[str]:
+    return [n for n in os.listdir(directory) if n.endswith(CLEANED_SUFFIX) or n == MARKER]
+
+
+@pytest.mark.parametrize("step", ["marker", "indexes", "renamed", "deleted"])
+def test_sigkill_at_each_step_of_a_swap_loses_nothing(tmp_path, step, storage) -> None:
+    directory = str(tmp_path / "p")
+    proc = subprocess.run([PYTHON, "-c", STEP_CHILD, directory, json.dumps(CONFIG), step], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert _leftovers(directory), "the kill left no swap to finish"
+    with open(tmp_path / "written.json") as f:
+        written = [(o, k, v) for o, k, v in json.load(f)]
+    plog = _open(directory)  # a new process's view: recovery finishes or abandons the swap first
+    got = _records(plog)
+    report = plog.last_recovery
+    assert report is not None
+    finished = step in ("renamed", "deleted")
+    assert any(("was finished" if finished else "was abandoned") in a for a in report.actions), report.actions
+    assert not _leftovers(directory)
+    assert set(got) <= set(written)  # every record read was written, at its offset
+    assert _latest(got) == _latest(written)  # and every key reads back as its latest value
+    assert plog.end_offset == written[-1][0] + 1
+    storage.assert_clean(directory, plog.end_offset)
+    # the next pass compacts what is left: only the latest of each key
+    plog.clean(force=True)
+    assert sorted(_records(plog)) == sorted((o, k, v) for k, (o, v) in _latest(written).items())
+
+
+def test_sigkill_at_random_moments_of_appends_and_passes_keeps_every_latest_value(tmp_path, storage) -> None:
+    directory = str(tmp_path / "p")
+    rng = random.Random()
+    written: dict[int, tuple[str, str]] = {}
+    acknowledged: list[tuple[int, str, str]] = []
+    for round_no in range(3):
+        proc = subprocess.Popen([PYTHON, "-c", LOOP_CHILD, directory, json.dumps(CONFIG), f"r{round_no}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        in_flight: list[tuple[str, str]] = []
+        try:
+            for _ in range(rng.randrange(20, 80)):
+                line = proc.stdout.readline()
+                if not line:
+                    raise AssertionError(f"child died early: {proc.stderr.read()}")
+                event = json.loads(line)
+                if "ok" in event:
+                    acknowledged += [(o, k, v) for o, k, v in event["ok"]]
+                    written.update({o: (k, v) for o, k, v in event["ok"]})
+                    in_flight = []
+                else:
+                    in_flight = [(k, v) for k, v in event["sending"]]
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+            proc.stdout.close()
+            proc.stderr.close()
+        plog = _open(directory)
+        got = _records(plog)
+        # the batch in flight may have landed, at the end
+        end = acknowledged[-1][0] + 1
+        for i, (k, v) in enumerate(in_flight):
+            written.setdefault(end + i, (k, v))
+        for offset, key, value in got:
+            assert written.get(offset) == (key, value), f"offset {offset} holds {key}={value}, never written there"
+        latest_read, latest_acked = _latest(got), _latest(acknowledged)
+        for key, (offset, _) in latest_acked.items():
+            assert latest_read[key][0] >= offset, f"key {key}: its latest acknowledged value was lost"
+        storage.assert_clean(directory, plog.end_offset)
+        acknowledged += [(o, *written[o]) for o, _, _ in got if o >= end]
+    assert len(got) < plog.end_offset - plog.start_offset, "the passes between the kills compacted nothing"
