@@ -227,3 +227,25 @@ def test_a_segment_with_damage_is_not_compacted(tmp_path, storage) -> None:
     report = plog.clean()
     assert not report.cleaned and "damaged records" in report.reason
     assert os.path.getsize(first.path) == size
+
+
+def test_a_typed_topic_is_compacted_on_its_record_key_and_a_null_value_is_a_tombstone(tmp_path) -> None:
+    from fabric.common.records import storage_schema
+
+    schema = storage_schema(pa.schema([("user", pa.string()), ("amount", pa.int64())]))
+    plog = Log(str(tmp_path / "p"), schema, TopicConfig({"cleanup.policy": "compact", "segment.ms": str(2**62)}),
+               clock=Clock())
+
+    def typed(pairs: list[tuple[bytes, dict | None]]) -> pa.RecordBatch:
+        n = len(pairs)
+        return pa.RecordBatch.from_arrays(
+            [pa.array([1_000_000] * n, TIMESTAMP), pa.array([k for k, _ in pairs], pa.binary()),
+             pa.nulls(n, schema.field("headers").type),
+             pa.array([v for _, v in pairs], schema.field("value").type)], schema=schema)
+
+    plog.append(typed([(b"u1", {"user": "ann", "amount": 1}), (b"u2", {"user": "bob", "amount": 2})]))
+    plog.append(typed([(b"u1", {"user": "ann", "amount": 5}), (b"u2", None)]))
+    assert plog.clean(force=True).records_removed == 2
+    rows = [(f.offset, f.batch.column(1).to_pylist(), f.batch.column(3).to_pylist())
+            for f in plog.fetch(0, 1 << 20) if f.batch.num_rows]
+    assert rows == [(2, [b"u1", b"u2"], [{"user": "ann", "amount": 5}, None])]
