@@ -128,6 +128,20 @@ class StorageKit:
         return out
 
     @staticmethod
+    def keyed_records(log: Log) -> list[tuple[int, bytes | None, bytes | None]]:
+        """(offset, key, value) of every record a reader gets from the log start (compaction's gaps skipped)."""
+        out: list[tuple[int, bytes | None, bytes | None]] = []
+        offset, end = log.start_offset, log.end_offset
+        while offset < end:
+            fetched = log.fetch(offset, 1 << 20)
+            assert fetched, f"no progress at offset {offset}"
+            for f in fetched:
+                keys, values = f.batch.column(1).to_pylist(), f.batch.column(3).to_pylist()
+                out += [(f.offset + i, k, v) for i, (k, v) in enumerate(zip(keys, values, strict=True))]
+            offset = fetched[-1].offset + fetched[-1].batch.num_rows
+        return out
+
+    @staticmethod
     def data_files(directory: str) -> list[str]:
         return sorted(os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(DATA_SUFFIX))
 

@@ -86,16 +86,8 @@ def _open(directory: str) -> Log:
     return Log(directory, storage_schema(), TopicConfig(CONFIG))
 
 
-def _records(plog: Log) -> list[tuple[int, str, str]]:
-    out, offset, end = [], plog.start_offset, plog.end_offset
-    while offset < end:
-        fetched = plog.fetch(offset, 1 << 20)
-        assert fetched, f"no progress at offset {offset}"
-        for f in fetched:
-            keys, values = f.batch.column(1).to_pylist(), f.batch.column(3).to_pylist()
-            out += [(f.offset + i, k.decode(), v.decode()) for i, (k, v) in enumerate(zip(keys, values, strict=True))]
-        offset = fetched[-1].offset + fetched[-1].batch.num_rows
-    return out
+def _records(storage, plog: Log) -> list[tuple[int, str, str]]:
+    return [(o, k.decode(), v.decode()) for o, k, v in storage.keyed_records(plog)]
 
 
 def _latest(records: list[tuple[int, str, str]]) -> dict[str, tuple[int, str]]:
@@ -116,7 +108,7 @@ def test_sigkill_at_each_step_of_a_swap_loses_nothing(tmp_path, step, storage) -
     with open(tmp_path / "written.json") as f:
         written = [(o, k, v) for o, k, v in json.load(f)]
     plog = _open(directory)  # a new process's view: recovery finishes or abandons the swap first
-    got = _records(plog)
+    got = _records(storage, plog)
     report = plog.last_recovery
     assert report is not None
     finished = step in ("renamed", "deleted")
@@ -128,7 +120,7 @@ def test_sigkill_at_each_step_of_a_swap_loses_nothing(tmp_path, step, storage) -
     storage.assert_clean(directory, plog.end_offset)
     # the next pass compacts what is left: only the latest of each key
     plog.clean(force=True)
-    assert sorted(_records(plog)) == sorted((o, k, v) for k, (o, v) in _latest(written).items())
+    assert sorted(_records(storage, plog)) == sorted((o, k, v) for k, (o, v) in _latest(written).items())
 
 
 def test_sigkill_at_random_moments_of_appends_and_passes_keeps_every_latest_value(tmp_path, storage) -> None:
@@ -158,7 +150,7 @@ def test_sigkill_at_random_moments_of_appends_and_passes_keeps_every_latest_valu
             proc.stdout.close()
             proc.stderr.close()
         plog = _open(directory)
-        got = _records(plog)
+        got = _records(storage, plog)
         # the batch in flight may have landed, at the end
         end = acknowledged[-1][0] + 1
         for i, (k, v) in enumerate(in_flight):

@@ -45,19 +45,6 @@ def open_log(storage, directory: str, clock: Clock | None = None, replica: bool 
     return Log(directory, storage.SCHEMA, TopicConfig(overrides), clock=clock or Clock(), replica=replica)
 
 
-def records(plog: Log) -> list[tuple[int, bytes | None, bytes | None]]:
-    """(offset, key, value) of every record a reader gets from the log start."""
-    out, offset, end = [], plog.start_offset, plog.end_offset
-    while offset < end:
-        fetched = plog.fetch(offset, 1 << 20)
-        assert fetched, f"no progress at offset {offset}"
-        for f in fetched:
-            keys, values = f.batch.column(1).to_pylist(), f.batch.column(3).to_pylist()
-            out += [(f.offset + i, k, v) for i, (k, v) in enumerate(zip(keys, values, strict=True))]
-        offset = fetched[-1].offset + fetched[-1].batch.num_rows
-    return out
-
-
 def fill(storage, plog: Log, rounds: int, keys: int, ts_ms: int) -> dict[bytes, tuple[int, bytes]]:
     """`rounds` updates of each of `keys` keys, a few per batch; the latest (offset, value) of each key."""
     return latest_below(written(storage, plog, rounds, keys, ts_ms), 2**62)
@@ -87,7 +74,7 @@ def test_the_latest_record_of_each_key_survives_at_its_offset(tmp_path, storage)
     closed_end = plog.segments()[-1].base_offset
     report = plog.clean()
     assert report.cleaned and report.records_removed > 0, report.describe()
-    got = records(plog)
+    got = storage.keyed_records(plog)
     # the closed segments keep the latest of each key among them, at its original offset; the active one all
     assert got == sorted([(o, k, v) for k, (o, v) in latest_below(writes, closed_end).items()]
                          + [w for w in writes if w[0] >= closed_end])
@@ -96,10 +83,10 @@ def test_the_latest_record_of_each_key_survives_at_its_offset(tmp_path, storage)
     assert plog.end_offset == end and len(plog.segments()) == before
     # the next pass merges the small cleaned segments, up to segment.bytes each (as Kafka's cleaner groups them)
     assert plog.clean(force=True).segments_after < len(plog.segments()) < before
-    assert records(plog) == sorted((o, k, v) for k, (o, v) in latest_below(writes, end).items())
+    assert storage.keyed_records(plog) == sorted((o, k, v) for k, (o, v) in latest_below(writes, end).items())
     storage.assert_clean(plog.directory, end)
     # a reopened log (another process) reads the same
-    assert records(open_log(storage, plog.directory)) == records(plog)
+    assert storage.keyed_records(open_log(storage, plog.directory)) == storage.keyed_records(plog)
 
 
 def test_a_forced_pass_rolls_the_active_segment_and_compacts_everything(tmp_path, storage) -> None:
@@ -109,14 +96,14 @@ def test_a_forced_pass_rolls_the_active_segment_and_compacts_everything(tmp_path
     assert not plog.clean().cleaned  # only the active segment: nothing is due
     report = plog.clean(force=True)
     assert report.cleaned and report.cleaned_to == plog.end_offset
-    assert records(plog) == sorted((o, k, v) for k, (o, v) in latest.items())
+    assert storage.keyed_records(plog) == sorted((o, k, v) for k, (o, v) in latest.items())
     # readers starting inside a gap get the next record, and a read ending in gaps moves them past it
     first_kept = min(o for o, _ in latest.values())
     assert first_kept > 0
     assert plog.fetch(0, 1 << 20)[0].offset == first_kept
     appended = plog.append(batch(storage, [(b"k0", b"new")], 2_000))
     assert appended == plog.end_offset - 1
-    assert records(plog)[-1] == (appended, b"k0", b"new")
+    assert storage.keyed_records(plog)[-1] == (appended, b"k0", b"new")
 
 
 def test_tombstones_delete_keys_and_go_after_delete_retention(tmp_path, storage) -> None:
@@ -125,14 +112,14 @@ def test_tombstones_delete_keys_and_go_after_delete_retention(tmp_path, storage)
     plog.append(batch(storage, [(b"a", b"1"), (b"b", b"1"), (b"c", b"1")], 1_000))
     tomb = plog.append(batch(storage, [(b"b", None)], 1_000))
     plog.clean(force=True)
-    assert [(k, v) for _, k, v in records(plog)] == [(b"a", b"1"), (b"c", b"1"), (b"b", None)]
+    assert [(k, v) for _, k, v in storage.keyed_records(plog)] == [(b"a", b"1"), (b"c", b"1"), (b"b", None)]
     clock.ms += 59_000
     plog.clean(force=True)
-    assert (tomb, b"b", None) in records(plog)  # not yet: readers still get the delete
+    assert (tomb, b"b", None) in storage.keyed_records(plog)  # not yet: readers still get the delete
     clock.ms += 1_000
     report = plog.clean(force=True)
     assert report.tombstones_removed == 1
-    assert [(k, v) for _, k, v in records(plog)] == [(b"a", b"1"), (b"c", b"1")]
+    assert [(k, v) for _, k, v in storage.keyed_records(plog)] == [(b"a", b"1"), (b"c", b"1")]
 
 
 def test_keyless_records_are_refused_on_a_compacted_topic(tmp_path, storage) -> None:
@@ -192,7 +179,8 @@ def test_transactions_and_producer_state_survive_cleaning(tmp_path, storage) -> 
     assert report.cleaned, report.describe()
     # each producer's last batch is kept whole (9's b1, and 7's a2 and b2, though newer values exist), the aborted
     # record and producer 7's first batch are gone, the markers stay
-    assert [(k, v) for _, k, v in records(plog)] == [(b"b", b"1"), (b"a", b"2"), (b"b", b"2"), (b"a", b"3")]
+    assert [(k, v) for _, k, v in storage.keyed_records(plog)] == [(b"b", b"1"), (b"a", b"2"), (b"b", b"2"),
+                                                                    (b"a", b"3")]
     assert plog.last_stable_offset(plog.end_offset) == plog.end_offset
     reopened = open_log(storage, plog.directory)
     # producer 7 continues from sequence 3; a retry of its last batch is still recognised
@@ -210,10 +198,10 @@ def test_a_follower_copies_a_compacted_leader_and_compacts_on_its_own(tmp_path, 
     leader.clean(force=True)
     follower = open_log(storage, str(tmp_path / "follower"), replica=True)
     replicas.copy(leader, follower)
-    assert records(follower) == records(leader)
+    assert storage.keyed_records(follower) == storage.keyed_records(leader)
     assert follower.leader_epochs.entries == leader.leader_epochs.entries
     follower.clean(force=True)  # its own pass, on its own segments: the same records
-    assert records(follower) == records(leader)
+    assert storage.keyed_records(follower) == storage.keyed_records(leader)
 
 
 def test_a_segment_with_damage_is_not_compacted(tmp_path, storage) -> None:
