@@ -12,7 +12,7 @@ import os
 import sqlite3
 import threading
 from dataclasses import replace
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import pyarrow as pa
 
@@ -22,6 +22,7 @@ from fabric.common.types import CommittedOffset, TopicInfo, TopicPartition, Tran
 from fabric.coordinator import disk, sqlite_replicas, transactions, validation
 from fabric.coordinator.group_store import GroupMembership, GroupService, SqliteGroupStore
 from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.offsets_topic import OFFSETS_TOPIC, OffsetsTopic, TopicOffsets
 from fabric.coordinator.sqlite_replicas import SqliteReplication
 
 log = logging.getLogger(__name__)
@@ -57,8 +58,9 @@ def _migrate(db: sqlite3.Connection) -> None:
             log.info("metadata database: table %s gained column %s", table, column)
 
 
-class SqliteCoordinator(GroupMembership, SqliteReplication, Coordinator):
-    """Coordinator state in `path` (created if missing); the replicated cluster's tables: sqlite_replicas."""
+class SqliteCoordinator(TopicOffsets, GroupMembership, SqliteReplication, Coordinator):
+    """Coordinator state in `path` (created if missing); the replicated cluster's tables: sqlite_replicas; group
+    offsets in the offsets topic beside it (`<dir of path>/__consumer_offsets`, coordinator.offsets_topic)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -70,6 +72,8 @@ class SqliteCoordinator(GroupMembership, SqliteReplication, Coordinator):
             _migrate(self._db())
             self._migrate_transactions()
             self._groups = GroupService(SqliteGroupStore(self._db, self._tx), self._partitions_of)
+            self._offsets = OffsetsTopic(os.path.join(os.path.dirname(path), OFFSETS_TOPIC),
+                                         legacy=self._legacy_offsets)
 
     def _db(self) -> sqlite3.Connection:
         """This thread's connection: read-write, or read-only while the disk refuses writes."""
@@ -185,8 +189,9 @@ class SqliteCoordinator(GroupMembership, SqliteReplication, Coordinator):
     def delete_topic(self, name: str) -> None:
         with self._tx() as db:
             self._row(db, name)
-            for table, column in (("topics", "name"), ("offsets", "topic"), ("partition_state", "topic")):
+            for table, column in (("topics", "name"), ("partition_state", "topic")):
                 db.execute(f"DELETE FROM {table} WHERE {column}=?", (name,))
+        self._offsets.forget_topic(name)
 
     def topic(self, name: str) -> TopicInfo:
         return self._info(self._row(self._db(), name))
@@ -212,29 +217,11 @@ class SqliteCoordinator(GroupMembership, SqliteReplication, Coordinator):
             db.execute("UPDATE topics SET partitions=? WHERE name=?", (total, name))
         return replace(info, partitions=total)
 
-    def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
-                       generation: int = -1, member_id: str = "") -> None:
-        validation.offsets(group, offsets, metadata)
-        now = SYSTEM_CLOCK.now_ms()
-        with self._tx() as db:
-            self._groups.validate_commit(group, member_id, generation)
-            db.executemany("INSERT OR REPLACE INTO offsets VALUES (?, ?, ?, ?, ?, ?)",
-                           [(group, t, p, o, metadata, now) for (t, p), o in offsets.items()])
-
-    def committed(self, group: str, topics: list[str] | None = None) -> dict[TopicPartition, CommittedOffset]:
-        rows = self._db().execute(
-            "SELECT topic, partition, next_offset, metadata, commit_ms FROM offsets WHERE grp=?", (group,))
-        return {(t, p): CommittedOffset(o, m, ms) for t, p, o, m, ms in rows if topics is None or t in topics}
-
-    def list_groups(self) -> list[str]:
-        with_offsets = {r[0] for r in self._db().execute("SELECT DISTINCT grp FROM offsets")}
-        return sorted(with_offsets | set(self._groups.live_groups()))
-
-    def delete_group(self, group: str) -> None:
-        """Forget a group's offsets and state; GroupNotEmptyError while it has live members."""
-        with self._tx() as db:
-            self._groups.delete_group(group)
-            db.execute("DELETE FROM offsets WHERE grp=?", (group,))
+    def _legacy_offsets(self) -> Iterator[tuple[str, TopicPartition, CommittedOffset]]:
+        """The offsets an older version kept in the `offsets` table (migrated to the offsets topic once)."""
+        for group, topic, partition, offset, metadata, commit_ms in self._db().execute(
+                "SELECT grp, topic, partition, next_offset, metadata, commit_ms FROM offsets"):
+            yield group, (topic, partition), CommittedOffset(offset, metadata, commit_ms)
 
     def commit_transaction(self, txn: str, writers: Sequence[int] | None = None) -> None:
         transactional_id, sequence = validation.transaction(txn)
@@ -295,6 +282,3 @@ class SqliteCoordinator(GroupMembership, SqliteReplication, Coordinator):
     def _partitions_of(self, topic: str) -> int:
         row = self._db().execute("SELECT partitions FROM topics WHERE name=?", (topic,)).fetchone()
         return row[0] if row else 0
-
-    def _has_offsets(self, group: str) -> bool:
-        return self._db().execute("SELECT 1 FROM offsets WHERE grp=? LIMIT 1", (group,)).fetchone() is not None

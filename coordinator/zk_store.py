@@ -12,7 +12,7 @@ import functools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Callable, Protocol, TypeVar
+from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 import pyarrow as pa
 from kazoo.client import KazooClient, TransactionRequest
@@ -30,6 +30,7 @@ from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.errors import (
     CoordinatorUnavailableError,
     InvalidPartitionsError,
+    InvalidRequestError,
     TopicExistsError,
     UnknownTopicError,
 )
@@ -40,6 +41,7 @@ from fabric.coordinator.election import EpochToken, FencedError
 from fabric.coordinator.group_store import GroupMembership, GroupService, GroupStore
 from fabric.coordinator.groups import GroupState
 from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.offsets_topic import OffsetsTopic, TopicOffsets
 from fabric.coordinator.zk_replicas import ZkReplication
 
 T = TypeVar("T")
@@ -188,18 +190,38 @@ class ZkGroupStore(GroupStore):
                       if self.writer.client.exists(layout.group_state(layout.name_of(g))) is not None)
 
 
-class ZkCoordinator(GroupMembership, ZkReplication, Coordinator):
+class ZkCoordinator(TopicOffsets, GroupMembership, ZkReplication, Coordinator):
     """The Coordinator interface on ZooKeeper. `target` is a zk:// URL (this object owns the connection) or
     a started KazooClient (e.g. the one the instance's election uses); `fence` guards every write. The
     replicated cluster's nodes, assignments and states: zk_replicas."""
 
     def __init__(self, target: str | KazooClient, fence: Fence | None = None,
-                 session_timeout: float = layout.DEFAULT_SESSION_TIMEOUT_S) -> None:
+                 session_timeout: float = layout.DEFAULT_SESSION_TIMEOUT_S, offsets_dir: str | None = None,
+                 epoch: Callable[[], int] | None = None) -> None:
         self._owned = isinstance(target, str)
         self.client = (layout.connect(target, session_timeout=session_timeout) if isinstance(target, str)
                        else target)
         self.writer = ZkWriter(self.client, fence)
         self._groups = GroupService(ZkGroupStore(self.writer), self._partitions_of)
+        self._offsets_dir, self._epoch = offsets_dir, epoch
+        self._topic_of_offsets: OffsetsTopic | None = None
+
+    @property
+    def _offsets(self) -> OffsetsTopic:  # type: ignore[override]
+        return self.offsets_topic
+
+    @property
+    def offsets_topic(self) -> OffsetsTopic:
+        """The group offsets, in the offsets topic of the instances' shared data directory (`offsets_dir`),
+        stamped with the instance's election epoch (`epoch`); opened, and the znodes migrated, on first use."""
+        if self._topic_of_offsets is None:
+            if self._offsets_dir is None:
+                raise InvalidRequestError("this ZooKeeper coordinator was opened without an offsets directory; "
+                                          "group offsets live in the offsets topic of the data directory: pass "
+                                          "offsets_dir (a coordinator instance passes <data dir>/__fabric/"
+                                          "__consumer_offsets)")
+            self._topic_of_offsets = OffsetsTopic(self._offsets_dir, self._epoch, self._legacy_offsets)
+        return self._topic_of_offsets
 
     # -- topics --------------------------------------------------------------------------------------------
     def _read_topic(self, name: str) -> tuple[TopicInfo, Any, dict[int, PartitionAssignment]]:
@@ -238,14 +260,13 @@ class ZkCoordinator(GroupMembership, ZkReplication, Coordinator):
     def delete_topic(self, name: str) -> None:
         def build(txn: TransactionRequest, token: EpochToken | None) -> None:
             _, stat, _ = self._read_topic(name)
-            for group in self.writer.children(layout.CONSUMERS):
-                for path in self.writer.subtree(layout.group_topic_offsets(layout.name_of(group), name)):
-                    txn.delete(path)
             *below, top = self.writer.subtree(layout.topic(name))
             for path in below:
                 txn.delete(path)
             txn.delete(top, version=stat.version)  # fails if the topic changed since we read it
         self.writer.write(build)
+        if self._offsets_dir is not None:
+            self.offsets_topic.forget_topic(name)
 
     def topic(self, name: str) -> TopicInfo:
         return self._read_topic(name)[0]
@@ -309,60 +330,23 @@ class ZkCoordinator(GroupMembership, ZkReplication, Coordinator):
                     txn.set_data(path, new.encode(), version=found[1].version)
                     count += 1
             return count
-        return sum(self.writer.write(functools.partial(build, paths[start:start + layout.MAX_OPS]))
-                   for start in range(0, len(paths), layout.MAX_OPS))
+        changed = sum(self.writer.write(functools.partial(build, paths[start:start + layout.MAX_OPS]))
+                      for start in range(0, len(paths), layout.MAX_OPS))
+        if self._offsets_dir is not None and self._epoch is not None:
+            self.offsets_topic.take_leadership(self._epoch())  # a deposed instance's commits are refused
+        return changed
 
-    # -- offsets -------------------------------------------------------------------------------------------
-    def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
-                       generation: int = -1, member_id: str = "") -> None:
-        validation.offsets(group, offsets, metadata)
-        items = sorted(offsets.items())
-
-        def build(txn: TransactionRequest, token: EpochToken | None) -> None:
-            state_stat = self.client.exists(layout.group_state(group))
-            self._groups.validate_commit(group, member_id, generation)
-            if state_stat is not None:
-                txn.check(layout.group_state(group), state_stat.version)  # generation unchanged since checked
-            now = SYSTEM_CLOCK.now_ms()
-            leaves = [layout.offset(group, t, p) for (t, p), _ in items]
-            parents = sorted({layout.group(group), layout.group_offsets(group)}
-                             | {layout.group_topic_offsets(group, t) for (t, _), _ in items})
-            for path, found in zip(parents, self.writer.get_many(parents), strict=True):
-                if found is None:
-                    txn.create(path)
-            for path, found, (_, next_offset) in zip(leaves, self.writer.get_many(leaves), items, strict=True):
-                data = layout.offset_data(CommittedOffset(next_offset, metadata, now))
-                if found is None:
-                    txn.create(path, data)
-                else:
-                    txn.set_data(path, data, version=found[1].version)
-        self.writer.write(build)
-
-    def committed(self, group: str, topics: list[str] | None = None) -> dict[TopicPartition, CommittedOffset]:
-        base = layout.group_offsets(group)
-        names = [layout.name_of(t) for t in self.writer.children(base)]
-        keys = [(t, int(p)) for t in names if topics is None or t in topics
-                for p in self.writer.children(layout.group_topic_offsets(group, t))]
-        found = self.writer.get_many([layout.offset(group, t, p) for t, p in keys])
-        return {key: layout.committed_offset(f[0]) for key, f in zip(keys, found, strict=True) if f is not None}
-
-    def _has_offsets(self, group: str) -> bool:
-        return any(self.writer.children(layout.group_topic_offsets(group, layout.name_of(t)))
-                   for t in self.writer.children(layout.group_offsets(group)))
-
-    def list_groups(self) -> list[str]:
-        with_offsets = {layout.name_of(g) for g in self.writer.children(layout.CONSUMERS)
-                        if self._has_offsets(layout.name_of(g))}
-        return sorted(with_offsets | set(self._groups.live_groups()))
-
-    def delete_group(self, group: str) -> None:
-        """Forget a group's offsets and state; GroupNotEmptyError while it has live members."""
-        self._groups.delete_group(group)
-
-        def build(txn: TransactionRequest, token: EpochToken | None) -> None:
-            for path in self.writer.subtree(layout.group(group)):
-                txn.delete(path)
-        self.writer.write(build)
+    # -- offsets: in the offsets topic (coordinator.offsets_topic); the znodes of earlier versions are migrated --
+    def _legacy_offsets(self) -> Iterator[tuple[str, TopicPartition, CommittedOffset]]:
+        """The offsets an earlier version kept in znodes under /consumers (moved to the offsets topic once)."""
+        for g in self.writer.children(layout.CONSUMERS):
+            group = layout.name_of(g)
+            for t in self.writer.children(layout.group_offsets(group)):
+                topic = layout.name_of(t)
+                for p in self.writer.children(layout.group_topic_offsets(group, topic)):
+                    found = self.writer.get_many([layout.offset(group, topic, int(p))])[0]
+                    if found is not None:
+                        yield group, (topic, int(p)), layout.committed_offset(found[0])
 
     # -- sink transactions ---------------------------------------------------------------------------------
     def commit_transaction(self, txn: str, writers: Sequence[int] | None = None) -> None:

@@ -50,6 +50,12 @@ class Settings:
         """The metadata store: --store, else the data directory's own SQLite database (shared with file:// clients)."""
         return self.store or f"sqlite://{os.path.abspath(self.data_dir)}/__fabric/metadata.db"
 
+    @property
+    def offsets_dir(self) -> str:
+        """The offsets topic (coordinator.offsets_topic): in the data directory every instance shares, where a
+        SQLite store keeps it too (beside its database)."""
+        return os.path.join(os.path.abspath(self.data_dir), "__fabric", "__consumer_offsets")
+
     def advertise_address(self, port: int) -> str:
         """host:port clients reach this instance at (the listen port 0 becomes the bound port)."""
         host, _, _ = (self.advertise or self.listen).rpartition(":")
@@ -235,7 +241,8 @@ class ZkElection:
         from fabric.coordinator.zk_store import ZkCoordinator
         timeout_s = settings.zk_session_timeout_ms / 1000
         self.client = zk_layout.connect(settings.store_url, session_timeout=timeout_s)
-        self.store = ZkCoordinator(self.client, fence=self, session_timeout=timeout_s)
+        self.store = ZkCoordinator(self.client, fence=self, session_timeout=timeout_s,
+                                   offsets_dir=settings.offsets_dir, epoch=lambda: self.epoch)
         self.election: Any = None
 
     def start(self, instance: str, controller: Controller | None = None) -> None:

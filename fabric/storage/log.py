@@ -243,8 +243,7 @@ class Log:
         report, active = Recovery(self).run()
         assert active is not None
         self._recovered, self.last_recovery = True, report
-        if self._epochs is not None:
-            self._epochs.truncate_from_end(report.end_offset)
+        self._epochs = None  # another process may have taken a newer epoch: loaded again from its checkpoint
         self._producers = self._txns = None  # the frames may have changed: rebuilt from them when next needed
         report.rebuilt = self.check_indexes(self.segments())
         self._tail_state = TailState(active.base_offset, active.size, report.end_offset)

@@ -182,7 +182,7 @@ def coordinator(request, tmp_path):
     if request.param == "sqlite":
         store = SqliteCoordinator(str(tmp_path / "m.db"))
     elif request.param == "zookeeper":
-        store = ZkCoordinator(request.getfixturevalue("zk_url"))
+        store = ZkCoordinator(request.getfixturevalue("zk_url"), offsets_dir=str(tmp_path / "offsets"))
     else:
         with fabric.connect(request.getfixturevalue("coordinators")().url()) as fab:
             def fill(topic: str, partition: int, count: int) -> None:
@@ -335,7 +335,7 @@ def store(request, tmp_path):
         yield sqlite, sqlite.claim_controller_epoch
         sqlite.close()
         return
-    zk = ZkCoordinator(request.getfixturevalue("zk_url"))
+    zk = ZkCoordinator(request.getfixturevalue("zk_url"), offsets_dir=str(tmp_path / "offsets"))
     elections = iter(range(1, 100))
 
     def elect() -> int:

@@ -18,6 +18,7 @@ from fabric.common.errors import (
     SchemaMismatchError,
 )
 from fabric.common.types import (
+    CommittedOffset,
     JoinRequest,
     LeaderAndIsr,
     NodeInfo,
@@ -31,8 +32,14 @@ pytestmark = pytest.mark.zookeeper
 
 
 @pytest.fixture
-def zk(zk_url):
-    coordinator = ZkCoordinator(zk_url)
+def offsets_dir(tmp_path) -> str:
+    """The offsets topic's directory, shared by the ZooKeeper stores of a test (as instances share a data dir)."""
+    return str(tmp_path / "offsets")
+
+
+@pytest.fixture
+def zk(zk_url, offsets_dir):
+    coordinator = ZkCoordinator(zk_url, offsets_dir=offsets_dir)
     yield coordinator
     coordinator.close()
 
@@ -47,7 +54,8 @@ def test_znode_layout_is_kafka_like(zk, zk_url):
     assert pa.ipc.read_schema(pa.py_buffer(base64.b64decode(doc["value_schema"]))).equals(schema)
     assert sorted(zk.client.get_children("/brokers/topics/clicks/partitions")) == ["0", "1"]
     assert zk.leader_state("clicks", 1) == layout.LeaderState("", 0, (), 0)  # no controller fenced the write
-    assert layout.loads(zk.client.get("/consumers/g1/offsets/clicks/1")[0])["offset"] == 7
+    # offsets are records of the offsets topic, not znodes (Kafka 0.8.2's move)
+    assert zk.committed("g1")[("clicks", 1)].offset == 7 and zk.client.exists("/consumers/g1/offsets") is None
     for batch in range(3):  # a streaming sink's micro-batches: one znode for the query, not one per batch
         zk.commit_transaction(f"query-q:{batch}")
     assert sorted(zk.client.get_children("/transaction_ids")) == ["query-q", "txn-1"]
@@ -62,6 +70,30 @@ def test_znode_layout_is_kafka_like(zk, zk_url):
     finally:
         root.stop()
         root.close()
+
+
+def test_offsets_an_earlier_version_kept_in_znodes_move_to_the_offsets_topic_once(zk_url, tmp_path):
+    legacy = ZkCoordinator(zk_url)
+    try:
+        legacy.create_topic("clicks", 2, {}, None)
+        for partition, offset in ((0, 3), (1, 9)):
+            legacy.client.create(layout.offset("old-group", "clicks", partition),
+                                 layout.offset_data(CommittedOffset(offset, "meta", 1_000)), makepath=True)
+    finally:
+        legacy.close()
+    moved = ZkCoordinator(zk_url, offsets_dir=str(tmp_path / "offsets"))
+    try:
+        assert moved.committed("old-group") == {("clicks", 0): CommittedOffset(3, "meta", 1_000),
+                                                ("clicks", 1): CommittedOffset(9, "meta", 1_000)}
+        moved.commit_offsets("old-group", {("clicks", 0): 4})
+    finally:
+        moved.close()
+    again = ZkCoordinator(zk_url, offsets_dir=str(tmp_path / "offsets"))  # migrated once: the newer commit stays
+    try:
+        assert again.committed("old-group")[("clicks", 0)].offset == 4
+        assert again.list_groups() == ["old-group"]
+    finally:
+        again.close()
 
 
 def test_transactions_committed_by_0_1_0_still_count(zk):
@@ -89,10 +121,10 @@ def _race(workers: int, body) -> None:
     assert not errors, errors
 
 
-def test_cas_conflicts_between_two_clients_lose_no_update(zk, zk_url):
+def test_cas_conflicts_between_two_clients_lose_no_update(zk, zk_url, offsets_dir):
     """Two clients (two sessions) alter one topic znode and create the same offset parents concurrently:
     every compare-and-set loser re-reads and retries, so no update is lost."""
-    other = ZkCoordinator(zk_url)
+    other = ZkCoordinator(zk_url, offsets_dir=offsets_dir)
     try:
         zk.create_topic("shared", 1, {}, None)
         clients = [zk, other]
@@ -116,9 +148,9 @@ def test_cas_conflicts_between_two_clients_lose_no_update(zk, zk_url):
         other.close()
 
 
-def test_group_state_cas_between_two_clients(zk, zk_url):
+def test_group_state_cas_between_two_clients(zk, zk_url, offsets_dir):
     """Two members join through two clients at once: the group state znode keeps both (CAS retried)."""
-    other = ZkCoordinator(zk_url)
+    other = ZkCoordinator(zk_url, offsets_dir=offsets_dir)
     try:
         zk.create_topic("jobs", 4, {}, None)
         clients, ids = [zk, other], [None, None]
@@ -180,10 +212,10 @@ def test_replication_znodes_are_kafkas(zk):
     assert "assignment" not in layout.loads(zk.client.get("/brokers/topics/plain")[0])
 
 
-def test_partition_state_cas_between_two_clients(zk, zk_url):
+def test_partition_state_cas_between_two_clients(zk, zk_url, offsets_dir):
     """Two clients (two sessions) change one partition state from the same read: exactly one wins, the other
     loses the race and stores nothing."""
-    other = ZkCoordinator(zk_url)
+    other = ZkCoordinator(zk_url, offsets_dir=offsets_dir)
     try:
         zk.create_replicated_topic("r", {}, None, {0: _partition((1, 2, 3), 1, (1, 2, 3))})
         clients, won = [zk, other], [None, None]

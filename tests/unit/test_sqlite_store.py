@@ -3,8 +3,10 @@ tests/integration/test_coordinator_contract.py runs against every store): transa
 a database from before the replicated cluster."""
 from __future__ import annotations
 
+import os
 import sqlite3
 
+from fabric.common.types import CommittedOffset
 from fabric.coordinator.sqlite_store import SqliteCoordinator
 
 
@@ -37,3 +39,24 @@ def test_a_database_from_before_replication_keeps_its_topics_and_gains_the_table
         assert store.controller_epoch() == 0 and store.claim_controller_epoch() == 1
     finally:
         store.close()
+
+
+def test_offsets_an_earlier_version_kept_in_its_table_move_to_the_offsets_topic_once(tmp_path) -> None:
+    path = str(tmp_path / "__fabric" / "metadata.db")
+    os.makedirs(os.path.dirname(path))
+    old = sqlite3.connect(path)
+    old.executescript("CREATE TABLE offsets (grp TEXT NOT NULL, topic TEXT NOT NULL, partition INTEGER NOT NULL, "
+                      "next_offset INTEGER NOT NULL, metadata TEXT NOT NULL, commit_ms INTEGER NOT NULL, "
+                      "PRIMARY KEY (grp, topic, partition));"
+                      "INSERT INTO offsets VALUES ('g', 'clicks', 0, 12, 'm', 5), ('g', 'clicks', 1, 3, '', 6);")
+    old.commit()
+    old.close()
+    store = SqliteCoordinator(path)
+    assert store.committed("g") == {("clicks", 0): CommittedOffset(12, "m", 5),
+                                    ("clicks", 1): CommittedOffset(3, "", 6)}
+    assert os.path.isdir(tmp_path / "__fabric" / "__consumer_offsets")
+    store.commit_offsets("g", {("clicks", 0): 13})
+    store.close()
+    again = SqliteCoordinator(path)  # migrated once: the newer commit stays
+    assert again.committed("g")[("clicks", 0)].offset == 13 and again.list_groups() == ["g"]
+    again.close()
