@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.config import TopicConfig
+from fabric.common.errors import CoordinatorUnavailableError, InvalidLeaderEpochError
 from fabric.common.records import TIMESTAMP, storage_schema
 from fabric.common.types import CommittedOffset, TopicPartition
 from fabric.coordinator import validation
@@ -49,9 +50,10 @@ OFFSETS_PARTITIONS = 16  # Kafka's offsets.topic.num.partitions is 50; fixed onc
 MIGRATED = ".migrated"
 VALUE = pa.schema([("next_offset", pa.int64()), ("metadata", pa.string()), ("commit_ms", pa.int64())])
 SCHEMA = storage_schema(VALUE)
-# Kafka's offsets topic: compacted, 100 MiB segments; smaller here so a pass runs sooner on a small fabric
-CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(16 << 20), "min.cleanable.dirty.ratio": "0.5",
-          "retention.ms": "-1"}
+# Kafka's offsets topic: compacted, 100 MiB segments (offsets.topic.segment.bytes); smaller here, so a pass runs
+# sooner on a small fabric
+SEGMENT_BYTES = 16 << 20
+CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.5", "retention.ms": "-1"}
 LegacyOffsets = Callable[[], Iterable[tuple[str, TopicPartition, CommittedOffset]]]
 
 
@@ -93,13 +95,14 @@ class OffsetsTopic:
     to stamp on appends (None: none, an embedded or single-instance store); `legacy` the offsets to migrate."""
 
     def __init__(self, directory: str, epoch: Callable[[], int] | None = None, legacy: LegacyOffsets | None = None,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, segment_bytes: int = SEGMENT_BYTES) -> None:
         self.directory = directory
         self.clock = clock
         self._epoch = epoch
         os.makedirs(directory, exist_ok=True)
         self.partitions = self._partition_count()
-        self._logs = [Log(os.path.join(directory, str(p)), SCHEMA, TopicConfig(CONFIG), clock=clock)
+        config = TopicConfig({**CONFIG, "segment.bytes": str(segment_bytes)})
+        self._logs = [Log(os.path.join(directory, str(p)), SCHEMA, config, clock=clock)
                       for p in range(self.partitions)]
         self._caches = [_Cache() for _ in range(self.partitions)]
         self._cleaning: set[int] = set()
@@ -175,9 +178,14 @@ class OffsetsTopic:
              pa.nulls(n, SCHEMA.field("headers").type), pa.array([v for _, v in rows], SCHEMA.field("value").type)],
             schema=SCHEMA)
         epoch = self._epoch() if self._epoch is not None else -1
-        with plog.lock:
-            validate()
-            plog.append(batch, leader_epoch=epoch)
+        try:
+            with plog.lock:
+                validate()
+                plog.append(batch, leader_epoch=epoch)
+        except InvalidLeaderEpochError:
+            raise CoordinatorUnavailableError(
+                f"this coordinator instance (epoch {epoch}) was deposed: a newer one stamped {OFFSETS_TOPIC}-"
+                f"{partition}; nothing was written, retry on the active instance") from None
         if len(plog.segments()) > 1:
             self._clean_soon(partition)
 
