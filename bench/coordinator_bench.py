@@ -180,7 +180,8 @@ def run(seconds: float, rounds: int, config: dict[str, Any], directory: str,
                                                                 store=zk.url("/svc"))))
         commits = bench_commits({
             "embedded SQLite": lambda: SqliteCoordinator(os.path.join(directory, "embedded", "metadata.db")),
-            "ZooKeeper (ZkCoordinator)": lambda: ZkCoordinator(zk.url("/direct")),
+            "ZooKeeper (ZkCoordinator)": lambda: ZkCoordinator(zk.url("/direct"),
+                                                               offsets_dir=os.path.join(directory, "direct-offsets")),
             "fabric:// service, SQLite": lambda: service_coordinator(svc_sqlite.url()),
             "fabric:// service, ZooKeeper": lambda: service_coordinator(svc_zk.url()),
         }, seconds) if "commits" in cases else {}
