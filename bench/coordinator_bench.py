@@ -1,6 +1,5 @@
-"""Coordinator benchmark: offset commits per second (one client, 1 and 10 partitions per commit) against the
-embedded SQLite store, ZooKeeper, and the fabric:// service over each; and rebalance time of a 10-member group
-of real consumer processes on a 20-partition topic, embedded and through the service over ZooKeeper."""
+"""Coordinator benchmark: rebalance time of a 10-member group of real consumer processes on a 20-partition topic,
+embedded and through the fabric:// service over ZooKeeper (offset commits: bench.offsets_bench)."""
 from __future__ import annotations
 
 import argparse
@@ -9,78 +8,19 @@ import shutil
 import tempfile
 import time
 from contextlib import ExitStack, contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
-import pyarrow as pa
 
 import fabric
 from bench.group_workers import GROUP, TOPIC, Members, wait_for
 from bench.report import bar_chart, progress, save, table, timed
 from fabric.coordinator.interface import Coordinator
-from fabric.coordinator.sqlite_store import SqliteCoordinator
-from fabric.coordinator.zk_store import ZkCoordinator
 from fabric.server.launcher import CoordinatorProcess
 from fabric.server.zookeeper import ZooKeeperServer
 
-COMMIT_GROUP, COMMIT_TOPIC = "bench-commits", "bench-commits"
-BATCH = 10
-RECORDS = 100  # per partition of the commit topic: the offsets committed cycle through 0..RECORDS
 MEMBERS, PARTITIONS = 10, 20
-WARMUP_COMMITS = 20
 SETTLE_TIMEOUT_S = 20.0  # a rebalance not done by then counts as failed
-
-
-# -- offset commits -------------------------------------------------------------------------------------
-def commit_loop(coordinator: Coordinator, seconds: float, batch: int) -> dict[str, float]:
-    """Commit `batch` partitions' offsets per call, back to back, for `seconds`; rate and latency."""
-    tps = [(COMMIT_TOPIC, p) for p in range(batch)]
-    for i in range(WARMUP_COMMITS):
-        coordinator.commit_offsets(COMMIT_GROUP, {tp: i % (RECORDS + 1) for tp in tps})
-    latencies_ns: list[int] = []
-    start = time.perf_counter()
-    end, commit = start + seconds, WARMUP_COMMITS
-    while time.perf_counter() < end:
-        offsets = {tp: commit % (RECORDS + 1) for tp in tps}  # each commit a new offset, all within the logs
-        began = time.perf_counter_ns()
-        coordinator.commit_offsets(COMMIT_GROUP, offsets)
-        latencies_ns.append(time.perf_counter_ns() - began)
-        commit += 1
-    elapsed = time.perf_counter() - start
-    stored, last = coordinator.committed(COMMIT_GROUP, [COMMIT_TOPIC]), (commit - 1) % (RECORDS + 1)
-    if sorted(stored) != tps or any(c.offset != last for c in stored.values()):
-        raise RuntimeError(f"the store lost commits: expected offset {last} in {batch} partitions, got {stored}")
-    ms = np.array(latencies_ns) / 1e6
-    return {"commits": len(ms), "commits_per_s": len(ms) / elapsed, "offsets_per_s": len(ms) * batch / elapsed,
-            "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
-
-
-def bench_commits(backends: dict[str, Callable[[], Coordinator]], seconds: float) -> dict[str, dict[str, Any]]:
-    """commit_loop with 1 and with BATCH partitions per commit, on each backend."""
-    results: dict[str, dict[str, Any]] = {}
-    for label, open_coordinator in backends.items():
-        coordinator = open_coordinator()
-        try:
-            for key, batch in (("single", 1), (f"batch{BATCH}", BATCH)):
-                with timed(f"commits, {label}, {batch} partition(s) per commit, {seconds:g} s"):
-                    out = commit_loop(coordinator, seconds, batch)
-                progress(f"  {out['commits_per_s']:,.0f} commits/s, p50 {out['p50_ms']:.2f} ms, "
-                         f"p99 {out['p99_ms']:.2f} ms")
-                results.setdefault(label, {})[key] = out
-        finally:
-            coordinator.close()
-    return results
-
-
-def service_coordinator(url: str) -> Coordinator:
-    """The coordinator of the service at `url`, with the commit topic created and filled (RECORDS per
-    partition): the service accepts only offsets within a partition's log."""
-    fab = fabric.connect(url)
-    fab.create_topic(COMMIT_TOPIC, partitions=BATCH)
-    with fab.producer() as producer:
-        producer.send_batch(COMMIT_TOPIC, pa.table({"value": [b"x"] * (RECORDS * BATCH),
-                                                    "partition": [p for p in range(BATCH) for _ in range(RECORDS)]}))
-    return fab.cluster.coordinator
 
 
 # -- rebalances -----------------------------------------------------------------------------------------
@@ -165,26 +105,17 @@ def started(process: CoordinatorProcess) -> Iterator[CoordinatorProcess]:
         process.stop()
 
 
-CASES = ("commits", "rebalance-embedded", "rebalance-zk")
+CASES = ("rebalance-embedded", "rebalance-zk")
 
 
-def run(seconds: float, rounds: int, config: dict[str, Any], directory: str,
-        cases: tuple[str, ...] = CASES) -> dict[str, Any]:
-    """Start ZooKeeper and two coordinator services, then run the measurements named in `cases`."""
+def run(rounds: int, config: dict[str, Any], directory: str, cases: tuple[str, ...] = CASES) -> dict[str, Any]:
+    """Start ZooKeeper and a coordinator service over it, then run the measurements named in `cases`."""
     with ExitStack() as stack:
         with timed("starting ZooKeeper (pyspark's jar)"):
             zk = ZooKeeperServer(root=os.path.join(directory, "zk")).start()
         stack.callback(zk.close)
-        svc_sqlite = stack.enter_context(started(CoordinatorProcess(os.path.join(directory, "svc-sqlite"))))
         svc_zk = stack.enter_context(started(CoordinatorProcess(os.path.join(directory, "svc-zk"),
                                                                 store=zk.url("/svc"))))
-        commits = bench_commits({
-            "embedded SQLite": lambda: SqliteCoordinator(os.path.join(directory, "embedded", "metadata.db")),
-            "ZooKeeper (ZkCoordinator)": lambda: ZkCoordinator(zk.url("/direct"),
-                                                               offsets_dir=os.path.join(directory, "direct-offsets")),
-            "fabric:// service, SQLite": lambda: service_coordinator(svc_sqlite.url()),
-            "fabric:// service, ZooKeeper": lambda: service_coordinator(svc_zk.url()),
-        }, seconds) if "commits" in cases else {}
         rebalance = {}
         if "rebalance-embedded" in cases:
             rebalance["embedded (file://, SQLite)"] = bench_rebalance(
@@ -193,26 +124,18 @@ def run(seconds: float, rounds: int, config: dict[str, Any], directory: str,
         if "rebalance-zk" in cases:
             rebalance["fabric:// service, ZooKeeper"] = bench_rebalance(
                 "service over ZooKeeper", svc_zk.url(), os.path.join(directory, "members-zk"), rounds, config)
-    return {"seconds_per_measurement": seconds, "rounds": rounds, "members": MEMBERS, "partitions": PARTITIONS,
-            "member_config": config, "commit_batch": BATCH, "commits": commits, "rebalance": rebalance}
+    return {"rounds": rounds, "members": MEMBERS, "partitions": PARTITIONS, "member_config": config,
+            "rebalance": rebalance}
 
 
 def report(results: dict[str, Any], name: str = "coordinator") -> None:
-    """The plots (bench/results/<name>*.png) and the Markdown tables."""
-    commits, rebalance = results["commits"], results["rebalance"]
-    rows = [(f"{label}, {key.replace('single', '1 partition').replace(f'batch{BATCH}', f'{BATCH} partitions')}",
-             out["commits_per_s"]) for label, modes in commits.items() for key, out in modes.items()]
-    chart = bar_chart(name, "Offset commits/s, one client, back to back", rows, "commits/s") if rows else "none"
+    """The plot (bench/results/<name>.png) and the Markdown table."""
+    rebalance = results["rebalance"]
     timings = [(f"{label}: {what}", r[key] * 1000) for label, r in rebalance.items()
                for what, key in (("10 join together", "join_together_s"), ("1 leaves", "leave_median_s"),
                                  ("10th joins", "join_10th_median_s"), ("1 SIGKILLed", "kill_s")) if key in r]
-    rebalance_chart = bar_chart(f"{name}_rebalance", f"Rebalance of {MEMBERS} consumer processes, "
+    chart = bar_chart(name, f"Rebalance of {MEMBERS} consumer processes, "
                                 f"{PARTITIONS} partitions (median)", timings, "ms") if timings else "none"
-    print(table([(label, str(batch), f"{out['commits_per_s']:,.0f}", f"{out['offsets_per_s']:,.0f}",
-                  f"{out['p50_ms']:.2f}", f"{out['p99_ms']:.2f}")
-                 for label, modes in commits.items() for batch, out in zip((1, BATCH), modes.values(), strict=True)],
-                ("store", "partitions/commit", "commits/s", "offsets/s", "p50 ms", "p99 ms")))
-    print()
     print(table([(label, *(f"{r[k]:.3f}" if k in r else "failed" for k in
                            ("join_together_s", "leave_median_s", "join_10th_median_s", "kill_s")))
                  for label, r in rebalance.items()],
@@ -221,12 +144,11 @@ def report(results: dict[str, Any], name: str = "coordinator") -> None:
     for label, r in rebalance.items():
         if "error" in r:
             print(f"\n{label}: {r['error']}")
-    progress(f"plots: {chart}, {rebalance_chart}")
+    progress(f"plot: {chart}")
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=4.0, help="duration of each commit measurement")
     parser.add_argument("--rounds", type=int, default=3, help="leave/rejoin rounds per rebalance backend")
     parser.add_argument("--session-ms", type=int, default=3000, help="members' session_timeout_ms")
     parser.add_argument("--heartbeat-ms", type=int, default=250, help="members' heartbeat_interval_ms")
@@ -234,13 +156,13 @@ def main(argv: list[str] | None = None) -> dict:
                         help="run only this case (repeatable; default: all of them)")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
-    if args.seconds <= 0 or args.rounds < 1:
-        parser.error("--seconds must be positive and --rounds at least 1")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     config = {"session_timeout_ms": args.session_ms, "heartbeat_interval_ms": args.heartbeat_ms}
     directory = args.dir or tempfile.mkdtemp(prefix="fabric-bench-coordinator-")
     os.makedirs(directory, exist_ok=True)
     try:
-        results = run(args.seconds, args.rounds, config, directory, tuple(args.only or CASES))
+        results = run(args.rounds, config, directory, tuple(args.only or CASES))
     finally:
         if args.dir is None:
             shutil.rmtree(directory, ignore_errors=True)

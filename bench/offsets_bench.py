@@ -1,0 +1,172 @@
+"""Offset commits: group offsets in the offsets topic (embedded, ZooKeeper-backed, through the fabric:// service,
+on a replicated cluster of data nodes) beside the stores they replaced (SQLite's table and ZooKeeper's znodes,
+bench.legacy_offsets), in one run. Each case is one client, then 10 client processes, committing one partition's
+offset back to back for --seconds; the figures are commits/s (all clients together) and p50/p99 latency.
+
+The issue's goal: on the cluster, at least 20x the commits/s of the ZooKeeper znodes (`vs_znodes`)."""
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import ExitStack
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+import fabric
+from bench.legacy_offsets import TableOffsets, ZnodeOffsets
+from bench.local_cluster import LocalCluster
+from bench.report import bar_chart, progress, run_suite, table, timed
+from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.sqlite_store import SqliteCoordinator
+from fabric.coordinator.zk_store import ZkCoordinator
+from fabric.server.launcher import CoordinatorProcess
+from fabric.server.zookeeper import ZooKeeperServer
+
+TOPIC = "bench-commits"
+CLIENTS = (1, 10)
+RECORDS = 100  # per partition of TOPIC: the offsets committed cycle through 0..RECORDS, all within the logs
+WARMUP_COMMITS = 20
+Store = tuple[str, ...]  # how a client process opens a store: (kind, *arguments), see open_store
+
+
+def open_store(store: Store) -> Coordinator:
+    """The Coordinator a store spec names: ("table" | "sqlite", database path), ("znodes", zk URL),
+    ("zk", zk URL, offsets directory) or ("url", fabric:// URL)."""
+    kind, *args = store
+    if kind == "table":
+        return TableOffsets(args[0])
+    if kind == "sqlite":
+        return SqliteCoordinator(args[0])
+    if kind == "znodes":
+        return ZnodeOffsets(args[0])
+    if kind == "zk":
+        return ZkCoordinator(args[0], offsets_dir=args[1])
+    return fabric.connect(args[0]).cluster.coordinator
+
+
+def client(store: Store, number: int, seconds: float, barrier: Any) -> dict[str, Any]:
+    """One client process: group bench-<number> commits partition `number` of TOPIC, back to back, from when
+    every client of the case is ready (`barrier`) for `seconds`; its commit count, span and latencies."""
+    coordinator = open_store(store)
+    group, tp = f"bench-{number}", (TOPIC, number)
+    try:
+        for i in range(WARMUP_COMMITS):
+            coordinator.commit_offsets(group, {tp: i % (RECORDS + 1)})
+        barrier.wait()
+        latencies_ns: list[int] = []
+        start = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
+        end, commit = start + seconds, WARMUP_COMMITS
+        while time.monotonic() < end:
+            began = time.perf_counter_ns()
+            coordinator.commit_offsets(group, {tp: commit % (RECORDS + 1)})
+            latencies_ns.append(time.perf_counter_ns() - began)
+            commit += 1
+        finished = time.monotonic()
+        stored = coordinator.committed(group, [TOPIC]).get(tp)
+        if stored is None or stored.offset != (commit - 1) % (RECORDS + 1):
+            raise RuntimeError(f"the store lost a commit of {group}: expected {(commit - 1) % (RECORDS + 1)}, "
+                               f"read {stored}")
+        return {"start": start, "end": finished, "latencies_ms": [n / 1e6 for n in latencies_ns]}
+    finally:
+        coordinator.close()
+
+
+def measure(pool: ProcessPoolExecutor, store: Store, clients: int, seconds: float) -> dict[str, float]:
+    """`clients` client processes of the pool committing at once; their total rate and the latency spread."""
+    with multiprocessing.Manager() as manager:
+        barrier = manager.Barrier(clients)
+        outs = [f.result() for f in [pool.submit(client, store, n, seconds, barrier) for n in range(clients)]]
+    span = max(o["end"] for o in outs) - min(o["start"] for o in outs)
+    ms = np.array([x for o in outs for x in o["latencies_ms"]])
+    return {"clients": clients, "commits": len(ms), "commits_per_s": len(ms) / span,
+            "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
+
+
+def fill_topic(url: str) -> None:
+    """Create TOPIC with a partition per client and RECORDS records in each: a server accepts only committed
+    offsets within a partition's log."""
+    fab = fabric.connect(url)
+    partitions = max(CLIENTS)
+    fab.create_topic(TOPIC, partitions=partitions)
+    with fab.producer() as producer:
+        producer.send_batch(TOPIC, pa.table({"value": [b"x"] * (RECORDS * partitions),
+                                             "partition": [p for p in range(partitions) for _ in range(RECORDS)]}))
+    fab.close()
+
+
+def stores(stack: ExitStack, directory: str, nodes: int) -> dict[str, Store]:
+    """Start ZooKeeper, two coordinator services and a cluster; the spec of every case, peers first."""
+    with timed("starting ZooKeeper (pyspark's jar)"):
+        zk = ZooKeeperServer(root=os.path.join(directory, "zk")).start()
+    stack.callback(zk.close)
+    services = {}
+    for name, store in (("sqlite", None), ("zk", zk.url("/service"))):
+        process = CoordinatorProcess(os.path.join(directory, f"service-{name}"), store=store)
+        with timed(f"starting the coordinator service over {name}"):
+            process.start()
+        stack.callback(process.stop)
+        fill_topic(process.url())
+        services[name] = process.url()
+    with timed(f"starting a cluster: a coordinator and {nodes} data nodes"):
+        cluster = stack.enter_context(LocalCluster(os.path.join(directory, "cluster"), nodes, 6000, 500))
+    fill_topic(cluster.url)
+    return {
+        "SQLite table (before)": ("table", os.path.join(directory, "table", "metadata.db")),
+        "ZooKeeper znodes (before)": ("znodes", zk.url("/znodes")),
+        "offsets topic, embedded": ("sqlite", os.path.join(directory, "embedded", "metadata.db")),
+        "offsets topic, ZooKeeper coordinator": ("zk", zk.url("/direct"), os.path.join(directory, "direct")),
+        "offsets topic, service over SQLite": ("url", services["sqlite"]),
+        "offsets topic, service over ZooKeeper": ("url", services["zk"]),
+        f"offsets topic, cluster of {nodes} nodes": ("url", cluster.url),
+    }
+
+
+def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], None]:
+    """Every case with 1 and with 10 clients; the ratios to the ZooKeeper znodes."""
+    results: dict[str, Any] = {"seconds_per_measurement": args.seconds, "nodes": args.nodes, "cases": {}}
+    spawn = multiprocessing.get_context("spawn")
+    with ExitStack() as stack, ProcessPoolExecutor(max(CLIENTS), mp_context=spawn) as pool:
+        for label, store in stores(stack, directory, args.nodes).items():
+            for clients in CLIENTS:
+                with timed(f"{label}, {clients} client(s), {args.seconds:g} s"):
+                    out = measure(pool, store, clients, args.seconds)
+                progress(f"  {out['commits_per_s']:,.0f} commits/s, p50 {out['p50_ms']:.2f} ms, "
+                         f"p99 {out['p99_ms']:.2f} ms")
+                results["cases"].setdefault(label, {})[str(clients)] = out
+    peer = results["cases"]["ZooKeeper znodes (before)"]
+    results["vs_znodes"] = {label: {n: out["commits_per_s"] / peer[n]["commits_per_s"] for n, out in modes.items()}
+                            for label, modes in results["cases"].items()}
+    return results, None
+
+
+def report(results: dict[str, Any], _: None) -> None:
+    """The plot (bench/results/offsets.png) and the Markdown table."""
+    cases = results["cases"]
+    rows = [(f"{label}, {n} client{'s' if n != '1' else ''}", out["commits_per_s"])
+            for label, modes in cases.items() for n, out in modes.items()]
+    chart = bar_chart("offsets", "Offset commits/s, back to back", rows, "commits/s")
+    print(table([(label, n, f"{out['commits_per_s']:,.0f}", f"{out['p50_ms']:.2f}", f"{out['p99_ms']:.2f}",
+                  f"{results['vs_znodes'][label][n]:.1f}x")
+                 for label, modes in cases.items() for n, out in modes.items()],
+                ("store", "clients", "commits/s", "p50 ms", "p99 ms", "vs ZooKeeper znodes")))
+    progress(f"plot: {chart}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=4.0, help="duration of each measurement")
+    parser.add_argument("--nodes", type=int, default=3, help="data nodes of the cluster case")
+    parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
+    args = parser.parse_args(argv)
+    if args.seconds <= 0 or args.nodes < 1:
+        parser.error("--seconds must be positive and --nodes at least 1")
+    return run_suite("offsets", args, run, report)
+
+
+if __name__ == "__main__":
+    main()
