@@ -15,6 +15,7 @@ The package is layered; each layer imports only the ones below it (import-linter
 """
 from __future__ import annotations
 
+from importlib.metadata import version as _version
 from pkgutil import extend_path
 
 # coordinator/, sources/ and sinks/ live beside fabric/ in the repository and are installed as subpackages of
@@ -25,7 +26,8 @@ from fabric.client.admin import Fabric  # noqa: E402
 from fabric.client.url import open_cluster  # noqa: E402
 from fabric.common.errors import *  # noqa: E402,F401,F403  (the exception types are part of the public API)
 
-__all__ = ["connect", "Fabric"]
+__all__ = ["connect", "Fabric", "__version__"]
+__version__ = _version("spark-fabric")  # the installed distribution's, as kafka.__version__
 
 
 def connect(url: str | None = None) -> Fabric:

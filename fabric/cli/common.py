@@ -18,11 +18,26 @@ class CommandError(FabricError):
     """Bad command-line input the argument parser cannot catch (e.g. bad JSON on stdin)."""
 
 
+def bootstrap_url(servers: str) -> str:
+    """Kafka's `--bootstrap-server host:port[,host:port]` as the fabric:// URL of those coordinators (a value
+    that already names a scheme is kept)."""
+    if "://" in servers:
+        return servers
+    if not servers.strip() or any(not s.strip().rpartition(":")[0] or not s.strip().rpartition(":")[2].isdigit()
+                                  for s in servers.split(",")):
+        raise argparse.ArgumentTypeError(f"--bootstrap-server expects host:port[,host:port], got {servers!r} "
+                                         "(or use --url file:///dir for an embedded fabric)")
+    return "fabric://" + ",".join(s.strip() for s in servers.split(","))
+
+
 def add_url_option(parser: argparse.ArgumentParser, default: Any) -> None:
-    """The --url option; accepted before the command and after it (`fabric topics list --url X`)."""
+    """The --url option, and Kafka's --bootstrap-server for it; accepted before the command and after it
+    (`fabric topics list --url X`)."""
     parser.add_argument("--url", default=default, metavar="URL",
                         help="the fabric to use: file:///dir or a path (embedded), or fabric://host:port "
                              "(default: $FABRIC_URL, else ./fabric-data)")
+    parser.add_argument("--bootstrap-server", dest="url", default=default, type=bootstrap_url,
+                        metavar="HOST:PORT", help="as in Kafka's tools: --url fabric://HOST:PORT[,HOST:PORT]")
 
 
 def add_command(subparsers: argparse._SubParsersAction, name: str, handler: Handler | None, help: str,

@@ -11,6 +11,7 @@ import os
 import sys
 from typing import NoReturn, Sequence
 
+import fabric
 from fabric.cli.common import add_url_option
 from fabric.common.errors import FabricError
 from fabric.common.logs import add_log_level_option, configure, level_of
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="fabric", description="Spark Fabric's command-line tool: manage topics and "
                             "consumer groups, produce and consume records.", epilog=EPILOG,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"fabric (spark-fabric) {fabric.__version__}")
     add_url_option(parser, None)
     add_log_level_option(parser, CLI_LOG_LEVEL)
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command", required=True)
