@@ -3,17 +3,22 @@
 send() only appends to per-topic column buffers (cheap enough for hundreds of thousands of calls a second);
 a batch is built and appended when it reaches batch_size bytes, when linger_ms passes (a background
 thread), or on flush(). Keys are partitioned as Kafka's Java client does; null keys stick to one
-partition per batch.
+partition per batch. Nothing buffered is dropped silently: a producer never closed is flushed when it is
+garbage-collected or, at the latest, when the interpreter exits.
 """
 from __future__ import annotations
 
+import atexit
+import concurrent.futures.thread  # noqa: F401 (see _close_at_exit)
+import functools
 import itertools
 import logging
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -60,10 +65,14 @@ class BatchMetadata:
     count: int
 
 
-class _Drain:
-    """The outcome of appending one buffered batch, shared by its records' futures."""
+DeliveryCallback = Callable[[BaseException | None, "RecordMetadata | None"], Any]
 
-    __slots__ = ("topic", "partitions", "offsets", "error", "done")
+
+class _Drain:
+    """The outcome of appending one buffered batch, shared by its records' futures, and the callbacks waiting
+    for it: each is called once, when the batch is appended or has failed, or at once if it already was."""
+
+    __slots__ = ("topic", "partitions", "offsets", "error", "done", "_waiting", "_guard")
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
@@ -71,10 +80,36 @@ class _Drain:
         self.offsets: np.ndarray | None = None
         self.error: BaseException | None = None
         self.done = threading.Event()
+        self._waiting: list[Callable[[], None]] = []
+        self._guard = threading.Lock()
+
+    def when_done(self, call: Callable[[], None]) -> None:
+        with self._guard:
+            if not self.done.is_set():
+                self._waiting.append(call)
+                return
+        _call_back(call)
+
+    def finish(self) -> None:
+        """Mark the outcome set, then run the callbacks waiting for it."""
+        with self._guard:
+            self.done.set()
+            waiting, self._waiting = self._waiting, []
+        for call in waiting:
+            _call_back(call)
+
+
+def _call_back(call: Callable[[], None]) -> None:
+    """Run a user's callback; its exception is logged, never raised into the producer (as kafka-python does)."""
+    try:
+        call()
+    except Exception:  # noqa: BLE001 (user code: one failing callback must not fail the others or the send)
+        log.exception("a delivery callback raised")
 
 
 class SendFuture:
-    """The result of one send(): .result() waits for the batch and returns RecordMetadata."""
+    """The result of one send(): `.get()` / `.result()` wait for the batch and return RecordMetadata;
+    `add_callback` / `add_errback` (kafka-python's names) run when it is known."""
 
     __slots__ = ("_drain", "_index", "_producer")
 
@@ -84,6 +119,18 @@ class SendFuture:
     def done(self) -> bool:
         return self._drain.done.is_set()
 
+    is_done = property(done)  # kafka-python's attribute
+
+    def succeeded(self) -> bool:
+        return self.done() and self._drain.error is None
+
+    def failed(self) -> bool:
+        return self.done() and self._drain.error is not None
+
+    def exception(self) -> BaseException | None:
+        """The send's error once it is known (None while pending or if it succeeded)."""
+        return self._drain.error if self.done() else None
+
     def result(self, timeout: float | None = None) -> RecordMetadata:
         """Wait for the record's batch to be appended (sending it now if needed)."""
         if timeout is not None:
@@ -92,11 +139,33 @@ class SendFuture:
             self._producer._drain_topic(self._drain.topic, only=self._drain)
         if not self._drain.done.wait(timeout):
             raise TimeoutError("the record was not appended in time")
+        if self._drain.error is not None:
+            raise self._drain.error
+        return self._metadata()
+
+    get = result  # kafka-python's FutureRecordMetadata.get(timeout)
+
+    def _metadata(self) -> RecordMetadata:
         drain = self._drain
-        if drain.error is not None:
-            raise drain.error
         assert drain.partitions is not None and drain.offsets is not None  # set with done, unless error is
         return RecordMetadata(drain.topic, int(drain.partitions[self._index]), int(drain.offsets[self._index]))
+
+    def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> SendFuture:
+        """Call fn(*args, metadata, **kwargs) once the record is appended (not if the send fails)."""
+        self._drain.when_done(lambda: None if self._drain.error else fn(*args, self._metadata(), **kwargs))
+        return self
+
+    def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> SendFuture:
+        """Call fn(*args, error, **kwargs) if the send fails."""
+        self._drain.when_done(lambda: fn(*args, self._drain.error, **kwargs) if self._drain.error else None)
+        return self
+
+    def add_done_callback(self, on_delivery: DeliveryCallback) -> SendFuture:
+        """Call on_delivery(error, metadata) when the outcome is known: (None, metadata) or (error, None), as
+        confluent-kafka's on_delivery."""
+        self._drain.when_done(lambda: on_delivery(self._drain.error, None if self._drain.error else
+                                                  self._metadata()))
+        return self
 
 
 class _Buffer:
@@ -162,6 +231,8 @@ class Producer:
         self._closed = False
         self._wake = threading.Condition(self._lock)
         self._linger_thread: threading.Thread | None = None
+        self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
+        atexit.register(self._at_exit)
 
     # -- metadata ----------------------------------------------------------------------------------
     def _topic(self, topic: str, refresh: bool = False) -> _TopicMeta:
@@ -176,11 +247,20 @@ class Producer:
 
     # -- sending -----------------------------------------------------------------------------------
     def send(self, topic: str, value: Any = None, key: bytes | str | None = None, headers: Headers = None,
-             partition: int | None = None, timestamp: int | None = None) -> SendFuture:
+             partition: int | None = None, timestamp: int | None = None, *, callback: DeliveryCallback | None = None,
+             on_delivery: DeliveryCallback | None = None) -> SendFuture:
         """Queue one record; timestamp is in ms since the epoch (Kafka's convention), default now.
+        `callback` / `on_delivery` (confluent-kafka's names) is called with (error, metadata) once the outcome
+        is known: (None, RecordMetadata) or (the error, None).
 
         The record is checked here (types, sizes, partition, timestamp range), so a bad one is refused by
         this call alone and never fails the records buffered with it."""
+        if callback is not None and on_delivery is not None:
+            raise InvalidConfigError("send() takes callback= or on_delivery= (the same thing), not both")
+        delivery = callback or on_delivery
+        if delivery is not None and not callable(delivery):
+            raise InvalidConfigError(f"send(callback=...) must be callable(error, metadata), got "
+                                     f"{type(delivery).__name__}")
         if self._closed:
             raise FabricError("send() on a closed producer; create a new one")
         meta = self._topic(topic)
@@ -197,6 +277,10 @@ class Producer:
         if headers:
             stored_headers, header_bytes = record_checks.headers(headers)
             size += header_bytes
+        if size > self.config["max_request_size"]:
+            raise RecordTooLargeError(
+                f"record of {size} bytes exceeds this producer's max_request_size={self.config['max_request_size']}; "
+                "raise max_request_size or send less")
         if size > meta.max_bytes:
             raise RecordTooLargeError(
                 f"record of {size} bytes exceeds max.message.bytes={meta.max_bytes} of topic {topic!r}; "
@@ -219,6 +303,8 @@ class Producer:
             buf.timestamps.append(timestamp)
             buf.size += size
             future = SendFuture(self, buf.drain, index)
+            if delivery is not None:
+                future.add_done_callback(delivery)
             if buf.size >= self._batch_size:
                 self._drain_topic(topic)
         return future
@@ -306,7 +392,8 @@ class Producer:
                 if not exc.retriable or retries >= self.config["retries"] or time.monotonic() >= deadline:
                     raise
                 retries += 1
-                log.info("append to %s-%d failed (%s); retry %d", topic, partition, exc, retries)
+                log.info("producer %r: append to %s-%d failed (%s); retry %d", self.config["client_id"], topic,
+                         partition, exc, retries)
                 time.sleep(min(self.config["retry_backoff_ms"] / 1000, max(deadline - time.monotonic(), 0)))
 
     def _chunks(self, rows: pa.Table) -> list[pa.RecordBatch]:
@@ -352,23 +439,26 @@ class Producer:
             except BaseException as exc:  # noqa: BLE001 (delivered through every future of the batch)
                 drain.error = exc
             finally:
-                drain.done.set()
+                drain.finish()
 
     # -- linger, flush, close ----------------------------------------------------------------------
     def _ensure_linger_thread(self) -> None:
         if self._linger_thread is None:
-            self._linger_thread = threading.Thread(target=self._linger_loop, name="fabric-linger", daemon=True)
+            # the thread holds the producer weakly, so a producer nobody holds is collected (and flushed)
+            self._linger_thread = threading.Thread(target=_linger_loop, args=(weakref.ref(self), self._wake),
+                                                   name="fabric-linger", daemon=True)
             self._linger_thread.start()
 
-    def _linger_loop(self) -> None:
-        with self._lock:
-            while not self._closed:
-                now = time.monotonic()
-                due = [t for t, b in self._buffers.items() if now - b.created >= self._linger]
-                for topic in due:
-                    self._drain_topic(topic)
-                waits = [self._linger - (now - b.created) for b in self._buffers.values()]
-                self._wake.wait(max(min(waits), 0.001) if waits else self._linger or 0.05)
+    def _send_due(self) -> float | None:
+        """Send the batches whose linger_ms has passed (lock held); the seconds until the next one is due, or
+        None once the producer is closed."""
+        if self._closed:
+            return None
+        now = time.monotonic()
+        for topic in [t for t, b in self._buffers.items() if now - b.created >= self._linger]:
+            self._drain_topic(topic)
+        waits = [self._linger - (now - b.created) for b in self._buffers.values()]
+        return max(min(waits), 0.001) if waits else self._linger or 0.05
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered and wait until it is appended."""
@@ -384,8 +474,13 @@ class Producer:
         with self._lock:
             self._closed = True
             self._wake.notify_all()
-        if self._linger_thread is not None:
+        atexit.unregister(self._at_exit)
+        if self._linger_thread is not None and self._linger_thread is not threading.current_thread():
             self._linger_thread.join(timeout=5)
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):  # (a constructor that raised left no buffers)
+            _close_unclosed(self)
 
     def __enter__(self) -> Producer:
         return self
@@ -393,3 +488,33 @@ class Producer:
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
+
+
+def _linger_loop(ref: weakref.ref[Producer], wake: threading.Condition) -> None:
+    """The linger thread: send each batch when its linger_ms passes, until the producer is closed or gone."""
+    with wake:
+        while True:
+            producer = ref()
+            wait = producer._send_due() if producer is not None else None
+            del producer  # hold no reference while waiting: a dropped producer is collected and flushed
+            if wait is None:
+                return
+            wake.wait(wait)
+
+
+def _close_at_exit(ref: weakref.ref[Producer]) -> None:
+    """At interpreter exit, close a producer its program never closed. (Building the batch may make pyarrow
+    import pandas, which imports concurrent.futures.thread; that import fails once the interpreter is shutting
+    down, so this module imports it first.)"""
+    producer = ref()
+    if producer is not None:
+        _close_unclosed(producer)
+
+
+def _close_unclosed(producer: Producer) -> None:
+    """Close, so flush, a producer nobody closed (at exit, or when collected): its buffered records are sent,
+    not lost, as Kafka's clients flush on close."""
+    try:
+        producer.close()
+    except FabricError as exc:
+        log.warning("flushing an unclosed producer failed: %s; its buffered records were not sent", exc)

@@ -1,11 +1,12 @@
 """Topic and client configuration: Kafka's names, Kafka's defaults, validated with clear errors."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from fabric.common.codecs import CODEC_NAMES
-from fabric.common.errors import InvalidConfigError
+from fabric.common.errors import IgnoredConfigWarning, InvalidConfigError
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -171,7 +172,7 @@ PRODUCER_SETTINGS: dict[str, Setting] = {
     "batch_size": Setting(1 << 20, _long(1, INT_MAX), "bytes of records per batch before it is sent"),
     "compression_type": Setting("none", _choice(*CODEC_NAMES), "Arrow IPC buffer compression"),
     "client_id": Setting("", str, "a name for logs"),
-    "max_request_size": Setting(1048576 * 64, _long(1, INT_MAX), "largest batch sent at once"),
+    "max_request_size": Setting(1048576 * 64, _long(1, INT_MAX), "largest record send() accepts, in bytes"),
     "enable_idempotence": Setting(True, _bool, "with acks=all, a retried batch is never written twice"),
     "retries": Setting(INT_MAX, _long(0, INT_MAX), "how often a send retries a retriable error"),
     "retry_backoff_ms": Setting(100, _long(0, INT_MAX), "wait between retries"),
@@ -203,12 +204,39 @@ CONSUMER_SETTINGS: dict[str, Setting] = {
 }
 
 
+_CONNECTION = "the fabric is named by fabric.connect(url): file:///dir, or fabric://host:port[,host:port]"
+_SECURITY = ("a service is reached with TLS by fabric+tls://host:port and authenticates the token of ?token= in "
+             "the URL or $FABRIC_TOKEN")
+_TRANSPORT = "the fabric's Arrow Flight transport manages its own connections and timeouts"
+# Kafka client configs (kafka-python's names, '.' or '_') that mean nothing here: each is accepted with a warning
+# saying why, so code written for Kafka runs unchanged instead of failing on its first line.
+IGNORED_CLIENT_SETTINGS: dict[str, str] = {
+    "bootstrap_servers": _CONNECTION, "api_version": "the fabric has one protocol version",
+    "security_protocol": _SECURITY, "sasl_mechanism": _SECURITY, "sasl_plain_username": _SECURITY,
+    "sasl_plain_password": _SECURITY, "ssl_cafile": _SECURITY, "ssl_certfile": _SECURITY, "ssl_keyfile": _SECURITY,
+    "ssl_check_hostname": _SECURITY, "request_timeout_ms": _TRANSPORT, "connections_max_idle_ms": _TRANSPORT,
+    "reconnect_backoff_ms": _TRANSPORT, "reconnect_backoff_max_ms": _TRANSPORT, "send_buffer_bytes": _TRANSPORT,
+    "receive_buffer_bytes": _TRANSPORT, "metadata_max_age_ms": "topic metadata is refreshed every 5 s and on "
+    "every NotLeaderError", "max_in_flight_requests_per_connection": "a producer sends one batch per partition "
+    "at a time, so order holds without it", "buffer_memory": "buffered records are bounded by batch_size per "
+    "topic", "max_block_ms": "send() never blocks on a full buffer", "fetch_min_bytes": "a fetch answers as soon as "
+    "a record is there (fetch_max_wait_ms bounds the wait)", "max_partition_fetch_bytes": "fetch_max_bytes bounds "
+    "a poll", "check_crcs": "every frame's CRC is always checked", "exclude_internal_topics": "internal topics "
+    "(__consumer_offsets) are never listed or subscribed",
+}
+
+
 def client_config(kind: str, table: Mapping[str, Setting], given: Mapping[str, object]) -> dict[str, Any]:
-    """Validate client keyword config (Kafka names with '_' for '.') and fill in defaults."""
+    """Validate client keyword config (Kafka names with '_' for '.') and fill in defaults. A Kafka config the
+    fabric does not use (IGNORED_CLIENT_SETTINGS) is dropped with an IgnoredConfigWarning naming why."""
     out: dict[str, Any] = {}
     for key, value in given.items():
         norm = key.replace(".", "_")
         setting = table.get(norm)
+        if setting is None and norm in IGNORED_CLIENT_SETTINGS:
+            warnings.warn(f"{kind} config {key!r} is ignored: {IGNORED_CLIENT_SETTINGS[norm]}",
+                          IgnoredConfigWarning, stacklevel=4)
+            continue
         if setting is None:
             raise _error(kind, key, value, "", table)
         if isinstance(value, bool):

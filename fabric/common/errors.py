@@ -249,3 +249,7 @@ class UnexpectedOffsetError(InvalidFramesError):
 class InvalidLeaderEpochError(FabricError):
     """A leader epoch, or the offset it starts at, would go backwards in a partition's leader-epoch cache
     (both only increase, as Kafka's LeaderEpochFileCache requires); the message names both values."""
+
+
+class IgnoredConfigWarning(UserWarning):
+    """A Kafka client config the fabric accepts but does not use; the message names what does its job here."""

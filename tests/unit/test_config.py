@@ -1,10 +1,11 @@
-"""The shared topic-config rules of fabric.common.config: what create_topic and alter_topic_config accept."""
+"""The shared config rules of fabric.common.config: what create_topic and alter_topic_config accept, and how
+clients treat Kafka's client configs."""
 from __future__ import annotations
 
 import pytest
 
 from fabric.common.config import TopicConfig, validate_topic_config, validate_topic_config_changes
-from fabric.common.errors import InvalidConfigError
+from fabric.common.errors import IgnoredConfigWarning, InvalidConfigError, RecordTooLargeError
 
 
 @pytest.mark.parametrize("config", ["retention.ms=1", ["retention.ms"], 5])
@@ -38,3 +39,26 @@ def test_boolean_topic_configs_are_stored_as_kafka_spells_them():
     assert TopicConfig().effective()["unclean.leader.election.enable"] == "false"  # off by default, as in Kafka
     with pytest.raises(InvalidConfigError, match="must be true or false"):
         validate_topic_config({"unclean.leader.election.enable": "yes"})
+
+
+def test_kafka_client_configs_the_fabric_does_not_use_warn_naming_its_way(fab):
+    with pytest.warns(IgnoredConfigWarning, match=r"producer config 'bootstrap_servers' is ignored: the fabric is "
+                      r"named by fabric.connect\(url\)") as caught:
+        producer = fab.producer(bootstrap_servers="localhost:9092", linger_ms=0)
+    assert caught[0].filename == __file__  # pointing at the caller's line
+    with pytest.warns(IgnoredConfigWarning, match="'security.protocol' is ignored: .*fabric\\+tls://"):
+        consumer = fab.consumer(**{"security.protocol": "SSL", "auto_offset_reset": "earliest"})
+    assert producer.config["linger_ms"] == 0 and "bootstrap_servers" not in producer.config
+    assert consumer.config["auto_offset_reset"] == "earliest"
+    producer.close()
+    consumer.close()
+    with pytest.raises(InvalidConfigError, match="unknown producer config 'no_such_thing'"):
+        fab.producer(no_such_thing=1)
+
+
+def test_a_record_over_max_request_size_is_refused_naming_it(fab):
+    fab.create_topic("t")
+    with fab.producer(max_request_size=10) as producer:
+        with pytest.raises(RecordTooLargeError, match="max_request_size=10"):
+            producer.send("t", b"x" * 11)
+        assert producer.send("t", b"x" * 10).get(timeout=30).offset == 0
