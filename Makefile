@@ -15,7 +15,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN))/python
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN))/python
 
-.PHONY: install lint test test-fast demo demo-cluster bench check-java clean
+.PHONY: install lint test test-fast demo demo-cluster notebook bench check-java clean
 
 install: $(LINKS)
 
@@ -62,6 +62,10 @@ demo: $(LINKS)
 # The demo on a local coordinator and 3 data nodes (replication factor 3), stopped afterwards, also on failure.
 demo-cluster: $(LINKS)
 	$(BIN)/python jobs/demo_cluster.py
+
+# Jupyter on notebooks/, exploring the embedded fabric the demo writes (./fabric-data) unless FABRIC_URL is set.
+notebook: $(LINKS)
+	FABRIC_URL=$${FABRIC_URL:-file://$(CURDIR)/fabric-data} $(BIN)/jupyter notebook --notebook-dir=notebooks
 
 bench: $(LINKS)
 	$(BIN)/python -m bench.run

@@ -1,6 +1,6 @@
 """Fixtures of the integration tier: a real local[2] SparkSession and a real Spark standalone cluster, a real
 ZooKeeper server, coordinator service processes, clusters of data nodes with calls straight to one server and the
-replication tests' kit, and consumer-group members in processes of their own.
+replication tests' kit, consumer-group members in processes of their own, and notebooks run by a real kernel.
 
 Child processes run scripts that import only the installed package (fabric...), never anything from tests/.
 """
@@ -12,13 +12,18 @@ import os
 import subprocess
 import sys
 import uuid
+from datetime import datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Iterator
 
+import nbformat
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
+from nbclient import NotebookClient
 
 from fabric.common.records import to_storage
 from fabric.server import wire
@@ -517,3 +522,64 @@ def group_workers() -> Iterator[Callable[..., Workers]]:
     yield make
     for workers in made:
         workers.close()
+
+
+# -- notebooks ------------------------------------------------------------------------------------------------
+class Notebooks:
+    """Runs notebooks/<name> top to bottom in a real IPython kernel on a given python (this venv's by default, or
+    another install's), from a kernelspec in a temp dir: nothing is registered globally."""
+
+    CELL_TIMEOUT_S = 180
+
+    def __init__(self, kernels: Path) -> None:
+        self.kernels = kernels
+
+    def _kernel(self, python: str) -> str:
+        """A kernelspec directory holding one kernel: ipykernel on `python`."""
+        root = self.kernels / uuid.uuid4().hex[:8]
+        (root / "fabric").mkdir(parents=True)
+        (root / "fabric" / "kernel.json").write_text(json.dumps({
+            "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "Spark Fabric", "language": "python"}))
+        return str(root)
+
+    def run(self, name: str, tmp_path: Path, url: str | None = None, python: str = PYTHON,
+            env: dict[str, str] | None = None) -> nbformat.NotebookNode:
+        """Execute notebooks/<name> in tmp_path with FABRIC_URL=`url`, by default a fresh embedded fabric in
+        tmp_path; any cell error fails the test."""
+        nb = nbformat.read(REPO / "notebooks" / name, as_version=4)
+        assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
+            f"{name} is committed with outputs; clear them (Kernel > Restart & Clear Output) before committing"
+        if url is None:
+            fabric_dir = tmp_path / "fabric-data"  # not "fabric": in the kernel's cwd it would shadow the package
+            fabric_dir.mkdir()
+            url = f"file://{fabric_dir}"
+        # The notebooks' temp dirs, the IPython profile and the connection file go to tmp_path, not $HOME or /tmp.
+        env = {**(env or os.environ), "FABRIC_URL": url, "IPYTHONDIR": str(tmp_path / "ipython"),
+               "TMPDIR": str(tmp_path)}
+        km = KernelManager(kernel_name="fabric", kernel_spec_manager=KernelSpecManager(
+            kernel_dirs=[self._kernel(python)]), connection_file=str(tmp_path / "kernel-connection.json"))
+        client = NotebookClient(nb, km=km, timeout=self.CELL_TIMEOUT_S,
+                                resources={"metadata": {"path": str(tmp_path)}})
+        try:
+            client.execute(env=env)
+        finally:
+            print(self.timings(nb))  # shown by pytest when the test fails
+        return nb
+
+    @staticmethod
+    def timings(nb: nbformat.NotebookNode) -> str:
+        """Seconds each executed code cell took, from the execution metadata nbclient records."""
+        out = []
+        for c in nb.cells:
+            meta = c.metadata.get("execution", {})
+            if "iopub.execute_input" in meta and "shell.execute_reply" in meta:
+                took = (datetime.fromisoformat(meta["shell.execute_reply"].rstrip("Z"))
+                        - datetime.fromisoformat(meta["iopub.execute_input"].rstrip("Z")))
+                out.append(f"{c.id}={took.total_seconds():.1f}s")
+        return "cell times: " + " ".join(out)
+
+
+@pytest.fixture(scope="session")
+def notebooks(tmp_path_factory) -> Notebooks:
+    return Notebooks(tmp_path_factory.mktemp("kernels"))

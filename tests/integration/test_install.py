@@ -76,10 +76,13 @@ def test_the_wheel_holds_the_package_and_nothing_else(wheel):
     assert {t for t in top if not t.endswith(".dist-info")} == {"fabric"}, top
 
 
-def test_the_installed_wheel_works_from_outside_the_checkout(wheel, tmp_path):
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """A fresh venv with the wheel installed (not editable); its python."""
+    tmp_path = tmp_path_factory.mktemp("installed")
     fresh = tmp_path / "venv"
     run([VENV_PYTHON, "-m", "venv", fresh], cwd=tmp_path, env=clean_env())
-    python, bin_dir = fresh / "bin" / "python", fresh / "bin"
+    python = fresh / "bin" / "python"
     # The project venv's dependencies (pyspark, pyarrow, ...) without reinstalling them: its site-packages on the
     # fresh venv's path. .pth files in a directory added this way are not processed, so the project's own
     # editable install there (a .pth file) stays invisible; the wheel is the only fabric.
@@ -88,7 +91,12 @@ def test_the_installed_wheel_works_from_outside_the_checkout(wheel, tmp_path):
     (site / "project-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", wheel], cwd=tmp_path,
         env=clean_env())  # ignore (never touch) the project venv's own spark-fabric, visible through the .pth
+    return python
 
+
+def test_the_installed_wheel_works_from_outside_the_checkout(installed, tmp_path):
+    python, bin_dir = installed, installed.parent
+    fresh = bin_dir.parent
     data = tmp_path / "fabric-data"
     env = clean_env(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(python))
     assert "Created topic t" in run([bin_dir / "fabric", "--url", f"file://{data}", "topics", "create", "t"],
@@ -119,3 +127,13 @@ def test_the_installed_wheel_works_from_outside_the_checkout(wheel, tmp_path):
     """))
     out = run([python, script], cwd=tmp_path, env=env)
     assert "read 3 records with" in out and str(fresh) in out
+
+
+def test_a_notebook_runs_on_the_installed_wheel_outside_the_checkout(installed, notebooks, tmp_path):
+    """explore_topics in a kernel on the fresh venv's python, whose fabric is the wheel's (conf/ included)."""
+    nb = notebooks.run("explore_topics.ipynb", tmp_path, python=str(installed), env=clean_env())
+    connect = next(c for c in nb.cells if c.get("id") == "connect")
+    assert "data nodes: none" in "".join(o.get("text", "") for o in connect.outputs)
+    probe = run([installed, "-c", "import fabric.notebook; print(fabric.notebook.__file__)"], cwd=tmp_path,
+                env=clean_env())
+    assert probe.startswith(str(installed.parent.parent)), probe
