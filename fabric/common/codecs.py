@@ -17,3 +17,13 @@ class Codec:
 CODECS: dict[str, Codec] = {c.name: c for c in (Codec("none", 0, None), Codec("lz4", 1, "lz4_frame"),
                                                  Codec("zstd", 2, "zstd"))}
 CODEC_NAMES = tuple(CODECS)  # "none" first
+
+# Kafka codecs Arrow IPC cannot compress buffers with, and the one of ours closest to each
+KAFKA_ONLY = {"gzip": "zstd (a better ratio than gzip, and faster)", "snappy": "lz4 (as fast as snappy)"}
+
+
+def unsupported(name: str) -> str | None:
+    """Why a Kafka codec name is not available here and what to use instead, or None if it is not one of them."""
+    instead = KAFKA_ONLY.get(name.strip().lower())
+    return None if instead is None else (f"{name.strip()} is a Kafka codec that Arrow IPC, which the fabric "
+                                         f"stores, cannot compress with; use {instead}")

@@ -5,7 +5,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from fabric.common.codecs import CODEC_NAMES
+from fabric.common.codecs import CODEC_NAMES, unsupported
 from fabric.common.errors import IgnoredConfigWarning, InvalidConfigError
 
 LONG_MAX = 2**63 - 1
@@ -48,6 +48,18 @@ def _choice(*options: str) -> Callable[[str], str]:
         if value not in options:
             raise ValueError(f"must be one of {', '.join(options)}")
         return value
+    return parse
+
+
+def _codec(*options: str) -> Callable[[str], str]:
+    """A choice of codecs (compression.type), explaining Kafka's gzip and snappy."""
+    choose = _choice(*options)
+
+    def parse(text: str) -> str:
+        why = unsupported(str(text))
+        if why is not None:
+            raise ValueError(f"must be one of {', '.join(options)}: {why}")
+        return choose(text)
     return parse
 
 
@@ -95,7 +107,7 @@ TOPIC_SETTINGS: dict[str, Setting] = {
                                    "watermark to advance (a replicated topic's; the embedded fabric has one replica)"),
     "unclean.leader.election.enable": Setting(False, _bool, "elect an out-of-sync replica when no in-sync one is "
                                               "alive (available again, but records may be lost)"),
-    "compression.type": Setting("producer", _choice("producer", "uncompressed", *CODEC_NAMES[1:]),
+    "compression.type": Setting("producer", _codec("producer", "uncompressed", *CODEC_NAMES[1:]),
                                 "codec stored on disk; 'producer' keeps the producer's ('uncompressed': none)"),
 }
 
@@ -170,7 +182,7 @@ PRODUCER_SETTINGS: dict[str, Setting] = {
     "acks": Setting("all", _choice("0", "1", "all", "-1"), "0, 1 or all (-1): when a send counts as done"),
     "linger_ms": Setting(5, _long(0, INT_MAX), "wait up to this long to fill a batch"),
     "batch_size": Setting(1 << 20, _long(1, INT_MAX), "bytes of records per batch before it is sent"),
-    "compression_type": Setting("none", _choice(*CODEC_NAMES), "Arrow IPC buffer compression"),
+    "compression_type": Setting("none", _codec(*CODEC_NAMES), "Arrow IPC buffer compression"),
     "client_id": Setting("", str, "a name for logs"),
     "max_request_size": Setting(1048576 * 64, _long(1, INT_MAX), "largest record send() accepts, in bytes"),
     "enable_idempotence": Setting(True, _bool, "with acks=all, a retried batch is never written twice"),

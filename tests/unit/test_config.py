@@ -62,3 +62,13 @@ def test_a_record_over_max_request_size_is_refused_naming_it(fab):
         with pytest.raises(RecordTooLargeError, match="max_request_size=10"):
             producer.send("t", b"x" * 11)
         assert producer.send("t", b"x" * 10).get(timeout=30).offset == 0
+
+
+@pytest.mark.parametrize("kafka_codec, ours", [("gzip", "zstd"), ("snappy", "lz4")])
+def test_kafkas_gzip_and_snappy_are_refused_naming_what_to_use(fab, kafka_codec, ours):
+    with pytest.raises(InvalidConfigError, match=f"must be one of none, lz4, zstd: {kafka_codec} is a Kafka codec "
+                       f"that Arrow IPC, which the fabric stores, cannot compress with; use {ours}"):
+        fab.producer(compression_type=kafka_codec)
+    with pytest.raises(InvalidConfigError, match=f"{kafka_codec} is a Kafka codec .* use {ours}"):
+        fab.create_topic("t", config={"compression.type": kafka_codec})
+    assert fab.list_topics() == []
