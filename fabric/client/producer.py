@@ -209,11 +209,26 @@ def _check_topic_column(topic: str, table: pa.Table) -> None:
         "other topics; drop that column, or split the table by topic and send each part to its own topic")
 
 
-class Producer:
-    """Sends records to topics of one cluster. Thread-safe; use as a context manager or close()."""
+Serializer = Callable[[Any], Any]
 
-    def __init__(self, cluster: Cluster, **config: Any) -> None:
+
+def _serializer(name: str, given: Serializer | None) -> Serializer | None:
+    if given is not None and not callable(given):
+        raise InvalidConfigError(f"{name} must be a function of one value returning bytes or str (e.g. "
+                                 f"lambda v: json.dumps(v).encode()), got {type(given).__name__}")
+    return given
+
+
+class Producer:
+    """Sends records to topics of one cluster. Thread-safe; use as a context manager or close().
+    `key_serializer` / `value_serializer` (kafka-python's) turn each non-null key / value into what send() takes
+    (bytes or str; a typed topic's dict); a None value stays a tombstone."""
+
+    def __init__(self, cluster: Cluster, key_serializer: Serializer | None = None,
+                 value_serializer: Serializer | None = None, **config: Any) -> None:
         self.cluster = cluster
+        self._key_serializer = _serializer("key_serializer", key_serializer)
+        self._value_serializer = _serializer("value_serializer", value_serializer)
         self.config = client_config("producer", PRODUCER_SETTINGS, config)
         self._batch_size = self.config["batch_size"]
         self._linger = self.config["linger_ms"] / 1000.0
@@ -264,6 +279,10 @@ class Producer:
         if self._closed:
             raise FabricError("send() on a closed producer; create a new one")
         meta = self._topic(topic)
+        if key is not None and self._key_serializer is not None:
+            key = _serialized(self._key_serializer, key, "key")
+        if value is not None and self._value_serializer is not None:
+            value = _serialized(self._value_serializer, value, "value")
         if key is not None and type(key) is not bytes:
             key = record_checks.payload(key, "key")
         if meta.typed is None:
@@ -488,6 +507,15 @@ class Producer:
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
+
+
+def _serialized(serializer: Serializer, data: Any, what: str) -> Any:
+    """`serializer(data)`; its failure is an InvalidRecordError naming the serializer (nothing is sent)."""
+    try:
+        return serializer(data)
+    except Exception as exc:  # noqa: BLE001 (user code: any failure refuses this record alone)
+        raise InvalidRecordError(f"{what}_serializer failed on this record ({type(exc).__name__}: {exc}); "
+                                 "nothing was sent") from exc
 
 
 def _linger_loop(ref: weakref.ref[Producer], wake: threading.Condition) -> None:
