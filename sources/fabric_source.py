@@ -187,7 +187,7 @@ class FabricStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else \
             self.opts.max_offsets_per_trigger if isinstance(limit, ReadMaxBytes) else None
         if max_rows:
-            end = rate_limit(begin, end, max_rows)
+            end = rate_limit(self.cluster, begin, end, max_rows)
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else \
             self.opts.max_bytes_per_trigger if isinstance(limit, ReadMaxRows) else None
         if max_bytes:

@@ -11,7 +11,7 @@ from typing import Mapping
 
 from fabric.client.cluster import Cluster
 from fabric.client.retry import retrying
-from fabric.common.errors import FabricError, UnknownTopicError
+from fabric.common.errors import FabricError, OffsetOutOfRangeError, UnknownTopicError
 from fabric.common.types import PartitionState, TopicPartition
 from fabric.sources.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription, check_topics_exist
 
@@ -173,17 +173,26 @@ def deleted_topics(cluster: Cluster, subscription: Subscription, previous: Mappi
     return frozenset(gone)
 
 
-def rate_limit(begin: Offsets, end: Offsets, max_rows: int) -> Offsets:
+def rate_limit(cluster: Cluster, begin: Offsets, end: Offsets, max_rows: int) -> Offsets:
     """Cap the total rows at max_rows, split across partitions in proportion to their backlog (Kafka's rule:
-    a partition's share is floored, or rounded up when below one row, so every backlog makes progress)."""
+    a partition's share is floored, or rounded up when below one row, so every backlog makes progress). A share
+    counts records, not offsets: each partition's batch ends after its share of records the readers get, past
+    compaction's gaps, markers and aborted records (Kafka's source counts offsets, so its batches come out
+    smaller, down to empty, on a compacted topic)."""
     sizes = {tp: end[tp] - begin[tp] for tp in end if end[tp] > begin[tp]}
     total = sum(sizes.values())
-    if total <= max_rows:
+    if total <= max_rows:  # never more records than offsets
         return dict(end)
     out = dict(end)
     for tp, size in sizes.items():
         share = max_rows * (size / total)
-        out[tp] = min(end[tp], begin[tp] + int(math.ceil(share) if share < 1 else math.floor(share)))
+        rows = int(math.ceil(share) if share < 1 else math.floor(share))
+        try:
+            out[tp] = retrying(cluster, functools.partial(cluster.offset_after_records, tp[0], tp[1], begin[tp],
+                                                          rows, end[tp]),
+                               f"the offset after {rows} records of {tp[0]}-{tp[1]}", PLANNING_TIMEOUT_S)
+        except OffsetOutOfRangeError:  # retention overtook `begin` meanwhile: partitions() reports the loss
+            out[tp] = min(end[tp], begin[tp] + rows)
     return out
 
 

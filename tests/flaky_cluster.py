@@ -68,6 +68,10 @@ class FlakyCluster(Cluster):
     def offset_for_time(self, topic: str, partition: int, timestamp_us: int) -> int | None:
         return self.inner.offset_for_time(topic, partition, timestamp_us)
 
+    def offset_after_records(self, topic: str, partition: int, offset: int, count: int,
+                             end_offset: int | None = None, isolation_level: str = "read_committed") -> int:
+        return self.inner.offset_after_records(topic, partition, offset, count, end_offset, isolation_level)
+
     def enforce_retention(self, topic: str) -> int:
         return self.inner.enforce_retention(topic)
 

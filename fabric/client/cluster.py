@@ -129,6 +129,14 @@ class Cluster(ABC):
         """Earliest offset with timestamp >= timestamp_us, or None if there is none."""
 
     @abstractmethod
+    def offset_after_records(self, topic: str, partition: int, offset: int, count: int,
+                             end_offset: int | None = None, isolation_level: str = "read_committed") -> int:
+        """The offset after the first `count` records a fetch from `offset` would return (with `isolation_level`),
+        below `end_offset` (default: the end a fetch reads to), or that end if there are fewer: compaction's gaps,
+        markers and aborted records take offsets but are not counted. How the Spark source makes
+        maxOffsetsPerTrigger count real records."""
+
+    @abstractmethod
     def enforce_retention(self, topic: str) -> int:
         """Apply retention.ms / retention.bytes now; returns the number of segments deleted."""
 

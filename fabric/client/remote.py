@@ -179,6 +179,11 @@ class RemoteCluster(Cluster):
     def offset_for_time(self, topic: str, partition: int, timestamp_us: int) -> int | None:
         return self.connection.action("offset_for_time", topic=topic, partition=partition, timestamp_us=timestamp_us)
 
+    def offset_after_records(self, topic: str, partition: int, offset: int, count: int,
+                             end_offset: int | None = None, isolation_level: str = "read_committed") -> int:
+        return self.connection.action("offset_after_records", topic=topic, partition=partition, offset=offset,
+                                      count=count, end_offset=end_offset, isolation_level=isolation_level)
+
     def enforce_retention(self, topic: str) -> int:
         return self.connection.action("enforce_retention", topic=topic)
 

@@ -232,6 +232,15 @@ class RoutingCluster(RemoteCluster):
                                                        **target.quoted()),
                             lambda: super(RoutingCluster, self).partition_state(topic, partition))
 
+    def offset_after_records(self, topic: str, partition: int, offset: int, count: int,
+                             end_offset: int | None = None, isolation_level: str = "read_committed") -> int:
+        return self._routed(topic, partition,
+                            lambda target: action_call("offset_after_records", topic=topic, partition=partition,
+                                                       offset=offset, count=count, end_offset=end_offset,
+                                                       isolation_level=isolation_level, **target.quoted()),
+                            lambda: super(RoutingCluster, self).offset_after_records(
+                                topic, partition, offset, count, end_offset, isolation_level))
+
     def offset_for_time(self, topic: str, partition: int, timestamp_us: int) -> int | None:
         return self._routed(topic, partition,
                             lambda target: action_call("offset_for_time", topic=topic, partition=partition,

@@ -223,6 +223,13 @@ class Broker:
     def offset_for_time(self, topic: str, partition: int, timestamp_us: int) -> int | None:
         return partition_ops.offset_for_time(self.log(topic, partition), timestamp_us)
 
+    def offset_after_records(self, topic: str, partition: int, offset: int, count: int,
+                             end_offset: int | None = None, isolation_level: str = "read_committed") -> int:
+        """Counted below the watermark, as fetch reads (the isolation level is checked, and counts aborted
+        records only for read_uncommitted)."""
+        return partition_ops.offset_after_records(self.log(topic, partition), offset, count, end_offset,
+                                                  isolation_level)
+
     def enforce_retention(self, topic: str) -> int:
         with disk_errors(self.logs.topic_dir(topic), f"enforce the retention of topic {topic!r}"):
             return sum(self.log(topic, p).enforce_retention() for p in range(self._partitions(topic)))

@@ -101,6 +101,14 @@ def state(log: Log, topic: str, partition: int, end_offset: int | None = None, *
                           **replication)
 
 
+def offset_after_records(log: Log, offset: int, count: int, end_offset: int | None, isolation: str) -> int:
+    """Log.offset_after_records, its arguments checked: offsets and the count are ints from 0."""
+    for name, value in (("offset", offset), ("count", count), ("end_offset", end_offset)):
+        if value is not None and (not checks.is_integer(value) or not 0 <= value <= LONG_MAX):
+            raise InvalidRequestError(f"{name} must be an int from 0 to {LONG_MAX}, got {clip(value)}")
+    return log.offset_after_records(offset, count, end_offset, isolation_level(isolation))
+
+
 def offset_for_time(log: Log, timestamp_us: int) -> int | None:
     """The earliest offset with a timestamp >= timestamp_us (µs), or None."""
     if not checks.is_integer(timestamp_us) or abs(timestamp_us) > LONG_MAX:

@@ -139,6 +139,7 @@ ROUTES: dict[str, Route] = {
     "describe_group": Route("coordinator", on_group("describe"), True),
     "partition_state": Route("broker", on_topic("describe", "topic")),
     "offset_for_time": Route("broker", on_topic("describe", "topic")),
+    "offset_after_records": Route("broker", on_topic("describe", "topic")),
     "enforce_retention": Route("broker", on_topic("admin", "topic"), True),
     "status": Route("service", nothing),
     "init_producer_id": Route("broker", nothing, True),

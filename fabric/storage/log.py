@@ -651,6 +651,15 @@ class Log:
             log.debug("%s: fetch from offset %d stops before damaged records: %s", self.name, offset, exc)
         return out
 
+    def offset_after_records(self, offset: int, count: int, end_offset: int | None = None,
+                             isolation: str = reader.READ_COMMITTED) -> int:
+        """The offset after the first `count` records a reader gets from `offset` (with `isolation`), below
+        `end_offset` (default: the watermark), or that end if there are fewer: what a batch of `count` real
+        records spans, across compaction's gaps, markers and (read_committed) aborted records. Counted from the
+        frame headers (the offset index finds the first), never reading their values. OffsetOutOfRangeError if
+        `offset` is outside the log."""
+        return reader.offset_after_records(self, offset, count, end_offset, isolation)
+
     def wait_for_records(self, offset: int, timeout_s: float) -> bool:
         """Wait up to `timeout_s` for the end offset to pass `offset` (a long-polling reader at the end): woken by
         this process's appends at once, and by other processes' within FOREIGN_APPEND_POLL_S. True if it did."""

@@ -20,6 +20,7 @@ from fabric.common.errors import CorruptRecordError, OffsetOutOfRangeError
 from fabric.common.records import TIMESTAMP
 from fabric.common.types import Fetched
 from fabric.storage import frame
+from fabric.storage.frame import FrameHeader
 from fabric.storage.scan import CorruptRangeError, Damage, Frame
 from fabric.storage.segment import Segment
 
@@ -106,6 +107,46 @@ def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int,
             budget -= header.size
     if skipped is not None:
         yield Fetched(skipped[1], pa.RecordBatch.from_pylist([], schema=skipped[0].schema), 0)
+
+
+def offset_after_records(plog: Log, offset: int, count: int, end_offset: int | None = None,
+                         isolation: str = READ_COMMITTED) -> int:
+    """See Log.offset_after_records."""
+    segs, end = _range(plog, offset, end_offset)
+    at, left = offset, count
+    if left <= 0:
+        return offset
+    for _ in range(3):
+        try:
+            for header in _headers_from(plog, segs, at, end):
+                lo, hi = max(at, header.base_offset), min(end, header.next_offset)
+                if header.delivered and not (isolation == READ_COMMITTED and header.is_transactional
+                                             and plog.transactions.aborted(header)):
+                    if hi - lo >= left:
+                        return lo + left
+                    left -= hi - lo
+                at = hi
+            return end
+        except FileNotFoundError:  # the cleaner merged a segment meanwhile: count on where the offsets are now
+            if at < plog.start_offset:
+                raise OffsetOutOfRangeError(f"offset {at} of partition {plog.name} was deleted by retention "
+                                            "while its records were counted; seek to the log start") from None
+            segs = plog.segments()
+    raise OffsetOutOfRangeError(f"offset {at} of partition {plog.name}: its segment kept changing while its records "
+                                "were counted; retry")
+
+
+def _headers_from(plog: Log, segs: list[Segment], offset: int, end: int) -> Iterator[FrameHeader]:
+    """The headers of the frames holding offsets [offset, end), walked from the offset index's entry without
+    reading their payloads (damaged frames are left out: a read reports them)."""
+    bases = [s.base_offset for s in segs]
+    for seg in segs[max(bisect.bisect_right(bases, offset) - 1, 0):]:
+        if seg.base_offset >= end:
+            return
+        plog.check_indexes([seg])
+        for item in seg.walk(*plog.start(seg, offset), stop=end):
+            if isinstance(item, Frame) and item.header.next_offset > offset:
+                yield item.header
 
 
 def _segment_items(plog: Log, seg: Segment, offset: int, end: int, limit: int, budget: int

@@ -3,6 +3,7 @@ stream reader, and minPartitions splitting offset ranges into tasks. (The source
 tests/integration/test_source.py.)"""
 from __future__ import annotations
 
+import pyarrow as pa
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
 
 from fabric.sources.fabric_source import FabricStreamReader, spark_schema
@@ -27,6 +28,24 @@ def test_read_limits_from_spark_are_honoured(fab, fabric_url):
     per_record = fab.describe_topic("t").partitions[0].size_bytes / 30
     by_bytes = source.latestOffset(start, ReadMaxBytes(int(per_record * 4)))["t"]
     assert by_bytes["0"] >= 1 and by_bytes["1"] >= 1 and by_bytes["0"] + by_bytes["1"] <= 4
+
+
+def test_max_offsets_per_trigger_counts_records_across_compaction_gaps(fab, fabric_url):
+    fab.create_topic("c", partitions=2, config={"cleanup.policy": "compact"})
+    with fab.producer() as producer:  # 5 rounds of the same 20 keys on each partition
+        for r in range(5):
+            for p in (0, 1):
+                producer.send_batch("c", pa.table({"key": [b"k%d" % k for k in range(20)],
+                                                   "value": [b"r%d" % r] * 20, "partition": [p] * 20}))
+    for p in (0, 1):
+        assert fab.cluster.log("c", p).clean(force=True).cleaned  # only round 4 is left, at offsets 80..99
+    source = FabricStreamReader({"url": fabric_url, "subscribe": "c", "startingOffsets": "earliest"},
+                                spark_schema(None, False))
+    start = source.initialOffset()
+    # Kafka's source would plan offsets 0..4 of each partition: nothing but gaps, an empty batch
+    assert source.latestOffset(start, ReadMaxRows(10)) == {"c": {"0": 85, "1": 85}}
+    assert source.latestOffset({"c": {"0": 85, "1": 90}}, ReadMaxRows(11)) == {"c": {"0": 91, "1": 94}}
+    assert source.latestOffset(start, ReadMaxRows(200)) == {"c": {"0": 100, "1": 100}}
 
 
 def test_min_partitions_split_covers_every_offset_once():

@@ -374,6 +374,19 @@ class ReplicaManager:
             found = partition_ops.offset_for_time(replica.log, timestamp_us)
         return found if found is None or found < replica.hw else None
 
+    def offset_after_records(self, topic: str, partition: int, offset: int, count: int,
+                             end_offset: int | None = None, isolation_level: str = READ_COMMITTED,
+                             leader_epoch: int | None = None, topic_id: str = "") -> int:
+        """Counted below where a consumer's fetch with `isolation_level` stops (the high watermark, or the last
+        stable offset), at the leader."""
+        isolation = partition_ops.isolation_level(isolation_level)
+        replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
+        bound = replica.readable_end(isolation)
+        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+            return partition_ops.offset_after_records(replica.log, offset, count,
+                                                      bound if end_offset is None else min(end_offset, bound),
+                                                      isolation)
+
     def describe(self) -> list[dict[str, object]]:
         """Every hosted replica's role, epoch, high watermark and (as leader) ISR and followers' progress."""
         with self._lock:
