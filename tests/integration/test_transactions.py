@@ -55,11 +55,18 @@ def test_committed_readers_see_a_transaction_once_its_markers_are_written(shared
         assert fab.describe_topic("txn-basic").partitions[0].end_offset == 1
         assert read_all(fab, "txn-basic") == [b"before"]
         assert read_all(fab, "txn-basic", "read_uncommitted") == [b"before", b"k1", b"k2", b"f1", b"plain-after"]
+        # the leader counts records up to where each kind of reader stops
+        assert fab.cluster.offset_after_records("txn-basic", 0, 0, 10) == 1
+        assert fab.cluster.offset_after_records("txn-basic", 0, 0, 4, isolation_level="read_uncommitted") == 4
 
         fab.cluster.coordinator.commit_transaction("sink-a:0", [kept.producer_id])  # the commit point
         record = transactional.end_transaction(fab.cluster, "sink-a:0")
         assert record.committed_writers == (kept.producer_id,)
         assert read_all(fab, "txn-basic") == [b"before", b"k1", b"k2", b"plain-after"]
+        # offsets 0-4 hold before, k1, k2, f1 (aborted), plain-after; the two markers follow: a committed reader's
+        # third and fourth records end at 3 and 5 (past f1), a read_uncommitted reader's fourth at 4
+        assert [fab.cluster.offset_after_records("txn-basic", 0, 0, n) for n in (3, 4, 5)] == [3, 5, 7]
+        assert fab.cluster.offset_after_records("txn-basic", 0, 3, 1, isolation_level="read_uncommitted") == 4
         transactional.end_transaction(fab.cluster, "sink-a:0")  # writing the markers again changes nothing
         assert read_all(fab, "txn-basic") == [b"before", b"k1", b"k2", b"plain-after"]
 
