@@ -2,6 +2,8 @@
 replicated cluster. (Its offset planning without Spark: tests/unit/test_source_offsets.py.)"""
 from __future__ import annotations
 
+import json
+import os
 import time
 
 import pyarrow as pa
@@ -10,10 +12,13 @@ from chispa import assert_df_equality
 
 import fabric
 from fabric.client.url import ENV_URL
+from fabric.common.config import TopicConfig
 from fabric.common.errors import InvalidConfigError
+from fabric.common.records import storage_schema
 from fabric.common.waiting import wait_for
 from fabric.spark.options import CLIENT_RACK_CONF, ENV_CLIENT_RACK, URL_CONF, resolve_client_rack, resolve_url
 from fabric.spark.session import use_fabric_confs
+from fabric.storage.log import Log
 
 pytestmark = [pytest.mark.spark]
 
@@ -349,6 +354,68 @@ def test_stream_skips_lost_data_when_told(spark, fab, fabric_url, tmp_path):
                                  subscribe="lossy", failOnDataLoss="false")
     got = [o for p, o in offsets(table)]
     assert got == list(range(40)) + list(range(start, 120))
+
+
+NO_CLEANER = ("data nodes run no log cleaner yet (neither a maintenance thread nor an on-demand compaction reaches "
+              "them): a replicated topic has no compaction gaps")
+KEYS, PER_TRIGGER = 150, 100
+
+
+def _write_rounds(fab, topic: str, rounds: range, written: dict[int, tuple[bytes, bytes]]) -> None:
+    """Each round updates all KEYS keys in one batch (no idempotent producer, so no batch is kept whole)."""
+    with fab.producer(enable_idempotence=False, linger_ms=0) as producer:
+        for r in rounds:
+            keys, values = [b"k%03d" % k for k in range(KEYS)], [b"r%d-k%03d" % (r, k) for k in range(KEYS)]
+            first = producer.send_batch(topic, pa.table({"key": keys, "value": values}))[0].offset
+            written.update({first + i: kv for i, kv in enumerate(zip(keys, values, strict=True))})
+
+
+def test_stream_reads_segments_cleaned_while_it_runs_once_and_counts_records_per_trigger(spark, fab, fabric_url,
+                                                                                         fabric_dir, tmp_path):
+    on_embedded_only(fabric_url, NO_CLEANER)
+    fab.create_topic("table", config={"cleanup.policy": "compact", "segment.bytes": 8192})
+    plog = Log(os.path.join(fabric_dir, "table", "0"), storage_schema(None),
+               TopicConfig(fab.cluster.coordinator.topic("table").config))
+    written: dict[int, tuple[bytes, bytes]] = {}
+    _write_rounds(fab, "table", range(4), written)
+    seen: list[tuple[int, bytes, bytes]] = []
+
+    def each(batch, batch_id: int) -> None:
+        seen.extend((r.offset, bytes(r.key), bytes(r.value)) for r in batch.select("offset", "key", "value").collect())
+        if batch_id == 0:  # the next batches are planned over offsets cleaned since the query started
+            assert plog.clean(force=True).cleaned
+        if batch_id == 2:
+            _write_rounds(fab, "table", range(4, 8), written)
+            assert plog.clean(force=True).cleaned
+
+    query = (spark.readStream.format("fabric").option("url", fabric_url)
+             .options(subscribe="table", startingOffsets="earliest", maxOffsetsPerTrigger=str(PER_TRIGGER)).load()
+             .writeStream.foreachBatch(each).option("checkpointLocation", str(tmp_path / "ck")).start())
+    try:
+        query.processAllAvailable()  # raises if the query failed (as failOnDataLoss=true would make it)
+        assert query.exception() is None
+    finally:
+        query.stop()
+    offsets_read = [o for o, _, _ in seen]
+    assert len(offsets_read) == len(set(offsets_read))  # nothing read twice
+    assert all(written[o] == (k, v) for o, k, v in seen)  # each record as written at its offset
+    latest = {key: (offset, value) for offset, (key, value) in sorted(written.items())}
+    assert {(o, k, v) for k, (o, v) in latest.items()} <= set(seen)  # every key's surviving value was read
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    assert sum(p["numInputRows"] for p in batches) == len(seen)
+    crossed = 0
+    for progress in batches:
+        source = progress["sources"][0]
+        start, end, latest_offset = ((json.loads(source[f]) or {"table": {"0": 0}})["table"]["0"]  # first: null
+                                     for f in ("startOffset", "endOffset", "latestOffset"))
+        if end < latest_offset:  # a batch maxOffsetsPerTrigger limited holds that many records, however many
+            assert progress["numInputRows"] == PER_TRIGGER, progress  # offsets it spans
+            crossed += end - start > PER_TRIGGER
+    assert crossed >= 2  # after each cleaning, a full batch spanned cleaned offsets
+    # a batch read of the topic now (failOnDataLoss=true by default) gets exactly the surviving records
+    rows = reader(spark, fabric_url, subscribe="table").load().select("offset", "key", "value").collect()
+    assert sorted((r.offset, bytes(r.key), bytes(r.value)) for r in rows) == sorted(
+        (o, k, v) for k, (o, v) in latest.items())
 
 
 def test_stream_picks_up_added_partitions_and_new_records(spark, fab, fabric_url, tmp_path):
