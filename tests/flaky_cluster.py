@@ -10,6 +10,7 @@ import pyarrow as pa
 from fabric.client.cluster import Cluster
 from fabric.common.errors import FabricError
 from fabric.common.types import Fetched, PartitionState, ProducerIdentity, TopicInfo, TopicPartition, TopicRecovery
+from fabric.storage.cleaner import CleanReport
 
 
 class FlakyCluster(Cluster):
@@ -74,6 +75,9 @@ class FlakyCluster(Cluster):
 
     def enforce_retention(self, topic: str) -> int:
         return self.inner.enforce_retention(topic)
+
+    def compact_topic(self, topic: str) -> list[CleanReport]:
+        return self.inner.compact_topic(topic)
 
     def publish(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
                 codec: str = "none") -> bool:

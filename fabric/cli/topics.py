@@ -1,4 +1,5 @@
-"""`fabric topics create|list|describe|delete|alter|recover`: kafka-topics and kafka-configs for topics."""
+"""`fabric topics create|list|describe|delete|alter|recover|retain|compact`: kafka-topics and kafka-configs for
+topics, and retention and compaction on demand."""
 from __future__ import annotations
 
 import argparse
@@ -169,6 +170,46 @@ def recover(args: argparse.Namespace) -> int:
     return 1 if args.names and any(r.outcome == "skipped" for r in results) else 0
 
 
+def retain(args: argparse.Namespace) -> None:
+    """Apply a topic's retention now; print how many segments went and where each partition starts now."""
+    name = _topic_of(args)
+    with open_fabric(args) as fab:
+        deleted = fab.enforce_retention(name)
+        desc = fab.describe_topic(name)
+    print(f"Retention of topic {name} deleted {deleted} segment(s).")
+    print(format_table(("PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "SEGMENTS", "BYTES"),
+                       [(p.partition, p.start_offset, p.end_offset, p.segments, p.size_bytes)
+                        for p in desc.partitions]))
+
+
+def compact(args: argparse.Namespace) -> None:
+    """Compact a topic now; print what the cleaner did to each partition."""
+    name = _topic_of(args)
+    with open_fabric(args) as fab:
+        reports = fab.compact_topic(name)
+    cleaned = [r for r in reports if r.cleaned]
+    print(f"Compacted {len(cleaned)} of the {len(reports)} partition(s) of topic {name}"
+          + (f": {sum(r.bytes_before for r in cleaned)} -> {sum(r.bytes_after for r in cleaned)} bytes, "
+             f"{sum(r.records_removed for r in cleaned)} records removed." if cleaned else "."))
+    for report in reports:
+        print(f"  {report.describe()}")
+
+
+def _topic_of(args: argparse.Namespace) -> str:
+    """The topic a command names, as NAME or --topic NAME (not two different ones)."""
+    if args.name and args.topic and args.name != args.topic:
+        raise CommandError(f"two topics given ({args.name!r} and --topic {args.topic!r}); name one")
+    name: str | None = args.name or args.topic
+    if not name:
+        raise CommandError(f"name the topic: fabric topics {args.command} NAME (or --topic NAME)")
+    return name
+
+
+def _topic_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", metavar="NAME", nargs="?", help="the topic")
+    parser.add_argument("--topic", metavar="NAME", help="the topic (instead of NAME)")
+
+
 def _config_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", action="append", metavar="KEY=VALUE",
                         help="a topic config override (repeatable); keys: " + ", ".join(sorted(TOPIC_SETTINGS)))
@@ -176,7 +217,8 @@ def _config_option(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `fabric topics ...`."""
-    topics = add_command(subparsers, "topics", None, "create, list, describe, delete and alter topics")
+    topics = add_command(subparsers, "topics", None, "create, list, describe, delete and alter topics; apply "
+                         "retention or compaction now")
     verbs = add_subcommands(topics, "topic commands")
 
     p = add_command(verbs, "create", create, "create a topic")
@@ -217,3 +259,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _config_option(p)
     p.add_argument("--delete-config", action="append", metavar="KEY",
                    help="remove an override, back to the default (repeatable)")
+
+    p = add_command(verbs, "retain", retain, "apply a topic's retention now (retention.ms, retention.bytes)",
+                    description="Delete the segments of every partition of the topic that retention.ms or "
+                                "retention.bytes no longer keep, now, instead of at the next background pass "
+                                "(log.retention.check.interval.ms). Topics with cleanup.policy=compact alone "
+                                "keep their segments.")
+    _topic_option(p)
+
+    p = add_command(verbs, "compact", compact, "compact a topic now (cleanup.policy=compact)",
+                    description="Roll the active segment of every partition of a compacted topic and compact "
+                                "everything the cleaner may, now, whatever min.cleanable.dirty.ratio says; print what "
+                                "was done to each partition. A topic with cleanup.policy=delete is refused: make "
+                                "it compacted with `fabric topics alter NAME --config cleanup.policy=compact`.")
+    _topic_option(p)

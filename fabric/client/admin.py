@@ -26,6 +26,7 @@ from fabric.common.types import (
     TopicPartition,
     TopicRecovery,
 )
+from fabric.storage.cleaner import CleanReport
 
 
 @dataclass(frozen=True)
@@ -148,8 +149,16 @@ class Fabric:
         return self.cluster.recover_topics([validate_topic(n) for n in names] if names else None)
 
     def enforce_retention(self, name: str) -> int:
-        """Apply the topic's retention now; returns how many segments were deleted."""
+        """Apply the topic's retention now (`fabric topics retain`); returns how many segments were deleted."""
         return self.cluster.enforce_retention(validate_topic(name))
+
+    def compact_topic(self, name: str) -> list[CleanReport]:
+        """Compact a topic now (`fabric topics compact`): roll each partition's active segment and clean every
+        closed segment the cleaner may (below the high watermark, open transactions and min.compaction.lag.ms),
+        whatever min.cleanable.dirty.ratio says. Returns a report per partition: segments and bytes before and
+        after, records and tombstones removed, or why nothing was cleaned. InvalidConfigError, naming the fix,
+        for a topic that is not compacted (cleanup.policy=delete)."""
+        return self.cluster.compact_topic(validate_topic(name))
 
     # -- clients -----------------------------------------------------------------------------------
     def producer(self, **config: Any) -> Producer:

@@ -29,6 +29,7 @@ from fabric.common.types import (
 )
 from fabric.coordinator.interface import Coordinator
 from fabric.storage import frame
+from fabric.storage.cleaner import CleanReport
 from fabric.storage.encoder import FrameEncoder as FrameEncoder  # part of this interface
 
 
@@ -139,6 +140,11 @@ class Cluster(ABC):
     @abstractmethod
     def enforce_retention(self, topic: str) -> int:
         """Apply retention.ms / retention.bytes now; returns the number of segments deleted."""
+
+    @abstractmethod
+    def compact_topic(self, topic: str) -> list[CleanReport]:
+        """Roll every partition's active segment and compact everything cleanable now; a report per partition.
+        InvalidConfigError for a topic whose cleanup.policy does not compact."""
 
     @abstractmethod
     def publish(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],

@@ -30,6 +30,7 @@ from fabric.common.types import (
 from fabric.coordinator.interface import Coordinator
 from fabric.server import wire
 from fabric.server.connection import Connection, fetch_call, parse_url, put_call
+from fabric.storage.cleaner import CleanReport
 
 
 class RemoteCoordinator(Coordinator):
@@ -186,6 +187,9 @@ class RemoteCluster(Cluster):
 
     def enforce_retention(self, topic: str) -> int:
         return self.connection.action("enforce_retention", topic=topic)
+
+    def compact_topic(self, topic: str) -> list[CleanReport]:
+        return self.connection.action("compact_topic", topic=topic)
 
     def statuses(self) -> dict[str, wire.InstanceStatus | Exception]:
         """Every listed instance's status, or the error reaching it."""

@@ -11,14 +11,16 @@ offsets against the logs. A refused call changes nothing; a disk that refuses a 
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from typing import Any, Mapping, Sequence
+import threading
+from typing import Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
 from fabric.common import checks
-from fabric.common.config import INT_MAX
+from fabric.common.config import INT_MAX, TopicConfig
 from fabric.common.errors import (
     CorruptRecordError,
     FabricError,
@@ -39,7 +41,9 @@ from fabric.coordinator.sqlite_store import SqliteCoordinator
 from fabric.server import admission, partition_ops, publish, recovery
 from fabric.server.publish import Frame, Staged
 from fabric.storage import frame
+from fabric.storage.cleaner import CleanReport
 from fabric.storage.log import Log
+from fabric.storage.log_maintenance import LogMaintenance
 from fabric.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -76,6 +80,8 @@ class Broker:
         self.root = self.logs.root
         self.coordinator = coordinator or SqliteCoordinator(os.path.join(self.logs.internal_dir, METADATA_DB))
         self.producer_ids = ProducerIds(self.coordinator)
+        self.maintenance: LogMaintenance | None = None
+        self._maintenance_guard = threading.Lock()
 
     def init_producer_id(self) -> ProducerIdentity:
         """A new idempotent producer's id (unique in the fabric) and epoch."""
@@ -231,8 +237,61 @@ class Broker:
                                                   isolation_level)
 
     def enforce_retention(self, topic: str) -> int:
+        """`fabric topics retain`: apply the topic's retention to every partition now; segments deleted."""
         with disk_errors(self.logs.topic_dir(topic), f"enforce the retention of topic {topic!r}"):
             return sum(self.log(topic, p).enforce_retention() for p in range(self._partitions(topic)))
+
+    def compact_topic(self, topic: str) -> list[CleanReport]:
+        """`fabric topics compact`: roll each partition's active segment and clean everything cleanable now
+        (Log.clean(force=True)); a report per partition. Refused, naming the fix, for a topic whose
+        cleanup.policy does not compact."""
+        info = self._topic(topic)
+        policy = TopicConfig(info.config)["cleanup.policy"]
+        if "compact" not in policy:
+            raise InvalidConfigError(
+                f"topic {topic!r} is not compacted (cleanup.policy={policy}): there is nothing to compact; make it a "
+                f"compacted topic with `fabric topics alter {topic} --config cleanup.policy=compact` (or "
+                "compact,delete), or apply its retention now with `fabric topics retain`")
+        with disk_errors(self.logs.topic_dir(topic), f"compact topic {topic!r}"):
+            return [self._open(info, p).clean(force=True) for p in range(info.partitions)]
+
+    # -- background maintenance ----------------------------------------------------------------------
+    def maintained_partitions(self) -> list[tuple[str, Callable[[], Log]]]:
+        """Every partition whose log lives in this directory, by name, with how to open it (what the background
+        maintenance looks after)."""
+        out: list[tuple[str, Callable[[], Log]]] = []
+        for name in self.coordinator.list_topics():
+            if not self._stored_here(name):
+                continue
+            try:
+                info = self.coordinator.topic(name)
+            except UnknownTopicError:
+                continue  # deleted since it was listed
+            out += [(f"{name}-{p}", functools.partial(self._open, info, p)) for p in range(info.partitions)]
+        return out
+
+    def _stored_here(self, topic: str) -> bool:
+        """True if the topic's logs are in this directory (ClusterBroker: not for replicated topics)."""
+        return True
+
+    def start_maintenance(self, interval_ms: int, active: Callable[[], bool] | None = None) -> LogMaintenance:
+        """Start the background maintenance of this directory's logs every `interval_ms` (once; later calls
+        return the running one). With `active`, passes run only while it says so (a standby coordinator)."""
+        if self.maintenance is not None:  # the embedded fabric asks on every write: no lock once it runs
+            return self.maintenance
+        with self._maintenance_guard:
+            if self.maintenance is None:
+                def partitions() -> list[tuple[str, Callable[[], Log]]]:
+                    return self.maintained_partitions() if active is None or active() else []
+                self.maintenance = LogMaintenance(partitions, interval_ms).start()
+            return self.maintenance
+
+    def stop_maintenance(self, timeout_s: float = 30.0) -> None:
+        """Stop the background maintenance, if it runs (waiting up to `timeout_s` for a partition in progress)."""
+        with self._maintenance_guard:
+            maintenance, self.maintenance = self.maintenance, None
+        if maintenance is not None:
+            maintenance.stop(timeout_s)
 
     # -- group offsets -------------------------------------------------------------------------------
     def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
@@ -335,6 +394,7 @@ class Broker:
         return path if batch is None else os.path.join(path, batch)
 
     def close(self) -> None:
-        """Release the metadata store's connections."""
+        """Stop the background maintenance and release the metadata store's connections."""
+        self.stop_maintenance()
         self.coordinator.close()
 

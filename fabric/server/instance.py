@@ -20,6 +20,7 @@ from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.node_leases import DEFAULT_SESSION_TIMEOUT_MS
 from fabric.server import security
 from fabric.server.broker import DEFAULT_MAX_PARTITIONS, partition_limit
+from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:9093"
@@ -44,6 +45,7 @@ class Settings:
     node_session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
     metrics_port: int | None = None
     default_replication_factor: int | None = None
+    log_retention_check_interval_ms: int = DEFAULT_INTERVAL_MS
 
     @property
     def store_url(self) -> str:
@@ -68,11 +70,13 @@ PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir"
               "zookeeper.session.timeout.ms": "zk_session_timeout_ms", "topic.max.partitions": "max_partitions",
               "coordinator.shutdown.timeout.ms": "shutdown_timeout_ms",
               "node.session.timeout.ms": "node_session_timeout_ms", "metrics.port": "metrics_port",
-              "default.replication.factor": "default_replication_factor"}
+              "default.replication.factor": "default_replication_factor",
+              INTERVAL_KEY: "log_retention_check_interval_ms"}
 PATH_KEYS = ("tokens_file", "acl_file", "tls_cert", "tls_key")
 MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
                 "shutdown_timeout_ms": "coordinator.shutdown.timeout.ms",
-                "node_session_timeout_ms": "node.session.timeout.ms"}
+                "node_session_timeout_ms": "node.session.timeout.ms",
+                "log_retention_check_interval_ms": INTERVAL_KEY}
 
 
 def add_start_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,6 +102,9 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--default-replication-factor", metavar="N", help="place topics created without a "
                         "replication factor on N data nodes too (default.replication.factor; default: such topics "
                         "stay in the coordinator's data directory)")
+    parser.add_argument("--log-retention-check-interval-ms", metavar="MS", help="how often retention and compaction "
+                        "run over every partition in the background, writes or not "
+                        f"({INTERVAL_KEY}, default {DEFAULT_INTERVAL_MS})")
     add_metrics_port_argument(parser)
 
 

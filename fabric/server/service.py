@@ -141,6 +141,7 @@ ROUTES: dict[str, Route] = {
     "offset_for_time": Route("broker", on_topic("describe", "topic")),
     "offset_after_records": Route("broker", on_topic("describe", "topic")),
     "enforce_retention": Route("broker", on_topic("admin", "topic"), True),
+    "compact_topic": Route("broker", on_topic("admin", "topic"), True),
     "status": Route("service", nothing),
     "init_producer_id": Route("broker", nothing, True),
     "register_node": Route("controller", on_cluster("cluster_action"), True),
@@ -264,6 +265,7 @@ def serve(settings: Settings) -> None:
         broker = ClusterBroker(settings.data_dir, store, settings.max_partitions, controller,
                                settings.default_replication_factor)
         server = CoordinatorService(settings, broker, election)
+        broker.start_maintenance(settings.log_retention_check_interval_ms, lambda: election.is_active)
         coordinator_metrics.register(server.metrics.registry, broker, lambda: election.is_active)
         server.metrics.serve(settings.listen, settings.metrics_port)
         election.start(server.instance, controller)
@@ -286,6 +288,7 @@ def _stop(shutdown: Shutdown, server: CoordinatorService | None, election: Any, 
     finished = True
     serving = shutdown.start("stop serving", server.shutdown) if server is not None else None
     if broker is not None:
+        broker.stop_maintenance(shutdown.remaining() / 4)
         broker.controller.stop(shutdown.remaining() / 4)
     if election is not None:
         finished &= shutdown.wait("leave the election", shutdown.start(

@@ -43,6 +43,7 @@ from fabric.common.types import (
     TransactionWriter,
 )
 from fabric.server.arguments import conforms
+from fabric.storage.cleaner import CleanReport
 
 AUTH_HEADER = "authorization"
 MAX_REQUEST_BYTES = 2 << 20  # a commit of 10,000 partitions takes about 0.5 MiB
@@ -68,7 +69,7 @@ DATACLASSES = {cls.__name__: cls for cls in (TopicInfo, CommittedOffset, JoinReq
                                              TopicRecovery, NodeInfo, PartitionAssignment, LeaderAndIsr,
                                              PartitionRegistration, ClusterDescription, NodeAssignment,
                                              EpochEndOffset, ProducerIdentity, TransactionWriter,
-                                             TransactionRecord)}
+                                             TransactionRecord, CleanReport)}
 ENUMS = {cls.__name__: cls for cls in (GroupStatus,)}
 
 
