@@ -377,3 +377,42 @@ def test_describe_shows_state_generation_and_the_owner_of_each_partition(fabric_
     rows = table(proc.stdout.decode().partition("\n")[2])
     assert proc.returncode == 0 and b"has no active members" in proc.stderr
     assert {r["CONSUMER-ID"] for r in rows} == {"-"} and len(rows) == 3
+
+
+@pytest.fixture(params=["embedded", "service"])
+def either_url(request, fabric_url) -> str:
+    """An embedded fabric, or a coordinator service process (over fabric://)."""
+    return fabric_url if request.param == "embedded" else request.getfixturevalue("coordinators")().url()
+
+
+def test_topics_compact_and_retain_on_demand(either_url, drain):
+    url = either_url
+    with fabric.connect(url) as fab:
+        fab.create_topic("table", 2, config={"cleanup.policy": "compact"})
+        fab.create_topic("old", config={"retention.ms": "60000"})
+        with fab.producer(batch_size=1, linger_ms=0) as producer:  # a batch per record: each may go
+            for i in range(40):
+                producer.send("table", b"v%d" % i, key=b"k%d" % (i % 4))
+            for _ in range(5):
+                producer.send("old", b"x", timestamp=1_000_000)  # CreateTime in 1970: past retention.ms
+    out = ok(url, "topics", "compact", "table").splitlines()
+    assert out[0].startswith("Compacted 2 of the 2 partition(s) of topic table: ") and "36 records removed" in out[0]
+    assert [line.split(":")[0].strip() for line in out[1:]] == ["table-0", "table-1"]
+    assert all("compacted offsets below" in line for line in out[1:]), out
+    with fabric.connect(url) as fab:
+        records = drain(fab.consumer("table", auto_offset_reset="earliest"), 4)
+    assert sorted((r.key, r.value) for r in records) == [(b"k%d" % k, b"v%d" % (36 + k)) for k in range(4)]
+
+    out = ok(url, "topics", "retain", "--topic", "old")
+    assert out.startswith("Retention of topic old deleted 1 segment(s).\n")
+    assert [(r["PARTITION"], r["LOG-START-OFFSET"], r["LOG-END-OFFSET"]) for r in table(out.split("\n", 1)[1])] == [
+        ("0", "5", "5")]
+    assert ok(url, "topics", "retain", "old").startswith("Retention of topic old deleted 0 segment(s).")
+
+    assert "topic 'nope' does not exist" in fails(url, "topics", "compact", "nope")
+    assert "topic 'nope' does not exist" in fails(url, "topics", "retain", "--topic", "nope")
+    err = fails(url, "topics", "compact", "old")
+    assert "topic 'old' is not compacted (cleanup.policy=delete)" in err
+    assert "fabric topics alter old --config cleanup.policy=compact" in err
+    assert "name the topic: fabric topics compact NAME (or --topic NAME)" in fails(url, "topics", "compact")
+    assert "two topics given" in fails(url, "topics", "retain", "old", "--topic", "table")

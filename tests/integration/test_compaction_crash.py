@@ -1,5 +1,6 @@
-"""Compaction killed with SIGKILL: at each step of a swap (fabric/storage/segment_swap.py), and at random moments
-of a process that appends and compacts in turn. A new process opening the partition finishes or abandons the
+"""Compaction killed with SIGKILL: at each step of a swap (fabric/storage/segment_swap.py), at random moments
+of a process that appends and compacts in turn, and while the background maintenance of an embedded writer
+(fabric/storage/log_maintenance.py) is cleaning. A new process opening the partition finishes or abandons the
 swap; every record it reads is one that was written, at its offset, and each key reads back as its latest
 acknowledged value.
 
@@ -12,18 +13,21 @@ import random
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from fabric.common.config import TopicConfig
+from fabric.common.waiting import wait_for
 from fabric.storage.log import Log
 from fabric.storage.segment_swap import CLEANED_SUFFIX, MARKER
+from fabric.storage.watermark import HighWatermark
 
 PYTHON = sys.executable
 CONFIG = {"cleanup.policy": "compact", "segment.bytes": "1500", "index.interval.bytes": "300",
           "segment.ms": str(2**62), "min.cleanable.dirty.ratio": "0.01"}
 
-CHILD_PRELUDE = r"""
+CHILD_BATCHES = r"""
 import json, os, signal, sys, time
 import pyarrow as pa
 from fabric.common.config import TopicConfig
@@ -32,14 +36,17 @@ from fabric.storage.log import Log
 SCHEMA = storage_schema()
 CONFIG = json.loads(sys.argv[2])
 
-def append(log, pairs):
+def stored(pairs):
     n = len(pairs)
-    batch = pa.RecordBatch.from_arrays(
+    return pa.RecordBatch.from_arrays(
         [pa.array([time.time_ns() // 1000] * n, TIMESTAMP), pa.array([k.encode() for k, _ in pairs], pa.binary()),
          pa.nulls(n, SCHEMA.field("headers").type), pa.array([v.encode() for _, v in pairs], pa.binary())],
         schema=SCHEMA)
-    return log.append(batch)
 
+def append(log, pairs):
+    return log.append(stored(pairs))
+"""
+CHILD_PRELUDE = CHILD_BATCHES + r"""
 log = Log(sys.argv[1], SCHEMA, TopicConfig(CONFIG))
 """
 
@@ -80,6 +87,25 @@ while True:
 """
 
 
+# argv: fabric directory, config, tag, events file. An embedded writer whose background maintenance runs every
+# millisecond: it appends a batch of two keys at a time to topic t, writing each acknowledged one to the events
+# file as JSON; it never cleans by itself, its maintenance thread does.
+MAINTAINED_CHILD = CHILD_BATCHES + r"""
+from fabric.client.embedded import EmbeddedCluster
+cluster = EmbeddedCluster(sys.argv[1], retention_check_interval_ms=1)
+if "t" not in cluster.coordinator.list_topics():
+    cluster.create_topic("t", 1, CONFIG, None)
+tag, i = sys.argv[3], 0
+with open(sys.argv[4], "a") as events:
+    while True:
+        pairs = [(f"k{(i * 2 + j) % 9}", f"{tag}:{i}:{j}") for j in range(2)]
+        print(json.dumps({"sending": pairs}), file=events, flush=True)
+        base = cluster.append("t", 0, stored(pairs))
+        print(json.dumps({"ok": [[base + j, k, v] for j, (k, v) in enumerate(pairs)]}), file=events, flush=True)
+        i += 1
+"""
+
+
 def _open(directory: str) -> Log:
     from fabric.common.records import storage_schema
 
@@ -96,6 +122,34 @@ def _latest(records: list[tuple[int, str, str]]) -> dict[str, tuple[int, str]]:
 
 def _leftovers(directory: str) -> list[str]:
     return [n for n in os.listdir(directory) if n.endswith(CLEANED_SUFFIX) or n == MARKER]
+
+
+def _committed(directory: str) -> int:
+    """The partition's high watermark as its file says (0 before there is one)."""
+    if not os.path.isdir(directory):
+        return 0
+    return HighWatermark(os.path.join(directory, "high-watermark")).read().value or 0
+
+
+def _reopened_after_kill(storage, directory: str, written: dict[int, tuple[str, str]],
+                         acknowledged: list[tuple[int, str, str]], in_flight: list[tuple[str, str]]
+                         ) -> tuple[Log, list[tuple[int, str, str]]]:
+    """Open the partition a killed writer left (as a new process would) and check it: every record read was
+    written, at its offset (the batch in flight, `in_flight`, may have landed at the end), and every key's latest
+    acknowledged value is there. Records of the batch in flight that landed join `written` and `acknowledged`."""
+    plog = _open(directory)
+    got = _records(storage, plog)
+    end = acknowledged[-1][0] + 1
+    for i, (k, v) in enumerate(in_flight):
+        written.setdefault(end + i, (k, v))
+    for offset, key, value in got:
+        assert written.get(offset) == (key, value), f"offset {offset} holds {key}={value}, never written there"
+    latest_read, latest_acked = _latest(got), _latest(acknowledged)
+    for key, (offset, _) in latest_acked.items():
+        assert latest_read[key][0] >= offset, f"key {key}: its latest acknowledged value was lost"
+    storage.assert_clean(directory, plog.end_offset)
+    acknowledged += [(o, *written[o]) for o, _, _ in got if o >= end]
+    return plog, got
 
 
 @pytest.mark.parametrize("step", ["marker", "indexes", "renamed", "deleted"])
@@ -149,17 +203,46 @@ def test_sigkill_at_random_moments_of_appends_and_passes_keeps_every_latest_valu
             proc.wait(timeout=10)
             proc.stdout.close()
             proc.stderr.close()
-        plog = _open(directory)
-        got = _records(storage, plog)
-        # the batch in flight may have landed, at the end
-        end = acknowledged[-1][0] + 1
-        for i, (k, v) in enumerate(in_flight):
-            written.setdefault(end + i, (k, v))
-        for offset, key, value in got:
-            assert written.get(offset) == (key, value), f"offset {offset} holds {key}={value}, never written there"
-        latest_read, latest_acked = _latest(got), _latest(acknowledged)
-        for key, (offset, _) in latest_acked.items():
-            assert latest_read[key][0] >= offset, f"key {key}: its latest acknowledged value was lost"
-        storage.assert_clean(directory, plog.end_offset)
-        acknowledged += [(o, *written[o]) for o, _, _ in got if o >= end]
+        plog, got = _reopened_after_kill(storage, directory, written, acknowledged, in_flight)
     assert len(got) < plog.end_offset - plog.start_offset, "the passes between the kills compacted nothing"
+
+
+def test_sigkill_while_the_background_maintenance_cleans_keeps_every_latest_value(tmp_path, storage) -> None:
+    """Kill an embedded writer (past 100 more records each round) the moment its maintenance thread has a cleaned
+    copy or a swap marker on disk, until a kill leaves one behind (it was cleaning); every kill must leave a log
+    with each key's latest value."""
+    root, directory = str(tmp_path / "fabric"), str(tmp_path / "fabric" / "t" / "0")
+    written: dict[int, tuple[str, str]] = {}
+    acknowledged: list[tuple[int, str, str]] = []
+    caught, deadline = 0, time.monotonic() + 240
+    round_no = 0
+    while not caught:
+        assert time.monotonic() < deadline, f"no kill in {round_no} rounds came while the maintenance was cleaning"
+        events = tmp_path / f"events-{round_no}.jsonl"
+        proc = subprocess.Popen([PYTHON, "-c", MAINTAINED_CHILD, root, json.dumps(CONFIG), f"r{round_no}",
+                                 str(events)], stderr=subprocess.PIPE, text=True)
+        try:
+            past = 100 * (round_no + 1)
+            wait_for(lambda proc=proc, past=past: proc.poll() is not None or (_committed(directory) >= past
+                                                                              and _leftovers(directory)),
+                     timeout=120, what="the maintenance thread to clean", interval=0.0005)
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.read()
+        proc.stderr.close()
+        caught += bool(_leftovers(directory))
+        in_flight: list[tuple[str, str]] = []
+        for line in events.read_text().splitlines():
+            event = json.loads(line)
+            if "ok" in event:
+                acknowledged += [(o, k, v) for o, k, v in event["ok"]]
+                written.update({o: (k, v) for o, k, v in event["ok"]})
+                in_flight = []
+            else:
+                in_flight = [(k, v) for k, v in event["sending"]]
+        plog, _ = _reopened_after_kill(storage, directory, written, acknowledged, in_flight)
+        round_no += 1
+    plog.clean(force=True)  # the next pass removes a copy the dead one left and compacts the rest
+    assert not _leftovers(directory)
+    assert sorted(_records(storage, plog)) == sorted((o, k, v) for k, (o, v) in _latest(acknowledged).items())

@@ -79,6 +79,35 @@ def test_client_api_over_fabric_url(coordinators, tmp_path, drain) -> None:
         assert local.describe_topic("orders").partitions[0].end_offset == end + 2
 
 
+def test_the_service_expires_and_compacts_idle_topics_in_the_background(coordinators) -> None:
+    instance = coordinators(extra=("--log-retention-check-interval-ms", "100"))
+    with fabric.connect(instance.url()) as fab:
+        fab.create_topic("idle", 2, config={"retention.ms": "60000"})
+        fab.create_topic("table", config={"cleanup.policy": "compact", "segment.bytes": "1200",
+                                          "max.compaction.lag.ms": "1"})
+        with fab.producer(batch_size=1, linger_ms=0) as producer:
+            for i in range(6):
+                producer.send("idle", b"v%d" % i, key=b"%d" % i, timestamp=1_000_000)  # CreateTime in 1970
+            for i in range(40):
+                producer.send("table", b"v%d" % i, key=b"k%d" % (i % 4))
+        # nothing is written any more: the service's maintenance thread alone expires and compacts them
+        wait_for(lambda: all(p.start_offset == p.end_offset for p in fab.describe_topic("idle").partitions),
+                 what="the idle topic to expire")
+        assert sum(p.end_offset for p in fab.describe_topic("idle").partitions) == 6
+
+        def table() -> dict[int, tuple[bytes, bytes]]:
+            rows = [(f.offset + i, r) for f in fab.cluster.fetch("table", 0, 0, 1 << 20)
+                    for i, r in enumerate(f.batch.select(["key", "value"]).to_pylist())]
+            return {offset: (r["key"], r["value"]) for offset, r in rows}
+
+        latest = wait_for(lambda: rows if len(rows := table()) == 4 else None, what="the idle table to be compacted")
+        assert latest == {36 + k: (b"k%d" % k, b"v%d" % (36 + k)) for k in range(4)}  # offsets keep their values
+    with open(instance.log_path) as f:  # what the thread did, at INFO
+        log = f.read()
+    assert "INFO fabric.storage.log_maintenance: idle-0: retention deleted" in log, log
+    assert "INFO fabric.storage.cleaner: table-0: compacted offsets below" in log, log
+
+
 def test_errors_cross_the_wire_with_their_type(coordinators) -> None:
     instance = coordinators()
     with fabric.connect(instance.url()) as remote, fabric.connect(f"file://{instance.data_dir}") as local:
