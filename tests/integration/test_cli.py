@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 import fabric
+from fabric.common.waiting import wait_for
 
 TIMEOUT_S = 60
 
@@ -416,3 +417,30 @@ def test_topics_compact_and_retain_on_demand(either_url, drain):
     assert "fabric topics alter old --config cleanup.policy=compact" in err
     assert "name the topic: fabric topics compact NAME (or --topic NAME)" in fails(url, "topics", "compact")
     assert "two topics given" in fails(url, "topics", "retain", "old", "--topic", "table")
+
+
+def test_retain_and_compact_refuse_replicated_topics_which_the_maintenance_skips(node_cluster):
+    cluster = node_cluster(nodes=1, coordinator_extra=("--log-retention-check-interval-ms", "50"))
+    url = cluster.url
+    # `arep` is listed before `local`, so a pass that reached `local` went by `arep` first
+    ok(url, "topics", "create", "arep", "--replication-factor", "1", "--config", "cleanup.policy=compact")
+    ok(url, "topics", "create", "local", "--config", "cleanup.policy=compact", "--config", "max.compaction.lag.ms=1")
+    for command in ("retain", "compact"):
+        err = fails(url, "topics", command, "arep")
+        assert "topic 'arep' is replicated" in err and "not built for replicated topics yet" in err, err
+    with fabric.connect(url) as fab:
+        with fab.producer(batch_size=1, linger_ms=0) as producer:
+            for i in range(3):
+                producer.send("arep", b"v%d" % i, key=b"k")
+                producer.send("local", b"v%d" % i, key=b"k")
+
+        def local_compacted() -> bool:
+            fetched = fab.cluster.fetch("local", 0, 0, 1 << 20)
+            return [f.batch.column("value").to_pylist() for f in fetched if f.batch.num_rows] == [[b"v2"]]
+
+        wait_for(local_compacted, what="the coordinator's maintenance to compact `local`")
+        assert sum(f.batch.num_rows for f in fab.cluster.fetch("arep", 0, 0, 1 << 20)) == 3  # untouched on its node
+    with open(cluster.coordinator.log_path) as f:
+        log = f.read()
+    assert "log maintenance of arep-0 failed" not in log and "NotLeaderError" not in log, log
+    assert not os.path.exists(os.path.join(cluster.coordinator.data_dir, "arep"))  # never opened in its directory
