@@ -23,10 +23,11 @@ from pkgutil import extend_path
 __path__ = extend_path(__path__, __name__)
 
 from fabric.client.admin import Fabric  # noqa: E402
+from fabric.client.topic_partition import TopicPartition  # noqa: E402
 from fabric.client.url import open_cluster  # noqa: E402
 from fabric.common.errors import *  # noqa: E402,F401,F403  (the exception types are part of the public API)
 
-__all__ = ["connect", "Fabric", "__version__"]
+__all__ = ["connect", "Fabric", "TopicPartition", "__version__"]
 __version__ = _version("spark-fabric")  # the installed distribution's, as kafka.__version__
 
 

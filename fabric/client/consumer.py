@@ -4,13 +4,17 @@ Positions are next offsets to read, per assigned partition. With a group_id, a p
 position starts at the group's committed offset, else at auto_offset_reset; commit() stores positions in
 the coordinator, where `fabric groups describe` and every other consumer of the group see them.
 With a group_id, subscribe() makes the consumer a group member (fabric/membership.py): the group splits the
-partitions among its members and commits carry the member's generation.
+partitions among its members and commits carry the member's generation. subscribe(pattern=...) follows the topics
+whose names match, created later ones included. Partitions come back as fabric.TopicPartition objects.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Callable, Iterable
 
@@ -18,6 +22,8 @@ import pyarrow as pa
 
 from fabric.client.cluster import Cluster
 from fabric.client.membership import Callback, GroupMember, GroupMetadata
+from fabric.client.topic_partition import TopicPartition as NamedPartition
+from fabric.client.topic_partition import named, named_keys
 from fabric.common import checks
 from fabric.common.config import CONSUMER_SETTINGS, client_config
 from fabric.common.errors import (
@@ -41,13 +47,25 @@ IDLE_WAIT_S = 0.005
 SCHEMA_MAX_AGE_S = 5.0  # a topic deleted and created again with another schema is seen within this time
 
 
+Deserializer = Callable[[bytes], Any]
+CommitCallback = Callable[[dict[NamedPartition, int], "BaseException | None"], Any]
+
+
 class Consumer:
-    """Reads records from assigned or subscribed topic partitions of one cluster."""
+    """Reads records from assigned or subscribed topic partitions of one cluster. `key_deserializer` /
+    `value_deserializer` (kafka-python's) turn each non-null key / value of the Records poll() returns."""
 
     def __init__(self, cluster: Cluster, *topics: str, group_id: str | None = None,
-                 on_assign: Callback | None = None, on_revoke: Callback | None = None, **config: Any) -> None:
+                 on_assign: Callback | None = None, on_revoke: Callback | None = None,
+                 key_deserializer: Deserializer | None = None, value_deserializer: Deserializer | None = None,
+                 **config: Any) -> None:
         self.cluster = cluster
         self.group_id = validate_group(group_id) if group_id is not None else None
+        for name, given in (("key_deserializer", key_deserializer), ("value_deserializer", value_deserializer)):
+            if given is not None and not callable(given):
+                raise InvalidConfigError(f"{name} must be a function of the stored bytes (e.g. json.loads), got "
+                                         f"{type(given).__name__}")
+        self._key_deserializer, self._value_deserializer = key_deserializer, value_deserializer
         self.config = client_config("consumer", CONSUMER_SETTINGS, config)
         if (on_assign or on_revoke) and group_id is None:
             raise InvalidConfigError("on_assign/on_revoke are group rebalance callbacks; pass group_id=... too")
@@ -56,6 +74,10 @@ class Consumer:
         self._on_assign, self._on_revoke = on_assign, on_revoke
         self._member: GroupMember | None = None
         self._subscription: list[str] = []
+        self._pattern: re.Pattern[str] | None = None
+        self._pattern_at = 0.0
+        self._paused: set[TopicPartition] = set()
+        self._committer: ThreadPoolExecutor | None = None  # commit_async's one thread, started on first use
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
         self._pending: deque[pa.RecordBatch] = deque()  # fetched, not yet handed out
@@ -68,9 +90,24 @@ class Consumer:
             self.subscribe(list(topics))
 
     # -- assignment --------------------------------------------------------------------------------
-    def subscribe(self, topics: Iterable[str] | str) -> None:
+    def subscribe(self, topics: Iterable[str] | str = (), pattern: str | None = None) -> None:
         """Consume every partition of these topics (a str is one topic; new partitions are picked up as they
-        appear). An empty list unsubscribes, as in Kafka."""
+        appear), or of every topic whose name matches the regular expression `pattern` (re.match, as Kafka's
+        pattern subscription; topics created later are picked up within a second; internal topics, named
+        __*, never match). An empty list unsubscribes, as in Kafka."""
+        if pattern is not None:
+            if topics:
+                raise InvalidArgumentError("subscribe() takes topics or pattern=, not both")
+            if not isinstance(pattern, str):
+                raise InvalidArgumentError(f"pattern must be a regular expression string such as '^orders-.*', "
+                                           f"got {type(pattern).__name__}")
+            try:
+                self._pattern = re.compile(pattern)
+            except re.error as exc:
+                raise InvalidArgumentError(f"pattern {pattern!r} is not a regular expression: {exc}") from None
+            self._follow_pattern(force=True)
+            self._refresh_assignment(force=True)
+            return None
         names = [topics] if isinstance(topics, str) else topics
         if not isinstance(names, Iterable):
             raise InvalidArgumentError(f"subscribe() takes a list of topic names, got {type(topics).__name__}")
@@ -79,10 +116,31 @@ class Consumer:
             self.cluster.coordinator.topic(topic)
         if not wanted:
             return self.unsubscribe()
-        self._subscription = wanted
+        self._pattern = None
+        self._subscribe(wanted)
+        self._refresh_assignment(force=True)
+        return None
+
+    def _subscribe(self, topics: list[str]) -> None:
+        self._subscription = topics
         if self.group_id is not None:  # the group coordinator splits the partitions among its members
             self._join_group(self.group_id)
-        self._refresh_assignment(force=True)
+
+    def _follow_pattern(self, force: bool = False) -> None:
+        """Subscribe to the topics the pattern matches now (listed at most every METADATA_REFRESH_S)."""
+        if self._pattern is None or (not force and time.monotonic() - self._pattern_at < METADATA_REFRESH_S):
+            return
+        self._pattern_at = time.monotonic()
+        matched = sorted(t for t in self.cluster.coordinator.list_topics()
+                         if not t.startswith("__") and self._pattern.match(t))
+        if matched == self._subscription:
+            return
+        if matched:
+            self._subscribe(matched)
+        else:
+            self._subscription = []
+            self._leave_group()
+            self._set_assignment([])
 
     def _join_group(self, group_id: str) -> None:
         if self._member is not None:
@@ -131,7 +189,7 @@ class Consumer:
 
     def unsubscribe(self) -> None:
         """Stop consuming: leave the group (if a member) and drop the assignment."""
-        self._subscription = []
+        self._subscription, self._pattern = [], None
         self._leave_group()
         self._set_assignment([])
 
@@ -145,20 +203,57 @@ class Consumer:
             info = self.cluster.coordinator.topic(topic)
             if not 0 <= p < info.partitions:
                 raise UnknownPartitionError(f"topic {topic!r} has no partition {p}")
-        self._subscription = []
+        self._subscription, self._pattern = [], None
         self._leave_group()
         self._set_assignment(wanted)
 
-    def assignment(self) -> list[TopicPartition]:
+    def assignment(self) -> list[NamedPartition]:
         """The partitions this consumer reads now."""
-        return list(self._assignment)
+        return named(self._assignment)
+
+    def partitions_for(self, topic: str) -> set[int]:
+        """The partition numbers of `topic` (kafka-python's partitions_for_topic)."""
+        return set(range(self.cluster.coordinator.topic(validate_topic(topic)).partitions))
+
+    partitions_for_topic = partitions_for
 
     def _set_assignment(self, partitions: list[TopicPartition]) -> None:
-        self._assignment = sorted(set(partitions))
+        self._assignment = [NamedPartition(*tp) for tp in sorted(set(partitions))]
+        self._paused &= set(self._assignment)  # a partition assigned again starts unpaused, as in Kafka
         self._positions = {tp: o for tp, o in self._positions.items() if tp in self._assignment}
         self._drop_pending(lambda tp: tp not in self._positions)
 
+    # -- flow control ------------------------------------------------------------------------------
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop fetching from these assigned partitions (poll returns none of their records) until resume();
+        their positions stay where the application got to. Lost when a rebalance moves them."""
+        wanted = checks.topic_partitions(partitions, "pause()")
+        self._check_assigned(wanted, "pause()")
+        consumed = self._consumed_positions()
+        for tp in wanted:
+            if tp in consumed:
+                self._positions[tp] = consumed[tp]  # records fetched but not handed out are fetched again later
+        self._drop_pending(lambda tp: tp in wanted)
+        self._paused.update(wanted)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        """Fetch from these paused partitions again."""
+        wanted = checks.topic_partitions(partitions, "resume()")
+        self._check_assigned(wanted, "resume()")
+        self._paused.difference_update(wanted)
+
+    def paused(self) -> set[NamedPartition]:
+        """The partitions pause() stopped."""
+        return set(named(self._paused))
+
+    def _check_assigned(self, partitions: list[TopicPartition], what: str) -> None:
+        missing = [tp for tp in partitions if tp not in self._assignment]
+        if missing:
+            raise UnknownPartitionError(f"{what}: {missing} not assigned to this consumer (assigned: "
+                                        f"{list(self._assignment)})")
+
     def _refresh_assignment(self, force: bool = False) -> None:
+        self._follow_pattern()
         if self._member is not None:  # the group decides; callbacks update the assignment
             self._member.poll()
             return
@@ -212,25 +307,25 @@ class Consumer:
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         for tp in checks.topic_partitions(partitions, "seek_to_beginning()") or self._assignment:
-            self.seek(*tp, self.cluster.partition_state(*tp).start_offset)
+            self.seek(tp[0], tp[1], self.cluster.partition_state(*tp).start_offset)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
         for tp in checks.topic_partitions(partitions, "seek_to_end()") or self._assignment:
-            self.seek(*tp, self.cluster.partition_state(*tp).end_offset)
+            self.seek(tp[0], tp[1], self.cluster.partition_state(*tp).end_offset)
 
-    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[NamedPartition, int]:
         tps = checks.topic_partitions(partitions, "beginning_offsets()")
-        return {tp: self.cluster.partition_state(*tp).start_offset for tp in tps}
+        return named_keys({tp: self.cluster.partition_state(*tp).start_offset for tp in tps})
 
-    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[NamedPartition, int]:
         tps = checks.topic_partitions(partitions, "end_offsets()")
-        return {tp: self.cluster.partition_state(*tp).end_offset for tp in tps}
+        return named_keys({tp: self.cluster.partition_state(*tp).end_offset for tp in tps})
 
-    def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+    def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[NamedPartition, int | None]:
         """For each partition, the earliest offset whose timestamp (ms) is >= the given one, or None."""
         wanted = checks.by_partition(timestamps, "offsets_for_times()",
                                      lambda ts, what: checks.integer(ts, f"{what} (ms)", 0, MAX_TIMESTAMP_MS))
-        return {tp: self.cluster.offset_for_time(tp[0], tp[1], ts * 1000) for tp, ts in wanted.items()}
+        return named_keys({tp: self.cluster.offset_for_time(tp[0], tp[1], ts * 1000) for tp, ts in wanted.items()})
 
     # -- fetching ----------------------------------------------------------------------------------
     def _fetch(self, max_bytes: int, columns: list[str] | None, wait_ms: int = 0) -> list[pa.RecordBatch]:
@@ -243,6 +338,8 @@ class Consumer:
             if max_bytes <= 0:
                 break
             tp = self._assignment[(self._next + i) % n]
+            if tp in self._paused:
+                continue
             position = self.position(*tp)
             try:
                 fetched = self.cluster.fetch(tp[0], tp[1], position, max_bytes, max_wait_ms=wait_ms if i == 0 else 0,
@@ -322,7 +419,22 @@ class Consumer:
             if not self._pending:
                 self._pending.extend(self._fetch(self.config["fetch_max_bytes"], None, wait_ms))
             return self._take(self.config["max_poll_records"])
-        return [r for batch in self._wait(timeout, attempt) for r in to_records(batch)]
+        records = [r for batch in self._wait(timeout, attempt) for r in to_records(batch)]
+        return self._deserialized(records) if self._key_deserializer or self._value_deserializer else records
+
+    def _deserialized(self, records: list[Record]) -> list[Record]:
+        """The records with their non-null keys and values passed through the deserializers."""
+        kd, vd = self._key_deserializer, self._value_deserializer
+        out = []
+        for r in records:
+            try:
+                out.append(dataclasses.replace(r, key=kd(r.key) if kd and r.key is not None else r.key,
+                                               value=vd(r.value) if vd and r.value is not None else r.value))
+            except Exception as exc:  # noqa: BLE001 (user code: name the record it failed on)
+                raise InvalidArgumentError(
+                    f"a deserializer failed on {r.topic}-{r.partition} offset {r.offset} ({type(exc).__name__}: "
+                    f"{exc}); seek past it with seek({r.topic!r}, {r.partition}, {r.offset + 1})") from exc
+        return out
 
     def poll_batch(self, timeout: float = 0.0, columns: list[str] | None = None) -> pa.Table:
         """The next committed records as one Arrow table (up to fetch_max_bytes), no per-record work.
@@ -354,24 +466,52 @@ class Consumer:
         return positions
 
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
-        """Commit the given next-offsets, or the current positions, for this consumer's group."""
-        if self.group_id is None:
-            raise FabricError("commit() needs a consumer created with group_id=...")
-        member = self._member
-        generation, member_id = (member.generation, member.member_id) if member else (-1, "")
-        if offsets is not None:
-            offsets = checks.by_partition(offsets, "commit()", checks.offset)
-        try:
-            self.cluster.commit_offsets(self.group_id, offsets or self._consumed_positions(),
-                                        generation=generation, member_id=member_id)
-        except MembershipError as exc:
-            if member is None:  # a plain commit while the group has members: the error says why
-                raise
-            raise CommitFailedError(
-                f"commit failed: group {self.group_id!r} rebalanced since this consumer joined generation "
-                f"{generation}, so its partitions may belong to another member now ({exc}). poll() again to "
-                "rejoin; records since the last successful commit will be delivered again") from exc
+        """Commit the given next-offsets (an empty dict commits nothing), or the current positions, for this
+        consumer's group."""
+        self._commit_call(offsets, "commit()")()
         self._last_auto_commit = time.monotonic()
+
+    def commit_async(self, offsets: dict[TopicPartition, int] | None = None,
+                     callback: CommitCallback | None = None) -> Future[None]:
+        """commit() on a background thread: returns at once with a Future (its exception a CommitFailedError
+        or the commit's error); `callback(offsets, error or None)` runs when it is done (kafka-python's
+        signature). Commits are sent in call order; close() waits for them."""
+        call = self._commit_call(offsets, "commit_async()")
+        if callback is not None and not callable(callback):
+            raise InvalidArgumentError("commit_async(callback=...) must be a function of (offsets, error)")
+        if self._committer is None:
+            self._committer = ThreadPoolExecutor(1, thread_name_prefix="fabric-commit")
+        future = self._committer.submit(call)
+        if callback is not None:
+            sent = named_keys(call.offsets)  # type: ignore[attr-defined]
+            future.add_done_callback(lambda done: callback(sent, done.exception()))
+        self._last_auto_commit = time.monotonic()
+        return future
+
+    def _commit_call(self, offsets: dict[TopicPartition, int] | None, what: str) -> Callable[[], None]:
+        """The commit of `offsets` (else the consumed positions) with this member's generation, checked and
+        ready to send; `.offsets` holds what it commits."""
+        if self.group_id is None:
+            raise FabricError(f"{what} needs a consumer created with group_id=...")
+        group, member = self.group_id, self._member
+        generation, member_id = (member.generation, member.member_id) if member else (-1, "")
+        chosen = checks.by_partition(offsets, what, checks.offset) if offsets is not None \
+            else self._consumed_positions()
+
+        def send() -> None:
+            if not chosen:
+                return
+            try:
+                self.cluster.commit_offsets(group, chosen, generation=generation, member_id=member_id)
+            except MembershipError as exc:
+                if member is None:  # a plain commit while the group has members: the error says why
+                    raise
+                raise CommitFailedError(
+                    f"commit failed: group {group!r} rebalanced since this consumer joined generation "
+                    f"{generation}, so its partitions may belong to another member now ({exc}). poll() again to "
+                    "rejoin; records since the last successful commit will be delivered again") from exc
+        send.offsets = chosen  # type: ignore[attr-defined]
+        return send
 
     def _try_commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Commit, but a stale generation only means the next owner re-reads from the last commit, and a position
@@ -384,13 +524,13 @@ class Consumer:
             log.warning("auto-commit of group %s skipped: %s", self.group_id, exc)
             self._last_auto_commit = time.monotonic()
 
-    def committed(self, partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int | None]:
+    def committed(self, partitions: Iterable[TopicPartition] | None = None) -> dict[NamedPartition, int | None]:
         """The group's committed next-offsets for these partitions (default: the assignment)."""
         if self.group_id is None:
             raise FabricError("committed() needs a consumer created with group_id=...")
         wanted = checks.topic_partitions(partitions, "committed()") if partitions is not None else self._assignment
         stored = self.cluster.coordinator.committed(self.group_id)
-        return {tp: (stored[tp].offset if tp in stored else None) for tp in wanted}
+        return named_keys({tp: (stored[tp].offset if tp in stored else None) for tp in wanted})
 
     def _maybe_auto_commit(self) -> None:
         if (self.group_id is not None and self.config["enable_auto_commit"] and self._positions
@@ -403,6 +543,8 @@ class Consumer:
 
     def close(self) -> None:
         """Commit (with auto-commit on) and stop; a group member commits as it revokes, then leaves."""
+        if self._committer is not None:
+            self._committer.shutdown(wait=True)  # the async commits sent so far land first
         if not self._closed and self.group_id is not None and self.config["enable_auto_commit"] \
                 and self._positions and self._member is None:
             self.commit()

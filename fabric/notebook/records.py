@@ -14,9 +14,9 @@ import pyarrow as pa
 
 from fabric.client.admin import Fabric
 from fabric.client.consumer import Consumer
+from fabric.client.topic_partition import TopicPartition
 from fabric.client.url import open_cluster
 from fabric.common import checks
-from fabric.common.types import TopicPartition
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,7 +31,7 @@ def connect(fab: Fabric | str | None) -> Fabric:
 
 def _reader(fab: Fabric, topic: str) -> tuple[Consumer, list[TopicPartition]]:
     """A groupless consumer assigned every partition of `topic`."""
-    partitions = [(topic, p.partition) for p in fab.describe_topic(topic).partitions]
+    partitions = [TopicPartition(topic, p.partition) for p in fab.describe_topic(topic).partitions]
     consumer = fab.consumer(enable_auto_commit=False)
     consumer.assign(partitions)
     return consumer, partitions
