@@ -20,6 +20,7 @@ instead of failing.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Iterator, Mapping, Sequence
 
 import pyarrow as pa
@@ -61,7 +62,14 @@ from fabric.sources.offsets import (
     states,
     to_json,
 )
-from fabric.sources.options import ENDING_OPTIONS, SUBSCRIPTIONS, SourceOptions, Subscription, parse_source_options
+from fabric.sources.options import (
+    ENDING_OPTIONS,
+    SUBSCRIPTIONS,
+    SourceOptions,
+    Subscription,
+    generated_group_id,
+    parse_source_options,
+)
 from fabric.sources.reading import RangePartition, ReadPlan, cluster_for, read_range
 from fabric.spark.options import get_option
 
@@ -151,7 +159,21 @@ class FabricStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = parse_source_options(options, streaming=True)
         self.plan = read_plan(self.opts, schema)
         self.target: Offsets | None = None  # end offsets of a trigger(availableNow=True) run
-        self.group_position: Offsets | None = None  # what was last committed to groupId
+        self.group_id = self._group_id()  # where processed offsets are committed (None: nowhere)
+        self.group_position: Offsets | None = None  # what was last committed to group_id
+        self.last_batch = time.monotonic()  # when the last batch was planned (or this run began): maxTriggerDelay
+
+    def _group_id(self) -> str | None:
+        """groupId, else a new `<groupIdPrefix>-<uuid>` for this run of the query (as Kafka's source makes one)."""
+        if self.opts.group_id is not None:
+            if self.opts.group_id_prefix is not None:
+                log.warning("option groupIdPrefix is ignored: groupId %s is set", self.opts.group_id)
+            return self.opts.group_id
+        if self.opts.group_id_prefix is None:
+            return None
+        group = generated_group_id(self.opts.group_id_prefix)
+        log.info("committing this query's offsets to the generated group %s (option groupIdPrefix)", group)
+        return group
 
     @property
     def cluster(self) -> Cluster:
@@ -166,6 +188,9 @@ class FabricStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                        states(self.cluster, current_partitions(self.cluster, self.opts.subscription)).items()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """One limit (pyspark's API has no composite limit): latestOffset applies the other options too."""
+        if self.opts.min_offsets_per_trigger:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
         if self.opts.max_offsets_per_trigger:
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
         if self.opts.max_bytes_per_trigger:
@@ -182,17 +207,26 @@ class FabricStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = {tp: s.end_offset for tp, s in now.items()}
         if self.target is not None:  # availableNow: nothing past what existed when the run began
             end = {tp: max(begin[tp], min(e, self.target.get(tp, begin[tp]))) for tp, e in end.items()}
-        if isinstance(limit, ReadMinRows) and sum(end[tp] - begin[tp] for tp in end) < limit.min_rows:
+        limited = not isinstance(limit, ReadAllAvailable)  # all available: Trigger.Once
+        if limited and self._waits_for_more(begin, end):
             return start
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else \
-            self.opts.max_offsets_per_trigger if isinstance(limit, ReadMaxBytes) else None
-        if max_rows:
-            end = rate_limit(self.cluster, begin, end, max_rows)
-        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else \
-            self.opts.max_bytes_per_trigger if isinstance(limit, ReadMaxRows) else None
-        if max_bytes:
-            end = byte_limit(begin, end, max_bytes, now)
+        if limited and self.opts.max_offsets_per_trigger:
+            end = rate_limit(self.cluster, begin, end, self.opts.max_offsets_per_trigger)
+        if limited and self.opts.max_bytes_per_trigger:
+            end = byte_limit(begin, end, self.opts.max_bytes_per_trigger, now)
+        if end != begin:
+            self.last_batch = time.monotonic()
         return to_json({**{tp: o for tp, o in previous.items() if tp[0] not in gone}, **end})
+
+    def _waits_for_more(self, begin: Offsets, end: Offsets) -> bool:
+        """minOffsetsPerTrigger: fewer new offsets than that wait for more, until maxTriggerDelay has passed since
+        the last batch. Counted in offsets, as Kafka's source counts them (gaps and transaction markers count),
+        and never in a trigger(availableNow=True) run, which must end."""
+        wanted = self.opts.min_offsets_per_trigger
+        if wanted is None or self.target is not None:
+            return False
+        waited_ms = (time.monotonic() - self.last_batch) * 1000
+        return sum(end[tp] - begin[tp] for tp in end) < wanted and waited_ms < self.opts.max_trigger_delay_ms
 
     def reportLatestOffset(self) -> dict | None:
         partitions = current_partitions(self.cluster, self.opts.subscription, self._missing_topics())
@@ -215,16 +249,16 @@ class FabricStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(self.plan, partition)
 
     def commit(self, end: dict) -> None:
-        """Spark finished the batch ending at `end`: show it as the consumer group's position (if groupId)."""
+        """Spark finished the batch ending at `end`: show it as the consumer group's position (if any)."""
         self._commit_group(from_json(end))
 
     def _commit_group(self, done: Offsets) -> None:
-        """Commit processed offsets to groupId so `fabric groups describe` shows the query's lag (the
-        checkpoint, not the group, decides where a restarted query resumes)."""
-        if self.opts.group_id is not None and done and done != self.group_position:
+        """Commit processed offsets to groupId (or groupIdPrefix's group) so `fabric groups describe` shows the
+        query's lag (the checkpoint, not the group, decides where a restarted query resumes)."""
+        if self.group_id is not None and done and done != self.group_position:
             try:
-                self.cluster.commit_offsets(self.opts.group_id, done)
+                self.cluster.commit_offsets(self.group_id, done)
             except OffsetOutOfRangeError as exc:  # retention overtook the batch: the next commit shows the lag
-                log.warning("groupId %s: offsets not committed: %s", self.opts.group_id, exc)
+                log.warning("group %s: offsets not committed: %s", self.group_id, exc)
                 return
             self.group_position = done

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from fabric.client.cluster import Cluster
-from fabric.common.errors import InvalidConfigError, UnknownTopicError
+from fabric.common.config import IGNORED_CLIENT_SETTINGS
+from fabric.common.errors import InvalidConfigError, InvalidGroupError, UnknownTopicError
 from fabric.common.names import validate_group, validate_topic
 from fabric.common.redaction import redact_url
 from fabric.common.types import TopicPartition
@@ -21,9 +23,28 @@ SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
 ENDING_OPTIONS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 SOURCE_OPTIONS = SUBSCRIPTIONS + ENDING_OPTIONS + (
     "url", "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp",
-    "startingOffsetsByTimestampStrategy", "maxOffsetsPerTrigger", "maxBytesPerTrigger", "minPartitions",
-    "failOnDataLoss", "includeHeaders", "groupId", CLIENT_RACK_OPTION)
+    "startingOffsetsByTimestampStrategy", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
+    "maxBytesPerTrigger", "minPartitions", "failOnDataLoss", "includeHeaders", "groupId", "groupIdPrefix",
+    CLIENT_RACK_OPTION)
+STREAMING_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "maxBytesPerTrigger")
 EARLIEST, LATEST = -2, -1  # the special offsets of Kafka's JSON offset specs
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000.0  # Kafka's source's default, 15m
+# Spark's time strings (JavaUtils.timeStringAsMs): a whole number and a unit, milliseconds when none is given
+DURATION = re.compile(r"(\d+)\s*(us|ms|s|m|min|h|d)?")
+DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+               "d": 86_400_000}
+GENERATED_GROUP_SUFFIX = 37  # "-" and a uuid4, appended to groupIdPrefix
+# Spark's Kafka source passes `kafka.`-prefixed options to its Kafka consumer; the fabric source has none. Each is
+# refused, naming the fabric's way to say it (or, from the client's table of Kafka configs, why it means nothing).
+KAFKA_PREFIX = "kafka."
+KAFKA_EQUIVALENTS = {
+    "bootstrap.servers": "name the fabric with option 'url' instead: fabric://host:port[,host:port] for a "
+                         "coordinator service (Kafka's host:port list with fabric:// in front), file:///dir for an "
+                         "embedded fabric",
+    "group.id": "use option 'groupId' instead (the group the query commits its offsets to), or 'groupIdPrefix'",
+    "client.rack": f"use option '{CLIENT_RACK_OPTION}' instead",
+    "isolation.level": "the source always reads committed records only (read_committed); remove it",
+}
 
 
 @dataclass(frozen=True)
@@ -64,11 +85,14 @@ class SourceOptions:
     ending: OffsetSpec
     timestamp_strategy: str = "error"
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: float = DEFAULT_MAX_TRIGGER_DELAY_MS
     max_bytes_per_trigger: int | None = None
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
     group_id: str | None = None
+    group_id_prefix: str | None = None
     client_rack: str | None = None  # None: each task reads $FABRIC_CLIENT_RACK on its executor
 
 
@@ -87,6 +111,18 @@ def _positive(options: Mapping[str, Any], name: str) -> int | None:
     if value < 1:
         raise _error(name, text, "must be a positive whole number")
     return value
+
+
+def _duration_ms(options: Mapping[str, Any], name: str, default_ms: float) -> float:
+    """A duration in Spark's time-string syntax ("30s", "5m", "1h", "500ms"; a bare number is milliseconds)."""
+    text = get_option(options, name)
+    if text is None:
+        return default_ms
+    match = DURATION.fullmatch(text.strip().lower())
+    if match is None:
+        raise _error(name, text, "must be a duration such as 500ms, 30s, 5m, 1h or 1d (a bare number is "
+                                 "milliseconds)")
+    return int(match[1]) * DURATION_MS[match[2]]
 
 
 def _bool(options: Mapping[str, Any], name: str, default: bool) -> bool:
@@ -190,15 +226,50 @@ def _offset_spec(options: Mapping[str, Any], prefix: str, streaming: bool) -> Of
     return OffsetSpec("offsets", offsets=offsets)
 
 
+def _refuse_kafka_options(options: Mapping[str, Any]) -> None:
+    """Refuse Spark Kafka's `kafka.*` consumer configs, each with what to write instead."""
+    given = sorted(k for k in options if k.lower().startswith(KAFKA_PREFIX))
+    if not given:
+        return
+    reasons = []
+    for key in given:
+        config = key[len(KAFKA_PREFIX):].lower()
+        why = KAFKA_EQUIVALENTS.get(config) or IGNORED_CLIENT_SETTINGS.get(config.replace(".", "_"))
+        reasons.append(f"{key!r}: " + (why or "a Kafka consumer config with no fabric equivalent; remove it"))
+    raise InvalidConfigError("the fabric source has no Kafka consumer to pass 'kafka.' options to; "
+                             + "; ".join(reasons))
+
+
+def _group_id_prefix(options: Mapping[str, Any]) -> str | None:
+    """groupIdPrefix, checked so that the group ids generated from it are valid."""
+    prefix = get_option(options, "groupIdPrefix")
+    if prefix is None:
+        return None
+    if not prefix.strip():
+        raise _error("groupIdPrefix", prefix, "must not be empty")
+    try:
+        validate_group(prefix + "-" * GENERATED_GROUP_SUFFIX)
+    except InvalidGroupError as exc:
+        raise _error("groupIdPrefix", prefix[:80], f"the group ids made from it (<prefix>-<uuid>) are invalid: "
+                                                   f"{exc}") from None
+    return prefix
+
+
+def generated_group_id(prefix: str) -> str:
+    """A new group id from groupIdPrefix, as Kafka's source generates one per query run: `<prefix>-<uuid>`."""
+    return f"{prefix}-{uuid.uuid4()}"
+
+
 def parse_source_options(options: Mapping[str, Any], streaming: bool) -> SourceOptions:
     """Validate a read's options (unknown names are refused, so a typo cannot be silently ignored)."""
+    _refuse_kafka_options(options)
     known = {n.lower(): n for n in SOURCE_OPTIONS}
     unknown = sorted(k for k in options if k.lower() not in known)
     if unknown:
         raise InvalidConfigError(
             f"unknown fabric source option(s) {unknown}; known options: {', '.join(SOURCE_OPTIONS)}")
     if not streaming:
-        for name in ("maxOffsetsPerTrigger", "maxBytesPerTrigger"):
+        for name in STREAMING_ONLY:
             if get_option(options, name) is not None:
                 raise _error(name, get_option(options, name), "applies to streaming queries only (readStream)")
     elif any(get_option(options, n) is not None for n in ENDING_OPTIONS):
@@ -207,7 +278,12 @@ def parse_source_options(options: Mapping[str, Any], streaming: bool) -> SourceO
     group = get_option(options, "groupId")
     starting = _offset_spec(options, "starting", streaming)
     if starting.kind == "group" and group is None:
-        raise _error("startingOffsets", "group", "set option 'groupId' to the consumer group to start from")
+        raise _error("startingOffsets", "group", "set option 'groupId' to the consumer group to start from "
+                                                 "(groupIdPrefix names a new group each run, which has no offsets)")
+    min_offsets = _positive(options, "minOffsetsPerTrigger")
+    if min_offsets is None and get_option(options, "maxTriggerDelay") is not None:
+        raise _error("maxTriggerDelay", get_option(options, "maxTriggerDelay"),
+                     "bounds how long minOffsetsPerTrigger makes a trigger wait; set minOffsetsPerTrigger too")
     strategy = (get_option(options, "startingOffsetsByTimestampStrategy") or "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise _error("startingOffsetsByTimestampStrategy", strategy, "must be error or latest")
@@ -218,11 +294,14 @@ def parse_source_options(options: Mapping[str, Any], streaming: bool) -> SourceO
         ending=_offset_spec(options, "ending", streaming) if not streaming else OffsetSpec("latest"),
         timestamp_strategy=strategy,
         max_offsets_per_trigger=_positive(options, "maxOffsetsPerTrigger"),
+        min_offsets_per_trigger=min_offsets,
+        max_trigger_delay_ms=_duration_ms(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
         max_bytes_per_trigger=_positive(options, "maxBytesPerTrigger"),
         min_partitions=_positive(options, "minPartitions"),
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         include_headers=_bool(options, "includeHeaders", False),
         group_id=validate_group(group) if group is not None else None,
+        group_id_prefix=_group_id_prefix(options),
         client_rack=resolve_client_rack(options),
     )
 

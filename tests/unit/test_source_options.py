@@ -1,12 +1,18 @@
 """The fabric source's options parsed without a Spark session (no conf to read): clientRack, validated on the
-driver, and the rack a task falls back to, $FABRIC_CLIENT_RACK of its executor. (Options through real Spark reads:
-tests/integration/test_source.py.)"""
+driver, and the rack a task falls back to, $FABRIC_CLIENT_RACK of its executor; minOffsetsPerTrigger and
+maxTriggerDelay, groupIdPrefix, Spark Kafka's `kafka.*` options refused with their equivalents; Kafka's source
+metrics computed from a progress. (Options through real Spark reads: tests/integration/test_source.py.)"""
 from __future__ import annotations
+
+import json
+import re
+import uuid
 
 import pytest
 
 from fabric.common.errors import InvalidConfigError
-from fabric.sources.options import parse_source_options
+from fabric.sources.options import DEFAULT_MAX_TRIGGER_DELAY_MS, generated_group_id, parse_source_options
+from fabric.sources.progress import offsets_behind_latest
 from fabric.spark.options import ENV_CLIENT_RACK, MAX_RACK_LENGTH, task_client_rack
 
 READ = {"url": "file:///nowhere", "subscribe": "t"}
@@ -46,3 +52,97 @@ def test_a_task_reads_its_executors_rack_unless_the_driver_fixed_one(monkeypatch
     monkeypatch.setenv(ENV_CLIENT_RACK, " rack-3")
     with pytest.raises(InvalidConfigError, match="for environment variable FABRIC_CLIENT_RACK: a rack name has"):
         task_client_rack(None)
+
+
+@pytest.mark.parametrize("text, ms", [("15m", 900_000), ("30s", 30_000), ("500ms", 500), ("250", 250),
+                                      ("2min", 120_000), ("1h", 3_600_000), ("1d", 86_400_000), (" 5M ", 300_000),
+                                      ("1500us", 1.5), ("0s", 0)])
+def test_max_trigger_delay_takes_sparks_durations(text: str, ms: float) -> None:
+    opts = parse_source_options({**READ, "minOffsetsPerTrigger": "100", "maxTriggerDelay": text}, streaming=True)
+    assert (opts.min_offsets_per_trigger, opts.max_trigger_delay_ms) == (100, ms)
+
+
+def test_min_offsets_per_trigger_waits_fifteen_minutes_by_default_and_not_at_all_unset() -> None:
+    opts = parse_source_options({**READ, "MINOFFSETSPERTRIGGER": "7"}, streaming=True)
+    assert (opts.min_offsets_per_trigger, opts.max_trigger_delay_ms) == (7, DEFAULT_MAX_TRIGGER_DELAY_MS)
+    assert DEFAULT_MAX_TRIGGER_DELAY_MS == 15 * 60_000  # Kafka's 15m
+    assert parse_source_options(READ, streaming=True).min_offsets_per_trigger is None
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"minOffsetsPerTrigger": "0"}, "'minOffsetsPerTrigger': must be a positive whole number"),
+    ({"minOffsetsPerTrigger": "many"}, "'minOffsetsPerTrigger': must be a positive whole number"),
+    ({"minOffsetsPerTrigger": "5", "maxTriggerDelay": "soon"}, "'maxTriggerDelay': must be a duration such as"),
+    ({"minOffsetsPerTrigger": "5", "maxTriggerDelay": "-5s"}, "'maxTriggerDelay': must be a duration such as"),
+    ({"minOffsetsPerTrigger": "5", "maxTriggerDelay": "1.5s"}, "'maxTriggerDelay': must be a duration such as"),
+    ({"minOffsetsPerTrigger": "5", "maxTriggerDelay": "5 weeks"}, "'maxTriggerDelay': must be a duration such as"),
+    ({"maxTriggerDelay": "5m"}, "'maxTriggerDelay': bounds how long minOffsetsPerTrigger makes a trigger wait; set "
+                                "minOffsetsPerTrigger too"),
+])
+def test_bad_trigger_minimums_are_refused_naming_the_option(options: dict, message: str) -> None:
+    with pytest.raises(InvalidConfigError, match=re.escape(message)):
+        parse_source_options({**READ, **options}, streaming=True)
+
+
+@pytest.mark.parametrize("name", ["minOffsetsPerTrigger", "maxTriggerDelay"])
+def test_trigger_minimums_are_for_streaming_queries_only(name: str) -> None:
+    with pytest.raises(InvalidConfigError, match=f"'{name}': applies to streaming queries only"):
+        parse_source_options({**READ, name: "5"}, streaming=False)
+
+
+def test_group_id_prefix_is_checked_and_makes_a_new_group_per_run() -> None:
+    assert parse_source_options({**READ, "groupIdPrefix": "etl"}, streaming=True).group_id_prefix == "etl"
+    first, second = generated_group_id("etl"), generated_group_id("etl")
+    assert first != second and first.startswith("etl-") and str(uuid.UUID(first[len("etl-"):])) == first[4:]
+    longest = "p" * (1024 - len(first) + len("etl"))
+    assert len(generated_group_id(longest)) == 1024
+    assert parse_source_options({**READ, "groupIdPrefix": longest}, streaming=True).group_id_prefix == longest
+    for bad, why in [("", "must not be empty"), ("  ", "must not be empty"),
+                     (longest + "p", "the group ids made from it (<prefix>-<uuid>) are invalid: group id is longer "
+                                     "than 1024 characters")]:
+        with pytest.raises(InvalidConfigError, match=re.escape(f"option 'groupIdPrefix': {why}")):
+            parse_source_options({**READ, "groupIdPrefix": bad}, streaming=True)
+    with pytest.raises(InvalidConfigError, match=r"set option 'groupId' .*groupIdPrefix names a new group each run"):
+        parse_source_options({**READ, "groupIdPrefix": "etl", "startingOffsets": "group"}, streaming=True)
+
+
+@pytest.mark.parametrize("key, message", [
+    ("kafka.bootstrap.servers", "'kafka.bootstrap.servers': name the fabric with option 'url' instead: "
+                                "fabric://host:port"),
+    ("KAFKA.Bootstrap.Servers", "'KAFKA.Bootstrap.Servers': name the fabric with option 'url' instead"),
+    ("kafka.group.id", "'kafka.group.id': use option 'groupId' instead"),
+    ("kafka.client.rack", "'kafka.client.rack': use option 'clientRack' instead"),
+    ("kafka.isolation.level", "'kafka.isolation.level': the source always reads committed records only"),
+    ("kafka.security.protocol", "'kafka.security.protocol': a service is reached with TLS by fabric+tls://"),
+    ("kafka.sasl.jaas.config", "'kafka.sasl.jaas.config': a Kafka consumer config with no fabric equivalent; "
+                               "remove it"),
+])
+def test_kafka_consumer_options_are_refused_naming_the_fabric_equivalent(key: str, message: str) -> None:
+    for streaming in (True, False):
+        with pytest.raises(InvalidConfigError, match="the fabric source has no Kafka consumer to pass 'kafka.' "
+                                                     "options to; " + re.escape(message)) as error:
+            parse_source_options({**READ, key: "secret-value"}, streaming=streaming)
+        assert "secret-value" not in str(error.value)  # values (passwords in sasl.jaas.config) are never echoed
+
+
+def test_every_kafka_option_given_is_named_at_once() -> None:
+    with pytest.raises(InvalidConfigError) as error:
+        parse_source_options({"kafka.bootstrap.servers": "h:9092", "subscribe": "t", "kafka.group.id": "g"},
+                             streaming=True)
+    assert "'kafka.bootstrap.servers': name the fabric with option 'url'" in str(error.value)
+    assert "'kafka.group.id': use option 'groupId'" in str(error.value)
+
+
+def _progress_source(end: dict | None, latest: dict | None) -> dict:
+    return {"endOffset": None if end is None else json.dumps(end),
+            "latestOffset": None if latest is None else json.dumps(latest), "metrics": {}}
+
+
+def test_offsets_behind_latest_from_a_progress_as_kafka_computes_them() -> None:
+    source = _progress_source({"a": {"0": 10, "1": 4}, "b": {"0": 7}}, {"a": {"0": 10, "1": 9}, "b": {"0": 11}})
+    assert offsets_behind_latest(source) == {"minOffsetsBehindLatest": "0", "maxOffsetsBehindLatest": "5",
+                                             "avgOffsetsBehindLatest": "3.0"}
+    added = _progress_source({"a": {"0": 3}}, {"a": {"0": 3, "1": 2}})  # a partition added since: read from 0
+    assert offsets_behind_latest(added)["maxOffsetsBehindLatest"] == "2"
+    assert offsets_behind_latest(_progress_source(None, {"a": {"0": 3}})) == {}  # before the first batch
+    assert offsets_behind_latest(_progress_source({}, {})) == {}
