@@ -16,6 +16,7 @@ from fabric.common.config import TopicConfig
 from fabric.common.errors import InvalidConfigError
 from fabric.common.records import storage_schema
 from fabric.common.waiting import wait_for
+from fabric.sources.progress import offsets_behind_latest
 from fabric.spark.options import CLIENT_RACK_CONF, ENV_CLIENT_RACK, URL_CONF, resolve_client_rack, resolve_url
 from fabric.spark.session import use_fabric_confs
 from fabric.storage.log import Log
@@ -223,6 +224,10 @@ def test_typed_topic_returns_value_columns(spark, fab, fabric_url):
     ({"assign": '{"t":[5]}'}, "has partitions 0..0"),
     ({"subscribePattern": "(unclosed"}, "not a valid regular expression"),
     ({"subscribe": "t", "clientRack": " "}, "for fabric source option 'clientRack'"),
+    ({"subscribe": "t", "minOffsetsPerTrigger": "5"}, "streaming queries only"),
+    ({"subscribe": "t", "kafka.bootstrap.servers": "broker:9092"}, "'kafka.bootstrap.servers': name the fabric "
+                                                                   "with option 'url' instead"),
+    ({"subscribe": "t", "kafka.group.id": "g"}, "'kafka.group.id': use option 'groupId' instead"),
 ])
 def test_bad_options_fail_with_a_clear_error(spark, fab, fabric_url, options, message):
     fab.create_topic("t", partitions=1)
@@ -300,6 +305,20 @@ def test_stream_max_offsets_per_trigger_makes_several_batches(spark, fab, fabric
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert len(sizes) >= 4 and max(sizes) <= 6 and sum(sizes) == 20
     assert table.count() == 20
+
+
+def test_stream_source_metrics_as_kafka_reports_them_from_the_progress(spark, fab, fabric_url, tmp_path):
+    """pyspark's Python data source API carries no source metrics (fabric.sources.progress says why): the progress's
+    `metrics` map stays empty, and offsets_behind_latest computes Kafka's from its offsets."""
+    fab.create_topic("s", partitions=2)
+    produce(fab, "s", 10)
+    query, _ = run_available_now(spark, fabric_url, "s_metrics", tmp_path / "ck", subscribe="s",
+                                 startingOffsets="earliest", maxOffsetsPerTrigger="6")
+    sources = [p["sources"][0] for p in query.recentProgress if p["numInputRows"]]
+    assert all(source["metrics"] == {} for source in sources)  # if pyspark ever carries them, report them
+    assert offsets_behind_latest(sources[0]) == {  # the first batch read 3 of each partition's 10
+        "minOffsetsBehindLatest": "7", "maxOffsetsBehindLatest": "7", "avgOffsetsBehindLatest": "7.0"}
+    assert offsets_behind_latest(sources[-1])["maxOffsetsBehindLatest"] == "0"
 
 
 def test_stream_max_bytes_per_trigger_limits_batches(spark, fab, fabric_url, tmp_path):
@@ -464,6 +483,90 @@ def test_stream_group_id_commits_and_group_start(spark, fab, fabric_url, tmp_pat
     _, table = run_available_now(spark, fabric_url, "g_second", tmp_path / "ck2", subscribe="g",
                                  startingOffsets="group", groupId="spark-app")
     assert_df_equality(records(table), expected(spark, new_rows), ignore_row_order=True, ignore_nullable=True)
+
+
+@pytest.fixture
+def every_trigger_reported(spark):
+    """Spark reports a progress for each trigger that runs no batch (by default only every 10 s), so a test sees
+    the source decline to plan one."""
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "0")
+    yield
+    spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
+
+
+def _idle_triggers(query) -> int:
+    return sum(1 for p in query.recentProgress if not p["numInputRows"])
+
+
+def test_stream_min_offsets_per_trigger_waits_for_enough_offsets(spark, fab, fabric_url, tmp_path,
+                                                                every_trigger_reported):
+    fab.create_topic("few", partitions=2)
+    produce(fab, "few", 2, partitions=1)
+    query = stream(spark, fabric_url, "few_t", tmp_path / "ck", trigger={"processingTime": "100 milliseconds"},
+                   subscribe="few", startingOffsets="earliest", minOffsetsPerTrigger="5", maxTriggerDelay="1h")
+    try:
+        wait_for(lambda: _idle_triggers(query) >= 3, timeout=60, what="triggers declining the 2 offsets")
+        assert spark.table("few_t").count() == 0
+        produce(fab, "few", 2, partitions=1, start=2)
+        idle = _idle_triggers(query)
+        wait_for(lambda: _idle_triggers(query) >= idle + 3, timeout=60, what="triggers declining 4 offsets")
+        assert spark.table("few_t").count() == 0
+        with fab.producer() as producer:  # the fifth offset, on the other partition: the minimum counts all
+            producer.send("few", b"fifth", partition=1)
+        wait_for(lambda: spark.table("few_t").count() == 5, timeout=60, what="the batch of 5 records")
+        assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [5]
+    finally:
+        query.stop()
+    # trigger(availableNow=True) must end: it reads what there is, however little
+    _, table = run_available_now(spark, fabric_url, "few_now", tmp_path / "ck2", subscribe="few",
+                                 startingOffsets="earliest", minOffsetsPerTrigger="1000")
+    assert table.count() == 5
+
+
+def test_stream_max_trigger_delay_runs_a_smaller_batch_once_it_passed(spark, fab, fabric_url, tmp_path,
+                                                                    every_trigger_reported):
+    fab.create_topic("slow", partitions=1)
+    rows = produce(fab, "slow", 3, partitions=1)
+    started = time.monotonic()
+    query = stream(spark, fabric_url, "slow_t", tmp_path / "ck", trigger={"processingTime": "100 milliseconds"},
+                   subscribe="slow", startingOffsets="earliest", minOffsetsPerTrigger="1000", maxTriggerDelay="3s")
+    try:
+        wait_for(lambda: spark.table("slow_t").count() == 3, timeout=60, what="the batch the delay lets run")
+        assert time.monotonic() - started >= 3  # not before the delay passed
+        assert _idle_triggers(query) >= 1  # triggers before it declined
+        assert_df_equality(records(spark.table("slow_t")), expected(spark, rows), ignore_row_order=True,
+                           ignore_nullable=True)
+        assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [3]
+    finally:
+        query.stop()
+
+
+def test_stream_group_id_prefix_commits_to_a_new_group_each_run(spark, fab, fabric_url, tmp_path):
+    """As Kafka's source, each run of the query generates `<prefix>-<uuid>`; unlike it, the fabric source commits
+    there, so `fabric groups describe` shows the run's lag."""
+    fab.create_topic("pg", partitions=2)
+    produce(fab, "pg", 3)
+    run_available_now(spark, fabric_url, "pg", tmp_path / "ck", files=tmp_path / "out", subscribe="pg",
+                      startingOffsets="earliest", groupIdPrefix="etl")
+    first = wait_for(lambda: [g for g in fab.list_groups() if g.startswith("etl-")], what="the generated group")
+    assert len(first) == 1
+    wait_for(lambda: [(r.partition, r.committed) for r in fab.describe_group(first[0])] == [(0, 3), (1, 3)],
+             what="the first run's commit")
+    produce(fab, "pg", 2, start=3)
+    _, table = run_available_now(spark, fabric_url, "pg", tmp_path / "ck", files=tmp_path / "out", subscribe="pg",
+                                 groupIdPrefix="etl")  # the same query again, from its checkpoint
+    assert table.count() == 10
+    groups = wait_for(lambda: len(g := [g for g in fab.list_groups() if g.startswith("etl-")]) == 2 and g,
+                      what="the second run's group")
+    (second,) = set(groups) - set(first)
+    wait_for(lambda: [(r.partition, r.committed) for r in fab.describe_group(second)] == [(0, 5), (1, 5)],
+             what="the second run's commit")
+    assert [(r.committed, r.lag) for r in fab.describe_group(first[0])] == [(3, 2), (3, 2)]
+    # groupId wins over groupIdPrefix, as in Kafka's source
+    run_available_now(spark, fabric_url, "pg_named", tmp_path / "ck3", subscribe="pg", startingOffsets="earliest",
+                      groupId="named", groupIdPrefix="etl")
+    wait_for(lambda: [r.committed for r in fab.describe_group("named")] == [5, 5], what="groupId's commit")
+    assert len([g for g in fab.list_groups() if g.startswith("etl-")]) == 2
 
 
 def test_stream_rejects_batch_only_options(spark, fab, fabric_url, tmp_path):
