@@ -67,10 +67,15 @@ from fabric.common.records import to_storage
 from fabric.sinks import transactional
 from fabric.sinks.commit import checked_messages, publish_staged, remove_staged, sink_ids
 from fabric.sinks.staging import StagedBatch, Stager
-from fabric.spark.options import get_option, resolve_url
+from fabric.spark.options import USE_URL, get_option, refuse_kafka_options, resolve_url
 
 SINK_OPTIONS = ("url", "topic", "transactionalId", "compression.type")
 SPARK_OPTIONS = ("checkpointLocation", "queryName", "path")  # Spark passes these along; the sink ignores them
+KAFKA_EQUIVALENTS = {  # what to write instead of Spark Kafka's kafka.* producer configs
+    "bootstrap.servers": USE_URL,
+    "compression.type": "use option 'compression.type' instead",
+    "transactional.id": "use option 'transactionalId' instead (every write is published atomically)",
+}
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
@@ -87,6 +92,7 @@ class SinkConfig:
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkConfig:
         """Check the options and the input columns on the driver, before any task runs."""
+        refuse_kafka_options(options, "sink", KAFKA_EQUIVALENTS)
         known = {n.lower() for n in SINK_OPTIONS + SPARK_OPTIONS}
         unknown = sorted(k for k in options if k.lower() not in known)
         if unknown:

@@ -12,12 +12,18 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from fabric.client.cluster import Cluster
-from fabric.common.config import IGNORED_CLIENT_SETTINGS
 from fabric.common.errors import InvalidConfigError, InvalidGroupError, UnknownTopicError
 from fabric.common.names import validate_group, validate_topic
 from fabric.common.redaction import redact_url
 from fabric.common.types import TopicPartition
-from fabric.spark.options import CLIENT_RACK_OPTION, get_option, resolve_client_rack, resolve_url
+from fabric.spark.options import (
+    CLIENT_RACK_OPTION,
+    USE_URL,
+    get_option,
+    refuse_kafka_options,
+    resolve_client_rack,
+    resolve_url,
+)
 
 SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
 ENDING_OPTIONS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
@@ -34,13 +40,8 @@ DURATION = re.compile(r"(\d+)\s*(us|ms|s|m|min|h|d)?")
 DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
                "d": 86_400_000}
 GENERATED_GROUP_SUFFIX = 37  # "-" and a uuid4, appended to groupIdPrefix
-# Spark's Kafka source passes `kafka.`-prefixed options to its Kafka consumer; the fabric source has none. Each is
-# refused, naming the fabric's way to say it (or, from the client's table of Kafka configs, why it means nothing).
-KAFKA_PREFIX = "kafka."
-KAFKA_EQUIVALENTS = {
-    "bootstrap.servers": "name the fabric with option 'url' instead: fabric://host:port[,host:port] for a "
-                         "coordinator service (Kafka's host:port list with fabric:// in front), file:///dir for an "
-                         "embedded fabric",
+KAFKA_EQUIVALENTS = {  # what to write instead of Spark Kafka's kafka.* consumer configs
+    "bootstrap.servers": USE_URL,
     "group.id": "use option 'groupId' instead (the group the query commits its offsets to), or 'groupIdPrefix'",
     "client.rack": f"use option '{CLIENT_RACK_OPTION}' instead",
     "isolation.level": "the source always reads committed records only (read_committed); remove it",
@@ -226,20 +227,6 @@ def _offset_spec(options: Mapping[str, Any], prefix: str, streaming: bool) -> Of
     return OffsetSpec("offsets", offsets=offsets)
 
 
-def _refuse_kafka_options(options: Mapping[str, Any]) -> None:
-    """Refuse Spark Kafka's `kafka.*` consumer configs, each with what to write instead."""
-    given = sorted(k for k in options if k.lower().startswith(KAFKA_PREFIX))
-    if not given:
-        return
-    reasons = []
-    for key in given:
-        config = key[len(KAFKA_PREFIX):].lower()
-        why = KAFKA_EQUIVALENTS.get(config) or IGNORED_CLIENT_SETTINGS.get(config.replace(".", "_"))
-        reasons.append(f"{key!r}: " + (why or "a Kafka consumer config with no fabric equivalent; remove it"))
-    raise InvalidConfigError("the fabric source has no Kafka consumer to pass 'kafka.' options to; "
-                             + "; ".join(reasons))
-
-
 def _group_id_prefix(options: Mapping[str, Any]) -> str | None:
     """groupIdPrefix, checked so that the group ids generated from it are valid."""
     prefix = get_option(options, "groupIdPrefix")
@@ -262,7 +249,7 @@ def generated_group_id(prefix: str) -> str:
 
 def parse_source_options(options: Mapping[str, Any], streaming: bool) -> SourceOptions:
     """Validate a read's options (unknown names are refused, so a typo cannot be silently ignored)."""
-    _refuse_kafka_options(options)
+    refuse_kafka_options(options, "source", KAFKA_EQUIVALENTS)
     known = {n.lower(): n for n in SOURCE_OPTIONS}
     unknown = sorted(k for k in options if k.lower() not in known)
     if unknown:

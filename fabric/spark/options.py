@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from urllib.parse import urlparse
 
 from fabric.client.url import DEFAULT_URL, ENV_URL
+from fabric.common.config import IGNORED_CLIENT_SETTINGS
 from fabric.common.errors import InvalidConfigError
 
 URL_CONF = "spark.fabric.url"
@@ -24,6 +25,10 @@ CLIENT_RACK_OPTION = "clientRack"
 CLIENT_RACK_CONF = "spark.fabric.clientRack"
 ENV_CLIENT_RACK = "FABRIC_CLIENT_RACK"  # read by each task, on its executor: racks may differ per worker
 MAX_RACK_LENGTH = 255
+# Spark's Kafka source and sink pass `kafka.`-prefixed options to their Kafka clients; the fabric's have none
+KAFKA_PREFIX = "kafka."
+USE_URL = ("name the fabric with option 'url' instead: fabric://host:port[,host:port] for a coordinator service "
+           "(Kafka's host:port list with fabric:// in front), file:///dir for an embedded fabric")
 
 
 def get_option(options: Mapping[str, Any], name: str) -> str | None:
@@ -85,3 +90,20 @@ def task_client_rack(resolved: str | None) -> str | None:
         return resolved
     value = os.environ.get(ENV_CLIENT_RACK, "")
     return check_rack(value, f"environment variable {ENV_CLIENT_RACK}") if value else None
+
+
+def refuse_kafka_options(options: Mapping[str, Any], what: str, equivalents: Mapping[str, str]) -> None:
+    """Refuse Spark Kafka's `kafka.*` client configs given to the fabric `what` ("source", "sink"), all at once,
+    each with what to write instead: its entry in `equivalents` (by config name), else why the config means
+    nothing here (the Python client's table of Kafka configs), else that it has no equivalent. Values are never
+    echoed (sasl.jaas.config holds passwords)."""
+    given = sorted(k for k in options if k.lower().startswith(KAFKA_PREFIX))
+    if not given:
+        return
+    reasons = []
+    for key in given:
+        config = key[len(KAFKA_PREFIX):].lower()
+        why = equivalents.get(config) or IGNORED_CLIENT_SETTINGS.get(config.replace(".", "_"))
+        reasons.append(f"{key!r}: " + (why or "a Kafka client config with no fabric equivalent; remove it"))
+    raise InvalidConfigError(f"the fabric {what} has no Kafka client to pass 'kafka.' options to; "
+                             + "; ".join(reasons))

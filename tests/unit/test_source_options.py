@@ -1,7 +1,8 @@
 """The fabric source's options parsed without a Spark session (no conf to read): clientRack, validated on the
 driver, and the rack a task falls back to, $FABRIC_CLIENT_RACK of its executor; minOffsetsPerTrigger and
-maxTriggerDelay, groupIdPrefix, Spark Kafka's `kafka.*` options refused with their equivalents; Kafka's source
-metrics computed from a progress. (Options through real Spark reads: tests/integration/test_source.py.)"""
+maxTriggerDelay, groupIdPrefix, Spark Kafka's `kafka.*` options refused with their equivalents (by the sink too);
+Kafka's source metrics computed from a progress. (Options through real Spark reads:
+tests/integration/test_source.py.)"""
 from __future__ import annotations
 
 import json
@@ -9,8 +10,10 @@ import re
 import uuid
 
 import pytest
+from pyspark.sql.types import StructType
 
 from fabric.common.errors import InvalidConfigError
+from fabric.sinks.fabric_sink import SinkConfig
 from fabric.sources.options import DEFAULT_MAX_TRIGGER_DELAY_MS, generated_group_id, parse_source_options
 from fabric.sources.progress import offsets_behind_latest
 from fabric.spark.options import ENV_CLIENT_RACK, MAX_RACK_LENGTH, task_client_rack
@@ -114,12 +117,12 @@ def test_group_id_prefix_is_checked_and_makes_a_new_group_per_run() -> None:
     ("kafka.client.rack", "'kafka.client.rack': use option 'clientRack' instead"),
     ("kafka.isolation.level", "'kafka.isolation.level': the source always reads committed records only"),
     ("kafka.security.protocol", "'kafka.security.protocol': a service is reached with TLS by fabric+tls://"),
-    ("kafka.sasl.jaas.config", "'kafka.sasl.jaas.config': a Kafka consumer config with no fabric equivalent; "
+    ("kafka.sasl.jaas.config", "'kafka.sasl.jaas.config': a Kafka client config with no fabric equivalent; "
                                "remove it"),
 ])
 def test_kafka_consumer_options_are_refused_naming_the_fabric_equivalent(key: str, message: str) -> None:
     for streaming in (True, False):
-        with pytest.raises(InvalidConfigError, match="the fabric source has no Kafka consumer to pass 'kafka.' "
+        with pytest.raises(InvalidConfigError, match="the fabric source has no Kafka client to pass 'kafka.' "
                                                      "options to; " + re.escape(message)) as error:
             parse_source_options({**READ, key: "secret-value"}, streaming=streaming)
         assert "secret-value" not in str(error.value)  # values (passwords in sasl.jaas.config) are never echoed
@@ -131,6 +134,17 @@ def test_every_kafka_option_given_is_named_at_once() -> None:
                              streaming=True)
     assert "'kafka.bootstrap.servers': name the fabric with option 'url'" in str(error.value)
     assert "'kafka.group.id': use option 'groupId'" in str(error.value)
+
+
+def test_the_sink_refuses_kafka_producer_options_naming_its_own() -> None:
+    with pytest.raises(InvalidConfigError) as error:
+        SinkConfig.parse({"url": "file:///nowhere", "topic": "t", "kafka.bootstrap.servers": "h:9092",
+                          "kafka.compression.type": "zstd", "kafka.acks": "all"}, StructType([]))
+    assert str(error.value) == (
+        "the fabric sink has no Kafka client to pass 'kafka.' options to; 'kafka.acks': a Kafka client config with no "
+        "fabric equivalent; remove it; 'kafka.bootstrap.servers': name the fabric with option 'url' instead: "
+        "fabric://host:port[,host:port] for a coordinator service (Kafka's host:port list with fabric:// in front), "
+        "file:///dir for an embedded fabric; 'kafka.compression.type': use option 'compression.type' instead")
 
 
 def _progress_source(end: dict | None, latest: dict | None) -> dict:
