@@ -188,7 +188,7 @@ class FabricStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                        states(self.cluster, current_partitions(self.cluster, self.opts.subscription)).items()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """One limit (pyspark's API has no composite limit): latestOffset applies the other options too."""
+        """One limit (pyspark's API has no composite limit): latestOffset applies the other options too (_limits)."""
         if self.opts.min_offsets_per_trigger:
             return ReadMinRows(self.opts.min_offsets_per_trigger)
         if self.opts.max_offsets_per_trigger:
@@ -207,26 +207,34 @@ class FabricStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = {tp: s.end_offset for tp, s in now.items()}
         if self.target is not None:  # availableNow: nothing past what existed when the run began
             end = {tp: max(begin[tp], min(e, self.target.get(tp, begin[tp]))) for tp, e in end.items()}
-        limited = not isinstance(limit, ReadAllAvailable)  # all available: Trigger.Once
-        if limited and self._waits_for_more(begin, end):
+        min_rows, max_rows, max_bytes = self._limits(limit)
+        if min_rows and self._waits_for_more(begin, end, min_rows):
             return start
-        if limited and self.opts.max_offsets_per_trigger:
-            end = rate_limit(self.cluster, begin, end, self.opts.max_offsets_per_trigger)
-        if limited and self.opts.max_bytes_per_trigger:
-            end = byte_limit(begin, end, self.opts.max_bytes_per_trigger, now)
+        if max_rows:
+            end = rate_limit(self.cluster, begin, end, max_rows)
+        if max_bytes:
+            end = byte_limit(begin, end, max_bytes, now)
         if end != begin:
             self.last_batch = time.monotonic()
         return to_json({**{tp: o for tp, o in previous.items() if tp[0] not in gone}, **end})
 
-    def _waits_for_more(self, begin: Offsets, end: Offsets) -> bool:
+    def _limits(self, limit: ReadLimit) -> tuple[int | None, int | None, int | None]:
+        """(minimum offsets, maximum records, maximum bytes) of a trigger: the limit Spark passes, and the options
+        it cannot carry (pyspark's API has no composite limit); none with ReadAllAvailable (Trigger.Once)."""
+        if isinstance(limit, ReadAllAvailable):
+            return None, None, None
+        return (limit.min_rows if isinstance(limit, ReadMinRows) else self.opts.min_offsets_per_trigger,
+                limit.max_rows if isinstance(limit, ReadMaxRows) else self.opts.max_offsets_per_trigger,
+                limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.opts.max_bytes_per_trigger)
+
+    def _waits_for_more(self, begin: Offsets, end: Offsets, min_offsets: int) -> bool:
         """minOffsetsPerTrigger: fewer new offsets than that wait for more, until maxTriggerDelay has passed since
         the last batch. Counted in offsets, as Kafka's source counts them (gaps and transaction markers count),
         and never in a trigger(availableNow=True) run, which must end."""
-        wanted = self.opts.min_offsets_per_trigger
-        if wanted is None or self.target is not None:
+        if self.target is not None:
             return False
         waited_ms = (time.monotonic() - self.last_batch) * 1000
-        return sum(end[tp] - begin[tp] for tp in end) < wanted and waited_ms < self.opts.max_trigger_delay_ms
+        return sum(end[tp] - begin[tp] for tp in end) < min_offsets and waited_ms < self.opts.max_trigger_delay_ms
 
     def reportLatestOffset(self) -> dict | None:
         partitions = current_partitions(self.cluster, self.opts.subscription, self._missing_topics())

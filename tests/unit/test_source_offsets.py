@@ -30,6 +30,28 @@ def test_read_limits_from_spark_are_honoured(fab, fabric_url):
     assert by_bytes["0"] >= 1 and by_bytes["1"] >= 1 and by_bytes["0"] + by_bytes["1"] <= 4
 
 
+def test_min_offsets_per_trigger_holds_triggers_back_until_enough_or_the_delay(fab, fabric_url):
+    fab.create_topic("t", partitions=2)
+    with fab.producer() as producer:  # 3 offsets on each partition: 6 in all
+        for partition in (0, 1):
+            for _ in range(3):
+                producer.send("t", b"v", partition=partition)
+    options = {"url": fabric_url, "subscribe": "t", "startingOffsets": "earliest", "minOffsetsPerTrigger": "7"}
+    waiting = FabricStreamReader({**options, "maxTriggerDelay": "1h"}, spark_schema(None, False))
+    start = waiting.initialOffset()
+    assert waiting.getDefaultReadLimit() == ReadMinRows(7)
+    assert waiting.latestOffset(start, waiting.getDefaultReadLimit()) == start  # 6 < 7: no batch
+    assert waiting.latestOffset(start, ReadMinRows(6)) == {"t": {"0": 3, "1": 3}}  # the minimum sums partitions
+    assert waiting.latestOffset(start, ReadAllAvailable()) == {"t": {"0": 3, "1": 3}}  # Trigger.Once
+    capped = FabricStreamReader({**options, "minOffsetsPerTrigger": "2", "maxOffsetsPerTrigger": "4"},
+                                spark_schema(None, False))
+    assert capped.latestOffset(start, capped.getDefaultReadLimit()) == {"t": {"0": 2, "1": 2}}  # both apply
+    overdue = FabricStreamReader({**options, "maxTriggerDelay": "0s"}, spark_schema(None, False))
+    assert overdue.latestOffset(start, overdue.getDefaultReadLimit()) == {"t": {"0": 3, "1": 3}}
+    waiting.prepareForTriggerAvailableNow()  # an availableNow run must end, with what there is
+    assert waiting.latestOffset(start, waiting.getDefaultReadLimit()) == {"t": {"0": 3, "1": 3}}
+
+
 def test_max_offsets_per_trigger_counts_records_across_compaction_gaps(fab, fabric_url):
     fab.create_topic("c", partitions=2, config={"cleanup.policy": "compact"})
     with fab.producer() as producer:  # 5 rounds of the same 20 keys on each partition
