@@ -22,7 +22,8 @@ from fabric.common.types import CommittedOffset, TopicInfo, TopicPartition, Tran
 from fabric.coordinator import disk, sqlite_replicas, transactions, validation
 from fabric.coordinator.group_store import GroupMembership, GroupService, SqliteGroupStore
 from fabric.coordinator.interface import Coordinator
-from fabric.coordinator.offsets_topic import OFFSETS_TOPIC, OffsetsTopic, TopicOffsets
+from fabric.coordinator.offsets_records import OFFSETS_TOPIC
+from fabric.coordinator.offsets_topic import OffsetsTopic, TopicOffsets
 from fabric.coordinator.sqlite_replicas import SqliteReplication
 
 log = logging.getLogger(__name__)
@@ -72,8 +73,8 @@ class SqliteCoordinator(TopicOffsets, GroupMembership, SqliteReplication, Coordi
             _migrate(self._db())
             self._migrate_transactions()
             self._groups = GroupService(SqliteGroupStore(self._db, self._tx), self._partitions_of)
-            self._offsets = OffsetsTopic(os.path.join(os.path.dirname(path), OFFSETS_TOPIC),
-                                         legacy=self._legacy_offsets)
+            self._offsets = OffsetsTopic.in_directory(os.path.join(os.path.dirname(path), OFFSETS_TOPIC),
+                                                      legacy=self._legacy_offsets)
 
     def _db(self) -> sqlite3.Connection:
         """This thread's connection: read-write, or read-only while the disk refuses writes."""

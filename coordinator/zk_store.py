@@ -220,7 +220,8 @@ class ZkCoordinator(TopicOffsets, GroupMembership, ZkReplication, Coordinator):
                                           "group offsets live in the offsets topic of the data directory: pass "
                                           "offsets_dir (a coordinator instance passes <data dir>/__fabric/"
                                           "__consumer_offsets)")
-            self._topic_of_offsets = OffsetsTopic(self._offsets_dir, self._epoch, self._legacy_offsets)
+            self._topic_of_offsets = OffsetsTopic.in_directory(self._offsets_dir, self._epoch,
+                                                                self._legacy_offsets)
         return self._topic_of_offsets
 
     # -- topics --------------------------------------------------------------------------------------------

@@ -7,11 +7,13 @@ import pytest
 
 from fabric.common.errors import CoordinatorUnavailableError
 from fabric.common.waiting import wait_for
+from fabric.coordinator.offsets_log import LocalOffsetsLog
 from fabric.coordinator.offsets_topic import OffsetsTopic, offsets_partition
 
 
 def test_commits_are_read_back_by_another_writer_and_deletes_are_tombstones(tmp_path) -> None:
-    a, b = OffsetsTopic(str(tmp_path)), OffsetsTopic(str(tmp_path))  # two processes of one embedded fabric
+    # two processes of one embedded fabric
+    a, b = OffsetsTopic.in_directory(str(tmp_path)), OffsetsTopic.in_directory(str(tmp_path))
     a.commit("g1", {("t", 0): 5, ("t", 1): 7}, "meta")
     b.commit("g2", {("u", 0): 1}, "")
     a.commit("g1", {("t", 0): 6}, "")
@@ -20,15 +22,15 @@ def test_commits_are_read_back_by_another_writer_and_deletes_are_tombstones(tmp_
     b.forget_topic("u")
     a.delete_group("g1")
     assert a.committed("g1") == {} and b.groups() == []
-    assert OffsetsTopic(str(tmp_path)).groups() == []  # a fresh cache reads the same from the log
+    assert OffsetsTopic.in_directory(str(tmp_path)).groups() == []  # a fresh cache reads the same from the log
 
 
 def test_a_deposed_instance_cannot_commit_once_a_newer_one_took_over(tmp_path) -> None:
     epochs = {"old": 1, "new": 2}
-    old = OffsetsTopic(str(tmp_path), epoch=lambda: epochs["old"])
+    old = OffsetsTopic.in_directory(str(tmp_path), epoch=lambda: epochs["old"])
     old.take_leadership(1)
     old.commit("g", {("t", 0): 3}, "")
-    new = OffsetsTopic(str(tmp_path), epoch=lambda: epochs["new"])
+    new = OffsetsTopic.in_directory(str(tmp_path), epoch=lambda: epochs["new"])
     new.take_leadership(2)
     with pytest.raises(CoordinatorUnavailableError, match="was deposed.*nothing was written"):
         old.commit("g", {("t", 0): 99}, "")
@@ -37,13 +39,14 @@ def test_a_deposed_instance_cannot_commit_once_a_newer_one_took_over(tmp_path) -
 
 
 def test_a_million_commits_of_the_same_keys_keep_the_topic_small(tmp_path) -> None:
-    topic = OffsetsTopic(str(tmp_path), segment_bytes=1 << 20)
+    local = LocalOffsetsLog(str(tmp_path), segment_bytes=1 << 20)
+    topic = OffsetsTopic(local)
     partitions = 1000
     for n in range(1000):  # 1000 commits of one group's 1000 partitions: a million committed offsets
         topic.commit("big", {("t", p): n for p in range(partitions)}, "")
-    written = topic._logs[offsets_partition("big", topic.partitions)].end_offset
+    written = local.end_offset(offsets_partition("big", topic.partitions))
     assert written == 1_000_000
-    wait_for(lambda: topic.size_bytes() < 3 << 20, 120, "the background cleaner to compact the offsets topic")
-    topic.compact()
-    assert topic.size_bytes() < 2 << 20, topic.size_bytes()
-    assert {c.offset for c in OffsetsTopic(str(tmp_path)).committed("big").values()} == {999}
+    wait_for(lambda: local.size_bytes() < 3 << 20, 120, "the background cleaner to compact the offsets topic")
+    local.compact()
+    assert local.size_bytes() < 2 << 20, local.size_bytes()
+    assert {c.offset for c in OffsetsTopic.in_directory(str(tmp_path)).committed("big").values()} == {999}

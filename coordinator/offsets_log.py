@@ -1,0 +1,145 @@
+"""The offsets topic kept in a local directory (`LocalOffsetsLog`): one Log per partition, shared by every process
+that opens the directory (the processes of an embedded fabric, coordinator instances sharing a data directory).
+
+A write takes the partition's lock (a flock), so a commit checked against a group's generation is never written
+after a newer commit of the same partition, whichever process makes them. Appends carry the writer's election
+epoch as their leader epoch (none for an embedded fabric), and an instance that becomes active stamps its epoch
+on every partition: the Log then refuses appends of older epochs, a deposed instance's. The topic is compacted:
+a pass runs in the background each time a partition rolls a segment. Migration from an earlier store runs once,
+under a lock file, and a marker file records that it is done.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import threading
+from typing import Callable, Iterator
+
+import pyarrow as pa
+
+from fabric.common.clock import SYSTEM_CLOCK, Clock
+from fabric.common.config import TopicConfig
+from fabric.common.errors import CoordinatorUnavailableError, InvalidLeaderEpochError
+from fabric.coordinator.offsets_records import (
+    CONFIG,
+    LEADER_KEY,
+    OFFSETS_PARTITIONS,
+    OFFSETS_TOPIC,
+    SCHEMA,
+    SEGMENT_BYTES,
+    batch,
+)
+from fabric.storage.log import Log
+
+log = logging.getLogger(__name__)
+MIGRATED = ".migrated"
+
+
+class LocalOffsetsLog:
+    """The offsets topic's partitions in `directory` (subdirectories 0..N-1); `epoch` gives the election epoch to
+    stamp on appends (None: none, an embedded or single-instance store)."""
+
+    shared = True  # other processes append too: readers catch up from the logs before every answer
+
+    def __init__(self, directory: str, epoch: Callable[[], int] | None = None, clock: Clock = SYSTEM_CLOCK,
+                 segment_bytes: int = SEGMENT_BYTES) -> None:
+        self.directory, self.clock, self._epoch = directory, clock, epoch
+        os.makedirs(directory, exist_ok=True)
+        self.partitions = self._partition_count()
+        config = TopicConfig({**CONFIG, "segment.bytes": str(segment_bytes)})
+        self._logs = [Log(os.path.join(directory, str(p)), SCHEMA, config, clock=clock)
+                      for p in range(self.partitions)]
+        self._cleaning: set[int] = set()
+        self._guard = threading.Lock()
+
+    def _partition_count(self) -> int:
+        """The count the topic was created with (the group -> partition map depends on it), else the default."""
+        found = [int(n) for n in os.listdir(self.directory) if n.isdigit()]
+        return max(found) + 1 if found else OFFSETS_PARTITIONS
+
+    def end_offset(self, partition: int) -> int:
+        return self._logs[partition].end_offset
+
+    def read(self, partition: int, start: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """(offset, batch) of what the partition holds from `start` to its end now."""
+        plog = self._logs[partition]
+        end, position = plog.end_offset, start
+        while position < end:
+            for fetched in plog.fetch(max(position, plog.start_offset), 4 << 20, end):
+                yield fetched.offset, fetched.batch
+                position = fetched.offset + fetched.batch.num_rows
+
+    def append(self, partition: int, rows: pa.RecordBatch, validate: Callable[[], None],
+               written: Callable[[int], None]) -> None:
+        """`validate()`, then append `rows` and tell `written` their offset, all under the partition's flock;
+        CoordinatorUnavailableError (nothing written) if a newer instance stamped its epoch."""
+        plog = self._logs[partition]
+        epoch = self._epoch() if self._epoch is not None else -1
+        try:
+            with plog.lock:
+                validate()
+                written(plog.append(rows, leader_epoch=epoch))
+        except InvalidLeaderEpochError:
+            raise CoordinatorUnavailableError(
+                f"this coordinator instance (epoch {epoch}) was deposed: a newer one stamped {OFFSETS_TOPIC}-"
+                f"{partition}; nothing was written, retry on the active instance") from None
+        if len(plog.segments()) > 1:
+            self._clean_soon(partition)
+
+    def take_leadership(self, epoch: int) -> None:
+        """Stamp `epoch` on every partition: appends of older epochs are refused from here on."""
+        for plog in self._logs:  # a record, so other processes see the log change and reload
+            plog.append(batch([(LEADER_KEY, None)], self.clock.now_us()), leader_epoch=epoch)
+
+    @contextlib.contextmanager
+    def migrating(self) -> Iterator[bool]:
+        """Whether the offsets of an earlier store are still to be moved here (under a lock file, so one process
+        does it); once the block ends without an error, a marker file records that they were."""
+        marker = os.path.join(self.directory, MIGRATED)
+        if os.path.exists(marker):
+            yield False
+            return
+        fd = os.open(os.path.join(self.directory, ".migration-lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            pending = not os.path.exists(marker)
+            yield pending
+            if pending:
+                for plog in self._logs:
+                    plog.flush()
+                with open(marker, "w") as f:
+                    f.write(json.dumps({"migrated": True}))
+                    f.flush()
+                    os.fsync(f.fileno())
+        finally:
+            os.close(fd)
+
+    # -- compaction ----------------------------------------------------------------------------------------
+    def _clean_soon(self, partition: int) -> None:
+        """Run a cleaner pass on the partition in the background, unless one is running."""
+        with self._guard:
+            if partition in self._cleaning:
+                return
+            self._cleaning.add(partition)
+
+        def run() -> None:
+            try:
+                report = self._logs[partition].clean()
+                if report.cleaned:
+                    log.info("%s", report.describe())
+            except Exception:  # noqa: BLE001 (a failed pass is retried at the next roll)
+                log.exception("compacting %s-%d failed; the next segment roll retries", OFFSETS_TOPIC, partition)
+            finally:
+                with self._guard:
+                    self._cleaning.discard(partition)
+        threading.Thread(target=run, name=f"offsets-cleaner-{partition}", daemon=True).start()
+
+    def compact(self) -> list[str]:
+        """Compact every partition now (rolling the active segments); what each pass did."""
+        return [plog.clean(force=True).describe() for plog in self._logs]
+
+    def size_bytes(self) -> int:
+        return sum(plog.size_bytes() for plog in self._logs)

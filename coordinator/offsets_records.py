@@ -1,0 +1,51 @@
+"""The records of the offsets topic, `__consumer_offsets`, wherever it is kept (a local directory or replicated
+partitions on data nodes): its schema, configs, partitioning and the keys of its three kinds of records.
+
+- An offset: key ["offset", group, topic, partition], value {next_offset, metadata, commit_ms}; a null value (a
+  tombstone) deletes it.
+- A leadership record: key ["leader"], no value, appended by a coordinator instance that became active, under
+  its election epoch, so appends of older epochs are refused from then on.
+- The migration record: key ["migrated"], no value, appended once the offsets an earlier store kept were moved
+  into a replicated topic.
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Mapping, Sequence
+
+import pyarrow as pa
+
+from fabric.common.records import TIMESTAMP, storage_schema
+from fabric.common.types import TopicPartition
+
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_PARTITIONS = 16  # Kafka's offsets.topic.num.partitions is 50; fixed once the topic exists
+VALUE = pa.schema([("next_offset", pa.int64()), ("metadata", pa.string()), ("commit_ms", pa.int64())])
+SCHEMA = storage_schema(VALUE)
+# Kafka's offsets topic: compacted, 100 MiB segments (offsets.topic.segment.bytes); smaller here, so a pass runs
+# sooner on a small fabric
+SEGMENT_BYTES = 16 << 20
+CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.5", "retention.ms": "-1"}
+LEADER_KEY = json.dumps(["leader"]).encode()
+MIGRATED_KEY = json.dumps(["migrated"]).encode()
+
+Row = tuple[bytes, Mapping[str, object] | None]  # a record's key and value (None: a tombstone or a marker)
+
+
+def offsets_partition(group: str, partitions: int = OFFSETS_PARTITIONS) -> int:
+    """The partition of the offsets topic that holds `group`'s offsets."""
+    return zlib.crc32(group.encode()) % partitions
+
+
+def offset_key(group: str, tp: TopicPartition) -> bytes:
+    return json.dumps(["offset", group, tp[0], tp[1]], separators=(",", ":")).encode()
+
+
+def batch(rows: Sequence[Row], now_us: int) -> pa.RecordBatch:
+    """The stored rows of `rows`, all timestamped `now_us`."""
+    n = len(rows)
+    return pa.RecordBatch.from_arrays(
+        [pa.array([now_us] * n, TIMESTAMP), pa.array([k for k, _ in rows], pa.binary()),
+         pa.nulls(n, SCHEMA.field("headers").type), pa.array([v for _, v in rows], SCHEMA.field("value").type)],
+        schema=SCHEMA)
