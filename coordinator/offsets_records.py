@@ -16,10 +16,10 @@ from typing import Mapping, Sequence
 
 import pyarrow as pa
 
+from fabric.common.names import OFFSETS_TOPIC
 from fabric.common.records import TIMESTAMP, storage_schema
 from fabric.common.types import TopicPartition
 
-OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_PARTITIONS = 16  # Kafka's offsets.topic.num.partitions is 50; fixed once the topic exists
 VALUE = pa.schema([("next_offset", pa.int64()), ("metadata", pa.string()), ("commit_ms", pa.int64())])
 SCHEMA = storage_schema(VALUE)
@@ -27,6 +27,7 @@ SCHEMA = storage_schema(VALUE)
 # sooner on a small fabric
 SEGMENT_BYTES = 16 << 20
 CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.5", "retention.ms": "-1"}
+__all__ = ["OFFSETS_TOPIC"]  # re-exported: the offsets topic's name lives with the other topic names
 LEADER_KEY = json.dumps(["leader"]).encode()
 MIGRATED_KEY = json.dumps(["migrated"]).encode()
 

@@ -184,7 +184,12 @@ class OffsetsTopic:
             self._append(offsets_partition(group, self.partitions), [(offset_key(group, tp), None) for tp in keys])
 
     def forget_topic(self, topic: str) -> None:
-        """Append a tombstone for every group's offsets in `topic` (the topic was deleted)."""
+        """Append a tombstone for every group's offsets in `topic` (the topic was deleted); not done, and logged,
+        while an owned log's offsets are not served here."""
+        if self.serving is not Serving.READY:
+            log.warning("the committed offsets of deleted topic %s stay in %s: it is %s on this instance", topic,
+                        OFFSETS_TOPIC, self.serving.value)
+            return
         for p in range(self.partitions):
             cache = self._caught_up(p)
             with cache.lock:
@@ -256,6 +261,14 @@ class TopicOffsets:
 
     _offsets: OffsetsTopic
     _groups: GroupService
+
+    @property
+    def offsets_topic(self) -> OffsetsTopic:
+        return self._offsets
+
+    def use_offsets_topic(self, topic: OffsetsTopic) -> None:
+        """Keep the offsets in `topic` from now on (a cluster's coordinator instance: the replicated one)."""
+        self._offsets = topic
 
     def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
                        generation: int = -1, member_id: str = "") -> None:

@@ -210,6 +210,9 @@ class ZkCoordinator(TopicOffsets, GroupMembership, ZkReplication, Coordinator):
     def _offsets(self) -> OffsetsTopic:  # type: ignore[override]
         return self.offsets_topic
 
+    def use_offsets_topic(self, topic: OffsetsTopic) -> None:
+        self._topic_of_offsets = topic
+
     @property
     def offsets_topic(self) -> OffsetsTopic:
         """The group offsets, in the offsets topic of the instances' shared data directory (`offsets_dir`),
@@ -333,8 +336,9 @@ class ZkCoordinator(TopicOffsets, GroupMembership, ZkReplication, Coordinator):
             return count
         changed = sum(self.writer.write(functools.partial(build, paths[start:start + layout.MAX_OPS]))
                       for start in range(0, len(paths), layout.MAX_OPS))
-        if self._offsets_dir is not None and self._epoch is not None:
+        if self._offsets_dir is not None and self._epoch is not None and self.offsets_topic.log.shared:
             self.offsets_topic.take_leadership(self._epoch())  # a deposed instance's commits are refused
+        # (an owned, replicated offsets topic is taken by its loader: fabric.server.replicated_offsets)
         return changed
 
     # -- offsets: in the offsets topic (coordinator.offsets_topic); the znodes of earlier versions are migrated --

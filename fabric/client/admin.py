@@ -14,7 +14,7 @@ from fabric.client.producer import Producer
 from fabric.common import checks
 from fabric.common.config import INT_MAX, TopicConfig, validate_topic_config, validate_topic_config_changes
 from fabric.common.errors import InvalidArgumentError, InvalidConfigError, UnknownTopicError
-from fabric.common.names import validate_group, validate_topic
+from fabric.common.names import INTERNAL_TOPICS, validate_group, validate_new_topic, validate_topic
 from fabric.common.records import validate_value_schema
 from fabric.common.types import (
     LeaderAndIsr,
@@ -85,7 +85,7 @@ class Fabric:
         """Create a topic; `schema` makes it a typed topic whose values are stored as Arrow columns;
         `replication_factor` places its partitions on data nodes (a cluster with nodes only), without it each
         partition lives in the fabric's one directory."""
-        validate_topic(name)
+        validate_new_topic(name)
         partitions = checks.partition_count(partitions)
         config = validate_topic_config(config)
         if schema is not None:
@@ -99,7 +99,8 @@ class Fabric:
         self.cluster.delete_topic(validate_topic(name))
 
     def list_topics(self) -> list[str]:
-        return self.cluster.coordinator.list_topics()
+        """The topics, without the fabric's internal ones (Kafka's listTopics; describe_topic shows those)."""
+        return [t for t in self.cluster.coordinator.list_topics() if t not in INTERNAL_TOPICS]
 
     def describe_topic(self, name: str) -> TopicDescription:
         info = self.cluster.coordinator.topic(validate_topic(name))

@@ -8,10 +8,13 @@ from fabric.common.errors import InvalidGroupError, InvalidTopicError
 MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"[A-Za-z0-9._-]+")
 INTERNAL_PREFIX = "__"
+OFFSETS_TOPIC = "__consumer_offsets"  # a cluster's group offsets on the data nodes (coordinator.offsets_records)
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})  # topics the fabric creates itself: readable, never created by users
 
 
 def validate_topic(name: object) -> str:
-    """Return `name` if it is a legal user topic name, else raise InvalidTopicError saying why."""
+    """Return `name` if it is a legal topic name (a user's, or one of the INTERNAL_TOPICS), else raise
+    InvalidTopicError saying why."""
     if not isinstance(name, str):
         raise InvalidTopicError(f"topic name must be a string, got {type(name).__name__}")
     if not 1 <= len(name) <= MAX_TOPIC_NAME:
@@ -24,11 +27,19 @@ def validate_topic(name: object) -> str:
         raise InvalidTopicError(
             f"topic name {name!r} contains illegal characters {bad}; "
             "use only ASCII letters, digits, '.', '_' and '-'")
-    if name.startswith(INTERNAL_PREFIX):
+    if name.startswith(INTERNAL_PREFIX) and name not in INTERNAL_TOPICS:
         raise InvalidTopicError(
             f"topic name {name!r} starts with {INTERNAL_PREFIX!r}, which is reserved for the fabric's "
             "internal data; rename it")
     return name
+
+
+def validate_new_topic(name: object) -> str:
+    """Return `name` if a user may create a topic of that name (validate_topic, and not an internal topic)."""
+    if validate_topic(name) in INTERNAL_TOPICS:
+        raise InvalidTopicError(f"topic name {name!r} is the fabric's internal offsets topic, which the coordinator "
+                                "creates itself; choose another name")
+    return str(name)
 
 
 def validate_group(group_id: object) -> str:

@@ -31,6 +31,7 @@ from fabric.common.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
+from fabric.common.names import validate_new_topic
 from fabric.common.redaction import clip
 from fabric.common.types import Fetched, PartitionState, ProducerIdentity, TopicInfo, TopicPartition, TopicRecovery
 from fabric.coordinator import validation
@@ -130,6 +131,7 @@ class Broker:
     def create_topic(self, name: str, partitions: int, config: Mapping[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:
         """Register the topic and create its partitions, all or nothing; never over data already there."""
+        validate_new_topic(name)
         self._check_limit(name, partitions)
         checked = validation.topic(name, partitions, config, value_schema)
         directory = self.logs.topic_dir(name)

@@ -21,9 +21,11 @@ from fabric.common import checks
 from fabric.common.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
+    InvalidTopicError,
     NotLeaderError,
     UnknownPartitionError,
 )
+from fabric.common.names import INTERNAL_TOPICS, validate_new_topic
 from fabric.common.redaction import clip
 from fabric.common.types import TopicInfo
 from fabric.coordinator import validation
@@ -52,6 +54,7 @@ class ClusterBroker(Broker):
             replication_factor = self.default_replication_factor
         if replication_factor is None:
             return super().create_topic(name, partitions, config, value_schema)
+        validate_new_topic(name)
         self._check_limit(name, partitions)
         checked = validation.topic(name, partitions, config, value_schema)
         if not checks.is_integer(replication_factor) or replication_factor < 1:
@@ -63,6 +66,9 @@ class ClusterBroker(Broker):
         return info
 
     def delete_topic(self, name: str) -> None:
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"topic {name!r} is internal: it holds the groups' committed offsets and cannot be "
+                                    "deleted; a group's offsets go when the group is deleted (delete_group)")
         if not self.coordinator.replicated(name):
             return super().delete_topic(name)
         self.coordinator.delete_topic(name)

@@ -73,6 +73,8 @@ class ControllerDriver:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self.on_decision: Callable[[Decision], None] = lambda decision: None  # told every decision stored
+        self.on_start: Callable[[int], None] = lambda epoch: None  # told the epoch the controller runs under
+        self.on_stop: Callable[[], None] = lambda: None  # told the controller stopped (demoted or deposed)
         # the high watermark each leader last reported (node_heartbeat), for group lag of replicated topics
         self.high_watermarks: dict[TopicPartition, int] = {}
 
@@ -96,6 +98,7 @@ class ControllerDriver:
             if self.state is not ControllerState.IDLE:
                 log.info("controller stopped (demoted)")
             self._controller, self._claim = None, None
+            self.on_stop()
 
     def _start(self) -> None:
         """STARTING -> RUNNING, if the store answers (caller holds the lock; a failure is logged once)."""
@@ -112,6 +115,7 @@ class ControllerDriver:
             return
         self._claim, self._failure = None, ""
         log.info("controller running with controller epoch %d", epoch)
+        self.on_start(epoch)
 
     def start_timer(self) -> None:
         """Expire node leases every tick (a quarter of the session timeout, at most 1 s) until stop()."""
@@ -163,6 +167,7 @@ class ControllerDriver:
                     log.warning("controller epoch %d was superseded: this controller stops deciding",
                                 controller.controller_epoch)
                     self._controller = None
+                    self.on_stop()
                 raise
 
     def register_node(self, node_id: int, address: str, rack: str | None = None) -> NodeInfo:

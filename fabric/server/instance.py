@@ -46,11 +46,19 @@ class Settings:
     metrics_port: int | None = None
     default_replication_factor: int | None = None
     log_retention_check_interval_ms: int = DEFAULT_INTERVAL_MS
+    offsets_topic_replication_factor: int | None = None
 
     @property
     def store_url(self) -> str:
         """The metadata store: --store, else the data directory's own SQLite database (shared with file:// clients)."""
         return self.store or f"sqlite://{os.path.abspath(self.data_dir)}/__fabric/metadata.db"
+
+    @property
+    def offsets_replication_factor(self) -> int | None:
+        """The replication factor of the offsets topic on the data nodes (fabric.server.replicated_offsets):
+        offsets.topic.replication.factor, else default.replication.factor; None when neither is set (no cluster
+        configured): the offsets topic stays in the data directory (`offsets_dir`)."""
+        return self.offsets_topic_replication_factor or self.default_replication_factor
 
     @property
     def offsets_dir(self) -> str:
@@ -71,7 +79,8 @@ PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir"
               "coordinator.shutdown.timeout.ms": "shutdown_timeout_ms",
               "node.session.timeout.ms": "node_session_timeout_ms", "metrics.port": "metrics_port",
               "default.replication.factor": "default_replication_factor",
-              INTERVAL_KEY: "log_retention_check_interval_ms"}
+              INTERVAL_KEY: "log_retention_check_interval_ms",
+              "offsets.topic.replication.factor": "offsets_topic_replication_factor"}
 PATH_KEYS = ("tokens_file", "acl_file", "tls_cert", "tls_key")
 MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
                 "shutdown_timeout_ms": "coordinator.shutdown.timeout.ms",
@@ -105,6 +114,9 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-retention-check-interval-ms", metavar="MS", help="how often retention and compaction "
                         "run over every partition in the background, writes or not "
                         f"({INTERVAL_KEY}, default {DEFAULT_INTERVAL_MS})")
+    parser.add_argument("--offsets-topic-replication-factor", metavar="N", help="keep the group offsets in a "
+                        "__consumer_offsets topic replicated on N data nodes (offsets.topic.replication.factor; "
+                        "default: --default-replication-factor, and without either they stay in the data directory)")
     add_metrics_port_argument(parser)
 
 
@@ -124,12 +136,13 @@ def metrics_port(value: Any) -> int:
     return int(text)
 
 
-def replication_factor(value: Any) -> int:
-    """--default-replication-factor (default.replication.factor): a number of replicas from 1."""
+def replication_factor(value: Any, key: str = "default.replication.factor") -> int:
+    """A replication factor option (--default-replication-factor, default.replication.factor, or another `key`):
+    a number of replicas from 1."""
     text = str(value).strip()
     if not text.isdigit() or not 1 <= int(text) <= INT_MAX:
-        raise InvalidConfigError(f"--default-replication-factor {clip(value, 40)} must be a number of replicas "
-                                 "from 1 (default.replication.factor), e.g. 3")
+        raise InvalidConfigError(f"--{key.replace('.', '-')} {clip(value, 40)} must be a number of replicas from 1 "
+                                 f"({key}), e.g. 3")
     return int(text)
 
 
@@ -161,8 +174,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
         values["max_partitions"] = partition_limit(values["max_partitions"])
     if values.get("metrics_port") is not None:
         values["metrics_port"] = metrics_port(values["metrics_port"])
-    if values.get("default_replication_factor") is not None:
-        values["default_replication_factor"] = replication_factor(values["default_replication_factor"])
+    for name, key in (("default_replication_factor", "default.replication.factor"),
+                      ("offsets_topic_replication_factor", "offsets.topic.replication.factor")):
+        if values.get(name) is not None:
+            values[name] = replication_factor(values[name], key)
     settings = replace(Settings(), **{k: v for k, v in values.items() if v is not None})
     check_address("listen", settings.listen)
     if settings.advertise is not None:

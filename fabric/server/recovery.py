@@ -15,7 +15,7 @@ from typing import Sequence
 import pyarrow as pa
 
 from fabric.common.errors import FabricError, TopicExistsError
-from fabric.common.names import validate_topic
+from fabric.common.names import validate_new_topic
 from fabric.common.records import storage_schema, validate_value_schema, value_schema_of
 from fabric.common.types import TopicRecovery
 from fabric.coordinator.interface import Coordinator
@@ -96,7 +96,7 @@ def _recover(logs: LogManager, coordinator: Coordinator, name: str, known: set[s
     partitions = _partition_count(directory, max_partitions)
     value_schema = _value_schema(directory, partitions)
     try:
-        coordinator.create_topic(validate_topic(name), partitions, {}, value_schema)
+        coordinator.create_topic(validate_new_topic(name), partitions, {}, value_schema)
     except TopicExistsError:
         return TopicRecovery(name, "known", detail="registered meanwhile by another call; nothing to do")
     typed = value_schema is not None

@@ -27,7 +27,8 @@ from fabric.common.redaction import clip
 from fabric.common.types import ClusterDescription, transaction_sequence
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
-from fabric.server import coordinator_metrics, security, wire
+from fabric.coordinator.offsets_topic import TopicOffsets
+from fabric.server import coordinator_metrics, replicated_offsets, security, wire
 from fabric.server.arguments import check_call
 from fabric.server.cluster_broker import ClusterBroker
 from fabric.server.controller_driver import ControllerDriver
@@ -262,6 +263,9 @@ def serve(settings: Settings) -> None:
     try:
         store, election = open_store(settings)
         controller = ControllerDriver(store, settings.node_session_timeout_ms)
+        if settings.offsets_replication_factor is not None and isinstance(store, TopicOffsets):
+            replicated_offsets.install(store, controller, settings.offsets_replication_factor,
+                                       settings.tls_cert is not None)
         broker = ClusterBroker(settings.data_dir, store, settings.max_partitions, controller,
                                settings.default_replication_factor)
         server = CoordinatorService(settings, broker, election)

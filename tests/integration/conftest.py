@@ -174,16 +174,18 @@ class NodeCluster:
     `coordinator_extra` e.g. a zk:// store) and data nodes 1..`nodes` as real processes under `root`, with quick
     leases: a node is dead `SESSION_MS` after its last heartbeat. `start()` returns once every node registered;
     `close()` stops them all. `node_query` (e.g. "token=...") is added to the nodes' coordinator URL, `node_extra`
-    to their options (after the defaults, so they override them), `racks[i - 1]` is node i's --rack."""
+    to their options (after the defaults, so they override them), `racks[i - 1]` is node i's --rack; with
+    `separate_dirs` each coordinator instance has a data directory of its own (coordinator1, coordinator2, ...)."""
 
     SESSION_MS, HEARTBEAT_MS = 6000, 500  # a loaded machine meets these; death tests wait up to 30 s
 
     def __init__(self, root: Path, nodes: int = 3, coordinator_extra: tuple[str, ...] = (),
                  node_query: str = "", instances: int = 1, node_extra: tuple[str, ...] = (),
-                 racks: tuple[str, ...] = ()) -> None:
+                 racks: tuple[str, ...] = (), separate_dirs: bool = False) -> None:
         self.root, self.node_extra, self.racks = root, node_extra, racks
-        self.coordinators = [CoordinatorProcess(str(root / "coordinator"), extra=(
-            "--node-session-timeout-ms", str(self.SESSION_MS), *coordinator_extra)) for _ in range(instances)]
+        self.coordinators = [CoordinatorProcess(str(root / (f"coordinator{i}" if separate_dirs else "coordinator")),
+                                                extra=("--node-session-timeout-ms", str(self.SESSION_MS),
+                                                       *coordinator_extra)) for i in range(1, instances + 1)]
         self.node_query = node_query
         self.nodes: dict[int, NodeProcess] = {}
         self.count = nodes
@@ -254,14 +256,16 @@ def replicated_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
 
 @pytest.fixture
 def node_cluster(tmp_path) -> Iterator[Callable[..., NodeCluster]]:
-    """start(nodes=3, coordinator_extra=(), node_query="", instances=1, node_extra=(), racks=()) → a started
-    NodeCluster of the test's own (for tests that kill or restart processes); stopped after the test."""
+    """start(nodes=3, coordinator_extra=(), node_query="", instances=1, node_extra=(), racks=(),
+    separate_dirs=False) → a started NodeCluster of the test's own (for tests that kill or restart processes);
+    stopped after the test."""
     started: list[NodeCluster] = []
 
     def start(nodes: int = 3, coordinator_extra: tuple[str, ...] = (), node_query: str = "",
-              instances: int = 1, node_extra: tuple[str, ...] = (), racks: tuple[str, ...] = ()) -> NodeCluster:
+              instances: int = 1, node_extra: tuple[str, ...] = (), racks: tuple[str, ...] = (),
+              separate_dirs: bool = False) -> NodeCluster:
         started.append(NodeCluster(tmp_path / f"cluster{len(started)}", nodes, coordinator_extra, node_query,
-                                   instances, node_extra, racks))
+                                   instances, node_extra, racks, separate_dirs))
         return started[-1].start()
 
     yield start

@@ -1,0 +1,321 @@
+"""The offsets topic replicated on the data nodes (Kafka's `__consumer_offsets`): the OffsetsLog of a coordinator
+instance in a cluster, and the loader that makes the active instance its owner.
+
+`ReplicatedOffsetsLog` keeps the records in a replicated, compacted internal topic on the nodes, created by the
+active instance's controller on first need with `offsets.topic.replication.factor` replicas and
+min.insync.replicas min(2, that) (COORDINATOR_NOT_AVAILABLE, a CoordinatorUnavailableError, while fewer nodes are
+alive). The active instance is the only writer: each commit goes to the leader of the group's partition with
+acks=all, as an idempotent producer whose id is fixed (OFFSETS_PRODUCER_ID, above every id init_producer_id hands
+out) and whose epoch is the instance's controller epoch. So a deposed instance's late append is refused by the
+nodes themselves (InvalidProducerEpochError, answered as CoordinatorUnavailableError: the client retries at the
+active instance), and a retry after a lost answer or a leader change is recognised by its sequence instead of
+being written twice. An append whose outcome is unknown (the leader did not answer in time) is sent again, with
+its sequence, before the partition's next one.
+
+`OffsetsLoader` follows the controller: when this instance's controller starts under an epoch it takes the
+leadership of the topic (OffsetsTopic.take_leadership: the leadership record with the new producer epoch on every
+partition, which fences the previous owner, then every partition read to its high watermark, then the offsets
+of an earlier local topic migrated once), retried in the background until it succeeds; offsets are served only
+after. When the controller stops, the offsets are no longer served here.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from fabric.common.checks import LONG_MAX
+from fabric.common.errors import (
+    CoordinatorUnavailableError,
+    FabricError,
+    InvalidProducerEpochError,
+    InvalidReplicationFactorError,
+    LeaderNotAvailableError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from fabric.common.types import ClusterDescription, CommittedOffset, PartitionState, TopicPartition
+from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.offsets_records import (
+    CONFIG,
+    LEADER_KEY,
+    MIGRATED_KEY,
+    OFFSETS_PARTITIONS,
+    OFFSETS_TOPIC,
+    VALUE,
+    batch,
+)
+from fabric.coordinator.offsets_topic import OffsetsTopic, TopicOffsets
+from fabric.server import wire
+from fabric.server.connection import (
+    ENV_CA,
+    ENV_TOKEN,
+    Call,
+    Connection,
+    RemoteOptions,
+    action_call,
+    fetch_call,
+    put_call,
+)
+from fabric.server.controller_driver import ControllerDriver
+from fabric.server.partition_ops import SHORT_MAX
+from fabric.storage.producer_state import SEQUENCE_MAX
+
+log = logging.getLogger(__name__)
+OFFSETS_PRODUCER_ID = LONG_MAX  # producer ids handed out stay below 2**63 - 1 (coordinator.producer_ids)
+FETCH_BYTES = 4 << 20
+
+
+class ReplicatedOffsetsLog:
+    """The offsets topic's partitions on the data nodes, written by this instance while it is the controller of
+    `controller` (its metadata from `store`), through `connection`'s Flight clients (the nodes' token and TLS);
+    `timeout_s` bounds one append's retries."""
+
+    shared = False
+
+    def __init__(self, store: Coordinator, controller: ControllerDriver, replication_factor: int,
+                 connection: Connection, timeout_s: float = 30.0) -> None:
+        self.store, self.controller, self.connection = store, controller, connection
+        self.replication_factor, self.timeout_s = replication_factor, timeout_s
+        self.partitions = OFFSETS_PARTITIONS
+        self._epoch = -1
+        self._sequences = [0] * self.partitions
+        # per partition: an append whose outcome is unknown (sequence, rows, what to tell once written)
+        self._unresolved: list[tuple[int, pa.RecordBatch, Callable[[int], None]] | None] = [None] * self.partitions
+        self._locks = [threading.Lock() for _ in range(self.partitions)]
+        self._metadata: ClusterDescription | None = None
+        self._migrated = False
+
+    # -- the topic and its leaders ------------------------------------------------------------------------
+    def _ensure_topic(self) -> None:
+        """Create the topic through the controller unless it exists; COORDINATOR_NOT_AVAILABLE while fewer
+        nodes are alive than its replication factor."""
+        try:
+            info = self.store.topic(OFFSETS_TOPIC)
+        except UnknownTopicError:
+            pass
+        else:
+            if info.partitions != self.partitions:
+                raise InvalidReplicationFactorError(
+                    f"topic {OFFSETS_TOPIC} has {info.partitions} partitions, {self.partitions} expected (the group "
+                    "-> partition map depends on it); it was not created by a coordinator: delete it")
+            return
+        alive = sum(n.alive for n in self.controller.describe_cluster().nodes)
+        if alive < self.replication_factor:
+            raise CoordinatorUnavailableError(
+                f"the {OFFSETS_TOPIC} topic needs {self.replication_factor} live data nodes "
+                f"(offsets.topic.replication.factor) and {alive} are alive; group offsets are available once "
+                "enough nodes have registered (start more, or lower offsets.topic.replication.factor)")
+        config = {**CONFIG, "min.insync.replicas": str(min(2, self.replication_factor))}
+        try:
+            self.controller.create_topic(OFFSETS_TOPIC, self.partitions, self.replication_factor, config, VALUE)
+            log.info("created the %s topic on the data nodes: %d partitions, replication factor %d", OFFSETS_TOPIC,
+                     self.partitions, self.replication_factor)
+        except TopicExistsError:
+            pass  # created meanwhile
+        self._metadata = None
+
+    def _leader(self, partition: int) -> tuple[str, dict[str, Any]]:
+        """The address of the partition's leader and what requests quote there (leader epoch, topic id)."""
+        metadata = self._metadata
+        if metadata is None:
+            metadata = self._metadata = self.controller.describe_cluster()
+        registration = metadata.partitions.get((OFFSETS_TOPIC, partition))
+        if registration is None:
+            self._metadata = None
+            raise CoordinatorUnavailableError(f"{OFFSETS_TOPIC}-{partition} is not placed on the nodes yet; retry")
+        node = next((n for n in metadata.nodes if n.id == registration.state.leader), None)
+        if node is None:
+            self._metadata = None
+            raise LeaderNotAvailableError(f"{OFFSETS_TOPIC}-{partition} has no leader now (in-sync replicas "
+                                          f"{list(registration.state.isr)}); retry once the controller elected one")
+        return node.address, {"leader_epoch": registration.state.leader_epoch,
+                              "topic_id": metadata.topic_ids.get(OFFSETS_TOPIC, "")}
+
+    def _at_leader(self, partition: int, call: Callable[[dict[str, Any]], Call]) -> Any:
+        """call(quoted fields) at the partition's leader, retried (metadata refreshed) while it fails retriably,
+        within timeout_s; a fenced producer epoch is CoordinatorUnavailableError (this instance was deposed)."""
+        deadline, attempt = time.monotonic() + self.timeout_s, 0
+        while True:
+            try:
+                address, quoted = self._leader(partition)
+                try:
+                    return call(quoted)(self.connection.client(address), self.connection.call_options)
+                except (flight.FlightUnavailableError, flight.FlightTimedOutError) as exc:
+                    raise LeaderNotAvailableError(f"the leader of {OFFSETS_TOPIC}-{partition} at {address} did not "
+                                                  f"answer ({wire.error_details(exc).get('message') or exc})"
+                                                  ) from None
+                except flight.FlightError as exc:
+                    raise wire.from_flight_error(exc) from None
+            except InvalidProducerEpochError:
+                raise CoordinatorUnavailableError(
+                    f"this coordinator instance (epoch {self._epoch}) was deposed: a newer one took the "
+                    f"{OFFSETS_TOPIC} topic; nothing was written, retry on the active instance") from None
+            except FabricError as exc:
+                if not exc.retriable or time.monotonic() >= deadline:
+                    raise
+                log.info("%s-%d: %s; retrying", OFFSETS_TOPIC, partition, exc)
+                self._metadata = None
+            time.sleep(min(0.02 * 2 ** min(attempt, 6), 1.0, max(0.0, deadline - time.monotonic())))
+            attempt += 1
+
+    # -- the OffsetsLog --------------------------------------------------------------------------------------
+    def read(self, partition: int, start: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """(offset, batch) of the partition from `start` to its high watermark, read at its leader."""
+        state: PartitionState = self._at_leader(partition, lambda quoted: action_call(
+            "partition_state", topic=OFFSETS_TOPIC, partition=partition, **quoted))
+        position, end = max(start, state.start_offset), state.end_offset
+        while position < end:
+            fetched = self._at_leader(partition, functools.partial(self._fetch, partition, position, end))
+            if not fetched:
+                raise CoordinatorUnavailableError(f"{OFFSETS_TOPIC}-{partition} returned nothing at offset {position} "
+                                                  f"below its high watermark {end}; retry")
+            for run in fetched:
+                if partition == 0 and MIGRATED_KEY in run.batch.column(1).to_pylist():
+                    self._migrated = True
+                yield run.offset, run.batch
+                position = run.offset + run.batch.num_rows
+
+    @staticmethod
+    def _fetch(partition: int, offset: int, end: int, quoted: dict[str, Any]) -> Call:
+        return fetch_call(wire.fetch_ticket(OFFSETS_TOPIC, partition, offset, FETCH_BYTES, end, **quoted))
+
+    def _send(self, partition: int, sequence: int, rows: pa.RecordBatch) -> int:
+        """Append `rows` at the leader with acks=all as sequence `sequence` of the offsets producer; its offset."""
+        def call(quoted: dict[str, Any]) -> Call:
+            descriptor = wire.put_descriptor(
+                "append", topic=OFFSETS_TOPIC, partition=partition, codec="none", acks="all",
+                timeout_ms=int(self.timeout_s * 1000), producer_id=OFFSETS_PRODUCER_ID, producer_epoch=self._epoch,
+                base_sequence=sequence, **quoted)
+            return put_call(descriptor, rows.schema, lambda: [rows])
+        offset: int = self._at_leader(partition, call)
+        return offset
+
+    def _write(self, partition: int, rows: pa.RecordBatch, written: Callable[[int], None]) -> None:
+        """Send `rows` as the partition's next sequence (lock held), after an earlier append whose outcome was
+        unknown; kept as unknown again if this fails."""
+        unresolved = self._unresolved[partition]
+        if unresolved is not None:
+            sequence, earlier, told = unresolved
+            told(self._send(partition, sequence, earlier))
+            self._unresolved[partition] = None
+            self._sequences[partition] = (sequence + earlier.num_rows) % (SEQUENCE_MAX + 1)
+        sequence = self._sequences[partition]
+        try:
+            offset = self._send(partition, sequence, rows)
+        except CoordinatorUnavailableError:
+            raise  # deposed or not placed: nothing was written
+        except FabricError:
+            self._unresolved[partition] = (sequence, rows, written)
+            raise
+        self._sequences[partition] = (sequence + rows.num_rows) % (SEQUENCE_MAX + 1)
+        written(offset)
+
+    def append(self, partition: int, rows: pa.RecordBatch, validate: Callable[[], None],
+               written: Callable[[int], None]) -> None:
+        with self._locks[partition]:
+            validate()
+            self._write(partition, rows, written)
+
+    def take_leadership(self, epoch: int) -> None:
+        """Create the topic if needed, then append the leadership record with producer epoch `epoch` (sequence
+        0) to every partition: the nodes refuse older epochs' appends from then on."""
+        if not 0 <= epoch <= SHORT_MAX:
+            raise CoordinatorUnavailableError(f"controller epoch {epoch} does not fit a producer epoch (0 to "
+                                              f"{SHORT_MAX}); the {OFFSETS_TOPIC} topic cannot be fenced with it")
+        self._ensure_topic()
+        self._epoch, self._migrated = epoch, False
+        for partition in range(self.partitions):
+            with self._locks[partition]:
+                self._sequences[partition], self._unresolved[partition] = 0, None
+                self._write(partition, batch([(LEADER_KEY, None)], time.time_ns() // 1000), lambda offset: None)
+
+    @contextlib.contextmanager
+    def migrating(self) -> Iterator[bool]:
+        """Whether the local offsets are still to be moved in: a migration record in partition 0 says they were
+        (read when the topic was loaded); appended once the block ends without error."""
+        pending = not self._migrated
+        yield pending
+        if pending:
+            with self._locks[0]:
+                self._write(0, batch([(MIGRATED_KEY, None)], time.time_ns() // 1000), lambda offset: None)
+            self._migrated = True
+
+
+class OffsetsLoader:
+    """Makes this instance the owner of `topic` for each controller epoch it runs (driven by the controller's
+    on_start / on_stop), in a background thread that retries until the topic is loaded."""
+
+    def __init__(self, topic: OffsetsTopic) -> None:
+        self.topic = topic
+        self._wanted: int | None = None  # the epoch to load under; None: not the controller
+        self._loaded: int | None = None
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="offsets-loader", daemon=True)
+        self._thread.start()
+
+    def started(self, epoch: int) -> None:
+        with self._changed:
+            self._wanted, self._loaded = epoch, None
+            self._changed.notify_all()
+
+    def stopped(self) -> None:
+        with self._changed:
+            self._wanted = self._loaded = None
+            self.topic.resign()
+            self._changed.notify_all()
+
+    def _run(self) -> None:
+        failure, delay = "", 0.1
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._wanted is not None and self._wanted != self._loaded)
+                epoch = self._wanted
+            assert epoch is not None
+            try:
+                self.topic.take_leadership(epoch)
+            except Exception as exc:  # noqa: BLE001 (the loader must survive; it retries)
+                if str(exc) != failure:
+                    log.warning("loading the group offsets (epoch %d) failed: %s; retrying", epoch, exc)
+                failure = str(exc)
+                with self._changed:
+                    self._changed.wait(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            failure, delay = "", 0.1
+            with self._changed:
+                if self._wanted == epoch:
+                    self._loaded = epoch
+                elif self._wanted is None:
+                    self.topic.resign()
+
+
+def node_connection(tls: bool) -> Connection:
+    """Flight clients to the data nodes, with the token ($FABRIC_TOKEN: it needs write on the offsets topic) and
+    CA ($FABRIC_TLS_CA) nodes use towards each other; TLS when the instance itself serves TLS."""
+    return Connection(RemoteOptions(("nodes:0",), os.environ.get(ENV_TOKEN) or None, tls,
+                                    os.environ.get(ENV_CA) or None, 30.0))
+
+
+def install(store: TopicOffsets, controller: ControllerDriver, replication_factor: int, tls: bool) -> OffsetsTopic:
+    """Keep `store`'s group offsets in the replicated offsets topic from now on, loaded whenever this instance's
+    controller starts; the offsets of the store's local topic (and through it, of older stores) are migrated into
+    it once."""
+    local = store.offsets_topic
+    def legacy() -> Iterator[tuple[str, TopicPartition, CommittedOffset]]:
+        for group in local.groups():
+            for tp, committed in local.committed(group).items():
+                yield group, tp, committed
+    topic = OffsetsTopic(ReplicatedOffsetsLog(controller.store, controller, replication_factor,
+                                              node_connection(tls)), legacy)
+    store.use_offsets_topic(topic)
+    loader = OffsetsLoader(topic)
+    controller.on_start, controller.on_stop = loader.started, loader.stopped
+    return topic

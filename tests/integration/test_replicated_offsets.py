@@ -1,0 +1,188 @@
+"""Group offsets in the replicated `__consumer_offsets` topic on the data nodes (fabric/server/replicated_offsets.py),
+as real coordinator, node and ZooKeeper processes: commits land in the topic's partitions on the nodes, in sync,
+and `fabric groups describe` shows them; SIGKILL of the node leading the group's offsets partition, SIGKILL of
+the active ZooKeeper-backed coordinator and SIGSTOP of the next one (instances with data directories of their own,
+so nothing local can keep an offset) lose no acknowledged commit, a group consumer resumes from the last one, and
+the deposed instance's late commit is refused."""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import pyarrow as pa
+import pytest
+
+import fabric
+from fabric.common.errors import FabricError, InvalidProducerEpochError
+from fabric.common.waiting import wait_for
+from fabric.coordinator.offsets_records import OFFSETS_PARTITIONS, OFFSETS_TOPIC, batch, offset_key, offsets_partition
+from fabric.server import wire
+from fabric.server.connection import put_call
+from fabric.server.launcher import CoordinatorProcess
+from fabric.server.replicated_offsets import OFFSETS_PRODUCER_ID
+
+GROUP, TOPIC, PARTITIONS, RECORDS = "resumers", "events", 2, 2000
+SETTLE_S = 60  # a failover on a loaded machine: a session timeout, an election, the topic loaded
+
+
+class Committer:
+    """Commits offset n of every partition of TOPIC for GROUP, n = first, first + 1, ... in a thread through a
+    client of `url`, each retriable failure retried with the same n; `acked` is the last acknowledged n, `sent`
+    the one being sent. stop() returns between two commits, so then nothing is in flight."""
+
+    def __init__(self, url: str, first: int) -> None:
+        self.url, self.acked, self.sent = url, first - 1, first - 1
+        self.failure: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Committer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        try:
+            with fabric.connect(self.url) as fab:
+                while not self._stop.is_set():
+                    self.sent = n = self.acked + 1
+                    try:
+                        fab.cluster.coordinator.commit_offsets(GROUP, {(TOPIC, p): n for p in range(PARTITIONS)})
+                    except FabricError as exc:
+                        if not exc.retriable:
+                            raise
+                        self._stop.wait(0.05)  # backoff before the retry
+                        continue
+                    self.acked = n
+        except BaseException as exc:  # noqa: BLE001 (reported by wait_acked)
+            self.failure = exc
+
+    def wait_acked(self, target: int, what: str) -> None:
+        def reached() -> bool:
+            if self.failure is not None:
+                raise AssertionError(f"the committer failed: {self.failure!r}")
+            return self.acked >= target
+        wait_for(reached, SETTLE_S, f"commit {target} acknowledged {what}")
+
+    def stop(self) -> int:
+        """Stop after the commit in flight; the last acknowledged n."""
+        self._stop.set()
+        self._thread.join(SETTLE_S)
+        assert not self._thread.is_alive(), "the committer did not stop"
+        assert self.failure is None, repr(self.failure)
+        return self.acked
+
+
+def _fill(fab: fabric.Fabric) -> None:
+    fab.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": "2"})
+    with fab.producer() as producer:
+        producer.send_batch(TOPIC, pa.table({"value": [b"v%d" % i for i in range(RECORDS * PARTITIONS)],
+                                             "partition": [i % PARTITIONS for i in range(RECORDS * PARTITIONS)]}))
+
+
+def _committed(fab: fabric.Fabric) -> dict[int, int]:
+    return {tp[1]: c.offset for tp, c in fab.cluster.coordinator.committed(GROUP).items()}
+
+
+def _late_append(fab: fabric.Fabric, partition: int, leader_epoch: int, producer_epoch: int) -> Callable[..., Any]:
+    """A DoPut of a commit record to the offsets topic's `partition` as the offsets producer under
+    `producer_epoch` (sequence 1, the next after a leadership record), as a deposed instance would send it."""
+    rows = batch([(offset_key(GROUP, (TOPIC, 0)), {"next_offset": 1, "metadata": "", "commit_ms": 0})], 0)
+    topic_id = fab.cluster.describe_cluster(refresh=True).topic_ids[OFFSETS_TOPIC]
+    descriptor = wire.put_descriptor("append", topic=OFFSETS_TOPIC, partition=partition, codec="none",
+                                     leader_epoch=leader_epoch, topic_id=topic_id, acks="all", timeout_ms=8000,
+                                     producer_id=OFFSETS_PRODUCER_ID, producer_epoch=producer_epoch,
+                                     base_sequence=1)
+    return put_call(descriptor, rows.schema, lambda: [rows])
+
+
+def _resumes_at(fab: fabric.Fabric, drain, offset: int) -> None:
+    """A group member's first records are at `offset` in every partition."""
+    with fab.consumer(TOPIC, group_id=GROUP, auto_offset_reset="earliest", enable_auto_commit=False) as consumer:
+        records = drain(consumer, (RECORDS - offset) * PARTITIONS, timeout=SETTLE_S)
+    assert {p: min(r.offset for r in records if r.partition == p) for p in range(PARTITIONS)} == \
+        dict.fromkeys(range(PARTITIONS), offset)
+
+
+def test_commits_land_on_the_nodes_in_sync_and_survive_the_leader_node_killed(node_cluster, replication, drain,
+                                                                                fabric_cli) -> None:
+    cluster = node_cluster(coordinator_extra=("--offsets-topic-replication-factor", "3"))
+    with fabric.connect(cluster.url) as fab:
+        _fill(fab)
+        with Committer(cluster.url, 1) as committer:
+            committer.wait_acked(20, "on a fresh cluster")
+        p = offsets_partition(GROUP)
+        described = fab.describe_topic(OFFSETS_TOPIC).partitions
+        assert len(described) == OFFSETS_PARTITIONS and all(len(d.replicas) == 3 for d in described)
+        acked = committer.acked
+        end = replication.wait_in_sync(fab, cluster.nodes, OFFSETS_TOPIC, p)  # every replica holds every commit
+        assert end >= acked + 1  # the leadership record, then one record per partition per commit
+        assert _committed(fab) == dict.fromkeys(range(PARTITIONS), acked)
+        shown = fabric_cli("groups", "describe", GROUP, "--url", cluster.url)
+        assert shown.returncode == 0, shown.stderr
+        rows = [line.split() for line in shown.stdout.splitlines() if line.startswith(GROUP)]
+        assert sorted((int(r[2]), int(r[3])) for r in rows) == [(q, acked) for q in range(PARTITIONS)], shown.stdout
+
+        leader = replication.state(fab, OFFSETS_TOPIC, p)
+        with Committer(cluster.url, acked + 1) as committer:
+            committer.wait_acked(acked + 10, "before the kill")
+            cluster.nodes[leader.leader].kill()
+            killed_at = committer.acked
+            committer.wait_acked(killed_at + 20, "after the offsets partition's leader was SIGKILLed")
+        acked = committer.acked
+        assert replication.state(fab, OFFSETS_TOPIC, p).leader != leader.leader
+        assert _committed(fab) == dict.fromkeys(range(PARTITIONS), acked)
+        _resumes_at(fab, drain, acked)
+
+
+def test_coordinator_failover_keeps_every_acknowledged_commit_and_fences_the_deposed(
+        node_cluster, zk_url, tmp_path, the_active, raw, drain, replication) -> None:
+    config = tmp_path / "ha.properties"
+    config.write_text(f"coordinator.store={zk_url}\nzookeeper.session.timeout.ms=4000\n"
+                      "offsets.topic.replication.factor=3\n")
+    cluster = node_cluster(coordinator_extra=("--config", str(config)), instances=2, separate_dirs=True)
+    url = cluster.url + "?timeout_ms=5000"  # a frozen instance costs a client 5 s before it moves on
+
+    def active_process(fab: fabric.Fabric) -> CoordinatorProcess:
+        status = wait_for(lambda: the_active(fab), SETTLE_S, "one active coordinator instance")
+        return next(c for c in cluster.coordinators if c.address == status.instance)
+
+    with fabric.connect(url) as fab:
+        first = active_process(fab)
+        _fill(fab)
+        with Committer(url, 1) as committer:
+            committer.wait_acked(20, "on the first active instance")
+            first.kill()  # SIGKILL: its data directory is not the other instance's
+            killed_at = committer.acked
+            committer.wait_acked(killed_at + 20, "after the active instance was SIGKILLed")
+        acked = committer.acked
+        second = active_process(fab)
+        assert second is not first
+        assert _committed(fab) == dict.fromkeys(range(PARTITIONS), acked)
+
+        fenced_epoch = wait_for(lambda: the_active(fab), SETTLE_S, "the active instance").epoch  # `second`'s
+        index = cluster.coordinators.index(first)
+        cluster.coordinators[index] = first = CoordinatorProcess(first.data_dir, port=first.port,
+                                                                 extra=first.extra).start()  # a standby now
+        with Committer(url, acked + 1) as committer:
+            committer.wait_acked(acked + 10, "before the pause")
+            second.pause()  # SIGSTOP: it still believes it is active when it resumes
+            paused_at = committer.acked
+            committer.wait_acked(paused_at + 20, "after the active instance was SIGSTOPped")
+        acked = committer.acked
+        assert active_process(fab) is first
+        second.resume()
+        with pytest.raises(FabricError) as refused:  # the deposed instance's late commit
+            raw.action(second.address, "commit_offsets", group=GROUP, offsets={(TOPIC, 0): 1})
+        assert refused.value.retriable, refused.value
+        # whatever the deposed instance still believes, the nodes refuse its epoch: the new active instance's
+        # leadership record fenced the offsets producer's older epochs on every partition
+        p = offsets_partition(GROUP)
+        leader = replication.state(fab, OFFSETS_TOPIC, p)
+        address = next(n.address for n in fab.list_nodes() if n.id == leader.leader)
+        with pytest.raises(InvalidProducerEpochError, match=f"epoch {fenced_epoch} is older"):
+            raw.call(address, _late_append(fab, p, leader.leader_epoch, fenced_epoch))
+        assert _committed(fab) == dict.fromkeys(range(PARTITIONS), acked)
+        _resumes_at(fab, drain, acked)
