@@ -121,6 +121,7 @@ class OffsetsTopic:
         self.partitions = log.partitions
         self._caches = [_Cache() for _ in range(self.partitions)]
         self.serving = Serving.READY if log.shared else Serving.IDLE
+        self._load_failure = ""  # why the last take_leadership of an owned log failed
         if legacy is not None and log.shared:
             self._migrate(legacy)
 
@@ -153,8 +154,9 @@ class OffsetsTopic:
             raise NotControllerError(f"this coordinator instance does not own the {OFFSETS_TOPIC} topic (it is not "
                                      "the active instance); retry at the active instance")
         if self.serving is Serving.LOADING:
-            raise CoordinatorUnavailableError(f"the group offsets are loading from the {OFFSETS_TOPIC} topic (this "
-                                              "instance just became active); retry shortly")
+            raise CoordinatorUnavailableError(
+                f"the group offsets are loading from the {OFFSETS_TOPIC} topic (this instance just became active"
+                f"{'; last attempt: ' + self._load_failure if self._load_failure else ''}); retry shortly")
 
     def _caught_up(self, partition: int) -> _Cache:
         """The partition's cache; over a shared log, after reading what was appended since it last looked."""
@@ -211,7 +213,8 @@ class OffsetsTopic:
     def take_leadership(self, epoch: int) -> None:
         """This instance became active with election `epoch`: stamp it on every partition (a deposed instance's
         appends are refused from here on); an owned log is then loaded (and migrated into, once) before its
-        offsets are served again. On an error nothing is served; the caller retries."""
+        offsets are served again. On an error they stay unserved (loading, the error said) until a retry
+        succeeds."""
         if self.log.shared:
             self.log.take_leadership(epoch)
             return
@@ -225,10 +228,10 @@ class OffsetsTopic:
             self._caches = caches
             if self._legacy is not None:
                 self._migrate(self._legacy)
-        except BaseException:
-            self.serving = Serving.IDLE
+        except Exception as exc:
+            self._load_failure = str(exc)
             raise
-        self.serving = Serving.READY
+        self.serving, self._load_failure = Serving.READY, ""
         log.info("group offsets loaded from %s (epoch %d): %d group(s)", OFFSETS_TOPIC, epoch,
                  sum(len(c.groups) for c in self._caches))
 

@@ -300,8 +300,8 @@ class OffsetsLoader:
 def node_connection(tls: bool) -> Connection:
     """Flight clients to the data nodes, with the token ($FABRIC_TOKEN: it needs write on the offsets topic) and
     CA ($FABRIC_TLS_CA) nodes use towards each other; TLS when the instance itself serves TLS."""
-    return Connection(RemoteOptions(("nodes:0",), os.environ.get(ENV_TOKEN) or None, tls,
-                                    os.environ.get(ENV_CA) or None, 30.0))
+    return Connection(RemoteOptions((), os.environ.get(ENV_TOKEN) or None, tls,  # no coordinator addresses: only
+                                    os.environ.get(ENV_CA) or None, 30.0))   # client(node address) is used
 
 
 def install(store: TopicOffsets, controller: ControllerDriver, replication_factor: int, tls: bool) -> OffsetsTopic:
