@@ -3,10 +3,13 @@ as real coordinator, node and ZooKeeper processes: commits land in the topic's p
 and `fabric groups describe` shows them; SIGKILL of the node leading the group's offsets partition, SIGKILL of
 the active ZooKeeper-backed coordinator and SIGSTOP of the next one (instances with data directories of their own,
 so nothing local can keep an offset) lose no acknowledged commit, a group consumer resumes from the last one, and
-the deposed instance's late commit is refused."""
+the deposed instance's late commit is refused. The offsets of the coordinator's local topic move to the nodes
+once."""
 from __future__ import annotations
 
+import shutil
 import threading
+from pathlib import Path
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -186,3 +189,38 @@ def test_coordinator_failover_keeps_every_acknowledged_commit_and_fences_the_dep
             raw.call(address, _late_append(fab, p, leader.leader_epoch, fenced_epoch))
         assert _committed(fab) == dict.fromkeys(range(PARTITIONS), acked)
         _resumes_at(fab, drain, acked)
+
+
+def test_offsets_of_the_local_topic_move_to_the_nodes_once(node_cluster) -> None:
+    cluster = node_cluster()  # no offsets.topic.replication.factor: offsets in the coordinator's directory
+    old = cluster.coordinator
+    with fabric.connect(cluster.url) as fab:
+        fab.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
+        fab.cluster.coordinator.commit_offsets(GROUP, {(TOPIC, 0): 7, (TOPIC, 1): 8})
+
+    def restart(*extra: str) -> CoordinatorProcess:
+        cluster.coordinator.stop()
+        cluster.coordinators[0] = CoordinatorProcess(old.data_dir, port=old.port, extra=(*old.extra, *extra))
+        return cluster.coordinators[0].start()
+
+    def loaded(fab: fabric.Fabric) -> dict[int, int]:
+        def attempt() -> dict[int, int] | None:
+            try:
+                return _committed(fab)
+            except FabricError as exc:
+                if not exc.retriable:
+                    raise
+                return None
+        return wait_for(attempt, SETTLE_S, "the offsets topic loaded on the restarted coordinator")
+
+    restart("--offsets-topic-replication-factor", "3")
+    with fabric.connect(cluster.url) as fab:
+        assert loaded(fab) == {0: 7, 1: 8}  # migrated
+        fab.cluster.coordinator.commit_offsets(GROUP, {(TOPIC, 0): 9})
+    restart("--offsets-topic-replication-factor", "3")
+    with fabric.connect(cluster.url) as fab:
+        assert loaded(fab) == {0: 9, 1: 8}  # the local 7 was not migrated again
+    shutil.rmtree(Path(old.data_dir) / "__fabric" / OFFSETS_TOPIC)  # from now on only the nodes have them
+    restart("--offsets-topic-replication-factor", "3")
+    with fabric.connect(cluster.url) as fab:
+        assert loaded(fab) == {0: 9, 1: 8}
