@@ -14,14 +14,16 @@ log = logging.getLogger(__name__)
 
 class LocalCluster:
     """A coordinator (SQLite store, under root/coordinator) and data nodes 1..`nodes` (root/node<i>), declared
-    dead `session_timeout_ms` after their last heartbeat (sent every `heartbeat_ms`). Use as a context manager:
-    every process is stopped on the way out, also on Ctrl-C or an error."""
+    dead `session_timeout_ms` after their last heartbeat (sent every `heartbeat_ms`); `coordinator_extra` are
+    more coordinator options. Use as a context manager: every process is stopped on the way out, also on Ctrl-C or
+    an error."""
 
-    def __init__(self, root: str, nodes: int, session_timeout_ms: int, heartbeat_ms: int) -> None:
+    def __init__(self, root: str, nodes: int, session_timeout_ms: int, heartbeat_ms: int,
+                 coordinator_extra: tuple[str, ...] = ()) -> None:
         self.root, self.count = root, nodes
         self.session_timeout_ms, self.heartbeat_ms = session_timeout_ms, heartbeat_ms
-        self.coordinator = CoordinatorProcess(os.path.join(root, "coordinator"),
-                                              extra=("--node-session-timeout-ms", str(session_timeout_ms)))
+        self.coordinator = CoordinatorProcess(os.path.join(root, "coordinator"), extra=(
+            "--node-session-timeout-ms", str(session_timeout_ms), *coordinator_extra))
         self.nodes: dict[int, NodeProcess] = {}
 
     @property
