@@ -36,13 +36,12 @@ from fabric.common.errors import (
     CoordinatorUnavailableError,
     FabricError,
     InvalidProducerEpochError,
-    InvalidReplicationFactorError,
+    InvalidTopicError,
     LeaderNotAvailableError,
     TopicExistsError,
     UnknownTopicError,
 )
 from fabric.common.types import ClusterDescription, CommittedOffset, PartitionState, TopicPartition
-from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.offsets_records import (
     CONFIG,
     LEADER_KEY,
@@ -74,15 +73,15 @@ FETCH_BYTES = 4 << 20
 
 
 class ReplicatedOffsetsLog:
-    """The offsets topic's partitions on the data nodes, written by this instance while it is the controller of
-    `controller` (its metadata from `store`), through `connection`'s Flight clients (the nodes' token and TLS);
+    """The offsets topic's partitions on the data nodes, written by this instance while it runs `controller`
+    (whose store has the topic's metadata), through `connection`'s Flight clients (the nodes' token and TLS);
     `timeout_s` bounds one append's retries."""
 
     shared = False
 
-    def __init__(self, store: Coordinator, controller: ControllerDriver, replication_factor: int,
-                 connection: Connection, timeout_s: float = 30.0) -> None:
-        self.store, self.controller, self.connection = store, controller, connection
+    def __init__(self, controller: ControllerDriver, replication_factor: int, connection: Connection,
+                 timeout_s: float = 30.0) -> None:
+        self.store, self.controller, self.connection = controller.store, controller, connection
         self.replication_factor, self.timeout_s = replication_factor, timeout_s
         self.partitions = OFFSETS_PARTITIONS
         self._epoch = -1
@@ -103,7 +102,7 @@ class ReplicatedOffsetsLog:
             pass
         else:
             if info.partitions != self.partitions:
-                raise InvalidReplicationFactorError(
+                raise InvalidTopicError(
                     f"topic {OFFSETS_TOPIC} has {info.partitions} partitions, {self.partitions} expected (the group "
                     "-> partition map depends on it); it was not created by a coordinator: delete it")
             return
@@ -313,8 +312,7 @@ def install(store: TopicOffsets, controller: ControllerDriver, replication_facto
         for group in local.groups():
             for tp, committed in local.committed(group).items():
                 yield group, tp, committed
-    topic = OffsetsTopic(ReplicatedOffsetsLog(controller.store, controller, replication_factor,
-                                              node_connection(tls)), legacy)
+    topic = OffsetsTopic(ReplicatedOffsetsLog(controller, replication_factor, node_connection(tls)), legacy)
     store.use_offsets_topic(topic)
     loader = OffsetsLoader(topic)
     controller.on_start, controller.on_stop = loader.started, loader.stopped
