@@ -16,6 +16,8 @@ import logging
 import os
 from dataclasses import dataclass
 
+from fabric.storage import durable
+
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "cleaner-checkpoint"
@@ -72,11 +74,6 @@ class CleanerCheckpoint:
         return cls(passes)
 
     def write(self, directory: str) -> None:
-        """Replace the file atomically (written and fsynced first)."""
-        path = os.path.join(directory, CHECKPOINT)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"version": 1, "passes": [list(p) for p in self.passes]}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        """Replace the file atomically and durably (fabric.storage.durable)."""
+        data = json.dumps({"version": 1, "passes": [list(p) for p in self.passes]})
+        durable.replace_file(os.path.join(directory, CHECKPOINT), data.encode("utf-8"))

@@ -14,12 +14,12 @@ holds the partition lock when it writes.
 """
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
 import crc32c
 
 from fabric.common.errors import CorruptRecordError, InvalidLeaderEpochError
+from fabric.storage import durable
 
 CHECKPOINT = "leader-epoch-checkpoint"
 VERSION = 1
@@ -93,19 +93,6 @@ def write(path: str, entries: list[EpochEntry]) -> None:
     if problem:
         raise InvalidLeaderEpochError(f"refused to write leader-epoch checkpoint {path}: {problem}")
     if entries:
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(encode(entries))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        durable.replace_file(path, encode(entries))
     else:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            return
-    dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        durable.remove_file(path)

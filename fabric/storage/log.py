@@ -24,10 +24,10 @@ import pyarrow.compute as pc
 from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.codecs import CODECS
 from fabric.common.config import TopicConfig
-from fabric.common.errors import CorruptRecordError, InvalidRecordError
+from fabric.common.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError
 from fabric.common.records import LOG_APPEND_TIME, TIMESTAMP, TIMESTAMP_TYPES
 from fabric.common.types import Fetched, ProducerBatch
-from fabric.storage import adopt, frame, reader, truncation
+from fabric.storage import adopt, frame, log_start, reader, truncation
 from fabric.storage.cleaner import CleanReport, LogCleaner
 from fabric.storage.errors import UNWRITABLE, writes
 from fabric.storage.frame import FrameHeader
@@ -74,7 +74,11 @@ class Log:
     starts at the offset the one before it ended at: Segment.append follows the tail this object recovered
     under the lock, and copied frames are checked by replica_frames.check_copied); the watermark file is
     written after the frames it covers; the leader-epoch cache (leader_epochs) has no epoch starting at or past
-    the log end, and takes an epoch before the first frame stamped with it is written.
+    the log end, and takes an epoch before the first frame stamped with it is written. The log start offset
+    (start_offset) is the larger of the first segment's base offset and the log-start-offset checkpoint
+    (log_start, moved up only by delete_records), at most the end: every read refuses offsets below it
+    (OffsetOutOfRangeError), and the checkpoint is written before the whole segments below it are deleted, so
+    a crash in between leaves segments that nothing reads and the next delete_records or retention removes.
 
     Two modes, fixed when the Log is made:
     - embedded (replica=False, the `file://` fabric): the watermark is the commit point; frames past it were
@@ -110,6 +114,7 @@ class Log:
         self._unflushed = 0
         self.clock = clock
         self._last_flush = self._last_retention = clock.now_ms()
+        self._start_checkpoint: tuple[tuple[int, int, int], int] | None = None  # (file's stat, offset) last read
 
     @property
     def name(self) -> str:
@@ -146,10 +151,26 @@ class Log:
 
     @property
     def start_offset(self) -> int:
-        """The log start offset: the first offset not yet deleted by retention."""
+        """The log start offset: the first offset not yet deleted by retention or delete_records."""
         end = self.end_offset
-        segs = self.segments()
-        return min(segs[0].base_offset, end) if segs else end
+        return self.start_within(self.segments(), end)
+
+    def start_within(self, segs: list[Segment], end: int) -> int:
+        """The log start offset, given the segments listed and the end offset: the larger of the first segment's
+        base offset and the log-start-offset checkpoint (log_start), at most `end`."""
+        first = segs[0].base_offset if segs else end
+        return min(max(first, self._checkpointed_start()), end)
+
+    def _checkpointed_start(self) -> int:
+        """The log-start-offset checkpoint's offset (0 without one), read again only when the file changed."""
+        try:
+            st = os.stat(os.path.join(self.directory, log_start.CHECKPOINT))
+        except FileNotFoundError:
+            return 0
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if self._start_checkpoint is None or self._start_checkpoint[0] != key:
+            self._start_checkpoint = (key, log_start.read(self.directory))
+        return self._start_checkpoint[1]
 
     @property
     def end_offset(self) -> int:
@@ -562,25 +583,29 @@ class Log:
     @writes
     def enforce_retention(self) -> int:
         """Delete whole old segments past retention.ms / retention.bytes (cleanup.policy delete or
-        compact,delete); returns how many."""
-        deleted = 0
-        if "delete" not in self.config["cleanup.policy"]:
+        compact,delete), and those below the log start offset (left by a delete_records that was killed before it
+        deleted them, whatever the policy); returns how many."""
+        retained = "delete" in self.config["cleanup.policy"]  # a compacted-only topic: the cleaner bounds it
+        if not retained and not os.path.exists(os.path.join(self.directory, log_start.CHECKPOINT)):
             self._last_retention = self.clock.now_ms()
-            return 0  # a compacted-only topic keeps its segments: the cleaner bounds it
+            return 0
+        deleted = 0
         with self.lock:
             self._last_retention = self.clock.now_ms()
             active = self.sync_tail()
             segs = self.segments()
-            retention_ms, retention_bytes = self.config["retention.ms"], self.config["retention.bytes"]
+            retention_ms = self.config["retention.ms"] if retained else -1
+            retention_bytes = self.config["retention.bytes"] if retained else -1
             expired = lambda s: (retention_ms >= 0 and s.timeindex.max_timestamp() is not None
                                  and s.timeindex.max_timestamp() // 1000 < self._last_retention - retention_ms)
             if expired(active) and active.size > active.data_start and len(segs) >= 1:
                 active = self.create_segment(self.end_offset)
                 segs = self.segments()
             total = sum(s.size for s in segs)
-            for seg in segs[:-1]:
+            start = self.start_within(segs, self.end_offset)
+            for seg, nxt in zip(segs, segs[1:], strict=False):
                 over = retention_bytes >= 0 and total - seg.size >= retention_bytes
-                if not (expired(seg) or over):
+                if not (expired(seg) or over or nxt.base_offset <= start):
                     break
                 total -= seg.size
                 seg.delete()
@@ -589,6 +614,45 @@ class Log:
                 self._epochs.truncate_from_start(self.start_offset)
             self._tail_state = TailState(active.base_offset, active.size, self.end_offset)
         return deleted
+
+    @writes
+    def delete_records(self, before_offset: int, crash: CrashHook | None = None) -> int:
+        """Kafka's DeleteRecords: move the log start offset up to `before_offset` (-1: the high watermark), so the
+        records below it are gone for readers at once, then delete the whole segments below it (rolling the
+        active segment first if every record goes). Returns the log start offset now (the low watermark; the
+        same as before if it was already at or past `before_offset`). OffsetOutOfRangeError, nothing changed,
+        past the high watermark. The checkpoint is written (durably) before any segment is deleted: see
+        log_start. `crash` is a test hook called once the checkpoint is written."""
+        with self.lock:
+            active = self.sync_tail()
+            end = self._tail_state.end_offset if self._tail_state else self.end_offset
+            target = end if before_offset == -1 else before_offset
+            if not 0 <= target <= end:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete the records of partition {self.name} before offset {before_offset}: it holds "
+                    f"offsets up to its high watermark {end}; give an offset from 0 to {end}, or -1 for the high "
+                    "watermark")
+            start = self.start_within(self.segments(), end)
+            if target <= start:
+                return start
+            log_start.write(self.directory, target)
+            if crash:
+                crash("checkpointed")
+            if target == end and active.first_frame() is not None:
+                active = self.create_segment(end)  # every record goes: so does the segment that held the last
+            segs = self.segments()
+            deleted = 0
+            for seg, nxt in zip(segs, segs[1:], strict=False):
+                if nxt.base_offset > target:
+                    break
+                seg.delete()
+                deleted += 1
+            if self._epochs is not None:
+                self._epochs.truncate_from_start(target)
+            self._tail_state = TailState(active.base_offset, active.size, end)
+        log.info("%s: records before offset %d deleted (%d whole segment(s) removed); the log starts there now",
+                 self.name, target, deleted)
+        return target
 
     @writes
     def roll(self) -> bool:

@@ -66,7 +66,7 @@ def _range(plog: Log, offset: int, end_offset: int | None) -> tuple[list[Segment
     hw = plog.end_offset
     end = hw if end_offset is None else min(end_offset, hw)
     segs = plog.segments()
-    start = min(segs[0].base_offset, hw) if segs else hw
+    start = plog.start_within(segs, hw)
     if not start <= offset <= hw:
         raise OffsetOutOfRangeError(f"offset {offset} is outside the log's range [{start}, {hw}] of partition "
                                     f"{plog.name} ({plog.directory})")

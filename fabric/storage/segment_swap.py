@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from fabric.storage import durable
 from fabric.storage.index_builder import IndexBuilder
 from fabric.storage.mapcache import MAPS
 from fabric.storage.segment import DATA_SUFFIX, Segment, segment_name
@@ -106,21 +107,15 @@ def _finish(plog: Log, swap: Swap, write_indexes: Callable[[Segment], None], cra
             Segment(directory, base, plog.schema).delete()
             crash("deleted")
     write_indexes(Segment(directory, swap.base, plog.schema))
-    _fsync_dir(directory)
+    durable.fsync_dir(directory)
     _unlink(os.path.join(directory, MARKER))
-    _fsync_dir(directory)
+    durable.fsync_dir(directory)
     plog.forget_segments(swap.sources)
 
 
 def _write_marker(directory: str, swap: Swap) -> None:
-    path = os.path.join(directory, MARKER)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"version": 1, "base": swap.base, "end": swap.end, "sources": list(swap.sources)}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(directory)
+    data = json.dumps({"version": 1, "base": swap.base, "end": swap.end, "sources": list(swap.sources)})
+    durable.replace_file(os.path.join(directory, MARKER), data.encode("utf-8"))
 
 
 def _read_marker(path: str) -> Swap | None:
@@ -133,14 +128,6 @@ def _read_marker(path: str) -> Swap | None:
     if not swap.sources or swap.sources[0] != swap.base or any(not swap.base <= b < swap.end for b in swap.sources):
         return None
     return swap
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _unlink(path: str) -> None:
