@@ -178,7 +178,7 @@ class SqliteCoordinator(TopicOffsets, GroupMembership, SqliteReplication, Coordi
             db.execute("INSERT INTO topics (name, partitions, config, value_schema, topic_id) VALUES (?, ?, ?, ?, ?)",
                        (info.name, info.partitions, json.dumps(info.config, sort_keys=True), blob, info.topic_id))
         except sqlite3.IntegrityError:
-            raise TopicExistsError(f"topic {info.name!r} already exists") from None
+            raise TopicExistsError.of(info.name) from None
 
     def create_topic(self, name: str, partitions: int, config: dict[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:

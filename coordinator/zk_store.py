@@ -248,7 +248,7 @@ class ZkCoordinator(TopicOffsets, GroupMembership, ZkReplication, Coordinator):
         """Create the topic's znodes in one transaction: the topic, and each partition with its state."""
         def build(txn: TransactionRequest, token: EpochToken | None) -> TopicInfo:
             if self.client.exists(layout.topic(info.name)) is not None:
-                raise TopicExistsError(f"topic {info.name!r} already exists")
+                raise TopicExistsError.of(info.name)
             txn.create(layout.topic(info.name), layout.topic_data(info, assignment))
             txn.create(layout.partitions(info.name))
             self._create_partitions(txn, info.name, states(txn, token))

@@ -79,6 +79,9 @@ class FlakyCluster(Cluster):
     def compact_topic(self, topic: str) -> list[CleanReport]:
         return self.inner.compact_topic(topic)
 
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        return self.inner.delete_records(topic, partition, before_offset)
+
     def publish(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
                 codec: str = "none") -> bool:
         return self.inner.publish(txn, parts, codec)

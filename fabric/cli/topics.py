@@ -1,5 +1,5 @@
-"""`fabric topics create|list|describe|delete|alter|recover|retain|compact`: kafka-topics and kafka-configs for
-topics, and retention and compaction on demand."""
+"""`fabric topics create|list|describe|delete|alter|recover|retain|compact|delete-records`: kafka-topics and
+kafka-configs for topics, retention and compaction on demand, and kafka-delete-records."""
 from __future__ import annotations
 
 import argparse
@@ -57,11 +57,16 @@ def parse_schema(text: str) -> pa.Schema:
 
 
 def create(args: argparse.Namespace) -> None:
-    """Create a topic (typed if --schema is given)."""
+    """Create a topic (typed if --schema is given); with --if-not-exists an existing one is left as it is."""
     schema = parse_schema(args.schema) if args.schema is not None else None
     with open_fabric(args) as fab:
-        fab.create_topic(args.name, args.partitions, parse_config(args.config), schema, args.replication_factor)
-    print(f"Created topic {args.name}.")
+        existed = args.if_not_exists and args.name in fab.list_topics()
+        info = fab.create_topic(args.name, args.partitions, parse_config(args.config), schema,
+                                args.replication_factor, exist_ok=args.if_not_exists)
+    if existed:
+        print(f"Topic {args.name} already exists ({info.partitions} partition(s)); left as it is.")
+    else:
+        print(f"Created topic {args.name}.")
 
 
 def list_topics(args: argparse.Namespace) -> None:
@@ -76,7 +81,7 @@ def describe(args: argparse.Namespace) -> None:
     epoch), then config overrides and the schema; of one topic, or of every topic without a name. The filters
     keep the partitions short of replicas in sync, or without a leader (as kafka-topics --describe has them)."""
     with open_fabric(args) as fab:
-        described = [fab.describe_topic(name) for name in ([args.name] if args.name else fab.list_topics())]
+        described = [fab.describe_topic(args.name)] if args.name else list(fab.describe_topic().values())
     wanted = _partition_filter(args)
     if args.format == "json":
         print(json.dumps([_topic_json(desc, wanted) for desc in described]))
@@ -148,14 +153,21 @@ def delete(args: argparse.Namespace) -> None:
 
 
 def alter(args: argparse.Namespace) -> None:
-    """Set or remove config overrides of a topic."""
+    """Add partitions to a topic (--partitions, as kafka-topics --alter) and/or set or remove its config
+    overrides."""
     changes: dict[str, str | None] = dict(parse_config(args.config))
     changes.update({key: None for key in args.delete_config or ()})
-    if not changes:
-        raise CommandError("nothing to alter: give --config key=value and/or --delete-config key")
+    if not changes and args.partitions is None:
+        raise CommandError("nothing to alter: give --partitions N (the new, larger total), --config key=value "
+                           "and/or --delete-config key")
     with open_fabric(args) as fab:
-        fab.alter_topic_config(args.name, changes)
-    print(f"Altered config of topic {args.name}.")
+        if args.partitions is not None:
+            before = fab.describe_topic(args.name).partitions
+            fab.create_partitions(args.name, args.partitions)
+            print(f"Topic {args.name} has {args.partitions} partitions now (was {len(before)}).")
+        if changes:
+            fab.alter_topic_config(args.name, changes)
+            print(f"Altered config of topic {args.name}.")
 
 
 def recover(args: argparse.Namespace) -> int:
@@ -195,6 +207,51 @@ def compact(args: argparse.Namespace) -> None:
         print(f"  {report.describe()}")
 
 
+def delete_records(args: argparse.Namespace) -> None:
+    """Delete the records below an offset of one partition (NAME --partition P --before-offset N), or of the
+    partitions a kafka-delete-records --offset-json-file lists; print each partition's new low watermark."""
+    with open_fabric(args) as fab:
+        print("Records delete operation completed:")
+        for topic, partition, before in _deletions(args):
+            low = fab.delete_records(topic, partition, before)
+            print(f"partition: {topic}-{partition}\tlow_watermark: {low}")
+
+
+def _deletions(args: argparse.Namespace) -> list[tuple[str, int, int]]:
+    """(topic, partition, before offset) of each partition to delete records of, from the options or the file."""
+    if args.offset_json_file is not None:
+        if args.name or args.topic or args.partition is not None or args.before_offset is not None:
+            raise CommandError("give either --offset-json-file or NAME --partition P --before-offset N, not both")
+        return _offset_json(args.offset_json_file)
+    if args.partition is None or args.before_offset is None:
+        raise CommandError("name the records to delete: fabric topics delete-records NAME --partition P "
+                           "--before-offset N (N=-1: every record), or --offset-json-file FILE")
+    return [(_topic_of(args), args.partition, args.before_offset)]
+
+
+def _offset_json(path: str) -> list[tuple[str, int, int]]:
+    """The partitions of kafka-delete-records' offset JSON file:
+    {"partitions": [{"topic": "t", "partition": 0, "offset": 3}, ...], "version": 1}."""
+    example = '{"partitions": [{"topic": "events", "partition": 0, "offset": 100}], "version": 1}'
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise CommandError(f"cannot read --offset-json-file {path!r} ({exc}); give a JSON file such as "
+                           f"{example}") from None
+    entries = data.get("partitions") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise CommandError(f"--offset-json-file {path!r} lists no partitions; it should look like {example}")
+    out = []
+    for entry in entries:
+        if not (isinstance(entry, dict) and isinstance(entry.get("topic"), str)
+                and all(type(entry.get(k)) is int for k in ("partition", "offset"))):
+            raise CommandError(f"--offset-json-file {path!r}: entry {json.dumps(entry)} needs a string topic and "
+                               f"int partition and offset, as in {example}")
+        out.append((entry["topic"], entry["partition"], entry["offset"]))
+    return out
+
+
 def _topic_of(args: argparse.Namespace) -> str:
     """The topic a command names, as NAME or --topic NAME (not two different ones)."""
     if args.name and args.topic and args.name != args.topic:
@@ -218,7 +275,7 @@ def _config_option(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `fabric topics ...`."""
     topics = add_command(subparsers, "topics", None, "create, list, describe, delete and alter topics; apply "
-                         "retention or compaction now")
+                         "retention or compaction now; delete records")
     verbs = add_subcommands(topics, "topic commands")
 
     p = add_command(verbs, "create", create, "create a topic")
@@ -228,6 +285,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--schema", metavar="FIELDS", help=SCHEMA_HELP)
     p.add_argument("--replication-factor", type=int, metavar="N", help="place the partitions on data nodes with N "
                    "replicas each (a cluster with data nodes; default: each partition in the fabric's one directory)")
+    p.add_argument("--if-not-exists", action="store_true", help="if the topic exists, leave it as it is (even where "
+                   "its partitions, configs or schema differ) instead of failing")
 
     add_command(verbs, "list", list_topics, "list topic names")
 
@@ -254,8 +313,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("names", nargs="*", metavar="TOPIC", help="topics to recover (default: every directory the "
                    "metadata does not know)")
 
-    p = add_command(verbs, "alter", alter, "set or remove topic config overrides")
+    p = add_command(verbs, "alter", alter, "add partitions, or set or remove topic config overrides")
     p.add_argument("name", metavar="NAME")
+    p.add_argument("--partitions", type=int, metavar="N", help="grow the topic to N partitions (more than it has; "
+                   "records already written stay in their partitions, so keys may map to other partitions from now)")
     _config_option(p)
     p.add_argument("--delete-config", action="append", metavar="KEY",
                    help="remove an override, back to the default (repeatable)")
@@ -273,3 +334,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 "was done to each partition. A topic with cleanup.policy=delete is refused: make "
                                 "it compacted with `fabric topics alter NAME --config cleanup.policy=compact`.")
     _topic_option(p)
+
+    p = add_command(verbs, "delete-records", delete_records,
+                    "delete a partition's records below an offset (kafka-delete-records)",
+                    description="Move the log start offset of a partition up to --before-offset (-1: its high "
+                                "watermark, deleting every record): readers can no longer read below it, and the "
+                                "whole segments below it are deleted. Prints each partition's new low watermark. "
+                                "Several partitions at once: --offset-json-file, in kafka-delete-records' format.")
+    _topic_option(p)
+    p.add_argument("--partition", type=int, metavar="P", help="the partition")
+    p.add_argument("--before-offset", type=int, metavar="N",
+                   help="delete the records below offset N (-1: below the high watermark)")
+    p.add_argument("--offset-json-file", metavar="FILE", help='partitions and offsets as JSON: {"partitions": '
+                   '[{"topic": "T", "partition": 0, "offset": N}], "version": 1}')

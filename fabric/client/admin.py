@@ -1,10 +1,11 @@
 """`Fabric`: the handle `fabric.connect()` returns: topic admin, group admin, producers and consumers."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, overload
 
 import pyarrow as pa
 
@@ -12,8 +13,14 @@ from fabric.client.cluster import Cluster
 from fabric.client.consumer import Consumer
 from fabric.client.producer import Producer
 from fabric.common import checks
-from fabric.common.config import INT_MAX, TopicConfig, validate_topic_config, validate_topic_config_changes
-from fabric.common.errors import InvalidArgumentError, InvalidConfigError, UnknownTopicError
+from fabric.common.config import (
+    INT_MAX,
+    LONG_MAX,
+    TopicConfig,
+    validate_topic_config,
+    validate_topic_config_changes,
+)
+from fabric.common.errors import InvalidArgumentError, InvalidConfigError, TopicExistsError, UnknownTopicError
 from fabric.common.names import INTERNAL_TOPICS, validate_group, validate_new_topic, validate_topic
 from fabric.common.records import validate_value_schema
 from fabric.common.types import (
@@ -28,6 +35,7 @@ from fabric.common.types import (
 )
 from fabric.storage.cleaner import CleanReport
 
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TopicDescription:
@@ -81,19 +89,34 @@ class Fabric:
 
     # -- topics ------------------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None,
-                     schema: pa.Schema | None = None, replication_factor: int | None = None) -> TopicInfo:
+                     schema: pa.Schema | None = None, replication_factor: int | None = None,
+                     exist_ok: bool = False) -> TopicInfo:
         """Create a topic; `schema` makes it a typed topic whose values are stored as Arrow columns;
         `replication_factor` places its partitions on data nodes (a cluster with nodes only), without it each
-        partition lives in the fabric's one directory."""
+        partition lives in the fabric's one directory. With `exist_ok` (kafka-topics --if-not-exists) an existing
+        topic of that name is returned as it is instead of TopicExistsError; where it differs from what was asked
+        (partition count, configs, schema) it is left unchanged, as Kafka's tools skip it, and the differences
+        are logged at WARNING."""
         validate_new_topic(name)
         partitions = checks.partition_count(partitions)
         config = validate_topic_config(config)
         if schema is not None:
             validate_value_schema(schema)
-        if replication_factor is None:
-            return self.cluster.create_topic(name, partitions, config, schema)
-        factor = checks.integer(replication_factor, "replication_factor", 1, INT_MAX)
-        return self.cluster.create_replicated_topic(name, partitions, factor, config, schema)
+        try:
+            if replication_factor is None:
+                return self.cluster.create_topic(name, partitions, config, schema)
+            factor = checks.integer(replication_factor, "replication_factor", 1, INT_MAX)
+            return self.cluster.create_replicated_topic(name, partitions, factor, config, schema)
+        except TopicExistsError:
+            if not exist_ok or name not in self.list_topics():
+                raise  # (a directory without metadata is no topic to return: its error says how to recover it)
+        existing = self.cluster.coordinator.topic(name)
+        differences = _differences(existing, partitions, config, schema)
+        if differences:
+            log.warning("topic %s already exists and differs from what was asked (%s); it is left as it is "
+                        "(exist_ok): change it with alter_topic_config / create_partitions", name,
+                        "; ".join(differences))
+        return existing
 
     def delete_topic(self, name: str) -> None:
         self.cluster.delete_topic(validate_topic(name))
@@ -102,8 +125,28 @@ class Fabric:
         """The topics, without the fabric's internal ones (Kafka's listTopics; describe_topic shows those)."""
         return [t for t in self.cluster.coordinator.list_topics() if t not in INTERNAL_TOPICS]
 
-    def describe_topic(self, name: str) -> TopicDescription:
-        info = self.cluster.coordinator.topic(validate_topic(name))
+    @overload
+    def describe_topic(self, name: str) -> TopicDescription: ...
+
+    @overload
+    def describe_topic(self, name: None = None) -> dict[str, TopicDescription]: ...
+
+    def describe_topic(self, name: str | None = None) -> TopicDescription | dict[str, TopicDescription]:
+        """One topic's description; without a name, every topic list_topics lists (the internal ones left out), by
+        name in its order (a dict, as Kafka's Admin.describeTopics(...).allTopicNames() answers; a topic deleted
+        meanwhile is left out)."""
+        if name is None:
+            described = {}
+            for topic in self.list_topics():
+                try:
+                    described[topic] = self._describe(topic)
+                except UnknownTopicError:
+                    continue
+            return described
+        return self._describe(validate_topic(name))
+
+    def _describe(self, name: str) -> TopicDescription:
+        info = self.cluster.coordinator.topic(name)
         states = [self.cluster.describe_partition(name, p) for p in range(info.partitions)]
         return TopicDescription(name, states, TopicConfig(info.config).effective(), dict(info.config),
                                 info.value_schema)
@@ -153,6 +196,16 @@ class Fabric:
         """Apply the topic's retention now (`fabric topics retain`); returns how many segments were deleted."""
         return self.cluster.enforce_retention(validate_topic(name))
 
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """Kafka's Admin.deleteRecords (`fabric topics delete-records`): delete the records of the partition
+        below `before_offset` (-1: the high watermark, every record). Its log start offset moves there at once,
+        so readers get OffsetOutOfRangeError below it (a consumer resets by auto.offset.reset), and the whole
+        segments below it are deleted. Returns the new log start offset (the low watermark); an offset at or
+        below the current start changes nothing. OffsetOutOfRangeError past the high watermark;
+        InvalidRequestError for a replicated topic (not built yet)."""
+        return self.cluster.delete_records(validate_topic(topic), checks.integer(partition, "partition", 0, INT_MAX),
+                                           checks.integer(before_offset, "before_offset", -1, LONG_MAX))
+
     def compact_topic(self, name: str) -> list[CleanReport]:
         """Compact a topic now (`fabric topics compact`): roll each partition's active segment and clean every
         closed segment the cleaner may (below the high watermark, open transactions and min.compaction.lag.ms),
@@ -171,6 +224,11 @@ class Fabric:
     # -- groups ------------------------------------------------------------------------------------
     def list_groups(self) -> list[str]:
         return self.cluster.coordinator.list_groups()
+
+    def delete_group(self, group: str) -> None:
+        """Kafka's Admin.deleteConsumerGroups: forget the group's committed offsets and membership state.
+        GroupNotEmptyError while it has live members (stop its consumers, or wait for their session timeout)."""
+        self.cluster.coordinator.delete_group(validate_group(group))
 
     def describe_group(self, group: str) -> list[GroupOffset]:
         """Per partition of every topic the group committed in or is assigned: committed offset, end offset,
@@ -258,3 +316,18 @@ def _epoch_us(when: datetime | str) -> int:
     except (OverflowError, ValueError, OSError):
         raise InvalidArgumentError(
             f"to_datetime {when.isoformat()} is out of range; use a date from 1970 on") from None
+
+
+def _differences(existing: TopicInfo, partitions: int, config: Mapping[str, str], schema: pa.Schema | None
+                 ) -> list[str]:
+    """How an existing topic differs from the one create_topic was asked for (empty: it is the same)."""
+    out = []
+    if existing.partitions != partitions:
+        out.append(f"{existing.partitions} partitions, not {partitions}")
+    changed = sorted(k for k in set(config) | set(existing.config) if config.get(k) != existing.config.get(k))
+    if changed:
+        out.append(f"config overrides {', '.join(changed)} differ")
+    if (schema is None) != (existing.value_schema is None) or (
+            schema is not None and existing.value_schema is not None and not schema.equals(existing.value_schema)):
+        out.append("its value schema differs")
+    return out

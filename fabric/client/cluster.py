@@ -142,6 +142,11 @@ class Cluster(ABC):
         """Apply retention.ms / retention.bytes now; returns the number of segments deleted."""
 
     @abstractmethod
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """Kafka's DeleteRecords: move the partition's log start offset up to `before_offset` (-1: the high
+        watermark), deleting the records below it; returns the new log start offset (the low watermark)."""
+
+    @abstractmethod
     def compact_topic(self, topic: str) -> list[CleanReport]:
         """Roll every partition's active segment and compact everything cleanable now; a report per partition.
         InvalidConfigError for a topic whose cleanup.policy does not compact."""

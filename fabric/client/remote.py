@@ -191,6 +191,9 @@ class RemoteCluster(Cluster):
     def compact_topic(self, topic: str) -> list[CleanReport]:
         return self.connection.action("compact_topic", topic=topic)
 
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        return self.connection.action("delete_records", topic=topic, partition=partition, before_offset=before_offset)
+
     def statuses(self) -> dict[str, wire.InstanceStatus | Exception]:
         """Every listed instance's status, or the error reaching it."""
         out: dict[str, wire.InstanceStatus | Exception] = {}

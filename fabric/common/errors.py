@@ -30,6 +30,12 @@ class UnknownTopicError(FabricError):
 class TopicExistsError(FabricError):
     """create_topic was called for a topic that already exists."""
 
+    @classmethod
+    def of(cls, name: str) -> TopicExistsError:
+        """The error for topic `name`, naming the ways on."""
+        return cls(f"topic {name!r} already exists; choose another name, delete it first, or keep it as it is "
+                   "(create_topic(exist_ok=True), `fabric topics create --if-not-exists`)")
+
 
 class UnknownPartitionError(FabricError):
     """The partition number is outside the topic's partition range."""

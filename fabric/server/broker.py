@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pyarrow as pa
 
 from fabric.common import checks
-from fabric.common.config import INT_MAX, TopicConfig
+from fabric.common.config import INT_MAX, LONG_MAX, TopicConfig
 from fabric.common.errors import (
     CorruptRecordError,
     FabricError,
@@ -157,7 +157,7 @@ class Broker:
                 self.logs.delete_topic(name)
             return
         if name in self.coordinator.list_topics():
-            raise TopicExistsError(f"topic {name!r} already exists")
+            raise TopicExistsError.of(name)
         raise TopicExistsError(f"cannot create topic {name!r}: {recovery.orphan_hint(name, directory)}")
 
     def delete_topic(self, name: str) -> None:
@@ -242,6 +242,15 @@ class Broker:
         """`fabric topics retain`: apply the topic's retention to every partition now; segments deleted."""
         with disk_errors(self.logs.topic_dir(topic), f"enforce the retention of topic {topic!r}"):
             return sum(self.log(topic, p).enforce_retention() for p in range(self._partitions(topic)))
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """Kafka's DeleteRecords (`fabric topics delete-records`): move the partition's log start offset up to
+        `before_offset` (-1: its high watermark) and delete the whole segments below it (Log.delete_records);
+        returns the new log start offset (the low watermark). OffsetOutOfRangeError past the high watermark."""
+        checks.integer(partition, "partition", 0, INT_MAX)
+        checks.integer(before_offset, "before_offset (an offset, or -1 for the high watermark)", -1, LONG_MAX)
+        with disk_errors(self.logs.topic_dir(topic), f"delete records of {topic}-{partition}"):
+            return self.log(topic, partition).delete_records(before_offset)
 
     def compact_topic(self, topic: str) -> list[CleanReport]:
         """`fabric topics compact`: roll each partition's active segment and clean everything cleanable now

@@ -6,9 +6,9 @@ nodes
 by the controller; its data lives only on them, so this Broker refuses every data call on it with
 NotLeaderError (retriable: a routing client refreshes its metadata and goes to the leader) instead of opening
 an empty log in its own directory. Adding partitions and deleting a replicated topic change only its metadata;
-a committed offset in it is checked against the partition count (the logs are on the nodes). Retention and
-compaction of replicated topics are not built yet (docs/replication.md, What is left): the background maintenance
-skips them, and `fabric topics retain` / `compact` refuse them.
+a committed offset in it is checked against the partition count (the logs are on the nodes). Retention,
+compaction and deleting records of replicated topics are not built yet (docs/replication.md, What is left): the
+background maintenance skips them, and `fabric topics retain` / `compact` / `delete-records` refuse them.
 """
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ from fabric.storage.cleaner import CleanReport
 from fabric.storage.log import Log
 
 log = logging.getLogger(__name__)
+MAINTENANCE_MISSING = "data nodes do not apply retention or compaction"
 
 
 class ClusterBroker(Broker):
@@ -89,19 +90,24 @@ class ClusterBroker(Broker):
         return super().log(topic, partition)
 
     def enforce_retention(self, topic: str) -> int:
-        self._not_replicated(topic, "retention on demand (`fabric topics retain`)")
+        self._not_replicated(topic, "retention on demand (`fabric topics retain`)", MAINTENANCE_MISSING)
         return super().enforce_retention(topic)
 
     def compact_topic(self, topic: str) -> list[CleanReport]:
-        self._not_replicated(topic, "compaction on demand (`fabric topics compact`)")
+        self._not_replicated(topic, "compaction on demand (`fabric topics compact`)", MAINTENANCE_MISSING)
         return super().compact_topic(topic)
 
-    def _not_replicated(self, topic: str, what: str) -> None:
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        self._not_replicated(topic, "deleting records (`fabric topics delete-records`)",
+                             "followers do not adopt their leader's log start offset yet, so records deleted on "
+                             "the leader would come back with the next leader")
+        return super().delete_records(topic, partition, before_offset)
+
+    def _not_replicated(self, topic: str, what: str, why: str) -> None:
         if self.coordinator.replicated(topic):
             raise InvalidRequestError(
-                f"topic {topic!r} is replicated, and {what} is not built for replicated topics yet: data nodes do "
-                "not apply retention or compaction (docs/replication.md, What is left); use a topic without a "
-                "replication factor for now")
+                f"topic {topic!r} is replicated, and {what} is not built for replicated topics yet: {why} "
+                "(docs/replication.md, What is left); use a topic without a replication factor for now")
 
     def _stored_here(self, topic: str) -> bool:
         return not self.coordinator.replicated(topic)

@@ -143,6 +143,7 @@ ROUTES: dict[str, Route] = {
     "offset_after_records": Route("broker", on_topic("describe", "topic")),
     "enforce_retention": Route("broker", on_topic("admin", "topic"), True),
     "compact_topic": Route("broker", on_topic("admin", "topic"), True),
+    "delete_records": Route("broker", on_topic("admin", "topic"), True),
     "status": Route("service", nothing),
     "init_producer_id": Route("broker", nothing, True),
     "register_node": Route("controller", on_cluster("cluster_action"), True),

@@ -1,0 +1,111 @@
+"""Admin calls a Kafka user reaches for (Admin.deleteRecords, deleteConsumerGroups, create with
+--if-not-exists, describeTopics of every topic), through the public API on every kind of cluster (the `fab`
+fixture). A replicated topic refuses delete_records, naming why."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from fabric.common.errors import (
+    GroupNotEmptyError,
+    InvalidArgumentError,
+    InvalidRequestError,
+    OffsetOutOfRangeError,
+    TopicExistsError,
+    UnknownPartitionError,
+)
+from fabric.common.waiting import wait_for
+
+
+def _produce(fab, topic: str, count: int, partition: int = 0) -> None:
+    with fab.producer() as producer:
+        for i in range(count):
+            producer.send(topic, b"v%d" % i, partition=partition)
+
+
+def test_delete_records_moves_the_log_start_and_readers_with_it(fab, drain):
+    fab.create_topic("t", partitions=2)
+    _produce(fab, "t", 10)
+    if fab.cluster.replicated("t"):
+        with pytest.raises(InvalidRequestError, match="replicated.*followers do not adopt"):
+            fab.delete_records("t", 0, 4)
+        assert fab.describe_topic("t").partitions[0].start_offset == 0
+        return
+    assert fab.delete_records("t", 0, 4) == 4
+    state = fab.describe_topic("t").partitions[0]
+    assert (state.start_offset, state.end_offset) == (4, 10)
+    consumer = fab.consumer(auto_offset_reset="earliest")
+    consumer.assign([("t", 0)])
+    assert consumer.beginning_offsets([("t", 0)]) == {("t", 0): 4}
+    assert [r.offset for r in drain(consumer, 6)] == list(range(4, 10))
+    with pytest.raises(OffsetOutOfRangeError):
+        fab.cluster.fetch("t", 0, 3, 1 << 20)
+    assert fab.delete_records("t", 0, 2) == 4  # below the start: nothing changes
+    assert fab.delete_records("t", 0, -1) == 10  # -1: the high watermark
+    assert fab.describe_topic("t").partitions[0].start_offset == 10
+    assert fab.describe_topic("t").partitions[1].start_offset == 0  # the other partition is untouched
+
+
+def test_delete_records_refuses_bad_requests(fab):
+    fab.create_topic("t")
+    _produce(fab, "t", 3)
+    if fab.cluster.replicated("t"):
+        pytest.skip("a replicated topic refuses every delete_records (see the test before)")
+    with pytest.raises(OffsetOutOfRangeError, match="from 0 to 3, or -1"):
+        fab.delete_records("t", 0, 4)
+    with pytest.raises(UnknownPartitionError):
+        fab.delete_records("t", 1, 0)
+    with pytest.raises(InvalidArgumentError, match="before_offset"):
+        fab.delete_records("t", 0, -2)
+    assert fab.describe_topic("t").partitions[0].start_offset == 0
+
+
+def test_delete_records_is_checked_by_the_server(fab):
+    """The service checks the offset itself, whatever the client sent (the client's checks bypassed)."""
+    fab.create_topic("t")
+    if fab.cluster.replicated("t"):
+        pytest.skip("a replicated topic refuses every delete_records")
+    with pytest.raises((InvalidArgumentError, InvalidRequestError), match="before_offset"):
+        fab.cluster.delete_records("t", 0, "3")
+    with pytest.raises(InvalidArgumentError, match="before_offset"):
+        fab.cluster.delete_records("t", 0, -5)
+    with pytest.raises(InvalidArgumentError, match="partition"):
+        fab.cluster.delete_records("t", -1, 0)
+
+
+def test_create_topic_exist_ok(fab, caplog):
+    first = fab.create_topic("t", partitions=2, config={"retention.ms": 60000})
+    assert fab.create_topic("t", partitions=2, config={"retention.ms": 60000}, exist_ok=True) == first
+    with caplog.at_level(logging.WARNING, logger="fabric.client.admin"):
+        kept = fab.create_topic("t", partitions=3, exist_ok=True)  # differs: left as it is, as Kafka's tools do
+    assert kept.partitions == 2 and len(fab.describe_topic("t").partitions) == 2
+    assert "2 partitions, not 3" in caplog.text and "retention.ms" in caplog.text
+    with pytest.raises(TopicExistsError, match="exist_ok=True"):
+        fab.create_topic("t", partitions=2)
+
+
+def test_describe_topic_without_a_name_describes_every_topic(fab):
+    fab.create_topic("a", partitions=2)
+    fab.create_topic("b")
+    described = fab.describe_topic()
+    assert list(described) == ["a", "b"]
+    assert [len(d.partitions) for d in described.values()] == [2, 1]
+    assert described["a"] == fab.describe_topic("a")
+
+
+def test_delete_group(fab, drain):
+    fab.create_topic("t")
+    _produce(fab, "t", 2)
+    consumer = fab.consumer("t", group_id="g", auto_offset_reset="earliest", session_timeout_ms=60000,
+                            enable_auto_commit=False)
+    drain(consumer, 2)
+    consumer.commit()
+    assert "g" in fab.list_groups()
+    with pytest.raises(GroupNotEmptyError, match="live member"):
+        fab.delete_group("g")
+    consumer.close()
+    wait_for(lambda: not fab.describe_consumer_group("g").members, timeout=30, what="the member to leave")
+    fab.delete_group("g")
+    assert "g" not in fab.list_groups()
+    assert fab.describe_group("g") == []
