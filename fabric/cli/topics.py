@@ -209,12 +209,17 @@ def compact(args: argparse.Namespace) -> None:
 
 def delete_records(args: argparse.Namespace) -> None:
     """Delete the records below an offset of one partition (NAME --partition P --before-offset N), or of the
-    partitions a kafka-delete-records --offset-json-file lists; print each partition's new low watermark."""
-    with open_fabric(args) as fab:
-        print("Records delete operation completed:")
-        for topic, partition, before in _deletions(args):
-            low = fab.delete_records(topic, partition, before)
-            print(f"partition: {topic}-{partition}\tlow_watermark: {low}")
+    partitions a kafka-delete-records --offset-json-file lists; print each partition's new low watermark (of
+    those done before one failed, if one does)."""
+    deletions, done = _deletions(args), []
+    try:
+        with open_fabric(args) as fab:
+            for topic, partition, before in deletions:
+                done.append(f"partition: {topic}-{partition}\tlow_watermark: "
+                            f"{fab.delete_records(topic, partition, before)}")
+    finally:
+        if done:
+            print("Records delete operation completed:", *done, sep="\n")
 
 
 def _deletions(args: argparse.Namespace) -> list[tuple[str, int, int]]:

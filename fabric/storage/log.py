@@ -622,7 +622,8 @@ class Log:
         active segment first if every record goes). Returns the log start offset now (the low watermark; the
         same as before if it was already at or past `before_offset`). OffsetOutOfRangeError, nothing changed,
         past the high watermark. The checkpoint is written (durably) before any segment is deleted: see
-        log_start. `crash` is a test hook called once the checkpoint is written."""
+        log_start. `crash` is a test hook called once the checkpoint is written ("checkpointed") and after each
+        segment deleted ("deleted")."""
         with self.lock:
             active = self.sync_tail()
             end = self._tail_state.end_offset if self._tail_state else self.end_offset
@@ -647,6 +648,8 @@ class Log:
                     break
                 seg.delete()
                 deleted += 1
+                if crash:
+                    crash("deleted")
             if self._epochs is not None:
                 self._epochs.truncate_from_start(target)
             self._tail_state = TailState(active.base_offset, active.size, end)
