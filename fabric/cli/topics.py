@@ -345,7 +345,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     description="Move the log start offset of a partition up to --before-offset (-1: its high "
                                 "watermark, deleting every record): readers can no longer read below it, and the "
                                 "whole segments below it are deleted. Prints each partition's new low watermark. "
-                                "Several partitions at once: --offset-json-file, in kafka-delete-records' format.")
+                                "Several partitions at once: --offset-json-file, in kafka-delete-records' format. "
+                                "As in Kafka, a topic whose cleanup.policy lacks `delete` refuses it.")
     _topic_option(p)
     p.add_argument("--partition", type=int, metavar="P", help="the partition")
     p.add_argument("--before-offset", type=int, metavar="N",

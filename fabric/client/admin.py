@@ -202,6 +202,7 @@ class Fabric:
         so readers get OffsetOutOfRangeError below it (a consumer resets by auto.offset.reset), and the whole
         segments below it are deleted. Returns the new log start offset (the low watermark); an offset at or
         below the current start changes nothing. OffsetOutOfRangeError past the high watermark;
+        InvalidConfigError on a topic with cleanup.policy=compact (as Kafka: allow it with compact,delete);
         InvalidRequestError for a replicated topic (not built yet)."""
         return self.cluster.delete_records(validate_topic(topic), checks.integer(partition, "partition", 0, INT_MAX),
                                            checks.integer(before_offset, "before_offset", -1, LONG_MAX))

@@ -125,7 +125,8 @@ def test_retention_after_delete_records(tmp_path, storage):
 
 
 def test_the_cleaner_keeps_the_log_start(tmp_path, storage):
-    log = storage.open_log(str(tmp_path), cleanup_policy="compact", min_cleanable_dirty_ratio="0.01", **SMALL)
+    log = storage.open_log(str(tmp_path), cleanup_policy="compact,delete", min_cleanable_dirty_ratio="0.01",
+                           **SMALL)
     for r in range(10):
         log.append(_keyed(storage, [(f"k{k}", f"r{r}-{k}") for k in range(3)]))
     target = _bases(log)[1] + 1

@@ -10,6 +10,7 @@ import pytest
 from fabric.common.errors import (
     GroupNotEmptyError,
     InvalidArgumentError,
+    InvalidConfigError,
     InvalidRequestError,
     OffsetOutOfRangeError,
     TopicExistsError,
@@ -39,6 +40,8 @@ def test_delete_records_moves_the_log_start_and_readers_with_it(fab, drain):
     consumer.assign([("t", 0)])
     assert consumer.beginning_offsets([("t", 0)]) == {("t", 0): 4}
     assert [r.offset for r in drain(consumer, 6)] == list(range(4, 10))
+    consumer.seek("t", 0, 1)  # a position below the start now: auto_offset_reset takes it to the start
+    assert [r.offset for r in drain(consumer, 6)] == list(range(4, 10))
     with pytest.raises(OffsetOutOfRangeError):
         fab.cluster.fetch("t", 0, 3, 1 << 20)
     assert fab.delete_records("t", 0, 2) == 4  # below the start: nothing changes
@@ -59,6 +62,11 @@ def test_delete_records_refuses_bad_requests(fab):
     with pytest.raises(InvalidArgumentError, match="before_offset"):
         fab.delete_records("t", 0, -2)
     assert fab.describe_topic("t").partitions[0].start_offset == 0
+    fab.create_topic("table", config={"cleanup.policy": "compact"})
+    with pytest.raises(InvalidConfigError, match="cleanup.policy=compact,delete"):
+        fab.delete_records("table", 0, 0)
+    fab.alter_topic_config("table", {"cleanup.policy": "compact,delete"})
+    assert fab.delete_records("table", 0, 0) == 0
 
 
 def test_delete_records_is_checked_by_the_server(fab):
