@@ -1,13 +1,9 @@
-"""`fabric produce` and `fabric consume`: Kafka's console producer and console consumer."""
+"""`fabric produce` and `fabric consume`: Kafka's console producer and console consumer (and kcat's -e)."""
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
-import datetime as dt
-import decimal
 import json
-import math
 import signal
 import sys
 import threading
@@ -16,14 +12,24 @@ from typing import Any, BinaryIO, Iterator
 
 import pyarrow as pa
 
-from fabric.cli.common import CommandError, add_command, open_fabric
+from fabric.cli.common import CommandError, add_command, open_fabric, parse_config
+from fabric.cli.formats import (
+    FORMATTER_DEFAULTS,
+    READER_DEFAULTS,
+    LineFormatter,
+    LineReader,
+    json_line,
+    properties,
+)
+from fabric.client.admin import Fabric
+from fabric.client.consumer import Consumer
 from fabric.client.producer import Producer, SendFuture
 from fabric.common.errors import FabricError
-from fabric.common.records import Record
+from fabric.common.types import TopicPartition
 
 CHECK_EVERY = 10_000  # lines between flushes that surface append errors while producing
+PROGRESS_EVERY = 100_000  # records between progress lines on stderr while producing
 POLL_S = 0.1  # longest wait per poll, so Ctrl-C and --timeout-ms are noticed promptly
-NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}  # and "NaN": the strings Spark's to_json writes
 
 
 # -- produce -----------------------------------------------------------------------------------------
@@ -31,16 +37,6 @@ def _lines(stream: BinaryIO) -> Iterator[tuple[int, bytes]]:
     """(line number, line without its end-of-line) for each line of `stream`."""
     for number, line in enumerate(stream, 1):
         yield number, line.rstrip(b"\n").removesuffix(b"\r")
-
-
-def _split_key(line: bytes, sep: bytes | None) -> tuple[bytes | None, bytes]:
-    if sep is None:
-        return None, line
-    key, found, value = line.partition(sep)
-    if not found:
-        raise CommandError(f"no key separator {sep.decode()!r} found; write key{sep.decode()}value "
-                           "or drop --key-separator")
-    return key, value
 
 
 def _typed_value(text: bytes, schema: pa.Schema) -> dict[str, Any]:
@@ -55,6 +51,20 @@ def _typed_value(text: bytes, schema: pa.Schema) -> dict[str, Any]:
     return value
 
 
+def _reader(args: argparse.Namespace) -> LineReader:
+    """The line reader of --property k=v (Kafka's names), with --key-separator SEP as parse.key=true and
+    key.separator=SEP."""
+    if args.key_separator == "":
+        raise CommandError("--key-separator cannot be empty; give the text between key and value, e.g. $'\\t'")
+    given = parse_config(args.property, "--property", example="parse.headers=true", strip_values=False)
+    if args.key_separator is not None:
+        if given.get("key.separator", args.key_separator) != args.key_separator:
+            raise CommandError(f"--key-separator {args.key_separator!r} and --property key.separator="
+                               f"{given['key.separator']!r} disagree; give one of them")
+        given.update({"parse.key": "true", "key.separator": args.key_separator})
+    return LineReader.of(properties(given, READER_DEFAULTS))
+
+
 def _check(producer: Producer, futures: list[SendFuture]) -> None:
     """Flush and raise the first append error, if any."""
     producer.flush()
@@ -63,77 +73,139 @@ def _check(producer: Producer, futures: list[SendFuture]) -> None:
     futures.clear()
 
 
+class _Progress:
+    """A line on stderr every PROGRESS_EVERY records sent, with the rate, and a summary at the end if any was
+    printed (big inputs only: a few lines stay quiet, as Kafka's console producer)."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.sent = 0
+        self.reported = 0
+
+    def add(self, sent: int, final: bool = False) -> None:
+        self.sent += sent
+        if self.sent // PROGRESS_EVERY > self.reported // PROGRESS_EVERY or (final and self.reported):
+            elapsed = max(time.monotonic() - self.started, 1e-6)
+            print(f"{'Sent a total of' if final else 'Sent'} {self.sent} records in {elapsed:.1f} s "
+                  f"({self.sent / elapsed:,.0f} records/s)", file=sys.stderr, flush=True)
+            self.reported = self.sent
+
+
 def produce(args: argparse.Namespace) -> None:
     """Send stdin lines as records, batched by the Producer; flushed and checked before exit."""
-    if args.key_separator == "":
-        raise CommandError("--key-separator cannot be empty; give the text between key and value, e.g. $'\\t'")
-    sep = args.key_separator.encode() if args.key_separator is not None else None
+    reader = _reader(args)
+    progress = _Progress()
     with open_fabric(args) as fab, fab.producer() as producer:
-        schema = fab.describe_topic(args.topic).value_schema
+        topic = fab.describe_topic(args.topic)
+        schema = topic.value_schema
+        if args.partition is not None and not 0 <= args.partition < len(topic.partitions):
+            raise CommandError(f"--partition {args.partition}: topic {args.topic!r} has partitions "
+                               f"0..{len(topic.partitions) - 1}")
         futures: list[SendFuture] = []
         for number, line in _lines(sys.stdin.buffer):
             if schema is not None and not line.strip():
                 continue
             try:
-                key, text = _split_key(line, sep)
+                headers, key, text = reader.read(line)
                 value: Any = text if schema is None else _typed_value(text, schema)
-                futures.append(producer.send(args.topic, value, key=key))
+                futures.append(producer.send(args.topic, value, key=key, headers=headers,
+                                             partition=args.partition))
             except FabricError as exc:
                 raise CommandError(f"line {number}: {exc} (the lines before it were sent)") from None
             if len(futures) >= CHECK_EVERY:
+                sent = len(futures)
                 _check(producer, futures)
+                progress.add(sent)
+        sent = len(futures)
         _check(producer, futures)
+        progress.add(sent, final=True)
 
 
 # -- consume -----------------------------------------------------------------------------------------
-def _text(data: bytes | None) -> str | None:
-    """utf-8 text if `data` decodes, else base64 (how --format json shows keys and values)."""
-    if data is None:
-        return None
+def _start_offset(text: str) -> int | str:
+    """--offset: a non-negative offset, earliest or latest (as Kafka's console consumer)."""
+    if text in ("earliest", "latest"):
+        return text
     try:
-        return data.decode()
-    except UnicodeDecodeError:
-        return base64.b64encode(data).decode()
+        offset = int(text)
+    except ValueError:
+        offset = -1
+    if offset < 0:
+        raise argparse.ArgumentTypeError(f"expected an offset (0 or more), earliest or latest, got {text!r}")
+    return offset
 
 
-def _json_default(value: object) -> object:
-    if isinstance(value, bytes):
-        return _text(value)
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, (decimal.Decimal, dt.timedelta)):
-        return str(value)
-    raise TypeError(f"cannot show {type(value).__name__} as JSON")
+def _check_consume_options(args: argparse.Namespace) -> None:
+    """The option combinations Kafka's console consumer refuses, and bad numbers."""
+    if args.max_messages is not None and args.max_messages < 1:
+        raise CommandError(f"--max-messages must be at least 1, got {args.max_messages}")
+    if args.timeout_ms is not None and args.timeout_ms < 0:
+        raise CommandError(f"--timeout-ms must be 0 or more milliseconds, got {args.timeout_ms}")
+    if args.partition is not None and args.group is not None:
+        raise CommandError("--partition and --group cannot be used together: --partition reads one partition "
+                           "outside any group (nothing is committed), while a group assigns partitions to its "
+                           "members; drop --group, or drop --partition and let the group assign")
+    if args.offset is not None and args.partition is None:
+        raise CommandError("--offset needs --partition P: an offset belongs to one partition (to read every "
+                           "partition from its start use --from-beginning)")
+    if args.offset is not None and args.from_beginning:
+        raise CommandError("--offset and --from-beginning cannot be used together; --offset earliest is "
+                           "--from-beginning for one partition")
+    if args.property and args.format == "json":
+        raise CommandError("--property sets the text format's fields; --format json prints them all")
 
 
-def _finite(value: object) -> object:
-    """`value` with NaN and ±infinity (which JSON cannot hold) as the strings Spark's to_json writes."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else NON_FINITE[value]
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+def _formatter(args: argparse.Namespace) -> LineFormatter:
+    """The text format of --property k=v (Kafka's DefaultMessageFormatter), --print-key and --key-separator
+    being print.key=true and key.separator=SEP."""
+    given = parse_config(args.property, "--property", example="print.offset=true", strip_values=False)
+    if args.print_key:
+        given["print.key"] = "true"
+    if args.key_separator is not None:
+        given["key.separator"] = args.key_separator
+    return LineFormatter(properties(given, FORMATTER_DEFAULTS))
 
 
-def _dumps(value: object) -> str:
-    """Strict JSON (every line parses with any JSON parser), bytes as text or base64."""
-    return json.dumps(_finite(value), default=_json_default, ensure_ascii=False, allow_nan=False)
+def _open_consumer(fab: Fabric, args: argparse.Namespace) -> Consumer:
+    """The topic's consumer (with --group, a member of it), or with --partition one assigned that partition
+    at --offset (an offset outside the log is moved to its nearest end, saying so on stderr)."""
+    reset = "earliest" if args.from_beginning or args.offset == "earliest" else "latest"
+    if args.partition is None:
+        consumer = fab.consumer(args.topic, group_id=args.group, auto_offset_reset=reset, enable_auto_commit=False)
+    else:
+        consumer = fab.consumer(auto_offset_reset=reset, enable_auto_commit=False)
+    try:
+        if args.partition is not None:
+            tp = (args.topic, args.partition)
+            consumer.assign([tp])
+            if isinstance(args.offset, int):
+                consumer.seek(*tp, _within_log(consumer, tp, args.offset))
+        for tp in consumer.assignment():
+            consumer.position(*tp)  # start now, so records produced from here on are not skipped
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer
 
 
-def _render(record: Record, args: argparse.Namespace, typed: bool) -> bytes:
-    """One output line for a record (without the newline)."""
-    if args.format == "json":
-        return _dumps({"topic": record.topic, "partition": record.partition, "offset": record.offset,
-                       "timestamp": record.timestamp, "key": _text(record.key),
-                       "value": record.value if typed else _text(record.value),
-                       "headers": [{"key": k, "value": _text(v)} for k, v in record.headers]}).encode()
-    value = _dumps(record.value).encode() if typed else (b"null" if record.value is None else record.value)
-    if not args.print_key:
-        return value
-    key = b"null" if record.key is None else record.key
-    return key + args.key_separator.encode() + value
+def _within_log(consumer: Consumer, tp: TopicPartition, offset: int) -> int:
+    start, end = consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]
+    if start <= offset <= end:
+        return offset
+    moved = min(max(offset, start), end)
+    print(f"Offset {offset} is outside {tp[0]}-{tp[1]}'s log [{start}, {end}]; reading from {moved}",
+          file=sys.stderr)
+    return moved
+
+
+def _reached_end(consumer: Consumer, ends: dict[TopicPartition, int]) -> bool:
+    """kcat -e: every assigned partition's position has reached its end offset. `ends` caches the end offsets;
+    they are read again once every position reached them, so records appended meanwhile are printed too."""
+    assigned = consumer.assignment()
+    if not assigned or any(consumer.position(*tp) < ends.get(tp, 0) for tp in assigned):
+        return False
+    ends.update(consumer.end_offsets(assigned))
+    return all(consumer.position(*tp) >= ends[tp] for tp in assigned)
 
 
 @contextlib.contextmanager
@@ -149,25 +221,20 @@ def _stop_on_signals() -> Iterator[threading.Event]:
 
 
 def consume(args: argparse.Namespace) -> None:
-    """Print records until --max-messages, --timeout-ms or a signal; commit what was printed (with --group)."""
-    if args.max_messages is not None and args.max_messages < 1:
-        raise CommandError(f"--max-messages must be at least 1, got {args.max_messages}")
-    if args.timeout_ms is not None and args.timeout_ms < 0:
-        raise CommandError(f"--timeout-ms must be 0 or more milliseconds, got {args.timeout_ms}")
-    reset = "earliest" if args.from_beginning else "latest"
+    """Print records until --max-messages, --timeout-ms, --exit-at-end or a signal; commit what was printed
+    (with --group)."""
+    _check_consume_options(args)
+    formatter = None if args.format == "json" else _formatter(args)
     out = sys.stdout.buffer
     count = 0
-    with _stop_on_signals() as stop, open_fabric(args) as fab, \
-            fab.consumer(args.topic, group_id=args.group, auto_offset_reset=reset,
-                         enable_auto_commit=False) as consumer:
+    ends: dict[TopicPartition, int] = {}
+    with _stop_on_signals() as stop, open_fabric(args) as fab, _open_consumer(fab, args) as consumer:
         typed = fab.describe_topic(args.topic).value_schema is not None
-        for tp in consumer.assignment():
-            consumer.position(*tp)  # start now, so records produced from here on are not skipped
         last_record = time.monotonic()
         while not stop.is_set() and count != args.max_messages:
-            printed: dict[tuple[str, int], int] = {}
+            printed: dict[TopicPartition, int] = {}
             for record in consumer.poll(POLL_S):
-                out.write(_render(record, args, typed) + b"\n")
+                out.write(json_line(record, typed) if formatter is None else formatter.line(record, typed))
                 printed[(record.topic, record.partition)] = record.offset + 1
                 count += 1
                 if count == args.max_messages:
@@ -177,6 +244,8 @@ def consume(args: argparse.Namespace) -> None:
                 last_record = time.monotonic()
                 if args.group is not None:
                     consumer.commit(printed)
+            elif args.exit_at_end and _reached_end(consumer, ends):
+                break  # an empty poll: nothing is buffered, so each position is what was printed
             elif args.timeout_ms is not None and time.monotonic() - last_record >= args.timeout_ms / 1000:
                 break  # checked after a poll, so a slow start never times out before looking
     print(f"Processed a total of {count} messages", file=sys.stderr)
@@ -187,25 +256,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = add_command(subparsers, "produce", produce, "send one record per stdin line to a topic",
                     description="Send one record per line of stdin (like kafka-console-producer). For a typed "
                                 "topic each line is a JSON object with the schema's fields (blank lines are "
-                                "skipped).")
+                                "skipped). Prints progress on stderr every 100000 records.")
     p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("--partition", type=int, metavar="P", help="send every record to partition P")
     p.add_argument("--key-separator", metavar="SEP",
-                   help="split each line at the first SEP into key and value (Kafka's parse.key=true)")
+                   help="split each line at the first SEP into key and value (Kafka's parse.key=true "
+                        "key.separator=SEP)")
+    p.add_argument("--property", action="extend", nargs="+", metavar="K=V",
+                   help="line reader properties, as Kafka's console producer (KIP-798): "
+                        "parse.headers=true reads `k:v,k2:v2<TAB>value` (headers.delimiter, default tab; "
+                        "headers.separator, default ','; headers.key.separator, default ':'), parse.key=true "
+                        "and key.separator (default tab) as --key-separator; repeatable")
 
     p = add_command(subparsers, "consume", consume, "print a topic's records",
                     description="Print records (like kafka-console-consumer): values as text, or one JSON object "
-                                "per record with --format json. Runs until Ctrl-C unless --max-messages or "
-                                "--timeout-ms stops it; with --group it commits what it printed.")
+                                "per record with --format json. Runs until Ctrl-C unless --max-messages, "
+                                "--timeout-ms or --exit-at-end stops it; with --group it commits what it printed.")
     p.add_argument("topic", metavar="TOPIC")
     p.add_argument("--from-beginning", action="store_true",
                    help="start at the log start when there is no committed offset (default: only new records)")
     p.add_argument("--group", metavar="G", help="consumer group: resume from and commit its offsets")
+    p.add_argument("--partition", type=int, metavar="P",
+                   help="read only partition P (no group; start with --offset, default latest)")
+    p.add_argument("--offset", type=_start_offset, metavar="N|earliest|latest",
+                   help="with --partition: the offset to start at (one outside the log starts at its nearest end)")
     p.add_argument("--max-messages", type=int, metavar="N", help="exit after printing N records")
     p.add_argument("--timeout-ms", type=int, metavar="MS", help="exit after MS milliseconds without a new record")
-    p.add_argument("--print-key", action="store_true", help="text format: print key<SEP>value")
-    p.add_argument("--key-separator", default="\t", metavar="SEP", help="separator for --print-key (default: tab)")
+    p.add_argument("--exit-at-end", action="store_true",
+                   help="exit once every assigned partition has been read to its end offset (kcat -e)")
+    p.add_argument("--property", action="extend", nargs="+", metavar="K=V",
+                   help="text format properties, as Kafka's console consumer: print.timestamp, print.partition, "
+                        "print.offset, print.headers, print.key, print.value (true/false), key.separator "
+                        "(default tab), line.separator, headers.separator (','), headers.key.separator (':'), "
+                        "null.literal ('null'); repeatable")
+    p.add_argument("--print-key", action="store_true", help="text format: print key<SEP>value (print.key=true)")
+    p.add_argument("--key-separator", metavar="SEP",
+                   help="separator between the printed fields (key.separator; default: tab)")
     p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="text: the value (typed topics: a JSON object); json: topic, partition, offset, "
-                        "timestamp (ms), key, value, headers per line; bytes that are not utf-8 show as base64, "
-                        "NaN and infinities as the strings \"NaN\", \"Infinity\", \"-Infinity\" (as Spark's "
-                        "to_json), so every line is valid JSON")
+                   help="text: the value (typed topics: a JSON object), with the fields --property asks for; "
+                        "json: topic, partition, offset, timestamp (ms), key, value, headers per line; a key, "
+                        "value or header value that is not utf-8 shows as base64 under key_b64 / value_b64, "
+                        "binary fields of typed values as base64, NaN and infinities as the strings \"NaN\", "
+                        "\"Infinity\", \"-Infinity\" (as Spark's to_json), so every line is valid JSON")

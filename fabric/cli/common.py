@@ -61,14 +61,16 @@ def open_fabric(args: argparse.Namespace) -> Fabric:
     return Fabric(open_cluster(args.url))
 
 
-def parse_config(pairs: Iterable[str] | None, option: str = "--config") -> dict[str, str]:
-    """`["k=v", ...]` → {k: v}; a pair without '=' is an error naming the expected form."""
+def parse_config(pairs: Iterable[str] | None, option: str = "--config", example: str = "retention.ms=86400000",
+                 strip_values: bool = True) -> dict[str, str]:
+    """`["k=v", ...]` → {k: v}; a pair without '=' is an error naming the expected form. `strip_values=False`
+    keeps blanks around values (a separator may be a tab)."""
     out: dict[str, str] = {}
     for pair in pairs or ():
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise CommandError(f"{option} expects key=value (e.g. retention.ms=86400000), got {pair!r}")
-        out[key.strip()] = value.strip()
+            raise CommandError(f"{option} expects key=value (e.g. {example}), got {pair!r}")
+        out[key.strip()] = value.strip() if strip_values else value
     return out
 
 
