@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Mapping, Sequence, overload
+from typing import Any, Iterable, Mapping, Sequence, overload
 
 import pyarrow as pa
 
@@ -20,7 +21,14 @@ from fabric.common.config import (
     validate_topic_config,
     validate_topic_config_changes,
 )
-from fabric.common.errors import InvalidArgumentError, InvalidConfigError, TopicExistsError, UnknownTopicError
+from fabric.common.errors import (
+    GroupIdNotFoundError,
+    InvalidArgumentError,
+    InvalidConfigError,
+    TopicExistsError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
 from fabric.common.names import INTERNAL_TOPICS, validate_group, validate_new_topic, validate_topic
 from fabric.common.records import validate_value_schema
 from fabric.common.types import (
@@ -75,6 +83,20 @@ class ConsumerGroupDescription:
     protocol: str
     members: tuple[MemberDescription, ...]
     offsets: list[GroupOffset]
+
+
+class OffsetResetPlan(dict[TopicPartition, int]):
+    """What `reset_offsets` returns: the new offset of each partition. `clamped` maps each partition whose
+    requested offset was outside [log start, log end] (and so was moved to the nearer one, as Kafka's tool
+    does) to the offset requested."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clamped: dict[TopicPartition, int] = {}
+
+
+# Java's Duration.parse format, as kafka-consumer-groups --by-duration takes it: PnDTnHnMn.nS.
+DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:[.,]\d{1,9})?)S)?)?", re.IGNORECASE)
 
 
 class Fabric:
@@ -226,11 +248,6 @@ class Fabric:
     def list_groups(self) -> list[str]:
         return self.cluster.coordinator.list_groups()
 
-    def delete_group(self, group: str) -> None:
-        """Kafka's Admin.deleteConsumerGroups: forget the group's committed offsets and membership state.
-        GroupNotEmptyError while it has live members (stop its consumers, or wait for their session timeout)."""
-        self.cluster.coordinator.delete_group(validate_group(group))
-
     def describe_group(self, group: str) -> list[GroupOffset]:
         """Per partition of every topic the group committed in or is assigned: committed offset, end offset,
         lag and owning member (describe_consumer_group adds the group's state and members)."""
@@ -258,36 +275,101 @@ class Fabric:
                                         (m.group_instance_id or None) if m else None))
         return ConsumerGroupDescription(group, live.state, live.generation, live.protocol, live.members, rows)
 
-    def reset_offsets(self, group: str, topic: str, *, to_earliest: bool = False, to_latest: bool = False,
-                      to_offset: int | None = None, to_datetime: datetime | str | None = None,
-                      execute: bool = False) -> dict[TopicPartition, int]:
+    def delete_group(self, group: str) -> None:
+        """Delete a consumer group, its committed offsets and state (Kafka's deleteConsumerGroups):
+        GroupNotEmptyError while it has live members, GroupIdNotFoundError if there is no such group."""
+        if validate_group(group) not in self.list_groups():
+            raise GroupIdNotFoundError(f"consumer group {group!r} does not exist (no committed offsets and no live "
+                                       "members); `fabric groups list` or list_groups() names the groups")
+        self.cluster.coordinator.delete_group(group)
+
+    def reset_offsets(self, group: str, topics: str | Sequence[str | TopicPartition] | None = None, *,
+                      to_earliest: bool = False, to_latest: bool = False, to_offset: int | None = None,
+                      to_datetime: datetime | str | None = None, to_current: bool = False,
+                      shift_by: int | None = None, by_duration: timedelta | str | None = None,
+                      to_offsets: Mapping[TopicPartition, int] | None = None,
+                      execute: bool = False) -> OffsetResetPlan:
         """Compute (and with execute=True, commit) new offsets for a group, as kafka-consumer-groups
-        --reset-offsets does. Returns the new offset of every partition."""
-        chosen = [to_earliest, to_latest, to_offset is not None, to_datetime is not None]
+        --reset-offsets does, of `topics`: a topic name, or a list of topic names (every partition) and
+        (topic, partition) pairs; None is every partition the group has committed offsets for (--all-topics).
+        Exactly one target: to_earliest, to_latest, to_offset, to_datetime, to_current (the committed offset,
+        else the log end), shift_by (the committed offset plus N), by_duration (the first record at or after
+        now minus an ISO 8601 duration such as "P1DT2H" or a timedelta) or to_offsets ({(topic, partition):
+        offset}, its partitions the ones reset; `topics` then stays None). Offsets outside [log start, log end]
+        are clamped to it (listed in the plan's `clamped`)."""
+        chosen = [to_earliest, to_latest, to_offset is not None, to_datetime is not None, to_current,
+                  shift_by is not None, by_duration is not None, to_offsets is not None]
         if sum(chosen) != 1:
-            raise InvalidConfigError("choose exactly one of to_earliest, to_latest, to_offset, to_datetime")
+            raise InvalidConfigError("choose exactly one of to_earliest, to_latest, to_offset, to_datetime, "
+                                     "to_current, shift_by, by_duration, to_offsets")
         validate_group(group)
         if to_offset is not None:
             to_offset = checks.offset(to_offset, "to_offset")
+        if shift_by is not None:
+            shift_by = checks.integer(shift_by, "shift_by", -checks.LONG_MAX, checks.LONG_MAX)
+        if by_duration is not None:
+            to_datetime = datetime.now().astimezone() - _duration(by_duration)
         since_us = None if to_datetime is None else _epoch_us(to_datetime)
-        info = self.cluster.coordinator.topic(validate_topic(topic))
-        plan = {}
-        for p in range(info.partitions):
-            state = self.cluster.partition_state(topic, p)
+        committed = {tp: c.offset for tp, c in self.cluster.coordinator.committed(group).items()}
+        if to_offsets is not None:
+            if topics is not None:
+                raise InvalidConfigError("to_offsets names the partitions to reset; leave topics out")
+            requested = checks.by_partition(to_offsets, "to_offsets", checks.offset)
+            self._check_partitions(requested)
+        else:
+            requested = {tp: 0 for tp in self._reset_partitions(group, topics, committed)}
+        plan = OffsetResetPlan()
+        for tp in sorted(requested):
+            state = self.cluster.partition_state(*tp)
             if to_earliest:
                 target = state.start_offset
             elif to_latest:
                 target = state.end_offset
             elif to_offset is not None:
-                target = min(max(to_offset, state.start_offset), state.end_offset)
-            else:
-                assert since_us is not None  # exactly one target was chosen
-                found = self.cluster.offset_for_time(topic, p, since_us)
+                target = to_offset
+            elif to_current:
+                target = committed.get(tp, state.end_offset)
+            elif shift_by is not None:
+                if tp not in committed:
+                    raise InvalidConfigError(f"cannot shift {tp[0]}-{tp[1]}: group {group!r} has no committed "
+                                             "offset there; reset it another way first (e.g. to the earliest offset)")
+                target = committed[tp] + shift_by
+            elif since_us is not None:
+                found = self.cluster.offset_for_time(*tp, since_us)
                 target = state.end_offset if found is None else found
-            plan[(topic, p)] = target
+            else:
+                target = requested[tp]
+            plan[tp] = min(max(target, state.start_offset), state.end_offset)
+            if plan[tp] != target:
+                plan.clamped[tp] = target
         if execute:
-            self.cluster.commit_offsets(group, plan)
+            self.cluster.commit_offsets(group, dict(plan))
         return plan
+
+    def _reset_partitions(self, group: str, topics: str | Sequence[str | TopicPartition] | None,
+                          committed: Mapping[TopicPartition, int]) -> list[TopicPartition]:
+        """The partitions reset_offsets moves: every partition of each named topic, each named pair, or (None)
+        every partition the group has committed offsets for."""
+        if topics is None:
+            if not committed:
+                raise InvalidConfigError(f"group {group!r} has no committed offsets, so there are no topics of "
+                                         "its own to reset; name the topics")
+            return sorted(committed)
+        out: list[TopicPartition] = []
+        for item in [topics] if isinstance(topics, str) else topics:
+            if isinstance(item, str):
+                out += [(item, p) for p in range(self.cluster.coordinator.topic(validate_topic(item)).partitions)]
+            else:
+                out.append(checks.topic_partition(item, "topics[]"))
+        self._check_partitions(out)
+        return out
+
+    def _check_partitions(self, partitions: Iterable[TopicPartition]) -> None:
+        for topic, p in partitions:
+            count = self.cluster.coordinator.topic(topic).partitions
+            if not 0 <= p < count:
+                raise UnknownPartitionError(f"topic {topic!r} has partitions 0..{count - 1}; there is no "
+                                            f"partition {p}")
 
     def close(self) -> None:
         self.cluster.close()
@@ -332,3 +414,16 @@ def _differences(existing: TopicInfo, partitions: int, config: Mapping[str, str]
             schema is not None and existing.value_schema is not None and not schema.equals(existing.value_schema)):
         out.append("its value schema differs")
     return out
+
+
+def _duration(duration: timedelta | str) -> timedelta:
+    """reset_offsets' by_duration: a timedelta, or ISO 8601 text as Java's Duration.parse takes it (PnDTnHnMn.nS,
+    as kafka-consumer-groups --by-duration)."""
+    if isinstance(duration, timedelta):
+        return duration
+    match = DURATION.fullmatch(duration.strip()) if isinstance(duration, str) else None
+    if match is None or not any(match.groups()):
+        raise InvalidConfigError(f"--by-duration {duration!r} is not an ISO 8601 duration PnDTnHnMnS; use e.g. "
+                                 "PT30M (30 minutes), PT1H30M or P2DT12H")
+    days, hours, minutes, seconds = (float((g or "0").replace(",", ".")) for g in match.groups())
+    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)

@@ -128,6 +128,10 @@ class GroupNotEmptyError(FabricError):
     """The group still has live members, so it cannot be deleted."""
 
 
+class GroupIdNotFoundError(FabricError):
+    """No such consumer group: it has neither committed offsets nor live members."""
+
+
 class CommitFailedError(FabricError):
     """An offset commit was rejected because this consumer's group generation is stale."""
 

@@ -10,6 +10,8 @@ import subprocess
 import pytest
 
 import fabric
+from fabric.common.errors import GroupIdNotFoundError, GroupNotEmptyError
+from fabric.common.waiting import wait_for
 
 
 class Cli:
@@ -36,7 +38,7 @@ class Cli:
     def rows(self, *args: str) -> list[dict[str, str]]:
         """A command's column table as one dict per row (the header line names the columns)."""
         head, *body = [line.split() for line in self.ok(*args).splitlines() if line and ": " not in line]
-        return [dict(zip(head, row, strict=False)) for row in body]
+        return [dict(zip(head, row, strict=False)) for row in body if row != head]
 
 
 @pytest.fixture
@@ -169,3 +171,88 @@ def test_produce_a_million_lines_reports_progress(cli):
     assert sum(ends(cli.url, "big")) == 1_000_000
     quiet = cli.run("produce", "big", stdin="one\ntwo\n")
     assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+# -- groups ----------------------------------------------------------------------------------------------------
+def committed_offsets(cli: Cli, group: str) -> dict[tuple[str, int], str]:
+    return {(r["TOPIC"], int(r["PARTITION"])): r["CURRENT-OFFSET"] for r in cli.rows("groups", "describe", group)}
+
+
+def test_groups_delete_refuses_a_group_with_live_members_and_describe_all_groups(cli):
+    cli.ok("topics", "create", "t")
+    cli.ok("produce", "t", stdin="a\nb\n")
+    for group in ("one", "two"):
+        cli.ok("consume", "t", "--group", group, "--from-beginning", "--exit-at-end")
+    every = cli.ok("groups", "describe", "--all-groups")
+    assert [line.split("\t")[0] for line in every.splitlines() if line.startswith("Group: ")] == [
+        "Group: one", "Group: two"]
+    assert [r["GROUP"] for r in cli.rows("groups", "describe", "--all-groups")] == ["one", "two"]
+    assert "name one GROUP or give --all-groups" in cli.error("groups", "describe")
+
+    with fabric.connect(cli.url) as fab, fab.consumer("t", group_id="one", session_timeout_ms=30000) as member:
+        wait_for(lambda: member.poll(0.05) is not None and member.assignment() == [("t", 0)],
+                                       timeout=60, what="the member to be assigned t-0")
+        with pytest.raises(GroupNotEmptyError, match="live member"):
+            fab.delete_group("one")
+        err = cli.error("groups", "delete", "one", "two")
+        assert "could not delete group 'one': the group has 1 live member(s)" in err
+        assert cli.ok("groups", "list").split() == ["one"]  # two was deleted all the same
+    assert cli.ok("groups", "delete", "one") == "Deleted consumer group 'one'.\n"
+    assert cli.ok("groups", "list") == ""
+    assert "consumer group 'gone' does not exist" in cli.error("groups", "delete", "gone")
+    with fabric.connect(cli.url) as fab, pytest.raises(GroupIdNotFoundError):
+        fab.delete_group("one")
+
+
+def test_reset_offsets_strategies_scopes_export_and_clamping(cli, tmp_path):
+    cli.ok("topics", "create", "a", "--partitions", "2")
+    cli.ok("topics", "create", "b")
+    cli.ok("produce", "a", "--partition", "0", stdin="".join(f"{i}\n" for i in range(10)))
+    cli.ok("produce", "a", "--partition", "1", stdin="".join(f"{i}\n" for i in range(4)))
+    cli.ok("produce", "b", stdin="".join(f"{i}\n" for i in range(6)))
+    cli.ok("groups", "reset-offsets", "g", "--topic", "a:0", "--topic", "b", "--to-offset", "3", "--execute")
+    assert committed_offsets(cli, "g") == {("a", 0): "3", ("a", 1): "-", ("b", 0): "3"}
+
+    shifted = cli.run("groups", "reset-offsets", "g", "--all-topics", "--shift-by", "-5")  # a dry run
+    assert shifted.returncode == 0 and "dry run" in shifted.stderr
+    assert "New offset -2 of a-0 is outside its log; it is set to 0" in shifted.stderr
+    assert [(r["TOPIC"], r["PARTITION"], r["NEW-OFFSET"]) for r in cli.rows(
+        "groups", "reset-offsets", "g", "--all-topics", "--shift-by", "-5")] == [("a", "0", "0"), ("b", "0", "0")]
+    assert committed_offsets(cli, "g")[("a", 0)] == "3"
+    assert "cannot shift a-1: group 'g' has no committed offset" in cli.error(
+        "groups", "reset-offsets", "g", "--topic", "a", "--shift-by", "1")
+
+    plan = cli.run("groups", "reset-offsets", "g", "--topic", "a", "--topic", "b:0", "--to-current", "--export")
+    assert plan.returncode == 0 and plan.stdout == "a,0,3\na,1,4\nb,0,3\n"  # a-1 has no offset: its log end
+    ahead = cli.run("groups", "reset-offsets", "g", "--topic", "a:0,1", "--shift-by", "2", "--export",
+                    "--execute")  # a-1 uncommitted is refused: nothing changes
+    assert ahead.returncode == 1 and committed_offsets(cli, "g")[("a", 0)] == "3"
+
+    csv_plan = tmp_path / "plan.csv"
+    csv_plan.write_text("a,0,7\n\na,1,99\nb,0,1\n")
+    applied = cli.run("groups", "reset-offsets", "g", "--from-file", str(csv_plan), "--execute")
+    assert applied.returncode == 0 and "dry run" not in applied.stderr
+    assert "New offset 99 of a-1 is outside its log; it is set to 4" in applied.stderr
+    assert committed_offsets(cli, "g") == {("a", 0): "7", ("a", 1): "4", ("b", 0): "1"}
+    csv_plan.write_text(cli.ok("groups", "reset-offsets", "g", "--all-topics", "--to-earliest", "--export"))
+    cli.ok("groups", "reset-offsets", "g", "--from-file", str(csv_plan), "--execute")  # --export reads back
+    assert committed_offsets(cli, "g") == {("a", 0): "0", ("a", 1): "0", ("b", 0): "0"}
+
+    cli.ok("groups", "reset-offsets", "g", "--all-topics", "--by-duration", "P1DT2H30M", "--execute")
+    assert committed_offsets(cli, "g") == {("a", 0): "0", ("a", 1): "0", ("b", 0): "0"}  # all are newer
+    cli.ok("groups", "reset-offsets", "g", "--topic", "b", "--by-duration", "PT0S", "--execute")
+    assert committed_offsets(cli, "g")[("b", 0)] == "6"  # none is newer than now: the log end
+
+    for args, expected in [
+        (("--all-topics", "--by-duration", "1h"), "--by-duration '1h' is not an ISO 8601 duration"),
+        (("--to-earliest",), "choose what to reset: --topic TOPIC[:P,P] (repeatable) or --all-topics"),
+        (("--from-file", str(csv_plan), "--topic", "a", ), "--from-file names the partitions"),
+        (("--from-file", str(tmp_path / "missing.csv")), "cannot read --from-file"),
+        (("--topic", "a:x", "--to-earliest"), "expected TOPIC or TOPIC:P,P (e.g. orders:0,2), got 'a:x'"),
+        (("--topic", "a:2", "--to-earliest"), "topic 'a' has partitions 0..1; there is no partition 2"),
+    ]:
+        assert expected in cli.error("groups", "reset-offsets", "g", *args)
+    csv_plan.write_text("a,0\n")
+    assert "line 1: expected topic,partition,offset" in cli.error("groups", "reset-offsets", "g", "--from-file",
+                                                                 str(csv_plan))
+    assert committed_offsets(cli, "g") == {("a", 0): "0", ("a", 1): "0", ("b", 0): "6"}
