@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK
 """`python -m fabric.cli ...`: the `fabric` command."""
 import sys
 

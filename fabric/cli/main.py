@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (argcomplete: this console entry completes itself; see README, Shell completion)
 """`fabric`: Kafka's command-line tools as one command (topics, produce, consume, groups, coordinator).
 
 Each command group lives in a module of fabric.cli exposing `register(subparsers)`; add a group by adding its
@@ -10,6 +11,8 @@ import importlib
 import os
 import sys
 from typing import NoReturn, Sequence
+
+import argcomplete
 
 import fabric
 from fabric.cli.common import add_url_option
@@ -56,8 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns the process exit code."""
-    args = build_parser().parse_args(argv)
+    """Run one command; returns the process exit code. Under argcomplete's shell hook (_ARGCOMPLETE set) it
+    prints the completions of the command line instead and exits."""
+    parser = build_parser()
+    argcomplete.autocomplete(parser)
+    args = parser.parse_args(argv)
     configure(level_of(args, getattr(args, "log_level_default", CLI_LOG_LEVEL)))
     try:
         return args.func(args) or 0

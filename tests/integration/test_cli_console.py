@@ -5,7 +5,10 @@ completion through argcomplete's own protocol."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -256,3 +259,53 @@ def test_reset_offsets_strategies_scopes_export_and_clamping(cli, tmp_path):
     assert "line 1: expected topic,partition,offset" in cli.error("groups", "reset-offsets", "g", "--from-file",
                                                                  str(csv_plan))
     assert committed_offsets(cli, "g") == {("a", 0): "0", ("a", 1): "0", ("b", 0): "6"}
+
+
+# -- shell completion ------------------------------------------------------------------------------------------
+def complete(line: str, tmp_path: Path) -> list[str]:
+    """What the installed `fabric` console script offers for `line` (the cursor at its end), asked through
+    argcomplete's protocol as its bash hook asks: _ARGCOMPLETE=1, COMP_LINE, COMP_POINT, the answer written to
+    _ARGCOMPLETE_STDOUT_FILENAME separated by _ARGCOMPLETE_IFS."""
+    script = Path(sys.executable).parent / "fabric"
+    answer = tmp_path / "completions"
+    env = {**os.environ, "_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
+           "_ARGCOMPLETE_STDOUT_FILENAME": str(answer), "_ARGCOMPLETE_IFS": "\n"}
+    done = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return answer.read_text().split()
+
+
+def test_shell_completion_through_argcomplete(tmp_path, fabric_cli):
+    assert complete("fabric top", tmp_path) == ["topics"]
+    assert complete("fabric groups re", tmp_path) == ["reset-offsets"]
+    assert {"--to-current", "--to-datetime", "--to-earliest", "--to-latest", "--to-offset"} == set(
+        complete("fabric groups reset-offsets g --to-", tmp_path))
+    assert "--exit-at-end" in complete("fabric consume t --ex", tmp_path)
+    hook = subprocess.run([str(Path(sys.executable).parent / "register-python-argcomplete"), "fabric"],
+                          capture_output=True, text=True, timeout=60)
+    assert hook.returncode == 0 and "complete " in hook.stdout and "fabric" in hook.stdout
+    assert fabric_cli("topics", "--help").returncode == 0  # outside completion the command runs as ever
+
+
+# -- through a coordinator service -----------------------------------------------------------------------------
+def test_the_main_paths_against_a_coordinator_service(fabric_cli, coordinators):
+    cli = Cli(fabric_cli, coordinators().url())
+    cli.ok("topics", "create", "s", "--partitions", "2")
+    cli.ok("produce", "s", "--partition", "1", "--property", "parse.headers=true", "parse.key=true",
+           stdin="h:1\tk\tv0\n\tk\tv1\n\tk\tv2\n")
+    assert cli.ok("consume", "s", "--partition", "1", "--offset", "1", "--exit-at-end", "--property",
+                  "print.partition=true", "print.offset=true", "print.headers=true").splitlines() == [
+        "Partition:1\tOffset:1\tNO_HEADERS\tv1", "Partition:1\tOffset:2\tNO_HEADERS\tv2"]
+    first = json.loads(cli.ok("consume", "s", "--partition", "1", "--offset", "0", "--max-messages", "1",
+                              "--format", "json"))
+    assert first["headers"] == [{"key": "h", "value": "1"}] and first["key"] == "k"
+
+    assert cli.ok("consume", "s", "--group", "svc", "--from-beginning", "--exit-at-end").split() == ["v0", "v1", "v2"]
+    assert cli.ok("groups", "reset-offsets", "svc", "--all-topics", "--shift-by", "-2", "--export",
+                  "--execute") == "s,1,1\n"
+    assert [(r["GROUP"], r["PARTITION"], r["CURRENT-OFFSET"]) for r in cli.rows("groups", "describe",
+                                                                                "--all-groups")] == [
+        ("svc", "0", "-"), ("svc", "1", "1")]
+    assert cli.ok("consume", "s", "--group", "svc", "--exit-at-end").split() == ["v1", "v2"]
+    assert cli.ok("groups", "delete", "svc") == "Deleted consumer group 'svc'.\n"
+    assert cli.ok("groups", "list") == ""
