@@ -30,8 +30,12 @@ EPILOG = """examples:
   seq 10 | fabric produce orders
   fabric consume orders --from-beginning --max-messages 10
   fabric consume orders --group billing --format json --timeout-ms 5000
+  fabric consume orders --partition 0 --offset 42 --exit-at-end --property print.offset=true
   fabric groups describe billing
   fabric groups reset-offsets billing --topic orders --to-earliest --execute
+  fabric groups reset-offsets billing --all-topics --shift-by -10 --export
+
+Shell completion: eval "$(register-python-argcomplete fabric)"
 
 Every command takes --url (before or after the command); without it $FABRIC_URL, else ./fabric-data."""
 
