@@ -163,7 +163,7 @@ def _formatter(args: argparse.Namespace) -> LineFormatter:
         given["print.key"] = "true"
     if args.key_separator is not None:
         given["key.separator"] = args.key_separator
-    return LineFormatter(properties(given, FORMATTER_DEFAULTS))
+    return LineFormatter.of(properties(given, FORMATTER_DEFAULTS))
 
 
 def _open_consumer(fab: Fabric, args: argparse.Namespace) -> Consumer:

@@ -96,31 +96,50 @@ class LineFormatter:
     """Kafka's DefaultMessageFormatter: `CreateTime:<ms>`, `Partition:<p>`, `Offset:<o>`, headers (`k:v,k2:v2`
     or `NO_HEADERS`), key, value, in that order, each printed when asked, joined by key.separator."""
 
-    props: Mapping[str, str]
+    timestamp: bool
+    partition: bool
+    offset: bool
+    headers: bool
+    key: bool
+    value: bool
+    key_separator: bytes
+    line_separator: bytes
+    headers_separator: bytes
+    headers_key_separator: bytes
+    null_literal: bytes
+
+    @classmethod
+    def of(cls, props: Mapping[str, str]) -> LineFormatter:
+        """The formatter `properties(..., FORMATTER_DEFAULTS)` describe."""
+        return cls(timestamp=_flag(props, "print.timestamp"), partition=_flag(props, "print.partition"),
+                   offset=_flag(props, "print.offset"), headers=_flag(props, "print.headers"),
+                   key=_flag(props, "print.key"), value=_flag(props, "print.value"),
+                   key_separator=props["key.separator"].encode(), line_separator=props["line.separator"].encode(),
+                   headers_separator=props["headers.separator"].encode(),
+                   headers_key_separator=props["headers.key.separator"].encode(),
+                   null_literal=props["null.literal"].encode())
 
     def line(self, record: Record, typed: bool) -> bytes:
         """The record as one output line, with its line separator."""
-        p = self.props
         fields: list[bytes] = []
-        if _flag(p, "print.timestamp"):
+        if self.timestamp:
             kind = TIMESTAMP_TYPES.get(record.timestamp_type)
             fields.append(f"{kind}:{record.timestamp}".encode() if kind else b"NO_TIMESTAMP")
-        if _flag(p, "print.partition"):
+        if self.partition:
             fields.append(b"Partition:%d" % record.partition)
-        if _flag(p, "print.offset"):
+        if self.offset:
             fields.append(b"Offset:%d" % record.offset)
-        if _flag(p, "print.headers"):
-            fields.append(p["headers.separator"].encode().join(
-                k.encode() + p["headers.key.separator"].encode() + self._bytes(v) for k, v in record.headers)
-                or b"NO_HEADERS")
-        if _flag(p, "print.key"):
+        if self.headers:
+            fields.append(self.headers_separator.join(k.encode() + self.headers_key_separator + self._bytes(v)
+                                                      for k, v in record.headers) or b"NO_HEADERS")
+        if self.key:
             fields.append(self._bytes(record.key))
-        if _flag(p, "print.value"):
+        if self.value:
             fields.append(dumps(record.value).encode() if typed else self._bytes(record.value))
-        return p["key.separator"].encode().join(fields) + p["line.separator"].encode() if fields else b""
+        return self.key_separator.join(fields) + self.line_separator if fields else b""
 
     def _bytes(self, data: bytes | None) -> bytes:
-        return self.props["null.literal"].encode() if data is None else data
+        return self.null_literal if data is None else data
 
 
 def json_line(record: Record, typed: bool) -> bytes:

@@ -25,13 +25,10 @@ def describe(args: argparse.Namespace) -> None:
     if (args.group is None) == (not args.all_groups):
         raise CommandError("name one GROUP or give --all-groups")
     with open_fabric(args) as fab:
-        if not args.all_groups:
-            return _describe_group(fab, args.group, args.members)
-        for number, group in enumerate(fab.list_groups()):
+        for number, group in enumerate(fab.list_groups() if args.all_groups else [args.group]):
             if number:
                 print()
             _describe_group(fab, group, args.members)
-    return None
 
 
 def _describe_group(fab: Fabric, name: str, members: bool) -> None:

@@ -308,7 +308,10 @@ class Fabric:
         if shift_by is not None:
             shift_by = checks.integer(shift_by, "shift_by", -checks.LONG_MAX, checks.LONG_MAX)
         if by_duration is not None:
-            to_datetime = datetime.now().astimezone() - _duration(by_duration)
+            try:
+                to_datetime = datetime.now().astimezone() - _duration(by_duration)
+            except OverflowError:  # longer ago than datetime reaches: before the first record
+                to_datetime = datetime.fromtimestamp(0).astimezone()
         since_us = None if to_datetime is None else _epoch_us(to_datetime)
         committed = {tp: c.offset for tp, c in self.cluster.coordinator.committed(group).items()}
         if to_offsets is not None:
@@ -426,4 +429,7 @@ def _duration(duration: timedelta | str) -> timedelta:
         raise InvalidConfigError(f"--by-duration {duration!r} is not an ISO 8601 duration PnDTnHnMnS; use e.g. "
                                  "PT30M (30 minutes), PT1H30M or P2DT12H")
     days, hours, minutes, seconds = (float((g or "0").replace(",", ".")) for g in match.groups())
-    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    try:
+        return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    except OverflowError:
+        return timedelta.max

@@ -245,6 +245,8 @@ def test_reset_offsets_strategies_scopes_export_and_clamping(cli, tmp_path):
     assert committed_offsets(cli, "g") == {("a", 0): "0", ("a", 1): "0", ("b", 0): "0"}  # all are newer
     cli.ok("groups", "reset-offsets", "g", "--topic", "b", "--by-duration", "PT0S", "--execute")
     assert committed_offsets(cli, "g")[("b", 0)] == "6"  # none is newer than now: the log end
+    assert [r["NEW-OFFSET"] for r in cli.rows("groups", "reset-offsets", "g", "--topic", "b", "--by-duration",
+                                              "P99999999999D")] == ["0"]  # before any date: the log start
 
     for args, expected in [
         (("--all-topics", "--by-duration", "1h"), "--by-duration '1h' is not an ISO 8601 duration"),
