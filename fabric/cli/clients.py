@@ -24,6 +24,7 @@ from fabric.cli.formats import (
 from fabric.client.admin import Fabric
 from fabric.client.consumer import Consumer
 from fabric.client.producer import Producer, SendFuture
+from fabric.client.topic_partition import TopicPartition as NamedPartition
 from fabric.common.errors import FabricError
 from fabric.common.types import TopicPartition
 
@@ -189,7 +190,7 @@ def _open_consumer(fab: Fabric, args: argparse.Namespace) -> Consumer:
 
 
 def _within_log(consumer: Consumer, tp: TopicPartition, offset: int) -> int:
-    start, end = consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]
+    (start,), (end,) = consumer.beginning_offsets([tp]).values(), consumer.end_offsets([tp]).values()
     if start <= offset <= end:
         return offset
     moved = min(max(offset, start), end)
@@ -198,7 +199,7 @@ def _within_log(consumer: Consumer, tp: TopicPartition, offset: int) -> int:
     return moved
 
 
-def _reached_end(consumer: Consumer, ends: dict[TopicPartition, int]) -> bool:
+def _reached_end(consumer: Consumer, ends: dict[NamedPartition, int]) -> bool:
     """kcat -e: every assigned partition's position has reached its end offset. `ends` caches the end offsets;
     they are read again once every position reached them, so records appended meanwhile are printed too."""
     assigned = consumer.assignment()
@@ -227,7 +228,7 @@ def consume(args: argparse.Namespace) -> None:
     formatter = None if args.format == "json" else _formatter(args)
     out = sys.stdout.buffer
     count = 0
-    ends: dict[TopicPartition, int] = {}
+    ends: dict[NamedPartition, int] = {}
     with _stop_on_signals() as stop, open_fabric(args) as fab, _open_consumer(fab, args) as consumer:
         typed = fab.describe_topic(args.topic).value_schema is not None
         last_record = time.monotonic()

@@ -13,6 +13,7 @@ import pyarrow as pa
 from fabric.client.cluster import Cluster
 from fabric.client.consumer import Consumer
 from fabric.client.producer import Producer
+from fabric.client.topic_partition import TopicPartition as NamedPartition
 from fabric.common import checks
 from fabric.common.config import (
     INT_MAX,
@@ -86,9 +87,9 @@ class ConsumerGroupDescription:
 
 
 class OffsetResetPlan(dict[TopicPartition, int]):
-    """What `reset_offsets` returns: the new offset of each partition. `clamped` maps each partition whose
-    requested offset was outside [log start, log end] (and so was moved to the nearer one, as Kafka's tool
-    does) to the offset requested."""
+    """What `reset_offsets` returns: the new offset of each partition (keys are fabric.TopicPartition).
+    `clamped` maps each partition whose requested offset was outside [log start, log end] (and so was moved to
+    the nearer one, as Kafka's tool does) to the offset requested."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -342,9 +343,10 @@ class Fabric:
                 target = state.end_offset if found is None else found
             else:
                 target = requested[tp]
-            plan[tp] = min(max(target, state.start_offset), state.end_offset)
-            if plan[tp] != target:
-                plan.clamped[tp] = target
+            named = NamedPartition(*tp)
+            plan[named] = min(max(target, state.start_offset), state.end_offset)
+            if plan[named] != target:
+                plan.clamped[named] = target
         if execute:
             self.cluster.commit_offsets(group, dict(plan))
         return plan
