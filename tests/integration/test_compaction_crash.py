@@ -191,13 +191,7 @@ def test_sigkill_at_random_moments_of_appends_and_passes_keeps_every_latest_valu
                 line = proc.stdout.readline()
                 if not line:
                     raise AssertionError(f"child died early: {proc.stderr.read()}")
-                event = json.loads(line)
-                if "ok" in event:
-                    acknowledged += [(o, k, v) for o, k, v in event["ok"]]
-                    written.update({o: (k, v) for o, k, v in event["ok"]})
-                    in_flight = []
-                else:
-                    in_flight = [(k, v) for k, v in event["sending"]]
+                in_flight = _record_event(json.loads(line), written, acknowledged)
         finally:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
@@ -205,6 +199,17 @@ def test_sigkill_at_random_moments_of_appends_and_passes_keeps_every_latest_valu
             proc.stderr.close()
         plog, got = _reopened_after_kill(storage, directory, written, acknowledged, in_flight)
     assert len(got) < plog.end_offset - plog.start_offset, "the passes between the kills compacted nothing"
+
+
+def _record_event(event: dict, written: dict[int, tuple[str, str]], acknowledged: list[tuple[int, str, str]]
+                  ) -> list[tuple[str, str]]:
+    """Note one line a writing child reported: records acknowledged at their offsets ("ok"), or a batch it is
+    sending ("sending"); the records in flight after it."""
+    if "ok" in event:
+        acknowledged += [(o, k, v) for o, k, v in event["ok"]]
+        written.update({o: (k, v) for o, k, v in event["ok"]})
+        return []
+    return [(k, v) for k, v in event["sending"]]
 
 
 def test_sigkill_while_the_background_maintenance_cleans_keeps_every_latest_value(tmp_path, storage) -> None:
@@ -234,13 +239,7 @@ def test_sigkill_while_the_background_maintenance_cleans_keeps_every_latest_valu
         caught += bool(_leftovers(directory))
         in_flight: list[tuple[str, str]] = []
         for line in events.read_text().splitlines():
-            event = json.loads(line)
-            if "ok" in event:
-                acknowledged += [(o, k, v) for o, k, v in event["ok"]]
-                written.update({o: (k, v) for o, k, v in event["ok"]})
-                in_flight = []
-            else:
-                in_flight = [(k, v) for k, v in event["sending"]]
+            in_flight = _record_event(json.loads(line), written, acknowledged)
         plog, _ = _reopened_after_kill(storage, directory, written, acknowledged, in_flight)
         round_no += 1
     plog.clean(force=True)  # the next pass removes a copy the dead one left and compacts the rest
