@@ -34,6 +34,7 @@ from fabric.common.types import (
 )
 from fabric.server import wire
 from fabric.server.connection import Call, action_call, fetch_call, put_call
+from fabric.storage.cleaner import CleanReport
 
 log = logging.getLogger(__name__)
 METADATA_MAX_AGE_S = 30.0
@@ -225,6 +226,20 @@ class RoutingCluster(RemoteCluster):
                                                 timeout_ms=self.hold_ms, **target.quoted()),
                      lambda: super(RoutingCluster, self).write_markers(topic, partition, transactional_id, commit,
                                                                         abort))
+
+    def compact_topic(self, topic: str) -> list[CleanReport]:
+        """A replicated topic is compacted at each partition's leader (compact_partition), below its high
+        watermark; followers clean their own copies on their node's schedule (log.retention.check.interval.ms).
+        Other topics as RemoteCluster does. A rare admin call: it decides on fresh metadata."""
+        self.describe_cluster(refresh=True)
+        if not self.replicated(topic):
+            return super().compact_topic(topic)
+        def at_leader(partition: int) -> CleanReport:
+            return self._routed(topic, partition,
+                                lambda target: action_call("compact_partition", topic=topic, partition=partition,
+                                                           **target.quoted()),
+                                lambda: super(RoutingCluster, self).compact_topic(topic)[partition])
+        return [at_leader(partition) for partition in range(self.coordinator.topic(topic).partitions)]
 
     def partition_state(self, topic: str, partition: int) -> PartitionState:
         return self._routed(topic, partition,

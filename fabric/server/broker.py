@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pyarrow as pa
 
 from fabric.common import checks
-from fabric.common.config import INT_MAX, LONG_MAX, TopicConfig
+from fabric.common.config import INT_MAX, LONG_MAX
 from fabric.common.errors import (
     CorruptRecordError,
     FabricError,
@@ -266,12 +266,7 @@ class Broker:
         (Log.clean(force=True)); a report per partition. Refused, naming the fix, for a topic whose
         cleanup.policy does not compact."""
         info = self._topic(topic)
-        policy = TopicConfig(info.config)["cleanup.policy"]
-        if "compact" not in policy:
-            raise InvalidConfigError(
-                f"topic {topic!r} is not compacted (cleanup.policy={policy}): there is nothing to compact; make it a "
-                f"compacted topic with `fabric topics alter {topic} --config cleanup.policy=compact` (or "
-                "compact,delete), or apply its retention now with `fabric topics retain`")
+        partition_ops.check_compacted(info)
         with disk_errors(self.logs.topic_dir(topic), f"compact topic {topic!r}"):
             return [self._open(info, p).clean(force=True) for p in range(info.partitions)]
 

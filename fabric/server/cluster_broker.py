@@ -6,9 +6,11 @@ nodes
 by the controller; its data lives only on them, so this Broker refuses every data call on it with
 NotLeaderError (retriable: a routing client refreshes its metadata and goes to the leader) instead of opening
 an empty log in its own directory. Adding partitions and deleting a replicated topic change only its metadata;
-a committed offset in it is checked against the partition count (the logs are on the nodes). Retention,
-compaction and deleting records of replicated topics are not built yet (docs/replication.md, What is left): the
-background maintenance skips them, and `fabric topics retain` / `compact` / `delete-records` refuse them.
+a committed offset in it is checked against the partition count (the logs are on the nodes). The data nodes
+compact replicated compacted topics themselves (docs/compaction.md): `fabric topics compact` goes to each
+partition's leader through a routing client, so this Broker answers it with NotLeaderError like the data calls.
+Retention and deleting records of replicated topics are not built yet (docs/replication.md, What is left):
+the background maintenance skips them, and `fabric topics retain` / `delete-records` refuse them.
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ from fabric.storage.cleaner import CleanReport
 from fabric.storage.log import Log
 
 log = logging.getLogger(__name__)
-MAINTENANCE_MISSING = "data nodes do not apply retention or compaction"
+MAINTENANCE_MISSING = "data nodes do not apply retention"
 
 
 class ClusterBroker(Broker):
@@ -82,19 +84,23 @@ class ClusterBroker(Broker):
         return self.controller.add_partitions(name, total)
 
     def log(self, topic: str, partition: int) -> Log:
+        self._on_nodes(topic)
+        return super().log(topic, partition)
+
+    def _on_nodes(self, topic: str) -> None:
+        """NotLeaderError for a replicated topic, whose data calls go to its partitions' leader nodes."""
         if self.coordinator.replicated(topic):
             raise NotLeaderError(
                 f"topic {topic!r} is replicated: its partitions are served by their leader nodes, not by the "
                 "coordinator; use a fabric client (fabric.connect), which routes to the leaders (`fabric topics "
                 f"describe {topic}` shows them)")
-        return super().log(topic, partition)
 
     def enforce_retention(self, topic: str) -> int:
         self._not_replicated(topic, "retention on demand (`fabric topics retain`)", MAINTENANCE_MISSING)
         return super().enforce_retention(topic)
 
     def compact_topic(self, topic: str) -> list[CleanReport]:
-        self._not_replicated(topic, "compaction on demand (`fabric topics compact`)", MAINTENANCE_MISSING)
+        self._on_nodes(topic)
         return super().compact_topic(topic)
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:

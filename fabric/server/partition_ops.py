@@ -9,10 +9,10 @@ import pyarrow as pa
 
 from fabric.common import checks
 from fabric.common.codecs import CODECS
-from fabric.common.config import INT_MAX, LONG_MAX
+from fabric.common.config import INT_MAX, LONG_MAX, TopicConfig
 from fabric.common.errors import InvalidConfigError, InvalidRequestError
 from fabric.common.redaction import clip
-from fabric.common.types import Fetched, PartitionState, ProducerBatch
+from fabric.common.types import Fetched, PartitionState, ProducerBatch, TopicInfo
 from fabric.coordinator.disk import disk_errors
 from fabric.server import admission
 from fabric.storage.log import Log
@@ -20,6 +20,21 @@ from fabric.storage.producer_state import SEQUENCE_MAX
 from fabric.storage.reader import ISOLATION_LEVELS
 
 SHORT_MAX = (1 << 15) - 1
+
+
+def compacted(info: TopicInfo) -> bool:
+    """True if the topic's cleanup.policy compacts (compact, or compact,delete)."""
+    return "compact" in TopicConfig(info.config)["cleanup.policy"]
+
+
+def check_compacted(info: TopicInfo) -> None:
+    """InvalidConfigError naming the fix unless the topic is compacted (what compact_topic asks of it)."""
+    if not compacted(info):
+        policy = TopicConfig(info.config)["cleanup.policy"]
+        raise InvalidConfigError(
+            f"topic {info.name!r} is not compacted (cleanup.policy={policy}): there is nothing to compact; make it a "
+            f"compacted topic with `fabric topics alter {info.name} --config cleanup.policy=compact` (or "
+            "compact,delete), or apply its retention now with `fabric topics retain`")
 
 
 def check_codec(codec: Any) -> None:

@@ -2,7 +2,9 @@
 
 A pass keeps, in the segments it may clean, the latest record of each key and drops the rest:
 - It may clean whole closed segments below the first unstable offset (no open transaction's records) and the
-  high watermark, whose newest record is older than min.compaction.lag.ms. It runs when the bytes not yet
+  high watermark, whose newest record is older than min.compaction.lag.ms. On a replica log (a data node's)
+  the high watermark is the replication one as this node knows it (Log.replication_high_watermark: the
+  leader's, or a follower's as its last fetch told it), not the log end. It runs when the bytes not yet
   cleaned are at least min.cleanable.dirty.ratio of those segments, when a record has waited longer than
   max.compaction.lag.ms, or when asked (force: `fabric topics compact`).
 - The key is the record's `key` column, for plain and typed topics alike. A record whose value is null is a
@@ -19,6 +21,11 @@ Consecutive segments are cleaned into one copy of at most segment.bytes, swapped
 at every step). The copy is written without the partition lock; the swap takes it and first checks that no
 source changed meanwhile (retention, truncation or another cleaner), else the group is left for the next pass.
 One cleaner runs per partition at a time, across processes (a lock file tried without waiting).
+
+Invariant (replica logs): every offset a pass rewrites is below the replication high watermark, so a cleaned
+record is one every in-sync replica holds, and nothing a new leader could truncate (the uncommitted tail) is
+ever cleaned. The plan stops there, and the swap refuses (AssertionError, nothing swapped) a copy that would
+reach past the bound read again under the partition lock. While the bound is unknown nothing is cleaned.
 """
 from __future__ import annotations
 
@@ -153,7 +160,11 @@ class LogCleaner:
         if len(segs) < 2:
             report.reason = "only the active segment, which is never cleaned"
             return None
-        end = plog.last_stable_offset(plog.end_offset)
+        bound = self._upper_bound()
+        if bound is None:
+            report.reason = "a replica log whose replication high watermark is not known yet"
+            return None
+        end = plog.last_stable_offset(bound)
         lag_ms = plog.config["min.compaction.lag.ms"]
         chosen: list[Segment] = []
         ends: list[int] = []
@@ -172,6 +183,15 @@ class LogCleaner:
             st = os.stat(seg.path)
             stats.append((st.st_ino, st.st_size))
         return _Plan(chosen, ends, stats, CleanerCheckpoint.read(plog.directory))
+
+    def _upper_bound(self) -> int | None:
+        """The offset a pass cleans below: the log end, or on a replica log its replication high watermark
+        (None while unknown)."""
+        if not self.log.replica:
+            return self.log.end_offset
+        known = self.log.replication_high_watermark
+        hw = known() if known is not None else -1
+        return min(hw, self.log.end_offset) if hw >= 0 else None
 
     def _due(self, plan: _Plan) -> str | None:
         """Why the plan is due for cleaning (None, with the reason in the report, if it is not)."""
@@ -271,6 +291,12 @@ class LogCleaner:
             writer.abandon()
             return
         with plog.lock:
+            bound = self._upper_bound()
+            if bound is None or swap.end > bound:
+                writer.abandon()
+                raise AssertionError(f"{plog.name}: refusing to swap in the cleaned copy of offsets {swap.base}.."
+                                     f"{swap.end - 1}: it reaches past the cleaner's bound {bound} (the replication "
+                                     "high watermark moved back); nothing was swapped")
             if not self._unchanged(sub):
                 writer.abandon()
                 report.skipped.append(f"segments {list(swap.sources)} changed while being cleaned: left for the "

@@ -96,6 +96,9 @@ class Log:
                  replica: bool = False) -> None:
         self.directory = directory
         self.replica = replica
+        # a replica log's replication high watermark as its node knows it (set by the node's replica): the
+        # cleaner never cleans at or past it, and cleans nothing while it is None
+        self.replication_high_watermark: Callable[[], int] | None = None
         self.schema = schema
         self.config = config
         os.makedirs(directory, exist_ok=True)
@@ -679,10 +682,11 @@ class Log:
         return cleaner.run(force)
 
     def maintain(self) -> tuple[int, CleanReport]:
-        """What the background maintenance does to a partition: retention (segments deleted), a roll of an
-        active segment older than segment.ms or, on a compacted topic, max.compaction.lag.ms, then a cleaner
-        pass if one is due."""
-        deleted = self.enforce_retention()
+        """What the background maintenance does to a partition: retention (segments deleted; never on a replica
+        log, whose followers cannot take a leader's log start yet: docs/replication.md), a roll of an active
+        segment older than segment.ms or, on a compacted topic, max.compaction.lag.ms, then a cleaner pass if one
+        is due."""
+        deleted = 0 if self.replica else self.enforce_retention()
         compacted = "compact" in self.config["cleanup.policy"]
         first = self.segments()[-1].first_frame() if self.segments() else None
         if first is not None and first.first_timestamp >= 0:

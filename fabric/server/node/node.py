@@ -11,7 +11,9 @@ same id and data directory registers again and finds its logs.
 
 Besides heartbeats, a replication thread runs the ReplicaManager's rounds (ISR changes through the controller's
 alter_partition, high-watermark checkpoints) every MAINTAIN_INTERVAL_S; followers' fetchers reach other nodes
-over the coordinator connection's clients and credentials.
+over the coordinator connection's clients and credentials. A LogMaintenance thread cleans the replicas of
+compacted topics the node hosts every log.retention.check.interval.ms (ReplicaManager.maintained_partitions),
+each below its high watermark; it stops with the node.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.service import NodeService
 from fabric.server.node.settings import NodeSettings, add_node_arguments, node_settings_from
 from fabric.server.shutdown import Interrupted, Shutdown
+from fabric.storage.log_maintenance import LogMaintenance
 
 log = logging.getLogger(__name__)
 MAINTAIN_INTERVAL_S = 0.25
@@ -154,6 +157,7 @@ def serve(settings: NodeSettings) -> None:
     connection = Connection(dataclasses.replace(options, timeout_s=min(options.timeout_s,
                                                                        settings.session_timeout_ms / 2000)))
     server = node = None
+    maintenance: LogMaintenance | None = None
     try:
         def peer(address: str, call: Call) -> Any:
             return call(connection.client(address), connection.call_options)
@@ -167,20 +171,25 @@ def serve(settings: NodeSettings) -> None:
         heartbeats = threading.Thread(target=node.run_heartbeats, name="node-heartbeat", daemon=True)
         heartbeats.start()
         threading.Thread(target=node.run_replication, name="node-replication", daemon=True).start()
+        maintenance = LogMaintenance(replicas.maintained_partitions, settings.log_retention_check_interval_ms,
+                                     name="node-log-maintenance").start()
         shutdown.serve_until_requested(f"node {settings.node_id} serving {settings.data_dir} at {server.address} "
                                        f"(coordinator {', '.join(options.addresses)}, node epoch {server.node_epoch})")
     except Interrupted as stop:
         log.info("%s before the node was serving: stopping", stop)
     finally:
-        _stop(shutdown, server, node, connection)
+        _stop(shutdown, server, node, connection, maintenance)
 
 
-def _stop(shutdown: Shutdown, server: NodeService | None, node: Node | None, connection: Connection) -> None:
-    """Stop heartbeating and serving (calls in flight finish) within the deadline."""
+def _stop(shutdown: Shutdown, server: NodeService | None, node: Node | None, connection: Connection,
+          maintenance: LogMaintenance | None) -> None:
+    """Stop heartbeating, cleaning and serving (calls in flight finish) within the deadline."""
     shutdown.begin()
     if node is not None:
         node.stopping.set()
         node.replicas.stop()
+    if maintenance is not None:  # a pass in progress ends after its partition (a kill mid-swap is recovered)
+        maintenance.stop(timeout_s=max(shutdown.timeout_s / 2, 0.1))
     finished = True
     if server is not None:
         finished = shutdown.wait("stop serving", shutdown.start("stop serving", server.shutdown))

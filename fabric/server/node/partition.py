@@ -54,6 +54,7 @@ from fabric.common.types import (
 )
 from fabric.server import partition_ops
 from fabric.server.node.leader import LeaderState
+from fabric.storage import frame
 from fabric.storage.log import Log
 from fabric.storage.reader import READ_COMMITTED
 from fabric.storage.watermark import HighWatermark
@@ -114,7 +115,13 @@ class PartitionReplica:
 
     @property
     def log(self) -> Log:
-        return self._open_log()
+        """The replica's log, whose cleaner stays below this replica's high watermark."""
+        plog = self._open_log()
+        plog.replication_high_watermark = self._known_hw
+        return plog
+
+    def _known_hw(self) -> int:
+        return self.hw
 
     def _hw_file(self, plog: Log) -> HighWatermark:
         return HighWatermark(os.path.join(plog.directory, HW_CHECKPOINT))
@@ -360,12 +367,30 @@ class PartitionReplica:
             if not self.following(leader_epoch):
                 return
             plog = self.log
-            if frames.size:
+            if frames.size and not self._realigned(plog, frames):
                 plog.append_frames(frames)
             hw = min(leader_hw, plog.end_offset)
             if hw != self.hw:
                 self.hw = hw
                 self.changed.notify_all()  # consumers long-polling this follower
+
+    def _realigned(self, plog: Log, frames: pa.Buffer) -> bool:
+        """If the leader's first frame starts below this log's end, cut this log back to its own frame holding
+        that offset (lock held) and return True: the next fetch copies from there. Compaction (each replica
+        cleans its own copy) moves frame boundaries: a gap frame of the leader may span this log's end, which a
+        follower out of the ISR (restarted, lagging) can hold inside the leader's cleaned range. The offsets cut
+        are the same ones the leader sends again, as the leader's copy of them; each round cuts at least one
+        frame, so boundaries meet within a few fetches."""
+        first = frame.unpack_header(frames, 0).base_offset
+        end = plog.end_offset
+        if first >= end:
+            return False
+        own = frame.unpack_header(plog.read_frames(first, 1), 0).base_offset
+        log.info("partition %s: leader's frame at offset %d spans this replica's log end %d (frame boundaries moved "
+                 "by compaction): copying again from offset %d", self.name, first, end, own)
+        plog.truncate_to(own)
+        self.hw = min(self.hw, own)
+        return True
 
     def truncate_follower(self, leader_epoch: int, offset: int) -> None:
         """Cut the log to `offset` as the leader-epoch protocol decided under `leader_epoch` (nothing once it no

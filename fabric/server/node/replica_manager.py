@@ -8,9 +8,12 @@ epoch than it knows, first refreshes the assignment from the controller (`refres
 node learns a decision as soon as a client has. A topic that disappears from the assignments was deleted: its
 logs here are deleted too. `maintain` (run periodically by the node) asks the controller to shrink or expand
 the ISR of each partition it leads (`alter_partition`, set by the node) and checkpoints high watermarks.
+Replicas of compacted topics are cleaned by the node's log maintenance (`maintained_partitions`) and, at the
+leader, on demand (`compact_partition`), each below its own high watermark.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -42,6 +45,7 @@ from fabric.server import partition_ops
 from fabric.server.node.fetcher import FetchSettings, Peer, ReplicaFetcher
 from fabric.server.node.leader import LeaderState
 from fabric.server.node.partition import PartitionReplica, ReplicaFetch, Role
+from fabric.storage.cleaner import CleanReport
 from fabric.storage.log import Log
 from fabric.storage.log_manager import LogManager
 from fabric.storage.reader import READ_COMMITTED
@@ -55,6 +59,10 @@ MAX_MARKERS = 4096  # transaction markers one write_markers request writes at mo
 
 # the controller's answer to an ISR change: (partition, leader state it was asked for, ISR) -> the new state
 AlterPartition = Callable[[TopicPartition, LeaderState, tuple[int, ...]], LeaderAndIsr]
+
+
+def _replica_log(replica: PartitionReplica) -> Log:
+    return replica.log
 
 
 def _write_marker(path: str, text: str) -> None:
@@ -386,6 +394,26 @@ class ReplicaManager:
             return partition_ops.offset_after_records(replica.log, offset, count,
                                                       bound if end_offset is None else min(end_offset, bound),
                                                       isolation)
+
+    # -- compaction -----------------------------------------------------------------------------------------
+    def compact_partition(self, topic: str, partition: int, leader_epoch: int | None = None,
+                          topic_id: str = "") -> CleanReport:
+        """`fabric topics compact` at the partition's leader: roll the active segment and clean everything below
+        the high watermark now (the followers clean their own copies on their own schedule). InvalidConfigError
+        for a topic that is not compacted."""
+        replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
+        partition_ops.check_compacted(self.topic(topic))
+        with disk_errors(self.logs.topic_dir(topic), f"compact partition {topic}-{partition}"):
+            return replica.log.clean(force=True)
+
+    def maintained_partitions(self) -> list[tuple[str, Callable[[], Log]]]:
+        """Every replica hosted here (leader or follower) of a compacted topic, by name, with how to open its log:
+        what the node's background maintenance cleans, each replica its own copy below its high watermark. Other
+        topics are left alone: retention is not applied on the nodes (docs/replication.md, What is left)."""
+        with self._lock:
+            return [(replica.name, functools.partial(_replica_log, replica)) for tp, replica in
+                    sorted(self._replicas.items())
+                    if replica.state.role is not Role.OFFLINE and partition_ops.compacted(self._topics[tp[0]])]
 
     def describe(self) -> list[dict[str, object]]:
         """Every hosted replica's role, epoch, high watermark and (as leader) ISR and followers' progress."""

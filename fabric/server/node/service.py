@@ -4,12 +4,12 @@ DoPut `append` ({topic, partition, codec, leader_epoch, acks, timeout_ms, produc
 appends stored rows; DoGet ({topic, partition, offset, max_bytes, end_offset, leader_epoch, isolation_level})
 fetches below the high watermark (read_committed: the last stable offset); DoAction runs `partition_state`,
 `offset_for_time`, `offset_after_records`, `write_markers` (which needs write on the topic and on the
-transactional id) and `status` for clients, and for followers (other nodes, which need cluster_action on the
-cluster resource) `offsets_for_leader_epoch` and `replica_fetch`, whose second result is
-the raw frames. The wire format is the coordinator service's (fabric.server.wire). Every request is checked
-against the ReplicaManager method it calls, authenticated and authorized as the coordinator's are (same
-tokens and ACL files), and refused with NotLeaderError / FencedLeaderEpochError unless this node leads the
-partition under the quoted leader epoch.
+transactional id), `compact_partition` (admin on the topic: `fabric topics compact`) and `status` for
+clients, and for followers (other nodes, which need cluster_action on the cluster resource)
+`offsets_for_leader_epoch` and `replica_fetch`, whose second result is the raw frames. The wire format is
+the coordinator service's (fabric.server.wire). Every request is checked against the ReplicaManager method it
+calls, authenticated and authorized as the coordinator's are (same tokens and ACL files), and refused with
+NotLeaderError / FencedLeaderEpochError unless this node leads the partition under the quoted leader epoch.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from fabric.server.node.settings import NodeSettings
 
 log = logging.getLogger(__name__)
 ACTIONS = {"partition_state": "describe", "offset_for_time": "describe",  # action -> ACL operation on its topic
-           "offset_after_records": "describe", "write_markers": "write"}
+           "offset_after_records": "describe", "write_markers": "write", "compact_partition": "admin"}
 REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_fetch")  # followers' calls, on the cluster resource
 
 

@@ -20,6 +20,7 @@ from fabric.server.instance import (
     option_values,
 )
 from fabric.server.node.fetcher import FetchSettings
+from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
 
 DEFAULT_LISTEN = "127.0.0.1:9095"
 
@@ -47,6 +48,7 @@ class NodeSettings:
     replica_fetch_max_bytes: int = 1 << 20
     replica_fetch_backoff_ms: int = 200
     metrics_port: int | None = None
+    log_retention_check_interval_ms: int = DEFAULT_INTERVAL_MS
 
     def fetch_settings(self) -> FetchSettings:
         return FetchSettings(self.replica_fetch_max_bytes, self.replica_fetch_wait_max_ms,
@@ -66,13 +68,15 @@ PROPERTIES = {"node.id": "node_id", "node.listen": "listen", "node.advertised.li
               "replica.lag.time.max.ms": "replica_lag_time_max_ms",
               "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
               "replica.fetch.max.bytes": "replica_fetch_max_bytes",
-              "replica.fetch.backoff.ms": "replica_fetch_backoff_ms", "metrics.port": "metrics_port"}
+              "replica.fetch.backoff.ms": "replica_fetch_backoff_ms", "metrics.port": "metrics_port",
+              INTERVAL_KEY: "log_retention_check_interval_ms"}
 PATH_KEYS = ("tokens_file", "acl_file", "tls_cert", "tls_key")
 MILLISECONDS = {"heartbeat_interval_ms": "node.heartbeat.interval.ms",
                 "session_timeout_ms": "node.session.timeout.ms", "shutdown_timeout_ms": "node.shutdown.timeout.ms",
                 "replica_lag_time_max_ms": "replica.lag.time.max.ms",
                 "replica_fetch_wait_max_ms": "replica.fetch.wait.max.ms",
-                "replica_fetch_backoff_ms": "replica.fetch.backoff.ms"}
+                "replica_fetch_backoff_ms": "replica.fetch.backoff.ms",
+                "log_retention_check_interval_ms": INTERVAL_KEY}
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,6 +108,8 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
                         "once, at least one frame (replica.fetch.max.bytes, default 1048576)")
     parser.add_argument("--shutdown-timeout-ms", metavar="MS", help="SIGTERM or Ctrl-C stops the node within this "
                         "time (node.shutdown.timeout.ms, default 5000)")
+    parser.add_argument("--log-retention-check-interval-ms", metavar="MS", help="how often the node cleans the "
+                        f"replicas of compacted topics it hosts ({INTERVAL_KEY}, default {DEFAULT_INTERVAL_MS})")
     add_metrics_port_argument(parser)
 
 
