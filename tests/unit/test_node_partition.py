@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 
+import pyarrow as pa
 import pytest
 
 from fabric.common.errors import (
@@ -19,6 +20,7 @@ from fabric.common.errors import (
 )
 from fabric.common.types import LeaderAndIsr, PartitionAssignment, PartitionRegistration
 from fabric.server.node.partition import PartitionReplica, Role
+from fabric.storage import frame
 
 
 def registration(leader: int | None, leader_epoch: int, isr: tuple[int, ...] = (1,), replicas: tuple[int, ...] = (1, 2),
@@ -176,3 +178,32 @@ def test_a_follower_out_of_the_isr_rejoins_only_on_its_new_fetches(make_replica,
     assert leader.wanted_isr(60_000) is None
     leader.serve_follower(2, 0, 2, 1 << 20, 0)  # caught up again
     assert leader.wanted_isr(60_000)[1] == (1, 2)
+
+
+def test_a_follower_behind_a_compacted_leader_copies_again_from_the_leaders_frame_spanning_its_end(
+        make_replica, storage) -> None:
+    """Each replica cleans its own copy, so a follower out of the ISR can end inside a gap frame of its leader's
+    cleaned range: it cuts back to its own frame holding the gap's start and copies the leader's frames from
+    there, ending with the leader's records at the same offsets."""
+    config = dict(cleanup_policy="compact", segment_bytes=8000)
+    leader, follower = make_replica(1, **config), make_replica(2, **config)
+    leader.become(registration(1, 0, isr=(1,)))
+    follower.become(registration(1, 0, isr=(1,)))
+    for r in range(12):
+        for k in range(0, 6, 2):
+            keys = [f"k{j}".encode() for j in (k, k + 1)]
+            rows = storage.make_batch([f"r{r}-{key.decode()}".encode() * 4 for key in keys])
+            leader.append(rows.set_column(1, "key", pa.array(keys, pa.binary())), "none", 0, "1", 5)
+    while follower.log.end_offset < leader.log.end_offset:  # copied before the leader cleans
+        follower.append_copied(0, leader.log.read_frames(follower.log.end_offset, 300), 0)
+    leader.hw = leader.log.end_offset  # as if the ISR had it all
+    assert leader.log.clean(force=True).records_removed
+    gaps = [h for h in leader.log.headers(leader.log.end_offset) if h.is_gap and h.record_count >= 4]
+    middle = gaps[0].base_offset + 2  # a boundary of the follower's (2-record) frames, inside the leader's gap
+    follower.log.truncate_to(middle)  # the follower fell behind there (out of the ISR)
+    for _ in range(200):
+        if follower.log.end_offset == leader.log.end_offset:
+            break
+        follower.append_copied(0, leader.log.read_frames(follower.log.end_offset, 300), leader.hw)
+    assert follower.log.end_offset == leader.log.end_offset and follower.hw == leader.hw
+    assert storage.keyed_records(follower.log) == storage.keyed_records(leader.log)

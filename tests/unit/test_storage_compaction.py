@@ -195,13 +195,51 @@ def test_a_follower_copies_a_compacted_leader_and_compacts_on_its_own(tmp_path, 
         for r in range(6):
             pairs = [(f"k{j}".encode(), f"e{epoch}r{r}".encode() * 8) for j in range(4)]
             leader.append(batch(storage, pairs, 1_000), leader_epoch=epoch)
-    leader.clean(force=True)
+    leader.replication_high_watermark = lambda: leader.end_offset  # every replica has it all
+    assert leader.clean(force=True).cleaned
     follower = open_log(storage, str(tmp_path / "follower"), replica=True)
     replicas.copy(leader, follower)
     assert storage.keyed_records(follower) == storage.keyed_records(leader)
     assert follower.leader_epochs.entries == leader.leader_epochs.entries
+    follower.replication_high_watermark = lambda: follower.end_offset
     follower.clean(force=True)  # its own pass, on its own segments: the same records
     assert storage.keyed_records(follower) == storage.keyed_records(leader)
+
+
+def test_a_replica_log_is_cleaned_only_below_its_replication_high_watermark(tmp_path, storage) -> None:
+    """Nothing a new leader could truncate is cleaned: the plan stops at the high watermark the node knows, and
+    nothing is cleaned while it is unknown."""
+    plog = open_log(storage, str(tmp_path / "p"), replica=True)
+    writes = written(storage, plog, rounds=10, keys=5, ts_ms=1_000)
+    report = plog.clean(force=True)
+    assert not report.cleaned and "replication high watermark is not known" in report.reason
+    hw = plog.segments()[len(plog.segments()) // 2].base_offset
+    plog.replication_high_watermark = lambda: hw
+    report = plog.clean(force=True)
+    assert report.cleaned and report.cleaned_to <= hw, report.describe()
+    kept = [(o, k, v) for o, k, v in storage.keyed_records(plog)]
+    # above the high watermark every record is still there; below it, each key's latest (below it) at least
+    assert [w for w in writes if w[0] >= report.cleaned_to] == [r for r in kept if r[0] >= report.cleaned_to]
+    assert len([r for r in kept if r[0] < report.cleaned_to]) < len([w for w in writes if w[0] < report.cleaned_to])
+    latest = latest_below(writes, report.cleaned_to)
+    assert {(o, k, v) for k, (o, v) in latest.items()} <= set(kept)
+
+
+def test_the_swap_refuses_a_copy_past_a_bound_that_moved_back(tmp_path, storage) -> None:
+    """The guard where the cleaner writes: a high watermark lower at the swap than at the plan (which only an
+    unclean truncation could do) swaps nothing in."""
+    plog = open_log(storage, str(tmp_path / "p"), replica=True)
+    fill(storage, plog, rounds=10, keys=5, ts_ms=1_000)
+    plog.roll()
+    asked = []
+    plog.replication_high_watermark = lambda: plog.end_offset if not asked.append(1) and len(asked) == 1 else 0
+    before = {name: os.path.getsize(os.path.join(plog.directory, name)) for name in os.listdir(plog.directory)
+              if name.endswith(".arrows")}
+    with pytest.raises(AssertionError, match="reaches past the cleaner's bound 0"):
+        plog.clean(force=True)
+    after = {name: os.path.getsize(os.path.join(plog.directory, name)) for name in os.listdir(plog.directory)
+             if name.endswith(".arrows")}
+    assert after == before and not [n for n in os.listdir(plog.directory) if n.endswith(".cleaned")]
 
 
 def test_a_segment_with_damage_is_not_compacted(tmp_path, storage) -> None:
