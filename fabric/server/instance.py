@@ -11,13 +11,14 @@ import socket
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Protocol
 
-from fabric.common.config import INT_MAX
+from fabric.common.config import INT_MAX, TopicConfig
 from fabric.common.errors import InvalidConfigError
 from fabric.common.logs import add_log_level_option
 from fabric.common.redaction import clip
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.node_leases import DEFAULT_SESSION_TIMEOUT_MS
+from fabric.coordinator.offsets_records import SEGMENT_BYTES
 from fabric.server import security
 from fabric.server.broker import DEFAULT_MAX_PARTITIONS, partition_limit
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
@@ -47,6 +48,7 @@ class Settings:
     default_replication_factor: int | None = None
     log_retention_check_interval_ms: int = DEFAULT_INTERVAL_MS
     offsets_topic_replication_factor: int | None = None
+    offsets_topic_segment_bytes: int = SEGMENT_BYTES
 
     @property
     def store_url(self) -> str:
@@ -80,7 +82,8 @@ PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir"
               "node.session.timeout.ms": "node_session_timeout_ms", "metrics.port": "metrics_port",
               "default.replication.factor": "default_replication_factor",
               INTERVAL_KEY: "log_retention_check_interval_ms",
-              "offsets.topic.replication.factor": "offsets_topic_replication_factor"}
+              "offsets.topic.replication.factor": "offsets_topic_replication_factor",
+              "offsets.topic.segment.bytes": "offsets_topic_segment_bytes"}
 PATH_KEYS = ("tokens_file", "acl_file", "tls_cert", "tls_key")
 MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
                 "shutdown_timeout_ms": "coordinator.shutdown.timeout.ms",
@@ -117,6 +120,9 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offsets-topic-replication-factor", metavar="N", help="keep the group offsets in a "
                         "__consumer_offsets topic replicated on N data nodes (offsets.topic.replication.factor; "
                         "default: --default-replication-factor, and without either they stay in the data directory)")
+    parser.add_argument("--offsets-topic-segment-bytes", metavar="BYTES", help="segment size of the replicated "
+                        "__consumer_offsets topic, which the nodes compact segment by segment "
+                        f"(offsets.topic.segment.bytes, default {SEGMENT_BYTES}; set when the topic is created)")
     add_metrics_port_argument(parser)
 
 
@@ -144,6 +150,14 @@ def replication_factor(value: Any, key: str = "default.replication.factor") -> i
         raise InvalidConfigError(f"--{key.replace('.', '-')} {clip(value, 40)} must be a number of replicas from 1 "
                                  f"({key}), e.g. 3")
     return int(text)
+
+
+def segment_bytes(value: Any) -> int:
+    """offsets.topic.segment.bytes: a topic's segment.bytes, checked as the topic config checks it."""
+    try:
+        return int(TopicConfig({"segment.bytes": str(value).strip()})["segment.bytes"])
+    except InvalidConfigError as exc:
+        raise InvalidConfigError(f"--offsets-topic-segment-bytes (offsets.topic.segment.bytes): {exc}") from None
 
 
 def option_values(args: argparse.Namespace, settings: type, properties: dict[str, str], path_keys: tuple[str, ...],
@@ -178,6 +192,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
                       ("offsets_topic_replication_factor", "offsets.topic.replication.factor")):
         if values.get(name) is not None:
             values[name] = replication_factor(values[name], key)
+    if values.get("offsets_topic_segment_bytes") is not None:
+        values["offsets_topic_segment_bytes"] = segment_bytes(values["offsets_topic_segment_bytes"])
     settings = replace(Settings(), **{k: v for k, v in values.items() if v is not None})
     check_address("listen", settings.listen)
     if settings.advertise is not None:

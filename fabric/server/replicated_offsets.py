@@ -2,15 +2,15 @@
 instance in a cluster, and the loader that makes the active instance its owner.
 
 `ReplicatedOffsetsLog` keeps the records in a replicated, compacted internal topic on the nodes, created by the
-active instance's controller on first need with `offsets.topic.replication.factor` replicas and
-min.insync.replicas min(2, that) (COORDINATOR_NOT_AVAILABLE, a CoordinatorUnavailableError, while fewer nodes are
-alive). The active instance is the only writer: each commit goes to the leader of the group's partition with
-acks=all, as an idempotent producer whose id is fixed (OFFSETS_PRODUCER_ID, above every id init_producer_id hands
-out) and whose epoch is the instance's controller epoch. So a deposed instance's late append is refused by the
-nodes themselves (InvalidProducerEpochError, answered as CoordinatorUnavailableError: the client retries at the
-active instance), and a retry after a lost answer or a leader change is recognised by its sequence instead of
-being written twice. An append whose outcome is unknown (the leader did not answer in time) is sent again, with
-its sequence, before the partition's next one.
+active instance's controller on first need with `offsets.topic.replication.factor` replicas, min.insync.replicas
+min(2, that) and segments of offsets.topic.segment.bytes, which each node compacts (COORDINATOR_NOT_AVAILABLE, a
+CoordinatorUnavailableError, while fewer nodes are alive). The active instance is the only writer: each commit goes
+to the leader of the group's partition with acks=all, as an idempotent producer whose id is fixed
+(OFFSETS_PRODUCER_ID, above every id init_producer_id hands out) and whose epoch is the instance's controller
+epoch. So a deposed instance's late append is refused by the nodes themselves (InvalidProducerEpochError, answered
+as CoordinatorUnavailableError: the client retries at the active instance), and a retry after a lost answer or a
+leader change is recognised by its sequence instead of being written twice. An append whose outcome is unknown (the
+leader did not answer in time) is sent again, with its sequence, before the partition's next one.
 
 `OffsetsLoader` follows the controller: when this instance's controller starts under an epoch it takes the
 leadership of the topic (OffsetsTopic.take_leadership: the leadership record with the new producer epoch on every
@@ -48,6 +48,7 @@ from fabric.coordinator.offsets_records import (
     MIGRATED_KEY,
     OFFSETS_PARTITIONS,
     OFFSETS_TOPIC,
+    SEGMENT_BYTES,
     VALUE,
     batch,
 )
@@ -80,9 +81,9 @@ class ReplicatedOffsetsLog:
     shared = False
 
     def __init__(self, controller: ControllerDriver, replication_factor: int, connection: Connection,
-                 timeout_s: float = 30.0) -> None:
+                 segment_bytes: int = SEGMENT_BYTES, timeout_s: float = 30.0) -> None:
         self.store, self.controller, self.connection = controller.store, controller, connection
-        self.replication_factor, self.timeout_s = replication_factor, timeout_s
+        self.replication_factor, self.segment_bytes, self.timeout_s = replication_factor, segment_bytes, timeout_s
         self.partitions = OFFSETS_PARTITIONS
         self._epoch = -1
         self._sequences = [0] * self.partitions
@@ -112,7 +113,9 @@ class ReplicatedOffsetsLog:
                 f"the {OFFSETS_TOPIC} topic needs {self.replication_factor} live data nodes "
                 f"(offsets.topic.replication.factor) and {alive} are alive; group offsets are available once "
                 "enough nodes have registered (start more, or lower offsets.topic.replication.factor)")
-        config = {**CONFIG, "min.insync.replicas": str(min(2, self.replication_factor))}
+        # compacted by each node segment by segment (docs/compaction.md): its closed segments are what is cleaned
+        config = {**CONFIG, "min.insync.replicas": str(min(2, self.replication_factor)),
+                  "segment.bytes": str(self.segment_bytes)}
         try:
             self.controller.create_topic(OFFSETS_TOPIC, self.partitions, self.replication_factor, config, VALUE)
             log.info("created the %s topic on the data nodes: %d partitions, replication factor %d", OFFSETS_TOPIC,
@@ -303,16 +306,18 @@ def node_connection(tls: bool) -> Connection:
                                     os.environ.get(ENV_CA) or None, 30.0))   # client(node address) is used
 
 
-def install(store: TopicOffsets, controller: ControllerDriver, replication_factor: int, tls: bool) -> OffsetsTopic:
-    """Keep `store`'s group offsets in the replicated offsets topic from now on, loaded whenever this instance's
-    controller starts; the offsets of the store's local topic (and through it, of older stores) are migrated into
-    it once."""
+def install(store: TopicOffsets, controller: ControllerDriver, replication_factor: int, tls: bool,
+            segment_bytes: int = SEGMENT_BYTES) -> OffsetsTopic:
+    """Keep `store`'s group offsets in the replicated offsets topic from now on (created with `segment_bytes`
+    segments), loaded whenever this instance's controller starts; the offsets of the store's local topic (and
+    through it, of older stores) are migrated into it once."""
     local = store.offsets_topic
     def legacy() -> Iterator[tuple[str, TopicPartition, CommittedOffset]]:
         for group in local.groups():
             for tp, committed in local.committed(group).items():
                 yield group, tp, committed
-    topic = OffsetsTopic(ReplicatedOffsetsLog(controller, replication_factor, node_connection(tls)), legacy)
+    topic = OffsetsTopic(ReplicatedOffsetsLog(controller, replication_factor, node_connection(tls), segment_bytes),
+                         legacy)
     store.use_offsets_topic(topic)
     loader = OffsetsLoader(topic)
     controller.on_start, controller.on_stop = loader.started, loader.stopped

@@ -266,7 +266,7 @@ def serve(settings: Settings) -> None:
         controller = ControllerDriver(store, settings.node_session_timeout_ms)
         if settings.offsets_replication_factor is not None and isinstance(store, TopicOffsets):
             replicated_offsets.install(store, controller, settings.offsets_replication_factor,
-                                       settings.tls_cert is not None)
+                                       settings.tls_cert is not None, settings.offsets_topic_segment_bytes)
         broker = ClusterBroker(settings.data_dir, store, settings.max_partitions, controller,
                                settings.default_replication_factor)
         server = CoordinatorService(settings, broker, election)

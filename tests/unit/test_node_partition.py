@@ -20,7 +20,6 @@ from fabric.common.errors import (
 )
 from fabric.common.types import LeaderAndIsr, PartitionAssignment, PartitionRegistration
 from fabric.server.node.partition import PartitionReplica, Role
-from fabric.storage import frame
 
 
 def registration(leader: int | None, leader_epoch: int, isr: tuple[int, ...] = (1,), replicas: tuple[int, ...] = (1, 2),
