@@ -7,6 +7,7 @@ the deposed instance's late commit is refused. The offsets of the coordinator's 
 once."""
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -224,3 +225,51 @@ def test_offsets_of_the_local_topic_move_to_the_nodes_once(node_cluster) -> None
     restart("--offsets-topic-replication-factor", "3")
     with fabric.connect(cluster.url) as fab:
         assert loaded(fab) == {0: 9, 1: 8}
+
+
+def test_the_nodes_compact_the_offsets_topic_so_it_stays_small(node_cluster, replication, the_active, raw) -> None:
+    """Commits of the same keys for as long as ~1500 take (about 10 s here) into an offsets topic of 16 KiB
+    segments, which the nodes clean every 300 ms: every replica of the group's partition ends a few segments
+    big, below what the frame headers of those commits alone would take uncompacted; the group reads its
+    latest commits, a restarted coordinator loads them from the compacted topic, and the nodes still refuse the
+    offsets producer's epoch of the instance before it (the cleaner keeps the producer's last batch)."""
+    segment = 16384
+    cluster = node_cluster(coordinator_extra=("--offsets-topic-replication-factor", "3",
+                                              "--offsets-topic-segment-bytes", str(segment)),
+                           node_extra=("--log-retention-check-interval-ms", "300"))
+    p = offsets_partition(GROUP)
+    with fabric.connect(cluster.url) as fab:
+        _fill(fab)
+        old_epoch = wait_for(lambda: the_active(fab), SETTLE_S, "the active instance").epoch
+        with Committer(cluster.url, 1) as committer:
+            committer.wait_acked(1500, "of the same keys")
+        acked = committer.acked
+        end = replication.wait_in_sync(fab, cluster.nodes, OFFSETS_TOPIC, p)
+        assert end >= acked  # a record per partition per commit, in one frame (64-byte header) per commit at least
+
+        def sizes() -> dict[int, int]:
+            dirs = {n: replication.partition_dir(node, OFFSETS_TOPIC, p) for n, node in cluster.nodes.items()}
+            return {n: sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".arrows"))
+                    for n, d in dirs.items()}
+        small = replication.eventually(lambda: all(s <= 3 * segment for s in sizes().values()) and sizes(),
+                                       f"every replica of {OFFSETS_TOPIC}-{p} to be compacted to 3 segments")
+        assert max(small.values()) * 2 < acked * 64, (small, acked)  # far below the uncompacted headers alone
+        assert _committed(fab) == dict.fromkeys(range(PARTITIONS), acked)
+
+    old = cluster.coordinator
+    old.stop()  # a failover to a new instance of the store: it loads the compacted topic
+    cluster.coordinators[0] = CoordinatorProcess(old.data_dir, port=old.port, extra=old.extra).start()
+    with fabric.connect(cluster.url) as fab:
+        def loaded() -> dict[int, int] | None:
+            try:
+                return _committed(fab)
+            except FabricError as exc:
+                if not exc.retriable:
+                    raise
+                return None
+        assert wait_for(loaded, SETTLE_S, "the compacted offsets topic loaded") == dict.fromkeys(range(PARTITIONS),
+                                                                                                   acked)
+        leader = replication.state(fab, OFFSETS_TOPIC, p)
+        address = next(n.address for n in fab.list_nodes() if n.id == leader.leader)
+        with pytest.raises(InvalidProducerEpochError, match=f"epoch {old_epoch} is older"):
+            raw.call(address, _late_append(fab, p, leader.leader_epoch, old_epoch))

@@ -6,7 +6,8 @@ nodes, a compacted topic of replication factor 3 with many overwrites of a few k
   after it copies the cleaned range (gap frames included) and rejoins the ISR; the leaders are then SIGKILLed
   one after the other until that follower leads, and it serves every acknowledged key's latest value.
 - The nodes' own maintenance (log.retention.check.interval.ms) cleans every replica, leaders and followers, with
-  no call: each ends far smaller than a non-compacted topic of the same writes.
+  no call: each ends far smaller than a non-compacted topic of the same writes; the leader SIGKILLed then, the
+  new leader serves every key's latest value.
 
 Every wait is on a condition (the replication kit's `eventually`), never a sleep.
 """
@@ -106,4 +107,8 @@ def test_the_nodes_clean_every_replica_of_a_compacted_topic_on_their_own(node_cl
             return all(size(replication.partition_dir(node, "changelog")) < plain[n] / 4
                        for n, node in cluster.nodes.items())
         replication.eventually(every_replica_small, "every replica of changelog to be compacted by its node")
+        assert latest(read_all(fab, replication, "changelog")) == want
+        state = replication.state(fab, "changelog")  # the leader SIGKILLed right after its passes
+        cluster.nodes[state.leader].kill()
+        replication.wait_elected(fab, "changelog", 0, state)
         assert latest(read_all(fab, replication, "changelog")) == want
