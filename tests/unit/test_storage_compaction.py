@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from fabric.common.config import TopicConfig
-from fabric.common.errors import InvalidConfigError, InvalidRecordError
+from fabric.common.errors import InvalidConfigError, InvalidProducerEpochError, InvalidRecordError
 from fabric.common.records import TIMESTAMP
 from fabric.common.types import ProducerBatch
 from fabric.storage.cleaner_checkpoint import CleanerCheckpoint
@@ -187,6 +187,24 @@ def test_transactions_and_producer_state_survive_cleaning(tmp_path, storage) -> 
     assert reopened.append(batch(storage, [(b"a", b"2"), (b"b", b"2")], 1_000),
                            producer=ProducerBatch(7, 0, 1)) == 5
     reopened.append(batch(storage, [(b"c", b"1")], 1_000), producer=ProducerBatch(7, 0, 3))
+
+
+def test_a_fencing_producer_epoch_outlives_cleaning_of_every_batch_written_under_it(tmp_path, storage) -> None:
+    """The offsets topic's case: one producer id whose epoch fences a deposed writer. After many overwrites
+    under the newer epoch are cleaned and the log is reopened (producer state rebuilt from the frame headers),
+    the older epoch is still refused, because the producer's last batch is kept whole."""
+    plog = open_log(storage, str(tmp_path / "p"), segment_bytes=1200)
+    producer_id = 2**63 - 1
+    plog.append(batch(storage, [(b"leader", b"e1")], 1_000), producer=ProducerBatch(producer_id, 1, 0))
+    plog.append(batch(storage, [(b"leader", b"e2")], 1_000), producer=ProducerBatch(producer_id, 2, 0))
+    for sequence in range(1, 40):
+        plog.append(batch(storage, [(b"g", b"%d" % sequence)], 1_000), producer=ProducerBatch(producer_id, 2, sequence))
+    assert plog.clean(force=True).records_removed >= 38
+    reopened = open_log(storage, plog.directory, segment_bytes=1200)
+    with pytest.raises(InvalidProducerEpochError):
+        reopened.append(batch(storage, [(b"g", b"late")], 1_000), producer=ProducerBatch(producer_id, 1, 1))
+    assert reopened.append(batch(storage, [(b"g", b"next")], 1_000),
+                           producer=ProducerBatch(producer_id, 2, 40)) == reopened.end_offset - 1
 
 
 def test_a_follower_copies_a_compacted_leader_and_compacts_on_its_own(tmp_path, storage, replicas) -> None:
