@@ -2,7 +2,9 @@
 frames byte for byte into the follower's log, and the leader's high watermark with them.
 
 States: TRUNCATING (new, or after the leader refused an offset or sent frames that do not follow this log) ->
-FETCHING -> STOPPED (stop(), or the replica no longer follows this leader epoch). Truncating asks the leader
+FETCHING -> STOPPED (stop(), or the replica no longer follows this leader epoch). Compaction's gap frames are
+copied like any frame; where a compacted leader's frame spans this log's end, the replica cuts back to it
+(PartitionReplica.append_copied). Truncating asks the leader
 for the end of the follower's latest epoch (OffsetsForLeaderEpoch) and cuts the log there, in rounds
 (truncation.reconcile), never to the follower's own high watermark (KIP-101). Fetching asks for frames from the
 log end, which tells the leader how far this replica is; the leader long-polls up to replica.fetch.wait.max.ms
