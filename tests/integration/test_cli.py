@@ -421,15 +421,15 @@ def test_topics_compact_and_retain_on_demand(either_url, drain):
     assert "two topics given" in fails(url, "topics", "retain", "old", "--topic", "table")
 
 
-def test_retain_and_compact_refuse_replicated_topics_which_the_maintenance_skips(node_cluster):
+def test_retain_refuses_replicated_topics_compact_cleans_them_at_the_leader_and_the_coordinator_skips_them(
+        node_cluster):
     cluster = node_cluster(nodes=1, coordinator_extra=("--log-retention-check-interval-ms", "50"))
     url = cluster.url
     # `arep` is listed before `local`, so a pass that reached `local` went by `arep` first
     ok(url, "topics", "create", "arep", "--replication-factor", "1", "--config", "cleanup.policy=compact")
     ok(url, "topics", "create", "local", "--config", "cleanup.policy=compact", "--config", "max.compaction.lag.ms=1")
-    for command in ("retain", "compact"):
-        err = fails(url, "topics", command, "arep")
-        assert "topic 'arep' is replicated" in err and "not built for replicated topics yet" in err, err
+    err = fails(url, "topics", "retain", "arep")
+    assert "topic 'arep' is replicated" in err and "not built for replicated topics yet" in err, err
     with fabric.connect(url) as fab:
         with fab.producer(batch_size=1, linger_ms=0) as producer:
             for i in range(3):
@@ -442,6 +442,10 @@ def test_retain_and_compact_refuse_replicated_topics_which_the_maintenance_skips
 
         wait_for(local_compacted, what="the coordinator's maintenance to compact `local`")
         assert sum(f.batch.num_rows for f in fab.cluster.fetch("arep", 0, 0, 1 << 20)) == 3  # untouched on its node
+        shown = ok(url, "topics", "compact", "arep")  # at the partition's leader node
+        assert "arep-0: compacted offsets below 3" in shown and "2 records removed" in shown, shown
+        assert [f.batch.column("value").to_pylist() for f in fab.cluster.fetch("arep", 0, 0, 1 << 20)
+                if f.batch.num_rows] == [[b"v2"]]
     with open(cluster.coordinator.log_path) as f:
         log = f.read()
     assert "log maintenance of arep-0 failed" not in log and "NotLeaderError" not in log, log
