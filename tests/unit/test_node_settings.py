@@ -22,6 +22,9 @@ def test_the_shipped_node_config_is_valid(repo_root) -> None:
     assert (settings.node_id, settings.coordinator, settings.heartbeat_interval_ms) == (
         2, "fabric://127.0.0.1:9093", 2000)
     assert settings.tokens_file == os.path.join(repo_root, "conf", "tokens")
+    assert settings.log_retention_check_interval_ms == 300000
+    assert parse("--id", "1", "--coordinator", "fabric://h:1", "--log-retention-check-interval-ms",
+                 "250").log_retention_check_interval_ms == 250
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -33,6 +36,8 @@ def test_the_shipped_node_config_is_valid(repo_root) -> None:
     (("--id", "1", "--coordinator", "fabric://h:1", "--heartbeat-interval-ms", "5000", "--session-timeout-ms",
       "4000"), "must be below node.session.timeout.ms"),
     (("--id", "1", "--coordinator", "fabric://h:1", "--session-timeout-ms", "0"), "node.session.timeout.ms must be"),
+    (("--id", "1", "--coordinator", "fabric://h:1", "--log-retention-check-interval-ms", "0"),
+     "log.retention.check.interval.ms must be a number of milliseconds"),
 ])
 def test_bad_options_name_the_fix(argv, message) -> None:
     with pytest.raises(InvalidConfigError, match=message):

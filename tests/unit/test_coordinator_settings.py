@@ -1,0 +1,29 @@
+"""The coordinator instance's offsets-topic options (fabric/server/instance.py): offsets.topic.segment.bytes takes
+the topic config's own check, and a bad value names the option and the range."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from fabric.common.errors import InvalidConfigError
+from fabric.coordinator.offsets_records import SEGMENT_BYTES
+from fabric.server.instance import add_start_arguments, settings_from
+
+
+def parse(*argv: str):
+    parser = argparse.ArgumentParser()
+    add_start_arguments(parser)
+    return settings_from(parser.parse_args(argv))
+
+
+def test_the_offsets_topic_segment_size_defaults_to_the_local_topics_and_can_be_set() -> None:
+    assert parse().offsets_topic_segment_bytes == SEGMENT_BYTES
+    assert parse("--offsets-topic-segment-bytes", "65536").offsets_topic_segment_bytes == 65536
+
+
+@pytest.mark.parametrize("value", ["100", "x", "-1"])
+def test_a_bad_offsets_topic_segment_size_names_the_option_and_the_range(value) -> None:
+    with pytest.raises(InvalidConfigError, match=r"--offsets-topic-segment-bytes \(offsets.topic.segment.bytes\): .*"
+                                                 "must be an integer from 1024"):
+        parse("--offsets-topic-segment-bytes", value)
