@@ -291,17 +291,17 @@ class LogCleaner:
             writer.abandon()
             return
         with plog.lock:
-            bound = self._upper_bound()
-            if bound is None or swap.end > bound:
-                writer.abandon()
-                raise AssertionError(f"{plog.name}: refusing to swap in the cleaned copy of offsets {swap.base}.."
-                                     f"{swap.end - 1}: it reaches past the cleaner's bound {bound} (the replication "
-                                     "high watermark moved back); nothing was swapped")
             if not self._unchanged(sub):
                 writer.abandon()
                 report.skipped.append(f"segments {list(swap.sources)} changed while being cleaned: left for the "
                                       "next pass")
                 return
+            bound = self._upper_bound()  # sources unchanged, so a truncation cannot have lowered it below them
+            if bound is None or swap.end > bound:
+                writer.abandon()
+                raise AssertionError(f"{plog.name}: refusing to swap in the cleaned copy of offsets {swap.base}.."
+                                     f"{swap.end - 1}: it reaches past the cleaner's bound {bound} (the replication "
+                                     "high watermark moved back); nothing was swapped")
             segment_swap.swap_in(plog, swap, writer.builder, self.crash)
         report.segments_before += len(segs)
         report.segments_after += 1
