@@ -234,8 +234,9 @@ class Fabric:
         """Compact a topic now (`fabric topics compact`): roll each partition's active segment and clean every
         closed segment the cleaner may (below the high watermark, open transactions and min.compaction.lag.ms),
         whatever min.cleanable.dirty.ratio says. Returns a report per partition: segments and bytes before and
-        after, records and tombstones removed, or why nothing was cleaned. InvalidConfigError, naming the fix,
-        for a topic that is not compacted (cleanup.policy=delete)."""
+        after, records and tombstones removed, or why nothing was cleaned. A replicated topic is cleaned at each
+        partition's leader node, below its high watermark; the followers clean their own copies in the
+        background. InvalidConfigError, naming the fix, for a topic that is not compacted (cleanup.policy=delete)."""
         return self.cluster.compact_topic(validate_topic(name))
 
     # -- clients -----------------------------------------------------------------------------------
