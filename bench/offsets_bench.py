@@ -1,8 +1,8 @@
 """Offset commits: group offsets in the offsets topic (embedded, ZooKeeper-backed, through the fabric:// service,
 on a replicated cluster of data nodes, where the offsets topic is replicated on up to 3 of them) beside the
 stores they replaced (SQLite's table and ZooKeeper's znodes, bench.legacy_offsets), in one run. Each case is
-one client, then 10 client processes, committing one partition's offset back to back for --seconds; the figures
-are commits/s (all clients together) and p50/p99 latency.
+one client, then 10 client processes (--clients), committing one partition's offset back to back for
+--seconds; the figures are commits/s (all clients together) and p50/p99 latency.
 
 The issue's goal: on the cluster, at least 20x the commits/s of the ZooKeeper znodes (`vs_znodes`)."""
 from __future__ import annotations
@@ -30,7 +30,7 @@ from fabric.server.launcher import CoordinatorProcess
 from fabric.server.zookeeper import ZooKeeperServer
 
 TOPIC = "bench-commits"
-CLIENTS = (1, 10)
+MANY = 10  # the concurrent case's client processes (--clients)
 RECORDS = 100  # per partition of TOPIC: the offsets committed cycle through 0..RECORDS, all within the logs
 WARMUP_COMMITS = 20
 Store = tuple[str, ...]  # how a client process opens a store: (kind, *arguments), see open_store
@@ -89,11 +89,10 @@ def measure(pool: ProcessPoolExecutor, store: Store, clients: int, seconds: floa
             "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
 
 
-def fill_topic(url: str) -> None:
+def fill_topic(url: str, partitions: int) -> None:
     """Create TOPIC with a partition per client and RECORDS records in each: a server accepts only committed
     offsets within a partition's log."""
     fab = fabric.connect(url)
-    partitions = max(CLIENTS)
     fab.create_topic(TOPIC, partitions=partitions)
     with fab.producer() as producer:
         producer.send_batch(TOPIC, pa.table({"value": [b"x"] * (RECORDS * partitions),
@@ -115,7 +114,7 @@ def offsets_loaded(url: str) -> None:
         wait_for(committed, 60, "the offsets topic on the nodes")
 
 
-def stores(stack: ExitStack, directory: str, nodes: int) -> dict[str, Store]:
+def stores(stack: ExitStack, directory: str, nodes: int, clients: int) -> dict[str, Store]:
     """Start ZooKeeper, two coordinator services and a cluster; the spec of every case, peers first."""
     with timed("starting ZooKeeper (pyspark's jar)"):
         zk = ZooKeeperServer(root=os.path.join(directory, "zk")).start()
@@ -126,12 +125,12 @@ def stores(stack: ExitStack, directory: str, nodes: int) -> dict[str, Store]:
         with timed(f"starting the coordinator service over {name}"):
             process.start()
         stack.callback(process.stop)
-        fill_topic(process.url())
+        fill_topic(process.url(), clients)
         services[name] = process.url()
     with timed(f"starting a cluster: a coordinator and {nodes} data nodes, the offsets topic on them"):
         cluster = stack.enter_context(LocalCluster(os.path.join(directory, "cluster"), nodes, 6000, 500, (
             "--offsets-topic-replication-factor", str(min(nodes, 3)))))
-        fill_topic(cluster.url)
+        fill_topic(cluster.url, clients)
         offsets_loaded(cluster.url)
     return {
         "SQLite table (before)": ("table", os.path.join(directory, "table", "metadata.db")),
@@ -145,12 +144,12 @@ def stores(stack: ExitStack, directory: str, nodes: int) -> dict[str, Store]:
 
 
 def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], None]:
-    """Every case with 1 and with 10 clients; the ratios to the ZooKeeper znodes."""
+    """Every case with 1 and with --clients clients; the ratios to the ZooKeeper znodes."""
     results: dict[str, Any] = {"seconds_per_measurement": args.seconds, "nodes": args.nodes, "cases": {}}
     spawn = multiprocessing.get_context("spawn")
-    with ExitStack() as stack, ProcessPoolExecutor(max(CLIENTS), mp_context=spawn) as pool:
-        for label, store in stores(stack, directory, args.nodes).items():
-            for clients in CLIENTS:
+    with ExitStack() as stack, ProcessPoolExecutor(args.clients, mp_context=spawn) as pool:
+        for label, store in stores(stack, directory, args.nodes, args.clients).items():
+            for clients in sorted({1, args.clients}):
                 with timed(f"{label}, {clients} client(s), {args.seconds:g} s"):
                     out = measure(pool, store, clients, args.seconds)
                 progress(f"  {out['commits_per_s']:,.0f} commits/s, p50 {out['p50_ms']:.2f} ms, "
@@ -179,10 +178,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=4.0, help="duration of each measurement")
     parser.add_argument("--nodes", type=int, default=3, help="data nodes of the cluster case")
+    parser.add_argument("--clients", type=int, default=MANY, help="client processes of the concurrent case")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
-    if args.seconds <= 0 or args.nodes < 1:
-        parser.error("--seconds must be positive and --nodes at least 1")
+    if args.seconds <= 0 or args.nodes < 1 or args.clients < 1:
+        parser.error("--seconds must be positive, and --nodes and --clients at least 1")
     return run_suite("offsets", args, run, report)
 
 
