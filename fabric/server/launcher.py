@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 import pyarrow.flight as flight
 
@@ -55,16 +56,17 @@ class ServerProcess:
             time.sleep(0.05)  # poll interval of a deadline-bounded wait
         return self
 
-    def status(self) -> Any:
-        """The process's `status` answer; a FlightError if it does not give one."""
+    def status(self, token: str | None = None) -> Any:
+        """The process's `status` answer, asked with `token` if given; a FlightError if it does not give one."""
         kwargs = {}
         if self.tls:
             with open(self.tls[0], "rb") as cert:
                 kwargs["tls_root_certs"] = cert.read()
         scheme = "grpc+tls" if self.tls else "grpc+tcp"
+        headers = [(wire.AUTH_HEADER.encode(), f"Bearer {token}".encode())] if token else []
         with flight.connect(f"{scheme}://{self.address}", **kwargs) as client:
-            return wire.loads(next(iter(client.do_action(wire.action("status"),
-                                                         flight.FlightCallOptions(timeout=2)))).body)
+            return wire.loads(next(iter(client.do_action(wire.action("status"), flight.FlightCallOptions(
+                timeout=2, headers=headers)))).body)
 
     def answers(self) -> bool:
         """True if the process answers a status call (even 'unauthenticated')."""
@@ -170,10 +172,12 @@ class NodeProcess(ServerProcess):
                 "--data", self.data_dir, "--coordinator", self.coordinator, *self._tls_arguments(), *self.extra]
 
     def ready(self) -> bool:
-        """True once the node answers with a node epoch (it has registered)."""
+        """True once the node answers with a node epoch (it has registered). A node requiring tokens is asked with
+        the token of its coordinator URL (?token=); without one, its refusal is all there is to wait for."""
+        token = parse_qs(urlparse(self.coordinator).query).get("token", [None])[0]
         try:
-            return self.status()["node_epoch"] > 0
+            return self.status(token)["node_epoch"] > 0
         except flight.FlightUnauthenticatedError:
-            return True
+            return token is None
         except flight.FlightError:
             return False

@@ -578,6 +578,10 @@ class Log:
 
     # -- retention ---------------------------------------------------------------------------------
     def _maybe_retain(self, force: bool = False) -> None:
+        """Retention on the write path (a roll, a commit), at most every RETENTION_CHECK_MS. Never on a replica
+        log: its followers cannot take a leader's log start yet (docs/replication.md, What is left)."""
+        if self.replica:
+            return
         if force or self.clock.now_ms() - self._last_retention >= RETENTION_CHECK_MS:
             if os.path.exists(os.path.join(self.directory, PENDING)):
                 return  # our own publish is mid-way (frames past the watermark): its sync_tail would undo it

@@ -313,9 +313,17 @@ def test_replica_recovery_forgets_the_epoch_of_a_torn_first_frame(tmp_path, repl
     assert reopened.leader_epochs.end_offset_for(4, reopened.end_offset) == EpochEndOffset(0, base)
 
 
+def test_writes_to_a_replica_log_apply_no_retention(tmp_path, replicas):
+    log = replicas.open(str(tmp_path), retention_bytes=3000)
+    for epoch in (0, 1, 2):
+        replicas.lead(log, epoch, 6)
+    assert log.start_offset == 0 and len(log.segments()) > 1  # the write path left every segment
+
+
 def test_retention_moves_the_first_epoch_up_to_the_new_log_start(tmp_path, replicas):
     log = replicas.open(str(tmp_path), retention_bytes=3000)
     firsts = {epoch: replicas.lead(log, epoch, 6)[0] for epoch in (0, 1, 2)}
+    assert log.enforce_retention() > 0  # asked for: a replica log's writes never apply it
     start = log.start_offset
     assert start > firsts[1]  # retention deleted the segments of epoch 0 and more
     holding = max(e for e, first in firsts.items() if first <= start)
