@@ -90,6 +90,18 @@ def _committed(fab: fabric.Fabric) -> dict[int, int]:
     return {tp[1]: c.offset for tp, c in fab.cluster.coordinator.committed(GROUP).items()}
 
 
+def _committed_once_loaded(fab: fabric.Fabric) -> dict[int, int]:
+    """_committed, waiting while a (re)started coordinator is still loading the offsets topic (retriable)."""
+    def attempt() -> dict[int, int] | None:
+        try:
+            return _committed(fab)
+        except FabricError as exc:
+            if not exc.retriable:
+                raise
+            return None
+    return wait_for(attempt, SETTLE_S, "the offsets topic loaded on the restarted coordinator")
+
+
 def _late_append(fab: fabric.Fabric, partition: int, leader_epoch: int, producer_epoch: int) -> Callable[..., Any]:
     """A DoPut of a commit record to the offsets topic's `partition` as the offsets producer under
     `producer_epoch` (sequence 1, the next after a leadership record), as a deposed instance would send it."""
@@ -204,27 +216,17 @@ def test_offsets_of_the_local_topic_move_to_the_nodes_once(node_cluster) -> None
         cluster.coordinators[0] = CoordinatorProcess(old.data_dir, port=old.port, extra=(*old.extra, *extra))
         return cluster.coordinators[0].start()
 
-    def loaded(fab: fabric.Fabric) -> dict[int, int]:
-        def attempt() -> dict[int, int] | None:
-            try:
-                return _committed(fab)
-            except FabricError as exc:
-                if not exc.retriable:
-                    raise
-                return None
-        return wait_for(attempt, SETTLE_S, "the offsets topic loaded on the restarted coordinator")
-
     restart("--offsets-topic-replication-factor", "3")
     with fabric.connect(cluster.url) as fab:
-        assert loaded(fab) == {0: 7, 1: 8}  # migrated
+        assert _committed_once_loaded(fab) == {0: 7, 1: 8}  # migrated
         fab.cluster.coordinator.commit_offsets(GROUP, {(TOPIC, 0): 9})
     restart("--offsets-topic-replication-factor", "3")
     with fabric.connect(cluster.url) as fab:
-        assert loaded(fab) == {0: 9, 1: 8}  # the local 7 was not migrated again
+        assert _committed_once_loaded(fab) == {0: 9, 1: 8}  # the local 7 was not migrated again
     shutil.rmtree(Path(old.data_dir) / "__fabric" / OFFSETS_TOPIC)  # from now on only the nodes have them
     restart("--offsets-topic-replication-factor", "3")
     with fabric.connect(cluster.url) as fab:
-        assert loaded(fab) == {0: 9, 1: 8}
+        assert _committed_once_loaded(fab) == {0: 9, 1: 8}
 
 
 def test_the_nodes_compact_the_offsets_topic_so_it_stays_small(node_cluster, replication, the_active, raw) -> None:
@@ -260,15 +262,7 @@ def test_the_nodes_compact_the_offsets_topic_so_it_stays_small(node_cluster, rep
     old.stop()  # a failover to a new instance of the store: it loads the compacted topic
     cluster.coordinators[0] = CoordinatorProcess(old.data_dir, port=old.port, extra=old.extra).start()
     with fabric.connect(cluster.url) as fab:
-        def loaded() -> dict[int, int] | None:
-            try:
-                return _committed(fab)
-            except FabricError as exc:
-                if not exc.retriable:
-                    raise
-                return None
-        assert wait_for(loaded, SETTLE_S, "the compacted offsets topic loaded") == dict.fromkeys(range(PARTITIONS),
-                                                                                                   acked)
+        assert _committed_once_loaded(fab) == dict.fromkeys(range(PARTITIONS), acked)
         leader = replication.state(fab, OFFSETS_TOPIC, p)
         address = next(n.address for n in fab.list_nodes() if n.id == leader.leader)
         with pytest.raises(InvalidProducerEpochError, match=f"epoch {old_epoch} is older"):
