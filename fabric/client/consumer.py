@@ -468,7 +468,7 @@ class Consumer:
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Commit the given next-offsets (an empty dict commits nothing), or the current positions, for this
         consumer's group."""
-        self._commit_call(offsets, "commit()")()
+        self._commit_call(offsets, "commit()")[1]()
         self._last_auto_commit = time.monotonic()
 
     def commit_async(self, offsets: dict[TopicPartition, int] | None = None,
@@ -476,21 +476,22 @@ class Consumer:
         """commit() on a background thread: returns at once with a Future (its exception a CommitFailedError
         or the commit's error); `callback(offsets, error or None)` runs when it is done (kafka-python's
         signature). Commits are sent in call order; close() waits for them."""
-        call = self._commit_call(offsets, "commit_async()")
+        chosen, call = self._commit_call(offsets, "commit_async()")
         if callback is not None and not callable(callback):
             raise InvalidArgumentError("commit_async(callback=...) must be a function of (offsets, error)")
         if self._committer is None:
             self._committer = ThreadPoolExecutor(1, thread_name_prefix="fabric-commit")
         future = self._committer.submit(call)
         if callback is not None:
-            sent = named_keys(call.offsets)  # type: ignore[attr-defined]
+            sent = named_keys(chosen)
             future.add_done_callback(lambda done: callback(sent, done.exception()))
         self._last_auto_commit = time.monotonic()
         return future
 
-    def _commit_call(self, offsets: dict[TopicPartition, int] | None, what: str) -> Callable[[], None]:
-        """The commit of `offsets` (else the consumed positions) with this member's generation, checked and
-        ready to send; `.offsets` holds what it commits."""
+    def _commit_call(self, offsets: dict[TopicPartition, int] | None, what: str
+                     ) -> tuple[dict[TopicPartition, int], Callable[[], None]]:
+        """What a commit of `offsets` (else the consumed positions) commits, and the call sending it with this
+        member's generation, checked and ready to send."""
         if self.group_id is None:
             raise FabricError(f"{what} needs a consumer created with group_id=...")
         group, member = self.group_id, self._member
@@ -510,8 +511,7 @@ class Consumer:
                     f"commit failed: group {group!r} rebalanced since this consumer joined generation "
                     f"{generation}, so its partitions may belong to another member now ({exc}). poll() again to "
                     "rejoin; records since the last successful commit will be delivered again") from exc
-        send.offsets = chosen  # type: ignore[attr-defined]
-        return send
+        return chosen, send
 
     def _try_commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Commit, but a stale generation only means the next owner re-reads from the last commit, and a position
