@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from fabric.common.errors import InvalidRequestError
+from fabric.common.errors import InvalidConfigError, InvalidRequestError
 from fabric.common.types import (
     CommittedOffset,
     GroupDescription,
@@ -20,6 +21,9 @@ from fabric.common.types import (
     TopicPartition,
     TransactionRecord,
 )
+
+if TYPE_CHECKING:
+    from fabric.coordinator.offsets_log import OffsetsPart
 
 # (partition epoch read, new state, or new assignment and state for a reassignment)
 StateUpdates = Mapping[TopicPartition, tuple[int, LeaderAndIsr | PartitionRegistration]]
@@ -57,6 +61,13 @@ class Coordinator(ABC):
     def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
                        generation: int = -1, member_id: str = "") -> None:
         """Store committed offsets atomically (all or none)."""
+
+    def transactional_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = ""
+                              ) -> OffsetsPart:
+        """The commit as a partition of a producer transaction's publish (coordinator.offsets_log.OffsetsPart):
+        only a store whose offsets topic is in a local directory has one; this refuses with the fix."""
+        raise InvalidConfigError(f"{type(self).__name__} keeps no offsets topic a producer transaction can write; "
+                                 "commit the offsets with the consumer after commit_transaction() instead")
 
     def check_commit(self, group: str, member_id: str = "", generation: int = -1) -> None:  # noqa: B027
         """Raise the MembershipError an offset commit by this member would get now, so a fenced member hears it

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import threading
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import pyarrow as pa
@@ -38,19 +39,33 @@ log = logging.getLogger(__name__)
 MIGRATED = ".migrated"
 
 
+@dataclass(frozen=True)
+class OffsetsPart:
+    """A group's offset commit as one more partition of a publish (a producer transaction's): `rows` go to
+    partition `partition` of the offsets topic, whose `partitions` Logs `log` gives, so they become visible at
+    the transaction's commit point with its records (and recovery rolls them forward or truncates them alike)."""
+
+    partition: int
+    partitions: int
+    log: Callable[[int], Log]
+    rows: pa.RecordBatch
+
+
 class LocalOffsetsLog:
     """The offsets topic's partitions in `directory` (subdirectories 0..N-1); `epoch` gives the election epoch to
-    stamp on appends (None: none, an embedded or single-instance store)."""
+    stamp on appends (None: none, an embedded or single-instance store). A publish may write a partition too
+    (a producer transaction's offsets): `resolve_pending` says whether its transaction committed, so recovery
+    rolls its frames forward or truncates them as a data partition's."""
 
     shared = True  # other processes append too: readers catch up from the logs before every answer
 
     def __init__(self, directory: str, epoch: Callable[[], int] | None = None, clock: Clock = SYSTEM_CLOCK,
-                 segment_bytes: int = SEGMENT_BYTES) -> None:
+                 segment_bytes: int = SEGMENT_BYTES, resolve_pending: Callable[[str], bool] | None = None) -> None:
         self.directory, self.clock, self._epoch = directory, clock, epoch
         os.makedirs(directory, exist_ok=True)
         self.partitions = self._partition_count()
         config = TopicConfig({**CONFIG, "segment.bytes": str(segment_bytes)})
-        self._logs = [Log(os.path.join(directory, str(p)), SCHEMA, config, clock=clock)
+        self._logs = [Log(os.path.join(directory, str(p)), SCHEMA, config, resolve_pending, clock=clock)
                       for p in range(self.partitions)]
         self._cleaning: set[int] = set()
         self._guard = threading.Lock()
@@ -59,6 +74,10 @@ class LocalOffsetsLog:
         """The count the topic was created with (the group -> partition map depends on it), else the default."""
         found = [int(n) for n in os.listdir(self.directory) if n.isdigit()]
         return max(found) + 1 if found else OFFSETS_PARTITIONS
+
+    def log(self, partition: int) -> Log:
+        """The Log of one partition (what a publish writes a transaction's offsets to)."""
+        return self._logs[partition]
 
     def end_offset(self, partition: int) -> int:
         return self._logs[partition].end_offset

@@ -37,12 +37,12 @@ from typing import Callable, ContextManager, Iterable, Iterator, Protocol, Seque
 import pyarrow as pa
 
 from fabric.common.clock import SYSTEM_CLOCK, Clock
-from fabric.common.errors import CoordinatorUnavailableError
+from fabric.common.errors import CoordinatorUnavailableError, InvalidConfigError
 from fabric.common.types import CommittedOffset, TopicPartition
 from fabric.coordinator import validation
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.group_store import GroupService
-from fabric.coordinator.offsets_log import LocalOffsetsLog
+from fabric.coordinator.offsets_log import LocalOffsetsLog, OffsetsPart
 from fabric.coordinator.offsets_records import (
     OFFSETS_TOPIC,
     SEGMENT_BYTES,
@@ -128,9 +128,11 @@ class OffsetsTopic:
     @classmethod
     def in_directory(cls, directory: str, epoch: Callable[[], int] | None = None,
                      legacy: LegacyOffsets | None = None, clock: Clock = SYSTEM_CLOCK,
-                     segment_bytes: int = SEGMENT_BYTES) -> OffsetsTopic:
-        """The offsets topic in a local `directory` (coordinator.offsets_log), its appends stamped with `epoch`."""
-        return cls(LocalOffsetsLog(directory, epoch, clock, segment_bytes), legacy, clock)
+                     segment_bytes: int = SEGMENT_BYTES,
+                     resolve_pending: Callable[[str], bool] | None = None) -> OffsetsTopic:
+        """The offsets topic in a local `directory` (coordinator.offsets_log), its appends stamped with `epoch`;
+        `resolve_pending` says whether a publish's transaction committed (LocalOffsetsLog)."""
+        return cls(LocalOffsetsLog(directory, epoch, clock, segment_bytes, resolve_pending), legacy, clock)
 
     # -- reads -------------------------------------------------------------------------------------------
     def committed(self, group: str, topics: list[str] | None = None) -> dict[TopicPartition, CommittedOffset]:
@@ -178,6 +180,21 @@ class OffsetsTopic:
         rows = [(offset_key(group, tp), {"next_offset": o, "metadata": metadata, "commit_ms": now})
                 for tp, o in sorted(offsets.items())]
         self._append(offsets_partition(group, self.partitions), rows, validate)
+
+    def publish_part(self, group: str, offsets: dict[TopicPartition, int], metadata: str) -> OffsetsPart:
+        """The commit as a partition of a producer transaction's publish (OffsetsPart); InvalidConfigError when
+        the topic is not kept in a local directory (a cluster's replicated one), which a publish cannot write."""
+        self._check_serving()
+        if not isinstance(self.log, LocalOffsetsLog):
+            raise InvalidConfigError(
+                f"offsets in a producer transaction need {OFFSETS_TOPIC} in the coordinator's directory "
+                "(file:// or a coordinator service without data nodes); this one keeps it replicated on data nodes: "
+                "commit the offsets with the consumer after commit_transaction() instead")
+        now = self.clock.now_ms()
+        rows = [(offset_key(group, tp), {"next_offset": o, "metadata": metadata, "commit_ms": now})
+                for tp, o in sorted(offsets.items())]
+        return OffsetsPart(offsets_partition(group, self.partitions), self.partitions, self.log.log,
+                           batch(rows, self.clock.now_us()))
 
     def delete_group(self, group: str) -> None:
         """Append a tombstone for each of `group`'s committed offsets."""
@@ -278,6 +295,10 @@ class TopicOffsets:
         validation.offsets(group, offsets, metadata)
         self._offsets.commit(group, dict(offsets), metadata,
                              lambda: self._groups.validate_commit(group, member_id, generation))
+
+    def transactional_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "") -> OffsetsPart:
+        validation.offsets(group, offsets, metadata)
+        return self._offsets.publish_part(group, dict(offsets), metadata)
 
     def committed(self, group: str, topics: list[str] | None = None) -> dict[TopicPartition, CommittedOffset]:
         return self._offsets.committed(group, topics)

@@ -74,7 +74,8 @@ class SqliteCoordinator(TopicOffsets, GroupMembership, SqliteReplication, Coordi
             self._migrate_transactions()
             self._groups = GroupService(SqliteGroupStore(self._db, self._tx), self._partitions_of)
             self._offsets = OffsetsTopic.in_directory(os.path.join(os.path.dirname(path), OFFSETS_TOPIC),
-                                                      legacy=self._legacy_offsets)
+                                                      legacy=self._legacy_offsets,
+                                                      resolve_pending=self.transaction_committed)
 
     def _db(self) -> sqlite3.Connection:
         """This thread's connection: read-write, or read-only while the disk refuses writes."""

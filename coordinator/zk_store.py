@@ -224,7 +224,8 @@ class ZkCoordinator(TopicOffsets, GroupMembership, ZkReplication, Coordinator):
                                           "offsets_dir (a coordinator instance passes <data dir>/__fabric/"
                                           "__consumer_offsets)")
             self._topic_of_offsets = OffsetsTopic.in_directory(self._offsets_dir, self._epoch,
-                                                                self._legacy_offsets)
+                                                                self._legacy_offsets,
+                                                                resolve_pending=self.transaction_committed)
         return self._topic_of_offsets
 
     # -- topics --------------------------------------------------------------------------------------------

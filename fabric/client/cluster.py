@@ -26,6 +26,7 @@ from fabric.common.types import (
     TopicInfo,
     TopicPartition,
     TopicRecovery,
+    TransactionalOffsets,
 )
 from fabric.coordinator.interface import Coordinator
 from fabric.storage import frame
@@ -158,6 +159,15 @@ class Cluster(ABC):
 
         Readers see all of it or none of it; returns False (and writes nothing) if `txn` already
         committed, which is how a replayed Spark batch is skipped."""
+
+    def publish_transaction(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
+                            codec: str = "none", offsets: TransactionalOffsets | None = None
+                            ) -> dict[TopicPartition, int] | None:
+        """A producer transaction's commit: publish() of `parts` plus, with `offsets`, the group's offsets, all
+        visible together or not at all; each partition's base offset, or None (nothing written) if `txn` had
+        committed already (another producer with the same transactional id: this one is fenced)."""
+        raise InvalidConfigError(f"producer transactions need an embedded fabric (file:///dir) or a coordinator "
+                                 f"service; {type(self).__name__} {self.url!r} has none")
 
     def frame_encoder(self, topic: str, codec: str = "none") -> FrameEncoder:
         """An encoder of `topic`'s stored rows as sealed frames for publish_frames / publish_files: the Spark

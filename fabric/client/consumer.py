@@ -187,6 +187,8 @@ class Consumer:
         return GroupMetadata(self.group_id, member.generation if member else -1, member.member_id if member else "",
                              self.config["group_instance_id"])
 
+    consumer_group_metadata = group_metadata  # confluent-kafka's name (for send_offsets_to_transaction)
+
     def unsubscribe(self) -> None:
         """Stop consuming: leave the group (if a member) and drop the assignment."""
         self._subscription, self._pattern = [], None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from typing import Mapping
+from typing import Callable, Mapping
 
 import pyarrow as pa
 
@@ -18,6 +18,7 @@ from fabric.client.cluster import Cluster
 from fabric.common.errors import InvalidConfigError
 from fabric.common.types import TopicPartition
 from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.offsets_log import OffsetsPart
 from fabric.server.broker import Broker
 from fabric.server.instance import milliseconds
 from fabric.server.publish import Staged
@@ -56,6 +57,7 @@ class EmbeddedCluster(Broker, Cluster):
         self.start_maintenance(self.retention_check_interval_ms)
         return super().append(topic, partition, rows, codec, acks, producer_id, producer_epoch, base_sequence)
 
-    def _publish(self, txn: str, staged: Mapping[TopicPartition, Staged]) -> bool:
+    def _publish(self, txn: str, staged: Mapping[TopicPartition, Staged], validate: Callable[[], None] = lambda: None,
+                 offsets: OffsetsPart | None = None) -> dict[TopicPartition, int] | None:
         self.start_maintenance(self.retention_check_interval_ms)
-        return super()._publish(txn, staged)
+        return super()._publish(txn, staged, validate, offsets)

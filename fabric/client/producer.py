@@ -5,6 +5,11 @@ a batch is built and appended when it reaches batch_size bytes, when linger_ms p
 thread), or on flush(). Keys are partitioned as Kafka's Java client does; null keys stick to one
 partition per batch. Nothing buffered is dropped silently: a producer never closed is flushed when it is
 garbage-collected or, at the latest, when the interpreter exits.
+
+A producer with a transactional_id (Kafka's transactional.id) sends in transactions instead: init_transactions(),
+then begin_transaction(), send() and send_offsets_to_transaction(), and commit_transaction() publishes every
+record and the offsets at once, or abort_transaction() drops them (fabric.client.transaction). Its records are
+buffered until the commit, never appended one batch at a time.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -27,20 +32,23 @@ import pyarrow.compute as pc
 from fabric.client.cluster import Cluster
 from fabric.client.idempotence import Sequences
 from fabric.client.partitioner import StickyPartitioner, assign_partitions
+from fabric.client.transaction import TransactionManager, TxnState
 from fabric.common import checks, record_checks
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.config import PRODUCER_SETTINGS, TopicConfig, client_config
 from fabric.common.errors import (
     FabricError,
+    IllegalStateError,
     InvalidConfigError,
     InvalidRecordError,
     RecordTooLargeError,
+    TransactionAbortedError,
     UnknownProducerIdError,
 )
 from fabric.common.names import validate_topic
 from fabric.common.record_checks import Headers, TypedValueRule
 from fabric.common.records import HEADERS, TIMESTAMP, to_storage, typed_rows
-from fabric.common.types import TopicInfo
+from fabric.common.types import TopicInfo, TopicPartition, TransactionalOffsets
 
 METADATA_MAX_AGE_S = 5.0
 log = logging.getLogger(__name__)
@@ -136,6 +144,9 @@ class SendFuture:
         if timeout is not None:
             timeout = checks.timeout(timeout, "result() timeout")
         if not self._drain.done.is_set():
+            if self._producer._transactions is not None and timeout is None:
+                raise IllegalStateError("a transactional producer's record is written by commit_transaction(): "
+                                        "wait for its future after the commit, or give a timeout")
             self._producer._drain_topic(self._drain.topic, only=self._drain)
         if not self._drain.done.wait(timeout):
             raise TimeoutError("the record was not appended in time")
@@ -239,6 +250,13 @@ class Producer:
             raise InvalidConfigError(f"enable_idempotence needs acks=all (got acks={self.config['acks']}), as in "
                                      "Kafka; drop one of the two")
         self._sequences = Sequences(cluster) if idempotent and self._acks == "all" else None
+        self._transactions: TransactionManager | None = None
+        if self.config["transactional_id"]:
+            if self._sequences is None:
+                raise InvalidConfigError("transactional_id needs acks=all and enable_idempotence=True, as in Kafka "
+                                         f"(got acks={self.config['acks']}, enable_idempotence={idempotent}); "
+                                         "drop those settings")
+            self._transactions = TransactionManager(cluster, self.config["transactional_id"])
         self._buffers: dict[str, _Buffer] = {}
         self._lock = threading.RLock()
         self._sticky = StickyPartitioner()
@@ -309,11 +327,14 @@ class Producer:
         if timestamp is not None:
             timestamp = record_checks.timestamp_ms(timestamp)
         with self._lock:
+            if self._transactions is not None:
+                self._transactions.require("send")
             buf = self._buffers.get(topic)
             if buf is None:
                 buf = self._buffers[topic] = _Buffer(topic)
-                self._ensure_linger_thread()
-                self._wake.notify()  # the linger thread times the new batch from now (linger_ms=0: sends it now)
+                if self._transactions is None:
+                    self._ensure_linger_thread()
+                    self._wake.notify()  # the linger thread times the new batch from now (linger_ms=0: sends now)
             index = len(buf.values)
             buf.values.append(value)
             buf.keys.append(key)
@@ -324,7 +345,7 @@ class Producer:
             future = SendFuture(self, buf.drain, index)
             if delivery is not None:
                 future.add_done_callback(delivery)
-            if buf.size >= self._batch_size:
+            if buf.size >= self._batch_size and self._transactions is None:
                 self._drain_topic(topic)
         return future
 
@@ -337,6 +358,9 @@ class Producer:
             raise InvalidRecordError(
                 f"send_batch takes a pyarrow.Table or RecordBatch, got {type(table).__name__}; build one with "
                 "pa.table({'value': [...]}), or send() records one at a time")
+        if self._transactions is not None:
+            raise IllegalStateError("send_batch() appends at once, outside any transaction: a transactional producer "
+                                    "sends with send() between begin_transaction() and commit_transaction()")
         info = self._topic(topic, refresh=True).info
         _check_topic_column(topic, table)
         with self._lock:
@@ -363,19 +387,10 @@ class Producer:
         return assign_partitions(topic, keys, explicit, num_partitions, self._sticky)
 
     def _append_by_partition(self, topic: str, rows: pa.Table, parts: np.ndarray) -> list[BatchMetadata]:
-        order = np.argsort(parts, kind="stable")
-        sorted_parts = parts[order]
-        if len(order) and not (order[:-1] < order[1:]).all():
-            rows = rows.take(pa.array(order))
-        cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
-        bounds = [0, *cuts.tolist(), len(order)]
+        rows, runs = _by_partition(rows, parts)
         out = []
-        for lo, hi in itertools.pairwise(bounds):
-            if lo == hi:
-                continue
-            p = int(sorted_parts[lo])
-            chunks = self._chunks(rows.slice(lo, hi - lo))
-            bases = [self._append(topic, p, chunk) for chunk in chunks]
+        for p, lo, hi in runs:
+            bases = [self._append(topic, p, chunk) for chunk in self._chunks(rows.slice(lo, hi - lo))]
             out.append(BatchMetadata(topic, p, bases[0], hi - lo))
         return out
 
@@ -424,41 +439,112 @@ class Producer:
         return [rows.slice(i, step).combine_chunks().to_batches()[0] for i in range(0, rows.num_rows, step)]
 
     def _drain_topic(self, topic: str, only: _Drain | None = None) -> None:
-        """Append the topic's buffered records now (if `only` is given, only if it is still buffered)."""
+        """Append the topic's buffered records now (if `only` is given, only if it is still buffered). A
+        transactional producer's records leave only with their transaction (commit_transaction)."""
         with self._lock:
             buf = self._buffers.get(topic)
-            if buf is None or (only is not None and buf.drain is not only):
+            if self._transactions is not None or buf is None or (only is not None and buf.drain is not only):
                 return
             del self._buffers[topic]
             drain = buf.drain
             try:
-                info = self._topic(topic).info
-                if info.value_schema is None:
-                    values = pa.array(buf.values, pa.binary())
-                else:
-                    values = typed_rows(buf.values, info.value_schema)
-                columns = {
-                    "timestamp": pa.array([None if t is None else t * 1000 for t in buf.timestamps],
-                                          pa.int64()).cast(TIMESTAMP),
-                    "key": pa.array(buf.keys, pa.binary()),
-                    "headers": pa.array(buf.headers, HEADERS) if any(buf.headers)
-                    else pa.nulls(len(buf.keys), HEADERS)}
-                if info.value_schema is None:
-                    columns["value"] = values
-                else:
-                    columns.update({f.name: values.field(f.name) for f in info.value_schema})
-                rows = to_storage(pa.table(columns), info.value_schema, SYSTEM_CLOCK.now_us())
-                explicit = pa.chunked_array([pa.array(buf.partitions, pa.int32())])
-                parts = self._partition(topic, rows.column("key"), explicit, info.partitions)
-                metas = self._append_by_partition(topic, rows, parts)
-                offsets = np.empty(len(parts), np.int64)
-                offsets[np.argsort(parts, kind="stable")] = np.concatenate(
-                    [np.arange(m.offset, m.offset + m.count) for m in metas])
-                drain.partitions, drain.offsets = parts, offsets
+                rows, parts = self._buffered_rows(buf)
+                drain.partitions, drain.offsets = parts, _record_offsets(parts, self._append_by_partition(topic, rows,
+                                                                                                        parts))
             except BaseException as exc:  # noqa: BLE001 (delivered through every future of the batch)
                 drain.error = exc
             finally:
                 drain.finish()
+
+    def _buffered_rows(self, buf: _Buffer) -> tuple[pa.Table, np.ndarray]:
+        """A buffer's records as stored rows, and the partition of each."""
+        info = self._topic(buf.drain.topic).info
+        if info.value_schema is None:
+            values = pa.array(buf.values, pa.binary())
+        else:
+            values = typed_rows(buf.values, info.value_schema)
+        columns = {
+            "timestamp": pa.array([None if t is None else t * 1000 for t in buf.timestamps],
+                                  pa.int64()).cast(TIMESTAMP),
+            "key": pa.array(buf.keys, pa.binary()),
+            "headers": pa.array(buf.headers, HEADERS) if any(buf.headers) else pa.nulls(len(buf.keys), HEADERS)}
+        if info.value_schema is None:
+            columns["value"] = values
+        else:
+            columns.update({f.name: values.field(f.name) for f in info.value_schema})
+        rows = to_storage(pa.table(columns), info.value_schema, SYSTEM_CLOCK.now_us())
+        explicit = pa.chunked_array([pa.array(buf.partitions, pa.int32())])
+        return rows, self._partition(buf.drain.topic, rows.column("key"), explicit, info.partitions)
+
+    # -- transactions (Kafka's transactional producer; the state machine is fabric.client.transaction) ----
+    def _transactional(self, call: str) -> TransactionManager:
+        if self._transactions is None:
+            raise IllegalStateError(f"{call}() needs a producer created with transactional_id=... (Kafka's "
+                                    "transactional.id)")
+        return self._transactions
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Start this transactional producer: its next transaction follows the last one its transactional_id
+        committed. Refused on a cluster with data nodes (not available there yet)."""
+        with self._lock:
+            self._transactional("init_transactions").init()
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: the records sent until commit_transaction() are published together."""
+        with self._lock:
+            self._transactional("begin_transaction").begin()
+
+    def send_offsets_to_transaction(self, offsets: Any, group_metadata: Any, timeout: float | None = None) -> None:
+        """Commit a consumer group's offsets with this transaction: {TopicPartition: next offset to read} (or
+        kafka-python's OffsetAndMetadata values, or confluent-kafka's list of TopicPartition with .offset), for
+        the group of `group_metadata` (consumer.consumer_group_metadata(): the commit is fenced as the member's
+        own; or a group id, for a group without live members). They become visible with the records."""
+        with self._lock:
+            self._transactional("send_offsets_to_transaction").add_offsets(offsets, group_metadata)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Publish the transaction's records and offsets at once (one publish: all of them become visible, or
+        none); then every record's future resolves with its offset and the callbacks run. ProducerFencedError
+        if another producer with the same transactional_id committed this transaction's sequence first (this
+        one wrote nothing and is fenced for good); another error means nothing was committed: call
+        abort_transaction()."""
+        with self._lock:
+            manager = self._transactional("commit_transaction")
+            manager.require("commit_transaction")
+            buffers, self._buffers = self._buffers, {}
+            built: list[tuple[_Buffer, np.ndarray, list[tuple[int, int, int]]]] = []
+
+            def publish(txn: str, offsets: TransactionalOffsets | None) -> dict[TopicPartition, int] | None:
+                parts: dict[TopicPartition, list[pa.RecordBatch]] = {}
+                for topic, buf in buffers.items():
+                    rows, assigned = self._buffered_rows(buf)
+                    rows, runs = _by_partition(rows, assigned)
+                    for p, lo, hi in runs:
+                        parts[(topic, p)] = self._chunks(rows.slice(lo, hi - lo))
+                    built.append((buf, assigned, runs))
+                return self.cluster.publish_transaction(txn, parts, self._codec, offsets)
+            try:
+                bases = manager.commit(publish)
+            except BaseException as exc:
+                _fail(buffers.values(), exc)
+                raise
+            for buf, assigned, runs in built:
+                topic = buf.drain.topic
+                metas = [BatchMetadata(topic, p, bases[(topic, p)], hi - lo) for p, lo, hi in runs]
+                buf.drain.partitions, buf.drain.offsets = assigned, _record_offsets(assigned, metas)
+                buf.drain.finish()
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Drop the transaction's records and offsets: nothing of it is ever visible; its futures fail with
+        TransactionAbortedError."""
+        with self._lock:
+            manager = self._transactional("abort_transaction")
+            manager.begin_abort()
+            buffers, self._buffers = self._buffers, {}
+            txn = manager.txn
+            manager.aborted()
+        _fail(buffers.values(), TransactionAbortedError(f"transaction {txn} was aborted: this record was not "
+                                                        "written"))
 
     # -- linger, flush, close ----------------------------------------------------------------------
     def _ensure_linger_thread(self) -> None:
@@ -489,6 +575,11 @@ class Producer:
         """Flush, then stop the linger thread."""
         if self._closed:
             return
+        if self._transactions is not None and self._transactions.state in (TxnState.IN_TRANSACTION,
+                                                                           TxnState.ABORTABLE):
+            log.warning("producer %r closed with transaction %s open: aborting it", self.config["client_id"],
+                        self._transactions.txn)
+            self.abort_transaction()
         self.flush(timeout)
         with self._lock:
             self._closed = True
@@ -507,6 +598,33 @@ class Producer:
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
+
+
+def _by_partition(rows: pa.Table, parts: np.ndarray) -> tuple[pa.Table, list[tuple[int, int, int]]]:
+    """`rows` sorted (stably) by their partition `parts`, and the run (partition, lo, hi) of each partition."""
+    order = np.argsort(parts, kind="stable")
+    sorted_parts = parts[order]
+    if len(order) and not (order[:-1] < order[1:]).all():
+        rows = rows.take(pa.array(order))
+    cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
+    bounds = [0, *cuts.tolist(), len(order)]
+    return rows, [(int(sorted_parts[lo]), lo, hi) for lo, hi in itertools.pairwise(bounds) if lo != hi]
+
+
+def _record_offsets(parts: np.ndarray, metas: list[BatchMetadata]) -> np.ndarray:
+    """Each record's offset, in send order, from where its partition's run landed (`metas`, by partition)."""
+    offsets = np.empty(len(parts), np.int64)
+    if metas:
+        offsets[np.argsort(parts, kind="stable")] = np.concatenate(
+            [np.arange(m.offset, m.offset + m.count) for m in metas])
+    return offsets
+
+
+def _fail(buffers: Iterable[_Buffer], error: BaseException) -> None:
+    """Fail every future of the buffered records with `error` (their callbacks run)."""
+    for buf in buffers:
+        buf.drain.error = error
+        buf.drain.finish()
 
 
 def _serialized(serializer: Serializer, data: Any, what: str) -> Any:

@@ -25,6 +25,7 @@ from fabric.common.types import (
     TopicInfo,
     TopicPartition,
     TopicRecovery,
+    TransactionalOffsets,
     TransactionRecord,
 )
 from fabric.coordinator.interface import Coordinator
@@ -157,7 +158,14 @@ class RemoteCluster(Cluster):
         """Ships the sealed frames as they are; the service appends them without re-encoding."""
         return self._publish("publish_frames", txn, parts)
 
-    def _publish(self, op: str, txn: str, parts: Mapping[TopicPartition, Sequence[Any]], **kwargs: Any) -> bool:
+    def publish_transaction(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
+                            codec: str = "none", offsets: TransactionalOffsets | None = None
+                            ) -> dict[TopicPartition, int] | None:
+        bases: dict[TopicPartition, int] | None = self._publish("publish_transaction", txn, parts, codec=codec,
+                                                                 offsets=offsets)
+        return bases
+
+    def _publish(self, op: str, txn: str, parts: Mapping[TopicPartition, Sequence[Any]], **kwargs: Any) -> Any:
         descriptor = wire.put_descriptor(op, txn=txn, keys=[[t, p] for t, p in parts], **kwargs)
         payload = wire.PUBLISH_OPS[op][1]
         return self._put(descriptor, wire.ENVELOPE, lambda: list(wire.envelope(dict(parts), payload)))

@@ -189,6 +189,8 @@ PRODUCER_SETTINGS: dict[str, Setting] = {
     "retries": Setting(INT_MAX, _long(0, INT_MAX), "how often a send retries a retriable error"),
     "retry_backoff_ms": Setting(100, _long(0, INT_MAX), "wait between retries"),
     "delivery_timeout_ms": Setting(120000, _long(1, INT_MAX), "give up on a send after this long, retries included"),
+    "transactional_id": Setting("", str, "send in transactions (init_transactions, begin_transaction, "
+                                "commit_transaction): records and offsets are published together or not at all"),
 }
 
 CONSUMER_SETTINGS: dict[str, Setting] = {

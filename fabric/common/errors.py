@@ -215,6 +215,16 @@ class ProducerFencedError(FabricError):
     PRODUCER_FENCED). Nothing was written."""
 
 
+class TransactionAbortedError(FabricError):
+    """A record sent in a producer transaction that was aborted (abort_transaction, or a commit that failed
+    before its commit point): nothing of the transaction was written (Kafka's TRANSACTION_ABORTED)."""
+
+
+class IllegalStateError(FabricError):
+    """A transactional producer's call made in the wrong state, e.g. send() before begin_transaction() (Kafka's
+    IllegalStateException); the message names the call to make first."""
+
+
 class InvalidTxnStateError(FabricError):
     """A transaction request that does not fit the transactional id's state: a writer joining a transaction
     that already committed or that a newer one replaced, or markers for a transaction that is not the one the

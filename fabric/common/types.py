@@ -288,6 +288,19 @@ class NodeAssignment:
 
 
 @dataclass(frozen=True)
+class TransactionalOffsets:
+    """A group's offsets committed by a producer transaction (Kafka's TxnOffsetCommit): written to the offsets
+    topic by the same publish as the transaction's records, so both become visible at its commit point. The
+    generation and member id fence a group member's commit as commit_offsets does (-1 and "": a simple commit)."""
+
+    group: str
+    offsets: dict[TopicPartition, int]
+    metadata: str = ""
+    generation: int = -1
+    member_id: str = ""
+
+
+@dataclass(frozen=True)
 class TransactionWriter:
     """One writer of a transaction on replicated partitions (a Spark sink task attempt): its producer id and
     epoch, and the partitions it writes (registered before it writes any, as Kafka's AddPartitionsToTxn)."""

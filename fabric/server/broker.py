@@ -31,12 +31,21 @@ from fabric.common.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from fabric.common.names import validate_new_topic
+from fabric.common.names import OFFSETS_TOPIC, validate_new_topic
 from fabric.common.redaction import clip
-from fabric.common.types import Fetched, PartitionState, ProducerIdentity, TopicInfo, TopicPartition, TopicRecovery
+from fabric.common.types import (
+    Fetched,
+    PartitionState,
+    ProducerIdentity,
+    TopicInfo,
+    TopicPartition,
+    TopicRecovery,
+    TransactionalOffsets,
+)
 from fabric.coordinator import validation
 from fabric.coordinator.disk import disk_errors
 from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.offsets_log import OffsetsPart
 from fabric.coordinator.producer_ids import ProducerIds
 from fabric.coordinator.sqlite_store import SqliteCoordinator
 from fabric.server import admission, partition_ops, publish, recovery
@@ -314,12 +323,24 @@ class Broker:
         """Commit a group's offsets: each an int within its partition's [log start, log end], after the
         member's generation is checked (a fenced member hears first that it must rejoin)."""
         validation.offsets(group, offsets, metadata)
+        logs = self._offset_logs(offsets)
+        self.coordinator.check_commit(group, member_id, generation)
+        self._check_committable(offsets, logs)
+        self.coordinator.commit_offsets(group, dict(offsets), metadata, generation, member_id)
+
+    def _offset_logs(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, Log | None]:
+        """The logs the committed `offsets` are checked against (None: not checked), each topic's metadata read
+        once."""
         partitions: dict[str, list[int]] = {}
         for topic, partition in offsets:
             partitions.setdefault(topic, []).append(partition)
-        logs = {(topic, partition): partition_log for topic, numbers in partitions.items()
+        return {(topic, partition): partition_log for topic, numbers in partitions.items()
                 for partition, partition_log in self._committable_logs(topic, numbers).items()}
-        self.coordinator.check_commit(group, member_id, generation)
+
+    @staticmethod
+    def _check_committable(offsets: Mapping[TopicPartition, int], logs: Mapping[TopicPartition, Log | None]
+                           ) -> None:
+        """OffsetOutOfRangeError unless every offset is within its partition's [log start, log end] now."""
         for (topic, partition), offset in offsets.items():
             partition_log = logs[(topic, partition)]
             if partition_log is None:
@@ -329,7 +350,6 @@ class Broker:
                 raise OffsetOutOfRangeError(
                     f"cannot commit offset {offset} for {topic}-{partition}: the partition holds offsets [{start}, "
                     f"{end}]; commit a position within them (reset with --to-earliest or --to-latest)")
-        self.coordinator.commit_offsets(group, dict(offsets), metadata, generation, member_id)
 
     def _committable_logs(self, topic: str, partitions: list[int]) -> dict[int, Log | None]:
         """The logs committed offsets of `topic` are checked against (None: not checked), its metadata read
@@ -343,6 +363,50 @@ class Broker:
         """Append stored rows to several partitions atomically under `txn`, at most once."""
         if self.coordinator.transaction_committed(txn):
             return False
+        return self._publish(txn, self._stage_batches(parts, codec)) is not None
+
+    def publish_transaction(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
+                            codec: str = "none", offsets: TransactionalOffsets | None = None
+                            ) -> dict[TopicPartition, int] | None:
+        """A producer transaction's commit: publish() of `parts` and, with `offsets`, the group's offsets as one
+        more partition of the same publish (the offsets topic's, in the coordinator's directory), so records and
+        offsets become visible together at its commit point, or neither. The offsets are checked as
+        commit_offsets checks them, under the publish's locks. Returns each partition's base offset; None
+        (nothing written) if `txn` had committed already: another producer with the same transactional id did."""
+        if self.coordinator.transaction_committed(txn):
+            return None
+        staged = self._stage_batches(parts, codec)
+        if offsets is None:
+            return self._publish(txn, staged)
+        part, validate = self._transaction_offsets(offsets)
+        template, payload = Log.encode(part.rows)
+        staged[(OFFSETS_TOPIC, part.partition)] = [(None, [(frame.seal(template, payload), payload)])]
+        bases = self._publish(txn, staged, validate, part)
+        return None if bases is None else {key: base for key, base in bases.items() if key[0] != OFFSETS_TOPIC}
+
+    def _transaction_offsets(self, offsets: TransactionalOffsets) -> tuple[OffsetsPart, Callable[[], None]]:
+        """The offsets partition of a transaction's publish, and the check to run under its locks: the member's
+        generation and each offset's range, as commit_offsets checks them."""
+        if not isinstance(offsets, TransactionalOffsets):
+            raise InvalidRequestError(f"a transaction's offsets are a TransactionalOffsets, got {clip(offsets)}")
+        group, committed = offsets.group, offsets.offsets
+        validation.offsets(group, committed, offsets.metadata)
+        generation = checks.integer(offsets.generation, "a transaction's group generation (-1: none)", -1, INT_MAX,
+                                    InvalidRequestError)
+        if not isinstance(offsets.member_id, str):
+            raise InvalidRequestError(f"a transaction's member id must be a string, got {clip(offsets.member_id)}")
+        logs = self._offset_logs(committed)
+        self.coordinator.check_commit(group, offsets.member_id, generation)
+        part = self.coordinator.transactional_offsets(group, dict(committed), offsets.metadata)
+
+        def validate() -> None:
+            self.coordinator.check_commit(group, offsets.member_id, generation)
+            self._check_committable(committed, logs)
+        return part, validate
+
+    def _stage_batches(self, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]], codec: str
+                       ) -> dict[TopicPartition, Staged]:
+        """Stored batches checked for their partitions (fabric.server.admission) and encoded as sealed frames."""
         partition_ops.check_codec(codec)
         staged: dict[TopicPartition, Staged] = {}
         for key, batches in parts.items():
@@ -353,7 +417,7 @@ class Broker:
             encoded = [Log.encode(b, codec, partition_log.timestamp_type, partition_log.clock)
                        for b in batches if b.num_rows]
             staged[key] = [(None, [(frame.seal(template, payload), payload) for template, payload in encoded])]
-        return self._publish(txn, staged)
+        return staged
 
     def publish_frames(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.Buffer]]) -> bool:
         """publish() for buffers of sealed frames laid end to end, appended as they are."""
@@ -363,7 +427,7 @@ class Broker:
         for key, buffers in parts.items():
             log = self._publish_log(key)
             staged[key] = [(None, self._admit(key, log, buffer, "a buffer of frames")) for buffer in buffers]
-        return self._publish(txn, staged)
+        return self._publish(txn, staged) is not None
 
     def publish_files(self, txn: str, parts: Mapping[TopicPartition, Sequence[str]],
                       adopt_bytes: int = ADOPT_BYTES) -> bool:
@@ -380,12 +444,16 @@ class Broker:
                 with pa.memory_map(path, "r") as mapped:
                     frames = self._admit(key, log, mapped.read_buffer(), f"staged file {path}", dense=True)
                 staged[key].append((path if os.path.getsize(path) >= adopt_bytes else None, frames))
-        return self._publish(txn, staged)
+        return self._publish(txn, staged) is not None
 
     def _publish_log(self, key: Any) -> Log:
         """The Log a publish writes to; InvalidRequestError unless `key` is a (topic, partition) pair."""
         if not (isinstance(key, tuple) and len(key) == 2):
             raise InvalidRequestError(f"a publish is keyed by (topic, partition) pairs, got {clip(key)}")
+        if key[0] == OFFSETS_TOPIC:
+            raise InvalidRequestError(f"a publish cannot name {OFFSETS_TOPIC}: group offsets are written only by "
+                                      "offset commits (commit_offsets, or a producer transaction's "
+                                      "send_offsets_to_transaction)")
         return self.log(*key)
 
     @staticmethod
@@ -399,9 +467,18 @@ class Broker:
         admission.check_frames(key[0], frames, log.schema, log.config["max.message.bytes"], dense, log.config)
         return frames
 
-    def _publish(self, txn: str, staged: Mapping[TopicPartition, Staged]) -> bool:
+    def _publish(self, txn: str, staged: Mapping[TopicPartition, Staged], validate: Callable[[], None] = lambda: None,
+                 offsets: OffsetsPart | None = None) -> dict[TopicPartition, int] | None:
+        """publish.publish() of `staged`; with `offsets`, the offsets topic's partitions are its Logs."""
+        log_of, partitions_of = self.log, self._partitions
+        if offsets is not None:
+            def log_of(topic: str, partition: int) -> Log:
+                return offsets.log(partition) if topic == OFFSETS_TOPIC else self.log(topic, partition)
+
+            def partitions_of(topic: str) -> int:
+                return offsets.partitions if topic == OFFSETS_TOPIC else self._partitions(topic)
         with disk_errors(self.root, f"publish transaction {clip(txn)}"):
-            return publish.publish(self.coordinator, self.log, self._partitions, txn, staged)
+            return publish.publish(self.coordinator, log_of, partitions_of, txn, staged, validate)
 
     def staging_dir(self, sink_id: str, batch: str | None = None) -> str:
         """<root>/__fabric/staging/<sink id>[/<batch>]: where the Spark sink stages a batch's frames."""

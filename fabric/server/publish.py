@@ -29,11 +29,15 @@ Staged = list[tuple[str | None, list[Frame]]]  # per partition: (a staged file t
 
 
 def publish(coordinator: Coordinator, log_of: Callable[[str, int], Log], partitions_of: Callable[[str], int],
-            txn: str, staged: Mapping[TopicPartition, Staged]) -> bool:
-    """Publish `staged` under transaction `txn`; False (nothing written) if `txn` had already committed."""
+            txn: str, staged: Mapping[TopicPartition, Staged],
+            validate: Callable[[], None] = lambda: None) -> dict[TopicPartition, int] | None:
+    """Publish `staged` under transaction `txn`: each partition's base offset (where its first record landed),
+    or None (nothing written) if `txn` had already committed. `validate()` runs once every partition is locked,
+    before anything is written: what it raises refuses the publish (a transaction's offset commit is checked
+    there, so no commit of the same group partition slips in between)."""
     if coordinator.transaction_committed(txn):
         log.info("transaction %s committed before: skipped (a replay)", txn)
-        return False
+        return None
     keys = sorted(staged)
     _recover_dead_attempts(log_of, partitions_of, txn, keys)
     logs = {key: log_of(*key) for key in keys}
@@ -41,7 +45,8 @@ def publish(coordinator: Coordinator, log_of: Callable[[str, int], Log], partiti
         for key in keys:
             stack.enter_context(logs[key].lock)
         if coordinator.transaction_committed(txn):
-            return False
+            return None
+        validate()
         ends, bases = {}, {}
         for key in keys:
             logs[key].sync_tail()  # here, not in the threads: recovery may take the lock again
@@ -56,13 +61,13 @@ def publish(coordinator: Coordinator, log_of: Callable[[str, int], Log], partiti
             for partition_log in logs.values():
                 partition_log.forget_tail()  # the next writer truncates what this publish wrote
             raise
-        _debug_pause()
+        _debug_pause(0)
         coordinator.commit_transaction(txn)
-        _debug_pause()
+        _debug_pause(1)
         for key in keys:
             logs[key].finish_publish(ends[key])
     log.debug("transaction %s published to %d partition(s)", txn, len(keys))
-    return True
+    return bases
 
 
 def _recover_dead_attempts(log_of: Callable[[str, int], Log], partitions_of: Callable[[str], int], txn: str,
@@ -94,8 +99,10 @@ def _write_staged(log: Log, base: int, items: Staged) -> None:
                 base += header.record_count
 
 
-def _debug_pause() -> None:
-    """Sleep $FABRIC_DEBUG_PUBLISH_PAUSE_S seconds inside publish (crash tests widen the kill window)."""
-    pause = float(os.environ.get(DEBUG_PAUSE_ENV) or 0)
+def _debug_pause(stage: int) -> None:
+    """Sleep $FABRIC_DEBUG_PUBLISH_PAUSE_S seconds inside publish, before the commit point (stage 0) and after it
+    (stage 1): crash tests widen the kill window. "S" pauses at both, "S0,S1" at each its own time."""
+    pauses = (os.environ.get(DEBUG_PAUSE_ENV) or "0").split(",")
+    pause = float(pauses[min(stage, len(pauses) - 1)] or 0)
     if pause > 0:
         time.sleep(pause)

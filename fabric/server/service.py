@@ -229,8 +229,11 @@ class CoordinatorService(FabricFlightServer):
             method, _, items = wire.PUBLISH_OPS[op]
             keys = wire.publish_keys(request.pop("keys", None))
             check_call(op, getattr(ClusterBroker, method), request, skip=("parts",))
+            offsets = request.get("offsets")
             self.authorize(context, [("write", transactional_id(request["txn"]))]
-                            + [("write", f"topic:{t}") for t in sorted({t for t, _ in keys})])
+                            + [("write", f"topic:{t}") for t in sorted({t for t, _ in keys})]
+                            + ([] if offsets is None else commit_checks({"group": offsets.group,
+                                                                         "offsets": offsets.offsets})))
             self._require_active()
             parts = wire.unwrap(keys, reader, items)
             count_bytes(sum(i.size if isinstance(i, pa.Buffer) else i.nbytes for v in parts.values() for i in v))

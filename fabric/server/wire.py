@@ -39,6 +39,7 @@ from fabric.common.types import (
     TopicInfo,
     TopicPartition,
     TopicRecovery,
+    TransactionalOffsets,
     TransactionRecord,
     TransactionWriter,
 )
@@ -69,7 +70,7 @@ DATACLASSES = {cls.__name__: cls for cls in (TopicInfo, CommittedOffset, JoinReq
                                              TopicRecovery, NodeInfo, PartitionAssignment, LeaderAndIsr,
                                              PartitionRegistration, ClusterDescription, NodeAssignment,
                                              EpochEndOffset, ProducerIdentity, TransactionWriter,
-                                             TransactionRecord, CleanReport)}
+                                             TransactionRecord, TransactionalOffsets, CleanReport)}
 ENUMS = {cls.__name__: cls for cls in (GroupStatus,)}
 
 
@@ -282,6 +283,7 @@ def unwrap(keys: Iterable[tuple[str, int]], reader: flight.MetadataRecordBatchRe
 PUBLISH_OPS: dict[str, tuple[str, Callable[[Any], bytes], Callable[[bytes], list[Any]]]] = {
     "publish": ("publish", ipc_bytes, ipc_batches),
     "publish_frames": ("publish_frames", frame_bytes, frame_buffers),
+    "publish_transaction": ("publish_transaction", ipc_bytes, ipc_batches),
 }
 
 

@@ -1,0 +1,246 @@
+"""Producer transactions (Kafka's transactional producer) on an embedded fabric and over a coordinator service:
+records and group offsets become visible together at commit, an abort leaves nothing, a second producer with the
+same transactional_id fences the first, calls out of order are refused, and a publisher SIGKILLed before or
+after the commit point leaves nothing or everything."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+
+import fabric
+from fabric.client.topic_partition import TopicPartition
+from fabric.common.errors import (
+    IllegalGenerationError,
+    IllegalStateError,
+    InvalidConfigError,
+    InvalidRequestError,
+    OffsetOutOfRangeError,
+    ProducerFencedError,
+    TransactionAbortedError,
+    UnknownMemberError,
+)
+from fabric.common.names import OFFSETS_TOPIC
+from fabric.common.types import TransactionalOffsets
+from fabric.common.waiting import wait_for
+from fabric.server.publish import DEBUG_PAUSE_ENV
+from fabric.storage.marker import PENDING
+
+
+@pytest.fixture(params=["file", "fabric"])
+def fab(request, coordinators, fabric_dir):
+    """The same client API over an embedded fabric and over a coordinator service serving such a directory."""
+    url = f"file://{fabric_dir}" if request.param == "file" else coordinators(fabric_dir).url()
+    with fabric.connect(url) as handle:
+        yield handle
+
+
+def _values(fab, topic: str) -> list[bytes]:
+    """Every record of `topic` a new reader sees, sorted."""
+    with fab.consumer(topic, auto_offset_reset="earliest") as consumer:
+        out: list[bytes] = []
+        while batch := consumer.poll(0.2):
+            out += [r.value for r in batch]
+    return sorted(out)
+
+
+def _input(fab, count: int) -> None:
+    fab.create_topic("in", partitions=1)
+    fab.create_topic("out", partitions=2)
+    with fab.producer() as producer:
+        for i in range(count):
+            producer.send("in", b"in-%d" % i)
+
+
+def test_commit_makes_records_and_offsets_visible_together_and_abort_leaves_nothing(fab):
+    _input(fab, 5)
+    delivered = []
+    producer = fab.producer(**{"transactional.id": "etl-1"})
+    producer.init_transactions()
+    producer.begin_transaction()
+    futures = [producer.send("out", b"v%d" % i, key=b"k%d" % i, callback=lambda e, m: delivered.append((e, m)))
+               for i in range(6)]
+    producer.send_offsets_to_transaction({TopicPartition("in", 0): 3}, "etl")
+    assert _values(fab, "out") == [] and fab.cluster.coordinator.committed("etl") == {}
+    assert not futures[0].done() and delivered == []
+    producer.commit_transaction()
+    metas = [f.get() for f in futures]
+    assert _values(fab, "out") == [b"v%d" % i for i in range(6)]
+    assert fab.cluster.coordinator.committed("etl")[("in", 0)].offset == 3
+    for p in range(2):  # futures carry the real, dense offsets of each partition
+        assert sorted(m.offset for m in metas if m.partition == p) == list(range(sum(m.partition == p for m in metas)))
+    assert [m for _, m in delivered] == metas and all(e is None for e, _ in delivered)
+
+    producer.begin_transaction()
+    dropped = producer.send("out", b"dropped")
+    producer.send_offsets_to_transaction({TopicPartition("in", 0): 5}, "etl")
+    producer.abort_transaction()
+    assert isinstance(dropped.exception(), TransactionAbortedError)
+    producer.begin_transaction()  # the next transaction after an abort commits normally
+    producer.send("out", b"after")
+    producer.commit_transaction()
+    producer.close()
+    assert _values(fab, "out") == sorted([b"v%d" % i for i in range(6)] + [b"after"])
+    assert fab.cluster.coordinator.committed("etl")[("in", 0)].offset == 3
+
+
+def test_consume_transform_produce_loop(fab):
+    _input(fab, 30)
+    consumer = fab.consumer("in", group_id="upper", auto_offset_reset="earliest", enable_auto_commit=False,
+                            max_poll_records=7)
+    producer = fab.producer(transactional_id="upper-1")
+    producer.init_transactions()
+    done = 0
+    while done < 30:
+        records = consumer.poll(1.0)
+        if not records:
+            continue
+        producer.begin_transaction()
+        for r in records:
+            producer.send("out", r.value.upper(), key=r.key)
+        producer.send_offsets_to_transaction({TopicPartition("in", 0): records[-1].offset + 1},
+                                             consumer.consumer_group_metadata())
+        producer.commit_transaction()
+        done += len(records)
+    consumer.close()
+    producer.close()
+    assert _values(fab, "out") == sorted(b"IN-%d" % i for i in range(30))
+    assert fab.cluster.coordinator.committed("upper")[("in", 0)].offset == 30
+
+
+def test_a_second_producer_with_the_same_transactional_id_fences_the_loser(fab):
+    _input(fab, 4)
+    first, second = fab.producer(transactional_id="twin"), fab.producer(transactional_id="twin")
+    first.init_transactions()
+    second.init_transactions()
+    for producer, value in ((first, b"first"), (second, b"second")):
+        producer.begin_transaction()
+        producer.send("out", value)
+    second.send_offsets_to_transaction({("in", 0): 4}, "twins")
+    first.commit_transaction()
+    with pytest.raises(ProducerFencedError, match="twin:0"):
+        second.commit_transaction()
+    for call in (second.begin_transaction, second.abort_transaction):
+        with pytest.raises(ProducerFencedError):
+            call()
+    assert _values(fab, "out") == [b"first"] and fab.cluster.coordinator.committed("twins") == {}
+    third = fab.producer(transactional_id="twin")
+    third.init_transactions()  # continues after the committed sequence
+    third.begin_transaction()
+    third.send("out", b"third")
+    third.commit_transaction()
+    assert _values(fab, "out") == [b"first", b"third"]
+
+
+def test_calls_out_of_order_are_refused_naming_the_right_call(fab):
+    fab.create_topic("out", partitions=1)
+    with pytest.raises(IllegalStateError, match="transactional_id"):
+        fab.producer().begin_transaction()
+    producer = fab.producer(transactional_id="order")
+    with pytest.raises(IllegalStateError, match=r"init_transactions\(\) first"):
+        producer.begin_transaction()
+    producer.init_transactions()
+    with pytest.raises(IllegalStateError, match=r"begin_transaction\(\) first"):
+        producer.send("out", b"x")
+    with pytest.raises(IllegalStateError, match=r"begin_transaction\(\) first"):
+        producer.commit_transaction()
+    producer.begin_transaction()
+    with pytest.raises(IllegalStateError, match="commit_transaction"):
+        producer.begin_transaction()
+    with pytest.raises(IllegalStateError, match="send_batch"):
+        producer.send_batch("out", pa.table({"value": [b"x"]}))
+    future = producer.send("out", b"x")
+    with pytest.raises(IllegalStateError, match="commit_transaction"):
+        future.get()  # would wait for a commit this thread has not made
+    with pytest.raises(InvalidConfigError, match="acks=all"):
+        fab.producer(transactional_id="weak", acks=1)
+    producer.close()  # aborts the open transaction
+    assert isinstance(future.exception(), TransactionAbortedError)
+
+
+def test_bad_transactional_offsets_are_refused_by_the_server_and_nothing_is_written(fab):
+    _input(fab, 3)
+    cluster = fab.cluster
+
+    def publish(offsets):
+        return cluster.publish_transaction("raw:0", {("out", 0): []}, offsets=offsets)
+    with pytest.raises(InvalidRequestError, match=OFFSETS_TOPIC):
+        cluster.publish("raw:0", {(OFFSETS_TOPIC, 0): []})
+    with pytest.raises(OffsetOutOfRangeError, match=r"\[0, 3\]"):
+        publish(TransactionalOffsets("g", {("in", 0): 4}))
+    with pytest.raises(OffsetOutOfRangeError):
+        publish(TransactionalOffsets("g", {("in", 0): -1}))
+    with pytest.raises(InvalidRequestError, match="generation"):
+        publish(TransactionalOffsets("g", {("in", 0): 1}, generation=-7))
+    with fab.consumer("in", group_id="live", auto_offset_reset="earliest") as member:
+        wait_for(lambda: member.poll(0.2) or member.assignment(), what="the member's assignment")
+        meta = member.consumer_group_metadata()
+        with pytest.raises(IllegalGenerationError):
+            publish(TransactionalOffsets("live", {("in", 0): 1}, generation=meta.generation + 5,
+                                         member_id=meta.member_id))
+        with pytest.raises(UnknownMemberError):  # a simple commit while the group has members
+            publish(TransactionalOffsets("live", {("in", 0): 1}))
+    assert not cluster.coordinator.transaction_committed("raw:0")
+    assert cluster.coordinator.committed("g") == {} and _values(fab, "out") == []
+
+
+def test_a_cluster_with_data_nodes_refuses_producer_transactions(replicated_cluster):
+    with fabric.connect(replicated_cluster.url) as fab:
+        with pytest.raises(InvalidConfigError, match="data nodes"):
+            fab.producer(transactional_id="nodes").init_transactions()
+
+
+CHILD = r"""
+import sys, fabric
+with fabric.connect(sys.argv[1]) as fab:
+    producer = fab.producer(transactional_id="crash")
+    producer.init_transactions()
+    producer.begin_transaction()
+    for i in range(6):
+        producer.send("out", b"dead-%d" % i, key=b"%d" % i)
+    producer.send_offsets_to_transaction({("in", 0): 2}, "crashers")
+    producer.commit_transaction()
+"""
+
+
+@pytest.mark.parametrize("after_commit_point", [False, True])
+def test_a_publisher_killed_mid_transaction_leaves_all_or_nothing(fabric_dir, after_commit_point):
+    url = f"file://{fabric_dir}"
+    with fabric.connect(url) as fab:
+        _input(fab, 3)
+    # the publish pauses at one side of its commit point only, until killed
+    env = {**os.environ, DEBUG_PAUSE_ENV: "0,600" if after_commit_point else "600,0"}
+    child = subprocess.Popen([sys.executable, "-c", CHILD, url], env=env, stderr=subprocess.PIPE)
+    try:
+        with fabric.connect(url) as watcher:
+            if after_commit_point:  # killed after the coordinator's commit, before the watermarks move
+                wait_for(lambda: watcher.cluster.coordinator.transaction_committed("crash:0"), 60, "the commit point")
+            else:  # killed once the frames are written under the markers, before the commit point
+                wait_for(lambda: all(os.path.exists(os.path.join(fabric_dir, "out", str(p), PENDING))
+                                     for p in range(2)), 60, "the frames written under the markers")
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait(30)
+        child.stderr.close()
+    assert child.returncode == -signal.SIGKILL
+    with fabric.connect(url) as fab:  # a process opening the fabric now (it recovers the partitions it reads)
+        coordinator = fab.cluster.coordinator
+        if after_commit_point:  # rolled forward, the offsets with the records
+            assert _values(fab, "out") == [b"dead-%d" % i for i in range(6)]
+            assert coordinator.committed("crashers")[("in", 0)].offset == 2
+            return
+        assert _values(fab, "out") == [] and coordinator.committed("crashers") == {}
+        assert not coordinator.transaction_committed("crash:0")
+        again = fab.producer(transactional_id="crash")
+        again.init_transactions()  # the same sequence: the dead attempt's frames are truncated
+        again.begin_transaction()
+        again.send("out", b"next", partition=0)
+        again.send_offsets_to_transaction({("in", 0): 1}, "crashers")
+        again.commit_transaction()
+        assert _values(fab, "out") == [b"next"]
+        assert coordinator.committed("crashers")[("in", 0)].offset == 1
+        assert PENDING not in os.listdir(os.path.join(fabric_dir, "out", "1"))
