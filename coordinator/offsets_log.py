@@ -43,12 +43,14 @@ MIGRATED = ".migrated"
 class OffsetsPart:
     """A group's offset commit as one more partition of a publish (a producer transaction's): `rows` go to
     partition `partition` of the offsets topic, whose `partitions` Logs `log` gives, so they become visible at
-    the transaction's commit point with its records (and recovery rolls them forward or truncates them alike)."""
+    the transaction's commit point with its records (and recovery rolls them forward or truncates them alike).
+    `check()`, run under the partition's lock, refuses the write if this coordinator instance was deposed."""
 
     partition: int
     partitions: int
     log: Callable[[int], Log]
     rows: pa.RecordBatch
+    check: Callable[[], None]
 
 
 class LocalOffsetsLog:
@@ -78,6 +80,18 @@ class LocalOffsetsLog:
     def log(self, partition: int) -> Log:
         """The Log of one partition (what a publish writes a transaction's offsets to)."""
         return self._logs[partition]
+
+    def check_epoch(self, partition: int) -> None:
+        """CoordinatorUnavailableError if a newer instance stamped its epoch on the partition (its lock held), as
+        append refuses: a publish writes the offsets without an epoch of its own."""
+        if self._epoch is None:
+            return
+        plog, epoch = self._logs[partition], self._epoch()
+        plog.sync_tail()
+        if plog.leader_epochs.latest_epoch > epoch:
+            raise CoordinatorUnavailableError(
+                f"this coordinator instance (epoch {epoch}) was deposed: a newer one stamped {OFFSETS_TOPIC}-"
+                f"{partition}; nothing was written, retry on the active instance")
 
     def end_offset(self, partition: int) -> int:
         return self._logs[partition].end_offset

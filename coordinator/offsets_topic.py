@@ -193,8 +193,9 @@ class OffsetsTopic:
         now = self.clock.now_ms()
         rows = [(offset_key(group, tp), {"next_offset": o, "metadata": metadata, "commit_ms": now})
                 for tp, o in sorted(offsets.items())]
-        return OffsetsPart(offsets_partition(group, self.partitions), self.partitions, self.log.log,
-                           batch(rows, self.clock.now_us()))
+        partition, local = offsets_partition(group, self.partitions), self.log
+        return OffsetsPart(partition, self.partitions, local.log, batch(rows, self.clock.now_us()),
+                           lambda: local.check_epoch(partition))
 
     def delete_group(self, group: str) -> None:
         """Append a tombstone for each of `group`'s committed offsets."""

@@ -9,7 +9,15 @@ import pyarrow as pa
 
 from fabric.client.cluster import Cluster
 from fabric.common.errors import FabricError
-from fabric.common.types import Fetched, PartitionState, ProducerIdentity, TopicInfo, TopicPartition, TopicRecovery
+from fabric.common.types import (
+    Fetched,
+    PartitionState,
+    ProducerIdentity,
+    TopicInfo,
+    TopicPartition,
+    TopicRecovery,
+    TransactionalOffsets,
+)
 from fabric.storage.cleaner import CleanReport
 
 
@@ -25,8 +33,9 @@ class FlakyCluster(Cluster):
 
     def fail(self, method: str, times: int, error: FabricError, after: bool = False,
              then: Callable[[], object] = lambda: None) -> None:
-        """Make the next `times` calls of `method` ("append" or "fetch") raise `error` (`after`: once the call
-        was made, and `then()` has run, e.g. a leader killed while the answer was on its way)."""
+        """Make the next `times` calls of `method` ("append", "fetch" or "publish_transaction") raise `error`
+        (`after`: once the call was made, and `then()` has run, e.g. a leader killed while the answer was on its
+        way)."""
         self._failures[method] = [times, error, after, then]
 
     def _call(self, method: str, *args: Any) -> Any:
@@ -85,6 +94,11 @@ class FlakyCluster(Cluster):
     def publish(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
                 codec: str = "none") -> bool:
         return self.inner.publish(txn, parts, codec)
+
+    def publish_transaction(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
+                            codec: str = "none", offsets: TransactionalOffsets | None = None
+                            ) -> dict[TopicPartition, int] | None:
+        return self._call("publish_transaction", txn, parts, codec, offsets)
 
     def recover_topics(self, names: Sequence[str] | None = None) -> list[TopicRecovery]:
         return self.inner.recover_topics(names)

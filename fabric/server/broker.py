@@ -385,8 +385,9 @@ class Broker:
         return None if bases is None else {key: base for key, base in bases.items() if key[0] != OFFSETS_TOPIC}
 
     def _transaction_offsets(self, offsets: TransactionalOffsets) -> tuple[OffsetsPart, Callable[[], None]]:
-        """The offsets partition of a transaction's publish, and the check to run under its locks: the member's
-        generation and each offset's range, as commit_offsets checks them."""
+        """The offsets partition of a transaction's publish, and the check to run under its locks: the writing
+        coordinator instance is still the active one, then the member's generation and each offset's range, as
+        commit_offsets checks them."""
         if not isinstance(offsets, TransactionalOffsets):
             raise InvalidRequestError(f"a transaction's offsets are a TransactionalOffsets, got {clip(offsets)}")
         group, committed = offsets.group, offsets.offsets
@@ -396,10 +397,14 @@ class Broker:
         if not isinstance(offsets.member_id, str):
             raise InvalidRequestError(f"a transaction's member id must be a string, got {clip(offsets.member_id)}")
         logs = self._offset_logs(committed)
+        for partition_log in logs.values():
+            if partition_log is not None:
+                partition_log.end_offset  # noqa: B018 (recovers it now: read under the publish's locks, it takes no lock)
         self.coordinator.check_commit(group, offsets.member_id, generation)
         part = self.coordinator.transactional_offsets(group, dict(committed), offsets.metadata)
 
         def validate() -> None:
+            part.check()
             self.coordinator.check_commit(group, offsets.member_id, generation)
             self._check_committable(committed, logs)
         return part, validate

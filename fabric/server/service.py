@@ -239,8 +239,8 @@ class CoordinatorService(FabricFlightServer):
             count_bytes(sum(i.size if isinstance(i, pa.Buffer) else i.nbytes for v in parts.values() for i in v))
             result = getattr(self.broker, method)(request.pop("txn"), parts, **request)
         else:
-            raise InvalidRequestError(f"unknown coordinator put {clip(op, 60)}; expected append, publish or "
-                                      "publish_frames")
+            raise InvalidRequestError(f"unknown coordinator put {clip(op, 60)}; expected append, "
+                                      f"{', '.join(wire.PUBLISH_OPS)}")
         writer.write(pa.py_buffer(wire.dumps(result)))
 
     def _storage_schema(self, topic: str) -> pa.Schema:

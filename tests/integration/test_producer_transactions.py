@@ -13,8 +13,12 @@ import pyarrow as pa
 import pytest
 
 import fabric
+from fabric.client.embedded import EmbeddedCluster
+from fabric.client.producer import Producer
 from fabric.client.topic_partition import TopicPartition
 from fabric.common.errors import (
+    CoordinatorUnavailableError,
+    FabricError,
     IllegalGenerationError,
     IllegalStateError,
     InvalidConfigError,
@@ -136,7 +140,9 @@ def test_a_second_producer_with_the_same_transactional_id_fences_the_loser(fab):
     assert _values(fab, "out") == [b"first", b"third"]
 
 
-def test_calls_out_of_order_are_refused_naming_the_right_call(fab):
+def test_calls_out_of_order_are_refused_naming_the_right_call(fabric_dir):
+    """(The states live in the client: one kind of fabric is enough.)"""
+    fab = fabric.connect(f"file://{fabric_dir}")
     fab.create_topic("out", partitions=1)
     with pytest.raises(IllegalStateError, match="transactional_id"):
         fab.producer().begin_transaction()
@@ -160,6 +166,33 @@ def test_calls_out_of_order_are_refused_naming_the_right_call(fab):
         fab.producer(transactional_id="weak", acks=1)
     producer.close()  # aborts the open transaction
     assert isinstance(future.exception(), TransactionAbortedError)
+    fab.close()
+
+
+def test_a_failed_commit_leaves_the_producer_abortable_or_failed_for_good(fabric_dir, flaky_cluster):
+    cluster = flaky_cluster(EmbeddedCluster(fabric_dir))
+    cluster.create_topic("out", 1, {}, None)
+    producer = Producer(cluster, transactional_id="flaky")
+    producer.init_transactions()
+    producer.begin_transaction()
+    lost = producer.send("out", b"lost")
+    cluster.fail("publish_transaction", 1, CoordinatorUnavailableError("coordinator down"))
+    with pytest.raises(CoordinatorUnavailableError):
+        producer.commit_transaction()
+    assert isinstance(lost.exception(), CoordinatorUnavailableError)
+    with pytest.raises(IllegalStateError, match=r"failed and wrote nothing: call abort_transaction\(\)"):
+        producer.begin_transaction()
+    producer.abort_transaction()
+    producer.begin_transaction()
+    producer.send("out", b"kept")
+    cluster.fail("publish_transaction", 1, CoordinatorUnavailableError("answer lost"), after=True)
+    with pytest.raises(CoordinatorUnavailableError):
+        producer.commit_transaction()  # committed, but this producer cannot tell whether it was its commit
+    with pytest.raises(FabricError, match="outcome of transaction flaky:0 is unknown"):
+        producer.begin_transaction()
+    assert cluster.partition_state("out", 0).end_offset == 1
+    producer.close()
+    cluster.inner.close()
 
 
 def test_bad_transactional_offsets_are_refused_by_the_server_and_nothing_is_written(fab):

@@ -36,6 +36,11 @@ def test_a_deposed_instance_cannot_commit_once_a_newer_one_took_over(tmp_path) -
         old.commit("g", {("t", 0): 99}, "")
     new.commit("g", {("t", 1): 4}, "")
     assert {tp: c.offset for tp, c in new.committed("g").items()} == {("t", 0): 3, ("t", 1): 4}
+    stale, fresh = old.publish_part("g", {("t", 0): 99}, ""), new.publish_part("g", {("t", 0): 5}, "")
+    with stale.log(stale.partition).lock:  # a producer transaction's offsets, checked under the publish's lock
+        with pytest.raises(CoordinatorUnavailableError, match="was deposed"):
+            stale.check()
+        fresh.check()
 
 
 def test_a_million_commits_of_the_same_keys_keep_the_topic_small(tmp_path) -> None:
