@@ -164,6 +164,9 @@ def test_calls_out_of_order_are_refused_naming_the_right_call(fabric_dir):
         future.get()  # would wait for a commit this thread has not made
     with pytest.raises(InvalidConfigError, match="acks=all"):
         fab.producer(transactional_id="weak", acks=1)
+    with pytest.raises(InvalidConfigError, match="isolation_level"):
+        fab.consumer("out", isolation_level="read_some")
+    fab.consumer("out", **{"isolation.level": "read_uncommitted"}).close()  # Kafka's name and values
     producer.close()  # aborts the open transaction
     assert isinstance(future.exception(), TransactionAbortedError)
     fab.close()
