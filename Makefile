@@ -50,8 +50,11 @@ lint: $(LINKS)
 	cd $(TREE) && $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml -p fabric -p pyspark_fabric
 	MYPYPATH=$(TREE) $(BIN)/mypy --config-file pyproject.toml bench jobs
 
+# Two pytest workers, a test file each at a time (its module fixtures shared): most tests wait on processes,
+# ZooKeeper or Spark, so two of them share the 2 cores of CI's machine well. TEST_WORKERS=0 runs them serially.
+TEST_WORKERS ?= 2
 test: lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: $(LINKS)
 	$(BIN)/pytest -q tests/unit
