@@ -33,7 +33,8 @@ import pyarrow.flight as flight
 from kazoo.client import KazooClient
 
 import fabric
-from fabric.client.producer import Producer, RecordMetadata
+from fabric.client.delivery import RecordMetadata
+from fabric.client.producer import Producer
 from fabric.common.config import TopicConfig
 from fabric.common.errors import FabricError, LeaderNotAvailableError, NotEnoughReplicasError
 from fabric.common.records import storage_schema

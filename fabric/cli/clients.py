@@ -23,7 +23,8 @@ from fabric.cli.formats import (
 )
 from fabric.client.admin import Fabric
 from fabric.client.consumer import Consumer
-from fabric.client.producer import Producer, SendFuture
+from fabric.client.delivery import SendFuture
+from fabric.client.producer import Producer
 from fabric.client.topic_partition import TopicPartition as NamedPartition
 from fabric.common.errors import FabricError
 from fabric.common.types import TopicPartition

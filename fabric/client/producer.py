@@ -30,10 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fabric.client.cluster import Cluster
+from fabric.client.delivery import BatchMetadata, DeliveryCallback, Drain, SendFuture
 from fabric.client.idempotence import Sequences
 from fabric.client.partitioner import StickyPartitioner, assign_partitions
 from fabric.client.transaction import TransactionManager, TxnState
-from fabric.common import checks, record_checks
+from fabric.common import record_checks
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.config import PRODUCER_SETTINGS, TopicConfig, client_config
 from fabric.common.errors import (
@@ -54,131 +55,6 @@ METADATA_MAX_AGE_S = 5.0
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class RecordMetadata:
-    """Where a record landed."""
-
-    topic: str
-    partition: int
-    offset: int
-
-
-@dataclass(frozen=True)
-class BatchMetadata:
-    """Where a run of records from send_batch landed: offsets [offset, offset + count)."""
-
-    topic: str
-    partition: int
-    offset: int
-    count: int
-
-
-DeliveryCallback = Callable[[BaseException | None, "RecordMetadata | None"], Any]
-
-
-class _Drain:
-    """The outcome of appending one buffered batch, shared by its records' futures, and the callbacks waiting
-    for it: each is called once, when the batch is appended or has failed, or at once if it already was."""
-
-    __slots__ = ("topic", "partitions", "offsets", "error", "done", "_waiting", "_guard")
-
-    def __init__(self, topic: str) -> None:
-        self.topic = topic
-        self.partitions: np.ndarray | None = None
-        self.offsets: np.ndarray | None = None
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-        self._waiting: list[Callable[[], None]] = []
-        self._guard = threading.Lock()
-
-    def when_done(self, call: Callable[[], None]) -> None:
-        with self._guard:
-            if not self.done.is_set():
-                self._waiting.append(call)
-                return
-        _call_back(call)
-
-    def finish(self) -> None:
-        """Mark the outcome set, then run the callbacks waiting for it."""
-        with self._guard:
-            self.done.set()
-            waiting, self._waiting = self._waiting, []
-        for call in waiting:
-            _call_back(call)
-
-
-def _call_back(call: Callable[[], None]) -> None:
-    """Run a user's callback; its exception is logged, never raised into the producer (as kafka-python does)."""
-    try:
-        call()
-    except Exception:  # noqa: BLE001 (user code: one failing callback must not fail the others or the send)
-        log.exception("a delivery callback raised")
-
-
-class SendFuture:
-    """The result of one send(): `.get()` / `.result()` wait for the batch and return RecordMetadata;
-    `add_callback` / `add_errback` (kafka-python's names) run when it is known."""
-
-    __slots__ = ("_drain", "_index", "_producer")
-
-    def __init__(self, producer: Producer, drain: _Drain, index: int) -> None:
-        self._producer, self._drain, self._index = producer, drain, index
-
-    def done(self) -> bool:
-        return self._drain.done.is_set()
-
-    is_done = property(done)  # kafka-python's attribute
-
-    def succeeded(self) -> bool:
-        return self.done() and self._drain.error is None
-
-    def failed(self) -> bool:
-        return self.done() and self._drain.error is not None
-
-    def exception(self) -> BaseException | None:
-        """The send's error once it is known (None while pending or if it succeeded)."""
-        return self._drain.error if self.done() else None
-
-    def result(self, timeout: float | None = None) -> RecordMetadata:
-        """Wait for the record's batch to be appended (sending it now if needed)."""
-        if timeout is not None:
-            timeout = checks.timeout(timeout, "result() timeout")
-        if not self._drain.done.is_set():
-            if self._producer._transactions is not None and timeout is None:
-                raise IllegalStateError("a transactional producer's record is written by commit_transaction(): "
-                                        "wait for its future after the commit, or give a timeout")
-            self._producer._drain_topic(self._drain.topic, only=self._drain)
-        if not self._drain.done.wait(timeout):
-            raise TimeoutError("the record was not appended in time")
-        if self._drain.error is not None:
-            raise self._drain.error
-        return self._metadata()
-
-    get = result  # kafka-python's FutureRecordMetadata.get(timeout)
-
-    def _metadata(self) -> RecordMetadata:
-        drain = self._drain
-        assert drain.partitions is not None and drain.offsets is not None  # set with done, unless error is
-        return RecordMetadata(drain.topic, int(drain.partitions[self._index]), int(drain.offsets[self._index]))
-
-    def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> SendFuture:
-        """Call fn(*args, metadata, **kwargs) once the record is appended (not if the send fails)."""
-        self._drain.when_done(lambda: None if self._drain.error else fn(*args, self._metadata(), **kwargs))
-        return self
-
-    def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> SendFuture:
-        """Call fn(*args, error, **kwargs) if the send fails."""
-        self._drain.when_done(lambda: fn(*args, self._drain.error, **kwargs) if self._drain.error else None)
-        return self
-
-    def add_done_callback(self, on_delivery: DeliveryCallback) -> SendFuture:
-        """Call on_delivery(error, metadata) when the outcome is known: (None, metadata) or (error, None), as
-        confluent-kafka's on_delivery."""
-        self._drain.when_done(lambda: on_delivery(self._drain.error, None if self._drain.error else
-                                                  self._metadata()))
-        return self
-
-
 class _Buffer:
     """Columns of records waiting to be sent to one topic."""
 
@@ -192,7 +68,7 @@ class _Buffer:
         self.timestamps: list = []
         self.size = 0
         self.created = time.monotonic()
-        self.drain = _Drain(topic)
+        self.drain = Drain(topic)
 
 
 @dataclass(frozen=True)
@@ -342,7 +218,7 @@ class Producer:
             buf.partitions.append(partition)
             buf.timestamps.append(timestamp)
             buf.size += size
-            future = SendFuture(self, buf.drain, index)
+            future = SendFuture(buf.drain, index, self._send_now)
             if delivery is not None:
                 future.add_done_callback(delivery)
             if buf.size >= self._batch_size and self._transactions is None:
@@ -438,7 +314,7 @@ class Producer:
         step = max(1, rows.num_rows * self._batch_size // max(total, 1))
         return [rows.slice(i, step).combine_chunks().to_batches()[0] for i in range(0, rows.num_rows, step)]
 
-    def _drain_topic(self, topic: str, only: _Drain | None = None) -> None:
+    def _drain_topic(self, topic: str, only: Drain | None = None) -> None:
         """Append the topic's buffered records now (if `only` is given, only if it is still buffered). A
         transactional producer's records leave only with their transaction (commit_transaction)."""
         with self._lock:
@@ -455,6 +331,13 @@ class Producer:
                 drain.error = exc
             finally:
                 drain.finish()
+
+    def _send_now(self, drain: Drain, timeout: float | None) -> None:
+        """Append the batch of a record whose future is waited on (SendFuture.result), unless it has gone."""
+        if self._transactions is not None and timeout is None:
+            raise IllegalStateError("a transactional producer's record is written by commit_transaction(): "
+                                    "wait for its future after the commit, or give a timeout")
+        self._drain_topic(drain.topic, only=drain)
 
     def _buffered_rows(self, buf: _Buffer) -> tuple[pa.Table, np.ndarray]:
         """A buffer's records as stored rows, and the partition of each."""

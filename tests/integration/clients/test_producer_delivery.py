@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from fabric.client.producer import RecordMetadata
+from fabric.client.delivery import RecordMetadata
 from fabric.common.errors import InvalidConfigError, UnknownPartitionError
 
 

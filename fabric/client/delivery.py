@@ -1,0 +1,136 @@
+"""What a send() gives back: a future of the record's RecordMetadata, resolved when the batch it was buffered in is
+appended (or has failed), with kafka-python's and confluent-kafka's ways to wait for it and to be called back."""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from fabric.common import checks
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RecordMetadata:
+    """Where a record landed."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class BatchMetadata:
+    """Where a run of records from send_batch landed: offsets [offset, offset + count)."""
+
+    topic: str
+    partition: int
+    offset: int
+    count: int
+
+
+DeliveryCallback = Callable[[BaseException | None, "RecordMetadata | None"], Any]
+
+
+class Drain:
+    """The outcome of appending one buffered batch, shared by its records' futures, and the callbacks waiting
+    for it: each is called once, when the batch is appended or has failed, or at once if it already was."""
+
+    __slots__ = ("topic", "partitions", "offsets", "error", "done", "_waiting", "_guard")
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.partitions: np.ndarray | None = None
+        self.offsets: np.ndarray | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self._waiting: list[Callable[[], None]] = []
+        self._guard = threading.Lock()
+
+    def when_done(self, call: Callable[[], None]) -> None:
+        with self._guard:
+            if not self.done.is_set():
+                self._waiting.append(call)
+                return
+        _call_back(call)
+
+    def finish(self) -> None:
+        """Mark the outcome set, then run the callbacks waiting for it."""
+        with self._guard:
+            self.done.set()
+            waiting, self._waiting = self._waiting, []
+        for call in waiting:
+            _call_back(call)
+
+
+def _call_back(call: Callable[[], None]) -> None:
+    """Run a user's callback; its exception is logged, never raised into the producer (as kafka-python does)."""
+    try:
+        call()
+    except Exception:  # noqa: BLE001 (user code: one failing callback must not fail the others or the send)
+        log.exception("a delivery callback raised")
+
+
+class SendFuture:
+    """The result of one send(): `.get()` / `.result()` wait for the batch and return RecordMetadata;
+    `add_callback` / `add_errback` (kafka-python's names) run when it is known."""
+
+    __slots__ = ("_drain", "_index", "_send_now")
+
+    def __init__(self, drain: Drain, index: int, send_now: Callable[[Drain, float | None], None]) -> None:
+        self._drain, self._index, self._send_now = drain, index, send_now
+
+    def done(self) -> bool:
+        return self._drain.done.is_set()
+
+    is_done = property(done)  # kafka-python's attribute
+
+    def succeeded(self) -> bool:
+        return self.done() and self._drain.error is None
+
+    def failed(self) -> bool:
+        return self.done() and self._drain.error is not None
+
+    def exception(self) -> BaseException | None:
+        """The send's error once it is known (None while pending or if it succeeded)."""
+        return self._drain.error if self.done() else None
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        """Wait for the record's batch to be appended (sending it now if needed)."""
+        if timeout is not None:
+            timeout = checks.timeout(timeout, "result() timeout")
+        if not self._drain.done.is_set():
+            self._send_now(self._drain, timeout)
+        if not self._drain.done.wait(timeout):
+            raise TimeoutError("the record was not appended in time")
+        if self._drain.error is not None:
+            raise self._drain.error
+        return self._metadata()
+
+    get = result  # kafka-python's FutureRecordMetadata.get(timeout)
+
+    def _metadata(self) -> RecordMetadata:
+        drain = self._drain
+        assert drain.partitions is not None and drain.offsets is not None  # set with done, unless error is
+        return RecordMetadata(drain.topic, int(drain.partitions[self._index]), int(drain.offsets[self._index]))
+
+    def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> SendFuture:
+        """Call fn(*args, metadata, **kwargs) once the record is appended (not if the send fails)."""
+        self._drain.when_done(lambda: None if self._drain.error else fn(*args, self._metadata(), **kwargs))
+        return self
+
+    def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> SendFuture:
+        """Call fn(*args, error, **kwargs) if the send fails."""
+        self._drain.when_done(lambda: fn(*args, self._drain.error, **kwargs) if self._drain.error else None)
+        return self
+
+    def add_done_callback(self, on_delivery: DeliveryCallback) -> SendFuture:
+        """Call on_delivery(error, metadata) when the outcome is known: (None, metadata) or (error, None), as
+        confluent-kafka's on_delivery."""
+        self._drain.when_done(lambda: on_delivery(self._drain.error, None if self._drain.error else
+                                                  self._metadata()))
+        return self
