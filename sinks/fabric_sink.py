@@ -59,6 +59,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from fabric.client.cluster import Cluster
+from fabric.client.leader_transactions import end_transaction
 from fabric.client.url import open_cluster
 from fabric.common.codecs import CODEC_NAMES
 from fabric.common.errors import InvalidConfigError, SchemaMismatchError
@@ -213,6 +214,6 @@ def _commit(cluster: Cluster, sink_id: str, batch: str | None, messages: list[Wr
 def _abort(cluster: Cluster, sink_id: str, batch: str | None) -> None:
     """Discard what the tasks of a failed batch wrote: abort its writers' transactions, or delete staged files."""
     if _on_leaders(cluster):
-        transactional.end_transaction(cluster, sink_id if batch is None else f"{sink_id}:{batch}")
+        end_transaction(cluster, sink_id if batch is None else f"{sink_id}:{batch}")
     else:
         remove_staged(cluster, sink_id, batch)

@@ -20,25 +20,19 @@ committed) and writes every marker of the record again, which is harmless.
 """
 from __future__ import annotations
 
-import functools
-import logging
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, Sequence
 
 import pyarrow as pa
 
 from fabric.client.cluster import Cluster
-from fabric.client.idempotence import SEQUENCE_MAX
+from fabric.client.leader_transactions import TIMEOUT_S, append_batches, end_transaction
 from fabric.client.retry import retrying
 from fabric.client.staged import staged_rows
 from fabric.common.records import storage_schema
-from fabric.common.types import ProducerBatch, ProducerIdentity, TransactionRecord, transaction_sequence
+from fabric.common.types import ProducerIdentity, TransactionRecord
 from fabric.sinks.staging import StagedBatch, StagedFile, Stager
-
-log = logging.getLogger(__name__)
-TIMEOUT_S = 120.0  # how long an append or a marker keeps retrying retriable errors (Kafka's delivery.timeout.ms)
 
 
 def write_transaction(cluster: Cluster, txn: str, topic: str | None, codec: str,
@@ -67,13 +61,7 @@ def write_transaction(cluster: Cluster, txn: str, topic: str | None, codec: str,
 def _append_file(cluster: Cluster, staged: StagedFile, identity: ProducerIdentity, codec: str) -> None:
     """Append a staged file's frames to its partition's leader, in order, as `identity`'s transaction."""
     schema = storage_schema(cluster.coordinator.topic(staged.topic).value_schema)
-    sequence = 0
-    for rows in staged_rows(staged.path, schema):
-        producer = ProducerBatch(identity.producer_id, identity.producer_epoch, sequence)
-        retrying(cluster, functools.partial(cluster.transactional_append, staged.topic, staged.partition, rows,
-                                            producer, codec), f"append to {staged.topic}-{staged.partition}",
-                 TIMEOUT_S)
-        sequence = (sequence + rows.num_rows) % (SEQUENCE_MAX + 1)
+    append_batches(cluster, staged.topic, staged.partition, staged_rows(staged.path, schema), identity, codec)
 
 
 def commit_transaction(cluster: Cluster, txn: str, messages: Sequence[StagedBatch]) -> TransactionRecord:
@@ -82,25 +70,3 @@ def commit_transaction(cluster: Cluster, txn: str, messages: Sequence[StagedBatc
     retrying(cluster, lambda: cluster.coordinator.commit_transaction(txn, writers), f"commit transaction {txn}",
              TIMEOUT_S)
     return end_transaction(cluster, txn)
-
-
-def end_transaction(cluster: Cluster, txn: str) -> TransactionRecord:
-    """Write the markers the coordinator's record decides for `txn`: commit or abort if it committed, abort
-    for every writer if it did not (a failed batch); nothing if the record has moved on to a later one."""
-    transactional_id, sequence = transaction_sequence(txn)
-    record = retrying(cluster, lambda: cluster.coordinator.transaction_record(transactional_id),
-                      f"read transaction {txn}", TIMEOUT_S)
-    if record.sequence != sequence:
-        return record
-    markers = record.markers()
-
-    def write(tp: tuple[str, int]) -> None:
-        commit, abort = markers[tp]
-        retrying(cluster, lambda: cluster.write_markers(tp[0], tp[1], transactional_id, commit, abort),
-                 f"write the markers of {txn} to {tp[0]}-{tp[1]}", TIMEOUT_S)
-    with ThreadPoolExecutor(max(1, min(len(markers), 8))) as pool:
-        for done in [pool.submit(write, tp) for tp in sorted(markers)]:
-            done.result()
-    log.info("transaction %s %s: markers written to %d partition(s)", txn,
-             "committed" if record.committed_writers is not None else "aborted", len(markers))
-    return record

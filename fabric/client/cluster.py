@@ -162,10 +162,11 @@ class Cluster(ABC):
 
     def publish_transaction(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
                             codec: str = "none", offsets: TransactionalOffsets | None = None
-                            ) -> dict[TopicPartition, int] | None:
+                            ) -> dict[TopicPartition, list[int]] | None:
         """A producer transaction's commit: publish() of `parts` plus, with `offsets`, the group's offsets, all
-        visible together or not at all; each partition's base offset, or None (nothing written) if `txn` had
-        committed already (another producer with the same transactional id: this one is fenced)."""
+        visible together or not at all; the base offset of each batch of each partition, or None (nothing
+        written) if `txn` had committed already (another producer with the same transactional id: this one is
+        fenced)."""
         raise InvalidConfigError(f"producer transactions need an embedded fabric (file:///dir) or a coordinator "
                                  f"service; {type(self).__name__} {self.url!r} has none")
 

@@ -33,7 +33,7 @@ from fabric.client.cluster import Cluster
 from fabric.client.delivery import BatchMetadata, DeliveryCallback, Drain, SendFuture
 from fabric.client.idempotence import Sequences
 from fabric.client.partitioner import StickyPartitioner, assign_partitions
-from fabric.client.transaction import TransactionManager, TxnState
+from fabric.client.transaction import Bases, TransactionManager, TxnState
 from fabric.common import record_checks
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.config import PRODUCER_SETTINGS, TopicConfig, client_config
@@ -227,7 +227,8 @@ class Producer:
 
     def send_batch(self, topic: str, table: pa.Table | pa.RecordBatch) -> list[BatchMetadata]:
         """Append a whole Arrow table (columns value or the typed fields, optional key, headers,
-        timestamp, partition); returns where each partition's run landed. A bad row refuses the whole table."""
+        timestamp, partition); returns where each partition's run landed (a run too large for one request in
+        chunks, each where it landed). A bad row refuses the whole table."""
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         elif not isinstance(table, pa.Table):
@@ -263,12 +264,11 @@ class Producer:
         return assign_partitions(topic, keys, explicit, num_partitions, self._sticky)
 
     def _append_by_partition(self, topic: str, rows: pa.Table, parts: np.ndarray) -> list[BatchMetadata]:
+        """Append each partition's run of `rows`, in chunks; where each chunk landed, in partition order (other
+        producers may append between two chunks of one run)."""
         rows, runs = _by_partition(rows, parts)
-        out = []
-        for p, lo, hi in runs:
-            bases = [self._append(topic, p, chunk) for chunk in self._chunks(rows.slice(lo, hi - lo))]
-            out.append(BatchMetadata(topic, p, bases[0], hi - lo))
-        return out
+        return [BatchMetadata(topic, p, self._append(topic, p, chunk), chunk.num_rows)
+                for p, lo, hi in runs for chunk in self._chunks(rows.slice(lo, hi - lo))]
 
     def _append(self, topic: str, partition: int, rows: pa.RecordBatch) -> int:
         """Append one batch. An idempotent producer's batch carries its producer id and sequence, so a retry
@@ -397,8 +397,9 @@ class Producer:
             buffers, self._buffers = self._buffers, {}
             built: list[tuple[_Buffer, np.ndarray, list[tuple[int, int, int]]]] = []
 
-            def publish(txn: str, offsets: TransactionalOffsets | None) -> dict[TopicPartition, int] | None:
-                parts: dict[TopicPartition, list[pa.RecordBatch]] = {}
+            parts: dict[TopicPartition, list[pa.RecordBatch]] = {}
+
+            def publish(txn: str, offsets: TransactionalOffsets | None) -> Bases | None:
                 for topic, buf in buffers.items():
                     rows, assigned = self._buffered_rows(buf)
                     rows, runs = _by_partition(rows, assigned)
@@ -413,7 +414,8 @@ class Producer:
                 raise
             for buf, assigned, runs in built:
                 topic = buf.drain.topic
-                metas = [BatchMetadata(topic, p, bases[(topic, p)], hi - lo) for p, lo, hi in runs]
+                metas = [BatchMetadata(topic, p, base, chunk.num_rows) for p, _, _ in runs
+                         for base, chunk in zip(bases[(topic, p)], parts[(topic, p)], strict=True)]
                 buf.drain.partitions, buf.drain.offsets = assigned, _record_offsets(assigned, metas)
                 buf.drain.finish()
 
@@ -495,7 +497,8 @@ def _by_partition(rows: pa.Table, parts: np.ndarray) -> tuple[pa.Table, list[tup
 
 
 def _record_offsets(parts: np.ndarray, metas: list[BatchMetadata]) -> np.ndarray:
-    """Each record's offset, in send order, from where its partition's run landed (`metas`, by partition)."""
+    """Each record's offset, in send order, from where its partition's run landed (`metas`: its chunks, in
+    partition order)."""
     offsets = np.empty(len(parts), np.int64)
     if metas:
         offsets[np.argsort(parts, kind="stable")] = np.concatenate(

@@ -160,8 +160,8 @@ class RemoteCluster(Cluster):
 
     def publish_transaction(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
                             codec: str = "none", offsets: TransactionalOffsets | None = None
-                            ) -> dict[TopicPartition, int] | None:
-        bases: dict[TopicPartition, int] | None = self._publish("publish_transaction", txn, parts, codec=codec,
+                            ) -> dict[TopicPartition, list[int]] | None:
+        bases: dict[TopicPartition, list[int]] | None = self._publish("publish_transaction", txn, parts, codec=codec,
                                                                  offsets=offsets)
         return bases
 

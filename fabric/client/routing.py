@@ -19,8 +19,9 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence, TypeVar
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from fabric.client import leader_transactions
 from fabric.client.remote import RemoteCluster
-from fabric.common.errors import FencedLeaderEpochError, LeaderNotAvailableError, NotLeaderError
+from fabric.common.errors import FencedLeaderEpochError, InvalidConfigError, LeaderNotAvailableError, NotLeaderError
 from fabric.common.types import (
     ClusterDescription,
     Fetched,
@@ -31,6 +32,7 @@ from fabric.common.types import (
     ProducerBatch,
     TopicInfo,
     TopicPartition,
+    TransactionalOffsets,
 )
 from fabric.server import wire
 from fabric.server.connection import Call, action_call, fetch_call, put_call
@@ -216,6 +218,21 @@ class RoutingCluster(RemoteCluster):
             return put_call(descriptor, rows.schema, lambda: [rows])
         return self._routed(topic, partition, at_node, lambda: super(RoutingCluster, self).transactional_append(
             topic, partition, rows, producer, codec))
+
+    def publish_transaction(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
+                            codec: str = "none", offsets: TransactionalOffsets | None = None
+                            ) -> dict[TopicPartition, list[int]] | None:
+        """On a cluster with data nodes, a producer transaction runs on the partition leaders
+        (fabric.client.leader_transactions). Its group offsets cannot join it there yet: the replicated offsets
+        topic is written by the coordinator, outside the transaction."""
+        if not self.describe_cluster().nodes:
+            return super().publish_transaction(txn, parts, codec, offsets)
+        if offsets is not None:
+            raise InvalidConfigError(
+                "send_offsets_to_transaction is not available on a cluster with data nodes yet: the offsets topic "
+                "there cannot join a producer's transaction. Commit the consumer's offsets after "
+                "commit_transaction() (at-least-once for the input), or use the Spark sink for exactly once")
+        return leader_transactions.publish_on_leaders(self, txn, parts, codec)
 
     def write_markers(self, topic: str, partition: int, transactional_id: str,
                       commit: Sequence[tuple[int, int]], abort: Sequence[tuple[int, int]]) -> None:

@@ -4,7 +4,8 @@ progress (its sequence and the group offsets sent to it) and what a commit's out
 A transactional id's transactions are `<transactional id>:<sequence>`, and the coordinator keeps the highest
 sequence committed per id (coordinator/transactions.py). init_transactions() reads it: this producer's next
 transaction is that + 1. commit_transaction() publishes the buffered records and offsets under that
-transaction id in one Cluster.publish_transaction, whose commit point is the coordinator's commit of it. A
+transaction id in one Cluster.publish_transaction, whose commit point is the coordinator's commit of it (on a
+cluster with data nodes, a transaction on the partition leaders: fabric.client.leader_transactions). A
 publish that finds the id's sequence committed already lost to another producer with the same transactional id
 (a zombie, or a second instance): this one is fenced (ProducerFencedError), and stays so.
 
@@ -24,6 +25,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable
 
+from fabric.client import leader_transactions
 from fabric.client.cluster import Cluster
 from fabric.client.membership import GroupMetadata
 from fabric.common import checks
@@ -40,7 +42,7 @@ from fabric.common.types import TopicPartition, TransactionalOffsets
 from fabric.coordinator.validation import MAX_TRANSACTION_ID
 
 log = logging.getLogger(__name__)
-Bases = dict[TopicPartition, int]
+Bases = dict[TopicPartition, list[int]]  # the base offset of each batch published to the partition
 
 
 class TxnState(str, enum.Enum):
@@ -107,14 +109,11 @@ class TransactionManager:
                                     f"is {self.state.value}: {_WHAT_NEXT[self.state]}")
 
     def init(self) -> None:
-        """Read the transactional id's committed sequence: the next transaction is the one after it. Refused on
-        a cluster with data nodes, whose replicated partitions take transactions by another path."""
+        """Read the transactional id's committed sequence: the next transaction is the one after it. On a
+        cluster with data nodes, a transaction of this id left open on the leaders is aborted first."""
         self.require("init_transactions")
         if self.cluster.describe_cluster().nodes:
-            raise InvalidConfigError(
-                f"producer transactions are not available on a cluster with data nodes yet ({self.cluster.url}); "
-                "use them on an embedded fabric (file:///dir) or a coordinator service without data nodes, or "
-                "write exactly once from Spark with the fabric sink")
+            leader_transactions.abandon_open(self.cluster, self.transactional_id)
         record = self.cluster.coordinator.transaction_record(self.transactional_id)
         self.sequence = record.committed_sequence + 1
         self.state = TxnState.READY

@@ -367,22 +367,27 @@ class Broker:
 
     def publish_transaction(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
                             codec: str = "none", offsets: TransactionalOffsets | None = None
-                            ) -> dict[TopicPartition, int] | None:
+                            ) -> dict[TopicPartition, list[int]] | None:
         """A producer transaction's commit: publish() of `parts` and, with `offsets`, the group's offsets as one
         more partition of the same publish (the offsets topic's, in the coordinator's directory), so records and
         offsets become visible together at its commit point, or neither. The offsets are checked as
-        commit_offsets checks them, under the publish's locks. Returns each partition's base offset; None
-        (nothing written) if `txn` had committed already: another producer with the same transactional id did."""
+        commit_offsets checks them, under the publish's locks. Returns the base offset of each batch of each
+        partition; None (nothing written) if `txn` had committed already: another producer with the same
+        transactional id did."""
         if self.coordinator.transaction_committed(txn):
             return None
         staged = self._stage_batches(parts, codec)
         if offsets is None:
-            return self._publish(txn, staged)
-        part, validate = self._transaction_offsets(offsets)
-        template, payload = Log.encode(part.rows)
-        staged[(OFFSETS_TOPIC, part.partition)] = [(None, [(frame.seal(template, payload), payload)])]
-        bases = self._publish(txn, staged, validate, part)
-        return None if bases is None else {key: base for key, base in bases.items() if key[0] != OFFSETS_TOPIC}
+            bases = self._publish(txn, staged)
+        else:
+            part, validate = self._transaction_offsets(offsets)
+            template, payload = Log.encode(part.rows)
+            staged[(OFFSETS_TOPIC, part.partition)] = [(None, [(frame.seal(template, payload), payload)])]
+            bases = self._publish(txn, staged, validate, part)
+        if bases is None:
+            return None
+        counts = {key: [b.num_rows for b in batches if b.num_rows] for key, batches in parts.items()}
+        return {key: [bases[key] + sum(sizes[:i]) for i in range(len(sizes))] for key, sizes in counts.items()}
 
     def _transaction_offsets(self, offsets: TransactionalOffsets) -> tuple[OffsetsPart, Callable[[], None]]:
         """The offsets partition of a transaction's publish, and the check to run under its locks: the writing

@@ -224,12 +224,6 @@ def test_bad_transactional_offsets_are_refused_by_the_server_and_nothing_is_writ
     assert cluster.coordinator.committed("g") == {} and _values(fab, "out") == []
 
 
-def test_a_cluster_with_data_nodes_refuses_producer_transactions(replicated_cluster):
-    with fabric.connect(replicated_cluster.url) as fab:
-        with pytest.raises(InvalidConfigError, match="data nodes"):
-            fab.producer(transactional_id="nodes").init_transactions()
-
-
 CHILD = r"""
 import sys, fabric
 with fabric.connect(sys.argv[1]) as fab:
@@ -280,3 +274,21 @@ def test_a_publisher_killed_mid_transaction_leaves_all_or_nothing(fabric_dir, af
         assert _values(fab, "out") == [b"next"]
         assert coordinator.committed("crashers")[("in", 0)].offset == 1
         assert PENDING not in os.listdir(os.path.join(fabric_dir, "out", "1"))
+
+
+def test_a_transaction_of_many_batches_per_partition_resolves_every_future_with_its_own_offset(fab):
+    fab.create_topic("out", partitions=2)
+    with fab.producer() as other:
+        other.send("out", b"before", partition=1).get(30)
+    producer = fab.producer(transactional_id="chunks", batch_size=64)  # a few records per batch
+    producer.init_transactions()
+    producer.begin_transaction()
+    futures = {b"r%03d" % i: producer.send("out", b"r%03d" % i, partition=i % 2) for i in range(60)}
+    producer.commit_transaction()
+    with fab.consumer(auto_offset_reset="earliest") as consumer:
+        consumer.assign([("out", 0), ("out", 1)])
+        stored = {}
+        while batch := consumer.poll(0.5):
+            stored.update({(r.partition, r.offset): r.value for r in batch})
+    assert len(stored) == 61
+    assert all(stored[(m.partition, m.offset)] == value for value, m in ((v, f.get(0)) for v, f in futures.items()))
