@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.codecs import CODECS
 from fabric.common.config import TopicConfig
-from fabric.common.errors import CorruptRecordError, InvalidRecordError, OffsetOutOfRangeError
+from fabric.common.errors import CorruptRecordError, InvalidRecordError
 from fabric.common.records import LOG_APPEND_TIME, TIMESTAMP, TIMESTAMP_TYPES
 from fabric.common.types import Fetched, ProducerBatch
 from fabric.storage import adopt, frame, log_start, reader, truncation
@@ -33,6 +33,7 @@ from fabric.storage.errors import UNWRITABLE, writes
 from fabric.storage.frame import FrameHeader
 from fabric.storage.leader_epochs import LeaderEpochCache
 from fabric.storage.lock import PartitionLock
+from fabric.storage.log_retention import LogRetention
 from fabric.storage.marker import (
     PENDING,
     PendingPublish,
@@ -53,7 +54,6 @@ from fabric.storage.watermark import HighWatermark
 __all__ = ["PENDING", "Log", "TailState"]
 
 log = logging.getLogger(__name__)
-RETENTION_CHECK_MS = 30_000
 PRODUCER_STATE_SEGMENTS = 2  # how far back a partition's producer state is rebuilt from frame headers
 FOREIGN_APPEND_POLL_S = 0.05  # how often a waiting reader looks for appends by other processes (not notified)
 
@@ -116,8 +116,9 @@ class Log:
         self.appended = threading.Condition()  # notified whenever the end offset moves on in this process
         self._unflushed = 0
         self.clock = clock
-        self._last_flush = self._last_retention = clock.now_ms()
+        self._last_flush = clock.now_ms()
         self._start_checkpoint: tuple[tuple[int, int, int], int] | None = None  # (file's stat, offset) last read
+        self.retention = LogRetention(self)
 
     @property
     def name(self) -> str:
@@ -499,7 +500,7 @@ class Log:
         if active.size > active.data_start and self._roll_due(active, header):
             active = self.create_segment(header.base_offset)
             self._tail_state = TailState(active.base_offset, active.size, end)
-            self._maybe_retain(force=True)
+            self.retention.maybe_retain(force=True)
         active.append(header, payload, self.config["index.interval.bytes"])
         self._tail_state = TailState(active.base_offset, active.size, end)
         self._unflushed += header.record_count
@@ -516,7 +517,7 @@ class Log:
         now = self.clock.now_ms()
         if self._unflushed >= self.config["flush.messages"] or now - self._last_flush >= self.config["flush.ms"]:
             self.flush()
-        self._maybe_retain()
+        self.retention.maybe_retain()
 
     def flush(self) -> None:
         """fsync the active segment, the high watermark and the directory (so a rolled or adopted
@@ -565,6 +566,19 @@ class Log:
         self._unflushed += sum(h.record_count for h, _ in frames)
         return True
 
+    def tail_end(self) -> int:
+        """The end offset as this process last saw it under the lock (lock held, after sync_tail)."""
+        return self._tail_state.end_offset if self._tail_state else self.end_offset
+
+    def remember_tail(self, active: Segment, end: int) -> None:
+        """Record this process's view of the tail after a change it made under the lock: `active` ending at `end`."""
+        self._tail_state = TailState(active.base_offset, active.size, end)
+
+    def forget_epochs_before(self, offset: int) -> None:
+        """Drop the loaded leader epochs that end below `offset`, the new log start (lock held)."""
+        if self._epochs is not None:
+            self._epochs.truncate_from_start(offset)
+
     def forget_tail(self) -> None:
         """Drop the cached tail state, leader epochs and producer state, so the next writer recovers them from the
         files (after a write or publish that failed part-way)."""
@@ -576,51 +590,12 @@ class Log:
         self.commit(end_offset)
         remove_marker(self.directory)
 
-    # -- retention ---------------------------------------------------------------------------------
-    def _maybe_retain(self, force: bool = False) -> None:
-        """Retention on the write path (a roll, a commit), at most every RETENTION_CHECK_MS. Never on a replica
-        log: its followers cannot take a leader's log start yet (docs/replication.md, What is left)."""
-        if self.replica:
-            return
-        if force or self.clock.now_ms() - self._last_retention >= RETENTION_CHECK_MS:
-            if os.path.exists(os.path.join(self.directory, PENDING)):
-                return  # our own publish is mid-way (frames past the watermark): its sync_tail would undo it
-            self.enforce_retention()
-
+    # -- retention, DeleteRecords and cleaning (fabric.storage.log_retention, fabric.storage.cleaner) ----------
     @writes
     def enforce_retention(self) -> int:
-        """Delete whole old segments past retention.ms / retention.bytes (cleanup.policy delete or
-        compact,delete), and those below the log start offset (left by a delete_records that was killed before it
-        deleted them, whatever the policy); returns how many."""
-        retained = "delete" in self.config["cleanup.policy"]  # a compacted-only topic: the cleaner bounds it
-        if not retained and not os.path.exists(os.path.join(self.directory, log_start.CHECKPOINT)):
-            self._last_retention = self.clock.now_ms()
-            return 0
-        deleted = 0
-        with self.lock:
-            self._last_retention = self.clock.now_ms()
-            active = self.sync_tail()
-            segs = self.segments()
-            retention_ms = self.config["retention.ms"] if retained else -1
-            retention_bytes = self.config["retention.bytes"] if retained else -1
-            expired = lambda s: (retention_ms >= 0 and s.timeindex.max_timestamp() is not None
-                                 and s.timeindex.max_timestamp() // 1000 < self._last_retention - retention_ms)
-            if expired(active) and active.size > active.data_start and len(segs) >= 1:
-                active = self.create_segment(self.end_offset)
-                segs = self.segments()
-            total = sum(s.size for s in segs)
-            start = self.start_within(segs, self.end_offset)
-            for seg, nxt in zip(segs, segs[1:], strict=False):
-                over = retention_bytes >= 0 and total - seg.size >= retention_bytes
-                if not (expired(seg) or over or nxt.base_offset <= start):
-                    break
-                total -= seg.size
-                seg.delete()
-                deleted += 1
-            if deleted and self._epochs is not None:
-                self._epochs.truncate_from_start(self.start_offset)
-            self._tail_state = TailState(active.base_offset, active.size, self.end_offset)
-        return deleted
+        """Delete whole old segments past retention.ms / retention.bytes, and those below the log start offset;
+        returns how many (LogRetention.enforce)."""
+        return self.retention.enforce()
 
     @writes
     def delete_records(self, before_offset: int, crash: CrashHook | None = None) -> int:
@@ -631,38 +606,7 @@ class Log:
         past the high watermark. The checkpoint is written (durably) before any segment is deleted: see
         log_start. `crash` is a test hook called once the checkpoint is written ("checkpointed") and after each
         segment deleted ("deleted")."""
-        with self.lock:
-            active = self.sync_tail()
-            end = self._tail_state.end_offset if self._tail_state else self.end_offset
-            target = end if before_offset == -1 else before_offset
-            if not 0 <= target <= end:
-                raise OffsetOutOfRangeError(
-                    f"cannot delete the records of partition {self.name} before offset {before_offset}: it holds "
-                    f"offsets up to its high watermark {end}; give an offset from 0 to {end}, or -1 for the high "
-                    "watermark")
-            start = self.start_within(self.segments(), end)
-            if target <= start:
-                return start
-            log_start.write(self.directory, target)
-            if crash:
-                crash("checkpointed")
-            if target == end and active.first_frame() is not None:
-                active = self.create_segment(end)  # every record goes: so does the segment that held the last
-            segs = self.segments()
-            deleted = 0
-            for seg, nxt in zip(segs, segs[1:], strict=False):
-                if nxt.base_offset > target:
-                    break
-                seg.delete()
-                deleted += 1
-                if crash:
-                    crash("deleted")
-            if self._epochs is not None:
-                self._epochs.truncate_from_start(target)
-            self._tail_state = TailState(active.base_offset, active.size, end)
-        log.info("%s: records before offset %d deleted (%d whole segment(s) removed); the log starts there now",
-                 self.name, target, deleted)
-        return target
+        return self.retention.delete_records(before_offset, crash)
 
     @writes
     def roll(self) -> bool:
@@ -686,21 +630,9 @@ class Log:
         return cleaner.run(force)
 
     def maintain(self) -> tuple[int, CleanReport]:
-        """What the background maintenance does to a partition: retention (segments deleted; never on a replica
-        log, whose followers cannot take a leader's log start yet: docs/replication.md), a roll of an active
-        segment older than segment.ms or, on a compacted topic, max.compaction.lag.ms, then a cleaner pass if one
-        is due."""
-        deleted = 0 if self.replica else self.enforce_retention()
-        compacted = "compact" in self.config["cleanup.policy"]
-        first = self.segments()[-1].first_frame() if self.segments() else None
-        if first is not None and first.first_timestamp >= 0:
-            age = self.clock.now_ms() - first.first_timestamp // 1000
-            limit = self.config["segment.ms"]
-            if compacted:
-                limit = min(limit, self.config["max.compaction.lag.ms"])
-            if age >= limit:
-                self.roll()
-        return deleted, self.clean()
+        """What the background maintenance does to a partition (LogRetention.maintain): retention, a roll of an
+        old active segment, then a cleaner pass if one is due; segments deleted and the pass's report."""
+        return self.retention.maintain()
 
     # -- reads -------------------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int, end_offset: int | None = None,
