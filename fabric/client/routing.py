@@ -247,16 +247,43 @@ class RoutingCluster(RemoteCluster):
     def compact_topic(self, topic: str) -> list[CleanReport]:
         """A replicated topic is compacted at each partition's leader (compact_partition), below its high
         watermark; followers clean their own copies on their node's schedule (log.retention.check.interval.ms).
-        Other topics as RemoteCluster does. A rare admin call: it decides on fresh metadata."""
+        Other topics as RemoteCluster does."""
+        reports = self._at_each_leader(topic, "compact_partition")
+        return super().compact_topic(topic) if reports is None else reports
+
+    def enforce_retention(self, topic: str) -> int:
+        """A replicated topic's retention is applied at each partition's leader, below its high watermark; the
+        followers take the new log start from their next fetch. Other topics as RemoteCluster does."""
+        deleted = self._at_each_leader(topic, "enforce_retention")
+        return super().enforce_retention(topic) if deleted is None else sum(deleted)
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """At the partition's leader, which moves its log start (never past its high watermark) and answers the
+        low watermark; the followers take it from their next fetch."""
+        return self._routed(topic, partition,
+                            lambda target: action_call("delete_records", topic=topic, partition=partition,
+                                                       before_offset=before_offset, **target.quoted()),
+                            lambda: super(RoutingCluster, self).delete_records(topic, partition, before_offset))
+
+    def _at_each_leader(self, topic: str, action: str) -> list[Any] | None:
+        """The node action `action` at each partition's leader of a replicated topic (each routed as usual), or
+        None for a topic the coordinator stores. A rare admin call: it decides on fresh metadata."""
         self.describe_cluster(refresh=True)
         if not self.replicated(topic):
-            return super().compact_topic(topic)
-        def at_leader(partition: int) -> CleanReport:
+            return None
+        def at_leader(partition: int) -> Any:
             return self._routed(topic, partition,
-                                lambda target: action_call("compact_partition", topic=topic, partition=partition,
+                                lambda target: action_call(action, topic=topic, partition=partition,
                                                            **target.quoted()),
-                                lambda: super(RoutingCluster, self).compact_topic(topic)[partition])
+                                lambda: self._moved_off_nodes(topic))
         return [at_leader(partition) for partition in range(self.coordinator.topic(topic).partitions)]
+
+    def _moved_off_nodes(self, topic: str) -> Any:
+        """A partition that was on the nodes a moment ago is not: its topic was deleted (and perhaps created again
+        at the coordinator) meanwhile."""
+        self._stale()
+        raise NotLeaderError(f"topic {topic!r} changed while the call was routed to its leaders (deleted, or "
+                             "created again); retry")
 
     def partition_state(self, topic: str, partition: int) -> PartitionState:
         return self._routed(topic, partition,

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pyarrow as pa
 
 from fabric.common import checks
-from fabric.common.config import INT_MAX, LONG_MAX
+from fabric.common.config import INT_MAX
 from fabric.common.errors import (
     CorruptRecordError,
     FabricError,
@@ -259,16 +259,9 @@ class Broker:
         InvalidConfigError on a topic whose cleanup.policy has no `delete` (Kafka refuses it there too: a
         compacted topic keeps every key's latest value)."""
         checks.integer(partition, "partition", 0, INT_MAX)
-        checks.integer(before_offset, "before_offset (an offset, or -1 for the high watermark)", -1, LONG_MAX)
         partition_log = self.log(topic, partition)
-        policy = partition_log.config["cleanup.policy"]
-        if "delete" not in policy:
-            raise InvalidConfigError(
-                f"the records of topic {topic!r} cannot be deleted: its cleanup.policy={policy} keeps every key's "
-                f"latest value (Kafka refuses DeleteRecords there too); allow it with `fabric topics alter {topic} "
-                "--config cleanup.policy=compact,delete`")
         with disk_errors(self.logs.topic_dir(topic), f"delete records of {topic}-{partition}"):
-            return partition_log.delete_records(before_offset)
+            return partition_ops.delete_records(partition_log, topic, before_offset)
 
     def compact_topic(self, topic: str) -> list[CleanReport]:
         """`fabric topics compact`: roll each partition's active segment and clean everything cleanable now

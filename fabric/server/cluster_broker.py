@@ -7,10 +7,10 @@ by the controller; its data lives only on them, so this Broker refuses every dat
 NotLeaderError (retriable: a routing client refreshes its metadata and goes to the leader) instead of opening
 an empty log in its own directory. Adding partitions and deleting a replicated topic change only its metadata;
 a committed offset in it is checked against the partition count (the logs are on the nodes). The data nodes
-compact replicated compacted topics themselves (docs/compaction.md): `fabric topics compact` goes to each
-partition's leader through a routing client, so this Broker answers it with NotLeaderError like the data calls.
-Retention and deleting records of replicated topics are not built yet (docs/replication.md, What is left):
-the background maintenance skips them, and `fabric topics retain` / `delete-records` refuse them.
+compact replicated compacted topics themselves, and their leaders apply retention (docs/replication.md,
+"Retention and deleting records"): `fabric topics compact`, `retain` and `delete-records` go to each
+partition's leader through a routing client, so this Broker answers them with NotLeaderError like the data
+calls, and its background maintenance skips replicated topics.
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ import pyarrow as pa
 from fabric.common import checks
 from fabric.common.errors import (
     InvalidReplicationFactorError,
-    InvalidRequestError,
     InvalidTopicError,
     NotLeaderError,
     UnknownPartitionError,
@@ -38,7 +37,6 @@ from fabric.storage.cleaner import CleanReport
 from fabric.storage.log import Log
 
 log = logging.getLogger(__name__)
-MAINTENANCE_MISSING = "data nodes do not apply retention"
 
 
 class ClusterBroker(Broker):
@@ -84,8 +82,17 @@ class ClusterBroker(Broker):
         return self.controller.add_partitions(name, total)
 
     def log(self, topic: str, partition: int) -> Log:
+        if self.coordinator.replicated(topic):
+            self._check_partition(topic, partition)
         self._on_nodes(topic)
         return super().log(topic, partition)
+
+    def _check_partition(self, topic: str, partition: int) -> None:
+        """UnknownPartitionError for a partition a replicated topic does not have (its logs are on the nodes)."""
+        count = self._partitions(topic)
+        if not 0 <= partition < count:
+            raise UnknownPartitionError(f"topic {topic!r} has partitions 0..{count - 1}; there is no partition "
+                                        f"{partition}")
 
     def _on_nodes(self, topic: str) -> None:
         """NotLeaderError for a replicated topic, whose data calls go to its partitions' leader nodes."""
@@ -95,25 +102,9 @@ class ClusterBroker(Broker):
                 "coordinator; use a fabric client (fabric.connect), which routes to the leaders (`fabric topics "
                 f"describe {topic}` shows them)")
 
-    def enforce_retention(self, topic: str) -> int:
-        self._not_replicated(topic, "retention on demand (`fabric topics retain`)", MAINTENANCE_MISSING)
-        return super().enforce_retention(topic)
-
     def compact_topic(self, topic: str) -> list[CleanReport]:
         self._on_nodes(topic)
         return super().compact_topic(topic)
-
-    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
-        self._not_replicated(topic, "deleting records (`fabric topics delete-records`)",
-                             "followers do not adopt their leader's log start offset yet, so records deleted on "
-                             "the leader would come back with the next leader")
-        return super().delete_records(topic, partition, before_offset)
-
-    def _not_replicated(self, topic: str, what: str, why: str) -> None:
-        if self.coordinator.replicated(topic):
-            raise InvalidRequestError(
-                f"topic {topic!r} is replicated, and {what} is not built for replicated topics yet: {why} "
-                "(docs/replication.md, What is left); use a topic without a replication factor for now")
 
     def _stored_here(self, topic: str) -> bool:
         return not self.coordinator.replicated(topic)
@@ -121,9 +112,6 @@ class ClusterBroker(Broker):
     def _committable_logs(self, topic: str, partitions: list[int]) -> dict[int, Log | None]:
         if not self.coordinator.replicated(topic):
             return super()._committable_logs(topic, partitions)
-        count = self._partitions(topic)
         for partition in partitions:
-            if not 0 <= partition < count:
-                raise UnknownPartitionError(f"topic {topic!r} has partitions 0..{count - 1}; there is no partition "
-                                            f"{partition}")
+            self._check_partition(topic, partition)
         return dict.fromkeys(partitions)

@@ -37,6 +37,21 @@ def check_compacted(info: TopicInfo) -> None:
             "compact,delete), or apply its retention now with `fabric topics retain`")
 
 
+def delete_records(plog: Log, topic: str, before_offset: Any, high_watermark: int | None = None) -> int:
+    """Kafka's DeleteRecords on `plog`, a partition of `topic` (Log.delete_records), checked first:
+    `before_offset` is an offset or -1 (the high watermark: `high_watermark` for a leader's replica log, else the
+    log end), and InvalidConfigError naming the fix for a topic whose cleanup.policy has no `delete` (Kafka refuses
+    DeleteRecords there too, as a compacted topic keeps every key's latest value). Returns the low watermark."""
+    checks.integer(before_offset, "before_offset (an offset, or -1 for the high watermark)", -1, LONG_MAX)
+    policy = plog.config["cleanup.policy"]
+    if "delete" not in policy:
+        raise InvalidConfigError(
+            f"the records of topic {topic!r} cannot be deleted: its cleanup.policy={policy} keeps every key's "
+            f"latest value (Kafka refuses DeleteRecords there too); allow it with `fabric topics alter {topic} "
+            "--config cleanup.policy=compact,delete`")
+    return plog.delete_records(before_offset, high_watermark=high_watermark)
+
+
 def check_codec(codec: Any) -> None:
     if codec not in CODECS:
         raise InvalidConfigError(f"unknown codec {clip(codec)}; use one of {', '.join(CODECS)}")

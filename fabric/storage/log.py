@@ -76,9 +76,10 @@ class Log:
     written after the frames it covers; the leader-epoch cache (leader_epochs) has no epoch starting at or past
     the log end, and takes an epoch before the first frame stamped with it is written. The log start offset
     (start_offset) is the larger of the first segment's base offset and the log-start-offset checkpoint
-    (log_start, moved up only by delete_records), at most the end: every read refuses offsets below it
-    (OffsetOutOfRangeError), and the checkpoint is written before the whole segments below it are deleted, so
-    a crash in between leaves segments that nothing reads and the next delete_records or retention removes.
+    (log_start, moved up by delete_records and set by a follower's truncate_fully_and_start_at), at most the
+    end: every read refuses offsets below it (OffsetOutOfRangeError), and the checkpoint is written before the
+    whole segments below it are deleted, so a crash in between leaves segments that nothing reads and the next
+    delete_records or retention removes.
 
     Two modes, fixed when the Log is made:
     - embedded (replica=False, the `file://` fabric): the watermark is the commit point; frames past it were
@@ -492,6 +493,16 @@ class Log:
         return True
 
     @writes
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Kafka's truncateFullyAndStartAt: remove every frame and start the log, empty, at `offset` (a follower
+        whose log ends below its leader's log start; see truncation.truncate_fully)."""
+        with self.lock:
+            self.sync_tail()
+            active = truncation.truncate_fully(self, offset)
+            self._producers = self._txns = None
+            self.remember_tail(active, offset)
+
+    @writes
     def write_frame(self, header: FrameHeader, payload: pa.Buffer | bytes, active: Segment | None = None) -> Segment:
         """Write one sealed frame at the tail, rolling first if due (caller holds the lock); returns the active
         segment, which the next frame of the same write may be given."""
@@ -598,15 +609,17 @@ class Log:
         return self.retention.enforce()
 
     @writes
-    def delete_records(self, before_offset: int, crash: CrashHook | None = None) -> int:
+    def delete_records(self, before_offset: int, crash: CrashHook | None = None,
+                       high_watermark: int | None = None) -> int:
         """Kafka's DeleteRecords: move the log start offset up to `before_offset` (-1: the high watermark), so the
         records below it are gone for readers at once, then delete the whole segments below it (rolling the
         active segment first if every record goes). Returns the log start offset now (the low watermark; the
         same as before if it was already at or past `before_offset`). OffsetOutOfRangeError, nothing changed,
         past the high watermark. The checkpoint is written (durably) before any segment is deleted: see
         log_start. `crash` is a test hook called once the checkpoint is written ("checkpointed") and after each
-        segment deleted ("deleted")."""
-        return self.retention.delete_records(before_offset, crash)
+        segment deleted ("deleted"). A leader's replica log gives its replication `high_watermark`, which bounds
+        the offset as the log end bounds an embedded log's."""
+        return self.retention.delete_records(before_offset, crash, high_watermark)
 
     @writes
     def roll(self) -> bool:

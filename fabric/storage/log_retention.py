@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from fabric.common.errors import OffsetOutOfRangeError
 from fabric.storage import log_start
@@ -38,10 +38,14 @@ class LogRetention:
     def __init__(self, plog: Log) -> None:
         self.plog = plog
         self.last_check_ms = plog.clock.now_ms()
+        # a replica log's bound (set by the node's replica): the replication high watermark while its node leads
+        # the partition, None while it follows. Retention deletes no record at or past it, and nothing while it is
+        # None: a follower takes its leader's log start from fetch answers instead (Kafka's followers do too)
+        self.leader_high_watermark: Callable[[], int | None] | None = None
 
     def maybe_retain(self, force: bool = False) -> None:
         """Retention on the write path (a roll, a commit), at most every RETENTION_CHECK_MS. Never on a replica
-        log: its followers cannot take a leader's log start yet (docs/replication.md, What is left)."""
+        log: its node applies retention in its background maintenance, as the partition's leader only."""
         plog = self.plog
         if plog.replica:
             return
@@ -53,8 +57,13 @@ class LogRetention:
     def enforce(self) -> int:
         """Delete whole old segments past retention.ms / retention.bytes (cleanup.policy delete or
         compact,delete), and those below the log start offset (left by a delete_records that was killed before it
-        deleted them, whatever the policy); returns how many."""
+        deleted them, whatever the policy); returns how many. A replica log deletes only segments wholly below
+        leader_high_watermark(), so the log start never passes the high watermark (as in Kafka), and nothing
+        while its node does not lead the partition."""
         plog = self.plog
+        bound = self.leader_high_watermark() if plog.replica and self.leader_high_watermark else None
+        if plog.replica and bound is None:
+            return 0
         retained = "delete" in plog.config["cleanup.policy"]  # a compacted-only topic: the cleaner bounds it
         if not retained and not os.path.exists(os.path.join(plog.directory, log_start.CHECKPOINT)):
             self.last_check_ms = plog.clock.now_ms()
@@ -77,7 +86,8 @@ class LogRetention:
             start = plog.start_within(segs, plog.end_offset)
             for seg, nxt in zip(segs, segs[1:], strict=False):
                 over = retention_bytes >= 0 and total - seg.size >= retention_bytes
-                if not (expired(seg) or over or nxt.base_offset <= start):
+                if (bound is not None and nxt.base_offset > bound) or not (
+                        expired(seg) or over or nxt.base_offset <= start):
                     break
                 total -= seg.size
                 seg.delete()
@@ -87,12 +97,14 @@ class LogRetention:
             plog.remember_tail(active, plog.end_offset)
         return deleted
 
-    def delete_records(self, before_offset: int, crash: CrashHook | None = None) -> int:
+    def delete_records(self, before_offset: int, crash: CrashHook | None = None,
+                       high_watermark: int | None = None) -> int:
         """Kafka's DeleteRecords: see Log.delete_records."""
         plog = self.plog
         with plog.lock:
             active = plog.sync_tail()
-            end = plog.tail_end()
+            log_end = plog.tail_end()
+            end = log_end if high_watermark is None else min(high_watermark, log_end)
             target = end if before_offset == -1 else before_offset
             if not 0 <= target <= end:
                 raise OffsetOutOfRangeError(
@@ -105,8 +117,8 @@ class LogRetention:
             log_start.write(plog.directory, target)
             if crash:
                 crash("checkpointed")
-            if target == end and active.first_frame() is not None:
-                active = plog.create_segment(end)  # every record goes: so does the segment that held the last
+            if target == log_end and active.first_frame() is not None:
+                active = plog.create_segment(log_end)  # every record goes: so does the segment that held the last
             segs = plog.segments()
             deleted = 0
             for seg, nxt in zip(segs, segs[1:], strict=False):
@@ -117,18 +129,17 @@ class LogRetention:
                 if crash:
                     crash("deleted")
             plog.forget_epochs_before(target)
-            plog.remember_tail(active, end)
+            plog.remember_tail(active, log_end)
         log.info("%s: records before offset %d deleted (%d whole segment(s) removed); the log starts there now",
                  plog.name, target, deleted)
         return target
 
     def maintain(self) -> tuple[int, CleanReport]:
-        """What the background maintenance does to a partition: retention (segments deleted; never on a replica
-        log, whose followers cannot take a leader's log start yet: docs/replication.md), a roll of an active
-        segment older than segment.ms or, on a compacted topic, max.compaction.lag.ms, then a cleaner pass if one
-        is due."""
+        """What the background maintenance does to a partition: retention (segments deleted; on a replica log only
+        while its node leads the partition, see enforce), a roll of an active segment older than segment.ms or, on
+        a compacted topic, max.compaction.lag.ms, then a cleaner pass if one is due."""
         plog = self.plog
-        deleted = 0 if plog.replica else self.enforce()
+        deleted = self.enforce()
         compacted = "compact" in plog.config["cleanup.policy"]
         first = plog.segments()[-1].first_frame() if plog.segments() else None
         if first is not None and first.first_timestamp >= 0:

@@ -1,6 +1,7 @@
 """The log-start-offset checkpoint of a partition: the first offset records were deleted up to (Kafka's
 log-start-offset-checkpoint, written by DeleteRecords; ours holds one partition's offset, in its directory).
 
+A follower's full truncation (truncation.truncate_fully) writes it too, before it deletes every segment.
 Without the file the log starts at its first segment's base offset, as retention leaves it. Log.delete_records
 writes it before deleting the whole segments below the offset, so a process killed in between leaves a log whose
 start is already the offset (Log.start_offset is the larger of the two) and whose leftover segments the next

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 from fabric.common.errors import CorruptRecordError, InvalidArgumentError, OffsetOutOfRangeError
 from fabric.common.types import UNDEFINED_EPOCH, EpochEndOffset
+from fabric.storage import log_start
 from fabric.storage.scan import Frame
 from fabric.storage.segment import Segment
 
@@ -49,6 +50,25 @@ def truncate(plog: Log, offset: int, end: int) -> Segment:
                 offset, size - position, position, target.path,
                 f", segments deleted: {', '.join(s.path for s in dropped)}" if dropped else "")
     return target
+
+
+def truncate_fully(plog: Log, offset: int) -> Segment:
+    """Remove every frame of `plog` and start it, empty, at `offset` (lock held): Kafka's truncateFullyAndStartAt,
+    for a follower whose log ends below its leader's log start (the leader deleted those offsets before this
+    replica copied them), or which must truncate below its own log start. The log-start checkpoint is written
+    first, then the leader epochs are forgotten, the segments deleted oldest first, a new active segment made at
+    `offset` and the watermark moved there; returns that segment. A crash part-way leaves an empty log (at
+    `offset`, or at 0 once no segment is left), whose next fetch asks the leader again."""
+    log_start.write(plog.directory, offset)
+    plog.leader_epochs.truncate_from_end(0)
+    segs = plog.segments()
+    for seg in segs:
+        seg.delete()
+    active = plog.create_segment(offset)
+    plog.hw.write(offset)
+    log.warning("%s: truncated fully (%d segment(s) deleted); the log starts, empty, at offset %d", plog.name,
+                len(segs), offset)
+    return active
 
 
 def _frame_start(plog: Log, seg: Segment, offset: int) -> int:

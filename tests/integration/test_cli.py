@@ -421,15 +421,16 @@ def test_topics_compact_and_retain_on_demand(either_url, drain):
     assert "two topics given" in fails(url, "topics", "retain", "old", "--topic", "table")
 
 
-def test_retain_refuses_replicated_topics_compact_cleans_them_at_the_leader_and_the_coordinator_skips_them(
+def test_retain_compact_and_delete_records_run_at_the_leader_and_the_coordinator_skips_replicated_topics(
         node_cluster):
     cluster = node_cluster(nodes=1, coordinator_extra=("--log-retention-check-interval-ms", "50"))
     url = cluster.url
     # `arep` is listed before `local`, so a pass that reached `local` went by `arep` first
     ok(url, "topics", "create", "arep", "--replication-factor", "1", "--config", "cleanup.policy=compact")
     ok(url, "topics", "create", "local", "--config", "cleanup.policy=compact", "--config", "max.compaction.lag.ms=1")
-    err = fails(url, "topics", "retain", "arep")
-    assert "topic 'arep' is replicated" in err and "not built for replicated topics yet" in err, err
+    assert "Retention of topic arep deleted 0 segment(s)." in ok(url, "topics", "retain", "arep")  # at its leader
+    err = fails(url, "topics", "delete-records", "arep", "--partition", "0", "--before-offset", "1")
+    assert "its cleanup.policy=compact keeps every key's latest value" in err, err  # refused by the leader node
     with fabric.connect(url) as fab:
         with fab.producer(batch_size=1, linger_ms=0) as producer:
             for i in range(3):

@@ -118,8 +118,16 @@ def test_delete_records(url, ok, fails, fabric_cli, tmp_path):
     assert _starts(url, "t") == [10, 7]  # the refused requests changed nothing
 
 
-def test_delete_records_refuses_a_replicated_topic(node_cluster, ok, fails):
+def test_delete_records_of_a_replicated_topic_runs_at_its_leader(node_cluster, ok, fails):
     cluster = node_cluster(nodes=1)
     ok(cluster.url, "topics", "create", "rep", "--replication-factor", "1")
-    err = fails(cluster.url, "topics", "delete-records", "rep", "--partition", "0", "--before-offset", "0")
-    assert "topic 'rep' is replicated" in err and "followers do not adopt their leader's log start offset" in err
+    with fabric.connect(cluster.url) as fab, fab.producer() as producer:
+        for i in range(10):
+            producer.send("rep", b"v%d" % i)
+    out = ok(cluster.url, "topics", "delete-records", "rep", "--partition", "0", "--before-offset", "4")
+    assert out == "Records delete operation completed:\npartition: rep-0\tlow_watermark: 4\n"
+    assert _starts(cluster.url, "rep") == [4]
+    err = fails(cluster.url, "topics", "delete-records", "rep", "--partition", "0", "--before-offset", "11")
+    assert "before offset 11" in err and "high watermark 10" in err, err  # refused by the leader node
+    assert "there is no partition 1" in fails(cluster.url, "topics", "delete-records", "rep", "--partition", "1",
+                                              "--before-offset", "0")

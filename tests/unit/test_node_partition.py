@@ -1,7 +1,8 @@
 """A data node's partition replica (fabric/server/node/partition.py) over a real replica log: its role follows the
 controller's states and only ever moves forward in leader epoch; requests are refused unless the node leads under
 the quoted epoch; as leader, the high watermark is the minimum log end over the ISR, acks=all waits for it and
-min.insync.replicas refuses writes; a follower copies frames and takes the leader's high watermark."""
+min.insync.replicas refuses writes; a follower copies frames and takes the leader's high watermark and log start;
+retention and DeleteRecords run at the leader only, below its high watermark."""
 from __future__ import annotations
 
 import threading
@@ -83,7 +84,7 @@ def test_the_high_watermark_is_the_minimum_log_end_over_the_isr(make_replica, st
     assert answer.frames.size and answer.log_end == 2 and leader.hw == 0
     follower = make_replica(2)
     follower.become(registration(1, 0, isr=(1, 2)))
-    follower.append_copied(0, answer.frames, answer.high_watermark)
+    follower.append_copied(0, answer.frames, answer.high_watermark, answer.log_start)
     assert follower.log.end_offset == 2 and follower.hw == 0
     assert leader.serve_follower(2, 0, 2, 1 << 20, 0).frames.size == 0
     assert leader.hw == 2 and [r.offset for r in leader.read(0, 1 << 20, None, 0)] == [0]
@@ -159,7 +160,7 @@ def test_a_follower_never_writes_after_its_epoch_moved_on(make_replica, storage,
     follower.become(registration(1, 0, isr=(1, 2)))
     answer = leader.serve_follower(2, 0, 0, 1 << 20, 0)
     follower.become(registration(2, 1, isr=(2,)))  # it leads now: the old fetch's frames are not appended
-    follower.append_copied(0, answer.frames, answer.high_watermark)
+    follower.append_copied(0, answer.frames, answer.high_watermark, answer.log_start)
     follower.truncate_follower(0, 0)
     assert follower.log.end_offset == 0
 
@@ -194,7 +195,7 @@ def test_a_follower_behind_a_compacted_leader_copies_again_from_the_leaders_fram
             rows = storage.make_batch([f"r{r}-{key.decode()}".encode() * 4 for key in keys])
             leader.append(rows.set_column(1, "key", pa.array(keys, pa.binary())), "none", 0, "1", 5)
     while follower.log.end_offset < leader.log.end_offset:  # copied before the leader cleans
-        follower.append_copied(0, leader.log.read_frames(follower.log.end_offset, 300), 0)
+        follower.append_copied(0, leader.log.read_frames(follower.log.end_offset, 300), 0, 0)
     leader.hw = leader.log.end_offset  # as if the ISR had it all
     assert leader.log.clean(force=True).records_removed
     gaps = [h for h in leader.log.headers(leader.log.end_offset) if h.is_gap and h.record_count >= 4]
@@ -203,6 +204,93 @@ def test_a_follower_behind_a_compacted_leader_copies_again_from_the_leaders_fram
     for _ in range(200):
         if follower.log.end_offset == leader.log.end_offset:
             break
-        follower.append_copied(0, leader.log.read_frames(follower.log.end_offset, 300), leader.hw)
+        follower.append_copied(0, leader.log.read_frames(follower.log.end_offset, 300), leader.hw,
+                               leader.log.start_offset)
     assert follower.log.end_offset == leader.log.end_offset and follower.hw == leader.hw
     assert storage.keyed_records(follower.log) == storage.keyed_records(leader.log)
+
+
+def _fill(leader: PartitionReplica, storage, batches: int) -> None:
+    for i in range(batches):
+        leader.append(storage.make_batch([f"v{i}-{j}".encode() * 40 for j in range(3)]), "none", 0, "1", 5)
+
+
+def _follow(leader: PartitionReplica, follower: PartitionReplica, node: int = 2) -> None:
+    """Fetch as the fetcher does until the follower's log end reaches the leader's."""
+    for _ in range(500):
+        offset = follower.log.end_offset
+        answer = leader.serve_follower(node, 0, offset, 1500, 0)
+        if offset < answer.log_start:
+            follower.restart_at(0, answer.log_start, offset)
+            continue
+        follower.append_copied(0, answer.frames, answer.high_watermark, answer.log_start)
+        if follower.log.end_offset == answer.log_end and not answer.frames.size:
+            return
+    raise AssertionError("the follower did not catch up")
+
+
+def test_retention_runs_at_the_leader_below_its_high_watermark_and_followers_take_its_log_start(
+        make_replica, storage) -> None:
+    config = dict(retention_bytes=4000)
+    leader, follower = make_replica(1, **config), make_replica(2, **config)
+    leader.become(registration(1, 0, isr=(1, 2)))
+    follower.become(registration(1, 0, isr=(1, 2)))
+    _fill(leader, storage, 20)
+    assert follower.log.enforce_retention() == 0  # a follower applies no retention of its own
+    assert leader.log.enforce_retention() == 0  # nothing is below the high watermark yet (follower 2 has nothing)
+    _follow(leader, follower)
+    assert leader.hw == leader.log.end_offset == 60
+    deleted = leader.enforce_retention(0)
+    start = leader.log.start_offset
+    assert deleted and start > 0 and leader.log.size_bytes() < 6000
+    assert follower.log.start_offset == 0 and follower.log.enforce_retention() == 0
+    _follow(leader, follower)  # the next fetch answer carries the leader's log start
+    assert follower.log.start_offset == start and follower.log.segments()[0].base_offset == start
+    with pytest.raises(OffsetOutOfRangeError):
+        follower.log.fetch(start - 1, 1 << 20)
+    assert storage.read_all(follower.log) == storage.read_all(leader.log)
+    follower.become(registration(2, 1, isr=(2,)))  # a new leader's retention goes on from its own log
+    assert follower.log.enforce_retention() == 0 and follower.log.start_offset == start
+
+
+def test_delete_records_at_the_leader_stops_at_its_high_watermark_and_reaches_the_followers(
+        make_replica, storage) -> None:
+    leader, follower = make_replica(1), make_replica(2)
+    leader.become(registration(1, 0, isr=(1, 2)))
+    follower.become(registration(1, 0, isr=(1, 2)))
+    _fill(leader, storage, 10)
+    _follow(leader, follower)
+    _fill(leader, storage, 2)  # offsets 30..35 are past the high watermark (not fetched by follower 2 yet)
+    assert leader.hw == 30 and leader.log.end_offset == 36
+    with pytest.raises(OffsetOutOfRangeError, match="up to its high watermark 30"):
+        leader.delete_records(31, 0)
+    with pytest.raises(NotLeaderError):
+        follower.delete_records(5, 0)
+    assert leader.delete_records(-1, 0) == 30 and leader.log.start_offset == 30
+    assert storage.read_all(leader.log, 30) and leader.log.end_offset == 36  # the records past it stay
+    _follow(leader, follower)
+    assert follower.log.start_offset == 30 and follower.log.end_offset == 36
+    assert storage.read_all(follower.log) == storage.read_all(leader.log)
+
+
+def test_a_follower_behind_the_leaders_log_start_starts_again_there(make_replica, storage) -> None:
+    """Kafka's OFFSET_OUT_OF_RANGE handling: the leader answers a fetch below its log start with no frames and its
+    log start; the follower truncates fully and starts there (the leader's frame holding it, as the log start may
+    be inside one), never fetching the deleted offsets again."""
+    leader, follower = make_replica(1), make_replica(2)
+    leader.become(registration(1, 0, isr=(1,)))
+    follower.become(registration(1, 0, isr=(1,)))
+    _fill(leader, storage, 4)
+    follower.append_copied(0, leader.log.read_frames(0, 1), 0, 0)  # it copied one frame, then stopped
+    _fill(leader, storage, 10)
+    leader.hw = leader.log.end_offset
+    assert leader.delete_records(40, 0) == 40  # inside the frame of offsets 39..41
+    answer = leader.serve_follower(2, 0, 3, 1 << 20, 0)
+    assert answer.frames.size == 0 and answer.log_start == 40
+    _follow(leader, follower)
+    assert follower.log.start_offset == 40 and follower.log.end_offset == leader.log.end_offset
+    assert storage.read_all(follower.log) == storage.read_all(leader.log)
+    follower.truncate_follower(0, 12)  # below its log start: truncated fully, as Kafka's truncateTo does
+    assert follower.log.start_offset == follower.log.end_offset == 12
+    _follow(leader, follower)
+    assert follower.log.start_offset == 40 and storage.read_all(follower.log) == storage.read_all(leader.log)

@@ -323,6 +323,8 @@ def test_writes_to_a_replica_log_apply_no_retention(tmp_path, replicas):
 def test_retention_moves_the_first_epoch_up_to_the_new_log_start(tmp_path, replicas):
     log = replicas.open(str(tmp_path), retention_bytes=3000)
     firsts = {epoch: replicas.lead(log, epoch, 6)[0] for epoch in (0, 1, 2)}
+    assert log.enforce_retention() == 0  # a replica log deletes nothing while its node does not lead it
+    log.retention.leader_high_watermark = lambda: log.end_offset  # as a leader's replica sets it, all replicated
     assert log.enforce_retention() > 0  # asked for: a replica log's writes never apply it
     start = log.start_offset
     assert start > firsts[1]  # retention deleted the segments of epoch 0 and more

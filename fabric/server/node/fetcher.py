@@ -8,8 +8,12 @@ copied like any frame; where a compacted leader's frame spans this log's end, th
 for the end of the follower's latest epoch (OffsetsForLeaderEpoch) and cuts the log there, in rounds
 (truncation.reconcile), never to the follower's own high watermark (KIP-101). Fetching asks for frames from the
 log end, which tells the leader how far this replica is; the leader long-polls up to replica.fetch.wait.max.ms
-when there is nothing new. A failed call (the leader unreachable, or not leading yet) is retried after
-replica.fetch.backoff.ms; a FencedLeaderEpochError (this node is behind the controller) asks the controller first.
+when there is nothing new. Every answer carries the leader's log start offset, which the replica takes (its own
+start moves up to it, so retention and DeleteRecords at the leader reach every follower); a log end below it
+(the leader deleted those offsets before this replica copied them) makes the replica truncate fully and start
+again at the leader's log start (Kafka's OFFSET_OUT_OF_RANGE handling), so it never fetches that offset again.
+A failed call (the leader unreachable, or not leading yet) is retried after replica.fetch.backoff.ms; a
+FencedLeaderEpochError (this node is behind the controller) asks the controller first.
 """
 from __future__ import annotations
 
@@ -153,7 +157,11 @@ class ReplicaFetcher:
 
     def _fetch(self) -> None:
         tp = self.replica.tp
-        answer, frames = self._call(replica_fetch_call(tp[0], tp[1], self.replica.log.end_offset, self.leader_epoch,
+        offset = self.replica.log.end_offset
+        answer, frames = self._call(replica_fetch_call(tp[0], tp[1], offset, self.leader_epoch,
                                                        self.replica.node_id, self.settings, self.topic_id))
-        self.replica.append_copied(self.leader_epoch, frames, answer["high_watermark"])
+        if offset < answer["log_start"]:  # the leader deleted what this replica would copy next
+            self.replica.restart_at(self.leader_epoch, answer["log_start"], offset)
+            return
+        self.replica.append_copied(self.leader_epoch, frames, answer["high_watermark"], answer["log_start"])
 

@@ -11,9 +11,10 @@ same id and data directory registers again and finds its logs.
 
 Besides heartbeats, a replication thread runs the ReplicaManager's rounds (ISR changes through the controller's
 alter_partition, high-watermark checkpoints) every MAINTAIN_INTERVAL_S; followers' fetchers reach other nodes
-over the coordinator connection's clients and credentials. A LogMaintenance thread cleans the replicas of
-compacted topics the node hosts every log.retention.check.interval.ms (ReplicaManager.maintained_partitions),
-each below its high watermark; it stops with the node.
+over the coordinator connection's clients and credentials. A LogMaintenance thread applies retention to the
+partitions the node leads and cleans the replicas of compacted topics it hosts every
+log.retention.check.interval.ms (ReplicaManager.maintained_partitions), each below its high watermark; it stops
+with the node.
 """
 from __future__ import annotations
 

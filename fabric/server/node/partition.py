@@ -104,6 +104,7 @@ class PartitionReplica:
         self.leader: LeaderState | None = None
         self.hw = -1  # unknown until the log is first opened
         self._checkpointed = -1
+        self._leader_start = -1  # the leader's log start this follower last took (-1: none since it restarted)
 
     @property
     def state(self) -> ReplicaState:
@@ -115,13 +116,21 @@ class PartitionReplica:
 
     @property
     def log(self) -> Log:
-        """The replica's log, whose cleaner stays below this replica's high watermark."""
+        """The replica's log, whose cleaner stays below this replica's high watermark and whose retention runs
+        only while this node leads, below the high watermark."""
         plog = self._open_log()
         plog.replication_high_watermark = self._known_hw
+        plog.retention.leader_high_watermark = self._leader_hw
         return plog
 
     def _known_hw(self) -> int:
         return self.hw
+
+    def _leader_hw(self) -> int | None:
+        """The high watermark while this node leads the partition; None otherwise (a follower applies no
+        retention of its own: it takes its leader's log start from every fetch answer)."""
+        hw = self.hw
+        return hw if self._state.role is Role.LEADER and self.leader is not None and hw >= 0 else None
 
     def _hw_file(self, plog: Log) -> HighWatermark:
         return HighWatermark(os.path.join(plog.directory, HW_CHECKPOINT))
@@ -269,6 +278,19 @@ class PartitionReplica:
             raise RequestTimedOutError(f"offsets {base}..{end - 1} of {self.name} were not replicated to the ISR "
                                        f"{list(leader.isr)} within {timeout_s:.1f} s: they may or may not be kept")
 
+    def delete_records(self, before_offset: int, leader_epoch: int | None) -> int:
+        """Kafka's DeleteRecords as the leader: move the log start up to `before_offset` (-1: the high watermark),
+        never past the high watermark; returns the low watermark. Answered once the leader's own log start moved:
+        followers take it from their next fetch answer (append_copied)."""
+        self.check_leader(leader_epoch)
+        plog = self.log
+        return partition_ops.delete_records(plog, self.tp[0], before_offset, high_watermark=self.hw)
+
+    def enforce_retention(self, leader_epoch: int | None) -> int:
+        """Apply retention now as the leader (below the high watermark); segments deleted."""
+        self.check_leader(leader_epoch)
+        return self.log.enforce_retention()
+
     def check_readable(self, leader_epoch: int | None, from_follower: bool) -> ReplicaState:
         """The state, if a consumer may read here: as the leader (check_leader), or with `from_follower` (a
         consumer in this replica's rack, KIP-392) as a follower under the quoted leader epoch."""
@@ -320,8 +342,11 @@ class PartitionReplica:
                 hw = self.hw
                 self.changed.wait_for(lambda: self.leader is not leader or plog.end_offset > offset or self.hw > hw,
                                       max_wait_s)
-        frames = plog.read_frames(offset, max_bytes)
-        return ReplicaFetch(frames, self.hw, plog.end_offset, plog.start_offset)
+        start = plog.start_offset
+        # below the log start (deleted by retention or DeleteRecords before this follower copied it): no frames,
+        # and the answer's log start tells the follower where to start again (Kafka's OFFSET_OUT_OF_RANGE)
+        frames = plog.read_frames(offset, max_bytes) if offset >= start else pa.py_buffer(b"")
+        return ReplicaFetch(frames, self.hw, plog.end_offset, start)
 
     def end_offset_for(self, epoch: int, leader_epoch: int) -> EpochEndOffset:
         """OffsetsForLeaderEpoch as the leader under `leader_epoch`: where this log's records of `epoch` end."""
@@ -359,10 +384,12 @@ class PartitionReplica:
         state = self._state
         return state.role is Role.FOLLOWER and state.leader_epoch == leader_epoch
 
-    def append_copied(self, leader_epoch: int, frames: pa.Buffer, leader_hw: int) -> None:
-        """A fetch under `leader_epoch` returned: append its frames, byte for byte, and take the leader's high
-        watermark (at most the new log end). Nothing is done once the replica no longer follows that epoch, so a
-        fetch answered after a leadership change never writes into a leader's log."""
+    def append_copied(self, leader_epoch: int, frames: pa.Buffer, leader_hw: int, leader_start: int) -> None:
+        """A fetch under `leader_epoch` returned: append its frames, byte for byte, take the leader's high
+        watermark (at most the new log end) and its log start (Kafka's FetchResponse logStartOffset: this log's
+        start moves up to it, checkpointed, and the whole segments below it are deleted). Nothing is done once the
+        replica no longer follows that epoch, so a fetch answered after a leadership change never writes into a
+        leader's log."""
         with self.changed:
             if not self.following(leader_epoch):
                 return
@@ -373,6 +400,27 @@ class PartitionReplica:
             if hw != self.hw:
                 self.hw = hw
                 self.changed.notify_all()  # consumers long-polling this follower
+            if leader_start > self._leader_start:
+                plog.delete_records(min(leader_start, plog.end_offset))
+                self._leader_start = leader_start
+
+    def restart_at(self, leader_epoch: int, leader_start: int, fetched_from: int) -> None:
+        """The leader's log starts at `leader_start`, past `fetched_from`, this log's end: it deleted those offsets
+        before this replica copied them. Truncate fully and start, empty, at its log start, as Kafka's follower
+        does on OFFSET_OUT_OF_RANGE (nothing once the replica no longer follows `leader_epoch`)."""
+        with self.changed:
+            if not self.following(leader_epoch):
+                return
+            log.warning("partition %s: the leader's log starts at offset %d, past this replica's log end %d (offsets "
+                        "%d..%d were deleted there before they were copied here): starting again at %d", self.name,
+                        leader_start, fetched_from, fetched_from, leader_start - 1, leader_start)
+            self._truncate_fully(self.log, leader_start)
+            self.hw = leader_start
+
+    def _truncate_fully(self, plog: Log, offset: int) -> None:
+        """Empty the log and start it at `offset` (lock held); the leader's log start is taken again after."""
+        plog.truncate_fully_and_start_at(offset)
+        self._leader_start = -1
 
     def _realigned(self, plog: Log, frames: pa.Buffer) -> bool:
         """If the leader's first frame starts below this log's end, cut this log back to its own frame holding
@@ -384,6 +432,9 @@ class PartitionReplica:
         first = frame.unpack_header(frames, 0).base_offset
         end = plog.end_offset
         if first >= end:
+            return False
+        if first <= plog.start_offset:  # none of the leader's frame is held here (its log start may be inside it)
+            self._truncate_fully(plog, first)
             return False
         own = frame.unpack_header(plog.read_frames(first, 1), 0).base_offset
         log.info("partition %s: leader's frame at offset %d spans this replica's log end %d (frame boundaries moved "
@@ -399,7 +450,10 @@ class PartitionReplica:
             if not self.following(leader_epoch):
                 return
             plog = self.log
-            plog.truncate_to(offset)
+            if offset <= plog.start_offset and offset < plog.end_offset:  # as Kafka's truncateTo below the start
+                self._truncate_fully(plog, offset)  # (at the start, which may be inside a frame: nothing is kept)
+            else:
+                plog.truncate_to(offset)
             self.hw = min(self.hw, plog.end_offset)
 
     # -- housekeeping -------------------------------------------------------------------------------------
@@ -413,12 +467,14 @@ class PartitionReplica:
             self._checkpointed = hw
 
     def describe(self) -> dict[str, object]:
-        """The replica's role, epoch, high watermark, and as leader its ISR and each follower's progress."""
+        """The replica's role, epoch, high watermark, log start and end, and as leader its ISR and each follower's
+        progress."""
         with self.changed:
             out: dict[str, object] = {"topic": self.tp[0], "partition": self.tp[1], "role": self._state.role.value,
                                       "leader_epoch": self._state.leader_epoch, "high_watermark": self.hw}
             if self.hw >= 0:
-                out["log_end"] = self.log.end_offset
+                plog = self.log
+                out["log_start"], out["log_end"] = plog.start_offset, plog.end_offset
             if self.leader is not None:
                 now = _now_ms()
                 out["isr"] = list(self.leader.isr)

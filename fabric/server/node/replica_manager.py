@@ -9,7 +9,9 @@ node learns a decision as soon as a client has. A topic that disappears from the
 logs here are deleted too. `maintain` (run periodically by the node) asks the controller to shrink or expand
 the ISR of each partition it leads (`alter_partition`, set by the node) and checkpoints high watermarks.
 Replicas of compacted topics are cleaned by the node's log maintenance (`maintained_partitions`) and, at the
-leader, on demand (`compact_partition`), each below its own high watermark.
+leader, on demand (`compact_partition`), each below its own high watermark. Retention runs at the leader only,
+in the same maintenance and on demand (`enforce_retention`), as does DeleteRecords (`delete_records`), never
+past the high watermark; followers take the leader's log start from their fetch answers.
 """
 from __future__ import annotations
 
@@ -395,7 +397,24 @@ class ReplicaManager:
                                                       bound if end_offset is None else min(end_offset, bound),
                                                       isolation)
 
-    # -- compaction -----------------------------------------------------------------------------------------
+    # -- retention, DeleteRecords and compaction ------------------------------------------------------------
+    def delete_records(self, topic: str, partition: int, before_offset: int, leader_epoch: int | None = None,
+                       topic_id: str = "") -> int:
+        """Kafka's DeleteRecords at the partition's leader (`fabric topics delete-records`): move its log start up
+        to `before_offset` (-1: the high watermark), never past the high watermark; returns the low watermark.
+        Followers take the new log start from their next fetch answer."""
+        replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
+        with disk_errors(self.logs.topic_dir(topic), f"delete records of {topic}-{partition}"):
+            return replica.delete_records(before_offset, leader_epoch)
+
+    def enforce_retention(self, topic: str, partition: int, leader_epoch: int | None = None,
+                          topic_id: str = "") -> int:
+        """`fabric topics retain` at the partition's leader: apply retention now, below the high watermark;
+        segments deleted (followers follow the new log start)."""
+        replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
+        with disk_errors(self.logs.topic_dir(topic), f"enforce the retention of {topic}-{partition}"):
+            return replica.enforce_retention(leader_epoch)
+
     def compact_partition(self, topic: str, partition: int, leader_epoch: int | None = None,
                           topic_id: str = "") -> CleanReport:
         """`fabric topics compact` at the partition's leader: roll the active segment and clean everything below
@@ -407,13 +426,15 @@ class ReplicaManager:
             return replica.log.clean(force=True)
 
     def maintained_partitions(self) -> list[tuple[str, Callable[[], Log]]]:
-        """Every replica hosted here (leader or follower) of a compacted topic, by name, with how to open its log:
-        what the node's background maintenance cleans, each replica its own copy below its high watermark. Other
-        topics are left alone: retention is not applied on the nodes (docs/replication.md, What is left)."""
+        """The replicas the node's background maintenance looks after, by name, with how to open each log: those
+        it leads (retention, below the high watermark; the log's retention bound checks the role again) and
+        every replica of a compacted topic (each cleans its own copy below its high watermark). A follower of
+        another topic has nothing to do: it takes its leader's log start from fetch answers."""
         with self._lock:
             return [(replica.name, functools.partial(_replica_log, replica)) for tp, replica in
                     sorted(self._replicas.items())
-                    if replica.state.role is not Role.OFFLINE and partition_ops.compacted(self._topics[tp[0]])]
+                    if replica.state.role is Role.LEADER or (
+                        replica.state.role is Role.FOLLOWER and partition_ops.compacted(self._topics[tp[0]]))]
 
     def describe(self) -> list[dict[str, object]]:
         """Every hosted replica's role, epoch, high watermark and (as leader) ISR and followers' progress."""

@@ -4,7 +4,8 @@ DoPut `append` ({topic, partition, codec, leader_epoch, acks, timeout_ms, produc
 appends stored rows; DoGet ({topic, partition, offset, max_bytes, end_offset, leader_epoch, isolation_level})
 fetches below the high watermark (read_committed: the last stable offset); DoAction runs `partition_state`,
 `offset_for_time`, `offset_after_records`, `write_markers` (which needs write on the topic and on the
-transactional id), `compact_partition` (admin on the topic: `fabric topics compact`) and `status` for
+transactional id), `compact_partition`, `enforce_retention` and `delete_records` (admin on the topic:
+`fabric topics compact`, `retain` and `delete-records`) and `status` for
 clients, and for followers (other nodes, which need cluster_action on the cluster resource)
 `offsets_for_leader_epoch` and `replica_fetch`, whose second result is the raw frames. The wire format is
 the coordinator service's (fabric.server.wire). Every request is checked against the ReplicaManager method it
@@ -31,7 +32,8 @@ from fabric.server.node.settings import NodeSettings
 
 log = logging.getLogger(__name__)
 ACTIONS = {"partition_state": "describe", "offset_for_time": "describe",  # action -> ACL operation on its topic
-           "offset_after_records": "describe", "write_markers": "write", "compact_partition": "admin"}
+           "offset_after_records": "describe", "write_markers": "write", "compact_partition": "admin",
+           "enforce_retention": "admin", "delete_records": "admin"}
 REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_fetch")  # followers' calls, on the cluster resource
 
 

@@ -108,8 +108,9 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
                         "once, at least one frame (replica.fetch.max.bytes, default 1048576)")
     parser.add_argument("--shutdown-timeout-ms", metavar="MS", help="SIGTERM or Ctrl-C stops the node within this "
                         "time (node.shutdown.timeout.ms, default 5000)")
-    parser.add_argument("--log-retention-check-interval-ms", metavar="MS", help="how often the node cleans the "
-                        f"replicas of compacted topics it hosts ({INTERVAL_KEY}, default {DEFAULT_INTERVAL_MS})")
+    parser.add_argument("--log-retention-check-interval-ms", metavar="MS", help="how often the node applies "
+                        "retention to the partitions it leads and cleans the replicas of compacted topics it hosts "
+                        f"({INTERVAL_KEY}, default {DEFAULT_INTERVAL_MS})")
     add_metrics_port_argument(parser)
 
 
