@@ -272,10 +272,15 @@ class Consumer:
 
     # -- positions ---------------------------------------------------------------------------------
     def position(self, topic: str, partition: int) -> int:
-        """The next offset this consumer will read from the partition."""
-        tp = (topic, partition)
+        """The offset of the next record poll() will return from the partition (Kafka's position): records
+        fetched ahead and still buffered here do not move it."""
+        self._fetch_position((topic, partition))
+        return self._consumed_positions()[(topic, partition)]
+
+    def _fetch_position(self, tp: TopicPartition) -> int:
+        """Where the next fetch of an assigned partition starts (past the records buffered here)."""
         if tp not in self._assignment:
-            raise UnknownPartitionError(f"{topic}-{partition} is not assigned to this consumer")
+            raise UnknownPartitionError(f"{tp[0]}-{tp[1]} is not assigned to this consumer")
         if tp not in self._positions:
             self._positions[tp] = self._initial_position(tp)
         return self._positions[tp]
@@ -303,7 +308,7 @@ class Consumer:
     def seek(self, topic: str, partition: int, offset: int) -> None:
         """Read the partition from `offset` next."""
         offset = checks.offset(offset, "seek() offset")
-        self.position(topic, partition)
+        self._fetch_position((topic, partition))
         self._positions[(topic, partition)] = offset
         self._drop_pending(lambda tp: tp == (topic, partition))
 
@@ -342,7 +347,7 @@ class Consumer:
             tp = self._assignment[(self._next + i) % n]
             if tp in self._paused:
                 continue
-            position = self.position(*tp)
+            position = self._fetch_position(tp)
             try:
                 fetched = self.cluster.fetch(tp[0], tp[1], position, max_bytes, max_wait_ms=wait_ms if i == 0 else 0,
                                              client_rack=self.config["client_rack"] or None,

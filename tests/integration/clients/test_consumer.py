@@ -36,6 +36,11 @@ def test_seek_position_and_offsets_for_times(fab, drain):
     assert [r.value for r in drain(consumer, 3)] == [b"7", b"8", b"9"]
     assert consumer.position("t", 0) == 10
     consumer.seek_to_beginning()
+    limited = fab.consumer(auto_offset_reset="earliest", max_poll_records=3)
+    limited.assign([("t", 0)])
+    assert [r.value for r in limited.poll(30)] == [b"0", b"1", b"2"]
+    assert limited.position("t", 0) == 3  # the next record poll() returns, not how far it fetched ahead
+    limited.close()
     assert consumer.position("t", 0) == 0
     consumer.seek_to_end()
     assert consumer.position("t", 0) == 10
