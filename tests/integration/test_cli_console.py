@@ -200,6 +200,10 @@ def test_groups_delete_refuses_a_group_with_live_members_and_describe_all_groups
         err = cli.error("groups", "delete", "one", "two")
         assert "could not delete group 'one': the group has 1 live member(s)" in err
         assert cli.ok("groups", "list").split() == ["one"]  # two was deleted all the same
+        # as Kafka's tool, offsets are reset only while the group is inactive: nothing is committed
+        err = cli.error("groups", "reset-offsets", "one", "--topic", "t", "--to-earliest", "--execute")
+        assert "live member(s), so only its members may commit" in err
+        assert committed_offsets(cli, "one") == {("t", 0): "2"}
     assert cli.ok("groups", "delete", "one") == "Deleted consumer group 'one'.\n"
     assert cli.ok("groups", "list") == ""
     assert "consumer group 'gone' does not exist" in cli.error("groups", "delete", "gone")
