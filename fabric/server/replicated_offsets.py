@@ -10,7 +10,9 @@ to the leader of the group's partition with acks=all, as an idempotent producer 
 epoch. So a deposed instance's late append is refused by the nodes themselves (InvalidProducerEpochError, answered
 as CoordinatorUnavailableError: the client retries at the active instance), and a retry after a lost answer or a
 leader change is recognised by its sequence instead of being written twice. An append whose outcome is unknown (the
-leader did not answer in time) is sent again, with its sequence, before the partition's next one.
+leader did not answer in time) is sent again, with its sequence, before the partition's next one. Commits that
+reach a partition while its append is in flight go together in its next append (group commit,
+fabric.server.group_commit): concurrent commits of groups sharing a partition share one acks=all round trip.
 
 `OffsetsLoader` follows the controller: when this instance's controller starts under an epoch it takes the
 leadership of the topic (OffsetsTopic.take_leadership: the leadership record with the new producer epoch on every
@@ -65,6 +67,7 @@ from fabric.server.connection import (
     put_call,
 )
 from fabric.server.controller_driver import ControllerDriver
+from fabric.server.group_commit import GroupCommit
 from fabric.server.partition_ops import SHORT_MAX
 from fabric.storage.producer_state import SEQUENCE_MAX
 
@@ -90,6 +93,7 @@ class ReplicatedOffsetsLog:
         # per partition: an append whose outcome is unknown (sequence, rows, what to tell once written)
         self._unresolved: list[tuple[int, pa.RecordBatch, Callable[[int], None]] | None] = [None] * self.partitions
         self._locks = [threading.Lock() for _ in range(self.partitions)]
+        self._commits = [GroupCommit(lock, functools.partial(self._write, p)) for p, lock in enumerate(self._locks)]
         self._metadata: ClusterDescription | None = None
         self._migrated = False
 
@@ -222,9 +226,9 @@ class ReplicatedOffsetsLog:
 
     def append(self, partition: int, rows: pa.RecordBatch, validate: Callable[[], None],
                written: Callable[[int], None]) -> None:
-        with self._locks[partition]:
-            validate()
-            self._write(partition, rows, written)
+        """validate() and append `rows` under the partition's lock; appends that arrive meanwhile go together in
+        the next one (fabric.server.group_commit), each caller answered once its rows are acknowledged."""
+        self._commits[partition].submit(rows, validate, written)
 
     def take_leadership(self, epoch: int) -> None:
         """Create the topic if needed, then append the leadership record with producer epoch `epoch` (sequence

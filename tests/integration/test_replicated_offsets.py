@@ -87,7 +87,11 @@ def _fill(fab: fabric.Fabric) -> None:
 
 
 def _committed(fab: fabric.Fabric) -> dict[int, int]:
-    return {tp[1]: c.offset for tp, c in fab.cluster.coordinator.committed(GROUP).items()}
+    return _committed_group(fab, GROUP)
+
+
+def _committed_group(fab: fabric.Fabric, group: str) -> dict[int, int]:
+    return {tp[1]: c.offset for tp, c in fab.cluster.coordinator.committed(group).items()}
 
 
 def _committed_once_loaded(fab: fabric.Fabric) -> dict[int, int]:
@@ -267,3 +271,38 @@ def test_the_nodes_compact_the_offsets_topic_so_it_stays_small(node_cluster, rep
         address = next(n.address for n in fab.list_nodes() if n.id == leader.leader)
         with pytest.raises(InvalidProducerEpochError, match=f"epoch {old_epoch} is older"):
             raw.call(address, _late_append(fab, p, leader.leader_epoch, old_epoch))
+
+
+def test_concurrent_commits_of_groups_sharing_a_partition_are_all_kept(node_cluster) -> None:
+    """Groups whose offsets share one partition commit at once, each from its own client, back to back: commits
+    that meet an append in flight go together in the next one (group commit). Every commit is acknowledged and
+    each group's last one is what the nodes keep: a restarted coordinator loads exactly those from the topic."""
+    cluster = node_cluster(coordinator_extra=("--offsets-topic-replication-factor", "3"))
+    p = offsets_partition(GROUP)
+    groups = [g for g in (f"sharer-{i}" for i in range(1000)) if offsets_partition(g) == p][:8]
+    commits, failures = 30, []
+
+    def commit_all(group: str) -> None:
+        try:
+            with fabric.connect(cluster.url) as fab:
+                for n in range(1, commits + 1):
+                    fab.cluster.coordinator.commit_offsets(group, {(TOPIC, 0): n, (TOPIC, 1): n})
+        except BaseException as exc:  # noqa: BLE001 (asserted below)
+            failures.append((group, exc))
+
+    with fabric.connect(cluster.url) as fab:
+        _fill(fab)
+        fab.cluster.coordinator.commit_offsets(GROUP, {(TOPIC, 0): 0})  # the topic is loaded: no retries below
+        threads = [threading.Thread(target=commit_all, args=(g,), daemon=True) for g in groups]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(SETTLE_S)
+        assert not any(t.is_alive() for t in threads) and failures == []
+        assert {g: _committed_group(fab, g) for g in groups} == {g: {0: commits, 1: commits} for g in groups}
+    old = cluster.coordinator
+    old.stop()
+    cluster.coordinators[0] = CoordinatorProcess(old.data_dir, port=old.port, extra=old.extra).start()
+    with fabric.connect(cluster.url) as fab:
+        _committed_once_loaded(fab)
+        assert {g: _committed_group(fab, g) for g in groups} == {g: {0: commits, 1: commits} for g in groups}

@@ -1,0 +1,89 @@
+"""Group commit for one partition's appends (Kafka's request pipelining on the offsets topic): appends that arrive
+while another is in flight are not sent one by one behind it, each paying its own acks=all round trip, but go
+together as the partition's next append, one batch of every waiting caller's rows, in arrival order.
+
+Each caller's `validate()` (a commit's generation check) runs under the partition's write lock just before the
+append that carries its rows, so a caller whose check fails is answered alone and its rows are left out. Once the
+append is acknowledged, every caller's `written(offset)` is called with the offset of its own rows, in order; if it
+fails, every caller of that batch hears the same error (nothing of theirs is acknowledged).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+import pyarrow as pa
+
+log = logging.getLogger(__name__)
+Append = Callable[[pa.RecordBatch, Callable[[int], None]], None]  # (rows, written) -> None, write lock held
+
+
+@dataclass
+class _Waiter:
+    """One caller's rows and what to tell it."""
+
+    rows: pa.RecordBatch
+    validate: Callable[[], None]
+    written: Callable[[int], None]
+    done: bool = False  # set under the write lock
+    error: BaseException | None = None
+
+
+class GroupCommit:
+    """The appends of one partition, each run by `append` under `lock` (the partition's write lock, which other
+    writers of the partition take too); concurrent submissions share an append."""
+
+    def __init__(self, lock: threading.Lock, append: Append) -> None:
+        self.lock, self._append = lock, append
+        self._queue: list[_Waiter] = []
+        self._guard = threading.Lock()  # the queue's own: taken briefly, never across an append
+
+    @property
+    def queued(self) -> int:
+        """How many callers wait for the next append."""
+        with self._guard:
+            return len(self._queue)
+
+    def submit(self, rows: pa.RecordBatch, validate: Callable[[], None], written: Callable[[int], None]) -> None:
+        """validate(), append `rows` (with the rows of whoever else is waiting) and written(their offset), as the
+        module says; returns once acknowledged, else raises validate's or the append's error."""
+        waiter = _Waiter(rows, validate, written)
+        with self._guard:
+            self._queue.append(waiter)
+        with self.lock:  # whoever holds the lock appends everything queued, this waiter's rows among them
+            if not waiter.done:
+                self._flush()
+        if waiter.error is not None:
+            raise waiter.error
+
+    def _flush(self) -> None:
+        """Append every queued caller's rows that pass their check as one batch (lock held); answer each."""
+        with self._guard:
+            queued, self._queue = self._queue, []
+        accepted: list[_Waiter] = []
+        for waiter in queued:
+            try:
+                waiter.validate()
+                accepted.append(waiter)
+            except BaseException as exc:  # noqa: BLE001 (the caller's own error, raised in its thread)
+                waiter.error, waiter.done = exc, True
+        if not accepted:
+            return
+
+        def written(offset: int) -> None:
+            for waiter in accepted:
+                waiter.written(offset)
+                offset += waiter.rows.num_rows
+        try:
+            rows = accepted[0].rows if len(accepted) == 1 else pa.concat_batches([w.rows for w in accepted])
+            if len(accepted) > 1:
+                log.debug("group commit: %d appends (%d rows) as one", len(accepted), rows.num_rows)
+            self._append(rows, written)
+        except BaseException as exc:  # noqa: BLE001 (every caller of the batch hears it)
+            for waiter in accepted:
+                waiter.error = exc
+        finally:
+            for waiter in accepted:
+                waiter.done = True
