@@ -11,6 +11,7 @@ import logging
 import os
 import sqlite3
 import threading
+import weakref
 from dataclasses import replace
 from typing import Iterator, Sequence
 
@@ -59,6 +60,22 @@ def _migrate(db: sqlite3.Connection) -> None:
             log.info("metadata database: table %s gained column %s", table, column)
 
 
+class _Lease:
+    """A thread's hold on a connection (of process `pid`; `read_only`: why it could only be opened read-only), given
+    back to `idle` when the thread's locals go. A Flight server's handler threads get fresh thread locals on every
+    call, so without the pool each call would open (and set up) a connection of its own."""
+
+    def __init__(self, db: sqlite3.Connection, pid: int, read_only: str | None,
+                 idle: list[tuple[sqlite3.Connection, int, str | None]]) -> None:
+        self.db, self.pid, self.read_only = db, pid, read_only
+        self._returned = weakref.finalize(self, idle.append, (db, pid, read_only))
+
+    def close(self) -> None:
+        """Close the connection instead of giving it back."""
+        self._returned.detach()
+        self.db.close()
+
+
 class SqliteCoordinator(TopicOffsets, GroupMembership, SqliteReplication, Coordinator):
     """Coordinator state in `path` (created if missing); the replicated cluster's tables: sqlite_replicas; group
     offsets in the offsets topic beside it (`<dir of path>/__consumer_offsets`, coordinator.offsets_topic)."""
@@ -66,6 +83,7 @@ class SqliteCoordinator(TopicOffsets, GroupMembership, SqliteReplication, Coordi
     def __init__(self, path: str) -> None:
         self.path = path
         self._local = threading.local()
+        self._idle: list[tuple[sqlite3.Connection, int, str | None]] = []  # (connection, pid, read-only problem)
         self._warned_read_only = False
         with disk.disk_errors(path, "open the metadata database"):
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -79,17 +97,31 @@ class SqliteCoordinator(TopicOffsets, GroupMembership, SqliteReplication, Coordi
 
     def _db(self) -> sqlite3.Connection:
         """This thread's connection: read-write, or read-only while the disk refuses writes."""
-        db = getattr(self._local, "db", None)
-        if db is None or getattr(self._local, "pid", None) != os.getpid():
+        return self._lease().db
+
+    def _lease(self) -> _Lease:
+        """This thread's lease of a connection: an idle one of this process if there is one, else a new one."""
+        lease: _Lease | None = getattr(self._local, "lease", None)
+        pid = os.getpid()
+        if lease is not None and lease.pid == pid:
+            return lease
+        while self._idle:
             try:
-                db, read_only = self._connect(), None
-            except sqlite3.Error as exc:
-                read_only = disk.sqlite_problem(exc)
-                if read_only is None:
-                    raise
-                db = self._connect_read_only(read_only)
-            self._local.db, self._local.pid, self._local.read_only = db, os.getpid(), read_only
-        return db
+                db, owner, read_only = self._idle.pop()
+            except IndexError:  # taken by another thread meanwhile
+                break
+            if owner == pid:  # (a forked child leaves its parent's connections alone)
+                lease = self._local.lease = _Lease(db, pid, read_only, self._idle)
+                return lease
+        try:
+            db, read_only = self._connect(), None
+        except sqlite3.Error as exc:
+            read_only = disk.sqlite_problem(exc)
+            if read_only is None:
+                raise
+            db = self._connect_read_only(read_only)
+        lease = self._local.lease = _Lease(db, pid, read_only, self._idle)
+        return lease
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
@@ -151,11 +183,11 @@ class SqliteCoordinator(TopicOffsets, GroupMembership, SqliteReplication, Coordi
 
     def _tx(self) -> _Tx:
         """A write transaction; a read-only connection is reopened for writing first (the disk may be fixed)."""
-        if getattr(self._local, "read_only", None) is not None:
+        if self._lease().read_only is not None:
             self.close()
-            self._db()
-            if self._local.read_only is not None:
-                raise disk.storage_error(self._local.read_only, self.path, "write the metadata database")
+            problem = self._lease().read_only
+            if problem is not None:
+                raise disk.storage_error(problem, self.path, "write the metadata database")
         return self._Tx(self._db(), self.path)
 
     @staticmethod
@@ -275,10 +307,22 @@ class SqliteCoordinator(TopicOffsets, GroupMembership, SqliteReplication, Coordi
                     self.path, len(rows))
 
     def close(self) -> None:
-        db = getattr(self._local, "db", None)
-        if db is not None:
-            db.close()
-            self._local.db = None
+        """Close this thread's connection and the idle ones of this process."""
+        lease: _Lease | None = getattr(self._local, "lease", None)
+        if lease is not None:
+            lease.close()
+            self._local.lease = None
+        pid, kept = os.getpid(), []
+        while self._idle:
+            try:
+                db, owner, read_only = self._idle.pop()
+            except IndexError:
+                break
+            if owner == pid:
+                db.close()
+            else:
+                kept.append((db, owner, read_only))
+        self._idle.extend(kept)
 
     # -- group membership: the GroupCoordinator state machine over the `groups` table -----------------
     def _partitions_of(self, topic: str) -> int:

@@ -1,10 +1,11 @@
 """The SQLite coordinator store's own behaviour beyond the Coordinator contract (which
 tests/integration/test_coordinator_contract.py runs against every store): transactions recorded by 0.1.0, and
-a database from before the replicated cluster."""
+a database from before the replicated cluster, connections pooled across threads that come and go."""
 from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 
 from fabric.common.types import CommittedOffset
 from fabric.coordinator.sqlite_store import SqliteCoordinator
@@ -60,3 +61,35 @@ def test_offsets_an_earlier_version_kept_in_its_table_move_to_the_offsets_topic_
     again = SqliteCoordinator(path)  # migrated once: the newer commit stays
     assert again.committed("g")[("clicks", 0)].offset == 13 and again.list_groups() == ["g"]
     again.close()
+
+
+def test_threads_that_come_and_go_reuse_a_connection_and_concurrent_ones_get_their_own(tmp_path) -> None:
+    """A Flight server's handler threads get fresh thread locals on every call: their connections go back to a
+    pool, not one opened per call; two threads at once never share one."""
+    store = SqliteCoordinator(str(tmp_path / "m.db"))
+    try:
+        store.create_topic("t", 2, {}, None)
+        used: list[sqlite3.Connection] = []
+
+        def call() -> None:
+            used.append(store._db())
+            assert store.topic("t").partitions == 2
+        for _ in range(20):
+            thread = threading.Thread(target=call)
+            thread.start()
+            thread.join()
+        assert len({id(db) for db in used}) == 1
+        together, barrier = [], threading.Barrier(2)
+
+        def hold() -> None:
+            together.append(store._db())
+            barrier.wait(30)  # both threads hold theirs now
+            assert store.topic("t").partitions == 2
+        threads = [threading.Thread(target=hold) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert len({id(db) for db in together}) == 2
+    finally:
+        store.close()
