@@ -317,9 +317,12 @@ class Broker:
         member's generation is checked (a fenced member hears first that it must rejoin)."""
         validation.offsets(group, offsets, metadata)
         logs = self._offset_logs(offsets)
-        self.coordinator.check_commit(group, member_id, generation)
-        self._check_committable(offsets, logs)
-        self.coordinator.commit_offsets(group, dict(offsets), metadata, generation, member_id)
+        try:
+            self._check_committable(offsets, logs)
+        except OffsetOutOfRangeError:
+            self.coordinator.check_commit(group, member_id, generation)  # a fenced member hears that first
+            raise
+        self.coordinator.commit_offsets(group, dict(offsets), metadata, generation, member_id)  # checks it too
 
     def _offset_logs(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, Log | None]:
         """The logs the committed `offsets` are checked against (None: not checked), each topic's metadata read
