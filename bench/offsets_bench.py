@@ -2,12 +2,15 @@
 on a replicated cluster of data nodes, where the offsets topic is replicated on up to 3 of them) beside the
 stores they replaced (SQLite's table and ZooKeeper's znodes, bench.legacy_offsets), in one run. Each case is
 one client, then 10 client processes (--clients), committing one partition's offset back to back for
---seconds; the figures are commits/s (all clients together) and p50/p99 latency.
+--seconds; the figures are commits/s (all clients together) and p50/p99 latency. The clients' groups spread
+over the offsets topic's partitions; the cluster is measured again with groups that share one partition, where
+concurrent commits go together in one append (group commit).
 
 The issue's goal: on the cluster, at least 20x the commits/s of the ZooKeeper znodes (`vs_znodes`)."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing
 import os
 import time
@@ -24,6 +27,7 @@ from bench.local_cluster import LocalCluster
 from bench.report import bar_chart, progress, run_suite, table, timed
 from fabric.common.waiting import wait_for
 from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.offsets_records import offsets_partition
 from fabric.coordinator.sqlite_store import SqliteCoordinator
 from fabric.coordinator.zk_store import ZkCoordinator
 from fabric.server.launcher import CoordinatorProcess
@@ -38,7 +42,7 @@ Store = tuple[str, ...]  # how a client process opens a store: (kind, *arguments
 
 def open_store(store: Store) -> Coordinator:
     """The Coordinator a store spec names: ("table" | "sqlite", database path), ("znodes", zk URL),
-    ("zk", zk URL, offsets directory) or ("url", fabric:// URL)."""
+    ("zk", zk URL, offsets directory) or ("url" | "shared", fabric:// URL)."""
     kind, *args = store
     if kind == "table":
         return TableOffsets(args[0])
@@ -51,11 +55,21 @@ def open_store(store: Store) -> Coordinator:
     return fabric.connect(args[0]).cluster.coordinator
 
 
+def group_of(store: Store, number: int) -> str:
+    """Client `number`'s group: bench-<number>, or for a ("shared", url) store the number-th bench-<i> whose
+    offsets are in the same offsets partition as bench-0's."""
+    if store[0] != "shared":
+        return f"bench-{number}"
+    target = offsets_partition("bench-0")
+    sharing = (g for g in (f"bench-{i}" for i in itertools.count()) if offsets_partition(g) == target)
+    return next(itertools.islice(sharing, number, None))
+
+
 def client(store: Store, number: int, seconds: float, barrier: Any) -> dict[str, Any]:
-    """One client process: group bench-<number> commits partition `number` of TOPIC, back to back, from when
+    """One client process: its group (group_of) commits partition `number` of TOPIC, back to back, from when
     every client of the case is ready (`barrier`) for `seconds`; its commit count, span and latencies."""
     coordinator = open_store(store)
-    group, tp = f"bench-{number}", (TOPIC, number)
+    group, tp = group_of(store, number), (TOPIC, number)
     try:
         for i in range(WARMUP_COMMITS):
             coordinator.commit_offsets(group, {tp: i % (RECORDS + 1)})
@@ -140,6 +154,7 @@ def stores(stack: ExitStack, directory: str, nodes: int, clients: int) -> dict[s
         "offsets topic, service over SQLite": ("url", services["sqlite"]),
         "offsets topic, service over ZooKeeper": ("url", services["zk"]),
         f"offsets topic, cluster of {nodes} nodes": ("url", cluster.url),
+        f"offsets topic, cluster of {nodes} nodes, groups sharing a partition": ("shared", cluster.url),
     }
 
 
