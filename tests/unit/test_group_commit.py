@@ -39,7 +39,7 @@ class Partition:
                ) -> threading.Thread:
         """A caller appending `count` records keyed `name` in a thread; once its first append is in flight or it
         is queued behind one, return (its thread): where its rows landed goes to `told`, its error to `failed`."""
-        before = self.commit.queued
+        before, in_flight = self.commit.queued, self._entered.is_set()
 
         def run() -> None:
             try:
@@ -49,7 +49,7 @@ class Partition:
                 failed[name] = exc
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
-        if self._entered.is_set():
+        if in_flight:
             wait_for(lambda: self.commit.queued > before, WAIT_S, f"{name} queued behind the append in flight")
         else:
             assert self._entered.wait(WAIT_S), f"{name}'s append did not start"
