@@ -19,6 +19,7 @@ from fabric.common.types import (
     SyncResult,
     TopicInfo,
     TopicPartition,
+    TransactionalOffsets,
     TransactionRecord,
 )
 
@@ -87,11 +88,13 @@ class Coordinator(ABC):
         """Forget a group's offsets."""
 
     @abstractmethod
-    def commit_transaction(self, txn: str, writers: Sequence[int] | None = None) -> None:
+    def commit_transaction(self, txn: str, writers: Sequence[int] | None = None,
+                           offsets: TransactionalOffsets | None = None) -> None:
         """Record that transaction `txn` (`<transactional id>:<sequence>`) committed (idempotent): its publish
         is then rolled forward, or (`writers`, the producer ids whose output counts, each joined by
         add_transaction_writer) its writers' markers are decided. Only the highest sequence of each
-        transactional id is kept (coordinator/transactions.py)."""
+        transactional id is kept (coordinator/transactions.py). `offsets`: a group's offsets committed with the
+        transaction (a cluster with data nodes; coordinator.transaction_offsets), applied before this returns."""
 
     @abstractmethod
     def add_transaction_writer(self, txn: str, producer_id: int, producer_epoch: int,

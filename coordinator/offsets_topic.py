@@ -12,7 +12,8 @@ The cache: each partition's latest offsets by group. Over a shared log it is rea
 brought up to date before every answer (other processes append to the same logs). Over a log this instance owns
 (`shared` False: the replicated topic, written only by the active coordinator instance) it is the truth while
 the instance is active: it is loaded from the log when the instance takes the leadership, and until then the
-offsets are not served (CoordinatorUnavailableError, retriable: Kafka's COORDINATOR_LOAD_IN_PROGRESS; an instance
+offsets are not served (CoordinatorUnavailableError, retriable: Kafka's COORDINATOR_LOAD_IN_PROGRESS; the
+offsets that committed producer transactions left pending are applied before they are; an instance
 that never took it, or resigned, answers NotControllerError, so clients go to the active one). A commit checks
 the member's generation (`validate`) and appends under the partition's write lock, so a commit checked against a
 generation is never written after a newer commit of the same partition.
@@ -38,7 +39,7 @@ import pyarrow as pa
 
 from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.errors import CoordinatorUnavailableError, InvalidConfigError
-from fabric.common.types import CommittedOffset, TopicPartition
+from fabric.common.types import CommittedOffset, TopicPartition, TransactionalOffsets
 from fabric.coordinator import validation
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.group_store import GroupService
@@ -54,6 +55,14 @@ from fabric.coordinator.offsets_records import (
 
 log = logging.getLogger(__name__)
 LegacyOffsets = Callable[[], Iterable[tuple[str, TopicPartition, CommittedOffset]]]
+# a committed transaction's offsets, whether its record still holds them, and what clears them (OffsetsTopic.
+# apply_transaction); what rolls forward the pending ones with it (coordinator.transaction_offsets)
+ApplyTransaction = Callable[[TransactionalOffsets, Callable[[], bool], Callable[[], None]], None]
+RollForward = Callable[[ApplyTransaction], None]
+
+
+class _Settled(Exception):
+    """A transaction's offsets were applied by someone else meanwhile: nothing to append."""
 
 
 class OffsetsLog(Protocol):
@@ -114,10 +123,12 @@ class _Cache:
 
 class OffsetsTopic:
     """The offsets topic over `log`; `legacy` gives the offsets an earlier store kept, to migrate (at once over a
-    shared log, else when the instance takes the leadership)."""
+    shared log, else when the instance takes the leadership); `roll_forward` applies the offsets committed
+    transactions left pending, when an owned log is loaded (coordinator.transaction_offsets)."""
 
-    def __init__(self, log: OffsetsLog, legacy: LegacyOffsets | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
-        self.log, self.clock, self._legacy = log, clock, legacy
+    def __init__(self, log: OffsetsLog, legacy: LegacyOffsets | None = None, clock: Clock = SYSTEM_CLOCK,
+                 roll_forward: RollForward | None = None) -> None:
+        self.log, self.clock, self._legacy, self._roll_forward = log, clock, legacy, roll_forward
         self.partitions = log.partitions
         self._caches = [_Cache() for _ in range(self.partitions)]
         self.serving = Serving.READY if log.shared else Serving.IDLE
@@ -181,6 +192,27 @@ class OffsetsTopic:
                 for tp, o in sorted(offsets.items())]
         self._append(offsets_partition(group, self.partitions), rows, validate)
 
+    def apply_transaction(self, offsets: TransactionalOffsets, pending: Callable[[], bool],
+                          applied: Callable[[], None]) -> None:
+        """Append a committed transaction's `offsets` if its record still holds them (`pending()`), then
+        `applied()` (which clears them), all under the partition's write lock: no commit of the group comes
+        between, and a second applier finds them cleared and appends nothing."""
+        self._check_serving()
+        self._apply(offsets, pending, applied)
+
+    def _apply(self, offsets: TransactionalOffsets, pending: Callable[[], bool], applied: Callable[[], None]
+               ) -> None:
+        def validate() -> None:
+            if not pending():
+                raise _Settled()
+        now = self.clock.now_ms()
+        rows = [(offset_key(offsets.group, tp), {"next_offset": o, "metadata": offsets.metadata, "commit_ms": now})
+                for tp, o in sorted(offsets.offsets.items())]
+        try:
+            self._append(offsets_partition(offsets.group, self.partitions), rows, validate, applied)
+        except _Settled:
+            pass
+
     def publish_part(self, group: str, offsets: dict[TopicPartition, int], metadata: str) -> OffsetsPart:
         """The commit as a partition of a producer transaction's publish (OffsetsPart); InvalidConfigError when
         the topic is not kept in a local directory (a cluster's replicated one), which a publish cannot write."""
@@ -217,7 +249,9 @@ class OffsetsTopic:
             if keys:
                 self._append(p, [(k, None) for k in sorted(keys)])
 
-    def _append(self, partition: int, rows: Sequence[Row], validate: Callable[[], None] = lambda: None) -> None:
+    def _append(self, partition: int, rows: Sequence[Row], validate: Callable[[], None] = lambda: None,
+                then: Callable[[], None] = lambda: None) -> None:
+        """Append `rows` under the partition's write lock, validate() before and then() once it is written."""
         records = batch(rows, self.clock.now_us())
 
         def written(offset: int) -> None:
@@ -226,6 +260,7 @@ class OffsetsTopic:
                 cache = self._caches[partition]
                 with cache.lock:
                     cache.apply(offset, records)
+            then()
         self.log.append(partition, records, validate, written)
 
     def take_leadership(self, epoch: int) -> None:
@@ -246,6 +281,8 @@ class OffsetsTopic:
             self._caches = caches
             if self._legacy is not None:
                 self._migrate(self._legacy)
+            if self._roll_forward is not None:
+                self._roll_forward(self._apply)
         except Exception as exc:
             self._load_failure = str(exc)
             raise

@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import weakref
 from dataclasses import replace
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -24,8 +24,9 @@ from fabric.coordinator import disk, sqlite_replicas, transactions, validation
 from fabric.coordinator.group_store import GroupMembership, GroupService, SqliteGroupStore
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.offsets_records import OFFSETS_TOPIC
-from fabric.coordinator.offsets_topic import OffsetsTopic, TopicOffsets
+from fabric.coordinator.offsets_topic import OffsetsTopic
 from fabric.coordinator.sqlite_replicas import SqliteReplication
+from fabric.coordinator.transaction_offsets import TransactionOffsets
 
 log = logging.getLogger(__name__)
 _SCHEMA = """
@@ -76,7 +77,7 @@ class _Lease:
         self.db.close()
 
 
-class SqliteCoordinator(TopicOffsets, GroupMembership, SqliteReplication, Coordinator):
+class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, Coordinator):
     """Coordinator state in `path` (created if missing); the replicated cluster's tables: sqlite_replicas; group
     offsets in the offsets topic beside it (`<dir of path>/__consumer_offsets`, coordinator.offsets_topic)."""
 
@@ -257,21 +258,29 @@ class SqliteCoordinator(TopicOffsets, GroupMembership, SqliteReplication, Coordi
                 "SELECT grp, topic, partition, next_offset, metadata, commit_ms FROM offsets"):
             yield group, (topic, partition), CommittedOffset(offset, metadata, commit_ms)
 
-    def commit_transaction(self, txn: str, writers: Sequence[int] | None = None) -> None:
-        transactional_id, sequence = validation.transaction(txn)
-        with self._tx() as db:
-            changed = transactions.commit(self._transaction(db, transactional_id), sequence, writers)
-            if changed is not None:
-                self._store_transaction(db, changed)
-
     def add_transaction_writer(self, txn: str, producer_id: int, producer_epoch: int,
                                partitions: Sequence[TopicPartition]) -> TransactionRecord:
         transactional_id, sequence = validation.transaction(txn)
         new = transactions.writer(producer_id, producer_epoch, partitions)
-        with self._tx() as db:
-            record = transactions.add_writer(self._transaction(db, transactional_id), sequence, new)
-            self._store_transaction(db, record)
+        record = self._change_transaction(transactional_id,
+                                          lambda record: transactions.add_writer(record, sequence, new))
+        assert record is not None
         return record
+
+    def _change_transaction(self, transactional_id: str,
+                            change: Callable[[TransactionRecord], TransactionRecord | None]
+                            ) -> TransactionRecord | None:
+        with self._tx() as db:
+            record = change(self._transaction(db, transactional_id))
+            if record is not None:
+                self._store_transaction(db, record)
+        return record
+
+    def _pending_transactions(self) -> list[TransactionRecord]:
+        rows = self._db().execute("SELECT id, sequence, writers FROM transactional_ids WHERE writers LIKE ?",
+                                  ('%"offsets":[%',)).fetchall()
+        records = [transactions.from_json(*row) for row in rows]
+        return [r for r in records if r.offsets is not None]
 
     def transaction_record(self, transactional_id: str) -> TransactionRecord:
         return self._transaction(self._db(), validation.transactional_id(transactional_id))

@@ -14,17 +14,24 @@ Refused with InvalidTxnStateError: a writer joining S once S committed, or once 
 zombie: it must not write), and a commit naming a writer that never joined (its frames could not be found to
 end). Committing S again is a no-op, so a replayed batch changes nothing. The publish path (embedded fabric)
 commits without writers: only its sequence is recorded.
+
+A producer transaction on a cluster with data nodes may commit a group's offsets (Kafka's TxnOffsetCommit): they
+are stored in the record by the commit itself, so they are decided with it, and cleared (`applied`) once the
+coordinator wrote them to the offsets topic (coordinator.transaction_offsets). While a record holds such pending
+offsets, no other transaction of the id commits (CoordinatorUnavailableError, retriable): they are applied first,
+so a group's offsets are applied in commit order.
 """
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any, Sequence
 
 from fabric.common import checks
 from fabric.common.config import LONG_MAX
-from fabric.common.errors import InvalidRequestError, InvalidTxnStateError
+from fabric.common.errors import CoordinatorUnavailableError, InvalidRequestError, InvalidTxnStateError
 from fabric.common.redaction import clip
-from fabric.common.types import TransactionRecord, TransactionWriter
+from fabric.common.types import TransactionalOffsets, TransactionRecord, TransactionWriter
 
 MAX_WRITERS = 4096  # writers of one transaction (Spark tasks and their retries)
 MAX_PARTITIONS = 20_000  # (writer, partition) pairs of one transaction: keeps a record well below 1 MiB
@@ -62,17 +69,24 @@ def add_writer(record: TransactionRecord, sequence: int, new: TransactionWriter)
     if len(writers) > MAX_WRITERS or sum(len(w.partitions) for w in writers) > MAX_PARTITIONS:
         raise InvalidRequestError(f"transaction {txn} would have more than {MAX_WRITERS} writers or "
                                   f"{MAX_PARTITIONS} (writer, partition) pairs; write fewer partitions per batch")
-    return TransactionRecord(record.transactional_id, record.committed_sequence, sequence, tuple(writers), None)
+    return TransactionRecord(record.transactional_id, record.committed_sequence, sequence, tuple(writers), None,
+                             record.offsets)
 
 
-def commit(record: TransactionRecord, sequence: int, committed: Sequence[int] | None) -> TransactionRecord | None:
+def commit(record: TransactionRecord, sequence: int, committed: Sequence[int] | None,
+           offsets: TransactionalOffsets | None = None) -> TransactionRecord | None:
     """The record once transaction `sequence` committed with the writers `committed` (None: a publish, which
-    has none); None if it needs no change (committed already)."""
+    has none) and, pending until applied, the group `offsets` it commits; None if it needs no change (committed
+    already)."""
     if record.committed_sequence >= sequence:
         return None
+    if record.offsets is not None:
+        raise CoordinatorUnavailableError(
+            f"the group offsets of transaction {record.transactional_id}:{record.committed_sequence} are still being "
+            f"applied; transaction {record.transactional_id}:{sequence} commits once they are: retry")
     if committed is None:
         return TransactionRecord(record.transactional_id, sequence, record.sequence, record.writers,
-                                 record.committed_writers)
+                                 record.committed_writers, offsets)
     if not isinstance(committed, (list, tuple)) or len(committed) > MAX_WRITERS \
             or not all(checks.is_integer(p) for p in committed):
         raise InvalidRequestError(f"committed writers must be a list of at most {MAX_WRITERS} producer ids, got "
@@ -83,14 +97,29 @@ def commit(record: TransactionRecord, sequence: int, committed: Sequence[int] | 
         raise InvalidTxnStateError(f"transaction {record.transactional_id}:{sequence} cannot commit writers "
                                    f"{unknown[:10]}: they never joined it (its writers: {sorted(joined)[:10]})")
     writers = record.writers if record.sequence == sequence else ()
-    return TransactionRecord(record.transactional_id, sequence, sequence, writers, tuple(sorted(set(committed))))
+    return TransactionRecord(record.transactional_id, sequence, sequence, writers, tuple(sorted(set(committed))),
+                             offsets)
+
+
+def applied(record: TransactionRecord, sequence: int) -> TransactionRecord | None:
+    """The record once the pending offsets of transaction `sequence` were written to the offsets topic; None if
+    it holds none of that transaction (another applier cleared them)."""
+    if record.offsets is None or record.committed_sequence != sequence:
+        return None
+    return replace(record, offsets=None)
 
 
 def to_json(record: TransactionRecord) -> str:
-    """The writers part of a stored record (the committed sequence has its own column or field)."""
-    return json.dumps({"sequence": record.sequence, "committed": record.committed_writers,
-                       "writers": [[w.producer_id, w.producer_epoch, [list(tp) for tp in w.partitions]]
-                                   for w in record.writers]}, separators=(",", ":"))
+    """The writers and pending offsets part of a stored record (the committed sequence has its own column or
+    field)."""
+    data: dict[str, Any] = {"sequence": record.sequence, "committed": record.committed_writers,
+                            "writers": [[w.producer_id, w.producer_epoch, [list(tp) for tp in w.partitions]]
+                                        for w in record.writers]}
+    pending = record.offsets
+    if pending is not None:
+        data["offsets"] = [pending.group, [[t, p, o] for (t, p), o in sorted(pending.offsets.items())],
+                           pending.metadata, pending.generation, pending.member_id]
+    return json.dumps(data, separators=(",", ":"))
 
 
 def from_json(transactional_id: str, committed_sequence: int, text: str) -> TransactionRecord:
@@ -99,9 +128,10 @@ def from_json(transactional_id: str, committed_sequence: int, text: str) -> Tran
     if not text:
         return TransactionRecord(transactional_id, committed_sequence)
     data = json.loads(text)
-    committed = data["committed"]
+    committed, pending = data["committed"], data.get("offsets")
+    offsets = None if pending is None else TransactionalOffsets(
+        pending[0], {(t, p): o for t, p, o in pending[1]}, pending[2], pending[3], pending[4])
     return TransactionRecord(
         transactional_id, committed_sequence, data["sequence"],
         tuple(TransactionWriter(p, e, tuple((t, n) for t, n in parts)) for p, e, parts in data["writers"]),
-        None if committed is None else tuple(committed))
-
+        None if committed is None else tuple(committed), offsets)

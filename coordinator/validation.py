@@ -22,7 +22,14 @@ from fabric.common.errors import (
 from fabric.common.names import validate_group, validate_topic
 from fabric.common.records import validate_value_schema
 from fabric.common.redaction import clip
-from fabric.common.types import LeaderAndIsr, PartitionRegistration, TopicInfo, TopicPartition, transaction_sequence
+from fabric.common.types import (
+    LeaderAndIsr,
+    PartitionRegistration,
+    TopicInfo,
+    TopicPartition,
+    TransactionalOffsets,
+    transaction_sequence,
+)
 
 MAX_OFFSET_METADATA = 4096  # Kafka's offset.metadata.max.bytes
 MAX_TRANSACTION_ID = 1024
@@ -93,6 +100,18 @@ def offsets(group: Any, offsets: Any, metadata: Any) -> None:
                                         f"got {clip(offset)}")
     if not isinstance(metadata, str) or len(metadata) > MAX_OFFSET_METADATA:
         raise InvalidRequestError(f"offset metadata must be a string of at most {MAX_OFFSET_METADATA} characters")
+
+
+def transactional_offsets(value: Any) -> TransactionalOffsets:
+    """A producer transaction's group offsets, checked as an offset commit's (`offsets`), with a generation
+    (-1: none) and a member id (a string) that fence a group member's commit."""
+    if not isinstance(value, TransactionalOffsets):
+        raise InvalidRequestError(f"a transaction's offsets are a TransactionalOffsets, got {clip(value)}")
+    offsets(value.group, value.offsets, value.metadata)
+    checks.integer(value.generation, "a transaction's group generation (-1: none)", -1, INT_MAX, InvalidRequestError)
+    if not isinstance(value.member_id, str):
+        raise InvalidRequestError(f"a transaction's member id must be a string, got {clip(value.member_id)}")
+    return value
 
 
 def transactional_id(value: Any) -> str:

@@ -41,7 +41,8 @@ from fabric.coordinator.election import EpochToken, FencedError
 from fabric.coordinator.group_store import GroupMembership, GroupService, GroupStore
 from fabric.coordinator.groups import GroupState
 from fabric.coordinator.interface import Coordinator
-from fabric.coordinator.offsets_topic import OffsetsTopic, TopicOffsets
+from fabric.coordinator.offsets_topic import OffsetsTopic
+from fabric.coordinator.transaction_offsets import TransactionOffsets
 from fabric.coordinator.zk_replicas import ZkReplication
 
 T = TypeVar("T")
@@ -190,7 +191,7 @@ class ZkGroupStore(GroupStore):
                       if self.writer.client.exists(layout.group_state(layout.name_of(g))) is not None)
 
 
-class ZkCoordinator(TopicOffsets, GroupMembership, ZkReplication, Coordinator):
+class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordinator):
     """The Coordinator interface on ZooKeeper. `target` is a zk:// URL (this object owns the connection) or
     a started KazooClient (e.g. the one the instance's election uses); `fence` guards every write. The
     replicated cluster's nodes, assignments and states: zk_replicas."""
@@ -355,11 +356,6 @@ class ZkCoordinator(TopicOffsets, GroupMembership, ZkReplication, Coordinator):
                         yield group, (topic, int(p)), layout.committed_offset(found[0])
 
     # -- sink transactions ---------------------------------------------------------------------------------
-    def commit_transaction(self, txn: str, writers: Sequence[int] | None = None) -> None:
-        transactional_id, sequence = validation.transaction(txn)
-        self._change_transaction(transactional_id,
-                                 lambda record: transactions.commit(record, sequence, writers))
-
     def add_transaction_writer(self, txn: str, producer_id: int, producer_epoch: int,
                                partitions: Sequence[TopicPartition]) -> TransactionRecord:
         transactional_id, sequence = validation.transaction(txn)
@@ -399,6 +395,12 @@ class ZkCoordinator(TopicOffsets, GroupMembership, ZkReplication, Coordinator):
                 txn.set_data(path, data, version=found[1].version)
             return record
         return self.writer.write(build)
+
+    def _pending_transactions(self) -> list[TransactionRecord]:
+        names = [layout.name_of(n) for n in self.writer.children(layout.TRANSACTION_IDS)]
+        found = self.writer.get_many([layout.transaction_id(name) for name in names])
+        records = [self._transaction(name, f) for name, f in zip(names, found, strict=True) if f is not None]
+        return [r for r in records if r.offsets is not None]
 
     def transaction_committed(self, txn: str) -> bool:
         transactional_id, sequence = validation.transaction(txn)

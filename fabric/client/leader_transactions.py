@@ -23,11 +23,12 @@ import pyarrow as pa
 from fabric.client.cluster import Cluster
 from fabric.client.idempotence import SEQUENCE_MAX
 from fabric.client.retry import retrying
-from fabric.common.errors import InvalidTxnStateError
+from fabric.common.errors import FabricError, InvalidTxnStateError
 from fabric.common.types import (
     ProducerBatch,
     ProducerIdentity,
     TopicPartition,
+    TransactionalOffsets,
     TransactionRecord,
     transaction_sequence,
 )
@@ -73,10 +74,13 @@ def end_transaction(cluster: Cluster, txn: str) -> TransactionRecord:
 
 
 def publish_on_leaders(cluster: Cluster, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
-                       codec: str) -> dict[TopicPartition, list[int]] | None:
-    """A producer transaction's commit on the leaders, as its one writer: join, append, commit, markers. The
+                       codec: str, offsets: TransactionalOffsets | None = None
+                       ) -> dict[TopicPartition, list[int]] | None:
+    """A producer transaction's commit on the leaders, as its one writer: join, append, commit (with the group
+    `offsets`, which the coordinator applies at the commit point: coordinator.transaction_offsets), markers. The
     base offset of each batch of each partition; None if another producer with the same transactional id
-    committed `txn` first (this one's writes, if any, are aborted by that commit's markers)."""
+    committed `txn` first (this one's writes, if any, are aborted by that commit's markers, and its offsets are
+    not applied)."""
     if cluster.coordinator.transaction_committed(txn):
         return None
     identity = retrying(cluster, cluster.init_producer_id, "take a producer id", TIMEOUT_S)
@@ -87,15 +91,31 @@ def publish_on_leaders(cluster: Cluster, txn: str, parts: Mapping[TopicPartition
                 txn, identity.producer_id, identity.producer_epoch, keys), f"join transaction {txn}", TIMEOUT_S)
         bases = {key: append_batches(cluster, key[0], key[1], parts[key], identity, codec) for key in keys}
         writers = [identity.producer_id] if keys else []
-        retrying(cluster, lambda: cluster.coordinator.commit_transaction(txn, writers), f"commit transaction {txn}",
+        retrying(cluster, lambda: cluster.coordinator.commit_transaction(txn, writers, offsets),
+                 f"commit transaction {txn}",
                  TIMEOUT_S)
     except InvalidTxnStateError as exc:  # the sequence committed, or a newer one began: another producer's
         log.warning("transaction %s: %s", txn, exc)
         return None
+    except FabricError as exc:  # refused (e.g. its offsets: a stale generation): end what this writer appended
+        if keys and not exc.retriable and not cluster.coordinator.transaction_committed(txn):
+            abort_writer(cluster, txn, identity, keys)
+        raise
     record = end_transaction(cluster, txn)
     if keys and identity.producer_id not in (record.committed_writers or ()):
         return None
     return bases
+
+
+def abort_writer(cluster: Cluster, txn: str, identity: ProducerIdentity, keys: Sequence[TopicPartition]) -> None:
+    """Abort what `identity` appended to `keys` for `txn`, which was refused (nothing committed), so readers need
+    not wait for the transaction's next commit to end it; the epoch + 1 of the marker fences the identity."""
+    transactional_id = transaction_sequence(txn)[0]
+    abort = [(identity.producer_id, identity.producer_epoch + 1)]
+    for topic, partition in keys:
+        retrying(cluster, lambda: cluster.write_markers(topic, partition, transactional_id, [], abort),  # noqa: B023
+                 f"abort {txn} on {topic}-{partition}", TIMEOUT_S)
+    log.warning("transaction %s was refused: its writes to %d partition(s) are aborted", txn, len(keys))
 
 
 def abandon_open(cluster: Cluster, transactional_id: str) -> None:

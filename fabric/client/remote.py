@@ -74,8 +74,10 @@ class RemoteCoordinator(Coordinator):
     def delete_group(self, group: str) -> None:
         self.connection.action("delete_group", group=group)
 
-    def commit_transaction(self, txn: str, writers: Sequence[int] | None = None) -> None:
-        self.connection.action("commit_transaction", txn=txn, writers=None if writers is None else list(writers))
+    def commit_transaction(self, txn: str, writers: Sequence[int] | None = None,
+                           offsets: TransactionalOffsets | None = None) -> None:
+        self.connection.action("commit_transaction", txn=txn, writers=None if writers is None else list(writers),
+                               offsets=offsets)
 
     def add_transaction_writer(self, txn: str, producer_id: int, producer_epoch: int,
                                partitions: Sequence[TopicPartition]) -> TransactionRecord:

@@ -21,7 +21,7 @@ import pyarrow.flight as flight
 
 from fabric.client import leader_transactions
 from fabric.client.remote import RemoteCluster
-from fabric.common.errors import FencedLeaderEpochError, InvalidConfigError, LeaderNotAvailableError, NotLeaderError
+from fabric.common.errors import FencedLeaderEpochError, LeaderNotAvailableError, NotLeaderError
 from fabric.common.types import (
     ClusterDescription,
     Fetched,
@@ -223,16 +223,10 @@ class RoutingCluster(RemoteCluster):
                             codec: str = "none", offsets: TransactionalOffsets | None = None
                             ) -> dict[TopicPartition, list[int]] | None:
         """On a cluster with data nodes, a producer transaction runs on the partition leaders
-        (fabric.client.leader_transactions). Its group offsets cannot join it there yet: the replicated offsets
-        topic is written by the coordinator, outside the transaction."""
+        (fabric.client.leader_transactions); its group offsets are committed by the coordinator's record of it."""
         if not self.describe_cluster().nodes:
             return super().publish_transaction(txn, parts, codec, offsets)
-        if offsets is not None:
-            raise InvalidConfigError(
-                "send_offsets_to_transaction is not available on a cluster with data nodes yet: the offsets topic "
-                "there cannot join a producer's transaction. Commit the consumer's offsets after "
-                "commit_transaction() (at-least-once for the input), or use the Spark sink for exactly once")
-        return leader_transactions.publish_on_leaders(self, txn, parts, codec)
+        return leader_transactions.publish_on_leaders(self, txn, parts, codec, offsets)
 
     def write_markers(self, topic: str, partition: int, transactional_id: str,
                       commit: Sequence[tuple[int, int]], abort: Sequence[tuple[int, int]]) -> None:

@@ -315,13 +315,16 @@ class TransactionRecord:
     """A transactional id's one record in the coordinator: its highest committed sequence, and the writers of
     its latest transaction (`sequence`: the one in progress, or the one committed last). `committed_writers`
     is the coordinator's decision, the commit point: None while undecided, else the producer ids committed
-    (every other writer of `sequence` is aborted)."""
+    (every other writer of `sequence` is aborted). `offsets`: a committed transaction's group offsets not yet
+    applied to the offsets topic (stored with the commit, cleared once applied; coordinator.transaction_offsets).
+    """
 
     transactional_id: str
     committed_sequence: int = -1
     sequence: int = -1
     writers: tuple[TransactionWriter, ...] = ()
     committed_writers: tuple[int, ...] | None = None
+    offsets: TransactionalOffsets | None = None
 
     def markers(self) -> dict[TopicPartition, tuple[list[tuple[int, int]], list[tuple[int, int]]]]:
         """What ends transaction `sequence` on each partition: (commit, abort) lists of [producer id, epoch].

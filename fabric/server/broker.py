@@ -316,13 +316,19 @@ class Broker:
         """Commit a group's offsets: each an int within its partition's [log start, log end], after the
         member's generation is checked (a fenced member hears first that it must rejoin)."""
         validation.offsets(group, offsets, metadata)
+        self._check_offset_ranges(group, offsets, member_id, generation)
+        self.coordinator.commit_offsets(group, dict(offsets), metadata, generation, member_id)  # checks it too
+
+    def _check_offset_ranges(self, group: str, offsets: Mapping[TopicPartition, int], member_id: str,
+                             generation: int) -> None:
+        """Each offset within its partition's range (shapes checked); on a refusal, a fenced member hears first
+        that it must rejoin. The store's commit checks the member's generation itself."""
         logs = self._offset_logs(offsets)
         try:
             self._check_committable(offsets, logs)
         except OffsetOutOfRangeError:
             self.coordinator.check_commit(group, member_id, generation)  # a fenced member hears that first
             raise
-        self.coordinator.commit_offsets(group, dict(offsets), metadata, generation, member_id)  # checks it too
 
     def _offset_logs(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, Log | None]:
         """The logs the committed `offsets` are checked against (None: not checked), each topic's metadata read
@@ -385,18 +391,22 @@ class Broker:
         counts = {key: [b.num_rows for b in batches if b.num_rows] for key, batches in parts.items()}
         return {key: [bases[key] + sum(sizes[:i]) for i in range(len(sizes))] for key, sizes in counts.items()}
 
+    def commit_transaction(self, txn: str, writers: Sequence[int] | None = None,
+                           offsets: TransactionalOffsets | None = None) -> None:
+        """The coordinator's commit_transaction, a group's `offsets` first checked as commit_offsets checks them
+        (each offset within its partition here, the member's generation by the store), so a refused commit
+        commits nothing."""
+        if offsets is not None:
+            validation.transactional_offsets(offsets)
+            self._check_offset_ranges(offsets.group, offsets.offsets, offsets.member_id, offsets.generation)
+        self.coordinator.commit_transaction(txn, writers, offsets)
+
     def _transaction_offsets(self, offsets: TransactionalOffsets) -> tuple[OffsetsPart, Callable[[], None]]:
         """The offsets partition of a transaction's publish, and the check to run under its locks: the writing
         coordinator instance is still the active one, then the member's generation and each offset's range, as
         commit_offsets checks them."""
-        if not isinstance(offsets, TransactionalOffsets):
-            raise InvalidRequestError(f"a transaction's offsets are a TransactionalOffsets, got {clip(offsets)}")
-        group, committed = offsets.group, offsets.offsets
-        validation.offsets(group, committed, offsets.metadata)
-        generation = checks.integer(offsets.generation, "a transaction's group generation (-1: none)", -1, INT_MAX,
-                                    InvalidRequestError)
-        if not isinstance(offsets.member_id, str):
-            raise InvalidRequestError(f"a transaction's member id must be a string, got {clip(offsets.member_id)}")
+        validation.transactional_offsets(offsets)
+        group, committed, generation = offsets.group, offsets.offsets, offsets.generation
         logs = self._offset_logs(committed)
         for partition_log in logs.values():
             if partition_log is not None:

@@ -17,8 +17,9 @@ fabric.server.group_commit): concurrent commits of groups sharing a partition sh
 `OffsetsLoader` follows the controller: when this instance's controller starts under an epoch it takes the
 leadership of the topic (OffsetsTopic.take_leadership: the leadership record with the new producer epoch on every
 partition, which fences the previous owner, then every partition read to its high watermark, then the offsets
-of an earlier local topic migrated once), retried in the background until it succeeds; offsets are served only
-after. When the controller stops, the offsets are no longer served here.
+of an earlier local topic migrated once, then the offsets committed producer transactions left pending applied:
+coordinator.transaction_offsets), retried in the background until it succeeds; offsets are served only after.
+When the controller stops, the offsets are no longer served here.
 """
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ from fabric.coordinator.offsets_records import (
     VALUE,
     batch,
 )
-from fabric.coordinator.offsets_topic import OffsetsTopic, TopicOffsets
+from fabric.coordinator.offsets_topic import OffsetsTopic
+from fabric.coordinator.transaction_offsets import TransactionOffsets
 from fabric.server import wire
 from fabric.server.connection import (
     ENV_CA,
@@ -310,7 +312,7 @@ def node_connection(tls: bool) -> Connection:
                                     os.environ.get(ENV_CA) or None, 30.0))   # client(node address) is used
 
 
-def install(store: TopicOffsets, controller: ControllerDriver, replication_factor: int, tls: bool,
+def install(store: TransactionOffsets, controller: ControllerDriver, replication_factor: int, tls: bool,
             segment_bytes: int = SEGMENT_BYTES) -> OffsetsTopic:
     """Keep `store`'s group offsets in the replicated offsets topic from now on (created with `segment_bytes`
     segments), loaded whenever this instance's controller starts; the offsets of the store's local topic (and
@@ -321,7 +323,7 @@ def install(store: TopicOffsets, controller: ControllerDriver, replication_facto
             for tp, committed in local.committed(group).items():
                 yield group, tp, committed
     topic = OffsetsTopic(ReplicatedOffsetsLog(controller, replication_factor, node_connection(tls), segment_bytes),
-                         legacy)
+                         legacy, roll_forward=store.roll_forward_offsets)
     store.use_offsets_topic(topic)
     loader = OffsetsLoader(topic)
     controller.on_start, controller.on_stop = loader.started, loader.stopped

@@ -25,9 +25,10 @@ from fabric.common.errors import AuthorizationError, InvalidRequestError
 from fabric.common.records import storage_schema
 from fabric.common.redaction import clip
 from fabric.common.types import ClusterDescription, transaction_sequence
+from fabric.coordinator import validation
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
-from fabric.coordinator.offsets_topic import TopicOffsets
+from fabric.coordinator.transaction_offsets import TransactionOffsets
 from fabric.server import coordinator_metrics, replicated_offsets, security, wire
 from fabric.server.arguments import check_call
 from fabric.server.cluster_broker import ClusterBroker
@@ -67,6 +68,16 @@ def nothing(args: dict[str, Any]) -> list[tuple[str, str]]:
 def commit_checks(args: dict[str, Any]) -> list[tuple[str, str]]:
     """Committing offsets needs `group` on the group and `read` on every topic committed in (as Kafka)."""
     return on_group("group")(args) + [("read", f"topic:{t}") for t in sorted({t for t, _ in args["offsets"]})]
+
+
+def transaction_commit_checks(args: dict[str, Any]) -> list[tuple[str, str]]:
+    """Committing a transaction needs `write` on its transactional id and, with a group's offsets, what committing
+    them needs (commit_checks)."""
+    offsets = args.get("offsets")
+    if offsets is None:
+        return on_transactional_id("write")(args)
+    validation.transactional_offsets(offsets)
+    return on_transactional_id("write")(args) + commit_checks({"group": offsets.group, "offsets": offsets.offsets})
 
 
 def on_transactional_id(operation: str) -> Checks:
@@ -128,7 +139,7 @@ ROUTES: dict[str, Route] = {
     "committed": Route("coordinator", on_group("describe")),
     "list_groups": Route("coordinator", nothing, filter_by=names_allowed("describe", "group")),
     "delete_group": Route("coordinator", on_group("admin"), True),
-    "commit_transaction": Route("coordinator", on_transactional_id("write"), True),
+    "commit_transaction": Route("broker", transaction_commit_checks, True),
     "transaction_committed": Route("coordinator", on_transactional_id("describe")),
     "add_transaction_writer": Route("coordinator", on_transactional_id("write"), True),
     "transaction_record": Route("coordinator", lambda a: [("describe", f"transactional-id:{a['transactional_id']}")],
@@ -229,11 +240,8 @@ class CoordinatorService(FabricFlightServer):
             method, _, items = wire.PUBLISH_OPS[op]
             keys = wire.publish_keys(request.pop("keys", None))
             check_call(op, getattr(ClusterBroker, method), request, skip=("parts",))
-            offsets = request.get("offsets")
-            self.authorize(context, [("write", transactional_id(request["txn"]))]
-                            + [("write", f"topic:{t}") for t in sorted({t for t, _ in keys})]
-                            + ([] if offsets is None else commit_checks({"group": offsets.group,
-                                                                         "offsets": offsets.offsets})))
+            self.authorize(context, transaction_commit_checks(request)
+                            + [("write", f"topic:{t}") for t in sorted({t for t, _ in keys})])
             self._require_active()
             parts = wire.unwrap(keys, reader, items)
             count_bytes(sum(i.size if isinstance(i, pa.Buffer) else i.nbytes for v in parts.values() for i in v))
@@ -267,7 +275,7 @@ def serve(settings: Settings) -> None:
     try:
         store, election = open_store(settings)
         controller = ControllerDriver(store, settings.node_session_timeout_ms)
-        if settings.offsets_replication_factor is not None and isinstance(store, TopicOffsets):
+        if settings.offsets_replication_factor is not None and isinstance(store, TransactionOffsets):
             replicated_offsets.install(store, controller, settings.offsets_replication_factor,
                                        settings.tls_cert is not None, settings.offsets_topic_segment_bytes)
         broker = ClusterBroker(settings.data_dir, store, settings.max_partitions, controller,

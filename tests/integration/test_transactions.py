@@ -6,6 +6,8 @@ between the appends and the markers loses nothing. A transactional producer runs
 writer."""
 from __future__ import annotations
 
+import threading
+
 import pyarrow as pa
 import pytest
 
@@ -13,13 +15,21 @@ import fabric
 from fabric.client.leader_transactions import end_transaction
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.errors import (
+    IllegalGenerationError,
     InvalidConfigError,
     InvalidProducerEpochError,
+    InvalidRequestError,
     InvalidTxnStateError,
+    OffsetOutOfRangeError,
     ProducerFencedError,
+    UnknownMemberError,
+    UnknownPartitionError,
 )
 from fabric.common.records import to_storage
-from fabric.common.types import ProducerBatch
+from fabric.common.types import ProducerBatch, TransactionalOffsets
+from fabric.common.waiting import wait_for
+from fabric.coordinator.transaction_offsets import DEBUG_PAUSE_ENV
+from fabric.server.launcher import CoordinatorProcess
 
 
 def rows(values: list[bytes]) -> pa.RecordBatch:
@@ -162,8 +172,10 @@ def test_a_transactional_producer_commits_on_the_leaders_fences_its_twin_and_end
         producer.begin_transaction()
         producer.send("txn-producer", b"last")
         producer.send_offsets_to_transaction({("txn-producer", 0): 1}, "etl-group")
-        with pytest.raises(InvalidConfigError, match="send_offsets_to_transaction"):
-            producer.commit_transaction()  # offsets cannot join a transaction on the leaders yet: nothing written
+        stable = fab.describe_topic("txn-producer").partitions[0].end_offset
+        with pytest.raises(InvalidConfigError, match="offsets.topic.replication.factor"):
+            producer.commit_transaction()  # this coordinator keeps the offsets in its directory: refused, aborted
+        assert fab.describe_topic("txn-producer").partitions[0].end_offset > stable  # its append ended at once
         producer.abort_transaction()
         producer.begin_transaction()
         producer.send("txn-producer", b"last")
@@ -171,3 +183,105 @@ def test_a_transactional_producer_commits_on_the_leaders_fences_its_twin_and_end
         assert read_all(fab, "txn-producer") == [b"v%d" % i for i in range(5)] + [b"last"]
         assert fab.cluster.coordinator.committed("etl-group") == {}
 
+
+
+def test_a_transaction_on_the_leaders_commits_its_group_offsets_at_its_commit_point(replicated_cluster) -> None:
+    """The group offsets on the nodes (offsets.topic.replication.factor: here default.replication.factor): the
+    coordinator's record of the transaction commits them, applied before the commit returns; an aborted or a
+    fenced transaction's offsets are never applied."""
+    with fabric.connect(replicated_cluster.url) as fab:
+        fab.create_topic("txo-out", partitions=1)
+        coordinator = fab.cluster.coordinator
+        try:
+            producer, twin = fab.producer(transactional_id="txo"), fab.producer(transactional_id="txo")
+            producer.init_transactions()
+            twin.init_transactions()
+            producer.begin_transaction()
+            producer.send("txo-out", b"a")
+            producer.send_offsets_to_transaction({("txo-out", 0): 1}, "txo-group")
+            producer.commit_transaction()
+            assert read_all(fab, "txo-out") == [b"a"]
+            assert coordinator.committed("txo-group")[("txo-out", 0)].offset == 1
+            assert coordinator.transaction_record("txo").offsets is None  # applied, then cleared
+            twin.begin_transaction()  # the twin read the same committed sequence
+            twin.send("txo-out", b"twin")
+            twin.send_offsets_to_transaction({("txo-out", 0): 9}, "txo-group")
+            with pytest.raises(ProducerFencedError):
+                twin.commit_transaction()
+            producer.begin_transaction()
+            producer.send("txo-out", b"aborted")
+            producer.send_offsets_to_transaction({("txo-out", 0): 7}, "txo-group")
+            producer.abort_transaction()
+            assert coordinator.committed("txo-group")[("txo-out", 0)].offset == 1
+            producer.begin_transaction()
+            producer.send("txo-out", b"b")
+            producer.send_offsets_to_transaction({("txo-out", 0): 2}, "txo-group")
+            producer.commit_transaction()
+            assert read_all(fab, "txo-out") == [b"a", b"b"]
+            assert coordinator.committed("txo-group")[("txo-out", 0)].offset == 2
+        finally:
+            fab.delete_topic("txo-out")
+
+
+def test_bad_transaction_offsets_are_refused_by_the_server_with_nothing_committed(replicated_cluster) -> None:
+    with fabric.connect(replicated_cluster.url) as fab:
+        fab.create_topic("txo-bad", partitions=1)
+        coordinator = fab.cluster.coordinator
+        try:
+            def commit(offsets: TransactionalOffsets) -> None:
+                coordinator.commit_transaction("txo-bad:0", [], offsets)
+            with pytest.raises(UnknownPartitionError):
+                commit(TransactionalOffsets("g", {("txo-bad", 7): 1}))
+            with pytest.raises(OffsetOutOfRangeError):
+                commit(TransactionalOffsets("g", {("txo-bad", 0): -1}))
+            with pytest.raises(InvalidRequestError, match="generation"):
+                commit(TransactionalOffsets("g", {("txo-bad", 0): 1}, generation=-7))
+            with fab.consumer("txo-bad", group_id="txo-live", auto_offset_reset="earliest",
+                              enable_auto_commit=False) as member:
+                wait_for(lambda: member.poll(0.2) or member.assignment(), what="the member's assignment")
+                meta = member.consumer_group_metadata()
+                with pytest.raises(IllegalGenerationError):
+                    commit(TransactionalOffsets("txo-live", {("txo-bad", 0): 0}, generation=meta.generation + 5,
+                                                member_id=meta.member_id))
+                with pytest.raises(UnknownMemberError):  # a simple commit while the group has members
+                    commit(TransactionalOffsets("txo-live", {("txo-bad", 0): 0}))
+            assert not coordinator.transaction_committed("txo-bad:0")
+            assert coordinator.committed("g") == {} and coordinator.committed("txo-live") == {}
+        finally:
+            fab.delete_topic("txo-bad")
+
+
+def test_offsets_a_killed_coordinator_committed_are_applied_by_the_next_before_it_serves(
+        node_cluster, raw, monkeypatch) -> None:
+    """SIGKILL of the coordinator after the commit point (the record holds the offsets), before it applied them:
+    the instance that takes over applies them before it serves any offsets."""
+    monkeypatch.setenv(DEBUG_PAUSE_ENV, "600")  # every commit with offsets stops after its commit point
+    cluster = node_cluster(coordinator_extra=("--offsets-topic-replication-factor", "3"))
+    with fabric.connect(cluster.url) as fab:
+        fab.create_topic("txo-crash", partitions=1, replication_factor=3)
+        coordinator = fab.cluster.coordinator
+        writer = fab.cluster.init_producer_id()
+        coordinator.add_transaction_writer("crash:0", writer.producer_id, writer.producer_epoch, [("txo-crash", 0)])
+        append(fab, "txo-crash", writer, [b"kept"])
+        first = cluster.coordinator
+        offsets = TransactionalOffsets("crashers", {("txo-crash", 0): 1})
+        failures: list[BaseException] = []
+
+        def commit() -> None:  # one call, no retry: only the next instance can apply the offsets
+            try:
+                raw.action(first.address, "commit_transaction", txn="crash:0", writers=[writer.producer_id],
+                           offsets=offsets)
+            except BaseException as exc:  # noqa: BLE001 (the kill ends the call)
+                failures.append(exc)
+        committing = threading.Thread(target=commit, daemon=True)
+        committing.start()
+        wait_for(lambda: coordinator.transaction_record("crash").offsets == offsets, 60,
+                 "the commit point, the offsets pending in the record")
+        first.kill()
+        committing.join(30)
+        assert failures and not committing.is_alive()
+        cluster.coordinators[0] = CoordinatorProcess(first.data_dir, port=first.port, extra=first.extra).start()
+        assert coordinator.committed("crashers")[("txo-crash", 0)].offset == 1  # served only once applied
+        assert coordinator.transaction_record("crash").offsets is None
+        end_transaction(fab.cluster, "crash:0")
+        assert read_all(fab, "txo-crash") == [b"kept"]
