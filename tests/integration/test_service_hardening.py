@@ -29,6 +29,7 @@ from fabric.common.errors import (
     SchemaMismatchError,
 )
 from fabric.common.records import to_storage
+from fabric.common.types import TransactionalOffsets
 from fabric.server import wire
 from fabric.storage import frame
 
@@ -116,6 +117,10 @@ def test_a_writer_cannot_publish_or_commit_under_another_sinks_transactional_id(
                        lambda: app.cluster.coordinator.transaction_committed("victim:1")):
             refused(instance, hijack, AuthorizationError, "principal 'app' is not allowed to (write|describe) "
                                                           "transactional-id:victim")
+        # a transaction's group offsets need the rights of committing them, besides its transactional id's
+        refused(instance, lambda: victim.cluster.coordinator.commit_transaction(
+            "victim:999999", [], TransactionalOffsets("billing", {("orders", 0): 1})), AuthorizationError,
+            "principal 'victim' is not allowed to group group:billing")
         assert victim.cluster.publish("victim:1", {("orders", 1): [rows([b"mine"])]}) is True
         assert victim.cluster.coordinator.transaction_committed("victim:1")
         assert app.cluster.publish("app-sink:1", {("orders", 1): [rows([b"theirs"])]}) is True
