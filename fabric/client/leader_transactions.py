@@ -92,8 +92,7 @@ def publish_on_leaders(cluster: Cluster, txn: str, parts: Mapping[TopicPartition
         bases = {key: append_batches(cluster, key[0], key[1], parts[key], identity, codec) for key in keys}
         writers = [identity.producer_id] if keys else []
         retrying(cluster, lambda: cluster.coordinator.commit_transaction(txn, writers, offsets),
-                 f"commit transaction {txn}",
-                 TIMEOUT_S)
+                 f"commit transaction {txn}", TIMEOUT_S)
     except InvalidTxnStateError as exc:  # the sequence committed, or a newer one began: another producer's
         log.warning("transaction %s: %s", txn, exc)
         return None
@@ -113,7 +112,7 @@ def abort_writer(cluster: Cluster, txn: str, identity: ProducerIdentity, keys: S
     transactional_id = transaction_sequence(txn)[0]
     abort = [(identity.producer_id, identity.producer_epoch + 1)]
     for topic, partition in keys:
-        retrying(cluster, lambda: cluster.write_markers(topic, partition, transactional_id, [], abort),  # noqa: B023
+        retrying(cluster, functools.partial(cluster.write_markers, topic, partition, transactional_id, [], abort),
                  f"abort {txn} on {topic}-{partition}", TIMEOUT_S)
     log.warning("transaction %s was refused: its writes to %d partition(s) are aborted", txn, len(keys))
 

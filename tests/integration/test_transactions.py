@@ -3,7 +3,9 @@
 coordinator's commit is the commit point; markers end each writer's transaction. read_committed consumers (the
 default) stop at the last stable offset and never see an aborted writer; a zombie is fenced; a leader killed
 between the appends and the markers loses nothing. A transactional producer runs the same protocol as one
-writer."""
+writer; its group offsets are committed by the coordinator's record of the transaction (server-checked, never a
+twin's or an aborted one's), and a coordinator SIGKILLed before applying them leaves them to the next, which
+applies them before it serves offsets."""
 from __future__ import annotations
 
 import threading
