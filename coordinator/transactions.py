@@ -3,7 +3,8 @@ their own atomic read-modify-write (SQLite: one BEGIN IMMEDIATE transaction; Zoo
 znode version), and its JSON form.
 
 States of transaction `sequence` S of an id:
-- Ongoing(S): writers join (`add_writer`) before they write anything, each with the partitions it will write;
+- Ongoing(S): writers join (`add_writer`) before they write anything, each with the partitions it will write
+  (none for a producer transaction that only commits a group's offsets, so its twin still learns it lost);
   a writer of a newer S' starts Ongoing(S') and forgets S's writers (S' > S is only started once S's markers
   were written: the Spark sink commits its batches in order).
 - Committed(S): `commit` with the producer ids of the writers whose output counts (the tasks that succeeded)
@@ -43,9 +44,9 @@ def writer(producer_id: Any, producer_epoch: Any, partitions: Any) -> Transactio
         if not checks.is_integer(value) or not 0 <= value <= hi:
             raise InvalidRequestError(f"{name} must be an int from 0 to {hi}, got {clip(value)}; a writer gets its "
                                       "id and epoch from init_producer_id")
-    if not isinstance(partitions, (list, tuple)) or not 1 <= len(partitions) <= MAX_PARTITIONS:
-        raise InvalidRequestError(f"a writer names 1 to {MAX_PARTITIONS} [topic, partition] pairs, got "
-                                  f"{clip(partitions)}")
+    if not isinstance(partitions, (list, tuple)) or len(partitions) > MAX_PARTITIONS:
+        raise InvalidRequestError(f"a writer names up to {MAX_PARTITIONS} [topic, partition] pairs (none: it commits "
+                                  f"only a group's offsets), got {clip(partitions)}")
     keys = sorted({checks.topic_partition(tp, "a transaction writer's partitions") for tp in partitions})
     return TransactionWriter(int(producer_id), int(producer_epoch), tuple(keys))
 

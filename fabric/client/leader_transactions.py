@@ -85,12 +85,13 @@ def publish_on_leaders(cluster: Cluster, txn: str, parts: Mapping[TopicPartition
         return None
     identity = retrying(cluster, cluster.init_producer_id, "take a producer id", TIMEOUT_S)
     keys = sorted(key for key, batches in parts.items() if batches)
+    joins = bool(keys) or offsets is not None  # a writer of no partition commits offsets: the record names it
     try:
-        if keys:
+        if joins:
             retrying(cluster, lambda: cluster.coordinator.add_transaction_writer(
                 txn, identity.producer_id, identity.producer_epoch, keys), f"join transaction {txn}", TIMEOUT_S)
         bases = {key: append_batches(cluster, key[0], key[1], parts[key], identity, codec) for key in keys}
-        writers = [identity.producer_id] if keys else []
+        writers = [identity.producer_id] if joins else []
         retrying(cluster, lambda: cluster.coordinator.commit_transaction(txn, writers, offsets),
                  f"commit transaction {txn}", TIMEOUT_S)
     except InvalidTxnStateError as exc:  # the sequence committed, or a newer one began: another producer's
@@ -101,7 +102,7 @@ def publish_on_leaders(cluster: Cluster, txn: str, parts: Mapping[TopicPartition
             abort_writer(cluster, txn, identity, keys)
         raise
     record = end_transaction(cluster, txn)
-    if keys and identity.producer_id not in (record.committed_writers or ()):
+    if joins and identity.producer_id not in (record.committed_writers or ()):
         return None
     return bases
 

@@ -221,6 +221,21 @@ def test_a_transaction_on_the_leaders_commits_its_group_offsets_at_its_commit_po
             producer.commit_transaction()
             assert read_all(fab, "txo-out") == [b"a", b"b"]
             assert coordinator.committed("txo-group")[("txo-out", 0)].offset == 2
+            producer.begin_transaction()  # offsets only: the producer joins as a writer of no partition
+            producer.send_offsets_to_transaction({("txo-out", 0): 3}, "txo-group")
+            producer.commit_transaction()
+            assert coordinator.committed("txo-group")[("txo-out", 0)].offset == 3
+            # such twins race past the committed check: the second commit finds the sequence decided without it,
+            # and its offsets are not applied
+            first, second = fab.cluster.init_producer_id(), fab.cluster.init_producer_id()
+            for twin_id in (first, second):
+                coordinator.add_transaction_writer("txo:3", twin_id.producer_id, twin_id.producer_epoch, [])
+            coordinator.commit_transaction("txo:3", [first.producer_id],
+                                           TransactionalOffsets("txo-group", {("txo-out", 0): 4}))
+            coordinator.commit_transaction("txo:3", [second.producer_id],
+                                           TransactionalOffsets("txo-group", {("txo-out", 0): 1}))
+            assert coordinator.transaction_record("txo").committed_writers == (first.producer_id,)
+            assert coordinator.committed("txo-group")[("txo-out", 0)].offset == 4
         finally:
             fab.delete_topic("txo-out")
 
