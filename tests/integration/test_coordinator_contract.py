@@ -31,6 +31,7 @@ from fabric.common.types import (
     PartitionAssignment,
     PartitionRegistration,
     TransactionRecord,
+    TransactionWriter,
 )
 from fabric.coordinator.election import ControllerElection
 from fabric.coordinator.interface import Coordinator
@@ -142,9 +143,11 @@ def check_transaction_writers(c: Coordinator, fill: Fill) -> None:
         c.add_transaction_writer("sink:4", 16, 0, [("out", 1)])
     record = c.transaction_record("sink")
     assert (record.committed_sequence, record.sequence, [w.producer_id for w in record.writers]) == (3, 5, [15])
-    for bad in ([], [("out", -1)], "out"):
+    for bad in ([("out", -1)], "out"):
         with pytest.raises((InvalidRequestError, InvalidArgumentError)):
             c.add_transaction_writer("sink:5", 17, 0, bad)
+    record = c.add_transaction_writer("sink:5", 18, 0, [])  # a producer transaction committing only offsets
+    assert record.writers[-1] == TransactionWriter(18, 0, ()) and record.markers() == {("out", 1): ([], [(15, 1)])}
 
 
 def check_groups(c: Coordinator, fill: Fill) -> None:
