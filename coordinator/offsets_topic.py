@@ -202,16 +202,28 @@ class OffsetsTopic:
 
     def _apply(self, offsets: TransactionalOffsets, pending: Callable[[], bool], applied: Callable[[], None]
                ) -> None:
+        failures: list[Exception] = []
+
         def validate() -> None:
             if not pending():
                 raise _Settled()
+
+        def clear() -> None:
+            """applied(), its error kept for this caller: an append may carry other commits' rows, whose callers
+            must still be told (and cached) once it is written."""
+            try:
+                applied()
+            except Exception as exc:  # noqa: BLE001 (raised below, in this caller's thread)
+                failures.append(exc)
         now = self.clock.now_ms()
         rows = [(offset_key(offsets.group, tp), {"next_offset": o, "metadata": offsets.metadata, "commit_ms": now})
                 for tp, o in sorted(offsets.offsets.items())]
         try:
-            self._append(offsets_partition(offsets.group, self.partitions), rows, validate, applied)
+            self._append(offsets_partition(offsets.group, self.partitions), rows, validate, clear)
         except _Settled:
-            pass
+            return
+        if failures:  # written, but still pending in the record: a retry of the commit applies them again
+            raise failures[0]
 
     def publish_part(self, group: str, offsets: dict[TopicPartition, int], metadata: str) -> OffsetsPart:
         """The commit as a partition of a producer transaction's publish (OffsetsPart); InvalidConfigError when
