@@ -66,7 +66,9 @@ def up(args: argparse.Namespace) -> int:
                             "address": zookeeper.hosts, "log": os.path.join(zookeeper.root, "zookeeper.log")})
             store = ("--store", zookeeper.url("/fabric"))
         session = ("--node-session-timeout-ms", str(args.session_timeout_ms))
-        coordinator = CoordinatorProcess(os.path.join(data, "coordinator"), extra=(*store, *session)).start()
+        # group offsets on the nodes, as Kafka's offsets.topic.replication.factor=3 (capped at the nodes there are)
+        offsets = ("--offsets-topic-replication-factor", str(min(3, args.nodes)))
+        coordinator = CoordinatorProcess(os.path.join(data, "coordinator"), extra=(*store, *session, *offsets)).start()
         started.append(_entry("coordinator", None, coordinator))
         for i in range(1, args.nodes + 1):
             node = NodeProcess(i, os.path.join(data, f"node{i}"), coordinator.url(),

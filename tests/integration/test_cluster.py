@@ -209,6 +209,16 @@ def test_a_local_cluster_in_one_command(fabric_cli, tmp_path, store) -> None:
         assert url.startswith("fabric://127.0.0.1:")
         with fabric.connect(url) as fab:
             assert [n.id for n in fab.list_nodes() if n.alive] == [1, 2]
+            # group offsets live on the nodes (offsets.topic.replication.factor 3, capped at the 2 nodes), so a
+            # transactional producer can commit a group's offsets with its records
+            fab.create_topic("t", partitions=1, replication_factor=2)
+            producer = fab.producer(transactional_id="up")
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send("t", b"v")
+            producer.send_offsets_to_transaction({("t", 0): 0}, "g")
+            producer.commit_transaction()
+            assert fab.cluster.coordinator.committed("g")[("t", 0)].offset == 0
         again = fabric_cli("cluster", "up", "--data", data)
         assert again.returncode == 1 and "is running" in again.stderr
         status = fabric_cli("cluster", "status", "--data", data)
