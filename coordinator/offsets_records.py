@@ -43,6 +43,12 @@ def offset_key(group: str, tp: TopicPartition) -> bytes:
     return json.dumps(["offset", group, tp[0], tp[1]], separators=(",", ":")).encode()
 
 
+def offset_rows(group: str, offsets: Mapping[TopicPartition, int], metadata: str, commit_ms: int) -> list[Row]:
+    """The records of one commit of `group`'s `offsets`, a record per partition, in partition order."""
+    return [(offset_key(group, tp), {"next_offset": o, "metadata": metadata, "commit_ms": commit_ms})
+            for tp, o in sorted(offsets.items())]
+
+
 def batch(rows: Sequence[Row], now_us: int) -> pa.RecordBatch:
     """The stored rows of `rows`, all timestamped `now_us`."""
     n = len(rows)

@@ -50,6 +50,7 @@ from fabric.coordinator.offsets_records import (
     Row,
     batch,
     offset_key,
+    offset_rows,
     offsets_partition,
 )
 
@@ -187,9 +188,7 @@ class OffsetsTopic:
         """Append the commit as one batch, `validate()` (the generation check) first, both under the
         partition's write lock; returns once the log acknowledged it."""
         self._check_serving()
-        now = self.clock.now_ms()
-        rows = [(offset_key(group, tp), {"next_offset": o, "metadata": metadata, "commit_ms": now})
-                for tp, o in sorted(offsets.items())]
+        rows = offset_rows(group, offsets, metadata, self.clock.now_ms())
         self._append(offsets_partition(group, self.partitions), rows, validate)
 
     def apply_transaction(self, offsets: TransactionalOffsets, pending: Callable[[], bool],
@@ -215,9 +214,7 @@ class OffsetsTopic:
                 applied()
             except Exception as exc:  # noqa: BLE001 (raised below, in this caller's thread)
                 failures.append(exc)
-        now = self.clock.now_ms()
-        rows = [(offset_key(offsets.group, tp), {"next_offset": o, "metadata": offsets.metadata, "commit_ms": now})
-                for tp, o in sorted(offsets.offsets.items())]
+        rows = offset_rows(offsets.group, offsets.offsets, offsets.metadata, self.clock.now_ms())
         try:
             self._append(offsets_partition(offsets.group, self.partitions), rows, validate, clear)
         except _Settled:
@@ -234,9 +231,7 @@ class OffsetsTopic:
                 f"offsets in a producer transaction need {OFFSETS_TOPIC} in the coordinator's directory "
                 "(file:// or a coordinator service without data nodes); this one keeps it replicated on data nodes: "
                 "commit the offsets with the consumer after commit_transaction() instead")
-        now = self.clock.now_ms()
-        rows = [(offset_key(group, tp), {"next_offset": o, "metadata": metadata, "commit_ms": now})
-                for tp, o in sorted(offsets.items())]
+        rows = offset_rows(group, offsets, metadata, self.clock.now_ms())
         partition, local = offsets_partition(group, self.partitions), self.log
         return OffsetsPart(partition, self.partitions, local.log, batch(rows, self.clock.now_us()),
                            lambda: local.check_epoch(partition))
