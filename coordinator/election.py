@@ -243,9 +243,11 @@ class ControllerElection:
             self._race(session)
         elif state in (S.ACTIVE, S.SUSPENDED):
             with self._lock:
-                mine = controller == session and self._state is state
-                self._set(S.ACTIVE if mine else S.LOST)
-            if not mine:
+                # else the connection changed during the read: the listener wakes the next step to decide
+                settled = self._state is state and self.client.connected
+                if settled:
+                    self._set(S.ACTIVE if controller == session else S.LOST)
+            if not settled or controller != session:
                 self._wake.set()  # deposed (e.g. /controller deleted by an operator): race again
 
     def _controller_owner(self) -> int | None:

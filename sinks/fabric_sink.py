@@ -59,7 +59,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from fabric.client.cluster import Cluster
-from fabric.client.leader_transactions import end_transaction
+from fabric.client.leader_transactions import abort_transaction, end_transaction
 from fabric.client.url import open_cluster
 from fabric.common.codecs import CODEC_NAMES
 from fabric.common.errors import InvalidConfigError, SchemaMismatchError
@@ -213,7 +213,9 @@ def _commit(cluster: Cluster, sink_id: str, batch: str | None, messages: list[Wr
 
 def _abort(cluster: Cluster, sink_id: str, batch: str | None) -> None:
     """Discard what the tasks of a failed batch wrote: abort its writers' transactions, or delete staged files."""
-    if _on_leaders(cluster):
-        end_transaction(cluster, sink_id if batch is None else f"{sink_id}:{batch}")
+    if _on_leaders(cluster) and batch is None:  # a batch write is never replayed: decide it, fencing late tasks
+        abort_transaction(cluster, sink_id)
+    elif _on_leaders(cluster):  # Spark replays the micro-batch under its id: its new writers join it then
+        end_transaction(cluster, f"{sink_id}:{batch}")
     else:
         remove_staged(cluster, sink_id, batch)

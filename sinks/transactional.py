@@ -12,7 +12,10 @@ commit message names its producer id.
 Driver side (`commit_transaction`): commit_transaction(txn, the producer ids of the tasks that succeeded) is
 the commit point; then the markers (`end_transaction`): a commit marker for each committed writer on each
 partition it joined with, an abort marker (its epoch + 1, fencing it) for every other writer of the batch: a
-failed or killed task attempt, a zombie. read_committed readers (the default) never read past a partition's
+failed or killed task attempt, a zombie. A failed batch `df.write` (never replayed) is decided with no writers
+(leader_transactions.abort_transaction), so a killed task still running is refused when it joins late and
+cannot leave a transaction open; a failed micro-batch only gets its markers, since Spark replays it under
+the same id and its new writers join it then. read_committed readers (the default) never read past a partition's
 oldest open transaction and skip aborted ones, so a batch shows in a partition once its marker is there.
 A crash anywhere is repaired by Spark's replay of the batch with the same id: its tasks find the batch
 committed and write nothing, or write anew as new writers; its commit then commits them (or finds it

@@ -128,6 +128,13 @@ def abandon_open(cluster: Cluster, transactional_id: str) -> None:
         return
     txn = f"{transactional_id}:{record.sequence}"
     log.warning("transaction %s was left open by %d writer(s): aborting it", txn, len(record.writers))
+    abort_transaction(cluster, txn)
+
+
+def abort_transaction(cluster: Cluster, txn: str) -> TransactionRecord:
+    """Decide `txn` with no writers, so every writer's records are aborted and a writer that joins later (a killed
+    task still running) is refused before it writes; then write the markers. For a transaction nobody will
+    replay: a Spark batch replays its batch id, so its abort only writes markers (end_transaction)."""
     retrying(cluster, lambda: cluster.coordinator.commit_transaction(txn, []), f"abort transaction {txn}",
              TIMEOUT_S)
-    end_transaction(cluster, txn)
+    return end_transaction(cluster, txn)

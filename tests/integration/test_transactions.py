@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 import fabric
-from fabric.client.leader_transactions import end_transaction
+from fabric.client.leader_transactions import abort_transaction, end_transaction
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.errors import (
     IllegalGenerationError,
@@ -117,6 +117,30 @@ def test_an_undecided_transaction_is_aborted_whole(shared_cluster) -> None:
         assert fab.describe_topic("txn-abort").partitions[0].end_offset == 3  # two records and a marker
         with pytest.raises(InvalidTxnStateError, match="never joined"):
             fab.cluster.coordinator.commit_transaction("sink-b:4", [writer.producer_id + 1])
+
+
+def test_an_aborted_batch_write_refuses_a_writer_that_joins_late(shared_cluster) -> None:
+    """A failed `df.write` is never replayed, so its abort decides it: a task Spark killed but whose Python
+    worker still runs is refused when it joins after the abort, and cannot leave an open transaction holding
+    the partition's last stable offset back."""
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic("txn-late", partitions=1, replication_factor=3)
+        early = fab.cluster.init_producer_id()
+        fab.cluster.coordinator.add_transaction_writer("job-late", early.producer_id, early.producer_epoch,
+                                                       [("txn-late", 0)])
+        append(fab, "txn-late", early, [b"x"])
+        record = abort_transaction(fab.cluster, "job-late")  # the batch writer's abort
+        assert record.committed_writers == () and fab.cluster.coordinator.transaction_committed("job-late")
+        late = fab.cluster.init_producer_id()
+        with pytest.raises(InvalidTxnStateError, match="committed already"):
+            fab.cluster.coordinator.add_transaction_writer("job-late", late.producer_id, late.producer_epoch,
+                                                           [("txn-late", 0)])
+        with pytest.raises(InvalidProducerEpochError):  # the early writer, still running, is fenced too
+            append(fab, "txn-late", early, [b"y"], sequence=1)
+        with fab.producer(linger_ms=0) as producer:
+            producer.send("txn-late", b"after", partition=0).result(60)
+        assert read_all(fab, "txn-late") == [b"after"]
+        assert fab.describe_topic("txn-late").partitions[0].end_offset == 3  # x, its abort marker, after
 
 
 def test_a_leader_killed_before_the_markers_loses_nothing(node_cluster, replication) -> None:
