@@ -128,10 +128,10 @@ class LocalOffsetsLog:
             plog.append(batch([(LEADER_KEY, None)], self.clock.now_us()), leader_epoch=epoch)
 
     @contextlib.contextmanager
-    def migrating(self) -> Iterator[bool]:
-        """Whether the offsets of an earlier store are still to be moved here (under a lock file, so one process
-        does it); once the block ends without an error, a marker file records that they were."""
-        marker = os.path.join(self.directory, MIGRATED)
+    def migrating(self, what: str = "offsets") -> Iterator[bool]:
+        """Whether an earlier store's `what` (its offsets) are still to be moved here (under a lock file, so one
+        process does it); once the block ends without an error, a marker file records that they were."""
+        marker = os.path.join(self.directory, MIGRATED if what == "offsets" else f"{MIGRATED}-{what}")
         if os.path.exists(marker):
             yield False
             return

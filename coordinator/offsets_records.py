@@ -1,12 +1,16 @@
 """The records of the offsets topic, `__consumer_offsets`, wherever it is kept (a local directory or replicated
-partitions on data nodes): its schema, configs, partitioning and the keys of its three kinds of records.
+partitions on data nodes): its schema, configs, partitioning and the keys of its kinds of records.
 
 - An offset: key ["offset", group, topic, partition], value {next_offset, metadata, commit_ms}; a null value (a
   tombstone) deletes it.
+- A group's metadata (Kafka's GroupMetadataKey; only in a topic a coordinator instance owns: the replicated one):
+  key ["group", group], in the group's partition; the value's columns are reused, `metadata` holding the group's
+  state as JSON without liveness (coordinator.topic_group_store), `next_offset` its generation, `commit_ms` when
+  it was written. A tombstone deletes the group.
 - A leadership record: key ["leader"], no value, appended by a coordinator instance that became active, under
   its election epoch, so appends of older epochs are refused from then on.
-- The migration record: key ["migrated"], no value, appended once the offsets an earlier store kept were moved
-  into a replicated topic.
+- The migration records: key ["migrated"], no value, appended once the offsets an earlier store kept were moved
+  into a replicated topic; ["migrated", "groups"] once the group states it kept were (`migrated_key`).
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.5", "rete
 __all__ = ["OFFSETS_TOPIC"]  # re-exported: the offsets topic's name lives with the other topic names
 LEADER_KEY = json.dumps(["leader"]).encode()
 MIGRATED_KEY = json.dumps(["migrated"]).encode()
+GROUPS = "groups"  # what a migration moved in besides the offsets (`migrated_key`)
 
 Row = tuple[bytes, Mapping[str, object] | None]  # a record's key and value (None: a tombstone or a marker)
 
@@ -47,6 +52,15 @@ def offset_rows(group: str, offsets: Mapping[TopicPartition, int], metadata: str
     """The records of one commit of `group`'s `offsets`, a record per partition, in partition order."""
     return [(offset_key(group, tp), {"next_offset": o, "metadata": metadata, "commit_ms": commit_ms})
             for tp, o in sorted(offsets.items())]
+
+
+def group_key(group: str) -> bytes:
+    return json.dumps(["group", group], separators=(",", ":")).encode()
+
+
+def migrated_key(what: str) -> bytes:
+    """The key of the record saying that an earlier store's `what` ("offsets" or GROUPS) were moved in."""
+    return MIGRATED_KEY if what == "offsets" else json.dumps(["migrated", what]).encode()
 
 
 def batch(rows: Sequence[Row], now_us: int) -> pa.RecordBatch:

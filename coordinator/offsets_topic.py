@@ -42,7 +42,7 @@ from fabric.common.errors import CoordinatorUnavailableError, InvalidConfigError
 from fabric.common.types import CommittedOffset, TopicPartition, TransactionalOffsets
 from fabric.coordinator import validation
 from fabric.coordinator.election import NotControllerError
-from fabric.coordinator.group_store import GroupService
+from fabric.coordinator.group_store import GroupService, GroupStore
 from fabric.coordinator.offsets_log import LocalOffsetsLog, OffsetsPart
 from fabric.coordinator.offsets_records import (
     OFFSETS_TOPIC,
@@ -85,8 +85,23 @@ class OffsetsLog(Protocol):
     def take_leadership(self, epoch: int) -> None:
         """Stamp `epoch` on every partition, so appends of older epochs are refused."""
 
-    def migrating(self) -> ContextManager[bool]:
-        """Whether an earlier store's offsets are still to be moved in; done once the block ends without error."""
+    def migrating(self, what: str = "offsets") -> ContextManager[bool]:
+        """Whether an earlier store's `what` ("offsets", or offsets_records.GROUPS: its group states) are still to
+        be moved in; done once the block ends without error."""
+
+
+class Companion(Protocol):
+    """State kept in an owned offsets topic beside the offsets (coordinator.topic_group_store: the group states),
+    rebuilt from the topic's records each time this instance loads it."""
+
+    def loading(self) -> None:
+        """A load begins: forget what an earlier one gathered."""
+
+    def apply(self, records: pa.RecordBatch) -> None:
+        """Records the load read (each partition's in order)."""
+
+    def loaded(self) -> None:
+        """Every partition was read and the offsets migrated; the topic is served once this returns."""
 
 
 class Serving(str, enum.Enum):
@@ -108,7 +123,7 @@ class _Cache:
     def apply(self, offset: int, records: pa.RecordBatch) -> None:
         for key, value in zip(records.column(1).to_pylist(), records.column(3).to_pylist(), strict=True):
             parts = json.loads(key)
-            if parts[0] != "offset":  # a leadership or migration record
+            if parts[0] != "offset":  # a group's metadata, a leadership or a migration record
                 continue
             _, group, topic, partition = parts
             if value is None:
@@ -134,6 +149,7 @@ class OffsetsTopic:
         self._caches = [_Cache() for _ in range(self.partitions)]
         self.serving = Serving.READY if log.shared else Serving.IDLE
         self._load_failure = ""  # why the last take_leadership of an owned log failed
+        self.companion: Companion | None = None  # loaded with an owned log (set by its owner)
         if legacy is not None and log.shared:
             self._migrate(legacy)
 
@@ -163,7 +179,8 @@ class OffsetsTopic:
                 out.update(cache.groups)
         return sorted(out)
 
-    def _check_serving(self) -> None:
+    def check_serving(self) -> None:
+        """Raise unless this instance serves the offsets now (NotControllerError, or retriable while loading)."""
         if self.serving is Serving.IDLE:
             raise NotControllerError(f"this coordinator instance does not own the {OFFSETS_TOPIC} topic (it is not "
                                      "the active instance); retry at the active instance")
@@ -174,7 +191,7 @@ class OffsetsTopic:
 
     def _caught_up(self, partition: int) -> _Cache:
         """The partition's cache; over a shared log, after reading what was appended since it last looked."""
-        self._check_serving()
+        self.check_serving()
         cache = self._caches[partition]
         if self.log.shared:
             with cache.lock:
@@ -187,16 +204,16 @@ class OffsetsTopic:
                validate: Callable[[], None] = lambda: None) -> None:
         """Append the commit as one batch, `validate()` (the generation check) first, both under the
         partition's write lock; returns once the log acknowledged it."""
-        self._check_serving()
+        self.check_serving()
         rows = offset_rows(group, offsets, metadata, self.clock.now_ms())
-        self._append(offsets_partition(group, self.partitions), rows, validate)
+        self.append(offsets_partition(group, self.partitions), rows, validate)
 
     def apply_transaction(self, offsets: TransactionalOffsets, pending: Callable[[], bool],
                           applied: Callable[[], None]) -> None:
         """Append a committed transaction's `offsets` if its record still holds them (`pending()`), then
         `applied()` (which clears them), all under the partition's write lock: no commit of the group comes
         between, and a second applier finds them cleared and appends nothing."""
-        self._check_serving()
+        self.check_serving()
         self._apply(offsets, pending, applied)
 
     def _apply(self, offsets: TransactionalOffsets, pending: Callable[[], bool], applied: Callable[[], None]
@@ -216,7 +233,7 @@ class OffsetsTopic:
                 failures.append(exc)
         rows = offset_rows(offsets.group, offsets.offsets, offsets.metadata, self.clock.now_ms())
         try:
-            self._append(offsets_partition(offsets.group, self.partitions), rows, validate, clear)
+            self.append(offsets_partition(offsets.group, self.partitions), rows, validate, clear)
         except _Settled:
             return
         if failures:  # written, but still pending in the record: a retry of the commit applies them again
@@ -225,7 +242,7 @@ class OffsetsTopic:
     def publish_part(self, group: str, offsets: dict[TopicPartition, int], metadata: str) -> OffsetsPart:
         """The commit as a partition of a producer transaction's publish (OffsetsPart); InvalidConfigError when
         the topic is not kept in a local directory (a cluster's replicated one), which a publish cannot write."""
-        self._check_serving()
+        self.check_serving()
         if not isinstance(self.log, LocalOffsetsLog):
             raise InvalidConfigError(
                 f"offsets in a producer transaction need {OFFSETS_TOPIC} in the coordinator's directory "
@@ -240,7 +257,7 @@ class OffsetsTopic:
         """Append a tombstone for each of `group`'s committed offsets."""
         keys = sorted(self.committed(group))
         if keys:
-            self._append(offsets_partition(group, self.partitions), [(offset_key(group, tp), None) for tp in keys])
+            self.append(offsets_partition(group, self.partitions), [(offset_key(group, tp), None) for tp in keys])
 
     def forget_topic(self, topic: str) -> None:
         """Append a tombstone for every group's offsets in `topic` (the topic was deleted); not done, and logged,
@@ -254,10 +271,10 @@ class OffsetsTopic:
             with cache.lock:
                 keys = [offset_key(g, tp) for g, offsets in cache.groups.items() for tp in offsets if tp[0] == topic]
             if keys:
-                self._append(p, [(k, None) for k in sorted(keys)])
+                self.append(p, [(k, None) for k in sorted(keys)])
 
-    def _append(self, partition: int, rows: Sequence[Row], validate: Callable[[], None] = lambda: None,
-                then: Callable[[], None] = lambda: None) -> None:
+    def append(self, partition: int, rows: Sequence[Row], validate: Callable[[], None] = lambda: None,
+               then: Callable[[], None] = lambda: None) -> None:
         """Append `rows` under the partition's write lock, validate() before and then() once it is written."""
         records = batch(rows, self.clock.now_us())
 
@@ -281,13 +298,19 @@ class OffsetsTopic:
         self.serving = Serving.LOADING
         try:
             self.log.take_leadership(epoch)
+            if self.companion is not None:
+                self.companion.loading()
             caches = [_Cache() for _ in range(self.partitions)]
             for p, cache in enumerate(caches):
                 for offset, records in self.log.read(p, 0):
                     cache.apply(offset, records)
+                    if self.companion is not None:
+                        self.companion.apply(records)
             self._caches = caches
             if self._legacy is not None:
                 self._migrate(self._legacy)
+            if self.companion is not None:
+                self.companion.loaded()
             if self._roll_forward is not None:
                 self._roll_forward(self._apply)
         except Exception as exc:
@@ -312,7 +335,7 @@ class OffsetsTopic:
             for group, tp, committed in legacy():
                 by_group.setdefault(group, []).append((tp, committed))
             for group, items in sorted(by_group.items()):
-                self._append(offsets_partition(group, self.partitions), [
+                self.append(offsets_partition(group, self.partitions), [
                     (offset_key(group, tp), {"next_offset": c.offset, "metadata": c.metadata,
                                              "commit_ms": c.commit_ms}) for tp, c in sorted(items)])
             if by_group:
@@ -334,6 +357,15 @@ class TopicOffsets:
     def use_offsets_topic(self, topic: OffsetsTopic) -> None:
         """Keep the offsets in `topic` from now on (a cluster's coordinator instance: the replicated one)."""
         self._offsets = topic
+
+    @property
+    def group_store(self) -> GroupStore:
+        return self._groups.store
+
+    def use_group_store(self, store: GroupStore) -> None:
+        """Keep the group states in `store` from now on (a cluster's coordinator instance: the replicated offsets
+        topic, coordinator.topic_group_store)."""
+        self._groups.store = store
 
     def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
                        generation: int = -1, member_id: str = "") -> None:

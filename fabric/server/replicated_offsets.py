@@ -47,15 +47,17 @@ from fabric.common.errors import (
 from fabric.common.types import ClusterDescription, CommittedOffset, PartitionState, TopicPartition
 from fabric.coordinator.offsets_records import (
     CONFIG,
+    GROUPS,
     LEADER_KEY,
-    MIGRATED_KEY,
     OFFSETS_PARTITIONS,
     OFFSETS_TOPIC,
     SEGMENT_BYTES,
     VALUE,
     batch,
+    migrated_key,
 )
 from fabric.coordinator.offsets_topic import OffsetsTopic
+from fabric.coordinator.topic_group_store import TopicGroupStore
 from fabric.coordinator.transaction_offsets import TransactionOffsets
 from fabric.server import wire
 from fabric.server.connection import (
@@ -97,7 +99,8 @@ class ReplicatedOffsetsLog:
         self._locks = [threading.Lock() for _ in range(self.partitions)]
         self._commits = [GroupCommit(lock, functools.partial(self._write, p)) for p, lock in enumerate(self._locks)]
         self._metadata: ClusterDescription | None = None
-        self._migrated = False
+        self._markers = {migrated_key("offsets"), migrated_key(GROUPS)}
+        self._migrated: set[bytes] = set()  # the migration records read in partition 0
 
     # -- the topic and its leaders ------------------------------------------------------------------------
     def _ensure_topic(self) -> None:
@@ -186,8 +189,8 @@ class ReplicatedOffsetsLog:
                 raise CoordinatorUnavailableError(f"{OFFSETS_TOPIC}-{partition} returned nothing at offset {position} "
                                                   f"below its high watermark {end}; retry")
             for run in fetched:
-                if partition == 0 and MIGRATED_KEY in run.batch.column(1).to_pylist():
-                    self._migrated = True
+                if partition == 0:
+                    self._migrated.update(k for k in run.batch.column(1).to_pylist() if k in self._markers)
                 yield run.offset, run.batch
                 position = run.offset + run.batch.num_rows
 
@@ -239,22 +242,24 @@ class ReplicatedOffsetsLog:
             raise CoordinatorUnavailableError(f"controller epoch {epoch} does not fit a producer epoch (0 to "
                                               f"{SHORT_MAX}); the {OFFSETS_TOPIC} topic cannot be fenced with it")
         self._ensure_topic()
-        self._epoch, self._migrated = epoch, False
+        self._epoch, self._migrated = epoch, set()
         for partition in range(self.partitions):
             with self._locks[partition]:
                 self._sequences[partition], self._unresolved[partition] = 0, None
                 self._write(partition, batch([(LEADER_KEY, None)], time.time_ns() // 1000), lambda offset: None)
 
     @contextlib.contextmanager
-    def migrating(self) -> Iterator[bool]:
-        """Whether the local offsets are still to be moved in: a migration record in partition 0 says they were
-        (read when the topic was loaded); appended once the block ends without error."""
-        pending = not self._migrated
+    def migrating(self, what: str = "offsets") -> Iterator[bool]:
+        """Whether an earlier store's `what` (the local offsets, or GROUPS: the store's group states) are still to
+        be moved in: a migration record in partition 0 says they were (read when the topic was loaded); appended
+        once the block ends without error."""
+        key = migrated_key(what)
+        pending = key not in self._migrated
         yield pending
         if pending:
             with self._locks[0]:
-                self._write(0, batch([(MIGRATED_KEY, None)], time.time_ns() // 1000), lambda offset: None)
-            self._migrated = True
+                self._write(0, batch([(key, None)], time.time_ns() // 1000), lambda offset: None)
+            self._migrated.add(key)
 
 
 class OffsetsLoader:
@@ -314,9 +319,10 @@ def node_connection(tls: bool) -> Connection:
 
 def install(store: TransactionOffsets, controller: ControllerDriver, replication_factor: int, tls: bool,
             segment_bytes: int = SEGMENT_BYTES) -> OffsetsTopic:
-    """Keep `store`'s group offsets in the replicated offsets topic from now on (created with `segment_bytes`
-    segments), loaded whenever this instance's controller starts; the offsets of the store's local topic (and
-    through it, of older stores) are migrated into it once."""
+    """Keep `store`'s group offsets and group states in the replicated offsets topic from now on (created with
+    `segment_bytes` segments), loaded whenever this instance's controller starts; the offsets of the store's local
+    topic (and through it, of older stores) and the group states its own group store kept are migrated into it
+    once."""
     local = store.offsets_topic
     def legacy() -> Iterator[tuple[str, TopicPartition, CommittedOffset]]:
         for group in local.groups():
@@ -325,6 +331,7 @@ def install(store: TransactionOffsets, controller: ControllerDriver, replication
     topic = OffsetsTopic(ReplicatedOffsetsLog(controller, replication_factor, node_connection(tls), segment_bytes),
                          legacy, roll_forward=store.roll_forward_offsets)
     store.use_offsets_topic(topic)
+    store.use_group_store(TopicGroupStore(topic, store.group_store))  # loaded with the offsets, migrated once
     loader = OffsetsLoader(topic)
     controller.on_start, controller.on_stop = loader.started, loader.stopped
     return topic
