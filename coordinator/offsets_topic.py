@@ -22,6 +22,10 @@ Fencing: an instance that becomes active first stamps its election epoch on ever
 carry it; the log refuses appends of an older epoch (CoordinatorUnavailableError: a deposed instance's late
 commit).
 
+Group states: over an owned log they are kept in the topic too (coordinator.topic_group_store, the topic's
+`companion`, loaded with it and appending through `append`); over a shared log they stay in the store's own group
+store.
+
 Migration: the first time the topic is opened over a store that kept offsets itself (SQLite's `offsets` table,
 ZooKeeper's znodes, or on a cluster the local offsets topic), those are appended first, once (the log records
 that it is done). The old copies are left where they were, unread.
