@@ -315,6 +315,8 @@ def test_offsets_a_killed_coordinator_committed_are_applied_by_the_next_before_i
             except BaseException as exc:  # noqa: BLE001 (the kill ends the call)
                 failures.append(exc)
         committing = threading.Thread(target=commit, daemon=True)
+        # the commit checks the group's state, kept in the offsets topic: only once the instance loaded it
+        wait_for(lambda: coordinator.describe_group("crashers"), 60, "the offsets topic loaded")
         committing.start()
         wait_for(lambda: coordinator.transaction_record("crash").offsets == offsets, 60,
                  "the commit point, the offsets pending in the record")
