@@ -1,8 +1,9 @@
 """A data node's partition replica (fabric/server/node/partition.py) over a real replica log: its role follows the
 controller's states and only ever moves forward in leader epoch; requests are refused unless the node leads under
 the quoted epoch; as leader, the high watermark is the minimum log end over the ISR, acks=all waits for it and
-min.insync.replicas refuses writes; a follower copies frames and takes the leader's high watermark and log start;
-retention and DeleteRecords run at the leader only, below its high watermark."""
+min.insync.replicas refuses writes; a follower's long poll ends on new frames or a leader change, not on a high
+watermark move; a follower copies frames and takes the leader's high watermark and log start; retention and
+DeleteRecords run at the leader only, below its high watermark."""
 from __future__ import annotations
 
 import threading
@@ -20,6 +21,7 @@ from fabric.common.errors import (
     RequestTimedOutError,
 )
 from fabric.common.types import LeaderAndIsr, PartitionAssignment, PartitionRegistration
+from fabric.common.waiting import wait_for
 from fabric.server.node.partition import PartitionReplica, Role
 
 
@@ -94,6 +96,42 @@ def test_the_high_watermark_is_the_minimum_log_end_over_the_isr(make_replica, st
         leader.serve_follower(3, 0, 0, 1 << 20, 0)
     with pytest.raises(FencedLeaderEpochError):
         leader.serve_follower(2, -1, 0, 1 << 20, 0)
+
+
+def _waiting_fetch(leader: PartitionReplica, follower: int, offset: int) -> tuple[threading.Thread, list]:
+    """Follower `follower` fetches from the leader's log end `offset` on a thread, long-polling up to 60 s; return
+    once the leader holds it (its progress is recorded and the partition's lock released: it waits)."""
+    answers: list = []
+    thread = threading.Thread(target=lambda: answers.append(leader.serve_follower(follower, 0, offset, 1 << 20, 60)))
+    thread.start()
+    wait_for(lambda: leader.leader.followers[follower].leo == offset, 30, f"follower {follower}'s fetch")
+    with leader.changed:
+        pass
+    return thread, answers
+
+
+def test_a_waiting_follower_fetch_ends_on_new_frames_or_a_leader_change_not_on_a_high_watermark_move(
+        make_replica, storage) -> None:
+    """As Kafka's delayed fetch: a high watermark move alone does not answer a follower's long poll (waking it
+    cost every replicated write one more round trip); the follower learns the watermark from its next answer,
+    within replica.fetch.wait.max.ms."""
+    leader = make_replica()
+    leader.become(registration(1, 0, isr=(1, 2, 3), replicas=(1, 2, 3)))
+    leader.append(storage.make_batch([b"a", b"b"]), "none", 0, "1", 5)
+    waiting, answers = _waiting_fetch(leader, 3, 2)  # follower 3 holds both records
+    assert leader.serve_follower(2, 0, 2, 1 << 20, 0).high_watermark == 2  # follower 2 too: the watermark moves
+    assert waiting.is_alive() and not answers  # follower 3's fetch still waits
+    leader.append(storage.make_batch([b"c"]), "none", 0, "1", 5)  # new frames answer it
+    waiting.join(30)
+    assert len(answers) == 1 and answers[0].frames.size and answers[0].log_end == 3
+    assert answers[0].high_watermark == 2  # the move it was not woken for
+    waiting, answers = _waiting_fetch(leader, 3, 3)
+    # follower 2 moves the watermark with its fetch and learns it from that fetch's answer, after its max wait
+    assert leader.serve_follower(2, 0, 3, 1 << 20, 0.05).high_watermark == 3
+    assert waiting.is_alive() and not answers
+    leader.become(registration(2, 1, isr=(2, 3), replicas=(1, 2, 3)))  # a new leader: the fetch ends at once
+    waiting.join(30)
+    assert not waiting.is_alive() and len(answers) == 1 and answers[0].frames.size == 0
 
 
 def test_acks_all_waits_for_the_isr_and_min_insync_replicas_refuses(make_replica, storage) -> None:

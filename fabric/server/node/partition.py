@@ -324,7 +324,10 @@ class PartitionReplica:
                        max_wait_s: float) -> ReplicaFetch:
         """A follower fetches from `offset` (all it holds) under `leader_epoch`: record its progress, move the
         high watermark, and answer the frames from `offset`, waiting up to `max_wait_s` for some if there are
-        none yet (Kafka's replica.fetch.wait.max.ms)."""
+        none yet (Kafka's replica.fetch.wait.max.ms). A waiting fetch ends on new frames or when this leadership
+        ends, not when the high watermark moves (as Kafka's delayed fetch): waking the followers for the move gave
+        every replicated write one more round trip. A follower learns the high watermark from its next answer,
+        within max_wait_s."""
         state = self.check_leader(leader_epoch)
         plog = self.log
         with self.changed:
@@ -338,10 +341,8 @@ class PartitionReplica:
                                             f"leader's log end {leo}: it must truncate first (OffsetsForLeaderEpoch)")
             leader.follower_fetched(follower, offset, leo, _now_ms())
             self._advance(plog)
-            if offset >= leo:  # held until new frames, or a new high watermark the follower should learn
-                hw = self.hw
-                self.changed.wait_for(lambda: self.leader is not leader or plog.end_offset > offset or self.hw > hw,
-                                      max_wait_s)
+            if offset >= leo:  # held until new frames or the end of this leadership; not for the high watermark
+                self.changed.wait_for(lambda: self.leader is not leader or plog.end_offset > offset, max_wait_s)
         start = plog.start_offset
         # below the log start (deleted by retention or DeleteRecords before this follower copied it): no frames,
         # and the answer's log start tells the follower where to start again (Kafka's OFFSET_OUT_OF_RANGE)
