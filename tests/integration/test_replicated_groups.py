@@ -111,17 +111,8 @@ class Heartbeats(threading.Thread):
 
 
 def test_members_keep_their_generation_across_a_failover_and_a_deleted_group_stays_deleted(
-        node_cluster, zk_url, tmp_path, the_active, replication, raw, fabric_cli) -> None:
-    config = tmp_path / "ha.properties"
-    config.write_text(f"coordinator.store={zk_url}\nzookeeper.session.timeout.ms=4000\n"
-                      "offsets.topic.replication.factor=3\n")
-    cluster = node_cluster(coordinator_extra=("--config", str(config)), instances=2, separate_dirs=True)
-    url = cluster.url + "?timeout_ms=5000"
-
-    def active_process(fab: fabric.Fabric) -> CoordinatorProcess:
-        status = wait_for(lambda: the_active(fab), SETTLE_S, "one active coordinator instance")
-        return next(c for c in cluster.coordinators if c.address == status.instance)
-
+        ha_offsets_cluster, zk_url, replication, raw, fabric_cli) -> None:
+    cluster, url, active_process = ha_offsets_cluster.cluster, ha_offsets_cluster.url, ha_offsets_cluster.active_process
     with fabric.connect(url) as fab:
         first = active_process(fab)
         fab.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)

@@ -158,17 +158,8 @@ def test_commits_land_on_the_nodes_in_sync_and_survive_the_leader_node_killed(no
 
 
 def test_coordinator_failover_keeps_every_acknowledged_commit_and_fences_the_deposed(
-        node_cluster, zk_url, tmp_path, the_active, raw, drain, replication) -> None:
-    config = tmp_path / "ha.properties"
-    config.write_text(f"coordinator.store={zk_url}\nzookeeper.session.timeout.ms=4000\n"
-                      "offsets.topic.replication.factor=3\n")
-    cluster = node_cluster(coordinator_extra=("--config", str(config)), instances=2, separate_dirs=True)
-    url = cluster.url + "?timeout_ms=5000"  # a frozen instance costs a client 5 s before it moves on
-
-    def active_process(fab: fabric.Fabric) -> CoordinatorProcess:
-        status = wait_for(lambda: the_active(fab), SETTLE_S, "one active coordinator instance")
-        return next(c for c in cluster.coordinators if c.address == status.instance)
-
+        ha_offsets_cluster, the_active, raw, drain, replication) -> None:
+    cluster, url, active_process = ha_offsets_cluster.cluster, ha_offsets_cluster.url, ha_offsets_cluster.active_process
     with fabric.connect(url) as fab:
         first = active_process(fab)
         _fill(fab)
