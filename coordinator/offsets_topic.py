@@ -57,6 +57,7 @@ from fabric.coordinator.offsets_records import (
     offset_rows,
     offsets_partition,
 )
+from fabric.coordinator.unstable_offsets import UnstableGroups
 
 log = logging.getLogger(__name__)
 LegacyOffsets = Callable[[], Iterable[tuple[str, TopicPartition, CommittedOffset]]]
@@ -154,6 +155,7 @@ class OffsetsTopic:
         self.serving = Serving.READY if log.shared else Serving.IDLE
         self._load_failure = ""  # why the last take_leadership of an owned log failed
         self.companion: Companion | None = None  # loaded with an owned log (set by its owner)
+        self.unstable = UnstableGroups()  # groups a producer transaction is committing offsets of
         if legacy is not None and log.shared:
             self._migrate(legacy)
 
@@ -168,8 +170,10 @@ class OffsetsTopic:
 
     # -- reads -------------------------------------------------------------------------------------------
     def committed(self, group: str, topics: list[str] | None = None) -> dict[TopicPartition, CommittedOffset]:
-        """`group`'s latest committed offsets (of `topics` only, if given)."""
+        """`group`'s latest committed offsets (of `topics` only, if given), once no producer transaction is
+        committing them (coordinator.unstable_offsets)."""
         cache = self._caught_up(offsets_partition(group, self.partitions))
+        self.unstable.wait_stable(group)
         with cache.lock:
             found = dict(cache.groups.get(group, {}))
         return {tp: c for tp, c in found.items() if topics is None or tp[0] in topics}

@@ -12,7 +12,9 @@ then. So the offsets are decided atomically with the transaction, and:
   (OffsetsTopic.take_leadership calls `roll_forward_offsets`), so no newer commit of the group can come first
   and be overwritten by them;
 - a record still holding pending offsets commits no later transaction of its id before they are applied, so a
-  group's transactional offsets are applied in commit order.
+  group's transactional offsets are applied in commit order;
+- from the generation check to the append, reads of the group's committed offsets wait (coordinator.
+  unstable_offsets): a member that joined meanwhile never resumes from the offsets being replaced.
 """
 from __future__ import annotations
 
@@ -60,7 +62,15 @@ class TransactionOffsets(TopicOffsets):
                     "nodes cannot commit offsets to: start the coordinator with offsets.topic.replication.factor (or "
                     "default.replication.factor) set, so the group offsets live on the nodes, or commit the "
                     "consumer's offsets after commit_transaction()")
-            self._groups.validate_commit(offsets.group, offsets.member_id, offsets.generation)
+            with self._offsets.unstable.committing(offsets.group):  # reads of the group's offsets wait meanwhile
+                self._groups.validate_commit(offsets.group, offsets.member_id, offsets.generation)
+                self._commit(transactional_id, sequence, writers, offsets)
+            return
+        self._commit(transactional_id, sequence, writers, offsets)
+
+    def _commit(self, transactional_id: str, sequence: int, writers: Sequence[int] | None,
+                offsets: TransactionalOffsets | None) -> None:
+        """The commit point of the transaction, then its offsets applied (an earlier transaction's first)."""
         apply = self._offsets.apply_transaction
         self._settle(self.transaction_record(transactional_id), apply)  # an earlier transaction's, first
         changed = self._change_transaction(

@@ -106,6 +106,13 @@ class RebalanceInProgressError(MembershipError):
     retriable = True
 
 
+class UnstableOffsetCommitError(FabricError):
+    """A producer transaction is committing the group's offsets right now (Kafka's UNSTABLE_OFFSET_COMMIT): read
+    them again once it has."""
+
+    retriable = True
+
+
 class AuthorizationError(FabricError):
     """The caller is not allowed to do this."""
 

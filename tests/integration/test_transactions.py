@@ -26,6 +26,7 @@ from fabric.common.errors import (
     ProducerFencedError,
     UnknownMemberError,
     UnknownPartitionError,
+    UnstableOffsetCommitError,
 )
 from fabric.common.records import to_storage
 from fabric.common.types import ProducerBatch, TransactionalOffsets
@@ -295,7 +296,8 @@ def test_bad_transaction_offsets_are_refused_by_the_server_with_nothing_committe
 def test_offsets_a_killed_coordinator_committed_are_applied_by_the_next_before_it_serves(
         node_cluster, raw, monkeypatch) -> None:
     """SIGKILL of the coordinator after the commit point (the record holds the offsets), before it applied them:
-    the instance that takes over applies them before it serves any offsets."""
+    the instance that takes over applies them before it serves any offsets. Until then the group's offsets are
+    unstable: a read is refused retriably, not answered the old ones."""
     monkeypatch.setenv(DEBUG_PAUSE_ENV, "600")  # every commit with offsets stops after its commit point
     cluster = node_cluster(coordinator_extra=("--offsets-topic-replication-factor", "3"))
     with fabric.connect(cluster.url) as fab:
@@ -320,6 +322,10 @@ def test_offsets_a_killed_coordinator_committed_are_applied_by_the_next_before_i
         committing.start()
         wait_for(lambda: coordinator.transaction_record("crash").offsets == offsets, 60,
                  "the commit point, the offsets pending in the record")
+        # meanwhile the group's committed offsets are unstable: a read waits, and is told to retry, rather than
+        # answered the offsets the transaction is replacing (Kafka's UNSTABLE_OFFSET_COMMIT)
+        with pytest.raises(UnstableOffsetCommitError, match="committing group 'crashers'"):
+            coordinator.committed("crashers")
         first.kill()
         committing.join(30)
         assert failures and not committing.is_alive()
