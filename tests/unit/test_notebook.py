@@ -3,6 +3,7 @@ and a Monitor's throughput and lag over time."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pandas as pd
 import pyarrow as pa
@@ -15,12 +16,14 @@ from fabric.notebook import Monitor, sample, tail
 
 @pytest.fixture
 def clicks(fab):
-    """Topic clicks: 3 partitions, 10 records in each (values p<partition>-<i>), timestamps in send order."""
+    """Topic clicks: 3 partitions, 10 records in each (values p<partition>-<i>), timestamps in send order, a minute
+    old (older ones would be past retention.ms, and the fabric's retention could delete them while the test runs)."""
     fab.create_topic("clicks", partitions=3)
+    base = time.time_ns() // 1_000_000 - 60_000
     with fab.producer() as producer:
         for i in range(10):
             for p in range(3):
-                producer.send("clicks", f"p{p}-{i}".encode(), partition=p, timestamp=1_700_000_000_000 + 3 * i + p)
+                producer.send("clicks", f"p{p}-{i}".encode(), partition=p, timestamp=base + 3 * i + p)
     return fab
 
 
