@@ -26,7 +26,6 @@ from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 from fabric.common.records import to_storage
-from fabric.common.waiting import wait_for
 from fabric.server import wire
 from fabric.server.launcher import CoordinatorProcess, NodeProcess
 from fabric.server.zookeeper import ZooKeeperServer
@@ -274,30 +273,10 @@ def node_cluster(tmp_path) -> Iterator[Callable[..., NodeCluster]]:
         cluster.close()
 
 
-class HaOffsetsCluster:
-    """Two coordinator instances (each its own directory) elected over ZooKeeper, with the offsets topic
-    replicated on 3 data nodes: `url` fails over within 5 s of a frozen instance; `active_process(fab)` waits
-    for the one active instance and returns its process."""
-
-    SETTLE_S = 60  # a failover on a loaded machine: a session timeout, an election, the topic loaded
-
-    def __init__(self, cluster: NodeCluster, the_active: Callable[[Any], Any]) -> None:
-        self.cluster, self._the_active = cluster, the_active
-        self.url = cluster.url + "?timeout_ms=5000"
-
-    def active_process(self, fab: Any) -> CoordinatorProcess:
-        status = wait_for(lambda: self._the_active(fab), self.SETTLE_S, "one active coordinator instance")
-        return next(c for c in self.cluster.coordinators if c.address == status.instance)
-
-
-@pytest.fixture
-def ha_offsets_cluster(node_cluster, zk_url, tmp_path, the_active) -> HaOffsetsCluster:
-    """A started HaOffsetsCluster of the test's own."""
-    config = tmp_path / "ha.properties"
-    config.write_text(f"coordinator.store={zk_url}\nzookeeper.session.timeout.ms=4000\n"
-                      "offsets.topic.replication.factor=3\n")
-    return HaOffsetsCluster(node_cluster(coordinator_extra=("--config", str(config)), instances=2,
-                                         separate_dirs=True), the_active)
+@pytest.fixture(scope="session")
+def offsets_kit(plain_module: Callable[[str], ModuleType]) -> ModuleType:
+    """tests/offsets_kit.py: HaOffsetsCluster, refuses_bad_group_fields."""
+    return plain_module("offsets_kit")
 
 
 @pytest.fixture(scope="session")

@@ -19,14 +19,12 @@ from fabric.client.topic_partition import TopicPartition
 from fabric.common.errors import (
     CoordinatorUnavailableError,
     FabricError,
-    IllegalGenerationError,
     IllegalStateError,
     InvalidConfigError,
     InvalidRequestError,
     OffsetOutOfRangeError,
     ProducerFencedError,
     TransactionAbortedError,
-    UnknownMemberError,
 )
 from fabric.common.names import OFFSETS_TOPIC
 from fabric.common.types import TransactionalOffsets
@@ -198,7 +196,7 @@ def test_a_failed_commit_leaves_the_producer_abortable_or_failed_for_good(fabric
     cluster.inner.close()
 
 
-def test_bad_transactional_offsets_are_refused_by_the_server_and_nothing_is_written(fab):
+def test_bad_transactional_offsets_are_refused_by_the_server_and_nothing_is_written(fab, offsets_kit):
     _input(fab, 3)
     cluster = fab.cluster
 
@@ -210,16 +208,7 @@ def test_bad_transactional_offsets_are_refused_by_the_server_and_nothing_is_writ
         publish(TransactionalOffsets("g", {("in", 0): 4}))
     with pytest.raises(OffsetOutOfRangeError):
         publish(TransactionalOffsets("g", {("in", 0): -1}))
-    with pytest.raises(InvalidRequestError, match="generation"):
-        publish(TransactionalOffsets("g", {("in", 0): 1}, generation=-7))
-    with fab.consumer("in", group_id="live", auto_offset_reset="earliest") as member:
-        wait_for(lambda: member.poll(0.2) or member.assignment(), what="the member's assignment")
-        meta = member.consumer_group_metadata()
-        with pytest.raises(IllegalGenerationError):
-            publish(TransactionalOffsets("live", {("in", 0): 1}, generation=meta.generation + 5,
-                                         member_id=meta.member_id))
-        with pytest.raises(UnknownMemberError):  # a simple commit while the group has members
-            publish(TransactionalOffsets("live", {("in", 0): 1}))
+    offsets_kit.refuses_bad_group_fields(fab, "in", "live", publish, offset=1)
     assert not cluster.coordinator.transaction_committed("raw:0")
     assert cluster.coordinator.committed("g") == {} and _values(fab, "out") == []
 

@@ -111,8 +111,9 @@ class Heartbeats(threading.Thread):
 
 
 def test_members_keep_their_generation_across_a_failover_and_a_deleted_group_stays_deleted(
-        ha_offsets_cluster, zk_url, replication, raw, fabric_cli) -> None:
-    cluster, url, active_process = ha_offsets_cluster.cluster, ha_offsets_cluster.url, ha_offsets_cluster.active_process
+        offsets_kit, node_cluster, zk_url, tmp_path, the_active, replication, raw, fabric_cli) -> None:
+    ha = offsets_kit.HaOffsetsCluster(node_cluster, zk_url, tmp_path, the_active)
+    cluster, url, active_process = ha.cluster, ha.url, ha.active_process
     with fabric.connect(url) as fab:
         first = active_process(fab)
         fab.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)

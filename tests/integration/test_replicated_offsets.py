@@ -158,8 +158,9 @@ def test_commits_land_on_the_nodes_in_sync_and_survive_the_leader_node_killed(no
 
 
 def test_coordinator_failover_keeps_every_acknowledged_commit_and_fences_the_deposed(
-        ha_offsets_cluster, the_active, raw, drain, replication) -> None:
-    cluster, url, active_process = ha_offsets_cluster.cluster, ha_offsets_cluster.url, ha_offsets_cluster.active_process
+        offsets_kit, node_cluster, zk_url, tmp_path, the_active, raw, drain, replication) -> None:
+    ha = offsets_kit.HaOffsetsCluster(node_cluster, zk_url, tmp_path, the_active)
+    cluster, url, active_process = ha.cluster, ha.url, ha.active_process
     with fabric.connect(url) as fab:
         first = active_process(fab)
         _fill(fab)

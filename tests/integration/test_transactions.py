@@ -17,14 +17,11 @@ import fabric
 from fabric.client.leader_transactions import abort_transaction, end_transaction
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.errors import (
-    IllegalGenerationError,
     InvalidConfigError,
     InvalidProducerEpochError,
-    InvalidRequestError,
     InvalidTxnStateError,
     OffsetOutOfRangeError,
     ProducerFencedError,
-    UnknownMemberError,
     UnknownPartitionError,
     UnstableOffsetCommitError,
 )
@@ -265,7 +262,8 @@ def test_a_transaction_on_the_leaders_commits_its_group_offsets_at_its_commit_po
             fab.delete_topic("txo-out")
 
 
-def test_bad_transaction_offsets_are_refused_by_the_server_with_nothing_committed(replicated_cluster) -> None:
+def test_bad_transaction_offsets_are_refused_by_the_server_with_nothing_committed(replicated_cluster,
+                                                                                 offsets_kit) -> None:
     with fabric.connect(replicated_cluster.url) as fab:
         fab.create_topic("txo-bad", partitions=1)
         coordinator = fab.cluster.coordinator
@@ -276,17 +274,7 @@ def test_bad_transaction_offsets_are_refused_by_the_server_with_nothing_committe
                 commit(TransactionalOffsets("g", {("txo-bad", 7): 1}))
             with pytest.raises(OffsetOutOfRangeError):
                 commit(TransactionalOffsets("g", {("txo-bad", 0): -1}))
-            with pytest.raises(InvalidRequestError, match="generation"):
-                commit(TransactionalOffsets("g", {("txo-bad", 0): 1}, generation=-7))
-            with fab.consumer("txo-bad", group_id="txo-live", auto_offset_reset="earliest",
-                              enable_auto_commit=False) as member:
-                wait_for(lambda: member.poll(0.2) or member.assignment(), what="the member's assignment")
-                meta = member.consumer_group_metadata()
-                with pytest.raises(IllegalGenerationError):
-                    commit(TransactionalOffsets("txo-live", {("txo-bad", 0): 0}, generation=meta.generation + 5,
-                                                member_id=meta.member_id))
-                with pytest.raises(UnknownMemberError):  # a simple commit while the group has members
-                    commit(TransactionalOffsets("txo-live", {("txo-bad", 0): 0}))
+            offsets_kit.refuses_bad_group_fields(fab, "txo-bad", "txo-live", commit, offset=0)
             assert not coordinator.transaction_committed("txo-bad:0")
             assert coordinator.committed("g") == {} and coordinator.committed("txo-live") == {}
         finally:

@@ -1,0 +1,51 @@
+"""The group-offsets tests' kit (a plain module, loaded by tests/integration/conftest.py): the HA cluster with a
+replicated offsets topic, and the server's refusal of a transaction's group offsets that name a bad generation
+or member, checked the same way through every path that submits them."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from fabric.common.errors import IllegalGenerationError, InvalidRequestError, UnknownMemberError
+from fabric.common.types import TransactionalOffsets
+from fabric.common.waiting import wait_for
+from fabric.server.launcher import CoordinatorProcess
+
+
+class HaOffsetsCluster:
+    """Two coordinator instances (each its own directory) elected over ZooKeeper, with the offsets topic
+    replicated on 3 data nodes: `url` fails over within 5 s of a frozen instance; `active_process(fab)` waits
+    for the one active instance and returns its process."""
+
+    SETTLE_S = 60  # a failover on a loaded machine: a session timeout, an election, the topic loaded
+
+    def __init__(self, start_cluster: Callable[..., Any], zk_url: str, directory: Path,
+                 the_active: Callable[[Any], Any]) -> None:
+        config = directory / "ha.properties"
+        config.write_text(f"coordinator.store={zk_url}\nzookeeper.session.timeout.ms=4000\n"
+                          "offsets.topic.replication.factor=3\n")
+        self.cluster = start_cluster(coordinator_extra=("--config", str(config)), instances=2, separate_dirs=True)
+        self.url = self.cluster.url + "?timeout_ms=5000"
+        self._the_active = the_active
+
+    def active_process(self, fab: Any) -> CoordinatorProcess:
+        status = wait_for(lambda: self._the_active(fab), self.SETTLE_S, "one active coordinator instance")
+        return next(c for c in self.cluster.coordinators if c.address == status.instance)
+
+
+def refuses_bad_group_fields(fab: Any, topic: str, group: str, submit: Callable[[TransactionalOffsets], Any],
+                             offset: int) -> None:
+    """submit(offsets) is refused for a negative generation, for a generation the live `group` (a member joined
+    here, reading `topic`) is not at, and for a simple commit while the group has members."""
+    with pytest.raises(InvalidRequestError, match="generation"):
+        submit(TransactionalOffsets("g", {(topic, 0): 1}, generation=-7))
+    with fab.consumer(topic, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False) as member:
+        wait_for(lambda: member.poll(0.2) or member.assignment(), what="the member's assignment")
+        meta = member.consumer_group_metadata()
+        with pytest.raises(IllegalGenerationError):
+            submit(TransactionalOffsets(group, {(topic, 0): offset}, generation=meta.generation + 5,
+                                        member_id=meta.member_id))
+        with pytest.raises(UnknownMemberError):  # a simple commit while the group has members
+            submit(TransactionalOffsets(group, {(topic, 0): offset}))
