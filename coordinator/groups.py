@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 from fabric.common.errors import (
@@ -94,8 +94,13 @@ class GroupState:
         return cls(**raw)
 
     def copy(self) -> GroupState:
-        """A deep copy, so transitions never mutate their input."""
-        return GroupState.from_json(self.to_json())
+        """A deep copy, so transitions never mutate their input (field by field: a JSON round trip cost a tenth
+        of a millisecond on every commit's generation check)."""
+        return replace(self, members={mid: replace(m, topics=list(m.topics), assignors=list(m.assignors),
+                                                    owned=[list(tp) for tp in m.owned])
+                                      for mid, m in self.members.items()},
+                       assignment={mid: [list(tp) for tp in tps] for mid, tps in self.assignment.items()},
+                       partition_counts=dict(self.partition_counts))
 
     def owned(self, member_id: str) -> tuple[TopicPartition, ...]:
         """The member's assignment in the current generation, as (topic, partition) pairs."""

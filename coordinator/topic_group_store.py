@@ -21,11 +21,12 @@ copies are left where they were, unread.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Iterator
 
 import pyarrow as pa
 
@@ -65,7 +66,9 @@ class TopicGroupStore(GroupStore):
         self._states: dict[str, tuple[GroupState, int]] = {}
         self._version = 0  # the last version handed out (0: a group memory does not hold)
         self._guard = threading.Lock()  # memory's; never held across an append
-        self._writers: dict[str, threading.Lock] = {}  # a group's: held by its write across the append
+        # a group's writer lock, held by its write across the append, and how many writes hold or wait for it:
+        # dropped when none does, so memory holds locks for the groups being written, not every group ever seen
+        self._writers: dict[str, tuple[threading.Lock, int]] = {}
         self._loading: dict[str, str] = {}  # the persisted states the load in progress read so far
         topic.companion = self
 
@@ -78,9 +81,7 @@ class TopicGroupStore(GroupStore):
 
     def write(self, group: str, state: GroupState | None, version: Any) -> bool:
         self.topic.check_serving()
-        with self._guard:
-            lock = self._writers.setdefault(group, threading.Lock())
-        with lock:
+        with self._writing(group):
             with self._guard:
                 found = self._states.get(group)
             if (found[1] if found else 0) != version:
@@ -92,6 +93,23 @@ class TopicGroupStore(GroupStore):
                 self.topic.append(offsets_partition(group, self.topic.partitions), [self._row(group, state, text)],
                                   then=lambda: self._keep(group, state))
         return True
+
+    @contextlib.contextmanager
+    def _writing(self, group: str) -> Iterator[None]:
+        """Hold `group`'s writer lock (one write of a group at a time; other groups' go on)."""
+        with self._guard:
+            lock, users = self._writers.get(group, (threading.Lock(), 0))
+            self._writers[group] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guard:
+                lock, users = self._writers[group]
+                if users == 1:
+                    del self._writers[group]
+                else:
+                    self._writers[group] = (lock, users - 1)
 
     def list(self) -> list[str]:
         self.topic.check_serving()

@@ -94,7 +94,8 @@ TOPIC_SETTINGS: dict[str, Setting] = {
     "delete.retention.ms": Setting(24 * 3600 * 1000, _long(0), "how long a tombstone is kept once its segment "
                                    "is cleaned (readers have this long to see the delete)"),
     "segment.bytes": Setting(1 << 30, _long(1024, INT_MAX), "roll a new segment past this size"),
-    "segment.ms": Setting(7 * 24 * 3600 * 1000, _long(1), "roll a new segment after this age"),
+    "segment.ms": Setting(7 * 24 * 3600 * 1000, _long(1), "roll a new segment once its records span this long, "
+                                                    "or (maintenance) its first is this old"),
     "retention.ms": Setting(7 * 24 * 3600 * 1000, _long(-1), "delete segments older than this; -1 keeps all"),
     "retention.bytes": Setting(-1, _long(-1), "delete old segments past this partition size; -1 keeps all"),
     "max.message.bytes": Setting(1048588, _long(0, INT_MAX), "largest record accepted"),

@@ -71,10 +71,17 @@ def _describe(hint: Any) -> str:
     return str(hint).replace("typing.", "")
 
 
+@functools.cache
+def _parameters(fn: Callable, skip: tuple[str, ...]) -> dict[str, inspect.Parameter]:
+    """`fn`'s parameters a request supplies (inspect.signature is too slow to run on every request)."""
+    return {p: v for p, v in inspect.signature(fn).parameters.items() if p != "self" and p not in skip}
+
+
 def check_call(name: str, method: Callable, args: dict[str, Any], skip: tuple[str, ...] = ()) -> None:
     """Raise InvalidRequestError unless `method(**args)` (plus the `skip` parameters, supplied otherwise)
     binds to the method's signature with every argument of its annotated type."""
-    params = {p: v for p, v in inspect.signature(method).parameters.items() if p != "self" and p not in skip}
+    fn = getattr(method, "__func__", method)
+    params = _parameters(fn, skip)
     unknown = sorted(set(args) - set(params))
     if unknown:
         raise InvalidRequestError(f"request {name!r}: unknown argument(s) {shorten(', '.join(unknown))}; "
@@ -83,7 +90,7 @@ def check_call(name: str, method: Callable, args: dict[str, Any], skip: tuple[st
     if missing:
         raise InvalidRequestError(f"request {name!r}: missing argument(s) {', '.join(missing)}; "
                                   f"it takes {', '.join(params)}")
-    hints = _hints(method)
+    hints = _hints(fn)
     for arg, value in args.items():
         hint = hints.get(arg, Any)
         if not conforms(value, hint):

@@ -546,10 +546,15 @@ class Log:
         self._last_flush = self.clock.now_ms()
 
     def _roll_due(self, active: Segment, header: FrameHeader) -> bool:
+        """Roll before `header`'s frame once the segment is full, or once the frame's records are segment.ms newer
+        than the segment's first frame's (Kafka's rule: record time, not the clock, so a backfill of old records
+        fills segments; an idle segment is rolled by maintenance, LogRetention.maintain)."""
         if active.size + header.size > self.config["segment.bytes"]:
             return True
         first = active.first_frame()
-        return first is not None and self.clock.now_ms() - first.max_timestamp // 1000 >= self.config["segment.ms"]
+        if first is None or first.max_timestamp < 0:
+            return False
+        return (header.max_timestamp - first.max_timestamp) // 1000 >= self.config["segment.ms"]
 
     # -- publishes ---------------------------------------------------------------------------------
     def pending(self) -> PendingPublish | None:

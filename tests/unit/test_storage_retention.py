@@ -70,6 +70,19 @@ def test_roll_on_segment_ms(tmp_path, storage):
     assert storage.read_all(log) == first + second
 
 
+def test_segment_ms_is_measured_in_record_time_so_a_backfill_of_old_records_fills_segments(tmp_path, storage):
+    # Kafka's rule: records stamped a week ago (a backfill, event time) do not roll a segment per append; a
+    # segment rolls once its records span segment.ms
+    log = storage.open_log(str(tmp_path), segment_ms=HOUR_US // 1000, retention_ms=-1)
+    week_ago = storage.now_us() - 7 * 24 * HOUR_US
+    old = _append(storage, log, 20, stamp=week_ago)
+    assert [s.base_offset for s in log.segments()] == [0]
+    later = _append(storage, log, 3, stamp=week_ago + HOUR_US)
+    assert [s.base_offset for s in log.segments()] == [0, 20]
+    assert storage.read_all(log) == old + later
+    _check_segment_layout(storage, log)
+
+
 def test_retention_bytes_deletes_oldest_whole_segments(tmp_path, storage):
     directory = str(tmp_path)
     log = storage.open_log(directory, segment_bytes=1500, retention_ms=-1)

@@ -104,6 +104,7 @@ def test_a_deleted_group_is_a_tombstone_and_stays_deleted(tmp_path, clock) -> No
     first.groups.delete_group(GROUP)
     assert first.group_records()[-1] is None
     assert first.store.list() == ["other"]
+    assert not first.store._writers  # no lock kept for a group nobody writes (groups come and go by the million)
     second = Instance(tmp_path, 2, clock).take_leadership()
     assert second.store.list() == ["other"] and second.groups.describe_group(GROUP) is None
 
