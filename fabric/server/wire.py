@@ -291,12 +291,25 @@ PUBLISH_OPS: dict[str, tuple[str, Callable[[Any], bytes], Callable[[bytes], list
 NOT_ACTIVE = "NotActiveCoordinator"
 
 
-def error_info(exc: BaseException) -> bytes:
-    """The extra_info of a Flight error: the exception's exact message and type name (its nearest base class
-    in fabric.errors, which the client has too)."""
+def error_fields(exc: BaseException) -> dict[str, str]:
+    """An exception as {"type", "message"}: its exact message and type name (its nearest base class in
+    fabric.errors, which the client has too); `exception_of` makes it again."""
     name = next((c.__name__ for c in type(exc).__mro__ if getattr(errors, c.__name__, None) is c),
                 type(exc).__name__)
-    return json.dumps({"type": name, "message": str(exc)}).encode()
+    return {"type": name, "message": str(exc)}
+
+
+def error_info(exc: BaseException) -> bytes:
+    """The extra_info of a Flight error (error_fields as JSON)."""
+    return json.dumps(error_fields(exc)).encode()
+
+
+def exception_of(info: dict[str, Any]) -> errors.FabricError | None:
+    """The fabric.errors exception `error_fields` described; None for any other type."""
+    cls = getattr(errors, str(info.get("type", "")), None)
+    if isinstance(cls, type) and issubclass(cls, errors.FabricError):
+        return cls(str(info.get("message", "")))
+    return None
 
 
 def not_active(instance: str, active: str) -> flight.FlightUnavailableError:
@@ -335,9 +348,9 @@ def error_details(exc: flight.FlightError) -> dict[str, Any]:
 def from_flight_error(exc: flight.FlightError) -> Exception:
     """The exception to raise client-side: the same fabric.errors class and message the server raised."""
     info = error_details(exc)
-    cls = getattr(errors, info.get("type", ""), None)
-    if isinstance(cls, type) and issubclass(cls, errors.FabricError):
-        return cls(info["message"])
+    known = exception_of(info)
+    if known is not None:
+        return known
     if info.get("type") == "NotImplementedError":
         return NotImplementedError(info["message"])
     if isinstance(exc, flight.FlightUnauthenticatedError):

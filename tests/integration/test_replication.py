@@ -20,6 +20,10 @@ def test_every_replica_holds_the_log_and_the_high_watermark(shared_cluster, repl
         assert all(sorted(p.isr) == [1, 2, 3] == sorted(p.replicas) for p in described)
         for p in (0, 1):  # followers learn the high watermark on their next fetch
             assert replication.wait_in_sync(fab, shared_cluster.nodes, "copied", p) == 25
+        for node_id, node in shared_cluster.nodes.items():  # one fetcher per leader node, for all it leads here
+            fetchers = {f["leader"]: f["partitions"] for f in node.status()["fetchers"]}
+            assert node_id not in fetchers and len(fetchers) <= len(shared_cluster.nodes) - 1
+            assert all(["copied", p.partition] in fetchers[p.leader] for p in described if p.leader != node_id)
 
 
 def test_a_consumer_long_polls_the_leader(shared_cluster, flaky_cluster, replication) -> None:

@@ -22,7 +22,7 @@ from fabric.common.errors import (
 )
 from fabric.common.types import LeaderAndIsr, PartitionAssignment, PartitionRegistration
 from fabric.common.waiting import wait_for
-from fabric.server.node.partition import PartitionReplica, Role
+from fabric.server.node.partition import FetchWaiter, PartitionReplica, Role
 
 
 def registration(leader: int | None, leader_epoch: int, isr: tuple[int, ...] = (1,), replicas: tuple[int, ...] = (1, 2),
@@ -82,31 +82,38 @@ def test_the_high_watermark_is_the_minimum_log_end_over_the_isr(make_replica, st
     assert leader.append(storage.make_batch([b"a", b"b"]), "none", 0, "1", 5) == 0
     assert leader.hw == 0  # follower 2's log end is unknown until it fetches
     assert leader.read(0, 1 << 20, None, 0) == []  # consumers read below the high watermark only
-    answer = leader.serve_follower(2, 0, 0, 1 << 20, 0)
+    answer = leader.serve_follower(2, 0, 0, 1 << 20)
     assert answer.frames.size and answer.log_end == 2 and leader.hw == 0
     follower = make_replica(2)
     follower.become(registration(1, 0, isr=(1, 2)))
     follower.append_copied(0, answer.frames, answer.high_watermark, answer.log_start)
     assert follower.log.end_offset == 2 and follower.hw == 0
-    assert leader.serve_follower(2, 0, 2, 1 << 20, 0).frames.size == 0
+    assert leader.serve_follower(2, 0, 2, 1 << 20).frames.size == 0
     assert leader.hw == 2 and [r.offset for r in leader.read(0, 1 << 20, None, 0)] == [0]
     with pytest.raises(OffsetOutOfRangeError, match="past the leader's log end 2: it must truncate first"):
-        leader.serve_follower(2, 0, 3, 1 << 20, 0)
+        leader.serve_follower(2, 0, 3, 1 << 20)
     with pytest.raises(IneligibleReplicaError, match="node 3 is not a follower of t-0"):
-        leader.serve_follower(3, 0, 0, 1 << 20, 0)
+        leader.serve_follower(3, 0, 0, 1 << 20)
     with pytest.raises(FencedLeaderEpochError):
-        leader.serve_follower(2, -1, 0, 1 << 20, 0)
+        leader.serve_follower(2, -1, 0, 1 << 20)
 
 
 def _waiting_fetch(leader: PartitionReplica, follower: int, offset: int) -> tuple[threading.Thread, list]:
-    """Follower `follower` fetches from the leader's log end `offset` on a thread, long-polling up to 60 s; return
-    once the leader holds it (its progress is recorded and the partition's lock released: it waits)."""
+    """Follower `follower` fetches from the leader's log end `offset` on a thread, as ReplicaManager.replica_fetch
+    does: its progress recorded, then (no frames) waiting up to 60 s on an event the partition sets, then asking
+    again; return once it waits."""
     answers: list = []
-    thread = threading.Thread(target=lambda: answers.append(leader.serve_follower(follower, 0, offset, 1 << 20, 60)))
+    event = FetchWaiter()
+
+    def fetch() -> None:
+        assert not leader.serve_follower(follower, 0, offset, 1 << 20).frames.size
+        if leader.watch(event, 0, offset):
+            assert event.wait(60) == {leader.tp}
+            leader.unwatch(event)
+        answers.append(leader.serve_follower(follower, 0, offset, 1 << 20) if leader.leader else None)
+    thread = threading.Thread(target=fetch)
     thread.start()
-    wait_for(lambda: leader.leader.followers[follower].leo == offset, 30, f"follower {follower}'s fetch")
-    with leader.changed:
-        pass
+    wait_for(lambda: event in leader._fetch_waiters, 30, f"follower {follower}'s fetch")
     return thread, answers
 
 
@@ -119,7 +126,7 @@ def test_a_waiting_follower_fetch_ends_on_new_frames_or_a_leader_change_not_on_a
     leader.become(registration(1, 0, isr=(1, 2, 3), replicas=(1, 2, 3)))
     leader.append(storage.make_batch([b"a", b"b"]), "none", 0, "1", 5)
     waiting, answers = _waiting_fetch(leader, 3, 2)  # follower 3 holds both records
-    assert leader.serve_follower(2, 0, 2, 1 << 20, 0).high_watermark == 2  # follower 2 too: the watermark moves
+    assert leader.serve_follower(2, 0, 2, 1 << 20).high_watermark == 2  # follower 2 too: the watermark moves
     assert waiting.is_alive() and not answers  # follower 3's fetch still waits
     leader.append(storage.make_batch([b"c"]), "none", 0, "1", 5)  # new frames answer it
     waiting.join(30)
@@ -127,17 +134,17 @@ def test_a_waiting_follower_fetch_ends_on_new_frames_or_a_leader_change_not_on_a
     assert answers[0].high_watermark == 2  # the move it was not woken for
     waiting, answers = _waiting_fetch(leader, 3, 3)
     # follower 2 moves the watermark with its fetch and learns it from that fetch's answer, after its max wait
-    assert leader.serve_follower(2, 0, 3, 1 << 20, 0.05).high_watermark == 3
+    assert leader.serve_follower(2, 0, 3, 1 << 20).high_watermark == 3
     assert waiting.is_alive() and not answers
     leader.become(registration(2, 1, isr=(2, 3), replicas=(1, 2, 3)))  # a new leader: the fetch ends at once
     waiting.join(30)
-    assert not waiting.is_alive() and len(answers) == 1 and answers[0].frames.size == 0
+    assert not waiting.is_alive() and answers == [None]  # woken, it finds this node no longer leads
 
 
 def test_acks_all_waits_for_the_isr_and_min_insync_replicas_refuses(make_replica, storage) -> None:
     leader = make_replica(**{"min.insync.replicas": "2"})
     leader.become(registration(1, 0, isr=(1, 2)))
-    leader.serve_follower(2, 0, 0, 1 << 20, 0)  # follower 2 is at the log end (0)
+    leader.serve_follower(2, 0, 0, 1 << 20)  # follower 2 is at the log end (0)
     with pytest.raises(RequestTimedOutError, match=r"offsets 0\.\.0 of t-0 were not replicated"):
         leader.append(storage.make_batch([b"a"]), "none", 0, "all", 0.05)
     done: list[int] = []
@@ -147,7 +154,7 @@ def test_acks_all_waits_for_the_isr_and_min_insync_replicas_refuses(make_replica
     leader.changed.acquire()
     leader.changed.wait_for(lambda: leader.log.end_offset == 2, 30)
     leader.changed.release()
-    leader.serve_follower(2, 0, 2, 1 << 20, 0)  # the follower has both: the write is acknowledged
+    leader.serve_follower(2, 0, 2, 1 << 20)  # the follower has both: the write is acknowledged
     writer.join(30)
     assert done == [1] and leader.hw == 2
     leader.become(registration(1, 0, isr=(1,), partition_epoch=1))  # the controller dropped follower 2
@@ -184,7 +191,7 @@ def test_the_leader_asks_to_shrink_laggards_and_to_add_caught_up_followers(make_
     assert leader.wanted_isr(0) is None  # a change is pending: no second one
     leader.isr_changed(state, LeaderAndIsr(1, 0, (1,), 1, 1))
     assert leader.leader.isr == (1,) and leader.hw == 1
-    leader.serve_follower(3, 0, 1, 1 << 20, 0)  # follower 3 caught up with the high watermark
+    leader.serve_follower(3, 0, 1, 1 << 20)  # follower 3 caught up with the high watermark
     state, wanted = leader.wanted_isr(60_000) or (None, None)
     assert wanted == (1, 3)
     leader.isr_refused(state)  # e.g. a stale partition epoch: decided again next round
@@ -196,7 +203,7 @@ def test_a_follower_never_writes_after_its_epoch_moved_on(make_replica, storage,
     leader.become(registration(1, 0, isr=(1, 2)))
     leader.append(storage.make_batch([b"a"]), "none", 0, "1", 5)
     follower.become(registration(1, 0, isr=(1, 2)))
-    answer = leader.serve_follower(2, 0, 0, 1 << 20, 0)
+    answer = leader.serve_follower(2, 0, 0, 1 << 20)
     follower.become(registration(2, 1, isr=(2,)))  # it leads now: the old fetch's frames are not appended
     follower.append_copied(0, answer.frames, answer.high_watermark, answer.log_start)
     follower.truncate_follower(0, 0)
@@ -209,12 +216,12 @@ def test_a_follower_out_of_the_isr_rejoins_only_on_its_new_fetches(make_replica,
     leader = make_replica()
     leader.become(registration(1, 0, isr=(1, 2)))
     leader.append(storage.make_batch([b"a", b"b"]), "none", 0, "1", 5)
-    leader.serve_follower(2, 0, 2, 1 << 20, 0)  # follower 2 holds everything
+    leader.serve_follower(2, 0, 2, 1 << 20)  # follower 2 holds everything
     leader.become(registration(1, 0, isr=(1,), partition_epoch=1))  # the controller declared it dead
     assert leader.wanted_isr(60_000) is None  # its old progress does not count
-    leader.serve_follower(2, 0, 0, 1 << 20, 0)  # back with an empty log
+    leader.serve_follower(2, 0, 0, 1 << 20)  # back with an empty log
     assert leader.wanted_isr(60_000) is None
-    leader.serve_follower(2, 0, 2, 1 << 20, 0)  # caught up again
+    leader.serve_follower(2, 0, 2, 1 << 20)  # caught up again
     assert leader.wanted_isr(60_000)[1] == (1, 2)
 
 
@@ -257,7 +264,7 @@ def _follow(leader: PartitionReplica, follower: PartitionReplica, node: int = 2)
     """Fetch as the fetcher does until the follower's log end reaches the leader's."""
     for _ in range(500):
         offset = follower.log.end_offset
-        answer = leader.serve_follower(node, 0, offset, 1500, 0)
+        answer = leader.serve_follower(node, 0, offset, 1500)
         if offset < answer.log_start:
             follower.restart_at(0, answer.log_start, offset)
             continue
@@ -289,6 +296,27 @@ def test_retention_runs_at_the_leader_below_its_high_watermark_and_followers_tak
     assert storage.read_all(follower.log) == storage.read_all(leader.log)
     follower.become(registration(2, 1, isr=(2,)))  # a new leader's retention goes on from its own log
     assert follower.log.enforce_retention() == 0 and follower.log.start_offset == start
+
+
+def test_a_follower_at_the_log_end_is_answered_from_memory_until_something_changes(make_replica, storage) -> None:
+    """A follower's fetch covers every partition it copies from the leader, most of them idle: one fetching again
+    at the log end with nothing appended since is answered from memory, yet it gets new frames at once, and a
+    log start moved by the node's background retention within ANSWER_FROM_MEMORY_MS."""
+    leader, follower = make_replica(1, retention_bytes=4000), make_replica(2, retention_bytes=4000)
+    leader.become(registration(1, 0, isr=(1, 2)))
+    follower.become(registration(1, 0, isr=(1, 2)))
+    _fill(leader, storage, 20)
+    _follow(leader, follower)
+    end = leader.log.end_offset
+    assert leader.hw == end and leader.serve_follower(2, 0, end, 1 << 20).log_start == 0
+    assert leader.log.enforce_retention() > 0  # as the node's maintenance does, past the replica
+    start = leader.log.start_offset
+    assert start > 0 and leader.serve_follower(2, 0, end, 1 << 20).log_start == 0  # from memory
+    wait_for(lambda: leader.serve_follower(2, 0, end, 1 << 20).log_start == start, 30, "the moved log start")
+    _fill(leader, storage, 1)
+    answer = leader.serve_follower(2, 0, end, 1 << 20)
+    assert answer.frames.size and answer.log_end == end + 3 and answer.log_start == start
+    assert leader.leader.followers[2].leo == end  # its progress is recorded either way
 
 
 def test_delete_records_at_the_leader_stops_at_its_high_watermark_and_reaches_the_followers(
@@ -323,7 +351,7 @@ def test_a_follower_behind_the_leaders_log_start_starts_again_there(make_replica
     _fill(leader, storage, 10)
     leader.hw = leader.log.end_offset
     assert leader.delete_records(40, 0) == 40  # inside the frame of offsets 39..41
-    answer = leader.serve_follower(2, 0, 3, 1 << 20, 0)
+    answer = leader.serve_follower(2, 0, 3, 1 << 20)
     assert answer.frames.size == 0 and answer.log_start == 40
     _follow(leader, follower)
     assert follower.log.start_offset == 40 and follower.log.end_offset == leader.log.end_offset

@@ -4,12 +4,14 @@ where it leads; its directory belongs to its node id."""
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import replace
 
 import pytest
 
-from fabric.common.errors import InvalidConfigError, NotLeaderError
+from fabric.common.errors import InvalidConfigError, InvalidRequestError, NotLeaderError
 from fabric.common.types import LeaderAndIsr, NodeAssignment, PartitionAssignment, PartitionRegistration, TopicInfo
+from fabric.common.waiting import wait_for
 from fabric.server.node.replica_manager import ReplicaManager
 
 
@@ -73,3 +75,31 @@ def test_a_topic_created_again_under_its_name_is_served_without_the_old_logs(tmp
     again = ReplicaManager(1, str(tmp_path / "node1"))  # created again while the node was down
     again.apply(topic_view("third"))
     assert again.partition_state("t", 0).end_offset == 0
+
+
+def test_a_follower_fetches_every_partition_it_copies_from_this_node_in_one_request(tmp_path, storage) -> None:
+    """Kafka's replica FetchRequest: an answer per partition (frames, or the error that concerns it alone), held
+    while none has frames until one has; once the response's byte budget is spent, later partitions get none."""
+    replicas = ReplicaManager(1, str(tmp_path / "node1"))
+    replicas.apply(view(1, {0: 1, 1: 1, 2: 2}))  # node 1 leads t-0 and t-1, and follows t-2
+    replicas.append("t", 0, storage.make_batch([b"a", b"b"]))
+    answers = replicas.replica_fetch(2, [("t", 0, 0, 0, ""), ("t", 1, 0, 0, ""), ("t", 2, 0, 0, "")], max_wait_ms=0)
+    assert answers[0].frames.size and answers[0].log_end == 2
+    assert answers[1].frames.size == 0 and answers[1].log_end == 0
+    assert isinstance(answers[2], NotLeaderError)  # only that partition's answer is an error
+    held: list = []
+    fetch = threading.Thread(target=lambda: held.extend(replicas.replica_fetch(
+        2, [("t", 0, 2, 0, ""), ("t", 1, 0, 0, "")], max_wait_ms=60_000)))
+    fetch.start()
+    wait_for(lambda: replicas.replica("t", 1, 0)._fetch_waiters, 30, "the fetch to wait for frames")
+    assert not held
+    replicas.append("t", 1, storage.make_batch([b"c"]))  # new frames in one partition answer the fetch
+    fetch.join(30)
+    assert held[0].frames.size == 0 and held[1].frames.size and held[1].log_end == 1
+    assert not replicas.replica("t", 1, 0)._fetch_waiters  # the fetch no longer waits there
+    spent = replicas.replica_fetch(2, [("t", 0, 0, 0, ""), ("t", 1, 0, 0, "")], response_max_bytes=1, max_wait_ms=0)
+    assert spent[0].frames.size and spent[1].frames.size == 0 and spent[1].log_end == 1
+    with pytest.raises(InvalidRequestError, match="names a partition twice"):
+        replicas.replica_fetch(2, [("t", 0, 0, 0, ""), ("t", 0, 1, 0, "")])
+    with pytest.raises(InvalidRequestError, match="must be ints from 0, got 0, -1, 0"):
+        replicas.replica_fetch(2, [("t", 0, -1, 0, "")])

@@ -1,25 +1,32 @@
-"""A follower's replica fetcher (Kafka's ReplicaFetcherThread, one per followed partition): copies the leader's
-frames byte for byte into the follower's log, and the leader's high watermark with them.
+"""A follower's replica fetcher (Kafka's ReplicaFetcherThread): one per leader node, copying the leader's frames
+byte for byte into the follower's logs, and the leader's high watermark with them, for every partition this node
+follows there, in one request (replica_fetch).
 
-States: TRUNCATING (new, or after the leader refused an offset or sent frames that do not follow this log) ->
-FETCHING -> STOPPED (stop(), or the replica no longer follows this leader epoch). Compaction's gap frames are
-copied like any frame; where a compacted leader's frame spans this log's end, the replica cuts back to it
-(PartitionReplica.append_copied). Truncating asks the leader
-for the end of the follower's latest epoch (OffsetsForLeaderEpoch) and cuts the log there, in rounds
-(truncation.reconcile), never to the follower's own high watermark (KIP-101). Fetching asks for frames from the
-log end, which tells the leader how far this replica is; the leader long-polls up to replica.fetch.wait.max.ms
-when there is nothing new. Every answer carries the leader's log start offset, which the replica takes (its own
-start moves up to it, so retention and DeleteRecords at the leader reach every follower); a log end below it
-(the leader deleted those offsets before this replica copied them) makes the replica truncate fully and start
-again at the leader's log start (Kafka's OFFSET_OUT_OF_RANGE handling), so it never fetches that offset again.
-A failed call (the leader unreachable, or not leading yet) is retried after replica.fetch.backoff.ms; a
-FencedLeaderEpochError (this node is behind the controller) asks the controller first.
+Each partition has its own state: TRUNCATING (new, or after the leader refused an offset or sent frames that do
+not follow this log) -> FETCHING; it leaves the fetcher when the replica no longer follows that leader epoch
+(`remove`, or a role change seen before its answer is applied, which is then dropped). Compaction's gap frames
+are copied like any frame; where a compacted leader's frame spans this log's end, the replica cuts back to it
+(PartitionReplica.append_copied). Truncating asks the leader for the end of the follower's latest epoch
+(OffsetsForLeaderEpoch) and cuts the log there, in rounds (truncation.reconcile), never to the follower's own high
+watermark (KIP-101). Fetching asks for frames from each log end, which tells the leader how far this replica is;
+the leader long-polls up to replica.fetch.wait.max.ms when no partition has anything new. Every answer carries
+the leader's log start offset, which the replica takes (its own start moves up to it, so retention and
+DeleteRecords at the leader reach every follower); a log end below it (the leader deleted those offsets before
+this replica copied them) makes the replica truncate fully and start again at the leader's log start (Kafka's
+OFFSET_OUT_OF_RANGE handling), so it never fetches that offset again.
+
+Errors concern one partition (the leader answers each with its own) or, when the leader does not answer, all of
+them; either way the partitions concerned are retried after replica.fetch.backoff.ms, the others go on. A
+FencedLeaderEpochError (this node is behind the controller) asks the controller first. The order of the
+partitions rotates with every fetch, so one partition cannot take the whole of replica.fetch.response.max.bytes
+every time.
 """
 from __future__ import annotations
 
 import enum
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -33,93 +40,166 @@ from fabric.common.errors import (
     LeaderNotAvailableError,
     OffsetOutOfRangeError,
 )
-from fabric.common.types import EpochEndOffset
+from fabric.common.types import EpochEndOffset, TopicPartition
 from fabric.server import wire
 from fabric.server.connection import Call, action_call
-from fabric.server.node.partition import PartitionReplica
+from fabric.server.node.partition import NO_FRAMES, PartitionReplica
 from fabric.storage import truncation
 
 log = logging.getLogger(__name__)
 Peer = Callable[[str, Call], Any]  # (address, call) -> the call's result at that node
+FetchAnswer = tuple[dict[str, Any], pa.Buffer]  # one partition's answer (its offsets, or {"error": ...}), frames
 
 
 class FetcherState(str, enum.Enum):
     TRUNCATING = "Truncating"
     FETCHING = "Fetching"
-    STOPPED = "Stopped"
 
 
 @dataclass(frozen=True)
 class FetchSettings:
-    """replica.fetch.max.bytes, replica.fetch.wait.max.ms and replica.fetch.backoff.ms."""
+    """replica.fetch.max.bytes (per partition), replica.fetch.response.max.bytes (per fetch),
+    replica.fetch.wait.max.ms and replica.fetch.backoff.ms."""
 
     max_bytes: int = 1 << 20
     max_wait_ms: int = 500
     backoff_ms: int = 200
+    response_max_bytes: int = 10 << 20
 
 
-def replica_fetch_call(topic: str, partition: int, offset: int, leader_epoch: int, replica_id: int,
-                       settings: FetchSettings, topic_id: str) -> Call:
-    """The replica_fetch action: its first result is the answer's JSON, its second the frames."""
-    request = wire.action("replica_fetch", topic=topic, partition=partition, offset=offset, leader_epoch=leader_epoch,
-                          replica_id=replica_id, max_bytes=settings.max_bytes, max_wait_ms=settings.max_wait_ms,
-                          topic_id=topic_id)
+class FetchedPartition:
+    """One partition a fetcher copies: its replica, the leader epoch it follows, its topic's id and state, and
+    when it may be tried again after an error."""
 
-    def run(client: flight.FlightClient, options: flight.FlightCallOptions) -> tuple[dict[str, int], pa.Buffer]:
+    def __init__(self, replica: PartitionReplica, leader_epoch: int, topic_id: str) -> None:
+        self.replica, self.leader_epoch, self.topic_id = replica, leader_epoch, topic_id
+        self.state = FetcherState.TRUNCATING
+        self.retry_at = 0.0  # time.monotonic()
+
+    @property
+    def name(self) -> str:
+        return self.replica.name
+
+    def active(self) -> bool:
+        return self.replica.following(self.leader_epoch)
+
+
+def replica_fetch_call(replica_id: int, partitions: list[tuple[str, int, int, int, str]],
+                       settings: FetchSettings) -> Call:
+    """The replica_fetch action for `partitions`, each (topic, partition, offset, leader epoch, topic id): an
+    answer and frames per partition (none for those answered without)."""
+    request = wire.action("replica_fetch", replica_id=replica_id, partitions=partitions, max_bytes=settings.max_bytes,
+                          response_max_bytes=settings.response_max_bytes, max_wait_ms=settings.max_wait_ms)
+
+    def run(client: flight.FlightClient, options: flight.FlightCallOptions) -> list[FetchAnswer]:
         results = list(client.do_action(request, options))
-        return wire.loads(results[0].body), results[1].body
+        answers = wire.loads(results[0].body)
+        frames = iter(result.body for result in results[1:])  # one per partition answered with frames, in order
+        if len(answers) != len(partitions) or len(results) - 1 != sum(1 for a in answers if a.get("frames")):
+            raise FabricError(f"leader's answer to a fetch of {len(partitions)} partition(s) does not match it "
+                              f"({len(answers)} answers, {len(results) - 1} with frames)")
+        return [(answer, next(frames) if answer.get("frames") else NO_FRAMES) for answer in answers]
     return run
 
 
 class ReplicaFetcher:
-    """Copies `replica`'s leader's frames (node `leader_id` at `address`, under `leader_epoch`, of the topic with
-    `topic_id`) on a thread; `peer` makes calls to other nodes, `refresh` asks the controller for this node's
-    latest states."""
+    """Copies the frames of the partitions this node (`node_id`) follows on leader node `leader_id` at `address`,
+    on a thread; `peer` makes calls to other nodes, `refresh` asks the controller for this node's latest
+    states."""
 
-    def __init__(self, replica: PartitionReplica, leader_id: int, address: str, leader_epoch: int, topic_id: str,
-                 peer: Peer, refresh: Callable[[], None], settings: FetchSettings) -> None:
-        self.replica, self.leader_id, self.address, self.leader_epoch = replica, leader_id, address, leader_epoch
-        self.topic_id = topic_id
+    def __init__(self, node_id: int, leader_id: int, address: str, peer: Peer, refresh: Callable[[], None],
+                 settings: FetchSettings) -> None:
+        self.node_id, self.leader_id, self.address = node_id, leader_id, address
         self.peer, self.refresh, self.settings = peer, refresh, settings
-        self.state = FetcherState.TRUNCATING
+        self._partitions: dict[TopicPartition, FetchedPartition] = {}
+        self._guard = threading.Lock()  # the partitions' map: taken briefly, never across a call
+        self._changed = threading.Event()  # a partition was added, or the fetcher stopped
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"fetcher-{replica.name}-from-{leader_id}")
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"fetcher-from-{leader_id}")
 
-    def start(self) -> ReplicaFetcher:
-        self._thread.start()
-        return self
+    def start(self) -> None:
+        """Start fetching (once; later calls do nothing)."""
+        if self._thread.ident is None and not self._stopped.is_set():
+            self._thread.start()
+
+    def add(self, replica: PartitionReplica, leader_epoch: int, topic_id: str) -> None:
+        """Copy `replica` from this leader under `leader_epoch`, starting with truncation; picked up at the next
+        fetch (a fetch in flight ends within replica.fetch.wait.max.ms)."""
+        log.info("partition %s: following node %d at %s under leader epoch %d", replica.name, self.leader_id,
+                 self.address, leader_epoch)
+        with self._guard:
+            self._partitions[replica.tp] = FetchedPartition(replica, leader_epoch, topic_id)
+        self._changed.set()
+
+    def remove(self, tp: TopicPartition) -> bool:
+        """Stop copying `tp` (an answer in flight for it is not applied); True if it was here."""
+        with self._guard:
+            return self._partitions.pop(tp, None) is not None
+
+    def __len__(self) -> int:
+        with self._guard:
+            return len(self._partitions)
+
+    def partitions(self) -> list[TopicPartition]:
+        """The partitions it copies, sorted."""
+        with self._guard:
+            return sorted(self._partitions)
 
     def stop(self) -> None:
-        """Stop fetching; a call in flight finishes, and its frames are not appended (the epoch moved on)."""
+        """Stop fetching; a call in flight finishes, and its frames are not appended."""
         self._stopped.set()
-        self.state = FetcherState.STOPPED
+        self._changed.set()
 
-    def _active(self) -> bool:
-        return not self._stopped.is_set() and self.replica.following(self.leader_epoch)
+    def _current(self, fetched: FetchedPartition) -> bool:
+        """Whether `fetched` is still this fetcher's for its partition, under its epoch."""
+        with self._guard:
+            return self._partitions.get(fetched.replica.tp) is fetched and fetched.active()
+
+    def _snapshot(self) -> list[FetchedPartition]:
+        with self._guard:
+            return [p for p in self._partitions.values() if p.active()]
 
     def _run(self) -> None:
-        log.info("partition %s: following node %d at %s under leader epoch %d", self.replica.name, self.leader_id,
-                 self.address, self.leader_epoch)
-        while self._active():
+        while not self._stopped.is_set():
             try:
-                if self.state is FetcherState.TRUNCATING:
-                    self._truncate()
-                    self.state = FetcherState.FETCHING
-                self._fetch()
-            except (OffsetOutOfRangeError, InvalidFramesError) as exc:
-                log.warning("partition %s: %s; truncating again", self.replica.name, exc)
-                self.state = FetcherState.TRUNCATING
+                self._round()
+            except Exception:  # a bug must not stop replication from this leader for good
+                log.exception("replica fetcher from node %d failed; going on after the backoff", self.leader_id)
                 self._stopped.wait(self.settings.backoff_ms / 1000)
-            except FencedLeaderEpochError as exc:
-                log.info("partition %s: %s; asking the controller", self.replica.name, exc)
-                self.refresh()
-                self._stopped.wait(self.settings.backoff_ms / 1000)
-            except FabricError as exc:
-                log.info("partition %s: fetching from node %d failed (%s); retrying", self.replica.name,
-                         self.leader_id, exc)
-                self._stopped.wait(self.settings.backoff_ms / 1000)
-        self.state = FetcherState.STOPPED
+
+    def _round(self) -> None:
+        """Truncate the partitions that need it, fetch the others (or wait for a partition or a retry due)."""
+        self._changed.clear()
+        partitions = self._snapshot()
+        now = time.monotonic()
+        for fetched in partitions:
+            if fetched.state is FetcherState.TRUNCATING and fetched.retry_at <= now:
+                try:
+                    self._truncate(fetched)
+                except FabricError as exc:
+                    self._failed(fetched, exc)
+        ready = [p for p in partitions if p.state is FetcherState.FETCHING and p.retry_at <= now]
+        if ready:
+            self._fetch(ready)
+        else:  # nothing to fetch now: wait for a partition, or the first retry due
+            due = min((p.retry_at for p in partitions), default=now + 3600)
+            self._changed.wait(max(due - time.monotonic(), 0.001))
+        with self._guard:  # rotate, so a long answer's partition does not always come first
+            if len(self._partitions) > 1:
+                first = next(iter(self._partitions))
+                self._partitions[first] = self._partitions.pop(first)
+
+    def _failed(self, fetched: FetchedPartition, exc: FabricError) -> None:
+        """Retry `fetched` after the backoff, truncating first if its offsets no longer fit the leader's."""
+        if isinstance(exc, (OffsetOutOfRangeError, InvalidFramesError)):
+            log.warning("partition %s: %s; truncating again", fetched.name, exc)
+            fetched.state = FetcherState.TRUNCATING
+        elif isinstance(exc, FencedLeaderEpochError):
+            log.info("partition %s: %s; asking the controller", fetched.name, exc)
+            self.refresh()
+        else:
+            log.info("partition %s: fetching from node %d failed (%s); retrying", fetched.name, self.leader_id, exc)
+        fetched.retry_at = time.monotonic() + self.settings.backoff_ms / 1000
 
     def _call(self, call: Call) -> Any:
         try:
@@ -130,38 +210,60 @@ class ReplicaFetcher:
         except flight.FlightError as exc:
             raise wire.from_flight_error(exc) from None
 
-    def _ask(self, epoch: int) -> EpochEndOffset:
-        tp = self.replica.tp
-        answer: EpochEndOffset = self._call(action_call("offsets_for_leader_epoch", topic=tp[0],
-                                                             partition=tp[1], epoch=epoch,
-                                                             leader_epoch=self.leader_epoch, topic_id=self.topic_id))
-        return answer
-
-    def _truncate(self) -> None:
+    def _truncate(self, fetched: FetchedPartition) -> None:
         """Reconcile with the leader; report what was cut. Records cut below this replica's high watermark were
         committed: only an unclean election (a leader from outside the ISR) loses them, so they are reported at
         WARNING with their offsets; a cut above it removes records never acknowledged to acks=all."""
-        plog = self.replica.log
-        before, hw = plog.end_offset, self.replica.hw
-        end = truncation.reconcile(plog, self._ask,
-                                   lambda offset: self.replica.truncate_follower(self.leader_epoch, offset))
+        replica, epoch = fetched.replica, fetched.leader_epoch
+        plog = replica.log
+        before, hw = plog.end_offset, replica.hw
+
+        def ask(asked: int) -> EpochEndOffset:
+            answer: EpochEndOffset = self._call(action_call(
+                "offsets_for_leader_epoch", topic=replica.tp[0], partition=replica.tp[1], epoch=asked,
+                leader_epoch=epoch, topic_id=fetched.topic_id))
+            return answer
+        end = truncation.reconcile(plog, ask, lambda offset: replica.truncate_follower(epoch, offset))
         if end < min(before, hw):
             log.warning("partition %s: offsets %d..%d were committed here but are not in leader node %d's log (an "
-                        "unclean election): they are lost; offsets %d..%d truncated", self.replica.name, end,
+                        "unclean election): they are lost; offsets %d..%d truncated", replica.name, end,
                         min(before, hw) - 1, self.leader_id, end, before - 1)
         elif end < before:
             log.info("partition %s: truncated uncommitted offsets %d..%d, not in leader node %d's log (epoch %d)",
-                     self.replica.name, end, before - 1, self.leader_id, self.leader_epoch)
+                     replica.name, end, before - 1, self.leader_id, epoch)
         log.info("partition %s: reconciled with leader node %d (epoch %d): fetching from offset %d",
-                 self.replica.name, self.leader_id, self.leader_epoch, end)
+                 replica.name, self.leader_id, epoch, end)
+        fetched.state = FetcherState.FETCHING
 
-    def _fetch(self) -> None:
-        tp = self.replica.tp
-        offset = self.replica.log.end_offset
-        answer, frames = self._call(replica_fetch_call(tp[0], tp[1], offset, self.leader_epoch,
-                                                       self.replica.node_id, self.settings, self.topic_id))
-        if offset < answer["log_start"]:  # the leader deleted what this replica would copy next
-            self.replica.restart_at(self.leader_epoch, answer["log_start"], offset)
+    def _fetch(self, ready: list[FetchedPartition]) -> None:
+        """One fetch of every partition in `ready`; each answer applied to its replica, or its error handled."""
+        offsets = [p.replica.log.end_offset for p in ready]
+        request = [(p.replica.tp[0], p.replica.tp[1], offset, p.leader_epoch, p.topic_id)
+                   for p, offset in zip(ready, offsets, strict=True)]
+        try:
+            answers: list[FetchAnswer] = self._call(replica_fetch_call(self.node_id, request, self.settings))
+        except FabricError as exc:  # the leader did not answer, or refused the whole request: all retry
+            log.info("fetching %d partition(s) from node %d failed (%s); retrying", len(ready), self.leader_id, exc)
+            retry_at = time.monotonic() + self.settings.backoff_ms / 1000
+            for fetched in ready:
+                fetched.retry_at = retry_at
             return
-        self.replica.append_copied(self.leader_epoch, frames, answer["high_watermark"], answer["log_start"])
+        for fetched, offset, (answer, frames) in zip(ready, offsets, answers, strict=True):
+            if not self._current(fetched):
+                continue
+            if "error" in answer:
+                error = wire.exception_of(answer["error"])
+                self._failed(fetched, error or FabricError(f"leader node {self.leader_id}: {answer['error']}"))
+                continue
+            try:
+                self._apply(fetched, offset, answer, frames)
+            except FabricError as exc:
+                self._failed(fetched, exc)
 
+    @staticmethod
+    def _apply(fetched: FetchedPartition, offset: int, answer: dict[str, Any], frames: pa.Buffer) -> None:
+        replica = fetched.replica
+        if offset < answer["log_start"]:  # the leader deleted what this replica would copy next
+            replica.restart_at(fetched.leader_epoch, answer["log_start"], offset)
+            return
+        replica.append_copied(fetched.leader_epoch, frames, answer["high_watermark"], answer["log_start"])

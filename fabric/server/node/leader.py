@@ -33,6 +33,11 @@ class FollowerProgress:
     caught_up_ms: float = 0.0  # when it was last caught up (the leadership's start, before any fetch)
     fetch_ms: float = 0.0  # its previous fetch
     leader_leo_at_fetch: int = UNKNOWN  # the leader's LEO at its previous fetch
+    # the follower's last answer read from the log (PartitionReplica.serve_follower): the partition's change count
+    # then, when, and the log start it gave
+    answered_changes: int = UNKNOWN
+    answered_ms: float = 0.0
+    answered_start: int = UNKNOWN
 
 
 class LeaderState:

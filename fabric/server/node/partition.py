@@ -18,7 +18,8 @@ lapsed, or the partition left it) moves to OFFLINE keeping the epoch: the contro
 A request quotes the leader epoch the client knows (`check_leader`): one for an older epoch is refused with
 FencedLeaderEpochError, one the node does not lead with NotLeaderError (both retriable: the client refreshes
 its metadata). Every change of role, ISR, log end or high watermark notifies `changed`, which acks=all
-appends and long-polling follower fetches wait on.
+appends and consumers' long polls wait on; a follower's fetch, which covers many partitions, waits on an event
+each of them sets on new frames or the end of a leadership (`watch`).
 
 The high watermark is checkpointed in the partition directory (`replication-high-watermark`, written by
 `checkpoint`), so a restarted replica starts from it (at most its log end) rather than from zero.
@@ -61,6 +62,10 @@ from fabric.storage.watermark import HighWatermark
 
 log = logging.getLogger(__name__)
 HW_CHECKPOINT = "replication-high-watermark"
+# a follower fetching again at the log end, with nothing changed since its last answer, is answered from memory
+# for this long; then from the log again, so it learns a log start moved by the node's background retention
+ANSWER_FROM_MEMORY_MS = 1000
+NO_FRAMES = pa.py_buffer(b"")
 
 
 class Role(str, enum.Enum):
@@ -89,6 +94,23 @@ class ReplicaFetch:
     log_start: int
 
 
+class FetchWaiter:
+    """A follower's fetch waiting for frames in any of its partitions (`PartitionReplica.watch`): which woke it."""
+
+    def __init__(self) -> None:
+        self._woken = threading.Event()
+        self.partitions: set[TopicPartition] = set()
+
+    def wake(self, tp: TopicPartition) -> None:
+        self.partitions.add(tp)
+        self._woken.set()
+
+    def wait(self, timeout_s: float) -> set[TopicPartition]:
+        """The partitions that woke it within `timeout_s` (none: it timed out)."""
+        self._woken.wait(timeout_s)
+        return set(self.partitions)
+
+
 def _now_ms() -> float:
     return time.monotonic() * 1000
 
@@ -105,6 +127,8 @@ class PartitionReplica:
         self.hw = -1  # unknown until the log is first opened
         self._checkpointed = -1
         self._leader_start = -1  # the leader's log start this follower last took (-1: none since it restarted)
+        self._fetch_waiters: set[FetchWaiter] = set()  # followers' fetches waiting for frames (watch)
+        self._changes = 0  # new frames or role changes so far (_wake_fetches)
 
     @property
     def state(self) -> ReplicaState:
@@ -172,7 +196,7 @@ class PartitionReplica:
                 self.leader.isr_confirmed(new.isr, new.partition_epoch)
                 self._advance(self.log)
             self._state = ReplicaState(role, new.leader_epoch, registration)
-            self.changed.notify_all()
+            self._wake_fetches()
         if changed:
             log.info("partition %s: %s(epoch %d) -> %s(epoch %d)", self.name, old.role.value, old.leader_epoch,
                      role.value, new.leader_epoch)
@@ -184,7 +208,7 @@ class PartitionReplica:
             old = self._state
             self._state = ReplicaState(Role.OFFLINE, old.leader_epoch, old.registration)
             self.leader = None
-            self.changed.notify_all()
+            self._wake_fetches()
         if old.role is not Role.OFFLINE:
             log.warning("partition %s: %s(epoch %d) -> Offline: %s", self.name, old.role.value, old.leader_epoch, why)
 
@@ -260,7 +284,7 @@ class PartitionReplica:
         """Answer a write of offsets base..end-1: at once (acks 0 or 1), or once the high watermark covers them."""
         with self.changed:
             self._advance(plog)
-            self.changed.notify_all()  # followers long-polling for new frames
+            self._wake_fetches()
             if acks != "all":
                 return base
             self.changed.wait_for(lambda: self.leader is not leader or self.hw >= end or len(leader.isr) < min_isr,
@@ -284,12 +308,24 @@ class PartitionReplica:
         followers take it from their next fetch answer (append_copied)."""
         self.check_leader(leader_epoch)
         plog = self.log
-        return partition_ops.delete_records(plog, self.tp[0], before_offset, high_watermark=self.hw)
+        try:
+            return partition_ops.delete_records(plog, self.tp[0], before_offset, high_watermark=self.hw)
+        finally:
+            self._start_moved()
 
     def enforce_retention(self, leader_epoch: int | None) -> int:
         """Apply retention now as the leader (below the high watermark); segments deleted."""
         self.check_leader(leader_epoch)
-        return self.log.enforce_retention()
+        try:
+            return self.log.enforce_retention()
+        finally:
+            self._start_moved()
+
+    def _start_moved(self) -> None:
+        """The log start may have moved: followers' next answers are read from the log, to carry it (retention
+        in the node's background maintenance reaches them within ANSWER_FROM_MEMORY_MS)."""
+        with self.changed:
+            self._changes += 1
 
     def check_readable(self, leader_epoch: int | None, from_follower: bool) -> ReplicaState:
         """The state, if a consumer may read here: as the leader (check_leader), or with `from_follower` (a
@@ -320,34 +356,73 @@ class PartitionReplica:
         self.check_readable(leader_epoch, from_follower)
         return plog.fetch(offset, max_bytes, self.readable_end(isolation), isolation)
 
-    def serve_follower(self, follower: int, leader_epoch: int, offset: int, max_bytes: int,
-                       max_wait_s: float) -> ReplicaFetch:
+    def _wake_fetches(self) -> None:
+        """New frames, or a change of role: wake whatever waits on `changed` and the followers' fetches (lock
+        held)."""
+        self._changes += 1
+        self.changed.notify_all()
+        for event in self._fetch_waiters:
+            event.wake(self.tp)
+
+    def watch(self, event: FetchWaiter, leader_epoch: int, offset: int) -> bool:
+        """Have `event` woken (with this partition) on frames past `offset` or the end of this node's leadership
+        under `leader_epoch` (Kafka's delayed fetch, never for a move of the high watermark alone: waking followers
+        for it gave every replicated write one more round trip); False, and nothing registered, if either has
+        happened already. The caller unwatches it."""
+        with self.changed:
+            leader = self.leader
+            if leader is None or leader.leader_epoch != leader_epoch or self.log.end_offset > offset:
+                return False
+            self._fetch_waiters.add(event)
+            return True
+
+    def unwatch(self, event: FetchWaiter) -> None:
+        with self.changed:
+            self._fetch_waiters.discard(event)
+
+    def serve_follower(self, follower: int, leader_epoch: int, offset: int, max_bytes: int) -> ReplicaFetch:
         """A follower fetches from `offset` (all it holds) under `leader_epoch`: record its progress, move the
-        high watermark, and answer the frames from `offset`, waiting up to `max_wait_s` for some if there are
-        none yet (Kafka's replica.fetch.wait.max.ms). A waiting fetch ends on new frames or when this leadership
-        ends, not when the high watermark moves (as Kafka's delayed fetch): waking the followers for the move gave
-        every replicated write one more round trip. A follower learns the high watermark from its next answer,
-        within max_wait_s."""
+        high watermark, and answer the frames from `offset` (none at the log end: the caller may `watch` and ask
+        again). A follower learns the high watermark from its answers. One fetching again at the log end with
+        nothing appended since is answered from memory (`_unchanged`): a follower's fetch covers every partition
+        it copies from this node, most of them idle."""
         state = self.check_leader(leader_epoch)
-        plog = self.log
+        now = _now_ms()
         with self.changed:
             leader = self._leading(state)
             if follower not in leader.followers:
                 raise IneligibleReplicaError(f"node {follower} is not a follower of {self.name} (replicas "
                                              f"{list(leader.replicas)})")
+            unchanged = self._unchanged(leader, follower, offset, now)
+            if unchanged is not None:
+                return unchanged
+            plog = self.log
             leo = plog.end_offset
             if offset > leo:
                 raise OffsetOutOfRangeError(f"follower {follower} fetches {self.name} from offset {offset}, past the "
                                             f"leader's log end {leo}: it must truncate first (OffsetsForLeaderEpoch)")
-            leader.follower_fetched(follower, offset, leo, _now_ms())
+            leader.follower_fetched(follower, offset, leo, now)
+            progress = leader.followers[follower]
+            progress.answered_changes, progress.answered_ms = self._changes, now
             self._advance(plog)
-            if offset >= leo:  # held until new frames or the end of this leadership; not for the high watermark
-                self.changed.wait_for(lambda: self.leader is not leader or plog.end_offset > offset, max_wait_s)
-        start = plog.start_offset
+        start = progress.answered_start = plog.start_offset
         # below the log start (deleted by retention or DeleteRecords before this follower copied it): no frames,
-        # and the answer's log start tells the follower where to start again (Kafka's OFFSET_OUT_OF_RANGE)
-        frames = plog.read_frames(offset, max_bytes) if offset >= start else pa.py_buffer(b"")
+        # and the answer's log start tells the follower where to start again (Kafka's OFFSET_OUT_OF_RANGE); none
+        # either for max_bytes 0 (the fetch's response_max_bytes was spent on other partitions)
+        has_frames = start <= offset < leo and max_bytes
+        frames = plog.read_frames(offset, max_bytes) if has_frames else NO_FRAMES
         return ReplicaFetch(frames, self.hw, plog.end_offset, start)
+
+    def _unchanged(self, leader: LeaderState, follower: int, offset: int, now: float) -> ReplicaFetch | None:
+        """The answer, from memory, to `follower` fetching again from the log end it was answered at, with no
+        frames appended and no role change since, within ANSWER_FROM_MEMORY_MS; None otherwise (lock held)."""
+        progress = leader.followers[follower]
+        if (progress.answered_changes != self._changes or offset != progress.leo
+                or offset != progress.leader_leo_at_fetch or now - progress.answered_ms >= ANSWER_FROM_MEMORY_MS
+                or progress.answered_start < 0):
+            return None
+        leader.follower_fetched(follower, offset, offset, now)  # caught up: at the log end
+        return ReplicaFetch(NO_FRAMES, self.hw, offset, progress.answered_start)
 
     def end_offset_for(self, epoch: int, leader_epoch: int) -> EpochEndOffset:
         """OffsetsForLeaderEpoch as the leader under `leader_epoch`: where this log's records of `epoch` end."""

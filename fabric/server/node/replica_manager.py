@@ -1,5 +1,6 @@
 """The partitions one data node hosts (Kafka's ReplicaManager): a PartitionReplica (its role, leader epoch, log
-and high watermark) for each, as the controller's assignments say, and a ReplicaFetcher for each it follows.
+and high watermark) for each, as the controller's assignments say, and a ReplicaFetcher for each leader node
+it follows partitions of (Kafka's addFetcherForPartitions / removeFetcherForPartitions; an idle one stops).
 
 The data directory belongs to one node id (`__fabric/node.id`), so a restart with the same id and directory
 finds its logs and rejoins, and a directory of another node is refused. Serving a partition means leading it
@@ -46,7 +47,7 @@ from fabric.coordinator.disk import disk_errors
 from fabric.server import partition_ops
 from fabric.server.node.fetcher import FetchSettings, Peer, ReplicaFetcher
 from fabric.server.node.leader import LeaderState
-from fabric.server.node.partition import PartitionReplica, ReplicaFetch, Role
+from fabric.server.node.partition import FetchWaiter, PartitionReplica, ReplicaFetch, Role
 from fabric.storage.cleaner import CleanReport
 from fabric.storage.log import Log
 from fabric.storage.log_manager import LogManager
@@ -91,7 +92,8 @@ class ReplicaManager:
         self.transaction_record: Callable[[str], TransactionRecord] | None = None
         self.controller_epoch = 0
         self._replicas: dict[TopicPartition, PartitionReplica] = {}
-        self._fetchers: dict[TopicPartition, ReplicaFetcher] = {}
+        self._fetchers: dict[tuple[int, str], ReplicaFetcher] = {}  # by leader node id and address
+        self._fetched_from: dict[TopicPartition, tuple[int, str]] = {}  # which fetcher copies a partition
         self._topics: dict[str, TopicInfo] = {}
         self._addresses: dict[int, str] = {}
         self._lock = threading.Lock()
@@ -126,13 +128,17 @@ class ReplicaManager:
                     self._check_topic_id(info)
             self._topics = dict(assignment.topics)
             self._addresses.update(assignment.addresses)
-            for tp, registration in sorted(assignment.partitions.items()):
-                replica = self._replicas.get(tp)
-                if replica is None:
-                    replica = self._replicas[tp] = PartitionReplica(tp, self.node_id, self._opener(tp))
-                with disk_errors(self.logs.topic_dir(tp[0]), f"open partition {tp[0]}-{tp[1]}"):
-                    if replica.become(registration):
-                        self._follow(replica)
+            try:
+                for tp, registration in sorted(assignment.partitions.items()):
+                    replica = self._replicas.get(tp)
+                    if replica is None:
+                        replica = self._replicas[tp] = PartitionReplica(tp, self.node_id, self._opener(tp))
+                    with disk_errors(self.logs.topic_dir(tp[0]), f"open partition {tp[0]}-{tp[1]}"):
+                        if replica.become(registration):
+                            self._follow(replica)
+            finally:  # fetchers start once they have all their partitions: the first fetch asks for all of them,
+                for fetcher in self._fetchers.values():  # instead of long-polling for the first alone
+                    fetcher.start()
             for tp in sorted(set(self._replicas) - set(assignment.partitions)):
                 self._stop_fetcher(tp)
                 self._replicas.pop(tp).fence("no longer assigned to this node")
@@ -185,14 +191,20 @@ class ReplicaManager:
             log.warning("partition %s: the address of leader node %d is unknown; fetching once it is", replica.name,
                         leader)
             return
-        self._fetchers[replica.tp] = ReplicaFetcher(replica, leader, address, state.leader_epoch,
-                                                    self._topics[replica.tp[0]].topic_id, self.peer, self.refresh,
-                                                    self.fetch_settings).start()
+        source = (leader, address)
+        fetcher = self._fetchers.get(source)
+        if fetcher is None:
+            fetcher = self._fetchers[source] = ReplicaFetcher(self.node_id, leader, address, self.peer, self.refresh,
+                                                              self.fetch_settings)
+        fetcher.add(replica, state.leader_epoch, self._topics[replica.tp[0]].topic_id)
+        self._fetched_from[replica.tp] = source
 
     def _stop_fetcher(self, tp: TopicPartition) -> None:
-        fetcher = self._fetchers.pop(tp, None)
-        if fetcher is not None:
-            fetcher.stop()
+        """Stop copying `tp`; its leader's fetcher stops once it copies nothing else (lock held)."""
+        source = self._fetched_from.pop(tp, None)
+        fetcher = self._fetchers.get(source) if source is not None else None
+        if source is not None and fetcher is not None and fetcher.remove(tp) and not len(fetcher):
+            self._fetchers.pop(source).stop()
 
     def fence_all(self, why: str) -> None:
         """Stop serving and fetching every partition (the node's registration lapsed): only the controller's next
@@ -205,8 +217,15 @@ class ReplicaManager:
     def stop(self) -> None:
         """Stop every fetcher (the node is shutting down)."""
         with self._lock:
-            for tp in list(self._fetchers):
+            for tp in list(self._fetched_from):
                 self._stop_fetcher(tp)
+
+    def fetchers(self) -> list[dict[str, object]]:
+        """Each fetcher: the leader node it copies from, and the partitions it copies there."""
+        with self._lock:
+            fetchers = sorted(self._fetchers.items())
+        return [{"leader": leader, "address": address, "partitions": [list(tp) for tp in fetcher.partitions()]}
+                for (leader, address), fetcher in fetchers]
 
     def leaders(self) -> list[TopicPartition]:
         return sorted(tp for tp, r in self._replicas.items() if r.state.role is Role.LEADER)
@@ -345,17 +364,67 @@ class ReplicaManager:
         with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
             return replica.read(offset, max_bytes, end_offset, leader_epoch, wait_s, from_follower, isolation)
 
-    def replica_fetch(self, topic: str, partition: int, offset: int, leader_epoch: int, replica_id: int,
-                      max_bytes: int = 1 << 20, max_wait_ms: int = 500, topic_id: str = "") -> ReplicaFetch:
-        """A follower's fetch: its progress recorded, the frames from `offset` (long-polled up to max_wait_ms)."""
-        for name, value in (("offset", offset), ("leader_epoch", leader_epoch), ("replica_id", replica_id),
-                            ("max_bytes", max_bytes)):
+    def replica_fetch(self, replica_id: int, partitions: list[tuple[str, int, int, int, str]],
+                      max_bytes: int = 1 << 20, response_max_bytes: int = 10 << 20, max_wait_ms: int = 500
+                      ) -> list[ReplicaFetch | FabricError]:
+        """A follower's fetch of every partition it copies from this node, each (topic, partition, offset, leader
+        epoch, topic id) (Kafka's replica FetchRequest): per partition, its progress recorded and its frames from
+        the offset (up to `max_bytes`, and `response_max_bytes` over all), or the error that concerns it alone.
+        When none has frames, held up to max_wait_ms until one has, or a leadership among them ends."""
+        for name, value in (("replica_id", replica_id), ("max_bytes", max_bytes),
+                            ("response_max_bytes", response_max_bytes)):
             if value < 0:
                 raise InvalidRequestError(f"{name} must be an int from 0, got {clip(value)}")
+        if len({(topic, partition) for topic, partition, *_ in partitions}) != len(partitions):
+            raise InvalidRequestError("a replica fetch names a partition twice; name each once")
+        for topic, partition, offset, leader_epoch, _ in partitions:
+            if min(partition, offset, leader_epoch) < 0:
+                raise InvalidRequestError(f"replica fetch of {clip(topic, 60)}-{partition}: partition, offset and "
+                                          f"leader epoch must be ints from 0, got {partition}, {offset}, "
+                                          f"{leader_epoch}")
         wait_s = partition_ops.wait_seconds("max_wait_ms", max_wait_ms)
-        replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
-            return replica.serve_follower(replica_id, leader_epoch, offset, max(max_bytes, 1), wait_s)
+        answers = self._serve_follower(replica_id, partitions, max_bytes, response_max_bytes)
+        if wait_s and all(isinstance(a, ReplicaFetch) and not a.frames.size for a in answers):
+            woken = self._await_frames(partitions, wait_s)  # the others' answers stand
+            again = [i for i, (topic, partition, *_) in enumerate(partitions) if (topic, partition) in woken]
+            for i, answer in zip(again, self._serve_follower(replica_id, [partitions[i] for i in again], max_bytes,
+                                                             response_max_bytes), strict=True):
+                answers[i] = answer
+        return answers
+
+    def _serve_follower(self, replica_id: int, partitions: list[tuple[str, int, int, int, str]], max_bytes: int,
+                        response_max_bytes: int) -> list[ReplicaFetch | FabricError]:
+        answers: list[ReplicaFetch | FabricError] = []
+        budget = response_max_bytes
+        for topic, partition, offset, leader_epoch, topic_id in partitions:
+            try:
+                replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
+                with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+                    answer = replica.serve_follower(replica_id, leader_epoch, offset,
+                                                    max(min(max_bytes, budget), 0))
+            except FabricError as exc:
+                answers.append(exc)
+                continue
+            budget -= answer.frames.size
+            answers.append(answer)
+        return answers
+
+    def _await_frames(self, partitions: list[tuple[str, int, int, int, str]], wait_s: float
+                      ) -> set[TopicPartition]:
+        """Wait up to `wait_s` for frames past the offsets asked for, or the end of a leadership among them; the
+        partitions where either happened (none: the wait timed out)."""
+        event = FetchWaiter()
+        watched: list[PartitionReplica] = []
+        try:
+            for topic, partition, offset, leader_epoch, _ in partitions:
+                replica = self._replicas.get((topic, partition))
+                if replica is None or not replica.watch(event, leader_epoch, offset):
+                    return {(topic, partition)}
+                watched.append(replica)
+            return event.wait(wait_s)
+        finally:
+            for replica in watched:
+                replica.unwatch(event)
 
     def offsets_for_leader_epoch(self, topic: str, partition: int, epoch: int, leader_epoch: int,
                                  topic_id: str = "") -> EpochEndOffset:

@@ -1,16 +1,17 @@
 """A data node's Flight service: the data plane of the partitions it leads.
 
-DoPut `append` ({topic, partition, codec, leader_epoch, acks, timeout_ms, producer fields, transactional})
-appends stored rows; DoGet ({topic, partition, offset, max_bytes, end_offset, leader_epoch, isolation_level})
-fetches below the high watermark (read_committed: the last stable offset); DoAction runs `partition_state`,
-`offset_for_time`, `offset_after_records`, `write_markers` (which needs write on the topic and on the
-transactional id), `compact_partition`, `enforce_retention` and `delete_records` (admin on the topic:
-`fabric topics compact`, `retain` and `delete-records`) and `status` for
-clients, and for followers (other nodes, which need cluster_action on the cluster resource)
-`offsets_for_leader_epoch` and `replica_fetch`, whose second result is the raw frames. The wire format is
-the coordinator service's (fabric.server.wire). Every request is checked against the ReplicaManager method it
-calls, authenticated and authorized as the coordinator's are (same tokens and ACL files), and refused with
-NotLeaderError / FencedLeaderEpochError unless this node leads the partition under the quoted leader epoch.
+DoPut `append` ({topic, partition, codec, leader_epoch, acks, timeout_ms, producer fields, transactional}) appends
+stored rows; DoGet ({topic, partition, offset, max_bytes, end_offset, leader_epoch, isolation_level}) fetches below
+the high watermark (read_committed: the last stable offset); DoAction runs `partition_state`, `offset_for_time`,
+`offset_after_records`, `write_markers` (which needs write on the topic and on the transactional id),
+`compact_partition`, `enforce_retention` and `delete_records` (admin on the topic: `fabric topics compact`,
+`retain` and `delete-records`) and `status` for clients, and for followers (other nodes, which need cluster_action
+on the cluster resource) `offsets_for_leader_epoch` and `replica_fetch` (many partitions at once: its first result
+is a JSON answer per partition, its state or its error, then a result with the raw frames of each partition that
+has some, in order). The wire format is the coordinator service's (fabric.server.wire). Every request is checked
+against the ReplicaManager method it calls, authenticated and authorized as the coordinator's are (same tokens and
+ACL files), and refused with NotLeaderError / FencedLeaderEpochError unless this node leads the partition under the
+quoted leader epoch.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from fabric.common.errors import InvalidRequestError
+from fabric.common.errors import FabricError, InvalidRequestError
 from fabric.common.records import storage_schema
 from fabric.common.redaction import clip
 from fabric.server import security, wire
@@ -35,6 +36,14 @@ ACTIONS = {"partition_state": "describe", "offset_for_time": "describe",  # acti
            "offset_after_records": "describe", "write_markers": "write", "compact_partition": "admin",
            "enforce_retention": "admin", "delete_records": "admin"}
 REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_fetch")  # followers' calls, on the cluster resource
+
+
+def _fetch_answer(answer: ReplicaFetch | FabricError) -> dict[str, Any]:
+    """One partition's part of a replica fetch's answer: its leader's offsets, or its error."""
+    if isinstance(answer, FabricError):
+        return {"error": wire.error_fields(answer)}
+    return {"high_watermark": answer.high_watermark, "log_end": answer.log_end, "log_start": answer.log_start,
+            "frames": answer.frames.size}
 
 
 class NodeService(FabricFlightServer):
@@ -68,21 +77,22 @@ class NodeService(FabricFlightServer):
             self.authorize(context, [(ACTIONS[action.type], f"topic:{args['topic']}"), *(
                 [("write", f"transactional-id:{args['transactional_id']}")] if "transactional_id" in args else [])])
         result = getattr(self.replicas, action.type)(**args)
-        if isinstance(result, ReplicaFetch):
-            return [wire.dumps({"high_watermark": result.high_watermark, "log_end": result.log_end,
-                                "log_start": result.log_start}), flight.Result(result.frames)]
+        if action.type == "replica_fetch":  # the frames of the partitions that have some, in order
+            return [wire.dumps([_fetch_answer(answer) for answer in result]),
+                    *[flight.Result(a.frames) for a in result if isinstance(a, ReplicaFetch) and a.frames.size]]
         return [wire.dumps(result)]
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         return [(name, f"node.{name}") for name in sorted([*ACTIONS, *REPLICA_ACTIONS, "status"])]
 
     def status(self) -> dict[str, Any]:
-        """This node's id, address, epochs, metrics port, the partitions it leads and every replica's replication
-        state."""
+        """This node's id, address, epochs, metrics port, the partitions it leads, every replica's replication
+        state and its replica fetchers (one per leader node it copies from)."""
         return {"node_id": self.replicas.node_id, "address": self.address, "node_epoch": self.node_epoch,
                 "metrics_port": self.metrics.port,
                 "controller_epoch": self.replicas.controller_epoch,
-                "leaders": [list(tp) for tp in self.replicas.leaders()], "replicas": self.replicas.describe()}
+                "leaders": [list(tp) for tp in self.replicas.leaders()], "replicas": self.replicas.describe(),
+                "fetchers": self.replicas.fetchers()}
 
     @translated
     @measured("produce")
