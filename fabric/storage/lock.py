@@ -1,10 +1,23 @@
-"""A per-partition exclusive lock across processes (flock): appends, rolls and recovery hold it."""
+"""Exclusive locks across processes (flock): a partition's (appends, rolls and recovery hold it), and a process's
+claim on a whole data directory (`claim`)."""
 from __future__ import annotations
 
 import fcntl
 import os
 import threading
 from types import TracebackType
+
+
+def claim(path: str) -> int | None:
+    """Lock `path` (created if need be) exclusively without waiting, until the returned descriptor is closed or the
+    process ends; None if another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 class PartitionLock:

@@ -21,6 +21,7 @@ from fabric.common.errors import (
     UnknownPartitionError,
 )
 from fabric.common.waiting import wait_for
+from fabric.server.launcher import NodeProcess
 
 # a loaded machine may take a while past the session timeout to notice, decide and answer
 SETTLE_S = 30
@@ -196,6 +197,18 @@ def test_a_node_stops_in_time_on_sigterm_even_without_its_coordinator(node_clust
     assert node is not None
     node.terminate()
     assert node.wait(timeout=SETTLE_S) == 0  # node.shutdown.timeout.ms is 5 s; exit 1 would mean it gave up
+
+
+def test_a_second_node_process_on_the_same_data_directory_is_refused(shared_cluster) -> None:
+    """A careless operator starts a node twice: the second process refuses the directory the first serves (two
+    writers would corrupt its logs) and exits with the fix; the first goes on serving, its registration intact."""
+    first = shared_cluster.nodes[1]
+    epoch = first.status()["node_epoch"]
+    twin = NodeProcess(1, first.data_dir, first.coordinator, extra=first.extra)
+    with pytest.raises(RuntimeError, match="is in use by another node process; stop that process first"):
+        twin.start(timeout=60)
+    assert twin.process is not None and twin.process.returncode == 1
+    assert first.status()["node_epoch"] == epoch  # the twin never registered
 
 
 @pytest.mark.parametrize("store", [(), pytest.param(("--zookeeper",), marks=pytest.mark.zookeeper)],

@@ -21,12 +21,14 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
+import os
 import threading
 import time
 from typing import Any, Sequence
 
-from fabric.common.errors import FabricError, StaleNodeEpochError
+from fabric.common.errors import FabricError, InvalidConfigError, StaleNodeEpochError
 from fabric.common.types import LeaderAndIsr, NodeAssignment, NodeInfo, TopicPartition
+from fabric.coordinator.disk import disk_errors
 from fabric.server.connection import Call, Connection, parse_url
 from fabric.server.entry import server_main
 from fabric.server.node.leader import LeaderState
@@ -35,9 +37,12 @@ from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.service import NodeService
 from fabric.server.node.settings import NodeSettings, add_node_arguments, node_settings_from
 from fabric.server.shutdown import Interrupted, Shutdown
+from fabric.storage import lock
 from fabric.storage.log_maintenance import LogMaintenance
+from fabric.storage.log_manager import INTERNAL_DIR
 
 log = logging.getLogger(__name__)
+NODE_LOCK = "node.lock"  # in the data directory's __fabric: held by the node process serving it
 MAINTAIN_INTERVAL_S = 0.25
 
 
@@ -149,8 +154,22 @@ def _register_until_answered(node: Node, shutdown: Shutdown) -> None:
                 return
 
 
+def _claim_data_dir(data_dir: str) -> int:
+    """Lock the data directory for this process (the descriptor holding the lock): two node processes writing one
+    directory, a node started twice by mistake, would corrupt its logs."""
+    internal = os.path.join(data_dir, INTERNAL_DIR)
+    with disk_errors(data_dir, "lock the node's data directory"):
+        os.makedirs(internal, exist_ok=True)
+        claimed = lock.claim(os.path.join(internal, NODE_LOCK))
+    if claimed is None:
+        raise InvalidConfigError(f"data directory {data_dir} is in use by another node process; stop that process "
+                                 "first, or give this node its own --data")
+    return claimed
+
+
 def serve(settings: NodeSettings) -> None:
     """Run one data node until SIGTERM/SIGINT, then stop within settings.shutdown_timeout_ms."""
+    claimed = _claim_data_dir(settings.data_dir)
     shutdown = Shutdown(settings.shutdown_timeout_ms / 1000)
     shutdown.install()
     options = parse_url(settings.coordinator)
@@ -180,6 +199,7 @@ def serve(settings: NodeSettings) -> None:
         log.info("%s before the node was serving: stopping", stop)
     finally:
         _stop(shutdown, server, node, connection, maintenance)
+        os.close(claimed)
 
 
 def _stop(shutdown: Shutdown, server: NodeService | None, node: Node | None, connection: Connection,
