@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     archive.main(common + ["--checkpoint", f"{work}/checkpoints/archive", "--topic", "clicks",
                            "--table", f"{work}/clicks-delta", "--group-id", "demo-archive"])
     report(fab, f"{work}/clicks-delta")
+    fab.close()
 
 
 def report(fab: fabric.Fabric, table_path: str) -> None:

@@ -15,6 +15,7 @@ recovery repairs (segment_swap).
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 from typing import Callable, Iterable
@@ -24,6 +25,7 @@ from fabric.storage.log import Log
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_MS = 300_000  # Kafka's log.retention.check.interval.ms default
+EXIT_WAIT_S = 10.0  # how long a process's exit waits for a partition in progress
 INTERVAL_KEY = "log.retention.check.interval.ms"
 
 # What a pass looks after: each partition's name (topic-partition) and how to open its Log (opening may fail too).
@@ -42,7 +44,10 @@ class LogMaintenance:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> LogMaintenance:
+        """Start the thread; a process that exits without stop() stops it first (atexit): a daemon thread still
+        inside Arrow's C++ while the interpreter finalizes can abort the process."""
         self._thread.start()
+        atexit.register(self._at_exit)
         log.info("log maintenance every %d ms (%s)", self.interval_ms, INTERVAL_KEY)
         return self
 
@@ -50,11 +55,15 @@ class LogMaintenance:
         """Stop the thread and wait up to `timeout_s` for a partition in progress to finish (a thread still at it
         then is a daemon: a crash mid-pass is safe, recovery repairs it)."""
         self._stopping.set()
+        atexit.unregister(self._at_exit)
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
             if self._thread.is_alive():
                 log.warning("log maintenance did not stop within %.1f s: it is left to end with the process",
                             timeout_s)
+
+    def _at_exit(self) -> None:
+        self.stop(EXIT_WAIT_S)
 
     def _run(self) -> None:
         while not self._stopping.wait(self.interval_ms / 1000):

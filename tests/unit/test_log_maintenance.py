@@ -149,3 +149,4 @@ def test_compact_topic_refuses_unknown_and_delete_only_topics(fab):
         fab.compact_topic("events")
     fab.alter_topic_config("events", {"cleanup.policy": "compact,delete"})
     assert fab.compact_topic("events")[0].reason  # accepted now (nothing to clean in an empty topic)
+
