@@ -19,8 +19,8 @@ from fabric.common.errors import CorruptRecordError, InvalidRecordError, RecordT
 from fabric.common.redaction import shorten
 from fabric.server.wire import schema_text
 from fabric.storage import frame
+from fabric.storage.batch_encoding import check_keys
 from fabric.storage.frame import FrameHeader
-from fabric.storage.log import check_keys
 
 Frame = tuple[FrameHeader, pa.Buffer]
 RECORD_COLUMNS = ("key", "value", "headers")  # what max.message.bytes measures of a record

@@ -50,7 +50,7 @@ from fabric.coordinator.producer_ids import ProducerIds
 from fabric.coordinator.sqlite_store import SqliteCoordinator
 from fabric.server import admission, partition_ops, publish, recovery
 from fabric.server.publish import Frame, Staged
-from fabric.storage import frame
+from fabric.storage import batch_encoding, frame
 from fabric.storage.cleaner import CleanReport
 from fabric.storage.log import Log
 from fabric.storage.log_maintenance import LogMaintenance
@@ -383,7 +383,7 @@ class Broker:
             bases = self._publish(txn, staged)
         else:
             part, validate = self._transaction_offsets(offsets)
-            template, payload = Log.encode(part.rows)
+            template, payload = batch_encoding.encode(part.rows)
             staged[(OFFSETS_TOPIC, part.partition)] = [(None, [(frame.seal(template, payload), payload)])]
             bases = self._publish(txn, staged, validate, part)
         if bases is None:
@@ -430,7 +430,7 @@ class Broker:
             for batch in batches:
                 admission.check_rows(key[0], batch, partition_log.schema, partition_log.config["max.message.bytes"],
                                      partition_log.config)
-            encoded = [Log.encode(b, codec, partition_log.timestamp_type, partition_log.clock)
+            encoded = [batch_encoding.encode(b, codec, partition_log.timestamp_type, partition_log.clock)
                        for b in batches if b.num_rows]
             staged[key] = [(None, [(frame.seal(template, payload), payload) for template, payload in encoded])]
         return staged

@@ -26,18 +26,18 @@ if TYPE_CHECKING:
     from fabric.storage.log import Log
 
 
-def adopt_segment(plog: Log, path: str, frames: list[tuple[FrameHeader, pa.Buffer]], base_offset: int
-                  ) -> Segment | None:
-    """Make the staged file `path` the segment of `plog` at `base_offset`; `frames` are its verified frames (a
-    schema frame, then data frames based from 0). None (nothing done) if it cannot be adopted: the active
-    segment does not end exactly at `base_offset`, the file is too large for a segment, or its schema differs."""
+def adopt_segment(plog: Log, path: str, frames: list[tuple[FrameHeader, pa.Buffer]], base_offset: int) -> bool:
+    """Make the staged file `path` the active segment of `plog` at `base_offset`; `frames` are its verified
+    frames (a schema frame, then data frames based from 0). False (nothing done) if it cannot be adopted: the
+    active segment does not end exactly at `base_offset`, the file is too large for a segment, or its schema
+    differs."""
     active = plog.sync_tail()
     schema_header, schema_payload = frames[0]
-    tail = active.end(plog.start(active, 2**62))
+    tail = active.end(plog.indexes.start(active, 2**62))
     if (not schema_header.is_schema or base_offset != tail.expected or tail.position != active.size
             or os.path.getsize(path) >= min(plog.config["segment.bytes"], 1 << 32)
             or not frame.decode_schema(schema_payload).equals(plog.schema)):
-        return None
+        return False
     builder = IndexBuilder(0, plog.config["index.interval.bytes"])
     pos = 0
     fd = os.open(path, os.O_RDWR)
@@ -61,4 +61,6 @@ def adopt_segment(plog: Log, path: str, frames: list[tuple[FrameHeader, pa.Buffe
     MAPS.forget(path)
     seg._indexes_checked = True
     plog.register(seg)
-    return seg
+    plog.remember_tail(seg, plog.tail_end())
+    plog.flushes.wrote(sum(h.record_count for h, _ in frames))
+    return True

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from fabric.common.clock import SYSTEM_CLOCK, Clock
-from fabric.storage import frame
-from fabric.storage.log import Log
+from fabric.storage import batch_encoding, frame
 
 
 @dataclass(frozen=True)
@@ -30,5 +29,5 @@ class FrameEncoder:
 
     def encode(self, rows: pa.RecordBatch, base_offset: int = 0) -> tuple[bytes, pa.Buffer]:
         """One sealed frame at `base_offset`: (header bytes, payload), to be written one after the other."""
-        template, payload = Log.encode(rows, self.codec, self.timestamp_type, self.clock)
+        template, payload = batch_encoding.encode(rows, self.codec, self.timestamp_type, self.clock)
         return frame.seal(template, payload, base_offset).pack(), payload

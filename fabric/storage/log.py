@@ -14,23 +14,21 @@ import functools
 import logging
 import os
 import threading
-import time
 from dataclasses import replace
 from typing import Callable, Iterable, Iterator, NamedTuple
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from fabric.common.clock import SYSTEM_CLOCK, Clock
-from fabric.common.codecs import CODECS
 from fabric.common.config import TopicConfig
-from fabric.common.errors import CorruptRecordError, InvalidRecordError
-from fabric.common.records import LOG_APPEND_TIME, TIMESTAMP, TIMESTAMP_TYPES
+from fabric.common.records import TIMESTAMP_TYPES
 from fabric.common.types import Fetched, ProducerBatch
-from fabric.storage import adopt, frame, log_start, reader, truncation
+from fabric.storage import adopt, batch_encoding, frame, log_start, reader, truncation
 from fabric.storage.cleaner import CleanReport, LogCleaner
 from fabric.storage.errors import UNWRITABLE, writes
+from fabric.storage.flush_policy import FlushPolicy
 from fabric.storage.frame import FrameHeader
+from fabric.storage.index_repair import IndexRepair
 from fabric.storage.leader_epochs import LeaderEpochCache
 from fabric.storage.lock import PartitionLock
 from fabric.storage.log_retention import LogRetention
@@ -46,7 +44,7 @@ from fabric.storage.producer_state import ProducerStateTable
 from fabric.storage.recovery import Recovery, RecoveryReport
 from fabric.storage.replica_frames import check_copied
 from fabric.storage.scan import Frame
-from fabric.storage.segment import DATA_SUFFIX, Segment, StaleIndexError
+from fabric.storage.segment import DATA_SUFFIX, Segment
 from fabric.storage.segment_swap import CrashHook
 from fabric.storage.transactions import TransactionState
 from fabric.storage.watermark import HighWatermark
@@ -55,7 +53,6 @@ __all__ = ["PENDING", "Log", "TailState"]
 
 log = logging.getLogger(__name__)
 PRODUCER_STATE_SEGMENTS = 2  # how far back a partition's producer state is rebuilt from frame headers
-FOREIGN_APPEND_POLL_S = 0.05  # how often a waiting reader looks for appends by other processes (not notified)
 
 
 class TailState(NamedTuple):
@@ -115,11 +112,11 @@ class Log:
         self._producers: ProducerStateTable | None = None  # built on an idempotent producer's first append
         self._txns: TransactionState | None = None  # built when a transaction or a read_committed reader needs it
         self.appended = threading.Condition()  # notified whenever the end offset moves on in this process
-        self._unflushed = 0
         self.clock = clock
-        self._last_flush = clock.now_ms()
-        self._start_checkpoint: tuple[tuple[int, int, int], int] | None = None  # (file's stat, offset) last read
+        self.flushes = FlushPolicy(self)  # flush.messages, flush.ms
+        self._start_checkpoint = log_start.CachedCheckpoint(directory)
         self.retention = LogRetention(self)
+        self.indexes = IndexRepair(self)  # rebuilds broken or stale segment indexes
 
     @property
     def name(self) -> str:
@@ -164,18 +161,7 @@ class Log:
         """The log start offset, given the segments listed and the end offset: the larger of the first segment's
         base offset and the log-start-offset checkpoint (log_start), at most `end`."""
         first = segs[0].base_offset if segs else end
-        return min(max(first, self._checkpointed_start()), end)
-
-    def _checkpointed_start(self) -> int:
-        """The log-start-offset checkpoint's offset (0 without one), read again only when the file changed."""
-        try:
-            st = os.stat(os.path.join(self.directory, log_start.CHECKPOINT))
-        except FileNotFoundError:
-            return 0
-        key = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if self._start_checkpoint is None or self._start_checkpoint[0] != key:
-            self._start_checkpoint = (key, log_start.read(self.directory))
-        return self._start_checkpoint[1]
+        return min(max(first, self._start_checkpoint.offset()), end)
 
     @property
     def end_offset(self) -> int:
@@ -206,7 +192,7 @@ class Log:
     def _load_epochs(self) -> LeaderEpochCache:
         with self.lock:
             self.sync_tail()
-            end = self._tail_state.end_offset if self._tail_state else self.end_offset
+            end = self.tail_end()
             last = self._last_header(end)
             cache = LeaderEpochCache.load(self.directory, self.name, -1 if last is None else last.leader_epoch,
                                           functools.partial(self.headers, end))
@@ -228,7 +214,7 @@ class Log:
         """The header of the last data frame below offset `end`, walking from the last index entry."""
         for seg in reversed(self.segments()):
             last = None
-            for item in seg.walk(*self.start(seg, end), stop=end):
+            for item in seg.walk(*self.indexes.start(seg, end), stop=end):
                 if isinstance(item, Frame):
                     last = item.header
             if last is not None:
@@ -271,7 +257,7 @@ class Log:
         self._recovered, self.last_recovery = True, report
         self._epochs = None  # another process may have taken a newer epoch: loaded again from its checkpoint
         self._producers = self._txns = None  # the frames may have changed: rebuilt from them when next needed
-        report.rebuilt = self.check_indexes(self.segments())
+        report.rebuilt = self.indexes.check(self.segments())
         self._tail_state = TailState(active.base_offset, active.size, report.end_offset)
         return active
 
@@ -281,68 +267,7 @@ class Log:
         with self.lock:
             self.sync_tail()
 
-    def check_indexes(self, segs: list[Segment]) -> list[str]:
-        """Rebuild any missing or broken index, once per segment object (lookups through a broken index would
-        skip or misplace records; where it cannot be rebuilt, reads walk the frames without it). Returns the
-        segments whose indexes were rebuilt."""
-        rebuilt = []
-        for seg in segs:
-            if not seg._indexes_checked:
-                try:
-                    if seg.indexes_consistent():
-                        seg._indexes_checked = True
-                    elif self.repair_index(seg, "missing, torn or inconsistent",
-                                           functools.partial(_inconsistent, seg)):
-                        rebuilt.append(seg.path)
-                except FileNotFoundError:
-                    continue  # deleted by retention meanwhile; reads report that themselves
-        return rebuilt
-
-    def repair_index(self, seg: Segment, reason: str, still_broken: Callable[[], bool]) -> bool:
-        """Rebuild `seg`'s indexes under the lock if `still_broken()` once it is held (a writer may have fixed
-        them meanwhile); where the directory cannot be written, read without them. True if rebuilt."""
-        try:
-            with self.lock:
-                if not still_broken():
-                    seg._indexes_checked = True
-                    return False
-                seg.rebuild_indexes(self.config["index.interval.bytes"])
-            log.warning("%s: the indexes of segment %s were rebuilt from its frames (%s)", self.name, seg.path,
-                        reason)
-            return True
-        except OSError as exc:
-            if exc.errno not in UNWRITABLE:
-                raise
-            seg.use_index, seg._indexes_checked = False, True
-            log.warning("%s: the indexes of segment %s need a rebuild (%s) but cannot be written (%s): reading "
-                        "without them, by walking the frame headers", self.name, seg.path, reason, exc.strerror)
-            return False
-
-    def start(self, seg: Segment, offset: int) -> tuple[int, int]:
-        """Where to walk from in `seg` to reach `offset`: Segment.start, with a stale index repaired."""
-        try:
-            return seg.start(offset)
-        except StaleIndexError as exc:
-            self.repair_index(seg, str(exc), functools.partial(_stale, seg, offset))
-            return seg.start(offset)
-
     # -- appends -----------------------------------------------------------------------------------
-    @staticmethod
-    def encode(batch: pa.RecordBatch, codec: str = "none", timestamp_type: int = 0, clock: Clock = SYSTEM_CLOCK
-               ) -> tuple[FrameHeader, pa.Buffer]:
-        """Encode stored rows into an unsealed frame header (base offset 0) and its payload; with LogAppendTime
-        every row is stamped with `clock`'s time now."""
-        if timestamp_type == LOG_APPEND_TIME:
-            stamp = pa.scalar(clock.now_us(), TIMESTAMP)
-            batch = batch.set_column(0, "timestamp", pa.repeat(stamp, batch.num_rows))
-        ts = batch.column(0)
-        if batch.num_rows:
-            first, max_ts = ts[0].value, pc.max(ts).value
-        else:
-            first = max_ts = -1
-        attrs = CODECS[codec].attribute | (frame.ATTR_LOG_APPEND_TIME if timestamp_type == LOG_APPEND_TIME else 0)
-        return FrameHeader(0, 0, batch.num_rows, first, max_ts, attrs), frame.encode_batch(batch, codec)
-
     @writes
     def append(self, batch: pa.RecordBatch, codec: str = "none", timestamp_type: int = 0,
                leader_epoch: int = -1, producer: ProducerBatch | None = None, transactional: bool = False) -> int:
@@ -356,11 +281,11 @@ class Log:
         invisible to read_committed readers until a marker ends it (write_marker; fabric.storage.transactions)."""
         if transactional and producer is None:
             raise ValueError("a transactional append needs its producer's id, epoch and sequence")
-        check_keys(batch, self.config, self.name)
-        template, payload = self.encode(batch, codec, timestamp_type, self.clock)
+        batch_encoding.check_keys(batch, self.config, self.name)
+        template, payload = batch_encoding.encode(batch, codec, timestamp_type, self.clock)
         with self.lock:
             active = self.sync_tail()
-            base = self._tail_state.end_offset if self._tail_state else self.end_offset
+            base = self.tail_end()
             if not batch.num_rows:
                 return base
             fields: dict[str, int] = {"leader_epoch": leader_epoch}
@@ -400,17 +325,11 @@ class Log:
         """End producer `producer_id`'s transaction here with a marker (one record readers never get): committed
         or aborted. A marker whose producer has no open transaction ends nothing but still moves its epoch
         (fencing a zombie's later writes); so writing one twice is harmless. Returns the marker's offset."""
-        row = pa.RecordBatch.from_arrays(
-            [pa.array([self.clock.now_us()], TIMESTAMP), *(pa.nulls(1, f.type) for f in list(self.schema)[1:])],
-            schema=self.schema)
-        template, payload = self.encode(row)
-        attributes = template.attributes | frame.ATTR_CONTROL | frame.ATTR_TRANSACTIONAL | (
-            0 if commit else frame.ATTR_ABORT)
-        template = replace(template, attributes=attributes, leader_epoch=leader_epoch, producer_id=producer_id,
-                           producer_epoch=producer_epoch)
+        template, payload = batch_encoding.encode_marker(self.schema, self.clock, producer_id, producer_epoch,
+                                                         commit, leader_epoch)
         with self.lock:
             active = self.sync_tail()
-            base = self._tail_state.end_offset if self._tail_state else self.end_offset
+            base = self.tail_end()
             self._producer_state(base)  # loaded, so the marker's epoch fences what the producer sends after it
             return self._write_one(template, payload, base, active)
 
@@ -423,7 +342,7 @@ class Log:
         with self.lock:
             if self._txns is None:
                 self.sync_tail()
-                end = self._tail_state.end_offset if self._tail_state else self.end_offset
+                end = self.tail_end()
                 self._txns = TransactionState.rebuild(self.name, self.headers(end))
             return self._txns
 
@@ -458,7 +377,7 @@ class Log:
         buf = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
         with self.lock:
             active = self.sync_tail()
-            end = self._tail_state.end_offset if self._tail_state else self.end_offset
+            end = self.tail_end()
             epochs = self.leader_epochs
             frames = check_copied(buf, end, epochs.latest_epoch, self.name)
             if not frames:
@@ -484,7 +403,7 @@ class Log:
         OffsetOutOfRangeError below the log start and InvalidArgumentError inside a frame, with nothing changed."""
         with self.lock:
             self.sync_tail()
-            end = self._tail_state.end_offset if self._tail_state else self.end_offset
+            end = self.tail_end()
             if offset >= end:
                 return False
             active = truncation.truncate(self, offset, end)
@@ -507,14 +426,14 @@ class Log:
         """Write one sealed frame at the tail, rolling first if due (caller holds the lock); returns the active
         segment, which the next frame of the same write may be given."""
         active = active or self.sync_tail()
-        end = self._tail_state.end_offset if self._tail_state else self.end_offset
+        end = self.tail_end()
         if active.size > active.data_start and self._roll_due(active, header):
             active = self.create_segment(header.base_offset)
             self._tail_state = TailState(active.base_offset, active.size, end)
             self.retention.maybe_retain(force=True)
         active.append(header, payload, self.config["index.interval.bytes"])
         self._tail_state = TailState(active.base_offset, active.size, end)
-        self._unflushed += header.record_count
+        self.flushes.wrote(header.record_count)
         return active
 
     @writes
@@ -525,25 +444,12 @@ class Log:
             self._tail_state = self._tail_state._replace(end_offset=end_offset)
         with self.appended:
             self.appended.notify_all()
-        now = self.clock.now_ms()
-        if self._unflushed >= self.config["flush.messages"] or now - self._last_flush >= self.config["flush.ms"]:
-            self.flush()
+        self.flushes.maybe_flush()
         self.retention.maybe_retain()
 
     def flush(self) -> None:
-        """fsync the active segment, the high watermark and the directory (so a rolled or adopted
-        segment's name is durable too)."""
-        segs = self.segments()
-        if segs:
-            segs[-1].fsync()
-        self.hw.fsync()
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        self._unflushed = 0
-        self._last_flush = self.clock.now_ms()
+        """fsync the partition's writes now (FlushPolicy.flush)."""
+        self.flushes.flush()
 
     def _roll_due(self, active: Segment, header: FrameHeader) -> bool:
         """Roll before `header`'s frame once the segment is full, or once the frame's records are segment.ms newer
@@ -574,13 +480,7 @@ class Log:
     def adopt_segment(self, path: str, frames: list[tuple[FrameHeader, pa.Buffer]], base_offset: int) -> bool:
         """Make the staged file `path` the new active segment at `base_offset` instead of copying it (lock held,
         under a pending-publish marker); False if it cannot be adopted (copy its frames then). See adopt."""
-        adopted = adopt.adopt_segment(self, path, frames, base_offset)
-        if adopted is None:
-            return False
-        end = self._tail_state.end_offset if self._tail_state else self.end_offset
-        self._tail_state = TailState(adopted.base_offset, adopted.size, end)
-        self._unflushed += sum(h.record_count for h, _ in frames)
-        return True
+        return adopt.adopt_segment(self, path, frames, base_offset)
 
     def tail_end(self) -> int:
         """The end offset as this process last saw it under the lock (lock held, after sync_tail)."""
@@ -634,7 +534,7 @@ class Log:
             active = self.sync_tail()
             if active.first_frame() is None:
                 return False
-            end = self._tail_state.end_offset if self._tail_state else self.end_offset
+            end = self.tail_end()
             active = self.create_segment(end)
             self._tail_state = TailState(active.base_offset, active.size, end)
         return True
@@ -666,15 +566,7 @@ class Log:
               isolation: str = reader.READ_COMMITTED) -> list[Fetched]:
         """read() as a list: the batches before damaged records are returned, and the error raised only when
         the first batch asked for is damaged (the next fetch, from the damaged offset, raises it)."""
-        out: list[Fetched] = []
-        try:
-            for fetched in self.read(offset, max_bytes, end_offset, isolation):
-                out.append(fetched)
-        except CorruptRecordError as exc:
-            if not out:
-                raise
-            log.debug("%s: fetch from offset %d stops before damaged records: %s", self.name, offset, exc)
-        return out
+        return reader.fetch(self, offset, max_bytes, end_offset, isolation)
 
     def offset_after_records(self, offset: int, count: int, end_offset: int | None = None,
                              isolation: str = reader.READ_COMMITTED) -> int:
@@ -687,15 +579,8 @@ class Log:
 
     def wait_for_records(self, offset: int, timeout_s: float) -> bool:
         """Wait up to `timeout_s` for the end offset to pass `offset` (a long-polling reader at the end): woken by
-        this process's appends at once, and by other processes' within FOREIGN_APPEND_POLL_S. True if it did."""
-        deadline = time.monotonic() + timeout_s
-        with self.appended:
-            while self.end_offset <= offset:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self.appended.wait(min(left, FOREIGN_APPEND_POLL_S))
-        return True
+        this process's appends at once, and by other processes' within reader.FOREIGN_APPEND_POLL_S. True if it did."""
+        return reader.wait_for_records(self, offset, timeout_s)
 
     def read_frames(self, offset: int, max_bytes: int, end_offset: int | None = None) -> pa.Buffer:
         """The raw bytes of whole, CRC-checked frames from the one holding `offset`, starting below `end_offset`
@@ -708,25 +593,3 @@ class Log:
         """The earliest committed offset whose timestamp is >= timestamp_us, or None."""
         return reader.offset_for_time(self, timestamp_us)
 
-
-def check_keys(batch: pa.RecordBatch, config: TopicConfig, partition: str) -> None:
-    """A compacted topic keeps the latest record of each key, so every record must have one (Kafka refuses
-    keyless records there too): InvalidRecordError, nothing written, if one has none."""
-    if "compact" in config["cleanup.policy"] and batch.num_rows and batch.column(1).null_count:
-        first = pc.index(pc.is_null(batch.column(1)), True).as_py()
-        raise InvalidRecordError(f"partition {partition} is compacted (cleanup.policy={config['cleanup.policy']}), "
-                                 f"so every record needs a key; record {first} of the batch has none (nothing of "
-                                 "the batch was written): give it a key, or use a topic with cleanup.policy=delete")
-
-
-def _stale(seg: Segment, offset: int) -> bool:
-    """True if the offset index entry for `offset` names a frame that is not there."""
-    try:
-        seg.start(offset)
-    except StaleIndexError:
-        return True
-    return False
-
-
-def _inconsistent(seg: Segment) -> bool:
-    return not seg.indexes_consistent()

@@ -68,3 +68,23 @@ def read(directory: str) -> int:
 def write(directory: str, offset: int) -> None:
     """Replace the partition's checkpoint with `offset`, atomically and durably."""
     durable.replace_file(os.path.join(directory, CHECKPOINT), encode(offset))
+
+
+class CachedCheckpoint:
+    """The checkpoint of the partition in `directory`, read again only when the file changed (a stat per call:
+    the log start is asked for on every fetch)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._last: tuple[tuple[int, int, int], int] | None = None  # (the file's inode, mtime and size; offset)
+
+    def offset(self) -> int:
+        """The checkpointed log start offset (0 without a checkpoint)."""
+        try:
+            st = os.stat(os.path.join(self.directory, CHECKPOINT))
+        except FileNotFoundError:
+            return 0
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if self._last is None or self._last[0] != key:
+            self._last = (key, read(self.directory))
+        return self._last[1]

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import bisect
 import functools
+import logging
 import os
+import time
 from typing import TYPE_CHECKING, Iterator
 
 import pyarrow as pa
@@ -28,8 +30,10 @@ if TYPE_CHECKING:
     from fabric.storage.log import Log
 
 
+log = logging.getLogger(__name__)
 READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"
 ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
+FOREIGN_APPEND_POLL_S = 0.05  # how often a waiting reader looks for appends by other processes (not notified)
 
 
 def read(plog: Log, offset: int, max_bytes: int, end_offset: int | None = None,
@@ -37,6 +41,32 @@ def read(plog: Log, offset: int, max_bytes: int, end_offset: int | None = None,
     """See Log.read."""
     segs, end = _range(plog, offset, end_offset)
     return _batches(plog, segs, offset, end, max_bytes, isolation == READ_COMMITTED)
+
+
+def fetch(plog: Log, offset: int, max_bytes: int, end_offset: int | None = None,
+          isolation: str = READ_COMMITTED) -> list[Fetched]:
+    """See Log.fetch."""
+    out: list[Fetched] = []
+    try:
+        for fetched in read(plog, offset, max_bytes, end_offset, isolation):
+            out.append(fetched)
+    except CorruptRecordError as exc:
+        if not out:
+            raise
+        log.debug("%s: fetch from offset %d stops before damaged records: %s", plog.name, offset, exc)
+    return out
+
+
+def wait_for_records(plog: Log, offset: int, timeout_s: float) -> bool:
+    """See Log.wait_for_records."""
+    deadline = time.monotonic() + timeout_s
+    with plog.appended:
+        while plog.end_offset <= offset:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            plog.appended.wait(min(left, FOREIGN_APPEND_POLL_S))
+    return True
 
 
 def read_frames(plog: Log, offset: int, max_bytes: int, end_offset: int | None = None) -> pa.Buffer:
@@ -143,8 +173,8 @@ def _headers_from(plog: Log, segs: list[Segment], offset: int, end: int) -> Iter
     for seg in segs[max(bisect.bisect_right(bases, offset) - 1, 0):]:
         if seg.base_offset >= end:
             return
-        plog.check_indexes([seg])
-        for item in seg.walk(*plog.start(seg, offset), stop=end):
+        plog.indexes.check([seg])
+        for item in seg.walk(*plog.indexes.start(seg, offset), stop=end):
             if isinstance(item, Frame) and item.header.next_offset > offset:
                 yield item.header
 
@@ -156,7 +186,7 @@ def _segment_items(plog: Log, seg: Segment, offset: int, end: int, limit: int, b
     buffer their positions refer to (read again if the file was replaced while being walked)."""
     for _ in range(3):
         try:
-            plog.check_indexes([seg])
+            plog.indexes.check([seg])
             inode = os.stat(seg.path).st_ino
             buf = seg.view()
             items = list(_frames(plog, seg, offset, end, limit, budget, buf))
@@ -178,7 +208,7 @@ def _frames(plog: Log, seg: Segment, offset: int, end: int, limit: int, budget: 
             ) -> Iterator[Frame | Damage]:
     """The frames (and damage) of `seg` (whose data `buf` holds) to serve from `offset`, within about `budget`
     bytes."""
-    for item in seg.read(offset, end, limit, plog.start(seg, offset), buf):
+    for item in seg.read(offset, end, limit, plog.indexes.start(seg, offset), buf):
         yield item
         if isinstance(item, Damage):
             return
@@ -199,7 +229,7 @@ def _decode(seg: Segment, buf: pa.Buffer, item: Frame) -> pa.RecordBatch:
 def offset_for_time(plog: Log, timestamp_us: int) -> int | None:
     """See Log.offset_for_time."""
     segs = plog.segments()
-    plog.check_indexes(segs)
+    plog.indexes.check(segs)
     maxima, running = [], None
     for seg in segs:
         ts = seg.timeindex.max_timestamp()
@@ -234,11 +264,11 @@ def _time_entry(plog: Log, seg: Segment, timestamp_us: int) -> int | None:
         if attempt == 2:
             raise CorruptRecordError(f"time index {seg.timeindex.path} names offset {seg.base_offset + rel} with "
                                      f"max timestamp {ts}, which its frame does not have, even once rebuilt")
-        plog.repair_index(seg, f"its time entry for offset {seg.base_offset + rel} disagrees with the frame",
+        plog.indexes.repair(seg, f"its time entry for offset {seg.base_offset + rel} disagrees with the frame",
                           functools.partial(_time_entry_wrong, plog, seg, ts, rel))
     return None
 
 
 def _time_entry_wrong(plog: Log, seg: Segment, ts: int, rel: int) -> bool:
-    found = seg.frame_of(seg.base_offset + rel, plog.start(seg, seg.base_offset + rel))
+    found = seg.frame_of(seg.base_offset + rel, plog.indexes.start(seg, seg.base_offset + rel))
     return found is None or found.header.max_timestamp != ts

@@ -73,7 +73,7 @@ def truncate_fully(plog: Log, offset: int) -> Segment:
 
 def _frame_start(plog: Log, seg: Segment, offset: int) -> int:
     """The byte of `seg` where the frame of base offset `offset` starts (the end of its frames if none follows)."""
-    walk = seg.walk(*plog.start(seg, offset), stop=offset)
+    walk = seg.walk(*plog.indexes.start(seg, offset), stop=offset)
     last = None
     for item in walk:
         last = item

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from fabric.storage import frame
+from fabric.storage import batch_encoding, frame
 from fabric.storage.log import PENDING
 
 KEEP = dict(retention_ms=-1, segment_ms=2**62)  # small fixed timestamps must not roll or expire
@@ -170,7 +170,7 @@ def _interrupted_publish(cluster, txn, batches):
         end = base + sum(b.num_rows for b in batches)
         log.begin_publish(txn, end)
         for batch in batches:
-            template, payload = log.encode(batch)
+            template, payload = batch_encoding.encode(batch)
             log.write_frame(frame.seal(template.rebased(base), payload), payload)
             base += batch.num_rows
     return end

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fabric.common.errors import CorruptRecordError, FabricError, OffsetOutOfRangeError
-from fabric.storage import frame
+from fabric.storage import batch_encoding, frame
 from fabric.storage.marker import PENDING
 from fabric.storage.scan import CorruptRangeError
 
@@ -50,7 +50,7 @@ def _template(storage, factory, with_publish: bool) -> tuple[str, dict[int, byte
             with log.lock:
                 log.begin_publish("txn-dead", hw + 6)
                 for base in (hw, hw + 3):
-                    template, payload = log.encode(storage.make_batch([b"dead-%d" % base] * 3, [9] * 3))
+                    template, payload = batch_encoding.encode(storage.make_batch([b"dead-%d" % base] * 3, [9] * 3))
                     log.write_frame(frame.seal(template.rebased(base), payload), payload)
         os.unlink(os.path.join(source, ".lock"))
         _TEMPLATES[with_publish] = source, {o: v for o, v, _ in records}

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fabric.common.errors import OffsetOutOfRangeError
-from fabric.storage import frame
+from fabric.storage import batch_encoding, frame
 from fabric.storage.index import IndexOrderError, OffsetIndex, TimeIndex
 from fabric.storage.index_builder import IndexBuilder
 from fabric.storage.mapcache import MapCache
@@ -170,7 +170,7 @@ def test_offset_for_time_ignores_uncommitted_frames(tmp_path, storage):
     with log.lock:
         # a publish in flight: two frames written, the watermark not yet advanced
         for base, (value, ts) in enumerate([(b"c", 30), (b"d", 99)], start=2):
-            template, payload = log.encode(storage.make_batch([value], [ts]))
+            template, payload = batch_encoding.encode(storage.make_batch([value], [ts]))
             log.write_frame(frame.seal(template.rebased(base), payload), payload)
         assert log.end_offset == 2
         assert log.offset_for_time(15) == 1

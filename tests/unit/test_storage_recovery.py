@@ -12,8 +12,8 @@ import pytest
 
 from fabric.common.errors import CorruptRecordError
 from fabric.common.records import storage_schema
-from fabric.storage import frame
-from fabric.storage.log import PENDING, Log
+from fabric.storage import batch_encoding, frame
+from fabric.storage.log import PENDING
 from fabric.storage.segment import Segment
 
 KEEP = dict(retention_ms=-1, segment_ms=2**62)  # small fixed timestamps must not roll or expire
@@ -102,10 +102,10 @@ def test_segment_past_the_watermark_is_deleted(tmp_path, storage):
     hw = log.end_offset
     with log.lock:
         log.begin_publish("never-committed", hw + 3)
-        template, payload = log.encode(storage.make_batch([b"p1", b"p2"]))
+        template, payload = batch_encoding.encode(storage.make_batch([b"p1", b"p2"]))
         log.write_frame(frame.seal(template.rebased(hw), payload), payload)
     seg = Segment.create(directory, hw + 2, storage_schema())
-    template, payload = Log.encode(storage.make_batch([b"p3"]))
+    template, payload = batch_encoding.encode(storage.make_batch([b"p3"]))
     seg.append(frame.seal(template.rebased(hw + 2), payload), payload, 0)
     assert len(storage.data_files(directory)) == 2
     reopened = storage.open_log(directory, **KEEP)
@@ -229,7 +229,7 @@ def test_an_unreadable_pending_marker_is_recovered(tmp_path, storage, garbage, c
     hw = log.end_offset
     with log.lock:  # a publish that died after writing its frames
         log.begin_publish("txn-dead", hw + 2)
-        template, payload = log.encode(storage.make_batch([b"p1", b"p2"]))
+        template, payload = batch_encoding.encode(storage.make_batch([b"p1", b"p2"]))
         log.write_frame(frame.seal(template.rebased(hw), payload), payload)
     if committed:  # even a committed one: nothing ties these frames to it any more
         cluster.coordinator.commit_transaction("txn-dead")

@@ -1,0 +1,57 @@
+"""Stored rows to unsealed frames: the header fields a batch's rows decide (record count, timestamps, codec,
+timestamp type) and its Arrow IPC payload, plus the one-record frame of a transaction marker. A Log seals them
+at its end; a FrameEncoder seals them outside any log. Also the check that a compacted topic's records have
+keys, made before anything is written."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from fabric.common.clock import SYSTEM_CLOCK, Clock
+from fabric.common.codecs import CODECS
+from fabric.common.config import TopicConfig
+from fabric.common.errors import InvalidRecordError
+from fabric.common.records import LOG_APPEND_TIME, TIMESTAMP
+from fabric.storage import frame
+from fabric.storage.frame import FrameHeader
+
+
+def encode(batch: pa.RecordBatch, codec: str = "none", timestamp_type: int = 0, clock: Clock = SYSTEM_CLOCK
+           ) -> tuple[FrameHeader, pa.Buffer]:
+    """Encode stored rows into an unsealed frame header (base offset 0) and its payload; with LogAppendTime
+    every row is stamped with `clock`'s time now."""
+    if timestamp_type == LOG_APPEND_TIME:
+        stamp = pa.scalar(clock.now_us(), TIMESTAMP)
+        batch = batch.set_column(0, "timestamp", pa.repeat(stamp, batch.num_rows))
+    ts = batch.column(0)
+    if batch.num_rows:
+        first, max_ts = ts[0].value, pc.max(ts).value
+    else:
+        first = max_ts = -1
+    attrs = CODECS[codec].attribute | (frame.ATTR_LOG_APPEND_TIME if timestamp_type == LOG_APPEND_TIME else 0)
+    return FrameHeader(0, 0, batch.num_rows, first, max_ts, attrs), frame.encode_batch(batch, codec)
+
+
+def encode_marker(schema: pa.Schema, clock: Clock, producer_id: int, producer_epoch: int, commit: bool,
+                  leader_epoch: int) -> tuple[FrameHeader, pa.Buffer]:
+    """A transaction marker of producer `producer_id`: one control record (all values null) stamped now,
+    committing or (`commit` False) aborting."""
+    row = pa.RecordBatch.from_arrays(
+        [pa.array([clock.now_us()], TIMESTAMP), *(pa.nulls(1, f.type) for f in list(schema)[1:])], schema=schema)
+    template, payload = encode(row)
+    attributes = template.attributes | frame.ATTR_CONTROL | frame.ATTR_TRANSACTIONAL | (
+        0 if commit else frame.ATTR_ABORT)
+    return replace(template, attributes=attributes, leader_epoch=leader_epoch, producer_id=producer_id,
+                   producer_epoch=producer_epoch), payload
+
+
+def check_keys(batch: pa.RecordBatch, config: TopicConfig, partition: str) -> None:
+    """A compacted topic keeps the latest record of each key, so every record must have one (Kafka refuses
+    keyless records there too): InvalidRecordError, nothing written, if one has none."""
+    if "compact" in config["cleanup.policy"] and batch.num_rows and batch.column(1).null_count:
+        first = pc.index(pc.is_null(batch.column(1)), True).as_py()
+        raise InvalidRecordError(f"partition {partition} is compacted (cleanup.policy={config['cleanup.policy']}), "
+                                 f"so every record needs a key; record {first} of the batch has none (nothing of "
+                                 "the batch was written): give it a key, or use a topic with cleanup.policy=delete")
