@@ -98,9 +98,11 @@ class Coordinator(ABC):
 
     @abstractmethod
     def add_transaction_writer(self, txn: str, producer_id: int, producer_epoch: int,
-                               partitions: Sequence[TopicPartition]) -> TransactionRecord:
+                               partitions: Sequence[TopicPartition], timeout_ms: int = 60_000) -> TransactionRecord:
         """Register a writer of transaction `txn` and the replicated partitions it will write, before it writes
-        (Kafka's AddPartitionsToTxn); InvalidTxnStateError if `txn` committed or a newer one began."""
+        (Kafka's AddPartitionsToTxn); InvalidTxnStateError if `txn` committed or a newer one began. Undecided
+        `timeout_ms` (transaction.timeout.ms) after its first writer joined, the coordinator aborts its writers
+        (coordinator.transaction_timeouts)."""
 
     @abstractmethod
     def transaction_record(self, transactional_id: str) -> TransactionRecord:

@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import weakref
 from dataclasses import replace
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator
 
 import pyarrow as pa
 
@@ -258,15 +258,6 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
                 "SELECT grp, topic, partition, next_offset, metadata, commit_ms FROM offsets"):
             yield group, (topic, partition), CommittedOffset(offset, metadata, commit_ms)
 
-    def add_transaction_writer(self, txn: str, producer_id: int, producer_epoch: int,
-                               partitions: Sequence[TopicPartition]) -> TransactionRecord:
-        transactional_id, sequence = validation.transaction(txn)
-        new = transactions.writer(producer_id, producer_epoch, partitions)
-        record = self._change_transaction(transactional_id,
-                                          lambda record: transactions.add_writer(record, sequence, new))
-        assert record is not None
-        return record
-
     def _change_transaction(self, transactional_id: str,
                             change: Callable[[TransactionRecord], TransactionRecord | None]
                             ) -> TransactionRecord | None:
@@ -276,11 +267,9 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
                 self._store_transaction(db, record)
         return record
 
-    def _pending_transactions(self) -> list[TransactionRecord]:
-        rows = self._db().execute("SELECT id, sequence, writers FROM transactional_ids WHERE writers LIKE ?",
-                                  ('%"offsets":[%',)).fetchall()
-        records = [transactions.from_json(*row) for row in rows]
-        return [r for r in records if r.offsets is not None]
+    def _transaction_records(self) -> list[TransactionRecord]:
+        rows = self._db().execute("SELECT id, sequence, writers FROM transactional_ids").fetchall()
+        return [transactions.from_json(*row) for row in rows]
 
     def transaction_record(self, transactional_id: str) -> TransactionRecord:
         return self._transaction(self._db(), validation.transactional_id(transactional_id))

@@ -21,32 +21,22 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Callable, Sequence
+from typing import Sequence
 
 from fabric.common.errors import InvalidConfigError
 from fabric.common.types import TransactionalOffsets, TransactionRecord
 from fabric.coordinator import transactions, validation
 from fabric.coordinator.offsets_records import OFFSETS_TOPIC
 from fabric.coordinator.offsets_topic import ApplyTransaction, TopicOffsets
+from fabric.coordinator.transaction_timeouts import TransactionTimeouts
 
 log = logging.getLogger(__name__)
 DEBUG_PAUSE_ENV = "FABRIC_DEBUG_TXN_OFFSETS_PAUSE_S"  # crash tests: seconds between the commit point and the apply
 
 
-class TransactionOffsets(TopicOffsets):
+class TransactionOffsets(TransactionTimeouts, TopicOffsets):
     """commit_transaction of the Coordinator interface, offsets included, for a store that changes a
-    transactional id's record by an atomic read-modify-write (`_change_transaction`) and finds the records that
-    hold pending offsets (`_pending_transactions`)."""
-
-    def _change_transaction(self, transactional_id: str,
-                            change: Callable[[TransactionRecord], TransactionRecord | None]
-                            ) -> TransactionRecord | None:
-        """Store change(record) atomically, re-reading on a conflict; what was stored (None: nothing changed)."""
-        raise NotImplementedError
-
-    def _pending_transactions(self) -> list[TransactionRecord]:
-        """Every record holding a committed transaction's offsets not yet applied."""
-        raise NotImplementedError
+    transactional id's record by an atomic read-modify-write and lists the records (TransactionTimeouts)."""
 
     def transaction_record(self, transactional_id: str) -> TransactionRecord:
         raise NotImplementedError
@@ -87,7 +77,7 @@ class TransactionOffsets(TopicOffsets):
     def roll_forward_offsets(self, apply: ApplyTransaction) -> None:
         """Apply the pending offsets of every committed transaction (an instance that committed them died
         before it could), with `apply`: the offsets topic's, before it serves."""
-        for record in self._pending_transactions():
+        for record in [r for r in self._transaction_records() if r.offsets is not None]:
             log.warning("transaction %s:%d committed group %s's offsets that were not applied yet: applying them",
                         record.transactional_id, record.committed_sequence,
                         record.offsets.group if record.offsets else "")

@@ -10,6 +10,10 @@ States of transaction `sequence` S of an id:
 - Committed(S): `commit` with the producer ids of the writers whose output counts (the tasks that succeeded)
   is the commit point: those writers' transactions are committed on every partition they registered, every
   other writer of S aborted (TransactionRecord.markers), even when the markers are only written later.
+- Timed out: Ongoing(S) past its transaction.timeout.ms (counted from its first writer's join) has its writers
+  aborted by the coordinator (`expire`): they move to the record's `aborted` writers, whose abort markers the
+  coordinator writes (`markers_written` then forgets them), and S stays Ongoing with no writers, so a replay of S
+  by new writers still commits it. A commit or a join naming an aborted writer is refused.
 
 Refused with InvalidTxnStateError: a writer joining S once S committed, or once a newer transaction began (a
 zombie: it must not write), and a commit naming a writer that never joined (its frames could not be found to
@@ -51,15 +55,22 @@ def writer(producer_id: Any, producer_epoch: Any, partitions: Any) -> Transactio
     return TransactionWriter(int(producer_id), int(producer_epoch), tuple(keys))
 
 
-def add_writer(record: TransactionRecord, sequence: int, new: TransactionWriter) -> TransactionRecord:
-    """The record once `new` joined transaction `sequence` (see the module docstring for refusals)."""
+def add_writer(record: TransactionRecord, sequence: int, new: TransactionWriter, now_ms: int, timeout_ms: int
+               ) -> TransactionRecord:
+    """The record once `new` joined transaction `sequence` at `now_ms` asking for `timeout_ms` (see the module
+    docstring for refusals)."""
     txn = f"{record.transactional_id}:{sequence}"
+    if any(w.producer_id == new.producer_id for w in record.aborted):
+        raise InvalidTxnStateError(f"writer {new.producer_id} of transaction {txn} was aborted by the coordinator "
+                                   "once its transaction.timeout.ms passed: it must not write; start the work "
+                                   "again with a new producer id (init_producer_id)")
     if record.committed_sequence >= sequence:
         raise InvalidTxnStateError(f"transaction {txn} committed already (the latest committed is "
                                    f"{record.committed_sequence}): writer {new.producer_id} must not write to it")
     if record.sequence > sequence:
         raise InvalidTxnStateError(f"transaction {record.transactional_id}:{record.sequence} began after {txn}: "
                                    f"writer {new.producer_id} of the older one must not write")
+    same = record.sequence == sequence and bool(record.writers)
     writers = list(record.writers) if record.sequence == sequence else []
     old = next((w for w in writers if w.producer_id == new.producer_id), None)
     if old is not None:
@@ -71,7 +82,8 @@ def add_writer(record: TransactionRecord, sequence: int, new: TransactionWriter)
         raise InvalidRequestError(f"transaction {txn} would have more than {MAX_WRITERS} writers or "
                                   f"{MAX_PARTITIONS} (writer, partition) pairs; write fewer partitions per batch")
     return TransactionRecord(record.transactional_id, record.committed_sequence, sequence, tuple(writers), None,
-                             record.offsets)
+                             record.offsets, record.started_ms if same else now_ms,
+                             max(timeout_ms, record.timeout_ms) if same else timeout_ms, record.aborted)
 
 
 def commit(record: TransactionRecord, sequence: int, committed: Sequence[int] | None,
@@ -86,20 +98,42 @@ def commit(record: TransactionRecord, sequence: int, committed: Sequence[int] | 
             f"the group offsets of transaction {record.transactional_id}:{record.committed_sequence} are still being "
             f"applied; transaction {record.transactional_id}:{sequence} commits once they are: retry")
     if committed is None:
-        return TransactionRecord(record.transactional_id, sequence, record.sequence, record.writers,
-                                 record.committed_writers, offsets)
+        return replace(record, committed_sequence=sequence, offsets=offsets)
     if not isinstance(committed, (list, tuple)) or len(committed) > MAX_WRITERS \
             or not all(checks.is_integer(p) for p in committed):
         raise InvalidRequestError(f"committed writers must be a list of at most {MAX_WRITERS} producer ids, got "
                                   f"{clip(committed)}")
+    expired = sorted(set(committed) & {w.producer_id for w in record.aborted})
+    if expired:
+        raise InvalidTxnStateError(f"transaction {record.transactional_id}:{sequence} cannot commit writers "
+                                   f"{expired[:10]}: the coordinator aborted them once the transaction's "
+                                   f"transaction.timeout.ms ({record.timeout_ms} ms) passed; run it again")
     joined = {w.producer_id for w in record.writers} if record.sequence == sequence else set()
     unknown = sorted(set(committed) - joined)
     if unknown:
         raise InvalidTxnStateError(f"transaction {record.transactional_id}:{sequence} cannot commit writers "
-                                   f"{unknown[:10]}: they never joined it (its writers: {sorted(joined)[:10]})")
+                                   f"{unknown[:10]}: they never joined it, or the coordinator aborted them once its "
+                                   f"transaction.timeout.ms passed (its writers: {sorted(joined)[:10]})")
     writers = record.writers if record.sequence == sequence else ()
-    return TransactionRecord(record.transactional_id, sequence, sequence, writers, tuple(sorted(set(committed))),
-                             offsets)
+    return replace(record, committed_sequence=sequence, sequence=sequence, writers=writers,
+                   committed_writers=tuple(sorted(set(committed))), offsets=offsets)
+
+
+def expire(record: TransactionRecord, now_ms: int) -> TransactionRecord | None:
+    """The record once the coordinator aborted the writers of its open transaction, whose timeout_ms passed
+    since started_ms: they move to `aborted` (their abort markers to write; a commit or a join naming them is
+    refused), and the transaction stays undecided, so new writers may still run it (a Spark batch replayed) and
+    commit it. None if it is not open or not past its timeout."""
+    if not record.open or record.started_ms < 0 or now_ms < record.started_ms + record.timeout_ms:
+        return None  # (a record written before transactions had timeouts has no started_ms: never expired)
+    return replace(record, writers=(), started_ms=-1, timeout_ms=0, aborted=record.aborted + record.writers)
+
+
+def markers_written(record: TransactionRecord, written: Sequence[TransactionWriter]) -> TransactionRecord | None:
+    """The record once the abort markers of the aborted writers `written` are on every partition they
+    registered; None if it holds none of them."""
+    left = tuple(w for w in record.aborted if w not in written)
+    return None if len(left) == len(record.aborted) else replace(record, aborted=left)
 
 
 def applied(record: TransactionRecord, sequence: int) -> TransactionRecord | None:
@@ -114,8 +148,11 @@ def to_json(record: TransactionRecord) -> str:
     """The writers and pending offsets part of a stored record (the committed sequence has its own column or
     field)."""
     data: dict[str, Any] = {"sequence": record.sequence, "committed": record.committed_writers,
-                            "writers": [[w.producer_id, w.producer_epoch, [list(tp) for tp in w.partitions]]
-                                        for w in record.writers]}
+                            "writers": _writers_json(record.writers)}
+    if record.open:
+        data["started_ms"], data["timeout_ms"] = record.started_ms, record.timeout_ms
+    if record.aborted:
+        data["aborted"] = _writers_json(record.aborted)
     pending = record.offsets
     if pending is not None:
         data["offsets"] = [pending.group, [[t, p, o] for (t, p), o in sorted(pending.offsets.items())],
@@ -133,6 +170,14 @@ def from_json(transactional_id: str, committed_sequence: int, text: str) -> Tran
     offsets = None if pending is None else TransactionalOffsets(
         pending[0], {(t, p): o for t, p, o in pending[1]}, pending[2], pending[3], pending[4])
     return TransactionRecord(
-        transactional_id, committed_sequence, data["sequence"],
-        tuple(TransactionWriter(p, e, tuple((t, n) for t, n in parts)) for p, e, parts in data["writers"]),
-        None if committed is None else tuple(committed), offsets)
+        transactional_id, committed_sequence, data["sequence"], _writers(data["writers"]),
+        None if committed is None else tuple(committed), offsets, data.get("started_ms", -1),
+        data.get("timeout_ms", 0), _writers(data.get("aborted", [])))
+
+
+def _writers_json(writers: Sequence[TransactionWriter]) -> list[Any]:
+    return [[w.producer_id, w.producer_epoch, [list(tp) for tp in w.partitions]] for w in writers]
+
+
+def _writers(data: list[Any]) -> tuple[TransactionWriter, ...]:
+    return tuple(TransactionWriter(p, e, tuple((t, n) for t, n in parts)) for p, e, parts in data)

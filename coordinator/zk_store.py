@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Protocol, TypeVar
 
@@ -356,15 +356,6 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
                         yield group, (topic, int(p)), layout.committed_offset(found[0])
 
     # -- sink transactions ---------------------------------------------------------------------------------
-    def add_transaction_writer(self, txn: str, producer_id: int, producer_epoch: int,
-                               partitions: Sequence[TopicPartition]) -> TransactionRecord:
-        transactional_id, sequence = validation.transaction(txn)
-        new = transactions.writer(producer_id, producer_epoch, partitions)
-        record = self._change_transaction(transactional_id,
-                                          lambda record: transactions.add_writer(record, sequence, new))
-        assert record is not None
-        return record
-
     def transaction_record(self, transactional_id: str) -> TransactionRecord:
         transactional_id = validation.transactional_id(transactional_id)
         [found] = self.writer.get_many([layout.transaction_id(transactional_id)])
@@ -396,11 +387,10 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
             return record
         return self.writer.write(build)
 
-    def _pending_transactions(self) -> list[TransactionRecord]:
+    def _transaction_records(self) -> list[TransactionRecord]:
         names = [layout.name_of(n) for n in self.writer.children(layout.TRANSACTION_IDS)]
         found = self.writer.get_many([layout.transaction_id(name) for name in names])
-        records = [self._transaction(name, f) for name, f in zip(names, found, strict=True) if f is not None]
-        return [r for r in records if r.offsets is not None]
+        return [self._transaction(name, f) for name, f in zip(names, found, strict=True) if f is not None]
 
     def transaction_committed(self, txn: str) -> bool:
         transactional_id, sequence = validation.transaction(txn)

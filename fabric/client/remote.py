@@ -80,9 +80,10 @@ class RemoteCoordinator(Coordinator):
                                offsets=offsets)
 
     def add_transaction_writer(self, txn: str, producer_id: int, producer_epoch: int,
-                               partitions: Sequence[TopicPartition]) -> TransactionRecord:
+                               partitions: Sequence[TopicPartition], timeout_ms: int = 60_000) -> TransactionRecord:
         return self.connection.action("add_transaction_writer", txn=txn, producer_id=producer_id,
-                                      producer_epoch=producer_epoch, partitions=[tuple(p) for p in partitions])
+                                      producer_epoch=producer_epoch, partitions=[tuple(p) for p in partitions],
+                                      timeout_ms=timeout_ms)
 
     def transaction_record(self, transactional_id: str) -> TransactionRecord:
         return self.connection.action("transaction_record", transactional_id=transactional_id)

@@ -317,6 +317,10 @@ class TransactionRecord:
     is the coordinator's decision, the commit point: None while undecided, else the producer ids committed
     (every other writer of `sequence` is aborted). `offsets`: a committed transaction's group offsets not yet
     applied to the offsets topic (stored with the commit, cleared once applied; coordinator.transaction_offsets).
+    `started_ms` and `timeout_ms`: when the first writer of `sequence` joined, and its transaction.timeout.ms
+    (the largest its writers asked for); past both, the coordinator aborts the writers (coordinator.
+    transaction_timeouts). `aborted`: writers the coordinator aborted that way whose abort markers are still to be
+    written (of any sequence).
     """
 
     transactional_id: str
@@ -325,11 +329,19 @@ class TransactionRecord:
     writers: tuple[TransactionWriter, ...] = ()
     committed_writers: tuple[int, ...] | None = None
     offsets: TransactionalOffsets | None = None
+    started_ms: int = -1
+    timeout_ms: int = 0
+    aborted: tuple[TransactionWriter, ...] = ()
+
+    @property
+    def open(self) -> bool:
+        """True while transaction `sequence` has writers and is undecided."""
+        return bool(self.writers) and self.committed_sequence < self.sequence
 
     def markers(self) -> dict[TopicPartition, tuple[list[tuple[int, int]], list[tuple[int, int]]]]:
         """What ends transaction `sequence` on each partition: (commit, abort) lists of [producer id, epoch].
-        Undecided, every writer is aborted. An abort marker carries the writer's epoch + 1, which fences the
-        writer if it is a zombie still running."""
+        Undecided, every writer is aborted; so is every writer in `aborted`. An abort marker carries the writer's
+        epoch + 1, which fences the writer if it is a zombie still running."""
         committed = set(self.committed_writers or ())
         out: dict[TopicPartition, tuple[list[tuple[int, int]], list[tuple[int, int]]]] = {}
         for writer in self.writers:
@@ -339,6 +351,9 @@ class TransactionRecord:
                     commit.append((writer.producer_id, writer.producer_epoch))
                 else:
                     abort.append((writer.producer_id, writer.producer_epoch + 1))
+        for writer in self.aborted:
+            for tp in writer.partitions:
+                out.setdefault(tp, ([], []))[1].append((writer.producer_id, writer.producer_epoch + 1))
         return out
 
 

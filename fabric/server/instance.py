@@ -19,11 +19,13 @@ from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.node_leases import DEFAULT_SESSION_TIMEOUT_MS
 from fabric.coordinator.offsets_records import SEGMENT_BYTES
+from fabric.coordinator.transaction_timeouts import MAX_TIMEOUT_MS
 from fabric.server import security
 from fabric.server.broker import DEFAULT_MAX_PARTITIONS, partition_limit
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
 
 log = logging.getLogger(__name__)
+CLEANUP_KEY = "transaction.abort.timed.out.transaction.cleanup.interval.ms"  # Kafka's name
 DEFAULT_LISTEN = "127.0.0.1:9093"
 SERVER_LOG_LEVEL = "INFO"
 
@@ -49,6 +51,8 @@ class Settings:
     log_retention_check_interval_ms: int = DEFAULT_INTERVAL_MS
     offsets_topic_replication_factor: int | None = None
     offsets_topic_segment_bytes: int = SEGMENT_BYTES
+    transaction_max_timeout_ms: int = MAX_TIMEOUT_MS
+    transaction_cleanup_interval_ms: int = 10_000
 
     @property
     def store_url(self) -> str:
@@ -83,12 +87,16 @@ PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir"
               "default.replication.factor": "default_replication_factor",
               INTERVAL_KEY: "log_retention_check_interval_ms",
               "offsets.topic.replication.factor": "offsets_topic_replication_factor",
-              "offsets.topic.segment.bytes": "offsets_topic_segment_bytes"}
+              "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
+              "transaction.max.timeout.ms": "transaction_max_timeout_ms",
+              CLEANUP_KEY: "transaction_cleanup_interval_ms"}
 PATH_KEYS = ("tokens_file", "acl_file", "tls_cert", "tls_key")
 MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
                 "shutdown_timeout_ms": "coordinator.shutdown.timeout.ms",
                 "node_session_timeout_ms": "node.session.timeout.ms",
-                "log_retention_check_interval_ms": INTERVAL_KEY}
+                "log_retention_check_interval_ms": INTERVAL_KEY,
+                "transaction_max_timeout_ms": "transaction.max.timeout.ms",
+                "transaction_cleanup_interval_ms": CLEANUP_KEY}
 
 
 def add_start_arguments(parser: argparse.ArgumentParser) -> None:
@@ -123,6 +131,11 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offsets-topic-segment-bytes", metavar="BYTES", help="segment size of the replicated "
                         "__consumer_offsets topic, which the nodes compact segment by segment "
                         f"(offsets.topic.segment.bytes, default {SEGMENT_BYTES}; set when the topic is created)")
+    parser.add_argument("--transaction-max-timeout-ms", metavar="MS", help="the largest transaction.timeout.ms a "
+                        f"writer may ask for (transaction.max.timeout.ms, default {MAX_TIMEOUT_MS})")
+    parser.add_argument("--transaction-cleanup-interval-ms", metavar="MS", help="how often the active instance "
+                        f"aborts the transactions on data nodes that passed their timeout ({CLEANUP_KEY}, "
+                        "default 10000)")
     add_metrics_port_argument(parser)
 
 

@@ -32,7 +32,6 @@ import time
 from typing import Any, Callable, Iterator
 
 import pyarrow as pa
-import pyarrow.flight as flight
 
 from fabric.common.checks import LONG_MAX
 from fabric.common.errors import (
@@ -40,11 +39,11 @@ from fabric.common.errors import (
     FabricError,
     InvalidProducerEpochError,
     InvalidTopicError,
-    LeaderNotAvailableError,
     TopicExistsError,
+    UnknownPartitionError,
     UnknownTopicError,
 )
-from fabric.common.types import ClusterDescription, CommittedOffset, PartitionState, TopicPartition
+from fabric.common.types import CommittedOffset, PartitionState, TopicPartition
 from fabric.coordinator.offsets_records import (
     CONFIG,
     GROUPS,
@@ -72,6 +71,7 @@ from fabric.server.connection import (
 )
 from fabric.server.controller_driver import ControllerDriver
 from fabric.server.group_commit import GroupCommit
+from fabric.server.leader_calls import LeaderCalls
 from fabric.server.partition_ops import SHORT_MAX
 from fabric.storage.producer_state import SEQUENCE_MAX
 
@@ -89,7 +89,8 @@ class ReplicatedOffsetsLog:
 
     def __init__(self, controller: ControllerDriver, replication_factor: int, connection: Connection,
                  segment_bytes: int = SEGMENT_BYTES, timeout_s: float = 30.0) -> None:
-        self.store, self.controller, self.connection = controller.store, controller, connection
+        self.store, self.controller = controller.store, controller
+        self.leaders = LeaderCalls(controller, connection, timeout_s)
         self.replication_factor, self.segment_bytes, self.timeout_s = replication_factor, segment_bytes, timeout_s
         self.partitions = OFFSETS_PARTITIONS
         self._epoch = -1
@@ -98,7 +99,6 @@ class ReplicatedOffsetsLog:
         self._unresolved: list[tuple[int, pa.RecordBatch, Callable[[int], None]] | None] = [None] * self.partitions
         self._locks = [threading.Lock() for _ in range(self.partitions)]
         self._commits = [GroupCommit(lock, functools.partial(self._write, p)) for p, lock in enumerate(self._locks)]
-        self._metadata: ClusterDescription | None = None
         self._markers = {migrated_key("offsets"), migrated_key(GROUPS)}
         self._migrated: set[bytes] = set()  # the migration records read in partition 0
 
@@ -131,51 +131,20 @@ class ReplicatedOffsetsLog:
                      self.partitions, self.replication_factor)
         except TopicExistsError:
             pass  # created meanwhile
-        self._metadata = None
-
-    def _leader(self, partition: int) -> tuple[str, dict[str, Any]]:
-        """The address of the partition's leader and what requests quote there (leader epoch, topic id)."""
-        metadata = self._metadata
-        if metadata is None:
-            metadata = self._metadata = self.controller.describe_cluster()
-        registration = metadata.partitions.get((OFFSETS_TOPIC, partition))
-        if registration is None:
-            self._metadata = None
-            raise CoordinatorUnavailableError(f"{OFFSETS_TOPIC}-{partition} is not placed on the nodes yet; retry")
-        node = next((n for n in metadata.nodes if n.id == registration.state.leader), None)
-        if node is None:
-            self._metadata = None
-            raise LeaderNotAvailableError(f"{OFFSETS_TOPIC}-{partition} has no leader now (in-sync replicas "
-                                          f"{list(registration.state.isr)}); retry once the controller elected one")
-        return node.address, {"leader_epoch": registration.state.leader_epoch,
-                              "topic_id": metadata.topic_ids.get(OFFSETS_TOPIC, "")}
+        self.leaders.forget()
 
     def _at_leader(self, partition: int, call: Callable[[dict[str, Any]], Call]) -> Any:
-        """call(quoted fields) at the partition's leader, retried (metadata refreshed) while it fails retriably,
-        within timeout_s; a fenced producer epoch is CoordinatorUnavailableError (this instance was deposed)."""
-        deadline, attempt = time.monotonic() + self.timeout_s, 0
-        while True:
-            try:
-                address, quoted = self._leader(partition)
-                try:
-                    return call(quoted)(self.connection.client(address), self.connection.call_options)
-                except (flight.FlightUnavailableError, flight.FlightTimedOutError) as exc:
-                    raise LeaderNotAvailableError(f"the leader of {OFFSETS_TOPIC}-{partition} at {address} did not "
-                                                  f"answer ({wire.error_details(exc).get('message') or exc})"
-                                                  ) from None
-                except flight.FlightError as exc:
-                    raise wire.from_flight_error(exc) from None
-            except InvalidProducerEpochError:
-                raise CoordinatorUnavailableError(
-                    f"this coordinator instance (epoch {self._epoch}) was deposed: a newer one took the "
-                    f"{OFFSETS_TOPIC} topic; nothing was written, retry on the active instance") from None
-            except FabricError as exc:
-                if not exc.retriable or time.monotonic() >= deadline:
-                    raise
-                log.info("%s-%d: %s; retrying", OFFSETS_TOPIC, partition, exc)
-                self._metadata = None
-            time.sleep(min(0.02 * 2 ** min(attempt, 6), 1.0, max(0.0, deadline - time.monotonic())))
-            attempt += 1
+        """call(quoted fields) at the partition's leader (LeaderCalls); a fenced producer epoch is
+        CoordinatorUnavailableError (this instance was deposed), as is a partition not placed yet."""
+        try:
+            return self.leaders.call(OFFSETS_TOPIC, partition, call)
+        except InvalidProducerEpochError:
+            raise CoordinatorUnavailableError(
+                f"this coordinator instance (epoch {self._epoch}) was deposed: a newer one took the "
+                f"{OFFSETS_TOPIC} topic; nothing was written, retry on the active instance") from None
+        except UnknownPartitionError:
+            raise CoordinatorUnavailableError(f"{OFFSETS_TOPIC}-{partition} is not placed on the nodes yet; "
+                                              "retry") from None
 
     # -- the OffsetsLog --------------------------------------------------------------------------------------
     def read(self, partition: int, start: int) -> Iterator[tuple[int, pa.RecordBatch]]:

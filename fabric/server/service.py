@@ -29,6 +29,7 @@ from fabric.coordinator import validation
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.transaction_offsets import TransactionOffsets
+from fabric.coordinator.transaction_timeouts import TransactionTimeouts
 from fabric.server import coordinator_metrics, replicated_offsets, security, wire
 from fabric.server.arguments import check_call
 from fabric.server.cluster_broker import ClusterBroker
@@ -41,8 +42,10 @@ from fabric.server.instance import (
     open_store,
     settings_from,
 )
+from fabric.server.leader_calls import LeaderCalls
 from fabric.server.request_metrics import count_bytes
 from fabric.server.shutdown import Interrupted, Shutdown
+from fabric.server.transaction_reaper import TransactionReaper
 
 log = logging.getLogger(__name__)
 Checks = Callable[[dict[str, Any]], list[tuple[str, str]]]
@@ -271,7 +274,7 @@ def serve(settings: Settings) -> None:
     shutdown = Shutdown(settings.shutdown_timeout_ms / 1000)
     shutdown.install()
     election: Any = None
-    broker = server = None
+    broker = server = reaper = None
     try:
         store, election = open_store(settings)
         controller = ControllerDriver(store, settings.node_session_timeout_ms)
@@ -282,6 +285,8 @@ def serve(settings: Settings) -> None:
                                settings.default_replication_factor)
         server = CoordinatorService(settings, broker, election)
         broker.start_maintenance(settings.log_retention_check_interval_ms, lambda: election.is_active)
+        if isinstance(store, TransactionTimeouts):
+            reaper = transaction_reaper(store, controller, settings, lambda: election.is_active)
         coordinator_metrics.register(server.metrics.registry, broker, lambda: election.is_active)
         server.metrics.serve(settings.listen, settings.metrics_port)
         election.start(server.instance, controller)
@@ -293,16 +298,30 @@ def serve(settings: Settings) -> None:
     except Interrupted as stop:
         log.info("%s before the instance was serving: stopping", stop)
     finally:
-        _stop(shutdown, server, election, broker)
+        _stop(shutdown, server, election, broker, reaper)
 
 
-def _stop(shutdown: Shutdown, server: CoordinatorService | None, election: Any, broker: ClusterBroker | None
-          ) -> None:
-    """Stop serving (calls in flight finish), stop the controller, leave the election and close the stores,
-    within the deadline."""
+def transaction_reaper(store: TransactionTimeouts, controller: ControllerDriver, settings: Settings,
+                       active: Callable[[], bool]) -> TransactionReaper:
+    """Started: the abort of `store`'s transactions past their timeout, while `active()` (this instance is)."""
+    store.max_transaction_timeout_ms = settings.transaction_max_timeout_ms
+    interval_s = settings.transaction_cleanup_interval_ms / 1000
+    leaders = LeaderCalls(controller, replicated_offsets.node_connection(settings.tls_cert is not None),
+                          min(30.0, max(1.0, interval_s)))
+    reaper = TransactionReaper(store, leaders, interval_s, active)
+    reaper.start()
+    return reaper
+
+
+def _stop(shutdown: Shutdown, server: CoordinatorService | None, election: Any, broker: ClusterBroker | None,
+          reaper: TransactionReaper | None) -> None:
+    """Stop serving (calls in flight finish), stop the controller and the transaction reaper, leave the election
+    and close the stores, within the deadline."""
     shutdown.begin()
     finished = True
     serving = shutdown.start("stop serving", server.shutdown) if server is not None else None
+    if reaper is not None:
+        reaper.stop(shutdown.remaining() / 4)
     if broker is not None:
         broker.stop_maintenance(shutdown.remaining() / 4)
         broker.controller.stop(shutdown.remaining() / 4)

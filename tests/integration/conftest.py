@@ -227,8 +227,10 @@ class NodeCluster:
 
 @pytest.fixture(scope="module")
 def shared_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
-    """One NodeCluster of 3 nodes for a test module's tests that kill nothing and use topics of their own."""
-    cluster = NodeCluster(tmp_path_factory.mktemp("cluster")).start()
+    """One NodeCluster of 3 nodes for a test module's tests that kill nothing and use topics of their own (its
+    coordinator aborts timed-out transactions every second)."""
+    cluster = NodeCluster(tmp_path_factory.mktemp("cluster"),
+                          coordinator_extra=("--transaction-cleanup-interval-ms", "1000")).start()
     yield cluster
     cluster.close()
 

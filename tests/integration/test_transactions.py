@@ -117,6 +117,44 @@ def test_an_undecided_transaction_is_aborted_whole(shared_cluster) -> None:
             fab.cluster.coordinator.commit_transaction("sink-b:4", [writer.producer_id + 1])
 
 
+def test_a_transaction_past_its_timeout_is_aborted_by_the_coordinator_and_a_replay_still_commits_it(
+        shared_cluster) -> None:
+    """A writer that stops mid-transaction (its process died, or its driver never commits) holds read_committed
+    readers back only until its transaction.timeout.ms: the active coordinator aborts it and writes its marker.
+    The transaction stays undecided, so Spark's replay of the batch (new writers) still commits it; the stalled
+    writer can neither be committed nor write again."""
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic("txn-timeout", partitions=1, replication_factor=3)
+        stalled = fab.cluster.init_producer_id()
+        fab.cluster.coordinator.add_transaction_writer("sink-t:7", stalled.producer_id, stalled.producer_epoch,
+                                                       [("txn-timeout", 0)], timeout_ms=1500)
+        append(fab, "txn-timeout", stalled, [b"stalled"])
+        with fab.producer(linger_ms=0) as producer:
+            producer.send("txn-timeout", b"after", partition=0).result(60)
+        wait_for(lambda: read_all(fab, "txn-timeout") == [b"after"], 90,
+                 "the coordinator to abort the timed-out transaction, so readers move past it")
+        wait_for(lambda: fab.cluster.coordinator.transaction_record("sink-t").aborted == (), 60,
+                 "the aborted writer to be forgotten once its marker is written")
+        record = fab.cluster.coordinator.transaction_record("sink-t")
+        assert (record.sequence, record.committed_sequence, record.writers) == (7, -1, ())
+        with pytest.raises(InvalidTxnStateError, match="timeout"):
+            fab.cluster.coordinator.commit_transaction("sink-t:7", [stalled.producer_id])
+        with pytest.raises(InvalidProducerEpochError):  # fenced by its abort marker's epoch
+            append(fab, "txn-timeout", stalled, [b"late"], sequence=1)
+
+        replay = fab.cluster.init_producer_id()
+        fab.cluster.coordinator.add_transaction_writer("sink-t:7", replay.producer_id, replay.producer_epoch,
+                                                       [("txn-timeout", 0)], timeout_ms=60_000)
+        append(fab, "txn-timeout", replay, [b"replayed"])
+        fab.cluster.coordinator.commit_transaction("sink-t:7", [replay.producer_id])
+        assert end_transaction(fab.cluster, "sink-t:7").committed_writers == (replay.producer_id,)
+        assert read_all(fab, "txn-timeout") == [b"after", b"replayed"]
+        assert b"stalled" not in read_all(fab, "txn-timeout")
+        with pytest.raises(InvalidConfigError, match="transaction.max.timeout.ms"):
+            fab.cluster.coordinator.add_transaction_writer("sink-t:8", replay.producer_id, replay.producer_epoch,
+                                                           [("txn-timeout", 0)], timeout_ms=10**9)
+
+
 def test_an_aborted_batch_write_refuses_a_writer_that_joins_late(shared_cluster) -> None:
     """A failed `df.write` is never replayed, so its abort decides it: a task Spark killed but whose Python
     worker still runs is refused when it joins after the abort, and cannot leave an open transaction holding

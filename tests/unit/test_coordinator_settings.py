@@ -1,5 +1,5 @@
-"""The coordinator instance's offsets-topic options (fabric/server/instance.py): offsets.topic.segment.bytes takes
-the topic config's own check, and a bad value names the option and the range."""
+"""The coordinator instance's offsets-topic and transaction-timeout options (fabric/server/instance.py):
+offsets.topic.segment.bytes takes the topic config's own check, and a bad value names the option and the range."""
 from __future__ import annotations
 
 import argparse
@@ -27,3 +27,15 @@ def test_a_bad_offsets_topic_segment_size_names_the_option_and_the_range(value) 
     with pytest.raises(InvalidConfigError, match=r"--offsets-topic-segment-bytes \(offsets.topic.segment.bytes\): .*"
                                                  "must be an integer from 1024"):
         parse("--offsets-topic-segment-bytes", value)
+
+
+def test_the_transaction_timeout_options_default_to_kafkas_and_can_be_set() -> None:
+    assert (parse().transaction_max_timeout_ms, parse().transaction_cleanup_interval_ms) == (900_000, 10_000)
+    settings = parse("--transaction-max-timeout-ms", "60000", "--transaction-cleanup-interval-ms", "500")
+    assert (settings.transaction_max_timeout_ms, settings.transaction_cleanup_interval_ms) == (60_000, 500)
+
+
+@pytest.mark.parametrize("option", ["--transaction-max-timeout-ms", "--transaction-cleanup-interval-ms"])
+def test_a_bad_transaction_timeout_option_names_the_key_and_the_range(option) -> None:
+    with pytest.raises(InvalidConfigError, match="must be a number of milliseconds from 1"):
+        parse(option, "0")

@@ -3,7 +3,8 @@
 DoPut `append` ({topic, partition, codec, leader_epoch, acks, timeout_ms, producer fields, transactional}) appends
 stored rows; DoGet ({topic, partition, offset, max_bytes, end_offset, leader_epoch, isolation_level}) fetches below
 the high watermark (read_committed: the last stable offset); DoAction runs `partition_state`, `offset_for_time`,
-`offset_after_records`, `write_markers` (which needs write on the topic and on the transactional id),
+`offset_after_records`, `write_markers` (which needs write on the topic and on the transactional id, or
+cluster_action on the cluster: the coordinator aborting timed-out transactions),
 `compact_partition`, `enforce_retention` and `delete_records` (admin on the topic: `fabric topics compact`,
 `retain` and `delete-records`) and `status` for clients, and for followers (other nodes, which need cluster_action
 on the cluster resource) `offsets_for_leader_epoch` and `replica_fetch` (many partitions at once: its first result
@@ -71,8 +72,8 @@ class NodeService(FabricFlightServer):
                                       f"{', '.join(sorted([*ACTIONS, *REPLICA_ACTIONS, 'status']))}")
         method = getattr(ReplicaManager, action.type)
         check_call(action.type, method, args)
-        if action.type in REPLICA_ACTIONS:
-            self.authorize(context, [("cluster_action", security.CLUSTER)])
+        if action.type in REPLICA_ACTIONS or (action.type == "write_markers" and self._cluster_action(context)):
+            self.authorize(context, [("cluster_action", security.CLUSTER)])  # markers: the coordinator's timeouts
         else:
             self.authorize(context, [(ACTIONS[action.type], f"topic:{args['topic']}"), *(
                 [("write", f"transactional-id:{args['transactional_id']}")] if "transactional_id" in args else [])])
@@ -81,6 +82,11 @@ class NodeService(FabricFlightServer):
             return [wire.dumps([_fetch_answer(answer) for answer in result]),
                     *[flight.Result(a.frames) for a in result if isinstance(a, ReplicaFetch) and a.frames.size]]
         return [wire.dumps(result)]
+
+    def _cluster_action(self, context: flight.ServerCallContext) -> bool:
+        """True if the caller may act for the cluster (the coordinator, other nodes)."""
+        return self.authorizer.allowed(context.get_middleware(security.MIDDLEWARE_KEY).name, "cluster_action",
+                                       security.CLUSTER)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         return [(name, f"node.{name}") for name in sorted([*ACTIONS, *REPLICA_ACTIONS, "status"])]

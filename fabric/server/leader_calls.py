@@ -1,0 +1,69 @@
+"""Calls from the coordinator to the leader of a replicated partition (the offsets topic's appends, transaction
+markers), found in the controller's view of the cluster and retried, with that view refreshed, while they fail
+retriably (a leader moving, a node restarting)."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+import pyarrow.flight as flight
+
+from fabric.common.errors import FabricError, LeaderNotAvailableError, UnknownPartitionError
+from fabric.common.types import ClusterDescription
+from fabric.server import wire
+from fabric.server.connection import Call, Connection
+from fabric.server.controller_driver import ControllerDriver
+
+log = logging.getLogger(__name__)
+
+
+class LeaderCalls:
+    """Calls to partition leaders through `connection`'s Flight clients, each retried within `timeout_s`; the
+    leaders as `controller` last described them (described again after a failure)."""
+
+    def __init__(self, controller: ControllerDriver, connection: Connection, timeout_s: float) -> None:
+        self.controller, self.connection, self.timeout_s = controller, connection, timeout_s
+        self._metadata: ClusterDescription | None = None
+
+    def forget(self) -> None:
+        """Describe the cluster again before the next call (a topic was created)."""
+        self._metadata = None
+
+    def leader(self, topic: str, partition: int) -> tuple[str, dict[str, Any]]:
+        """The address of the partition's leader and what requests quote there (leader epoch, topic id)."""
+        metadata = self._metadata
+        if metadata is None or (topic, partition) not in metadata.partitions:
+            metadata = self._metadata = self.controller.describe_cluster()
+        registration = metadata.partitions.get((topic, partition))
+        if registration is None:
+            raise UnknownPartitionError(f"{topic}-{partition} is not placed on the data nodes (its topic was "
+                                        "deleted, or is not replicated)")
+        node = next((n for n in metadata.nodes if n.id == registration.state.leader), None)
+        if node is None:
+            self._metadata = None
+            raise LeaderNotAvailableError(f"{topic}-{partition} has no leader now (in-sync replicas "
+                                          f"{list(registration.state.isr)}); retry once the controller elected one")
+        return node.address, {"leader_epoch": registration.state.leader_epoch,
+                              "topic_id": metadata.topic_ids.get(topic, "")}
+
+    def call(self, topic: str, partition: int, call: Callable[[dict[str, Any]], Call]) -> Any:
+        """call(quoted fields) at the partition's leader, retried while it fails retriably, within timeout_s."""
+        deadline, attempt = time.monotonic() + self.timeout_s, 0
+        while True:
+            try:
+                address, quoted = self.leader(topic, partition)
+                try:
+                    return call(quoted)(self.connection.client(address), self.connection.call_options)
+                except (flight.FlightUnavailableError, flight.FlightTimedOutError) as exc:
+                    raise LeaderNotAvailableError(f"the leader of {topic}-{partition} at {address} did not answer "
+                                                  f"({wire.error_details(exc).get('message') or exc})") from None
+                except flight.FlightError as exc:
+                    raise wire.from_flight_error(exc) from None
+            except FabricError as exc:
+                if not exc.retriable or time.monotonic() >= deadline:
+                    raise
+                log.info("%s-%d: %s; retrying", topic, partition, exc)
+                self._metadata = None
+            time.sleep(min(0.02 * 2 ** min(attempt, 6), 1.0, max(0.0, deadline - time.monotonic())))
+            attempt += 1

@@ -1,0 +1,85 @@
+"""The active coordinator instance's abort of timed-out transactions on the data nodes (Kafka's transaction
+coordinator aborting transactions past transaction.timeout.ms; coordinator.transaction_timeouts).
+
+Every transaction.abort.timed.out.transaction.cleanup.interval.ms, while this instance is the active one, it
+expires the open transactions past their timeout in the store (their writers become the record's aborted
+writers: from then on a commit or a join naming them is refused), then writes each aborted writer's abort
+marker (its epoch + 1, which fences it) to every partition it registered, at the partition's leader, and
+forgets the writers whose markers are all written. A marker that cannot be written now (no leader) is written
+at a later pass: the writers stay in the record until then, whichever instance is active. A partition whose
+topic was deleted needs none.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from fabric.common.clock import SYSTEM_CLOCK
+from fabric.common.errors import FabricError, UnknownPartitionError, UnknownTopicError
+from fabric.common.types import TopicPartition, TransactionRecord, TransactionWriter
+from fabric.coordinator.transaction_timeouts import TransactionTimeouts
+from fabric.server.connection import action_call
+from fabric.server.leader_calls import LeaderCalls
+
+log = logging.getLogger(__name__)
+
+
+class TransactionReaper:
+    """Aborts `store`'s timed-out transactions every `interval_s` while `active()`, writing markers through
+    `leaders`, in a daemon thread (stop() ends it)."""
+
+    def __init__(self, store: TransactionTimeouts, leaders: LeaderCalls, interval_s: float,
+                 active: Callable[[], bool]) -> None:
+        self.store, self.leaders, self.interval_s, self.active = store, leaders, interval_s, active
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="transaction-reaper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float) -> None:
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self.interval_s):
+            if not self.active():
+                continue
+            try:
+                self.run_once()
+            except Exception as exc:  # noqa: BLE001 (the reaper must survive: the next pass retries)
+                log.warning("aborting timed-out transactions failed: %s; retrying in %.1f s", exc, self.interval_s)
+
+    def run_once(self) -> int:
+        """One pass: expire, then write the markers of every aborted writer; how many writers were forgotten."""
+        done = 0
+        for record in self.store.expire_transactions(SYSTEM_CLOCK.now_ms()):
+            written = [w for w in record.aborted if self._end(record, w)]
+            if written:
+                self.store.transaction_markers_written(record.transactional_id, written)
+                log.warning("transactional id %s: aborted %d writer(s) past the transaction timeout (producer ids "
+                            "%s)", record.transactional_id, len(written), [w.producer_id for w in written][:10])
+                done += len(written)
+        return done
+
+    def _end(self, record: TransactionRecord, writer: TransactionWriter) -> bool:
+        """Write `writer`'s abort marker to each partition it registered; True once all are written."""
+        for tp in writer.partitions:
+            try:
+                self._mark(record.transactional_id, tp, writer)
+            except (UnknownPartitionError, UnknownTopicError):
+                continue  # the topic was deleted: nothing left to end there
+            except FabricError as exc:
+                log.warning("transactional id %s: the abort marker of producer %d on %s-%d is not written yet (%s); "
+                            "retrying at the next pass", record.transactional_id, writer.producer_id, tp[0], tp[1],
+                            exc)
+                return False
+        return True
+
+    def _mark(self, transactional_id: str, tp: TopicPartition, writer: TransactionWriter) -> None:
+        abort = [[writer.producer_id, writer.producer_epoch + 1]]
+        self.leaders.call(tp[0], tp[1], lambda quoted: action_call(
+            "write_markers", topic=tp[0], partition=tp[1], transactional_id=transactional_id, commit=[],
+            abort=abort, timeout_ms=int(self.leaders.timeout_s * 1000), **quoted))
