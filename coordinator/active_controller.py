@@ -114,6 +114,19 @@ class ActiveController:
     def heartbeat(self, node_id: int, node_epoch: int) -> None:
         self.leases.heartbeat(node_id, node_epoch)
 
+    def controlled_shutdown(self, node_id: int, node_epoch: int) -> list[Decision]:
+        """Kafka's controlled shutdown: the node (at `node_epoch`, StaleNodeEpochError otherwise) is stopping, so
+        it dies now rather than when its lease lapses: its leaderships move to other in-sync replicas and it leaves
+        every ISR (NodeDied). Its lease ends only once that is stored, so a failure leaves it to the lease."""
+        self.leases.heartbeat(node_id, node_epoch)
+
+        def without() -> dict[int, NodeInfo]:
+            return {i: replace(n, alive=False) if i == node_id else n for i, n in self.nodes().items()}
+        decisions = self._run(NodeDied(node_id), nodes=without)[1].decisions
+        self.leases.release(node_id, node_epoch)
+        log.info("node %d shut down under control: %d partition(s) changed", node_id, len(decisions))
+        return decisions
+
     def expire_nodes(self) -> list[Decision]:
         """Declare dead the nodes whose lease lapsed, and move their partitions on."""
         return [d for node_id in self.leases.expire() for d in self._run(NodeDied(node_id))[1].decisions]

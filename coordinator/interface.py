@@ -109,6 +109,15 @@ class Coordinator(ABC):
         """The transactional id's record: its latest transaction's writers and the decision about them."""
 
     @abstractmethod
+    def list_transactions(self) -> list[str]:
+        """Every transactional id the coordinator has a record of."""
+
+    @abstractmethod
+    def abort_transaction_writers(self, transactional_id: str) -> TransactionRecord:
+        """Abort the writers of the id's open transaction now, as its timeout would (an operator's
+        `fabric transactions abort`): the record as it is then (PrepareAbort until their markers are written)."""
+
+    @abstractmethod
     def transaction_committed(self, txn: str) -> bool:
         """True once a transaction of the same transactional id with this or a higher sequence committed."""
 

@@ -58,6 +58,12 @@ class NodeLeases:
                 "registration fenced it, or its session timed out); register the node again")
         self._leases[node_id] = replace(lease, expires_ms=self.clock.now_ms() + self.session_timeout_ms)
 
+    def release(self, node_id: int, node_epoch: int) -> None:
+        """End the node's lease now (its controlled shutdown); StaleNodeEpochError unless it holds one for exactly
+        this epoch."""
+        self.heartbeat(node_id, node_epoch)
+        del self._leases[node_id]
+
     def expire(self) -> list[int]:
         """The nodes whose lease lapsed, sorted; each is reported once and is dead until it registers again."""
         dead = sorted(node_id for node_id, lease in self._leases.items() if self._lapsed(lease))

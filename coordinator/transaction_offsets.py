@@ -38,9 +38,6 @@ class TransactionOffsets(TransactionTimeouts, TopicOffsets):
     """commit_transaction of the Coordinator interface, offsets included, for a store that changes a
     transactional id's record by an atomic read-modify-write and lists the records (TransactionTimeouts)."""
 
-    def transaction_record(self, transactional_id: str) -> TransactionRecord:
-        raise NotImplementedError
-
     def commit_transaction(self, txn: str, writers: Sequence[int] | None = None,
                            offsets: TransactionalOffsets | None = None) -> None:
         transactional_id, sequence = validation.transaction(txn)

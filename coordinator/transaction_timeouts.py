@@ -25,6 +25,7 @@ class TransactionTimeouts:
     (`_change_transaction`) and lists every record (`_transaction_records`)."""
 
     max_transaction_timeout_ms = MAX_TIMEOUT_MS  # the coordinator service sets its transaction.max.timeout.ms
+    writers_aborted: Callable[[], None] = staticmethod(lambda: None)  # the service's: its reaper writes markers now
 
     def _change_transaction(self, transactional_id: str,
                             change: Callable[[TransactionRecord], TransactionRecord | None]
@@ -63,6 +64,20 @@ class TransactionTimeouts:
             if record.aborted:
                 out.append(record)
         return out
+
+    def list_transactions(self) -> list[str]:
+        return sorted(r.transactional_id for r in self._transaction_records())
+
+    def abort_transaction_writers(self, transactional_id: str) -> TransactionRecord:
+        transactional_id = validation.transactional_id(transactional_id)
+        changed = self._change_transaction(transactional_id, transactions.abort_writers)
+        if changed is None:
+            return self.transaction_record(transactional_id)
+        self.writers_aborted()
+        return changed
+
+    def transaction_record(self, transactional_id: str) -> TransactionRecord:
+        raise NotImplementedError
 
     def transaction_markers_written(self, transactional_id: str, written: Sequence[TransactionWriter]) -> None:
         """Forget the aborted writers `written`: their abort markers are on every partition they registered."""

@@ -126,6 +126,14 @@ def expire(record: TransactionRecord, now_ms: int) -> TransactionRecord | None:
     commit it. None if it is not open or not past its timeout."""
     if not record.open or record.started_ms < 0 or now_ms < record.started_ms + record.timeout_ms:
         return None  # (a record written before transactions had timeouts has no started_ms: never expired)
+    return abort_writers(record)
+
+
+def abort_writers(record: TransactionRecord) -> TransactionRecord | None:
+    """The record once the writers of its open transaction were aborted, as `expire` does, whatever their timeout
+    (an operator's `fabric transactions abort`); None if it is not open."""
+    if not record.open:
+        return None
     return replace(record, writers=(), started_ms=-1, timeout_ms=0, aborted=record.aborted + record.writers)
 
 

@@ -96,9 +96,9 @@ class FlakyCluster(Cluster):
         return self.inner.publish(txn, parts, codec)
 
     def publish_transaction(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
-                            codec: str = "none", offsets: TransactionalOffsets | None = None
-                            ) -> dict[TopicPartition, int] | None:
-        return self._call("publish_transaction", txn, parts, codec, offsets)
+                            codec: str = "none", offsets: TransactionalOffsets | None = None,
+                            timeout_ms: int = 60_000) -> dict[TopicPartition, int] | None:
+        return self._call("publish_transaction", txn, parts, codec, offsets, timeout_ms)
 
     def recover_topics(self, names: Sequence[str] | None = None) -> list[TopicRecovery]:
         return self.inner.recover_topics(names)

@@ -1,5 +1,6 @@
 # PYTHON_ARGCOMPLETE_OK (argcomplete: this console entry completes itself; see README, Shell completion)
-"""`fabric`: Kafka's command-line tools as one command (topics, produce, consume, groups, coordinator).
+"""`fabric`: Kafka's command-line tools as one command (topics, produce, consume, groups, transactions,
+coordinator).
 
 Each command group lives in a module of fabric.cli exposing `register(subparsers)`; add a group by adding its
 module name to COMMAND_MODULES. Errors print `error: <message>` on stderr and exit 1.
@@ -19,7 +20,7 @@ from fabric.cli.common import add_url_option
 from fabric.common.errors import FabricError
 from fabric.common.logs import add_log_level_option, configure, level_of
 
-COMMAND_MODULES = ("topics", "clients", "groups", "coordinator", "nodes", "partitions", "cluster")
+COMMAND_MODULES = ("topics", "clients", "groups", "transactions", "coordinator", "nodes", "partitions", "cluster")
 CLI_LOG_LEVEL = "WARNING"
 
 EPILOG = """examples:
@@ -34,6 +35,7 @@ EPILOG = """examples:
   fabric groups describe billing
   fabric groups reset-offsets billing --topic orders --to-earliest --execute
   fabric groups reset-offsets billing --all-topics --shift-by -10 --export
+  fabric transactions abort --transactional-id my-sink               (readers held back by a dead writer)
 
 Shell completion: eval "$(register-python-argcomplete fabric)"
 

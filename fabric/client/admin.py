@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -26,6 +27,7 @@ from fabric.common.errors import (
     GroupIdNotFoundError,
     InvalidArgumentError,
     InvalidConfigError,
+    RequestTimedOutError,
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -41,6 +43,7 @@ from fabric.common.types import (
     TopicInfo,
     TopicPartition,
     TopicRecovery,
+    TransactionRecord,
 )
 from fabric.storage.cleaner import CleanReport
 
@@ -284,6 +287,31 @@ class Fabric:
             raise GroupIdNotFoundError(f"consumer group {group!r} does not exist (no committed offsets and no live "
                                        "members); `fabric groups list` or list_groups() names the groups")
         self.cluster.coordinator.delete_group(group)
+
+    # -- transactions (kafka-transactions) ----------------------------------------------------------
+    def list_transactions(self) -> list[TransactionRecord]:
+        """The record of every transactional id (its latest transaction's `state`, writers and decision)."""
+        return [self.describe_transaction(t) for t in self.cluster.coordinator.list_transactions()]
+
+    def describe_transaction(self, transactional_id: str) -> TransactionRecord:
+        return self.cluster.coordinator.transaction_record(transactional_id)
+
+    def abort_transaction(self, transactional_id: str, timeout_s: float = 60.0) -> TransactionRecord:
+        """Abort the writers of the id's open transaction now, as its transaction.timeout.ms would, and wait up to
+        `timeout_s` until the coordinator has written their abort markers (so read_committed readers move on);
+        the record then. The transaction stays undecided: a Spark batch replayed still commits it.
+        RequestTimedOutError if the markers are not written in time (the coordinator keeps retrying them)."""
+        record = self.cluster.coordinator.abort_transaction_writers(transactional_id)
+        deadline = time.monotonic() + timeout_s
+        while record.aborted:
+            if time.monotonic() > deadline:
+                raise RequestTimedOutError(
+                    f"the abort markers of transactional id {transactional_id}'s writers are not all written after "
+                    f"{timeout_s:g} s (a partition without a leader?); the coordinator keeps writing them: "
+                    "`fabric transactions describe` shows when they are")
+            time.sleep(0.1)
+            record = self.describe_transaction(transactional_id)
+        return record
 
     def reset_offsets(self, group: str, topics: str | Sequence[str | TopicPartition] | None = None, *,
                       to_earliest: bool = False, to_latest: bool = False, to_offset: int | None = None,

@@ -161,12 +161,13 @@ class Cluster(ABC):
         committed, which is how a replayed Spark batch is skipped."""
 
     def publish_transaction(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
-                            codec: str = "none", offsets: TransactionalOffsets | None = None
-                            ) -> dict[TopicPartition, list[int]] | None:
+                            codec: str = "none", offsets: TransactionalOffsets | None = None,
+                            timeout_ms: int = 60_000) -> dict[TopicPartition, list[int]] | None:
         """A producer transaction's commit: publish() of `parts` plus, with `offsets`, the group's offsets, all
         visible together or not at all; the base offset of each batch of each partition, or None (nothing
         written) if `txn` had committed already (another producer with the same transactional id: this one is
-        fenced)."""
+        fenced). `timeout_ms`: its transaction.timeout.ms where it runs on partition leaders (a publish has none:
+        it is atomic)."""
         raise InvalidConfigError(f"producer transactions need an embedded fabric (file:///dir) or a coordinator "
                                  f"service; {type(self).__name__} {self.url!r} has none")
 

@@ -74,9 +74,10 @@ def end_transaction(cluster: Cluster, txn: str) -> TransactionRecord:
 
 
 def publish_on_leaders(cluster: Cluster, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
-                       codec: str, offsets: TransactionalOffsets | None = None
+                       codec: str, offsets: TransactionalOffsets | None = None, timeout_ms: int = 60_000
                        ) -> dict[TopicPartition, list[int]] | None:
-    """A producer transaction's commit on the leaders, as its one writer: join, append, commit (with the group
+    """A producer transaction's commit on the leaders, as its one writer: join (asking for `timeout_ms`, its
+    transaction.timeout.ms), append, commit (with the group
     `offsets`, which the coordinator applies at the commit point: coordinator.transaction_offsets), markers. The
     base offset of each batch of each partition; None if another producer with the same transactional id
     committed `txn` first (this one's writes, if any, are aborted by that commit's markers, and its offsets are
@@ -86,10 +87,13 @@ def publish_on_leaders(cluster: Cluster, txn: str, parts: Mapping[TopicPartition
     identity = retrying(cluster, cluster.init_producer_id, "take a producer id", TIMEOUT_S)
     keys = sorted(key for key, batches in parts.items() if batches)
     joins = bool(keys) or offsets is not None  # a writer of no partition commits offsets: the record names it
+    joined = False
     try:
         if joins:
             retrying(cluster, lambda: cluster.coordinator.add_transaction_writer(
-                txn, identity.producer_id, identity.producer_epoch, keys), f"join transaction {txn}", TIMEOUT_S)
+                txn, identity.producer_id, identity.producer_epoch, keys, timeout_ms), f"join transaction {txn}",
+                TIMEOUT_S)
+            joined = True
         bases = {key: append_batches(cluster, key[0], key[1], parts[key], identity, codec) for key in keys}
         writers = [identity.producer_id] if joins else []
         retrying(cluster, lambda: cluster.coordinator.commit_transaction(txn, writers, offsets),
@@ -98,7 +102,7 @@ def publish_on_leaders(cluster: Cluster, txn: str, parts: Mapping[TopicPartition
         log.warning("transaction %s: %s", txn, exc)
         return None
     except FabricError as exc:  # refused (e.g. its offsets: a stale generation): end what this writer appended
-        if keys and not exc.retriable and not cluster.coordinator.transaction_committed(txn):
+        if keys and joined and not exc.retriable and not cluster.coordinator.transaction_committed(txn):
             abort_writer(cluster, txn, identity, keys)
         raise
     record = end_transaction(cluster, txn)

@@ -406,7 +406,8 @@ class Producer:
                     for p, lo, hi in runs:
                         parts[(topic, p)] = self._chunks(rows.slice(lo, hi - lo))
                     built.append((buf, assigned, runs))
-                return self.cluster.publish_transaction(txn, parts, self._codec, offsets)
+                return self.cluster.publish_transaction(txn, parts, self._codec, offsets,
+                                                        self.config["transaction_timeout_ms"])
             try:
                 bases = manager.commit(publish)
             except BaseException as exc:

@@ -88,6 +88,12 @@ class RemoteCoordinator(Coordinator):
     def transaction_record(self, transactional_id: str) -> TransactionRecord:
         return self.connection.action("transaction_record", transactional_id=transactional_id)
 
+    def list_transactions(self) -> list[str]:
+        return self.connection.action("list_transactions")
+
+    def abort_transaction_writers(self, transactional_id: str) -> TransactionRecord:
+        return self.connection.action("abort_transaction_writers", transactional_id=transactional_id)
+
     def transaction_committed(self, txn: str) -> bool:
         return self.connection.action("transaction_committed", txn=txn)
 
@@ -162,8 +168,8 @@ class RemoteCluster(Cluster):
         return self._publish("publish_frames", txn, parts)
 
     def publish_transaction(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
-                            codec: str = "none", offsets: TransactionalOffsets | None = None
-                            ) -> dict[TopicPartition, list[int]] | None:
+                            codec: str = "none", offsets: TransactionalOffsets | None = None,
+                            timeout_ms: int = 60_000) -> dict[TopicPartition, list[int]] | None:
         bases: dict[TopicPartition, list[int]] | None = self._publish("publish_transaction", txn, parts, codec=codec,
                                                                  offsets=offsets)
         return bases

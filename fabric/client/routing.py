@@ -220,13 +220,13 @@ class RoutingCluster(RemoteCluster):
             topic, partition, rows, producer, codec))
 
     def publish_transaction(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
-                            codec: str = "none", offsets: TransactionalOffsets | None = None
-                            ) -> dict[TopicPartition, list[int]] | None:
+                            codec: str = "none", offsets: TransactionalOffsets | None = None,
+                            timeout_ms: int = 60_000) -> dict[TopicPartition, list[int]] | None:
         """On a cluster with data nodes, a producer transaction runs on the partition leaders
         (fabric.client.leader_transactions); its group offsets are committed by the coordinator's record of it."""
         if not self.describe_cluster().nodes:
             return super().publish_transaction(txn, parts, codec, offsets)
-        return leader_transactions.publish_on_leaders(self, txn, parts, codec, offsets)
+        return leader_transactions.publish_on_leaders(self, txn, parts, codec, offsets, timeout_ms)
 
     def write_markers(self, topic: str, partition: int, transactional_id: str,
                       commit: Sequence[tuple[int, int]], abort: Sequence[tuple[int, int]]) -> None:

@@ -192,6 +192,8 @@ PRODUCER_SETTINGS: dict[str, Setting] = {
     "delivery_timeout_ms": Setting(120000, _long(1, INT_MAX), "give up on a send after this long, retries included"),
     "transactional_id": Setting("", str, "send in transactions (init_transactions, begin_transaction, "
                                 "commit_transaction): records and offsets are published together or not at all"),
+    "transaction_timeout_ms": Setting(60000, _long(1, INT_MAX), "on a cluster with data nodes, the coordinator "
+                                      "aborts a transaction still undecided this long after it began"),
 }
 
 CONSUMER_SETTINGS: dict[str, Setting] = {

@@ -338,6 +338,22 @@ class TransactionRecord:
         """True while transaction `sequence` has writers and is undecided."""
         return bool(self.writers) and self.committed_sequence < self.sequence
 
+    @property
+    def state(self) -> str:
+        """Kafka's name for the state of the latest transaction: Empty (none yet), Ongoing (writers joined,
+        undecided), PrepareAbort (writers aborted, their markers being written), CompleteCommit (committed; a
+        publish has no writers) or CompleteAbort (decided with no writers, or its writers aborted and it is
+        waiting to be run again)."""
+        if self.open:
+            return "Ongoing"
+        if self.aborted:
+            return "PrepareAbort"
+        if self.committed_sequence < 0 and self.sequence < 0:
+            return "Empty"
+        if self.committed_sequence >= self.sequence and self.committed_writers != ():
+            return "CompleteCommit"
+        return "CompleteAbort"
+
     def markers(self) -> dict[TopicPartition, tuple[list[tuple[int, int]], list[tuple[int, int]]]]:
         """What ends transaction `sequence` on each partition: (commit, abort) lists of [producer id, epoch].
         Undecided, every writer is aborted; so is every writer in `aborted`. An abort marker carries the writer's

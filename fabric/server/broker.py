@@ -368,14 +368,15 @@ class Broker:
         return self._publish(txn, self._stage_batches(parts, codec)) is not None
 
     def publish_transaction(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
-                            codec: str = "none", offsets: TransactionalOffsets | None = None
-                            ) -> dict[TopicPartition, list[int]] | None:
+                            codec: str = "none", offsets: TransactionalOffsets | None = None,
+                            timeout_ms: int = 60_000) -> dict[TopicPartition, list[int]] | None:
         """A producer transaction's commit: publish() of `parts` and, with `offsets`, the group's offsets as one
         more partition of the same publish (the offsets topic's, in the coordinator's directory), so records and
         offsets become visible together at its commit point, or neither. The offsets are checked as
         commit_offsets checks them, under the publish's locks. Returns the base offset of each batch of each
         partition; None (nothing written) if `txn` had committed already: another producer with the same
-        transactional id did."""
+        transactional id did. A publish is atomic, so it has no transaction timeout (`timeout_ms` is for a
+        transaction on data nodes, Cluster.publish_transaction)."""
         if self.coordinator.transaction_committed(txn):
             return None
         staged = self._stage_batches(parts, codec)

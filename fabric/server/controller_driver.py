@@ -195,6 +195,11 @@ class ControllerDriver:
         addresses = {n.id: n.address for n in self.store.registered_nodes()}
         return NodeAssignment(epoch, {tp: reg for tp, reg in mine.items() if tp[0] in topics}, topics, addresses)
 
+    def controlled_shutdown(self, node_id: int, node_epoch: int) -> int:
+        """A stopping node's leaderships moved to other in-sync replicas and the node out of every ISR now
+        (ActiveController.controlled_shutdown); how many partitions changed."""
+        return len(self._call(lambda c: c.controlled_shutdown(node_id, node_epoch)))
+
     def alter_partition(self, topic: str, partition: int, node_id: int, node_epoch: int, leader_epoch: int,
                         partition_epoch: int, isr: tuple[int, ...]) -> LeaderAndIsr:
         """A leader's ISR change (Kafka's AlterPartition), refused unless it quotes the current node, leader and

@@ -144,6 +144,9 @@ ROUTES: dict[str, Route] = {
     "delete_group": Route("coordinator", on_group("admin"), True),
     "commit_transaction": Route("broker", transaction_commit_checks, True),
     "transaction_committed": Route("coordinator", on_transactional_id("describe")),
+    "list_transactions": Route("coordinator", nothing, filter_by=names_allowed("describe", "transactional-id")),
+    "abort_transaction_writers": Route("coordinator", lambda a: [
+        ("admin", f"transactional-id:{a['transactional_id']}")], True),
     "add_transaction_writer": Route("coordinator", on_transactional_id("write"), True),
     "transaction_record": Route("coordinator", lambda a: [("describe", f"transactional-id:{a['transactional_id']}")],
                                 True, for_nodes=True),  # a leader checks the markers it is asked for against it
@@ -163,6 +166,7 @@ ROUTES: dict[str, Route] = {
     "register_node": Route("controller", on_cluster("cluster_action"), True),
     "node_heartbeat": Route("controller", on_cluster("cluster_action"), True),
     "alter_partition": Route("controller", on_cluster("cluster_action"), True),
+    "controlled_shutdown": Route("controller", on_cluster("cluster_action"), True),
     "elect_leaders": Route("controller", on_cluster("admin"), True),
     "reassign_partition": Route("controller", on_topic("admin", "topic"), True),
     "describe_cluster": Route("controller", nothing, True, filter_by=topics_described),
@@ -309,6 +313,7 @@ def transaction_reaper(store: TransactionTimeouts, controller: ControllerDriver,
     leaders = LeaderCalls(controller, replicated_offsets.node_connection(settings.tls_cert is not None),
                           min(30.0, max(1.0, interval_s)))
     reaper = TransactionReaper(store, leaders, interval_s, active)
+    store.writers_aborted = reaper.wake
     reaper.start()
     return reaper
 

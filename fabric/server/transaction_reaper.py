@@ -32,19 +32,29 @@ class TransactionReaper:
     def __init__(self, store: TransactionTimeouts, leaders: LeaderCalls, interval_s: float,
                  active: Callable[[], bool]) -> None:
         self.store, self.leaders, self.interval_s, self.active = store, leaders, interval_s, active
-        self._stopped = threading.Event()
+        self._stopped = False
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="transaction-reaper", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
+    def wake(self) -> None:
+        """Run a pass now (writers were aborted by an operator)."""
+        self._wake.set()
+
     def stop(self, timeout_s: float) -> None:
-        self._stopped.set()
+        self._stopped = True
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
 
     def _run(self) -> None:
-        while not self._stopped.wait(self.interval_s):
+        while True:
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            if self._stopped:
+                return
             if not self.active():
                 continue
             try:

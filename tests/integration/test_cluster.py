@@ -6,6 +6,7 @@ calls are authorized on the cluster resource."""
 from __future__ import annotations
 
 import json
+import signal
 from collections import Counter
 
 import pytest
@@ -197,6 +198,38 @@ def test_a_node_stops_in_time_on_sigterm_even_without_its_coordinator(node_clust
     assert node is not None
     node.terminate()
     assert node.wait(timeout=SETTLE_S) == 0  # node.shutdown.timeout.ms is 5 s; exit 1 would mean it gave up
+
+
+def test_a_node_stopped_with_sigterm_hands_its_leadership_over_before_it_exits(node_cluster) -> None:
+    """Kafka's controlled shutdown: SIGTERM to a partition's leader moves the leadership to an in-sync replica and
+    takes the node out of the ISR before the process exits, not a session timeout later (the session here is
+    120 s, longer than anything below waits); producing goes on at the new leader and nothing acknowledged is
+    lost."""
+    cluster = node_cluster(nodes=3, coordinator_extra=("--node-session-timeout-ms", "120000"),
+                           node_extra=("--session-timeout-ms", "120000", "--shutdown-timeout-ms", "20000"))
+    with fabric.connect(cluster.url) as fab:
+        fab.create_topic("handover", replication_factor=3, config={"min.insync.replicas": "2"})
+        sent = [b"before-%d" % i for i in range(10)] + [b"after-%d" % i for i in range(10)]
+        with fab.producer(acks="all", linger_ms=0) as producer:
+            for value in sent[:10]:
+                producer.send("handover", value, partition=0).result(SETTLE_S)
+            registration = fab.partition_assignment("handover", 0)
+            assert registration is not None and len(registration.state.isr) == 3
+            leader = registration.state.leader
+            cluster.nodes[leader].kill(signal.SIGTERM)  # returns once the process exited
+            assert cluster.nodes[leader].process.returncode == 0
+            after = fab.partition_assignment("handover", 0)
+            assert after is not None and after.state.leader not in (None, leader)
+            assert leader not in after.state.isr and after.state.leader_epoch > registration.state.leader_epoch
+            assert not next(n for n in fab.list_nodes() if n.id == leader).alive
+            for offset, value in enumerate(sent[10:], start=10):
+                assert producer.send("handover", value, partition=0).result(SETTLE_S).offset == offset
+        with fab.consumer(auto_offset_reset="earliest") as consumer:
+            consumer.assign([("handover", 0)])
+            got: list[bytes] = []
+            wait_for(lambda: got.extend(r.value for r in consumer.poll(1)) or len(got) >= len(sent), SETTLE_S,
+                     "every acknowledged record at the new leader")
+            assert got == sent
 
 
 def test_a_second_node_process_on_the_same_data_directory_is_refused(shared_cluster) -> None:

@@ -17,6 +17,7 @@ import fabric
 from fabric.client.leader_transactions import abort_transaction, end_transaction
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.errors import (
+    AuthorizationError,
     InvalidConfigError,
     InvalidProducerEpochError,
     InvalidTxnStateError,
@@ -52,6 +53,18 @@ def read_all(fab: fabric.Fabric, topic: str, isolation_level: str = "read_commit
 def append(fab: fabric.Fabric, topic: str, writer, values: list[bytes], sequence: int = 0) -> int:
     return fab.cluster.transactional_append(topic, 0, rows(values),
                                             ProducerBatch(writer.producer_id, writer.producer_epoch, sequence))
+
+
+def leave_open(fab: fabric.Fabric, topic: str, txn: str, timeout_ms: int):
+    """A writer that joins `txn` asking for `timeout_ms`, appends b"stalled" to partition 0 and stops there (as if
+    its process died), then a plain record b"after" behind it; the writer."""
+    writer = fab.cluster.init_producer_id()
+    fab.cluster.coordinator.add_transaction_writer(txn, writer.producer_id, writer.producer_epoch, [(topic, 0)],
+                                                   timeout_ms=timeout_ms)
+    append(fab, topic, writer, [b"stalled"])
+    with fab.producer(linger_ms=0) as producer:
+        producer.send(topic, b"after", partition=0).result(60)
+    return writer
 
 
 def test_committed_readers_see_a_transaction_once_its_markers_are_written(shared_cluster) -> None:
@@ -125,12 +138,7 @@ def test_a_transaction_past_its_timeout_is_aborted_by_the_coordinator_and_a_repl
     writer can neither be committed nor write again."""
     with fabric.connect(shared_cluster.url) as fab:
         fab.create_topic("txn-timeout", partitions=1, replication_factor=3)
-        stalled = fab.cluster.init_producer_id()
-        fab.cluster.coordinator.add_transaction_writer("sink-t:7", stalled.producer_id, stalled.producer_epoch,
-                                                       [("txn-timeout", 0)], timeout_ms=1500)
-        append(fab, "txn-timeout", stalled, [b"stalled"])
-        with fab.producer(linger_ms=0) as producer:
-            producer.send("txn-timeout", b"after", partition=0).result(60)
+        stalled = leave_open(fab, "txn-timeout", "sink-t:7", 1500)
         wait_for(lambda: read_all(fab, "txn-timeout") == [b"after"], 90,
                  "the coordinator to abort the timed-out transaction, so readers move past it")
         wait_for(lambda: fab.cluster.coordinator.transaction_record("sink-t").aborted == (), 60,
@@ -153,6 +161,88 @@ def test_a_transaction_past_its_timeout_is_aborted_by_the_coordinator_and_a_repl
         with pytest.raises(InvalidConfigError, match="transaction.max.timeout.ms"):
             fab.cluster.coordinator.add_transaction_writer("sink-t:8", replay.producer_id, replay.producer_epoch,
                                                            [("txn-timeout", 0)], timeout_ms=10**9)
+        # a producer asks for its transaction_timeout_ms: above the coordinator's maximum its commit is refused
+        with fab.producer(transactional_id="too-patient", transaction_timeout_ms=10**9) as producer:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send("txn-timeout", b"never", partition=0)
+            with pytest.raises(InvalidConfigError, match="transaction.max.timeout.ms"):
+                producer.commit_transaction()
+            producer.abort_transaction()
+        assert b"never" not in read_all(fab, "txn-timeout", "read_uncommitted")
+
+
+def test_fabric_transactions_lists_describes_and_aborts_an_open_transaction(shared_cluster, fabric_cli) -> None:
+    """kafka-transactions as `fabric transactions`: an open transaction shows as Ongoing with its writers; abort
+    ends its writers at once (markers written before the command returns), whatever their timeout, and leaves
+    the transaction for a replay to commit."""
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic("txn-cli", partitions=2, replication_factor=3)
+        stuck = fab.cluster.init_producer_id()
+        fab.cluster.coordinator.add_transaction_writer("cli-sink:3", stuck.producer_id, stuck.producer_epoch,
+                                                       [("txn-cli", 0), ("txn-cli", 1)], timeout_ms=600_000)
+        append(fab, "txn-cli", stuck, [b"stuck"])
+        with fab.producer(linger_ms=0) as producer:
+            producer.send("txn-cli", b"after", partition=0).result(60)
+
+        def cli(*args: str) -> str:
+            proc = fabric_cli("--url", shared_cluster.url, "transactions", *args)
+            assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+            return proc.stdout
+
+        listed = {line.split()[0]: line.split()[1:] for line in cli("list").splitlines()[1:]}
+        assert listed["cli-sink"] == ["Ongoing", "3", "1"]
+        described = cli("describe", "--transactional-id", "cli-sink")
+        assert "State: Ongoing" in described and "TimeoutMs: 600000" in described
+        assert f"{stuck.producer_id}  " in described and "txn-cli-0" in described and "txn-cli-1" in described
+        assert read_all(fab, "txn-cli") == []  # held back by the open transaction
+
+        aborted = cli("abort", "--transactional-id", "cli-sink")
+        assert "Aborting 1 writer(s) of transaction cli-sink:3" in aborted and "State: CompleteAbort" in aborted
+        assert read_all(fab, "txn-cli") == [b"after"]  # the markers were written before the command returned
+        assert "nothing to abort" in cli("abort", "--transactional-id", "cli-sink")
+        with pytest.raises(InvalidProducerEpochError):
+            append(fab, "txn-cli", stuck, [b"late"], sequence=1)
+        replay = fab.cluster.init_producer_id()
+        fab.cluster.coordinator.add_transaction_writer("cli-sink:3", replay.producer_id, replay.producer_epoch,
+                                                       [("txn-cli", 0)])
+        append(fab, "txn-cli", replay, [b"replayed"])
+        fab.cluster.coordinator.commit_transaction("cli-sink:3", [replay.producer_id])
+        end_transaction(fab.cluster, "cli-sink:3")
+        assert fab.describe_transaction("cli-sink").state == "CompleteCommit"
+        assert read_all(fab, "txn-cli") == [b"after", b"replayed"]
+
+
+def test_with_acls_the_coordinator_ends_timed_out_transactions_as_the_cluster_and_only_admins_abort(
+        node_cluster, tmp_path, monkeypatch) -> None:
+    """Under ACLs the coordinator writes a timed-out transaction's abort markers with its own token
+    ($FABRIC_TOKEN), which the nodes take for its cluster_action, as Kafka's brokers take WriteTxnMarkers; a
+    principal that may run the transaction may not abort it by hand (admin on the transactional id)."""
+    (tmp_path / "tokens").write_text("admin-secret admin\nnode-secret node\napp-secret app\n")
+    (tmp_path / "acls").write_text("admin admin topic:*\nadmin admin transactional-id:*\n"
+                                   "node cluster_action cluster:fabric\napp write topic:guarded\n"
+                                   "app describe topic:guarded\napp read topic:guarded\n"
+                                   "app write transactional-id:app-sink\napp describe transactional-id:app-sink\n")
+    files = ("--tokens-file", str(tmp_path / "tokens"), "--acl-file", str(tmp_path / "acls"))
+    monkeypatch.setenv("FABRIC_TOKEN", "node-secret")  # the coordinator's token towards the nodes
+    cluster = node_cluster(nodes=1, coordinator_extra=(*files, "--transaction-cleanup-interval-ms", "500"),
+                           node_query="token=node-secret", node_extra=files)
+    with fabric.connect(cluster.coordinator.url("token=admin-secret")) as admin:
+        admin.create_topic("guarded", replication_factor=1)
+    with fabric.connect(cluster.coordinator.url("token=app-secret")) as app:
+        writer = app.cluster.init_producer_id()
+        app.cluster.coordinator.add_transaction_writer("app-sink:0", writer.producer_id, writer.producer_epoch,
+                                                       [("guarded", 0)], timeout_ms=600_000)
+        append(app, "guarded", writer, [b"held"])
+        with pytest.raises(AuthorizationError, match="not allowed to admin transactional-id:app-sink"):
+            app.abort_transaction("app-sink")
+        assert app.describe_transaction("app-sink").state == "Ongoing"
+        with fabric.connect(cluster.coordinator.url("token=admin-secret")) as admin:
+            assert admin.abort_transaction("app-sink").state == "CompleteAbort"  # its markers are written
+        leave_open(app, "guarded", "app-sink:0", 1000)  # its replay, left open in turn
+        wait_for(lambda: read_all(app, "guarded") == [b"after"], 90,
+                 "the coordinator to abort the timed-out transaction with its cluster_action on the node")
+        assert app.describe_transaction("app-sink").state == "CompleteAbort"
 
 
 def test_an_aborted_batch_write_refuses_a_writer_that_joins_late(shared_cluster) -> None:

@@ -10,6 +10,7 @@ from fabric.common.errors import (
     InvalidReplicationFactorError,
     InvalidUpdateVersionError,
     StaleControllerEpochError,
+    StaleNodeEpochError,
 )
 from fabric.common.types import LeaderAndIsr, PartitionAssignment
 from fabric.coordinator import active_controller
@@ -156,3 +157,28 @@ def test_a_deposed_controller_changes_nothing(controller, store, clock) -> None:
         controller.expire_nodes()
     assert states(store)[0].isr == (1, 2, 3)
     assert [d.after for d in successor.expire_nodes()] == [LeaderAndIsr(1, 0, (1, 3), 1, successor.controller_epoch)]
+
+
+def test_a_controlled_shutdown_moves_leadership_at_once_and_a_failed_one_leaves_the_node_to_its_lease(
+        controller, store, clock, monkeypatch) -> None:
+    """Kafka's controlled shutdown: the stopping node dies now, not a session later (its leaderships go to
+    in-sync replicas, it leaves every ISR); a stale node epoch is refused; a decision that cannot be stored leaves
+    its lease, so the lease's expiry still moves its partitions."""
+    controller.create_topic("t", 2, 3, {}, None)  # partition 0 led by 1, partition 1 by 2
+    with pytest.raises(StaleNodeEpochError):
+        controller.controlled_shutdown(1, controller.nodes()[1].node_epoch + 1)
+    monkeypatch.setattr(active_controller, "conflict_backoff", lambda attempt: None)
+    real, controller.store = controller.store, RacingStore(store, losses=10**6)
+    with pytest.raises(CoordinatorUnavailableError):
+        controller.controlled_shutdown(1, controller.nodes()[1].node_epoch)
+    controller.store = real
+    assert controller.nodes()[1].alive and states(store)[0].leader == 1  # nothing changed: still leased
+
+    decisions = controller.controlled_shutdown(1, controller.nodes()[1].node_epoch)
+    assert sorted((d.partition[1], d.kind, d.after.leader) for d in decisions) == [
+        (0, DecisionKind.ELECTED, 2), (1, DecisionKind.ISR_CHANGED, 2)]
+    assert all(1 not in s.isr for s in states(store).values())
+    assert not controller.nodes()[1].alive
+    assert controller.expire_nodes() == []  # no lease left to lapse: nothing decided twice
+    with pytest.raises(StaleNodeEpochError):
+        controller.heartbeat(1, controller.nodes()[1].node_epoch)  # it must register again to come back

@@ -45,6 +45,23 @@ def test_dead_or_fenced_nodes_must_register_again(leases: NodeLeases, clock) -> 
     assert leases.alive() == {1}
 
 
+def test_a_released_lease_ends_at_once_for_its_own_epoch_only(leases: NodeLeases, clock) -> None:
+    """A controlled shutdown releases the lease: the node is dead at once, never reported by expire(), and must
+    register again; an older epoch (a zombie's) cannot release the current process's lease."""
+    leases.register(1, 2)
+    with pytest.raises(StaleNodeEpochError):
+        leases.release(1, 1)
+    assert leases.is_alive(1)
+    leases.release(1, 2)
+    assert not leases.is_alive(1) and leases.alive() == set()
+    clock.ms += 5000
+    assert leases.expire() == []
+    with pytest.raises(StaleNodeEpochError):
+        leases.release(1, 2)  # released once
+    leases.register(1, 3)
+    assert leases.alive() == {1}
+
+
 def test_a_new_controller_grants_every_node_a_full_session(leases: NodeLeases, clock) -> None:
     leases.register(1, 1)
     clock.ms += 999  # node 1 was about to lapse under the old controller

@@ -95,3 +95,37 @@ def test_a_timeout_outside_one_to_the_coordinators_maximum_is_refused_with_the_f
         assert not store.transaction_record("sink").open  # nothing joined
     finally:
         store.close()
+
+
+def test_the_state_is_kafkas_name_for_where_the_latest_transaction_is() -> None:
+    assert TransactionRecord("sink").state == "Empty"
+    record = open_record()
+    assert record.state == "Ongoing"
+    aborting = transactions.abort_writers(record)  # an operator's abort, whatever the timeout
+    assert aborting is not None and aborting.state == "PrepareAbort"
+    done = transactions.markers_written(aborting, aborting.aborted)
+    assert done is not None and done.state == "CompleteAbort"  # undecided, waiting for a replay
+    assert transactions.abort_writers(done) is None  # nothing open to abort
+    replay = transactions.add_writer(done, 3, writer(9), 30_000, 1000)
+    committed = transactions.commit(replay, 3, [9])
+    assert committed is not None and committed.state == "CompleteCommit"
+    nobody = transactions.commit(transactions.add_writer(committed, 4, writer(10), 40_000, 1000), 4, [])
+    assert nobody is not None and nobody.state == "CompleteAbort"
+    published = transactions.commit(TransactionRecord("publish"), 0, None)  # the embedded publish path
+    assert published is not None and published.state == "CompleteCommit"
+
+
+def test_the_store_lists_every_transactional_id_and_aborts_an_open_transaction_on_demand(tmp_path) -> None:
+    store = SqliteCoordinator(str(tmp_path / "m.db"))
+    woken = []
+    store.writers_aborted = lambda: woken.append(1)
+    try:
+        store.add_transaction_writer("b:0", 1, 0, [TP], timeout_ms=600_000)
+        store.commit_transaction("a:0")
+        assert store.list_transactions() == ["a", "b"]
+        record = store.abort_transaction_writers("b")
+        assert record.state == "PrepareAbort" and record.aborted == (writer(1),) and woken == [1]
+        assert store.abort_transaction_writers("b") == record and woken == [1]  # nothing open: unchanged
+        assert store.abort_transaction_writers("a").state == "CompleteCommit"
+    finally:
+        store.close()

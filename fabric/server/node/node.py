@@ -112,6 +112,28 @@ class Node:
         self._set(NodeState.FENCED)
         self.replicas.fence_all(why + "; registering again")
 
+    def controlled_shutdown(self, timeout_s: float) -> None:
+        """Kafka's controlled shutdown, as the node stops (heartbeats stopped): the controller moves this node's
+        leaderships to other in-sync replicas and takes it out of every ISR at once, instead of after its session
+        times out; then every replica here is fenced, so clients go to the new leaders. Best effort, within
+        `timeout_s`: if the controller does not answer, the session timeout does the same later."""
+        with self._beat_lock:
+            if self.state is not NodeState.REGISTERED:
+                return
+            connection = Connection(dataclasses.replace(self.connection.options, timeout_s=max(timeout_s, 0.1)))
+            try:
+                changed = connection.action("controlled_shutdown", node_id=self.settings.node_id,
+                                            node_epoch=self.server.node_epoch)
+            except FabricError as exc:
+                log.warning("node %d: controlled shutdown failed (%s); its partitions move once its session times "
+                            "out", self.settings.node_id, exc)
+                return
+            finally:
+                connection.close()
+            self._fence("the node is shutting down")
+            log.info("node %d: controlled shutdown: the controller changed %d partition(s)", self.settings.node_id,
+                     changed)
+
     def refresh(self) -> None:
         """Learn the controller's latest decisions now (a request showed this node is behind); requests asking at
         once share one heartbeat."""
@@ -204,10 +226,12 @@ def serve(settings: NodeSettings) -> None:
 
 def _stop(shutdown: Shutdown, server: NodeService | None, node: Node | None, connection: Connection,
           maintenance: LogMaintenance | None) -> None:
-    """Stop heartbeating, cleaning and serving (calls in flight finish) within the deadline."""
+    """Stop heartbeating, hand the node's leaderships over (controlled shutdown), stop cleaning and serving
+    (calls in flight finish), within the deadline."""
     shutdown.begin()
     if node is not None:
         node.stopping.set()
+        node.controlled_shutdown(shutdown.remaining() / 3)
         node.replicas.stop()
     if maintenance is not None:  # a pass in progress ends after its partition (a kill mid-swap is recovered)
         maintenance.stop(timeout_s=max(shutdown.timeout_s / 2, 0.1))
