@@ -19,8 +19,10 @@ Measurements:
   failover            a producer sends one record at a time to an RF3 partition; between two sends its leader is
                       SIGKILLed: time from the kill to the ack of the next send (retried until the controller has
                       elected a new leader, after the node session timeout); the node is restarted and back in the
-                      ISR before the next of --failovers rounds. Single-node peer: the coordinator service
-                      SIGKILLed and restarted at once on its port and directory (as a supervisor would).
+                      ISR before the next of --failovers rounds. Then the same with SIGTERM, a rolling restart's
+                      stop: the node's controlled shutdown hands the leadership over before it exits, with no
+                      session timeout. Single-node peer: the coordinator service SIGKILLed and restarted at once on
+                      its port and directory (as a supervisor would).
 
 Consume from a follower: the RF 3 topics read again by a consumer in node 1's rack (client_rack, KIP-392), which
 reads the partitions node 1 follows from node 1.
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import queue
+import signal
 import struct
 import threading
 import time
@@ -250,17 +253,19 @@ def acked_after(fab: fabric.Fabric, topic: str, kill: Callable[[], None]) -> flo
         return time.perf_counter() - killed
 
 
-def kill_leader(cluster: LocalCluster, fab: fabric.Fabric, topic: str) -> float:
-    """acked_after the SIGKILL of the leader of `topic`-0; then the killed node is restarted and waited for until
-    it is back in the ISR."""
+def kill_leader(cluster: LocalCluster, fab: fabric.Fabric, topic: str, sig: signal.Signals) -> float:
+    """acked_after `sig` (SIGKILL, or SIGTERM: a controlled shutdown) to the leader of `topic`-0, sent without
+    waiting for the process to exit; then the node is restarted and waited for until it is back in the ISR."""
     leader = wait_for(lambda: fab.describe_topic(topic).partitions[0].leader, SETTLE_S, "a leader")
     assert leader is not None  # wait_for returns a truthy value
-    seconds = acked_after(fab, topic, cluster.nodes[leader].kill)
+    process = cluster.nodes[leader].process
+    assert process is not None
+    seconds = acked_after(fab, topic, lambda: process.send_signal(sig))
     moved = fab.describe_topic(topic).partitions[0]
     if moved.leader == leader:
-        raise RuntimeError(f"{topic}-0 was acknowledged with node {leader} still its leader after its SIGKILL")
-    progress(f"  node {leader} killed: first ack {seconds:.3f} s later, on node {moved.leader} (leader epoch "
-             f"{moved.leader_epoch}); restarting node {leader}")
+        raise RuntimeError(f"{topic}-0 was acknowledged with node {leader} still its leader after its {sig.name}")
+    progress(f"  node {leader} sent {sig.name}: first ack {seconds:.3f} s later, on node {moved.leader} (leader "
+             f"epoch {moved.leader_epoch}); restarting node {leader}")
     cluster.restart(leader)
     wait_for(lambda: leader in fab.describe_topic(topic).partitions[0].isr, SETTLE_S,
              f"node {leader} back in the ISR of {topic}-0")
@@ -276,11 +281,11 @@ def rounds_of(what: str, rounds: int, once: Callable[[], float]) -> list[float]:
     return out
 
 
-def failover_cluster(cluster: LocalCluster, path: Path, rounds: int) -> list[float]:
-    """kill_leader on an RF3 partition of `path`, `rounds` times."""
-    topic = path.create_topic("failover", 1)
-    return rounds_of(f"failover: SIGKILL of the leader of {topic}-0", rounds,
-                     lambda: kill_leader(cluster, path.fab, topic))
+def failover_cluster(cluster: LocalCluster, path: Path, rounds: int, sig: signal.Signals) -> list[float]:
+    """kill_leader with `sig` on an RF3 partition of `path`, `rounds` times."""
+    topic = path.create_topic(f"failover-{sig.name.lower()}", 1)
+    return rounds_of(f"failover: {sig.name} of the leader of {topic}-0", rounds,
+                     lambda: kill_leader(cluster, path.fab, topic, sig))
 
 
 def supervised_restart(service: CoordinatorProcess, fab: fabric.Fabric, topic: str) -> float:
@@ -329,9 +334,12 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], dict[
         all_paths = paths(stack, cluster.url, service.url(), directory)
         moved = throughput(all_paths, args.records, args.partitions, args.repeats)
         lat, raw = latency(all_paths, args.rate, args.warmup, args.seconds, args.rounds)
-        failover: dict[str, Any] = {"cluster_s": failover_cluster(cluster, all_paths[0], args.failovers),
-                    "single_node_restart_s": failover_single(service, all_paths[2], args.failovers)}
-    failover |= {f"{k}_median_s": float(np.median(failover[f"{k}_s"])) for k in ("cluster", "single_node_restart")}
+        failover: dict[str, Any] = {
+            "cluster_s": failover_cluster(cluster, all_paths[0], args.failovers, signal.SIGKILL),
+            "cluster_sigterm_s": failover_cluster(cluster, all_paths[0], args.failovers, signal.SIGTERM),
+            "single_node_restart_s": failover_single(service, all_paths[2], args.failovers)}
+    failover |= {f"{k}_median_s": float(np.median(failover[f"{k}_s"]))
+                 for k in ("cluster", "cluster_sigterm", "single_node_restart")}
     return {
         "records": args.records, "value_bytes": VALUE_BYTES, "partitions": args.partitions, "repeats": args.repeats,
         "nodes": NODES, "cpus": os.cpu_count(), "load_average_1m": [load_before[0], os.getloadavg()[0]],
@@ -387,6 +395,10 @@ def report(results: dict[str, Any], raw: dict[str, dict[str, list[float]]]) -> N
     print(table([("cluster: SIGKILL of an RF 3 leader", f"{failover['cluster_median_s']:.2f}",
                   ", ".join(f"{s:.2f}" for s in failover["cluster_s"]), str(failover["session_timeout_ms"]),
                   f"<= {failover['goal_s']:g}"),
+                 ("cluster: SIGTERM of an RF 3 leader (controlled shutdown)",
+                  f"{failover['cluster_sigterm_median_s']:.2f}",
+                  ", ".join(f"{s:.2f}" for s in failover["cluster_sigterm_s"]), str(failover["session_timeout_ms"]),
+                  ""),
                  ("single node: SIGKILL, restarted at once", f"{failover['single_node_restart_median_s']:.2f}",
                   ", ".join(f"{s:.2f}" for s in failover["single_node_restart_s"]), "", "")],
                 ("failover", "median s", "each s", "node.session.timeout.ms", "goal s")))

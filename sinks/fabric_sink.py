@@ -62,6 +62,7 @@ from fabric.client.cluster import Cluster
 from fabric.client.leader_transactions import abort_transaction, end_transaction
 from fabric.client.url import open_cluster
 from fabric.common.codecs import CODEC_NAMES
+from fabric.common.config import INT_MAX
 from fabric.common.errors import InvalidConfigError, SchemaMismatchError
 from fabric.common.names import validate_topic
 from fabric.common.records import to_storage
@@ -70,12 +71,13 @@ from fabric.sinks.commit import checked_messages, publish_staged, remove_staged,
 from fabric.sinks.staging import StagedBatch, Stager
 from fabric.spark.options import USE_URL, get_option, refuse_kafka_options, resolve_url
 
-SINK_OPTIONS = ("url", "topic", "transactionalId", "compression.type")
+SINK_OPTIONS = ("url", "topic", "transactionalId", "compression.type", "transaction.timeout.ms")
 SPARK_OPTIONS = ("checkpointLocation", "queryName", "path")  # Spark passes these along; the sink ignores them
 KAFKA_EQUIVALENTS = {  # what to write instead of Spark Kafka's kafka.* producer configs
     "bootstrap.servers": USE_URL,
     "compression.type": "use option 'compression.type' instead",
     "transactional.id": "use option 'transactionalId' instead (every write is published atomically)",
+    "transaction.timeout.ms": "use option 'transaction.timeout.ms' instead",
 }
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -89,6 +91,7 @@ class SinkConfig:
     topic: str | None
     transactional_id: str | None
     codec: str
+    transaction_timeout_ms: int = transactional.TRANSACTION_TIMEOUT_MS
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkConfig:
@@ -108,7 +111,13 @@ class SinkConfig:
         if txn_id is not None and (not txn_id or ":" in txn_id or "/" in txn_id):
             raise InvalidConfigError(f"invalid fabric sink option transactionalId={txn_id!r}: use a non-empty "
                                      "name without ':' or '/' that stays the same across restarts")
-        config = cls(resolve_url(options), validate_topic(topic) if topic is not None else None, txn_id, codec)
+        timeout = get_option(options, "transaction.timeout.ms")
+        if timeout is not None and not (timeout.strip().isdigit() and 1 <= int(timeout) <= INT_MAX):
+            raise InvalidConfigError(f"invalid value {timeout!r} for fabric sink option 'transaction.timeout.ms': use "
+                                     "milliseconds from 1 up to the coordinator's transaction.max.timeout.ms (default "
+                                     "900000), how long a batch on a cluster may stay uncommitted before it is aborted")
+        config = cls(resolve_url(options), validate_topic(topic) if topic is not None else None, txn_id, codec,
+                     transactional.TRANSACTION_TIMEOUT_MS if timeout is None else int(timeout))
         config.check_columns(schema)
         return config
 
@@ -144,7 +153,8 @@ def _stage_task(config: SinkConfig, sink_id: str, batch: str, txn: str,
                 pass
             return StagedBatch(sink_id, batch)
         if _on_leaders(cluster):
-            written = transactional.write_transaction(cluster, txn, config.topic, config.codec, iterator)
+            written = transactional.write_transaction(cluster, txn, config.topic, config.codec, iterator,
+                                                      config.transaction_timeout_ms)
             return StagedBatch(sink_id, batch, writer=None if written is None else written[0])
         stager = Stager(cluster, cluster.staging_dir(sink_id, batch), config.topic, config.codec)
         for record_batch in iterator:

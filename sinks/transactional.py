@@ -17,8 +17,8 @@ failed or killed task attempt, a zombie. A failed batch `df.write` (never replay
 cannot leave a transaction open; a failed micro-batch only gets its markers, since Spark replays it under
 the same id and its new writers join it then. read_committed readers (the default) never read past a partition's
 oldest open transaction and skip aborted ones, so a batch shows in a partition once its marker is there.
-A batch undecided 15 minutes after its first task joined (a driver killed and not restarted) has its writers
-aborted by the coordinator (TRANSACTION_TIMEOUT_MS), so readers move on; its replay still commits it anew.
+A batch undecided 15 minutes (option transaction.timeout.ms) after its first task joined (a driver killed and
+not restarted) has its writers aborted by the coordinator, so readers move on; its replay still commits it anew.
 A crash anywhere is repaired by Spark's replay of the batch with the same id: its tasks find the batch
 committed and write nothing, or write anew as new writers; its commit then commits them (or finds it
 committed) and writes every marker of the record again, which is harmless.
@@ -39,13 +39,15 @@ from fabric.common.records import storage_schema
 from fabric.common.types import ProducerIdentity, TransactionRecord
 from fabric.sinks.staging import StagedBatch, StagedFile, Stager
 
-# a batch's transaction.timeout.ms: the coordinator's default transaction.max.timeout.ms, as a micro-batch may run
-# long; a batch still uncommitted this long after its first task joined has its writers aborted, and fails
+# a batch's transaction.timeout.ms unless the sink option sets one: the coordinator's default
+# transaction.max.timeout.ms, as a micro-batch may run long; a batch still uncommitted this long after its first
+# task joined has its writers aborted, and fails
 TRANSACTION_TIMEOUT_MS = 900_000
 
 
 def write_transaction(cluster: Cluster, txn: str, topic: str | None, codec: str,
-                      batches: Iterator[pa.RecordBatch]) -> tuple[int, int] | None:
+                      batches: Iterator[pa.RecordBatch], timeout_ms: int = TRANSACTION_TIMEOUT_MS
+                      ) -> tuple[int, int] | None:
     """Stage, join and append one task's rows as a writer of `txn`; the writer's (producer id, records), or None
     if the task had no rows."""
     directory = tempfile.mkdtemp(prefix="fabric-sink-")
@@ -59,7 +61,7 @@ def write_transaction(cluster: Cluster, txn: str, topic: str | None, codec: str,
         identity = retrying(cluster, cluster.init_producer_id, "take a producer id", TIMEOUT_S)
         partitions = sorted({(f.topic, f.partition) for f in files})
         retrying(cluster, lambda: cluster.coordinator.add_transaction_writer(  # joining twice is joining once
-            txn, identity.producer_id, identity.producer_epoch, partitions, TRANSACTION_TIMEOUT_MS),
+            txn, identity.producer_id, identity.producer_epoch, partitions, timeout_ms),
             f"join transaction {txn}", TIMEOUT_S)
         for staged in files:
             _append_file(cluster, staged, identity, codec)

@@ -10,7 +10,7 @@ import re
 import uuid
 
 import pytest
-from pyspark.sql.types import StructType
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from fabric.common.errors import InvalidConfigError
 from fabric.sinks.fabric_sink import SinkConfig
@@ -160,3 +160,15 @@ def test_offsets_behind_latest_from_a_progress_as_kafka_computes_them() -> None:
     assert offsets_behind_latest(added)["maxOffsetsBehindLatest"] == "2"
     assert offsets_behind_latest(_progress_source(None, {"a": {"0": 3}})) == {}  # before the first batch
     assert offsets_behind_latest(_progress_source({}, {})) == {}
+
+
+def test_the_sinks_transaction_timeout_defaults_to_the_coordinators_maximum_and_is_checked() -> None:
+    schema = StructType([StructField("topic", StringType()), StructField("value", BinaryType())])
+    assert SinkConfig.parse({"url": "file:///nowhere"}, schema).transaction_timeout_ms == 900_000
+    assert SinkConfig.parse({"url": "file:///nowhere", "transaction.timeout.ms": "60000"},
+                            schema).transaction_timeout_ms == 60_000
+    for bad in ("0", "-1", "1.5", "soon", str(2**31)):
+        with pytest.raises(InvalidConfigError, match="'transaction.timeout.ms': use milliseconds from 1"):
+            SinkConfig.parse({"url": "file:///nowhere", "transaction.timeout.ms": bad}, schema)
+    with pytest.raises(InvalidConfigError, match="use option 'transaction.timeout.ms' instead"):
+        SinkConfig.parse({"url": "file:///nowhere", "kafka.transaction.timeout.ms": "60000"}, schema)
