@@ -88,6 +88,11 @@ def on_transactional_id(operation: str) -> Checks:
     return lambda args: [(operation, transactional_id(args["txn"]))]
 
 
+def on_named_transactional_id(operation: str) -> Checks:
+    """The ACL check `operation` on transactional-id:<args["transactional_id"]>, a bare id."""
+    return lambda args: [(operation, f"transactional-id:{args['transactional_id']}")]
+
+
 def transactional_id(txn: str) -> str:
     """The ACL resource of a transaction id (as Kafka binds a transactional producer's id to an ACL)."""
     return f"transactional-id:{transaction_sequence(txn)[0]}"
@@ -145,11 +150,10 @@ ROUTES: dict[str, Route] = {
     "commit_transaction": Route("broker", transaction_commit_checks, True),
     "transaction_committed": Route("coordinator", on_transactional_id("describe")),
     "list_transactions": Route("coordinator", nothing, filter_by=names_allowed("describe", "transactional-id")),
-    "abort_transaction_writers": Route("coordinator", lambda a: [
-        ("admin", f"transactional-id:{a['transactional_id']}")], True),
+    "abort_transaction_writers": Route("coordinator", on_named_transactional_id("admin"), True),
     "add_transaction_writer": Route("coordinator", on_transactional_id("write"), True),
-    "transaction_record": Route("coordinator", lambda a: [("describe", f"transactional-id:{a['transactional_id']}")],
-                                True, for_nodes=True),  # a leader checks the markers it is asked for against it
+    "transaction_record": Route("coordinator", on_named_transactional_id("describe"), True,
+                                for_nodes=True),  # a leader checks the markers it is asked for against it
     "join_group": Route("coordinator", lambda a: [("group", f"group:{a['request'].group}")], True),
     "sync_group": Route("coordinator", on_group("group"), True),
     "heartbeat": Route("coordinator", on_group("group"), True),
