@@ -15,7 +15,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN))/python
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN))/python
 
-.PHONY: install lint test test-fast demo demo-cluster notebook bench check-java clean
+.PHONY: install lint docs test test-fast demo demo-cluster notebook bench check-java clean
 
 install: $(LINKS)
 
@@ -50,10 +50,17 @@ lint: $(LINKS)
 	cd $(TREE) && $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml -p fabric -p pyspark_fabric
 	MYPYPATH=$(TREE) $(BIN)/mypy --config-file pyproject.toml bench jobs
 
+# The documentation site (mkdocs.yml, docs/) into build/site; --strict fails it on a broken link, reference or
+# docstring. The configuration reference is generated from the code at each build. The two variables silence
+# banners that Material for MkDocs and a plugin print about MkDocs' future on every build.
+docs: $(LINKS)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict --quiet
+
 # Two pytest workers, a test file each at a time (its module fixtures shared): most tests wait on processes,
 # ZooKeeper or Spark, so two of them share the 2 cores of CI's machine well. TEST_WORKERS=0 runs them serially.
 TEST_WORKERS ?= 2
-test: lint
+# The Python examples of README.md and docs/ run as tests too (pyproject's testpaths, the root conftest.py).
+test: lint docs
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: $(LINKS)
