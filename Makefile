@@ -7,7 +7,8 @@ LINKS  := $(VENV)/.linked-stamp
 # The package's files: the install is redone when one is added, removed or renamed (edits need nothing).
 SOURCES := $(shell git ls-files -co --exclude-standard fabric coordinator sources sinks conf pyspark_fabric.py 2>/dev/null)
 # Lint and type checks read the installed tree, where coordinator/, sources/ and sinks/ are fabric.* packages
-# (bench/ and jobs/, outside the wheel, are checked from the checkout with the tree first on mypy's path).
+# (bench/, jobs/ and docs/scripts/, outside the wheel, are checked from the checkout with the tree first on mypy's
+# path).
 TREE = $(firstword $(wildcard build/__editable__.spark_fabric-*))
 
 # Spark's Python workers cannot connect back in sandboxes without these (see README, Environment).
@@ -48,7 +49,7 @@ lint: $(LINKS)
 	$(BIN)/ruff check .
 	cd $(TREE) && $(abspath $(BIN))/lint-imports --config $(CURDIR)/pyproject.toml
 	cd $(TREE) && $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml -p fabric -p pyspark_fabric
-	MYPYPATH=$(TREE) $(BIN)/mypy --config-file pyproject.toml bench jobs
+	MYPYPATH=$(TREE) $(BIN)/mypy --config-file pyproject.toml bench jobs docs/scripts
 
 # The documentation site (mkdocs.yml, docs/) into build/site; --strict fails it on a broken link, reference or
 # docstring. The configuration reference is generated from the code at each build. The two variables silence

@@ -88,7 +88,7 @@ def server_table(settings: type, properties: Mapping[str, str],
     for key, name in properties.items():
         option = options.get(name)
         flag = f"`{option.option_strings[0]}`" if option is not None else "(properties file only)"
-        meaning = option.help if option is not None and option.help else ""
+        meaning = option.help if option is not None and option.help else "—"
         rows.append((f"`{key}`", flag, readable(key, defaults.get(name)), meaning))
     return table(("property", "option", "default", "meaning"), rows)
 
