@@ -154,9 +154,10 @@ class Coordinator(ABC):
         after the last block, or from `first` if the store has handed out none; returns the block's first id."""
         raise self._no_replication()
 
-    def register_node(self, node_id: int, address: str, rack: str | None = None) -> NodeInfo:
-        """Register data node `node_id` (again): its node epoch becomes one more than its last registration's
-        (1 for a new id), fencing every older process of the id. Returns the registration (alive False)."""
+    def register_node(self, node_id: int, address: str, rack: str | None = None, *, directory_id: str) -> NodeInfo:
+        """Register data node `node_id` (again) from the data directory `directory_id`: its node epoch becomes one
+        more than its last registration's (1 for a new id), fencing every older process of the id. Returns the
+        registration (alive False)."""
         raise self._no_replication()
 
     def registered_nodes(self) -> list[NodeInfo]:

@@ -1,7 +1,8 @@
 """The replicated cluster's metadata in the embedded coordinator's SQLite database (docs/replication.md).
 
 Tables (each row's version column is its epoch, the compare-and-set token of its writes):
-- `nodes`: a data node's registration; `node_epoch` grows by one on each registration of the id.
+- `nodes`: a data node's registration and the data directory it came from; `node_epoch` grows by one on each
+  registration of the id.
 - `partition_state`: a replicated partition's replicas and its LeaderAndIsr; `partition_epoch` is the version.
 - `controller`: one row, the controller epoch; the single coordinator claims a new one when it starts, and a
   state quoting another is refused.
@@ -34,7 +35,8 @@ from fabric.coordinator.interface import StateUpdates
 log = logging.getLogger(__name__)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes (
-    id INTEGER PRIMARY KEY, address TEXT NOT NULL, rack TEXT, node_epoch INTEGER NOT NULL);
+    id INTEGER PRIMARY KEY, address TEXT NOT NULL, rack TEXT, node_epoch INTEGER NOT NULL,
+    directory_id TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS partition_state (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, replicas TEXT NOT NULL, leader INTEGER,
     leader_epoch INTEGER NOT NULL, isr TEXT NOT NULL, partition_epoch INTEGER NOT NULL,
@@ -98,18 +100,20 @@ class SqliteReplication:
         return int(first)
 
     # -- nodes ---------------------------------------------------------------------------------------------
-    def register_node(self, node_id: int, address: str, rack: str | None = None) -> NodeInfo:
-        validation.node(node_id, address, rack)
+    def register_node(self, node_id: int, address: str, rack: str | None = None, *, directory_id: str) -> NodeInfo:
+        validation.node(node_id, address, rack, directory_id)
         with self._tx() as db:
             row = db.execute("SELECT node_epoch FROM nodes WHERE id=?", (node_id,)).fetchone()
             epoch = (row[0] if row else 0) + 1
-            db.execute("INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?)", (node_id, address, rack, epoch))
-        log.info("node %d registered at %s (rack %s), node epoch %d", node_id, address, rack, epoch)
-        return NodeInfo(node_id, address, rack, epoch)
+            db.execute("INSERT OR REPLACE INTO nodes (id, address, rack, node_epoch, directory_id) VALUES "
+                       "(?, ?, ?, ?, ?)", (node_id, address, rack, epoch, directory_id))
+        log.info("node %d registered at %s (rack %s, data directory %s), node epoch %d", node_id, address, rack,
+                 directory_id, epoch)
+        return NodeInfo(node_id, address, rack, epoch, directory_id=directory_id)
 
     def registered_nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(*row) for row in self._db().execute(
-            "SELECT id, address, rack, node_epoch FROM nodes ORDER BY id")]
+        return [NodeInfo(i, address, rack, epoch, directory_id=directory) for i, address, rack, epoch, directory
+                in self._db().execute("SELECT id, address, rack, node_epoch, directory_id FROM nodes ORDER BY id")]
 
     # -- assignments and states ----------------------------------------------------------------------------
     def _insert_partitions(self, db: sqlite3.Connection, name: str,

@@ -166,7 +166,7 @@ def topic_assignment(data: bytes) -> dict[int, PartitionAssignment]:
 
 def node_data(info: NodeInfo) -> bytes:
     return dumps({"version": FORMAT_VERSION, "address": info.address, "rack": info.rack,
-                  "node_epoch": info.node_epoch})
+                  "node_epoch": info.node_epoch, "directory_id": info.directory_id})
 
 
 def node_info(node_id: int, data: bytes) -> NodeInfo | None:
@@ -174,7 +174,8 @@ def node_info(node_id: int, data: bytes) -> NodeInfo | None:
     doc = loads(data)
     if "node_epoch" not in doc:
         return None
-    return NodeInfo(node_id, doc["address"], doc.get("rack"), int(doc["node_epoch"]))
+    return NodeInfo(node_id, doc["address"], doc.get("rack"), int(doc["node_epoch"]),
+                    directory_id=str(doc.get("directory_id", "")))
 
 
 def state_data(state: LeaderAndIsr) -> bytes:

@@ -83,8 +83,8 @@ class ZkReplication:
         return self.writer.write(build)
 
     # -- nodes ---------------------------------------------------------------------------------------------
-    def register_node(self, node_id: int, address: str, rack: str | None = None) -> NodeInfo:
-        validation.node(node_id, address, rack)
+    def register_node(self, node_id: int, address: str, rack: str | None = None, *, directory_id: str) -> NodeInfo:
+        validation.node(node_id, address, rack, directory_id)
         path = layout.data_node(node_id)
 
         def build(txn: TransactionRequest, token: EpochToken | None) -> NodeInfo:
@@ -93,14 +93,15 @@ class ZkReplication:
             if found is not None and (old is None or found[1].ephemeralOwner):
                 raise InvalidConfigError(f"{path} is a coordinator instance's registration; give the data node "
                                          "another id")
-            new = NodeInfo(node_id, address, rack, (old.node_epoch if old else 0) + 1)
+            new = NodeInfo(node_id, address, rack, (old.node_epoch if old else 0) + 1, directory_id=directory_id)
             if found is None:
                 txn.create(path, layout.node_data(new))
             else:
                 txn.set_data(path, layout.node_data(new), version=found[1].version)
             return new
         registered = self.writer.write(build)
-        log.info("node %d registered at %s (rack %s), node epoch %d", node_id, address, rack, registered.node_epoch)
+        log.info("node %d registered at %s (rack %s, data directory %s), node epoch %d", node_id, address, rack,
+                 directory_id, registered.node_epoch)
         return registered
 
     def registered_nodes(self) -> list[NodeInfo]:

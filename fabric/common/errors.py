@@ -243,6 +243,12 @@ class StaleNodeEpochError(FabricError):
     id registered since (KIP-380), so this one is fenced and must register again."""
 
 
+class DuplicateNodeRegistrationError(FabricError):
+    """A node registered an id whose lease a process on another data directory holds (Kafka's
+    DUPLICATE_BROKER_REGISTRATION): two processes of one id would fence each other in turn. Refused, changing
+    nothing; the message names the id and the live process's address."""
+
+
 class InvalidReplicationFactorError(FabricError):
     """A replication factor the live nodes cannot hold (larger than their number, or below 1)."""
 

@@ -191,13 +191,16 @@ class TopicRecovery:
 class NodeInfo:
     """A data node as the controller knows it. `node_epoch` grows by one on every registration of the id, so a
     zombie process of an older registration is fenced (KIP-380); `alive` is the controller's lease, never
-    stored. Invariants: id >= 0, node_epoch >= 1 once registered, rack None or non-empty."""
+    stored. `directory_id` is the data directory the registration came from (Kafka's meta.properties
+    directory.id): while the lease is alive only a process on that directory may register the id again.
+    Invariants: id >= 0, node_epoch >= 1 once registered, rack None or non-empty."""
 
     id: int
     address: str
     rack: str | None = None
     node_epoch: int = 0
     alive: bool = False
+    directory_id: str = ""
 
     def __post_init__(self) -> None:
         if self.id < 0 or self.node_epoch < 0 or self.rack == "":
