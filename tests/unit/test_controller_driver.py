@@ -11,6 +11,7 @@ from fabric.common.errors import (
     StaleControllerEpochError,
     StaleNodeEpochError,
 )
+from fabric.common.types import ClusterDescription, NodeInfo
 from fabric.server.controller_driver import ControllerDriver, ControllerNotRunningError, ControllerState
 
 SESSION_MS = 1000
@@ -47,16 +48,26 @@ def test_nodes_register_heartbeat_and_learn_their_partitions(driver, clock) -> N
         driver.register_node(3, "127.0.0.1:9097", directory_id="")
 
 
-def test_ticks_expire_silent_nodes_and_their_partitions_go_offline(driver, clock) -> None:
-    one = driver.register_node(1, "127.0.0.1:9095", directory_id="dir1")
-    two = driver.register_node(2, "127.0.0.1:9096", directory_id="dir2")
-    driver.create_topic("t", 2, 1, {}, None)
+def two_nodes(driver) -> tuple[NodeInfo, NodeInfo]:
+    return (driver.register_node(1, "127.0.0.1:9095", directory_id="dir1"),
+            driver.register_node(2, "127.0.0.1:9096", directory_id="dir2"))
+
+
+def only_node_two_beats(driver, clock, two: NodeInfo) -> ClusterDescription:
+    """A session and a half of ticks with only node 2 heartbeating; the cluster then (node 1 declared dead)."""
     for _ in range(3):
         clock.ms += SESSION_MS // 2
         driver.node_heartbeat(2, two.node_epoch)
         driver.tick()
     cluster = driver.describe_cluster()
     assert [(n.id, n.alive) for n in cluster.nodes] == [(1, False), (2, True)]
+    return cluster
+
+
+def test_ticks_expire_silent_nodes_and_their_partitions_go_offline(driver, clock) -> None:
+    one, two = two_nodes(driver)
+    driver.create_topic("t", 2, 1, {}, None)
+    cluster = only_node_two_beats(driver, clock, two)
     on_one = [reg.state for reg in cluster.partitions.values() if reg.assignment.replicas == (1,)]
     assert on_one and all(state.leader is None for state in on_one)
     with pytest.raises(StaleNodeEpochError):
@@ -67,8 +78,7 @@ def test_a_paused_controller_declares_no_node_dead_and_changes_no_partition(driv
     """The coordinator SIGSTOPped for ten sessions: on resume its tick finds every lease past its end, but the
     nodes were not silent, the controller was. Every node gets a full session from the resume; nothing changes;
     a node that stays silent for that session is declared dead then."""
-    one = driver.register_node(1, "127.0.0.1:9095", directory_id="dir1")
-    two = driver.register_node(2, "127.0.0.1:9096", directory_id="dir2")
+    one, two = two_nodes(driver)
     driver.create_topic("t", 2, 2, {}, None)
     before = driver.describe_cluster()
     driver.tick()
@@ -77,12 +87,7 @@ def test_a_paused_controller_declares_no_node_dead_and_changes_no_partition(driv
     assert driver.describe_cluster() == before
     assert [n.alive for n in before.nodes] == [True, True]
     driver.node_heartbeat(2, two.node_epoch)
-    for _ in range(3):
-        clock.ms += SESSION_MS // 2
-        driver.node_heartbeat(2, two.node_epoch)
-        driver.tick()
-    after = driver.describe_cluster()
-    assert [(n.id, n.alive) for n in after.nodes] == [(1, False), (2, True)]
+    after = only_node_two_beats(driver, clock, two)
     assert {reg.state.leader for reg in after.partitions.values()} == {2}
     with pytest.raises(StaleNodeEpochError):
         driver.node_heartbeat(1, one.node_epoch)
