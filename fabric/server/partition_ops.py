@@ -18,6 +18,7 @@ from fabric.server import admission
 from fabric.storage.log import Log
 from fabric.storage.producer_state import SEQUENCE_MAX
 from fabric.storage.reader import ISOLATION_LEVELS
+from fabric.storage.segment import disk_usage
 
 SHORT_MAX = (1 << 15) - 1
 
@@ -125,10 +126,9 @@ def state(log: Log, topic: str, partition: int, end_offset: int | None = None, *
           ) -> PartitionState:
     """The partition's offsets, segments and bytes (and, for a replicated one, its leader, replicas, ISR and
     leader epoch in `replication`); its end is `end_offset` (a replica's high watermark) or the log's."""
-    segs = log.segments()
+    segments, size = disk_usage(log.segments())
     end = log.end_offset if end_offset is None else end_offset
-    return PartitionState(topic, partition, min(log.start_offset, end), end, len(segs), sum(s.size for s in segs),
-                          **replication)
+    return PartitionState(topic, partition, min(log.start_offset, end), end, segments, size, **replication)
 
 
 def offset_after_records(log: Log, offset: int, count: int, end_offset: int | None, isolation: str) -> int:
