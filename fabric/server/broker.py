@@ -50,6 +50,7 @@ from fabric.coordinator.producer_ids import ProducerIds
 from fabric.coordinator.sqlite_store import SqliteCoordinator
 from fabric.server import admission, partition_ops, publish, recovery
 from fabric.server.publish import Frame, Staged
+from fabric.server.security import ANONYMOUS
 from fabric.storage import batch_encoding, frame
 from fabric.storage.cleaner import CleanReport
 from fabric.storage.log import Log
@@ -93,9 +94,15 @@ class Broker:
         self.maintenance: LogMaintenance | None = None
         self._maintenance_guard = threading.Lock()
 
-    def init_producer_id(self) -> ProducerIdentity:
-        """A new idempotent producer's id (unique in the fabric) and epoch."""
-        return self.producer_ids.next()
+    def init_producer_id(self, principal: str = ANONYMOUS) -> ProducerIdentity:
+        """A new idempotent producer's id (unique in the fabric, unpredictable) and epoch, owned by `principal`
+        (the caller's, passed by the service; an embedded fabric has none): only it may append under the id."""
+        return self.producer_ids.next(principal)
+
+    def producer_id_owner(self, producer_id: int) -> str | None:
+        """The principal `producer_id` was handed to; None if it was not handed out (data nodes ask, to refuse an
+        append under another principal's id)."""
+        return self.producer_ids.owner(producer_id)
 
     def _transaction_committed(self, txn: str) -> bool:
         return self.coordinator.transaction_committed(txn)

@@ -18,6 +18,7 @@ from fabric.server import security, wire
 from fabric.server.arguments import check_call
 from fabric.server.instance import check_listen
 from fabric.server.metrics import ServerMetrics
+from fabric.server.producer_owners import ProducerOwners
 from fabric.server.request_metrics import count_bytes
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ class FabricFlightServer(flight.FlightServerBase):
                  tls_key: str | None) -> None:
         tokens = security.load_tokens(tokens_file) if tokens_file else None
         self.authorizer = security.Authorizer(security.load_acls(acl_file) if acl_file else None)
+        self.producer_owners: ProducerOwners | None = None  # set by the server: whose producer ids appends may use
         self.metrics = ServerMetrics()
         cert = security.read_pem(tls_cert, "TLS certificate")
         key = security.read_pem(tls_key, "TLS private key")
@@ -59,11 +61,18 @@ class FabricFlightServer(flight.FlightServerBase):
     def serve_append(self, context: flight.ServerCallContext, request: dict[str, Any], reader:
                      flight.MetadataRecordBatchReader, method: Callable, append: Callable[..., int],
                      schema_of: Callable[[str], pa.Schema]) -> int:
-        """A DoPut append: the descriptor's arguments checked against `method`, `write` on the topic, the rows
+        """A DoPut append: the descriptor's arguments checked against `method`, `write` on the topic (and on the
+        transactional id of a transactional append), its producer id the caller's (`producer_owners`), the rows
         read against the topic's storage schema (`schema_of(topic)`), then append(rows=..., **request)."""
         check_call("append", method, request, skip=("rows",))
         topic = request["topic"]
-        self.authorize(context, [("write", f"topic:{topic}")])
+        checks = [("write", f"topic:{topic}")]
+        if request.get("transactional"):
+            checks.append(("write", f"transactional-id:{request.get('transactional_id', '')}"))
+        principal = self.authorize(context, checks)
+        if self.producer_owners is not None:
+            self.producer_owners.check(principal, request.get("producer_id", -1), lambda: self.authorizer.allowed(
+                principal, "cluster_action", security.CLUSTER))
         return append(rows=stored_rows(topic, schema_of(topic), reader), **request)
 
     def serve_fetch(self, context: flight.ServerCallContext, ticket: flight.Ticket, method: Callable,

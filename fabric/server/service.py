@@ -43,6 +43,7 @@ from fabric.server.instance import (
     settings_from,
 )
 from fabric.server.leader_calls import LeaderCalls
+from fabric.server.producer_owners import ProducerOwners
 from fabric.server.request_metrics import count_bytes
 from fabric.server.shutdown import Interrupted, Shutdown
 from fabric.server.transaction_reaper import TransactionReaper
@@ -125,13 +126,15 @@ def topics_described(description: ClusterDescription, allowed: Allowed) -> Clust
 class Route:
     """One DoAction: the method it calls on the broker, its coordinator or the controller, its ACL checks (or,
     where a data node may call it too, `cluster_action` on the cluster instead), whether only the active
-    instance may serve it, and (for listings) what filters the result."""
+    instance may serve it, (for listings) what filters the result, and whether the method takes the caller's
+    principal (`principal`, which the service passes: a request naming one is refused)."""
 
     target: str
     checks: Checks
     active_only: bool = False
     filter_by: Filter | None = None
     for_nodes: bool = False
+    for_caller: bool = False
 
 
 ROUTES: dict[str, Route] = {
@@ -166,7 +169,8 @@ ROUTES: dict[str, Route] = {
     "compact_topic": Route("broker", on_topic("admin", "topic"), True),
     "delete_records": Route("broker", on_topic("admin", "topic"), True),
     "status": Route("service", nothing),
-    "init_producer_id": Route("broker", nothing, True),
+    "init_producer_id": Route("broker", nothing, True, for_caller=True),  # the id is the caller's
+    "producer_id_owner": Route("broker", on_cluster("cluster_action")),  # a leader checks appends against it
     "register_node": Route("controller", on_cluster("cluster_action"), True),
     "node_heartbeat": Route("controller", on_cluster("cluster_action"), True),
     "alter_partition": Route("controller", on_cluster("cluster_action"), True),
@@ -185,6 +189,7 @@ class CoordinatorService(FabricFlightServer):
         self.settings, self.broker, self.election = settings, broker, election
         super().__init__(settings.listen, settings.tokens_file, settings.acl_file, settings.tls_cert,
                          settings.tls_key)
+        self.producer_owners = ProducerOwners(broker.producer_id_owner)
 
     @property
     def instance(self) -> str:
@@ -210,7 +215,8 @@ class CoordinatorService(FabricFlightServer):
             raise InvalidRequestError(f"unknown coordinator action {clip(action.type, 60)}; known: "
                                       f"{', '.join(sorted(ROUTES))}")
         args = wire.action_args(action.body)
-        check_call(action.type, getattr(INTERFACES[route.target], action.type), args)
+        check_call(action.type, getattr(INTERFACES[route.target], action.type), args,
+                   skip=("principal",) if route.for_caller else ())
         try:
             principal = self.authorize(context, route.checks(args))
         except AuthorizationError:
@@ -219,6 +225,8 @@ class CoordinatorService(FabricFlightServer):
             principal = self.authorize(context, on_cluster("cluster_action")(args))
         if route.active_only:
             self._require_active()
+        if route.for_caller:
+            args["principal"] = principal
         target = {"broker": self.broker, "coordinator": self.broker.coordinator, "service": self,
                   "controller": self.broker.controller}[route.target]
         result = getattr(target, action.type)(**args)

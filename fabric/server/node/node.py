@@ -27,7 +27,7 @@ import time
 from typing import Any, Sequence
 
 from fabric.common.errors import FabricError, InvalidConfigError, StaleNodeEpochError
-from fabric.common.types import LeaderAndIsr, NodeAssignment, NodeInfo, TopicPartition
+from fabric.common.types import LeaderAndIsr, NodeAssignment, NodeInfo, TopicPartition, TransactionRecord
 from fabric.coordinator.disk import disk_errors
 from fabric.server.connection import Call, Connection, parse_url
 from fabric.server.entry import server_main
@@ -36,6 +36,8 @@ from fabric.server.node.metrics import ReplicationCollector
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.service import NodeService
 from fabric.server.node.settings import NodeSettings, add_node_arguments, node_settings_from
+from fabric.server.node.transaction_verification import TransactionVerification
+from fabric.server.producer_owners import ProducerOwners
 from fabric.server.shutdown import Interrupted, Shutdown
 from fabric.storage import lock
 from fabric.storage.log_maintenance import LogMaintenance
@@ -64,7 +66,16 @@ class Node:
         self._last_answer = self._last_beat = time.monotonic()  # last answered / last started heartbeat
         replicas.refresh = self.refresh
         replicas.alter_partition = self.alter_partition
-        replicas.transaction_record = lambda tid: self.connection.action("transaction_record", transactional_id=tid)
+        replicas.transaction_record = self.transaction_record
+        replicas.verification = TransactionVerification(self.transaction_record)
+        server.producer_owners = ProducerOwners(
+            lambda producer_id: self.connection.action("producer_id_owner", producer_id=producer_id))
+
+    def transaction_record(self, transactional_id: str) -> TransactionRecord:
+        """The coordinator's record of a transactional id (markers and transactional appends are checked against
+        it)."""
+        record: TransactionRecord = self.connection.action("transaction_record", transactional_id=transactional_id)
+        return record
 
     def register(self) -> NodeInfo:
         """Register (a new node epoch, fencing older processes of the id), then learn what the node hosts."""
