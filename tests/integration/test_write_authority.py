@@ -19,7 +19,12 @@ import pytest
 import fabric
 from fabric.client.leader_transactions import end_transaction
 from fabric.common.config import TopicConfig
-from fabric.common.errors import AuthorizationError, InvalidTxnStateError, UnknownProducerIdError
+from fabric.common.errors import (
+    AuthorizationError,
+    InvalidRequestError,
+    InvalidTxnStateError,
+    UnknownProducerIdError,
+)
 from fabric.common.records import storage_schema, to_storage
 from fabric.common.types import ProducerBatch
 from fabric.server import wire
@@ -120,6 +125,8 @@ def test_a_transactional_append_needs_the_transactional_id_and_a_registered_writ
         transactional = dict(producer_id=writer.producer_id, producer_epoch=0, base_sequence=0, transactional=True)
         # only topic write: refused (and mallory's own producer id changes nothing)
         thief = raw.action(secured.coordinator.address, "init_producer_id", token=MALLORY)
+        with pytest.raises(InvalidRequestError, match="names its transactional_id"):  # as a client did before
+            append(raw, secured, MALLORY, [b"pinned"], 1, **{**transactional, "producer_id": thief.producer_id})
         with pytest.raises(AuthorizationError, match="not allowed to write transactional-id:app-sink"):
             append(raw, secured, MALLORY, [b"pinned"], 1, **{**transactional, "producer_id": thief.producer_id},
                    transactional_id="app-sink")
