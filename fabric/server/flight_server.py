@@ -14,7 +14,7 @@ import pyarrow.flight as flight
 
 from fabric.common.errors import FabricError, SchemaMismatchError
 from fabric.common.types import Fetched
-from fabric.server import security, wire
+from fabric.server import partition_ops, security, wire
 from fabric.server.arguments import check_call
 from fabric.server.instance import check_listen
 from fabric.server.metrics import ServerMetrics
@@ -68,7 +68,8 @@ class FabricFlightServer(flight.FlightServerBase):
         topic = request["topic"]
         checks = [("write", f"topic:{topic}")]
         if request.get("transactional"):
-            checks.append(("write", f"transactional-id:{request.get('transactional_id', '')}"))
+            partition_ops.check_transactional_id(request.get("transactional_id"))
+            checks.append(("write", f"transactional-id:{request['transactional_id']}"))
         principal = self.authorize(context, checks)
         if self.producer_owners is not None:
             self.producer_owners.check(principal, request.get("producer_id", -1), lambda: self.authorizer.allowed(

@@ -319,9 +319,8 @@ class ReplicaManager:
         producer = partition_ops.producer_batch(producer_id, producer_epoch, base_sequence)
         if acks not in ACKS:
             raise InvalidRequestError(f"acks must be one of 0, 1, all (-1), got {clip(acks)}")
-        if transactional and not transactional_id:
-            raise InvalidRequestError("a transactional append names its transactional_id (the leader verifies the "
-                                      "transaction with the coordinator); upgrade the client")
+        if transactional:
+            partition_ops.check_transactional_id(transactional_id)
         timeout_s = partition_ops.wait_seconds("timeout_ms", timeout_ms)
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
         with disk_errors(self.logs.topic_dir(topic), f"append to partition {topic}-{partition}"):
