@@ -42,7 +42,7 @@ from fabric.common.types import (
     TopicRecovery,
     TransactionalOffsets,
 )
-from fabric.coordinator import validation
+from fabric.coordinator import transactions, validation
 from fabric.coordinator.disk import disk_errors
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.offsets_log import OffsetsPart
@@ -103,6 +103,13 @@ class Broker:
         """The principal `producer_id` was handed to; None if it was not handed out (data nodes ask, to refuse an
         append under another principal's id)."""
         return self.producer_ids.owner(producer_id)
+
+    def verify_transaction_writer(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+                                  partition: int) -> bool:
+        """True if the open transaction of `transactional_id` has the producer at that epoch as a writer registered
+        with the partition (a leader asks before a transactional batch opens a transaction there: KIP-890)."""
+        return transactions.registered(self.coordinator.transaction_record(transactional_id), producer_id,
+                                       producer_epoch, (topic, partition))
 
     def _transaction_committed(self, txn: str) -> bool:
         return self.coordinator.transaction_committed(txn)

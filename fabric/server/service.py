@@ -157,6 +157,8 @@ ROUTES: dict[str, Route] = {
     "add_transaction_writer": Route("coordinator", on_transactional_id("write"), True),
     "transaction_record": Route("coordinator", on_named_transactional_id("describe"), True,
                                 for_nodes=True),  # a leader checks the markers it is asked for against it
+    "verify_transaction_writer": Route("broker", on_named_transactional_id("describe"), True,
+                                       for_nodes=True),  # and a transactional append that opens a transaction
     "join_group": Route("coordinator", lambda a: [("group", f"group:{a['request'].group}")], True),
     "sync_group": Route("coordinator", on_group("group"), True),
     "heartbeat": Route("coordinator", on_group("group"), True),

@@ -27,7 +27,7 @@ import time
 from typing import Any, Sequence
 
 from fabric.common.errors import FabricError, InvalidConfigError, StaleNodeEpochError
-from fabric.common.types import LeaderAndIsr, NodeAssignment, NodeInfo, TopicPartition, TransactionRecord
+from fabric.common.types import LeaderAndIsr, NodeAssignment, NodeInfo, TopicPartition
 from fabric.coordinator.disk import disk_errors
 from fabric.server.connection import Call, Connection, parse_url
 from fabric.server.entry import server_main
@@ -66,16 +66,19 @@ class Node:
         self._last_answer = self._last_beat = time.monotonic()  # last answered / last started heartbeat
         replicas.refresh = self.refresh
         replicas.alter_partition = self.alter_partition
-        replicas.transaction_record = self.transaction_record
-        replicas.verification = TransactionVerification(self.transaction_record)
+        replicas.transaction_record = lambda tid: self.connection.action("transaction_record", transactional_id=tid)
+        replicas.verification = TransactionVerification(self.transaction_writer_registered)
         server.producer_owners = ProducerOwners(
             lambda producer_id: self.connection.action("producer_id_owner", producer_id=producer_id))
 
-    def transaction_record(self, transactional_id: str) -> TransactionRecord:
-        """The coordinator's record of a transactional id (markers and transactional appends are checked against
-        it)."""
-        record: TransactionRecord = self.connection.action("transaction_record", transactional_id=transactional_id)
-        return record
+    def transaction_writer_registered(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                      tp: TopicPartition) -> bool:
+        """The coordinator's answer: does the open transaction of `transactional_id` register this writer with
+        partition `tp` (a transactional append that opens a transaction there is verified with it)?"""
+        registered: bool = self.connection.action("verify_transaction_writer", transactional_id=transactional_id,
+                                                  producer_id=producer_id, producer_epoch=producer_epoch,
+                                                  topic=tp[0], partition=tp[1])
+        return registered
 
     def register(self) -> NodeInfo:
         """Register (a new node epoch, fencing older processes of the id), then learn what the node hosts."""

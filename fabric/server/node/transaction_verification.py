@@ -26,7 +26,7 @@ from typing import Callable
 
 from fabric.common.errors import ConcurrentTransactionsError, FabricError, InvalidTxnStateError
 from fabric.common.redaction import clip
-from fabric.common.types import ProducerBatch, TopicPartition, TransactionRecord
+from fabric.common.types import ProducerBatch, TopicPartition
 from fabric.storage.log import Log
 
 log = logging.getLogger(__name__)
@@ -48,11 +48,12 @@ class _Verified:
 
 
 class TransactionVerification:
-    """Verifies the transactional appends of one node against `record(transactional id)`, the coordinator's
-    record (a cluster_action call); thread-safe."""
+    """Verifies the transactional appends of one node with `registered(transactional id, producer id, producer
+    epoch, partition)`, the coordinator's answer (verify_transaction_writer, a cluster_action call: the leader
+    gets a yes or no, not the record); thread-safe."""
 
-    def __init__(self, record: Callable[[str], TransactionRecord]) -> None:
-        self.record = record
+    def __init__(self, registered: Callable[[str, int, int, TopicPartition], bool]) -> None:
+        self.registered = registered
         self._markers: dict[TopicPartition, int] = {}
         self._lock = threading.Lock()
 
@@ -85,18 +86,14 @@ class TransactionVerification:
         """Ask the coordinator whether the producer may open its transaction on `tp` (a refusal is raised only
         under the lock, after the producer checks)."""
         markers = self._count(tp)
-        record = self.record(transactional_id)
-        writer = next((w for w in record.writers if w.producer_id == producer.producer_id), None)
-        if record.open and writer is not None and writer.producer_epoch == producer.producer_epoch \
-                and tp in writer.partitions:
+        if self.registered(transactional_id, producer.producer_id, producer.producer_epoch, tp):
             return _Verified(markers, None)
         return _Verified(markers, InvalidTxnStateError(
             f"a transactional append to {tp[0]}-{tp[1]} as producer {producer.producer_id} (epoch "
-            f"{producer.producer_epoch}) is refused: the coordinator's record of transactional id "
-            f"{clip(transactional_id, 80)} (state {record.state}, sequence {record.sequence}) has no open "
-            "transaction that this producer and epoch joined with this partition; join it first "
-            "(add_transaction_writer, Kafka's AddPartitionsToTxn), with a producer id from init_producer_id; "
-            "nothing was written"))
+            f"{producer.producer_epoch}) is refused: transactional id {clip(transactional_id, 80)} has no open "
+            "transaction that this producer and epoch joined with this partition (`fabric transactions describe` "
+            "shows its state); join it first (add_transaction_writer, Kafka's AddPartitionsToTxn), with a producer "
+            "id from init_producer_id; nothing was written"))
 
     def _check(self, tp: TopicPartition, producer: ProducerBatch, plog: Log, verified: _Verified | None) -> None:
         """Under the partition's lock: the batch continues its producer's open transaction, or its verification
