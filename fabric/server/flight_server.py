@@ -1,7 +1,8 @@
 """What every fabric Flight server shares (the coordinator service and the data node): TLS, token
 authentication and ACLs (security.py), errors sent as the Flight errors that keep their fabric.errors type
-(wire.py), the check of appended rows against the topic's storage schema, and its Prometheus metrics
-(metrics.py: produce and fetch requests, measured by `measured`).
+(wire.py), the checks of an append (its rows against the topic's storage schema, its producer id against the
+caller: producer_owners.py), and its Prometheus metrics (metrics.py: produce and fetch requests, measured by
+`measured`).
 """
 from __future__ import annotations
 

@@ -1,12 +1,13 @@
 """The coordinator service: a Broker (data and metadata) and the cluster's controller served over Arrow Flight.
 
 DoAction runs the coordinator and admin calls of ROUTES (JSON bodies, see coordinator/wire.py); DoPut appends
-or publishes stored rows; DoGet fetches. Every call is authenticated (coordinator/security.py) and authorized
-per route. Only the active instance (per the election; a sqlite-store instance is always active) serves
-writes, group calls and the controller's calls (data nodes' registrations and heartbeats, describe_cluster,
-which need `cluster_action` / nothing on the cluster resource); a standby answers "not the active coordinator,
-active is HOST:PORT". Reads, append and fetch of single-directory topics are served by any instance (the data
-directory is shared and its storage multi-process safe); replicated topics' data is on the data nodes.
+(under producer ids of the caller's only: producer_owners.py) or publishes stored rows; DoGet fetches. Every call
+is authenticated (coordinator/security.py) and authorized per route. Only the active instance (per the election;
+a sqlite-store instance is always active) serves writes, group calls and the controller's calls (data nodes'
+registrations and heartbeats, describe_cluster, which need `cluster_action` / nothing on the cluster resource); a
+standby answers "not the active coordinator, active is HOST:PORT". Reads, append and fetch of single-directory
+topics are served by any instance (the data directory is shared and its storage multi-process safe); replicated
+topics' data is on the data nodes.
 
 Run: `fabric coordinator start ...` or `python -m fabric.server.service --listen 127.0.0.1:9093 --data DIR ...`.
 """
