@@ -149,9 +149,13 @@ class Coordinator(ABC):
         return InvalidRequestError(f"{type(self).__name__} keeps no replication metadata; ask the coordinator "
                                    "store (SQLite or ZooKeeper) of the active controller")
 
-    def allocate_producer_ids(self, count: int, first: int) -> int:
-        """Reserve `count` producer ids no one else will be given (a block, as Kafka's controller hands out),
-        after the last block, or from `first` if the store has handed out none; returns the block's first id."""
+    def claim_producer_id_block(self, block: int, principal: str) -> bool:
+        """Record producer id block `block` (coordinator.producer_ids) as `principal`'s, unless someone holds it
+        already: True if it was claimed now, False if it was taken (the caller tries another)."""
+        raise self._no_replication()
+
+    def producer_id_block_owner(self, block: int) -> str | None:
+        """The principal producer id block `block` belongs to; None if nobody claimed it."""
         raise self._no_replication()
 
     def register_node(self, node_id: int, address: str, rack: str | None = None, *, directory_id: str) -> NodeInfo:

@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS partition_state (
     leader_epoch INTEGER NOT NULL, isr TEXT NOT NULL, partition_epoch INTEGER NOT NULL,
     controller_epoch INTEGER NOT NULL, target TEXT NOT NULL DEFAULT '[]', PRIMARY KEY (topic, partition));
 CREATE TABLE IF NOT EXISTS controller (id INTEGER PRIMARY KEY CHECK (id = 0), epoch INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS producer_ids (id INTEGER PRIMARY KEY CHECK (id = 0), next INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS producer_id_blocks (block INTEGER PRIMARY KEY, principal TEXT NOT NULL);
 """
 _COLUMNS = "topic, partition, replicas, leader, leader_epoch, isr, partition_epoch, controller_epoch, target"
 
@@ -91,13 +91,14 @@ class SqliteReplication:
                        (epoch,))
         return epoch
 
-    def allocate_producer_ids(self, count: int, first: int) -> int:
+    def claim_producer_id_block(self, block: int, principal: str) -> bool:
         with self._tx() as db:
-            row = db.execute("SELECT next FROM producer_ids WHERE id=0").fetchone()
-            first = row[0] if row else first
-            db.execute("INSERT INTO producer_ids VALUES (0, ?) ON CONFLICT (id) DO UPDATE SET next=excluded.next",
-                       (first + count,))
-        return int(first)
+            return db.execute("INSERT OR IGNORE INTO producer_id_blocks VALUES (?, ?)",
+                              (block, principal)).rowcount == 1
+
+    def producer_id_block_owner(self, block: int) -> str | None:
+        row = self._db().execute("SELECT principal FROM producer_id_blocks WHERE block=?", (block,)).fetchone()
+        return None if row is None else str(row[0])
 
     # -- nodes ---------------------------------------------------------------------------------------------
     def register_node(self, node_id: int, address: str, rack: str | None = None, *, directory_id: str) -> NodeInfo:

@@ -36,7 +36,7 @@ from fabric.common import checks
 from fabric.common.config import LONG_MAX
 from fabric.common.errors import CoordinatorUnavailableError, InvalidRequestError, InvalidTxnStateError
 from fabric.common.redaction import clip
-from fabric.common.types import TransactionalOffsets, TransactionRecord, TransactionWriter
+from fabric.common.types import TopicPartition, TransactionalOffsets, TransactionRecord, TransactionWriter
 
 MAX_WRITERS = 4096  # writers of one transaction (Spark tasks and their retries)
 MAX_PARTITIONS = 20_000  # (writer, partition) pairs of one transaction: keeps a record well below 1 MiB
@@ -84,6 +84,13 @@ def add_writer(record: TransactionRecord, sequence: int, new: TransactionWriter,
     return TransactionRecord(record.transactional_id, record.committed_sequence, sequence, tuple(writers), None,
                              record.offsets, record.started_ms if same else now_ms,
                              max(timeout_ms, record.timeout_ms) if same else timeout_ms, record.aborted)
+
+
+def registered(record: TransactionRecord, producer_id: int, producer_epoch: int, tp: TopicPartition) -> bool:
+    """True if the record's open transaction has producer `producer_id` at `producer_epoch` as a writer that joined
+    with partition `tp` (what a leader verifies before a transactional batch opens a transaction there)."""
+    return record.open and any(w.producer_id == producer_id and w.producer_epoch == producer_epoch
+                               and tp in w.partitions for w in record.writers)
 
 
 def commit(record: TransactionRecord, sequence: int, committed: Sequence[int] | None,

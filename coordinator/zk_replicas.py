@@ -69,18 +69,21 @@ class ZkReplication:
         txn.check(layout.CONTROLLER_EPOCH, found[1].version)
         return int(found[0])
 
-    def allocate_producer_ids(self, count: int, first: int) -> int:
-        """The next block from /latest_producer_id_block (Kafka's znode), claimed by compare-and-set."""
-        def build(txn: TransactionRequest, token: EpochToken | None) -> int:
-            found = self.writer.get_many([layout.PRODUCER_ID_BLOCK])[0]
-            start = layout.next_producer_id(found[0]) if found is not None else first
-            data = layout.producer_id_block(start, start + count - 1)
-            if found is None:
-                txn.create(layout.PRODUCER_ID_BLOCK, data)
-            else:
-                txn.set_data(layout.PRODUCER_ID_BLOCK, data, version=found[1].version)
-            return start
+    def claim_producer_id_block(self, block: int, principal: str) -> bool:
+        """/producer_id_blocks/<block> created with its owner, unless it exists (a create that lost a race to
+        another instance's re-reads and finds it taken)."""
+        path = layout.producer_id_block(block)
+
+        def build(txn: TransactionRequest, token: EpochToken | None) -> bool:
+            if self.writer.get_many([path])[0] is not None:
+                return False
+            txn.create(path, layout.producer_id_block_data(principal))
+            return True
         return self.writer.write(build)
+
+    def producer_id_block_owner(self, block: int) -> str | None:
+        found = self.writer.get_many([layout.producer_id_block(block)])[0]
+        return None if found is None else layout.producer_id_block_owner(found[0])
 
     # -- nodes ---------------------------------------------------------------------------------------------
     def register_node(self, node_id: int, address: str, rack: str | None = None, *, directory_id: str) -> NodeInfo:

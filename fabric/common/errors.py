@@ -238,6 +238,13 @@ class InvalidTxnStateError(FabricError):
     coordinator holds (Kafka's INVALID_TXN_STATE). The message names both."""
 
 
+class ConcurrentTransactionsError(FabricError):
+    """A transactional append met the writing of markers on its partition while the leader verified it: nothing
+    was written; retry (Kafka's CONCURRENT_TRANSACTIONS)."""
+
+    retriable = True
+
+
 class StaleNodeEpochError(FabricError):
     """A data node quoted a node epoch other than its latest registration's: a newer process of the same node
     id registered since (KIP-380), so this one is fenced and must register again."""

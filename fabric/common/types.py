@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Callable
 
 import pyarrow as pa
 
@@ -164,6 +165,9 @@ class ProducerBatch:
     producer_id: int
     producer_epoch: int
     base_sequence: int
+    # a transactional batch's check that its transaction was verified (KIP-890), run under the partition's lock
+    # after the producer checks, before the batch is written (fabric.server.node.transaction_verification)
+    verification: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -311,6 +315,18 @@ class TransactionWriter:
     producer_id: int
     producer_epoch: int
     partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class OpenTransaction:
+    """A transaction open on a partition, as its leader describes it (Kafka's DescribeProducers): its producer
+    id and epoch, the offset of its first record (the last stable offset stays at or below it until a marker
+    ends it) and that record's timestamp (µs since the epoch)."""
+
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+    start_timestamp_us: int
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """What every fabric Flight server shares (the coordinator service and the data node): TLS, token
 authentication and ACLs (security.py), errors sent as the Flight errors that keep their fabric.errors type
-(wire.py), the check of appended rows against the topic's storage schema, and its Prometheus metrics
-(metrics.py: produce and fetch requests, measured by `measured`).
+(wire.py), the checks of an append (its rows against the topic's storage schema, its producer id against the
+caller: producer_owners.py), and its Prometheus metrics (metrics.py: produce and fetch requests, measured by
+`measured`).
 """
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ import pyarrow.flight as flight
 
 from fabric.common.errors import FabricError, SchemaMismatchError
 from fabric.common.types import Fetched
-from fabric.server import security, wire
+from fabric.server import partition_ops, security, wire
 from fabric.server.arguments import check_call
 from fabric.server.instance import check_listen
 from fabric.server.metrics import ServerMetrics
+from fabric.server.producer_owners import ProducerOwners
 from fabric.server.request_metrics import count_bytes
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,7 @@ class FabricFlightServer(flight.FlightServerBase):
                  tls_key: str | None) -> None:
         tokens = security.load_tokens(tokens_file) if tokens_file else None
         self.authorizer = security.Authorizer(security.load_acls(acl_file) if acl_file else None)
+        self.producer_owners: ProducerOwners | None = None  # set by the server: whose producer ids appends may use
         self.metrics = ServerMetrics()
         cert = security.read_pem(tls_cert, "TLS certificate")
         key = security.read_pem(tls_key, "TLS private key")
@@ -59,11 +62,19 @@ class FabricFlightServer(flight.FlightServerBase):
     def serve_append(self, context: flight.ServerCallContext, request: dict[str, Any], reader:
                      flight.MetadataRecordBatchReader, method: Callable, append: Callable[..., int],
                      schema_of: Callable[[str], pa.Schema]) -> int:
-        """A DoPut append: the descriptor's arguments checked against `method`, `write` on the topic, the rows
+        """A DoPut append: the descriptor's arguments checked against `method`, `write` on the topic (and on the
+        transactional id of a transactional append), its producer id the caller's (`producer_owners`), the rows
         read against the topic's storage schema (`schema_of(topic)`), then append(rows=..., **request)."""
         check_call("append", method, request, skip=("rows",))
         topic = request["topic"]
-        self.authorize(context, [("write", f"topic:{topic}")])
+        checks = [("write", f"topic:{topic}")]
+        if request.get("transactional"):
+            partition_ops.check_transactional_id(request.get("transactional_id"))
+            checks.append(("write", f"transactional-id:{request['transactional_id']}"))
+        principal = self.authorize(context, checks)
+        if self.producer_owners is not None:
+            self.producer_owners.check(principal, request.get("producer_id", -1), lambda: self.authorizer.allowed(
+                principal, "cluster_action", security.CLUSTER))
         return append(rows=stored_rows(topic, schema_of(topic), reader), **request)
 
     def serve_fetch(self, context: flight.ServerCallContext, ticket: flight.Ticket, method: Callable,

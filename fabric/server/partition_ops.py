@@ -71,6 +71,15 @@ def producer_batch(producer_id: int, producer_epoch: int, base_sequence: int) ->
     return ProducerBatch(producer_id, producer_epoch, base_sequence)
 
 
+def check_transactional_id(transactional_id: Any) -> None:
+    """InvalidRequestError unless a transactional append names its transactional id (the leader verifies the
+    transaction with the coordinator's record of it)."""
+    if not isinstance(transactional_id, str) or not transactional_id:
+        raise InvalidRequestError(f"a transactional append names its transactional_id (the leader verifies the "
+                                  f"transaction with the coordinator), got {clip(transactional_id)}; upgrade the "
+                                  "client")
+
+
 def marker_producer(value: Any) -> tuple[int, int]:
     """A transaction marker's [producer id, producer epoch], range-checked as the frame header stores them."""
     if not isinstance(value, (list, tuple)) or len(value) != 2:

@@ -31,6 +31,7 @@ from fabric.common.types import (
     MemberDescription,
     NodeAssignment,
     NodeInfo,
+    OpenTransaction,
     PartitionAssignment,
     PartitionRegistration,
     PartitionState,
@@ -70,7 +71,8 @@ DATACLASSES = {cls.__name__: cls for cls in (TopicInfo, CommittedOffset, JoinReq
                                              TopicRecovery, NodeInfo, PartitionAssignment, LeaderAndIsr,
                                              PartitionRegistration, ClusterDescription, NodeAssignment,
                                              EpochEndOffset, ProducerIdentity, TransactionWriter,
-                                             TransactionRecord, TransactionalOffsets, CleanReport)}
+                                             TransactionRecord, TransactionalOffsets, CleanReport,
+                                             OpenTransaction)}
 ENUMS = {cls.__name__: cls for cls in (GroupStatus,)}
 
 

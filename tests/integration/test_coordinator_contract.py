@@ -321,13 +321,17 @@ def check_assignment_changes(c: Coordinator, new_controller: NewController) -> N
 
 
 def check_producer_id_blocks(c: Coordinator, new_controller: NewController) -> None:
-    """Producer id blocks never overlap: the first starts where asked, each next one after the last (whatever
-    the later callers ask), from any number of callers at once."""
-    assert c.allocate_producer_ids(10, 5_000) == 5_000
-    assert c.allocate_producer_ids(10, 0) == 5_010
+    """A producer id block is claimed once, with its owner: of any number of callers at once, one claims it, and
+    a block claimed stays its first owner's."""
+    assert c.producer_id_block_owner(5_000) is None
+    assert c.claim_producer_id_block(5_000, "ann")
+    assert not c.claim_producer_id_block(5_000, "bob") and not c.claim_producer_id_block(5_000, "ann")
+    assert c.producer_id_block_owner(5_000) == "ann"
     with ThreadPoolExecutor(4) as pool:
-        firsts = sorted(pool.map(lambda _: c.allocate_producer_ids(10, 0), range(8)))
-    assert firsts == list(range(5_020, 5_100, 10))
+        claimed = list(pool.map(lambda i: c.claim_producer_id_block(7_000, f"p{i}"), range(8)))
+    assert claimed.count(True) == 1
+    assert c.producer_id_block_owner(7_000) == f"p{claimed.index(True)}"
+    assert c.producer_id_block_owner(5_000) == "ann" and c.producer_id_block_owner(5_001) is None
 
 
 REPLICATION_CONTRACT = [check_node_registrations, check_replicated_topics, check_partition_state_compare_and_set,

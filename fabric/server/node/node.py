@@ -47,6 +47,8 @@ from fabric.server.node.metrics import ReplicationCollector
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.service import NodeService
 from fabric.server.node.settings import NodeSettings, add_node_arguments, node_settings_from
+from fabric.server.node.transaction_verification import TransactionVerification
+from fabric.server.producer_owners import ProducerOwners
 from fabric.server.shutdown import Interrupted, Shutdown
 from fabric.storage import lock
 from fabric.storage.log_maintenance import LogMaintenance
@@ -79,6 +81,18 @@ class Node:
         replicas.refresh = self.refresh
         replicas.alter_partition = self.alter_partition
         replicas.transaction_record = lambda tid: self.connection.action("transaction_record", transactional_id=tid)
+        replicas.verification = TransactionVerification(self.transaction_writer_registered)
+        server.producer_owners = ProducerOwners(
+            lambda producer_id: self.connection.action("producer_id_owner", producer_id=producer_id))
+
+    def transaction_writer_registered(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                      tp: TopicPartition) -> bool:
+        """The coordinator's answer: does the open transaction of `transactional_id` register this writer with
+        partition `tp` (a transactional append that opens a transaction there is verified with it)?"""
+        registered: bool = self.connection.action("verify_transaction_writer", transactional_id=transactional_id,
+                                                  producer_id=producer_id, producer_epoch=producer_epoch,
+                                                  topic=tp[0], partition=tp[1])
+        return registered
 
     def register(self) -> NodeInfo:
         """Register (a new node epoch, fencing older processes of the id), then learn what the node hosts."""
