@@ -5,8 +5,10 @@ znode version), and its JSON form.
 States of transaction `sequence` S of an id:
 - Ongoing(S): writers join (`add_writer`) before they write anything, each with the partitions it will write
   (none for a producer transaction that only commits a group's offsets, so its twin still learns it lost);
-  a writer of a newer S' starts Ongoing(S') and forgets S's writers (S' > S is only started once S's markers
-  were written: the Spark sink commits its batches in order).
+  a writer of a newer S' starts Ongoing(S'). If S committed, its writers are forgotten (S' > S is only started
+  once S's markers were written: the Spark sink commits its batches in order); if S is still undecided, it can
+  never commit any more, so its writers move to the aborted writers, whose abort markers the coordinator writes
+  (a writer the record forgot would hold its partitions' last stable offset back for good).
 - Committed(S): `commit` with the producer ids of the writers whose output counts (the tasks that succeeded)
   is the commit point: those writers' transactions are committed on every partition they registered, every
   other writer of S aborted (TransactionRecord.markers), even when the markers are only written later.
@@ -78,12 +80,14 @@ def add_writer(record: TransactionRecord, sequence: int, new: TransactionWriter,
         new = TransactionWriter(new.producer_id, new.producer_epoch,
                                 tuple(sorted(set(old.partitions) | set(new.partitions))))
     writers.append(new)
+    abandoned = record.writers if record.sequence < sequence and record.committed_sequence < record.sequence else ()
     if len(writers) > MAX_WRITERS or sum(len(w.partitions) for w in writers) > MAX_PARTITIONS:
         raise InvalidRequestError(f"transaction {txn} would have more than {MAX_WRITERS} writers or "
                                   f"{MAX_PARTITIONS} (writer, partition) pairs; write fewer partitions per batch")
     return TransactionRecord(record.transactional_id, record.committed_sequence, sequence, tuple(writers), None,
                              record.offsets, record.started_ms if same else now_ms,
-                             max(timeout_ms, record.timeout_ms) if same else timeout_ms, record.aborted)
+                             max(timeout_ms, record.timeout_ms) if same else timeout_ms,
+                             record.aborted + abandoned)
 
 
 def registered(record: TransactionRecord, producer_id: int, producer_epoch: int, tp: TopicPartition) -> bool:
