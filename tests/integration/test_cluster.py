@@ -111,7 +111,7 @@ def test_a_killed_node_takes_its_partitions_offline_until_it_rejoins(node_cluste
         assert [p["partition"] for t in json.loads(shown.stdout) for p in t["partitions"]] == on_one, shown.stderr
         text = fabric_cli("topics", "describe", "fragile", "--unavailable-partitions", "--url", cluster.url).stdout
         assert text.count("none (offline)") == len(on_one)
-        with fab.producer(delivery_timeout_ms=1000, retry_backoff_ms=100) as producer:
+        with fab.producer(delivery_timeout_ms=1000, request_timeout_ms=500, retry_backoff_ms=100) as producer:
             with pytest.raises(LeaderNotAvailableError, match=f"fragile-{on_one[0]} is offline"):
                 producer.send("fragile", b"lost", partition=on_one[0]).result(10)
             others = [p for p in range(4) if p not in on_one]
