@@ -130,6 +130,7 @@ class Producer:
         self._sticky = StickyPartitioner()
         self._meta: dict[str, _TopicMeta] = {}
         self._closed = False
+        self._appending = 0  # batches being appended now (read without the lock by a flush that cannot take it)
         self._wake = threading.Condition(self._lock)
         self._linger_thread: threading.Thread | None = None
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
@@ -328,6 +329,7 @@ class Producer:
             del self._buffers[topic]
             drain = buf.drain
             deadline = self._deadline(buf.created)
+            self._appending += 1
             try:
                 with call_deadline(max(deadline.left(), 0)):
                     rows, parts = self._buffered_rows(buf)
@@ -336,6 +338,7 @@ class Producer:
             except BaseException as exc:  # noqa: BLE001 (delivered through every future of the batch)
                 drain.error = exc
             finally:
+                self._appending -= 1
                 drain.finish()
 
     def _send_now(self, drain: Drain, timeout: float | None) -> None:
@@ -415,7 +418,7 @@ class Producer:
                     rows, runs = batching.by_partition(rows, assigned)
                     for p, lo, hi in runs:
                         parts[(topic, p)] = batching.chunks(rows.slice(lo, hi - lo), self._batch_size,
-                                                                 self._topic(topic).max_bytes)
+                                                            self._topic(topic).max_bytes)
                     built.append((buf, assigned, runs))
                 return self.cluster.publish_transaction(txn, parts, self._codec, offsets,
                                                         self.config["transaction_timeout_ms"])
@@ -452,8 +455,8 @@ class Producer:
             self._linger_thread.start()
 
     def _send_due(self) -> float | None:
-        """Send the batches that are due (linger_ms passed, or flushed) (lock held); the seconds until the next
-        one is due, or None once the producer is closed (what is still buffered then fails)."""
+        """Send the batches that are due, their linger_ms passed or flushed (lock held); the seconds until the
+        next one is due, or None once the producer is closed (what is still buffered then fails)."""
         now = time.monotonic()
         for topic in [t for t, b in self._buffers.items() if b.due <= now]:
             if self._closed:
@@ -495,9 +498,11 @@ class Producer:
             return
         deadline = time.monotonic() + checks.timeout(timeout, "flush() timeout")
         hurried = self._hurry(None, deadline)
+        if hurried is None and not self._buffers and not self._appending:
+            return  # the lock was busy a moment, but nothing is waiting to be sent
         unsent = None if hurried is None else sum(n for drain, n in hurried if not drain.done.wait(_left(deadline)))
         if unsent is None or unsent:
-            what = "another batch was still being appended" if unsent is None else f"{unsent} record(s) unsent"
+            what = "a batch still being appended" if unsent is None else f"{unsent} record(s) unsent"
             raise ClientTimeoutError(f"flush(timeout={timeout:g}) ran out with {what}; the records stay queued "
                                      "and are sent in the background, each within delivery_timeout_ms: call flush() "
                                      "again to wait for them")
