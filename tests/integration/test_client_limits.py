@@ -7,10 +7,9 @@ within delivery_timeout_ms (plus one request_timeout_ms) when its leader or the 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.flight as flight
 import pytest
 
 import fabric
@@ -26,6 +25,7 @@ from fabric.common.records import to_storage
 from fabric.common.types import JoinRequest
 from fabric.common.waiting import wait_for
 from fabric.server import wire
+from fabric.server.connection import Call, put_call
 
 LIMIT = 4 << 20  # the cluster's socket.request.max.bytes (conftest's LIMITED_REQUEST_BYTES)
 MIB_RECORD = b"m" * (1 << 20)
@@ -35,19 +35,10 @@ def stored(values: list[bytes]) -> pa.RecordBatch:
     return to_storage(pa.table({"value": values}), None, 1_000_000).to_batches()[0]
 
 
-def put(topic: str, batches: list[pa.RecordBatch], **fields: Any) -> Callable[..., Any]:
+def put(topic: str, batches: list[pa.RecordBatch], **fields: Any) -> Call:
     """A raw DoPut appending `batches` (one stream) to partition 0 of `topic`, as a hand-made client would."""
-    def call(client: flight.FlightClient, options: flight.FlightCallOptions) -> Any:
-        descriptor = wire.put_descriptor("append", topic=topic, partition=0, codec="none", **fields)
-        writer, answers = client.do_put(descriptor, batches[0].schema, options)
-        try:
-            for batch in batches:
-                writer.write_batch(batch)
-            writer.done_writing()
-            return wire.loads(answers.read())
-        finally:
-            writer.close()
-    return call
+    descriptor = wire.put_descriptor("append", topic=topic, partition=0, codec="none", **fields)
+    return put_call(descriptor, batches[0].schema, lambda: batches)
 
 
 def ends(fab: fabric.Fabric, *topics: str) -> list[int]:
