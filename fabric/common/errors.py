@@ -201,6 +201,12 @@ class RequestTimedOutError(FabricError):
     retriable = True
 
 
+class ClientTimeoutError(RequestTimedOutError, TimeoutError):
+    """A client call did not finish within its timeout (Kafka's TimeoutException): a send within
+    delivery_timeout_ms, a flush() or close() within the timeout given, a future's result() within its own. The
+    message says what was still pending; it may still happen. Also a built-in TimeoutError."""
+
+
 class OutOfOrderSequenceError(FabricError):
     """An idempotent producer's batch does not follow the last sequence the leader stored: records were lost
     in between, so the producer must fail rather than write them out of order."""

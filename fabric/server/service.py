@@ -190,6 +190,7 @@ class CoordinatorService(FabricFlightServer):
 
     def __init__(self, settings: Settings, broker: ClusterBroker, election: Any) -> None:
         self.settings, self.broker, self.election = settings, broker, election
+        self.request_max_bytes = settings.socket_request_max_bytes
         super().__init__(settings.listen, settings.tokens_file, settings.acl_file, settings.tls_cert,
                          settings.tls_key)
         self.producer_owners = ProducerOwners(broker.producer_id_owner)
@@ -257,7 +258,7 @@ class CoordinatorService(FabricFlightServer):
         op = request.pop("op", None)
         if op == "append":
             result = self.serve_append(context, request, reader, ClusterBroker.append, self.broker.append,
-                                       self._storage_schema)
+                                       self.broker.coordinator.topic)
         elif op in wire.PUBLISH_OPS:
             method, _, items = wire.PUBLISH_OPS[op]
             keys = wire.publish_keys(request.pop("keys", None))
@@ -265,7 +266,7 @@ class CoordinatorService(FabricFlightServer):
             self.authorize(context, transaction_commit_checks(request)
                             + [("write", f"topic:{t}") for t in sorted({t for t, _ in keys})])
             self._require_active()
-            parts = wire.unwrap(keys, reader, items)
+            parts = wire.unwrap(keys, reader, items, self.request_max_bytes)
             count_bytes(sum(i.size if isinstance(i, pa.Buffer) else i.nbytes for v in parts.values() for i in v))
             result = getattr(self.broker, method)(request.pop("txn"), parts, **request)
         else:

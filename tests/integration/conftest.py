@@ -280,6 +280,21 @@ def replicated_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
     cluster.close()
 
 
+@pytest.fixture(scope="module")
+def limited_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
+    """One NodeCluster of 1 node whose coordinator and node refuse a request over LIMITED_REQUEST_BYTES
+    (socket.request.max.bytes), for a test module's tests of limits; a test that pauses one of its processes
+    resumes it and waits until the node is alive again."""
+    limit = ("--socket-request-max-bytes", str(LIMITED_REQUEST_BYTES))
+    cluster = NodeCluster(tmp_path_factory.mktemp("limited"), nodes=1, coordinator_extra=limit,
+                          node_extra=limit).start()
+    yield cluster
+    cluster.close()
+
+
+LIMITED_REQUEST_BYTES = 4 << 20
+
+
 @pytest.fixture
 def node_cluster(tmp_path) -> Iterator[Callable[..., NodeCluster]]:
     """start(nodes=3, coordinator_extra=(), node_query="", instances=1, node_extra=(), racks=(),

@@ -111,13 +111,13 @@ def test_a_killed_node_takes_its_partitions_offline_until_it_rejoins(node_cluste
         assert [p["partition"] for t in json.loads(shown.stdout) for p in t["partitions"]] == on_one, shown.stderr
         text = fabric_cli("topics", "describe", "fragile", "--unavailable-partitions", "--url", cluster.url).stdout
         assert text.count("none (offline)") == len(on_one)
-        with fab.producer(delivery_timeout_ms=1000, retry_backoff_ms=100) as producer:
+        with fab.producer(delivery_timeout_ms=1000, request_timeout_ms=500, retry_backoff_ms=100) as producer:
             with pytest.raises(LeaderNotAvailableError, match=f"fragile-{on_one[0]} is offline"):
                 producer.send("fragile", b"lost", partition=on_one[0]).result(10)
             others = [p for p in range(4) if p not in on_one]
             assert producer.send("fragile", b"fine", partition=others[0]).result(10).offset == 1
         cluster.restart(1)
-        with fab.producer(delivery_timeout_ms=SETTLE_S * 1000) as producer:
+        with fab.producer(delivery_timeout_ms=SETTLE_S * 1000, request_timeout_ms=10_000) as producer:
             assert producer.send("fragile", b"after", partition=on_one[0]).result(SETTLE_S).offset == 1
         back = fab.describe_topic("fragile").partitions[on_one[0]]
         assert back.leader == 1 and back.leader_epoch == 2  # offline (1), then elected again (2)
@@ -184,7 +184,7 @@ def test_the_elected_coordinator_runs_the_controller_and_its_successor_takes_ove
         wait_for(lambda: (the_active(fab) or first).instance != first.instance, SETTLE_S, "the standby to take over")
         after = fab.cluster.describe_cluster(refresh=True)
         assert after.controller_epoch > before.controller_epoch
-        with fab.producer(delivery_timeout_ms=SETTLE_S * 1000) as producer:
+        with fab.producer(delivery_timeout_ms=SETTLE_S * 1000, request_timeout_ms=10_000) as producer:
             assert producer.send("ha", b"two", partition=0).result(SETTLE_S).offset == 1
         # the nodes heartbeat to the new controller: alive past a whole session, leaders unchanged
         wait_for(lambda: fab.cluster.describe_cluster(refresh=True).controller_epoch == after.controller_epoch

@@ -58,6 +58,7 @@ class NodeService(FabricFlightServer):
     def __init__(self, settings: NodeSettings, replicas: ReplicaManager) -> None:
         self.settings, self.replicas = settings, replicas
         self.node_epoch = 0
+        self.request_max_bytes = settings.socket_request_max_bytes
         super().__init__(settings.listen, settings.tokens_file, settings.acl_file, settings.tls_cert,
                          settings.tls_key)
 
@@ -114,7 +115,7 @@ class NodeService(FabricFlightServer):
         if op != "append":
             raise InvalidRequestError(f"unknown node put {clip(op, 60)}; a data node takes only append")
         offset = self.serve_append(context, request, reader, ReplicaManager.append, self.replicas.append,
-                                   self._storage_schema)
+                                   self.replicas.topic)
         writer.write(pa.py_buffer(wire.dumps(offset)))
 
     def _storage_schema(self, topic: str) -> pa.Schema:
