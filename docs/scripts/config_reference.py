@@ -79,6 +79,12 @@ def options_of(add_arguments: Callable[[argparse.ArgumentParser], None]) -> dict
     return {action.dest: action for action in parser._actions}
 
 
+def ignored_by(key: str) -> str:
+    """Which clients ignore a Kafka config: those whose own table does not take it."""
+    tables = (("producers", config.PRODUCER_SETTINGS), ("consumers", config.CONSUMER_SETTINGS))
+    return " and ".join(kind for kind, table_ in tables if key not in table_)
+
+
 def server_table(settings: type, properties: Mapping[str, str],
                  add_arguments: Callable[[argparse.ArgumentParser], None]) -> str:
     """A server's properties: the key, the command-line option that overrides it, the default, its help."""
@@ -139,12 +145,12 @@ def page() -> str:
         settings_table(config.CONSUMER_SETTINGS, dotted_alias=True),
         "## Kafka client configs that are accepted and ignored",
         "",
-        "Code written for a Kafka client runs unchanged: these configs are accepted by producers and consumers "
-        "with an `IgnoredConfigWarning` saying what does their job here. A name that is neither here nor in the "
+        "Code written for a Kafka client runs unchanged: these configs are accepted with an "
+        "`IgnoredConfigWarning` saying what does their job here. A name that is neither here nor in the "
         "tables above is an error listing the known ones. Source: `IGNORED_CLIENT_SETTINGS`.",
         "",
-        table(("config", "why it is ignored"),
-              ((f"`{key}`", why) for key, why in config.IGNORED_CLIENT_SETTINGS.items())),
+        table(("config", "ignored by", "why"),
+              ((f"`{key}`", ignored_by(key), why) for key, why in config.IGNORED_CLIENT_SETTINGS.items())),
         "## Coordinator service",
         "",
         "`fabric coordinator start --config conf/fabric.properties`: each property below can be set in the "
