@@ -1,7 +1,8 @@
 """`RemoteCluster`: the Cluster interface served by coordinator instances over Arrow Flight.
 
 URL: `fabric://host:port[,host:port...][?token=T&tls=true&ca=/ca.pem&timeout_ms=30000]` (fabric.server.connection:
-calls fail over to the active instance until timeout_ms has passed).
+calls fail over to the active instance until timeout_ms has passed). Produce, fetch, offset commits and fetches and
+topic metadata go over the fabric protocol where the instance offers it (fabric.client.protocol_calls).
 An idempotent producer's retried append is written once (the service's log recognises its producer id and
 sequence); without idempotence it may be written twice (at least once, as in Kafka). Publish is exactly-once.
 """
@@ -13,6 +14,8 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from fabric.client.cluster import Cluster
+from fabric.client.protocol_calls import ProtocolCalls, committed_of, fetched_of, offset_rows, produce_payload
+from fabric.common.protocol import messages
 from fabric.common.types import (
     CommittedOffset,
     Fetched,
@@ -35,10 +38,12 @@ from fabric.storage.cleaner import CleanReport
 
 
 class RemoteCoordinator(Coordinator):
-    """The Coordinator of a coordinator service: each method is one DoAction."""
+    """The Coordinator of a coordinator service: each method is one DoAction, but for the hot ones (topic,
+    commit_offsets, committed), which go over the fabric protocol where the instance offers it."""
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, protocol: ProtocolCalls | None = None) -> None:
         self.connection = connection
+        self.protocol = protocol or ProtocolCalls(connection)
 
     def create_topic(self, name: str, partitions: int, config: dict[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:
@@ -49,7 +54,10 @@ class RemoteCoordinator(Coordinator):
         self.connection.action("delete_topic", name=name)
 
     def topic(self, name: str) -> TopicInfo:
-        return self.connection.action("topic", name=name)
+        answer = self.protocol.coordinator("topic", {"name": name})
+        if answer is None:
+            return self.connection.action("topic", name=name)
+        return messages.decode_result(answer[0], TopicInfo)
 
     def list_topics(self) -> list[str]:
         return self.connection.action("list_topics")
@@ -62,11 +70,19 @@ class RemoteCoordinator(Coordinator):
 
     def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
                        generation: int = -1, member_id: str = "") -> None:
-        self.connection.action("commit_offsets", group=group, offsets=dict(offsets), metadata=metadata,
-                               generation=generation, member_id=member_id)
+        rows = offset_rows(offsets)
+        if rows is None or self.protocol.coordinator("commit_offsets", {
+                "group": group, "offsets": rows, "metadata": metadata, "generation": generation,
+                "member_id": member_id}) is None:
+            self.connection.action("commit_offsets", group=group, offsets=dict(offsets), metadata=metadata,
+                                   generation=generation, member_id=member_id)
 
     def committed(self, group: str, topics: list[str] | None = None) -> dict[TopicPartition, CommittedOffset]:
-        return self.connection.action("committed", group=group, topics=None if topics is None else list(topics))
+        names = None if topics is None else list(topics)
+        answer = self.protocol.coordinator("committed", {"group": group, "topics": names})
+        if answer is None:
+            return self.connection.action("committed", group=group, topics=names)
+        return committed_of(answer)
 
     def list_groups(self) -> list[str]:
         return self.connection.action("list_groups")
@@ -113,6 +129,7 @@ class RemoteCoordinator(Coordinator):
         return self.connection.action("describe_group", group=group)
 
     def close(self) -> None:
+        self.protocol.close()
         self.connection.close()
 
 
@@ -123,7 +140,8 @@ class RemoteCluster(Cluster):
         self.url = url
         self.options = parse_url(url)
         self.connection = Connection(self.options)
-        self.coordinator = RemoteCoordinator(self.connection)
+        self.protocol = ProtocolCalls(self.connection)
+        self.coordinator = RemoteCoordinator(self.connection, self.protocol)
 
     def create_topic(self, name: str, partitions: int, config: Mapping[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:
@@ -154,10 +172,12 @@ class RemoteCluster(Cluster):
 
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
-        descriptor = wire.put_descriptor("append", topic=topic, partition=partition, codec=codec,
-                                         producer_id=producer_id, producer_epoch=producer_epoch,
-                                         base_sequence=base_sequence)
-        return self._put(descriptor, rows.schema, lambda: [rows])
+        args = {"topic": topic, "partition": partition, "codec": codec, "producer_id": producer_id,
+                "producer_epoch": producer_epoch, "base_sequence": base_sequence}
+        answer = self.protocol.coordinator("produce", args, produce_payload(rows))
+        if answer is None:
+            return self._put(wire.put_descriptor("append", **args), rows.schema, lambda: [rows])
+        return messages.decode_result(answer[0], int)
 
     def publish(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
                 codec: str = "none") -> bool:
@@ -189,8 +209,12 @@ class RemoteCluster(Cluster):
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
               end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None,
               isolation_level: str = "read_committed") -> list[Fetched]:
-        return self.connection.call(fetch_call(wire.fetch_ticket(topic, partition, offset, max_bytes, end_offset,
-                                                                 max_wait_ms=min(max_wait_ms, self.hold_ms))))
+        args = {"topic": topic, "partition": partition, "offset": offset, "max_bytes": max_bytes,
+                "end_offset": end_offset, "max_wait_ms": min(max_wait_ms, self.hold_ms)}
+        answer = self.protocol.coordinator("fetch", args)
+        if answer is None:
+            return self.connection.call(fetch_call(wire.fetch_ticket(**args)))
+        return fetched_of(answer)
 
     def partition_state(self, topic: str, partition: int) -> PartitionState:
         return self.connection.action("partition_state", topic=topic, partition=partition)

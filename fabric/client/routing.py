@@ -3,7 +3,8 @@
 Metadata (docs/replication.md, Clients) is the controller's `describe_cluster`: the nodes and every replicated
 partition's replicas, leader and leader epoch, cached until a routing error shows it stale (or for
 METADATA_MAX_AGE_S). Produce, fetch and the partition offsets of a replicated partition go to its leader node,
-quoting the leader epoch the client knows; everything else, and every single-directory topic, goes to the
+quoting the leader epoch the client knows (produce and fetch over the fabric protocol where the node offers it:
+fabric.client.protocol_calls); everything else, and every single-directory topic, goes to the
 coordinator as RemoteCluster sends it. A NotLeaderError or FencedLeaderEpochError (from a node, or from the
 coordinator about a topic the cache does not know as replicated yet) refreshes the metadata and the call is
 tried once more at once; a partition without a live leader is LeaderNotAvailableError. All three are
@@ -20,8 +21,11 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from fabric.client import leader_transactions
+from fabric.client.protocol_calls import Answer, fetched_of, produce_payload
+from fabric.client.protocol_connection import Payload
 from fabric.client.remote import RemoteCluster
-from fabric.common.errors import FencedLeaderEpochError, LeaderNotAvailableError, NotLeaderError
+from fabric.common.errors import ClientTimeoutError, FencedLeaderEpochError, LeaderNotAvailableError, NotLeaderError
+from fabric.common.protocol import messages
 from fabric.common.types import (
     ClusterDescription,
     Fetched,
@@ -134,14 +138,25 @@ class RoutingCluster(RemoteCluster):
     def _at_node(self, node: NodeInfo, topic: str, partition: int, call: Call) -> Any:
         try:
             return call(self.connection.client(node.address), self.connection.call_options)
-        except (flight.FlightUnavailableError, flight.FlightTimedOutError) as exc:
+        except (flight.FlightUnavailableError, flight.FlightTimedOutError, ConnectionError,
+                ClientTimeoutError) as exc:
             self._stale()
+            reason = wire.error_details(exc).get('message') if isinstance(exc, flight.FlightError) else None
             raise LeaderNotAvailableError(f"node {node.id} at {node.address}, the leader of {topic}-{partition}, "
-                                          f"did not answer ({wire.error_details(exc).get('message') or exc}); "
+                                          f"did not answer ({reason or exc}); "
                                           "retry once the controller has moved the partition or the node is back"
                                           ) from None
         except flight.FlightError as exc:
             raise wire.from_flight_error(exc) from None
+
+    def _node_call(self, node: NodeInfo, kind: str, args: dict[str, Any], payload: Callable[[], Payload],
+                   decode: Callable[[Answer], T], over_flight: Call) -> Call:
+        """A call of `node`: request `kind` over the fabric protocol where the node offers it (its answer made a
+        result by `decode`), else `over_flight`."""
+        def run(client: flight.FlightClient, options: flight.FlightCallOptions) -> Any:
+            answer = self.protocol.node(node.address, kind, args, payload())
+            return over_flight(client, options) if answer is None else decode(answer)
+        return run
 
     # -- topics ----------------------------------------------------------------------------------------------
     def create_replicated_topic(self, name: str, partitions: int, replication_factor: int,
@@ -182,12 +197,10 @@ class RoutingCluster(RemoteCluster):
                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
         """At the leader node, which answers (acks=all) once the in-sync replicas have the rows, within hold_ms."""
         def at_node(target: Target) -> Call:
-            descriptor = wire.put_descriptor("append", topic=topic, partition=partition, codec=codec,
-                                             **target.quoted(), acks=acks,
-                                             timeout_ms=self.hold_ms,
-                                             producer_id=producer_id, producer_epoch=producer_epoch,
-                                             base_sequence=base_sequence)
-            return put_call(descriptor, rows.schema, lambda: [rows])
+            return self._produce_call(target, rows, {
+                "topic": topic, "partition": partition, "codec": codec, **target.quoted(), "acks": acks,
+                "timeout_ms": self.hold_ms, "producer_id": producer_id, "producer_epoch": producer_epoch,
+                "base_sequence": base_sequence})
         # tried once: a NotLeaderError may come after the leader appended the rows (it lost the leadership while
         # acks=all waited), so only the producer, within its `retries`, may send them again
         return self._route_once(topic, partition, at_node, lambda: super(RoutingCluster, self).append(
@@ -198,11 +211,19 @@ class RoutingCluster(RemoteCluster):
               isolation_level: str = "read_committed") -> list[Fetched]:
         """At the leader, or (a `client_rack` given) at an in-sync replica in that rack."""
         def at_node(target: Target) -> Call:
-            return fetch_call(wire.fetch_ticket(topic, partition, offset, max_bytes, end_offset, **target.quoted(),
-                                                max_wait_ms=min(max_wait_ms, self.hold_ms),
-                                                isolation_level=isolation_level))
+            args = {"topic": topic, "partition": partition, "offset": offset, "max_bytes": max_bytes,
+                    "end_offset": end_offset, **target.quoted(), "max_wait_ms": min(max_wait_ms, self.hold_ms),
+                    "isolation_level": isolation_level}
+            return self._node_call(target.node, "fetch", args, lambda: b"", fetched_of,
+                                   fetch_call(wire.fetch_ticket(**args)))
         return self._routed(topic, partition, at_node, lambda: super(RoutingCluster, self).fetch(
             topic, partition, offset, max_bytes, end_offset, max_wait_ms), client_rack)
+
+    def _produce_call(self, target: Target, rows: pa.RecordBatch, args: dict[str, Any]) -> Call:
+        """An append of `rows` with `args` at the target node."""
+        return self._node_call(target.node, "produce", args, lambda: produce_payload(rows),
+                               lambda answer: messages.decode_result(answer[0], int),
+                               put_call(wire.put_descriptor("append", **args), rows.schema, lambda: [rows]))
 
     def replicated(self, topic: str) -> bool:
         return any(t == topic for t, _ in self.describe_cluster().partitions)
@@ -211,13 +232,11 @@ class RoutingCluster(RemoteCluster):
                              transactional_id: str, codec: str = "none") -> int:
         """At the leader, acks=all; routed again after a metadata refresh (a retry is recognised by sequence)."""
         def at_node(target: Target) -> Call:
-            descriptor = wire.put_descriptor("append", topic=topic, partition=partition, codec=codec,
-                                             **target.quoted(), acks="all", timeout_ms=self.hold_ms,
-                                             producer_id=producer.producer_id,
-                                             producer_epoch=producer.producer_epoch,
-                                             base_sequence=producer.base_sequence, transactional=True,
-                                             transactional_id=transactional_id)
-            return put_call(descriptor, rows.schema, lambda: [rows])
+            return self._produce_call(target, rows, {
+                "topic": topic, "partition": partition, "codec": codec, **target.quoted(), "acks": "all",
+                "timeout_ms": self.hold_ms, "producer_id": producer.producer_id,
+                "producer_epoch": producer.producer_epoch, "base_sequence": producer.base_sequence,
+                "transactional": True, "transactional_id": transactional_id})
         return self._routed(topic, partition, at_node, lambda: super(RoutingCluster, self).transactional_append(
             topic, partition, rows, producer, transactional_id, codec))
 

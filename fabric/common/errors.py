@@ -154,6 +154,11 @@ class InvalidRequestError(FabricError):
     wrong type (usually a client of another version, or a hand-made call)."""
 
 
+class UnsupportedVersionError(FabricError):
+    """Client and server speak different versions of the fabric protocol (Kafka's UNSUPPORTED_VERSION): the
+    message names the version each speaks; upgrade the older side."""
+
+
 # -- the replicated cluster (docs/replication.md) -------------------------------------------------------------
 class NotLeaderError(FabricError):
     """The request went to a node that does not lead the partition (Kafka's NOT_LEADER_OR_FOLLOWER): refresh

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -23,9 +23,11 @@ from fabric.server.arguments import check_call
 from fabric.server.instance import check_listen
 from fabric.server.metrics import ServerMetrics
 from fabric.server.producer_owners import ProducerOwners
+from fabric.server.protocol_server import ProtocolServer
 from fabric.server.request_metrics import count_bytes
 
 log = logging.getLogger(__name__)
+RowsOf = Callable[[str], tuple[pa.Schema, Iterable[pa.RecordBatch]]]  # topic -> an append's schema and batches
 
 
 class FabricFlightServer(flight.FlightServerBase):
@@ -37,7 +39,9 @@ class FabricFlightServer(flight.FlightServerBase):
 
     def __init__(self, listen: str, tokens_file: str | None, acl_file: str | None, tls_cert: str | None,
                  tls_key: str | None) -> None:
-        tokens = security.load_tokens(tokens_file) if tokens_file else None
+        self.tokens = tokens = security.load_tokens(tokens_file) if tokens_file else None
+        self.tls_cert, self.tls_key = tls_cert, tls_key
+        self.protocol: ProtocolServer | None = None  # its fabric protocol port, once the server opens one
         self.authorizer = security.Authorizer(security.load_acls(acl_file) if acl_file else None)
         self.producer_owners: ProducerOwners | None = None  # set by the server: whose producer ids appends may use
         self.metrics = ServerMetrics()
@@ -55,22 +59,33 @@ class FabricFlightServer(flight.FlightServerBase):
                               "the address belongs to this machine and the port is free") from None
 
     def shutdown(self) -> None:
-        """Stop serving Flight calls (those in flight finish), then the metrics endpoint."""
+        """Stop serving Flight calls (those in flight finish) and the fabric protocol, then the metrics endpoint."""
+        if self.protocol is not None:
+            self.protocol.shutdown()
         super().shutdown()
         self.metrics.close()
 
     def authorize(self, context: flight.ServerCallContext, checks: list[tuple[str, str]]) -> str:
         """The caller's principal; AuthorizationError unless it may do every (operation, resource)."""
-        principal = context.get_middleware(security.MIDDLEWARE_KEY).name
+        principal = self.principal(context)
         self.authorizer.check(principal, checks)
         return principal
 
     def serve_append(self, context: flight.ServerCallContext, request: dict[str, Any], reader:
                      flight.MetadataRecordBatchReader, method: Callable, append: Callable[..., int],
                      topic_of: Callable[[str], TopicInfo]) -> int:
-        """A DoPut append: the descriptor's arguments checked against `method`, `write` on the topic (and on the
-        transactional id of a transactional append), its producer id the caller's (`producer_owners`), the rows
-        read against the topic's storage schema and max.message.bytes (`topic_of(topic)`), then
+        """A DoPut append (see `append_checked`), its rows read from the stream up to socket.request.max.bytes."""
+        def rows_of(topic: str) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+            chunks = wire.bounded_chunks(reader, self.request_max_bytes, f"append to topic {topic!r}")
+            return reader.schema, (chunk.data for chunk in chunks if chunk.data is not None)
+        return self.append_checked(self.principal(context), request, rows_of, method, append, topic_of)
+
+    def append_checked(self, principal: str, request: dict[str, Any], rows_of: RowsOf, method: Callable,
+                       append: Callable[..., int], topic_of: Callable[[str], TopicInfo]) -> int:
+        """An append by `principal`, over any transport: the request's arguments checked against `method`,
+        `write` on the topic (and on the transactional id of a transactional append), its producer id the
+        caller's (`producer_owners`), then the rows (`rows_of(topic)`: their schema and batches, read only now)
+        checked against the topic's storage schema and max.message.bytes (`topic_of(topic)`), then
         append(rows=..., **request)."""
         check_call("append", method, request, skip=("rows",))
         topic = request["topic"]
@@ -78,23 +93,36 @@ class FabricFlightServer(flight.FlightServerBase):
         if request.get("transactional"):
             partition_ops.check_transactional_id(request.get("transactional_id"))
             checks.append(("write", f"transactional-id:{request['transactional_id']}"))
-        principal = self.authorize(context, checks)
+        self.authorizer.check(principal, checks)
         if self.producer_owners is not None:
             self.producer_owners.check(principal, request.get("producer_id", -1), lambda: self.authorizer.allowed(
                 principal, "cluster_action", security.CLUSTER))
-        return append(rows=stored_rows(topic_of(topic), reader, self.request_max_bytes), **request)
+        schema, batches = rows_of(topic)
+        return append(rows=stored_rows(topic_of(topic), schema, batches), **request)
 
     def serve_fetch(self, context: flight.ServerCallContext, ticket: flight.Ticket, method: Callable,
                     fetch: Callable[..., list[Fetched]], schema_of: Callable[[str], pa.Schema]
                     ) -> flight.GeneratorStream:
-        """A DoGet: the ticket's arguments checked against `method`, `read` on the topic, then fetch(**args)
-        (an empty answer carries the topic's storage schema, `schema_of(topic)`)."""
+        """A DoGet (see `fetch_checked`); an empty answer carries the topic's storage schema, `schema_of(topic)`."""
         args = wire.request_args(ticket.ticket, "DoGet ticket")
+        fetched = self.fetch_checked(self.principal(context), args, method, fetch)
+        return wire.fetch_stream(None if fetched else schema_of(args["topic"]), fetched)
+
+    def fetch_checked(self, principal: str, args: dict[str, Any], method: Callable,
+                      fetch: Callable[..., list[Fetched]]) -> list[Fetched]:
+        """A fetch by `principal`, over any transport: the arguments checked against `method`, `read` on the
+        topic, then fetch(**args)."""
         check_call("fetch", method, args)
-        self.authorize(context, [("read", f"topic:{args['topic']}")])
+        self.authorizer.check(principal, [("read", f"topic:{args['topic']}")])
         fetched = fetch(**args)
         count_bytes(sum(f.batch.nbytes for f in fetched))
-        return wire.fetch_stream(None if fetched else schema_of(args["topic"]), fetched)
+        return fetched
+
+    @staticmethod
+    def principal(context: flight.ServerCallContext) -> str:
+        """The principal a Flight call was authenticated as."""
+        name: str = context.get_middleware(security.MIDDLEWARE_KEY).name
+        return name
 
     def translate(self, exc: Exception) -> flight.FlightError:
         """The Flight error a handler's exception is sent as."""
@@ -129,28 +157,29 @@ def measured(kind: str) -> Callable[[Callable], Callable]:
     return wrap
 
 
-def stored_rows(info: TopicInfo, reader: flight.MetadataRecordBatchReader, limit: int) -> pa.RecordBatch:
+def stored_rows(info: TopicInfo, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> pa.RecordBatch:
     """An append's rows for topic `info` as one batch; SchemaMismatchError unless they have its storage schema,
-    RecordTooLargeError as soon as the stream passes `limit` bytes (socket.request.max.bytes) or its records
-    weigh more than the topic's max.message.bytes (the append is one batch): nothing more of it is read."""
+    RecordTooLargeError as soon as its records weigh more than the topic's max.message.bytes (the append is one
+    batch): nothing more of it is read."""
     topic, expected = info.name, storage_schema(info.value_schema)
-    if not reader.schema.equals(expected):
+    if not schema.equals(expected):
         raise SchemaMismatchError(
             f"an append to topic {topic!r} must carry stored rows with schema "
-            f"({wire.schema_text(expected)}), got ({wire.schema_text(reader.schema)}); produce with a fabric "
+            f"({wire.schema_text(expected)}), got ({wire.schema_text(schema)}); produce with a fabric "
             "producer (fabric.records.to_storage)")
     max_bytes = TopicConfig(info.config)["max.message.bytes"]
     read: list[pa.RecordBatch] = []
     records = weight = 0
-    for chunk in wire.bounded_chunks(reader, limit, f"append to topic {topic!r}"):
-        if chunk.data is None:
-            continue
-        admission.check_sizes(topic, chunk.data, max_bytes)
-        read.append(chunk.data)
-        records, weight = records + chunk.data.num_rows, weight + record_sizes.batch_bytes(chunk.data)
+    for batch in batches:
+        admission.check_sizes(topic, batch, max_bytes)
+        read.append(batch)
+        records, weight = records + batch.num_rows, weight + record_sizes.batch_bytes(batch)
         if weight > max_bytes:
             raise admission.batch_too_large(topic, records, weight, max_bytes)
-    batches = pa.Table.from_batches(read, schema=reader.schema).combine_chunks().to_batches()
-    rows = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=reader.schema)
+    if len(read) == 1:
+        rows = read[0]
+    else:
+        combined = pa.Table.from_batches(read, schema=schema).combine_chunks().to_batches()
+        rows = combined[0] if combined else pa.RecordBatch.from_pylist([], schema=schema)
     count_bytes(rows.nbytes)
     return rows

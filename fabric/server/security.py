@@ -136,10 +136,21 @@ class TokenAuthFactory(flight.ServerMiddlewareFactory):
         if scheme.lower() != "bearer" or not token:
             raise flight.FlightUnauthenticatedError(
                 "no credentials: send the header `authorization: Bearer <token>` (set FABRIC_TOKEN)")
-        for known, principal in self.tokens.items():
-            if hmac.compare_digest(known.encode(), token.strip().encode()):
-                return Principal(principal)
-        raise flight.FlightUnauthenticatedError("unknown token: it is not in the coordinator's tokens file")
+        principal = principal_of(self.tokens, token)
+        if principal is None:
+            raise flight.FlightUnauthenticatedError(UNKNOWN_TOKEN)
+        return Principal(principal)
+
+
+UNKNOWN_TOKEN = "unknown token: it is not in the coordinator's tokens file"
+
+
+def principal_of(tokens: dict[str, str], token: str) -> str | None:
+    """The principal a token names in `tokens` (compared in constant time), or None for an unknown token."""
+    for known, principal in tokens.items():
+        if hmac.compare_digest(known.encode(), token.strip().encode()):
+            return principal
+    return None
 
 
 def read_pem(path: str | None, what: str) -> bytes | None:

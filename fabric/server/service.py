@@ -31,7 +31,7 @@ from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.transaction_offsets import TransactionOffsets
 from fabric.coordinator.transaction_timeouts import TransactionTimeouts
-from fabric.server import coordinator_metrics, replicated_offsets, security, wire
+from fabric.server import coordinator_metrics, protocol_handlers, protocol_routes, replicated_offsets, security, wire
 from fabric.server.arguments import check_call
 from fabric.server.cluster_broker import ClusterBroker
 from fabric.server.controller_driver import ControllerDriver
@@ -194,6 +194,8 @@ class CoordinatorService(FabricFlightServer):
         super().__init__(settings.listen, settings.tokens_file, settings.acl_file, settings.tls_cert,
                          settings.tls_key)
         self.producer_owners = ProducerOwners(broker.producer_id_owner)
+        self.protocol = protocol_handlers.start(self, settings.listen.rpartition(":")[0],
+                                                protocol_routes.handlers(self))
 
     @property
     def instance(self) -> str:
@@ -214,30 +216,35 @@ class CoordinatorService(FabricFlightServer):
     # -- actions -----------------------------------------------------------------------------------
     @translated
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> list[bytes]:
-        route = ROUTES.get(action.type)
-        if route is None:
+        if action.type not in ROUTES:
             raise InvalidRequestError(f"unknown coordinator action {clip(action.type, 60)}; known: "
                                       f"{', '.join(sorted(ROUTES))}")
-        args = wire.action_args(action.body)
-        check_call(action.type, getattr(INTERFACES[route.target], action.type), args,
+        return [wire.dumps(self.run_route(self.principal(context), action.type, wire.action_args(action.body)))]
+
+    def run_route(self, principal: str, name: str, args: dict[str, Any]) -> Any:
+        """The result of ROUTES[name] called by `principal` with `args`, over any transport: the arguments
+        checked against the method's signature, the route's ACL checks, whether this instance is active, and
+        (for listings) the result filtered to what the caller may see."""
+        route = ROUTES[name]
+        check_call(name, getattr(INTERFACES[route.target], name), args,
                    skip=("principal",) if route.for_caller else ())
         try:
-            principal = self.authorize(context, route.checks(args))
+            self.authorizer.check(principal, route.checks(args))
         except AuthorizationError:
             if not route.for_nodes:
                 raise
-            principal = self.authorize(context, on_cluster("cluster_action")(args))
+            self.authorizer.check(principal, on_cluster("cluster_action")(args))
         if route.active_only:
             self._require_active()
         if route.for_caller:
             args["principal"] = principal
         target = {"broker": self.broker, "coordinator": self.broker.coordinator, "service": self,
                   "controller": self.broker.controller}[route.target]
-        result = getattr(target, action.type)(**args)
+        result = getattr(target, name)(**args)
         if route.filter_by is not None:
             result = route.filter_by(result, lambda operation, resource: self.authorizer.allowed(
                 principal, operation, resource))
-        return [wire.dumps(result)]
+        return result
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         return [(name, f"{route.target}.{name}") for name, route in sorted(ROUTES.items())]
@@ -247,7 +254,8 @@ class CoordinatorService(FabricFlightServer):
         election, settings = self.election, self.settings
         return wire.InstanceStatus(self.instance, election.is_active, election.active_instance() or "",
                                    election.epoch, settings.store_url, os.path.abspath(settings.data_dir),
-                                   settings.tls_cert is not None, self.metrics.port)
+                                   settings.tls_cert is not None, self.metrics.port,
+                                   settings.advertise_address(self.protocol.port) if self.protocol else "")
 
     # -- data plane --------------------------------------------------------------------------------
     @translated
@@ -274,13 +282,14 @@ class CoordinatorService(FabricFlightServer):
                                       f"{', '.join(wire.PUBLISH_OPS)}")
         writer.write(pa.py_buffer(wire.dumps(result)))
 
-    def _storage_schema(self, topic: str) -> pa.Schema:
+    def topic_schema(self, topic: str) -> pa.Schema:
+        """The storage schema of a topic's rows (what an empty fetch answers)."""
         return storage_schema(self.broker.coordinator.topic(topic).value_schema)
 
     @translated
     @measured("fetch")
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.GeneratorStream:
-        return self.serve_fetch(context, ticket, ClusterBroker.fetch, self.broker.fetch, self._storage_schema)
+        return self.serve_fetch(context, ticket, ClusterBroker.fetch, self.broker.fetch, self.topic_schema)
 
 
 # Where each route's method is declared: requests are checked against these signatures (coordinator/arguments.py).

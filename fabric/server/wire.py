@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 import fabric.common.errors as errors
+from fabric.common.protocol.frames import MAX_HEADER_BYTES
 from fabric.common.redaction import clip, shorten
 from fabric.common.types import (
     ClusterDescription,
@@ -48,7 +49,7 @@ from fabric.server.arguments import conforms
 from fabric.storage.cleaner import CleanReport
 
 AUTH_HEADER = "authorization"
-MAX_REQUEST_BYTES = 2 << 20  # a commit of 10,000 partitions takes about 0.5 MiB
+MAX_REQUEST_BYTES = MAX_HEADER_BYTES  # a commit of 10,000 partitions takes about 0.5 MiB
 SOCKET_REQUEST_MAX_BYTES = 100 << 20  # socket.request.max.bytes: Kafka's name and default, for a DoPut's stream
 MAX_DEPTH = 32  # the deepest legitimate request (a join's owned partitions) nests 6 levels
 
@@ -65,6 +66,7 @@ class InstanceStatus:
     data_dir: str
     tls: bool
     metrics_port: int | None = None  # where it serves Prometheus metrics (--metrics-port), if it does
+    protocol_address: str = ""  # where it serves the fabric protocol (docs/protocol.md), if it does
 
 
 DATACLASSES = {cls.__name__: cls for cls in (TopicInfo, CommittedOffset, JoinRequest, JoinResult, SyncResult,

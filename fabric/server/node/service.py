@@ -29,7 +29,7 @@ import pyarrow.flight as flight
 from fabric.common.errors import FabricError, InvalidRequestError
 from fabric.common.records import storage_schema
 from fabric.common.redaction import clip
-from fabric.server import security, wire
+from fabric.server import protocol_handlers, security, wire
 from fabric.server.arguments import check_call
 from fabric.server.flight_server import FabricFlightServer, measured, translated
 from fabric.server.node.partition import ReplicaFetch
@@ -61,10 +61,18 @@ class NodeService(FabricFlightServer):
         self.request_max_bytes = settings.socket_request_max_bytes
         super().__init__(settings.listen, settings.tokens_file, settings.acl_file, settings.tls_cert,
                          settings.tls_key)
+        self.protocol = protocol_handlers.start(self, settings.listen.rpartition(":")[0], {
+            "produce": protocol_handlers.produce(self, ReplicaManager.append, replicas.append, replicas.topic),
+            "fetch": protocol_handlers.fetch(self, ReplicaManager.fetch, replicas.fetch, self.topic_schema)})
 
     @property
     def address(self) -> str:
         return self.settings.advertise_address(self.port)
+
+    @property
+    def protocol_address(self) -> str:
+        """Where this node serves the fabric protocol (docs/protocol.md)."""
+        return self.settings.advertise_address(self.protocol.port) if self.protocol is not None else ""
 
     @translated
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> list[bytes | flight.Result]:
@@ -101,7 +109,7 @@ class NodeService(FabricFlightServer):
         """This node's id, address, epochs, metrics port, the partitions it leads, every replica's replication
         state and its replica fetchers (one per leader node it copies from)."""
         return {"node_id": self.replicas.node_id, "address": self.address, "node_epoch": self.node_epoch,
-                "metrics_port": self.metrics.port,
+                "metrics_port": self.metrics.port, "protocol_address": self.protocol_address,
                 "controller_epoch": self.replicas.controller_epoch,
                 "leaders": [list(tp) for tp in self.replicas.leaders()], "replicas": self.replicas.describe(),
                 "fetchers": self.replicas.fetchers()}
@@ -118,10 +126,10 @@ class NodeService(FabricFlightServer):
                                    self.replicas.topic)
         writer.write(pa.py_buffer(wire.dumps(offset)))
 
-    def _storage_schema(self, topic: str) -> pa.Schema:
+    def topic_schema(self, topic: str) -> pa.Schema:
         return storage_schema(self.replicas.topic(topic).value_schema)
 
     @translated
     @measured("fetch")
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.GeneratorStream:
-        return self.serve_fetch(context, ticket, ReplicaManager.fetch, self.replicas.fetch, self._storage_schema)
+        return self.serve_fetch(context, ticket, ReplicaManager.fetch, self.replicas.fetch, self.topic_schema)

@@ -1,0 +1,169 @@
+"""The fabric protocol (docs/protocol.md) beside a client's Flight connection: which servers offer it, and calls
+over it.
+
+A server that offers the protocol names its address in its Flight `status` (a coordinator instance's
+`protocol_address`, a data node's too); a client asks each server once and keeps the answer. A call returns None,
+and the caller makes it over Flight, wherever the protocol cannot serve it: the server offers none (an older
+one), its protocol port does not answer (the address is forgotten and asked again next time), or a coordinator
+instance is not the active one (Flight's calls fail over to the active instance). $FABRIC_CLIENT_PROTOCOL=flight
+makes every call over Flight.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Callable
+
+import msgspec
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from fabric.client.protocol_connection import Payload, ProtocolClients, ProtocolConnection, Refused, client_ssl
+from fabric.common.errors import ClientTimeoutError, CoordinatorUnavailableError, FabricError
+from fabric.common.protocol import messages, payloads
+from fabric.common.types import CommittedOffset, Fetched, TopicPartition
+from fabric.server import wire
+from fabric.server.connection import Connection, action_call, time_left
+
+log = logging.getLogger(__name__)
+ENV_PROTOCOL = "FABRIC_CLIENT_PROTOCOL"
+Answer = tuple[msgspec.Raw, bytes]
+
+
+def refusal(info: dict[str, Any]) -> Exception:
+    """The exception a server's {"type", "message"} stands for: its fabric.errors class, else a FabricError."""
+    known = wire.exception_of(info)
+    if known is not None:
+        return known
+    if info.get("type") == "NotImplementedError":
+        return NotImplementedError(info.get("message", ""))
+    return FabricError(str(info.get("message", "")))
+
+
+class _NotConnected(Exception):
+    """A server's protocol port could not be reached: the call goes over Flight."""
+
+
+class ProtocolCalls:
+    """The protocol's connections of one client, beside its Flight `connection` (same token, TLS and CA)."""
+
+    def __init__(self, connection: Connection) -> None:
+        options = connection.options
+        self.connection = connection
+        self.enabled = os.environ.get(ENV_PROTOCOL, "fabric").lower() != "flight"
+        ca = connection._ca
+        self.clients = ProtocolClients(options.token, client_ssl(ca) if options.tls else None, options.timeout_s,
+                                       wire.exception_of)
+        self._addresses: dict[str, str] = {}  # a server's Flight address -> its protocol address ("" if none)
+        self._lock = threading.Lock()
+
+    def _address(self, flight_address: str, lookup: Callable[[], str]) -> str:
+        with self._lock:
+            known = self._addresses.get(flight_address)
+        if known is None:
+            known = lookup()
+            with self._lock:
+                self._addresses[flight_address] = known
+        return known
+
+    def _forget(self, flight_address: str, address: str) -> None:
+        with self._lock:
+            self._addresses.pop(flight_address, None)
+        self.clients.close([address])
+
+    def coordinator(self, kind: str, args: dict[str, Any], payload: Payload = b"") -> Answer | None:
+        """A request to the coordinator instance the Flight connection calls now; None: make it over Flight."""
+        if not self.enabled:
+            return None
+        with self.connection._lock:
+            instance = self.connection.addresses[self.connection.current]
+        address = self._address(instance, lambda: self.connection.status_of(instance).protocol_address)
+        if not address:
+            return None
+        timeout_s = time_left(self.connection.options.timeout_s)
+        try:
+            return self._connected(instance, address, timeout_s).call(kind, args, payload, timeout_s)
+        except Refused as exc:
+            if exc.info.get("type") == wire.NOT_ACTIVE:
+                self._forget(instance, address)
+                return None
+            raise refusal(exc.info) from None
+        except ClientTimeoutError:
+            raise CoordinatorUnavailableError(f"coordinator {instance} did not answer within {timeout_s:.3g} s; "
+                                              "start one or check the fabric:// URL") from None
+        except _NotConnected:
+            return None
+        except OSError as exc:  # the connection broke with the request sent: Flight's retry would resend it too
+            log.info("coordinator %s: its fabric protocol connection broke (%s); using Flight", instance, exc)
+            self._forget(instance, address)
+            return None
+
+    def _connected(self, server: str, address: str, timeout_s: float) -> ProtocolConnection:
+        """The connection to `address` (the protocol port of `server`); _NotConnected if it cannot be opened
+        (the address is forgotten: a restarted server has a new one)."""
+        try:
+            return self.clients.get(address, timeout_s)
+        except Refused:
+            raise
+        except OSError as exc:
+            log.info("%s: its fabric protocol port %s does not answer (%s); using Flight", server, address, exc)
+            self._forget(server, address)
+            raise _NotConnected() from None
+
+    def node(self, node_address: str, kind: str, args: dict[str, Any], payload: Payload = b"") -> Answer | None:
+        """A request to the data node at `node_address`; None: make it over Flight. ConnectionError or
+        ClientTimeoutError if its protocol port took the request and did not answer (it may have served it)."""
+        if not self.enabled:
+            return None
+        address = self._address(node_address, lambda: self._node_status(node_address))
+        if not address:
+            return None
+        timeout_s = time_left(self.connection.options.timeout_s)
+        try:
+            return self._connected(node_address, address, timeout_s).call(kind, args, payload, timeout_s)
+        except Refused as exc:
+            raise refusal(exc.info) from None
+        except _NotConnected:
+            return None
+        except ClientTimeoutError:
+            raise
+        except OSError:
+            self._forget(node_address, address)
+            raise
+
+    def _node_status(self, node_address: str) -> str:
+        try:
+            status = action_call("status")(self.connection.client(node_address), self.connection.call_options)
+        except flight.FlightError as exc:
+            raise wire.from_flight_error(exc) from None
+        return str(status.get("protocol_address") or "")
+
+    def close(self) -> None:
+        self.clients.close()
+
+
+def produce_payload(rows: pa.RecordBatch) -> pa.Buffer:
+    """A produce's payload: its rows as an Arrow IPC stream."""
+    return payloads.ipc_stream(rows.schema, [rows])
+
+
+def fetched_of(answer: Answer) -> list[Fetched]:
+    """The Fetched runs of a fetch's answer: each batch of its payload with its offset and timestamp type."""
+    runs = messages.decode_result(answer[0], list[dict[str, int]])
+    _, batches = payloads.read_stream(answer[1], "a fetch answer")
+    return [Fetched(run["offset"], batch, run["timestamp_type"]) for run, batch in zip(runs, batches, strict=True)]
+
+
+def offset_rows(offsets: Any) -> list[list[Any]] | None:
+    """A commit's offsets as [topic, partition, offset] arrays; None for anything but a dict keyed by (topic,
+    partition) pairs (sent over Flight, whose server names what is wrong with it)."""
+    if not isinstance(offsets, dict) or not all(isinstance(k, tuple) and len(k) == 2 for k in offsets):
+        return None
+    return [[topic, partition, offset] for (topic, partition), offset in offsets.items()]
+
+
+def committed_of(answer: Answer) -> dict[TopicPartition, CommittedOffset]:
+    """A `committed` answer as the Coordinator interface returns it."""
+    return {(row["topic"], row["partition"]): CommittedOffset(row["offset"], row["metadata"], row["commit_ms"])
+            for row in messages.decode_result(answer[0], list[dict[str, Any]])}

@@ -1,0 +1,236 @@
+"""A client's connection to a server's fabric protocol port (docs/protocol.md): one long-lived TCP connection per
+server, shared by every thread of the client, with any number of requests in flight.
+
+A caller sends its request and waits for the answer with its id. Whichever waiting caller finds nobody reading
+the socket reads it, handing the answers of the others to them, until its own arrives (so a lone caller pays no
+thread switch). A connection that breaks (closed, reset, bytes that are not frames) fails every request in flight
+on it with ConnectionError; the next request opens a new one.
+"""
+from __future__ import annotations
+
+import itertools
+import select
+import socket
+import ssl
+import threading
+import time
+from typing import Any, Sequence
+
+import msgspec
+import pyarrow as pa
+
+from fabric.common.errors import ClientTimeoutError
+from fabric.common.protocol import frames, messages
+
+RECEIVE_BYTES = 1 << 18
+Payload = bytes | pa.Buffer
+
+
+class Refused(Exception):
+    """A server refused a request with an error this client has no class for (`info`: its {"type", "message",
+    ...}, e.g. a standby coordinator's NotActiveCoordinator naming the active one)."""
+
+    def __init__(self, info: dict[str, Any]) -> None:
+        super().__init__(str(info.get("message", "")))
+        self.info = info
+
+
+def client_ssl(ca: bytes | None) -> ssl.SSLContext:
+    """The TLS context of a fabric+tls:// client: the server's certificate checked against `ca` (PEM), or the
+    system's roots."""
+    context = ssl.create_default_context()
+    if ca is not None:
+        context.load_verify_locations(cadata=ca.decode())
+    return context
+
+
+class ProtocolConnection:
+    """One connection to `address` (host:port), its hello sent with `token`; TLS with `tls`."""
+
+    def __init__(self, address: str, token: str | None, tls: ssl.SSLContext | None, timeout_s: float,
+                 error_of: Any) -> None:
+        host, _, port = address.rpartition(":")
+        self.address = address
+        self._error_of = error_of  # {"type", "message"} -> the fabric.errors exception, or None
+        sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock: socket.socket = tls.wrap_socket(sock, server_hostname=host) if tls is not None else sock
+        self._ids = itertools.count(1)
+        self._send_lock = threading.Lock()
+        self._state = threading.Condition()
+        self._answers: dict[int, tuple[messages.Answer, bytes]] = {}
+        self._waiting: set[int] = set()
+        self._reading = False
+        self._broken: Exception | None = None
+        self._reader = frames.FrameReader()
+        try:
+            self.hello = self.call(messages.HELLO, {"protocol": messages.PROTOCOL, "version": messages.VERSION,
+                                                    "token": token, "client": "python"}, timeout_s=timeout_s)[0]
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def broken(self) -> bool:
+        return self._broken is not None
+
+    def call(self, kind: str, args: dict[str, Any], payload: Payload = b"", timeout_s: float = 30.0
+             ) -> tuple[msgspec.Raw, bytes]:
+        """Send one request and wait for its answer: (its result, its payload). The server's refusal is raised as
+        the fabric.errors exception it names (else Refused); ClientTimeoutError past `timeout_s`, ConnectionError
+        if the connection breaks."""
+        return self.wait(self.send(kind, args, payload), timeout_s)
+
+    def send(self, kind: str, args: dict[str, Any], payload: Payload = b"") -> int:
+        """Send one request without waiting; returns its id, for `wait`."""
+        request_id = next(self._ids)
+        header = messages.encode_request(request_id, kind, args)
+        with self._state:
+            if self._broken is not None:
+                raise ConnectionError(f"the connection to {self.address} broke: {self._broken}")
+            self._waiting.add(request_id)
+        try:
+            with self._send_lock:
+                self._sock.sendall(frames.encode(header, memoryview(payload) if isinstance(payload, pa.Buffer)
+                                                 else payload))
+        except OSError as exc:
+            self._break(exc)
+            raise ConnectionError(f"cannot send to {self.address}: {exc}") from None
+        return request_id
+
+    def wait(self, request_id: int, timeout_s: float) -> tuple[msgspec.Raw, bytes]:
+        """The answer of request `request_id` (see `call`)."""
+        deadline = time.monotonic() + timeout_s
+        try:
+            answer, payload = self._answer_of(request_id, deadline)
+        finally:
+            with self._state:
+                self._waiting.discard(request_id)
+                self._answers.pop(request_id, None)
+        if answer.error is not None:
+            raise self._refusal(answer.error)
+        return answer.result, payload
+
+    def _refusal(self, info: dict[str, Any]) -> Exception:
+        known = self._error_of(info)
+        return known if known is not None else Refused(info)
+
+    def _answer_of(self, request_id: int, deadline: float) -> tuple[messages.Answer, bytes]:
+        with self._state:
+            while True:
+                if request_id in self._answers:
+                    return self._answers.pop(request_id)
+                if self._broken is not None:
+                    raise ConnectionError(f"the connection to {self.address} broke: {self._broken}")
+                if not self._reading:
+                    self._reading = True
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise self._timeout()
+                self._state.wait(remaining)
+        try:
+            return self._read_until(request_id, deadline)
+        finally:
+            with self._state:
+                self._reading = False
+                self._state.notify_all()
+
+    def _read_until(self, request_id: int, deadline: float) -> tuple[messages.Answer, bytes]:
+        """Read answers (handing each to its waiter) until request `request_id`'s arrives."""
+        while True:
+            frame = self._next_frame(deadline)
+            try:
+                answer = messages.decode_answer(frame.header)
+            except msgspec.DecodeError as exc:
+                self._break(exc)
+                raise ConnectionError(f"{self.address} answered a header that is not a fabric protocol answer "
+                                      f"({exc})") from None
+            if answer.id == request_id:
+                return answer, frame.payload
+            with self._state:
+                if answer.id in self._waiting:
+                    self._answers[answer.id] = (answer, frame.payload)
+                    self._state.notify_all()
+                elif answer.id == -1 and answer.error is not None:  # the server refused the connection itself
+                    self._break(self._refusal(answer.error))
+                    raise self._refusal(answer.error)
+
+    def _next_frame(self, deadline: float) -> frames.Frame:
+        while True:
+            try:
+                frame = self._reader.next()
+            except frames.FrameError as exc:
+                self._break(exc)
+                raise ConnectionError(f"{self.address} sent bytes that are not fabric protocol frames: {exc}"
+                                      ) from None
+            if frame is not None:
+                return frame
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._timeout()
+            pending = isinstance(self._sock, ssl.SSLSocket) and self._sock.pending()
+            if not pending and not select.select([self._sock], [], [], remaining)[0]:
+                raise self._timeout()
+            try:
+                data = self._sock.recv(RECEIVE_BYTES)
+            except (ssl.SSLWantReadError, BlockingIOError):
+                continue
+            except OSError as exc:
+                self._break(exc)
+                raise ConnectionError(f"the connection to {self.address} broke: {exc}") from None
+            if not data:
+                self._break(ConnectionError("closed by the server"))
+                raise ConnectionError(f"{self.address} closed the connection")
+            self._reader.feed(data)
+
+    def _timeout(self) -> ClientTimeoutError:
+        return ClientTimeoutError(f"{self.address} did not answer in time")
+
+    def _break(self, exc: Exception) -> None:
+        with self._state:
+            if self._broken is None:
+                self._broken = exc
+            self._state.notify_all()
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self._break(ConnectionError("closed by the client"))
+
+
+class ProtocolClients:
+    """The connections of one client to many servers (by address), each opened at its first request and again
+    after it broke."""
+
+    def __init__(self, token: str | None, tls: ssl.SSLContext | None, timeout_s: float, error_of: Any) -> None:
+        self.token, self.tls, self.timeout_s, self.error_of = token, tls, timeout_s, error_of
+        self._connections: dict[str, ProtocolConnection] = {}
+        self._lock = threading.Lock()
+
+    def get(self, address: str, timeout_s: float) -> ProtocolConnection:
+        with self._lock:
+            connection = self._connections.get(address)
+            if connection is not None and not connection.broken:
+                return connection
+        connection = ProtocolConnection(address, self.token, self.tls, timeout_s, self.error_of)
+        with self._lock:
+            old, self._connections[address] = self._connections.get(address), connection
+        if old is not None:
+            old.close()
+        return connection
+
+    def call(self, address: str, kind: str, args: dict[str, Any], payload: Payload = b"",
+             timeout_s: float = 30.0) -> tuple[msgspec.Raw, bytes]:
+        """One request on the connection to `address`."""
+        return self.get(address, timeout_s).call(kind, args, payload, timeout_s)
+
+    def close(self, addresses: Sequence[str] | None = None) -> None:
+        with self._lock:
+            closing = [self._connections.pop(a) for a in list(addresses or self._connections)
+                       if a in self._connections]
+        for connection in closing:
+            connection.close()
+

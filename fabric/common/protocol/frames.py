@@ -1,0 +1,112 @@
+"""Frames of the fabric protocol: a frame is its length, its header's length, a JSON header and a payload.
+
+    u32 big-endian   N: the bytes after this field (4 + H + payload)
+    u32 big-endian   H: the header's bytes (0 <= H <= N - 4)
+    H bytes          the header: a UTF-8 JSON object (fabric.common.protocol.messages)
+    N - 4 - H bytes  the payload: an Arrow IPC stream (produce, fetch) or nothing
+
+`FrameReader` cuts frames out of the bytes a connection delivers, whatever the size of each delivery, and refuses
+a frame longer than its limit (the server's socket.request.max.bytes) or one whose header does not fit in it,
+before reading its payload: a refused frame is never handed on, so nothing of it is written.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+PREFIX = struct.Struct(">II")
+MAX_HEADER_BYTES = 2 << 20  # as a Flight request's JSON (a commit of 10,000 partitions takes about 0.5 MiB)
+MAX_FRAME_BYTES = (1 << 32) - 1  # what the length field can say
+
+
+class FrameError(Exception):
+    """The bytes of a connection are not frames of the fabric protocol (or break a limit); the connection cannot
+    go on, since where the next frame starts is unknown. `header` is the refused frame's header when it could be
+    read (so the refusal can name the request), else None."""
+
+    def __init__(self, message: str, header: bytes | None = None) -> None:
+        super().__init__(message)
+        self.header = header
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One frame: its JSON header and its payload."""
+
+    header: bytes
+    payload: bytes
+
+    @property
+    def size(self) -> int:
+        return PREFIX.size + len(self.header) + len(self.payload)
+
+
+def encode(header: bytes, payload: bytes | memoryview = b"") -> bytes:
+    """A whole frame's bytes."""
+    return b"".join((PREFIX.pack(4 + len(header) + len(payload), len(header)), header, payload))
+
+
+def encode_parts(header: bytes, payload: bytes | memoryview = b"") -> list[bytes | memoryview]:
+    """A frame as the buffers to write one after the other (a large payload is not copied)."""
+    return [PREFIX.pack(4 + len(header) + len(payload), len(header)), header, payload]
+
+
+class FrameReader:
+    """Frames out of a byte stream fed in pieces. `limit`: the longest frame taken (its N plus 4); a longer one
+    raises FrameError as soon as its prefix and header have arrived."""
+
+    def __init__(self, limit: int = MAX_FRAME_BYTES, what: str = "socket.request.max.bytes") -> None:
+        self.limit, self.what = limit, what
+        self._buffer = bytearray()
+        self._start = 0
+
+    @property
+    def pending(self) -> int:
+        """Bytes received that are not yet part of a whole frame (a frame cut short by a closed connection)."""
+        return len(self._buffer) - self._start
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        if self._start and self._start == len(self._buffer):
+            self._buffer.clear()
+            self._start = 0
+        self._buffer += data
+
+    def next(self) -> Frame | None:
+        """The next whole frame, or None until more bytes arrive; FrameError if the stream breaks the format."""
+        buffer, start = self._buffer, self._start
+        available = len(buffer) - start
+        if available < PREFIX.size:
+            return None
+        length, header_length = PREFIX.unpack_from(buffer, start)
+        if length < 4 or header_length > length - 4:
+            raise FrameError(f"a frame of {length} bytes cannot hold a header of {header_length} bytes: the "
+                             "connection does not speak the fabric protocol (docs/protocol.md)")
+        if header_length > MAX_HEADER_BYTES:
+            raise FrameError(f"a frame's header is {header_length} bytes, over the limit of {MAX_HEADER_BYTES}; "
+                             "split the request (e.g. commit fewer partitions at once)")
+        total = 4 + length
+        if total > self.limit:  # refused once its header is here, to name the request
+            header_end = start + PREFIX.size + header_length
+            if len(buffer) < header_end:
+                return None
+            raise FrameError(f"a request of {total} bytes is over {self.what}={self.limit} of this server; "
+                             "nothing of it was written: send smaller requests (a fabric producer sends batches "
+                             f"of at most the topic's max.message.bytes), or raise {self.what} in the server's "
+                             "properties", bytes(buffer[start + PREFIX.size:header_end]))
+        if available < total:
+            return None
+        header_start = start + PREFIX.size
+        payload_start = header_start + header_length
+        frame = Frame(bytes(buffer[header_start:payload_start]), bytes(buffer[payload_start:start + total]))
+        self._start = start + total
+        if self._start > 1 << 16 and self._start * 2 > len(buffer):  # drop what was read, now and then
+            del buffer[:self._start]
+            self._start = 0
+        return frame
+
+    def frames(self) -> list[Frame]:
+        """Every whole frame received so far."""
+        out = []
+        while (frame := self.next()) is not None:
+            out.append(frame)
+        return out

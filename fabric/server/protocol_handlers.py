@@ -1,0 +1,58 @@
+"""The fabric protocol's requests that every fabric server serves beside its Flight calls (the coordinator service
+and the data node): `echo`, `produce` and `fetch`, checked, authorized and measured exactly as the Flight calls
+they stand for (FabricFlightServer.append_checked / fetch_checked), and `start`, which opens a server's protocol
+port (docs/protocol.md).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from fabric.common.protocol import payloads
+from fabric.common.types import Fetched, TopicInfo
+from fabric.server import wire
+from fabric.server.flight_server import FabricFlightServer
+from fabric.server.protocol_server import Handler, Payload, ProtocolServer, server_ssl
+
+Append = Callable[..., int]
+Fetch = Callable[..., list[Fetched]]
+
+
+def echo(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
+    """`echo`: the arguments and payload back (a liveness check, and the protocol's cost alone)."""
+    return args, payload
+
+
+def produce(server: FabricFlightServer, method: Callable, append: Append, topic_of: Callable[[str], TopicInfo]
+            ) -> Handler:
+    """`produce`: the arguments of the Flight append, the rows as the payload's Arrow IPC stream; the result is
+    the offset of the first row."""
+    def serve(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
+        with server.metrics.requests.measure("produce"):
+            offset = server.append_checked(principal, args, lambda topic: payloads.read_stream(
+                payload, f"a produce to topic {topic!r}"), method, append, topic_of)
+        return offset, b""
+    return Handler(serve)
+
+
+def fetch(server: FabricFlightServer, method: Callable, read: Fetch, schema_of: Callable[[str], pa.Schema]
+          ) -> Handler:
+    """`fetch`: the arguments of the Flight fetch; the result lists each batch's {"offset", "timestamp_type"}, the
+    payload holds the batches as one Arrow IPC stream (of the topic's storage schema when there are none). A
+    fetch that may wait for records (max_wait_ms > 0) runs on a worker thread."""
+    def serve(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
+        with server.metrics.requests.measure("fetch"):
+            fetched = server.fetch_checked(principal, args, method, read)
+        schema = fetched[0].batch.schema if fetched else schema_of(args["topic"])
+        return ([{"offset": f.offset, "timestamp_type": f.timestamp_type} for f in fetched],
+                payloads.ipc_stream(schema, [f.batch for f in fetched]))
+    return Handler(serve, lambda args: bool(args.get("max_wait_ms")))
+
+
+def start(server: FabricFlightServer, host: str, handlers: dict[str, Handler]) -> ProtocolServer:
+    """Serve `handlers` (and `echo`) on a free port of `host`, with `server`'s tokens, TLS certificate and
+    socket.request.max.bytes; refusals are the errors its Flight calls answer (`server.translate`)."""
+    return ProtocolServer(host, 0, {"echo": Handler(echo, lambda args: False), **handlers}, server.tokens,
+                          lambda exc: wire.error_details(server.translate(exc)), server.request_max_bytes,
+                          server_ssl(server.tls_cert, server.tls_key)).start()

@@ -1,0 +1,56 @@
+"""The coordinator service's fabric protocol requests (docs/protocol.md): produce and fetch of the partitions it
+stores, and the hot coordinator calls (`commit_offsets`, `committed`, `topic`), each the ROUTES call of the same
+name, checked and authorized exactly as its DoAction is (CoordinatorService.run_route), with plain JSON values.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fabric.common import checks
+from fabric.common.errors import InvalidRequestError
+from fabric.common.redaction import clip
+from fabric.common.types import CommittedOffset
+from fabric.server import protocol_handlers
+from fabric.server.cluster_broker import ClusterBroker
+from fabric.server.protocol_server import Handler, Payload
+
+if TYPE_CHECKING:
+    from fabric.server.service import CoordinatorService
+
+
+def offsets_of(value: Any) -> dict[tuple[str, int], int]:
+    """A commit's offsets from their JSON form, [[topic, partition, offset], ...]; InvalidRequestError otherwise."""
+    if isinstance(value, list) and all(isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
+                                       and checks.is_integer(item[1]) and checks.is_integer(item[2])
+                                       for item in value):
+        return {(topic, partition): offset for topic, partition, offset in value}
+    raise InvalidRequestError(f"request 'commit_offsets': argument 'offsets' must be a list of [topic, partition, "
+                              f"offset] arrays, got {clip(value)}")
+
+
+def committed_rows(committed: dict[tuple[str, int], CommittedOffset]) -> list[dict[str, Any]]:
+    """`committed`'s answer as JSON objects, one per partition."""
+    return [{"topic": topic, "partition": partition, "offset": c.offset, "metadata": c.metadata,
+             "commit_ms": c.commit_ms} for (topic, partition), c in committed.items()]
+
+
+def handlers(service: CoordinatorService) -> dict[str, Handler]:
+    """The coordinator's request types (besides echo)."""
+    broker = service.broker
+
+    def commit_offsets(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
+        if "offsets" in args:
+            args["offsets"] = offsets_of(args["offsets"])
+        service.run_route(principal, "commit_offsets", args)
+        return None, b""
+
+    def committed(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
+        return committed_rows(service.run_route(principal, "committed", args)), b""
+
+    def topic(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
+        return service.run_route(principal, "topic", args), b""
+
+    return {"produce": protocol_handlers.produce(service, ClusterBroker.append, broker.append,
+                                                 broker.coordinator.topic),
+            "fetch": protocol_handlers.fetch(service, ClusterBroker.fetch, broker.fetch, service.topic_schema),
+            "commit_offsets": Handler(commit_offsets), "committed": Handler(committed), "topic": Handler(topic)}

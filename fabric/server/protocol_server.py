@@ -1,0 +1,264 @@
+"""The fabric protocol's server (docs/protocol.md): an asyncio server on its own thread, beside a Flight server.
+
+Each connection starts with `hello` (the protocol version, and the token of the principal its requests act for:
+the Flight server's tokens file), then carries any number of requests at once. A request the handler says does
+not wait (`Handler.waits`) is served on the event loop as it arrives; one that may wait (an acks=all append, a
+long-polling fetch, a commit) runs on a worker thread, so it holds up no other request. Answers go back as they
+are ready, each naming its request's id. A frame over socket.request.max.bytes, or bytes that are not frames, are
+answered with the error and the connection is closed (where the next frame starts is unknown); nothing of such a
+request reaches a handler. TLS with the Flight server's certificate and key.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import ssl
+import threading
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from fabric.common.errors import (
+    AuthenticationError,
+    FabricError,
+    InvalidRequestError,
+    RecordTooLargeError,
+    UnsupportedVersionError,
+)
+from fabric.common.protocol import frames, messages
+from fabric.common.redaction import clip
+from fabric.server import security
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover (uvloop has no Windows build)
+    uvloop = None
+
+log = logging.getLogger(__name__)
+Payload = bytes | pa.Buffer
+Serve = Callable[[str, dict[str, Any], bytes], tuple[Any, Payload]]  # (principal, args, payload) -> answer
+MAX_IN_FLIGHT = 256  # a connection's requests being served at once; past it, it is read no further until some end
+WORKERS = 64
+
+
+@dataclass(frozen=True)
+class Handler:
+    """How one request type is served: `serve(principal, args, payload)` returns (result, answer payload);
+    `waits(args)` says whether it may wait (run on a worker thread)."""
+
+    serve: Serve
+    waits: Callable[[dict[str, Any]], bool] = lambda args: True
+
+
+def server_ssl(tls_cert: str | None, tls_key: str | None) -> ssl.SSLContext | None:
+    """The TLS context of the Flight server's certificate and key, or None without them."""
+    if tls_cert is None or tls_key is None:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tls_cert, tls_key)
+    return context
+
+
+class ProtocolServer:
+    """Serves `handlers` (request type -> Handler) on `host`, port `port` (0: any free one; `port` tells which),
+    to principals of `tokens` (None: everyone is ANONYMOUS). `refusal(exc)` is the {"type", "message", ...} an
+    exception is answered with; `limit` is socket.request.max.bytes."""
+
+    def __init__(self, host: str, port: int, handlers: dict[str, Handler], tokens: dict[str, str] | None,
+                 refusal: Callable[[Exception], dict[str, Any]], limit: int,
+                 tls: ssl.SSLContext | None = None) -> None:
+        self.host, self.handlers, self.tokens, self.refusal, self.limit = host, handlers, tokens, refusal, limit
+        self.tls = tls
+        self.port = port
+        self.workers = concurrent.futures.ThreadPoolExecutor(WORKERS, thread_name_prefix="fabric-protocol")
+        self._loop = uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[_Connection] = set()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="fabric-protocol-loop", daemon=True)
+
+    def start(self) -> ProtocolServer:
+        """Listen (raising what binding raised) and serve on the loop's thread."""
+        self._server = self._loop.run_until_complete(self._loop.create_server(
+            lambda: _Connection(self), self.host, self.port, ssl=self.tls, reuse_address=True))
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._thread.start()
+        return self
+
+    def shutdown(self) -> None:
+        """Stop listening and close every connection (requests on worker threads finish; their answers are
+        dropped)."""
+        if not self._thread.is_alive():
+            return
+
+        def stop() -> None:
+            if self._server is not None:
+                self._server.close()
+            for connection in list(self._connections):
+                connection.close()
+            self._loop.stop()
+        self._loop.call_soon_threadsafe(stop)
+        self._thread.join()
+        self.workers.shutdown(wait=False)
+        self._loop.close()
+
+    def authenticate(self, token: Any) -> str:
+        """The principal of a hello's token; AuthenticationError as the Flight server refuses a call."""
+        if self.tokens is None:
+            return security.ANONYMOUS
+        if not isinstance(token, str) or not token:
+            raise AuthenticationError("the server rejected the credentials: no token; set FABRIC_TOKEN or add "
+                                      "?token=... to the fabric:// URL")
+        principal = security.principal_of(self.tokens, token)
+        if principal is None:
+            raise AuthenticationError(f"the server rejected the credentials: {security.UNKNOWN_TOKEN}; set "
+                                      "FABRIC_TOKEN or add ?token=... to the fabric:// URL")
+        return principal
+
+    def hello(self, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """(principal, answer) of a hello; UnsupportedVersionError for another protocol or version."""
+        protocol, version = args.get("protocol"), args.get("version")
+        if protocol != messages.PROTOCOL or version != messages.VERSION:
+            raise UnsupportedVersionError(
+                f"this server speaks version {messages.VERSION} of the {messages.PROTOCOL} protocol; the client "
+                f"speaks version {clip(version, 20)} of {clip(protocol, 40)}: use a client of protocol version "
+                f"{messages.VERSION} (the server's Flight port serves clients of every version)")
+        principal = self.authenticate(args.get("token"))
+        return principal, {"protocol": messages.PROTOCOL, "version": messages.VERSION, "principal": principal,
+                           "types": sorted(self.handlers)}
+
+
+class _Connection(asyncio.Protocol):
+    """One client's connection: frames in, answers out, each request served as its handler says."""
+
+    def __init__(self, server: ProtocolServer) -> None:
+        self.server = server
+        self.reader = frames.FrameReader(server.limit)
+        self.principal: str | None = None
+        self.transport: asyncio.Transport | None = None
+        self.in_flight = 0
+        self.paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = typing.cast(asyncio.Transport, transport)  # uvloop's is no asyncio.Transport subclass
+        self.server._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server._connections.discard(self)
+        self.transport = None
+        if self.reader.pending:
+            log.info("a client closed its connection in the middle of a request (%d bytes of it received): it was "
+                     "not served", self.reader.pending)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+        while self.transport is not None and not self.transport.is_closing():
+            try:
+                frame = self.reader.next()
+            except frames.FrameError as exc:
+                self._refuse_and_close(messages.request_id(exc.header), RecordTooLargeError(str(exc))
+                                       if exc.header is not None else InvalidRequestError(str(exc)))
+                return
+            if frame is None:
+                return
+            self._request(frame)
+
+    def _request(self, frame: frames.Frame) -> None:
+        try:
+            request = messages.decode_request(frame.header)
+        except InvalidRequestError as exc:
+            self._refuse_and_close(-1, exc)
+            return
+        if self.principal is None:
+            self._hello(request)
+            return
+        handler = self.server.handlers.get(request.type)
+        try:
+            if handler is None:
+                raise InvalidRequestError(
+                    f"unknown request type {clip(request.type, 60)}; this server takes "
+                    f"{', '.join(sorted(self.server.handlers))} (fabric protocol version {messages.VERSION})")
+            args = messages.decode_args(request)
+            waits = handler.waits(args)
+        except Exception as exc:  # noqa: BLE001 (answered as the error it is)
+            self._answer_error(request, exc)
+            return
+        if not waits:
+            self._serve(request, handler, args, frame.payload)
+            return
+        self.in_flight += 1
+        if self.in_flight >= MAX_IN_FLIGHT and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+        future = self.server._loop.run_in_executor(self.server.workers, self._run, request, handler, args,
+                                                   frame.payload, self.principal)
+        future.add_done_callback(lambda done: self._served(request, done))
+
+    def _hello(self, request: messages.Request) -> None:
+        try:
+            if request.type != messages.HELLO:
+                raise InvalidRequestError(f"the first request of a connection must be {messages.HELLO!r} (the "
+                                          f"protocol version and the token), got {clip(request.type, 60)}")
+            self.principal, answer = self.server.hello(messages.decode_args(request))
+        except FabricError as exc:
+            self._refuse_and_close(request.id, exc)
+            return
+        self._write(messages.encode_result(request.id, answer), b"")
+
+    @staticmethod
+    def _run(request: messages.Request, handler: Handler, args: dict[str, Any], payload: bytes,
+             principal: str) -> tuple[Any, Payload]:
+        return handler.serve(principal, args, payload)
+
+    def _serve(self, request: messages.Request, handler: Handler, args: dict[str, Any], payload: bytes) -> None:
+        assert self.principal is not None
+        try:
+            result, answer_payload = handler.serve(self.principal, args, payload)
+        except Exception as exc:  # noqa: BLE001 (answered as the error it is)
+            self._answer_error(request, exc)
+            return
+        self._answer(request, result, answer_payload)
+
+    def _served(self, request: messages.Request, done: asyncio.Future) -> None:
+        self.in_flight -= 1
+        if self.paused and self.in_flight < MAX_IN_FLIGHT // 2 and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        exc = done.exception()
+        if exc is not None:
+            self._answer_error(request, exc)
+        else:
+            self._answer(request, *done.result())
+
+    def _answer(self, request: messages.Request, result: Any, payload: Payload) -> None:
+        try:
+            header = messages.encode_result(request.id, result)
+        except TypeError as exc:
+            self._answer_error(request, exc)
+            return
+        self._write(header, payload)
+
+    def _answer_error(self, request: messages.Request, exc: BaseException) -> None:
+        if isinstance(exc, FabricError):
+            log.debug("%s request refused: %s", clip(request.type, 60), exc)
+        elif isinstance(exc, Exception):
+            log.error("%s request failed", clip(request.type, 60), exc_info=exc)
+        self._write(messages.encode_error(request.id, self.server.refusal(exc)
+                                          if isinstance(exc, Exception) else {"type": type(exc).__name__,
+                                                                              "message": str(exc)}), b"")
+
+    def _refuse_and_close(self, request_id: int, exc: FabricError) -> None:
+        log.info("closing a fabric protocol connection: %s", exc)
+        self._write(messages.encode_error(request_id, self.server.refusal(exc)), b"")
+        self.close()
+
+    def _write(self, header: bytes, payload: Payload) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            data = memoryview(payload) if isinstance(payload, pa.Buffer) else payload
+            self.transport.writelines(frames.encode_parts(header, data))
