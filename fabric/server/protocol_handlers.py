@@ -27,13 +27,13 @@ def echo(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Pay
 def produce(server: FabricFlightServer, method: Callable, append: Append, topic_of: Callable[[str], TopicInfo]
             ) -> Handler:
     """`produce`: the arguments of the Flight append, the rows as the payload's Arrow IPC stream; the result is
-    the offset of the first row."""
+    the offset of the first row. A connection's produces to one partition are appended in the order they came."""
     def serve(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
         with server.metrics.requests.measure("produce"):
             offset = server.append_checked(principal, args, lambda topic: payloads.read_stream(
                 payload, f"a produce to topic {topic!r}"), method, append, topic_of)
         return offset, b""
-    return Handler(serve)
+    return Handler(serve, order=lambda args: ("produce", args.get("topic"), args.get("partition")))
 
 
 def fetch(server: FabricFlightServer, method: Callable, read: Fetch, schema_of: Callable[[str], pa.Schema]

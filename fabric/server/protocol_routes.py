@@ -53,4 +53,5 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
     return {"produce": protocol_handlers.produce(service, ClusterBroker.append, broker.append,
                                                  broker.coordinator.topic),
             "fetch": protocol_handlers.fetch(service, ClusterBroker.fetch, broker.fetch, service.topic_schema),
-            "commit_offsets": Handler(commit_offsets), "committed": Handler(committed), "topic": Handler(topic)}
+            "commit_offsets": Handler(commit_offsets, order=lambda args: ("commit", args.get("group"))),
+            "committed": Handler(committed), "topic": Handler(topic)}

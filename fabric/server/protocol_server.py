@@ -3,21 +3,23 @@
 Each connection starts with `hello` (the protocol version, and the token of the principal its requests act for:
 the Flight server's tokens file), then carries any number of requests at once. A request the handler says does
 not wait (`Handler.waits`) is served on the event loop as it arrives; one that may wait (an acks=all append, a
-long-polling fetch, a commit) runs on a worker thread, so it holds up no other request. Answers go back as they
-are ready, each naming its request's id. A frame over socket.request.max.bytes, or bytes that are not frames, are
-answered with the error and the connection is closed (where the next frame starts is unknown); nothing of such a
-request reaches a handler. TLS with the Flight server's certificate and key.
+long-polling fetch, a commit) runs on a worker thread, so it holds up no other request; but requests of one
+order (`Handler.order`: a partition's produces, a group's commits) are served one at a time, as they came.
+Answers go back as they are ready, each naming its request's id. A frame over socket.request.max.bytes, or bytes
+that are not frames, are answered with the error and the connection is closed (where the next frame starts is
+unknown); nothing of such a request reaches a handler. TLS with the Flight server's certificate and key.
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import ssl
 import threading
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 import pyarrow as pa
 
@@ -47,10 +49,26 @@ WORKERS = 64
 @dataclass(frozen=True)
 class Handler:
     """How one request type is served: `serve(principal, args, payload)` returns (result, answer payload);
-    `waits(args)` says whether it may wait (run on a worker thread)."""
+    `waits(args)` says whether it may wait (run on a worker thread); `order(args)`, if not None, is a key: a
+    connection's requests with the same key are served one at a time, in the order they came (a partition's
+    produces, a group's commits), so their effects and answers keep that order."""
 
     serve: Serve
     waits: Callable[[dict[str, Any]], bool] = lambda args: True
+    order: Callable[[dict[str, Any]], Hashable | None] = lambda args: None
+
+
+@dataclass(frozen=True)
+class _Job:
+    """A request to serve: its handler, arguments and payload, whether it waits, and its order key (requests of a
+    connection with the same key are served one after another, in the order they came)."""
+
+    request: messages.Request
+    handler: Handler
+    args: dict[str, Any]
+    payload: bytes
+    waits: bool
+    key: Hashable | None
 
 
 def server_ssl(tls_cert: str | None, tls_key: str | None) -> ssl.SSLContext | None:
@@ -65,16 +83,17 @@ def server_ssl(tls_cert: str | None, tls_key: str | None) -> ssl.SSLContext | No
 class ProtocolServer:
     """Serves `handlers` (request type -> Handler) on `host`, port `port` (0: any free one; `port` tells which),
     to principals of `tokens` (None: everyone is ANONYMOUS). `refusal(exc)` is the {"type", "message", ...} an
-    exception is answered with; `limit` is socket.request.max.bytes."""
+    exception is answered with; `limit` is socket.request.max.bytes. The loop is uvloop's where it is installed
+    (it halves the loop's own cost), else asyncio's (or `loop`)."""
 
     def __init__(self, host: str, port: int, handlers: dict[str, Handler], tokens: dict[str, str] | None,
                  refusal: Callable[[Exception], dict[str, Any]], limit: int,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.host, self.handlers, self.tokens, self.refusal, self.limit = host, handlers, tokens, refusal, limit
         self.tls = tls
         self.port = port
         self.workers = concurrent.futures.ThreadPoolExecutor(WORKERS, thread_name_prefix="fabric-protocol")
-        self._loop = uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
+        self._loop = loop or (uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop())
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[_Connection] = set()
         self._thread = threading.Thread(target=self._loop.run_forever, name="fabric-protocol-loop", daemon=True)
@@ -140,6 +159,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.in_flight = 0
         self.paused = False
+        self.queues: dict[Hashable, collections.deque[_Job]] = {}  # per order key: requests waiting their turn
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = typing.cast(asyncio.Transport, transport)  # uvloop's is no asyncio.Transport subclass
@@ -148,6 +168,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._connections.discard(self)
         self.transport = None
+        self.queues.clear()  # requests waiting for one of their order are never served: nothing of them is written
         if self.reader.pending:
             log.info("a client closed its connection in the middle of a request (%d bytes of it received): it was "
                      "not served", self.reader.pending)
@@ -185,20 +206,44 @@ class _Connection(asyncio.Protocol):
                     f"unknown request type {clip(request.type, 60)}; this server takes "
                     f"{', '.join(sorted(self.server.handlers))} (fabric protocol version {messages.VERSION})")
             args = messages.decode_args(request)
-            waits = handler.waits(args)
+            job = _Job(request, handler, args, frame.payload, handler.waits(args), handler.order(args))
         except Exception as exc:  # noqa: BLE001 (answered as the error it is)
             self._answer_error(request, exc)
-            return
-        if not waits:
-            self._serve(request, handler, args, frame.payload)
             return
         self.in_flight += 1
         if self.in_flight >= MAX_IN_FLIGHT and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
-        future = self.server._loop.run_in_executor(self.server.workers, self._run, request, handler, args,
-                                                   frame.payload, self.principal)
-        future.add_done_callback(lambda done: self._served(request, done))
+        if job.key is not None:
+            queue = self.queues.get(job.key)
+            if queue is not None:  # one of its order is being served: this one follows it
+                queue.append(job)
+                return
+            self.queues[job.key] = collections.deque()
+        self._start(job)
+
+    def _start(self, job: _Job) -> None:
+        if not job.waits:
+            self._serve(job)
+            self._finish(job)
+            return
+        future = self.server._loop.run_in_executor(self.server.workers, job.handler.serve, self.principal, job.args,
+                                                   job.payload)
+        future.add_done_callback(lambda done: self._served(job, done))
+
+    def _finish(self, job: _Job) -> None:
+        """After `job` was answered: read on if the connection was paused, start the next request of its order."""
+        self.in_flight -= 1
+        if self.paused and self.in_flight < MAX_IN_FLIGHT // 2 and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        if job.key is None or job.key not in self.queues:
+            return
+        queue = self.queues[job.key]
+        if queue:
+            self._start(queue.popleft())
+        else:
+            del self.queues[job.key]
 
     def _hello(self, request: messages.Request) -> None:
         try:
@@ -211,30 +256,22 @@ class _Connection(asyncio.Protocol):
             return
         self._write(messages.encode_result(request.id, answer), b"")
 
-    @staticmethod
-    def _run(request: messages.Request, handler: Handler, args: dict[str, Any], payload: bytes,
-             principal: str) -> tuple[Any, Payload]:
-        return handler.serve(principal, args, payload)
-
-    def _serve(self, request: messages.Request, handler: Handler, args: dict[str, Any], payload: bytes) -> None:
+    def _serve(self, job: _Job) -> None:
         assert self.principal is not None
         try:
-            result, answer_payload = handler.serve(self.principal, args, payload)
+            result, answer_payload = job.handler.serve(self.principal, job.args, job.payload)
         except Exception as exc:  # noqa: BLE001 (answered as the error it is)
-            self._answer_error(request, exc)
+            self._answer_error(job.request, exc)
             return
-        self._answer(request, result, answer_payload)
+        self._answer(job.request, result, answer_payload)
 
-    def _served(self, request: messages.Request, done: asyncio.Future) -> None:
-        self.in_flight -= 1
-        if self.paused and self.in_flight < MAX_IN_FLIGHT // 2 and self.transport is not None:
-            self.paused = False
-            self.transport.resume_reading()
+    def _served(self, job: _Job, done: asyncio.Future) -> None:
         exc = done.exception()
         if exc is not None:
-            self._answer_error(request, exc)
+            self._answer_error(job.request, exc)
         else:
-            self._answer(request, *done.result())
+            self._answer(job.request, *done.result())
+        self._finish(job)
 
     def _answer(self, request: messages.Request, result: Any, payload: Payload) -> None:
         try:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 PREFIX = struct.Struct(">II")
 MAX_HEADER_BYTES = 2 << 20  # as a Flight request's JSON (a commit of 10,000 partitions takes about 0.5 MiB)
 MAX_FRAME_BYTES = (1 << 32) - 1  # what the length field can say
+HTTP2_PREFACE = b"PRI * HTTP/2.0"  # how a gRPC client starts: a Flight client at the wrong port
 
 
 class FrameError(Exception):
@@ -77,6 +78,9 @@ class FrameReader:
         available = len(buffer) - start
         if available < PREFIX.size:
             return None
+        if buffer.startswith(HTTP2_PREFACE, start):
+            raise FrameError("a gRPC (Arrow Flight) client connected to the fabric protocol port: point it at the "
+                             "server's Flight port (its address in the fabric:// URL or the node registration)")
         length, header_length = PREFIX.unpack_from(buffer, start)
         if length < 4 or header_length > length - 4:
             raise FrameError(f"a frame of {length} bytes cannot hold a header of {header_length} bytes: the "

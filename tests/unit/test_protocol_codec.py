@@ -1,0 +1,114 @@
+"""The fabric protocol's codec (fabric.common.protocol): frames cut from a byte stream however it is split,
+headers and values round trip, Arrow payloads round trip, and broken or oversized frames are refused with the
+error that names the request and the fix."""
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fabric.common.errors import InvalidRequestError
+from fabric.common.protocol import frames, messages, payloads
+from fabric.common.types import TopicInfo
+
+headers = st.dictionaries(st.text(max_size=8), st.integers() | st.text(max_size=20) | st.none(), max_size=4)
+json_args = st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20),
+                         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                                      max_size=3), max_leaves=10)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=300), st.binary(max_size=3000)), min_size=1, max_size=6),
+       st.lists(st.integers(1, 700), min_size=1, max_size=20))
+def test_frames_come_out_whole_however_the_stream_is_split(parts, cuts) -> None:
+    stream = b"".join(frames.encode(header, payload) for header, payload in parts)
+    reader = frames.FrameReader()
+    out: list[frames.Frame] = []
+    position = 0
+    for cut in cuts * (len(stream) // max(sum(cuts), 1) + 1):
+        reader.feed(stream[position:position + cut])
+        position += cut
+        out += reader.frames()
+        if position >= len(stream):
+            break
+    assert [(f.header, f.payload) for f in out] == parts
+    assert reader.pending == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**63 - 1), st.sampled_from(messages.TYPES) | st.text(max_size=20),
+       st.dictionaries(st.text(max_size=10), json_args, max_size=5))
+def test_request_headers_round_trip(request_id, kind, args) -> None:
+    request = messages.decode_request(messages.encode_request(request_id, kind, args))
+    assert (request.id, request.type, messages.decode_args(request)) == (request_id, kind, args)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(-1, 2**63 - 1), json_args, headers)
+def test_answers_round_trip(request_id, result, error) -> None:
+    answer = messages.decode_answer(messages.encode_result(request_id, result))
+    assert (answer.id, messages.decode_result(answer.result, Any), answer.error) == (request_id, result, None)
+    refused = messages.decode_answer(messages.encode_error(request_id, error))
+    assert (refused.id, refused.error) == (request_id, error)
+
+
+@pytest.mark.parametrize("schema", [None, pa.schema([("user", pa.string()), ("amount", pa.int64())])])
+def test_topic_metadata_round_trips_with_its_schema(schema) -> None:
+    info = TopicInfo("t", 3, {"retention.ms": "1000"}, schema, "an-id")
+    answer = messages.decode_answer(messages.encode_result(7, info))
+    assert messages.decode_result(answer.result, TopicInfo) == info
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.lists(st.binary(max_size=100) | st.none(), min_size=0, max_size=5), max_size=4))
+def test_arrow_payloads_round_trip(columns) -> None:
+    schema = pa.schema([("value", pa.binary())])
+    batches = [pa.record_batch([pa.array(values, pa.binary())], schema=schema) for values in columns]
+    assert payloads.read_stream(payloads.ipc_stream(schema, batches).to_pybytes(), "a test") == (schema, batches)
+
+
+def test_an_oversized_frame_is_refused_once_its_header_names_the_request() -> None:
+    reader = frames.FrameReader(limit=1000)
+    data = frames.encode(messages.encode_request(42, "produce", {"topic": "t"}), b"x" * 2000)
+    reader.feed(data[:10])
+    assert reader.next() is None  # the header has not arrived: nothing to name yet
+    reader.feed(data[10:60])
+    with pytest.raises(frames.FrameError, match="over socket.request.max.bytes=1000 of this server; nothing of it "
+                                                "was written") as refused:
+        reader.next()
+    assert messages.request_id(refused.value.header) == 42
+
+
+@pytest.mark.parametrize("data, match", [
+    (frames.PREFIX.pack(2, 0), "cannot hold a header"),
+    (frames.PREFIX.pack(10, 20), "cannot hold a header"),
+    (frames.PREFIX.pack(frames.MAX_HEADER_BYTES + 10, frames.MAX_HEADER_BYTES + 1), "header is .* over the limit"),
+    (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "a gRPC \\(Arrow Flight\\) client .* point it at the server's Flight port"),
+])
+def test_bytes_that_are_no_frames_are_refused(data, match) -> None:
+    reader = frames.FrameReader()
+    reader.feed(data)
+    with pytest.raises(frames.FrameError, match=match):
+        reader.next()
+
+
+@pytest.mark.parametrize("header, match", [
+    (b"junk", "not a fabric protocol request"),
+    (b'{"id": 1}', "not a fabric protocol request"),
+    (b'{"id": "1", "type": "echo"}', "not a fabric protocol request"),
+    (b'{"id": 1, "type": "echo", "extra": 1}', "not a fabric protocol request"),
+])
+def test_malformed_request_headers_are_named(header, match) -> None:
+    with pytest.raises(InvalidRequestError, match=match):
+        messages.decode_request(header)
+    assert messages.request_id(header) == -1
+
+
+def test_arguments_must_be_an_object_and_payloads_an_arrow_stream() -> None:
+    with pytest.raises(InvalidRequestError, match="arguments of 'fetch' request 3 must be a JSON object"):
+        messages.decode_args(messages.decode_request(b'{"id": 3, "type": "fetch", "args": [1, 2]}'))
+    with pytest.raises(InvalidRequestError, match="payload of a produce is not an Arrow IPC stream"):
+        payloads.read_stream(b"junk", "a produce")
