@@ -1,0 +1,213 @@
+"""The fabric protocol (docs/protocol.md) against a real coordinator and data node with tokens and ACLs: requests
+pipelined on one connection keep their order per partition, a retried idempotent produce is answered with the
+first offset, every refusal is the error Flight gives with nothing written (another version, no hello, an unknown
+type, an unknown token, another principal's producer id, an ACL, an oversized or truncated frame, a stale leader
+epoch), and a Java program built from Spark's jars alone fetches a partition range as the Python consumer reads it.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import pyarrow as pa
+import pytest
+
+import fabric
+from fabric.client.protocol_calls import produce_payload
+from fabric.client.protocol_connection import ProtocolConnection
+from fabric.common.errors import (
+    AuthenticationError,
+    AuthorizationError,
+    FencedLeaderEpochError,
+    InvalidRequestError,
+    RecordTooLargeError,
+    UnsupportedVersionError,
+)
+from fabric.common.protocol import frames, messages
+from fabric.common.records import to_storage
+from fabric.server import wire
+
+TOKENS = {"admin-token": "admin", "node-token": "node", "user-token": "user", "other-token": "other"}
+ACLS = """admin admin topic:*
+admin admin group:*
+admin admin cluster:fabric
+node cluster_action cluster:fabric
+user write topic:mine
+user read topic:mine
+user describe topic:mine
+user write topic:mine-rf
+user read topic:mine-rf
+user describe topic:mine-rf
+other write topic:mine
+other describe topic:mine
+"""
+JAVA = os.path.join(os.path.dirname(__file__), "..", "jvm", "FabricFetch.java")
+
+
+def rows(*values: bytes, keys: list[bytes | None] | None = None) -> pa.RecordBatch:
+    table = pa.table({"value": list(values), **({"key": keys} if keys is not None else {})})
+    return to_storage(table, None, time.time_ns() // 1000).to_batches()[0]
+
+
+@pytest.fixture(scope="module")
+def admin(secured_cluster):
+    """The admin's client, with topic mine (2 partitions, at the coordinator) and mine-rf (1 partition on the
+    node)."""
+    handle = fabric.connect(secured_cluster.coordinator.url("token=admin-token"))
+    handle.create_topic("mine", partitions=2)
+    handle.create_topic("mine-rf", partitions=1, replication_factor=1)
+    yield handle
+    handle.close()
+
+
+def protocol_address(cluster, where: str) -> str:
+    """The protocol address of the coordinator ("coordinator") or of node 1 ("node")."""
+    if where == "coordinator":
+        return cluster.coordinator.status(token="admin-token").protocol_address
+    return cluster.nodes[1].status(token="admin-token")["protocol_address"]
+
+
+def connect(cluster, where: str, token: str = "user-token") -> ProtocolConnection:
+    return ProtocolConnection(protocol_address(cluster, where), token, None, 30.0, wire.exception_of)
+
+
+def end_offset(admin, topic: str, partition: int) -> int:
+    return admin.cluster.partition_state(topic, partition).end_offset
+
+
+@pytest.mark.parametrize("where, topic, quoted", [("coordinator", "mine", False), ("node", "mine-rf", True)])
+def test_pipelined_produces_are_appended_and_answered_in_order_per_partition(secured_cluster, admin, where, topic,
+                                                                            quoted) -> None:
+    connection = connect(secured_cluster, where)
+    partitions = 2 if topic == "mine" else 1
+    extra = {}
+    if quoted:
+        state = admin.cluster.describe_cluster(refresh=True).partitions[(topic, 0)].state
+        extra = {"leader_epoch": state.leader_epoch, "acks": "all"}
+    starts = [end_offset(admin, topic, p) for p in range(partitions)]
+    sent = [(i % partitions, connection.send("produce", {"topic": topic, "partition": i % partitions, **extra},
+                                             produce_payload(rows(b"v%d" % i)))) for i in range(40)]
+    answers: dict[int, list[int]] = {p: [] for p in range(partitions)}
+    for partition, request_id in reversed(sent):  # waited for in the reverse order: answers come as they may
+        answers[partition].insert(0, int(bytes(connection.wait(request_id, 30.0)[0])))
+    for partition in range(partitions):
+        assert answers[partition] == list(range(starts[partition], starts[partition] + 40 // partitions))
+        fetched = admin.cluster.fetch(topic, partition, starts[partition], 1 << 20)
+        values = [v for f in fetched for v in f.batch.column("value").to_pylist()]
+        assert values == [b"v%d" % i for i in range(40) if i % partitions == partition]
+    connection.close()
+
+
+def test_a_retried_idempotent_produce_is_answered_with_the_first_offset(secured_cluster, admin) -> None:
+    user = fabric.connect(secured_cluster.coordinator.url("token=user-token"))
+    identity = user.cluster.init_producer_id()
+    connection = connect(secured_cluster, "coordinator")
+    produce = {"topic": "mine", "partition": 1, "producer_id": identity.producer_id,
+               "producer_epoch": identity.producer_epoch}
+    start = end_offset(admin, "mine", 1)
+    first, again = (connection.send("produce", {**produce, "base_sequence": 0}, produce_payload(rows(b"a", b"b")))
+                    for _ in range(2))  # a retry pipelined behind the first
+    following = connection.send("produce", {**produce, "base_sequence": 2}, produce_payload(rows(b"c")))
+    offsets = [int(bytes(connection.wait(i, 30.0)[0])) for i in (first, again, following)]
+    late = connection.call("produce", {**produce, "base_sequence": 0}, produce_payload(rows(b"a", b"b")))
+    assert offsets + [int(bytes(late[0]))] == [start, start, start + 2, start]
+    assert end_offset(admin, "mine", 1) == start + 3
+    connection.close()
+    user.close()
+
+
+def hello(version: int = 1) -> bytes:
+    return frames.encode(messages.encode_request(1, "hello", {"protocol": "fabric", "version": version,
+                                                                "token": "user-token"}))
+
+
+def until_closed(address: str, data: bytes) -> list[messages.Answer]:
+    """Send raw bytes and read the answers until the server closes the connection."""
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=30) as raw:
+        raw.sendall(data)
+        reader, answers = frames.FrameReader(), []
+        while received := raw.recv(1 << 16):
+            reader.feed(received)
+            answers += [messages.decode_answer(f.header) for f in reader.frames()]
+        return answers
+
+
+@pytest.mark.parametrize("where", ["coordinator", "node"])
+def test_refusals_name_the_problem_and_write_nothing(secured_cluster, admin, where) -> None:
+    topic = "mine" if where == "coordinator" else "mine-rf"
+    before = end_offset(admin, topic, 0)
+    address = protocol_address(secured_cluster, where)
+    refused = until_closed(address, hello(version=2))[0]
+    assert refused.error is not None and refused.error["type"] == UnsupportedVersionError.__name__
+    assert refused.error["message"].startswith("this server speaks version 1 of the fabric protocol; the client "
+                                               "speaks version 2")
+    with pytest.raises(AuthenticationError, match="rejected the credentials: unknown token"):
+        ProtocolConnection(address, "stolen-token", None, 30.0, wire.exception_of)
+    connection = connect(secured_cluster, where)
+    with pytest.raises(InvalidRequestError, match="unknown request type 'delete_everything'; this server takes"):
+        connection.call("delete_everything", {})
+    assert bytes(connection.call("echo", {"still": "open"})[0]) == b'{"still":"open"}'
+    with pytest.raises(AuthorizationError, match="principal 'user' is not allowed to write topic:theirs"):
+        connection.call("produce", {"topic": "theirs", "partition": 0}, produce_payload(rows(b"x")))
+    victim = admin.cluster.init_producer_id()
+    with pytest.raises(AuthorizationError, match="handed that id to another principal"):
+        connection.call("produce", {"topic": topic, "partition": 0, "producer_id": victim.producer_id,
+                                    "producer_epoch": 0, "base_sequence": 0}, produce_payload(rows(b"x")))
+    with pytest.raises(InvalidRequestError, match="unknown argument"):
+        connection.call("produce", {"topic": topic, "partition": 0, "rows": 1}, produce_payload(rows(b"x")))
+    if where == "node":
+        state = admin.cluster.describe_cluster(refresh=True).partitions[(topic, 0)].state
+        with pytest.raises(FencedLeaderEpochError):
+            connection.call("produce", {"topic": topic, "partition": 0, "leader_epoch": state.leader_epoch - 1},
+                            produce_payload(rows(b"x")))
+    header = messages.encode_request(9, "produce", {"topic": topic, "partition": 0})
+    oversized = frames.PREFIX.pack(4 + len(header) + (200 << 20), len(header)) + header  # the rest never sent
+    answer = until_closed(address, hello() + oversized)[-1]
+    assert answer.id == 9 and answer.error is not None and answer.error["type"] == RecordTooLargeError.__name__
+    assert "over socket.request.max.bytes" in answer.error["message"]
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=30) as raw:  # a frame cut short, then closed
+        raw.sendall(hello() + frames.encode(header, produce_payload(rows(b"cut")).to_pybytes())[:-10])
+    assert end_offset(admin, topic, 0) == before
+    connection.close()
+
+
+def test_the_first_request_must_be_hello(secured_cluster) -> None:
+    answers = until_closed(protocol_address(secured_cluster, "coordinator"),
+                           frames.encode(messages.encode_request(5, "fetch", {"topic": "mine"})))
+    assert [a.id for a in answers] == [5] and answers[0].error is not None
+    assert answers[0].error["message"].startswith("the first request of a connection must be 'hello'")
+
+
+@pytest.mark.skipif(shutil.which("javac") is None or shutil.which("java") is None,
+                    reason="javac (a JDK) is not installed: the Java client of the fabric protocol cannot be built")
+def test_a_java_program_with_sparks_jars_fetches_a_partition_as_the_python_consumer_reads_it(
+        secured_cluster, admin, tmp_path) -> None:
+    jars = os.path.join(os.path.dirname(pa.__file__), "..", "pyspark", "jars", "*")
+    assert glob.glob(jars), "pyspark's jars are not installed"
+    subprocess.run(["javac", "-cp", jars, "-d", str(tmp_path), JAVA], check=True, capture_output=True, timeout=600)
+    start = end_offset(admin, "mine", 0)
+    admin.cluster.append("mine", 0, rows(b"one", b"", b"three", keys=[b"k1", None, b"k3"]))
+    admin.cluster.append("mine", 0, rows(*[b"v%d" % i for i in range(50)]))
+    end = end_offset(admin, "mine", 0)
+    host, _, port = protocol_address(secured_cluster, "coordinator").rpartition(":")
+    done = subprocess.run(["java", "--add-opens=java.base/java.nio=ALL-UNNAMED", "-cp", f"{tmp_path}{os.pathsep}{jars}",
+                           "FabricFetch", host, port, "user-token", "mine", "0", str(start + 1), str(end)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with fabric.connect(secured_cluster.coordinator.url("token=user-token")) as user:
+        consumer = user.consumer(auto_offset_reset="earliest")
+        consumer.assign([("mine", 0)])
+        consumer.seek("mine", 0, start + 1)
+        records = []
+        deadline = time.monotonic() + 60
+        while len(records) < end - start - 1 and time.monotonic() < deadline:
+            records += consumer.poll(0.5)
+        consumer.close()
+    expected = [f"{r.offset}\t{r.key.hex() if r.key is not None else '-'}\t{r.value.hex()}" for r in records]
+    assert done.stdout.splitlines() == expected and len(expected) == 52
