@@ -159,6 +159,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.in_flight = 0
         self.paused = False
+        self.closing = False  # the client half-closed: close once the requests in flight are answered
         self.queues: dict[Hashable, collections.deque[_Job]] = {}  # per order key: requests waiting their turn
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -176,6 +177,13 @@ class _Connection(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+    def eof_received(self) -> bool:
+        """The client sent all it will: answer what is in flight, then close."""
+        if self.in_flight:
+            self.closing = True
+            return True
+        return False
 
     def data_received(self, data: bytes) -> None:
         self.reader.feed(data)
@@ -234,6 +242,8 @@ class _Connection(asyncio.Protocol):
     def _finish(self, job: _Job) -> None:
         """After `job` was answered: read on if the connection was paused, start the next request of its order."""
         self.in_flight -= 1
+        if self.closing and not self.in_flight:
+            self.close()
         if self.paused and self.in_flight < MAX_IN_FLIGHT // 2 and self.transport is not None:
             self.paused = False
             self.transport.resume_reading()

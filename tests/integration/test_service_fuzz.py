@@ -8,11 +8,17 @@ schemas, other topics' data, other groups' offsets, other transactional ids), ev
 is still readable from its start, and the service still answers. At the end a well-formed client produces and
 consumes as usual, and the other principal's producers append under their ids as if nobody had tried. Bounded:
 EXAMPLES calls (about ten seconds), not shrunk (a failure is reported as found, with the call that caused it).
+
+The same over the fabric protocol (docs/protocol.md): requests of every type (and unknown ones) with arguments
+drawn as above, rows, junk or nothing as payloads, after a hello with the fuzz token, an unknown one or another
+protocol version; and streams that break the framing (an oversized frame, a frame cut short, a gRPC client's
+preface, junk). Every refusal names a fabric error, and nothing the principal may not change changes.
 """
 from __future__ import annotations
 
 import inspect
 import json
+import socket
 import time
 from typing import Any
 
@@ -23,7 +29,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import fabric
+import fabric.common.errors as errors
 from fabric.common.config import TOPIC_SETTINGS, TopicConfig
+from fabric.common.protocol import frames as protocol_frames
 from fabric.common.records import storage_schema, to_storage
 from fabric.common.types import JoinRequest
 from fabric.server import wire
@@ -339,3 +347,139 @@ def test_fuzzed_flight_calls_never_break_the_service(fuzzed) -> None:
         assert admin.cluster.fetch("mine", 0, end, 1 << 20)[0].batch.column("value").to_pylist() == [b"victim"]
     assert instance.process.poll() is None
     assert time.monotonic() - started < 300
+
+
+# -- the fabric protocol --------------------------------------------------------------------------------------
+PROTOCOL_EXAMPLES = 300
+
+
+def plain(value: Any) -> Any:
+    """`value` as plain JSON: tuples as arrays, a dict with other than string keys as [key, value] pairs."""
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value):
+            return {k: plain(v) for k, v in value.items()}
+        return [[plain(k), plain(v)] for k, v in value.items()]
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
+def header_bytes(draw: Any, kind: str, args: dict[str, Any]) -> bytes:
+    """A request header for `args` (four times in five), or junk, an array for the arguments, a mutation."""
+    encoded = json.dumps({"id": draw(st.integers(1, 2**40)), "type": kind, "args": plain(args)}).encode()
+    twist = draw(st.integers(0, 9))
+    if twist == 0:
+        return draw(st.binary(max_size=64))
+    if twist == 1:
+        return json.dumps({"id": 1, "type": kind, "args": plain(draw(json_values))}).encode()
+    if twist == 2:
+        position = draw(st.integers(0, len(encoded) - 1))
+        return encoded[:position] + bytes([draw(st.integers(0, 255))]) + encoded[position + 1:]
+    return encoded
+
+
+PAYLOADS = {  # by name: a failing example shows the name, not megabytes
+    "rows": lambda: wire.ipc_bytes(stored([b"p"])), "typed": lambda: wire.ipc_bytes(stored([{"user": "u", "amount": 2}],
+                                                                                        TYPED)),
+    "not-stored": lambda: wire.ipc_bytes(pa.record_batch([[1]], names=["value"])),
+    "2MB": lambda: wire.ipc_bytes(stored([b"x" * 2_000_000])), "junk": lambda: b"junk", "none": lambda: b""}
+
+
+@st.composite
+def protocol_requests(draw: Any) -> tuple[bytes, str]:
+    """(header, payload name) of a fabric protocol request: produce, fetch, commits, lookups or an unknown type, with
+    arguments drawn by name (or those of a well-formed client of the fuzz principal) and rows, junk or nothing."""
+    kind = draw(mostly(st.sampled_from(["produce", "produce", "fetch", "commit_offsets", "committed", "topic",
+                                        "echo"]), st.text(max_size=10)))
+    if kind == "produce":
+        args = draw(arguments(Broker.append)) if draw(st.booleans()) else {
+            "topic": "mine", "partition": draw(st.integers(0, 1)), "codec": draw(BY_NAME["codec"]),
+            **({"producer_id": draw(st.sampled_from(VICTIMS)), "producer_epoch": draw(st.integers(-1, 2)),
+                "base_sequence": draw(st.integers(0, 3))} if draw(st.booleans()) else {})}
+        args.pop("rows", None)
+    elif kind == "fetch":
+        args = draw(arguments(Broker.fetch))
+    elif kind == "commit_offsets":
+        args = {"group": draw(texts), "offsets": draw(st.lists(st.tuples(names, ints, ints), max_size=3)
+                                                      | json_values)}
+    elif kind in ("committed", "topic"):
+        args = {"group": draw(texts)} if kind == "committed" else {"name": draw(names)}
+    else:
+        args = draw(st.dictionaries(st.text(max_size=6), json_values, max_size=3))
+    names_ = st.sampled_from(sorted(PAYLOADS))
+    return header_bytes(draw, kind, args), draw(mostly(st.just("rows"), names_) if kind == "produce" else names_)
+
+
+@st.composite
+def broken_streams(draw: Any) -> bytes:
+    """Bytes after a good hello that break the framing: an oversized frame's start, a frame cut short, a gRPC
+    client's preface, a header length past its frame, junk."""
+    header, payload_name = draw(protocol_requests())
+    payload = PAYLOADS[payload_name]()
+    kind = draw(st.integers(0, 4))
+    if kind == 0:
+        return protocol_frames.PREFIX.pack(4 + len(header) + (200 << 20), len(header)) + header
+    if kind == 1:
+        data = protocol_frames.encode(header, payload)
+        return data[:draw(st.integers(0, len(data) - 1))]
+    if kind == 2:
+        return b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+    if kind == 3:
+        return protocol_frames.PREFIX.pack(8, 100) + b"1234"
+    return draw(st.binary(min_size=1, max_size=200))
+
+
+def protocol_hello(token: str, version: int = 1) -> bytes:
+    return protocol_frames.encode(json.dumps({"id": 0, "type": "hello", "args": {
+        "protocol": "fabric", "version": version, "token": token}}).encode())
+
+
+def exchange(address: str, data: bytes) -> list[dict[str, Any]]:
+    """Send raw bytes on a new connection, close our side, and read every answer until the server closes."""
+    host, _, port = address.rpartition(":")
+    reader, answers = protocol_frames.FrameReader(), []
+    with socket.create_connection((host, int(port)), timeout=30) as raw:
+        try:
+            raw.sendall(data)
+            raw.shutdown(socket.SHUT_WR)
+        except OSError:  # the server refused and closed before it read everything
+            pass
+        try:
+            while received := raw.recv(1 << 16):
+                reader.feed(received)
+                answers += [json.loads(f.header) for f in reader.frames()]
+        except ConnectionResetError:
+            pass
+    return answers
+
+
+def test_fuzzed_protocol_requests_never_break_the_service(fuzzed) -> None:
+    instance, admin = fuzzed
+    address = instance.status(token=ADMIN).protocol_address
+    before = protected(admin)
+
+    @settings(max_examples=PROTOCOL_EXAMPLES, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(st.integers(0, 9), protocol_requests(), broken_streams(),
+           st.sampled_from([FUZZ] * 8 + ["stolen-token", ""]), st.sampled_from([1] * 9 + [0, 2]))
+    def call(mode: int, request: tuple[bytes, str], broken: bytes, token: str, version: int) -> None:
+        header, payload = request
+        data = protocol_hello(token, version) + (
+            broken if mode == 0 else protocol_frames.encode(header, PAYLOADS[payload]()))
+        for answer in exchange(address, data):
+            error = answer.get("error")
+            if error is not None:
+                cls = getattr(errors, str(error.get("type")), None)
+                assert isinstance(cls, type) and issubclass(cls, errors.FabricError), error
+                assert len(str(error.get("message"))) < 4000  # an error never echoes a large input
+        assert protected(admin) == before
+        assert admin.cluster.connection.status_of(instance.address).active
+
+    call()
+    assert_usable(admin)
+    assert sum(admin.cluster.partition_state("mine", p).end_offset for p in (0, 1)) > 2, \
+        "no fuzzed produce was admitted: the fuzzer did not exercise the write path"
+    with fabric.connect(instance.url(f"token={FUZZ}")) as fuzz:  # a well-formed client still works, over it
+        assert fuzz.cluster.coordinator.topic("mine").partitions == 2
+        assert fuzz.cluster.protocol.clients._connections, "the client did not use the fabric protocol"
+    assert instance.process.poll() is None

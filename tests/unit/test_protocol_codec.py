@@ -107,8 +107,10 @@ def test_malformed_request_headers_are_named(header, match) -> None:
     assert messages.request_id(header) == -1
 
 
-def test_arguments_must_be_an_object_and_payloads_an_arrow_stream() -> None:
+def test_arguments_must_be_an_object_of_text_and_payloads_an_arrow_stream() -> None:
     with pytest.raises(InvalidRequestError, match="arguments of 'fetch' request 3 must be a JSON object"):
         messages.decode_args(messages.decode_request(b'{"id": 3, "type": "fetch", "args": [1, 2]}'))
+    with pytest.raises(InvalidRequestError, match="arguments of 'produce' request 4 must be a JSON object"):
+        messages.decode_args(messages.decode_request(b'{"id": 4, "type": "produce", "args": {"topic": "m\x95ne"}}'))
     with pytest.raises(InvalidRequestError, match="payload of a produce is not an Arrow IPC stream"):
         payloads.read_stream(b"junk", "a produce")

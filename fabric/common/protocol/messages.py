@@ -84,7 +84,7 @@ def decode_request(header: bytes) -> Request:
     """A request's header; InvalidRequestError naming what is wrong with it."""
     try:
         return _requests.decode(header)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgspec checks UTF-8 as it decodes a string
         raise InvalidRequestError(f"a request header is not a fabric protocol request ({shorten(str(exc))}); "
                                   'it is a JSON object {"id": int, "type": str, "args": {...}} '
                                   "(docs/protocol.md)") from None
@@ -102,7 +102,7 @@ def decode_args(request: Request) -> dict[str, Any]:
     """A request's arguments: a JSON object of named values; InvalidRequestError if they are not."""
     try:
         return _args.decode(request.args)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise InvalidRequestError(f"the arguments of {request.type!r} request {request.id} must be a JSON object "
                                   f"of named values ({shorten(str(exc))})") from None
 
@@ -125,5 +125,5 @@ def decode_value(raw: bytes | msgspec.Raw, kind: type[T] | Any) -> T:
     """A JSON value decoded as `kind`; InvalidRequestError naming the mismatch (request arguments)."""
     try:
         return decode_result(msgspec.Raw(raw) if isinstance(raw, bytes) else raw, kind)
-    except (msgspec.DecodeError, ValueError, TypeError) as exc:
+    except (msgspec.DecodeError, ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
         raise InvalidRequestError(f"a request argument does not decode ({shorten(str(exc))})") from None
