@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ import pyarrow.flight as flight
 import fabric
 from bench.report import bar_chart, progress, run_suite, table
 from fabric.client.protocol_connection import ProtocolConnection
+from fabric.client.remote import RemoteCluster
 from fabric.common.records import to_storage
 from fabric.server.launcher import CoordinatorProcess
 
@@ -87,8 +89,9 @@ def transport_cases(requests: int) -> dict[str, dict[str, float]]:
         server = Server(echo.pid)
         client = flight.connect(f"grpc+tcp://127.0.0.1:{ports['flight']}")
         body = json.dumps(BODY).encode()
-        out = {"flight-action": measure(server, lambda i: next(iter(client.do_action(flight.Action("echo", body)))),
-                                        requests)}
+        def action(i: int) -> None:
+            next(iter(client.do_action(flight.Action("echo", body))))
+        out = {"flight-action": measure(server, action, requests)}
         writer, reader = client.do_exchange(flight.FlightDescriptor.for_command(b"echo"))
         buffer = pa.py_buffer(body)
 
@@ -99,7 +102,7 @@ def transport_cases(requests: int) -> dict[str, dict[str, float]]:
         writer.close()
         for name in ("protocol", "protocol-asyncio"):
             connection = ProtocolConnection(f"127.0.0.1:{ports[name]}", None, None, 10.0, lambda info: None)
-            out[name] = measure(server, lambda i, c=connection: c.call("echo", BODY), requests)
+            out[name] = measure(server, functools.partial(echo_over, connection), requests)
             connection.close()
         client.close()
         return out
@@ -109,10 +112,13 @@ def transport_cases(requests: int) -> dict[str, dict[str, float]]:
         echo.wait(10)
 
 
+def echo_over(connection: ProtocolConnection, number: int) -> None:
+    connection.call("echo", BODY)
+
+
 # -- service requests ------------------------------------------------------------------------------------------
-def service_requests(fab: fabric.Fabric) -> dict[str, Callable[[int], Any]]:
+def service_requests(cluster: RemoteCluster) -> dict[str, Callable[[int], Any]]:
     """The small requests, each as a function of the request's number."""
-    cluster = fab.cluster
     rows = to_storage(pa.table({"value": [b"v" * 40]}), None, 0).to_batches()[0]
     return {
         "commit": lambda i: cluster.coordinator.commit_offsets(GROUP, {(TOPIC, 0): i % RECORDS}),
@@ -136,15 +142,16 @@ def service_cases(directory: str, requests: int, profile: bool) -> tuple[dict[st
             with fab.producer(linger_ms=0) as producer:
                 for i in range(RECORDS):
                     producer.send(TOPIC, value=b"%d" % i, partition=0)
-            server = Server(coordinator.process.pid)  # type: ignore[union-attr]
+            assert coordinator.process is not None and isinstance(fab.cluster, RemoteCluster)
+            server, cluster = Server(coordinator.process.pid), fab.cluster
             for transport in ("protocol", "flight"):
-                fab.cluster.protocol.enabled = transport == "protocol"
-                for name, request in service_requests(fab).items():
+                cluster.protocol.enabled = transport == "protocol"
+                for name, request in service_requests(cluster).items():
                     if name == "echo" and transport == "flight":
                         continue
                     key = f"{transport}/{name}"
                     progress(f"  {key}")
-                    sampler = py_spy(coordinator.process.pid, os.path.join(directory, f"{transport}-{name}.txt")  # type: ignore[union-attr]
+                    sampler = py_spy(server.process.pid, os.path.join(directory, f"{transport}-{name}.txt")
                                      ) if profile else None
                     out[key] = measure(server, request, requests)
                     if sampler is not None:

@@ -150,7 +150,7 @@ def produce_payload(rows: pa.RecordBatch) -> pa.Buffer:
 
 def fetched_of(answer: Answer) -> list[Fetched]:
     """The Fetched runs of a fetch's answer: each batch of its payload with its offset and timestamp type."""
-    runs = messages.decode_result(answer[0], list[dict[str, int]])
+    runs: list[dict[str, int]] = messages.decode_result(answer[0], list[dict[str, int]])
     _, batches = payloads.read_stream(answer[1], "a fetch answer")
     return [Fetched(run["offset"], batch, run["timestamp_type"]) for run, batch in zip(runs, batches, strict=True)]
 
@@ -165,5 +165,6 @@ def offset_rows(offsets: Any) -> list[list[Any]] | None:
 
 def committed_of(answer: Answer) -> dict[TopicPartition, CommittedOffset]:
     """A `committed` answer as the Coordinator interface returns it."""
+    rows: list[dict[str, Any]] = messages.decode_result(answer[0], list[dict[str, Any]])
     return {(row["topic"], row["partition"]): CommittedOffset(row["offset"], row["metadata"], row["commit_ms"])
-            for row in messages.decode_result(answer[0], list[dict[str, Any]])}
+            for row in rows}

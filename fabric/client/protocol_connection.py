@@ -21,9 +21,9 @@ import pyarrow as pa
 
 from fabric.common.errors import ClientTimeoutError
 from fabric.common.protocol import frames, messages
+from fabric.common.protocol.payloads import Payload
 
 RECEIVE_BYTES = 1 << 18
-Payload = bytes | pa.Buffer
 
 
 class Refused(Exception):

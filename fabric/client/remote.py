@@ -209,8 +209,8 @@ class RemoteCluster(Cluster):
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
               end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None,
               isolation_level: str = "read_committed") -> list[Fetched]:
-        args = {"topic": topic, "partition": partition, "offset": offset, "max_bytes": max_bytes,
-                "end_offset": end_offset, "max_wait_ms": min(max_wait_ms, self.hold_ms)}
+        args: dict[str, Any] = {"topic": topic, "partition": partition, "offset": offset, "max_bytes": max_bytes,
+                                "end_offset": end_offset, "max_wait_ms": min(max_wait_ms, self.hold_ms)}
         answer = self.protocol.coordinator("fetch", args)
         if answer is None:
             return self.connection.call(fetch_call(wire.fetch_ticket(**args)))

@@ -31,16 +31,16 @@ from fabric.common.errors import (
     UnsupportedVersionError,
 )
 from fabric.common.protocol import frames, messages
+from fabric.common.protocol.payloads import Payload
 from fabric.common.redaction import clip
 from fabric.server import security
 
 try:
     import uvloop
 except ImportError:  # pragma: no cover (uvloop has no Windows build)
-    uvloop = None
+    uvloop = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
-Payload = bytes | pa.Buffer
 Serve = Callable[[str, dict[str, Any], bytes], tuple[Any, Payload]]  # (principal, args, payload) -> answer
 MAX_IN_FLIGHT = 256  # a connection's requests being served at once; past it, it is read no further until some end
 WORKERS = 64
@@ -235,6 +235,7 @@ class _Connection(asyncio.Protocol):
             self._serve(job)
             self._finish(job)
             return
+        assert self.principal is not None
         future = self.server._loop.run_in_executor(self.server.workers, job.handler.serve, self.principal, job.args,
                                                    job.payload)
         future.add_done_callback(lambda done: self._served(job, done))

@@ -2,12 +2,14 @@
 the record batches), which any Arrow library reads (Java's ArrowStreamReader among them)."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, TypeAlias
 
 import pyarrow as pa
 
 from fabric.common.errors import InvalidRequestError
 from fabric.common.redaction import shorten
+
+Payload: TypeAlias = bytes | pa.Buffer  # a frame's payload as it is sent
 
 
 def ipc_stream(schema: pa.Schema, batches: Sequence[pa.RecordBatch]) -> pa.Buffer:
