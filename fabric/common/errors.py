@@ -168,6 +168,12 @@ class InconsistentTopicIdError(NotLeaderError):
     INCONSISTENT_TOPIC_ID); refresh the metadata and retry."""
 
 
+class KafkaStorageError(NotLeaderError, StorageError):
+    """A data node cannot serve its replica of the partition: its storage failed (a full or read-only disk, an I/O
+    error, the replica's directory gone), as Kafka's KAFKA_STORAGE_ERROR. The node reports the replica offline and
+    the controller moves the leadership to an in-sync replica: refresh the metadata and retry."""
+
+
 class FencedLeaderEpochError(FabricError):
     """The request quoted a leader epoch older than the partition's current one: the sender's view of the
     leadership is stale; refresh the metadata and retry."""

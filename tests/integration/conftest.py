@@ -15,7 +15,7 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import nbformat
 import pyarrow as pa
@@ -175,14 +175,18 @@ class NodeCluster:
     leases: a node is dead `SESSION_MS` after its last heartbeat. `start()` returns once every node registered;
     `close()` stops them all. `node_query` (e.g. "token=...") is added to the nodes' coordinator URL, `node_extra`
     to their options (after the defaults, so they override them), `racks[i - 1]` is node i's --rack; with
-    `separate_dirs` each coordinator instance has a data directory of its own (coordinator1, coordinator2, ...)."""
+    `separate_dirs` each coordinator instance has a data directory of its own (coordinator1, coordinator2, ...);
+    `data_dirs[i]` is node i's data directory instead of root/node<i> (e.g. on a SmallDisk), with its log in
+    root/logs (so it outlives the directory)."""
 
     SESSION_MS, HEARTBEAT_MS = 6000, 500  # a loaded machine meets these; death tests wait up to 30 s
 
     def __init__(self, root: Path, nodes: int = 3, coordinator_extra: tuple[str, ...] = (),
                  node_query: str = "", instances: int = 1, node_extra: tuple[str, ...] = (),
-                 racks: tuple[str, ...] = (), separate_dirs: bool = False) -> None:
+                 racks: tuple[str, ...] = (), separate_dirs: bool = False,
+                 data_dirs: Mapping[int, Path] | None = None) -> None:
         self.root, self.node_extra, self.racks = root, node_extra, racks
+        self.data_dirs = dict(data_dirs or {})
         self.coordinators = [CoordinatorProcess(str(root / (f"coordinator{i}" if separate_dirs else "coordinator")),
                                                 extra=("--node-session-timeout-ms", str(self.SESSION_MS),
                                                        *coordinator_extra)) for i in range(1, instances + 1)]
@@ -203,10 +207,11 @@ class NodeCluster:
             coordinator.start()
         coordinator_url = self.url + (f"?{self.node_query}" if self.node_query else "")
         for i in range(1, self.count + 1):
-            self.nodes[i] = NodeProcess(i, str(self.root / f"node{i}"), coordinator_url,
+            self.nodes[i] = NodeProcess(i, str(self.data_dirs.get(i, self.root / f"node{i}")), coordinator_url,
                                         extra=("--heartbeat-interval-ms", str(self.HEARTBEAT_MS),
                                                "--session-timeout-ms", str(self.SESSION_MS), *self.node_extra,
-                                               *(("--rack", self.racks[i - 1]) if self.racks else ())))
+                                               *(("--rack", self.racks[i - 1]) if self.racks else ())),
+                                        log_dir=str(self.root / "logs") if i in self.data_dirs else None)
         for node in self.nodes.values():
             node.start()
         return self
@@ -215,7 +220,8 @@ class NodeCluster:
         """Start node `node_id` again on its port and data directory; returns once it registered."""
         old = self.nodes[node_id]
         old.stop()
-        self.nodes[node_id] = NodeProcess(node_id, old.data_dir, old.coordinator, port=old.port, extra=old.extra)
+        self.nodes[node_id] = NodeProcess(node_id, old.data_dir, old.coordinator, port=old.port, extra=old.extra,
+                                          log_dir=os.path.dirname(old.log_path))
         return self.nodes[node_id].start()
 
     def close(self) -> None:
@@ -259,15 +265,15 @@ def replicated_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
 @pytest.fixture
 def node_cluster(tmp_path) -> Iterator[Callable[..., NodeCluster]]:
     """start(nodes=3, coordinator_extra=(), node_query="", instances=1, node_extra=(), racks=(),
-    separate_dirs=False) → a started NodeCluster of the test's own (for tests that kill or restart processes);
-    stopped after the test."""
+    separate_dirs=False, data_dirs=None) → a started NodeCluster of the test's own (for tests that kill or restart
+    processes); stopped after the test."""
     started: list[NodeCluster] = []
 
     def start(nodes: int = 3, coordinator_extra: tuple[str, ...] = (), node_query: str = "",
               instances: int = 1, node_extra: tuple[str, ...] = (), racks: tuple[str, ...] = (),
-              separate_dirs: bool = False) -> NodeCluster:
+              separate_dirs: bool = False, data_dirs: Mapping[int, Path] | None = None) -> NodeCluster:
         started.append(NodeCluster(tmp_path / f"cluster{len(started)}", nodes, coordinator_extra, node_query,
-                                   instances, node_extra, racks, separate_dirs))
+                                   instances, node_extra, racks, separate_dirs, data_dirs))
         return started[-1].start()
 
     yield start

@@ -10,10 +10,13 @@ For the partitions this node leads:
 - fabric_partition_high_watermark and fabric_partition_log_end_offset{topic,partition}: a consumer group's lag
   in a replicated topic is the high watermark minus the group's committed offset (the coordinator's
   fabric_consumer_group_committed_offset).
+For every replica it hosts: fabric_offline_replicas{health}, the replicas it cannot serve (Kafka's
+OfflineReplicaCount; storage_health), reported to the controller with its heartbeats.
 """
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Any, Iterator, Mapping
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -21,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from fabric.server.node.partition import Role
 from fabric.server.node.replica_manager import ReplicaManager
+from fabric.server.node.storage_health import Health
 
 log = logging.getLogger(__name__)
 PARTITION = ["topic", "partition"]
@@ -45,10 +49,15 @@ class ReplicationCollector(Collector):
                                "read below it)", labels=PARTITION)
         end = GaugeMetricFamily("fabric_partition_log_end_offset", "a led partition's log end offset",
                                 labels=PARTITION)
+        offline = GaugeMetricFamily("fabric_offline_replicas", "replicas this node cannot serve (their storage "
+                                    "failed), reported to the controller", labels=["health"])
         count = under_count = 0
+        unhealthy: Counter[str] = Counter()
         for described in self.replicas.describe():
             replica: Mapping[str, Any] = described
-            if replica["role"] != Role.LEADER.value:
+            if replica["health"] != Health.HEALTHY.value:
+                unhealthy[replica["health"]] += 1
+            if replica["role"] != Role.LEADER.value or "log_end" not in replica:
                 continue
             labels = [replica["topic"], str(replica["partition"])]
             followers, leader_end = replica["followers"], replica["log_end"]
@@ -62,4 +71,7 @@ class ReplicationCollector(Collector):
                 lag_s.add_metric([*labels, follower], progress["lag_ms"] / 1000)
         led.add_metric([], count)
         under.add_metric([], under_count)
-        yield from (led, under, lag, lag_s, hw, end)
+        for health in Health:
+            if health is not Health.HEALTHY:
+                offline.add_metric([health.value], unhealthy[health.value])
+        yield from (led, under, lag, lag_s, hw, end, offline)

@@ -9,8 +9,10 @@ everything at once (the controller has declared it dead) and registers again, un
 REGISTERED. SIGTERM stops it within node.shutdown.timeout.ms (fabric.server.shutdown). A restart with the
 same id and data directory registers again and finds its logs.
 
-Besides heartbeats, a replication thread runs the ReplicaManager's rounds (ISR changes through the controller's
-alter_partition, high-watermark checkpoints) every MAINTAIN_INTERVAL_S; followers' fetchers reach other nodes
+Each heartbeat reports the replicas the node cannot serve (storage_health: its storage failed), and one goes
+out at once when that set changes. Besides heartbeats, a replication thread runs the ReplicaManager's rounds (ISR
+changes through the controller's alter_partition, high-watermark checkpoints, probes of failed storage) every
+MAINTAIN_INTERVAL_S; followers' fetchers reach other nodes
 over the coordinator connection's clients and credentials. A LogMaintenance thread applies retention to the
 partitions the node leads and cleans the replicas of compacted topics it hosts every
 log.retention.check.interval.ms (ReplicaManager.maintained_partitions), each below its high watermark; it stops
@@ -62,7 +64,9 @@ class Node:
         self.stopping = threading.Event()
         self._beat_lock = threading.Lock()
         self._last_answer = self._last_beat = time.monotonic()  # last answered / last started heartbeat
+        self._beat_due = threading.Event()  # heartbeat now: a replica's health changed
         replicas.refresh = self.refresh
+        replicas.report = self._beat_due.set
         replicas.alter_partition = self.alter_partition
         replicas.transaction_record = lambda tid: self.connection.action("transaction_record", transactional_id=tid)
 
@@ -84,7 +88,8 @@ class Node:
     def _heartbeat(self) -> None:
         assignment: NodeAssignment = self.connection.action("node_heartbeat", node_id=self.settings.node_id,
                                                             node_epoch=self.server.node_epoch,
-                                                            high_watermarks=self.replicas.leader_high_watermarks())
+                                                            high_watermarks=self.replicas.leader_high_watermarks(),
+                                                            offline_replicas=self.replicas.health.unhealthy())
         self.replicas.apply(assignment)
         self._last_answer = time.monotonic()
 
@@ -157,9 +162,13 @@ class Node:
                 self.replicas.maintain()
 
     def run_heartbeats(self) -> None:
-        """Heartbeat every node.heartbeat.interval.ms until `stopping` is set."""
-        while not self.stopping.wait(self.settings.heartbeat_interval_ms / 1000):
-            self.beat()
+        """Heartbeat every node.heartbeat.interval.ms, and at once when a replica's health changed (so the
+        controller moves its partitions on), until `stopping` is set."""
+        while not self.stopping.is_set():
+            self._beat_due.wait(self.settings.heartbeat_interval_ms / 1000)
+            self._beat_due.clear()
+            if not self.stopping.is_set():
+                self.beat()
 
 
 def _register_until_answered(node: Node, shutdown: Shutdown) -> None:

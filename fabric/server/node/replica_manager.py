@@ -30,6 +30,7 @@ from fabric.common.errors import (
     InvalidConfigError,
     InvalidRequestError,
     InvalidTxnStateError,
+    KafkaStorageError,
     NotLeaderError,
 )
 from fabric.common.redaction import clip
@@ -48,6 +49,7 @@ from fabric.server import partition_ops
 from fabric.server.node.fetcher import FetchSettings, Peer, ReplicaFetcher
 from fabric.server.node.leader import LeaderState
 from fabric.server.node.partition import FetchWaiter, PartitionReplica, ReplicaFetch, Role
+from fabric.server.node.storage_health import Condition, Health, StorageHealth
 from fabric.storage.cleaner import CleanReport
 from fabric.storage.log import Log
 from fabric.storage.log_manager import LogManager
@@ -87,6 +89,9 @@ class ReplicaManager:
             self._claim_directory()
         self.peer, self.fetch_settings, self.lag_ms = peer, fetch_settings, replica_lag_time_max_ms
         self.refresh: Callable[[], None] = lambda: None
+        self.report: Callable[[], None] = lambda: None  # heartbeat soon: a replica's health changed (set by the node)
+        self.health = StorageHealth(node_id, self._partition_dir)
+        self.health.on_change = self._health_changed
         self.alter_partition: AlterPartition | None = None
         # the coordinator's record of a transactional id (set by the node), which markers are checked against
         self.transaction_record: Callable[[str], TransactionRecord] | None = None
@@ -96,7 +101,8 @@ class ReplicaManager:
         self._fetched_from: dict[TopicPartition, tuple[int, str]] = {}  # which fetcher copies a partition
         self._topics: dict[str, TopicInfo] = {}
         self._addresses: dict[int, str] = {}
-        self._lock = threading.Lock()
+        self._offline_replicas: dict[TopicPartition, tuple[int, ...]] = {}  # replicas their nodes report offline
+        self._lock = threading.RLock()  # (a replica found offline while the assignment is applied takes it again)
 
     def _claim_directory(self) -> None:
         path = os.path.join(self.logs.internal_dir, NODE_ID_FILE)
@@ -128,20 +134,25 @@ class ReplicaManager:
                     self._check_topic_id(info)
             self._topics = dict(assignment.topics)
             self._addresses.update(assignment.addresses)
+            self._offline_replicas = dict(assignment.offline_replicas)
             try:
                 for tp, registration in sorted(assignment.partitions.items()):
                     replica = self._replicas.get(tp)
                     if replica is None:
                         replica = self._replicas[tp] = PartitionReplica(tp, self.node_id, self._opener(tp))
-                    with disk_errors(self.logs.topic_dir(tp[0]), f"open partition {tp[0]}-{tp[1]}"):
-                        if replica.become(registration):
-                            self._follow(replica)
+                    try:
+                        with self.health.guard(tp, f"open partition {tp[0]}-{tp[1]}"):
+                            if replica.become(registration):
+                                self._follow(replica)
+                    except KafkaStorageError:
+                        continue  # offline: reported with the heartbeats, and the controller moves it on
             finally:  # fetchers start once they have all their partitions: the first fetch asks for all of them,
                 for fetcher in self._fetchers.values():  # instead of long-polling for the first alone
                     fetcher.start()
             for tp in sorted(set(self._replicas) - set(assignment.partitions)):
                 self._stop_fetcher(tp)
                 self._replicas.pop(tp).fence("no longer assigned to this node")
+                self.health.forget(tp)
                 if tp[0] in assignment.topics:  # reassigned away: this copy is no longer needed
                     log.info("partition %s-%d was moved off node %d: deleting its log here", *tp, self.node_id)
                     with disk_errors(self.logs.topic_dir(tp[0]), f"delete partition {tp[0]}-{tp[1]}"):
@@ -178,11 +189,27 @@ class ReplicaManager:
     def _opener(self, tp: TopicPartition) -> Callable[[], Log]:
         return lambda: self.logs.log(self._topics[tp[0]], tp[1])
 
+    def _partition_dir(self, tp: TopicPartition) -> str:
+        return os.path.join(self.logs.topic_dir(tp[0]), str(tp[1]))
+
+    def _health_changed(self, tp: TopicPartition, condition: Condition) -> None:
+        """A replica went offline (its fetcher stops) or is healthy again (it fetches again); the node heartbeats
+        at once, so the controller learns it."""
+        with self._lock:
+            replica = self._replicas.get(tp)
+            if replica is not None:
+                self._follow(replica)
+                for fetcher in self._fetchers.values():
+                    fetcher.start()
+        self.report()
+
     def _follow(self, replica: PartitionReplica) -> None:
-        """Start (or stop) the replica's fetcher for its new role (lock held)."""
+        """Start (or stop) the replica's fetcher for its new role or health (lock held): an offline replica
+        fetches nothing."""
         self._stop_fetcher(replica.tp)
         state = replica.state
-        if state.role is not Role.FOLLOWER or self.peer is None or state.registration is None:
+        if (state.role is not Role.FOLLOWER or self.peer is None or state.registration is None
+                or self.health.offline(replica.tp)):
             return
         leader = state.registration.state.leader
         assert leader is not None  # a follower has a leader
@@ -195,7 +222,7 @@ class ReplicaManager:
         fetcher = self._fetchers.get(source)
         if fetcher is None:
             fetcher = self._fetchers[source] = ReplicaFetcher(self.node_id, leader, address, self.peer, self.refresh,
-                                                              self.fetch_settings)
+                                                              self.fetch_settings, self.health.guard)
         fetcher.add(replica, state.leader_epoch, self._topics[replica.tp[0]].topic_id)
         self._fetched_from[replica.tp] = source
 
@@ -239,20 +266,25 @@ class ReplicaManager:
     def maintain(self) -> None:
         """One round: ask the controller for each ISR change the partitions led here need, and checkpoint every
         high watermark that moved."""
+        self.health.probe()
         with self._lock:
             replicas = list(self._replicas.values())
         for replica in replicas:
+            offline = self.health.offline(replica.tp)  # its leadership is moving: its ISR is kept meanwhile
             try:
-                with disk_errors(self.logs.topic_dir(replica.tp[0]), f"checkpoint partition {replica.name}"):
+                with self.health.guard(replica.tp, f"checkpoint partition {replica.name}"):
                     self._maintain_isr(replica)
-                    replica.checkpoint()
+                    if not offline:
+                        replica.checkpoint()
+            except KafkaStorageError as exc:  # logged once, as the replica went offline
+                log.debug("partition %s: %s", replica.name, exc)
             except FabricError as exc:
                 log.warning("partition %s: %s; retrying next round", replica.name, exc)
 
     def _maintain_isr(self, replica: PartitionReplica) -> None:
         if self.alter_partition is None:
             return
-        wanted = replica.wanted_isr(self.lag_ms)
+        wanted = replica.wanted_isr(self.lag_ms, self._offline_replicas.get(replica.tp, ()))
         if wanted is None:
             return
         leader, isr = wanted
@@ -316,7 +348,7 @@ class ReplicaManager:
             raise InvalidRequestError(f"acks must be one of 0, 1, all (-1), got {clip(acks)}")
         timeout_s = partition_ops.wait_seconds("timeout_ms", timeout_ms)
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-        with disk_errors(self.logs.topic_dir(topic), f"append to partition {topic}-{partition}"):
+        with self.health.writing((topic, partition), f"append to partition {topic}-{partition}"):
             return replica.append(rows, codec, leader_epoch, ACKS[acks], timeout_s, producer, transactional)
 
     def write_markers(self, topic: str, partition: int, transactional_id: str, commit: list[list[int]],
@@ -334,7 +366,7 @@ class ReplicaManager:
         timeout_s = partition_ops.wait_seconds("timeout_ms", timeout_ms)
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
         self._check_decided(topic, partition, transactional_id, markers)
-        with disk_errors(self.logs.topic_dir(topic), f"write transaction markers to {topic}-{partition}"):
+        with self.health.writing((topic, partition), f"write transaction markers to {topic}-{partition}"):
             replica.write_markers(markers, leader_epoch, timeout_s)
 
     def _check_decided(self, topic: str, partition: int, transactional_id: str,
@@ -361,7 +393,7 @@ class ReplicaManager:
         wait_s = partition_ops.wait_seconds("max_wait_ms", max_wait_ms)
         isolation = partition_ops.isolation_level(isolation_level)
         replica = self.replica(topic, partition, leader_epoch, from_follower, topic_id)
-        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+        with self.health.guard((topic, partition), f"read partition {topic}-{partition}"):
             return replica.read(offset, max_bytes, end_offset, leader_epoch, wait_s, from_follower, isolation)
 
     def replica_fetch(self, replica_id: int, partitions: list[tuple[str, int, int, int, str]],
@@ -399,7 +431,7 @@ class ReplicaManager:
         for topic, partition, offset, leader_epoch, topic_id in partitions:
             try:
                 replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-                with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+                with self.health.guard((topic, partition), f"read partition {topic}-{partition}"):
                     answer = replica.serve_follower(replica_id, leader_epoch, offset,
                                                     max(min(max_bytes, budget), 0))
             except FabricError as exc:
@@ -430,7 +462,7 @@ class ReplicaManager:
                                  topic_id: str = "") -> EpochEndOffset:
         """Where the leader's records of `epoch` end (KIP-101), asked by a follower under `leader_epoch`."""
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+        with self.health.guard((topic, partition), f"read partition {topic}-{partition}"):
             return replica.end_offset_for(epoch, leader_epoch)
 
     def partition_state(self, topic: str, partition: int, leader_epoch: int | None = None,
@@ -442,14 +474,14 @@ class ReplicaManager:
         assert reg is not None  # a leader's state comes from a registration
         leader = replica.leader
         isr = leader.isr if leader is not None else reg.state.isr
-        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+        with self.health.guard((topic, partition), f"read partition {topic}-{partition}"):
             return partition_ops.state(replica.log, topic, partition, replica.readable_end(), leader=reg.state.leader,
                                        replicas=reg.assignment.replicas, isr=isr, leader_epoch=reg.state.leader_epoch)
 
     def offset_for_time(self, topic: str, partition: int, timestamp_us: int,
                         leader_epoch: int | None = None, topic_id: str = "") -> int | None:
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+        with self.health.guard((topic, partition), f"read partition {topic}-{partition}"):
             found = partition_ops.offset_for_time(replica.log, timestamp_us)
         return found if found is None or found < replica.hw else None
 
@@ -460,8 +492,8 @@ class ReplicaManager:
         stable offset), at the leader."""
         isolation = partition_ops.isolation_level(isolation_level)
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-        bound = replica.readable_end(isolation)
-        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+        with self.health.guard((topic, partition), f"read partition {topic}-{partition}"):
+            bound = replica.readable_end(isolation)
             return partition_ops.offset_after_records(replica.log, offset, count,
                                                       bound if end_offset is None else min(end_offset, bound),
                                                       isolation)
@@ -473,7 +505,7 @@ class ReplicaManager:
         to `before_offset` (-1: the high watermark), never past the high watermark; returns the low watermark.
         Followers take the new log start from their next fetch answer."""
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-        with disk_errors(self.logs.topic_dir(topic), f"delete records of {topic}-{partition}"):
+        with self.health.writing((topic, partition), f"delete records of {topic}-{partition}"):
             return replica.delete_records(before_offset, leader_epoch)
 
     def enforce_retention(self, topic: str, partition: int, leader_epoch: int | None = None,
@@ -481,7 +513,7 @@ class ReplicaManager:
         """`fabric topics retain` at the partition's leader: apply retention now, below the high watermark;
         segments deleted (followers follow the new log start)."""
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-        with disk_errors(self.logs.topic_dir(topic), f"enforce the retention of {topic}-{partition}"):
+        with self.health.writing((topic, partition), f"enforce the retention of {topic}-{partition}"):
             return replica.enforce_retention(leader_epoch)
 
     def compact_partition(self, topic: str, partition: int, leader_epoch: int | None = None,
@@ -491,7 +523,7 @@ class ReplicaManager:
         for a topic that is not compacted."""
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
         partition_ops.check_compacted(self.topic(topic))
-        with disk_errors(self.logs.topic_dir(topic), f"compact partition {topic}-{partition}"):
+        with self.health.writing((topic, partition), f"compact partition {topic}-{partition}"):
             return replica.log.clean(force=True)
 
     def maintained_partitions(self) -> list[tuple[str, Callable[[], Log]]]:
@@ -501,12 +533,18 @@ class ReplicaManager:
         another topic has nothing to do: it takes its leader's log start from fetch answers."""
         with self._lock:
             return [(replica.name, functools.partial(_replica_log, replica)) for tp, replica in
-                    sorted(self._replicas.items())
-                    if replica.state.role is Role.LEADER or (
-                        replica.state.role is Role.FOLLOWER and partition_ops.compacted(self._topics[tp[0]]))]
+                    sorted(self._replicas.items()) if not self.health.offline(tp) and (
+                        replica.state.role is Role.LEADER or (
+                            replica.state.role is Role.FOLLOWER and partition_ops.compacted(self._topics[tp[0]])))]
 
     def describe(self) -> list[dict[str, object]]:
         """Every hosted replica's role, epoch, high watermark and (as leader) ISR and followers' progress."""
         with self._lock:
             replicas = [self._replicas[tp] for tp in sorted(self._replicas)]
-        return [r.describe() for r in replicas]
+        described = []
+        for replica in replicas:
+            condition = self.health.condition(replica.tp)
+            described.append({**replica.describe(with_log=condition.health is Health.HEALTHY),
+                              "health": condition.health.value, **({"reason": condition.reason} if condition.reason
+                                                                   else {})})
+        return described

@@ -60,6 +60,10 @@ class NodeService(FabricFlightServer):
     def address(self) -> str:
         return self.settings.advertise_address(self.port)
 
+    @property
+    def server_name(self) -> str:
+        return f"node {self.settings.node_id}"
+
     @translated
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> list[bytes | flight.Result]:
         args = wire.action_args(action.body)
