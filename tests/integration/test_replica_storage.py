@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 import shutil
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import pytest
 
@@ -44,65 +46,67 @@ def assert_quiet(node, mark: int, what: str) -> None:
     assert len(warnings) <= 3 * PARTITIONS, f"{what}: {len(warnings)} warnings:\n" + "\n".join(warnings[-20:])
 
 
-def test_a_full_then_read_only_disk_moves_leaderships_and_the_replicas_rejoin_once_it_works(
-        node_cluster, small_disk, history, replication) -> None:
-    cluster = node_cluster(nodes=3, node_extra=NODE_EXTRA, data_dirs={1: small_disk.path / "node1"})
-    node = cluster.nodes[1]
+@contextmanager
+def recorded(cluster, history, replication) -> Iterator[tuple[fabric.Fabric, Any]]:
+    """Topic t on the cluster, two acks=all records sent to each partition through a recorded idempotent
+    producer (`sender`); after the block, once every replica is in sync, each partition is read back whole and the
+    history checked."""
     recorder = history.recorder("test")
     with fabric.connect(replication.client_url(cluster)) as fab:
         fab.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": "2"})
         with replication.sender(fab.producer(acks="all", linger_ms=0), recorder, TOPIC) as sender:
             send_everywhere(sender, "before")
-            for phase, (fail, mend) in {"full": (small_disk.fill, small_disk.free),
-                                        "read-only": (lambda: small_disk.remount("ro"),
-                                                      lambda: small_disk.remount("rw"))}.items():
-                replication.eventually(lambda: fab.elect_leaders("preferred") or True, "a preferred election")
-                led = led_by(replication, fab, 1)
-                mark = len(node.log())
-                fail()
-                send_everywhere(sender, phase)  # no retry here: a failing send fails the test
-                assert replication.state(fab, TOPIC, led).leader != 1, f"{phase}: node 1 still leads {TOPIC}-{led}"
-                for p in range(PARTITIONS):
-                    replication.wait_isr(fab, TOPIC, {2, 3}, p)
-                offline = replication.status(node, TOPIC, led)
-                assert (offline["health"], offline["role"]) == ("Offline", "Follower"), offline
-                assert_quiet(node, mark, phase)
-                mend()
-                for p in range(PARTITIONS):
-                    replication.wait_isr(fab, TOPIC, {1, 2, 3}, p)
-                assert replication.status(node, TOPIC, led)["health"] == "Healthy"
+            yield fab, sender
             send_everywhere(sender, "after")
         for p in range(PARTITIONS):
             replication.wait_in_sync(fab, cluster.nodes, TOPIC, p)
             replication.final_read(fab, recorder, TOPIC, p)
     history.check(dense=True).assert_valid()
+
+
+def wait_isrs(replication, fab: fabric.Fabric, isr: set[int]) -> None:
+    for p in range(PARTITIONS):
+        replication.wait_isr(fab, TOPIC, isr, p)
+
+
+def test_a_full_then_read_only_disk_moves_leaderships_and_the_replicas_rejoin_once_it_works(
+        node_cluster, small_disk, history, replication) -> None:
+    cluster = node_cluster(nodes=3, node_extra=NODE_EXTRA, data_dirs={1: small_disk.path / "node1"})
+    node = cluster.nodes[1]
+    with recorded(cluster, history, replication) as (fab, sender):
+        for phase, (fail, mend) in {"full": (small_disk.fill, small_disk.free),
+                                    "read-only": (lambda: small_disk.remount("ro"),
+                                                  lambda: small_disk.remount("rw"))}.items():
+            replication.eventually(lambda: fab.elect_leaders("preferred") or True, "a preferred election")
+            led = led_by(replication, fab, 1)
+            mark = len(node.log())
+            fail()
+            send_everywhere(sender, phase)  # no retry here: a failing send fails the test
+            assert replication.state(fab, TOPIC, led).leader != 1, f"{phase}: node 1 still leads {TOPIC}-{led}"
+            wait_isrs(replication, fab, {2, 3})
+            offline = replication.status(node, TOPIC, led)
+            assert (offline["health"], offline["role"]) == ("Offline", "Follower"), offline
+            assert_quiet(node, mark, phase)
+            mend()
+            wait_isrs(replication, fab, {1, 2, 3})
+            assert replication.status(node, TOPIC, led)["health"] == "Healthy"
 
 
 def test_a_data_directory_deleted_under_a_node_moves_its_leaderships_until_it_restarts(
         node_cluster, history, replication, tmp_path) -> None:
     cluster = node_cluster(nodes=3, node_extra=NODE_EXTRA, data_dirs={1: tmp_path / "deleted"})
     node = cluster.nodes[1]
-    recorder = history.recorder("test")
-    with fabric.connect(replication.client_url(cluster)) as fab:
-        fab.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": "2"})
-        with replication.sender(fab.producer(acks="all", linger_ms=0), recorder, TOPIC) as sender:
-            send_everywhere(sender, "before")
-            led = led_by(replication, fab, 1)
-            mark = len(node.log())
-            shutil.rmtree(node.data_dir)
-            send_everywhere(sender, "deleted")  # no retry here: a failing send fails the test
-            for p in range(PARTITIONS):
-                replication.wait_isr(fab, TOPIC, {2, 3}, p)
-                offline = replication.status(node, TOPIC, p)
-                assert (offline["health"], offline["role"]) == ("Offline", "Follower") and "is gone" in offline[
-                    "reason"], offline
-            assert replication.state(fab, TOPIC, led).leader != 1
-            assert_quiet(node, mark, "a deleted data directory")
-            cluster.restart(1)  # its replicas start empty: they copy the partitions again and rejoin
-            for p in range(PARTITIONS):
-                replication.wait_isr(fab, TOPIC, {1, 2, 3}, p)
-            send_everywhere(sender, "after")
+    with recorded(cluster, history, replication) as (fab, sender):
+        led = led_by(replication, fab, 1)
+        mark = len(node.log())
+        shutil.rmtree(node.data_dir)
+        send_everywhere(sender, "deleted")  # no retry here: a failing send fails the test
+        wait_isrs(replication, fab, {2, 3})
         for p in range(PARTITIONS):
-            replication.wait_in_sync(fab, cluster.nodes, TOPIC, p)
-            replication.final_read(fab, recorder, TOPIC, p)
-    history.check(dense=True).assert_valid()
+            offline = replication.status(node, TOPIC, p)
+            assert (offline["health"], offline["role"]) == ("Offline", "Follower"), offline
+            assert "is gone" in offline["reason"], offline
+        assert replication.state(fab, TOPIC, led).leader != 1
+        assert_quiet(node, mark, "a deleted data directory")
+        cluster.restart(1)  # its replicas start empty: they copy the partitions again and rejoin
+        wait_isrs(replication, fab, {1, 2, 3})

@@ -25,6 +25,10 @@ def test_the_shipped_node_config_is_valid(repo_root) -> None:
     assert settings.log_retention_check_interval_ms == 300000
     assert parse("--id", "1", "--coordinator", "fabric://h:1", "--log-retention-check-interval-ms",
                  "250").log_retention_check_interval_ms == 250
+    assert (settings.log_scrubber_io_max_bytes_per_second, settings.log_scrubber_backoff_ms) == (16 << 20, 15000)
+    scrubbing = parse("--id", "1", "--coordinator", "fabric://h:1", "--log-scrubber-io-max-bytes-per-second", "0",
+                      "--log-scrubber-backoff-ms", "500")
+    assert (scrubbing.log_scrubber_io_max_bytes_per_second, scrubbing.log_scrubber_backoff_ms) == (0, 500)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -38,6 +42,10 @@ def test_the_shipped_node_config_is_valid(repo_root) -> None:
     (("--id", "1", "--coordinator", "fabric://h:1", "--session-timeout-ms", "0"), "node.session.timeout.ms must be"),
     (("--id", "1", "--coordinator", "fabric://h:1", "--log-retention-check-interval-ms", "0"),
      "log.retention.check.interval.ms must be a number of milliseconds"),
+    (("--id", "1", "--coordinator", "fabric://h:1", "--log-scrubber-io-max-bytes-per-second", "-1"),
+     "log.scrubber.io.max.bytes.per.second must be a number of bytes from 0"),
+    (("--id", "1", "--coordinator", "fabric://h:1", "--log-scrubber-backoff-ms", "0"),
+     "log.scrubber.backoff.ms must be a number of milliseconds"),
 ])
 def test_bad_options_name_the_fix(argv, message) -> None:
     with pytest.raises(InvalidConfigError, match=message):

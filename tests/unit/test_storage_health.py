@@ -13,6 +13,7 @@ import pytest
 
 from fabric.common.errors import KafkaStorageError, NotLeaderError, StorageError
 from fabric.common.types import LeaderAndIsr, NodeAssignment, PartitionAssignment, PartitionRegistration, TopicInfo
+from fabric.server import wire
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.storage_health import Health, StorageHealth
 
@@ -42,7 +43,7 @@ def test_a_storage_failure_takes_a_replica_offline_once_and_a_probe_brings_it_ba
         assert [r.levelname for r in caplog.records] == ["WARNING"]  # once, however many requests fail
         health.probe()  # the directory takes writes again
     assert health.unhealthy() == [] and changes == [(TP, Health.OFFLINE), (TP, Health.HEALTHY)]
-    assert "replica t-0 is healthy again" in caplog.records[-1].message
+    assert "replica t-0 is healthy (was offline: the disk is full" in caplog.records[-1].message
     assert not list((tmp_path / "t" / "0").iterdir())  # the probe leaves nothing behind
 
 
@@ -97,3 +98,10 @@ def test_a_leader_whose_partition_directory_is_deleted_answers_a_retriable_error
     restarted = ReplicaManager(1, str(tmp_path / "node1"))  # a restart starts it empty; it copies it again
     restarted.apply(view(2))
     assert restarted.health.unhealthy() == [] and restarted.describe()[0]["log_end"] == 0
+
+
+def test_an_unexpected_failure_names_the_server_that_failed() -> None:
+    """A node's failure was sent as "coordinator failed: ...", though no coordinator was involved."""
+    sent = wire.to_flight_error(RuntimeError("a bug"), "node 3")
+    assert str(sent).startswith("node 3 failed: RuntimeError: a bug")
+    assert str(wire.to_flight_error(RuntimeError("a bug"))).startswith("coordinator failed: RuntimeError")

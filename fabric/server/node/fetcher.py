@@ -107,6 +107,18 @@ def replica_fetch_call(replica_id: int, partitions: list[tuple[str, int, int, in
     return run
 
 
+def call_node(peer: Peer, node: str, address: str, call: Call) -> Any:
+    """`call` at `node` (as messages name it), at `address`: its refusal raised as the fabric error it is, and
+    LeaderNotAvailableError if it does not answer."""
+    try:
+        return peer(address, call)
+    except (flight.FlightUnavailableError, flight.FlightTimedOutError) as exc:
+        raise LeaderNotAvailableError(f"{node} at {address} did not answer "
+                                      f"({wire.error_details(exc).get('message') or exc})") from None
+    except flight.FlightError as exc:
+        raise wire.from_flight_error(exc) from None
+
+
 class ReplicaFetcher:
     """Copies the frames of the partitions this node (`node_id`) follows on leader node `leader_id` at `address`,
     on a thread; `peer` makes calls to other nodes, `refresh` asks the controller for this node's latest
@@ -212,13 +224,7 @@ class ReplicaFetcher:
         fetched.retry_at = time.monotonic() + self.settings.backoff_ms / 1000
 
     def _call(self, call: Call) -> Any:
-        try:
-            return self.peer(self.address, call)
-        except (flight.FlightUnavailableError, flight.FlightTimedOutError) as exc:
-            raise LeaderNotAvailableError(f"leader node {self.leader_id} at {self.address} did not answer "
-                                          f"({wire.error_details(exc).get('message') or exc})") from None
-        except flight.FlightError as exc:
-            raise wire.from_flight_error(exc) from None
+        return call_node(self.peer, f"leader node {self.leader_id}", self.address, call)
 
     def _truncate(self, fetched: FetchedPartition) -> None:
         """Reconcile with the leader; report what was cut. Records cut below this replica's high watermark were

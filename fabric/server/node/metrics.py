@@ -11,7 +11,9 @@ For the partitions this node leads:
   in a replicated topic is the high watermark minus the group's committed offset (the coordinator's
   fabric_consumer_group_committed_offset).
 For every replica it hosts: fabric_offline_replicas{health}, the replicas it cannot serve (Kafka's
-OfflineReplicaCount; storage_health), reported to the controller with its heartbeats.
+OfflineReplicaCount; storage_health), reported to the controller with its heartbeats. The scrubber's
+fabric_log_scrubbed_bytes_total, and fabric_log_damaged_ranges_total / fabric_log_repaired_ranges_total: damaged
+ranges found (by the scrubber or a read) and repaired from other replicas.
 """
 from __future__ import annotations
 
@@ -19,11 +21,12 @@ import logging
 from collections import Counter
 from typing import Any, Iterator, Mapping
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from fabric.server.node.partition import Role
 from fabric.server.node.replica_manager import ReplicaManager
+from fabric.server.node.scrubber import Scrubber
 from fabric.server.node.storage_health import Health
 
 log = logging.getLogger(__name__)
@@ -32,10 +35,11 @@ FOLLOWER = ["topic", "partition", "follower"]
 
 
 class ReplicationCollector(Collector):
-    """The replication state of the partitions `replicas` leads, as gauges."""
+    """The replication state of the partitions `replicas` leads, as gauges, and the health of its replicas (with
+what `scrubber` walked, if the node scrubs)."""
 
-    def __init__(self, replicas: ReplicaManager) -> None:
-        self.replicas = replicas
+    def __init__(self, replicas: ReplicaManager, scrubber: Scrubber | None = None) -> None:
+        self.replicas, self.scrubber = replicas, scrubber
 
     def collect(self) -> Iterator[Metric]:
         led = GaugeMetricFamily("fabric_leader_partitions", "partitions this node leads")
@@ -75,3 +79,9 @@ class ReplicationCollector(Collector):
             if health is not Health.HEALTHY:
                 offline.add_metric([health.value], unhealthy[health.value])
         yield from (led, under, lag, lag_s, hw, end, offline)
+        yield CounterMetricFamily("fabric_log_scrubbed_bytes", "bytes of frames the scrubber checked",
+                                  self.scrubber.scrubbed_bytes if self.scrubber is not None else 0)
+        yield CounterMetricFamily("fabric_log_damaged_ranges", "damaged ranges found in this node's replicas",
+                                  self.replicas.health.damage_found)
+        yield CounterMetricFamily("fabric_log_repaired_ranges", "damaged ranges repaired from other replicas' copies",
+                                  self.replicas.repairer.repaired)

@@ -16,7 +16,7 @@ MAINTAIN_INTERVAL_S; followers' fetchers reach other nodes
 over the coordinator connection's clients and credentials. A LogMaintenance thread applies retention to the
 partitions the node leads and cleans the replicas of compacted topics it hosts every
 log.retention.check.interval.ms (ReplicaManager.maintained_partitions), each below its high watermark; it stops
-with the node.
+with the node. A Scrubber thread checks every replica's frames in the background (scrubber.py).
 """
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ from fabric.server.entry import server_main
 from fabric.server.node.leader import LeaderState
 from fabric.server.node.metrics import ReplicationCollector
 from fabric.server.node.replica_manager import ReplicaManager
+from fabric.server.node.scrubber import Scrubber
 from fabric.server.node.service import NodeService
 from fabric.server.node.settings import NodeSettings, add_node_arguments, node_settings_from
 from fabric.server.shutdown import Interrupted, Shutdown
@@ -208,14 +209,17 @@ def serve(settings: NodeSettings) -> None:
     connection = Connection(dataclasses.replace(options, timeout_s=min(options.timeout_s,
                                                                        settings.session_timeout_ms / 2000)))
     server = node = None
+    scrubber: Scrubber | None = None
     maintenance: LogMaintenance | None = None
     try:
         def peer(address: str, call: Call) -> Any:
             return call(connection.client(address), connection.call_options)
+        rate = settings.log_scrubber_io_max_bytes_per_second
         replicas = ReplicaManager(settings.node_id, settings.data_dir, peer, settings.fetch_settings(),
-                                  settings.replica_lag_time_max_ms)
+                                  settings.replica_lag_time_max_ms, verify_on_start=rate > 0)
+        scrubber = Scrubber(replicas, rate, settings.log_scrubber_backoff_ms) if rate else None
         server = NodeService(settings, replicas)
-        server.metrics.registry.register(ReplicationCollector(replicas))
+        server.metrics.registry.register(ReplicationCollector(replicas, scrubber))
         server.metrics.serve(settings.listen, settings.metrics_port)
         node = Node(settings, connection, replicas, server)
         _register_until_answered(node, shutdown)
@@ -224,24 +228,28 @@ def serve(settings: NodeSettings) -> None:
         threading.Thread(target=node.run_replication, name="node-replication", daemon=True).start()
         maintenance = LogMaintenance(replicas.maintained_partitions, settings.log_retention_check_interval_ms,
                                      name="node-log-maintenance").start()
+        if scrubber is not None:
+            scrubber.start()
         shutdown.serve_until_requested(f"node {settings.node_id} serving {settings.data_dir} at {server.address} "
                                        f"(coordinator {', '.join(options.addresses)}, node epoch {server.node_epoch})")
     except Interrupted as stop:
         log.info("%s before the node was serving: stopping", stop)
     finally:
-        _stop(shutdown, server, node, connection, maintenance)
+        _stop(shutdown, server, node, connection, maintenance, scrubber)
         os.close(claimed)
 
 
 def _stop(shutdown: Shutdown, server: NodeService | None, node: Node | None, connection: Connection,
-          maintenance: LogMaintenance | None) -> None:
-    """Stop heartbeating, hand the node's leaderships over (controlled shutdown), stop cleaning and serving
-    (calls in flight finish), within the deadline."""
+          maintenance: LogMaintenance | None, scrubber: Scrubber | None) -> None:
+    """Stop heartbeating, hand the node's leaderships over (controlled shutdown), stop scrubbing, cleaning and
+    serving (calls in flight finish), within the deadline."""
     shutdown.begin()
     if node is not None:
         node.stopping.set()
         node.controlled_shutdown(shutdown.remaining() / 3)
         node.replicas.stop()
+    if scrubber is not None:  # (it stops between two frames)
+        scrubber.stop(timeout_s=max(shutdown.remaining() / 4, 0.1))
     if maintenance is not None:  # a pass in progress ends after its partition (a kill mid-swap is recovered)
         maintenance.stop(timeout_s=max(shutdown.timeout_s / 2, 0.1))
     finished = True

@@ -12,7 +12,10 @@ the ISR of each partition it leads (`alter_partition`, set by the node) and chec
 Replicas of compacted topics are cleaned by the node's log maintenance (`maintained_partitions`) and, at the
 leader, on demand (`compact_partition`), each below its own high watermark. Retention runs at the leader only,
 in the same maintenance and on demand (`enforce_retention`), as does DeleteRecords (`delete_records`), never
-past the high watermark; followers take the leader's log start from their fetch answers.
+past the high watermark; followers take the leader's log start from their fetch answers. Each replica's health
+(storage_health: its storage failed, it is damaged, or not yet scrubbed since the node started) is reported with
+the node's heartbeats; reads that meet damage are repaired from another replica first (repair.py), and
+`replica_range` serves this node's copy of a range to a replica repairing its own.
 """
 from __future__ import annotations
 
@@ -49,7 +52,9 @@ from fabric.server import partition_ops
 from fabric.server.node.fetcher import FetchSettings, Peer, ReplicaFetcher
 from fabric.server.node.leader import LeaderState
 from fabric.server.node.partition import FetchWaiter, PartitionReplica, ReplicaFetch, Role
+from fabric.server.node.repair import RANGE_MAX_BYTES, Repairer, peer_copy
 from fabric.server.node.storage_health import Condition, Health, StorageHealth
+from fabric.storage import scrub
 from fabric.storage.cleaner import CleanReport
 from fabric.storage.log import Log
 from fabric.storage.log_manager import LogManager
@@ -82,7 +87,8 @@ class ReplicaManager:
     it runs a fetcher for every partition it follows (without one, as in unit tests, followers stay idle)."""
 
     def __init__(self, node_id: int, data_dir: str, peer: Peer | None = None,
-                 fetch_settings: FetchSettings = FetchSettings(), replica_lag_time_max_ms: int = 30000) -> None:
+                 fetch_settings: FetchSettings = FetchSettings(), replica_lag_time_max_ms: int = 30000,
+                 verify_on_start: bool = False) -> None:
         self.node_id = node_id
         with disk_errors(data_dir, "open the node's data directory"):
             self.logs = LogManager(data_dir, lambda txn: False, replica=True)  # a node never publishes transactions
@@ -91,6 +97,9 @@ class ReplicaManager:
         self.refresh: Callable[[], None] = lambda: None
         self.report: Callable[[], None] = lambda: None  # heartbeat soon: a replica's health changed (set by the node)
         self.health = StorageHealth(node_id, self._partition_dir)
+        if verify_on_start:  # (the node scrubs them): reported from the first heartbeat on
+            for tp in self.logs.partitions_on_disk():
+                self.health.unverified(tp)
         self.health.on_change = self._health_changed
         self.alter_partition: AlterPartition | None = None
         # the coordinator's record of a transactional id (set by the node), which markers are checked against
@@ -103,6 +112,8 @@ class ReplicaManager:
         self._addresses: dict[int, str] = {}
         self._offline_replicas: dict[TopicPartition, tuple[int, ...]] = {}  # replicas their nodes report offline
         self._lock = threading.RLock()  # (a replica found offline while the assignment is applied takes it again)
+        self.repairer = Repairer(node_id, self.health, peer_copy(peer, self._addresses) if peer else None,
+                                 lambda tp: self._offline_replicas.get(tp, ()), self._topic_id)
 
     def _claim_directory(self) -> None:
         path = os.path.join(self.logs.internal_dir, NODE_ID_FILE)
@@ -149,10 +160,11 @@ class ReplicaManager:
             finally:  # fetchers start once they have all their partitions: the first fetch asks for all of them,
                 for fetcher in self._fetchers.values():  # instead of long-polling for the first alone
                     fetcher.start()
+            for tp in set(self.health.unhealthy()) - set(assignment.partitions):
+                self.health.forget(tp)  # (found on disk at start, or left the node)
             for tp in sorted(set(self._replicas) - set(assignment.partitions)):
                 self._stop_fetcher(tp)
                 self._replicas.pop(tp).fence("no longer assigned to this node")
-                self.health.forget(tp)
                 if tp[0] in assignment.topics:  # reassigned away: this copy is no longer needed
                     log.info("partition %s-%d was moved off node %d: deleting its log here", *tp, self.node_id)
                     with disk_errors(self.logs.topic_dir(tp[0]), f"delete partition {tp[0]}-{tp[1]}"):
@@ -188,6 +200,10 @@ class ReplicaManager:
 
     def _opener(self, tp: TopicPartition) -> Callable[[], Log]:
         return lambda: self.logs.log(self._topics[tp[0]], tp[1])
+
+    def _topic_id(self, topic: str) -> str:
+        known = self._topics.get(topic)
+        return known.topic_id if known is not None else ""
 
     def _partition_dir(self, tp: TopicPartition) -> str:
         return os.path.join(self.logs.topic_dir(tp[0]), str(tp[1]))
@@ -253,6 +269,14 @@ class ReplicaManager:
             fetchers = sorted(self._fetchers.items())
         return [{"leader": leader, "address": address, "partitions": [list(tp) for tp in fetcher.partitions()]}
                 for (leader, address), fetcher in fetchers]
+
+    def hosted(self) -> list[PartitionReplica]:
+        with self._lock:
+            return list(self._replicas.values())
+
+    def hosts(self, replica: PartitionReplica) -> bool:
+        """Whether `replica` is still the node's replica of its partition."""
+        return self._replicas.get(replica.tp) is replica
 
     def leaders(self) -> list[TopicPartition]:
         return sorted(tp for tp, r in self._replicas.items() if r.state.role is Role.LEADER)
@@ -394,7 +418,8 @@ class ReplicaManager:
         isolation = partition_ops.isolation_level(isolation_level)
         replica = self.replica(topic, partition, leader_epoch, from_follower, topic_id)
         with self.health.guard((topic, partition), f"read partition {topic}-{partition}"):
-            return replica.read(offset, max_bytes, end_offset, leader_epoch, wait_s, from_follower, isolation)
+            return self.repairer.read_repaired(replica, lambda: replica.read(
+                offset, max_bytes, end_offset, leader_epoch, wait_s, from_follower, isolation))
 
     def replica_fetch(self, replica_id: int, partitions: list[tuple[str, int, int, int, str]],
                       max_bytes: int = 1 << 20, response_max_bytes: int = 10 << 20, max_wait_ms: int = 500
@@ -432,8 +457,8 @@ class ReplicaManager:
             try:
                 replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
                 with self.health.guard((topic, partition), f"read partition {topic}-{partition}"):
-                    answer = replica.serve_follower(replica_id, leader_epoch, offset,
-                                                    max(min(max_bytes, budget), 0))
+                    answer = self.repairer.read_repaired(replica, functools.partial(
+                        replica.serve_follower, replica_id, leader_epoch, offset, max(min(max_bytes, budget), 0)))
             except FabricError as exc:
                 answers.append(exc)
                 continue
@@ -457,6 +482,21 @@ class ReplicaManager:
         finally:
             for replica in watched:
                 replica.unwatch(event)
+
+    def replica_range(self, topic: str, partition: int, start_offset: int, end_offset: int,
+                      max_bytes: int = RANGE_MAX_BYTES, topic_id: str = "") -> pa.Buffer:
+        """Another replica's repair (repair.py): this node's copy of the whole frames from the one holding
+        `start_offset` to `end_offset`, below its high watermark, about `max_bytes` (at most RANGE_MAX_BYTES),
+        whatever its role. CorruptRecordError if this copy is damaged there too."""
+        if min(partition, start_offset, end_offset, max_bytes) < 0:
+            raise InvalidRequestError(f"replica_range of {clip(topic, 60)}-{partition}: partition, offsets and "
+                                      "max_bytes must be ints from 0")
+        replica = self._replicas.get((topic, partition))
+        if replica is None or not self._same_topic(topic, topic_id) or self.health.offline(replica.tp):
+            raise NotLeaderError(f"node {self.node_id} holds no copy of {topic}-{partition} it can serve")
+        with self.health.guard((topic, partition), f"read partition {topic}-{partition}"):
+            return scrub.copy_range(replica.log, start_offset, min(end_offset, replica.hw),
+                                    min(max_bytes, RANGE_MAX_BYTES))
 
     def offsets_for_leader_epoch(self, topic: str, partition: int, epoch: int, leader_epoch: int,
                                  topic_id: str = "") -> EpochEndOffset:

@@ -9,7 +9,8 @@ cluster_action on the cluster: the coordinator aborting timed-out transactions),
 `retain` and `delete-records`) and `status` for clients, and for followers (other nodes, which need cluster_action
 on the cluster resource) `offsets_for_leader_epoch` and `replica_fetch` (many partitions at once: its first result
 is a JSON answer per partition, its state or its error, then a result with the raw frames of each partition that
-has some, in order). The wire format is the coordinator service's (fabric.server.wire). Every request is checked
+has some, in order), and `replica_range` for a replica repairing a damaged range (one result: this node's raw
+frames of the range). The wire format is the coordinator service's (fabric.server.wire). Every request is checked
 against the ReplicaManager method it calls, authenticated and authorized as the coordinator's are (same tokens and
 ACL files), and refused with NotLeaderError / FencedLeaderEpochError unless this node leads the partition under the
 quoted leader epoch.
@@ -36,7 +37,8 @@ log = logging.getLogger(__name__)
 ACTIONS = {"partition_state": "describe", "offset_for_time": "describe",  # action -> ACL operation on its topic
            "offset_after_records": "describe", "write_markers": "write", "compact_partition": "admin",
            "enforce_retention": "admin", "delete_records": "admin"}
-REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_fetch")  # followers' calls, on the cluster resource
+# other nodes' calls (followers', and replicas repairing a damaged range), on the cluster resource
+REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_fetch", "replica_range")
 
 
 def _fetch_answer(answer: ReplicaFetch | FabricError) -> dict[str, Any]:
@@ -85,6 +87,8 @@ class NodeService(FabricFlightServer):
         if action.type == "replica_fetch":  # the frames of the partitions that have some, in order
             return [wire.dumps([_fetch_answer(answer) for answer in result]),
                     *[flight.Result(a.frames) for a in result if isinstance(a, ReplicaFetch) and a.frames.size]]
+        if action.type == "replica_range":  # the raw frames
+            return [flight.Result(result)]
         return [wire.dumps(result)]
 
     def _cluster_action(self, context: flight.ServerCallContext) -> bool:

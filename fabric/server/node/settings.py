@@ -20,6 +20,7 @@ from fabric.server.instance import (
     option_values,
 )
 from fabric.server.node.fetcher import FetchSettings
+from fabric.server.node.scrubber import BACKOFF_KEY, DEFAULT_BACKOFF_MS, DEFAULT_SCRUB_RATE, SCRUB_RATE_KEY
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
 
 DEFAULT_LISTEN = "127.0.0.1:9095"
@@ -49,6 +50,8 @@ class NodeSettings:
     replica_fetch_backoff_ms: int = 200
     metrics_port: int | None = None
     log_retention_check_interval_ms: int = DEFAULT_INTERVAL_MS
+    log_scrubber_io_max_bytes_per_second: int = DEFAULT_SCRUB_RATE
+    log_scrubber_backoff_ms: int = DEFAULT_BACKOFF_MS
 
     def fetch_settings(self) -> FetchSettings:
         return FetchSettings(self.replica_fetch_max_bytes, self.replica_fetch_wait_max_ms,
@@ -69,14 +72,15 @@ PROPERTIES = {"node.id": "node_id", "node.listen": "listen", "node.advertised.li
               "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
               "replica.fetch.max.bytes": "replica_fetch_max_bytes",
               "replica.fetch.backoff.ms": "replica_fetch_backoff_ms", "metrics.port": "metrics_port",
-              INTERVAL_KEY: "log_retention_check_interval_ms"}
+              INTERVAL_KEY: "log_retention_check_interval_ms",
+              SCRUB_RATE_KEY: "log_scrubber_io_max_bytes_per_second", BACKOFF_KEY: "log_scrubber_backoff_ms"}
 PATH_KEYS = ("tokens_file", "acl_file", "tls_cert", "tls_key")
 MILLISECONDS = {"heartbeat_interval_ms": "node.heartbeat.interval.ms",
                 "session_timeout_ms": "node.session.timeout.ms", "shutdown_timeout_ms": "node.shutdown.timeout.ms",
                 "replica_lag_time_max_ms": "replica.lag.time.max.ms",
                 "replica_fetch_wait_max_ms": "replica.fetch.wait.max.ms",
                 "replica_fetch_backoff_ms": "replica.fetch.backoff.ms",
-                "log_retention_check_interval_ms": INTERVAL_KEY}
+                "log_retention_check_interval_ms": INTERVAL_KEY, "log_scrubber_backoff_ms": BACKOFF_KEY}
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,6 +115,11 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-retention-check-interval-ms", metavar="MS", help="how often the node applies "
                         "retention to the partitions it leads and cleans the replicas of compacted topics it hosts "
                         f"({INTERVAL_KEY}, default {DEFAULT_INTERVAL_MS})")
+    parser.add_argument("--log-scrubber-io-max-bytes-per-second", metavar="BYTES", help="how fast the node reads "
+                        "its replicas' logs to check every frame's CRC in the background, repairing damage from "
+                        f"other replicas ({SCRUB_RATE_KEY}, default {DEFAULT_SCRUB_RATE}; 0 turns it off)")
+    parser.add_argument("--log-scrubber-backoff-ms", metavar="MS", help="how long the scrubber waits after a pass "
+                        f"over every replica before the next ({BACKOFF_KEY}, default {DEFAULT_BACKOFF_MS})")
     add_metrics_port_argument(parser)
 
 
@@ -124,6 +133,9 @@ def node_settings_from(args: argparse.Namespace) -> NodeSettings:
     values["node_id"] = _node_id(values["node_id"])
     if "replica_fetch_max_bytes" in values:
         values["replica_fetch_max_bytes"] = _bytes("replica.fetch.max.bytes", values["replica_fetch_max_bytes"])
+    if "log_scrubber_io_max_bytes_per_second" in values:
+        values["log_scrubber_io_max_bytes_per_second"] = _bytes(
+            SCRUB_RATE_KEY, values["log_scrubber_io_max_bytes_per_second"], minimum=0)
     if values.get("metrics_port") is not None:
         values["metrics_port"] = metrics_port(values["metrics_port"])
     if not values.get("coordinator"):
@@ -151,8 +163,9 @@ def _node_id(value: Any) -> int:
     return int(text)
 
 
-def _bytes(key: str, value: Any) -> int:
+def _bytes(key: str, value: Any, minimum: int = 1) -> int:
     text = str(value).strip()
-    if not text.isdigit() or not 1 <= int(text) <= INT_MAX:
-        raise InvalidConfigError(f"{key} must be a number of bytes from 1 to {INT_MAX}, got {clip(value, 40)}")
+    if not text.isdigit() or not minimum <= int(text) <= INT_MAX:
+        raise InvalidConfigError(f"{key} must be a number of bytes from {minimum} to {INT_MAX}, got "
+                                 f"{clip(value, 40)}")
     return int(text)

@@ -2,16 +2,22 @@
 node cannot serve now, reported to the controller with every heartbeat, which then treats them as it treats a dead
 node's replicas for those partitions (coordinator/controller.py, ReplicasOffline).
 
-States of a replica's health:
-- HEALTHY -> OFFLINE(reason): a read or write of its storage failed (a full, read-only or failing disk, a
-  permission refused, or its directory gone: `guard`). Its writes are refused at once with KafkaStorageError
-  (retriable: the controller moves the leadership to an in-sync replica), its fetcher stops, its maintenance
-  pauses, and only the first failure is logged, at WARNING: no traceback, no log per request.
-- OFFLINE -> HEALTHY: `probe`, every PROBE_INTERVAL_S, writes PROBE_BYTES into the replica's directory (its
-  storage works again: space freed, remounted read-write); logged at INFO. A replica whose directory disappeared
-  while the node served it stays OFFLINE until the node restarts: its records are gone, and the restart starts
-  it empty and copies it from its leader, as Kafka brings an offline log directory back with a restart.
-Every change of the set of unhealthy replicas is told to `on_change` (the node heartbeats at once).
+A replica's health, the worst that holds of it:
+- OFFLINE(reason): a read or write of its storage failed (a full, read-only or failing disk, a permission
+  refused, or its directory gone: `guard`). Its writes are refused at once with KafkaStorageError (retriable:
+  the controller moves the leadership to an in-sync replica), its fetcher stops, its maintenance pauses, and only
+  the first failure is logged, at WARNING: no traceback, no log per request. `probe`, every PROBE_INTERVAL_S,
+  writes PROBE_BYTES into its directory, and once that works (space freed, remounted read-write) the replica is
+  back. A replica whose directory disappeared while the node served it stays OFFLINE until the node restarts:
+  its records are gone, and the restart starts it empty and copies it from its leader, as Kafka brings an
+  offline log directory back with a restart.
+- DAMAGED(ranges): the scrubber or a read found frames below its high watermark that fail their checks, not yet
+  repaired (`damaged` .. `repaired`; scrubber.py, repair.py). It serves and copies everything else.
+- UNVERIFIED: its log was on disk when the node started and has not been scrubbed since (`unverified` ..
+  `verified`): a flipped bit while the node was down is found before the replica may join an ISR again.
+- HEALTHY.
+Every replica but a HEALTHY one is reported; every change of a replica's health is logged once and told to
+`on_change` (the node heartbeats at once).
 """
 from __future__ import annotations
 
@@ -22,12 +28,13 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from fabric.common.errors import KafkaStorageError, StorageError
 from fabric.common.types import TopicPartition
 from fabric.storage.errors import os_problem
+from fabric.storage.scan import Damage
 
 log = logging.getLogger(__name__)
 PROBE_INTERVAL_S = 1.0  # how often an offline replica's storage is tried again
@@ -38,19 +45,38 @@ GONE = (errno.ENOENT, errno.ENOTDIR)
 
 class Health(str, enum.Enum):
     HEALTHY = "Healthy"
+    UNVERIFIED = "Unverified"
+    DAMAGED = "Damaged"
     OFFLINE = "Offline"
 
 
 @dataclass(frozen=True)
 class Condition:
-    """A replica's health, why, and whether a probe may bring it back (not when its directory is gone)."""
+    """A replica's health and why."""
 
     health: Health
     reason: str = ""
-    probe: bool = True
 
 
 HEALTHY = Condition(Health.HEALTHY)
+UNVERIFIED = Condition(Health.UNVERIFIED, "its log was on disk when the node started and is not scrubbed yet")
+
+
+@dataclass
+class _Replica:
+    """What is known to be wrong with one replica."""
+
+    failure: str = ""  # why its storage failed (OFFLINE)
+    probe: bool = True  # whether a probe may bring it back
+    damage: dict[int, Damage] = field(default_factory=dict)  # by first offset
+    unverified: bool = False
+
+    def condition(self) -> Condition:
+        if self.failure:
+            return Condition(Health.OFFLINE, self.failure)
+        if self.damage:
+            return Condition(Health.DAMAGED, "; ".join(d.describe() for _, d in sorted(self.damage.items())))
+        return UNVERIFIED if self.unverified else HEALTHY
 
 
 class StorageHealth:
@@ -59,12 +85,16 @@ class StorageHealth:
     def __init__(self, node_id: int, directory: Callable[[TopicPartition], str]) -> None:
         self.node_id, self.directory = node_id, directory
         self.on_change: Callable[[TopicPartition, Condition], None] = lambda tp, condition: None
-        self._conditions: dict[TopicPartition, Condition] = {}
+        self._replicas: dict[TopicPartition, _Replica] = {}
+        self.damage_found = 0  # damaged ranges found so far (fabric_log_damaged_ranges_total)
+        self._found: set[tuple[TopicPartition, int]] = set()  # (replica, first offset) found and not repaired
         self._probed_at = 0.0
         self._lock = threading.Lock()
 
     def condition(self, tp: TopicPartition) -> Condition:
-        return self._conditions.get(tp, HEALTHY)
+        with self._lock:
+            known = self._replicas.get(tp)
+            return known.condition() if known is not None else HEALTHY
 
     def offline(self, tp: TopicPartition) -> bool:
         return self.condition(tp).health is Health.OFFLINE
@@ -72,32 +102,70 @@ class StorageHealth:
     def unhealthy(self) -> list[TopicPartition]:
         """The replicas the node cannot serve now, sorted: what its heartbeat reports."""
         with self._lock:
-            return sorted(self._conditions)
+            return sorted(tp for tp, known in self._replicas.items() if known.condition() is not HEALTHY)
 
-    def _set(self, tp: TopicPartition, condition: Condition) -> None:
-        """Record the replica's condition; log and tell on_change if its health changed."""
+    def damage(self, tp: TopicPartition) -> list[Damage]:
+        """The damaged ranges of the replica not yet repaired, in offset order."""
         with self._lock:
-            old = self.condition(tp)
-            if condition.health is old.health:
-                return
-            if condition.health is Health.HEALTHY:
-                self._conditions.pop(tp, None)
-            else:
-                self._conditions[tp] = condition
+            known = self._replicas.get(tp)
+            return [d for _, d in sorted(known.damage.items())] if known is not None else []
+
+    def _change(self, tp: TopicPartition, change: Callable[[_Replica], object]) -> None:
+        """Apply `change` to what is known of the replica; log and tell on_change if its health changed."""
+        with self._lock:
+            known = self._replicas.setdefault(tp, _Replica())
+            old = known.condition()
+            change(known)
+            new = known.condition()
+            if new is HEALTHY:
+                del self._replicas[tp]
+        if new.health is old.health:
+            return
         name = f"{tp[0]}-{tp[1]}"
-        if condition.health is Health.OFFLINE:
+        if new.health is Health.OFFLINE:
             log.warning("node %d: replica %s is offline: %s; the controller moves its leadership and ISR membership "
-                        "to other replicas%s", self.node_id, name, condition.reason,
-                        "" if condition.probe else " (its directory is gone: restart the node to copy it again)")
+                        "to other replicas%s", self.node_id, name, new.reason,
+                        "" if known.probe else " (its directory is gone: restart the node to copy it again)")
+        elif new.health is Health.DAMAGED:  # (each finding is logged at WARNING where it is found)
+            log.info("node %d: replica %s is damaged: %s; it is not eligible as leader while a healthy in-sync "
+                     "replica is alive, until repaired", self.node_id, name, new.reason)
         else:
-            log.info("node %d: replica %s is %s again (%s)", self.node_id, name, condition.health.value.lower(),
-                     old.reason)
-        self.on_change(tp, condition)
+            log.info("node %d: replica %s is %s (%s)", self.node_id, name, new.health.value.lower(),
+                     new.reason or f"was {old.health.value.lower()}: {old.reason}")
+        self.on_change(tp, new)
 
     def forget(self, tp: TopicPartition) -> None:
         """The replica left the node (moved away, or its topic deleted)."""
         with self._lock:
-            self._conditions.pop(tp, None)
+            self._replicas.pop(tp, None)
+            self._found = {found for found in self._found if found[0] != tp}
+
+    # -- scrubbing -------------------------------------------------------------------------------------------
+    def unverified(self, tp: TopicPartition) -> None:
+        """The replica's log was on disk when the node started: not to join an ISR until it is scrubbed."""
+        self._change(tp, lambda known: setattr(known, "unverified", True))
+
+    def verified(self, tp: TopicPartition) -> None:
+        """A scrub of the replica found nothing it has not repaired."""
+        self._change(tp, lambda known: setattr(known, "unverified", False))
+
+    def found(self, tp: TopicPartition, damage: Damage) -> bool:
+        """A damaged range of the replica met (by the scrubber or a read); True, and counted, the first time."""
+        with self._lock:
+            new = (tp, damage.first_offset) not in self._found
+            self._found.add((tp, damage.first_offset))
+            self.damage_found += new
+        return new
+
+    def damaged(self, tp: TopicPartition, damage: Damage) -> None:
+        """Damage below the replica's high watermark not repaired yet: the replica is DAMAGED until it is."""
+        self.found(tp, damage)
+        self._change(tp, lambda known: known.damage.__setitem__(damage.first_offset, damage))
+
+    def repaired(self, tp: TopicPartition, damage: Damage) -> None:
+        with self._lock:
+            self._found.discard((tp, damage.first_offset))
+        self._change(tp, lambda known: known.damage.pop(damage.first_offset, None))
 
     # -- storage failures ------------------------------------------------------------------------------------
     def failed(self, tp: TopicPartition, exc: BaseException, doing: str) -> KafkaStorageError | None:
@@ -115,7 +183,11 @@ class StorageHealth:
             reason, probe = str(exc), True
         else:
             return None
-        self._set(tp, Condition(Health.OFFLINE, reason, probe))
+
+        def fail(known: _Replica) -> None:
+            if not known.failure:
+                known.failure, known.probe = reason, probe
+        self._change(tp, fail)
         return self.error(tp, doing)
 
     def error(self, tp: TopicPartition, doing: str) -> KafkaStorageError:
@@ -130,6 +202,8 @@ class StorageHealth:
         KafkaStorageError (see `failed`); other errors pass through unchanged."""
         try:
             yield
+        except KafkaStorageError:
+            raise  # decided already (this replica's damage, or another guard's)
         except (OSError, StorageError) as exc:
             error = self.failed(tp, exc, doing)
             if error is None:
@@ -154,14 +228,14 @@ class StorageHealth:
             return
         self._probed_at = now
         with self._lock:
-            due = [tp for tp, c in self._conditions.items() if c.health is Health.OFFLINE and c.probe]
+            due = [tp for tp, known in self._replicas.items() if known.failure and known.probe]
         for tp in due:
             try:
                 _write_probe(self.directory(tp))
             except OSError as exc:
                 log.debug("node %d: replica %s-%d's storage still fails (%s)", self.node_id, *tp, exc)
                 continue
-            self._set(tp, HEALTHY)
+            self._change(tp, lambda known: setattr(known, "failure", ""))
 
 
 def _write_probe(directory: str) -> None:
