@@ -23,6 +23,8 @@ from fabric.common.errors import (
 )
 from fabric.common.waiting import wait_for
 from fabric.server.launcher import NodeProcess
+from fabric.server.node.repair import range_call
+from fabric.storage import frame
 
 # a loaded machine may take a while past the session timeout to notice, decide and answer
 SETTLE_S = 30
@@ -148,6 +150,10 @@ def test_the_controllers_calls_need_cluster_action_and_describe_shows_only_descr
     assert raw.action(node, "partition_state", token="app-secret", topic="visible", partition=0).end_offset == 1
     with pytest.raises(AuthorizationError, match="not allowed to describe topic:hidden"):
         raw.action(node, "partition_state", token="app-secret", topic="hidden", partition=0)
+    copy = range_call(("visible", 0), 0, 1, "")  # a replica repairing a damaged range asks another for its copy
+    with pytest.raises(AuthorizationError, match="not allowed to cluster_action cluster:fabric"):
+        raw.call(node, copy, "app-secret")
+    assert frame.unpack_header(raw.call(node, copy, "node-secret"), 0).base_offset == 0
     coordinator = cluster.coordinator.address
     with pytest.raises(AuthorizationError, match="not allowed to cluster_action cluster:fabric"):
         raw.action(coordinator, "register_node", token="app-secret", node_id=7, address="127.0.0.1:1")
