@@ -15,12 +15,15 @@ from fabric.server.connection import parse_url
 from fabric.server.instance import (
     SERVER_LOG_LEVEL,
     add_metrics_port_argument,
+    add_request_max_bytes_argument,
+    byte_count,
     check_address,
     metrics_port,
     option_values,
 )
 from fabric.server.node.fetcher import FetchSettings
 from fabric.server.node.scrubber import BACKOFF_KEY, DEFAULT_BACKOFF_MS, DEFAULT_SCRUB_RATE, SCRUB_RATE_KEY
+from fabric.server.wire import SOCKET_REQUEST_MAX_BYTES
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
 
 DEFAULT_LISTEN = "127.0.0.1:9095"
@@ -50,6 +53,7 @@ class NodeSettings:
     replica_fetch_backoff_ms: int = 200
     metrics_port: int | None = None
     log_retention_check_interval_ms: int = DEFAULT_INTERVAL_MS
+    socket_request_max_bytes: int = SOCKET_REQUEST_MAX_BYTES
     log_scrubber_io_max_bytes_per_second: int = DEFAULT_SCRUB_RATE
     log_scrubber_backoff_ms: int = DEFAULT_BACKOFF_MS
 
@@ -73,6 +77,7 @@ PROPERTIES = {"node.id": "node_id", "node.listen": "listen", "node.advertised.li
               "replica.fetch.max.bytes": "replica_fetch_max_bytes",
               "replica.fetch.backoff.ms": "replica_fetch_backoff_ms", "metrics.port": "metrics_port",
               INTERVAL_KEY: "log_retention_check_interval_ms",
+              "socket.request.max.bytes": "socket_request_max_bytes",
               SCRUB_RATE_KEY: "log_scrubber_io_max_bytes_per_second", BACKOFF_KEY: "log_scrubber_backoff_ms"}
 PATH_KEYS = ("tokens_file", "acl_file", "tls_cert", "tls_key")
 MILLISECONDS = {"heartbeat_interval_ms": "node.heartbeat.interval.ms",
@@ -120,6 +125,7 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
                         f"other replicas ({SCRUB_RATE_KEY}, default {DEFAULT_SCRUB_RATE}; 0 turns it off)")
     parser.add_argument("--log-scrubber-backoff-ms", metavar="MS", help="how long the scrubber waits after a pass "
                         f"over every replica before the next ({BACKOFF_KEY}, default {DEFAULT_BACKOFF_MS})")
+    add_request_max_bytes_argument(parser)
     add_metrics_port_argument(parser)
 
 
@@ -131,10 +137,12 @@ def node_settings_from(args: argparse.Namespace) -> NodeSettings:
         raise InvalidConfigError("a data node needs its id: --id N (node.id), an int from 0; keep it with its --data "
                                  "directory across restarts")
     values["node_id"] = _node_id(values["node_id"])
-    if "replica_fetch_max_bytes" in values:
-        values["replica_fetch_max_bytes"] = _bytes("replica.fetch.max.bytes", values["replica_fetch_max_bytes"])
+    for name, key in (("replica_fetch_max_bytes", "replica.fetch.max.bytes"),
+                      ("socket_request_max_bytes", "socket.request.max.bytes")):
+        if name in values:
+            values[name] = byte_count(key, values[name])
     if "log_scrubber_io_max_bytes_per_second" in values:
-        values["log_scrubber_io_max_bytes_per_second"] = _bytes(
+        values["log_scrubber_io_max_bytes_per_second"] = byte_count(
             SCRUB_RATE_KEY, values["log_scrubber_io_max_bytes_per_second"], minimum=0)
     if values.get("metrics_port") is not None:
         values["metrics_port"] = metrics_port(values["metrics_port"])
@@ -160,12 +168,4 @@ def _node_id(value: Any) -> int:
     text = str(value).strip()
     if not text.isdigit() or int(text) > INT_MAX:
         raise InvalidConfigError(f"--id {clip(value, 40)} must be a node id, an int from 0 to {INT_MAX}")
-    return int(text)
-
-
-def _bytes(key: str, value: Any, minimum: int = 1) -> int:
-    text = str(value).strip()
-    if not text.isdigit() or not minimum <= int(text) <= INT_MAX:
-        raise InvalidConfigError(f"{key} must be a number of bytes from {minimum} to {INT_MAX}, got "
-                                 f"{clip(value, 40)}")
     return int(text)
