@@ -110,7 +110,8 @@ def test_a_demoted_or_deposed_controller_decides_nothing_but_the_store_is_descri
 
 
 def test_offline_replicas_reported_with_heartbeats_move_leaders_and_bar_the_isr_until_healthy(driver) -> None:
-    epochs = {i: driver.register_node(i, f"127.0.0.1:{9094 + i}").node_epoch for i in (1, 2, 3)}
+    epochs = {i: driver.register_node(i, f"127.0.0.1:{9094 + i}", directory_id=f"dir{i}").node_epoch
+              for i in (1, 2, 3)}
     driver.create_topic("t", 1, 3, {}, None)
     tp = ("t", 0)
     state = driver.describe_cluster().partitions[tp].state
@@ -129,7 +130,8 @@ def test_offline_replicas_reported_with_heartbeats_move_leaders_and_bar_the_isr_
 
 
 def test_an_offline_only_copy_keeps_leading_until_a_healthy_replica_is_in_sync(driver) -> None:
-    epochs = {i: driver.register_node(i, f"127.0.0.1:{9094 + i}").node_epoch for i in (1, 2)}
+    epochs = {i: driver.register_node(i, f"127.0.0.1:{9094 + i}", directory_id=f"dir{i}").node_epoch
+              for i in (1, 2)}
     driver.create_topic("t", 1, 2, {}, None)
     tp = ("t", 0)
     state = driver.describe_cluster().partitions[tp].state
@@ -142,5 +144,6 @@ def test_an_offline_only_copy_keeps_leading_until_a_healthy_replica_is_in_sync(d
                                    (1, 2))  # the other caught up
     driver.node_heartbeat(leader, epochs[leader], offline_replicas=[tp])  # the next report hands over
     assert driver.describe_cluster().partitions[tp].state.leader == other
-    driver.register_node(leader, f"127.0.0.1:{9094 + leader}")  # a new process reports for itself
+    driver.register_node(leader, f"127.0.0.1:{9094 + leader}", directory_id=f"dir{leader}")  # a new process
+    # reports for itself
     assert driver.node_heartbeat(other, epochs[other]).offline_replicas == {}
