@@ -17,7 +17,8 @@ bumps leader_epoch, fencing the old leader):
 - NodeDied(N): N leaves every ISR it is in, unless it is the last member. Online(N, ...) -> Online(first alive
   ISR member in assignment order) | Online(first alive replica, ISR = [it]) when unclean election is on |
   Offline.
-- NodeRegistered(N) (a new node epoch; a node the controller thought alive first dies, as KIP-380's bounce):
+- NodeRegistered(N) (a new node epoch; its earlier incarnation first dies, as KIP-380's bounce, also when its
+  lease lapsed and was not expired yet, so a new process never inherits the old one's leaderships):
   Offline(ISR) -> Online(N) when N is in the ISR (or unclean election is on and N is a replica).
 - AlterPartition from the leader (Kafka's AlterPartition): Online(L, ISR) -> Online(L, ISR'). Refused unless
   the node epoch is the node's current one (StaleNodeEpochError), the sender leads (NotLeaderError), quotes the
@@ -282,7 +283,7 @@ def _node_registered(view: ClusterView, node: NodeInfo) -> Outcome:
         raise StaleNodeEpochError(f"node {node.id} registered with epoch {node.node_epoch}, not newer than "
                                   f"{known.node_epoch}")
     died = Outcome()
-    if known is not None and known.alive:  # a bounce the leases did not see: its old incarnation died
+    if known is not None:  # its old incarnation died: a bounce the leases did not see, or a lapse not yet expired
         view, died = advance(view, NodeDied(node.id))
     view = replace(view, nodes={**view.nodes, node.id: replace(node, alive=True)},
                    offline_replicas={i: r for i, r in view.offline_replicas.items() if i != node.id})

@@ -149,6 +149,15 @@ def test_a_bounce_the_leases_missed_counts_as_a_death_first() -> None:
     assert [d.kind for d in alone.decisions] == [DecisionKind.OFFLINE, DecisionKind.ELECTED]
 
 
+def test_a_registration_after_a_lapse_not_yet_expired_counts_as_a_death_first() -> None:
+    """The node's lease lapsed (not alive) but no tick has declared it dead yet when its new process (perhaps on a
+    wiped disk) registers: the old incarnation's leadership must not pass to the new process."""
+    v = view({TP: part((1, 2, 3), 2, (2, 1))}, alive=(1, 3))
+    out = decide(v, NodeRegistered(node(2, epoch=2)))
+    assert out.changes[TP].state == LeaderAndIsr(1, 4, (1,), 8, EPOCH)
+    assert [d.kind for d in out.decisions] == [DecisionKind.ELECTED]
+
+
 def test_a_registration_must_bring_a_newer_node_epoch() -> None:
     with pytest.raises(StaleNodeEpochError, match="not newer"):
         decide(view(), NodeRegistered(node(1, epoch=1)))
