@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fabric.client.client_metrics import Metrics, ProducerCounts
 from fabric.client.cluster import Cluster
 from fabric.client.delivery import BatchMetadata, DeliveryCallback, Drain, SendFuture
 from fabric.client.idempotence import Sequences
@@ -140,6 +141,7 @@ class Producer:
         self._closed = False
         self._wake = threading.Condition(self._lock)
         self._linger_thread: threading.Thread | None = None
+        self._counts = ProducerCounts()
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._at_exit)
 
@@ -153,6 +155,15 @@ class Producer:
             cached = _TopicMeta(time.monotonic(), info, TopicConfig(info.config)["max.message.bytes"], typed)
             self._meta[topic] = cached
         return cached
+
+    def partitions_for(self, topic: str) -> set[int]:
+        """The partition numbers of `topic` (kafka-python's partitions_for), from the metadata send() uses."""
+        return set(range(self._topic(topic).info.partitions))
+
+    def metrics(self) -> Metrics:
+        """What this producer did, as kafka-python's metrics(): {"producer-metrics": {metric name: value}}, with
+        Kafka's names (record-send-total, byte-total, record-error-total, record-retry-total, request-total)."""
+        return self._counts.report()
 
     # -- sending -----------------------------------------------------------------------------------
     def send(self, topic: str, value: Any = None, key: bytes | str | None = None, headers: Headers = None,
@@ -297,11 +308,15 @@ class Producer:
         retries = 0
         while True:
             try:
-                return self.cluster.append(topic, partition, rows, self._codec, self._acks, **producer)
+                base = self.cluster.append(topic, partition, rows, self._codec, self._acks, **producer)
+                self._counts.sent(rows)
+                return base
             except FabricError as exc:
                 if not exc.retriable or retries >= self.config["retries"] or time.monotonic() >= deadline:
+                    self._counts.failed(rows.num_rows)
                     raise
                 retries += 1
+                self._counts.retried(rows.num_rows)
                 log.info("producer %r: append to %s-%d failed (%s); retry %d", self.config["client_id"], topic,
                          partition, exc, retries)
                 time.sleep(min(self.config["retry_backoff_ms"] / 1000, max(deadline - time.monotonic(), 0)))
@@ -411,8 +426,10 @@ class Producer:
             try:
                 bases = manager.commit(publish)
             except BaseException as exc:
+                self._counts.failed(sum(len(buf.values) for buf in buffers.values()))
                 _fail(buffers.values(), exc)
                 raise
+            self._counts.sent(*(chunk for chunks in parts.values() for chunk in chunks))
             for buf, assigned, runs in built:
                 topic = buf.drain.topic
                 metas = [BatchMetadata(topic, p, base, chunk.num_rows) for p, _, _ in runs
