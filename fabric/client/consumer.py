@@ -534,6 +534,7 @@ class Consumer(Lookups):
             raise FabricError("committed() needs a consumer created with group_id=...")
         given = (partitions, *more)
         one = partitions is not None and not partition_args.is_list(given)
+        wanted: Sequence[TopicPartition]
         if one:
             wanted = [partition_args.one(given, "committed()", or_list=True)]
         else:

@@ -11,7 +11,7 @@ A TopicPartition is any (topic, partition) pair; an offset it carries (`.offset`
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypeGuard
 
 from fabric.client.topic_partition import TopicPartition
 from fabric.common import checks
@@ -27,7 +27,7 @@ def is_list(args: tuple[Any, ...]) -> bool:
 def partitions(args: tuple[Any, ...], what: str) -> list[TopicPartition]:
     """The partitions of a call taking several (pause, resume, seek_to_beginning): each an argument of its own
     (kafka-python's pause(tp1, tp2)), or one list of them (confluent-kafka's pause([tp1, tp2]))."""
-    given = args[0] if is_list(args) else args
+    given = list(args[0] if is_list(args) else args)
     if not all(_is_pair(tp) for tp in given):
         name = what.removesuffix("()")
         raise InvalidArgumentError(
@@ -91,7 +91,7 @@ def commit_offsets(offsets: Any, message: Record | None) -> Any:
     return {tp: tp.offset for tp in partition_list(offsets, "commit()")}
 
 
-def _is_pair(value: Any) -> bool:
+def _is_pair(value: Any) -> TypeGuard[tuple[Any, ...] | list[Any]]:
     return isinstance(value, (tuple, list)) and len(value) == 2
 
 
