@@ -22,9 +22,9 @@ import pyarrow as pa
 from fabric.client import partition_args
 from fabric.client.client_metrics import ConsumerCounts, Metrics
 from fabric.client.cluster import Cluster
-from fabric.client.deserializing import Deserializer, Deserializers
 from fabric.client.lookups import Lookups
 from fabric.client.membership import Callback, GroupMember, GroupMetadata
+from fabric.client.serializers import Deserializer, Deserializers
 from fabric.client.topic_partition import TopicPartition as NamedPartition
 from fabric.client.topic_partition import named, named_keys, with_offsets
 from fabric.common import checks
