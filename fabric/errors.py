@@ -13,8 +13,10 @@ from fabric.common.errors import *  # noqa: F401,F403  (every error type of the 
 from fabric.common.errors import (
     AuthenticationError,
     AuthorizationError,
+    ClientTimeoutError,
     CoordinatorUnavailableError,
     CorruptRecordError,
+    DuplicateNodeRegistrationError,
     FabricError,
     GroupNotEmptyError,
     InvalidArgumentError,
@@ -34,6 +36,7 @@ KafkaError = KafkaException = FabricError
 
 # kafka-python's names of the client's own errors.
 NoBrokersAvailable = CoordinatorUnavailableError  # nothing at the URL answered
+KafkaTimeoutError = ClientTimeoutError  # a send, flush, close or future not done within its timeout
 IllegalArgumentError = InvalidArgumentError
 KafkaConfigurationError = InvalidConfigError
 
@@ -50,6 +53,7 @@ NonEmptyGroupError = GroupNotEmptyError
 OutOfOrderSequenceNumberError = OutOfOrderSequenceError
 KafkaStorageError = StorageError
 StaleBrokerEpochError = StaleNodeEpochError
+DuplicateBrokerRegistrationError = DuplicateNodeRegistrationError
 SaslAuthenticationFailedError = AuthenticationError
 TopicAuthorizationFailedError = GroupAuthorizationFailedError = AuthorizationError
 ClusterAuthorizationFailedError = TransactionalIdAuthorizationFailedError = AuthorizationError

@@ -129,7 +129,8 @@ def test_fabric_errors_has_every_error_and_kafka_python_names_for_the_same_meani
     same = {"KafkaError": "FabricError", "CommitFailedError": "CommitFailedError",
             "NotLeaderForPartitionError": "NotLeaderError", "TopicAuthorizationFailedError": "AuthorizationError",
             "RecordTooLargeError": "RecordTooLargeError", "NoOffsetForPartitionError": "NoOffsetForPartitionError",
-            "TopicAlreadyExistsError": "TopicExistsError", "UnknownMemberIdError": "UnknownMemberError"}
+            "TopicAlreadyExistsError": "TopicExistsError", "UnknownMemberIdError": "UnknownMemberError",
+            "KafkaTimeoutError": "ClientTimeoutError"}
     for kafka_name, fabric_name in same.items():
         assert getattr(fabric.errors, kafka_name) is getattr(errors, fabric_name)
     assert issubclass(errors.UnknownTopicError, errors.UnknownTopicOrPartitionError)
