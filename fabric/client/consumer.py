@@ -5,7 +5,8 @@ position starts at the group's committed offset, else at auto_offset_reset; comm
 the coordinator, where `fabric groups describe` and every other consumer of the group see them.
 With a group_id, subscribe() makes the consumer a group member (fabric/membership.py): the group splits the
 partitions among its members and commits carry the member's generation. subscribe(pattern=...) follows the topics
-whose names match, created later ones included. Partitions come back as fabric.TopicPartition objects.
+whose names match, created later ones included. Partitions come back as fabric.TopicPartition objects; calls
+naming partitions take kafka-python's and confluent-kafka's forms too (fabric.client.partition_args).
 """
 from __future__ import annotations
 
