@@ -26,7 +26,6 @@ from fabric.common.errors import (
     OutOfOrderSequenceError,
     RecordTooLargeError,
     StaleNodeEpochError,
-    StorageError,
     TopicExistsError,
     UnknownMemberError,
 )
@@ -51,7 +50,6 @@ UnknownMemberIdError = UnknownMemberError
 TopicAlreadyExistsError = TopicExistsError
 NonEmptyGroupError = GroupNotEmptyError
 OutOfOrderSequenceNumberError = OutOfOrderSequenceError
-KafkaStorageError = StorageError
 StaleBrokerEpochError = StaleNodeEpochError
 DuplicateBrokerRegistrationError = DuplicateNodeRegistrationError
 SaslAuthenticationFailedError = AuthenticationError
