@@ -33,8 +33,8 @@ bumps leader_epoch, fencing the old leader):
 - ElectLeaders(UNCLEAN), only for topics with unclean.leader.election.enable=true: Offline -> Online(first
   alive replica, ISR = [it]); the election is logged, since records the old ISR acknowledged may be lost.
 - ReplicasOffline(N, node epoch, replicas) (Kafka's offline log directories, carried by the node's heartbeat): the
-  replicas N reports it cannot serve (storage failed, damaged and not yet repaired, or not yet scrubbed since it
-  started) are offline for their partitions, as a dead node's replicas are: each leaves the ISR; Online(N, ...) ->
+  replicas N reports it cannot serve (storage failed, or damaged and not yet repaired) are offline for their
+  partitions, as a dead node's replicas are: each leaves the ISR; Online(N, ...) ->
   Online(first healthy alive ISR member). A replica that is the partition's only healthy choice stays where it is
   (the leader keeps leading: readers keep what it can serve). Refused (StaleNodeEpochError) unless the node epoch
   is the node's current one. While a node reports a replica offline, no election picks it as long as a healthy

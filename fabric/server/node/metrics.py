@@ -11,7 +11,8 @@ For the partitions this node leads:
   in a replicated topic is the high watermark minus the group's committed offset (the coordinator's
   fabric_consumer_group_committed_offset).
 For every replica it hosts: fabric_offline_replicas{health}, the replicas it cannot serve (Kafka's
-OfflineReplicaCount; storage_health), reported to the controller with its heartbeats. The scrubber's
+OfflineReplicaCount; storage_health), reported to the controller with its heartbeats, and those not yet
+scrubbed since the node started (Unverified, not reported). The scrubber's
 fabric_log_scrubbed_bytes_total, and fabric_log_damaged_ranges_total / fabric_log_repaired_ranges_total: damaged
 ranges found (by the scrubber or a read) and repaired from other replicas.
 """
@@ -53,8 +54,9 @@ what `scrubber` walked, if the node scrubs)."""
                                "read below it)", labels=PARTITION)
         end = GaugeMetricFamily("fabric_partition_log_end_offset", "a led partition's log end offset",
                                 labels=PARTITION)
-        offline = GaugeMetricFamily("fabric_offline_replicas", "replicas this node cannot serve (their storage "
-                                    "failed), reported to the controller", labels=["health"])
+        offline = GaugeMetricFamily("fabric_offline_replicas", "replicas this node cannot serve (Offline, "
+                                    "Damaged: reported to the controller) or has not scrubbed since it started "
+                                    "(Unverified)", labels=["health"])
         count = under_count = 0
         unhealthy: Counter[str] = Counter()
         for described in self.replicas.describe():

@@ -13,8 +13,8 @@ Replicas of compacted topics are cleaned by the node's log maintenance (`maintai
 leader, on demand (`compact_partition`), each below its own high watermark. Retention runs at the leader only,
 in the same maintenance and on demand (`enforce_retention`), as does DeleteRecords (`delete_records`), never
 past the high watermark; followers take the leader's log start from their fetch answers. Each replica's health
-(storage_health: its storage failed, it is damaged, or not yet scrubbed since the node started) is reported with
-the node's heartbeats; reads that meet damage are repaired from another replica first (repair.py), and
+(storage_health: its storage failed, or it is damaged and not yet repaired) is reported with the node's
+heartbeats; reads that meet damage are repaired from another replica first (repair.py), and
 `replica_range` serves this node's copy of a range to a replica repairing its own.
 """
 from __future__ import annotations

@@ -14,9 +14,12 @@ A replica's health, the worst that holds of it:
 - DAMAGED(ranges): the scrubber or a read found frames below its high watermark that fail their checks, not yet
   repaired (`damaged` .. `repaired`; scrubber.py, repair.py). It serves and copies everything else.
 - UNVERIFIED: its log was on disk when the node started and has not been scrubbed since (`unverified` ..
-  `verified`): a flipped bit while the node was down is found before the replica may join an ISR again.
+  `verified`). The scrubber walks it first, so a flipped bit while the node was down is found soon, and then it is
+  DAMAGED. It is not reported meanwhile: it serves, and rejoins its ISR as soon as it has caught up (a rolling
+  restart must not wait for whole logs to be read before the next node may stop), while a read that meets damage
+  is repaired before it is answered (repair.py) whatever the replica's health.
 - HEALTHY.
-Every replica but a HEALTHY one is reported; every change of a replica's health is logged once and told to
+OFFLINE and DAMAGED replicas are reported to the controller; every change of a replica's health is logged once and told to
 `on_change` (the node heartbeats at once).
 """
 from __future__ import annotations
@@ -100,9 +103,10 @@ class StorageHealth:
         return self.condition(tp).health is Health.OFFLINE
 
     def unhealthy(self) -> list[TopicPartition]:
-        """The replicas the node cannot serve now, sorted: what its heartbeat reports."""
+        """The replicas the node cannot serve now (OFFLINE or DAMAGED), sorted: what its heartbeat reports."""
         with self._lock:
-            return sorted(tp for tp, known in self._replicas.items() if known.condition() is not HEALTHY)
+            return sorted(tp for tp, known in self._replicas.items()
+                          if known.condition().health in (Health.OFFLINE, Health.DAMAGED))
 
     def damage(self, tp: TopicPartition) -> list[Damage]:
         """The damaged ranges of the replica not yet repaired, in offset order."""
@@ -142,7 +146,7 @@ class StorageHealth:
 
     # -- scrubbing -------------------------------------------------------------------------------------------
     def unverified(self, tp: TopicPartition) -> None:
-        """The replica's log was on disk when the node started: not to join an ISR until it is scrubbed."""
+        """The replica's log was on disk when the node started: the scrubber walks it first."""
         self._change(tp, lambda known: setattr(known, "unverified", True))
 
     def verified(self, tp: TopicPartition) -> None:
