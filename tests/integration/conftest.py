@@ -173,20 +173,21 @@ class NodeCluster:
     """Coordinator instances (`instances` of them sharing one data directory: a SQLite store, or with
     `coordinator_extra` e.g. a zk:// store) and data nodes 1..`nodes` as real processes under `root`, with quick
     leases: a node is dead `SESSION_MS` after its last heartbeat. `start()` returns once every node registered;
-    `close()` stops them all. `node_query` (e.g. "token=...") is added to the nodes' coordinator URL, `node_extra`
+    `close()` stops them all. `node_token` is the nodes' own token (given in their environment, as a token must
+    never be on a command line), `node_extra`
     to their options (after the defaults, so they override them), `racks[i - 1]` is node i's --rack; with
     `separate_dirs` each coordinator instance has a data directory of its own (coordinator1, coordinator2, ...)."""
 
     SESSION_MS, HEARTBEAT_MS = 6000, 500  # a loaded machine meets these; death tests wait up to 30 s
 
     def __init__(self, root: Path, nodes: int = 3, coordinator_extra: tuple[str, ...] = (),
-                 node_query: str = "", instances: int = 1, node_extra: tuple[str, ...] = (),
+                 node_token: str | None = None, instances: int = 1, node_extra: tuple[str, ...] = (),
                  racks: tuple[str, ...] = (), separate_dirs: bool = False) -> None:
         self.root, self.node_extra, self.racks = root, node_extra, racks
         self.coordinators = [CoordinatorProcess(str(root / (f"coordinator{i}" if separate_dirs else "coordinator")),
                                                 extra=("--node-session-timeout-ms", str(self.SESSION_MS),
                                                        *coordinator_extra)) for i in range(1, instances + 1)]
-        self.node_query = node_query
+        self.node_token = node_token
         self.nodes: dict[int, NodeProcess] = {}
         self.count = nodes
 
@@ -201,9 +202,8 @@ class NodeCluster:
     def start(self) -> NodeCluster:
         for coordinator in self.coordinators:
             coordinator.start()
-        coordinator_url = self.url + (f"?{self.node_query}" if self.node_query else "")
         for i in range(1, self.count + 1):
-            self.nodes[i] = NodeProcess(i, str(self.root / f"node{i}"), coordinator_url,
+            self.nodes[i] = NodeProcess(i, str(self.root / f"node{i}"), self.url, token=self.node_token,
                                         extra=("--heartbeat-interval-ms", str(self.HEARTBEAT_MS),
                                                "--session-timeout-ms", str(self.SESSION_MS), *self.node_extra,
                                                *(("--rack", self.racks[i - 1]) if self.racks else ())))
@@ -215,7 +215,8 @@ class NodeCluster:
         """Start node `node_id` again on its port and data directory; returns once it registered."""
         old = self.nodes[node_id]
         old.stop()
-        self.nodes[node_id] = NodeProcess(node_id, old.data_dir, old.coordinator, port=old.port, extra=old.extra)
+        self.nodes[node_id] = NodeProcess(node_id, old.data_dir, old.coordinator, port=old.port, extra=old.extra,
+                                          token=old.token)
         return self.nodes[node_id].start()
 
     def close(self) -> None:
@@ -258,15 +259,15 @@ def replicated_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
 
 @pytest.fixture
 def node_cluster(tmp_path) -> Iterator[Callable[..., NodeCluster]]:
-    """start(nodes=3, coordinator_extra=(), node_query="", instances=1, node_extra=(), racks=(),
+    """start(nodes=3, coordinator_extra=(), node_token=None, instances=1, node_extra=(), racks=(),
     separate_dirs=False) → a started NodeCluster of the test's own (for tests that kill or restart processes);
     stopped after the test."""
     started: list[NodeCluster] = []
 
-    def start(nodes: int = 3, coordinator_extra: tuple[str, ...] = (), node_query: str = "",
+    def start(nodes: int = 3, coordinator_extra: tuple[str, ...] = (), node_token: str | None = None,
               instances: int = 1, node_extra: tuple[str, ...] = (), racks: tuple[str, ...] = (),
               separate_dirs: bool = False) -> NodeCluster:
-        started.append(NodeCluster(tmp_path / f"cluster{len(started)}", nodes, coordinator_extra, node_query,
+        started.append(NodeCluster(tmp_path / f"cluster{len(started)}", nodes, coordinator_extra, node_token,
                                    instances, node_extra, racks, separate_dirs))
         return started[-1].start()
 
