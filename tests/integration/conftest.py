@@ -62,17 +62,25 @@ def spark():
 
 
 @pytest.fixture(scope="session")
-def spark_cluster(plain_module: Callable[[str], ModuleType], tmp_path_factory) -> Iterator[Any]:
-    """A real Spark standalone cluster shared by the run (tests/spark_cluster.py's SparkCluster): a master and 2
-    workers of 1 core and 1 GiB on free 127.0.0.1 ports, started with pyspark's launcher. `master_url`,
-    `submit(script, *args, conf=None, env=None, name=None)` → the spark-submit Popen (client mode),
-    `run(...)` → its output once it succeeded, `output(popen)`, `wait_for_app(name)` → the master's app entry,
-    `executor_pids(app_id=None)` / `wait_for_executors(count, app_id=None)` → executor JVM pids,
-    `kill_executor(pid=None, app_id=None)` → the pid SIGKILLed, once gone, `alive_workers()`, `state()`.
-    Everything it started is stopped after the run, by process group."""
+def spark_standalone(plain_module: Callable[[str], ModuleType], tmp_path_factory) -> Iterator[Any]:
+    """The run's one Spark standalone cluster behind `spark_cluster`, stopped after the run, by process group."""
     cluster = plain_module("spark_cluster").SparkCluster(tmp_path_factory.mktemp("spark")).start()
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture
+def spark_cluster(spark_standalone: Any) -> Iterator[Any]:
+    """A real Spark standalone cluster shared by the run (tests/spark_cluster.py's SparkCluster): a master and 2
+    workers of 1 core and 1 GiB on free 127.0.0.1 ports, started with pyspark's launcher. `master_url`,
+    `submit(script, *args, conf=None, env=None, name=None)` → the spark-submit Popen (client mode),
+    `run(...)` → its output once it succeeded, `output(popen)`, `wait(condition, what, *paths)` (as long as the
+    cluster's logs or those paths change), `wait_for_app(name)` → the master's app entry,
+    `executor_pids(app_id=None)` / `wait_for_executors(count, app_id=None)` → executor JVM pids,
+    `kill_executor(pid=None, app_id=None)` → the pid SIGKILLed, once gone, `alive_workers()`, `state()`.
+    The jobs a test submitted end with it, passed or failed."""
+    yield spark_standalone
+    spark_standalone.end_jobs()
 
 
 # -- ZooKeeper ------------------------------------------------------------------------------------------------
