@@ -7,7 +7,9 @@ driver: what a job needs there has to reach them through options, confs or the e
   ends the daemons and everything they started (executors, their Python workers) and every job `submit` started,
   by process group: SIGTERM, then SIGKILL of whatever is left.
 - `submit(script, *args, conf=..., env=...)` runs `spark-submit --master spark://... script args` (client mode:
-  the driver is the spark-submit process) and returns its Popen; `run(...)` waits for it and returns its output,
+  the driver is the spark-submit process) and returns its Popen; `supervise(...)` does the same and submits it
+  again when it died starved (a Python worker it started did not connect back within Spark's fixed 10 s, which a
+  CPU-starved machine causes: SupervisedJob); `run(...)` supervises one and waits for it, returning its output,
   failing with the output if it did not succeed.
 - `executor_pids(app_id=None)`: the executor JVMs of this cluster's workers (from /proc); `kill_executor(pid=None,
   app_id=None)` SIGKILLs one and waits until it is gone; `apps()` / `wait_for_app(name)` /
@@ -43,6 +45,9 @@ T = TypeVar("T")
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 STOP_GRACE_S = 15.0  # SIGTERM to SIGKILL
 STALL_S = 240.0  # no log of the cluster (nor a file a wait names) written for this long: stuck, not slow
+# How a job dies when a Python worker it starts does not connect back within PythonWorkerFactory's fixed 10 s
+STARVED = "Python worker failed to connect back"
+RESTARTS = 3  # starved deaths a supervised job is submitted again after
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -252,16 +257,22 @@ class SparkCluster:
         self.jobs.append(job)
         return job
 
+    def supervise(self, script: str | os.PathLike[str], *args: str, conf: Mapping[str, str] | None = None,
+                  env: Mapping[str, str] | None = None, name: str | None = None) -> SupervisedJob:
+        """submit(...), submitted again whenever it dies starved (see SupervisedJob)."""
+        return SupervisedJob(self, lambda: self.submit(script, *args, conf=conf, env=env, name=name))
+
     def run(self, script: str | os.PathLike[str], *args: str, conf: Mapping[str, str] | None = None,
             env: Mapping[str, str] | None = None, name: str | None = None) -> str:
-        """submit(...) and wait for it (see wait(); a stalled job is killed): its output, or an AssertionError with
-        the output if it failed or stalled."""
-        job = self.submit(script, *args, conf=conf, env=env, name=name)
+        """supervise(...) and wait for it (see wait(); a stalled job is killed): its output, or an AssertionError
+        with the output if it failed or stalled."""
+        supervised = self.supervise(script, *args, conf=conf, env=env, name=name)
         try:
-            self.wait(lambda: job.poll() is not None, f"spark-submit {script} to end")
+            self.wait(supervised.ended, f"spark-submit {script} to end")
         except TimeoutError as exc:
-            self._end([job])
-            raise AssertionError(f"{exc}\n--- spark-submit {script}:\n{self.output(job)}") from None
+            self._end([supervised.job])
+            raise AssertionError(f"{exc}\n--- spark-submit {script}:\n{self.output(supervised.job)}") from None
+        job = supervised.job
         if job.returncode != 0:
             raise AssertionError(f"spark-submit {script} exited with {job.returncode}:\n{self.output(job)}")
         return self.output(job, limit=None)
@@ -274,3 +285,24 @@ class SparkCluster:
     def describe_logs(self) -> str:
         """The tail of every daemon's log, for a failure message."""
         return "\n".join(f"--- {self.logs[p.pid].name}:\n{self.output(p, 3000)}" for p in self.daemons)
+
+
+class SupervisedJob:
+    """A spark-submit job submitted again, as a supervisor restarts a query from its checkpoint, whenever it died
+    starved: a Python worker it started (the driver's for a Python data source, say) did not connect back within
+    PythonWorkerFactory's fixed 10 s, which only a CPU-starved machine causes, not a fault of the job; at most
+    RESTARTS times. `job` is the current spark-submit Popen."""
+
+    def __init__(self, cluster: SparkCluster, submit: Callable[[], subprocess.Popen]) -> None:
+        self.cluster, self._submit = cluster, submit
+        self.job, self.restarts = submit(), 0
+
+    def ended(self) -> bool:
+        """Whether the job ended for good; a starved one is submitted again (and runs)."""
+        if self.job.poll() is None:
+            return False
+        if self.job.returncode != 0 and self.restarts < RESTARTS and STARVED in self.cluster.output(self.job, None):
+            self.restarts += 1
+            self.job = self._submit()
+            return False
+        return True

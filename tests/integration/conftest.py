@@ -74,8 +74,9 @@ def spark_cluster(spark_standalone: Any) -> Iterator[Any]:
     """A real Spark standalone cluster shared by the run (tests/spark_cluster.py's SparkCluster): a master and 2
     workers of 1 core and 1 GiB on free 127.0.0.1 ports, started with pyspark's launcher. `master_url`,
     `submit(script, *args, conf=None, env=None, name=None)` → the spark-submit Popen (client mode),
-    `run(...)` → its output once it succeeded, `output(popen)`, `wait(condition, what, *paths)` (as long as the
-    cluster's logs or those paths change), `wait_for_app(name)` → the master's app entry,
+    `supervise(...)` → a SupervisedJob (submitted again if Spark starved it), `run(...)` → its output once it
+    succeeded, `output(popen)`, `wait(condition, what, *paths)` (as long as the cluster's logs or those paths
+    change), `wait_for_app(name)` → the master's app entry,
     `executor_pids(app_id=None)` / `wait_for_executors(count, app_id=None)` → executor JVM pids,
     `kill_executor(pid=None, app_id=None)` → the pid SIGKILLed, once gone, `alive_workers()`, `state()`.
     The jobs a test submitted end with it, passed or failed."""

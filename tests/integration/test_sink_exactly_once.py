@@ -28,6 +28,7 @@ from fabric.server.publish import DEBUG_PAUSE_ENV
 
 FILES, PER_FILE, PARTITIONS, TOPIC = 24, 300, 2, "out"
 STALL_S = 240.0  # a Spark job that wrote nothing (log, checkpoint, output) for this long is stuck, not slow
+HANG_GUARD_S = 2400  # pytest-timeout's, above the suite's 900 s: five Spark runs may take longer on a loaded machine
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -143,6 +144,7 @@ def _until(condition: Callable[[], Any], proc: subprocess.Popen, progress: Calla
                             progress, STALL_S, what, interval=0.02) == "hit"
 
 
+@pytest.mark.timeout(HANG_GUARD_S)
 def test_killed_and_restarted_query_writes_every_record_once(fab, fabric_url, fabric_dir, tmp_path, history,
                                                              storage, running):
     """The history: the job sends every input value (unknown outcome while runs are killed, acknowledged once

@@ -78,20 +78,20 @@ def test_a_job_reads_every_record_once_in_executors_of_the_cluster(spark_cluster
     """The url option reaches the executors; while the application runs, its executors are JVMs apart from the
     driver (spark-submit), found by executor_pids, and one can be SIGKILLed (the application outlives it)."""
     out, release = tmp_path / "read.json", tmp_path / "release"
-    job = spark_cluster.submit(JOB, str(out), TOPIC, "--url", racked_cluster.url, "--release", str(release))
+    reader = spark_cluster.supervise(JOB, str(out), TOPIC, "--url", racked_cluster.url, "--release", str(release))
     try:
-        spark_cluster.wait(lambda: out.exists() or job.poll() is not None, "the job's result")
-        assert out.exists(), spark_cluster.output(job)
+        spark_cluster.wait(lambda: out.exists() or reader.ended(), "the job's result")
+        assert out.exists(), spark_cluster.output(reader.job)
         result = json.loads(out.read_text())
         executors = spark_cluster.executor_pids(result["app_id"])
-        assert executors and job.pid not in executors
+        assert executors and reader.job.pid not in executors
         assert executors == spark_cluster.executor_pids()  # no other application runs on this cluster
         killed = spark_cluster.kill_executor(app_id=result["app_id"])
         assert killed in executors and killed not in spark_cluster.executor_pids()
     finally:
         release.touch()
-    spark_cluster.wait(lambda: job.poll() is not None, "the job to end once released")
-    assert job.returncode == 0, spark_cluster.output(job)
+    spark_cluster.wait(reader.ended, "the job to end once released")
+    assert reader.job.returncode == 0, spark_cluster.output(reader.job)
     assert_read_once_in_executors(result, spread, spark_cluster)
 
 

@@ -30,6 +30,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 TRANSFORM = Path(__file__).resolve().parents[2] / "jobs" / "transform.py"
 PARTITIONS, RECORDS, PER_BATCH = 3, 3600, 300  # about 12 micro-batches
+# pytest-timeout's hang guard for this test, above the suite's 900 s: its waits follow the jobs' progress, and five
+# Spark runs on a loaded 2-core machine (load 20+) take longer than that while progressing all along
+HANG_GUARD_S = 2400
 
 
 class CommittedReader(threading.Thread):
@@ -81,6 +84,7 @@ def committed_total(fab: fabric.Fabric, topic: str) -> int:
 
 
 @pytest.mark.zookeeper
+@pytest.mark.timeout(HANG_GUARD_S)
 def test_transform_on_a_spark_cluster_writes_every_record_once_through_kills(
         spark_cluster, node_cluster, replication, zk_url, the_active, tmp_path, running) -> None:
     config = tmp_path / "zk.properties"
@@ -122,37 +126,37 @@ def _transform_through_kills(spark_cluster, cluster, replication, the_active, fa
     args = ["--url", url, "--checkpoint", str(checkpoint), "--input", "raw", "--output", "copied",
             "--sql", "SELECT key, value FROM input", "--max-offsets-per-trigger", str(PER_BATCH)]
 
-    def progressed(beyond: int, job) -> int:
+    def progressed(beyond: int, query) -> int:
         """Wait until the output's committed records pass `beyond` (or the job ended); how many there are."""
-        spark_cluster.wait(lambda: committed_total(fab, "copied") > beyond or job.poll() is not None,
+        spark_cluster.wait(lambda: committed_total(fab, "copied") > beyond or query.ended(),
                            f"the transform query to commit more than {beyond} records", checkpoint)
-        assert job.poll() is None, f"the job ended before the kills:\n{spark_cluster.output(job)}"
+        assert not query.ended(), f"the job ended before the kills:\n{spark_cluster.output(query.job)}"
         return committed_total(fab, "copied")
 
-    job = spark_cluster.submit(TRANSFORM, *args, name="fabric-transform")
-    app = spark_cluster.wait_for_app("fabric-transform")
+    query = spark_cluster.supervise(TRANSFORM, *args, name="fabric-transform")
     # 1. an executor JVM: its tasks run again on the other executor (or its replacement)
-    done = progressed(0, job)
+    done = progressed(0, query)
+    app = spark_cluster.wait_for_app("fabric-transform")
     spark_cluster.kill_executor(app_id=app["id"])
     # 2. the leader of an output partition: the controller elects another, the sink's appends and markers retry
-    done = progressed(done, job)
+    done = progressed(done, query)
     before = replication.state(fab, "copied", 0)
     cluster.nodes[before.leader].kill()
     replication.wait_elected(fab, "copied", 0, before)
     cluster.restart(before.leader)
     # 3. the active coordinator (the commit point): the standby wins the election, the sink's calls move there
-    done = progressed(done, job)
+    done = progressed(done, query)
     first = replication.eventually(lambda: the_active(fab), "an active coordinator")
     next(c for c in cluster.coordinators if c.address == first.instance).kill()
     replication.eventually(lambda: (a := the_active(fab)) and a.instance != first.instance and a,
                            "the standby to take over")
     # 4. the driver: the query starts again from its checkpoint, replaying the batch it was in
-    progressed(done, job)
-    os.killpg(job.pid, signal.SIGKILL)
-    job.wait(60)
-    rerun = spark_cluster.submit(TRANSFORM, *args, name="fabric-transform")
-    spark_cluster.wait(lambda: rerun.poll() is not None, "the rerun to finish the input", checkpoint)
-    assert rerun.returncode == 0, spark_cluster.output(rerun)
+    progressed(done, query)
+    os.killpg(query.job.pid, signal.SIGKILL)
+    query.job.wait(60)
+    rerun = spark_cluster.supervise(TRANSFORM, *args, name="fabric-transform")
+    spark_cluster.wait(rerun.ended, "the rerun to finish the input", checkpoint)
+    assert rerun.job.returncode == 0, spark_cluster.output(rerun.job)
 
 
 ARCHIVE = TRANSFORM.parent / "archive.py"
