@@ -77,8 +77,12 @@ def parse_url(url: str) -> RemoteOptions:
 
 
 def url_token(url: str) -> str | None:
-    """The token of a fabric:// URL's ?token=, None if it has none."""
-    return parse_qs(urlparse(url).query).get("token", [None])[-1]
+    """The token of a fabric:// URL's ?token=, None if it has none (or cannot be parsed: parse_url says why)."""
+    try:
+        query = urlparse(url).query
+    except ValueError:
+        return None
+    return parse_qs(query).get("token", [None])[-1]
 
 
 def refuse_token_in_argv(option: str, url: str | None) -> None:
