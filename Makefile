@@ -7,7 +7,8 @@ LINKS  := $(VENV)/.linked-stamp
 # The package's files: the install is redone when one is added, removed or renamed (edits need nothing).
 SOURCES := $(shell git ls-files -co --exclude-standard fabric coordinator sources sinks conf pyspark_fabric.py 2>/dev/null)
 # Lint and type checks read the installed tree, where coordinator/, sources/ and sinks/ are fabric.* packages
-# (bench/ and jobs/, outside the wheel, are checked from the checkout with the tree first on mypy's path).
+# (bench/, jobs/ and docs/scripts/, outside the wheel, are checked from the checkout with the tree first on mypy's
+# path).
 TREE = $(firstword $(wildcard build/__editable__.spark_fabric-*))
 
 # Spark's Python workers cannot connect back in sandboxes without these (see README, Environment).
@@ -15,7 +16,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN))/python
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN))/python
 
-.PHONY: install lint test test-fast demo demo-cluster notebook bench check-java clean
+.PHONY: install lint docs test test-fast demo demo-cluster notebook bench check-java clean
 
 install: $(LINKS)
 
@@ -48,12 +49,19 @@ lint: $(LINKS)
 	$(BIN)/ruff check .
 	cd $(TREE) && $(abspath $(BIN))/lint-imports --config $(CURDIR)/pyproject.toml
 	cd $(TREE) && $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml -p fabric -p pyspark_fabric
-	MYPYPATH=$(TREE) $(BIN)/mypy --config-file pyproject.toml bench jobs
+	MYPYPATH=$(TREE) $(BIN)/mypy --config-file pyproject.toml bench jobs docs/scripts
+
+# The documentation site (mkdocs.yml, docs/) into build/site; --strict fails it on a broken link, reference or
+# docstring. The configuration reference is generated from the code at each build. The two variables silence
+# banners that Material for MkDocs and a plugin print about MkDocs' future on every build.
+docs: $(LINKS)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict --quiet
 
 # Two pytest workers, a test file each at a time (its module fixtures shared): most tests wait on processes,
 # ZooKeeper or Spark, so two of them share the 2 cores of CI's machine well. TEST_WORKERS=0 runs them serially.
 TEST_WORKERS ?= 2
-test: lint
+# The Python examples of README.md and docs/ run as tests too (pyproject's testpaths, the root conftest.py).
+test: lint docs
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: $(LINKS)

@@ -15,9 +15,14 @@ from dataclasses import replace
 import pyarrow as pa
 
 from fabric.common.config import TopicConfig
-from fabric.common.errors import CoordinatorUnavailableError, InvalidPartitionsError, UnknownTopicError
+from fabric.common.errors import (
+    CoordinatorUnavailableError,
+    DuplicateNodeRegistrationError,
+    InvalidPartitionsError,
+    UnknownTopicError,
+)
 from fabric.common.types import LeaderAndIsr, NodeInfo, PartitionRegistration, TopicInfo, TopicPartition
-from fabric.coordinator import placement
+from fabric.coordinator import placement, validation
 from fabric.coordinator.controller import (
     AlterPartition,
     ClusterView,
@@ -98,10 +103,23 @@ class ActiveController:
                                           "retry")
 
     # -- events --------------------------------------------------------------------------------------------
-    def register_node(self, node_id: int, address: str, rack: str | None = None) -> NodeInfo:
-        """Register a node (a new node epoch, fencing its older processes) and elect it where it can lead."""
+    def register_node(self, node_id: int, address: str, rack: str | None = None, *, directory_id: str) -> NodeInfo:
+        """Register a node (a new node epoch, fencing its older processes) and elect it where it can lead.
+
+        While the id's lease is alive only a process on the data directory that holds it may register it: that
+        is a restart (the old process held the directory's lock, so it is gone) and fences the old one. A process
+        on another directory is refused with DuplicateNodeRegistrationError, changing nothing (Kafka's
+        DUPLICATE_BROKER_REGISTRATION); once the lease lapses (a replaced disk) it registers."""
+        validation.node(node_id, address, rack, directory_id)
         previous = self.nodes()
-        node = replace(self.store.register_node(node_id, address, rack), alive=True)
+        held = previous.get(node_id)
+        if held is not None and held.alive and held.directory_id != directory_id:
+            raise DuplicateNodeRegistrationError(
+                f"node id {node_id} is held by a live node process at {held.address} (data directory id "
+                f"{held.directory_id}, node epoch {held.node_epoch}); this process's data directory has id "
+                f"{directory_id}. Stop the other process or give this node another --id; a node restarted on a "
+                f"new disk registers once the old process's session ({self.leases.session_timeout_ms} ms) lapses")
+        node = replace(self.store.register_node(node_id, address, rack, directory_id=directory_id), alive=True)
         self.leases.register(node.id, node.node_epoch)
 
         def known() -> dict[int, NodeInfo]:  # the view before this registration, as the event needs it

@@ -149,14 +149,19 @@ class Coordinator(ABC):
         return InvalidRequestError(f"{type(self).__name__} keeps no replication metadata; ask the coordinator "
                                    "store (SQLite or ZooKeeper) of the active controller")
 
-    def allocate_producer_ids(self, count: int, first: int) -> int:
-        """Reserve `count` producer ids no one else will be given (a block, as Kafka's controller hands out),
-        after the last block, or from `first` if the store has handed out none; returns the block's first id."""
+    def claim_producer_id_block(self, block: int, principal: str) -> bool:
+        """Record producer id block `block` (coordinator.producer_ids) as `principal`'s, unless someone holds it
+        already: True if it was claimed now, False if it was taken (the caller tries another)."""
         raise self._no_replication()
 
-    def register_node(self, node_id: int, address: str, rack: str | None = None) -> NodeInfo:
-        """Register data node `node_id` (again): its node epoch becomes one more than its last registration's
-        (1 for a new id), fencing every older process of the id. Returns the registration (alive False)."""
+    def producer_id_block_owner(self, block: int) -> str | None:
+        """The principal producer id block `block` belongs to; None if nobody claimed it."""
+        raise self._no_replication()
+
+    def register_node(self, node_id: int, address: str, rack: str | None = None, *, directory_id: str) -> NodeInfo:
+        """Register data node `node_id` (again) from the data directory `directory_id`: its node epoch becomes one
+        more than its last registration's (1 for a new id), fencing every older process of the id. Returns the
+        registration (alive False)."""
         raise self._no_replication()
 
     def registered_nodes(self) -> list[NodeInfo]:

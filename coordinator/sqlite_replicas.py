@@ -1,7 +1,8 @@
 """The replicated cluster's metadata in the embedded coordinator's SQLite database (docs/replication.md).
 
 Tables (each row's version column is its epoch, the compare-and-set token of its writes):
-- `nodes`: a data node's registration; `node_epoch` grows by one on each registration of the id.
+- `nodes`: a data node's registration and the data directory it came from; `node_epoch` grows by one on each
+  registration of the id.
 - `partition_state`: a replicated partition's replicas and its LeaderAndIsr; `partition_epoch` is the version.
 - `controller`: one row, the controller epoch; the single coordinator claims a new one when it starts, and a
   state quoting another is refused.
@@ -34,13 +35,14 @@ from fabric.coordinator.interface import StateUpdates
 log = logging.getLogger(__name__)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS nodes (
-    id INTEGER PRIMARY KEY, address TEXT NOT NULL, rack TEXT, node_epoch INTEGER NOT NULL);
+    id INTEGER PRIMARY KEY, address TEXT NOT NULL, rack TEXT, node_epoch INTEGER NOT NULL,
+    directory_id TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS partition_state (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, replicas TEXT NOT NULL, leader INTEGER,
     leader_epoch INTEGER NOT NULL, isr TEXT NOT NULL, partition_epoch INTEGER NOT NULL,
     controller_epoch INTEGER NOT NULL, target TEXT NOT NULL DEFAULT '[]', PRIMARY KEY (topic, partition));
 CREATE TABLE IF NOT EXISTS controller (id INTEGER PRIMARY KEY CHECK (id = 0), epoch INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS producer_ids (id INTEGER PRIMARY KEY CHECK (id = 0), next INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS producer_id_blocks (block INTEGER PRIMARY KEY, principal TEXT NOT NULL);
 """
 _COLUMNS = "topic, partition, replicas, leader, leader_epoch, isr, partition_epoch, controller_epoch, target"
 
@@ -89,27 +91,30 @@ class SqliteReplication:
                        (epoch,))
         return epoch
 
-    def allocate_producer_ids(self, count: int, first: int) -> int:
+    def claim_producer_id_block(self, block: int, principal: str) -> bool:
         with self._tx() as db:
-            row = db.execute("SELECT next FROM producer_ids WHERE id=0").fetchone()
-            first = row[0] if row else first
-            db.execute("INSERT INTO producer_ids VALUES (0, ?) ON CONFLICT (id) DO UPDATE SET next=excluded.next",
-                       (first + count,))
-        return int(first)
+            return db.execute("INSERT OR IGNORE INTO producer_id_blocks VALUES (?, ?)",
+                              (block, principal)).rowcount == 1
+
+    def producer_id_block_owner(self, block: int) -> str | None:
+        row = self._db().execute("SELECT principal FROM producer_id_blocks WHERE block=?", (block,)).fetchone()
+        return None if row is None else str(row[0])
 
     # -- nodes ---------------------------------------------------------------------------------------------
-    def register_node(self, node_id: int, address: str, rack: str | None = None) -> NodeInfo:
-        validation.node(node_id, address, rack)
+    def register_node(self, node_id: int, address: str, rack: str | None = None, *, directory_id: str) -> NodeInfo:
+        validation.node(node_id, address, rack, directory_id)
         with self._tx() as db:
             row = db.execute("SELECT node_epoch FROM nodes WHERE id=?", (node_id,)).fetchone()
             epoch = (row[0] if row else 0) + 1
-            db.execute("INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?)", (node_id, address, rack, epoch))
-        log.info("node %d registered at %s (rack %s), node epoch %d", node_id, address, rack, epoch)
-        return NodeInfo(node_id, address, rack, epoch)
+            db.execute("INSERT OR REPLACE INTO nodes (id, address, rack, node_epoch, directory_id) VALUES "
+                       "(?, ?, ?, ?, ?)", (node_id, address, rack, epoch, directory_id))
+        log.info("node %d registered at %s (rack %s, data directory %s), node epoch %d", node_id, address, rack,
+                 directory_id, epoch)
+        return NodeInfo(node_id, address, rack, epoch, directory_id=directory_id)
 
     def registered_nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(*row) for row in self._db().execute(
-            "SELECT id, address, rack, node_epoch FROM nodes ORDER BY id")]
+        return [NodeInfo(i, address, rack, epoch, directory_id=directory) for i, address, rack, epoch, directory
+                in self._db().execute("SELECT id, address, rack, node_epoch, directory_id FROM nodes ORDER BY id")]
 
     # -- assignments and states ----------------------------------------------------------------------------
     def _insert_partitions(self, db: sqlite3.Connection, name: str,

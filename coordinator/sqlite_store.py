@@ -49,7 +49,8 @@ SET sequence = excluded.sequence, commit_ms = excluded.commit_ms, writers = excl
 
 MIGRATIONS = (("partition_state", "target", "TEXT NOT NULL DEFAULT '[]'"),  # a reassignment's target
               ("topics", "topic_id", "TEXT NOT NULL DEFAULT ''"),  # topic ids ('' for older topics)
-              ("transactional_ids", "writers", "TEXT NOT NULL DEFAULT ''"))  # a transaction's writers
+              ("transactional_ids", "writers", "TEXT NOT NULL DEFAULT ''"),  # a transaction's writers
+              ("nodes", "directory_id", "TEXT NOT NULL DEFAULT ''"))  # the data directory a node registered from
 
 
 def _migrate(db: sqlite3.Connection) -> None:

@@ -5,8 +5,10 @@ znode version), and its JSON form.
 States of transaction `sequence` S of an id:
 - Ongoing(S): writers join (`add_writer`) before they write anything, each with the partitions it will write
   (none for a producer transaction that only commits a group's offsets, so its twin still learns it lost);
-  a writer of a newer S' starts Ongoing(S') and forgets S's writers (S' > S is only started once S's markers
-  were written: the Spark sink commits its batches in order).
+  a writer of a newer S' starts Ongoing(S'). If S committed, its writers are forgotten (S' > S is only started
+  once S's markers were written: the Spark sink commits its batches in order); if S is still undecided, it can
+  never commit any more, so its writers move to the aborted writers, whose abort markers the coordinator writes
+  (a writer the record forgot would hold its partitions' last stable offset back for good).
 - Committed(S): `commit` with the producer ids of the writers whose output counts (the tasks that succeeded)
   is the commit point: those writers' transactions are committed on every partition they registered, every
   other writer of S aborted (TransactionRecord.markers), even when the markers are only written later.
@@ -36,7 +38,7 @@ from fabric.common import checks
 from fabric.common.config import LONG_MAX
 from fabric.common.errors import CoordinatorUnavailableError, InvalidRequestError, InvalidTxnStateError
 from fabric.common.redaction import clip
-from fabric.common.types import TransactionalOffsets, TransactionRecord, TransactionWriter
+from fabric.common.types import TopicPartition, TransactionalOffsets, TransactionRecord, TransactionWriter
 
 MAX_WRITERS = 4096  # writers of one transaction (Spark tasks and their retries)
 MAX_PARTITIONS = 20_000  # (writer, partition) pairs of one transaction: keeps a record well below 1 MiB
@@ -78,12 +80,21 @@ def add_writer(record: TransactionRecord, sequence: int, new: TransactionWriter,
         new = TransactionWriter(new.producer_id, new.producer_epoch,
                                 tuple(sorted(set(old.partitions) | set(new.partitions))))
     writers.append(new)
+    abandoned = record.writers if record.sequence < sequence and record.committed_sequence < record.sequence else ()
     if len(writers) > MAX_WRITERS or sum(len(w.partitions) for w in writers) > MAX_PARTITIONS:
         raise InvalidRequestError(f"transaction {txn} would have more than {MAX_WRITERS} writers or "
                                   f"{MAX_PARTITIONS} (writer, partition) pairs; write fewer partitions per batch")
     return TransactionRecord(record.transactional_id, record.committed_sequence, sequence, tuple(writers), None,
                              record.offsets, record.started_ms if same else now_ms,
-                             max(timeout_ms, record.timeout_ms) if same else timeout_ms, record.aborted)
+                             max(timeout_ms, record.timeout_ms) if same else timeout_ms,
+                             record.aborted + abandoned)
+
+
+def registered(record: TransactionRecord, producer_id: int, producer_epoch: int, tp: TopicPartition) -> bool:
+    """True if the record's open transaction has producer `producer_id` at `producer_epoch` as a writer that joined
+    with partition `tp` (what a leader verifies before a transactional batch opens a transaction there)."""
+    return record.open and any(w.producer_id == producer_id and w.producer_epoch == producer_epoch
+                               and tp in w.partitions for w in record.writers)
 
 
 def commit(record: TransactionRecord, sequence: int, committed: Sequence[int] | None,

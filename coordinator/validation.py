@@ -5,6 +5,7 @@ nothing a client could not create ever reaches their tables or znodes.
 """
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any, Mapping
 
@@ -34,6 +35,7 @@ from fabric.common.types import (
 MAX_OFFSET_METADATA = 4096  # Kafka's offset.metadata.max.bytes
 MAX_TRANSACTION_ID = 1024
 MAX_CONFIG_KEY, MAX_CONFIG_VALUE = 100, 1000
+DIRECTORY_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
 
 def partition_count(name: str, partitions: Any) -> int:
@@ -184,14 +186,18 @@ def state_update(tp: TopicPartition, stored: PartitionRegistration, new: Any,
         raise InvalidRequestError(f"partition {tp[0]}-{tp[1]}: {exc}") from None
 
 
-def node(node_id: Any, address: Any, rack: Any) -> None:
-    """A data node's registration: an id from 0 to 2^31-1, a host:port address, a rack name or None."""
+def node(node_id: Any, address: Any, rack: Any, directory_id: Any) -> None:
+    """A data node's registration: an id from 0 to 2^31-1, a host:port address, a rack name or None, the id of
+    its data directory (letters, digits, - and _, as a node's __fabric/directory.id holds)."""
     if not checks.is_integer(node_id) or not 0 <= node_id <= INT_MAX:
         raise InvalidRequestError(f"a node id must be an int from 0 to {INT_MAX}, got {clip(node_id)}")
     if not isinstance(address, str) or not address or len(address) > MAX_CONFIG_VALUE:
         raise InvalidRequestError(f"node {node_id}: the address must be a non-empty HOST:PORT, got {clip(address)}")
     if rack is not None and (not isinstance(rack, str) or not rack or len(rack) > MAX_CONFIG_KEY):
         raise InvalidRequestError(f"node {node_id}: a rack must be a non-empty name or None, got {clip(rack)}")
+    if not isinstance(directory_id, str) or not DIRECTORY_ID.fullmatch(directory_id):
+        raise InvalidRequestError(f"node {node_id}: a data directory id must be 1 to 64 letters, digits, - or _, "
+                                  f"got {clip(directory_id)}")
 
 
 def plain_growth(name: str, replicated: bool) -> None:

@@ -48,9 +48,9 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONSUMERS = "/consumers"
 TRANSACTION_IDS = "/transaction_ids"
-PRODUCER_ID_BLOCK = "/latest_producer_id_block"  # Kafka's: the last block of producer ids handed out
+PRODUCER_ID_BLOCKS = "/producer_id_blocks"  # a znode per block of producer ids claimed, with its owner
 LEGACY_TRANSACTIONS = "/transactions"  # one znode per transaction, written by 0.1.0; only read now
-ROOTS = (BROKER_IDS, TOPICS, CONSUMERS, TRANSACTION_IDS)
+ROOTS = (BROKER_IDS, TOPICS, CONSUMERS, TRANSACTION_IDS, PRODUCER_ID_BLOCKS)
 FORMAT_VERSION = 1
 DEFAULT_PORT = 2181
 DEFAULT_SESSION_TIMEOUT_S = 18.0  # Kafka's zookeeper.session.timeout.ms
@@ -73,14 +73,18 @@ def broker(instance_id: str) -> str:
     return f"{BROKER_IDS}/{node(instance_id)}"
 
 
-def producer_id_block(first: int, last: int) -> bytes:
-    """/latest_producer_id_block's content (Kafka's layout): the last block of producer ids handed out."""
-    return dumps({"version": FORMAT_VERSION, "block_start": first, "block_end": last})
+def producer_id_block(block: int) -> str:
+    """The znode of producer id block `block` (coordinator.producer_ids), which records its owner."""
+    return f"{PRODUCER_ID_BLOCKS}/{block}"
 
 
-def next_producer_id(data: bytes) -> int:
-    """The first producer id after the block /latest_producer_id_block holds."""
-    return int(loads(data)["block_end"]) + 1
+def producer_id_block_data(principal: str) -> bytes:
+    return dumps({"version": FORMAT_VERSION, "principal": principal})
+
+
+def producer_id_block_owner(data: bytes) -> str:
+    """The principal a producer id block's znode names."""
+    return str(loads(data)["principal"])
 
 
 def data_node(node_id: int) -> str:
@@ -166,7 +170,7 @@ def topic_assignment(data: bytes) -> dict[int, PartitionAssignment]:
 
 def node_data(info: NodeInfo) -> bytes:
     return dumps({"version": FORMAT_VERSION, "address": info.address, "rack": info.rack,
-                  "node_epoch": info.node_epoch})
+                  "node_epoch": info.node_epoch, "directory_id": info.directory_id})
 
 
 def node_info(node_id: int, data: bytes) -> NodeInfo | None:
@@ -174,7 +178,8 @@ def node_info(node_id: int, data: bytes) -> NodeInfo | None:
     doc = loads(data)
     if "node_epoch" not in doc:
         return None
-    return NodeInfo(node_id, doc["address"], doc.get("rack"), int(doc["node_epoch"]))
+    return NodeInfo(node_id, doc["address"], doc.get("rack"), int(doc["node_epoch"]),
+                    directory_id=str(doc.get("directory_id", "")))
 
 
 def state_data(state: LeaderAndIsr) -> bytes:

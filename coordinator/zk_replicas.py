@@ -69,22 +69,25 @@ class ZkReplication:
         txn.check(layout.CONTROLLER_EPOCH, found[1].version)
         return int(found[0])
 
-    def allocate_producer_ids(self, count: int, first: int) -> int:
-        """The next block from /latest_producer_id_block (Kafka's znode), claimed by compare-and-set."""
-        def build(txn: TransactionRequest, token: EpochToken | None) -> int:
-            found = self.writer.get_many([layout.PRODUCER_ID_BLOCK])[0]
-            start = layout.next_producer_id(found[0]) if found is not None else first
-            data = layout.producer_id_block(start, start + count - 1)
-            if found is None:
-                txn.create(layout.PRODUCER_ID_BLOCK, data)
-            else:
-                txn.set_data(layout.PRODUCER_ID_BLOCK, data, version=found[1].version)
-            return start
+    def claim_producer_id_block(self, block: int, principal: str) -> bool:
+        """/producer_id_blocks/<block> created with its owner, unless it exists (a create that lost a race to
+        another instance's re-reads and finds it taken)."""
+        path = layout.producer_id_block(block)
+
+        def build(txn: TransactionRequest, token: EpochToken | None) -> bool:
+            if self.writer.get_many([path])[0] is not None:
+                return False
+            txn.create(path, layout.producer_id_block_data(principal))
+            return True
         return self.writer.write(build)
 
+    def producer_id_block_owner(self, block: int) -> str | None:
+        found = self.writer.get_many([layout.producer_id_block(block)])[0]
+        return None if found is None else layout.producer_id_block_owner(found[0])
+
     # -- nodes ---------------------------------------------------------------------------------------------
-    def register_node(self, node_id: int, address: str, rack: str | None = None) -> NodeInfo:
-        validation.node(node_id, address, rack)
+    def register_node(self, node_id: int, address: str, rack: str | None = None, *, directory_id: str) -> NodeInfo:
+        validation.node(node_id, address, rack, directory_id)
         path = layout.data_node(node_id)
 
         def build(txn: TransactionRequest, token: EpochToken | None) -> NodeInfo:
@@ -93,14 +96,15 @@ class ZkReplication:
             if found is not None and (old is None or found[1].ephemeralOwner):
                 raise InvalidConfigError(f"{path} is a coordinator instance's registration; give the data node "
                                          "another id")
-            new = NodeInfo(node_id, address, rack, (old.node_epoch if old else 0) + 1)
+            new = NodeInfo(node_id, address, rack, (old.node_epoch if old else 0) + 1, directory_id=directory_id)
             if found is None:
                 txn.create(path, layout.node_data(new))
             else:
                 txn.set_data(path, layout.node_data(new), version=found[1].version)
             return new
         registered = self.writer.write(build)
-        log.info("node %d registered at %s (rack %s), node epoch %d", node_id, address, rack, registered.node_epoch)
+        log.info("node %d registered at %s (rack %s, data directory %s), node epoch %d", node_id, address, rack,
+                 directory_id, registered.node_epoch)
         return registered
 
     def registered_nodes(self) -> list[NodeInfo]:

@@ -3,8 +3,10 @@
 Each task converts its rows to stored rows (`fabric.records.to_storage`), places them with the producer's
 partitioner (murmur2 of the key, explicit `partition`, sticky for null keys) and appends them, already
 encoded as on-disk frames (`Cluster.frame_encoder`, based from 0), to one file per (topic, partition) under
-the batch's staging directory, after the topic's schema frame: each file is a whole segment. The driver
-then publishes those bytes without re-encoding them, large files without even copying them (`sinks.commit`).
+the batch's staging directory, after the topic's schema frame: each file is a whole segment. A frame holds at
+most FRAME_BYTES, and never more than the topic's max.message.bytes (the largest batch it takes), so a large
+micro-batch is split into frames, never refused. The driver then publishes those bytes without re-encoding
+them, large files without even copying them (`sinks.commit`).
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from fabric.client.cluster import Cluster, FrameEncoder
 from fabric.client.partitioner import StickyPartitioner, assign_partitions
+from fabric.common import record_sizes
 from fabric.common.clock import SYSTEM_CLOCK
+from fabric.common.config import TopicConfig
 from fabric.common.errors import SchemaMismatchError
 from fabric.common.records import to_storage
 from fabric.common.types import TopicInfo
@@ -58,7 +62,7 @@ class Stager:
         self.topic = topic
         self.codec = codec
         self._token = uuid.uuid4().hex[:12]
-        self._topics: dict[str, tuple[TopicInfo, FrameEncoder]] = {}
+        self._topics: dict[str, tuple[TopicInfo, FrameEncoder, int]] = {}
         self._sticky = StickyPartitioner()
         self._pending: dict[tuple[str, int], list[pa.RecordBatch]] = {}
         self._pending_bytes: dict[tuple[str, int], int] = {}
@@ -106,12 +110,14 @@ class Stager:
         for name in names:
             yield name, rest.filter(pc.equal(topics, name))
 
-    def _topic(self, topic: str) -> tuple[TopicInfo, FrameEncoder]:
-        """The topic's metadata and frame encoder, read once per task."""
+    def _topic(self, topic: str) -> tuple[TopicInfo, FrameEncoder, int]:
+        """The topic's metadata, frame encoder and the most bytes of records a frame may hold, read once per
+        task."""
         cached = self._topics.get(topic)
         if cached is None:
-            cached = self._topics[topic] = (self.cluster.coordinator.topic(topic),
-                                            self.cluster.frame_encoder(topic, self.codec))
+            info = self.cluster.coordinator.topic(topic)
+            limit = min(FRAME_BYTES, TopicConfig(info.config)["max.message.bytes"])
+            cached = self._topics[topic] = (info, self.cluster.frame_encoder(topic, self.codec), limit)
         return cached
 
     def _buffer(self, key: tuple[str, int], rows: pa.RecordBatch) -> None:
@@ -121,7 +127,8 @@ class Stager:
             self._write(key)
 
     def _write(self, key: tuple[str, int]) -> None:
-        """Encode the key's buffered rows as one frame and append it to the key's staged file."""
+        """Encode the key's buffered rows as frames within the topic's limit and append them to the key's staged
+        file."""
         batches = self._pending.pop(key)
         self._pending_bytes.pop(key)
         rows = batches[0] if len(batches) == 1 else \
@@ -132,11 +139,14 @@ class Stager:
             f = open(path, "wb")
             f.write(self._topic(key[0])[1].schema_frame())
             self._files[key] = (f, path, 0)
+        _, encoder, limit = self._topic(key[0])
         f, path, records = self._files[key]
-        header, payload = self._topic(key[0])[1].encode(rows, base_offset=records)
-        f.write(header)
-        f.write(payload)
-        self._files[key] = (f, path, records + rows.num_rows)
+        for part in record_sizes.within(rows, limit):
+            header, payload = encoder.encode(part, base_offset=records)
+            f.write(header)
+            f.write(payload)
+            records += part.num_rows
+        self._files[key] = (f, path, records)
 
 
 def _split(rows: pa.Table, parts: np.ndarray) -> Iterable[tuple[int, pa.RecordBatch]]:

@@ -64,16 +64,16 @@ def write_transaction(cluster: Cluster, txn: str, topic: str | None, codec: str,
             txn, identity.producer_id, identity.producer_epoch, partitions, timeout_ms),
             f"join transaction {txn}", TIMEOUT_S)
         for staged in files:
-            _append_file(cluster, staged, identity, codec)
+            _append_file(cluster, txn, staged, identity, codec)
         return identity.producer_id, sum(f.records for f in files)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _append_file(cluster: Cluster, staged: StagedFile, identity: ProducerIdentity, codec: str) -> None:
-    """Append a staged file's frames to its partition's leader, in order, as `identity`'s transaction."""
+def _append_file(cluster: Cluster, txn: str, staged: StagedFile, identity: ProducerIdentity, codec: str) -> None:
+    """Append a staged file's frames to its partition's leader, in order, as `identity`'s transaction `txn`."""
     schema = storage_schema(cluster.coordinator.topic(staged.topic).value_schema)
-    append_batches(cluster, staged.topic, staged.partition, staged_rows(staged.path, schema), identity, codec)
+    append_batches(cluster, txn, staged.topic, staged.partition, staged_rows(staged.path, schema), identity, codec)
 
 
 def commit_transaction(cluster: Cluster, txn: str, messages: Sequence[StagedBatch]) -> TransactionRecord:

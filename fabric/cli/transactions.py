@@ -1,6 +1,7 @@
-"""`fabric transactions list|describe|abort`: kafka-transactions, for transactions on a cluster's data nodes (a
-transactional producer's, a Spark sink batch's). Abort names a transactional id, not a partition: the coordinator
-knows every writer of its open transaction and the partitions each one registered."""
+"""`fabric transactions list|describe|abort|find-hanging`: kafka-transactions, for transactions on a cluster's data
+nodes (a transactional producer's, a Spark sink batch's). Abort names a transactional id (the coordinator knows
+every writer of its open transaction and the partitions each one registered), or, for a hanging transaction the
+coordinator does not know, the partition and offset where it starts (as find-hanging lists them)."""
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,18 @@ def describe(args: argparse.Namespace) -> None:
 
 
 def abort(args: argparse.Namespace) -> None:
-    """Abort the id's open transaction's writers and wait for their markers."""
+    """Abort the id's open transaction's writers and wait for their markers; or the hanging transaction that
+    starts at --start-offset of --topic's --partition."""
+    by_offset = [v is not None for v in (args.topic, args.partition, args.start_offset)]
+    if not (all(by_offset) if args.transactional_id is None else not any(by_offset)):
+        raise CommandError("abort takes --transactional-id ID, or --topic T --partition P --start-offset O (a hanging "
+                           "transaction, as find-hanging lists it)")
+    if args.transactional_id is None:
+        with open_fabric(args) as fab:
+            found = fab.abort_hanging_transaction(args.topic, args.partition, args.start_offset)
+        print(f"Aborted the transaction of producer {found.producer_id} (epoch {found.producer_epoch}) open on "
+              f"{found.topic}-{found.partition} from offset {found.start_offset}.")
+        return
     if args.timeout_ms < 1:
         raise CommandError(f"--timeout-ms must be at least 1, got {args.timeout_ms}")
     with open_fabric(args) as fab:
@@ -38,6 +50,26 @@ def abort(args: argparse.Namespace) -> None:
         print(f"Aborting {len(before.writers)} writer(s) of transaction {before.transactional_id}:{before.sequence} "
               f"and waiting for their markers (up to {args.timeout_ms} ms)...")
         _print_record(fab.abort_transaction(args.transactional_id, args.timeout_ms / 1000))
+
+
+def find_hanging(args: argparse.Namespace) -> None:
+    """One row per hanging transaction: where it starts, its producer, how long it has been open and what the
+    coordinator knows of it (kafka-transactions find-hanging)."""
+    if args.node_id is not None and args.topic is not None:
+        raise CommandError("find-hanging takes --node-id or --topic (with --partition), not both")
+    if args.partition is not None and args.topic is None:
+        raise CommandError("--partition needs --topic")
+    if args.max_transaction_timeout < 0:
+        raise CommandError(f"--max-transaction-timeout must be minutes from 0, got {args.max_transaction_timeout}")
+    with open_fabric(args) as fab:
+        found = fab.find_hanging_transactions(args.node_id, args.topic, args.partition,
+                                              args.max_transaction_timeout * 60_000)
+    print(format_table(("TOPIC", "PARTITION", "PRODUCER-ID", "PRODUCER-EPOCH", "START-OFFSET", "OPEN-MINUTES",
+                        "COORDINATOR"),
+                       [(h.topic, h.partition, h.producer_id, h.producer_epoch, h.start_offset,
+                         "-" if h.open_ms < 0 else h.open_ms // 60_000,
+                         h.coordinator if h.transactional_id is None else f"{h.coordinator} ({h.transactional_id})")
+                        for h in found]))
 
 
 def _print_record(record: TransactionRecord) -> None:
@@ -61,12 +93,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_command(verbs, "list", list_transactions, "every transactional id with its latest transaction's state")
     p = add_command(verbs, "describe", describe, "a transactional id's latest transaction and its writers")
     p.add_argument("--transactional-id", required=True, metavar="ID")
-    p = add_command(verbs, "abort", abort, "abort the writers of a transactional id's open transaction",
+    p = add_command(verbs, "abort", abort, "abort the writers of a transactional id's open transaction, or a "
+                    "hanging transaction by where it starts",
                     description="Abort the writers of a transactional id's open transaction now, as its "
                                 "transaction.timeout.ms would (abort markers on every partition they registered), "
                                 "so read_committed readers move past it. The transaction itself stays undecided: a "
                                 "Spark batch replayed still commits it; an aborted writer is fenced. Needs admin on "
-                                "the transactional id.")
-    p.add_argument("--transactional-id", required=True, metavar="ID")
+                                "the transactional id. With --topic, --partition and --start-offset instead: abort "
+                                "the hanging transaction that starts there (one find-hanging lists), with an abort "
+                                "marker at the partition's leader; needs cluster_action on the cluster.")
+    p.add_argument("--transactional-id", metavar="ID")
     p.add_argument("--timeout-ms", type=int, default=60000, metavar="MS",
                    help="how long to wait for the markers (default 60000)")
+    p.add_argument("--topic", metavar="T", help="with --partition and --start-offset: a hanging transaction's")
+    p.add_argument("--partition", type=int, metavar="P")
+    p.add_argument("--start-offset", type=int, metavar="O", help="where the hanging transaction starts")
+    p = add_command(verbs, "find-hanging", find_hanging, "transactions open on partitions that nothing will end",
+                    description="List the transactions open on partitions (of the partitions node --node-id leads, "
+                                "of --topic, or of every replicated topic) that the coordinator does not know, or "
+                                "decided more than --max-transaction-timeout ago without their marker reaching the "
+                                "partition: they hold read_committed readers back for good. Abort one with `abort "
+                                "--topic T --partition P --start-offset O`. Needs read on the topics and describe on "
+                                "every transactional id (transactional-id:*).")
+    p.add_argument("--node-id", type=int, metavar="N", help="the partitions this node leads")
+    p.add_argument("--topic", metavar="T")
+    p.add_argument("--partition", type=int, metavar="P", help="with --topic: this partition only")
+    p.add_argument("--max-transaction-timeout", type=int, default=15, metavar="MINUTES",
+                   help="the coordinator's transaction.max.timeout.ms in minutes (default 15): a decided "
+                        "transaction open longer is listed")

@@ -11,8 +11,10 @@ from typing import Any, Iterable, Mapping, Sequence, overload
 
 import pyarrow as pa
 
+from fabric.client import hanging_transactions
 from fabric.client.cluster import Cluster
 from fabric.client.consumer import Consumer
+from fabric.client.hanging_transactions import HangingTransaction
 from fabric.client.producer import Producer
 from fabric.client.topic_partition import TopicPartition as NamedPartition
 from fabric.common import checks
@@ -45,6 +47,7 @@ from fabric.common.types import (
     TopicRecovery,
     TransactionRecord,
 )
+from fabric.coordinator.transaction_timeouts import MAX_TIMEOUT_MS
 from fabric.storage.cleaner import CleanReport
 
 log = logging.getLogger(__name__)
@@ -312,6 +315,26 @@ class Fabric:
             time.sleep(0.1)
             record = self.describe_transaction(transactional_id)
         return record
+
+    def find_hanging_transactions(self, node_id: int | None = None, topic: str | None = None,
+                                  partition: int | None = None, max_timeout_ms: int = MAX_TIMEOUT_MS
+                                  ) -> list[HangingTransaction]:
+        """kafka-transactions find-hanging: the transactions open on the partitions node `node_id` leads, or on
+        `topic` (its `partition` only, if given), or on every replicated partition, that the coordinator does not
+        know or decided more than `max_timeout_ms` ago (fabric.client.hanging_transactions). Needs read on the
+        topics and describe on every transactional id."""
+        if topic is not None:
+            self.cluster.coordinator.topic(topic)  # UnknownTopicError for a topic that does not exist
+        partitions = sorted(tp for tp, registration in self.cluster.describe_cluster(refresh=True).partitions.items()
+                            if node_id in (None, registration.state.leader) and topic in (None, tp[0])
+                            and partition in (None, tp[1]))
+        return hanging_transactions.find_hanging(self.cluster, partitions, max_timeout_ms)
+
+    def abort_hanging_transaction(self, topic: str, partition: int, start_offset: int) -> HangingTransaction:
+        """kafka-transactions abort --start-offset: an abort marker for the transaction open on `topic`-`partition`
+        from `start_offset`, if it hangs (fabric.client.hanging_transactions); needs cluster_action on the
+        cluster."""
+        return hanging_transactions.abort_hanging(self.cluster, topic, partition, start_offset)
 
     def reset_offsets(self, group: str, topics: str | Sequence[str | TopicPartition] | None = None, *,
                       to_earliest: bool = False, to_latest: bool = False, to_offset: int | None = None,

@@ -19,6 +19,7 @@ from fabric.common.types import (
     Fetched,
     LeaderAndIsr,
     NodeInfo,
+    OpenTransaction,
     PartitionRegistration,
     PartitionState,
     ProducerBatch,
@@ -203,9 +204,10 @@ class Cluster(ABC):
         return False
 
     def transactional_append(self, topic: str, partition: int, rows: pa.RecordBatch, producer: ProducerBatch,
-                             codec: str = "none") -> int:
-        """Append stored rows as part of `producer`'s transaction on the partition (Kafka's transactional
-        produce): invisible to read_committed readers until write_markers ends it; a retry is not written
+                             transactional_id: str, codec: str = "none") -> int:
+        """Append stored rows as part of `producer`'s transaction of `transactional_id` on the partition (Kafka's
+        transactional produce; the producer joined the transaction with the partition first, which the leader
+        verifies): invisible to read_committed readers until write_markers ends it; a retry is not written
         twice. Only replicated partitions take transactions; elsewhere this refuses with the fix."""
         raise InvalidConfigError(f"transactions need a replicated topic on a cluster with data nodes; "
                                  f"{type(self).__name__} {self.url!r} publishes whole batches instead (publish)")
@@ -214,8 +216,22 @@ class Cluster(ABC):
                       commit: Sequence[tuple[int, int]], abort: Sequence[tuple[int, int]]) -> None:
         """End the transactions of (producer id, epoch) writers on a replicated partition, committed or aborted
         (Kafka's WriteTxnMarkers), once the coordinator decided (TransactionRecord). Idempotent."""
-        raise InvalidConfigError(f"transactions need a replicated topic on a cluster with data nodes; "
-                                 f"{type(self).__name__} {self.url!r} has none")
+        raise self._no_transactions()
+
+    def describe_producers(self, topic: str, partition: int) -> list[OpenTransaction]:
+        """The transactions open on a replicated partition, oldest first, at its leader (Kafka's
+        DescribeProducers); elsewhere this refuses with the fix."""
+        raise self._no_transactions()
+
+    def abort_open_transaction(self, topic: str, partition: int, start_offset: int) -> OpenTransaction:
+        """Abort the transaction open on a replicated partition from `start_offset`, at its leader, whatever the
+        coordinator knows of it (needs cluster_action on the cluster; fabric.client.hanging_transactions checks
+        that it hangs first); the transaction ended."""
+        raise self._no_transactions()
+
+    def _no_transactions(self) -> InvalidConfigError:
+        return InvalidConfigError(f"transactions need a replicated topic on a cluster with data nodes; "
+                                  f"{type(self).__name__} {self.url!r} has none")
 
     def staging_dir(self, sink_id: str, batch: str | None = None) -> str:
         """Where the Spark sink stages a batch's frames (a directory its tasks and driver share): only an

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from fabric.common import checks
+from fabric.common.errors import ClientTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +102,14 @@ class SendFuture:
         return self._drain.error if self.done() else None
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
-        """Wait for the record's batch to be appended (sending it now if needed)."""
-        if timeout is not None:
-            timeout = checks.timeout(timeout, "result() timeout")
+        """Wait for the record's batch to be appended (sending it now if needed); ClientTimeoutError (a
+        TimeoutError) if its outcome is not known within `timeout` seconds: the record stays queued."""
+        deadline = None if timeout is None else time.monotonic() + checks.timeout(timeout, "result() timeout")
         if not self._drain.done.is_set():
             self._send_now(self._drain, timeout)
-        if not self._drain.done.wait(timeout):
-            raise TimeoutError("the record was not appended in time")
+        if not self._drain.done.wait(None if deadline is None else max(deadline - time.monotonic(), 0)):
+            raise ClientTimeoutError(f"the record was not appended within result(timeout={timeout:g}); it stays "
+                                     "queued and is sent within delivery_timeout_ms: wait for it again")
         if self._drain.error is not None:
             raise self._drain.error
         return self._metadata()

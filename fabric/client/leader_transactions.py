@@ -37,15 +37,16 @@ log = logging.getLogger(__name__)
 TIMEOUT_S = 120.0  # how long an append or a marker keeps retrying retriable errors (Kafka's delivery.timeout.ms)
 
 
-def append_batches(cluster: Cluster, topic: str, partition: int, batches: Iterable[pa.RecordBatch],
+def append_batches(cluster: Cluster, txn: str, topic: str, partition: int, batches: Iterable[pa.RecordBatch],
                    identity: ProducerIdentity, codec: str) -> list[int]:
-    """Append `batches` to the partition's leader, in order, as `identity`'s transaction; the base offset of
-    each. Each keeps its sequence across retries, so a retry after a lost answer is not written twice."""
-    sequence, bases = 0, []
+    """Append `batches` to the partition's leader, in order, as `identity`'s transaction `txn` (which it joined
+    with the partition: the leader verifies that with the coordinator); the base offset of each. Each keeps its
+    sequence across retries, so a retry after a lost answer is not written twice."""
+    transactional_id, sequence, bases = transaction_sequence(txn)[0], 0, []
     for rows in batches:
         producer = ProducerBatch(identity.producer_id, identity.producer_epoch, sequence)
         bases.append(retrying(cluster, functools.partial(cluster.transactional_append, topic, partition, rows,
-                                                         producer, codec),
+                                                         producer, transactional_id, codec),
                               f"append to {topic}-{partition}", TIMEOUT_S))
         sequence = (sequence + rows.num_rows) % (SEQUENCE_MAX + 1)
     return bases
@@ -94,7 +95,7 @@ def publish_on_leaders(cluster: Cluster, txn: str, parts: Mapping[TopicPartition
                 txn, identity.producer_id, identity.producer_epoch, keys, timeout_ms), f"join transaction {txn}",
                 TIMEOUT_S)
             joined = True
-        bases = {key: append_batches(cluster, key[0], key[1], parts[key], identity, codec) for key in keys}
+        bases = {key: append_batches(cluster, txn, key[0], key[1], parts[key], identity, codec) for key in keys}
         writers = [identity.producer_id] if joins else []
         retrying(cluster, lambda: cluster.coordinator.commit_transaction(txn, writers, offsets),
                  f"commit transaction {txn}", TIMEOUT_S)

@@ -3,8 +3,10 @@
 send() only appends to per-topic column buffers (cheap enough for hundreds of thousands of calls a second);
 a batch is built and appended when it reaches batch_size bytes, when linger_ms passes (a background
 thread), or on flush(). Keys are partitioned as Kafka's Java client does; null keys stick to one
-partition per batch. Nothing buffered is dropped silently: a producer never closed is flushed when it is
-garbage-collected or, at the latest, when the interpreter exits.
+partition per batch. A batch goes in appends of at most the topic's max.message.bytes each (fabric.common.
+record_sizes). Every send fails or succeeds within delivery_timeout_ms of its batch's creation, each request of
+it within request_timeout_ms (fabric.client.send_timeouts). Nothing buffered is dropped silently: a producer
+never closed is flushed when it is garbage-collected or, at the latest, when the interpreter exits.
 
 A producer with a transactional_id (Kafka's transactional.id) sends in transactions instead: init_transactions(),
 then begin_transaction(), send() and send_offsets_to_transaction(), and commit_transaction() publishes every
@@ -16,7 +18,6 @@ from __future__ import annotations
 import atexit
 import concurrent.futures.thread  # noqa: F401 (see _close_at_exit)
 import functools
-import itertools
 import logging
 import threading
 import time
@@ -27,17 +28,19 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from fabric.client import batching
 from fabric.client.cluster import Cluster
 from fabric.client.delivery import BatchMetadata, DeliveryCallback, Drain, SendFuture
 from fabric.client.idempotence import Sequences
 from fabric.client.partitioner import StickyPartitioner, assign_partitions
+from fabric.client.send_timeouts import Deadline, delivery_timeout_ms
 from fabric.client.transaction import Bases, TransactionManager, TxnState
-from fabric.common import record_checks
+from fabric.common import checks, record_checks
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.config import PRODUCER_SETTINGS, TopicConfig, client_config
 from fabric.common.errors import (
+    ClientTimeoutError,
     FabricError,
     IllegalStateError,
     InvalidConfigError,
@@ -50,6 +53,7 @@ from fabric.common.names import validate_topic
 from fabric.common.record_checks import Headers, TypedValueRule
 from fabric.common.records import HEADERS, TIMESTAMP, to_storage, typed_rows
 from fabric.common.types import TopicInfo, TopicPartition, TransactionalOffsets
+from fabric.server.connection import call_deadline
 
 METADATA_MAX_AGE_S = 5.0
 log = logging.getLogger(__name__)
@@ -58,16 +62,17 @@ log = logging.getLogger(__name__)
 class _Buffer:
     """Columns of records waiting to be sent to one topic."""
 
-    __slots__ = ("values", "keys", "headers", "partitions", "timestamps", "size", "created", "drain")
+    __slots__ = ("values", "keys", "headers", "partitions", "timestamps", "size", "created", "due", "drain")
 
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, linger_s: float) -> None:
         self.values: list = []
         self.keys: list = []
         self.headers: list = []
         self.partitions: list = []
         self.timestamps: list = []
         self.size = 0
-        self.created = time.monotonic()
+        self.created = time.monotonic()  # its records' delivery_timeout_ms runs from here
+        self.due = self.created + linger_s  # when the linger thread sends it (flush() makes it due at once)
         self.drain = Drain(topic)
 
 
@@ -79,21 +84,6 @@ class _TopicMeta:
     info: TopicInfo
     max_bytes: int
     typed: TypedValueRule | None
-
-
-def _check_topic_column(topic: str, table: pa.Table) -> None:
-    """send_batch writes every row to its `topic`: a 'topic' column may only repeat it (or be null)."""
-    if "topic" not in table.column_names:
-        return
-    column = table.column("topic")
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        if pc.all(pc.equal(column, topic)).as_py() is not False:
-            return
-    elif pa.types.is_null(column.type):
-        return
-    raise InvalidRecordError(
-        f"send_batch({topic!r}, ...) writes every row to topic {topic!r}, but the table's 'topic' column names "
-        "other topics; drop that column, or split the table by topic and send each part to its own topic")
 
 
 Serializer = Callable[[Any], Any]
@@ -117,12 +107,14 @@ class Producer:
         self._key_serializer = _serializer("key_serializer", key_serializer)
         self._value_serializer = _serializer("value_serializer", value_serializer)
         self.config = client_config("producer", PRODUCER_SETTINGS, config)
+        given = {k.replace(".", "_") for k in config}
+        self.config["delivery_timeout_ms"] = delivery_timeout_ms(self.config, given)
         self._batch_size = self.config["batch_size"]
         self._linger = self.config["linger_ms"] / 1000.0
         self._codec = self.config["compression_type"]
         self._acks = "all" if self.config["acks"] == "-1" else self.config["acks"]
         idempotent = self.config["enable_idempotence"]
-        if idempotent and self._acks != "all" and "enable_idempotence" in {k.replace(".", "_") for k in config}:
+        if idempotent and self._acks != "all" and "enable_idempotence" in given:
             raise InvalidConfigError(f"enable_idempotence needs acks=all (got acks={self.config['acks']}), as in "
                                      "Kafka; drop one of the two")
         self._sequences = Sequences(cluster) if idempotent and self._acks == "all" else None
@@ -138,6 +130,7 @@ class Producer:
         self._sticky = StickyPartitioner()
         self._meta: dict[str, _TopicMeta] = {}
         self._closed = False
+        self._appending = 0  # batches being appended now (read without the lock by a flush that cannot take it)
         self._wake = threading.Condition(self._lock)
         self._linger_thread: threading.Thread | None = None
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
@@ -145,10 +138,21 @@ class Producer:
 
     # -- metadata ----------------------------------------------------------------------------------
     def _topic(self, topic: str, refresh: bool = False) -> _TopicMeta:
-        """The topic's metadata, cached for a few seconds."""
+        """The topic's metadata, cached for a few seconds, asked for within request_timeout_ms; while the
+        coordinator does not answer, a cached copy is used on (unless `refresh` insists on a fresh one)."""
         cached = self._meta.get(topic) if type(topic) is str else None
         if refresh or cached is None or time.monotonic() - cached.at > METADATA_MAX_AGE_S:
-            info = self.cluster.coordinator.topic(validate_topic(topic))
+            try:
+                with call_deadline(self.config["request_timeout_ms"] / 1000):
+                    info = self.cluster.coordinator.topic(validate_topic(topic))
+            except FabricError as exc:
+                if refresh or cached is None or not exc.retriable:
+                    raise
+                log.info("producer %r: metadata of topic %r not refreshed (%s); using the cached copy",
+                         self.config["client_id"], topic, exc)
+                cached = self._meta[topic] = _TopicMeta(time.monotonic(), cached.info, cached.max_bytes,
+                                                        cached.typed)
+                return cached
             typed = TypedValueRule(info.value_schema) if info.value_schema is not None else None
             cached = _TopicMeta(time.monotonic(), info, TopicConfig(info.config)["max.message.bytes"], typed)
             self._meta[topic] = cached
@@ -207,7 +211,7 @@ class Producer:
                 self._transactions.require("send")
             buf = self._buffers.get(topic)
             if buf is None:
-                buf = self._buffers[topic] = _Buffer(topic)
+                buf = self._buffers[topic] = _Buffer(topic, self._linger)
                 if self._transactions is None:
                     self._ensure_linger_thread()
                     self._wake.notify()  # the linger thread times the new batch from now (linger_ms=0: sends now)
@@ -238,81 +242,82 @@ class Producer:
         if self._transactions is not None:
             raise IllegalStateError("send_batch() appends at once, outside any transaction: a transactional producer "
                                     "sends with send() between begin_transaction() and commit_transaction()")
-        info = self._topic(topic, refresh=True).info
-        _check_topic_column(topic, table)
+        deadline = self._deadline(time.monotonic())
+        meta = self._topic(topic, refresh=True)
+        info = meta.info
+        batching.check_topic_column(topic, table)
         with self._lock:
             self._drain_topic(topic)
         now_us = SYSTEM_CLOCK.now_us()
         rows = to_storage(table, info.value_schema, now_us)
         explicit = table.column("partition") if "partition" in table.column_names else None
-        self._check_sizes(topic, rows, info.value_schema is None, self._topic(topic).max_bytes)
+        batching.check_sizes(topic, rows, meta.max_bytes)
         parts = self._partition(topic, rows.column("key"), explicit, info.partitions)
-        return self._append_by_partition(topic, rows, parts)
+        return self._append_by_partition(topic, rows, parts, deadline)
 
-    def _check_sizes(self, topic: str, rows: pa.Table, plain: bool, max_bytes: int) -> None:
-        sizes = pc.fill_null(pc.binary_length(rows.column("key")), 0)
-        if plain:
-            sizes = pc.add(sizes, pc.fill_null(pc.binary_length(rows.column("value")), 0))
-        if len(sizes) and pc.max(sizes).as_py() > max_bytes:
-            first = pc.index(pc.greater(sizes, max_bytes), True).as_py()
-            raise RecordTooLargeError(
-                f"row {first} is {sizes[first].as_py()} bytes, over max.message.bytes={max_bytes} of topic "
-                f"{topic!r}; nothing from this batch was written")
+    def _deadline(self, began: float) -> Deadline:
+        """The delivery deadline of a send that began at `began` (time.monotonic())."""
+        return Deadline.starting(began, self.config["delivery_timeout_ms"], self.config["request_timeout_ms"])
 
     def _partition(self, topic: str, keys: pa.ChunkedArray, explicit: pa.ChunkedArray | None,
                    num_partitions: int) -> np.ndarray:
         return assign_partitions(topic, keys, explicit, num_partitions, self._sticky)
 
-    def _append_by_partition(self, topic: str, rows: pa.Table, parts: np.ndarray) -> list[BatchMetadata]:
-        """Append each partition's run of `rows`, in chunks; where each chunk landed, in partition order (other
-        producers may append between two chunks of one run)."""
-        rows, runs = _by_partition(rows, parts)
-        return [BatchMetadata(topic, p, self._append(topic, p, chunk), chunk.num_rows)
-                for p, lo, hi in runs for chunk in self._chunks(rows.slice(lo, hi - lo))]
+    def _append_by_partition(self, topic: str, rows: pa.Table, parts: np.ndarray, deadline: Deadline
+                             ) -> list[BatchMetadata]:
+        """Append each partition's run of `rows`, in chunks, by `deadline`; where each chunk landed, in partition
+        order (other producers may append between two chunks of one run)."""
+        rows, runs = batching.by_partition(rows, parts)
+        max_bytes = self._topic(topic).max_bytes
+        return [BatchMetadata(topic, p, self._append(topic, p, chunk, deadline), chunk.num_rows) for p, lo, hi in runs
+                for chunk in batching.chunks(rows.slice(lo, hi - lo), self._batch_size, max_bytes)]
 
-    def _append(self, topic: str, partition: int, rows: pa.RecordBatch) -> int:
-        """Append one batch. An idempotent producer's batch carries its producer id and sequence, so a retry
-        after a lost answer or a leader failover is not written twice; without idempotence it may be (at least
-        once)."""
+    def _append(self, topic: str, partition: int, rows: pa.RecordBatch, deadline: Deadline) -> int:
+        """Append one batch by `deadline`. An idempotent producer's batch carries its producer id and sequence,
+        so a retry after a lost answer or a leader failover is not written twice; without idempotence it may be
+        (at least once)."""
         if self._sequences is None:
-            return self._append_retrying(topic, partition, rows, {})
-        with self._sequences.lock:
+            return self._append_retrying(topic, partition, rows, deadline, dict)
+        if not self._sequences.lock.acquire(timeout=max(deadline.left(), 0)):
+            raise deadline.passed(f"a batch of {rows.num_rows} record(s) to {topic}-{partition}", None)
+        try:
             tp = (topic, partition)
+            fields = functools.partial(self._sequences.fields, tp)
             try:
                 try:
-                    base = self._append_retrying(topic, partition, rows, self._sequences.fields(tp))
+                    base = self._append_retrying(topic, partition, rows, deadline, fields)
                 except UnknownProducerIdError as exc:  # the partition forgot this producer: nothing was written
                     self._sequences.reset(str(exc))
-                    base = self._append_retrying(topic, partition, rows, self._sequences.fields(tp))
+                    base = self._append_retrying(topic, partition, rows, deadline, fields)
             except FabricError as exc:
                 self._sequences.reset(f"a batch to {topic}-{partition} failed: {exc}")
                 raise
             self._sequences.written(tp, rows.num_rows)
             return base
+        finally:
+            self._sequences.lock.release()
 
-    def _append_retrying(self, topic: str, partition: int, rows: pa.RecordBatch, producer: dict[str, int]) -> int:
-        """Append one batch, retrying a retriable error (a coordinator failing over, a leader moving) every
-        retry_backoff_ms, up to `retries` times within delivery_timeout_ms, as Kafka's producer does."""
-        deadline = time.monotonic() + self.config["delivery_timeout_ms"] / 1000
-        retries = 0
+    def _append_retrying(self, topic: str, partition: int, rows: pa.RecordBatch, deadline: Deadline,
+                         producer: Callable[[], dict[str, int]]) -> int:
+        """Append one batch (with the `producer()` fields: an idempotent producer's id and sequence, asked for
+        within the attempt), each attempt within request_timeout_ms, retrying a retriable error (a coordinator
+        failing over, a leader moving or not answering) every retry_backoff_ms, up to `retries` times, until
+        `deadline`, as Kafka's producer does."""
+        retries, last = 0, None
         while True:
+            budget = deadline.request()
+            if budget <= 0:
+                raise deadline.passed(f"a batch of {rows.num_rows} record(s) to {topic}-{partition}", last)
             try:
-                return self.cluster.append(topic, partition, rows, self._codec, self._acks, **producer)
+                with call_deadline(budget):
+                    return self.cluster.append(topic, partition, rows, self._codec, self._acks, **producer())
             except FabricError as exc:
-                if not exc.retriable or retries >= self.config["retries"] or time.monotonic() >= deadline:
+                if not exc.retriable or retries >= self.config["retries"]:
                     raise
-                retries += 1
+                last, retries = exc, retries + 1
                 log.info("producer %r: append to %s-%d failed (%s); retry %d", self.config["client_id"], topic,
                          partition, exc, retries)
-                time.sleep(min(self.config["retry_backoff_ms"] / 1000, max(deadline - time.monotonic(), 0)))
-
-    def _chunks(self, rows: pa.Table) -> list[pa.RecordBatch]:
-        """Split rows into record batches of about batch_size bytes each (one frame each)."""
-        total = rows.nbytes
-        if total <= self._batch_size * 2:
-            return rows.combine_chunks().to_batches() or []
-        step = max(1, rows.num_rows * self._batch_size // max(total, 1))
-        return [rows.slice(i, step).combine_chunks().to_batches()[0] for i in range(0, rows.num_rows, step)]
+                time.sleep(min(self.config["retry_backoff_ms"] / 1000, max(deadline.left(), 0)))
 
     def _drain_topic(self, topic: str, only: Drain | None = None) -> None:
         """Append the topic's buffered records now (if `only` is given, only if it is still buffered). A
@@ -323,21 +328,29 @@ class Producer:
                 return
             del self._buffers[topic]
             drain = buf.drain
+            deadline = self._deadline(buf.created)
+            self._appending += 1
             try:
-                rows, parts = self._buffered_rows(buf)
-                drain.partitions, drain.offsets = parts, _record_offsets(parts, self._append_by_partition(topic, rows,
-                                                                                                        parts))
+                with call_deadline(max(deadline.left(), 0)):
+                    rows, parts = self._buffered_rows(buf)
+                    metas = self._append_by_partition(topic, rows, parts, deadline)
+                drain.partitions, drain.offsets = parts, batching.record_offsets(parts, metas)
             except BaseException as exc:  # noqa: BLE001 (delivered through every future of the batch)
                 drain.error = exc
             finally:
+                self._appending -= 1
                 drain.finish()
 
     def _send_now(self, drain: Drain, timeout: float | None) -> None:
-        """Append the batch of a record whose future is waited on (SendFuture.result), unless it has gone."""
+        """Append the batch of a record whose future is waited on (SendFuture.result), unless it has gone: here,
+        or with a `timeout`, by the linger thread (so the wait ends at the timeout, whatever the append does)."""
         if self._transactions is not None and timeout is None:
             raise IllegalStateError("a transactional producer's record is written by commit_transaction(): "
                                     "wait for its future after the commit, or give a timeout")
-        self._drain_topic(drain.topic, only=drain)
+        if timeout is None:
+            self._drain_topic(drain.topic, only=drain)
+        else:
+            self._hurry(drain, time.monotonic() + timeout)
 
     def _buffered_rows(self, buf: _Buffer) -> tuple[pa.Table, np.ndarray]:
         """A buffer's records as stored rows, and the partition of each."""
@@ -402,9 +415,10 @@ class Producer:
             def publish(txn: str, offsets: TransactionalOffsets | None) -> Bases | None:
                 for topic, buf in buffers.items():
                     rows, assigned = self._buffered_rows(buf)
-                    rows, runs = _by_partition(rows, assigned)
+                    rows, runs = batching.by_partition(rows, assigned)
                     for p, lo, hi in runs:
-                        parts[(topic, p)] = self._chunks(rows.slice(lo, hi - lo))
+                        parts[(topic, p)] = batching.chunks(rows.slice(lo, hi - lo), self._batch_size,
+                                                            self._topic(topic).max_bytes)
                     built.append((buf, assigned, runs))
                 return self.cluster.publish_transaction(txn, parts, self._codec, offsets,
                                                         self.config["transaction_timeout_ms"])
@@ -417,7 +431,7 @@ class Producer:
                 topic = buf.drain.topic
                 metas = [BatchMetadata(topic, p, base, chunk.num_rows) for p, _, _ in runs
                          for base, chunk in zip(bases[(topic, p)], parts[(topic, p)], strict=True)]
-                buf.drain.partitions, buf.drain.offsets = assigned, _record_offsets(assigned, metas)
+                buf.drain.partitions, buf.drain.offsets = assigned, batching.record_offsets(assigned, metas)
                 buf.drain.finish()
 
     def abort_transaction(self, timeout: float | None = None) -> None:
@@ -441,38 +455,83 @@ class Producer:
             self._linger_thread.start()
 
     def _send_due(self) -> float | None:
-        """Send the batches whose linger_ms has passed (lock held); the seconds until the next one is due, or
-        None once the producer is closed."""
-        if self._closed:
-            return None
+        """Send the batches that are due, their linger_ms passed or flushed (lock held); the seconds until the
+        next one is due, or None once the producer is closed (what is still buffered then fails)."""
         now = time.monotonic()
-        for topic in [t for t, b in self._buffers.items() if now - b.created >= self._linger]:
+        for topic in [t for t, b in self._buffers.items() if b.due <= now]:
+            if self._closed:
+                break
             self._drain_topic(topic)
-        waits = [self._linger - (now - b.created) for b in self._buffers.values()]
+        if self._closed:
+            buffers, self._buffers = self._buffers, {}
+            _fail(buffers.values(), ClientTimeoutError("the producer was closed before this record was sent "
+                                                       "(close(timeout) ran out); it was not written"))
+            return None
+        waits = [b.due - now for b in self._buffers.values()]
         return max(min(waits), 0.001) if waits else self._linger or 0.05
 
+    def _hurry(self, only: Drain | None, deadline: float) -> list[tuple[Drain, int]] | None:
+        """Make the buffered batches (only `only`'s, if given) due now and wake the linger thread to send them;
+        their drains and record counts. None if the lock was not free by `deadline` (a batch is being appended:
+        these go when due after it)."""
+        if not self._lock.acquire(timeout=_left(deadline)):
+            return None
+        try:
+            if self._transactions is not None:  # its records go with commit_transaction()
+                return []
+            hurried = [b for b in self._buffers.values() if only is None or b.drain is only]
+            for buf in hurried:
+                buf.due = 0.0
+            self._wake.notify()
+            return [(buf.drain, len(buf.values)) for buf in hurried]
+        finally:
+            self._lock.release()
+
     def flush(self, timeout: float | None = None) -> None:
-        """Send everything buffered and wait until it is appended."""
-        with self._lock:
-            for topic in list(self._buffers):
-                self._drain_topic(topic)
+        """Send everything buffered and wait until it is appended (or has failed: its futures say so). With a
+        `timeout` (seconds), ClientTimeoutError if records are still unsent after it (kafka-python's flush raises
+        KafkaTimeoutError): they stay queued, and go in the background, each within delivery_timeout_ms."""
+        if timeout is None:
+            with self._lock:
+                for topic in list(self._buffers):
+                    self._drain_topic(topic)
+            return
+        deadline = time.monotonic() + checks.timeout(timeout, "flush() timeout")
+        hurried = self._hurry(None, deadline)
+        if hurried is None and not self._buffers and not self._appending:
+            return  # the lock was busy a moment, but nothing is waiting to be sent
+        unsent = None if hurried is None else sum(n for drain, n in hurried if not drain.done.wait(_left(deadline)))
+        if unsent is None or unsent:
+            what = "a batch still being appended" if unsent is None else f"{unsent} record(s) unsent"
+            raise ClientTimeoutError(f"flush(timeout={timeout:g}) ran out with {what}; the records stay queued "
+                                     "and are sent in the background, each within delivery_timeout_ms: call flush() "
+                                     "again to wait for them")
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush, then stop the linger thread."""
+        """Flush, then stop the linger thread. With a `timeout` (seconds), stop waiting after it, as Kafka's
+        close(timeout): records still unsent then fail (their futures get ClientTimeoutError) and a warning says
+        so; a batch being appended then ends within its delivery_timeout_ms."""
         if self._closed:
             return
+        deadline = None if timeout is None else time.monotonic() + checks.timeout(timeout, "close() timeout")
         if self._transactions is not None and self._transactions.state in (TxnState.IN_TRANSACTION,
                                                                            TxnState.ABORTABLE):
             log.warning("producer %r closed with transaction %s open: aborting it", self.config["client_id"],
                         self._transactions.txn)
             self.abort_transaction()
-        self.flush(timeout)
-        with self._lock:
-            self._closed = True
-            self._wake.notify_all()
+        try:
+            self.flush(None if deadline is None else _left(deadline))
+        except ClientTimeoutError as exc:
+            log.warning("producer %r: close(timeout=%s) gave up: %s", self.config["client_id"], timeout, exc)
+        self._closed = True  # (unlocked: the linger thread fails what is still buffered when it next wakes)
+        if self._lock.acquire(timeout=-1 if deadline is None else _left(deadline)):
+            try:
+                self._wake.notify_all()
+            finally:
+                self._lock.release()
         atexit.unregister(self._at_exit)
         if self._linger_thread is not None and self._linger_thread is not threading.current_thread():
-            self._linger_thread.join(timeout=5)
+            self._linger_thread.join(timeout=5 if deadline is None else _left(deadline))
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):  # (a constructor that raised left no buffers)
@@ -486,25 +545,9 @@ class Producer:
 
 
 
-def _by_partition(rows: pa.Table, parts: np.ndarray) -> tuple[pa.Table, list[tuple[int, int, int]]]:
-    """`rows` sorted (stably) by their partition `parts`, and the run (partition, lo, hi) of each partition."""
-    order = np.argsort(parts, kind="stable")
-    sorted_parts = parts[order]
-    if len(order) and not (order[:-1] < order[1:]).all():
-        rows = rows.take(pa.array(order))
-    cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
-    bounds = [0, *cuts.tolist(), len(order)]
-    return rows, [(int(sorted_parts[lo]), lo, hi) for lo, hi in itertools.pairwise(bounds) if lo != hi]
-
-
-def _record_offsets(parts: np.ndarray, metas: list[BatchMetadata]) -> np.ndarray:
-    """Each record's offset, in send order, from where its partition's run landed (`metas`: its chunks, in
-    partition order)."""
-    offsets = np.empty(len(parts), np.int64)
-    if metas:
-        offsets[np.argsort(parts, kind="stable")] = np.concatenate(
-            [np.arange(m.offset, m.offset + m.count) for m in metas])
-    return offsets
+def _left(deadline: float) -> float:
+    """Seconds until `deadline` (time.monotonic()), at least 0."""
+    return max(deadline - time.monotonic(), 0.0)
 
 
 def _fail(buffers: Iterable[_Buffer], error: BaseException) -> None:

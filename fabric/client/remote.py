@@ -30,7 +30,7 @@ from fabric.common.types import (
 )
 from fabric.coordinator.interface import Coordinator
 from fabric.server import wire
-from fabric.server.connection import Connection, fetch_call, parse_url, put_call
+from fabric.server.connection import Connection, fetch_call, parse_url, put_call, time_left
 from fabric.storage.cleaner import CleanReport
 
 
@@ -182,8 +182,9 @@ class RemoteCluster(Cluster):
     @property
     def hold_ms(self) -> int:
         """The longest a server may hold one of this client's calls (an acks=all append, a long-polling fetch):
-        most of the call timeout, so the server's answer, not the call's deadline, says what happened."""
-        return int(self.connection.options.timeout_s * 800)
+        most of the call timeout (less inside call_deadline), so the server's answer, not the call's deadline,
+        says what happened."""
+        return int(time_left(self.connection.options.timeout_s) * 800)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
               end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None,

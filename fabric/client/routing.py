@@ -27,6 +27,7 @@ from fabric.common.types import (
     Fetched,
     LeaderAndIsr,
     NodeInfo,
+    OpenTransaction,
     PartitionRegistration,
     PartitionState,
     ProducerBatch,
@@ -207,17 +208,18 @@ class RoutingCluster(RemoteCluster):
         return any(t == topic for t, _ in self.describe_cluster().partitions)
 
     def transactional_append(self, topic: str, partition: int, rows: pa.RecordBatch, producer: ProducerBatch,
-                             codec: str = "none") -> int:
+                             transactional_id: str, codec: str = "none") -> int:
         """At the leader, acks=all; routed again after a metadata refresh (a retry is recognised by sequence)."""
         def at_node(target: Target) -> Call:
             descriptor = wire.put_descriptor("append", topic=topic, partition=partition, codec=codec,
                                              **target.quoted(), acks="all", timeout_ms=self.hold_ms,
                                              producer_id=producer.producer_id,
                                              producer_epoch=producer.producer_epoch,
-                                             base_sequence=producer.base_sequence, transactional=True)
+                                             base_sequence=producer.base_sequence, transactional=True,
+                                             transactional_id=transactional_id)
             return put_call(descriptor, rows.schema, lambda: [rows])
         return self._routed(topic, partition, at_node, lambda: super(RoutingCluster, self).transactional_append(
-            topic, partition, rows, producer, codec))
+            topic, partition, rows, producer, transactional_id, codec))
 
     def publish_transaction(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.RecordBatch]],
                             codec: str = "none", offsets: TransactionalOffsets | None = None,
@@ -237,6 +239,20 @@ class RoutingCluster(RemoteCluster):
                                                 timeout_ms=self.hold_ms, **target.quoted()),
                      lambda: super(RoutingCluster, self).write_markers(topic, partition, transactional_id, commit,
                                                                         abort))
+
+    def describe_producers(self, topic: str, partition: int) -> list[OpenTransaction]:
+        return self._routed(topic, partition,
+                            lambda target: action_call("describe_producers", topic=topic, partition=partition,
+                                                       **target.quoted()),
+                            lambda: super(RoutingCluster, self).describe_producers(topic, partition))
+
+    def abort_open_transaction(self, topic: str, partition: int, start_offset: int) -> OpenTransaction:
+        return self._routed(topic, partition,
+                            lambda target: action_call("abort_open_transaction", topic=topic, partition=partition,
+                                                       start_offset=start_offset, timeout_ms=self.hold_ms,
+                                                       **target.quoted()),
+                            lambda: super(RoutingCluster, self).abort_open_transaction(topic, partition,
+                                                                                       start_offset))
 
     def compact_topic(self, topic: str) -> list[CleanReport]:
         """A replicated topic is compacted at each partition's leader (compact_partition), below its high

@@ -63,6 +63,16 @@ def _codec(*options: str) -> Callable[[str], str]:
     return parse
 
 
+def _identifier(unset: str) -> Callable[[str], str]:
+    """A non-empty id (Kafka refuses an empty transactional.id or group.instance.id); left out (or None) it is
+    unset (""), meaning `unset`."""
+    def parse(text: str) -> str:
+        if not text:
+            raise ValueError(f"must not be empty; leave it out (or None) for {unset}")
+        return text
+    return parse
+
+
 def _ratio(text: str) -> float:
     """A number from 0 to 1 (min.cleanable.dirty.ratio)."""
     wanted = "must be a number from 0 to 1"
@@ -98,7 +108,8 @@ TOPIC_SETTINGS: dict[str, Setting] = {
                                                     "or (maintenance) its first is this old"),
     "retention.ms": Setting(7 * 24 * 3600 * 1000, _long(-1), "delete segments older than this; -1 keeps all"),
     "retention.bytes": Setting(-1, _long(-1), "delete old segments past this partition size; -1 keeps all"),
-    "max.message.bytes": Setting(1048588, _long(0, INT_MAX), "largest record accepted"),
+    "max.message.bytes": Setting(1048588, _long(0, INT_MAX), "largest record batch (one append) accepted: "
+                                  "the bytes of its records' keys, values and headers"),
     "index.interval.bytes": Setting(4096, _long(0, INT_MAX), "bytes between offset-index entries"),
     "flush.messages": Setting(LONG_MAX, _long(1), "fsync after this many messages"),
     "flush.ms": Setting(LONG_MAX, _long(0), "fsync after this many milliseconds"),
@@ -189,8 +200,12 @@ PRODUCER_SETTINGS: dict[str, Setting] = {
     "enable_idempotence": Setting(True, _bool, "with acks=all, a retried batch is never written twice"),
     "retries": Setting(INT_MAX, _long(0, INT_MAX), "how often a send retries a retriable error"),
     "retry_backoff_ms": Setting(100, _long(0, INT_MAX), "wait between retries"),
-    "delivery_timeout_ms": Setting(120000, _long(1, INT_MAX), "give up on a send after this long, retries included"),
-    "transactional_id": Setting("", str, "send in transactions (init_transactions, begin_transaction, "
+    "delivery_timeout_ms": Setting(120000, _long(1, INT_MAX), "a send fails or succeeds within this long of its "
+                                   "batch's creation, retries included; at least linger_ms + request_timeout_ms"),
+    "request_timeout_ms": Setting(30000, _long(1, INT_MAX), "the longest one request of a send may take (an append "
+                                  "and its acks=all replication, a metadata refresh); then it is retried"),
+    "transactional_id": Setting("", _identifier("a producer without transactions"),
+                                "send in transactions (init_transactions, begin_transaction, "
                                 "commit_transaction): records and offsets are published together or not at all"),
     "transaction_timeout_ms": Setting(60000, _long(1, INT_MAX), "on a cluster with data nodes, the coordinator "
                                       "aborts a transaction still undecided this long after it began"),
@@ -213,7 +228,7 @@ CONSUMER_SETTINGS: dict[str, Setting] = {
     "max_poll_interval_ms": Setting(300000, _long(1, INT_MAX), "longest gap between polls"),
     "partition_assignment_strategy": Setting("range", _choice("range", "roundrobin", "cooperative-sticky"),
                                              "how the group splits partitions"),
-    "group_instance_id": Setting("", str, "static membership id"),
+    "group_instance_id": Setting("", _identifier("a dynamic group member"), "static membership id"),
     "isolation_level": Setting("read_committed", _choice("read_committed", "read_uncommitted"),
                                "read_committed: read a replicated partition below its last stable offset, "
                                "skipping aborted transactions; read_uncommitted: up to the high watermark"),
@@ -256,6 +271,8 @@ def client_config(kind: str, table: Mapping[str, Setting], given: Mapping[str, o
             continue
         if setting is None:
             raise _error(kind, key, value, "", table)
+        if value is None and setting.default == "":  # an optional string left unset (kafka-python's None)
+            continue
         if isinstance(value, bool):
             value = str(value).lower()
         try:

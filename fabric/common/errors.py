@@ -201,6 +201,12 @@ class RequestTimedOutError(FabricError):
     retriable = True
 
 
+class ClientTimeoutError(RequestTimedOutError, TimeoutError):
+    """A client call did not finish within its timeout (Kafka's TimeoutException): a send within
+    delivery_timeout_ms, a flush() or close() within the timeout given, a future's result() within its own. The
+    message says what was still pending; it may still happen. Also a built-in TimeoutError."""
+
+
 class OutOfOrderSequenceError(FabricError):
     """An idempotent producer's batch does not follow the last sequence the leader stored: records were lost
     in between, so the producer must fail rather than write them out of order."""
@@ -238,9 +244,22 @@ class InvalidTxnStateError(FabricError):
     coordinator holds (Kafka's INVALID_TXN_STATE). The message names both."""
 
 
+class ConcurrentTransactionsError(FabricError):
+    """A transactional append met the writing of markers on its partition while the leader verified it: nothing
+    was written; retry (Kafka's CONCURRENT_TRANSACTIONS)."""
+
+    retriable = True
+
+
 class StaleNodeEpochError(FabricError):
     """A data node quoted a node epoch other than its latest registration's: a newer process of the same node
     id registered since (KIP-380), so this one is fenced and must register again."""
+
+
+class DuplicateNodeRegistrationError(FabricError):
+    """A node registered an id whose lease a process on another data directory holds (Kafka's
+    DUPLICATE_BROKER_REGISTRATION): two processes of one id would fence each other in turn. Refused, changing
+    nothing; the message names the id and the live process's address."""
 
 
 class InvalidReplicationFactorError(FabricError):

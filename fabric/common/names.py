@@ -45,7 +45,9 @@ def validate_new_topic(name: object) -> str:
 def validate_group(group_id: object) -> str:
     """Return `group_id` if it is a non-empty string, else raise InvalidGroupError."""
     if not isinstance(group_id, str) or not group_id:
-        raise InvalidGroupError(f"group id must be a non-empty string, got {group_id!r}")
+        raise InvalidGroupError(f"group id must be a non-empty string, got {group_id!r:.80}; name the consumer group "
+                                "(Kafka's group.id), or leave group_id out (None) for a consumer that assigns its "
+                                "partitions itself")
     if len(group_id) > 1024:
         raise InvalidGroupError("group id is longer than 1024 characters; shorten it")
     return group_id

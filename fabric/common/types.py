@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Callable
 
 import pyarrow as pa
 
@@ -164,6 +165,9 @@ class ProducerBatch:
     producer_id: int
     producer_epoch: int
     base_sequence: int
+    # a transactional batch's check that its transaction was verified (KIP-890), run under the partition's lock
+    # after the producer checks, before the batch is written (fabric.server.node.transaction_verification)
+    verification: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -191,13 +195,16 @@ class TopicRecovery:
 class NodeInfo:
     """A data node as the controller knows it. `node_epoch` grows by one on every registration of the id, so a
     zombie process of an older registration is fenced (KIP-380); `alive` is the controller's lease, never
-    stored. Invariants: id >= 0, node_epoch >= 1 once registered, rack None or non-empty."""
+    stored. `directory_id` is the data directory the registration came from (Kafka's meta.properties
+    directory.id): while the lease is alive only a process on that directory may register the id again.
+    Invariants: id >= 0, node_epoch >= 1 once registered, rack None or non-empty."""
 
     id: int
     address: str
     rack: str | None = None
     node_epoch: int = 0
     alive: bool = False
+    directory_id: str = ""
 
     def __post_init__(self) -> None:
         if self.id < 0 or self.node_epoch < 0 or self.rack == "":
@@ -308,6 +315,18 @@ class TransactionWriter:
     producer_id: int
     producer_epoch: int
     partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class OpenTransaction:
+    """A transaction open on a partition, as its leader describes it (Kafka's DescribeProducers): its producer
+    id and epoch, the offset of its first record (the last stable offset stays at or below it until a marker
+    ends it) and that record's timestamp (µs since the epoch)."""
+
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+    start_timestamp_us: int
 
 
 @dataclass(frozen=True)

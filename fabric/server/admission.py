@@ -1,8 +1,8 @@
 """What the broker checks of every write before any of it can become visible, whoever sent it: stored rows in
 the topic's storage schema, frames whose payload decodes against that schema (fully validated, since a client
-may have crafted it) with the record count and timestamps their header claims, and no record larger than the
-topic's max.message.bytes. A write that fails a check is refused whole; readers of the partition are never
-handed something they cannot decode.
+may have crafted it) with the record count and timestamps their header claims, and no batch (one append, one
+frame) whose records weigh more than the topic's max.message.bytes (fabric.common.record_sizes). A write that
+fails a check is refused whole; readers of the partition are never handed something they cannot decode.
 
 The Spark sink's publish is a hot path: its frames are already CRC-checked (frame.split_frames); decoding a
 record-batch message is zero-copy (uncompressed) and the checks are vectorised, a few tens of µs per frame.
@@ -14,6 +14,7 @@ from typing import Iterable
 import numpy as np
 import pyarrow as pa
 
+from fabric.common import record_sizes
 from fabric.common.config import TopicConfig
 from fabric.common.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError, SchemaMismatchError
 from fabric.common.redaction import shorten
@@ -23,13 +24,12 @@ from fabric.storage.batch_encoding import check_keys
 from fabric.storage.frame import FrameHeader
 
 Frame = tuple[FrameHeader, pa.Buffer]
-RECORD_COLUMNS = ("key", "value", "headers")  # what max.message.bytes measures of a record
 
 
 def check_rows(topic: str, batch: pa.RecordBatch, schema: pa.Schema, max_bytes: int,
                config: TopicConfig | None = None) -> None:
-    """Stored rows for `topic`: exactly its storage schema, valid, no record over max_bytes, and (a compacted
-    topic's `config`) each with a key."""
+    """Stored rows for `topic`: exactly its storage schema, valid, within max_bytes (check_sizes), and (a
+    compacted topic's `config`) each with a key."""
     if not batch.schema.equals(schema):
         raise SchemaMismatchError(
             f"rows for topic {topic!r} must have its storage schema ({schema_text(schema)}), got "
@@ -48,9 +48,9 @@ def check_frames(topic: str, frames: Iterable[Frame], schema: pa.Schema, max_byt
                  dense: bool = False, config: TopicConfig | None = None) -> None:
     """Sealed frames for `topic` (CRCs already checked): schema frames carry no records; data frames (never a
     marker or a compaction gap, which only the log writes) decode against its storage schema with their
-    header's record count and timestamps, no record over max_bytes, and (a compacted topic's `config`) each with
-    a key. `dense`: data frames must be based from 0 without gaps (a staged file, which may be adopted as a
-    segment as it is)."""
+    header's record count and timestamps, each within max_bytes (check_sizes), and (a compacted topic's
+    `config`) each with a key. `dense`: data frames must be based from 0 without gaps (a staged file, which may
+    be adopted as a segment as it is)."""
     expected = 0
     for number, (header, payload) in enumerate(frames):
         where = f"frame {number} for topic {topic!r}"
@@ -77,82 +77,30 @@ def check_frames(topic: str, frames: Iterable[Frame], schema: pa.Schema, max_byt
 
 
 def check_sizes(topic: str, batch: pa.RecordBatch, max_bytes: int) -> None:
-    """RecordTooLargeError if a record (key, value and headers) is larger than max_bytes. The bound on any one
-    record (the columns' total variable-width bytes) is checked first: only a batch whose bound is over the
-    limit has its records measured one by one."""
+    """RecordTooLargeError if the batch's records (keys, values and headers) weigh more than max_bytes, the
+    topic's max.message.bytes: the largest record batch it takes, as in Kafka. The weight is read from the
+    columns' offsets; only a batch over the limit has its records measured one by one, to name the one over it."""
     if not batch.num_rows:
         return
-    columns = [batch.column(name) for name in RECORD_COLUMNS]
-    if sum(_extent(c)[0] for c in columns) <= max_bytes:
+    total = record_sizes.batch_bytes(batch)
+    if total <= max_bytes:
         return
-    sizes = sum(row_bytes(c) for c in columns)
-    largest = int(np.max(sizes))
-    if largest > max_bytes:
-        row = int(np.argmax(sizes))
+    sizes = record_sizes.record_sizes(batch) if record_sizes.record_bound(batch) > max_bytes else None
+    if sizes is not None and int(np.max(sizes)) > max_bytes:
         raise RecordTooLargeError(
-            f"a record of {largest} bytes (row {row}) exceeds max.message.bytes={max_bytes} of topic {topic!r}; "
-            f"nothing was written: raise it with `fabric topics alter {topic} --config max.message.bytes=N` or "
-            "send smaller records")
+            f"a record of {int(np.max(sizes))} bytes (row {int(np.argmax(sizes))}) exceeds max.message.bytes="
+            f"{max_bytes} of topic {topic!r}; nothing was written: raise it with `fabric topics alter {topic} "
+            "--config max.message.bytes=N` or send smaller records")
+    raise batch_too_large(topic, batch.num_rows, total, max_bytes)
 
 
-def _extent(array: pa.Array) -> tuple[int, int]:
-    """(the most bytes one row can hold, the bytes of all rows) of an array, from its offsets' end points: no
-    pass over the rows."""
-    kind = array.type
-    if not len(array):
-        return 0, 0
-    if _is_binary(kind):
-        offsets = _offsets(array)
-        total = int(offsets[-1] - offsets[0])
-        return total, total
-    if pa.types.is_struct(kind):
-        parts = [_extent(array.field(i)) for i in range(kind.num_fields)]
-        return sum(p[0] for p in parts), sum(p[1] for p in parts)
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        offsets = _offsets(array)
-        total = _extent(array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])))[1]
-        return total, total
-    try:
-        width = max(kind.bit_width // 8, 1)
-    except ValueError:  # no fixed width (maps, unions, ...): all of it
-        return array.nbytes, array.nbytes
-    return width, width * len(array)
-
-
-def row_bytes(array: pa.Array) -> np.ndarray:
-    """The bytes of each row of an array: lengths of binary data, widths of fixed-size values, sums over
-    struct fields and list elements (an estimate by the average for other layouts)."""
-    n = len(array)
-    kind = array.type
-    if not n:
-        return np.zeros(0, np.int64)
-    if _is_binary(kind):
-        return np.diff(_offsets(array)).astype(np.int64)
-    if pa.types.is_struct(kind):
-        return sum((row_bytes(array.field(i)) for i in range(kind.num_fields)), np.zeros(n, np.int64))
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        offsets = _offsets(array)
-        if offsets[-1] == offsets[0]:  # no elements at all (e.g. every record without headers)
-            return np.zeros(n, np.int64)
-        inner = np.concatenate([[0], np.cumsum(row_bytes(array.values))])
-        return (inner[offsets[1:]] - inner[offsets[:-1]]).astype(np.int64)
-    try:
-        return np.full(n, max(kind.bit_width // 8, 1), np.int64)
-    except ValueError:  # no fixed width (maps, unions, ...): the average row
-        return np.full(n, array.nbytes // n, np.int64)
-
-
-def _is_binary(kind: pa.DataType) -> bool:
-    return pa.types.is_binary(kind) or pa.types.is_string(kind) or pa.types.is_large_binary(kind) \
-        or pa.types.is_large_string(kind)
-
-
-def _offsets(array: pa.Array) -> np.ndarray:
-    """The n+1 offsets of a binary, string or list array, read from its offsets buffer (zero-copy)."""
-    wide = pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type) \
-        or pa.types.is_large_list(array.type)
-    offsets = np.frombuffer(array.buffers()[1], np.int64 if wide else np.int32)
-    return offsets[array.offset:array.offset + len(array) + 1]
+def batch_too_large(topic: str, records: int, total: int, max_bytes: int) -> RecordTooLargeError:
+    """The refusal of a batch of `records` records weighing `total` bytes, over max_bytes (max.message.bytes)."""
+    return RecordTooLargeError(
+        f"a batch of {records} records of {total} bytes exceeds max.message.bytes={max_bytes} of topic {topic!r}, "
+        f"the largest record batch it takes; nothing was written: raise it with `fabric topics alter {topic} "
+        "--config max.message.bytes=N` or send the records in smaller batches (a fabric producer splits its "
+        "batches by this limit)")
 
 
 def _decode(payload: pa.Buffer, schema: pa.Schema, where: str) -> pa.RecordBatch:

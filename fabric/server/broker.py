@@ -42,7 +42,7 @@ from fabric.common.types import (
     TopicRecovery,
     TransactionalOffsets,
 )
-from fabric.coordinator import validation
+from fabric.coordinator import transactions, validation
 from fabric.coordinator.disk import disk_errors
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.offsets_log import OffsetsPart
@@ -50,6 +50,7 @@ from fabric.coordinator.producer_ids import ProducerIds
 from fabric.coordinator.sqlite_store import SqliteCoordinator
 from fabric.server import admission, partition_ops, publish, recovery
 from fabric.server.publish import Frame, Staged
+from fabric.server.security import ANONYMOUS
 from fabric.storage import batch_encoding, frame
 from fabric.storage.cleaner import CleanReport
 from fabric.storage.log import Log
@@ -93,9 +94,22 @@ class Broker:
         self.maintenance: LogMaintenance | None = None
         self._maintenance_guard = threading.Lock()
 
-    def init_producer_id(self) -> ProducerIdentity:
-        """A new idempotent producer's id (unique in the fabric) and epoch."""
-        return self.producer_ids.next()
+    def init_producer_id(self, principal: str = ANONYMOUS) -> ProducerIdentity:
+        """A new idempotent producer's id (unique in the fabric, unpredictable) and epoch, owned by `principal`
+        (the caller's, passed by the service; an embedded fabric has none): only it may append under the id."""
+        return self.producer_ids.next(principal)
+
+    def producer_id_owner(self, producer_id: int) -> str | None:
+        """The principal `producer_id` was handed to; None if it was not handed out (data nodes ask, to refuse an
+        append under another principal's id)."""
+        return self.producer_ids.owner(producer_id)
+
+    def verify_transaction_writer(self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str,
+                                  partition: int) -> bool:
+        """True if the open transaction of `transactional_id` has the producer at that epoch as a writer registered
+        with the partition (a leader asks before a transactional batch opens a transaction there: KIP-890)."""
+        return transactions.registered(self.coordinator.transaction_record(transactional_id), producer_id,
+                                       producer_epoch, (topic, partition))
 
     def _transaction_committed(self, txn: str) -> bool:
         return self.coordinator.transaction_committed(txn)

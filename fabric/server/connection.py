@@ -6,15 +6,21 @@ its own token from its token file (token.file) or $FABRIC_TOKEN, never from its 
 instance that answered last; on a connection error or a "not the active coordinator" answer the connection
 moves to the named active instance (else the next address) and retries until timeout_ms has passed.
 Clients (fabric.client.remote) and data nodes (fabric.server.node), which call the coordinator too, share it.
+
+A caller with less time than that (a producer's send within delivery_timeout_ms and request_timeout_ms) runs its
+calls inside `call_deadline(seconds)`: every Flight call this thread makes there, to a coordinator or a data node,
+gives up by then, and a server holding one (acks=all, a long poll) is asked to answer before it (`hold_ms`).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 from urllib.parse import parse_qs, urlparse
 
 import pyarrow as pa
@@ -30,6 +36,27 @@ ENV_TOKEN = "FABRIC_TOKEN"
 ENV_CA = "FABRIC_TLS_CA"
 SCHEMES = {"fabric": False, "fabric+tls": True}
 QUERY_KEYS = ("token", "tls", "ca", "timeout_ms")
+MIN_CALL_S = 0.001  # a call with no time left still gets this much: it fails as a timeout, not as a bad option
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("fabric_call_deadline", default=None)
+
+
+@contextlib.contextmanager
+def call_deadline(seconds: float) -> Iterator[None]:
+    """Within the block, every call of this thread (Connection.call, call_options) gives up `seconds` from now,
+    or at an enclosing block's deadline if that is sooner."""
+    deadline = time.monotonic() + max(seconds, 0.0)
+    outer = _DEADLINE.get()
+    token = _DEADLINE.set(deadline if outer is None else min(outer, deadline))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def time_left(timeout_s: float) -> float:
+    """`timeout_s`, or less inside call_deadline: the seconds until its deadline (at least MIN_CALL_S)."""
+    deadline = _DEADLINE.get()
+    return timeout_s if deadline is None else max(min(timeout_s, deadline - time.monotonic()), MIN_CALL_S)
 
 
 @dataclass(frozen=True)
@@ -110,9 +137,16 @@ class Connection:
         self.current = 0
         self._clients: dict[str, flight.FlightClient] = {}
         self._lock = threading.Lock()
-        headers = [(wire.AUTH_HEADER.encode(), f"Bearer {options.token}".encode())] if options.token else []
-        self.call_options = flight.FlightCallOptions(headers=headers, timeout=options.timeout_s)
+        self._headers = [(wire.AUTH_HEADER.encode(), f"Bearer {options.token}".encode())] if options.token else []
         self._ca = security.read_pem(options.ca_file, "TLS CA file (?ca= or $FABRIC_TLS_CA)")
+
+    @property
+    def call_options(self) -> flight.FlightCallOptions:
+        """The options of one Flight call: the token, and the URL's timeout (less inside call_deadline)."""
+        return self._options(time_left(self.options.timeout_s))
+
+    def _options(self, timeout_s: float) -> flight.FlightCallOptions:
+        return flight.FlightCallOptions(headers=self._headers, timeout=timeout_s)
 
     def client(self, address: str) -> flight.FlightClient:
         """The (cached) Flight client of one instance."""
@@ -124,14 +158,16 @@ class Connection:
             return self._clients[address]
 
     def call(self, fn: Callable[[flight.FlightClient, flight.FlightCallOptions], T]) -> T:
-        """Run fn against the active instance, failing over until the URL's timeout has passed."""
-        deadline = time.monotonic() + self.options.timeout_s
+        """Run fn against the active instance, failing over until the URL's timeout (less inside call_deadline)
+        has passed; each attempt gets the time that is left."""
+        timeout_s = time_left(self.options.timeout_s)
+        deadline = time.monotonic() + timeout_s
         attempt = 0
         while True:
             with self._lock:
                 address = self.addresses[self.current]
             try:
-                return fn(self.client(address), self.call_options)
+                return fn(self.client(address), self._options(max(deadline - time.monotonic(), MIN_CALL_S)))
             except (flight.FlightUnavailableError, flight.FlightTimedOutError) as exc:
                 failure = exc
             except flight.FlightError as exc:
@@ -143,7 +179,7 @@ class Connection:
             if time.monotonic() >= deadline:
                 raise CoordinatorUnavailableError(
                     f"no active coordinator answered at {', '.join(self.addresses)} within "
-                    f"{self.options.timeout_s:g} s (last: {details.get('message') or failure}); start one or "
+                    f"{timeout_s:.3g} s (last: {details.get('message') or failure}); start one or "
                     "check the fabric:// URL") from None
             log.info("coordinator %s did not serve the call (%s); trying %s", address,
                      details.get("message") or type(failure).__name__, active or "the next address")

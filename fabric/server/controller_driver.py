@@ -43,7 +43,7 @@ from fabric.coordinator.active_controller import ActiveController
 from fabric.coordinator.controller import Decision, Election
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
-from fabric.coordinator.node_leases import NodeLeases
+from fabric.coordinator.node_leases import NodeLeases, check_interval_ms
 from fabric.server.instance import check_address
 
 log = logging.getLogger(__name__)
@@ -118,8 +118,10 @@ class ControllerDriver:
         self.on_start(epoch)
 
     def start_timer(self) -> None:
-        """Expire node leases every tick (a quarter of the session timeout, at most 1 s) until stop()."""
-        interval = max(0.05, min(self.session_timeout_ms / 4000, 1.0))
+        """Expire node leases every tick (node_leases.check_interval_ms: a quarter of the session timeout, at most
+        1 s) until stop(). A tick that comes late by more than half a session is the controller's own pause, which
+        the leases forgive (NodeLeases)."""
+        interval = check_interval_ms(self.session_timeout_ms) / 1000
         self._thread = threading.Thread(target=self._tick_loop, args=(interval,), name="controller-timer",
                                         daemon=True)
         self._thread.start()
@@ -170,10 +172,11 @@ class ControllerDriver:
                     self.on_stop()
                 raise
 
-    def register_node(self, node_id: int, address: str, rack: str | None = None) -> NodeInfo:
-        """A data node (re)registers: a new node epoch, and the partitions it can lead elected to it."""
+    def register_node(self, node_id: int, address: str, rack: str | None = None, *, directory_id: str) -> NodeInfo:
+        """A data node (re)registers from its data directory: a new node epoch, and the partitions it can lead
+        elected to it; DuplicateNodeRegistrationError while a process on another directory holds the id's lease."""
         check_address("address", address)
-        return self._call(lambda c: c.register_node(node_id, address, rack))
+        return self._call(lambda c: c.register_node(node_id, address, rack, directory_id=directory_id))
 
     def node_heartbeat(self, node_id: int, node_epoch: int,
                        high_watermarks: dict[TopicPartition, int] | None = None) -> NodeAssignment:

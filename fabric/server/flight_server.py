@@ -1,7 +1,8 @@
 """What every fabric Flight server shares (the coordinator service and the data node): TLS, token
 authentication and ACLs (security.py), errors sent as the Flight errors that keep their fabric.errors type
-(wire.py), the check of appended rows against the topic's storage schema, and its Prometheus metrics
-(metrics.py: produce and fetch requests, measured by `measured`).
+(wire.py), the checks of an append (its rows against the topic's storage schema, its producer id against the
+caller: producer_owners.py), and its Prometheus metrics (metrics.py: produce and fetch requests, measured by
+`measured`).
 """
 from __future__ import annotations
 
@@ -12,12 +13,16 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from fabric.common import record_sizes
+from fabric.common.config import TopicConfig
 from fabric.common.errors import FabricError, SchemaMismatchError
-from fabric.common.types import Fetched
-from fabric.server import security, wire
+from fabric.common.records import storage_schema
+from fabric.common.types import Fetched, TopicInfo
+from fabric.server import admission, partition_ops, security, wire
 from fabric.server.arguments import check_call
 from fabric.server.instance import check_listen
 from fabric.server.metrics import ServerMetrics
+from fabric.server.producer_owners import ProducerOwners
 from fabric.server.request_metrics import count_bytes
 
 log = logging.getLogger(__name__)
@@ -25,12 +30,16 @@ log = logging.getLogger(__name__)
 
 class FabricFlightServer(flight.FlightServerBase):
     """A Flight server on `listen` (TLS with a cert and key; token authentication with a tokens file; ACLs with
-    an ACL file). Handlers decorated with `translated` send their exceptions through `translate`."""
+    an ACL file). Handlers decorated with `translated` send their exceptions through `translate`. A DoPut stream
+    over `request_max_bytes` (socket.request.max.bytes) is refused as it is read."""
+
+    request_max_bytes = wire.SOCKET_REQUEST_MAX_BYTES
 
     def __init__(self, listen: str, tokens_file: str | None, acl_file: str | None, tls_cert: str | None,
                  tls_key: str | None) -> None:
         tokens = security.load_tokens(tokens_file) if tokens_file else None
         self.authorizer = security.Authorizer(security.load_acls(acl_file) if acl_file else None)
+        self.producer_owners: ProducerOwners | None = None  # set by the server: whose producer ids appends may use
         self.metrics = ServerMetrics()
         cert = security.read_pem(tls_cert, "TLS certificate")
         key = security.read_pem(tls_key, "TLS private key")
@@ -58,13 +67,22 @@ class FabricFlightServer(flight.FlightServerBase):
 
     def serve_append(self, context: flight.ServerCallContext, request: dict[str, Any], reader:
                      flight.MetadataRecordBatchReader, method: Callable, append: Callable[..., int],
-                     schema_of: Callable[[str], pa.Schema]) -> int:
-        """A DoPut append: the descriptor's arguments checked against `method`, `write` on the topic, the rows
-        read against the topic's storage schema (`schema_of(topic)`), then append(rows=..., **request)."""
+                     topic_of: Callable[[str], TopicInfo]) -> int:
+        """A DoPut append: the descriptor's arguments checked against `method`, `write` on the topic (and on the
+        transactional id of a transactional append), its producer id the caller's (`producer_owners`), the rows
+        read against the topic's storage schema and max.message.bytes (`topic_of(topic)`), then
+        append(rows=..., **request)."""
         check_call("append", method, request, skip=("rows",))
         topic = request["topic"]
-        self.authorize(context, [("write", f"topic:{topic}")])
-        return append(rows=stored_rows(topic, schema_of(topic), reader), **request)
+        checks = [("write", f"topic:{topic}")]
+        if request.get("transactional"):
+            partition_ops.check_transactional_id(request.get("transactional_id"))
+            checks.append(("write", f"transactional-id:{request['transactional_id']}"))
+        principal = self.authorize(context, checks)
+        if self.producer_owners is not None:
+            self.producer_owners.check(principal, request.get("producer_id", -1), lambda: self.authorizer.allowed(
+                principal, "cluster_action", security.CLUSTER))
+        return append(rows=stored_rows(topic_of(topic), reader, self.request_max_bytes), **request)
 
     def serve_fetch(self, context: flight.ServerCallContext, ticket: flight.Ticket, method: Callable,
                     fetch: Callable[..., list[Fetched]], schema_of: Callable[[str], pa.Schema]
@@ -111,14 +129,28 @@ def measured(kind: str) -> Callable[[Callable], Callable]:
     return wrap
 
 
-def stored_rows(topic: str, expected: pa.Schema, reader: flight.MetadataRecordBatchReader) -> pa.RecordBatch:
-    """An append's rows as one batch; SchemaMismatchError unless they have the topic's storage schema."""
+def stored_rows(info: TopicInfo, reader: flight.MetadataRecordBatchReader, limit: int) -> pa.RecordBatch:
+    """An append's rows for topic `info` as one batch; SchemaMismatchError unless they have its storage schema,
+    RecordTooLargeError as soon as the stream passes `limit` bytes (socket.request.max.bytes) or its records
+    weigh more than the topic's max.message.bytes (the append is one batch): nothing more of it is read."""
+    topic, expected = info.name, storage_schema(info.value_schema)
     if not reader.schema.equals(expected):
         raise SchemaMismatchError(
             f"an append to topic {topic!r} must carry stored rows with schema "
             f"({wire.schema_text(expected)}), got ({wire.schema_text(reader.schema)}); produce with a fabric "
             "producer (fabric.records.to_storage)")
-    batches = reader.read_all().combine_chunks().to_batches()
+    max_bytes = TopicConfig(info.config)["max.message.bytes"]
+    read: list[pa.RecordBatch] = []
+    records = weight = 0
+    for chunk in wire.bounded_chunks(reader, limit, f"append to topic {topic!r}"):
+        if chunk.data is None:
+            continue
+        admission.check_sizes(topic, chunk.data, max_bytes)
+        read.append(chunk.data)
+        records, weight = records + chunk.data.num_rows, weight + record_sizes.batch_bytes(chunk.data)
+        if weight > max_bytes:
+            raise admission.batch_too_large(topic, records, weight, max_bytes)
+    batches = pa.Table.from_batches(read, schema=reader.schema).combine_chunks().to_batches()
     rows = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=reader.schema)
     count_bytes(rows.nbytes)
     return rows

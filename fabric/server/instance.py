@@ -22,6 +22,7 @@ from fabric.coordinator.offsets_records import SEGMENT_BYTES
 from fabric.coordinator.transaction_timeouts import MAX_TIMEOUT_MS
 from fabric.server import security
 from fabric.server.broker import DEFAULT_MAX_PARTITIONS, partition_limit
+from fabric.server.wire import SOCKET_REQUEST_MAX_BYTES
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class Settings:
     offsets_topic_segment_bytes: int = SEGMENT_BYTES
     transaction_max_timeout_ms: int = MAX_TIMEOUT_MS
     transaction_cleanup_interval_ms: int = 10_000
+    socket_request_max_bytes: int = SOCKET_REQUEST_MAX_BYTES
 
     @property
     def store_url(self) -> str:
@@ -96,7 +98,8 @@ PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir"
               "offsets.topic.replication.factor": "offsets_topic_replication_factor",
               "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
               "transaction.max.timeout.ms": "transaction_max_timeout_ms",
-              CLEANUP_KEY: "transaction_cleanup_interval_ms"}
+              CLEANUP_KEY: "transaction_cleanup_interval_ms",
+              "socket.request.max.bytes": "socket_request_max_bytes"}
 PATH_KEYS = ("tokens_file", "acl_file", "token_file", "tls_cert", "tls_key", "metrics_token_file")
 MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
                 "shutdown_timeout_ms": "coordinator.shutdown.timeout.ms",
@@ -140,6 +143,7 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transaction-cleanup-interval-ms", metavar="MS", help="how often the active instance "
                         f"aborts the transactions on data nodes that passed their timeout ({CLEANUP_KEY}, "
                         "default 10000)")
+    add_request_max_bytes_argument(parser)
     add_metrics_arguments(parser)
 
 
@@ -152,6 +156,21 @@ def add_security_arguments(parser: argparse.ArgumentParser, peers: str) -> None:
                         f"{peers} (token.file; default $FABRIC_TOKEN): a token is never given on the command line")
     parser.add_argument("--tls-cert", metavar="PEM", help="server certificate (with --tls-key: serve TLS)")
     parser.add_argument("--tls-key", metavar="PEM", help="server private key")
+
+
+def add_request_max_bytes_argument(parser: argparse.ArgumentParser) -> None:
+    """--socket-request-max-bytes, the same for every server process."""
+    parser.add_argument("--socket-request-max-bytes", metavar="BYTES", help="refuse a produce or publish request "
+                        "larger than this, as it is read (socket.request.max.bytes, default "
+                        f"{SOCKET_REQUEST_MAX_BYTES})")
+
+
+def byte_count(key: str, value: Any) -> int:
+    """A size option `key` in bytes: an int from 1 to INT_MAX."""
+    text = str(value).strip()
+    if not text.isdigit() or not 1 <= int(text) <= INT_MAX:
+        raise InvalidConfigError(f"{key} must be a number of bytes from 1 to {INT_MAX}, got {clip(value, 40)}")
+    return int(text)
 
 
 def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
@@ -226,6 +245,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
             values[name] = replication_factor(values[name], key)
     if values.get("offsets_topic_segment_bytes") is not None:
         values["offsets_topic_segment_bytes"] = segment_bytes(values["offsets_topic_segment_bytes"])
+    if values.get("socket_request_max_bytes") is not None:
+        values["socket_request_max_bytes"] = byte_count("socket.request.max.bytes", values["socket_request_max_bytes"])
     settings = replace(Settings(), **{k: v for k, v in values.items() if v is not None})
     check_address("listen", settings.listen)
     if settings.advertise is not None:

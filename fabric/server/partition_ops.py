@@ -18,6 +18,7 @@ from fabric.server import admission
 from fabric.storage.log import Log
 from fabric.storage.producer_state import SEQUENCE_MAX
 from fabric.storage.reader import ISOLATION_LEVELS
+from fabric.storage.segment import disk_usage
 
 SHORT_MAX = (1 << 15) - 1
 
@@ -68,6 +69,15 @@ def producer_batch(producer_id: int, producer_epoch: int, base_sequence: int) ->
             raise InvalidRequestError(f"{name} must be an int from 0 to {hi} (producer_id -1: not idempotent), got "
                                       f"{clip(value)}; a producer gets its id and epoch from init_producer_id")
     return ProducerBatch(producer_id, producer_epoch, base_sequence)
+
+
+def check_transactional_id(transactional_id: Any) -> None:
+    """InvalidRequestError unless a transactional append names its transactional id (the leader verifies the
+    transaction with the coordinator's record of it)."""
+    if not isinstance(transactional_id, str) or not transactional_id:
+        raise InvalidRequestError(f"a transactional append names its transactional_id (the leader verifies the "
+                                  f"transaction with the coordinator), got {clip(transactional_id)}; upgrade the "
+                                  "client")
 
 
 def marker_producer(value: Any) -> tuple[int, int]:
@@ -125,10 +135,9 @@ def state(log: Log, topic: str, partition: int, end_offset: int | None = None, *
           ) -> PartitionState:
     """The partition's offsets, segments and bytes (and, for a replicated one, its leader, replicas, ISR and
     leader epoch in `replication`); its end is `end_offset` (a replica's high watermark) or the log's."""
-    segs = log.segments()
+    segments, size = disk_usage(log.segments())
     end = log.end_offset if end_offset is None else end_offset
-    return PartitionState(topic, partition, min(log.start_offset, end), end, len(segs), sum(s.size for s in segs),
-                          **replication)
+    return PartitionState(topic, partition, min(log.start_offset, end), end, segments, size, **replication)
 
 
 def offset_after_records(log: Log, offset: int, count: int, end_offset: int | None, isolation: str) -> int:

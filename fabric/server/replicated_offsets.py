@@ -6,9 +6,10 @@ active instance's controller on first need with `offsets.topic.replication.facto
 min(2, that) and segments of offsets.topic.segment.bytes, which each node compacts (COORDINATOR_NOT_AVAILABLE, a
 CoordinatorUnavailableError, while fewer nodes are alive). The active instance is the only writer: each commit goes
 to the leader of the group's partition with acks=all, as an idempotent producer whose id is fixed
-(OFFSETS_PRODUCER_ID, above every id init_producer_id hands out) and whose epoch is the instance's controller
-epoch. So a deposed instance's late append is refused by the nodes themselves (InvalidProducerEpochError, answered
-as CoordinatorUnavailableError: the client retries at the active instance), and a retry after a lost answer or a
+(OFFSETS_PRODUCER_ID, outside every block of ids init_producer_id hands out: the nodes take it only from a
+principal with cluster_action, fabric.server.producer_owners) and whose epoch is the instance's controller epoch.
+So a deposed instance's late append is refused by the nodes themselves (InvalidProducerEpochError, answered as
+CoordinatorUnavailableError: the client retries at the active instance), and a retry after a lost answer or a
 leader change is recognised by its sequence instead of being written twice. An append whose outcome is unknown (the
 leader did not answer in time) is sent again, with its sequence, before the partition's next one. Commits that
 reach a partition while its append is in flight go together in its next append (group commit,
@@ -33,7 +34,6 @@ from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
-from fabric.common.checks import LONG_MAX
 from fabric.common.errors import (
     CoordinatorUnavailableError,
     FabricError,
@@ -56,6 +56,7 @@ from fabric.coordinator.offsets_records import (
     migrated_key,
 )
 from fabric.coordinator.offsets_topic import OffsetsTopic
+from fabric.coordinator.producer_ids import OFFSETS_PRODUCER_ID
 from fabric.coordinator.topic_group_store import TopicGroupStore
 from fabric.coordinator.transaction_offsets import TransactionOffsets
 from fabric.server import wire
@@ -75,7 +76,6 @@ from fabric.server.partition_ops import SHORT_MAX
 from fabric.storage.producer_state import SEQUENCE_MAX
 
 log = logging.getLogger(__name__)
-OFFSETS_PRODUCER_ID = LONG_MAX  # producer ids handed out stay below 2**63 - 1 (coordinator.producer_ids)
 FETCH_BYTES = 4 << 20
 
 

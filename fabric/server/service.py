@@ -1,12 +1,13 @@
 """The coordinator service: a Broker (data and metadata) and the cluster's controller served over Arrow Flight.
 
 DoAction runs the coordinator and admin calls of ROUTES (JSON bodies, see coordinator/wire.py); DoPut appends
-or publishes stored rows; DoGet fetches. Every call is authenticated (coordinator/security.py) and authorized
-per route. Only the active instance (per the election; a sqlite-store instance is always active) serves
-writes, group calls and the controller's calls (data nodes' registrations and heartbeats, describe_cluster,
-which need `cluster_action` / nothing on the cluster resource); a standby answers "not the active coordinator,
-active is HOST:PORT". Reads, append and fetch of single-directory topics are served by any instance (the data
-directory is shared and its storage multi-process safe); replicated topics' data is on the data nodes.
+(under producer ids of the caller's only: producer_owners.py) or publishes stored rows; DoGet fetches. Every call
+is authenticated (coordinator/security.py) and authorized per route. Only the active instance (per the election;
+a sqlite-store instance is always active) serves writes, group calls and the controller's calls (data nodes'
+registrations and heartbeats, describe_cluster, which need `cluster_action` / nothing on the cluster resource); a
+standby answers "not the active coordinator, active is HOST:PORT". Reads, append and fetch of single-directory
+topics are served by any instance (the data directory is shared and its storage multi-process safe); replicated
+topics' data is on the data nodes.
 
 Run: `fabric coordinator start ...` or `python -m fabric.server.service --listen 127.0.0.1:9093 --data DIR ...`.
 """
@@ -44,6 +45,7 @@ from fabric.server.instance import (
     settings_from,
 )
 from fabric.server.leader_calls import LeaderCalls
+from fabric.server.producer_owners import ProducerOwners
 from fabric.server.request_metrics import count_bytes
 from fabric.server.shutdown import Interrupted, Shutdown
 from fabric.server.transaction_reaper import TransactionReaper
@@ -126,13 +128,15 @@ def topics_described(description: ClusterDescription, allowed: Allowed) -> Clust
 class Route:
     """One DoAction: the method it calls on the broker, its coordinator or the controller, its ACL checks (or,
     where a data node may call it too, `cluster_action` on the cluster instead), whether only the active
-    instance may serve it, and (for listings) what filters the result."""
+    instance may serve it, (for listings) what filters the result, and whether the method takes the caller's
+    principal (`principal`, which the service passes: a request naming one is refused)."""
 
     target: str
     checks: Checks
     active_only: bool = False
     filter_by: Filter | None = None
     for_nodes: bool = False
+    for_caller: bool = False
 
 
 ROUTES: dict[str, Route] = {
@@ -155,6 +159,8 @@ ROUTES: dict[str, Route] = {
     "add_transaction_writer": Route("coordinator", on_transactional_id("write"), True),
     "transaction_record": Route("coordinator", on_named_transactional_id("describe"), True,
                                 for_nodes=True),  # a leader checks the markers it is asked for against it
+    "verify_transaction_writer": Route("broker", on_named_transactional_id("describe"), True,
+                                       for_nodes=True),  # and a transactional append that opens a transaction
     "join_group": Route("coordinator", lambda a: [("group", f"group:{a['request'].group}")], True),
     "sync_group": Route("coordinator", on_group("group"), True),
     "heartbeat": Route("coordinator", on_group("group"), True),
@@ -167,7 +173,8 @@ ROUTES: dict[str, Route] = {
     "compact_topic": Route("broker", on_topic("admin", "topic"), True),
     "delete_records": Route("broker", on_topic("admin", "topic"), True),
     "status": Route("service", nothing),
-    "init_producer_id": Route("broker", nothing, True),
+    "init_producer_id": Route("broker", nothing, True, for_caller=True),  # the id is the caller's
+    "producer_id_owner": Route("broker", on_cluster("cluster_action")),  # a leader checks appends against it
     "register_node": Route("controller", on_cluster("cluster_action"), True),
     "node_heartbeat": Route("controller", on_cluster("cluster_action"), True),
     "alter_partition": Route("controller", on_cluster("cluster_action"), True),
@@ -184,8 +191,10 @@ class CoordinatorService(FabricFlightServer):
 
     def __init__(self, settings: Settings, broker: ClusterBroker, election: Any) -> None:
         self.settings, self.broker, self.election = settings, broker, election
+        self.request_max_bytes = settings.socket_request_max_bytes
         super().__init__(settings.listen, settings.tokens_file, settings.acl_file, settings.tls_cert,
                          settings.tls_key)
+        self.producer_owners = ProducerOwners(broker.producer_id_owner)
 
     @property
     def instance(self) -> str:
@@ -211,7 +220,8 @@ class CoordinatorService(FabricFlightServer):
             raise InvalidRequestError(f"unknown coordinator action {clip(action.type, 60)}; known: "
                                       f"{', '.join(sorted(ROUTES))}")
         args = wire.action_args(action.body)
-        check_call(action.type, getattr(INTERFACES[route.target], action.type), args)
+        check_call(action.type, getattr(INTERFACES[route.target], action.type), args,
+                   skip=("principal",) if route.for_caller else ())
         try:
             principal = self.authorize(context, route.checks(args))
         except AuthorizationError:
@@ -220,6 +230,8 @@ class CoordinatorService(FabricFlightServer):
             principal = self.authorize(context, on_cluster("cluster_action")(args))
         if route.active_only:
             self._require_active()
+        if route.for_caller:
+            args["principal"] = principal
         target = {"broker": self.broker, "coordinator": self.broker.coordinator, "service": self,
                   "controller": self.broker.controller}[route.target]
         result = getattr(target, action.type)(**args)
@@ -247,7 +259,7 @@ class CoordinatorService(FabricFlightServer):
         op = request.pop("op", None)
         if op == "append":
             result = self.serve_append(context, request, reader, ClusterBroker.append, self.broker.append,
-                                       self._storage_schema)
+                                       self.broker.coordinator.topic)
         elif op in wire.PUBLISH_OPS:
             method, _, items = wire.PUBLISH_OPS[op]
             keys = wire.publish_keys(request.pop("keys", None))
@@ -255,7 +267,7 @@ class CoordinatorService(FabricFlightServer):
             self.authorize(context, transaction_commit_checks(request)
                             + [("write", f"topic:{t}") for t in sorted({t for t, _ in keys})])
             self._require_active()
-            parts = wire.unwrap(keys, reader, items)
+            parts = wire.unwrap(keys, reader, items, self.request_max_bytes)
             count_bytes(sum(i.size if isinstance(i, pa.Buffer) else i.nbytes for v in parts.values() for i in v))
             result = getattr(self.broker, method)(request.pop("txn"), parts, **request)
         else:

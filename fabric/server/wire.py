@@ -31,6 +31,7 @@ from fabric.common.types import (
     MemberDescription,
     NodeAssignment,
     NodeInfo,
+    OpenTransaction,
     PartitionAssignment,
     PartitionRegistration,
     PartitionState,
@@ -48,6 +49,7 @@ from fabric.storage.cleaner import CleanReport
 
 AUTH_HEADER = "authorization"
 MAX_REQUEST_BYTES = 2 << 20  # a commit of 10,000 partitions takes about 0.5 MiB
+SOCKET_REQUEST_MAX_BYTES = 100 << 20  # socket.request.max.bytes: Kafka's name and default, for a DoPut's stream
 MAX_DEPTH = 32  # the deepest legitimate request (a join's owned partitions) nests 6 levels
 
 
@@ -70,7 +72,8 @@ DATACLASSES = {cls.__name__: cls for cls in (TopicInfo, CommittedOffset, JoinReq
                                              TopicRecovery, NodeInfo, PartitionAssignment, LeaderAndIsr,
                                              PartitionRegistration, ClusterDescription, NodeAssignment,
                                              EpochEndOffset, ProducerIdentity, TransactionWriter,
-                                             TransactionRecord, TransactionalOffsets, CleanReport)}
+                                             TransactionRecord, TransactionalOffsets, CleanReport,
+                                             OpenTransaction)}
 ENUMS = {cls.__name__: cls for cls in (GroupStatus,)}
 
 
@@ -211,6 +214,24 @@ def _chunks(reader: flight.MetadataRecordBatchReader) -> Iterator[flight.FlightS
             return
 
 
+def bounded_chunks(reader: flight.MetadataRecordBatchReader, limit: int, what: str
+                   ) -> Iterator[flight.FlightStreamChunk]:
+    """The chunks of a DoPut stream (`what`: the request, for the error), refused with RecordTooLargeError as soon
+    as their bytes pass `limit`, the server's socket.request.max.bytes: the rest of the stream is never read, and
+    nothing of it is written. (Flight reads one message whole, so one batch over the limit is read before it is
+    refused; a request of many batches stops at the one that passes it.)"""
+    total = 0
+    for chunk in _chunks(reader):
+        total += (chunk.data.nbytes if chunk.data is not None else 0) + (
+            chunk.app_metadata.size if chunk.app_metadata is not None else 0)
+        if total > limit:
+            raise errors.RecordTooLargeError(
+                f"the {what} is over socket.request.max.bytes={limit} of this server ({total} bytes read so far); "
+                "nothing of it was written: send smaller requests (a fabric producer sends batches of at most the "
+                "topic's max.message.bytes), or raise socket.request.max.bytes in the server's properties")
+        yield chunk
+
+
 # Publish: partitions may differ in schema (typed and untyped topics), so each stored batch (publish) or
 # buffer of sealed frames (publish_frames) travels as the binary payload of one row of this envelope.
 ENVELOPE = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("payload", pa.binary())])
@@ -259,14 +280,14 @@ def schema_text(schema: pa.Schema) -> str:
 
 
 def unwrap(keys: Iterable[tuple[str, int]], reader: flight.MetadataRecordBatchReader,
-           items: Callable[[bytes], list[Any]]) -> dict[tuple[str, int], list[Any]]:
+           items: Callable[[bytes], list[Any]], limit: int) -> dict[tuple[str, int], list[Any]]:
     """The publish parts: every partition in `keys` (even with nothing in it), filled from the envelope stream
-    with `items(payload)`."""
+    with `items(payload)`; a stream over `limit` bytes is refused (bounded_chunks)."""
     if not reader.schema.equals(ENVELOPE):
         raise errors.InvalidRequestError(f"a publish stream must have the schema ({schema_text(ENVELOPE)}), "
                                          f"got ({schema_text(reader.schema)})")
     parts: dict[tuple[str, int], list[Any]] = {(t, p): [] for t, p in keys}
-    for chunk in _chunks(reader):
+    for chunk in bounded_chunks(reader, limit, "publish request"):
         for row in chunk.data.to_pylist():
             key = (row["topic"], row["partition"])
             if key not in parts:

@@ -44,7 +44,7 @@ from fabric.storage.producer_state import ProducerStateTable
 from fabric.storage.recovery import Recovery, RecoveryReport
 from fabric.storage.replica_frames import check_copied
 from fabric.storage.scan import Frame
-from fabric.storage.segment import DATA_SUFFIX, Segment
+from fabric.storage.segment import DATA_SUFFIX, Segment, disk_usage
 from fabric.storage.segment_swap import CrashHook
 from fabric.storage.transactions import TransactionState
 from fabric.storage.watermark import HighWatermark
@@ -179,7 +179,7 @@ class Log:
         return TIMESTAMP_TYPES[self.config["message.timestamp.type"]]
 
     def size_bytes(self) -> int:
-        return sum(s.size for s in self.segments())
+        return disk_usage(self.segments())[1]
 
     # -- leader epochs -----------------------------------------------------------------------------
     @property

@@ -8,7 +8,9 @@ Rules, checked before a batch is written (`check`):
   and its original base offset is the answer;
 - otherwise the first sequence must follow the producer's last (0 for a new epoch, or for a producer id this
   partition has no state of): anything else is OutOfOrderSequenceError (a gap: records were lost in between),
-  or UnknownProducerIdError for an unknown producer id whose sequence is not 0.
+  or UnknownProducerIdError for an unknown producer id whose sequence is not 0;
+- a new batch that carries a `verification` (a transactional one at a data node's leader) is written only if
+  it passes, so a fenced producer hears of its epoch before anything else.
 
 The table is rebuilt from the frame headers of the log (`rebuild`), which carry producer id, epoch and base
 sequence, so it survives restarts and a new leader has the state of the records it copied.
@@ -61,7 +63,13 @@ class ProducerStateTable:
 
     def check(self, batch: ProducerBatch, count: int) -> int | None:
         """The base offset of the batch already written if this one is its retry; None if it is new and may be
-        written; a refusal (see the module docstring) otherwise."""
+        written (once its `verification`, if any, passed); a refusal (see the module docstring) otherwise."""
+        original = self._check(batch, count)
+        if original is None and batch.verification is not None:
+            batch.verification()
+        return original
+
+    def _check(self, batch: ProducerBatch, count: int) -> int | None:
         entry = self._producers.get(batch.producer_id)
         where = f"producer {batch.producer_id} (epoch {batch.producer_epoch}) on {self.partition}"
         last = last_sequence(batch.base_sequence, count)

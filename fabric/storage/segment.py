@@ -27,6 +27,19 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+def disk_usage(segments: list[Segment]) -> tuple[int, int]:
+    """(segments, bytes) of those still on disk: one that retention or the cleaner deletes after it was listed
+    counts as gone, not as an error (describe runs beside them, in this process or another)."""
+    count = total = 0
+    for seg in segments:
+        try:
+            total += seg.size
+        except FileNotFoundError:
+            continue
+        count += 1
+    return count, total
+
+
 def write_all(fd: int, parts: list) -> None:
     """Write every byte of `parts` (os.writev may write less than asked)."""
     views = [memoryview(p).cast("B") for p in parts]

@@ -246,6 +246,30 @@ def shared_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
 
 
 @pytest.fixture(scope="module")
+def secured_cluster(request, tmp_path_factory) -> Iterator[NodeCluster]:
+    """One NodeCluster of 1 node with token authentication and ACLs, for a test module's tests (they may restart the
+    node): the module's TOKENS ({token: principal}) and ACLS (ACL file lines). The coordinator and the node reach
+    each other with the token of principal "node", which ACLS grants cluster_action on the cluster."""
+    root = tmp_path_factory.mktemp("secured")
+    tokens: dict[str, str] = request.module.TOKENS
+    (root / "tokens").write_text("".join(f"{token} {principal}\n" for token, principal in tokens.items()))
+    (root / "acls").write_text(request.module.ACLS)
+    files = ("--tokens-file", str(root / "tokens"), "--acl-file", str(root / "acls"))
+    node_token = next(token for token, principal in tokens.items() if principal == "node")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("FABRIC_TOKEN", node_token)  # the coordinator's token towards the node
+        cluster = NodeCluster(root, nodes=1, coordinator_extra=files, node_query=f"token={node_token}",
+                              node_extra=files)
+        try:
+            cluster.start()
+        except BaseException:
+            cluster.close()
+            raise
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
 def racked_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
     """One NodeCluster of 3 nodes, node i in rack "rack-i" (a reader with client rack rack-i reads from node i),
     each serving Prometheus metrics on a port of its own (its status' metrics_port), for a test module's tests that
@@ -264,6 +288,21 @@ def replicated_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
                           coordinator_extra=("--default-replication-factor", "3")).start()
     yield cluster
     cluster.close()
+
+
+@pytest.fixture(scope="module")
+def limited_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
+    """One NodeCluster of 1 node whose coordinator and node refuse a request over LIMITED_REQUEST_BYTES
+    (socket.request.max.bytes), for a test module's tests of limits; a test that pauses one of its processes
+    resumes it and waits until the node is alive again."""
+    limit = ("--socket-request-max-bytes", str(LIMITED_REQUEST_BYTES))
+    cluster = NodeCluster(tmp_path_factory.mktemp("limited"), nodes=1, coordinator_extra=limit,
+                          node_extra=limit).start()
+    yield cluster
+    cluster.close()
+
+
+LIMITED_REQUEST_BYTES = 4 << 20
 
 
 @pytest.fixture

@@ -113,13 +113,13 @@ def test_a_killed_node_takes_its_partitions_offline_until_it_rejoins(node_cluste
         assert [p["partition"] for t in json.loads(shown.stdout) for p in t["partitions"]] == on_one, shown.stderr
         text = fabric_cli("topics", "describe", "fragile", "--unavailable-partitions", "--url", cluster.url).stdout
         assert text.count("none (offline)") == len(on_one)
-        with fab.producer(delivery_timeout_ms=1000, retry_backoff_ms=100) as producer:
+        with fab.producer(delivery_timeout_ms=1000, request_timeout_ms=500, retry_backoff_ms=100) as producer:
             with pytest.raises(LeaderNotAvailableError, match=f"fragile-{on_one[0]} is offline"):
                 producer.send("fragile", b"lost", partition=on_one[0]).result(10)
             others = [p for p in range(4) if p not in on_one]
             assert producer.send("fragile", b"fine", partition=others[0]).result(10).offset == 1
         cluster.restart(1)
-        with fab.producer(delivery_timeout_ms=SETTLE_S * 1000) as producer:
+        with fab.producer(delivery_timeout_ms=SETTLE_S * 1000, request_timeout_ms=10_000) as producer:
             assert producer.send("fragile", b"after", partition=on_one[0]).result(SETTLE_S).offset == 1
         back = fab.describe_topic("fragile").partitions[on_one[0]]
         assert back.leader == 1 and back.leader_epoch == 2  # offline (1), then elected again (2)
@@ -152,7 +152,8 @@ def test_the_controllers_calls_need_cluster_action_and_describe_shows_only_descr
         raw.action(node, "partition_state", token="app-secret", topic="hidden", partition=0)
     coordinator = cluster.coordinator.address
     with pytest.raises(AuthorizationError, match="not allowed to cluster_action cluster:fabric"):
-        raw.action(coordinator, "register_node", token="app-secret", node_id=7, address="127.0.0.1:1")
+        raw.action(coordinator, "register_node", token="app-secret", node_id=7, address="127.0.0.1:1",
+                   directory_id="d7")
     with pytest.raises(AuthorizationError, match="not allowed to cluster_action cluster:fabric"):
         raw.action(coordinator, "node_heartbeat", token="app-secret", node_id=1, node_epoch=1)
     with pytest.raises(AuthorizationError, match="not allowed to create topic:mine"):
@@ -165,7 +166,8 @@ def test_the_controllers_calls_need_cluster_action_and_describe_shows_only_descr
     with pytest.raises(fabric.InvalidRequestError, match="argument 'node_epoch' must be int"):
         raw.action(coordinator, "node_heartbeat", token="node-secret", node_id=1, node_epoch="1")
     with pytest.raises(fabric.InvalidRequestError, match="node id must be an int from 0"):
-        raw.action(coordinator, "register_node", token="node-secret", node_id=-3, address="127.0.0.1:1")
+        raw.action(coordinator, "register_node", token="node-secret", node_id=-3, address="127.0.0.1:1",
+                   directory_id="d")
 
 
 @pytest.mark.zookeeper
@@ -184,7 +186,7 @@ def test_the_elected_coordinator_runs_the_controller_and_its_successor_takes_ove
         wait_for(lambda: (the_active(fab) or first).instance != first.instance, SETTLE_S, "the standby to take over")
         after = fab.cluster.describe_cluster(refresh=True)
         assert after.controller_epoch > before.controller_epoch
-        with fab.producer(delivery_timeout_ms=SETTLE_S * 1000) as producer:
+        with fab.producer(delivery_timeout_ms=SETTLE_S * 1000, request_timeout_ms=10_000) as producer:
             assert producer.send("ha", b"two", partition=0).result(SETTLE_S).offset == 1
         # the nodes heartbeat to the new controller: alive past a whole session, leaders unchanged
         wait_for(lambda: fab.cluster.describe_cluster(refresh=True).controller_epoch == after.controller_epoch
@@ -244,6 +246,33 @@ def test_a_second_node_process_on_the_same_data_directory_is_refused(shared_clus
         twin.start(timeout=60)
     assert twin.process is not None and twin.process.returncode == 1
     assert first.status()["node_epoch"] == epoch  # the twin never registered
+
+
+def test_a_second_process_with_a_live_nodes_id_is_refused_and_changes_nothing(shared_cluster, tmp_path) -> None:
+    """A careless operator starts `--id 1` again, on an empty data directory and another port, while node 1 is
+    alive. The controller refuses its registrations (the id's lease is held from another data directory), naming
+    the id and the live node's address; it retries for one session (a replaced disk waits so for its old
+    process's lease to lapse), then exits non-zero. Node 1 keeps its registration and node epoch, and no
+    partition changes."""
+    first = shared_cluster.nodes[1]
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic("claimed", partitions=3, replication_factor=3)
+        before = fab.cluster.describe_cluster(refresh=True)
+        twin = NodeProcess(1, str(tmp_path / "twin"), first.coordinator, extra=first.extra)
+        try:
+            with pytest.raises(RuntimeError, match=f"node id 1 is held by a live node process at {first.address}"):
+                twin.start(timeout=60)
+        finally:
+            twin.stop()
+        assert twin.process is not None and twin.process.returncode == 1
+        assert "that process is alive" in twin.log()
+        after = fab.cluster.describe_cluster(refresh=True)
+        assert after.nodes == before.nodes and all(n.alive for n in after.nodes)
+        assert {tp: reg for tp, reg in after.partitions.items() if tp[0] == "claimed"} == {
+            tp: reg for tp, reg in before.partitions.items() if tp[0] == "claimed"}
+        with fab.producer(acks="all") as producer:
+            assert [producer.send("claimed", b"still", partition=p).result(SETTLE_S).offset for p in range(3)] == [
+                0, 0, 0]
 
 
 @pytest.mark.parametrize("store", [(), pytest.param(("--zookeeper",), marks=pytest.mark.zookeeper)],

@@ -216,15 +216,20 @@ def registration(replicas: tuple[int, ...], controller_epoch: int, leader_epoch:
 
 
 def check_node_registrations(c: Coordinator, new_controller: NewController) -> None:
-    """Each registration of a node id bumps its node epoch; registrations are listed by id."""
+    """Each registration of a node id bumps its node epoch and records the data directory it came from;
+    registrations are listed by id."""
     assert c.registered_nodes() == []
-    assert c.register_node(2, "h2:9092", "rack-b") == NodeInfo(2, "h2:9092", "rack-b", 1)
-    assert c.register_node(1, "h1:9092") == NodeInfo(1, "h1:9092", None, 1)
-    assert c.register_node(2, "h2:9093", "rack-b").node_epoch == 2  # a restart: the old process is fenced
-    assert c.registered_nodes() == [NodeInfo(1, "h1:9092", None, 1), NodeInfo(2, "h2:9093", "rack-b", 2)]
-    for bad in ((-1, "h:1", None), (3, "", None), (3, "h:1", "")):
+    assert c.register_node(2, "h2:9092", "rack-b", directory_id="d2") == NodeInfo(2, "h2:9092", "rack-b", 1,
+                                                                                 directory_id="d2")
+    assert c.register_node(1, "h1:9092", directory_id="d1") == NodeInfo(1, "h1:9092", None, 1, directory_id="d1")
+    # a restart (the old process is fenced), from a replaced disk
+    assert c.register_node(2, "h2:9093", "rack-b", directory_id="d2-new").node_epoch == 2
+    assert c.registered_nodes() == [NodeInfo(1, "h1:9092", None, 1, directory_id="d1"),
+                                    NodeInfo(2, "h2:9093", "rack-b", 2, directory_id="d2-new")]
+    for bad in ((-1, "h:1", None, "d"), (3, "", None, "d"), (3, "h:1", "", "d"), (3, "h:1", None, ""),
+                (3, "h:1", None, "a/b"), (3, "h:1", None, "x" * 65)):
         with pytest.raises(InvalidRequestError):
-            c.register_node(*bad)
+            c.register_node(*bad[:3], directory_id=bad[3])
     assert len(c.registered_nodes()) == 2
 
 
@@ -316,13 +321,17 @@ def check_assignment_changes(c: Coordinator, new_controller: NewController) -> N
 
 
 def check_producer_id_blocks(c: Coordinator, new_controller: NewController) -> None:
-    """Producer id blocks never overlap: the first starts where asked, each next one after the last (whatever
-    the later callers ask), from any number of callers at once."""
-    assert c.allocate_producer_ids(10, 5_000) == 5_000
-    assert c.allocate_producer_ids(10, 0) == 5_010
+    """A producer id block is claimed once, with its owner: of any number of callers at once, one claims it, and
+    a block claimed stays its first owner's."""
+    assert c.producer_id_block_owner(5_000) is None
+    assert c.claim_producer_id_block(5_000, "ann")
+    assert not c.claim_producer_id_block(5_000, "bob") and not c.claim_producer_id_block(5_000, "ann")
+    assert c.producer_id_block_owner(5_000) == "ann"
     with ThreadPoolExecutor(4) as pool:
-        firsts = sorted(pool.map(lambda _: c.allocate_producer_ids(10, 0), range(8)))
-    assert firsts == list(range(5_020, 5_100, 10))
+        claimed = list(pool.map(lambda i: c.claim_producer_id_block(7_000, f"p{i}"), range(8)))
+    assert claimed.count(True) == 1
+    assert c.producer_id_block_owner(7_000) == f"p{claimed.index(True)}"
+    assert c.producer_id_block_owner(5_000) == "ann" and c.producer_id_block_owner(5_001) is None
 
 
 REPLICATION_CONTRACT = [check_node_registrations, check_replicated_topics, check_partition_state_compare_and_set,

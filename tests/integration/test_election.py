@@ -188,7 +188,7 @@ def test_a_deposed_controller_cannot_change_a_partition_state(elections, observe
     old = a.token()
     as_a = ZkCoordinator(a.client, fence=a)
     for node_id in (1, 2):
-        as_a.register_node(node_id, f"h{node_id}:9092")
+        as_a.register_node(node_id, f"h{node_id}:9092", directory_id=f"d{node_id}")
     state = LeaderAndIsr(1, 0, (1, 2), 0, old.epoch)
     as_a.create_replicated_topic("r", {}, None, {0: PartitionRegistration(PartitionAssignment((1, 2)), state)})
     as_a.create_topic("plain", 1, {}, None)

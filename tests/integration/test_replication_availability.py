@@ -61,8 +61,8 @@ def test_min_insync_replicas_refuses_acks_all_while_followers_are_down(node_clus
         assert [(p["partition"], p["isr"]) for t in json.loads(shown.stdout) for p in t["partitions"]] == [
             (0, [leader])], shown.stderr
 
-        with replication.sender(fab.producer(acks="all", delivery_timeout_ms=5000, retry_backoff_ms=100), recorder,
-                                "mir") as w:
+        with replication.sender(fab.producer(acks="all", delivery_timeout_ms=5000, request_timeout_ms=2000,
+                                             retry_backoff_ms=100), recorder, "mir") as w:
             began = time.monotonic()
             with pytest.raises(NotEnoughReplicasError, match="below its min.insync.replicas 2") as refused:
                 w.send(b"all-refused")
@@ -106,7 +106,8 @@ def lose_the_whole_isr(replication: Any, cluster: Any, fab: fabric.Fabric, recor
     offline = replication.wait_offline(fab, topic)
     assert len(offline.isr) == 1 and x not in offline.isr, offline  # the last member to die keeps the log
     assert offline.end_offset == -1  # unknown while offline
-    with replication.sender(fab.producer(delivery_timeout_ms=1000, retry_backoff_ms=100), recorder, topic) as w:
+    with replication.sender(fab.producer(delivery_timeout_ms=1000, request_timeout_ms=500, retry_backoff_ms=100),
+                            recorder, topic) as w:
         with pytest.raises(LeaderNotAvailableError, match=f"{topic}-0 is offline"):
             w.send(f"{topic}-refused-offline".encode())
     return x, leader, offline.isr[0]

@@ -1,12 +1,13 @@
 """Fuzzing a real coordinator service process with raw Flight calls from an unprivileged token: randomised
 well-formed and malformed actions (every route, arguments drawn by name from its signature), DoGet tickets and
-DoPut descriptors and bodies (stored rows, publish envelopes of rows, frames, forged frames and junk).
+DoPut descriptors and bodies (stored rows, publish envelopes of rows, frames, forged frames and junk; idempotent
+and transactional appends under another principal's producer ids).
 
 After every call: nothing changed that the principal's ACLs do not allow (topics, configs, partition counts,
 schemas, other topics' data, other groups' offsets, other transactional ids), every partition of every topic
 is still readable from its start, and the service still answers. At the end a well-formed client produces and
-consumes as usual. Bounded: EXAMPLES calls (about ten seconds), not shrunk (a failure is reported as found,
-with the call that caused it).
+consumes as usual, and the other principal's producers append under their ids as if nobody had tried. Bounded:
+EXAMPLES calls (about ten seconds), not shrunk (a failure is reported as found, with the call that caused it).
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ fuzz describe transactional-id:fz
 """
 TOPICS = ["mine", "theirs", "typed"]
 EXAMPLES = 600
+VICTIMS: list[int] = []  # producer ids the admin took (the fuzzed fixture fills it): the fuzzer may not use them
 
 
 def stored(values: list, schema: pa.Schema | None = None) -> pa.RecordBatch:
@@ -81,6 +83,8 @@ BY_NAME: dict[str, st.SearchStrategy] = {
     "txn": txns, "offsets": st.dictionaries(partitions, ints, max_size=3), "request": join_requests,
     "names": st.none() | st.lists(names, max_size=3), "topics": st.none() | st.lists(names, max_size=3),
     "codec": st.sampled_from(["none", "lz4", "zstd", "gzip", ""]),
+    "producer_id": mostly(st.deferred(lambda: st.sampled_from(VICTIMS)), ints),
+    "producer_epoch": ints, "base_sequence": ints,
 }
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
@@ -190,10 +194,17 @@ def well_formed(draw: Any) -> tuple[str, Any, Any]:
     values = draw(st.lists(st.binary(max_size=300), min_size=1, max_size=20))
     batch = stored(values)
     txn = f"fz:{draw(st.integers(0, 10**6))}"
-    kind = draw(st.integers(0, 7))
+    kind = draw(st.integers(0, 8))
     if kind == 0:
         codec = draw(st.sampled_from(["none", "lz4", "zstd"]))
         return "put", wire.dumps({"op": "append", "topic": "mine", "partition": partition, "codec": codec}), [batch]
+    if kind == 8:  # as the admin's producers: forged sequences under their ids, idempotent or transactional
+        producer = {"producer_id": draw(st.sampled_from(VICTIMS)), "producer_epoch": draw(st.integers(0, 2)),
+                    "base_sequence": draw(st.integers(0, 3))}
+        if draw(st.booleans()):
+            producer.update(transactional=True, transactional_id=draw(st.sampled_from(["fz", "their-sink"])))
+        return "put", wire.dumps({"op": "append", "topic": "mine", "partition": 0, "codec": "none", **producer}), [
+            batch]
     if kind == 1:
         keys = sorted({("mine", partition), ("mine", draw(st.integers(0, 1)))})
         return "put", wire.dumps({"op": "publish", "txn": txn, "keys": [list(k) for k in keys], "codec": "none"}), [
@@ -225,12 +236,16 @@ def well_formed(draw: Any) -> tuple[str, Any, Any]:
 @pytest.fixture
 def fuzzed(secured_service):
     """A service with tokens and GRANTS; admin made topics mine (2 partitions), theirs (2, records, small
-    max.message.bytes) and typed, group theirs-g with offsets, and committed transaction their-sink:5."""
+    max.message.bytes) and typed, group theirs-g with offsets, and committed transaction their-sink:5, and took
+    two producer ids (VICTIMS), the first of which wrote two records to mine-0."""
     instance = secured_service({ADMIN: "admin", FUZZ: "fuzz"}, GRANTS, "--max-partitions", "8")
     admin = fabric.connect(instance.url(f"token={ADMIN}"))
     admin.create_topic("mine", partitions=2)
     admin.create_topic("theirs", partitions=2, config={"max.message.bytes": "1000"})
     admin.create_topic("typed", schema=TYPED)
+    VICTIMS[:] = [admin.cluster.init_producer_id().producer_id for _ in range(2)]
+    admin.cluster.append("mine", 0, stored([b"v0", b"v1"]), producer_id=VICTIMS[0], producer_epoch=0,
+                         base_sequence=0)
     admin.cluster.append("theirs", 0, stored([b"t0", b"t1"]))
     admin.cluster.append("typed", 0, stored([{"user": "a", "amount": 1}], TYPED))
     admin.cluster.commit_offsets("theirs-g", {("theirs", 0): 1})
@@ -317,5 +332,10 @@ def test_fuzzed_flight_calls_never_break_the_service(fuzzed) -> None:
             records += consumer.poll(0.5)
         assert any(r.value == b"after" for r in records)
         consumer.close()
+    for victim, sequence in ((VICTIMS[0], 2), (VICTIMS[1], 0)):  # nothing was written under the admin's ids
+        end = admin.cluster.partition_state("mine", 0).end_offset
+        assert admin.cluster.append("mine", 0, stored([b"victim"]), producer_id=victim, producer_epoch=0,
+                                    base_sequence=sequence) == end
+        assert admin.cluster.fetch("mine", 0, end, 1 << 20)[0].batch.column("value").to_pylist() == [b"victim"]
     assert instance.process.poll() is None
     assert time.monotonic() - started < 300

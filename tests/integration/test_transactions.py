@@ -27,7 +27,7 @@ from fabric.common.errors import (
     UnstableOffsetCommitError,
 )
 from fabric.common.records import to_storage
-from fabric.common.types import ProducerBatch, TransactionalOffsets
+from fabric.common.types import ProducerBatch, TransactionalOffsets, transaction_sequence
 from fabric.common.waiting import wait_for
 from fabric.coordinator.transaction_offsets import DEBUG_PAUSE_ENV
 from fabric.server.launcher import CoordinatorProcess
@@ -50,9 +50,11 @@ def read_all(fab: fabric.Fabric, topic: str, isolation_level: str = "read_commit
                 return out
 
 
-def append(fab: fabric.Fabric, topic: str, writer, values: list[bytes], sequence: int = 0) -> int:
+def append(fab: fabric.Fabric, topic: str, txn: str, writer, values: list[bytes], sequence: int = 0) -> int:
+    """Append `values` to partition 0 as `writer`'s transaction `txn` (`<transactional id>:<sequence>`)."""
     return fab.cluster.transactional_append(topic, 0, rows(values),
-                                            ProducerBatch(writer.producer_id, writer.producer_epoch, sequence))
+                                            ProducerBatch(writer.producer_id, writer.producer_epoch, sequence),
+                                            transaction_sequence(txn)[0])
 
 
 def leave_open(fab: fabric.Fabric, topic: str, txn: str, timeout_ms: int):
@@ -61,7 +63,7 @@ def leave_open(fab: fabric.Fabric, topic: str, txn: str, timeout_ms: int):
     writer = fab.cluster.init_producer_id()
     fab.cluster.coordinator.add_transaction_writer(txn, writer.producer_id, writer.producer_epoch, [(topic, 0)],
                                                    timeout_ms=timeout_ms)
-    append(fab, topic, writer, [b"stalled"])
+    append(fab, topic, txn, writer, [b"stalled"])
     with fab.producer(linger_ms=0) as producer:
         producer.send(topic, b"after", partition=0).result(60)
     return writer
@@ -76,8 +78,8 @@ def test_committed_readers_see_a_transaction_once_its_markers_are_written(shared
         for writer in (kept, failed):
             fab.cluster.coordinator.add_transaction_writer("sink-a:0", writer.producer_id, writer.producer_epoch,
                                                            [("txn-basic", 0)])
-        append(fab, "txn-basic", kept, [b"k1", b"k2"])
-        append(fab, "txn-basic", failed, [b"f1"])
+        append(fab, "txn-basic", "sink-a:0", kept, [b"k1", b"k2"])
+        append(fab, "txn-basic", "sink-a:0", failed, [b"f1"])
         with fab.producer(linger_ms=0) as producer:
             producer.send("txn-basic", b"plain-after", partition=0).result(60)
         # the open transactions hold the last stable offset at the first one's first offset
@@ -108,7 +110,7 @@ def test_committed_readers_see_a_transaction_once_its_markers_are_written(shared
 
         # the failed writer is a zombie now: fenced by its abort marker's epoch, and refused by the coordinator
         with pytest.raises(InvalidProducerEpochError):
-            append(fab, "txn-basic", failed, [b"late"], sequence=1)
+            append(fab, "txn-basic", "sink-a:0", failed, [b"late"], sequence=1)
         with pytest.raises(InvalidTxnStateError, match="committed already"):
             fab.cluster.coordinator.add_transaction_writer("sink-a:0", failed.producer_id, failed.producer_epoch,
                                                            [("txn-basic", 0)])
@@ -121,7 +123,7 @@ def test_an_undecided_transaction_is_aborted_whole(shared_cluster) -> None:
         writer = fab.cluster.init_producer_id()
         fab.cluster.coordinator.add_transaction_writer("sink-b:4", writer.producer_id, writer.producer_epoch,
                                                        [("txn-abort", 0)])
-        append(fab, "txn-abort", writer, [b"x", b"y"])
+        append(fab, "txn-abort", "sink-b:4", writer, [b"x", b"y"])
         record = end_transaction(fab.cluster, "sink-b:4")  # a failed batch: Spark's abort
         assert record.committed_writers is None
         assert read_all(fab, "txn-abort") == []
@@ -148,12 +150,12 @@ def test_a_transaction_past_its_timeout_is_aborted_by_the_coordinator_and_a_repl
         with pytest.raises(InvalidTxnStateError, match="timeout"):
             fab.cluster.coordinator.commit_transaction("sink-t:7", [stalled.producer_id])
         with pytest.raises(InvalidProducerEpochError):  # fenced by its abort marker's epoch
-            append(fab, "txn-timeout", stalled, [b"late"], sequence=1)
+            append(fab, "txn-timeout", "sink-t:7", stalled, [b"late"], sequence=1)
 
         replay = fab.cluster.init_producer_id()
         fab.cluster.coordinator.add_transaction_writer("sink-t:7", replay.producer_id, replay.producer_epoch,
                                                        [("txn-timeout", 0)], timeout_ms=60_000)
-        append(fab, "txn-timeout", replay, [b"replayed"])
+        append(fab, "txn-timeout", "sink-t:7", replay, [b"replayed"])
         fab.cluster.coordinator.commit_transaction("sink-t:7", [replay.producer_id])
         assert end_transaction(fab.cluster, "sink-t:7").committed_writers == (replay.producer_id,)
         assert read_all(fab, "txn-timeout") == [b"after", b"replayed"]
@@ -181,7 +183,7 @@ def test_fabric_transactions_lists_describes_and_aborts_an_open_transaction(shar
         stuck = fab.cluster.init_producer_id()
         fab.cluster.coordinator.add_transaction_writer("cli-sink:3", stuck.producer_id, stuck.producer_epoch,
                                                        [("txn-cli", 0), ("txn-cli", 1)], timeout_ms=600_000)
-        append(fab, "txn-cli", stuck, [b"stuck"])
+        append(fab, "txn-cli", "cli-sink:3", stuck, [b"stuck"])
         with fab.producer(linger_ms=0) as producer:
             producer.send("txn-cli", b"after", partition=0).result(60)
 
@@ -202,11 +204,11 @@ def test_fabric_transactions_lists_describes_and_aborts_an_open_transaction(shar
         assert read_all(fab, "txn-cli") == [b"after"]  # the markers were written before the command returned
         assert "nothing to abort" in cli("abort", "--transactional-id", "cli-sink")
         with pytest.raises(InvalidProducerEpochError):
-            append(fab, "txn-cli", stuck, [b"late"], sequence=1)
+            append(fab, "txn-cli", "cli-sink:3", stuck, [b"late"], sequence=1)
         replay = fab.cluster.init_producer_id()
         fab.cluster.coordinator.add_transaction_writer("cli-sink:3", replay.producer_id, replay.producer_epoch,
                                                        [("txn-cli", 0)])
-        append(fab, "txn-cli", replay, [b"replayed"])
+        append(fab, "txn-cli", "cli-sink:3", replay, [b"replayed"])
         fab.cluster.coordinator.commit_transaction("cli-sink:3", [replay.producer_id])
         end_transaction(fab.cluster, "cli-sink:3")
         assert fab.describe_transaction("cli-sink").state == "CompleteCommit"
@@ -233,7 +235,7 @@ def test_with_acls_the_coordinator_ends_timed_out_transactions_as_the_cluster_an
         writer = app.cluster.init_producer_id()
         app.cluster.coordinator.add_transaction_writer("app-sink:0", writer.producer_id, writer.producer_epoch,
                                                        [("guarded", 0)], timeout_ms=600_000)
-        append(app, "guarded", writer, [b"held"])
+        append(app, "guarded", "app-sink:0", writer, [b"held"])
         with pytest.raises(AuthorizationError, match="not allowed to admin transactional-id:app-sink"):
             app.abort_transaction("app-sink")
         assert app.describe_transaction("app-sink").state == "Ongoing"
@@ -254,7 +256,7 @@ def test_an_aborted_batch_write_refuses_a_writer_that_joins_late(shared_cluster)
         early = fab.cluster.init_producer_id()
         fab.cluster.coordinator.add_transaction_writer("job-late", early.producer_id, early.producer_epoch,
                                                        [("txn-late", 0)])
-        append(fab, "txn-late", early, [b"x"])
+        append(fab, "txn-late", "job-late", early, [b"x"])
         record = abort_transaction(fab.cluster, "job-late")  # the batch writer's abort
         assert record.committed_writers == () and fab.cluster.coordinator.transaction_committed("job-late")
         late = fab.cluster.init_producer_id()
@@ -262,7 +264,7 @@ def test_an_aborted_batch_write_refuses_a_writer_that_joins_late(shared_cluster)
             fab.cluster.coordinator.add_transaction_writer("job-late", late.producer_id, late.producer_epoch,
                                                            [("txn-late", 0)])
         with pytest.raises(InvalidProducerEpochError):  # the early writer, still running, is fenced too
-            append(fab, "txn-late", early, [b"y"], sequence=1)
+            append(fab, "txn-late", "job-late", early, [b"y"], sequence=1)
         with fab.producer(linger_ms=0) as producer:
             producer.send("txn-late", b"after", partition=0).result(60)
         assert read_all(fab, "txn-late") == [b"after"]
@@ -279,7 +281,7 @@ def test_a_leader_killed_before_the_markers_loses_nothing(node_cluster, replicat
         fab.cluster.coordinator.add_transaction_writer("sink-c:0", writer.producer_id, writer.producer_epoch,
                                                        [("txn-failover", 0)])
         values = [b"r%d" % i for i in range(20)]
-        append(fab, "txn-failover", writer, values)
+        append(fab, "txn-failover", "sink-c:0", writer, values)
         fab.cluster.coordinator.commit_transaction("sink-c:0", [writer.producer_id])
         before = replication.state(fab, "txn-failover")
         cluster.nodes[before.leader].kill()
@@ -299,7 +301,7 @@ def test_a_transactional_producer_commits_on_the_leaders_fences_its_twin_and_end
         dead = fab.cluster.init_producer_id()
         fab.cluster.coordinator.add_transaction_writer("etl:0", dead.producer_id, dead.producer_epoch,
                                                        [("txn-producer", 0)])
-        append(fab, "txn-producer", dead, [b"dead-1", b"dead-2"])
+        append(fab, "txn-producer", "etl:0", dead, [b"dead-1", b"dead-2"])
         assert fab.describe_topic("txn-producer").partitions[0].end_offset == 0
         producer, twin = fab.producer(transactional_id="etl"), fab.producer(transactional_id="etl")
         producer.init_transactions()  # aborts the dead one's transaction: its sequence commits with no writers
@@ -421,7 +423,7 @@ def test_offsets_a_killed_coordinator_committed_are_applied_by_the_next_before_i
         coordinator = fab.cluster.coordinator
         writer = fab.cluster.init_producer_id()
         coordinator.add_transaction_writer("crash:0", writer.producer_id, writer.producer_epoch, [("txo-crash", 0)])
-        append(fab, "txo-crash", writer, [b"kept"])
+        append(fab, "txo-crash", "crash:0", writer, [b"kept"])
         first = cluster.coordinator
         offsets = TransactionalOffsets("crashers", {("txo-crash", 0): 1})
         failures: list[BaseException] = []

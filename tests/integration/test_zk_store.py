@@ -195,13 +195,15 @@ def test_replication_znodes_are_kafkas(zk):
     zk.client.create("/brokers/ids/127.0.0.1_9093", layout.dumps({"version": 1, "instance_id": "i"}),
                      ephemeral=True)
     zk.client.create("/brokers/ids/7", layout.dumps({"version": 1, "instance_id": "7"}), ephemeral=True)
-    zk.register_node(1, "h1:9092", "rack-a")
+    zk.register_node(1, "h1:9092", "rack-a", directory_id="d1")
     data, stat = zk.client.get("/brokers/ids/1")
     assert stat.ephemeralOwner == 0
-    assert layout.loads(data) == {"version": 1, "address": "h1:9092", "rack": "rack-a", "node_epoch": 1}
-    assert zk.registered_nodes() == [NodeInfo(1, "h1:9092", "rack-a", 1)]  # instances are not data nodes
+    assert layout.loads(data) == {"version": 1, "address": "h1:9092", "rack": "rack-a", "node_epoch": 1,
+                                  "directory_id": "d1"}
+    # instances are not data nodes
+    assert zk.registered_nodes() == [NodeInfo(1, "h1:9092", "rack-a", 1, directory_id="d1")]
     with pytest.raises(InvalidConfigError, match="coordinator instance's registration"):
-        zk.register_node(7, "h7:9092")
+        zk.register_node(7, "h7:9092", directory_id="d7")
 
     zk.create_replicated_topic("r", {}, None, {0: _partition((1, 2), 1, (1, 2)), 1: _partition((2, 1), None, (2,))})
     assert layout.loads(zk.client.get("/brokers/topics/r")[0])["assignment"] == {"0": [1, 2], "1": [2, 1]}

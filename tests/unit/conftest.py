@@ -32,13 +32,17 @@ def _no_child_processes(monkeypatch) -> None:
 
 
 class ManualClock(Clock):
-    """A clock that moves only when the test sets `ms` (milliseconds since the epoch)."""
+    """A clock that moves only when the test sets `ms` (milliseconds since the epoch; the monotonic clock moves
+    with it)."""
 
     def __init__(self) -> None:
         self.ms = 1_000_000
 
     def now_us(self) -> int:
         return self.ms * 1000
+
+    def monotonic_ms(self) -> int:
+        return self.ms
 
 
 @pytest.fixture

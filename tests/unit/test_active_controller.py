@@ -2,10 +2,13 @@
 events decided and persisted, a lost compare-and-set race decided again (boundedly), a deposed controller."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from fabric.common.errors import (
     CoordinatorUnavailableError,
+    DuplicateNodeRegistrationError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidUpdateVersionError,
@@ -27,7 +30,7 @@ def controller(store, clock) -> ActiveController:
     """The controller of a fresh epoch with nodes 1, 2, 3 registered and alive; placement starts at index 0."""
     made = ActiveController(store, store.claim_controller_epoch(), NodeLeases(SESSION_MS, clock), lambda n: 0)
     for i in (1, 2, 3):
-        made.register_node(i, f"h{i}:9092")
+        made.register_node(i, f"h{i}:9092", directory_id=f"dir{i}")
     return made
 
 
@@ -68,8 +71,36 @@ def test_a_node_whose_lease_lapses_loses_leadership_and_comes_back_by_registerin
     beat([controller], clock, 3, ms=2 * SESSION_MS)
     controller.expire_nodes()
     assert states(store)[0].leader is None  # its last in-sync replica died: offline
-    controller.register_node(2, "h2:9092")
+    controller.register_node(2, "h2:9092", directory_id="dir2")
     assert states(store)[0] == LeaderAndIsr(2, 3, (2,), 3, controller.controller_epoch)
+
+
+def test_a_live_node_id_is_refused_to_another_data_directory_and_a_restart_on_its_own_fences_the_old(
+        controller, store, clock) -> None:
+    """One process per node id (Kafka's DUPLICATE_BROKER_REGISTRATION): while node 1's lease is alive, a
+    registration from another data directory is refused, naming the id and the live address, and changes
+    nothing (registration, node epoch, partitions). A registration from node 1's own directory is a restart (the
+    old process held the directory's lock, so it is gone): accepted at once, fencing the old epoch. Once the
+    lease lapses, another directory (a replaced disk) registers."""
+    controller.create_topic("t", 1, 3, {}, None)
+    before, node = states(store)[0], controller.nodes()[1]
+    with pytest.raises(DuplicateNodeRegistrationError,
+                       match=r"node id 1 is held by a live node process at h1:9092 \(data directory id dir1"):
+        controller.register_node(1, "h9:9092", directory_id="another-disk")
+    assert controller.nodes()[1] == node and store.registered_nodes()[0] == replace(node, alive=False)
+    assert states(store)[0] == before
+    controller.heartbeat(1, node.node_epoch)  # the live process keeps its lease
+
+    restarted = controller.register_node(1, "h1:9093", directory_id="dir1")
+    assert restarted.node_epoch == node.node_epoch + 1
+    with pytest.raises(StaleNodeEpochError):
+        controller.heartbeat(1, node.node_epoch)
+
+    beat([controller], clock, 2, 3, ms=2 * SESSION_MS)
+    controller.expire_nodes()
+    replaced = controller.register_node(1, "h1:9094", directory_id="another-disk")
+    assert replaced.node_epoch == restarted.node_epoch + 1
+    assert store.registered_nodes()[0].directory_id == "another-disk"
 
 
 def test_unclean_election_when_the_topic_enables_it(controller, store, clock) -> None:
@@ -95,7 +126,7 @@ def test_preferred_leader_election_and_added_partitions(controller, store, clock
     controller.create_topic("t", 2, 2, {}, None)  # (1, 2) and (2, 3)
     beat([controller], clock, 2, 3, ms=2 * SESSION_MS)
     controller.expire_nodes()
-    controller.register_node(1, "h1:9092")
+    controller.register_node(1, "h1:9092", directory_id="dir1")
     t0 = states(store)[0]
     controller.alter_partition(("t", 0), 2, controller.nodes()[2].node_epoch, t0.leader_epoch,
                                t0.partition_epoch, (1, 2))

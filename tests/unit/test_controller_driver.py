@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from fabric.common.errors import InvalidConfigError, StaleControllerEpochError, StaleNodeEpochError
+from fabric.common.errors import (
+    InvalidConfigError,
+    InvalidRequestError,
+    StaleControllerEpochError,
+    StaleNodeEpochError,
+)
+from fabric.common.types import ClusterDescription, NodeInfo
 from fabric.server.controller_driver import ControllerDriver, ControllerNotRunningError, ControllerState
 
 SESSION_MS = 1000
@@ -22,13 +28,13 @@ def test_an_idle_instance_serves_no_controller_call(store, clock) -> None:
     idle = ControllerDriver(store, SESSION_MS, clock)
     assert idle.state is ControllerState.IDLE
     with pytest.raises(ControllerNotRunningError, match="not running the controller"):
-        idle.register_node(1, "127.0.0.1:9095")
+        idle.register_node(1, "127.0.0.1:9095", directory_id="dir1")
 
 
 def test_nodes_register_heartbeat_and_learn_their_partitions(driver, clock) -> None:
     assert driver.state is ControllerState.RUNNING
-    one = driver.register_node(1, "127.0.0.1:9095")
-    driver.register_node(2, "127.0.0.1:9096", None)
+    one = driver.register_node(1, "127.0.0.1:9095", directory_id="dir1")
+    driver.register_node(2, "127.0.0.1:9096", None, directory_id="dir2")
     driver.create_topic("t", 4, 1, {}, None)
     assignment = driver.node_heartbeat(1, one.node_epoch)
     assert sorted(assignment.partitions) == [tp for tp, reg in driver.describe_cluster().partitions.items()
@@ -37,34 +43,65 @@ def test_nodes_register_heartbeat_and_learn_their_partitions(driver, clock) -> N
     with pytest.raises(StaleNodeEpochError):
         driver.node_heartbeat(1, one.node_epoch + 1)
     with pytest.raises(InvalidConfigError, match="HOST:PORT"):
-        driver.register_node(3, "no-port")
+        driver.register_node(3, "no-port", directory_id="dir3")
+    with pytest.raises(InvalidRequestError, match="a data directory id must be"):
+        driver.register_node(3, "127.0.0.1:9097", directory_id="")
 
 
-def test_ticks_expire_silent_nodes_and_their_partitions_go_offline(driver, clock) -> None:
-    one = driver.register_node(1, "127.0.0.1:9095")
-    two = driver.register_node(2, "127.0.0.1:9096")
-    driver.create_topic("t", 2, 1, {}, None)
+def two_nodes(driver) -> tuple[NodeInfo, NodeInfo]:
+    return (driver.register_node(1, "127.0.0.1:9095", directory_id="dir1"),
+            driver.register_node(2, "127.0.0.1:9096", directory_id="dir2"))
+
+
+def only_node_two_beats(driver, clock, two: NodeInfo) -> ClusterDescription:
+    """A session and a half of ticks with only node 2 heartbeating; the cluster then (node 1 declared dead)."""
     for _ in range(3):
         clock.ms += SESSION_MS // 2
         driver.node_heartbeat(2, two.node_epoch)
         driver.tick()
     cluster = driver.describe_cluster()
     assert [(n.id, n.alive) for n in cluster.nodes] == [(1, False), (2, True)]
+    return cluster
+
+
+def test_ticks_expire_silent_nodes_and_their_partitions_go_offline(driver, clock) -> None:
+    one, two = two_nodes(driver)
+    driver.create_topic("t", 2, 1, {}, None)
+    cluster = only_node_two_beats(driver, clock, two)
     on_one = [reg.state for reg in cluster.partitions.values() if reg.assignment.replicas == (1,)]
     assert on_one and all(state.leader is None for state in on_one)
     with pytest.raises(StaleNodeEpochError):
         driver.node_heartbeat(1, one.node_epoch)
 
 
+def test_a_paused_controller_declares_no_node_dead_and_changes_no_partition(driver, clock) -> None:
+    """The coordinator SIGSTOPped for ten sessions: on resume its tick finds every lease past its end, but the
+    nodes were not silent, the controller was. Every node gets a full session from the resume; nothing changes;
+    a node that stays silent for that session is declared dead then."""
+    one, two = two_nodes(driver)
+    driver.create_topic("t", 2, 2, {}, None)
+    before = driver.describe_cluster()
+    driver.tick()
+    clock.ms += 10 * SESSION_MS
+    driver.tick()
+    assert driver.describe_cluster() == before
+    assert [n.alive for n in before.nodes] == [True, True]
+    driver.node_heartbeat(2, two.node_epoch)
+    after = only_node_two_beats(driver, clock, two)
+    assert {reg.state.leader for reg in after.partitions.values()} == {2}
+    with pytest.raises(StaleNodeEpochError):
+        driver.node_heartbeat(1, one.node_epoch)
+
+
 def test_a_demoted_or_deposed_controller_decides_nothing_but_the_store_is_described(driver, store) -> None:
-    driver.register_node(1, "127.0.0.1:9095")
+    driver.register_node(1, "127.0.0.1:9095", directory_id="dir1")
     driver.demote()
     with pytest.raises(ControllerNotRunningError):
         driver.node_heartbeat(1, 1)
     stored = driver.describe_cluster()  # what the store says, liveness unknown
     assert [(n.id, n.alive) for n in stored.nodes] == [(1, False)] and stored.controller_epoch == 1
     driver.promote(store.claim_controller_epoch)
-    driver.register_node(1, "127.0.0.1:9095")
+    driver.register_node(1, "127.0.0.1:9095", directory_id="dir1")
     store.claim_controller_epoch()  # another controller took over
     with pytest.raises(StaleControllerEpochError):
         driver.create_topic("t", 1, 1, {}, None)

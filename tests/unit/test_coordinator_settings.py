@@ -1,4 +1,4 @@
-"""The coordinator instance's offsets-topic and transaction-timeout options (fabric/server/instance.py):
+"""The coordinator instance's offsets-topic, transaction-timeout and request-size options (fabric/server/instance.py):
 offsets.topic.segment.bytes takes the topic config's own check, and a bad value names the option and the range."""
 from __future__ import annotations
 
@@ -39,3 +39,10 @@ def test_the_transaction_timeout_options_default_to_kafkas_and_can_be_set() -> N
 def test_a_bad_transaction_timeout_option_names_the_key_and_the_range(option) -> None:
     with pytest.raises(InvalidConfigError, match="must be a number of milliseconds from 1"):
         parse(option, "0")
+
+
+def test_socket_request_max_bytes_defaults_to_kafkas_and_a_bad_value_names_the_key() -> None:
+    assert parse().socket_request_max_bytes == 100 << 20
+    assert parse("--socket-request-max-bytes", "4194304").socket_request_max_bytes == 4 << 20
+    with pytest.raises(InvalidConfigError, match="socket.request.max.bytes must be a number of bytes from 1"):
+        parse("--socket-request-max-bytes", "0")

@@ -25,6 +25,9 @@ def test_the_shipped_node_config_is_valid(repo_root) -> None:
     assert settings.log_retention_check_interval_ms == 300000
     assert parse("--id", "1", "--coordinator", "fabric://h:1", "--log-retention-check-interval-ms",
                  "250").log_retention_check_interval_ms == 250
+    assert settings.socket_request_max_bytes == 100 << 20  # Kafka's socket.request.max.bytes
+    assert parse("--id", "1", "--coordinator", "fabric://h:1", "--socket-request-max-bytes",
+                 "65536").socket_request_max_bytes == 65536
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -38,6 +41,8 @@ def test_the_shipped_node_config_is_valid(repo_root) -> None:
     (("--id", "1", "--coordinator", "fabric://h:1", "--session-timeout-ms", "0"), "node.session.timeout.ms must be"),
     (("--id", "1", "--coordinator", "fabric://h:1", "--log-retention-check-interval-ms", "0"),
      "log.retention.check.interval.ms must be a number of milliseconds"),
+    (("--id", "1", "--coordinator", "fabric://h:1", "--socket-request-max-bytes", "1e6"),
+     "socket.request.max.bytes must be a number of bytes from 1"),
 ])
 def test_bad_options_name_the_fix(argv, message) -> None:
     with pytest.raises(InvalidConfigError, match=message):

@@ -1,7 +1,8 @@
 """The broker checks what it writes before anything becomes visible, whoever sent it (embedded here; the service
 runs the same Broker): the schema of appended and published rows, the record count a frame header claims
-against its payload, CRCs, header timestamps, and max.message.bytes on every append and publish. A refused
-write changes nothing and every partition stays readable. (Over a real service: tests/integration.)"""
+against its payload, CRCs, header timestamps, and max.message.bytes (the largest batch) on every append and
+publish. A refused write changes nothing and every partition stays readable. (Over a real service:
+tests/integration.)"""
 from __future__ import annotations
 
 import os
@@ -123,7 +124,13 @@ def test_every_write_checks_max_message_bytes(topics, tmp_path) -> None:
     refused(topics, lambda: topics.cluster.publish_files("sink:1", {("plain", 1): [str(staged)]}, adopt_bytes=1),
             RecordTooLargeError, "max.message.bytes=100")
     assert topics.cluster.append("plain", 1, rows([b"y" * 100])) == 0  # at the limit is fine
-    assert topics.cluster.append("plain", 1, rows([b"z" * 60] * 3)) == 1  # records are measured one by one
+    # max.message.bytes bounds a batch, as in Kafka: three records of 60 bytes are one too many for one append
+    refused(topics, lambda: topics.cluster.append("plain", 1, rows([b"z" * 60] * 3)), RecordTooLargeError,
+            "a batch of 3 records of 180 bytes exceeds max.message.bytes=100 of topic 'plain'")
+    header, payload = topics.cluster.frame_encoder("plain").encode(rows([b"z" * 60] * 2))
+    refused(topics, lambda: topics.cluster.publish_frames("sink:1", {("plain", 1): [pa.py_buffer(
+        header + payload.to_pybytes())]}), RecordTooLargeError, "a batch of 2 records of 120 bytes")
+    assert [topics.cluster.append("plain", 1, rows([b"z" * 60])) for _ in range(3)] == [1, 2, 3]
 
 
 def test_good_publishes_still_land_and_replays_are_skipped(topics, tmp_path) -> None:

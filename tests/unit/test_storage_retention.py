@@ -7,7 +7,7 @@ import pytest
 
 from fabric.common.errors import OffsetOutOfRangeError
 from fabric.common.waiting import wait_for
-from fabric.storage.segment import segment_name
+from fabric.storage.segment import disk_usage, segment_name
 
 HOUR_US = 3600 * 1_000_000
 
@@ -45,6 +45,16 @@ def test_roll_on_segment_bytes(tmp_path, storage):
     _check_segment_layout(storage, log)
     assert storage.read_all(log) == records
     assert log.start_offset == 0
+
+
+def test_disk_usage_counts_a_segment_deleted_after_the_listing_as_gone(tmp_path, storage):
+    """describe lists the segments, then sizes them: retention or the cleaner (another thread or process) may
+    delete one in between, which must not fail the describe."""
+    log = storage.open_log(str(tmp_path), segment_bytes=2048, retention_ms=-1)
+    _append(storage, log, 40, size=2)
+    segs = log.segments()
+    os.unlink(segs[0].path)
+    assert disk_usage(segs) == (len(segs) - 1, sum(s.size for s in segs[1:]))
 
 
 def test_single_batch_larger_than_segment_bytes_still_lands(tmp_path, storage):

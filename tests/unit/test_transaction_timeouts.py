@@ -55,6 +55,18 @@ def test_aborted_writers_can_neither_join_nor_be_committed_but_new_writers_commi
     assert transactions.markers_written(done, [writer(1)]) is None  # nothing to forget twice
 
 
+def test_a_newer_transaction_aborts_the_writers_of_an_undecided_one_and_forgets_those_of_a_committed_one() -> None:
+    """Transaction 3 can never commit once 4 began: its writers' abort markers are still owed, or their open
+    transactions would pin the last stable offset of their partitions with nobody left to end them."""
+    newer = transactions.add_writer(open_record(), 4, writer(5), 30_000, 1000)
+    assert newer.writers == (writer(5),) and newer.aborted == (writer(1), writer(2))
+    assert {(1, 1), (2, 1)} <= set(newer.markers()[TP][1])  # abort markers the reaper writes and nodes accept
+    committed = transactions.commit(open_record(), 3, [1, 2])
+    assert committed is not None
+    after = transactions.add_writer(committed, 4, writer(5), 30_000, 1000)
+    assert after.writers == (writer(5),) and after.aborted == ()
+
+
 def test_the_record_keeps_its_timeout_and_aborted_writers_in_its_json() -> None:
     record = open_record()
     assert transactions.from_json("sink", -1, transactions.to_json(record)) == record

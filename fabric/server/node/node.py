@@ -4,10 +4,15 @@ keeps its heartbeat lease, learns the partitions it leads and serves them over F
 States of a node: STARTING (not registered yet: the coordinator may still be starting, so registering is
 retried until it answers) -> REGISTERED(node epoch) (heartbeats every node.heartbeat.interval.ms; each answer
 says what it hosts) -> FENCED when the controller refuses a heartbeat (StaleNodeEpochError: its lease lapsed,
-or a newer process of the id registered) or none was answered for node.session.timeout.ms: it stops leading
-everything at once (the controller has declared it dead) and registers again, under a new node epoch, ->
-REGISTERED. SIGTERM stops it within node.shutdown.timeout.ms (fabric.server.shutdown). A restart with the
-same id and data directory registers again and finds its logs.
+or a newer process of the id registered): it stops leading everything at once (the controller has declared it
+dead) and registers again, under a new node epoch, -> REGISTERED. REGISTERED -> ISOLATED when no heartbeat was
+answered for node.session.timeout.ms: it stops serving everything at once as well (the controller may have
+declared it dead) but keeps its node epoch and goes on heartbeating: if the controller still holds its lease (it
+was paused, not this node), the next answer brings it back -> REGISTERED under the same node epoch, its
+partitions' leader epochs unchanged; a refusal -> FENCED. SIGTERM stops it within node.shutdown.timeout.ms
+(fabric.server.shutdown). A restart with the same id and data directory registers again and finds its logs;
+every registration carries the data directory's id (directory_id.py), and while another directory's process
+holds the id's lease the controller refuses it (DuplicateNodeRegistrationError).
 
 Besides heartbeats, a replication thread runs the ReplicaManager's rounds (ISR changes through the controller's
 alter_partition, high-watermark checkpoints) every MAINTAIN_INTERVAL_S; followers' fetchers reach other nodes
@@ -26,16 +31,24 @@ import threading
 import time
 from typing import Any, Sequence
 
-from fabric.common.errors import FabricError, InvalidConfigError, StaleNodeEpochError
+from fabric.common.errors import (
+    DuplicateNodeRegistrationError,
+    FabricError,
+    InvalidConfigError,
+    StaleNodeEpochError,
+)
 from fabric.common.types import LeaderAndIsr, NodeAssignment, NodeInfo, TopicPartition
 from fabric.coordinator.disk import disk_errors
 from fabric.server.connection import Call, Connection, parse_url, server_token
 from fabric.server.entry import server_main
+from fabric.server.node.directory_id import directory_id
 from fabric.server.node.leader import LeaderState
 from fabric.server.node.metrics import ReplicationCollector
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.service import NodeService
 from fabric.server.node.settings import NodeSettings, add_node_arguments, node_settings_from
+from fabric.server.node.transaction_verification import TransactionVerification
+from fabric.server.producer_owners import ProducerOwners
 from fabric.server.shutdown import Interrupted, Shutdown
 from fabric.storage import lock
 from fabric.storage.log_maintenance import LogMaintenance
@@ -49,15 +62,18 @@ MAINTAIN_INTERVAL_S = 0.25
 class NodeState(str, enum.Enum):
     STARTING = "Starting"
     REGISTERED = "Registered"
+    ISOLATED = "Isolated"
     FENCED = "Fenced"
 
 
 class Node:
-    """One data node: its registration and heartbeats (`connection` to the coordinator), its replicas, its server."""
+    """One data node: its registration and heartbeats (`connection` to the coordinator) from its data directory
+    (`directory_id`), its replicas, its server."""
 
     def __init__(self, settings: NodeSettings, connection: Connection, replicas: ReplicaManager,
-                 server: NodeService) -> None:
+                 server: NodeService, directory_id: str) -> None:
         self.settings, self.connection, self.replicas, self.server = settings, connection, replicas, server
+        self.directory_id = directory_id
         self.state = NodeState.STARTING
         self.stopping = threading.Event()
         self._beat_lock = threading.Lock()
@@ -65,11 +81,24 @@ class Node:
         replicas.refresh = self.refresh
         replicas.alter_partition = self.alter_partition
         replicas.transaction_record = lambda tid: self.connection.action("transaction_record", transactional_id=tid)
+        replicas.verification = TransactionVerification(self.transaction_writer_registered)
+        server.producer_owners = ProducerOwners(
+            lambda producer_id: self.connection.action("producer_id_owner", producer_id=producer_id))
+
+    def transaction_writer_registered(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                      tp: TopicPartition) -> bool:
+        """The coordinator's answer: does the open transaction of `transactional_id` register this writer with
+        partition `tp` (a transactional append that opens a transaction there is verified with it)?"""
+        registered: bool = self.connection.action("verify_transaction_writer", transactional_id=transactional_id,
+                                                  producer_id=producer_id, producer_epoch=producer_epoch,
+                                                  topic=tp[0], partition=tp[1])
+        return registered
 
     def register(self) -> NodeInfo:
         """Register (a new node epoch, fencing older processes of the id), then learn what the node hosts."""
         node: NodeInfo = self.connection.action("register_node", node_id=self.settings.node_id,
-                                                address=self.server.address, rack=self.settings.rack)
+                                                address=self.server.address, rack=self.settings.rack,
+                                                directory_id=self.directory_id)
         self.server.node_epoch = node.node_epoch
         self._set(NodeState.REGISTERED)
         log.info("node %d registered at %s with node epoch %d", node.id, node.address, node.node_epoch)
@@ -96,21 +125,24 @@ class Node:
     def _beat_locked(self) -> None:
         self._last_beat = time.monotonic()
         try:
-            if self.state is NodeState.REGISTERED:
+            if self.state in (NodeState.REGISTERED, NodeState.ISOLATED):
                 self._heartbeat()
+                self._set(NodeState.REGISTERED)  # an isolated node's lease was still alive: it serves again
             else:
                 self.register()
         except StaleNodeEpochError as exc:
-            self._fence(f"the controller refused the heartbeat ({exc})")
+            self._fence(NodeState.FENCED, f"the controller refused the heartbeat ({exc}); registering again")
         except FabricError as exc:
             log.warning("node %d: heartbeat failed (%s); retrying", self.settings.node_id, exc)
         silent_s = time.monotonic() - self._last_answer
         if self.state is NodeState.REGISTERED and silent_s * 1000 > self.settings.session_timeout_ms:
-            self._fence(f"no heartbeat answered for {silent_s:.1f} s, over node.session.timeout.ms")
+            self._fence(NodeState.ISOLATED, f"no heartbeat answered for {silent_s:.1f} s, over "
+                        "node.session.timeout.ms; heartbeating on under node epoch "
+                        f"{self.server.node_epoch}")
 
-    def _fence(self, why: str) -> None:
-        self._set(NodeState.FENCED)
-        self.replicas.fence_all(why + "; registering again")
+    def _fence(self, state: NodeState, why: str) -> None:
+        self._set(state)
+        self.replicas.fence_all(why)
 
     def controlled_shutdown(self, timeout_s: float) -> None:
         """Kafka's controlled shutdown, as the node stops (heartbeats stopped): the controller moves this node's
@@ -118,7 +150,7 @@ class Node:
         times out; then every replica here is fenced, so clients go to the new leaders. Best effort, within
         `timeout_s`: if the controller does not answer, the session timeout does the same later."""
         with self._beat_lock:
-            if self.state is not NodeState.REGISTERED:
+            if self.state not in (NodeState.REGISTERED, NodeState.ISOLATED):
                 return
             connection = Connection(dataclasses.replace(self.connection.options, timeout_s=max(timeout_s, 0.1)))
             try:
@@ -130,7 +162,7 @@ class Node:
                 return
             finally:
                 connection.close()
-            self._fence("the node is shutting down")
+            self._fence(NodeState.FENCED, "the node is shutting down")
             log.info("node %d: controlled shutdown: the controller changed %d partition(s)", self.settings.node_id,
                      changed)
 
@@ -163,17 +195,28 @@ class Node:
 
 
 def _register_until_answered(node: Node, shutdown: Shutdown) -> None:
-    """Register, retrying while the coordinator is unavailable (it may be starting); other refusals raise."""
+    """Register, retrying while the coordinator is unavailable (it may be starting), and for one session while
+    another data directory's process holds the id's lease: a process that died with it (a replaced disk) stops
+    renewing it, so it lapses within a session; refused after that, the holder is alive and this process exits.
+    Other refusals raise."""
+    session_s = node.settings.session_timeout_ms / 1000
+    refused_since: float | None = None
     while True:
         try:
             node.register()
             return
+        except DuplicateNodeRegistrationError as exc:
+            refused_since = time.monotonic() if refused_since is None else refused_since
+            if time.monotonic() - refused_since > session_s:
+                raise DuplicateNodeRegistrationError(f"{exc} (refused for over node.session.timeout.ms, "
+                                                     f"{session_s:g} s: that process is alive)") from None
+            log.warning("node %d: %s; retrying until its session could have lapsed", node.settings.node_id, exc)
         except FabricError as exc:
             if not exc.retriable or shutdown.requested.is_set():
                 raise
             log.warning("node %d: cannot register yet (%s); retrying", node.settings.node_id, exc)
-            if shutdown.requested.wait(1.0):
-                return
+        if shutdown.requested.wait(1.0):
+            return
 
 
 def _claim_data_dir(data_dir: str) -> int:
@@ -209,7 +252,7 @@ def serve(settings: NodeSettings) -> None:
         server = NodeService(settings, replicas)
         server.metrics.registry.register(ReplicationCollector(replicas))
         server.metrics.serve(settings.metrics_host, settings.metrics_port, settings.metrics_token_file)
-        node = Node(settings, connection, replicas, server)
+        node = Node(settings, connection, replicas, server, directory_id(settings.data_dir))
         _register_until_answered(node, shutdown)
         heartbeats = threading.Thread(target=node.run_heartbeats, name="node-heartbeat", daemon=True)
         heartbeats.start()

@@ -38,6 +38,7 @@ from fabric.common.types import (
     Fetched,
     LeaderAndIsr,
     NodeAssignment,
+    OpenTransaction,
     PartitionState,
     TopicInfo,
     TopicPartition,
@@ -45,9 +46,11 @@ from fabric.common.types import (
 )
 from fabric.coordinator.disk import disk_errors
 from fabric.server import partition_ops
+from fabric.server.node import open_transactions
 from fabric.server.node.fetcher import FetchSettings, Peer, ReplicaFetcher
 from fabric.server.node.leader import LeaderState
 from fabric.server.node.partition import FetchWaiter, PartitionReplica, ReplicaFetch, Role
+from fabric.server.node.transaction_verification import TransactionVerification
 from fabric.storage.cleaner import CleanReport
 from fabric.storage.log import Log
 from fabric.storage.log_manager import LogManager
@@ -90,6 +93,7 @@ class ReplicaManager:
         self.alter_partition: AlterPartition | None = None
         # the coordinator's record of a transactional id (set by the node), which markers are checked against
         self.transaction_record: Callable[[str], TransactionRecord] | None = None
+        self.verification: TransactionVerification | None = None  # of transactional appends (set by the node)
         self.controller_epoch = 0
         self._replicas: dict[TopicPartition, PartitionReplica] = {}
         self._fetchers: dict[tuple[int, str], ReplicaFetcher] = {}  # by leader node id and address
@@ -307,17 +311,23 @@ class ReplicaManager:
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none",
                leader_epoch: int | None = None, acks: str = "all", timeout_ms: int = 30000, producer_id: int = -1,
                producer_epoch: int = -1, base_sequence: int = -1, topic_id: str = "",
-               transactional: bool = False) -> int:
+               transactional: bool = False, transactional_id: str = "") -> int:
         """Append as the leader; `acks` "0"/"1" answer after the leader's append, "all" (or "-1") once the ISR
         has the rows, waiting up to `timeout_ms`. An idempotent producer's retry is not written twice; its
-        `transactional` rows stay invisible to read_committed readers until write_markers ends them."""
+        `transactional` rows, of a transaction of `transactional_id` the coordinator verifies (`verification`),
+        stay invisible to read_committed readers until write_markers ends them."""
         producer = partition_ops.producer_batch(producer_id, producer_epoch, base_sequence)
         if acks not in ACKS:
             raise InvalidRequestError(f"acks must be one of 0, 1, all (-1), got {clip(acks)}")
+        if transactional:
+            partition_ops.check_transactional_id(transactional_id)
         timeout_s = partition_ops.wait_seconds("timeout_ms", timeout_ms)
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
         with disk_errors(self.logs.topic_dir(topic), f"append to partition {topic}-{partition}"):
-            return replica.append(rows, codec, leader_epoch, ACKS[acks], timeout_s, producer, transactional)
+            if not transactional or producer is None or self.verification is None:
+                return replica.append(rows, codec, leader_epoch, ACKS[acks], timeout_s, producer, transactional)
+            return self.verification.append(transactional_id, (topic, partition), producer, replica.log, lambda p: (
+                replica.append(rows, codec, leader_epoch, ACKS[acks], timeout_s, p, True)))
 
     def write_markers(self, topic: str, partition: int, transactional_id: str, commit: list[list[int]],
                       abort: list[list[int]], leader_epoch: int | None = None, timeout_ms: int = 30000,
@@ -334,6 +344,8 @@ class ReplicaManager:
         timeout_s = partition_ops.wait_seconds("timeout_ms", timeout_ms)
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
         self._check_decided(topic, partition, transactional_id, markers)
+        if self.verification is not None:
+            self.verification.markers_begin((topic, partition))
         with disk_errors(self.logs.topic_dir(topic), f"write transaction markers to {topic}-{partition}"):
             replica.write_markers(markers, leader_epoch, timeout_s)
 
@@ -351,6 +363,31 @@ class ReplicaManager:
                 f"markers {[(p, e, 'commit' if c else 'abort') for p, e, c in stray][:5]} for {topic}-{partition} "
                 f"are not what the coordinator decided for transactional id {clip(transactional_id)} (commit "
                 f"{commit[:5]}, abort {abort[:5]}); nothing was written")
+
+    def describe_producers(self, topic: str, partition: int, leader_epoch: int | None = None,
+                           topic_id: str = "") -> list[OpenTransaction]:
+        """The transactions open on the partition, at its leader (Kafka's DescribeProducers, for find-hanging)."""
+        replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
+        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+            return open_transactions.describe(replica.log)
+
+    def abort_open_transaction(self, topic: str, partition: int, start_offset: int, leader_epoch: int | None = None,
+                               timeout_ms: int = 30000, topic_id: str = "") -> OpenTransaction:
+        """An operator's abort of the transaction open on the partition from `start_offset` (kafka-transactions
+        abort --start-offset: one the coordinator does not know, which holds the last stable offset back for
+        good): its abort marker, with its epoch + 1 (fencing its producer), answered once the in-sync replicas
+        have it; the transaction it ended."""
+        timeout_s = partition_ops.wait_seconds("timeout_ms", timeout_ms)
+        replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
+        with disk_errors(self.logs.topic_dir(topic), f"abort a transaction of {topic}-{partition}"):
+            found = open_transactions.starting_at(replica.log, start_offset)
+            if self.verification is not None:
+                self.verification.markers_begin((topic, partition))
+            replica.write_markers([(found.producer_id, max(found.producer_epoch, 0) + 1, False)], leader_epoch,
+                                  timeout_s)
+        log.warning("partition %s-%d: the open transaction of producer %d from offset %d was aborted by an operator",
+                    topic, partition, found.producer_id, start_offset)
+        return found
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, end_offset: int | None = None,
               leader_epoch: int | None = None, max_wait_ms: int = 0, from_follower: bool = False,

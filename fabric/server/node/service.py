@@ -1,17 +1,21 @@
 """A data node's Flight service: the data plane of the partitions it leads.
 
-DoPut `append` ({topic, partition, codec, leader_epoch, acks, timeout_ms, producer fields, transactional}) appends
-stored rows; DoGet ({topic, partition, offset, max_bytes, end_offset, leader_epoch, isolation_level}) fetches below
-the high watermark (read_committed: the last stable offset); DoAction runs `partition_state`, `offset_for_time`,
-`offset_after_records`, `write_markers` (which needs write on the topic and on the transactional id, or
-cluster_action on the cluster: the coordinator aborting timed-out transactions),
+DoPut `append` ({topic, partition, codec, leader_epoch, acks, timeout_ms, producer fields, transactional,
+transactional_id}) appends stored rows, under a producer id of the caller's only (fabric.server.producer_owners);
+a transactional append needs write on its transactional id too and is verified with the coordinator
+(transaction_verification). DoGet ({topic, partition, offset, max_bytes, end_offset, leader_epoch,
+isolation_level}) fetches below the high watermark (read_committed: the last stable offset). DoAction runs
+`partition_state`, `offset_for_time`, `offset_after_records`, `write_markers` (which needs write on the topic and
+on the transactional id, or cluster_action on the cluster: the coordinator aborting timed-out transactions),
 `compact_partition`, `enforce_retention` and `delete_records` (admin on the topic: `fabric topics compact`,
-`retain` and `delete-records`) and `status` for clients, and for followers (other nodes, which need cluster_action
-on the cluster resource) `offsets_for_leader_epoch` and `replica_fetch` (many partitions at once: its first result
-is a JSON answer per partition, its state or its error, then a result with the raw frames of each partition that
-has some, in order). The wire format is the coordinator service's (fabric.server.wire). Every request is checked
-against the ReplicaManager method it calls, authenticated and authorized as the coordinator's are (same tokens and
-ACL files), and refused with NotLeaderError / FencedLeaderEpochError unless this node leads the partition under the
+`retain` and `delete-records`), `describe_producers` (read on the topic: its open transactions) and `status` for
+clients; `abort_open_transaction` for operators (`fabric transactions abort --start-offset`) and, for followers,
+`offsets_for_leader_epoch` and `replica_fetch`, which need cluster_action on the cluster resource (a replica fetch
+covers many partitions at once: its first result is a JSON answer per partition, its state or its error, then a
+result with the raw frames of each partition that has some, in order). The wire format is the coordinator
+service's (fabric.server.wire). Every request is checked against the ReplicaManager method it calls,
+authenticated and authorized as the coordinator's are (same tokens and ACL files), and refused with
+NotLeaderError / FencedLeaderEpochError unless this node leads the partition under the
 quoted leader epoch.
 """
 from __future__ import annotations
@@ -35,8 +39,9 @@ from fabric.server.node.settings import NodeSettings
 log = logging.getLogger(__name__)
 ACTIONS = {"partition_state": "describe", "offset_for_time": "describe",  # action -> ACL operation on its topic
            "offset_after_records": "describe", "write_markers": "write", "compact_partition": "admin",
-           "enforce_retention": "admin", "delete_records": "admin"}
-REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_fetch")  # followers' calls, on the cluster resource
+           "enforce_retention": "admin", "delete_records": "admin", "describe_producers": "read"}
+# followers' calls, and an operator's abort of a hanging transaction (as Kafka's WriteTxnMarkers): on the cluster
+REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_fetch", "abort_open_transaction")
 
 
 def _fetch_answer(answer: ReplicaFetch | FabricError) -> dict[str, Any]:
@@ -53,6 +58,7 @@ class NodeService(FabricFlightServer):
     def __init__(self, settings: NodeSettings, replicas: ReplicaManager) -> None:
         self.settings, self.replicas = settings, replicas
         self.node_epoch = 0
+        self.request_max_bytes = settings.socket_request_max_bytes
         super().__init__(settings.listen, settings.tokens_file, settings.acl_file, settings.tls_cert,
                          settings.tls_key)
 
@@ -109,7 +115,7 @@ class NodeService(FabricFlightServer):
         if op != "append":
             raise InvalidRequestError(f"unknown node put {clip(op, 60)}; a data node takes only append")
         offset = self.serve_append(context, request, reader, ReplicaManager.append, self.replicas.append,
-                                   self._storage_schema)
+                                   self.replicas.topic)
         writer.write(pa.py_buffer(wire.dumps(offset)))
 
     def _storage_schema(self, topic: str) -> pa.Schema:

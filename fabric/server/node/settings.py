@@ -17,12 +17,15 @@ from fabric.server.instance import (
     METRICS_PROPERTIES,
     SERVER_LOG_LEVEL,
     add_metrics_arguments,
+    add_request_max_bytes_argument,
     add_security_arguments,
+    byte_count,
     check_address,
     metrics_port,
     option_values,
 )
 from fabric.server.node.fetcher import FetchSettings
+from fabric.server.wire import SOCKET_REQUEST_MAX_BYTES
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
 
 DEFAULT_LISTEN = "127.0.0.1:9095"
@@ -55,6 +58,7 @@ class NodeSettings:
     metrics_host: str = METRICS_HOST
     metrics_token_file: str | None = None
     log_retention_check_interval_ms: int = DEFAULT_INTERVAL_MS
+    socket_request_max_bytes: int = SOCKET_REQUEST_MAX_BYTES
 
     def fetch_settings(self) -> FetchSettings:
         return FetchSettings(self.replica_fetch_max_bytes, self.replica_fetch_wait_max_ms,
@@ -76,7 +80,8 @@ PROPERTIES = {"node.id": "node_id", "node.listen": "listen", "node.advertised.li
               "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
               "replica.fetch.max.bytes": "replica_fetch_max_bytes",
               "replica.fetch.backoff.ms": "replica_fetch_backoff_ms", **METRICS_PROPERTIES,
-              INTERVAL_KEY: "log_retention_check_interval_ms"}
+              INTERVAL_KEY: "log_retention_check_interval_ms",
+              "socket.request.max.bytes": "socket_request_max_bytes"}
 PATH_KEYS = ("tokens_file", "acl_file", "token_file", "tls_cert", "tls_key", "metrics_token_file")
 MILLISECONDS = {"heartbeat_interval_ms": "node.heartbeat.interval.ms",
                 "session_timeout_ms": "node.session.timeout.ms", "shutdown_timeout_ms": "node.shutdown.timeout.ms",
@@ -115,6 +120,7 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-retention-check-interval-ms", metavar="MS", help="how often the node applies "
                         "retention to the partitions it leads and cleans the replicas of compacted topics it hosts "
                         f"({INTERVAL_KEY}, default {DEFAULT_INTERVAL_MS})")
+    add_request_max_bytes_argument(parser)
     add_metrics_arguments(parser)
 
 
@@ -127,8 +133,10 @@ def node_settings_from(args: argparse.Namespace) -> NodeSettings:
         raise InvalidConfigError("a data node needs its id: --id N (node.id), an int from 0; keep it with its --data "
                                  "directory across restarts")
     values["node_id"] = _node_id(values["node_id"])
-    if "replica_fetch_max_bytes" in values:
-        values["replica_fetch_max_bytes"] = _bytes("replica.fetch.max.bytes", values["replica_fetch_max_bytes"])
+    for name, key in (("replica_fetch_max_bytes", "replica.fetch.max.bytes"),
+                      ("socket_request_max_bytes", "socket.request.max.bytes")):
+        if name in values:
+            values[name] = byte_count(key, values[name])
     if values.get("metrics_port") is not None:
         values["metrics_port"] = metrics_port(values["metrics_port"])
     if not values.get("coordinator"):
@@ -153,11 +161,4 @@ def _node_id(value: Any) -> int:
     text = str(value).strip()
     if not text.isdigit() or int(text) > INT_MAX:
         raise InvalidConfigError(f"--id {clip(value, 40)} must be a node id, an int from 0 to {INT_MAX}")
-    return int(text)
-
-
-def _bytes(key: str, value: Any) -> int:
-    text = str(value).strip()
-    if not text.isdigit() or not 1 <= int(text) <= INT_MAX:
-        raise InvalidConfigError(f"{key} must be a number of bytes from 1 to {INT_MAX}, got {clip(value, 40)}")
     return int(text)
