@@ -23,7 +23,12 @@ class InvalidGroupError(FabricError):
     """A consumer-group id breaks the naming rules."""
 
 
-class UnknownTopicError(FabricError):
+class UnknownTopicOrPartitionError(FabricError):
+    """The topic or partition does not exist (Kafka's UNKNOWN_TOPIC_OR_PARTITION): the base of the two errors that
+    say which."""
+
+
+class UnknownTopicError(UnknownTopicOrPartitionError):
     """The topic does not exist."""
 
 
@@ -37,7 +42,7 @@ class TopicExistsError(FabricError):
                    "(create_topic(exist_ok=True), `fabric topics create --if-not-exists`)")
 
 
-class UnknownPartitionError(FabricError):
+class UnknownPartitionError(UnknownTopicOrPartitionError):
     """The partition number is outside the topic's partition range."""
 
 
