@@ -41,7 +41,7 @@ from fabric.common.errors import (
 )
 from fabric.common.types import LeaderAndIsr, NodeAssignment, NodeInfo, TopicPartition
 from fabric.coordinator.disk import disk_errors
-from fabric.server.connection import Call, Connection, parse_url
+from fabric.server.connection import Call, Connection, parse_url, server_token
 from fabric.server.entry import server_main
 from fabric.server.node.directory_id import directory_id
 from fabric.server.node.leader import LeaderState
@@ -248,9 +248,10 @@ def serve(settings: NodeSettings) -> None:
     shutdown = Shutdown(settings.shutdown_timeout_ms / 1000)
     shutdown.install()
     options = parse_url(settings.coordinator)
+    token = server_token(settings.token_file) if settings.token_file else options.token
     # a heartbeat must give up before the session lapses, so the node notices it is cut off in time
-    connection = Connection(dataclasses.replace(options, timeout_s=min(options.timeout_s,
-                                                                       settings.session_timeout_ms / 2000)))
+    connection = Connection(dataclasses.replace(options, token=token, timeout_s=min(
+        options.timeout_s, settings.session_timeout_ms / 2000)))
     server = node = None
     scrubber: Scrubber | None = None
     maintenance: LogMaintenance | None = None
@@ -263,7 +264,7 @@ def serve(settings: NodeSettings) -> None:
         scrubber = Scrubber(replicas, rate, settings.log_scrubber_backoff_ms) if rate else None
         server = NodeService(settings, replicas)
         server.metrics.registry.register(ReplicationCollector(replicas, scrubber))
-        server.metrics.serve(settings.listen, settings.metrics_port)
+        server.metrics.serve(settings.metrics_host, settings.metrics_port, settings.metrics_token_file)
         node = Node(settings, connection, replicas, server, directory_id(settings.data_dir))
         _register_until_answered(node, shutdown)
         heartbeats = threading.Thread(target=node.run_heartbeats, name="node-heartbeat", daemon=True)
