@@ -264,7 +264,7 @@ def secured_cluster(request, tmp_path_factory) -> Iterator[NodeCluster]:
     node_token = next(token for token, principal in tokens.items() if principal == "node")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("FABRIC_TOKEN", node_token)  # the coordinator's token towards the node
-        cluster = NodeCluster(root, nodes=1, coordinator_extra=files, node_query=f"token={node_token}",
+        cluster = NodeCluster(root, nodes=1, coordinator_extra=files, node_token=node_token,
                               node_extra=files)
         try:
             cluster.start()

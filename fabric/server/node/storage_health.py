@@ -19,8 +19,8 @@ A replica's health, the worst that holds of it:
   restart must not wait for whole logs to be read before the next node may stop), while a read that meets damage
   is repaired before it is answered (repair.py) whatever the replica's health.
 - HEALTHY.
-OFFLINE and DAMAGED replicas are reported to the controller; every change of a replica's health is logged once and told to
-`on_change` (the node heartbeats at once).
+OFFLINE and DAMAGED replicas are reported to the controller; every change of a replica's health is logged once
+and told to `on_change` (the node heartbeats at once).
 """
 from __future__ import annotations
 
