@@ -35,6 +35,7 @@ from fabric.coordinator.controller import (
     NodeRegistered,
     Outcome,
     Reassign,
+    ReplicasOffline,
     decide,
 )
 from fabric.coordinator.group_store import conflict_backoff
@@ -52,13 +53,16 @@ class ActiveController:
     each of its writes fails with StaleControllerEpochError and it must be replaced); node liveness is its
     `leases`, granted afresh to every registered node when it starts; a partition changes only through
     controller.decide and a compare-and-set on the partition epoch the decision was made from. Each decision
-    stored is logged and told to `on_decision` (the service's metrics count them)."""
+    stored is logged and told to `on_decision` (the service's metrics count them). The replicas each live node
+    reports offline (its heartbeats) are kept in memory, as its lease is: a new controller learns them from the
+    next heartbeats."""
 
     def __init__(self, store: Coordinator, controller_epoch: int, leases: NodeLeases,
                  start_index: Callable[[int], int] = random.randrange,
                  on_decision: Callable[[Decision], None] = lambda decision: None) -> None:
         self.store, self.controller_epoch, self.leases = store, controller_epoch, leases
         self._start_index, self._on_decision = start_index, on_decision
+        self.offline_replicas: dict[int, frozenset[TopicPartition]] = {}  # by node id, as last reported
         leases.grant_all((n.id, n.node_epoch) for n in store.registered_nodes())
 
     # -- reading -------------------------------------------------------------------------------------------
@@ -79,7 +83,7 @@ class ActiveController:
     def _view(self, topics: list[str] | None, nodes: Mapping[int, NodeInfo] | None = None) -> ClusterView:
         partitions = self.store.partition_registrations(topics)
         return ClusterView(self.controller_epoch, self.nodes() if nodes is None else nodes, partitions,
-                           self._unclean({tp[0] for tp in partitions}))
+                           self._unclean({tp[0] for tp in partitions}), dict(self.offline_replicas))
 
     # -- deciding ------------------------------------------------------------------------------------------
     def _run(self, event: Event, topics: list[str] | None = None,
@@ -121,6 +125,7 @@ class ActiveController:
                 f"new disk registers once the old process's session ({self.leases.session_timeout_ms} ms) lapses")
         node = replace(self.store.register_node(node_id, address, rack, directory_id=directory_id), alive=True)
         self.leases.register(node.id, node.node_epoch)
+        self.offline_replicas.pop(node_id, None)  # a new process: it reports its own replicas
 
         def known() -> dict[int, NodeInfo]:  # the view before this registration, as the event needs it
             current = self.nodes()
@@ -142,12 +147,34 @@ class ActiveController:
             return {i: replace(n, alive=False) if i == node_id else n for i, n in self.nodes().items()}
         decisions = self._run(NodeDied(node_id), nodes=without)[1].decisions
         self.leases.release(node_id, node_epoch)
+        self.offline_replicas.pop(node_id, None)
         log.info("node %d shut down under control: %d partition(s) changed", node_id, len(decisions))
         return decisions
 
     def expire_nodes(self) -> list[Decision]:
         """Declare dead the nodes whose lease lapsed, and move their partitions on."""
-        return [d for node_id in self.leases.expire() for d in self._run(NodeDied(node_id))[1].decisions]
+        decisions = []
+        for node_id in self.leases.expire():
+            self.offline_replicas.pop(node_id, None)
+            decisions += self._run(NodeDied(node_id))[1].decisions
+        return decisions
+
+    def replicas_offline(self, node_id: int, node_epoch: int, replicas: frozenset[TopicPartition]) -> list[Decision]:
+        """The replicas node `node_id` (at `node_epoch`) reports with its heartbeat that it cannot serve now
+        (Kafka's offline log directories): they leave their ISRs and their leaderships move (ReplicasOffline), and
+        they are kept until a report leaves them out. Decided again on every report naming some, so a leadership
+        the node kept (no healthy replica was in sync) moves once one has joined the ISR."""
+        known = self.offline_replicas.get(node_id, frozenset())
+        if replicas != known:
+            log.info("node %d reports %d offline replica(s)%s%s", node_id, len(replicas),
+                     f"; offline now: {_names(replicas - known)}" if replicas - known else "",
+                     f"; healthy again: {_names(known - replicas)}" if known - replicas else "")
+        if not replicas:
+            self.offline_replicas.pop(node_id, None)
+            return []
+        outcome = self._run(ReplicasOffline(node_id, node_epoch, replicas), sorted({tp[0] for tp in replicas}))[1]
+        self.offline_replicas[node_id] = replicas
+        return outcome.decisions
 
     def alter_partition(self, tp: TopicPartition, node_id: int, node_epoch: int, leader_epoch: int,
                         partition_epoch: int, isr: tuple[int, ...]) -> LeaderAndIsr:
@@ -188,3 +215,7 @@ class ActiveController:
         assignments = placement.assign_added(list(view.nodes.values()), existing, total)
         outcome = decide(view, CreatePartitions(name, assignments))
         return self.store.add_replicated_partitions(name, {tp[1]: reg for tp, reg in outcome.changes.items()})
+
+
+def _names(replicas: frozenset[TopicPartition]) -> str:
+    return ", ".join(f"{t}-{p}" for t, p in sorted(replicas))

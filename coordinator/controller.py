@@ -17,7 +17,8 @@ bumps leader_epoch, fencing the old leader):
 - NodeDied(N): N leaves every ISR it is in, unless it is the last member. Online(N, ...) -> Online(first alive
   ISR member in assignment order) | Online(first alive replica, ISR = [it]) when unclean election is on |
   Offline.
-- NodeRegistered(N) (a new node epoch; a node the controller thought alive first dies, as KIP-380's bounce):
+- NodeRegistered(N) (a new node epoch; its earlier incarnation first dies, as KIP-380's bounce, also when its
+  lease lapsed and was not expired yet, so a new process never inherits the old one's leaderships):
   Offline(ISR) -> Online(N) when N is in the ISR (or unclean election is on and N is a replica).
 - AlterPartition from the leader (Kafka's AlterPartition): Online(L, ISR) -> Online(L, ISR'). Refused unless
   the node epoch is the node's current one (StaleNodeEpochError), the sender leads (NotLeaderError), quotes the
@@ -31,6 +32,14 @@ bumps leader_epoch, fencing the old leader):
   Refused for a partition already being reassigned, and for targets that are not distinct registered nodes.
 - ElectLeaders(UNCLEAN), only for topics with unclean.leader.election.enable=true: Offline -> Online(first
   alive replica, ISR = [it]); the election is logged, since records the old ISR acknowledged may be lost.
+- ReplicasOffline(N, node epoch, replicas) (Kafka's offline log directories, carried by the node's heartbeat): the
+  replicas N reports it cannot serve (storage failed, or damaged and not yet repaired) are offline for their
+  partitions, as a dead node's replicas are: each leaves the ISR; Online(N, ...) ->
+  Online(first healthy alive ISR member). A replica that is the partition's only healthy choice stays where it is
+  (the leader keeps leading: readers keep what it can serve). Refused (StaleNodeEpochError) unless the node epoch
+  is the node's current one. While a node reports a replica offline, no election picks it as long as a healthy
+  alive candidate exists, and AlterPartition refuses to add it to the ISR (IneligibleReplicaError); once its node
+  no longer reports it, it rejoins through the leader's ISR expansion.
 
 A deposed controller decides nothing: a partition that carries a newer controller epoch than the view's makes
 every event touching it fail with StaleControllerEpochError (the stores refuse its writes as well).
@@ -77,9 +86,15 @@ class ClusterView:
     nodes: Mapping[int, NodeInfo]
     partitions: Mapping[TopicPartition, PartitionRegistration]
     unclean_topics: frozenset[str] = frozenset()
+    # the replicas each node reports it cannot serve (ReplicasOffline), by node id
+    offline_replicas: Mapping[int, frozenset[TopicPartition]] = field(default_factory=dict)
 
     def alive(self) -> frozenset[int]:
         return frozenset(n.id for n in self.nodes.values() if n.alive)
+
+    def serves(self, node_id: int, tp: TopicPartition) -> bool:
+        """Whether `node_id` does not report its replica of `tp` offline."""
+        return tp not in self.offline_replicas.get(node_id, frozenset())
 
 
 class DecisionKind(enum.Enum):
@@ -156,7 +171,14 @@ class Reassign:
     target: tuple[int, ...]
 
 
-Event = NodeDied | NodeRegistered | AlterPartition | CreatePartitions | ElectLeaders | Reassign
+@dataclass(frozen=True)
+class ReplicasOffline:
+    node_id: int
+    node_epoch: int
+    replicas: frozenset[TopicPartition]  # every replica of the node it cannot serve now (none: all healthy)
+
+
+Event = NodeDied | NodeRegistered | AlterPartition | CreatePartitions | ElectLeaders | Reassign | ReplicasOffline
 
 
 # -- the transitions ----------------------------------------------------------------------------------------
@@ -172,22 +194,34 @@ def decide(view: ClusterView, event: Event) -> Outcome:
         return _create(view, event)
     if isinstance(event, Reassign):
         return _reassign(view, event)
+    if isinstance(event, ReplicasOffline):
+        return _replicas_offline(view, event)
     return _elect_leaders(view, event)
 
 
 def advance(view: ClusterView, event: Event) -> tuple[ClusterView, Outcome]:
     """decide(), and the view after it: the changed partitions and the event's node liveness applied."""
     outcome = decide(view, event)
-    nodes = dict(view.nodes)
+    nodes, offline = dict(view.nodes), dict(view.offline_replicas)
     if isinstance(event, NodeDied) and event.node_id in nodes:
         nodes[event.node_id] = replace(nodes[event.node_id], alive=False)
+        offline.pop(event.node_id, None)
     elif isinstance(event, NodeRegistered):
         nodes[event.node.id] = replace(event.node, alive=True)
-    return replace(view, nodes=nodes, partitions={**view.partitions, **outcome.changes}), outcome
+        offline.pop(event.node.id, None)  # a new process: it reports its own replicas
+    elif isinstance(event, ReplicasOffline):
+        offline[event.node_id] = event.replicas
+    return replace(view, nodes=nodes, partitions={**view.partitions, **outcome.changes},
+                   offline_replicas=offline), outcome
 
 
 def _in_order(assignment: PartitionAssignment, members: set[int] | frozenset[int]) -> tuple[int, ...]:
     return tuple(r for r in assignment.replicas if r in members)
+
+
+def _healthy_first(view: ClusterView, tp: TopicPartition, candidates: tuple[int, ...]) -> tuple[int, ...]:
+    """`candidates` in their order, those whose nodes report their replica of `tp` offline last."""
+    return tuple(sorted(candidates, key=lambda r: not view.serves(r, tp)))
 
 
 def _guard(view: ClusterView, tp: TopicPartition, reg: PartitionRegistration) -> None:
@@ -216,12 +250,13 @@ def _change(view: ClusterView, tp: TopicPartition, reg: PartitionRegistration, l
 def _elect(view: ClusterView, tp: TopicPartition, reg: PartitionRegistration, isr: tuple[int, ...],
            alive: frozenset[int], out: Outcome, unclean: bool | None = None) -> None:
     """For a partition without a live leader: elect the first alive ISR member in assignment order; else
-    (unclean election on) the first alive replica with an ISR of itself; else it goes offline keeping its ISR."""
-    clean = [r for r in _in_order(reg.assignment, set(isr)) if r in alive]
+    (unclean election on) the first alive replica with an ISR of itself; else it goes offline keeping its ISR.
+    Either way a replica its node reports offline is chosen only if no other candidate is healthy."""
+    clean = _healthy_first(view, tp, tuple(r for r in _in_order(reg.assignment, set(isr)) if r in alive))
     if clean:
         _change(view, tp, reg, clean[0], isr, DecisionKind.ELECTED, out)
         return
-    candidates = _in_order(reg.assignment, alive)
+    candidates = _healthy_first(view, tp, _in_order(reg.assignment, alive))
     if (tp[0] in view.unclean_topics if unclean is None else unclean) and candidates:
         _change(view, tp, reg, candidates[0], (candidates[0],), DecisionKind.UNCLEAN_ELECTED, out)
     else:
@@ -248,9 +283,10 @@ def _node_registered(view: ClusterView, node: NodeInfo) -> Outcome:
         raise StaleNodeEpochError(f"node {node.id} registered with epoch {node.node_epoch}, not newer than "
                                   f"{known.node_epoch}")
     died = Outcome()
-    if known is not None and known.alive:  # a bounce the leases did not see: its old incarnation died
+    if known is not None:  # its old incarnation died: a bounce the leases did not see, or a lapse not yet expired
         view, died = advance(view, NodeDied(node.id))
-    view = replace(view, nodes={**view.nodes, node.id: replace(node, alive=True)})
+    view = replace(view, nodes={**view.nodes, node.id: replace(node, alive=True)},
+                   offline_replicas={i: r for i, r in view.offline_replicas.items() if i != node.id})
     out = Outcome(dict(died.changes), list(died.decisions))
     for tp, reg in sorted(view.partitions.items()):
         if reg.state.leader is None and node.id in reg.assignment.replicas:
@@ -285,6 +321,10 @@ def _alter_partition(view: ClusterView, req: AlterPartition) -> Outcome:
     dead = sorted(wanted - set(state.isr) - view.alive())
     if dead:
         raise IneligibleReplicaError(f"nodes {dead} are not alive, so they cannot join the ISR of {tp[0]}-{tp[1]}")
+    offline = sorted(r for r in wanted - set(state.isr) if not view.serves(r, tp))
+    if offline:
+        raise IneligibleReplicaError(f"nodes {offline} report their replicas of {tp[0]}-{tp[1]} offline (storage "
+                                     "failed, or damaged and not yet repaired), so they cannot join its ISR yet")
     out = Outcome()
     isr = _in_order(reg.assignment, wanted)
     if reg.assignment.target and set(reg.assignment.target) <= wanted:
@@ -329,7 +369,8 @@ def _complete_reassignment(view: ClusterView, tp: TopicPartition, reg: Partition
     to the first in-sync target replica that is alive (none alive: offline until one is)."""
     target, old = reg.assignment.target, reg.state
     kept = tuple(r for r in target if r in isr)
-    leader = old.leader if old.leader in target else next((r for r in kept if r in view.alive()), None)
+    successors = _healthy_first(view, tp, tuple(r for r in kept if r in view.alive()))
+    leader = old.leader if old.leader in target else next(iter(successors), None)
     state = LeaderAndIsr(leader, old.leader_epoch + (1 if leader != old.leader else 0), kept,
                          old.partition_epoch + 1, view.controller_epoch)
     out.changes[tp] = PartitionRegistration(PartitionAssignment(target), state)
@@ -371,6 +412,31 @@ def _elect_leaders(view: ClusterView, event: ElectLeaders) -> Outcome:
                 _elect(view, tp, reg, reg.state.isr, alive, out, unclean=True)
             continue
         preferred = reg.assignment.preferred_leader
-        if reg.state.leader != preferred and preferred in alive and preferred in reg.state.isr:
+        if (reg.state.leader != preferred and preferred in alive and preferred in reg.state.isr
+                and view.serves(preferred, tp)):
             _change(view, tp, reg, preferred, reg.state.isr, DecisionKind.ELECTED, out)
+    return out
+
+
+def _replicas_offline(view: ClusterView, event: ReplicasOffline) -> Outcome:
+    """The node's offline replicas leave their ISRs, and those it leads move to a healthy alive ISR member (none:
+    it keeps leading, the only copy there is to serve)."""
+    node_id = event.node_id
+    node = view.nodes.get(node_id)
+    if node is None or node.node_epoch != event.node_epoch or not node.alive:
+        raise StaleNodeEpochError(f"node {node_id} with node epoch {event.node_epoch} is not a live registration "
+                                  "(a newer one fenced it, or its lease lapsed); register the node again")
+    view = replace(view, offline_replicas={**view.offline_replicas, node_id: event.replicas})
+    alive, out = view.alive(), Outcome()
+    for tp in sorted(event.replicas):
+        reg = view.partitions.get(tp)
+        if reg is None or node_id not in reg.state.isr or reg.state.leader is None:
+            continue  # deleted, out of the ISR already, or offline (a registration elects)
+        others = tuple(r for r in reg.state.isr if r != node_id)
+        if reg.state.leader != node_id:
+            _change(view, tp, reg, reg.state.leader, others, DecisionKind.ISR_CHANGED, out)
+            continue
+        successors = [r for r in _in_order(reg.assignment, set(others)) if r in alive and view.serves(r, tp)]
+        if successors:
+            _change(view, tp, reg, successors[0], others, DecisionKind.ELECTED, out)
     return out

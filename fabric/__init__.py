@@ -7,7 +7,7 @@ The package is layered; each layer imports only the ones below it (import-linter
     fabric.sources, fabric.sinks   Spark source and sinks (from the repository's sources/ and sinks/)
     fabric.spark                   what Spark jobs, sources, sinks and notebooks share: options, session
     fabric.cli                     the `fabric` command
-    fabric.client                  clusters (embedded, remote), producer, consumer, admin
+    fabric.client, fabric.errors   clusters (embedded, remote), producer, consumer, admin; the error types
     fabric.server                  the coordinator service and its wire format
     fabric.coordinator             metadata stores, groups, assignors, election (the repository's coordinator/)
     fabric.storage                 the log: segments, indexes, frames, watermark

@@ -1,12 +1,14 @@
-"""Fixtures both tiers share: an embedded fabric in a temp dir, `drain` (poll until records arrived), the
-storage kits (build stored batches, open logs, read them back, stage segment files, replicate raw frames) and
-the Jepsen-style history of producers and consumers with its checker (`history`, `histories`).
+"""Fixtures both tiers share: an embedded fabric in a temp dir, `drain` (poll until records arrived), `running`
+(a test's background thread, joined however the test ends), the storage kits (build stored batches, open logs,
+read them back, stage segment files, replicate raw frames) and the Jepsen-style history of producers and
+consumers with its checker (`history`, `histories`).
 
 Test modules get every helper through a fixture of this file or of tests/unit/conftest.py or
 tests/integration/conftest.py; they import nothing from tests/ (there is no tests package).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -14,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 import pytest
@@ -79,6 +81,24 @@ def drain() -> Callable[..., list]:
     """drain(consumer, expected, timeout=30.0): poll until `expected` records arrived, fail naming the
     shortfall after `timeout` seconds; returns the records."""
     return _drain
+
+
+@contextlib.contextmanager
+def _running(thread: Any) -> Iterator[Any]:
+    """`thread` started for the block and, however the block ends, halted (its `halt` event set) and joined."""
+    thread.start()
+    try:
+        yield thread
+    finally:
+        thread.halt.set()
+        thread.join()
+
+
+@pytest.fixture(scope="session")
+def running() -> Callable[[Any], contextlib.AbstractContextManager[Any]]:
+    """running(thread) → a context manager: the thread (which ends soon after its `halt` event is set) started
+    for the block, halted and joined on the way out, also when the test fails, so no thread outlives its test."""
+    return _running
 
 
 # -- storage -------------------------------------------------------------------------------------------------

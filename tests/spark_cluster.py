@@ -7,16 +7,20 @@ driver: what a job needs there has to reach them through options, confs or the e
   ends the daemons and everything they started (executors, their Python workers) and every job `submit` started,
   by process group: SIGTERM, then SIGKILL of whatever is left.
 - `submit(script, *args, conf=..., env=...)` runs `spark-submit --master spark://... script args` (client mode:
-  the driver is the spark-submit process) and returns its Popen; `run(...)` waits for it and returns its output,
+  the driver is the spark-submit process) and returns its Popen; `supervise(...)` does the same and submits it
+  again when it died starved (a Python worker it started did not connect back within Spark's fixed 10 s, which a
+  CPU-starved machine causes: SupervisedJob); `run(...)` supervises one and waits for it, returning its output,
   failing with the output if it did not succeed.
 - `executor_pids(app_id=None)`: the executor JVMs of this cluster's workers (from /proc); `kill_executor(pid=None,
   app_id=None)` SIGKILLs one and waits until it is gone; `apps()` / `wait_for_app(name)` /
-  `wait_for_executors(count)` wait on the master's view and on /proc.
+  `wait_for_executors(count)` wait on the master's view and on /proc; `end_jobs()` ends every job still running.
+- `wait(condition, what, *paths)`: every wait here follows progress, not a wall clock: it lasts as long as a
+  daemon, job or executor of the cluster writes its log (or a file under `paths` changes: a checkpoint, an
+  output), and fails once none has for STALL_S, so a loaded machine slows a test down but does not fail it.
 
 Every daemon, driver and executor gets SPARK_LOCAL_IP=127.0.0.1 and PYSPARK_PYTHON (this venv's python): Spark's
-Python workers cannot connect back in sandboxes without them. Waits poll conditions with generous deadlines (a
-loaded 2-core machine starts the cluster in about 10 s). This is a plain module of tests/ (no package), loaded by
-tests/conftest.py's `plain_module`; it imports only the installed packages.
+Python workers cannot connect back in sandboxes without them. This is a plain module of tests/ (no package),
+loaded by tests/conftest.py's `plain_module`; it imports only the installed packages.
 """
 from __future__ import annotations
 
@@ -34,12 +38,16 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import pyspark
 
-from fabric.common.waiting import wait_for
+from fabric.common.waiting import files_progress, wait_progressing
 from fabric.server.zookeeper import free_port
 
 T = TypeVar("T")
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 STOP_GRACE_S = 15.0  # SIGTERM to SIGKILL
+STALL_S = 240.0  # no log of the cluster (nor a file a wait names) written for this long: stuck, not slow
+# How a job dies when a Python worker it starts does not connect back within PythonWorkerFactory's fixed 10 s
+STARVED = "Python worker failed to connect back"
+RESTARTS = 3  # starved deaths a supervised job is submitted again after
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -63,6 +71,8 @@ class SparkCluster:
     (worker N's work directory, with its executors' logs, is root/workerN; daemon and job logs are root/*.log).
     `worker_env[i]` is added to worker i+1's environment, which its executors inherit (e.g. a FABRIC_CLIENT_RACK
     per worker)."""
+
+    STALL_S = STALL_S
 
     def __init__(self, root: str | os.PathLike[str], workers: int = 2, cores: int = 1, memory: str = "1g",
                  python: str = sys.executable, worker_env: Sequence[Mapping[str, str]] = ()) -> None:
@@ -100,7 +110,7 @@ class SparkCluster:
     def _spark_class(self, cls: str, *args: str) -> list[str]:
         return [os.path.join(self.spark_home, "bin", "spark-class"), cls, *args]
 
-    def start(self, timeout: float = 180.0) -> SparkCluster:
+    def start(self) -> SparkCluster:
         """Start the master and the workers; return once the master lists `workers` workers ALIVE. On failure
         everything started is stopped and the error names the logs."""
         try:
@@ -115,15 +125,16 @@ class SparkCluster:
                     "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", str(self.cores),
                     "--memory", self.memory, "--webui-port", str(free_port()), "--work-dir", str(work_dir),
                     self.master_url), self.env(extra)))
-            self._wait(lambda: len(self.alive_workers()) >= self.workers, timeout,
-                       f"{self.workers} workers ALIVE at the master {self.master_url}")
+            self.wait(lambda: len(self.alive_workers()) >= self.workers,
+                      f"{self.workers} workers ALIVE at the master {self.master_url}")
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _wait(self, condition: Callable[[], T | None], timeout: float, what: str) -> T:
-        """wait_for(condition), failing at once (with the logs) if a daemon exited."""
+    def wait(self, condition: Callable[[], T | None], what: str, *paths: str | os.PathLike[str]) -> T:
+        """condition()'s first truthy answer, waited for as long as the cluster's logs or the files under `paths`
+        change (STALL_S at most without a change); failing at once (with the logs) if a daemon exited."""
         def check() -> T | None:
             dead = [p for p in self.daemons if p.poll() is not None]
             if dead:
@@ -131,14 +142,23 @@ class SparkCluster:
                                    f"{dead[0].returncode}) while waiting for {what}:\n{self.output(dead[0])}")
             return condition()
         try:
-            return wait_for(check, timeout, what)
+            return wait_progressing(check, lambda: files_progress(self.root, *paths), STALL_S, what)
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}\n{self.describe_logs()}") from None
 
     def stop(self) -> None:
         """End every job and daemon with its process group (executors and Python workers are in their worker's):
         SIGTERM, wait up to STOP_GRACE_S, then SIGKILL whatever is left of each group."""
-        processes = [*self.jobs, *reversed(self.daemons)]
+        self._end([*self.jobs, *reversed(self.daemons)])
+        self.jobs, self.daemons = [], []
+
+    def end_jobs(self) -> None:
+        """End every job submit() started that still runs, as stop() does (a test's jobs end with the test)."""
+        self._end([job for job in self.jobs if job.poll() is None])
+        self.jobs = []
+
+    def _end(self, processes: list[subprocess.Popen]) -> None:
+        """SIGTERM each process group, wait up to STOP_GRACE_S, then SIGKILL whatever is left of each."""
         for process in processes:
             self._signal_group(process, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
@@ -152,7 +172,6 @@ class SparkCluster:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 pass
-        self.jobs, self.daemons = [], []
 
     @staticmethod
     def _signal_group(process: subprocess.Popen, sig: int) -> None:
@@ -177,12 +196,12 @@ class SparkCluster:
         """The master's running applications (or its completed ones): id, name, state, cores, ..."""
         return list(self.state().get("completedapps" if completed else "activeapps", []))
 
-    def wait_for_app(self, name: str | None = None, timeout: float = 180.0) -> dict[str, Any]:
+    def wait_for_app(self, name: str | None = None) -> dict[str, Any]:
         """A running application (named `name`, if given: the script's appName(...), else submit's `name`), once
         the master lists it."""
         def running() -> dict[str, Any] | None:
             return next((a for a in self.apps() if name is None or a.get("name") == name), None)
-        return self._wait(running, timeout, f"a running application{f' {name!r}' if name else ''} at {self.master_url}")
+        return self.wait(running, f"a running application{f' {name!r}' if name else ''} at {self.master_url}")
 
     # -- executors ---------------------------------------------------------------------------------------------
     def executor_pids(self, app_id: str | None = None) -> list[int]:
@@ -205,20 +224,19 @@ class SparkCluster:
                 found.append(pid)
         return sorted(found)
 
-    def wait_for_executors(self, count: int = 1, app_id: str | None = None, timeout: float = 180.0) -> list[int]:
+    def wait_for_executors(self, count: int = 1, app_id: str | None = None) -> list[int]:
         """executor_pids(app_id) once there are at least `count`."""
-        return self._wait(lambda: (pids if len(pids := self.executor_pids(app_id)) >= count else None), timeout,
-                          f"{count} executor JVM(s){f' of {app_id}' if app_id else ''}")
+        return self.wait(lambda: (pids if len(pids := self.executor_pids(app_id)) >= count else None),
+                         f"{count} executor JVM(s){f' of {app_id}' if app_id else ''}")
 
-    def kill_executor(self, pid: int | None = None, app_id: str | None = None, sig: int = signal.SIGKILL,
-                      timeout: float = 60.0) -> int:
+    def kill_executor(self, pid: int | None = None, app_id: str | None = None, sig: int = signal.SIGKILL) -> int:
         """Send `sig` (default SIGKILL: an executor lost with its Python workers' state) to executor `pid`, or to
         the first of executor_pids(app_id); return its pid once it is gone (its worker reaps it and tells the
         master, which starts another for the application)."""
         if pid is None:
             pid = self.wait_for_executors(1, app_id)[0]
         os.kill(pid, sig)
-        self._wait(lambda: pid not in self.executor_pids(), timeout, f"executor {pid} to go")
+        self.wait(lambda: pid not in self.executor_pids(), f"executor {pid} to go")
         return pid
 
     # -- jobs --------------------------------------------------------------------------------------------------
@@ -239,20 +257,24 @@ class SparkCluster:
         self.jobs.append(job)
         return job
 
+    def supervise(self, script: str | os.PathLike[str], *args: str, conf: Mapping[str, str] | None = None,
+                  env: Mapping[str, str] | None = None, name: str | None = None) -> SupervisedJob:
+        """submit(...), submitted again whenever it dies starved (see SupervisedJob)."""
+        return SupervisedJob(self, lambda: self.submit(script, *args, conf=conf, env=env, name=name))
+
     def run(self, script: str | os.PathLike[str], *args: str, conf: Mapping[str, str] | None = None,
-            env: Mapping[str, str] | None = None, name: str | None = None, timeout: float = 300.0) -> str:
-        """submit(...) and wait for it: its output, or an AssertionError with the output if it failed or did not
-        end within `timeout` s (it is killed then)."""
-        job = self.submit(script, *args, conf=conf, env=env, name=name)
+            env: Mapping[str, str] | None = None, name: str | None = None) -> str:
+        """supervise(...) and wait for it (see wait(); a stalled job is killed): its output, or an AssertionError
+        with the output if it failed or stalled."""
+        supervised = self.supervise(script, *args, conf=conf, env=env, name=name)
         try:
-            code = job.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self._signal_group(job, signal.SIGKILL)
-            job.wait(timeout=30)
-            raise AssertionError(f"spark-submit {script} did not end within {timeout} s:\n{self.output(job)}"
-                                 ) from None
-        if code != 0:
-            raise AssertionError(f"spark-submit {script} exited with {code}:\n{self.output(job)}")
+            self.wait(supervised.ended, f"spark-submit {script} to end")
+        except TimeoutError as exc:
+            self._end([supervised.job])
+            raise AssertionError(f"{exc}\n--- spark-submit {script}:\n{self.output(supervised.job)}") from None
+        job = supervised.job
+        if job.returncode != 0:
+            raise AssertionError(f"spark-submit {script} exited with {job.returncode}:\n{self.output(job)}")
         return self.output(job, limit=None)
 
     def output(self, process: subprocess.Popen, limit: int | None = 8000) -> str:
@@ -263,3 +285,24 @@ class SparkCluster:
     def describe_logs(self) -> str:
         """The tail of every daemon's log, for a failure message."""
         return "\n".join(f"--- {self.logs[p.pid].name}:\n{self.output(p, 3000)}" for p in self.daemons)
+
+
+class SupervisedJob:
+    """A spark-submit job submitted again, as a supervisor restarts a query from its checkpoint, whenever it died
+    starved: a Python worker it started (the driver's for a Python data source, say) did not connect back within
+    PythonWorkerFactory's fixed 10 s, which only a CPU-starved machine causes, not a fault of the job; at most
+    RESTARTS times. `job` is the current spark-submit Popen."""
+
+    def __init__(self, cluster: SparkCluster, submit: Callable[[], subprocess.Popen]) -> None:
+        self.cluster, self._submit = cluster, submit
+        self.job, self.restarts = submit(), 0
+
+    def ended(self) -> bool:
+        """Whether the job ended for good; a starved one is submitted again (and runs)."""
+        if self.job.poll() is None:
+            return False
+        if self.job.returncode != 0 and self.restarts < RESTARTS and STARVED in self.cluster.output(self.job, None):
+            self.restarts += 1
+            self.job = self._submit()
+            return False
+        return True

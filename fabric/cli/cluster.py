@@ -1,6 +1,8 @@
 """`fabric cluster up|status|down`: a local replicated cluster in one command (a coordinator, N data nodes and,
 with --zookeeper, a ZooKeeper server, on loopback ports in the background), and its state file,
-DIR/cluster.json, from which status and down work."""
+DIR/cluster.json, from which status and down work. With --tokens-file the cluster authenticates its callers; its
+own processes present the token of --token-file (else $FABRIC_TOKEN), handed to them in their environment, so no
+token shows on any command line."""
 from __future__ import annotations
 
 import argparse
@@ -50,6 +52,7 @@ def up(args: argparse.Namespace) -> int:
     from fabric.server.zookeeper import ZooKeeperServer
     if args.nodes < 1:
         raise CommandError(f"--nodes must be at least 1, got {args.nodes}")
+    auth, token = _auth(args)
     data = os.path.abspath(args.data)
     if os.path.exists(_state_path(data)):
         state = _read_state(data)
@@ -68,12 +71,14 @@ def up(args: argparse.Namespace) -> int:
         session = ("--node-session-timeout-ms", str(args.session_timeout_ms))
         # group offsets on the nodes, as Kafka's offsets.topic.replication.factor=3 (capped at the nodes there are)
         offsets = ("--offsets-topic-replication-factor", str(min(3, args.nodes)))
-        coordinator = CoordinatorProcess(os.path.join(data, "coordinator"), extra=(*store, *session, *offsets)).start()
+        coordinator = CoordinatorProcess(os.path.join(data, "coordinator"), token=token,
+                                         extra=(*store, *session, *offsets, *auth)).start()
         started.append(_entry("coordinator", None, coordinator))
         for i in range(1, args.nodes + 1):
-            node = NodeProcess(i, os.path.join(data, f"node{i}"), coordinator.url(),
+            node = NodeProcess(i, os.path.join(data, f"node{i}"), coordinator.url(), token=token,
                                extra=("--session-timeout-ms", str(args.session_timeout_ms),
-                                      "--heartbeat-interval-ms", str(max(args.session_timeout_ms // 3, 1)))).start()
+                                      "--heartbeat-interval-ms", str(max(args.session_timeout_ms // 3, 1)),
+                                      *auth)).start()
             started.append(_entry("node", i, node))
     except BaseException:  # a failure, or Ctrl-C, part-way: stop what started (no state file names it yet)
         _stop_all(started)
@@ -84,6 +89,22 @@ def up(args: argparse.Namespace) -> int:
     os.replace(_state_path(data) + ".tmp", _state_path(data))
     print(state["url"])
     return 0
+
+
+def _auth(args: argparse.Namespace) -> tuple[tuple[str, ...], str | None]:
+    """The servers' --tokens-file/--acl-file options (absolute paths), and the token the cluster's own processes
+    present (--token-file, else $FABRIC_TOKEN): one is needed where the cluster authenticates."""
+    from fabric.server.connection import ENV_TOKEN, server_token
+    options: tuple[str, ...] = ()
+    for option, path in (("--tokens-file", args.tokens_file), ("--acl-file", args.acl_file)):
+        if path:
+            options += (option, os.path.abspath(path))
+    token = server_token(args.token_file)
+    if args.tokens_file and token is None:
+        raise CommandError(f"a cluster with --tokens-file needs the token its coordinator and nodes present to each "
+                           f"other (a principal with cluster_action on cluster:fabric): --token-file FILE or "
+                           f"${ENV_TOKEN}")
+    return options, token
 
 
 def _entry(role: str, number: int | None, server: Any) -> dict[str, Any]:
@@ -135,6 +156,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        "cluster's own (started from pyspark's jars; needs java) instead of SQLite")
     start.add_argument("--session-timeout-ms", type=int, default=9000, metavar="MS",
                        help="node.session.timeout.ms of the coordinator and nodes (default 9000)")
+    start.add_argument("--tokens-file", metavar="FILE", help="`token principal` lines: the cluster authenticates "
+                       "every call (auth.tokens.file of each process)")
+    start.add_argument("--acl-file", metavar="FILE", help="`principal operation resource` lines: the cluster "
+                       "authorizes every call (acl.file of each process)")
+    start.add_argument("--token-file", metavar="FILE", help="a file holding the token the coordinator and nodes "
+                       "present to each other (default $FABRIC_TOKEN); it reaches them in their environment, never "
+                       "on a command line")
     show = add_command(verbs, "status", status, "show each process of the cluster and whether it runs")
     stop = add_command(verbs, "down", down, "stop the cluster's processes and forget its state")
     for parser in (start, show, stop):

@@ -1,15 +1,20 @@
 """What the `fabric` command groups share: how a command is declared (`add_command`), how it reaches the
-fabric (`open_fabric`), `key=value` parsing and table printing.
+fabric (`open_fabric`; the URL's options from --command-config's file, as Kafka's tools take a client config,
+so a token stays off the command line), `key=value` parsing and table printing.
 """
 from __future__ import annotations
 
 import argparse
+import sys
 import textwrap
 from typing import Any, Callable, Iterable, Sequence
+from urllib.parse import urlencode, urlparse
 
 from fabric.client.admin import Fabric
-from fabric.client.url import open_cluster
+from fabric.client.url import open_cluster, resolve
 from fabric.common.errors import FabricError
+from fabric.server.connection import ENV_TOKEN, QUERY_KEYS, SCHEMES, url_token
+from fabric.server.security import load_properties
 
 Handler = Callable[[argparse.Namespace], "int | None"]
 
@@ -38,6 +43,34 @@ def add_url_option(parser: argparse.ArgumentParser, default: Any) -> None:
                              "(default: $FABRIC_URL, else ./fabric-data)")
     parser.add_argument("--bootstrap-server", dest="url", default=default, type=bootstrap_url,
                         metavar="HOST:PORT", help="as in Kafka's tools: --url fabric://HOST:PORT[,HOST:PORT]")
+    parser.add_argument("--command-config", default=default, metavar="FILE",
+                        help="as in Kafka's tools: a properties file of the fabric:// URL's options ("
+                             + ", ".join(QUERY_KEYS) + f"), e.g. token=...; with ${ENV_TOKEN}, the way to give a "
+                             "token without showing it on the command line")
+
+
+def client_url(args: argparse.Namespace) -> str | None:
+    """The URL a command uses: --url (None: $FABRIC_URL, else ./fabric-data) with the options of --command-config's
+    file added (they win over the URL's). A token in --url gets a warning on stderr: every user of the machine
+    can read a command line (ps), and the shell keeps it in its history."""
+    url = args.url
+    if url and url_token(url) is not None:
+        print(f"warning: --url carries ?token=, which other users of this machine can read on the command line (ps) "
+              f"and which the shell history keeps; set ${ENV_TOKEN} or put token=... in a file given as "
+              "--command-config FILE instead", file=sys.stderr)
+    path = getattr(args, "command_config", None)
+    if not path:
+        return url
+    options = load_properties(path)
+    unknown = sorted(set(options) - set(QUERY_KEYS))
+    if unknown:
+        raise CommandError(f"{path}: unknown key(s) {', '.join(unknown)}; --command-config takes the fabric:// URL's "
+                           f"options: {', '.join(QUERY_KEYS)}")
+    url = resolve(url)
+    if urlparse(url).scheme not in SCHEMES:
+        raise CommandError(f"--command-config holds the options of a fabric:// URL; {url!r} is an embedded fabric, "
+                           "which takes none")
+    return url + ("&" if urlparse(url).query else "?") + urlencode(options)
 
 
 def add_command(subparsers: argparse._SubParsersAction, name: str, handler: Handler | None, help: str,
@@ -57,8 +90,9 @@ def add_subcommands(parser: argparse.ArgumentParser, title: str) -> argparse._Su
 
 
 def open_fabric(args: argparse.Namespace) -> Fabric:
-    """Connect to the fabric named by --url (else $FABRIC_URL, else ./fabric-data)."""
-    return Fabric(open_cluster(args.url))
+    """Connect to the fabric named by --url (else $FABRIC_URL, else ./fabric-data) with --command-config's
+    options."""
+    return Fabric(open_cluster(client_url(args)))
 
 
 def parse_config(pairs: Iterable[str] | None, option: str = "--config", example: str = "retention.ms=86400000",

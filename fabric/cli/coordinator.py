@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from fabric.cli.common import CommandError, add_command, add_subcommands, format_table
+from fabric.cli.common import CommandError, add_command, add_subcommands, client_url, format_table
 from fabric.client.url import open_cluster, resolve
 
 
@@ -16,7 +16,7 @@ def start(args: argparse.Namespace) -> None:
 def status(args: argparse.Namespace) -> int:
     """One row per instance of the URL: address, state (active/standby/unreachable), epoch, store."""
     from fabric.client.remote import RemoteCluster
-    cluster = open_cluster(args.url)
+    cluster = open_cluster(client_url(args))
     if not isinstance(cluster, RemoteCluster):
         cluster.close()
         raise CommandError(f"{resolve(args.url)!r} is an embedded fabric; `coordinator status` needs "

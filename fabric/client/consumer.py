@@ -5,25 +5,29 @@ position starts at the group's committed offset, else at auto_offset_reset; comm
 the coordinator, where `fabric groups describe` and every other consumer of the group see them.
 With a group_id, subscribe() makes the consumer a group member (fabric/membership.py): the group splits the
 partitions among its members and commits carry the member's generation. subscribe(pattern=...) follows the topics
-whose names match, created later ones included. Partitions come back as fabric.TopicPartition objects.
+whose names match, created later ones included. Partitions come back as fabric.TopicPartition objects; calls
+naming partitions take kafka-python's and confluent-kafka's forms too (fabric.client.partition_args).
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
+from fabric.client import partition_args
+from fabric.client.client_metrics import ConsumerCounts, Metrics
 from fabric.client.cluster import Cluster
+from fabric.client.lookups import Lookups
 from fabric.client.membership import Callback, GroupMember, GroupMetadata
+from fabric.client.serializers import Deserializer, Deserializers
 from fabric.client.topic_partition import TopicPartition as NamedPartition
-from fabric.client.topic_partition import named, named_keys
+from fabric.client.topic_partition import named, named_keys, with_offsets
 from fabric.common import checks
 from fabric.common.config import CONSUMER_SETTINGS, client_config
 from fabric.common.errors import (
@@ -36,22 +40,20 @@ from fabric.common.errors import (
     OffsetOutOfRangeError,
     UnknownPartitionError,
 )
-from fabric.common.names import validate_group, validate_topic
-from fabric.common.record_checks import MAX_TIMESTAMP_MS
+from fabric.common.names import INTERNAL_PREFIX, validate_group, validate_topic
 from fabric.common.records import Record, output_schema, to_output, to_records
 from fabric.common.types import TopicPartition
 
 METADATA_REFRESH_S = 1.0
 log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.005
+ITERATOR_POLL_S = 0.1  # how often iterating the consumer looks whether it was closed
 SCHEMA_MAX_AGE_S = 5.0  # a topic deleted and created again with another schema is seen within this time
 
-
-Deserializer = Callable[[bytes], Any]
 CommitCallback = Callable[[dict[NamedPartition, int], "BaseException | None"], Any]
 
 
-class Consumer:
+class Consumer(Lookups):
     """Reads records from assigned or subscribed topic partitions of one cluster. `key_deserializer` /
     `value_deserializer` (kafka-python's) turn each non-null key / value of the Records poll() returns."""
 
@@ -61,11 +63,7 @@ class Consumer:
                  **config: Any) -> None:
         self.cluster = cluster
         self.group_id = validate_group(group_id) if group_id is not None else None
-        for name, given in (("key_deserializer", key_deserializer), ("value_deserializer", value_deserializer)):
-            if given is not None and not callable(given):
-                raise InvalidConfigError(f"{name} must be a function of the stored bytes (e.g. json.loads), got "
-                                         f"{type(given).__name__}")
-        self._key_deserializer, self._value_deserializer = key_deserializer, value_deserializer
+        self._deserializers = Deserializers(key_deserializer, value_deserializer)
         self.config = client_config("consumer", CONSUMER_SETTINGS, config)
         if (on_assign or on_revoke) and group_id is None:
             raise InvalidConfigError("on_assign/on_revoke are group rebalance callbacks; pass group_id=... too")
@@ -86,6 +84,7 @@ class Consumer:
         self._metadata_at = 0.0
         self._last_auto_commit = time.monotonic()
         self._closed = False
+        self._counts = ConsumerCounts()
         if topics:
             self.subscribe(list(topics))
 
@@ -132,7 +131,7 @@ class Consumer:
             return
         self._pattern_at = time.monotonic()
         matched = sorted(t for t in self.cluster.coordinator.list_topics()
-                         if not t.startswith("__") and self._pattern.match(t))
+                         if not t.startswith(INTERNAL_PREFIX) and self._pattern.match(t))
         if matched == self._subscription:
             return
         if matched:
@@ -199,8 +198,9 @@ class Consumer:
         return list(self._subscription)
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Consume exactly these (topic, partition) pairs; replaces any subscription."""
-        wanted = checks.topic_partitions(partitions, "assign()")
+        """Consume exactly these (topic, partition) pairs; replaces any subscription. A TopicPartition carrying
+        an offset (confluent-kafka's TopicPartition(topic, partition, offset)) is read from that offset."""
+        wanted = partition_args.partition_list(partitions, "assign()")
         for topic, p in wanted:
             info = self.cluster.coordinator.topic(topic)
             if not 0 <= p < info.partitions:
@@ -208,28 +208,26 @@ class Consumer:
         self._subscription, self._pattern = [], None
         self._leave_group()
         self._set_assignment(wanted)
+        for tp in wanted:
+            if tp.offset is not None:
+                self.seek(tp)
 
     def assignment(self) -> list[NamedPartition]:
         """The partitions this consumer reads now."""
         return named(self._assignment)
 
-    def partitions_for(self, topic: str) -> set[int]:
-        """The partition numbers of `topic` (kafka-python's partitions_for_topic)."""
-        return set(range(self.cluster.coordinator.topic(validate_topic(topic)).partitions))
-
-    partitions_for_topic = partitions_for
-
-    def _set_assignment(self, partitions: list[TopicPartition]) -> None:
+    def _set_assignment(self, partitions: Sequence[TopicPartition]) -> None:
         self._assignment = [NamedPartition(*tp) for tp in sorted(set(partitions))]
         self._paused &= set(self._assignment)  # a partition assigned again starts unpaused, as in Kafka
         self._positions = {tp: o for tp, o in self._positions.items() if tp in self._assignment}
         self._drop_pending(lambda tp: tp not in self._positions)
 
     # -- flow control ------------------------------------------------------------------------------
-    def pause(self, *partitions: TopicPartition) -> None:
+    def pause(self, *partitions: Any) -> None:
         """Stop fetching from these assigned partitions (poll returns none of their records) until resume();
-        their positions stay where the application got to. Lost when a rebalance moves them."""
-        wanted = checks.topic_partitions(partitions, "pause()")
+        their positions stay where the application got to. Lost when a rebalance moves them. Takes
+        pause(tp1, tp2) (kafka-python) or pause([tp1, tp2]) (confluent-kafka)."""
+        wanted = partition_args.partitions(partitions, "pause()")
         self._check_assigned(wanted, "pause()")
         consumed = self._consumed_positions()
         for tp in wanted:
@@ -238,9 +236,9 @@ class Consumer:
         self._drop_pending(lambda tp: tp in wanted)
         self._paused.update(wanted)
 
-    def resume(self, *partitions: TopicPartition) -> None:
-        """Fetch from these paused partitions again."""
-        wanted = checks.topic_partitions(partitions, "resume()")
+    def resume(self, *partitions: Any) -> None:
+        """Fetch from these paused partitions again: resume(tp1, tp2) or resume([tp1, tp2])."""
+        wanted = partition_args.partitions(partitions, "resume()")
         self._check_assigned(wanted, "resume()")
         self._paused.difference_update(wanted)
 
@@ -248,7 +246,7 @@ class Consumer:
         """The partitions pause() stopped."""
         return set(named(self._paused))
 
-    def _check_assigned(self, partitions: list[TopicPartition], what: str) -> None:
+    def _check_assigned(self, partitions: Sequence[TopicPartition], what: str) -> None:
         missing = [tp for tp in partitions if tp not in self._assignment]
         if missing:
             raise UnknownPartitionError(f"{what}: {missing} not assigned to this consumer (assigned: "
@@ -268,14 +266,26 @@ class Consumer:
             self._set_assignment(tps)
             for tp in tps:  # partitions added while we run are read from their start
                 if tp not in known and not force:
-                    self._positions[tp] = self.cluster.partition_state(*tp).start_offset
+                    self._positions[tp] = self._partition_state(tp).start_offset
 
     # -- positions ---------------------------------------------------------------------------------
-    def position(self, topic: str, partition: int) -> int:
+    def position(self, partition: Any, *more: Any) -> Any:
         """The offset of the next record poll() will return from the partition (Kafka's position): records
-        fetched ahead and still buffered here do not move it."""
-        self._fetch_position((topic, partition))
-        return self._consumed_positions()[(topic, partition)]
+        fetched ahead and still buffered here do not move it. position(tp) or position(topic, partition) answer
+        the offset; position([tp, ...]) (confluent-kafka's) a dict of TopicPartitions carrying theirs."""
+        if partition_args.is_list((partition, *more)):
+            return with_offsets({tp: self.position(tp) for tp in partition_args.partition_list(partition,
+                                                                                              "position()")})
+        tp = partition_args.one((partition, *more), "position()", or_list=True)
+        self._fetch_position(tp)
+        return self._consumed_positions()[tp]
+
+    def highwater(self, partition: Any, *more: Any) -> int | None:
+        """The last known high watermark of an assigned partition (kafka-python's highwater: the offset the
+        next record written will get), from this consumer's offset lookups and fetches; None before any."""
+        tp = partition_args.one((partition, *more), "highwater()")
+        self._check_assigned([tp], "highwater()")
+        return self._counts.highwater.get(tp)
 
     def _fetch_position(self, tp: TopicPartition) -> int:
         """Where the next fetch of an assigned partition starts (past the records buffered here)."""
@@ -293,7 +303,7 @@ class Consumer:
         return self._reset(tp)
 
     def _reset(self, tp: TopicPartition) -> int:
-        state = self.cluster.partition_state(*tp)
+        state = self._partition_state(tp)
         policy = self.config["auto_offset_reset"]
         if policy == "none":
             raise NoOffsetForPartitionError(
@@ -302,37 +312,26 @@ class Consumer:
         return state.start_offset if policy == "earliest" else state.end_offset
 
     def _clamp(self, tp: TopicPartition, offset: int) -> int:
-        state = self.cluster.partition_state(*tp)
+        state = self._partition_state(tp)
         return offset if state.start_offset <= offset <= state.end_offset else self._reset(tp)
 
-    def seek(self, topic: str, partition: int, offset: int) -> None:
-        """Read the partition from `offset` next."""
-        offset = checks.offset(offset, "seek() offset")
-        self._fetch_position((topic, partition))
-        self._positions[(topic, partition)] = offset
-        self._drop_pending(lambda tp: tp == (topic, partition))
+    def seek(self, partition: Any, offset: Any = None, *more: Any) -> None:
+        """Read the partition from `offset` next: seek(tp, offset) (kafka-python), seek(TopicPartition(topic,
+        partition, offset)) (confluent-kafka) or seek(topic, partition, offset)."""
+        tp, offset = partition_args.seek_target(partition, offset, more)
+        self._fetch_position(tp)
+        self._positions[tp] = offset
+        self._drop_pending(lambda pending: pending == tp)
 
-    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
-        for tp in checks.topic_partitions(partitions, "seek_to_beginning()") or self._assignment:
-            self.seek(tp[0], tp[1], self.cluster.partition_state(*tp).start_offset)
+    def seek_to_beginning(self, *partitions: Any) -> None:
+        """Read these partitions (default: every assigned one) from their first record next."""
+        for tp in partition_args.partitions(partitions, "seek_to_beginning()") or self._assignment:
+            self.seek(tp, self._partition_state(tp).start_offset)
 
-    def seek_to_end(self, *partitions: TopicPartition) -> None:
-        for tp in checks.topic_partitions(partitions, "seek_to_end()") or self._assignment:
-            self.seek(tp[0], tp[1], self.cluster.partition_state(*tp).end_offset)
-
-    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[NamedPartition, int]:
-        tps = checks.topic_partitions(partitions, "beginning_offsets()")
-        return named_keys({tp: self.cluster.partition_state(*tp).start_offset for tp in tps})
-
-    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[NamedPartition, int]:
-        tps = checks.topic_partitions(partitions, "end_offsets()")
-        return named_keys({tp: self.cluster.partition_state(*tp).end_offset for tp in tps})
-
-    def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[NamedPartition, int | None]:
-        """For each partition, the earliest offset whose timestamp (ms) is >= the given one, or None."""
-        wanted = checks.by_partition(timestamps, "offsets_for_times()",
-                                     lambda ts, what: checks.integer(ts, f"{what} (ms)", 0, MAX_TIMESTAMP_MS))
-        return named_keys({tp: self.cluster.offset_for_time(tp[0], tp[1], ts * 1000) for tp, ts in wanted.items()})
+    def seek_to_end(self, *partitions: Any) -> None:
+        """Read these partitions (default: every assigned one) from their end next: only records written later."""
+        for tp in partition_args.partitions(partitions, "seek_to_end()") or self._assignment:
+            self.seek(tp, self._partition_state(tp).end_offset)
 
     # -- fetching ----------------------------------------------------------------------------------
     def _fetch(self, max_bytes: int, columns: list[str] | None, wait_ms: int = 0) -> list[pa.RecordBatch]:
@@ -348,6 +347,7 @@ class Consumer:
             if tp in self._paused:
                 continue
             position = self._fetch_position(tp)
+            self._counts.fetches += 1
             try:
                 fetched = self.cluster.fetch(tp[0], tp[1], position, max_bytes, max_wait_ms=wait_ms if i == 0 else 0,
                                              client_rack=self.config["client_rack"] or None,
@@ -356,6 +356,7 @@ class Consumer:
                 self._positions[tp] = self._reset(tp)
                 continue
             if not fetched:
+                self._counts.saw_end(tp, position)  # nothing more to read: the position is the end
                 continue
             schema = output_schema(self._value_schema(tp[0]), columns)
             for f in fetched:
@@ -363,6 +364,7 @@ class Consumer:
                     out.append(to_output(f.batch, f.offset, tp[0], tp[1], f.timestamp_type, schema))
                     max_bytes -= f.batch.nbytes
             self._positions[tp] = fetched[-1].offset + fetched[-1].batch.num_rows
+            self._counts.saw_end(tp, self._positions[tp])
         self._next = (self._next + 1) % max(n, 1)
         return out
 
@@ -386,11 +388,14 @@ class Consumer:
                 result = attempt(wait_ms)
             except FabricError as exc:
                 if not exc.retriable or time.monotonic() >= deadline:
+                    self._counts.errors += 1
                     raise
+                self._counts.retries += 1
                 log.info("poll: %s; retrying", exc)
                 time.sleep(min(self.config["retry_backoff_ms"] / 1000, max(deadline - time.monotonic(), 0)))
                 continue
             if result or time.monotonic() >= deadline:
+                self._counts.handed_out(result)
                 self._maybe_auto_commit()
                 return result
             left_ms = max(int((deadline - time.monotonic()) * 1000), 0)
@@ -426,22 +431,7 @@ class Consumer:
             if not self._pending:
                 self._pending.extend(self._fetch(self.config["fetch_max_bytes"], None, wait_ms))
             return self._take(self.config["max_poll_records"])
-        records = [r for batch in self._wait(timeout, attempt) for r in to_records(batch)]
-        return self._deserialized(records) if self._key_deserializer or self._value_deserializer else records
-
-    def _deserialized(self, records: list[Record]) -> list[Record]:
-        """The records with their non-null keys and values passed through the deserializers."""
-        kd, vd = self._key_deserializer, self._value_deserializer
-        out = []
-        for r in records:
-            try:
-                out.append(dataclasses.replace(r, key=kd(r.key) if kd and r.key is not None else r.key,
-                                               value=vd(r.value) if vd and r.value is not None else r.value))
-            except Exception as exc:  # noqa: BLE001 (user code: name the record it failed on)
-                raise InvalidArgumentError(
-                    f"a deserializer failed on {r.topic}-{r.partition} offset {r.offset} ({type(exc).__name__}: "
-                    f"{exc}); seek past it with seek({r.topic!r}, {r.partition}, {r.offset + 1})") from exc
-        return out
+        return self._deserializers.apply([r for batch in self._wait(timeout, attempt) for r in to_records(batch)])
 
     def poll_batch(self, timeout: float = 0.0, columns: list[str] | None = None) -> pa.Table:
         """The next committed records as one Arrow table (up to fetch_max_bytes), no per-record work.
@@ -472,9 +462,14 @@ class Consumer:
             positions[_partition_of(batch)] = batch.column("offset")[0].as_py()
         return positions
 
-    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+    def commit(self, offsets: Any = None, *, asynchronous: bool = False, message: Record | None = None) -> None:
         """Commit the given next-offsets (an empty dict commits nothing), or the current positions, for this
-        consumer's group."""
+        consumer's group: commit({tp: offset}) (kafka-python), or as confluent-kafka: commit(offsets=[
+        TopicPartition(topic, partition, offset)]), commit(record) (the offset after it), asynchronous=True."""
+        offsets = partition_args.commit_offsets(offsets, message)
+        if asynchronous:
+            self.commit_async(offsets)
+            return
         self._commit_call(offsets, "commit()")[1]()
         self._last_auto_commit = time.monotonic()
 
@@ -511,6 +506,7 @@ class Consumer:
                 return
             try:
                 self.cluster.commit_offsets(group, chosen, generation=generation, member_id=member_id)
+                self._counts.commits += 1
             except MembershipError as exc:
                 if member is None:  # a plain commit while the group has members: the error says why
                     raise
@@ -531,13 +527,23 @@ class Consumer:
             log.warning("auto-commit of group %s skipped: %s", self.group_id, exc)
             self._last_auto_commit = time.monotonic()
 
-    def committed(self, partitions: Iterable[TopicPartition] | None = None) -> dict[NamedPartition, int | None]:
-        """The group's committed next-offsets for these partitions (default: the assignment)."""
+    def committed(self, partitions: Any = None, *more: Any) -> Any:
+        """The group's committed next-offsets: committed(tp) or committed(topic, partition) answer one partition's,
+        or None (kafka-python's); committed([tp, ...]) or committed() (the assignment) a dict of them, whose
+        TopicPartition keys carry their offsets too (confluent-kafka's list of TopicPartition)."""
         if self.group_id is None:
             raise FabricError("committed() needs a consumer created with group_id=...")
-        wanted = checks.topic_partitions(partitions, "committed()") if partitions is not None else self._assignment
+        given = (partitions, *more)
+        one = partitions is not None and not partition_args.is_list(given)
+        wanted: Sequence[TopicPartition]
+        if one:
+            wanted = [partition_args.one(given, "committed()", or_list=True)]
+        else:
+            wanted = partition_args.partition_list(partitions, "committed()") if partitions is not None \
+                else self._assignment
         stored = self.cluster.coordinator.committed(self.group_id)
-        return named_keys({tp: (stored[tp].offset if tp in stored else None) for tp in wanted})
+        offsets = {tp: (stored[tp].offset if tp in stored else None) for tp in wanted}
+        return offsets[wanted[0]] if one else with_offsets(offsets)
 
     def _maybe_auto_commit(self) -> None:
         if (self.group_id is not None and self.config["enable_auto_commit"] and self._positions
@@ -564,10 +570,22 @@ class Consumer:
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
-    def __iter__(self):
-        """Iterate records forever (as Kafka's consumer iterator does)."""
-        while not self._closed:
-            yield from self.poll(0.1)
+    def __iter__(self) -> Iterator[Record]:
+        """Iterate records, as kafka-python's consumer does: until closed, or until consumer_timeout_ms pass
+        without a record (default: forever)."""
+        idle_s = self.config["consumer_timeout_ms"] / 1000
+        deadline = time.monotonic() + idle_s
+        while not self._closed and (left := deadline - time.monotonic()) > 0:
+            for record in self.poll(min(left, ITERATOR_POLL_S)):
+                yield record
+                deadline = time.monotonic() + idle_s
+
+    def metrics(self) -> Metrics:
+        """What this consumer did, as kafka-python's metrics(): {group: {metric name: value}}, with Kafka's
+        names (records-consumed-total, bytes-consumed-total, records-lag per partition, ...)."""
+        positions = self._consumed_positions()
+        return self._counts.report({tp: positions[tp] for tp in self._assignment if tp in positions},
+                                   len(self._assignment))
 
 
 def _partition_of(batch: pa.RecordBatch) -> TopicPartition:

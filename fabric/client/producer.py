@@ -30,11 +30,13 @@ import numpy as np
 import pyarrow as pa
 
 from fabric.client import batching
+from fabric.client.client_metrics import Metrics, ProducerCounts
 from fabric.client.cluster import Cluster
 from fabric.client.delivery import BatchMetadata, DeliveryCallback, Drain, SendFuture
 from fabric.client.idempotence import Sequences
 from fabric.client.partitioner import StickyPartitioner, assign_partitions
 from fabric.client.send_timeouts import Deadline, delivery_timeout_ms
+from fabric.client.serializers import Serializer, Serializers
 from fabric.client.transaction import Bases, TransactionManager, TxnState
 from fabric.common import checks, record_checks
 from fabric.common.clock import SYSTEM_CLOCK
@@ -86,16 +88,6 @@ class _TopicMeta:
     typed: TypedValueRule | None
 
 
-Serializer = Callable[[Any], Any]
-
-
-def _serializer(name: str, given: Serializer | None) -> Serializer | None:
-    if given is not None and not callable(given):
-        raise InvalidConfigError(f"{name} must be a function of one value returning bytes or str (e.g. "
-                                 f"lambda v: json.dumps(v).encode()), got {type(given).__name__}")
-    return given
-
-
 class Producer:
     """Sends records to topics of one cluster. Thread-safe; use as a context manager or close().
     `key_serializer` / `value_serializer` (kafka-python's) turn each non-null key / value into what send() takes
@@ -104,8 +96,7 @@ class Producer:
     def __init__(self, cluster: Cluster, key_serializer: Serializer | None = None,
                  value_serializer: Serializer | None = None, **config: Any) -> None:
         self.cluster = cluster
-        self._key_serializer = _serializer("key_serializer", key_serializer)
-        self._value_serializer = _serializer("value_serializer", value_serializer)
+        self._serializers = Serializers(key_serializer, value_serializer)
         self.config = client_config("producer", PRODUCER_SETTINGS, config)
         given = {k.replace(".", "_") for k in config}
         self.config["delivery_timeout_ms"] = delivery_timeout_ms(self.config, given)
@@ -133,6 +124,7 @@ class Producer:
         self._appending = 0  # batches being appended now (read without the lock by a flush that cannot take it)
         self._wake = threading.Condition(self._lock)
         self._linger_thread: threading.Thread | None = None
+        self._counts = ProducerCounts()
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._at_exit)
 
@@ -158,6 +150,15 @@ class Producer:
             self._meta[topic] = cached
         return cached
 
+    def partitions_for(self, topic: str) -> set[int]:
+        """The partition numbers of `topic` (kafka-python's partitions_for), from the metadata send() uses."""
+        return set(range(self._topic(topic).info.partitions))
+
+    def metrics(self) -> Metrics:
+        """What this producer did, as kafka-python's metrics(): {"producer-metrics": {metric name: value}}, with
+        Kafka's names (record-send-total, byte-total, record-error-total, record-retry-total, request-total)."""
+        return self._counts.report()
+
     # -- sending -----------------------------------------------------------------------------------
     def send(self, topic: str, value: Any = None, key: bytes | str | None = None, headers: Headers = None,
              partition: int | None = None, timestamp: int | None = None, *, callback: DeliveryCallback | None = None,
@@ -177,10 +178,7 @@ class Producer:
         if self._closed:
             raise FabricError("send() on a closed producer; create a new one")
         meta = self._topic(topic)
-        if key is not None and self._key_serializer is not None:
-            key = _serialized(self._key_serializer, key, "key")
-        if value is not None and self._value_serializer is not None:
-            value = _serialized(self._value_serializer, value, "value")
+        key, value = self._serializers.apply(key, value)
         if key is not None and type(key) is not bytes:
             key = record_checks.payload(key, "key")
         if meta.typed is None:
@@ -307,14 +305,19 @@ class Producer:
         while True:
             budget = deadline.request()
             if budget <= 0:
+                self._counts.failed(rows.num_rows)
                 raise deadline.passed(f"a batch of {rows.num_rows} record(s) to {topic}-{partition}", last)
             try:
                 with call_deadline(budget):
-                    return self.cluster.append(topic, partition, rows, self._codec, self._acks, **producer())
+                    base = self.cluster.append(topic, partition, rows, self._codec, self._acks, **producer())
+                self._counts.sent(rows)
+                return base
             except FabricError as exc:
                 if not exc.retriable or retries >= self.config["retries"]:
+                    self._counts.failed(rows.num_rows)
                     raise
                 last, retries = exc, retries + 1
+                self._counts.retried(rows.num_rows)
                 log.info("producer %r: append to %s-%d failed (%s); retry %d", self.config["client_id"], topic,
                          partition, exc, retries)
                 time.sleep(min(self.config["retry_backoff_ms"] / 1000, max(deadline.left(), 0)))
@@ -425,8 +428,10 @@ class Producer:
             try:
                 bases = manager.commit(publish)
             except BaseException as exc:
+                self._counts.failed(sum(len(buf.values) for buf in buffers.values()))
                 _fail(buffers.values(), exc)
                 raise
+            self._counts.sent(*(chunk for chunks in parts.values() for chunk in chunks))
             for buf, assigned, runs in built:
                 topic = buf.drain.topic
                 metas = [BatchMetadata(topic, p, base, chunk.num_rows) for p, _, _ in runs
@@ -555,15 +560,6 @@ def _fail(buffers: Iterable[_Buffer], error: BaseException) -> None:
     for buf in buffers:
         buf.drain.error = error
         buf.drain.finish()
-
-
-def _serialized(serializer: Serializer, data: Any, what: str) -> Any:
-    """`serializer(data)`; its failure is an InvalidRecordError naming the serializer (nothing is sent)."""
-    try:
-        return serializer(data)
-    except Exception as exc:  # noqa: BLE001 (user code: any failure refuses this record alone)
-        raise InvalidRecordError(f"{what}_serializer failed on this record ({type(exc).__name__}: {exc}); "
-                                 "nothing was sent") from exc
 
 
 def _linger_loop(ref: weakref.ref[Producer], wake: threading.Condition) -> None:

@@ -1,9 +1,10 @@
 """`fabric.TopicPartition`: a partition of a topic as Kafka's Python clients name it (kafka-python's namedtuple,
-confluent-kafka's class), with `.topic` and `.partition`.
+confluent-kafka's class), with `.topic` and `.partition`, and confluent-kafka's optional `.offset`.
 
 It is a (topic, partition) tuple, so it compares equal to, hashes like and is accepted wherever a plain pair is
 (the internal `fabric.common.types.TopicPartition` is that plain pair); the consumer gives its partitions back
-as TopicPartition objects.
+as TopicPartition objects. The offset takes no part in equality (as in confluent-kafka): it says where to read
+from (assign, seek) or carries an answer (committed, position).
 """
 from __future__ import annotations
 
@@ -12,11 +13,26 @@ from typing import Iterable, Mapping, NamedTuple, TypeVar
 V = TypeVar("V")
 
 
-class TopicPartition(NamedTuple):
-    """A partition of a topic: `TopicPartition("orders", 0)`, equal to ("orders", 0)."""
-
+class _Pair(NamedTuple):
     topic: str
     partition: int
+
+
+class TopicPartition(_Pair):
+    """A partition of a topic: `TopicPartition("orders", 0)`, equal to ("orders", 0);
+    `TopicPartition("orders", 0, 42)` also carries offset 42 (confluent-kafka's third argument)."""
+
+    offset: int | None = None
+
+    def __new__(cls, topic: str, partition: int, offset: int | None = None) -> TopicPartition:
+        self = super().__new__(cls, topic, partition)
+        if offset is not None:
+            self.offset = offset
+        return self
+
+    def __repr__(self) -> str:
+        shown = f", offset={self.offset!r}" if self.offset is not None else ""
+        return f"TopicPartition(topic={self.topic!r}, partition={self.partition!r}{shown})"
 
 
 def named(pairs: Iterable[tuple[str, int]]) -> list[TopicPartition]:
@@ -27,3 +43,9 @@ def named(pairs: Iterable[tuple[str, int]]) -> list[TopicPartition]:
 def named_keys(by_partition: Mapping[tuple[str, int], V]) -> dict[TopicPartition, V]:
     """The mapping with its (topic, partition) keys as TopicPartition objects."""
     return {TopicPartition(*tp): value for tp, value in by_partition.items()}
+
+
+def with_offsets(offsets: Mapping[tuple[str, int], int | None]) -> dict[TopicPartition, int | None]:
+    """The mapping with each key a TopicPartition carrying its own value as `.offset`, so that both dict users
+    (`result[tp]`) and confluent-kafka's list users (`[tp.offset for tp in result]`) read it."""
+    return {TopicPartition(tp[0], tp[1], offset): offset for tp, offset in offsets.items()}

@@ -20,7 +20,8 @@ INT_MAX = 2**31 - 1  # partition numbers are 32-bit, as Kafka's (a cluster caps 
 T = TypeVar("T")
 
 
-def _shown(value: object) -> str:
+def shown(value: object) -> str:
+    """`value` as an error message shows it: its repr, cut to 60 characters."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -34,7 +35,7 @@ def integer(value: Any, what: str, lo: int = 0, hi: int = LONG_MAX,
             error: type[FabricError] = InvalidArgumentError) -> int:
     """`value` as an int if it is a whole number (a bool is not) from `lo` to `hi`; else `error` naming `what`."""
     if not is_integer(value):
-        raise error(f"{what} must be an integer from {lo} to {hi}, got {type(value).__name__} {_shown(value)}")
+        raise error(f"{what} must be an integer from {lo} to {hi}, got {type(value).__name__} {shown(value)}")
     value = int(value)
     if not lo <= value <= hi:
         raise error(f"{what} must be an integer from {lo} to {hi}, got {value}")
@@ -55,7 +56,7 @@ def offset(value: Any, what: str = "offset") -> int:
 def timeout(value: Any, what: str = "timeout") -> float:
     """A timeout in seconds: a number >= 0 (not NaN)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value) or value < 0:
-        raise InvalidArgumentError(f"{what} must be a number of seconds >= 0, got {_shown(value)}")
+        raise InvalidArgumentError(f"{what} must be a number of seconds >= 0, got {shown(value)}")
     return float(value)
 
 
@@ -63,7 +64,7 @@ def topic_partition(value: Any, what: str) -> TopicPartition:
     """A (topic, partition) pair: a valid topic name and a partition number >= 0."""
     if not isinstance(value, (tuple, list)) or len(value) != 2:
         raise InvalidArgumentError(
-            f"{what} takes (topic, partition) pairs, got {_shown(value)}; e.g. ('orders', 0)")
+            f"{what} takes (topic, partition) pairs, got {shown(value)}; e.g. ('orders', 0)")
     topic, partition = value
     return validate_topic(topic), integer(partition, f"the partition of {topic!r} in {what}", 0, INT_MAX - 1)
 
@@ -72,7 +73,7 @@ def topic_partitions(values: Any, what: str) -> list[TopicPartition]:
     """A collection of (topic, partition) pairs (a single pair is refused: wrap it in a list)."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable) or _is_pair(values):
         raise InvalidArgumentError(
-            f"{what} takes a list of (topic, partition) pairs, got {_shown(values)}; e.g. [('orders', 0)]")
+            f"{what} takes a list of (topic, partition) pairs, got {shown(values)}; e.g. [('orders', 0)]")
     return [topic_partition(tp, what) for tp in values]
 
 
@@ -84,6 +85,6 @@ def by_partition(values: Any, what: str, check: Callable[[Any, str], T]) -> dict
     """A mapping of (topic, partition) pairs to values, each value passed through `check(value, what)`."""
     if not isinstance(values, Mapping):
         raise InvalidArgumentError(
-            f"{what} takes a dict of (topic, partition) pairs to values, got {_shown(values)}; "
+            f"{what} takes a dict of (topic, partition) pairs to values, got {shown(values)}; "
             "e.g. {('orders', 0): 42}")
     return {topic_partition(tp, what): check(value, f"the value for {tp!r} in {what}") for tp, value in values.items()}

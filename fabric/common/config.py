@@ -34,6 +34,16 @@ def _long(lo: int, hi: int = LONG_MAX) -> Callable[[str], int]:
     return parse
 
 
+def _ms_or_forever(text: str) -> float:
+    """Milliseconds from 0, or inf (kafka-python's float('inf')): forever."""
+    if str(text).strip().lower() in ("inf", "infinity"):
+        return float("inf")
+    try:
+        return float(_long(0, LONG_MAX)(text))
+    except ValueError:
+        raise ValueError(f"must be an integer from 0 to {LONG_MAX}, or float('inf') for forever") from None
+
+
 def _bool(text: str) -> bool:
     """true or false, any case (Kafka's boolean configs)."""
     value = str(text).strip().lower()
@@ -233,6 +243,8 @@ CONSUMER_SETTINGS: dict[str, Setting] = {
                                "read_committed: read a replicated partition below its last stable offset, "
                                "skipping aborted transactions; read_uncommitted: up to the high watermark"),
     "retry_backoff_ms": Setting(100, _long(0, INT_MAX), "wait between fetch attempts after a retriable error"),
+    "consumer_timeout_ms": Setting(float("inf"), _ms_or_forever, "how long iterating the consumer (for record in "
+                                   "consumer) waits for a record before the loop ends; default forever"),
 }
 
 

@@ -23,7 +23,12 @@ class InvalidGroupError(FabricError):
     """A consumer-group id breaks the naming rules."""
 
 
-class UnknownTopicError(FabricError):
+class UnknownTopicOrPartitionError(FabricError):
+    """The topic or partition does not exist (Kafka's UNKNOWN_TOPIC_OR_PARTITION): the base of the two errors that
+    say which."""
+
+
+class UnknownTopicError(UnknownTopicOrPartitionError):
     """The topic does not exist."""
 
 
@@ -37,7 +42,7 @@ class TopicExistsError(FabricError):
                    "(create_topic(exist_ok=True), `fabric topics create --if-not-exists`)")
 
 
-class UnknownPartitionError(FabricError):
+class UnknownPartitionError(UnknownTopicOrPartitionError):
     """The partition number is outside the topic's partition range."""
 
 
@@ -171,6 +176,12 @@ class InconsistentTopicIdError(NotLeaderError):
     """The request names a topic by an id other than the one the node serves under that name: the topic was
     deleted and created again, and the client or the node has not learned it yet (Kafka's
     INCONSISTENT_TOPIC_ID); refresh the metadata and retry."""
+
+
+class KafkaStorageError(NotLeaderError, StorageError):
+    """A data node cannot serve its replica of the partition: its storage failed (a full or read-only disk, an I/O
+    error, the replica's directory gone), as Kafka's KAFKA_STORAGE_ERROR. The node reports the replica offline and
+    the controller moves the leadership to an in-sync replica: refresh the metadata and retry."""
 
 
 class FencedLeaderEpochError(FabricError):

@@ -285,13 +285,15 @@ class ClusterDescription:
 @dataclass(frozen=True)
 class NodeAssignment:
     """A data node's heartbeat answer: the controller epoch, the registrations of the partitions it is a
-    replica of, their topics' metadata (what it needs to open their logs) and the addresses of the registered
-    nodes by id (where its followers fetch from)."""
+    replica of, their topics' metadata (what it needs to open their logs), the addresses of the registered
+    nodes by id (where its followers fetch from) and, of its partitions, the replicas their nodes report offline
+    (a leader does not ask to add them to the ISR)."""
 
     controller_epoch: int
     partitions: dict[TopicPartition, PartitionRegistration]
     topics: dict[str, TopicInfo]
     addresses: dict[int, str] = field(default_factory=dict)
+    offline_replicas: dict[TopicPartition, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

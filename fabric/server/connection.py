@@ -1,7 +1,8 @@
 """A Flight connection to the coordinator instances of a fabric:// URL, with failover to the active one.
 
 URL: `fabric://host:port[,host:port...][?token=T&tls=true&ca=/ca.pem&timeout_ms=30000]` (`fabric+tls://`
-implies tls=true). The token defaults to $FABRIC_TOKEN, the CA file to $FABRIC_TLS_CA. Calls go to the
+implies tls=true). The token defaults to $FABRIC_TOKEN, the CA file to $FABRIC_TLS_CA; a server process takes
+its own token from its token file (token.file) or $FABRIC_TOKEN, never from its command line. Calls go to the
 instance that answered last; on a connection error or a "not the active coordinator" answer the connection
 moves to the named active instance (else the next address) and retries until timeout_ms has passed.
 Clients (fabric.client.remote) and data nodes (fabric.server.node), which call the coordinator too, share it.
@@ -27,8 +28,7 @@ import pyarrow.flight as flight
 
 from fabric.common.errors import CoordinatorUnavailableError, InvalidConfigError
 from fabric.common.redaction import redact_url
-from fabric.server import wire
-from fabric.server.security import read_pem
+from fabric.server import security, wire
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -103,6 +103,31 @@ def parse_url(url: str) -> RemoteOptions:
                          query.get("ca") or os.environ.get(ENV_CA) or None, timeout_s)
 
 
+def url_token(url: str) -> str | None:
+    """The token of a fabric:// URL's ?token=, None if it has none (or cannot be parsed: parse_url says why)."""
+    try:
+        query = urlparse(url).query
+    except ValueError:
+        return None
+    return parse_qs(query).get("token", [None])[-1]
+
+
+def refuse_token_in_argv(option: str, url: str | None) -> None:
+    """InvalidConfigError if `url`, given on a server's command line as `option`, carries ?token=: every user of
+    the machine reads a process's command line (ps, /proc/PID/cmdline), so a server takes its token from a file
+    or the environment only. The error shows the URL without the token."""
+    if url and url_token(url) is not None:
+        raise InvalidConfigError(f"{option} {redact_url(url)!r} carries ?token=, which every user of this machine "
+                                 "can read on the process's command line (ps); drop it from the URL and put the "
+                                 f"token in a file given as --token-file FILE (token.file), or set ${ENV_TOKEN}")
+
+
+def server_token(token_file: str | None) -> str | None:
+    """The token a server process presents to the coordinator and the data nodes: its token file's
+    (--token-file, token.file), else $FABRIC_TOKEN, else None."""
+    return security.load_token(token_file) if token_file else os.environ.get(ENV_TOKEN) or None
+
+
 class Connection:
     """Flight clients to the instances of one URL, with failover to the active instance."""
 
@@ -113,7 +138,7 @@ class Connection:
         self._clients: dict[str, flight.FlightClient] = {}
         self._lock = threading.Lock()
         self._headers = [(wire.AUTH_HEADER.encode(), f"Bearer {options.token}".encode())] if options.token else []
-        self._ca = read_pem(options.ca_file, "TLS CA file (?ca= or $FABRIC_TLS_CA)")
+        self._ca = security.read_pem(options.ca_file, "TLS CA file (?ca= or $FABRIC_TLS_CA)")
 
     @property
     def call_options(self) -> flight.FlightCallOptions:

@@ -179,13 +179,18 @@ class ControllerDriver:
         return self._call(lambda c: c.register_node(node_id, address, rack, directory_id=directory_id))
 
     def node_heartbeat(self, node_id: int, node_epoch: int,
-                       high_watermarks: dict[TopicPartition, int] | None = None) -> NodeAssignment:
+                       high_watermarks: dict[TopicPartition, int] | None = None,
+                       offline_replicas: list[TopicPartition] | None = None) -> NodeAssignment:
         """Renew the node's lease (StaleNodeEpochError if fenced: it must register again); answer what it hosts.
-        A node reports the high watermarks of the partitions it leads (kept for consumer-group lag)."""
-        def beat(controller: ActiveController) -> int:
+        A node reports the high watermarks of the partitions it leads (kept for consumer-group lag) and the
+        replicas it cannot serve now (ActiveController.replicas_offline)."""
+        offline = frozenset(offline_replicas or ())
+
+        def beat(controller: ActiveController) -> tuple[int, dict[int, frozenset[TopicPartition]]]:
             controller.heartbeat(node_id, node_epoch)
-            return controller.controller_epoch
-        epoch = self._call(beat)
+            controller.replicas_offline(node_id, node_epoch, offline)
+            return controller.controller_epoch, dict(controller.offline_replicas)
+        epoch, reported = self._call(beat)
         self.high_watermarks.update(high_watermarks or {})
         mine = {tp: reg for tp, reg in self.store.partition_registrations().items()
                 if node_id in reg.assignment.replicas}
@@ -196,7 +201,10 @@ class ControllerDriver:
             except UnknownTopicError:
                 continue  # deleted meanwhile
         addresses = {n.id: n.address for n in self.store.registered_nodes()}
-        return NodeAssignment(epoch, {tp: reg for tp, reg in mine.items() if tp[0] in topics}, topics, addresses)
+        partitions = {tp: reg for tp, reg in mine.items() if tp[0] in topics}
+        unserved = {tp: found for tp, reg in partitions.items()
+                    if (found := tuple(r for r in reg.assignment.replicas if tp in reported.get(r, ())))}
+        return NodeAssignment(epoch, partitions, topics, addresses, unserved)
 
     def controlled_shutdown(self, node_id: int, node_epoch: int) -> int:
         """A stopping node's leaderships moved to other in-sync replicas and the node out of every ISR now

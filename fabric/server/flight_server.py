@@ -125,8 +125,13 @@ class FabricFlightServer(flight.FlightServerBase):
         return name
 
     def translate(self, exc: Exception) -> flight.FlightError:
-        """The Flight error a handler's exception is sent as."""
-        return wire.to_flight_error(exc)
+        """The Flight error a handler's exception is sent as (an unexpected one names `server_name`)."""
+        return wire.to_flight_error(exc, self.server_name)
+
+    @property
+    def server_name(self) -> str:
+        """What this server is, as an unexpected failure names it."""
+        return "coordinator"
 
 
 def translated(handler: Callable) -> Callable:

@@ -28,6 +28,7 @@ from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
 log = logging.getLogger(__name__)
 CLEANUP_KEY = "transaction.abort.timed.out.transaction.cleanup.interval.ms"  # Kafka's name
 DEFAULT_LISTEN = "127.0.0.1:9093"
+METRICS_HOST = "127.0.0.1"
 SERVER_LOG_LEVEL = "INFO"
 
 
@@ -41,6 +42,7 @@ class Settings:
     advertise: str | None = None
     tokens_file: str | None = None
     acl_file: str | None = None
+    token_file: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
     zk_session_timeout_ms: int = 18000
@@ -48,6 +50,8 @@ class Settings:
     shutdown_timeout_ms: int = 5000
     node_session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
     metrics_port: int | None = None
+    metrics_host: str = METRICS_HOST
+    metrics_token_file: str | None = None
     default_replication_factor: int | None = None
     log_retention_check_interval_ms: int = DEFAULT_INTERVAL_MS
     offsets_topic_replication_factor: int | None = None
@@ -80,12 +84,15 @@ class Settings:
         return self.advertise or f"{host}:{port}"
 
 
+METRICS_PROPERTIES = {"metrics.port": "metrics_port", "metrics.host": "metrics_host",
+                      "metrics.token.file": "metrics_token_file"}
 PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir", "coordinator.store": "store",
               "coordinator.advertised.listener": "advertise", "auth.tokens.file": "tokens_file",
-              "acl.file": "acl_file", "tls.cert.file": "tls_cert", "tls.key.file": "tls_key",
-              "zookeeper.session.timeout.ms": "zk_session_timeout_ms", "topic.max.partitions": "max_partitions",
+              "acl.file": "acl_file", "token.file": "token_file", "tls.cert.file": "tls_cert",
+              "tls.key.file": "tls_key", "zookeeper.session.timeout.ms": "zk_session_timeout_ms",
+              "topic.max.partitions": "max_partitions",
               "coordinator.shutdown.timeout.ms": "shutdown_timeout_ms",
-              "node.session.timeout.ms": "node_session_timeout_ms", "metrics.port": "metrics_port",
+              "node.session.timeout.ms": "node_session_timeout_ms", **METRICS_PROPERTIES,
               "default.replication.factor": "default_replication_factor",
               INTERVAL_KEY: "log_retention_check_interval_ms",
               "offsets.topic.replication.factor": "offsets_topic_replication_factor",
@@ -93,7 +100,7 @@ PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir"
               "transaction.max.timeout.ms": "transaction_max_timeout_ms",
               CLEANUP_KEY: "transaction_cleanup_interval_ms",
               "socket.request.max.bytes": "socket_request_max_bytes"}
-PATH_KEYS = ("tokens_file", "acl_file", "tls_cert", "tls_key")
+PATH_KEYS = ("tokens_file", "acl_file", "token_file", "tls_cert", "tls_key", "metrics_token_file")
 MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
                 "shutdown_timeout_ms": "coordinator.shutdown.timeout.ms",
                 "node_session_timeout_ms": "node.session.timeout.ms",
@@ -112,10 +119,7 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", metavar="URL", help="metadata store: sqlite:///path/metadata.db or "
                         "zk://host:port[,host:port]/chroot (default: DATA/__fabric/metadata.db)")
     parser.add_argument("--data", dest="data_dir", metavar="DIR", help="the shared data directory")
-    parser.add_argument("--tokens-file", metavar="FILE", help="`token principal` lines; enables authentication")
-    parser.add_argument("--acl-file", metavar="FILE", help="`principal operation resource` lines; enables ACLs")
-    parser.add_argument("--tls-cert", metavar="PEM", help="server certificate (with --tls-key: serve TLS)")
-    parser.add_argument("--tls-key", metavar="PEM", help="server private key")
+    add_security_arguments(parser, "the data nodes")
     parser.add_argument("--max-partitions", metavar="N", help="most partitions a topic may have "
                         f"(topic.max.partitions, default {DEFAULT_MAX_PARTITIONS})")
     parser.add_argument("--shutdown-timeout-ms", metavar="MS", help="SIGTERM or Ctrl-C stops the instance within "
@@ -140,7 +144,18 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
                         f"aborts the transactions on data nodes that passed their timeout ({CLEANUP_KEY}, "
                         "default 10000)")
     add_request_max_bytes_argument(parser)
-    add_metrics_port_argument(parser)
+    add_metrics_arguments(parser)
+
+
+def add_security_arguments(parser: argparse.ArgumentParser, peers: str) -> None:
+    """The authentication, authorization and TLS options, the same for every server process; `peers` are
+    whom its own token (--token-file) is presented to."""
+    parser.add_argument("--tokens-file", metavar="FILE", help="`token principal` lines; enables authentication")
+    parser.add_argument("--acl-file", metavar="FILE", help="`principal operation resource` lines; enables ACLs")
+    parser.add_argument("--token-file", metavar="FILE", help=f"a file holding the token this process presents to "
+                        f"{peers} (token.file; default $FABRIC_TOKEN): a token is never given on the command line")
+    parser.add_argument("--tls-cert", metavar="PEM", help="server certificate (with --tls-key: serve TLS)")
+    parser.add_argument("--tls-key", metavar="PEM", help="server private key")
 
 
 def add_request_max_bytes_argument(parser: argparse.ArgumentParser) -> None:
@@ -150,19 +165,24 @@ def add_request_max_bytes_argument(parser: argparse.ArgumentParser) -> None:
                         f"{SOCKET_REQUEST_MAX_BYTES})")
 
 
-def byte_count(key: str, value: Any) -> int:
-    """A size option `key` in bytes: an int from 1 to INT_MAX."""
+def byte_count(key: str, value: Any, minimum: int = 1) -> int:
+    """A size option `key` in bytes: an int from `minimum` to INT_MAX."""
     text = str(value).strip()
-    if not text.isdigit() or not 1 <= int(text) <= INT_MAX:
-        raise InvalidConfigError(f"{key} must be a number of bytes from 1 to {INT_MAX}, got {clip(value, 40)}")
+    if not text.isdigit() or not minimum <= int(text) <= INT_MAX:
+        raise InvalidConfigError(f"{key} must be a number of bytes from {minimum} to {INT_MAX}, got "
+                                 f"{clip(value, 40)}")
     return int(text)
 
 
-def add_metrics_port_argument(parser: argparse.ArgumentParser) -> None:
-    """--metrics-port, the same for every server process."""
+def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
+    """--metrics-port, --metrics-host and --metrics-token-file, the same for every server process."""
     parser.add_argument("--metrics-port", metavar="PORT", help="serve Prometheus metrics at "
-                        "http://HOST:PORT/metrics, HOST being --listen's (metrics.port; 0: any free port, shown by "
-                        "the status action; default: no metrics endpoint)")
+                        "http://METRICS_HOST:PORT/metrics (metrics.port; 0: any free port, shown by the status "
+                        "action; default: no metrics endpoint)")
+    parser.add_argument("--metrics-host", metavar="HOST", help="the address the metrics endpoint binds "
+                        f"(metrics.host, default {METRICS_HOST}: this machine only; 0.0.0.0 for every interface)")
+    parser.add_argument("--metrics-token-file", metavar="FILE", help="a file holding the token a scrape must send "
+                        "as `Authorization: Bearer <token>` (metrics.token.file; default: none asked)")
 
 
 def metrics_port(value: Any) -> int:

@@ -1,7 +1,8 @@
 """Real server processes on free 127.0.0.1 ports (tests, benchmarks and `fabric cluster up`): coordinator
 instances (`python -m fabric.server.service`) and data nodes (`python -m fabric.server.node`).
 `start()` returns once the process answers a Flight call (a node: once it has registered); `kill()` SIGKILLs
-it, `stop()` terminates it.
+it, `stop()` terminates it. A process's own token goes to it in its environment ($FABRIC_TOKEN), never on its
+command line, where every user of the machine could read it.
 """
 from __future__ import annotations
 
@@ -11,23 +12,24 @@ import subprocess
 import sys
 import time
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import pyarrow.flight as flight
 
 from fabric.server import wire
+from fabric.server.connection import ENV_TOKEN
 from fabric.server.zookeeper import free_port
 
 
 class ServerProcess:
     """One server process serving `data_dir`; its output goes to <kind>-<port>.log in `log_dir` (default:
-    data_dir). Subclasses give `kind` and `command()`."""
+    data_dir). `token` is the one it presents to its peers (default: this process's $FABRIC_TOKEN, which it
+    inherits). Subclasses give `kind` and `command()`."""
 
     kind = "server"
 
     def __init__(self, data_dir: str, port: int | None = None, tls: tuple[str, str] | None = None,
-                 extra: tuple[str, ...] = (), log_dir: str | None = None) -> None:
-        self.data_dir, self.tls, self.extra = data_dir, tls, extra
+                 extra: tuple[str, ...] = (), log_dir: str | None = None, token: str | None = None) -> None:
+        self.data_dir, self.tls, self.extra, self.token = data_dir, tls, extra, token
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.log_path = os.path.join(log_dir or data_dir, f"{self.kind}-{self.port}.log")
@@ -43,9 +45,10 @@ class ServerProcess:
         """Start the process; return self once it is ready (see ready()), else raise with its log."""
         os.makedirs(self.data_dir, exist_ok=True)
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
+        env = {**os.environ, ENV_TOKEN: self.token} if self.token else None
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(self.command(), cwd=self.data_dir, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+                                            stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         deadline = time.monotonic() + timeout
         while not self.ready():
             if self.process.poll() is not None:
@@ -141,8 +144,9 @@ class CoordinatorProcess(ServerProcess):
     kind = "coordinator"
 
     def __init__(self, data_dir: str, store: str | None = None, port: int | None = None,
-                 tls: tuple[str, str] | None = None, extra: tuple[str, ...] = (), log_dir: str | None = None) -> None:
-        super().__init__(data_dir, port, tls, extra, log_dir)
+                 tls: tuple[str, str] | None = None, extra: tuple[str, ...] = (), log_dir: str | None = None,
+                 token: str | None = None) -> None:
+        super().__init__(data_dir, port, tls, extra, log_dir, token)
         self.store = store
 
     def url(self, query: str = "") -> str:
@@ -158,13 +162,14 @@ class CoordinatorProcess(ServerProcess):
 
 class NodeProcess(ServerProcess):
     """Data node `node_id` serving `data_dir`, registered with the coordinator at `coordinator` (a fabric://
-    URL); ready once it has registered."""
+    URL without ?token=: the node refuses one on its command line); ready once it has registered."""
 
     kind = "node"
 
     def __init__(self, node_id: int, data_dir: str, coordinator: str, port: int | None = None,
-                 tls: tuple[str, str] | None = None, extra: tuple[str, ...] = (), log_dir: str | None = None) -> None:
-        super().__init__(data_dir, port, tls, extra, log_dir)
+                 tls: tuple[str, str] | None = None, extra: tuple[str, ...] = (), log_dir: str | None = None,
+                 token: str | None = None) -> None:
+        super().__init__(data_dir, port, tls, extra, log_dir, token)
         self.node_id, self.coordinator = node_id, coordinator
 
     def command(self) -> list[str]:
@@ -173,8 +178,8 @@ class NodeProcess(ServerProcess):
 
     def ready(self) -> bool:
         """True once the node answers with a node epoch (it has registered). A node requiring tokens is asked with
-        the token of its coordinator URL (?token=); without one, its refusal is all there is to wait for."""
-        token = parse_qs(urlparse(self.coordinator).query).get("token", [None])[0]
+        its own token; without one, its refusal is all there is to wait for."""
+        token = self.token or os.environ.get(ENV_TOKEN)
         try:
             return self.status(token)["node_epoch"] > 0
         except flight.FlightUnauthenticatedError:

@@ -62,7 +62,6 @@ from fabric.coordinator.transaction_offsets import TransactionOffsets
 from fabric.server import wire
 from fabric.server.connection import (
     ENV_CA,
-    ENV_TOKEN,
     Call,
     Connection,
     RemoteOptions,
@@ -279,15 +278,16 @@ class OffsetsLoader:
                     self.topic.resign()
 
 
-def node_connection(tls: bool) -> Connection:
-    """Flight clients to the data nodes, with the token ($FABRIC_TOKEN: it needs write on the offsets topic) and
-    CA ($FABRIC_TLS_CA) nodes use towards each other; TLS when the instance itself serves TLS."""
-    return Connection(RemoteOptions((), os.environ.get(ENV_TOKEN) or None, tls,  # no coordinator addresses: only
-                                    os.environ.get(ENV_CA) or None, 30.0))   # client(node address) is used
+def node_connection(tls: bool, token: str | None) -> Connection:
+    """Flight clients to the data nodes, with the instance's own `token` (connection.server_token: it needs write
+    on the offsets topic) and the CA ($FABRIC_TLS_CA) nodes use towards each other; TLS when the instance itself
+    serves TLS."""
+    return Connection(RemoteOptions((), token, tls,  # no coordinator addresses: only client(node address) is used
+                                    os.environ.get(ENV_CA) or None, 30.0))
 
 
 def install(store: TransactionOffsets, controller: ControllerDriver, replication_factor: int, tls: bool,
-            segment_bytes: int = SEGMENT_BYTES) -> OffsetsTopic:
+            token: str | None, segment_bytes: int = SEGMENT_BYTES) -> OffsetsTopic:
     """Keep `store`'s group offsets and group states in the replicated offsets topic from now on (created with
     `segment_bytes` segments), loaded whenever this instance's controller starts; the offsets of the store's local
     topic (and through it, of older stores) and the group states its own group store kept are migrated into it
@@ -297,7 +297,8 @@ def install(store: TransactionOffsets, controller: ControllerDriver, replication
         for group in local.groups():
             for tp, committed in local.committed(group).items():
                 yield group, tp, committed
-    topic = OffsetsTopic(ReplicatedOffsetsLog(controller, replication_factor, node_connection(tls), segment_bytes),
+    topic = OffsetsTopic(ReplicatedOffsetsLog(controller, replication_factor, node_connection(tls, token),
+                                              segment_bytes),
                          legacy, roll_forward=store.roll_forward_offsets)
     store.use_offsets_topic(topic)
     store.use_group_store(TopicGroupStore(topic, store.group_store))  # loaded with the offsets, migrated once

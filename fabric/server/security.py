@@ -9,6 +9,7 @@ group:NAME, group:*, transactional-id:NAME, transactional-id:* (a sink's transac
 whether one committed `describe`) and cluster:fabric (or cluster:*): data nodes registering and heartbeating
 need `cluster_action` on it, as Kafka's brokers need ClusterAction on the cluster.
 Without a tokens file every caller is ANONYMOUS; without an ACL file every principal may do everything.
+Token file (`token.file`): the one token a server process itself presents to the coordinator and the nodes.
 Errors about these files never show a line of them: a misplaced tokens file must not print its tokens.
 """
 from __future__ import annotations
@@ -64,6 +65,15 @@ def load_tokens(path: str) -> dict[str, str]:
             raise InvalidConfigError(f"{path}:{number}: token listed twice; each token names one principal")
         tokens[token] = principal
     return tokens
+
+
+def load_token(path: str, option: str = "--token-file") -> str:
+    """The one token of a token file (`option`): a single line holding nothing else."""
+    found = [parts[0] for _, parts in _lines(path, "token", "token")]
+    if len(found) != 1:
+        raise InvalidConfigError(f"the token file {path!r} ({option}) must hold one token on one line, it holds "
+                                 f"{len(found)}; a tokens file of `token principal` lines is --tokens-file")
+    return found[0]
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from fabric.coordinator.transaction_timeouts import TransactionTimeouts
 from fabric.server import coordinator_metrics, protocol_handlers, protocol_routes, replicated_offsets, security, wire
 from fabric.server.arguments import check_call
 from fabric.server.cluster_broker import ClusterBroker
+from fabric.server.connection import server_token
 from fabric.server.controller_driver import ControllerDriver
 from fabric.server.entry import server_main
 from fabric.server.flight_server import FabricFlightServer, measured, translated
@@ -309,7 +310,8 @@ def serve(settings: Settings) -> None:
         controller = ControllerDriver(store, settings.node_session_timeout_ms)
         if settings.offsets_replication_factor is not None and isinstance(store, TransactionOffsets):
             replicated_offsets.install(store, controller, settings.offsets_replication_factor,
-                                       settings.tls_cert is not None, settings.offsets_topic_segment_bytes)
+                                       settings.tls_cert is not None, server_token(settings.token_file),
+                                       settings.offsets_topic_segment_bytes)
         broker = ClusterBroker(settings.data_dir, store, settings.max_partitions, controller,
                                settings.default_replication_factor)
         server = CoordinatorService(settings, broker, election)
@@ -317,7 +319,7 @@ def serve(settings: Settings) -> None:
         if isinstance(store, TransactionTimeouts):
             reaper = transaction_reaper(store, controller, settings, lambda: election.is_active)
         coordinator_metrics.register(server.metrics.registry, broker, lambda: election.is_active)
-        server.metrics.serve(settings.listen, settings.metrics_port)
+        server.metrics.serve(settings.metrics_host, settings.metrics_port, settings.metrics_token_file)
         election.start(server.instance, controller)
         controller.start_timer()
         shutdown.serve_until_requested(
@@ -335,7 +337,8 @@ def transaction_reaper(store: TransactionTimeouts, controller: ControllerDriver,
     """Started: the abort of `store`'s transactions past their timeout, while `active()` (this instance is)."""
     store.max_transaction_timeout_ms = settings.transaction_max_timeout_ms
     interval_s = settings.transaction_cleanup_interval_ms / 1000
-    leaders = LeaderCalls(controller, replicated_offsets.node_connection(settings.tls_cert is not None),
+    leaders = LeaderCalls(controller, replicated_offsets.node_connection(settings.tls_cert is not None,
+                                                                         server_token(settings.token_file)),
                           min(30.0, max(1.0, interval_s)))
     reaper = TransactionReaper(store, leaders, interval_s, active)
     store.writers_aborted = reaper.wake

@@ -342,8 +342,9 @@ def not_active(instance: str, active: str) -> flight.FlightUnavailableError:
         {"type": NOT_ACTIVE, "message": message, "active": active}).encode())
 
 
-def to_flight_error(exc: BaseException) -> flight.FlightError:
-    """A server-side exception as the Flight error that carries it to the client."""
+def to_flight_error(exc: BaseException, server: str = "coordinator") -> flight.FlightError:
+    """A server-side exception as the Flight error that carries it to the client; an unexpected one says which
+    `server` failed."""
     if isinstance(exc, flight.FlightError):
         return exc
     if isinstance(exc, errors.AuthenticationError):
@@ -354,7 +355,7 @@ def to_flight_error(exc: BaseException) -> flight.FlightError:
         return flight.FlightUnavailableError(str(exc), extra_info=error_info(exc))
     if isinstance(exc, (errors.FabricError, NotImplementedError)):
         return flight.FlightServerError(str(exc), extra_info=error_info(exc))
-    message = f"coordinator failed: {type(exc).__name__}: {shorten(str(exc), 300)}"  # never a whole input
+    message = f"{server} failed: {type(exc).__name__}: {shorten(str(exc), 300)}"  # never a whole input
     return flight.FlightInternalError(message, extra_info=json.dumps({"type": type(exc).__name__,
                                                                       "message": message}).encode())
 

@@ -14,6 +14,7 @@ from fabric.spark.session import spark_session, use_fabric_confs
 # Spark's Python workers cannot connect back in sandboxes without these (see README).
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+PROGRESS_POLL_S = 1  # seconds between run()'s looks at the batches finished since (Spark keeps the last 100)
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -58,18 +59,30 @@ def read_topic(spark: SparkSession, args: argparse.Namespace, topic: str, **opti
 
 
 def run(query: StreamingQuery, args: argparse.Namespace) -> None:
-    """Wait for the query: to the end of the backlog (available-now) or until --timeout; print progress."""
+    """Wait for the query: to the end of the backlog (available-now) or until --timeout; print a line for each
+    micro-batch it ran."""
     deadline = time.monotonic() + args.timeout if args.timeout else None
+    printed = -1
     while query.isActive:
-        query.awaitTermination(2)
-        progress = query.lastProgress
-        if progress:
-            print(f"[{query.name or query.id}] batch {progress['batchId']}: "
-                  f"{progress['numInputRows']} rows", flush=True)
+        query.awaitTermination(PROGRESS_POLL_S)
+        printed = print_batches(query, printed)
         if deadline and time.monotonic() > deadline:
             query.stop()
+    print_batches(query, printed)
     if query.exception():
         raise SystemExit(f"query failed: {query.exception()}")
+
+
+def print_batches(query: StreamingQuery, after: int) -> int:
+    """Print one line (id, rows, duration) for each micro-batch the query ran after batch `after`, from its
+    recent progress; returns the last batch id printed. A trigger that found no new data reports progress too,
+    under the id the next batch will have, but runs nothing (no addBatch): it is not a batch and not printed."""
+    for progress in query.recentProgress:
+        if progress["batchId"] > after and "addBatch" in progress["durationMs"]:
+            after = progress["batchId"]
+            print(f"[{query.name or query.id}] batch {after}: {progress['numInputRows']:,} rows in "
+                  f"{progress['durationMs']['triggerExecution'] / 1000:.2f} s", flush=True)
+    return after
 
 
 def trigger(args: argparse.Namespace) -> dict:

@@ -10,8 +10,9 @@ from types import TracebackType
 
 def claim(path: str) -> int | None:
     """Lock `path` (created if need be) exclusively without waiting, until the returned descriptor is closed or the
-    process ends; None if another process holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    process ends; None if another process holds it. The descriptor is read-only: a claim writes nothing, and a
+    filesystem with a file open for writing cannot be remounted read-only."""
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

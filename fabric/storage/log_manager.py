@@ -60,6 +60,16 @@ class LogManager:
         for p in range(first, info.partitions):
             self.log(info, p).sync_tail_locked()
 
+    def partitions_on_disk(self) -> list[TopicPartition]:
+        """Every partition with a directory under the root, sorted."""
+        found = []
+        for topic in os.listdir(self.root):
+            directory = os.path.join(self.root, topic)
+            if topic != INTERNAL_DIR and os.path.isdir(directory):
+                found += [(topic, int(p)) for p in os.listdir(directory)
+                          if p.isdigit() and os.path.isdir(os.path.join(directory, p))]
+        return sorted(found)
+
     def delete_partition(self, tp: TopicPartition) -> None:
         """Forget one partition's log and remove its directory (a replica moved to other nodes)."""
         directory = os.path.join(self.topic_dir(tp[0]), str(tp[1]))

@@ -15,7 +15,7 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import nbformat
 import pyarrow as pa
@@ -62,17 +62,26 @@ def spark():
 
 
 @pytest.fixture(scope="session")
-def spark_cluster(plain_module: Callable[[str], ModuleType], tmp_path_factory) -> Iterator[Any]:
-    """A real Spark standalone cluster shared by the run (tests/spark_cluster.py's SparkCluster): a master and 2
-    workers of 1 core and 1 GiB on free 127.0.0.1 ports, started with pyspark's launcher. `master_url`,
-    `submit(script, *args, conf=None, env=None, name=None)` → the spark-submit Popen (client mode),
-    `run(...)` → its output once it succeeded, `output(popen)`, `wait_for_app(name)` → the master's app entry,
-    `executor_pids(app_id=None)` / `wait_for_executors(count, app_id=None)` → executor JVM pids,
-    `kill_executor(pid=None, app_id=None)` → the pid SIGKILLed, once gone, `alive_workers()`, `state()`.
-    Everything it started is stopped after the run, by process group."""
+def spark_standalone(plain_module: Callable[[str], ModuleType], tmp_path_factory) -> Iterator[Any]:
+    """The run's one Spark standalone cluster behind `spark_cluster`, stopped after the run, by process group."""
     cluster = plain_module("spark_cluster").SparkCluster(tmp_path_factory.mktemp("spark")).start()
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture
+def spark_cluster(spark_standalone: Any) -> Iterator[Any]:
+    """A real Spark standalone cluster shared by the run (tests/spark_cluster.py's SparkCluster): a master and 2
+    workers of 1 core and 1 GiB on free 127.0.0.1 ports, started with pyspark's launcher. `master_url`,
+    `submit(script, *args, conf=None, env=None, name=None)` → the spark-submit Popen (client mode),
+    `supervise(...)` → a SupervisedJob (submitted again if Spark starved it), `run(...)` → its output once it
+    succeeded, `output(popen)`, `wait(condition, what, *paths)` (as long as the cluster's logs or those paths
+    change), `wait_for_app(name)` → the master's app entry,
+    `executor_pids(app_id=None)` / `wait_for_executors(count, app_id=None)` → executor JVM pids,
+    `kill_executor(pid=None, app_id=None)` → the pid SIGKILLed, once gone, `alive_workers()`, `state()`.
+    The jobs a test submitted end with it, passed or failed."""
+    yield spark_standalone
+    spark_standalone.end_jobs()
 
 
 # -- ZooKeeper ------------------------------------------------------------------------------------------------
@@ -173,20 +182,25 @@ class NodeCluster:
     """Coordinator instances (`instances` of them sharing one data directory: a SQLite store, or with
     `coordinator_extra` e.g. a zk:// store) and data nodes 1..`nodes` as real processes under `root`, with quick
     leases: a node is dead `SESSION_MS` after its last heartbeat. `start()` returns once every node registered;
-    `close()` stops them all. `node_query` (e.g. "token=...") is added to the nodes' coordinator URL, `node_extra`
+    `close()` stops them all. `node_token` is the nodes' own token (given in their environment, as a token must
+    never be on a command line), `node_extra`
     to their options (after the defaults, so they override them), `racks[i - 1]` is node i's --rack; with
-    `separate_dirs` each coordinator instance has a data directory of its own (coordinator1, coordinator2, ...)."""
+    `separate_dirs` each coordinator instance has a data directory of its own (coordinator1, coordinator2, ...);
+    `data_dirs[i]` is node i's data directory instead of root/node<i> (e.g. on a SmallDisk), with its log in
+    root/logs (so it outlives the directory)."""
 
     SESSION_MS, HEARTBEAT_MS = 6000, 500  # a loaded machine meets these; death tests wait up to 30 s
 
     def __init__(self, root: Path, nodes: int = 3, coordinator_extra: tuple[str, ...] = (),
-                 node_query: str = "", instances: int = 1, node_extra: tuple[str, ...] = (),
-                 racks: tuple[str, ...] = (), separate_dirs: bool = False) -> None:
+                 node_token: str | None = None, instances: int = 1, node_extra: tuple[str, ...] = (),
+                 racks: tuple[str, ...] = (), separate_dirs: bool = False,
+                 data_dirs: Mapping[int, Path] | None = None) -> None:
         self.root, self.node_extra, self.racks = root, node_extra, racks
+        self.data_dirs = dict(data_dirs or {})
         self.coordinators = [CoordinatorProcess(str(root / (f"coordinator{i}" if separate_dirs else "coordinator")),
                                                 extra=("--node-session-timeout-ms", str(self.SESSION_MS),
                                                        *coordinator_extra)) for i in range(1, instances + 1)]
-        self.node_query = node_query
+        self.node_token = node_token
         self.nodes: dict[int, NodeProcess] = {}
         self.count = nodes
 
@@ -201,12 +215,13 @@ class NodeCluster:
     def start(self) -> NodeCluster:
         for coordinator in self.coordinators:
             coordinator.start()
-        coordinator_url = self.url + (f"?{self.node_query}" if self.node_query else "")
         for i in range(1, self.count + 1):
-            self.nodes[i] = NodeProcess(i, str(self.root / f"node{i}"), coordinator_url,
+            self.nodes[i] = NodeProcess(i, str(self.data_dirs.get(i, self.root / f"node{i}")), self.url,
+                                        token=self.node_token,
                                         extra=("--heartbeat-interval-ms", str(self.HEARTBEAT_MS),
                                                "--session-timeout-ms", str(self.SESSION_MS), *self.node_extra,
-                                               *(("--rack", self.racks[i - 1]) if self.racks else ())))
+                                               *(("--rack", self.racks[i - 1]) if self.racks else ())),
+                                        log_dir=str(self.root / "logs") if i in self.data_dirs else None)
         for node in self.nodes.values():
             node.start()
         return self
@@ -215,7 +230,8 @@ class NodeCluster:
         """Start node `node_id` again on its port and data directory; returns once it registered."""
         old = self.nodes[node_id]
         old.stop()
-        self.nodes[node_id] = NodeProcess(node_id, old.data_dir, old.coordinator, port=old.port, extra=old.extra)
+        self.nodes[node_id] = NodeProcess(node_id, old.data_dir, old.coordinator, port=old.port, extra=old.extra,
+                                          log_dir=os.path.dirname(old.log_path), token=old.token)
         return self.nodes[node_id].start()
 
     def close(self) -> None:
@@ -248,7 +264,7 @@ def secured_cluster(request, tmp_path_factory) -> Iterator[NodeCluster]:
     node_token = next(token for token, principal in tokens.items() if principal == "node")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("FABRIC_TOKEN", node_token)  # the coordinator's token towards the node
-        cluster = NodeCluster(root, nodes=1, coordinator_extra=files, node_query=f"token={node_token}",
+        cluster = NodeCluster(root, nodes=1, coordinator_extra=files, node_token=node_token,
                               node_extra=files)
         try:
             cluster.start()
@@ -297,16 +313,16 @@ LIMITED_REQUEST_BYTES = 4 << 20
 
 @pytest.fixture
 def node_cluster(tmp_path) -> Iterator[Callable[..., NodeCluster]]:
-    """start(nodes=3, coordinator_extra=(), node_query="", instances=1, node_extra=(), racks=(),
-    separate_dirs=False) → a started NodeCluster of the test's own (for tests that kill or restart processes);
-    stopped after the test."""
+    """start(nodes=3, coordinator_extra=(), node_token=None, instances=1, node_extra=(), racks=(),
+    separate_dirs=False, data_dirs=None) → a started NodeCluster of the test's own (for tests that kill or restart
+    processes); stopped after the test."""
     started: list[NodeCluster] = []
 
-    def start(nodes: int = 3, coordinator_extra: tuple[str, ...] = (), node_query: str = "",
+    def start(nodes: int = 3, coordinator_extra: tuple[str, ...] = (), node_token: str | None = None,
               instances: int = 1, node_extra: tuple[str, ...] = (), racks: tuple[str, ...] = (),
-              separate_dirs: bool = False) -> NodeCluster:
-        started.append(NodeCluster(tmp_path / f"cluster{len(started)}", nodes, coordinator_extra, node_query,
-                                   instances, node_extra, racks, separate_dirs))
+              separate_dirs: bool = False, data_dirs: Mapping[int, Path] | None = None) -> NodeCluster:
+        started.append(NodeCluster(tmp_path / f"cluster{len(started)}", nodes, coordinator_extra, node_token,
+                                   instances, node_extra, racks, separate_dirs, data_dirs))
         return started[-1].start()
 
     yield start

@@ -6,6 +6,7 @@ calls are authorized on the cluster resource."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 from collections import Counter
 
@@ -13,6 +14,7 @@ import pytest
 
 import fabric
 from fabric.common.errors import (
+    AuthenticationError,
     AuthorizationError,
     FencedLeaderEpochError,
     InvalidConfigError,
@@ -23,6 +25,8 @@ from fabric.common.errors import (
 )
 from fabric.common.waiting import wait_for
 from fabric.server.launcher import NodeProcess
+from fabric.server.node.repair import range_call
+from fabric.storage import frame
 
 # a loaded machine may take a while past the session timeout to notice, decide and answer
 SETTLE_S = 30
@@ -135,7 +139,7 @@ def test_the_controllers_calls_need_cluster_action_and_describe_shows_only_descr
     (tmp_path / "acls").write_text("admin admin topic:*\nadmin admin group:*\nnode cluster_action cluster:fabric\n"
                                    "app describe topic:visible\n")
     files = ("--tokens-file", str(tmp_path / "tokens"), "--acl-file", str(tmp_path / "acls"))
-    cluster = node_cluster(nodes=1, coordinator_extra=files, node_query="token=node-secret", node_extra=files)
+    cluster = node_cluster(nodes=1, coordinator_extra=files, node_token="node-secret", node_extra=files)
     with fabric.connect(cluster.coordinator.url("token=admin-secret")) as fab:
         assert [n.alive for n in fab.list_nodes()] == [True]  # the launcher waited for it with the node's token
         fab.create_topic("visible", replication_factor=1)
@@ -148,6 +152,10 @@ def test_the_controllers_calls_need_cluster_action_and_describe_shows_only_descr
     assert raw.action(node, "partition_state", token="app-secret", topic="visible", partition=0).end_offset == 1
     with pytest.raises(AuthorizationError, match="not allowed to describe topic:hidden"):
         raw.action(node, "partition_state", token="app-secret", topic="hidden", partition=0)
+    copy = range_call(("visible", 0), 0, 1, "")  # a replica repairing a damaged range asks another for its copy
+    with pytest.raises(AuthorizationError, match="not allowed to cluster_action cluster:fabric"):
+        raw.call(node, copy, "app-secret")
+    assert frame.unpack_header(raw.call(node, copy, "node-secret"), 0).base_offset == 0
     coordinator = cluster.coordinator.address
     with pytest.raises(AuthorizationError, match="not allowed to cluster_action cluster:fabric"):
         raw.action(coordinator, "register_node", token="app-secret", node_id=7, address="127.0.0.1:1",
@@ -276,13 +284,28 @@ def test_a_second_process_with_a_live_nodes_id_is_refused_and_changes_nothing(sh
 @pytest.mark.parametrize("store", [(), pytest.param(("--zookeeper",), marks=pytest.mark.zookeeper)],
                          ids=["sqlite", "zookeeper"])
 def test_a_local_cluster_in_one_command(fabric_cli, tmp_path, store) -> None:
+    """`fabric cluster up` with a tokens file: its processes authenticate each other with the token of
+    --token-file, which no process shows on its command line (/proc/PID/cmdline, what `ps` prints)."""
     data = str(tmp_path / "local")
-    up = fabric_cli("cluster", "up", "--nodes", "2", "--data", data, *store, timeout=120)
+    (tmp_path / "tokens").write_text("admin-s3cret admin\nnode-s3cret node\n")
+    (tmp_path / "node-token").write_text("node-s3cret\n")
+    up = fabric_cli("cluster", "up", "--nodes", "2", "--data", data, *store, "--tokens-file", str(tmp_path / "tokens"),
+                    "--token-file", str(tmp_path / "node-token"), timeout=120)
     try:
         assert up.returncode == 0, up.stderr
         url = up.stdout.strip()
-        assert url.startswith("fabric://127.0.0.1:")
-        with fabric.connect(url) as fab:
+        assert url.startswith("fabric://127.0.0.1:") and "s3cret" not in url
+        with open(os.path.join(data, "cluster.json")) as state:
+            processes = json.load(state)["processes"]
+        for process in processes:
+            with open(f"/proc/{process['pid']}/cmdline", "rb") as cmdline:
+                argv = cmdline.read()
+            assert b"s3cret" not in argv, argv
+            assert process["role"] == "zookeeper" or b"--tokens-file" in argv, argv
+        with pytest.raises(AuthenticationError):
+            with fabric.connect(url) as anonymous:
+                anonymous.list_topics()
+        with fabric.connect(url + "?token=admin-s3cret") as fab:
             assert [n.id for n in fab.list_nodes() if n.alive] == [1, 2]
             # group offsets live on the nodes (offsets.topic.replication.factor 3, capped at the 2 nodes), so a
             # transactional producer can commit a group's offsets with its records

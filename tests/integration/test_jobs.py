@@ -3,6 +3,7 @@ the demo end to end."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -29,6 +30,15 @@ def spark_submit(job: str, *args: str, cwd: str) -> subprocess.CompletedProcess:
     return done
 
 
+def batch_lines(output: str, query: str) -> list[tuple[int, int]]:
+    """The (batch id, rows) of each line run() printed for a micro-batch of `query`; every such line has the
+    batch's duration too."""
+    lines = [line for line in output.splitlines() if line.startswith(f"[{query}] batch ")]
+    parsed = [re.fullmatch(rf"\[{query}\] batch (\d+): ([\d,]+) rows in \d+\.\d\d s", line) for line in lines]
+    assert all(parsed), f"malformed batch lines: {lines}"
+    return [(int(m[1]), int(m[2].replace(",", ""))) for m in parsed if m]
+
+
 @pytest.fixture
 def clicks(fab, demo_job):
     """A typed `clicks` topic with 3,000 events over 3 partitions (jobs/demo.py's schema and sample events)."""
@@ -50,8 +60,11 @@ def test_transform_job_filters_exactly_once(fab, fabric_url, clicks, demo_job, t
     args = ["--url", fabric_url, "--checkpoint", str(tmp_path / "ckpt"), "--input", "clicks", "--output", "big",
             "--group-id", "transform", "--max-offsets-per-trigger", "1000",
             "--sql", "SELECT key, user, page, amount FROM input WHERE amount > 50"]
-    spark_submit("transform", *args, cwd=str(tmp_path))
-    spark_submit("transform", *args, cwd=str(tmp_path))  # a rerun from the checkpoint adds nothing
+    first = batch_lines(spark_submit("transform", *args, cwd=str(tmp_path)).stdout, "transform")
+    assert [batch for batch, _ in first] == list(range(len(first))) and len(first) >= 3  # each batch once
+    assert sum(rows for _, rows in first) == clicks.num_rows
+    rerun = spark_submit("transform", *args, cwd=str(tmp_path))  # a rerun from the checkpoint adds nothing
+    assert sum(rows for _, rows in batch_lines(rerun.stdout, "transform")) == 0
     expected = clicks.filter(pc.greater(clicks.column("amount"), 50.0))
     got = fab.consumer("big", auto_offset_reset="earliest").poll_batch(5, columns=["user", "amount"])
     assert got.num_rows == expected.num_rows > 0
@@ -96,6 +109,8 @@ def test_demo_runs_end_to_end_twice(tmp_path):
         done = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert f"clicks: {5000 * run:,} records" in done.stdout
-        assert "exactly once: yes" in done.stdout
+        for query in ("transform", "archive"):  # one batch of the new events per run, printed once
+            assert batch_lines(done.stdout, query) == [(run - 1, 5000)]
+        assert done.stdout.splitlines()[-1].startswith("exactly once: yes. Proved:")
     with fabric.connect(str(tmp_path / "fabric-data")) as fab:
         assert sum(row.lag for row in fab.describe_group("demo-archive")) == 0

@@ -6,18 +6,25 @@ The leader node counts produce and fetch requests, bytes and latencies and gives
 lag; the coordinator gives group offsets and lag, offline and under-replicated partitions, and counts the
 controller's elections and ISR changes: a SIGKILLed leader shows as an election, an ISR shrink and an
 under-replicated partition until it restarts and the ISR expands again.
+
+The endpoint binds 127.0.0.1 unless --metrics-host says otherwise, whatever --listen's host, and with
+--metrics-token-file it answers 401 to a scrape without that bearer token.
 """
 from __future__ import annotations
 
+import socket
 import time
+import urllib.error
 import urllib.request
 
 import pyarrow as pa
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import fabric
 from fabric.common.records import to_storage
 from fabric.common.waiting import wait_for
+from fabric.server.zookeeper import free_port
 
 METRICS = ("--metrics-port", "0")
 TOPIC_CONFIG = {"min.insync.replicas": "2"}
@@ -152,3 +159,35 @@ def test_a_killed_leader_is_an_election_an_isr_shrink_and_an_under_replicated_pa
     rejoined = node_metrics(cluster, old.leader)  # a new process on a new metrics port, following now
     assert rejoined.value("fabric_leader_partitions") == 0
     assert rejoined.value("fabric_produce_requests_total") == 0
+
+
+def listening_hosts(port: int) -> set[str]:
+    """The local addresses sockets of this machine listen on at `port` (from /proc/net/tcp and tcp6)."""
+    hosts = set()
+    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        with open(table) as rows:
+            for row in (line.split() for line in rows.readlines()[1:]):
+                address, _, hex_port = row[1].partition(":")
+                if int(hex_port, 16) == port and row[3] == "0A":  # 0A: LISTEN
+                    raw = bytes.fromhex(address)  # 32-bit words in host (little-endian) order
+                    hosts.add(socket.inet_ntop(family, b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))))
+    return hosts
+
+
+def test_the_endpoint_binds_loopback_whatever_the_listen_host_and_asks_for_its_token(coordinators, tmp_path) -> None:
+    """A coordinator serving Flight on every interface still serves metrics on 127.0.0.1 only, and only to a
+    scrape bearing the token of --metrics-token-file (Prometheus's `authorization` setting)."""
+    (tmp_path / "metrics-token").write_text("scrape-s3cret\n")
+    port = free_port()
+    instance = coordinators(port=port, extra=("--listen", f"0.0.0.0:{port}", *METRICS, "--metrics-token-file",
+                                              str(tmp_path / "metrics-token")))
+    metrics_port = instance.status().metrics_port
+    assert listening_hosts(port) & {"0.0.0.0", "::"} and listening_hosts(metrics_port) == {"127.0.0.1"}
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10)
+        assert refused.value.code == 401
+    request = urllib.request.Request(url, headers={"Authorization": "Bearer scrape-s3cret"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 200 and b"fabric_produce_requests_total" in answer.read()

@@ -86,12 +86,12 @@ class Heartbeats(threading.Thread):
         super().__init__(daemon=True)
         self.url, self.members, self.generation = url, members, generation
         self.answered, self.failure = 0.0, None
-        self.stop = threading.Event()
+        self.halt = threading.Event()
 
     def run(self) -> None:
         try:
             with fabric.connect(self.url) as fab:
-                while not self.stop.wait(0.2):
+                while not self.halt.wait(0.2):
                     try:
                         for member in self.members:
                             fab.cluster.coordinator.heartbeat(GROUP, member, self.generation)
@@ -111,7 +111,7 @@ class Heartbeats(threading.Thread):
 
 
 def test_members_keep_their_generation_across_a_failover_and_a_deleted_group_stays_deleted(
-        offsets_kit, node_cluster, zk_url, tmp_path, the_active, replication, raw, fabric_cli) -> None:
+        offsets_kit, node_cluster, zk_url, tmp_path, the_active, replication, raw, fabric_cli, running) -> None:
     ha = offsets_kit.HaOffsetsCluster(node_cluster, zk_url, tmp_path, the_active)
     cluster, url, active_process = ha.cluster, ha.url, ha.active_process
     with fabric.connect(url) as fab:
@@ -125,25 +125,23 @@ def test_members_keep_their_generation_across_a_failover_and_a_deleted_group_sta
         with replication.zk_client(zk_url) as zk:  # ... and nowhere in ZooKeeper
             assert zk.exists(zk_layout.group_state(GROUP)) is None
 
-        heartbeats = Heartbeats(url, members, generation)
-        heartbeats.start()
-        began = time.monotonic()
-        heartbeats.answered_after(began + 2 * SLACK_S, "for two heartbeat slacks")  # past the slack
-        assert group_records(fab) == stored  # heartbeats moved the members' liveness in memory only
-        first.kill()  # SIGKILL: the other instance (its own data directory) takes over and loads the topic
-        killed = time.monotonic()
-        second = active_process(fab)
-        assert second is not first
-        heartbeats.answered_after(killed, "by the new active instance, same generation: no rebalance")
-        for member in members:  # offset commits with the old generation are accepted
-            fab.cluster.coordinator.commit_offsets(GROUP, {(TOPIC, 0): 5}, generation=generation, member_id=member)
-        described = fab.cluster.coordinator.describe_group(GROUP)
-        assert (described.state, described.generation) == ("Stable", generation)
-        assert sorted(m.member_id for m in described.members) == sorted(members)
-        shown = fabric_cli("groups", "describe", GROUP, "--members", "--url", url)
-        assert shown.returncode == 0 and f"Generation: {generation}" in shown.stdout, shown.stderr
-        heartbeats.stop.set()
-        heartbeats.join(SETTLE_S)
+        with running(Heartbeats(url, members, generation)) as heartbeats:
+            began = time.monotonic()
+            heartbeats.answered_after(began + 2 * SLACK_S, "for two heartbeat slacks")  # past the slack
+            assert group_records(fab) == stored  # heartbeats moved the members' liveness in memory only
+            first.kill()  # SIGKILL: the other instance (its own data directory) takes over and loads the topic
+            killed = time.monotonic()
+            second = active_process(fab)
+            assert second is not first
+            heartbeats.answered_after(killed, "by the new active instance, same generation: no rebalance")
+            for member in members:  # offset commits with the old generation are accepted
+                fab.cluster.coordinator.commit_offsets(GROUP, {(TOPIC, 0): 5}, generation=generation,
+                                                       member_id=member)
+            described = fab.cluster.coordinator.describe_group(GROUP)
+            assert (described.state, described.generation) == ("Stable", generation)
+            assert sorted(m.member_id for m in described.members) == sorted(members)
+            shown = fabric_cli("groups", "describe", GROUP, "--members", "--url", url)
+            assert shown.returncode == 0 and f"Generation: {generation}" in shown.stdout, shown.stderr
         assert heartbeats.failure is None, repr(heartbeats.failure)
         assert len(group_records(fab)) == len(stored)
 

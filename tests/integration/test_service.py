@@ -241,18 +241,20 @@ def test_ha_failover_on_zookeeper_loses_no_committed_offset(zookeeper_instances,
         threads = [threading.Thread(target=consume, args=(p,), daemon=True) for p in (0, 1)]
         for thread in threads:
             thread.start()
-        wait_for(lambda: min(acked.values()) > 0 or failures, 30, "commits before the failover")
-        instances[first.instance].kill()
-        second = wait_for(lambda: (s := the_active(fab)) and s.instance != first.instance and s, 30,
-                          "another instance to take over")
-        assert second.epoch > first.epoch
-        produce(fab, "orders", 40)  # through the failover client list
-        ends = {p: fab.cluster.partition_state("orders", p).end_offset for p in (0, 1)}
-        assert sum(ends.values()) == 80
-        wait_for(lambda: acked == ends or failures, 60, "every record consumed and committed")
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=60)
+        try:
+            wait_for(lambda: min(acked.values()) > 0 or failures, 30, "commits before the failover")
+            instances[first.instance].kill()
+            second = wait_for(lambda: (s := the_active(fab)) and s.instance != first.instance and s, 30,
+                              "another instance to take over")
+            assert second.epoch > first.epoch
+            produce(fab, "orders", 40)  # through the failover client list
+            ends = {p: fab.cluster.partition_state("orders", p).end_offset for p in (0, 1)}
+            assert sum(ends.values()) == 80
+            wait_for(lambda: acked == ends or failures, 60, "every record consumed and committed")
+        finally:  # the consumers stop with the test, however it ends
+            stop.set()
+            for thread in threads:
+                thread.join()
         assert not failures, failures
         committed = fab.cluster.coordinator.committed("billing")
         assert {p: committed[("orders", p)].offset for p in (0, 1)} == acked == ends

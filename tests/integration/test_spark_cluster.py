@@ -23,7 +23,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import fabric
-from fabric.common.waiting import wait_for
 from fabric.sources.fabric_source import read_plan, spark_schema
 from fabric.sources.offsets import OffsetRange
 from fabric.sources.options import parse_source_options
@@ -33,7 +32,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 JOB = Path(__file__).resolve().parents[1] / "jobs" / "read_topic.py"
 TOPIC, PARTITIONS, RECORDS = "spread", 3, 600
-JOB_TIMEOUT_S = 300.0  # a loaded 2-core machine: a driver JVM, two executors and their Python workers
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +50,7 @@ def spread(racked_cluster) -> list[list[Any]]:
 def read_job(spark_cluster, out: Path, *args: str, conf: dict[str, str] | None = None,
              env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run tests/jobs/read_topic.py on the cluster to completion; what it wrote."""
-    spark_cluster.run(JOB, str(out), TOPIC, *args, conf=conf, env=env, timeout=JOB_TIMEOUT_S)
+    spark_cluster.run(JOB, str(out), TOPIC, *args, conf=conf, env=env)
     return json.loads(out.read_text())
 
 
@@ -80,19 +78,20 @@ def test_a_job_reads_every_record_once_in_executors_of_the_cluster(spark_cluster
     """The url option reaches the executors; while the application runs, its executors are JVMs apart from the
     driver (spark-submit), found by executor_pids, and one can be SIGKILLed (the application outlives it)."""
     out, release = tmp_path / "read.json", tmp_path / "release"
-    job = spark_cluster.submit(JOB, str(out), TOPIC, "--url", racked_cluster.url, "--release", str(release))
+    reader = spark_cluster.supervise(JOB, str(out), TOPIC, "--url", racked_cluster.url, "--release", str(release))
     try:
-        wait_for(lambda: out.exists() or job.poll() is not None, JOB_TIMEOUT_S, "the job's result", interval=0.2)
-        assert out.exists(), spark_cluster.output(job)
+        spark_cluster.wait(lambda: out.exists() or reader.ended(), "the job's result")
+        assert out.exists(), spark_cluster.output(reader.job)
         result = json.loads(out.read_text())
         executors = spark_cluster.executor_pids(result["app_id"])
-        assert executors and job.pid not in executors
+        assert executors and reader.job.pid not in executors
         assert executors == spark_cluster.executor_pids()  # no other application runs on this cluster
         killed = spark_cluster.kill_executor(app_id=result["app_id"])
         assert killed in executors and killed not in spark_cluster.executor_pids()
     finally:
         release.touch()
-    assert job.wait(JOB_TIMEOUT_S) == 0, spark_cluster.output(job)
+    spark_cluster.wait(reader.ended, "the job to end once released")
+    assert reader.job.returncode == 0, spark_cluster.output(reader.job)
     assert_read_once_in_executors(result, spread, spark_cluster)
 
 

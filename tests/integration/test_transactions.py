@@ -228,7 +228,7 @@ def test_with_acls_the_coordinator_ends_timed_out_transactions_as_the_cluster_an
     files = ("--tokens-file", str(tmp_path / "tokens"), "--acl-file", str(tmp_path / "acls"))
     monkeypatch.setenv("FABRIC_TOKEN", "node-secret")  # the coordinator's token towards the nodes
     cluster = node_cluster(nodes=1, coordinator_extra=(*files, "--transaction-cleanup-interval-ms", "500"),
-                           node_query="token=node-secret", node_extra=files)
+                           node_token="node-secret", node_extra=files)
     with fabric.connect(cluster.coordinator.url("token=admin-secret")) as admin:
         admin.create_topic("guarded", replication_factor=1)
     with fabric.connect(cluster.coordinator.url("token=app-secret")) as app:

@@ -33,6 +33,7 @@ from fabric.coordinator.controller import (
     NodeDied,
     NodeRegistered,
     Reassign,
+    ReplicasOffline,
     advance,
     decide,
 )
@@ -52,10 +53,11 @@ def part(replicas: tuple[int, ...], leader: int | None, isr: tuple[int, ...], le
 
 
 def view(partitions: dict | None = None, alive: tuple[int, ...] = (1, 2, 3), registered: tuple[int, ...] = (1, 2, 3),
-         unclean: tuple[str, ...] = ()) -> ClusterView:
+         unclean: tuple[str, ...] = (), offline: dict | None = None) -> ClusterView:
+    """`offline`: {node id: the partitions it reports offline}."""
     return ClusterView(EPOCH, {i: node(i, i in alive) for i in registered},
                        {TP: part((1, 2, 3), 1, (1, 2, 3))} if partitions is None else partitions,
-                       frozenset(unclean))
+                       frozenset(unclean), {i: frozenset(tps) for i, tps in (offline or {}).items()})
 
 
 def state_after(v: ClusterView, event) -> LeaderAndIsr:
@@ -145,6 +147,15 @@ def test_a_bounce_the_leases_missed_counts_as_a_death_first() -> None:
     alone = decide(view({TP: part((1, 2, 3), 1, (1,))}), NodeRegistered(node(1, epoch=2)))
     assert alone.changes[TP].state == LeaderAndIsr(1, 5, (1,), 9, EPOCH)  # offline, then its leader again
     assert [d.kind for d in alone.decisions] == [DecisionKind.OFFLINE, DecisionKind.ELECTED]
+
+
+def test_a_registration_after_a_lapse_not_yet_expired_counts_as_a_death_first() -> None:
+    """The node's lease lapsed (not alive) but no tick has declared it dead yet when its new process (perhaps on a
+    wiped disk) registers: the old incarnation's leadership must not pass to the new process."""
+    v = view({TP: part((1, 2, 3), 2, (2, 1))}, alive=(1, 3))
+    out = decide(v, NodeRegistered(node(2, epoch=2)))
+    assert out.changes[TP].state == LeaderAndIsr(1, 4, (1,), 8, EPOCH)
+    assert [d.kind for d in out.decisions] == [DecisionKind.ELECTED]
 
 
 def test_a_registration_must_bring_a_newer_node_epoch() -> None:
@@ -252,9 +263,68 @@ def test_reassignment_refusals(target, error, match) -> None:
     assert decide(view(), Reassign(TP, (1, 2, 3))).changes == {}  # already there
 
 
+# -- replicas their nodes report offline (storage failed, damaged) -------------------------------------------
+def test_an_offline_follower_leaves_the_isr_and_an_offline_leader_hands_over() -> None:
+    follower = decide(view(), ReplicasOffline(2, 1, frozenset({TP})))
+    assert follower.changes[TP].state == LeaderAndIsr(1, 3, (1, 3), 8, EPOCH)
+    assert [d.kind for d in follower.decisions] == [DecisionKind.ISR_CHANGED]
+    leader = decide(view({TP: part((1, 2, 3), 1, (1, 3, 2))}), ReplicasOffline(1, 1, frozenset({TP})))
+    assert leader.changes[TP].state == LeaderAndIsr(2, 4, (3, 2), 8, EPOCH)
+    assert [d.kind for d in leader.decisions] == [DecisionKind.ELECTED]
+
+
+def test_an_offline_leader_hands_over_only_to_a_healthy_live_isr_member() -> None:
+    v = view({TP: part((1, 2, 3), 1, (1, 2, 3))}, alive=(1, 2, 3), offline={2: {TP}})
+    assert state_after(v, ReplicasOffline(1, 1, frozenset({TP}))) == LeaderAndIsr(3, 4, (2, 3), 8, EPOCH)
+    alone = view({TP: part((1, 2, 3), 1, (1, 2))}, offline={2: {TP}})  # 2 is offline too, 3 out of sync
+    assert decide(alone, ReplicasOffline(1, 1, frozenset({TP}))).changes == {}  # the only copy keeps serving
+    assert decide(view({TP: part((1, 2, 3), None, (1,))}), ReplicasOffline(1, 1, frozenset({TP}))).changes == {}
+
+
+def test_a_report_of_other_partitions_or_of_nothing_changes_nothing() -> None:
+    assert decide(view(), ReplicasOffline(2, 1, frozenset({("u", 0)}))).changes == {}
+    assert decide(view(), ReplicasOffline(2, 1, frozenset())).changes == {}
+    assert decide(view({TP: part((1, 2, 3), 1, (1, 3))}), ReplicasOffline(2, 1, frozenset({TP}))).changes == {}
+
+
+def test_a_report_must_quote_the_live_node_epoch() -> None:
+    for v, node_epoch in ((view(), 2), (view(alive=(1, 3)), 1)):
+        with pytest.raises(StaleNodeEpochError):
+            decide(v, ReplicasOffline(2, node_epoch, frozenset({TP})))
+
+
+def test_an_offline_replica_cannot_join_the_isr_until_its_node_reports_it_healthy() -> None:
+    v = view({TP: part((1, 2, 3), 1, (1,))}, offline={2: {TP}})
+    with pytest.raises(IneligibleReplicaError, match=r"nodes \[2\] report their replicas of t-0 offline"):
+        decide(v, alter((1, 2)))
+    assert state_after(v, alter((1, 3))).isr == (1, 3)
+    healthy, _ = advance(v, ReplicasOffline(2, 1, frozenset()))
+    assert state_after(healthy, alter((1, 2))).isr == (1, 2)
+
+
+def test_elections_prefer_replicas_their_nodes_serve() -> None:
+    dead_leader = view({TP: part((1, 2, 3), 1, (1, 2, 3))}, offline={2: {TP}})
+    assert state_after(dead_leader, NodeDied(1)) == LeaderAndIsr(3, 4, (2, 3), 8, EPOCH)
+    only_offline = view({TP: part((1, 2, 3), 1, (1, 2))}, offline={2: {TP}})
+    assert state_after(only_offline, NodeDied(1)).leader == 2  # no healthy choice: an offline copy beats none
+    preferred = view({TP: part((1, 2, 3), 2, (1, 2))}, offline={1: {TP}})
+    assert decide(preferred, ElectLeaders(Election.PREFERRED)).changes == {}
+    unclean = view({TP: part((1, 2, 3), None, (1,))}, alive=(2, 3), unclean=("t",), offline={2: {TP}})
+    assert decide(unclean, ElectLeaders(Election.UNCLEAN)).changes[TP].state.leader == 3
+
+
+def test_a_new_registration_of_a_node_clears_what_its_old_process_reported() -> None:
+    v = view({TP: part((1, 2, 3), None, (2,))}, alive=(1, 3), offline={2: {TP}})
+    after, out = advance(v, NodeRegistered(node(2, epoch=2)))
+    assert out.changes[TP].state.leader == 2 and 2 not in after.offline_replicas
+    died, _ = advance(view(offline={2: {TP}}), NodeDied(2))
+    assert 2 not in died.offline_replicas
+
+
 # -- a deposed controller -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("event", [NodeDied(1), NodeDied(2), alter((1, 2)), ElectLeaders(Election.PREFERRED),
-                                   NodeRegistered(node(1, epoch=2)), Reassign(TP, (3, 2))])
+                                   NodeRegistered(node(1, epoch=2)), Reassign(TP, (3, 2)),
+                                   ReplicasOffline(1, 1, frozenset({TP}))])
 def test_a_deposed_controller_decides_nothing(event) -> None:
     newer = {TP: part((2, 1, 3), 1, (1, 2, 3), controller_epoch=EPOCH + 1)}
     with pytest.raises(StaleControllerEpochError, match=f"newer than this controller's {EPOCH}"):
@@ -264,7 +334,8 @@ def test_a_deposed_controller_decides_nothing(event) -> None:
 def test_decide_never_mutates_its_input() -> None:
     v = view({TP: part((1, 2, 3), 1, (1, 2, 3))})
     before = copy.deepcopy(v)
-    for event in (NodeDied(1), NodeRegistered(node(1, epoch=2)), alter((1,)), ElectLeaders(Election.PREFERRED)):
+    for event in (NodeDied(1), NodeRegistered(node(1, epoch=2)), alter((1,)), ElectLeaders(Election.PREFERRED),
+                  ReplicasOffline(1, 1, frozenset({TP}))):
         decide(v, event)
     assert v == before
 
@@ -278,7 +349,8 @@ def scenarios(draw):
     """A cluster of four nodes and replicated partitions on them, and a sequence of event choices."""
     placements = draw(st.lists(st.permutations(NODES).map(lambda p: p[:3]), min_size=1, max_size=4))
     unclean = draw(st.booleans())
-    steps = draw(st.lists(st.tuples(st.sampled_from(["die", "register", "alter", "preferred", "reassign"]),
+    steps = draw(st.lists(st.tuples(st.sampled_from(["die", "register", "alter", "preferred", "reassign",
+                                                     "offline"]),
                                     st.sampled_from(NODES), st.integers(0, 3), st.sets(st.sampled_from(NODES))),
                           max_size=30))
     return placements, unclean, steps
@@ -291,6 +363,9 @@ def _event(v: ClusterView, kind: str, node_id: int, p: int, isr: set[int]):
         return NodeRegistered(node(node_id, epoch=v.nodes[node_id].node_epoch + 1))
     if kind == "preferred":
         return ElectLeaders(Election.PREFERRED)
+    if kind == "offline":  # the node reports the partitions with these indexes offline
+        return ReplicasOffline(node_id, v.nodes[node_id].node_epoch,
+                               frozenset(tp for i, tp in enumerate(sorted(v.partitions)) if i in isr))
     tp = sorted(v.partitions)[p % len(v.partitions)]
     if kind == "reassign":
         return Reassign(tp, tuple(sorted(isr | {node_id})))
@@ -320,6 +395,11 @@ def test_invariants_hold_over_any_event_sequence(scenario) -> None:
             # dead nodes leave every ISR, except the last member of an offline partition's
             assert all(after.nodes[r].alive for r in new.isr) or (new.leader is None and len(new.isr) == 1)
             assert new.leader_epoch >= old.leader_epoch
+            healthy = [r for r in new.isr if after.nodes[r].alive and after.serves(r, tp)]
+            if any(d.kind is DecisionKind.ELECTED for d in outcome.decisions if d.partition == tp):
+                assert after.serves(new.leader, tp) or not healthy  # offline replicas lead only as a last resort
+            if isinstance(event, ReplicasOffline) and tp in event.replicas and event.node_id in new.isr:
+                assert new.leader in (event.node_id, None) and healthy == []  # kept: nothing healthy to take over
             if tp in outcome.changes:
                 assert new.partition_epoch > old.partition_epoch and new.controller_epoch == EPOCH
                 if new.leader != old.leader:

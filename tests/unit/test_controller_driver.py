@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fabric.common.errors import (
+    IneligibleReplicaError,
     InvalidConfigError,
     InvalidRequestError,
     StaleControllerEpochError,
@@ -106,3 +107,43 @@ def test_a_demoted_or_deposed_controller_decides_nothing_but_the_store_is_descri
     with pytest.raises(StaleControllerEpochError):
         driver.create_topic("t", 1, 1, {}, None)
     assert driver.state is ControllerState.IDLE
+
+
+def test_offline_replicas_reported_with_heartbeats_move_leaders_and_bar_the_isr_until_healthy(driver) -> None:
+    epochs = {i: driver.register_node(i, f"127.0.0.1:{9094 + i}", directory_id=f"dir{i}").node_epoch
+              for i in (1, 2, 3)}
+    driver.create_topic("t", 1, 3, {}, None)
+    tp = ("t", 0)
+    state = driver.describe_cluster().partitions[tp].state
+    leader, followers = state.leader, {1, 2, 3} - {state.leader}
+    driver.node_heartbeat(leader, epochs[leader], offline_replicas=[tp])  # e.g. its disk is full
+    moved = driver.describe_cluster().partitions[tp].state
+    assert moved.leader in followers and leader not in moved.isr and moved.leader_epoch > state.leader_epoch
+    assert driver.node_heartbeat(moved.leader, epochs[moved.leader]).offline_replicas == {tp: (leader,)}
+    with pytest.raises(IneligibleReplicaError, match="report their replicas of t-0 offline"):
+        driver.alter_partition("t", 0, moved.leader, epochs[moved.leader], moved.leader_epoch,
+                               moved.partition_epoch, (1, 2, 3))
+    driver.node_heartbeat(leader, epochs[leader], offline_replicas=[])  # its storage works again
+    assert driver.node_heartbeat(moved.leader, epochs[moved.leader]).offline_replicas == {}
+    assert set(driver.alter_partition("t", 0, moved.leader, epochs[moved.leader], moved.leader_epoch,
+                                      moved.partition_epoch, (1, 2, 3)).isr) == {1, 2, 3}
+
+
+def test_an_offline_only_copy_keeps_leading_until_a_healthy_replica_is_in_sync(driver) -> None:
+    epochs = {i: driver.register_node(i, f"127.0.0.1:{9094 + i}", directory_id=f"dir{i}").node_epoch
+              for i in (1, 2)}
+    driver.create_topic("t", 1, 2, {}, None)
+    tp = ("t", 0)
+    state = driver.describe_cluster().partitions[tp].state
+    leader, other = state.leader, 3 - state.leader
+    state = driver.alter_partition("t", 0, leader, epochs[leader], state.leader_epoch, state.partition_epoch,
+                                   (leader,))  # the other lags
+    driver.node_heartbeat(leader, epochs[leader], offline_replicas=[tp])
+    assert driver.describe_cluster().partitions[tp].state == state  # nothing healthy is in sync: it keeps leading
+    state = driver.alter_partition("t", 0, leader, epochs[leader], state.leader_epoch, state.partition_epoch,
+                                   (1, 2))  # the other caught up
+    driver.node_heartbeat(leader, epochs[leader], offline_replicas=[tp])  # the next report hands over
+    assert driver.describe_cluster().partitions[tp].state.leader == other
+    driver.register_node(leader, f"127.0.0.1:{9094 + leader}", directory_id=f"dir{leader}")  # a new process
+    # reports for itself
+    assert driver.node_heartbeat(other, epochs[other]).offline_replicas == {}

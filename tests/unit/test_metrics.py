@@ -1,9 +1,12 @@
-"""Server metrics without processes: --metrics-port (metrics.port) is checked the same way by the coordinator and
-the node; each server's metrics live in a registry of its own, served on a real port; the controller's decisions
-are counted as elections and ISR changes; requests are counted with their bytes and refusals."""
+"""Server metrics without processes: --metrics-port (metrics.port), --metrics-host (metrics.host, loopback by
+default) and --metrics-token-file (metrics.token.file) are read the same way by the coordinator and the node; each
+server's metrics live in a registry of its own, served on a real port, behind a bearer token when given one; the
+controller's decisions are counted as elections and ISR changes; requests are counted with their bytes and
+refusals."""
 from __future__ import annotations
 
 import argparse
+import urllib.error
 import urllib.request
 from typing import Callable
 
@@ -54,9 +57,25 @@ def test_a_bad_metrics_port_names_the_fix(server, port) -> None:
         parse(add, settings_of, (*required, "--metrics-port", port))
 
 
-def scrape(port: int) -> dict[tuple[str, tuple[str, ...]], float]:
-    """(sample name, label values) -> value, from the endpoint on 127.0.0.1:`port`."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+@pytest.mark.parametrize("server", sorted(SERVERS))
+def test_the_metrics_endpoint_binds_loopback_unless_told_and_takes_a_token_file(server, tmp_path) -> None:
+    add, settings_of, required = SERVERS[server]
+    default = parse(add, settings_of, required)
+    assert (default.metrics_host, default.metrics_token_file) == ("127.0.0.1", None)
+    config = tmp_path / "server.properties"
+    config.write_text("metrics.host=0.0.0.0\nmetrics.token.file=metrics-token\n")
+    configured = parse(add, settings_of, (*required, "--config", str(config)))
+    assert configured.metrics_host == "0.0.0.0"
+    assert configured.metrics_token_file == str(tmp_path / "metrics-token")  # relative to the config file
+    flags = parse(add, settings_of, (*required, "--metrics-host", "::1", "--metrics-token-file", "/run/t"))
+    assert (flags.metrics_host, flags.metrics_token_file) == ("::1", "/run/t")
+
+
+def scrape(port: int, token: str | None = None) -> dict[tuple[str, tuple[str, ...]], float]:
+    """(sample name, label values) -> value, from the endpoint on 127.0.0.1:`port` (sending `token`, if any)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as answer:
         text = answer.read().decode()
     return {(s.name, tuple(s.labels.values())): s.value for family in text_string_to_metric_families(text)
             for s in family.samples}
@@ -65,8 +84,8 @@ def scrape(port: int) -> dict[tuple[str, tuple[str, ...]], float]:
 def test_each_server_serves_its_own_registry_on_the_port_it_bound() -> None:
     first, second = ServerMetrics(), ServerMetrics()  # the same metric names, no collision
     try:
-        first.serve("127.0.0.1:9093", 0)
-        second.serve("127.0.0.1:9093", 0)
+        first.serve("127.0.0.1", 0)
+        second.serve("127.0.0.1", 0)
         assert first.port and second.port and first.port != second.port
         with first.requests.measure("produce"):
             count_bytes(100)
@@ -86,10 +105,38 @@ def test_each_server_serves_its_own_registry_on_the_port_it_bound() -> None:
     assert first.port is None
 
 
+def test_with_a_token_file_only_a_scrape_bearing_its_token_is_answered(tmp_path) -> None:
+    (tmp_path / "metrics-token").write_text("# the scraper's token\nscrape-secret\n")
+    metrics = ServerMetrics()
+    try:
+        metrics.serve("127.0.0.1", 0, str(tmp_path / "metrics-token"))
+        assert metrics.port is not None
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic scrape-secret"},
+                        {"Authorization": "Bearer scrape-secret-and-more"}):
+            request = urllib.request.Request(f"http://127.0.0.1:{metrics.port}/metrics", headers=headers)
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)
+            assert refused.value.code == 401 and refused.value.headers["WWW-Authenticate"].startswith("Bearer")
+            assert b"fabric_" not in refused.value.read()
+        assert ("fabric_produce_requests_total", ()) in scrape(metrics.port, "scrape-secret")
+    finally:
+        metrics.close()
+
+
+@pytest.mark.parametrize("content, problem", [("", "holds 0"), ("one\ntwo\n", "holds 2"),
+                                              ("token principal\n", "a token line has 1 fields")])
+def test_a_metrics_token_file_of_anything_but_one_token_is_refused_without_showing_it(tmp_path, content,
+                                                                                       problem) -> None:
+    (tmp_path / "metrics-token").write_text(content)
+    with pytest.raises(InvalidConfigError, match=problem) as raised:
+        ServerMetrics().serve("127.0.0.1", 0, str(tmp_path / "metrics-token"))
+    assert "principal" not in str(raised.value).replace("`token principal`", "") and "two" not in str(raised.value)
+
+
 def test_a_port_in_use_is_refused_with_the_fix(busy_port) -> None:
     with pytest.raises(InvalidConfigError, match=f"cannot serve metrics on 127.0.0.1:{busy_port} .*choose another "
                                                  "--metrics-port"):
-        ServerMetrics().serve("127.0.0.1:9093", busy_port)
+        ServerMetrics().serve("127.0.0.1", busy_port)
 
 
 def state(leader: int | None, isr: tuple[int, ...], epoch: int) -> LeaderAndIsr:

@@ -28,6 +28,10 @@ def test_the_shipped_node_config_is_valid(repo_root) -> None:
     assert settings.socket_request_max_bytes == 100 << 20  # Kafka's socket.request.max.bytes
     assert parse("--id", "1", "--coordinator", "fabric://h:1", "--socket-request-max-bytes",
                  "65536").socket_request_max_bytes == 65536
+    assert (settings.log_scrubber_io_max_bytes_per_second, settings.log_scrubber_backoff_ms) == (16 << 20, 15000)
+    scrubbing = parse("--id", "1", "--coordinator", "fabric://h:1", "--log-scrubber-io-max-bytes-per-second", "0",
+                      "--log-scrubber-backoff-ms", "500")
+    assert (scrubbing.log_scrubber_io_max_bytes_per_second, scrubbing.log_scrubber_backoff_ms) == (0, 500)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -43,6 +47,10 @@ def test_the_shipped_node_config_is_valid(repo_root) -> None:
      "log.retention.check.interval.ms must be a number of milliseconds"),
     (("--id", "1", "--coordinator", "fabric://h:1", "--socket-request-max-bytes", "1e6"),
      "socket.request.max.bytes must be a number of bytes from 1"),
+    (("--id", "1", "--coordinator", "fabric://h:1", "--log-scrubber-io-max-bytes-per-second", "-1"),
+     "log.scrubber.io.max.bytes.per.second must be a number of bytes from 0"),
+    (("--id", "1", "--coordinator", "fabric://h:1", "--log-scrubber-backoff-ms", "0"),
+     "log.scrubber.backoff.ms must be a number of milliseconds"),
 ])
 def test_bad_options_name_the_fix(argv, message) -> None:
     with pytest.raises(InvalidConfigError, match=message):

@@ -16,8 +16,10 @@ this replica copied them) makes the replica truncate fully and start again at th
 OFFSET_OUT_OF_RANGE handling), so it never fetches that offset again.
 
 Errors concern one partition (the leader answers each with its own) or, when the leader does not answer, all of
-them; either way the partitions concerned are retried after replica.fetch.backoff.ms, the others go on. A
-FencedLeaderEpochError (this node is behind the controller) asks the controller first. The order of the
+them; either way the partitions concerned are retried after replica.fetch.backoff.ms, the others go on; an error
+is logged once, not again while the same one repeats. A FencedLeaderEpochError (this node is behind the
+controller) asks the controller first. A failure of this node's own storage goes through its guard
+(storage_health: the replica goes offline, and the ReplicaManager takes it out of its fetcher). The order of the
 partitions rotates with every fetch, so one partition cannot take the whole of replica.fetch.response.max.bytes
 every time.
 """
@@ -28,7 +30,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -48,6 +50,8 @@ from fabric.storage import truncation
 
 log = logging.getLogger(__name__)
 Peer = Callable[[str, Call], Any]  # (address, call) -> the call's result at that node
+# (partition, what is being done) -> a context in which a failure of the replica's storage takes it offline
+StorageGuard = Callable[[TopicPartition, str], ContextManager[None]]
 FetchAnswer = tuple[dict[str, Any], pa.Buffer]  # one partition's answer (its offsets, or {"error": ...}), frames
 
 
@@ -75,6 +79,7 @@ class FetchedPartition:
         self.replica, self.leader_epoch, self.topic_id = replica, leader_epoch, topic_id
         self.state = FetcherState.TRUNCATING
         self.retry_at = 0.0  # time.monotonic()
+        self.last_error = ""  # logged once while it repeats
 
     @property
     def name(self) -> str:
@@ -102,15 +107,27 @@ def replica_fetch_call(replica_id: int, partitions: list[tuple[str, int, int, in
     return run
 
 
+def call_node(peer: Peer, node: str, address: str, call: Call) -> Any:
+    """`call` at `node` (as messages name it), at `address`: its refusal raised as the fabric error it is, and
+    LeaderNotAvailableError if it does not answer."""
+    try:
+        return peer(address, call)
+    except (flight.FlightUnavailableError, flight.FlightTimedOutError) as exc:
+        raise LeaderNotAvailableError(f"{node} at {address} did not answer "
+                                      f"({wire.error_details(exc).get('message') or exc})") from None
+    except flight.FlightError as exc:
+        raise wire.from_flight_error(exc) from None
+
+
 class ReplicaFetcher:
     """Copies the frames of the partitions this node (`node_id`) follows on leader node `leader_id` at `address`,
     on a thread; `peer` makes calls to other nodes, `refresh` asks the controller for this node's latest
     states."""
 
     def __init__(self, node_id: int, leader_id: int, address: str, peer: Peer, refresh: Callable[[], None],
-                 settings: FetchSettings) -> None:
+                 settings: FetchSettings, guard: StorageGuard) -> None:
         self.node_id, self.leader_id, self.address = node_id, leader_id, address
-        self.peer, self.refresh, self.settings = peer, refresh, settings
+        self.peer, self.refresh, self.settings, self.guard = peer, refresh, settings, guard
         self._partitions: dict[TopicPartition, FetchedPartition] = {}
         self._guard = threading.Lock()  # the partitions' map: taken briefly, never across a call
         self._changed = threading.Event()  # a partition was added, or the fetcher stopped
@@ -175,7 +192,8 @@ class ReplicaFetcher:
         for fetched in partitions:
             if fetched.state is FetcherState.TRUNCATING and fetched.retry_at <= now:
                 try:
-                    self._truncate(fetched)
+                    with self.guard(fetched.replica.tp, f"truncate partition {fetched.name}"):
+                        self._truncate(fetched)
                 except FabricError as exc:
                     self._failed(fetched, exc)
         ready = [p for p in partitions if p.state is FetcherState.FETCHING and p.retry_at <= now]
@@ -190,25 +208,23 @@ class ReplicaFetcher:
                 self._partitions[first] = self._partitions.pop(first)
 
     def _failed(self, fetched: FetchedPartition, exc: FabricError) -> None:
-        """Retry `fetched` after the backoff, truncating first if its offsets no longer fit the leader's."""
+        """Retry `fetched` after the backoff, truncating first if its offsets no longer fit the leader's; the
+        error is logged unless it repeats the partition's last one."""
+        again, fetched.last_error = str(exc) == fetched.last_error, str(exc)
         if isinstance(exc, (OffsetOutOfRangeError, InvalidFramesError)):
-            log.warning("partition %s: %s; truncating again", fetched.name, exc)
+            log.log(logging.DEBUG if again else logging.WARNING, "partition %s: %s; truncating again", fetched.name,
+                    exc)
             fetched.state = FetcherState.TRUNCATING
         elif isinstance(exc, FencedLeaderEpochError):
             log.info("partition %s: %s; asking the controller", fetched.name, exc)
             self.refresh()
         else:
-            log.info("partition %s: fetching from node %d failed (%s); retrying", fetched.name, self.leader_id, exc)
+            log.log(logging.DEBUG if again else logging.INFO, "partition %s: fetching from node %d failed (%s); "
+                    "retrying", fetched.name, self.leader_id, exc)
         fetched.retry_at = time.monotonic() + self.settings.backoff_ms / 1000
 
     def _call(self, call: Call) -> Any:
-        try:
-            return self.peer(self.address, call)
-        except (flight.FlightUnavailableError, flight.FlightTimedOutError) as exc:
-            raise LeaderNotAvailableError(f"leader node {self.leader_id} at {self.address} did not answer "
-                                          f"({wire.error_details(exc).get('message') or exc})") from None
-        except flight.FlightError as exc:
-            raise wire.from_flight_error(exc) from None
+        return call_node(self.peer, f"leader node {self.leader_id}", self.address, call)
 
     def _truncate(self, fetched: FetchedPartition) -> None:
         """Reconcile with the leader; report what was cut. Records cut below this replica's high watermark were
@@ -235,9 +251,24 @@ class ReplicaFetcher:
                  replica.name, self.leader_id, epoch, end)
         fetched.state = FetcherState.FETCHING
 
+    def _log_ends(self, ready: list[FetchedPartition]) -> tuple[list[FetchedPartition], list[int]]:
+        """The partitions of `ready` whose log end this node can read, and their log ends (the others failed)."""
+        readable, offsets = [], []
+        for fetched in ready:
+            try:
+                with self.guard(fetched.replica.tp, f"read partition {fetched.name}"):
+                    offsets.append(fetched.replica.log.end_offset)
+            except FabricError as exc:
+                self._failed(fetched, exc)
+                continue
+            readable.append(fetched)
+        return readable, offsets
+
     def _fetch(self, ready: list[FetchedPartition]) -> None:
         """One fetch of every partition in `ready`; each answer applied to its replica, or its error handled."""
-        offsets = [p.replica.log.end_offset for p in ready]
+        ready, offsets = self._log_ends(ready)
+        if not ready:
+            return
         request = [(p.replica.tp[0], p.replica.tp[1], offset, p.leader_epoch, p.topic_id)
                    for p, offset in zip(ready, offsets, strict=True)]
         try:
@@ -256,7 +287,9 @@ class ReplicaFetcher:
                 self._failed(fetched, error or FabricError(f"leader node {self.leader_id}: {answer['error']}"))
                 continue
             try:
-                self._apply(fetched, offset, answer, frames)
+                with self.guard(fetched.replica.tp, f"copy frames into partition {fetched.name}"):
+                    self._apply(fetched, offset, answer, frames)
+                fetched.last_error = ""
             except FabricError as exc:
                 self._failed(fetched, exc)
 

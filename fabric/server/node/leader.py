@@ -100,14 +100,15 @@ class LeaderState:
         self.hw = candidate
         return True
 
-    def wanted_isr(self, leader_leo: int, lag_ms: float, now_ms: float) -> tuple[int, ...] | None:
-        """The ISR the leader should ask the controller for (laggards out, caught-up followers in), or None when
-        the current one is right or a change is already pending."""
+    def wanted_isr(self, leader_leo: int, lag_ms: float, now_ms: float, offline: tuple[int, ...] = ()
+                   ) -> tuple[int, ...] | None:
+        """The ISR the leader should ask the controller for (laggards out, caught-up followers in, unless their
+        nodes report them `offline`), or None when the current one is right or a change is already pending."""
         if self.pending is not None:
             return None
         keep = {r for r in self.isr if r == self.leader_id or now_ms - self.followers[r].caught_up_ms <= lag_ms}
         join = {r for r, p in self.followers.items()
-                if r not in self.isr and p.leo >= max(self.hw, self.epoch_start) and p.leo >= 0
+                if r not in self.isr and r not in offline and p.leo >= max(self.hw, self.epoch_start) and p.leo >= 0
                 and now_ms - p.caught_up_ms <= lag_ms}
         wanted = tuple(r for r in self.replicas if r in keep | join)
         return None if wanted == self.isr else wanted

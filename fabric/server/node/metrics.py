@@ -10,17 +10,25 @@ For the partitions this node leads:
 - fabric_partition_high_watermark and fabric_partition_log_end_offset{topic,partition}: a consumer group's lag
   in a replicated topic is the high watermark minus the group's committed offset (the coordinator's
   fabric_consumer_group_committed_offset).
+For every replica it hosts: fabric_offline_replicas{health}, the replicas it cannot serve (Kafka's
+OfflineReplicaCount; storage_health), reported to the controller with its heartbeats, and those not yet
+scrubbed since the node started (Unverified, not reported). The scrubber's
+fabric_log_scrubbed_bytes_total, and fabric_log_damaged_ranges_total / fabric_log_repaired_ranges_total: damaged
+ranges found (by the scrubber or a read) and repaired from other replicas.
 """
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Any, Iterator, Mapping
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from fabric.server.node.partition import Role
 from fabric.server.node.replica_manager import ReplicaManager
+from fabric.server.node.scrubber import Scrubber
+from fabric.server.node.storage_health import Health
 
 log = logging.getLogger(__name__)
 PARTITION = ["topic", "partition"]
@@ -28,10 +36,11 @@ FOLLOWER = ["topic", "partition", "follower"]
 
 
 class ReplicationCollector(Collector):
-    """The replication state of the partitions `replicas` leads, as gauges."""
+    """The replication state of the partitions `replicas` leads, as gauges, and the health of its replicas (with
+what `scrubber` walked, if the node scrubs)."""
 
-    def __init__(self, replicas: ReplicaManager) -> None:
-        self.replicas = replicas
+    def __init__(self, replicas: ReplicaManager, scrubber: Scrubber | None = None) -> None:
+        self.replicas, self.scrubber = replicas, scrubber
 
     def collect(self) -> Iterator[Metric]:
         led = GaugeMetricFamily("fabric_leader_partitions", "partitions this node leads")
@@ -45,10 +54,16 @@ class ReplicationCollector(Collector):
                                "read below it)", labels=PARTITION)
         end = GaugeMetricFamily("fabric_partition_log_end_offset", "a led partition's log end offset",
                                 labels=PARTITION)
+        offline = GaugeMetricFamily("fabric_offline_replicas", "replicas this node cannot serve (Offline, "
+                                    "Damaged: reported to the controller) or has not scrubbed since it started "
+                                    "(Unverified)", labels=["health"])
         count = under_count = 0
+        unhealthy: Counter[str] = Counter()
         for described in self.replicas.describe():
             replica: Mapping[str, Any] = described
-            if replica["role"] != Role.LEADER.value:
+            if replica["health"] != Health.HEALTHY.value:
+                unhealthy[replica["health"]] += 1
+            if replica["role"] != Role.LEADER.value or "log_end" not in replica:
                 continue
             labels = [replica["topic"], str(replica["partition"])]
             followers, leader_end = replica["followers"], replica["log_end"]
@@ -62,4 +77,13 @@ class ReplicationCollector(Collector):
                 lag_s.add_metric([*labels, follower], progress["lag_ms"] / 1000)
         led.add_metric([], count)
         under.add_metric([], under_count)
-        yield from (led, under, lag, lag_s, hw, end)
+        for health in Health:
+            if health is not Health.HEALTHY:
+                offline.add_metric([health.value], unhealthy[health.value])
+        yield from (led, under, lag, lag_s, hw, end, offline)
+        yield CounterMetricFamily("fabric_log_scrubbed_bytes", "bytes of frames the scrubber checked",
+                                  self.scrubber.scrubbed_bytes if self.scrubber is not None else 0)
+        yield CounterMetricFamily("fabric_log_damaged_ranges", "damaged ranges found in this node's replicas",
+                                  self.replicas.health.damage_found)
+        yield CounterMetricFamily("fabric_log_repaired_ranges", "damaged ranges repaired from other replicas' copies",
+                                  self.replicas.repairer.repaired)

@@ -14,12 +14,14 @@ partitions' leader epochs unchanged; a refusal -> FENCED. SIGTERM stops it withi
 every registration carries the data directory's id (directory_id.py), and while another directory's process
 holds the id's lease the controller refuses it (DuplicateNodeRegistrationError).
 
-Besides heartbeats, a replication thread runs the ReplicaManager's rounds (ISR changes through the controller's
-alter_partition, high-watermark checkpoints) every MAINTAIN_INTERVAL_S; followers' fetchers reach other nodes
+Each heartbeat reports the replicas the node cannot serve (storage_health: its storage failed), and one goes
+out at once when that set changes. Besides heartbeats, a replication thread runs the ReplicaManager's rounds (ISR
+changes through the controller's alter_partition, high-watermark checkpoints, probes of failed storage) every
+MAINTAIN_INTERVAL_S; followers' fetchers reach other nodes
 over the coordinator connection's clients and credentials. A LogMaintenance thread applies retention to the
 partitions the node leads and cleans the replicas of compacted topics it hosts every
 log.retention.check.interval.ms (ReplicaManager.maintained_partitions), each below its high watermark; it stops
-with the node.
+with the node. A Scrubber thread checks every replica's frames in the background (scrubber.py).
 """
 from __future__ import annotations
 
@@ -39,12 +41,13 @@ from fabric.common.errors import (
 )
 from fabric.common.types import LeaderAndIsr, NodeAssignment, NodeInfo, TopicPartition
 from fabric.coordinator.disk import disk_errors
-from fabric.server.connection import Call, Connection, parse_url
+from fabric.server.connection import Call, Connection, parse_url, server_token
 from fabric.server.entry import server_main
 from fabric.server.node.directory_id import directory_id
 from fabric.server.node.leader import LeaderState
 from fabric.server.node.metrics import ReplicationCollector
 from fabric.server.node.replica_manager import ReplicaManager
+from fabric.server.node.scrubber import Scrubber
 from fabric.server.node.service import NodeService
 from fabric.server.node.settings import NodeSettings, add_node_arguments, node_settings_from
 from fabric.server.node.transaction_verification import TransactionVerification
@@ -78,7 +81,9 @@ class Node:
         self.stopping = threading.Event()
         self._beat_lock = threading.Lock()
         self._last_answer = self._last_beat = time.monotonic()  # last answered / last started heartbeat
+        self._beat_due = threading.Event()  # heartbeat now: a replica's health changed
         replicas.refresh = self.refresh
+        replicas.report = self._beat_due.set
         replicas.alter_partition = self.alter_partition
         replicas.transaction_record = lambda tid: self.connection.action("transaction_record", transactional_id=tid)
         replicas.verification = TransactionVerification(self.transaction_writer_registered)
@@ -113,7 +118,8 @@ class Node:
     def _heartbeat(self) -> None:
         assignment: NodeAssignment = self.connection.action("node_heartbeat", node_id=self.settings.node_id,
                                                             node_epoch=self.server.node_epoch,
-                                                            high_watermarks=self.replicas.leader_high_watermarks())
+                                                            high_watermarks=self.replicas.leader_high_watermarks(),
+                                                            offline_replicas=self.replicas.health.unhealthy())
         self.replicas.apply(assignment)
         self._last_answer = time.monotonic()
 
@@ -189,9 +195,13 @@ class Node:
                 self.replicas.maintain()
 
     def run_heartbeats(self) -> None:
-        """Heartbeat every node.heartbeat.interval.ms until `stopping` is set."""
-        while not self.stopping.wait(self.settings.heartbeat_interval_ms / 1000):
-            self.beat()
+        """Heartbeat every node.heartbeat.interval.ms, and at once when a replica's health changed (so the
+        controller moves its partitions on), until `stopping` is set."""
+        while not self.stopping.is_set():
+            self._beat_due.wait(self.settings.heartbeat_interval_ms / 1000)
+            self._beat_due.clear()
+            if not self.stopping.is_set():
+                self.beat()
 
 
 def _register_until_answered(node: Node, shutdown: Shutdown) -> None:
@@ -238,19 +248,23 @@ def serve(settings: NodeSettings) -> None:
     shutdown = Shutdown(settings.shutdown_timeout_ms / 1000)
     shutdown.install()
     options = parse_url(settings.coordinator)
+    token = server_token(settings.token_file) if settings.token_file else options.token
     # a heartbeat must give up before the session lapses, so the node notices it is cut off in time
-    connection = Connection(dataclasses.replace(options, timeout_s=min(options.timeout_s,
-                                                                       settings.session_timeout_ms / 2000)))
+    connection = Connection(dataclasses.replace(options, token=token, timeout_s=min(
+        options.timeout_s, settings.session_timeout_ms / 2000)))
     server = node = None
+    scrubber: Scrubber | None = None
     maintenance: LogMaintenance | None = None
     try:
         def peer(address: str, call: Call) -> Any:
             return call(connection.client(address), connection.call_options)
+        rate = settings.log_scrubber_io_max_bytes_per_second
         replicas = ReplicaManager(settings.node_id, settings.data_dir, peer, settings.fetch_settings(),
-                                  settings.replica_lag_time_max_ms)
+                                  settings.replica_lag_time_max_ms, verify_on_start=rate > 0)
+        scrubber = Scrubber(replicas, rate, settings.log_scrubber_backoff_ms) if rate else None
         server = NodeService(settings, replicas)
-        server.metrics.registry.register(ReplicationCollector(replicas))
-        server.metrics.serve(settings.listen, settings.metrics_port)
+        server.metrics.registry.register(ReplicationCollector(replicas, scrubber))
+        server.metrics.serve(settings.metrics_host, settings.metrics_port, settings.metrics_token_file)
         node = Node(settings, connection, replicas, server, directory_id(settings.data_dir))
         _register_until_answered(node, shutdown)
         heartbeats = threading.Thread(target=node.run_heartbeats, name="node-heartbeat", daemon=True)
@@ -258,24 +272,28 @@ def serve(settings: NodeSettings) -> None:
         threading.Thread(target=node.run_replication, name="node-replication", daemon=True).start()
         maintenance = LogMaintenance(replicas.maintained_partitions, settings.log_retention_check_interval_ms,
                                      name="node-log-maintenance").start()
+        if scrubber is not None:
+            scrubber.start()
         shutdown.serve_until_requested(f"node {settings.node_id} serving {settings.data_dir} at {server.address} "
                                        f"(coordinator {', '.join(options.addresses)}, node epoch {server.node_epoch})")
     except Interrupted as stop:
         log.info("%s before the node was serving: stopping", stop)
     finally:
-        _stop(shutdown, server, node, connection, maintenance)
+        _stop(shutdown, server, node, connection, maintenance, scrubber)
         os.close(claimed)
 
 
 def _stop(shutdown: Shutdown, server: NodeService | None, node: Node | None, connection: Connection,
-          maintenance: LogMaintenance | None) -> None:
-    """Stop heartbeating, hand the node's leaderships over (controlled shutdown), stop cleaning and serving
-    (calls in flight finish), within the deadline."""
+          maintenance: LogMaintenance | None, scrubber: Scrubber | None) -> None:
+    """Stop heartbeating, hand the node's leaderships over (controlled shutdown), stop scrubbing, cleaning and
+    serving (calls in flight finish), within the deadline."""
     shutdown.begin()
     if node is not None:
         node.stopping.set()
         node.controlled_shutdown(shutdown.remaining() / 3)
         node.replicas.stop()
+    if scrubber is not None:  # (it stops between two frames)
+        scrubber.stop(timeout_s=max(shutdown.remaining() / 4, 0.1))
     if maintenance is not None:  # a pass in progress ends after its partition (a kill mid-swap is recovered)
         maintenance.stop(timeout_s=max(shutdown.timeout_s / 2, 0.1))
     finished = True

@@ -430,13 +430,14 @@ class PartitionReplica:
         plog = self.log
         return plog.leader_epochs.end_offset_for(epoch, plog.end_offset)
 
-    def wanted_isr(self, lag_ms: float) -> tuple[LeaderState, tuple[int, ...]] | None:
-        """The ISR change this leader should ask the controller for (marked pending), or None."""
+    def wanted_isr(self, lag_ms: float, offline: tuple[int, ...] = ()) -> tuple[LeaderState, tuple[int, ...]] | None:
+        """The ISR change this leader should ask the controller for (marked pending), or None; the `offline`
+        replicas (their nodes report them so) are not asked to join."""
         with self.changed:
             leader = self.leader
             if leader is None:
                 return None
-            wanted = leader.wanted_isr(self.log.end_offset, lag_ms, _now_ms())
+            wanted = leader.wanted_isr(self.log.end_offset, lag_ms, _now_ms(), offline)
             if wanted is not None:
                 leader.pending = wanted
             return None if wanted is None else (leader, wanted)
@@ -542,13 +543,13 @@ class PartitionReplica:
             self._hw_file(self.log).write(hw)
             self._checkpointed = hw
 
-    def describe(self) -> dict[str, object]:
-        """The replica's role, epoch, high watermark, log start and end, and as leader its ISR and each follower's
-        progress."""
+    def describe(self, with_log: bool = True) -> dict[str, object]:
+        """The replica's role, epoch, high watermark, log start and end (`with_log`: not for a replica whose
+        storage failed), and as leader its ISR and each follower's progress."""
         with self.changed:
             out: dict[str, object] = {"topic": self.tp[0], "partition": self.tp[1], "role": self._state.role.value,
                                       "leader_epoch": self._state.leader_epoch, "high_watermark": self.hw}
-            if self.hw >= 0:
+            if self.hw >= 0 and with_log:
                 plog = self.log
                 out["log_start"], out["log_end"] = plog.start_offset, plog.end_offset
             if self.leader is not None:

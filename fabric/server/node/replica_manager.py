@@ -12,7 +12,10 @@ the ISR of each partition it leads (`alter_partition`, set by the node) and chec
 Replicas of compacted topics are cleaned by the node's log maintenance (`maintained_partitions`) and, at the
 leader, on demand (`compact_partition`), each below its own high watermark. Retention runs at the leader only,
 in the same maintenance and on demand (`enforce_retention`), as does DeleteRecords (`delete_records`), never
-past the high watermark; followers take the leader's log start from their fetch answers.
+past the high watermark; followers take the leader's log start from their fetch answers. Each replica's health
+(storage_health: its storage failed, or it is damaged and not yet repaired) is reported with the node's
+heartbeats; reads that meet damage are repaired from another replica first (repair.py), and
+`replica_range` serves this node's copy of a range to a replica repairing its own.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from fabric.common.errors import (
     InvalidConfigError,
     InvalidRequestError,
     InvalidTxnStateError,
+    KafkaStorageError,
     NotLeaderError,
 )
 from fabric.common.redaction import clip
@@ -46,11 +50,14 @@ from fabric.common.types import (
 )
 from fabric.coordinator.disk import disk_errors
 from fabric.server import partition_ops
-from fabric.server.node import open_transactions
+from fabric.server.node import follower_fetches, open_transactions
 from fabric.server.node.fetcher import FetchSettings, Peer, ReplicaFetcher
 from fabric.server.node.leader import LeaderState
-from fabric.server.node.partition import FetchWaiter, PartitionReplica, ReplicaFetch, Role
+from fabric.server.node.partition import PartitionReplica, ReplicaFetch, Role
+from fabric.server.node.repair import RANGE_MAX_BYTES, Repairer, peer_copy
+from fabric.server.node.storage_health import Condition, Health, StorageHealth
 from fabric.server.node.transaction_verification import TransactionVerification
+from fabric.storage import scrub
 from fabric.storage.cleaner import CleanReport
 from fabric.storage.log import Log
 from fabric.storage.log_manager import LogManager
@@ -83,13 +90,20 @@ class ReplicaManager:
     it runs a fetcher for every partition it follows (without one, as in unit tests, followers stay idle)."""
 
     def __init__(self, node_id: int, data_dir: str, peer: Peer | None = None,
-                 fetch_settings: FetchSettings = FetchSettings(), replica_lag_time_max_ms: int = 30000) -> None:
+                 fetch_settings: FetchSettings = FetchSettings(), replica_lag_time_max_ms: int = 30000,
+                 verify_on_start: bool = False) -> None:
         self.node_id = node_id
         with disk_errors(data_dir, "open the node's data directory"):
             self.logs = LogManager(data_dir, lambda txn: False, replica=True)  # a node never publishes transactions
             self._claim_directory()
         self.peer, self.fetch_settings, self.lag_ms = peer, fetch_settings, replica_lag_time_max_ms
         self.refresh: Callable[[], None] = lambda: None
+        self.report: Callable[[], None] = lambda: None  # heartbeat soon: a replica's health changed (set by the node)
+        self.health = StorageHealth(node_id, self._partition_dir)
+        if verify_on_start:  # (the node scrubs them): reported from the first heartbeat on
+            for tp in self.logs.partitions_on_disk():
+                self.health.unverified(tp)
+        self.health.on_change = self._health_changed
         self.alter_partition: AlterPartition | None = None
         # the coordinator's record of a transactional id (set by the node), which markers are checked against
         self.transaction_record: Callable[[str], TransactionRecord] | None = None
@@ -100,7 +114,10 @@ class ReplicaManager:
         self._fetched_from: dict[TopicPartition, tuple[int, str]] = {}  # which fetcher copies a partition
         self._topics: dict[str, TopicInfo] = {}
         self._addresses: dict[int, str] = {}
-        self._lock = threading.Lock()
+        self._offline_replicas: dict[TopicPartition, tuple[int, ...]] = {}  # replicas their nodes report offline
+        self._lock = threading.RLock()  # (a replica found offline while the assignment is applied takes it again)
+        self.repairer = Repairer(node_id, self.health, peer_copy(peer, self._addresses) if peer else None,
+                                 lambda tp: self._offline_replicas.get(tp, ()), self._topic_id)
 
     def _claim_directory(self) -> None:
         path = os.path.join(self.logs.internal_dir, NODE_ID_FILE)
@@ -132,17 +149,23 @@ class ReplicaManager:
                     self._check_topic_id(info)
             self._topics = dict(assignment.topics)
             self._addresses.update(assignment.addresses)
+            self._offline_replicas = dict(assignment.offline_replicas)
             try:
                 for tp, registration in sorted(assignment.partitions.items()):
                     replica = self._replicas.get(tp)
                     if replica is None:
                         replica = self._replicas[tp] = PartitionReplica(tp, self.node_id, self._opener(tp))
-                    with disk_errors(self.logs.topic_dir(tp[0]), f"open partition {tp[0]}-{tp[1]}"):
-                        if replica.become(registration):
-                            self._follow(replica)
+                    try:
+                        with self.health.guard(tp, f"open partition {tp[0]}-{tp[1]}"):
+                            if replica.become(registration):
+                                self._follow(replica)
+                    except KafkaStorageError:
+                        continue  # offline: reported with the heartbeats, and the controller moves it on
             finally:  # fetchers start once they have all their partitions: the first fetch asks for all of them,
                 for fetcher in self._fetchers.values():  # instead of long-polling for the first alone
                     fetcher.start()
+            for tp in set(self.health.unhealthy()) - set(assignment.partitions):
+                self.health.forget(tp)  # (found on disk at start, or left the node)
             for tp in sorted(set(self._replicas) - set(assignment.partitions)):
                 self._stop_fetcher(tp)
                 self._replicas.pop(tp).fence("no longer assigned to this node")
@@ -182,11 +205,31 @@ class ReplicaManager:
     def _opener(self, tp: TopicPartition) -> Callable[[], Log]:
         return lambda: self.logs.log(self._topics[tp[0]], tp[1])
 
+    def _topic_id(self, topic: str) -> str:
+        known = self._topics.get(topic)
+        return known.topic_id if known is not None else ""
+
+    def _partition_dir(self, tp: TopicPartition) -> str:
+        return os.path.join(self.logs.topic_dir(tp[0]), str(tp[1]))
+
+    def _health_changed(self, tp: TopicPartition, condition: Condition) -> None:
+        """A replica went offline (its fetcher stops) or is healthy again (it fetches again); the node heartbeats
+        at once, so the controller learns it."""
+        with self._lock:
+            replica = self._replicas.get(tp)
+            if replica is not None:
+                self._follow(replica)
+                for fetcher in self._fetchers.values():
+                    fetcher.start()
+        self.report()
+
     def _follow(self, replica: PartitionReplica) -> None:
-        """Start (or stop) the replica's fetcher for its new role (lock held)."""
+        """Start (or stop) the replica's fetcher for its new role or health (lock held): an offline replica
+        fetches nothing."""
         self._stop_fetcher(replica.tp)
         state = replica.state
-        if state.role is not Role.FOLLOWER or self.peer is None or state.registration is None:
+        if (state.role is not Role.FOLLOWER or self.peer is None or state.registration is None
+                or self.health.offline(replica.tp)):
             return
         leader = state.registration.state.leader
         assert leader is not None  # a follower has a leader
@@ -199,7 +242,7 @@ class ReplicaManager:
         fetcher = self._fetchers.get(source)
         if fetcher is None:
             fetcher = self._fetchers[source] = ReplicaFetcher(self.node_id, leader, address, self.peer, self.refresh,
-                                                              self.fetch_settings)
+                                                              self.fetch_settings, self.health.guard)
         fetcher.add(replica, state.leader_epoch, self._topics[replica.tp[0]].topic_id)
         self._fetched_from[replica.tp] = source
 
@@ -231,6 +274,17 @@ class ReplicaManager:
         return [{"leader": leader, "address": address, "partitions": [list(tp) for tp in fetcher.partitions()]}
                 for (leader, address), fetcher in fetchers]
 
+    def hosted(self) -> list[PartitionReplica]:
+        with self._lock:
+            return list(self._replicas.values())
+
+    def hosts(self, replica: PartitionReplica) -> bool:
+        """Whether `replica` is still the node's replica of its partition."""
+        return self._replicas.get(replica.tp) is replica
+
+    def hosted_replica(self, tp: TopicPartition) -> PartitionReplica | None:
+        return self._replicas.get(tp)
+
     def leaders(self) -> list[TopicPartition]:
         return sorted(tp for tp, r in self._replicas.items() if r.state.role is Role.LEADER)
 
@@ -243,20 +297,25 @@ class ReplicaManager:
     def maintain(self) -> None:
         """One round: ask the controller for each ISR change the partitions led here need, and checkpoint every
         high watermark that moved."""
+        self.health.probe()
         with self._lock:
             replicas = list(self._replicas.values())
         for replica in replicas:
+            offline = self.health.offline(replica.tp)  # its leadership is moving: its ISR is kept meanwhile
             try:
-                with disk_errors(self.logs.topic_dir(replica.tp[0]), f"checkpoint partition {replica.name}"):
+                with self.health.guard(replica.tp, f"checkpoint partition {replica.name}"):
                     self._maintain_isr(replica)
-                    replica.checkpoint()
+                    if not offline:
+                        replica.checkpoint()
+            except KafkaStorageError as exc:  # logged once, as the replica went offline
+                log.debug("partition %s: %s", replica.name, exc)
             except FabricError as exc:
                 log.warning("partition %s: %s; retrying next round", replica.name, exc)
 
     def _maintain_isr(self, replica: PartitionReplica) -> None:
         if self.alter_partition is None:
             return
-        wanted = replica.wanted_isr(self.lag_ms)
+        wanted = replica.wanted_isr(self.lag_ms, self._offline_replicas.get(replica.tp, ()))
         if wanted is None:
             return
         leader, isr = wanted
@@ -323,7 +382,7 @@ class ReplicaManager:
             partition_ops.check_transactional_id(transactional_id)
         timeout_s = partition_ops.wait_seconds("timeout_ms", timeout_ms)
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-        with disk_errors(self.logs.topic_dir(topic), f"append to partition {topic}-{partition}"):
+        with self.health.writing((topic, partition), f"append to partition {topic}-{partition}"):
             if not transactional or producer is None or self.verification is None:
                 return replica.append(rows, codec, leader_epoch, ACKS[acks], timeout_s, producer, transactional)
             return self.verification.append(transactional_id, (topic, partition), producer, replica.log, lambda p: (
@@ -346,7 +405,7 @@ class ReplicaManager:
         self._check_decided(topic, partition, transactional_id, markers)
         if self.verification is not None:
             self.verification.markers_begin((topic, partition))
-        with disk_errors(self.logs.topic_dir(topic), f"write transaction markers to {topic}-{partition}"):
+        with self.health.writing((topic, partition), f"write transaction markers to {topic}-{partition}"):
             replica.write_markers(markers, leader_epoch, timeout_s)
 
     def _check_decided(self, topic: str, partition: int, transactional_id: str,
@@ -398,8 +457,9 @@ class ReplicaManager:
         wait_s = partition_ops.wait_seconds("max_wait_ms", max_wait_ms)
         isolation = partition_ops.isolation_level(isolation_level)
         replica = self.replica(topic, partition, leader_epoch, from_follower, topic_id)
-        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
-            return replica.read(offset, max_bytes, end_offset, leader_epoch, wait_s, from_follower, isolation)
+        with self.health.guard((topic, partition), f"read partition {topic}-{partition}"):
+            return self.repairer.read_repaired(replica, lambda: replica.read(
+                offset, max_bytes, end_offset, leader_epoch, wait_s, from_follower, isolation))
 
     def replica_fetch(self, replica_id: int, partitions: list[tuple[str, int, int, int, str]],
                       max_bytes: int = 1 << 20, response_max_bytes: int = 10 << 20, max_wait_ms: int = 500
@@ -408,66 +468,28 @@ class ReplicaManager:
         epoch, topic id) (Kafka's replica FetchRequest): per partition, its progress recorded and its frames from
         the offset (up to `max_bytes`, and `response_max_bytes` over all), or the error that concerns it alone.
         When none has frames, held up to max_wait_ms until one has, or a leadership among them ends."""
-        for name, value in (("replica_id", replica_id), ("max_bytes", max_bytes),
-                            ("response_max_bytes", response_max_bytes)):
-            if value < 0:
-                raise InvalidRequestError(f"{name} must be an int from 0, got {clip(value)}")
-        if len({(topic, partition) for topic, partition, *_ in partitions}) != len(partitions):
-            raise InvalidRequestError("a replica fetch names a partition twice; name each once")
-        for topic, partition, offset, leader_epoch, _ in partitions:
-            if min(partition, offset, leader_epoch) < 0:
-                raise InvalidRequestError(f"replica fetch of {clip(topic, 60)}-{partition}: partition, offset and "
-                                          f"leader epoch must be ints from 0, got {partition}, {offset}, "
-                                          f"{leader_epoch}")
-        wait_s = partition_ops.wait_seconds("max_wait_ms", max_wait_ms)
-        answers = self._serve_follower(replica_id, partitions, max_bytes, response_max_bytes)
-        if wait_s and all(isinstance(a, ReplicaFetch) and not a.frames.size for a in answers):
-            woken = self._await_frames(partitions, wait_s)  # the others' answers stand
-            again = [i for i, (topic, partition, *_) in enumerate(partitions) if (topic, partition) in woken]
-            for i, answer in zip(again, self._serve_follower(replica_id, [partitions[i] for i in again], max_bytes,
-                                                             response_max_bytes), strict=True):
-                answers[i] = answer
-        return answers
+        return follower_fetches.serve(self, replica_id, partitions, max_bytes, response_max_bytes, max_wait_ms)
 
-    def _serve_follower(self, replica_id: int, partitions: list[tuple[str, int, int, int, str]], max_bytes: int,
-                        response_max_bytes: int) -> list[ReplicaFetch | FabricError]:
-        answers: list[ReplicaFetch | FabricError] = []
-        budget = response_max_bytes
-        for topic, partition, offset, leader_epoch, topic_id in partitions:
-            try:
-                replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-                with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
-                    answer = replica.serve_follower(replica_id, leader_epoch, offset,
-                                                    max(min(max_bytes, budget), 0))
-            except FabricError as exc:
-                answers.append(exc)
-                continue
-            budget -= answer.frames.size
-            answers.append(answer)
-        return answers
-
-    def _await_frames(self, partitions: list[tuple[str, int, int, int, str]], wait_s: float
-                      ) -> set[TopicPartition]:
-        """Wait up to `wait_s` for frames past the offsets asked for, or the end of a leadership among them; the
-        partitions where either happened (none: the wait timed out)."""
-        event = FetchWaiter()
-        watched: list[PartitionReplica] = []
-        try:
-            for topic, partition, offset, leader_epoch, _ in partitions:
-                replica = self._replicas.get((topic, partition))
-                if replica is None or not replica.watch(event, leader_epoch, offset):
-                    return {(topic, partition)}
-                watched.append(replica)
-            return event.wait(wait_s)
-        finally:
-            for replica in watched:
-                replica.unwatch(event)
+    def replica_range(self, topic: str, partition: int, start_offset: int, end_offset: int,
+                      max_bytes: int = RANGE_MAX_BYTES, topic_id: str = "") -> pa.Buffer:
+        """Another replica's repair (repair.py): this node's copy of the whole frames from the one holding
+        `start_offset` to `end_offset`, below its high watermark, about `max_bytes` (at most RANGE_MAX_BYTES),
+        whatever its role. CorruptRecordError if this copy is damaged there too."""
+        if min(partition, start_offset, end_offset, max_bytes) < 0:
+            raise InvalidRequestError(f"replica_range of {clip(topic, 60)}-{partition}: partition, offsets and "
+                                      "max_bytes must be ints from 0")
+        replica = self._replicas.get((topic, partition))
+        if replica is None or not self._same_topic(topic, topic_id) or self.health.offline(replica.tp):
+            raise NotLeaderError(f"node {self.node_id} holds no copy of {topic}-{partition} it can serve")
+        with self.health.guard((topic, partition), f"read partition {topic}-{partition}"):
+            return scrub.copy_range(replica.log, start_offset, min(end_offset, replica.hw),
+                                    min(max_bytes, RANGE_MAX_BYTES))
 
     def offsets_for_leader_epoch(self, topic: str, partition: int, epoch: int, leader_epoch: int,
                                  topic_id: str = "") -> EpochEndOffset:
         """Where the leader's records of `epoch` end (KIP-101), asked by a follower under `leader_epoch`."""
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+        with self.health.guard((topic, partition), f"read partition {topic}-{partition}"):
             return replica.end_offset_for(epoch, leader_epoch)
 
     def partition_state(self, topic: str, partition: int, leader_epoch: int | None = None,
@@ -479,14 +501,14 @@ class ReplicaManager:
         assert reg is not None  # a leader's state comes from a registration
         leader = replica.leader
         isr = leader.isr if leader is not None else reg.state.isr
-        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+        with self.health.guard((topic, partition), f"read partition {topic}-{partition}"):
             return partition_ops.state(replica.log, topic, partition, replica.readable_end(), leader=reg.state.leader,
                                        replicas=reg.assignment.replicas, isr=isr, leader_epoch=reg.state.leader_epoch)
 
     def offset_for_time(self, topic: str, partition: int, timestamp_us: int,
                         leader_epoch: int | None = None, topic_id: str = "") -> int | None:
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+        with self.health.guard((topic, partition), f"read partition {topic}-{partition}"):
             found = partition_ops.offset_for_time(replica.log, timestamp_us)
         return found if found is None or found < replica.hw else None
 
@@ -497,8 +519,8 @@ class ReplicaManager:
         stable offset), at the leader."""
         isolation = partition_ops.isolation_level(isolation_level)
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-        bound = replica.readable_end(isolation)
-        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
+        with self.health.guard((topic, partition), f"read partition {topic}-{partition}"):
+            bound = replica.readable_end(isolation)
             return partition_ops.offset_after_records(replica.log, offset, count,
                                                       bound if end_offset is None else min(end_offset, bound),
                                                       isolation)
@@ -510,7 +532,7 @@ class ReplicaManager:
         to `before_offset` (-1: the high watermark), never past the high watermark; returns the low watermark.
         Followers take the new log start from their next fetch answer."""
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-        with disk_errors(self.logs.topic_dir(topic), f"delete records of {topic}-{partition}"):
+        with self.health.writing((topic, partition), f"delete records of {topic}-{partition}"):
             return replica.delete_records(before_offset, leader_epoch)
 
     def enforce_retention(self, topic: str, partition: int, leader_epoch: int | None = None,
@@ -518,7 +540,7 @@ class ReplicaManager:
         """`fabric topics retain` at the partition's leader: apply retention now, below the high watermark;
         segments deleted (followers follow the new log start)."""
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-        with disk_errors(self.logs.topic_dir(topic), f"enforce the retention of {topic}-{partition}"):
+        with self.health.writing((topic, partition), f"enforce the retention of {topic}-{partition}"):
             return replica.enforce_retention(leader_epoch)
 
     def compact_partition(self, topic: str, partition: int, leader_epoch: int | None = None,
@@ -528,7 +550,7 @@ class ReplicaManager:
         for a topic that is not compacted."""
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
         partition_ops.check_compacted(self.topic(topic))
-        with disk_errors(self.logs.topic_dir(topic), f"compact partition {topic}-{partition}"):
+        with self.health.writing((topic, partition), f"compact partition {topic}-{partition}"):
             return replica.log.clean(force=True)
 
     def maintained_partitions(self) -> list[tuple[str, Callable[[], Log]]]:
@@ -538,12 +560,18 @@ class ReplicaManager:
         another topic has nothing to do: it takes its leader's log start from fetch answers."""
         with self._lock:
             return [(replica.name, functools.partial(_replica_log, replica)) for tp, replica in
-                    sorted(self._replicas.items())
-                    if replica.state.role is Role.LEADER or (
-                        replica.state.role is Role.FOLLOWER and partition_ops.compacted(self._topics[tp[0]]))]
+                    sorted(self._replicas.items()) if not self.health.offline(tp) and (
+                        replica.state.role is Role.LEADER or (
+                            replica.state.role is Role.FOLLOWER and partition_ops.compacted(self._topics[tp[0]])))]
 
     def describe(self) -> list[dict[str, object]]:
         """Every hosted replica's role, epoch, high watermark and (as leader) ISR and followers' progress."""
         with self._lock:
             replicas = [self._replicas[tp] for tp in sorted(self._replicas)]
-        return [r.describe() for r in replicas]
+        described = []
+        for replica in replicas:
+            condition = self.health.condition(replica.tp)
+            described.append({**replica.describe(with_log=condition.health is Health.HEALTHY),
+                              "health": condition.health.value, **({"reason": condition.reason} if condition.reason
+                                                                   else {})})
+        return described

@@ -9,11 +9,12 @@ isolation_level}) fetches below the high watermark (read_committed: the last sta
 on the transactional id, or cluster_action on the cluster: the coordinator aborting timed-out transactions),
 `compact_partition`, `enforce_retention` and `delete_records` (admin on the topic: `fabric topics compact`,
 `retain` and `delete-records`), `describe_producers` (read on the topic: its open transactions) and `status` for
-clients; `abort_open_transaction` for operators (`fabric transactions abort --start-offset`) and, for followers,
-`offsets_for_leader_epoch` and `replica_fetch`, which need cluster_action on the cluster resource (a replica fetch
-covers many partitions at once: its first result is a JSON answer per partition, its state or its error, then a
-result with the raw frames of each partition that has some, in order). The wire format is the coordinator
-service's (fabric.server.wire). Every request is checked against the ReplicaManager method it calls,
+clients; `abort_open_transaction` for operators (`fabric transactions abort --start-offset`) and, for other nodes,
+`offsets_for_leader_epoch`, `replica_fetch` and `replica_range`, which need cluster_action on the cluster resource
+(a replica fetch covers many partitions at once: its first result is a JSON answer per partition, its state or its
+error, then a result with the raw frames of each partition that has some, in order; `replica_range`, asked by a
+replica repairing a damaged range, has one result: this node's raw frames of the range). The wire format is the
+coordinator service's (fabric.server.wire). Every request is checked against the ReplicaManager method it calls,
 authenticated and authorized as the coordinator's are (same tokens and ACL files), and refused with
 NotLeaderError / FencedLeaderEpochError unless this node leads the partition under the
 quoted leader epoch.
@@ -40,8 +41,9 @@ log = logging.getLogger(__name__)
 ACTIONS = {"partition_state": "describe", "offset_for_time": "describe",  # action -> ACL operation on its topic
            "offset_after_records": "describe", "write_markers": "write", "compact_partition": "admin",
            "enforce_retention": "admin", "delete_records": "admin", "describe_producers": "read"}
-# followers' calls, and an operator's abort of a hanging transaction (as Kafka's WriteTxnMarkers): on the cluster
-REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_fetch", "abort_open_transaction")
+# other nodes' calls (followers', and replicas repairing a damaged range), and an operator's abort of a hanging
+# transaction (as Kafka's WriteTxnMarkers): on the cluster
+REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_fetch", "replica_range", "abort_open_transaction")
 
 
 def _fetch_answer(answer: ReplicaFetch | FabricError) -> dict[str, Any]:
@@ -74,6 +76,10 @@ class NodeService(FabricFlightServer):
         """Where this node serves the fabric protocol (docs/protocol.md)."""
         return self.settings.advertise_address(self.protocol.port) if self.protocol is not None else ""
 
+    @property
+    def server_name(self) -> str:
+        return f"node {self.settings.node_id}"
+
     @translated
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> list[bytes | flight.Result]:
         args = wire.action_args(action.body)
@@ -95,6 +101,8 @@ class NodeService(FabricFlightServer):
         if action.type == "replica_fetch":  # the frames of the partitions that have some, in order
             return [wire.dumps([_fetch_answer(answer) for answer in result]),
                     *[flight.Result(a.frames) for a in result if isinstance(a, ReplicaFetch) and a.frames.size]]
+        if action.type == "replica_range":  # the raw frames
+            return [flight.Result(result)]
         return [wire.dumps(result)]
 
     def _cluster_action(self, context: flight.ServerCallContext) -> bool:

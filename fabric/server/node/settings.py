@@ -11,17 +11,21 @@ from fabric.common.errors import InvalidConfigError
 from fabric.common.logs import add_log_level_option
 from fabric.common.redaction import clip
 from fabric.coordinator.node_leases import DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_SESSION_TIMEOUT_MS
-from fabric.server.connection import parse_url
+from fabric.server.connection import ENV_TOKEN, parse_url, refuse_token_in_argv
 from fabric.server.instance import (
+    METRICS_HOST,
+    METRICS_PROPERTIES,
     SERVER_LOG_LEVEL,
-    add_metrics_port_argument,
+    add_metrics_arguments,
     add_request_max_bytes_argument,
+    add_security_arguments,
     byte_count,
     check_address,
     metrics_port,
     option_values,
 )
 from fabric.server.node.fetcher import FetchSettings
+from fabric.server.node.scrubber import BACKOFF_KEY, DEFAULT_BACKOFF_MS, DEFAULT_SCRUB_RATE, SCRUB_RATE_KEY
 from fabric.server.wire import SOCKET_REQUEST_MAX_BYTES
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
 
@@ -43,6 +47,7 @@ class NodeSettings:
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
     tokens_file: str | None = None
     acl_file: str | None = None
+    token_file: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
     shutdown_timeout_ms: int = 5000
@@ -51,8 +56,12 @@ class NodeSettings:
     replica_fetch_max_bytes: int = 1 << 20
     replica_fetch_backoff_ms: int = 200
     metrics_port: int | None = None
+    metrics_host: str = METRICS_HOST
+    metrics_token_file: str | None = None
     log_retention_check_interval_ms: int = DEFAULT_INTERVAL_MS
     socket_request_max_bytes: int = SOCKET_REQUEST_MAX_BYTES
+    log_scrubber_io_max_bytes_per_second: int = DEFAULT_SCRUB_RATE
+    log_scrubber_backoff_ms: int = DEFAULT_BACKOFF_MS
 
     def fetch_settings(self) -> FetchSettings:
         return FetchSettings(self.replica_fetch_max_bytes, self.replica_fetch_wait_max_ms,
@@ -67,21 +76,23 @@ class NodeSettings:
 PROPERTIES = {"node.id": "node_id", "node.listen": "listen", "node.advertised.listener": "advertise",
               "node.data.dir": "data_dir", "node.coordinator": "coordinator", "node.rack": "rack",
               "node.heartbeat.interval.ms": "heartbeat_interval_ms", "node.session.timeout.ms": "session_timeout_ms",
-              "auth.tokens.file": "tokens_file", "acl.file": "acl_file", "tls.cert.file": "tls_cert",
+              "auth.tokens.file": "tokens_file", "acl.file": "acl_file", "token.file": "token_file",
+              "tls.cert.file": "tls_cert",
               "tls.key.file": "tls_key", "node.shutdown.timeout.ms": "shutdown_timeout_ms",
               "replica.lag.time.max.ms": "replica_lag_time_max_ms",
               "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
               "replica.fetch.max.bytes": "replica_fetch_max_bytes",
-              "replica.fetch.backoff.ms": "replica_fetch_backoff_ms", "metrics.port": "metrics_port",
+              "replica.fetch.backoff.ms": "replica_fetch_backoff_ms", **METRICS_PROPERTIES,
               INTERVAL_KEY: "log_retention_check_interval_ms",
-              "socket.request.max.bytes": "socket_request_max_bytes"}
-PATH_KEYS = ("tokens_file", "acl_file", "tls_cert", "tls_key")
+              "socket.request.max.bytes": "socket_request_max_bytes",
+              SCRUB_RATE_KEY: "log_scrubber_io_max_bytes_per_second", BACKOFF_KEY: "log_scrubber_backoff_ms"}
+PATH_KEYS = ("tokens_file", "acl_file", "token_file", "tls_cert", "tls_key", "metrics_token_file")
 MILLISECONDS = {"heartbeat_interval_ms": "node.heartbeat.interval.ms",
                 "session_timeout_ms": "node.session.timeout.ms", "shutdown_timeout_ms": "node.shutdown.timeout.ms",
                 "replica_lag_time_max_ms": "replica.lag.time.max.ms",
                 "replica_fetch_wait_max_ms": "replica.fetch.wait.max.ms",
                 "replica_fetch_backoff_ms": "replica.fetch.backoff.ms",
-                "log_retention_check_interval_ms": INTERVAL_KEY}
+                "log_retention_check_interval_ms": INTERVAL_KEY, "log_scrubber_backoff_ms": BACKOFF_KEY}
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,17 +105,14 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--advertise", metavar="HOST:PORT", help="address clients use (default: --listen)")
     parser.add_argument("--data", dest="data_dir", metavar="DIR", help="this node's own data directory")
     parser.add_argument("--coordinator", metavar="URL", help="the coordinator service: fabric://host:port[,host:port]"
-                        " (its token: ?token= or $FABRIC_TOKEN)")
+                        f" (the node's token: --token-file or ${ENV_TOKEN}, never ?token= on the command line)")
     parser.add_argument("--rack", metavar="RACK", help="the node's rack, for rack-aware replica placement")
     parser.add_argument("--heartbeat-interval-ms", metavar="MS", help="how often the node heartbeats "
                         f"(node.heartbeat.interval.ms, default {DEFAULT_HEARTBEAT_INTERVAL_MS})")
     parser.add_argument("--session-timeout-ms", metavar="MS", help="the coordinator's node.session.timeout.ms: "
                         "without a heartbeat for this long the node stops leading "
                         f"(default {DEFAULT_SESSION_TIMEOUT_MS})")
-    parser.add_argument("--tokens-file", metavar="FILE", help="`token principal` lines; enables authentication")
-    parser.add_argument("--acl-file", metavar="FILE", help="`principal operation resource` lines; enables ACLs")
-    parser.add_argument("--tls-cert", metavar="PEM", help="server certificate (with --tls-key: serve TLS)")
-    parser.add_argument("--tls-key", metavar="PEM", help="server private key")
+    add_security_arguments(parser, "the coordinator and the other nodes")
     parser.add_argument("--replica-lag-time-max-ms", metavar="MS", help="a follower not caught up for this long "
                         "leaves the ISR (replica.lag.time.max.ms, default 30000)")
     parser.add_argument("--replica-fetch-wait-max-ms", metavar="MS", help="how long a leader holds a follower's "
@@ -116,13 +124,19 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-retention-check-interval-ms", metavar="MS", help="how often the node applies "
                         "retention to the partitions it leads and cleans the replicas of compacted topics it hosts "
                         f"({INTERVAL_KEY}, default {DEFAULT_INTERVAL_MS})")
+    parser.add_argument("--log-scrubber-io-max-bytes-per-second", metavar="BYTES", help="how fast the node reads "
+                        "its replicas' logs to check every frame's CRC in the background, repairing damage from "
+                        f"other replicas ({SCRUB_RATE_KEY}, default {DEFAULT_SCRUB_RATE}; 0 turns it off)")
+    parser.add_argument("--log-scrubber-backoff-ms", metavar="MS", help="how long the scrubber waits after a pass "
+                        f"over every replica before the next ({BACKOFF_KEY}, default {DEFAULT_BACKOFF_MS})")
     add_request_max_bytes_argument(parser)
-    add_metrics_port_argument(parser)
+    add_metrics_arguments(parser)
 
 
 def node_settings_from(args: argparse.Namespace) -> NodeSettings:
     """NodeSettings from --config's properties, then the command-line options; InvalidConfigError naming the
-    option and the fix for anything malformed or missing."""
+    option and the fix for anything malformed or missing; a token in --coordinator is refused (ps shows it)."""
+    refuse_token_in_argv("--coordinator", args.coordinator)
     values = option_values(args, NodeSettings, PROPERTIES, PATH_KEYS, MILLISECONDS)
     if "node_id" not in values:
         raise InvalidConfigError("a data node needs its id: --id N (node.id), an int from 0; keep it with its --data "
@@ -132,6 +146,9 @@ def node_settings_from(args: argparse.Namespace) -> NodeSettings:
                       ("socket_request_max_bytes", "socket.request.max.bytes")):
         if name in values:
             values[name] = byte_count(key, values[name])
+    if "log_scrubber_io_max_bytes_per_second" in values:
+        values["log_scrubber_io_max_bytes_per_second"] = byte_count(
+            SCRUB_RATE_KEY, values["log_scrubber_io_max_bytes_per_second"], minimum=0)
     if values.get("metrics_port") is not None:
         values["metrics_port"] = metrics_port(values["metrics_port"])
     if not values.get("coordinator"):

@@ -1,0 +1,55 @@
+"""What a consumer looks up about topics and partitions without reading them: the topics it may read, a topic's
+partitions, and a partition's offsets (first, end, by time), as kafka-python's and confluent-kafka's consumers
+answer them. Every end offset looked up is noted as the partition's last known high watermark."""
+from __future__ import annotations
+
+from typing import Iterable
+
+from fabric.client import partition_args
+from fabric.client.client_metrics import ConsumerCounts
+from fabric.client.cluster import Cluster
+from fabric.client.topic_partition import TopicPartition as NamedPartition
+from fabric.client.topic_partition import named_keys
+from fabric.common import checks
+from fabric.common.names import INTERNAL_PREFIX, validate_topic
+from fabric.common.record_checks import MAX_TIMESTAMP_MS
+from fabric.common.types import PartitionState, TopicPartition
+
+
+class Lookups:
+    """The consumer's lookups (a base of fabric.client.consumer.Consumer, whose cluster and counts they use)."""
+
+    cluster: Cluster
+    _counts: ConsumerCounts
+
+    def topics(self) -> set[str]:
+        """The names of the topics this consumer may read (kafka-python's topics(); internal ones left out)."""
+        return {t for t in self.cluster.coordinator.list_topics() if not t.startswith(INTERNAL_PREFIX)}
+
+    def partitions_for(self, topic: str) -> set[int]:
+        """The partition numbers of `topic` (kafka-python's partitions_for_topic)."""
+        return set(range(self.cluster.coordinator.topic(validate_topic(topic)).partitions))
+
+    partitions_for_topic = partitions_for
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[NamedPartition, int]:
+        """Each partition's first offset (its log start)."""
+        tps = partition_args.partition_list(partitions, "beginning_offsets()")
+        return named_keys({tp: self._partition_state(tp).start_offset for tp in tps})
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[NamedPartition, int]:
+        """Each partition's end offset: the offset its next record will get."""
+        tps = partition_args.partition_list(partitions, "end_offsets()")
+        return named_keys({tp: self._partition_state(tp).end_offset for tp in tps})
+
+    def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[NamedPartition, int | None]:
+        """For each partition, the earliest offset whose timestamp (ms) is >= the given one, or None."""
+        wanted = checks.by_partition(timestamps, "offsets_for_times()",
+                                     lambda ts, what: checks.integer(ts, f"{what} (ms)", 0, MAX_TIMESTAMP_MS))
+        return named_keys({tp: self.cluster.offset_for_time(tp[0], tp[1], ts * 1000) for tp, ts in wanted.items()})
+
+    def _partition_state(self, tp: TopicPartition) -> PartitionState:
+        """The partition's offsets, asked of the fabric (its end noted as the last known high watermark)."""
+        state = self.cluster.partition_state(*tp)
+        self._counts.saw_end(tp, state.end_offset)
+        return state

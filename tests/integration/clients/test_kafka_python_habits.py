@@ -1,0 +1,137 @@
+"""kafka-python's calls, typed as its users type them from memory, on every kind of cluster: a TopicPartition
+per argument (seek(tp, offset), position(tp), committed(tp), pause(tp, ...)), the consumer's topics(),
+highwater(tp) and metrics(), the producer's partitions_for(topic) and metrics(), an iteration that ends after
+consumer_timeout_ms, and kafka-python's error names from fabric.errors."""
+from __future__ import annotations
+
+import pytest
+
+import fabric
+from fabric import TopicPartition
+from fabric.server.zookeeper import free_port
+
+
+def fill(fab, topic: str, partitions: int, per_partition: int) -> None:
+    fab.create_topic(topic, partitions=partitions)
+    with fab.producer() as producer:
+        for p in range(partitions):
+            for i in range(per_partition):
+                producer.send(topic, f"{p}-{i}".encode(), partition=p)
+
+
+def test_seek_position_committed_and_pause_take_topic_partitions(fab, drain):
+    fill(fab, "orders", partitions=3, per_partition=10)
+    tp = TopicPartition("orders", 0)
+    consumer = fab.consumer(group_id="billing", enable_auto_commit=False)
+    consumer.assign([tp])
+    assert consumer.committed(tp) is None
+    consumer.seek(tp, 5)
+    assert consumer.position(tp) == 5
+    assert [r.offset for r in drain(consumer, 5)] == [5, 6, 7, 8, 9]
+    assert consumer.position(tp) == 10
+    consumer.commit()
+    assert consumer.committed(tp) == 10
+    assert consumer.committed(TopicPartition("orders", 1)) is None  # not assigned: asked of the group
+    consumer.seek("orders", 0, 2)  # the fabric's own forms still work
+    assert consumer.position("orders", 0) == 2
+    assert consumer.committed([tp]) == {tp: 10}
+    consumer.close()
+
+    p0, p1, p2 = (TopicPartition("orders", p) for p in range(3))
+    consumer = fab.consumer(auto_offset_reset="earliest")
+    consumer.assign([p0, p1, p2])
+    consumer.pause(p0, p1)
+    assert consumer.paused() == {p0, p1}
+    assert {r.partition for r in drain(consumer, 10)} == {2}
+    consumer.resume(p0, p1)
+    assert consumer.paused() == set()
+    assert {r.partition for r in drain(consumer, 20)} == {0, 1}
+    consumer.close()
+
+
+def test_topics_highwater_partitions_for_metrics_and_consumer_timeout_ms(fab, drain):
+    fill(fab, "orders", partitions=2, per_partition=3)
+    p0, p1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
+    consumer = fab.consumer(auto_offset_reset="earliest")
+    assert "orders" in consumer.topics()
+    assert not any(topic.startswith("__") for topic in consumer.topics())
+    consumer.assign([p0, p1])
+    assert consumer.highwater(p0) is None  # nothing looked up or fetched yet
+    records = drain(consumer, 6)
+    assert consumer.highwater(p0) == consumer.highwater(p1) == 3
+    consumer.seek(p0, 1)
+    fetch = consumer.metrics()["consumer-fetch-manager-metrics"]
+    assert fetch["records-consumed-total"] == 6
+    assert fetch["bytes-consumed-total"] >= sum(len(r.value) for r in records)
+    assert fetch["records-lag"] == {p0: 2, p1: 0} and fetch["records-lag-max"] == 2
+    assert consumer.metrics()["consumer-coordinator-metrics"]["assigned-partitions"] == 2
+    consumer.close()
+
+    producer = fab.producer()
+    assert producer.partitions_for("orders") == {0, 1}
+    for i in range(4):
+        producer.send("orders", b"x" * 10, partition=i % 2)
+    producer.flush()
+    sent = producer.metrics()["producer-metrics"]
+    assert sent["record-send-total"] == 4 and sent["byte-total"] >= 40
+    assert sent["record-error-total"] == 0
+    producer.close()
+
+    consumer = fab.consumer("orders", auto_offset_reset="earliest", consumer_timeout_ms=1000)
+    assert sorted(message.value for message in consumer) == [b"0-0", b"0-1", b"0-2", b"1-0", b"1-1", b"1-2"] + \
+        [b"x" * 10] * 4  # the loop ends once no record came for a second
+    consumer.close()
+    assert fab.consumer().config["consumer_timeout_ms"] == float("inf")  # kafka-python's default: forever
+
+
+def test_kafka_python_error_names_catch_the_fabric_errors(fab):
+    from fabric.errors import (
+        IllegalStateError,
+        KafkaError,
+        MessageSizeTooLargeError,
+        NoOffsetForPartitionError,
+        UnknownTopicOrPartitionError,
+    )
+    fill(fab, "orders", partitions=1, per_partition=1)
+    producer = fab.producer(max_request_size=100)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        producer.send("no-such-topic", b"x")
+    with pytest.raises(MessageSizeTooLargeError):
+        producer.send("orders", b"x" * 1000)
+    with pytest.raises(IllegalStateError):
+        producer.begin_transaction()
+    producer.close()
+    consumer = fab.consumer(group_id="billing")
+    with pytest.raises(UnknownTopicOrPartitionError):
+        consumer.assign([TopicPartition("orders", 7)])
+    fresh = fab.consumer(group_id="fresh", auto_offset_reset="none")
+    fresh.assign([TopicPartition("orders", 0)])
+    with pytest.raises(NoOffsetForPartitionError):
+        fresh.poll(1)
+    with pytest.raises(KafkaError):
+        consumer.seek(TopicPartition("orders", 0), -1)
+    consumer.close()
+
+
+def test_no_brokers_available_when_nothing_answers():
+    from fabric.errors import KafkaError, NoBrokersAvailable
+    with pytest.raises(NoBrokersAvailable) as raised:
+        fabric.connect(f"fabric://127.0.0.1:{free_port()}?timeout_ms=300").list_topics()
+    assert isinstance(raised.value, KafkaError)
+
+
+def test_fabric_errors_has_every_error_and_kafka_python_names_for_the_same_meaning():
+    import fabric.errors
+    from fabric.common import errors
+    for name, value in vars(errors).items():
+        if isinstance(value, type) and issubclass(value, (Exception, Warning)):
+            assert getattr(fabric.errors, name) is value
+    same = {"KafkaError": "FabricError", "CommitFailedError": "CommitFailedError",
+            "NotLeaderForPartitionError": "NotLeaderError", "TopicAuthorizationFailedError": "AuthorizationError",
+            "RecordTooLargeError": "RecordTooLargeError", "NoOffsetForPartitionError": "NoOffsetForPartitionError",
+            "TopicAlreadyExistsError": "TopicExistsError", "UnknownMemberIdError": "UnknownMemberError",
+            "KafkaTimeoutError": "ClientTimeoutError"}
+    for kafka_name, fabric_name in same.items():
+        assert getattr(fabric.errors, kafka_name) is getattr(errors, fabric_name)
+    assert issubclass(errors.UnknownTopicError, errors.UnknownTopicOrPartitionError)
+    assert issubclass(errors.UnknownPartitionError, errors.UnknownTopicOrPartitionError)
