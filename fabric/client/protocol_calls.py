@@ -59,10 +59,17 @@ class ProtocolCalls:
         self._lock = threading.Lock()
 
     def _address(self, flight_address: str, lookup: Callable[[], str]) -> str:
+        """The protocol address of the server at `flight_address` ("" if it has none, or does not answer now:
+        the request goes over Flight, which fails over or names the error, and the server is asked again next
+        time)."""
         with self._lock:
             known = self._addresses.get(flight_address)
         if known is None:
-            known = lookup()
+            try:
+                known = lookup()
+            except (FabricError, OSError) as exc:
+                log.debug("%s did not say where it serves the fabric protocol (%s)", flight_address, exc)
+                return ""
             with self._lock:
                 self._addresses[flight_address] = known
         return known

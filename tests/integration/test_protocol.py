@@ -211,3 +211,20 @@ def test_a_java_program_with_sparks_jars_fetches_a_partition_as_the_python_consu
         consumer.close()
     expected = [f"{r.offset}\t{r.key.hex() if r.key is not None else '-'}\t{r.value.hex()}" for r in records]
     assert done.stdout.splitlines() == expected and len(expected) == 52
+
+
+def test_a_fabric_client_produces_and_fetches_over_the_protocol_of_coordinator_and_node(secured_cluster, admin) -> None:
+    with fabric.connect(secured_cluster.coordinator.url("token=user-token")) as user:
+        with user.producer() as producer:
+            for topic in ("mine", "mine-rf"):
+                producer.send(topic, b"over the protocol", partition=0).get(timeout=30)
+        consumer = user.consumer(auto_offset_reset="earliest")
+        consumer.assign([("mine-rf", 0)])
+        records = []
+        deadline = time.monotonic() + 30
+        while b"over the protocol" not in [r.value for r in records] and time.monotonic() < deadline:
+            records += consumer.poll(0.5)
+        consumer.close()
+        assert b"over the protocol" in [r.value for r in records]
+        assert set(user.cluster.protocol.clients._connections) == {
+            protocol_address(secured_cluster, "coordinator"), protocol_address(secured_cluster, "node")}
