@@ -228,3 +228,19 @@ def test_a_fabric_client_produces_and_fetches_over_the_protocol_of_coordinator_a
         assert b"over the protocol" in [r.value for r in records]
         assert set(user.cluster.protocol.clients._connections) == {
             protocol_address(secured_cluster, "coordinator"), protocol_address(secured_cluster, "node")}
+
+
+def test_a_tls_server_takes_the_protocol_over_tls_only(coordinators, tmp_path) -> None:
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    instance = coordinators(tls=(cert, key))
+    with fabric.connect(instance.url(f"ca={cert}")) as fab:
+        fab.create_topic("secure")
+        assert fab.cluster.append("secure", 0, rows(b"sealed")) == 0
+        assert fab.cluster.fetch("secure", 0, 0, 1 << 20)[0].batch.column("value").to_pylist() == [b"sealed"]
+        address = fab.cluster.connection.status_of(instance.address).protocol_address
+        assert list(fab.cluster.protocol.clients._connections) == [address]
+    with pytest.raises(ConnectionError):  # a plaintext client gets no answer it can read
+        ProtocolConnection(address, None, None, 5.0, wire.exception_of)
