@@ -219,7 +219,7 @@ def _figures(figures: dict[str, float]) -> tuple[str, ...]:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=3000, help="requests per case")
+    parser.add_argument("--requests", type=int, default=5000, help="requests per case")
     parser.add_argument("--profile", action="store_true", help="sample the coordinator with py-spy in each case")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)

@@ -5,8 +5,8 @@ A server that offers the protocol names its address in its Flight `status` (a co
 `protocol_address`, a data node's too); a client asks each server once and keeps the answer. A call returns None,
 and the caller makes it over Flight, wherever the protocol cannot serve it: the server offers none (an older
 one), its protocol port does not answer (the address is forgotten and asked again next time), or a coordinator
-instance is not the active one (Flight's calls fail over to the active instance). $FABRIC_CLIENT_PROTOCOL=flight
-makes every call over Flight.
+instance is not the active one (Flight's calls fail over to the active instance); a server of another protocol
+version is called over Flight from then on. $FABRIC_CLIENT_PROTOCOL=flight makes every call over Flight.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from fabric.client.protocol_connection import Payload, ProtocolClients, ProtocolConnection, Refused, client_ssl
-from fabric.common.errors import ClientTimeoutError, CoordinatorUnavailableError, FabricError
+from fabric.common.errors import ClientTimeoutError, CoordinatorUnavailableError, FabricError, UnsupportedVersionError
 from fabric.common.protocol import messages, payloads
 from fabric.common.types import CommittedOffset, Fetched, TopicPartition
 from fabric.server import wire
@@ -88,31 +88,42 @@ class ProtocolCalls:
         address = self._address(instance, lambda: self.connection.status_of(instance).protocol_address)
         if not address:
             return None
-        timeout_s = time_left(self.connection.options.timeout_s)
         try:
-            return self._connected(instance, address, timeout_s).call(kind, args, payload, timeout_s)
+            return self._call(instance, address, kind, args, payload)
         except Refused as exc:
             if exc.info.get("type") == wire.NOT_ACTIVE:
                 self._forget(instance, address)
                 return None
             raise refusal(exc.info) from None
         except ClientTimeoutError:
-            raise CoordinatorUnavailableError(f"coordinator {instance} did not answer within {timeout_s:.3g} s; "
-                                              "start one or check the fabric:// URL") from None
-        except _NotConnected:
-            return None
-        except OSError as exc:  # the connection broke with the request sent: Flight's retry would resend it too
+            raise CoordinatorUnavailableError(f"no active coordinator answered at {instance} in time (fabric "
+                                              "protocol); start one or check the fabric:// URL") from None
+        except OSError as exc:  # it broke with the request sent: as a Flight call, made again (failing over)
             log.info("coordinator %s: its fabric protocol connection broke (%s); using Flight", instance, exc)
             self._forget(instance, address)
             return None
+
+    def _call(self, server: str, address: str, kind: str, args: dict[str, Any], payload: Payload
+              ) -> Answer | None:
+        """One request to the protocol port `address` of `server`, within the caller's time (call_deadline);
+        None if the port cannot be reached."""
+        timeout_s = time_left(self.connection.options.timeout_s)
+        try:
+            connection = self._connected(server, address, timeout_s)
+        except _NotConnected:
+            return None
+        return connection.call(kind, args, payload, timeout_s)
 
     def _connected(self, server: str, address: str, timeout_s: float) -> ProtocolConnection:
         """The connection to `address` (the protocol port of `server`); _NotConnected if it cannot be opened
         (the address is forgotten: a restarted server has a new one)."""
         try:
             return self.clients.get(address, timeout_s)
-        except Refused:
-            raise
+        except UnsupportedVersionError as exc:  # a server of another version: Flight serves every version
+            log.info("%s: %s; using Flight", server, exc)
+            with self._lock:
+                self._addresses[server] = ""
+            raise _NotConnected() from None
         except OSError as exc:
             log.info("%s: its fabric protocol port %s does not answer (%s); using Flight", server, address, exc)
             self._forget(server, address)
@@ -126,13 +137,10 @@ class ProtocolCalls:
         address = self._address(node_address, lambda: self._node_status(node_address))
         if not address:
             return None
-        timeout_s = time_left(self.connection.options.timeout_s)
         try:
-            return self._connected(node_address, address, timeout_s).call(kind, args, payload, timeout_s)
+            return self._call(node_address, address, kind, args, payload)
         except Refused as exc:
             raise refusal(exc.info) from None
-        except _NotConnected:
-            return None
         except ClientTimeoutError:
             raise
         except OSError:

@@ -244,3 +244,17 @@ def test_a_tls_server_takes_the_protocol_over_tls_only(coordinators, tmp_path) -
         assert list(fab.cluster.protocol.clients._connections) == [address]
     with pytest.raises(ConnectionError):  # a plaintext client gets no answer it can read
         ProtocolConnection(address, None, None, 5.0, wire.exception_of)
+
+
+def test_a_client_of_another_protocol_version_is_told_so_and_uses_flight(secured_cluster, admin, monkeypatch) -> None:
+    monkeypatch.setattr(messages, "VERSION", 2)  # this client speaks version 2; the servers speak 1
+    address = protocol_address(secured_cluster, "coordinator")
+    with pytest.raises(UnsupportedVersionError, match="this server speaks version 1 of the fabric protocol; the "
+                                                      "client speaks version 2 of fabric: use a client of protocol "
+                                                      "version 1"):
+        ProtocolConnection(address, "user-token", None, 30.0, wire.exception_of)
+    with fabric.connect(secured_cluster.coordinator.url("token=user-token")) as user:
+        start = end_offset(admin, "mine", 1)
+        assert user.cluster.append("mine", 1, rows(b"over flight")) == start
+        assert not user.cluster.protocol.clients._connections
+        assert user.cluster.protocol._addresses[secured_cluster.coordinator.address] == ""
