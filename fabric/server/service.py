@@ -7,7 +7,9 @@ a sqlite-store instance is always active) serves writes, group calls and the con
 registrations and heartbeats, describe_cluster, which need `cluster_action` / nothing on the cluster resource); a
 standby answers "not the active coordinator, active is HOST:PORT". Reads, append and fetch of single-directory
 topics are served by any instance (the data directory is shared and its storage multi-process safe); replicated
-topics' data is on the data nodes.
+topics' data is on the data nodes. Produce, fetch, commit_offsets, committed and topic are also served over the
+fabric protocol (docs/protocol.md, fabric.server.protocol_routes) on a port of their own, named `protocol_address`
+in the instance's status, with the same checks.
 
 Run: `fabric coordinator start ...` or `python -m fabric.server.service --listen 127.0.0.1:9093 --data DIR ...`.
 """

@@ -17,7 +17,8 @@ replica repairing a damaged range, has one result: this node's raw frames of the
 coordinator service's (fabric.server.wire). Every request is checked against the ReplicaManager method it calls,
 authenticated and authorized as the coordinator's are (same tokens and ACL files), and refused with
 NotLeaderError / FencedLeaderEpochError unless this node leads the partition under the
-quoted leader epoch.
+quoted leader epoch. Produce and fetch are also served over the fabric protocol (docs/protocol.md) on a port of
+their own, named `protocol_address` in the node's status, with the same checks.
 """
 from __future__ import annotations
 
