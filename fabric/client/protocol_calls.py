@@ -52,9 +52,8 @@ class ProtocolCalls:
         options = connection.options
         self.connection = connection
         self.enabled = os.environ.get(ENV_PROTOCOL, "fabric").lower() != "flight"
-        ca = connection._ca
-        self.clients = ProtocolClients(options.token, client_ssl(ca) if options.tls else None, options.timeout_s,
-                                       wire.exception_of)
+        self.clients = ProtocolClients(options.token, client_ssl(connection.ca) if options.tls else None,
+                                       options.timeout_s, wire.exception_of)
         self._addresses: dict[str, str] = {}  # a server's Flight address -> its protocol address ("" if none)
         self._lock = threading.Lock()
 
@@ -83,8 +82,7 @@ class ProtocolCalls:
         """A request to the coordinator instance the Flight connection calls now; None: make it over Flight."""
         if not self.enabled:
             return None
-        with self.connection._lock:
-            instance = self.connection.addresses[self.connection.current]
+        instance = self.connection.current_address
         address = self._address(instance, lambda: self.connection.status_of(instance).protocol_address)
         if not address:
             return None
@@ -95,7 +93,12 @@ class ProtocolCalls:
                 self._forget(instance, address)
                 return None
             raise refusal(exc.info) from None
+        except CoordinatorUnavailableError as exc:  # nothing was served: Flight's call retries and fails over
+            log.info("coordinator %s: %s; using Flight", instance, exc)
+            return None
         except ClientTimeoutError:
+            self._forget(instance, address)
+            self.connection.move_from(instance)  # the next call starts elsewhere, as after a Flight timeout
             raise CoordinatorUnavailableError(f"no active coordinator answered at {instance} in time (fabric "
                                               "protocol); start one or check the fabric:// URL") from None
         except OSError as exc:  # it broke with the request sent: as a Flight call, made again (failing over)

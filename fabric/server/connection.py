@@ -186,6 +186,21 @@ class Connection:
             time.sleep(min(0.05 * 2 ** min(attempt, 5), 1.0, max(0.0, deadline - time.monotonic())))  # backoff
             attempt += 1
 
+    @property
+    def current_address(self) -> str:
+        """The instance calls go to now."""
+        with self._lock:
+            return self.addresses[self.current]
+
+    @property
+    def ca(self) -> bytes | None:
+        """The CA certificates (PEM) TLS connections check servers against, if given."""
+        return self._ca
+
+    def move_from(self, failed: str) -> None:
+        """After `failed` did not answer a call made some other way: the next call starts at the next address."""
+        self._move(failed, None)
+
     def _move(self, failed: str, active: str | None) -> None:
         """After `failed` did not serve a call: go to the named active instance, else the next address."""
         with self._lock:

@@ -250,7 +250,7 @@ def test_a_client_of_another_protocol_version_is_told_so_and_uses_flight(secured
     monkeypatch.setattr(messages, "VERSION", 2)  # this client speaks version 2; the servers speak 1
     address = protocol_address(secured_cluster, "coordinator")
     with pytest.raises(UnsupportedVersionError, match="this server speaks version 1 of the fabric protocol; the "
-                                                      "client speaks version 2 of fabric: use a client of protocol "
+                                                      "client speaks version 2 of 'fabric': use a client of protocol "
                                                       "version 1"):
         ProtocolConnection(address, "user-token", None, 30.0, wire.exception_of)
     with fabric.connect(secured_cluster.coordinator.url("token=user-token")) as user:
