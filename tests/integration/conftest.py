@@ -122,6 +122,17 @@ def zk_url(zookeeper_server: ZooKeeperServer) -> str:
 
 # -- coordinator service processes ----------------------------------------------------------------------------
 @pytest.fixture
+def tls_files(tmp_path) -> tuple[str, str]:
+    """(certificate, key) PEM files of a self-signed certificate for 127.0.0.1 (made with openssl), for a server's
+    --tls-cert / --tls-key and a client's ?ca=."""
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    return cert, key
+
+
+@pytest.fixture
 def coordinators(tmp_path) -> Iterator[Callable[..., CoordinatorProcess]]:
     """start(data_dir=None, **kwargs) → a started CoordinatorProcess (`python -m fabric.server.service`; data dir
     defaults to tmp_path/data); all stopped after the test."""

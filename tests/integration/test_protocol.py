@@ -230,11 +230,8 @@ def test_a_fabric_client_produces_and_fetches_over_the_protocol_of_coordinator_a
             protocol_address(secured_cluster, "coordinator"), protocol_address(secured_cluster, "node")}
 
 
-def test_a_tls_server_takes_the_protocol_over_tls_only(coordinators, tmp_path) -> None:
-    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+def test_a_tls_server_takes_the_protocol_over_tls_only(coordinators, tls_files) -> None:
+    cert, key = tls_files
     instance = coordinators(tls=(cert, key))
     with fabric.connect(instance.url(f"ca={cert}")) as fab:
         fab.create_topic("secure")

@@ -5,7 +5,6 @@ alone: tests/unit/test_security.py.)"""
 from __future__ import annotations
 
 import argparse
-import subprocess
 import threading
 
 import pyarrow as pa
@@ -170,11 +169,8 @@ def test_acls_deny_and_change_nothing(secured) -> None:
         assert admin.list_groups() == []
 
 
-def test_tls_round_trip(coordinators, tmp_path, drain) -> None:
-    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+def test_tls_round_trip(coordinators, tls_files, drain) -> None:
+    cert, key = tls_files
     instance = coordinators(tls=(cert, key))
     with fabric.connect(instance.url(f"ca={cert}")) as fab:
         fab.create_topic("secure")
