@@ -58,6 +58,17 @@ class Handler:
     order: Callable[[dict[str, Any]], Hashable | None] = lambda args: None
 
 
+def _order_key(handler: Handler, args: dict[str, Any]) -> Hashable | None:
+    """The request's order key; None (served alone, unordered) where its arguments make none (a list for a
+    partition): its handler then refuses it, naming the argument, and the connection goes on."""
+    key = handler.order(args)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 @dataclass(frozen=True)
 class _Job:
     """A request to serve: its handler, arguments and payload, whether it waits, and its order key (requests of a
@@ -214,7 +225,7 @@ class _Connection(asyncio.Protocol):
                     f"unknown request type {clip(request.type, 60)}; this server takes "
                     f"{', '.join(sorted(self.server.handlers))} (fabric protocol version {messages.VERSION})")
             args = messages.decode_args(request)
-            job = _Job(request, handler, args, frame.payload, handler.waits(args), handler.order(args))
+            job = _Job(request, handler, args, frame.payload, handler.waits(args), _order_key(handler, args))
         except Exception as exc:  # noqa: BLE001 (answered as the error it is)
             self._answer_error(request, exc)
             return
