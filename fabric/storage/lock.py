@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import fcntl
 import os
+import random
 import threading
 from types import TracebackType
+
+TOKEN_SIZE = 8
+_tokens = random.Random()  # its own generator: a program seeding `random` cannot make two holders' tokens alike
+os.register_at_fork(after_in_child=_tokens.seed)  # nor can a forked child repeat its parent's
+
+
+def fresh_token() -> bytes:
+    """TOKEN_SIZE random bytes, told apart from any other process's or holder's."""
+    return _tokens.getrandbits(8 * TOKEN_SIZE).to_bytes(TOKEN_SIZE, "little")
 
 
 def claim(path: str) -> int | None:
@@ -21,13 +31,29 @@ def claim(path: str) -> int | None:
 
 
 class PartitionLock:
-    """Re-entrant within a thread, exclusive across threads and processes; released if the holder dies."""
+    """Re-entrant within a thread, exclusive across threads and processes; released if the holder dies.
+
+    The lock file holds a token of its latest holder: whoever takes the lock writes a fresh random one, first. So
+    `undisturbed`, set each time this object takes the lock, is True only if nothing else took it since this
+    object's previous hold ended without an error: no other process, no other lock object over the same file, no
+    holder that died, and no delete and recreate of the partition (a new file holds no token of ours). A holder
+    may then trust what it remembers of the partition's files instead of reading them again (Log.sync_tail).
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._thread_lock = threading.RLock()
         self._depth = 0
         self._fd: int | None = None
+        self._token: bytes | None = None  # what this object wrote when it last took the lock (None: not trusted)
+        self._undisturbed = False
+        self._owner: int | None = None  # the thread holding it
+
+    @property
+    def undisturbed(self) -> bool:
+        """True while the calling thread holds the lock and nothing else took it since this object's previous
+        hold (see the class)."""
+        return self._undisturbed and self._depth > 0 and self._owner == threading.get_ident()
 
     def __enter__(self) -> PartitionLock:
         self._thread_lock.acquire()
@@ -39,18 +65,30 @@ class PartitionLock:
                 raise
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
+                self._take(fd)
             except BaseException:
                 os.close(fd)
                 self._thread_lock.release()
                 raise
-            self._fd = fd
+            self._fd, self._owner = fd, threading.get_ident()
         self._depth += 1
         return self
 
+    def _take(self, fd: int) -> None:
+        """Compare the file's token with ours, then write a fresh one (before anything else is written)."""
+        seen = os.pread(fd, TOKEN_SIZE, 0)
+        mine, self._token, self._undisturbed = self._token, None, False
+        token = fresh_token()
+        if os.pwrite(fd, token, 0) != TOKEN_SIZE:
+            raise OSError(f"short write of the lock token {self.path}")
+        self._token, self._undisturbed = token, mine is not None and seen == mine
+
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._depth -= 1
+        if exc_type is not None:  # a hold that failed part-way: what comes next reads the files again
+            self._token, self._undisturbed = None, False
         if self._depth == 0 and self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
-            self._fd = None
+            self._fd = self._owner = None
         self._thread_lock.release()
