@@ -34,10 +34,11 @@ class PartitionLock:
     """Re-entrant within a thread, exclusive across threads and processes; released if the holder dies.
 
     The lock file holds a token of its latest holder: whoever takes the lock writes a fresh random one, first. So
-    `undisturbed`, set each time this object takes the lock, is True only if nothing else took it since this
-    object's previous hold ended without an error: no other process, no other lock object over the same file, no
-    holder that died, and no delete and recreate of the partition (a new file holds no token of ours). A holder
-    may then trust what it remembers of the partition's files instead of reading them again (Log.sync_tail).
+    `epoch` changes each time this object takes the lock after anything else may have taken it since its own
+    previous hold (another process, another lock object over the same file, a holder that died, a delete and
+    re-create of the partition: a new file holds no token of ours), and when one of its own holds fails part-way.
+    What a holder learnt of the partition's files in a hold of the current epoch still holds, without reading
+    them again (Log.sync_tail).
     """
 
     def __init__(self, path: str) -> None:
@@ -46,14 +47,13 @@ class PartitionLock:
         self._depth = 0
         self._fd: int | None = None
         self._token: bytes | None = None  # what this object wrote when it last took the lock (None: not trusted)
-        self._undisturbed = False
         self._owner: int | None = None  # the thread holding it
+        self.epoch = 0
 
     @property
-    def undisturbed(self) -> bool:
-        """True while the calling thread holds the lock and nothing else took it since this object's previous
-        hold (see the class)."""
-        return self._undisturbed and self._depth > 0 and self._owner == threading.get_ident()
+    def held(self) -> bool:
+        """True if the calling thread holds the lock."""
+        return self._depth > 0 and self._owner == threading.get_ident()
 
     def __enter__(self) -> PartitionLock:
         self._thread_lock.acquire()
@@ -77,16 +77,19 @@ class PartitionLock:
     def _take(self, fd: int) -> None:
         """Compare the file's token with ours, then write a fresh one (before anything else is written)."""
         seen = os.pread(fd, TOKEN_SIZE, 0)
-        mine, self._token, self._undisturbed = self._token, None, False
+        mine, self._token = self._token, None
+        if mine is None or seen != mine:
+            self.epoch += 1
         token = fresh_token()
         if os.pwrite(fd, token, 0) != TOKEN_SIZE:
             raise OSError(f"short write of the lock token {self.path}")
-        self._token, self._undisturbed = token, mine is not None and seen == mine
+        self._token = token
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._depth -= 1
         if exc_type is not None:  # a hold that failed part-way: what comes next reads the files again
-            self._token, self._undisturbed = None, False
+            self._token = None
+            self.epoch += 1
         if self._depth == 0 and self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)

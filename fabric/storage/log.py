@@ -96,6 +96,7 @@ class Log(LogTail):
         self._resolve_pending = resolve_pending or (lambda txn: False)
         self._segments: dict[int, Segment] = {}
         self._tail_state: TailState | None = None
+        self._tail_epoch = -1
         self._recovered = False
         self._memory_end: tuple[bytes, int] | None = None  # (watermark bytes, end) recovered but not written
         self.last_recovery: RecoveryReport | None = None

@@ -127,7 +127,7 @@ class Segment:
     @property
     def known_data_start(self) -> int:
         """data_start as last read, without checking that the file was not replaced since (for a writer whose
-        partition lock was undisturbed since it last read it)."""
+        partition lock says no one else took it since: LogTail.trusted_tail)."""
         return self._data_start if self._schema is not None else self.data_start
 
     @property
@@ -223,7 +223,7 @@ class Segment:
                position: int | None = None) -> int:
         """Append one sealed frame and index it; returns its byte position. The indexing state is read from the
         index files once, then kept while this object is the only writer (forget_writes() drops it). A caller
-        that knows no one else wrote since this object last did (its partition lock undisturbed) gives the file's
+        that knows no one else wrote since this object last did (LogTail.trusted_tail) gives the file's
         size as `position`: then nothing is read back, neither the size nor the indexes' last entries."""
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:

@@ -1,11 +1,12 @@
 """The writing end of a partition log: where it ends, this process's view of its active segment, and the frames
 written and committed there (a Log is a LogTail).
 
-A writer holds the partition lock. While the lock says nothing else took it since this Log's previous hold
-(PartitionLock.undisturbed), the writer trusts what it remembers of the tail: an append lists no directory,
-stats no file and reads no watermark, it writes its frame, its index entries and the watermark. Otherwise it
-compares what it remembers with the files (the segments listed, the active segment's size, the watermark) and
-recovers the tail if they differ (fabric.storage.recovery): another process wrote, or a writer died mid-append.
+A writer holds the partition lock. While nothing else took the lock since this Log last checked its view of the
+tail against the files (the lock's epoch is the one it checked in, PartitionLock.epoch), the writer trusts what
+it remembers: an append lists no directory, stats no file and reads no watermark, it writes its frame, its
+index entries and the watermark. Otherwise it compares what it remembers with the files (the segments listed,
+the active segment's size, the watermark) and recovers the tail if they differ (fabric.storage.recovery):
+another process wrote, or a writer died mid-append.
 """
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ class LogTail:
     last_recovery: RecoveryReport | None
     _segments: dict[int, Segment]
     _tail_state: TailState | None
+    _tail_epoch: int  # the lock's epoch in which _tail_state was last checked against the files
     _recovered: bool
     _memory_end: tuple[bytes, int] | None  # (watermark bytes, end) recovered but not written
     _epochs: LeaderEpochCache | None
@@ -101,9 +103,9 @@ class LogTail:
             return report.end_offset
 
     def sync_tail(self) -> Segment:
-        """Bring the tail up to date under the lock: trusted as remembered while the lock was undisturbed, else
-        recovered (fabric.storage.recovery) unless the files still match this process's last view of them.
-        Returns the active segment."""
+        """Bring the tail up to date under the lock: trusted as remembered (trusted_tail), else recovered
+        (fabric.storage.recovery) unless the files still match this process's last view of them. Returns the
+        active segment."""
         tail = self._tail_state
         if tail is not None and self.trusted_tail():
             active = self._segments.get(tail.base_offset)
@@ -113,6 +115,7 @@ class LogTail:
         reading = self.hw.read()
         if segs and reading.trusted and self._recovered and self._tail_state == TailState(
                 segs[-1].base_offset, segs[-1].size, reading.value or 0):
+            self._tail_epoch = self.lock.epoch
             return segs[-1]
         self._tail_state = None  # (until recovered: nothing written meanwhile trusts it)
         for seg in segs:
@@ -123,7 +126,8 @@ class LogTail:
         self._epochs = None  # another process may have taken a newer epoch: loaded again from its checkpoint
         self._producers = self._txns = None  # the frames may have changed: rebuilt from them when next needed
         report.rebuilt = self.indexes.check(self.segments())
-        self._tail_state = TailState(active.base_offset, active.size, report.end_offset)
+        self._tail_state, self._tail_epoch = TailState(active.base_offset, active.size, report.end_offset), \
+            self.lock.epoch
         return active
 
     @writes
@@ -133,8 +137,9 @@ class LogTail:
             self.sync_tail()
 
     def trusted_tail(self) -> bool:
-        """True if what this process remembers of the tail holds without reading the files (lock held)."""
-        return self._tail_state is not None and self._recovered and self.lock.undisturbed
+        """True if what this process remembers of the tail holds without reading the files: the lock is held and
+        nothing else took it since the view was checked against them."""
+        return self._tail_state is not None and self._tail_epoch == self.lock.epoch and self.lock.held
 
     def tail_end(self) -> int:
         """The end offset as this process last saw it under the lock (lock held, after sync_tail)."""
@@ -155,8 +160,8 @@ class LogTail:
         segment, which the next frame of the same write may be given."""
         active = active or self.sync_tail()
         end = self.tail_end()
-        tail = self._tail_state  # trusted while undisturbed: no stat of the segment
-        trusted = tail is not None and tail.base_offset == active.base_offset and self.lock.undisturbed
+        tail = self._tail_state  # trusted: no stat of the segment
+        trusted = tail is not None and tail.base_offset == active.base_offset and self.trusted_tail()
         size = tail.size if trusted and tail is not None else active.size
         if size > (active.known_data_start if trusted else active.data_start) and self._roll_due(active, size, header):
             active = self.create_segment(header.base_offset)

@@ -1,6 +1,7 @@
 """A writer trusts what it remembers of a partition's tail only while the partition lock says nothing else took it
-(PartitionLock.undisturbed): whatever another process (or another Log object, or a writer that died holding the
-lock) did to the partition in between, the writer's next append sees it and lands where it must.
+since the writer checked it (PartitionLock.epoch): whatever another process (or another Log object, or a writer
+that died holding the lock) did to the partition in between, the writer's next append sees it and lands where it
+must.
 
 The other process is a peer script fed commands on its stdin, one per line, answering each with a line."""
 from __future__ import annotations
@@ -162,24 +163,40 @@ def test_another_log_object_in_this_process_disturbs_the_lock_too(tmp_path, stor
     storage.assert_clean(directory, 7)
 
 
-def test_the_lock_says_undisturbed_only_after_its_own_clean_hold(tmp_path) -> None:
+def test_the_lock_moves_to_a_new_epoch_whenever_something_else_may_have_held_it(tmp_path) -> None:
     path = str(tmp_path / ".lock")
     mine, other = PartitionLock(path), PartitionLock(path)
-    with mine:
-        assert not mine.undisturbed  # the first hold knows nothing
-    with mine:
-        assert mine.undisturbed
+    epochs = []
+    for _ in range(2):
         with mine:
-            assert mine.undisturbed  # re-entered: the same hold
-    assert not mine.undisturbed  # not held
+            assert mine.held
+            with mine:
+                epochs.append(mine.epoch)  # re-entered: the same hold
+    assert not mine.held
     with other:
         pass
     with mine:
-        assert not mine.undisturbed
+        epochs.append(mine.epoch)
     with pytest.raises(RuntimeError), mine:
+        epochs.append(mine.epoch)
         raise RuntimeError("a hold that failed part-way")
     with mine:
-        assert not mine.undisturbed
+        epochs.append(mine.epoch)
     os.unlink(path)
     with mine:
-        assert not mine.undisturbed  # a new file: not ours
+        epochs.append(mine.epoch)  # a new file: not ours
+    assert epochs == [1, 1, 2, 2, 4, 5]  # (the failed hold ends its epoch at once)
+
+
+def test_a_hold_that_looks_at_nothing_after_another_writer_leaves_our_view_untrusted(tmp_path, storage) -> None:
+    """Another writer appended, then our Log took the lock for something that never looks at the tail (an index
+    check that finds nothing to repair): the holds after it are undisturbed, but our view of the tail is still
+    from before the other writer's appends, so our next append reads the files first."""
+    directory = str(tmp_path / "t" / "0")
+    first, second = storage.open_log(directory, **storage.KEEP), storage.open_log(directory, **storage.KEEP)
+    assert first.append(storage.make_batch([b"a"])) == 0
+    assert second.append(storage.make_batch([b"b", b"c"])) == 1
+    assert not first.indexes.repair(first.segments()[-1], "checked", lambda: False)
+    assert first.append(storage.make_batch([b"d"])) == 3
+    assert values(first, storage) == [b"a", b"b", b"c", b"d"]
+    storage.assert_clean(directory, 4)
