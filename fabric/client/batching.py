@@ -62,7 +62,7 @@ def _batch(rows: pa.Table | pa.RecordBatch) -> pa.RecordBatch:
 def by_partition(rows: pa.Table | pa.RecordBatch, parts: np.ndarray
                  ) -> tuple[pa.Table | pa.RecordBatch, list[tuple[int, int, int]]]:
     """`rows` sorted (stably) by their partition `parts`, and the run (partition, lo, hi) of each partition."""
-    if len(parts) and (parts == parts[0]).all():  # one partition (one record, or null keys' sticky one)
+    if len(parts) == 1 or len(parts) and (parts == parts[0]).all():  # one partition (or null keys' sticky one)
         return rows, [(int(parts[0]), 0, len(parts))]
     order = np.argsort(parts, kind="stable")
     sorted_parts = parts[order]
@@ -76,6 +76,8 @@ def by_partition(rows: pa.Table | pa.RecordBatch, parts: np.ndarray
 def record_offsets(parts: np.ndarray, metas: list[BatchMetadata]) -> np.ndarray:
     """Each record's offset, in send order, from where its partition's run landed (`metas`: its chunks, in
     partition order)."""
+    if len(metas) == 1 and metas[0].count == len(parts):  # one partition, one chunk: in send order
+        return np.arange(metas[0].offset, metas[0].offset + metas[0].count)
     offsets = np.empty(len(parts), np.int64)
     if metas:
         offsets[np.argsort(parts, kind="stable")] = np.concatenate(

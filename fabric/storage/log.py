@@ -84,6 +84,7 @@ class Log(LogTail):
                  resolve_pending: Callable[[str], bool] | None = None, clock: Clock = SYSTEM_CLOCK,
                  replica: bool = False) -> None:
         self.directory = directory
+        self._name = f"{os.path.basename(os.path.dirname(directory))}-{os.path.basename(directory)}"
         self.replica = replica
         # a replica log's replication high watermark as its node knows it (set by the node's replica): the
         # cleaner never cleans at or past it, and cleans nothing while it is None
@@ -113,7 +114,7 @@ class Log(LogTail):
     @property
     def name(self) -> str:
         """topic-partition, as Kafka names a partition (from the directory <root>/<topic>/<partition>)."""
-        return f"{os.path.basename(os.path.dirname(self.directory))}-{os.path.basename(self.directory)}"
+        return self._name
 
     def resolve_pending(self, txn: str) -> bool:
         """True if transaction `txn` committed (its frames past the watermark are rolled forward)."""
