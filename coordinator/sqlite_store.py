@@ -6,6 +6,7 @@ reads keep working and every write fails with a StorageError naming the problem 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ from fabric.common.types import CommittedOffset, TopicInfo, TopicPartition, Tran
 from fabric.coordinator import disk, sqlite_replicas, transactions, validation
 from fabric.coordinator.group_store import GroupMembership, GroupService, SqliteGroupStore
 from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.metadata_version import MetadataVersion
 from fabric.coordinator.offsets_records import OFFSETS_TOPIC
 from fabric.coordinator.offsets_topic import OffsetsTopic
 from fabric.coordinator.sqlite_replicas import SqliteReplication
@@ -87,8 +89,10 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
         self._local = threading.local()
         self._idle: list[tuple[sqlite3.Connection, int, str | None]] = []  # (connection, pid, read-only problem)
         self._warned_read_only = False
+        self._topics: dict[str, tuple[bytes, TopicInfo]] = {}  # name: (the version it was read under, metadata)
         with disk.disk_errors(path, "open the metadata database"):
             os.makedirs(os.path.dirname(path), exist_ok=True)
+            self._version = MetadataVersion(f"{path}-version")
             self._db().executescript(_SCHEMA + sqlite_replicas.SCHEMA)
             _migrate(self._db())
             self._migrate_transactions()
@@ -157,17 +161,25 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
                                  "open the metadata database") from failure
 
     class _Tx:
-        """One BEGIN IMMEDIATE transaction; a disk problem in it becomes a StorageError (rolled back)."""
+        """One BEGIN IMMEDIATE transaction, the metadata version replaced first (MetadataVersion.writing); a disk
+        problem in it becomes a StorageError (rolled back)."""
 
-        def __init__(self, db: sqlite3.Connection, path: str) -> None:
-            self.db, self.path = db, path
+        def __init__(self, db: sqlite3.Connection, path: str, version: MetadataVersion) -> None:
+            self.db, self.path, self.version = db, path, version
+            self._writing = contextlib.ExitStack()
 
         def __enter__(self) -> sqlite3.Connection:
-            with disk.disk_errors(self.path, "write the metadata database"):
+            with disk.disk_errors(self.path, "write the metadata database"), contextlib.ExitStack() as stack:
+                stack.enter_context(self.version.writing())
                 self.db.execute("BEGIN IMMEDIATE")
+                self._writing = stack.pop_all()
             return self.db
 
         def __exit__(self, exc_type, exc, tb) -> None:
+            with self._writing:
+                self._end(exc_type, exc)
+
+        def _end(self, exc_type, exc) -> None:
             failure = exc
             if exc_type is None:
                 try:
@@ -190,7 +202,7 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
             problem = self._lease().read_only
             if problem is not None:
                 raise disk.storage_error(problem, self.path, "write the metadata database")
-        return self._Tx(self._db(), self.path)
+        return self._Tx(self._db(), self.path, self._version)
 
     @staticmethod
     def _info(row: tuple) -> TopicInfo:
@@ -230,7 +242,16 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
         self._offsets.forget_topic(name)
 
     def topic(self, name: str) -> TopicInfo:
-        return self._info(self._row(self._db(), name))
+        """The topic's metadata, read again only once a write transaction (of any process) replaced the metadata
+        version it was read under."""
+        cached = self._topics.get(name)
+        if cached is not None and cached[0] == self._version.current():
+            return cached[1]
+        with self._version.reading() as version:
+            info = self._info(self._row(self._db(), name))
+        if version is not None:
+            self._topics[name] = (version, info)
+        return info
 
     def list_topics(self) -> list[str]:
         return [r[0] for r in self._db().execute("SELECT name FROM topics ORDER BY name")]

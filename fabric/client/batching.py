@@ -43,20 +43,27 @@ def check_sizes(topic: str, rows: pa.Table, max_bytes: int) -> None:
             "max.message.bytes=N` or send smaller records")
 
 
-def chunks(rows: pa.Table, batch_size: int, max_bytes: int) -> list[pa.RecordBatch]:
+def chunks(rows: pa.Table | pa.RecordBatch, batch_size: int, max_bytes: int) -> list[pa.RecordBatch]:
     """Stored rows of one partition cut into record batches (one append and one frame each) of about
     `batch_size` bytes, none whose records weigh more than `max_bytes` (record_sizes.within)."""
-    total = rows.nbytes
-    if total <= batch_size * 2:
-        pieces = rows.combine_chunks().to_batches()
+    if record_sizes.fits(rows, batch_size * 2) or rows.nbytes <= batch_size * 2:
+        pieces = [rows] if isinstance(rows, pa.RecordBatch) else rows.combine_chunks().to_batches()
     else:
+        total = rows.nbytes
         step = max(1, rows.num_rows * batch_size // max(total, 1))
-        pieces = [rows.slice(i, step).combine_chunks().to_batches()[0] for i in range(0, rows.num_rows, step)]
+        pieces = [_batch(rows.slice(i, step)) for i in range(0, rows.num_rows, step)]
     return [chunk for piece in pieces for chunk in record_sizes.within(piece, max_bytes)]
 
 
-def by_partition(rows: pa.Table, parts: np.ndarray) -> tuple[pa.Table, list[tuple[int, int, int]]]:
+def _batch(rows: pa.Table | pa.RecordBatch) -> pa.RecordBatch:
+    return rows if isinstance(rows, pa.RecordBatch) else rows.combine_chunks().to_batches()[0]
+
+
+def by_partition(rows: pa.Table | pa.RecordBatch, parts: np.ndarray
+                 ) -> tuple[pa.Table | pa.RecordBatch, list[tuple[int, int, int]]]:
     """`rows` sorted (stably) by their partition `parts`, and the run (partition, lo, hi) of each partition."""
+    if len(parts) == 1 or len(parts) and (parts == parts[0]).all():  # one partition (or null keys' sticky one)
+        return rows, [(int(parts[0]), 0, len(parts))]
     order = np.argsort(parts, kind="stable")
     sorted_parts = parts[order]
     if len(order) and not (order[:-1] < order[1:]).all():
@@ -69,6 +76,8 @@ def by_partition(rows: pa.Table, parts: np.ndarray) -> tuple[pa.Table, list[tupl
 def record_offsets(parts: np.ndarray, metas: list[BatchMetadata]) -> np.ndarray:
     """Each record's offset, in send order, from where its partition's run landed (`metas`: its chunks, in
     partition order)."""
+    if len(metas) == 1 and metas[0].count == len(parts):  # one partition, one chunk: in send order
+        return np.arange(metas[0].offset, metas[0].offset + metas[0].count)
     offsets = np.empty(len(parts), np.int64)
     if metas:
         offsets[np.argsort(parts, kind="stable")] = np.concatenate(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import struct
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +22,7 @@ R = 24
 _MASK32 = 0xFFFFFFFF
 _M32 = np.uint32(M)
 _TAIL_MASKS = np.array([0, 0xFF, 0xFFFF, 0xFFFFFF], dtype=np.uint32)
+FEW = 64  # records placed one by one in Python (numpy's fixed costs outweigh its speed below this)
 
 
 def murmur2(data: bytes) -> int:
@@ -161,3 +163,26 @@ def assign_partitions(topic: str, keys: pa.ChunkedArray | pa.Array, explicit: pa
         parts = np.where(parts < 0, sticky.partition(topic, num_partitions), parts)
         sticky.on_new_batch(topic, num_partitions)
     return parts.astype(np.int32)
+
+
+def assign_listed(topic: str, keys: Sequence[bytes | None], explicit: Sequence[int | None], num_partitions: int,
+                  sticky: StickyPartitioner) -> np.ndarray:
+    """assign_partitions for records given as Python lists (a producer's buffer: keys as bytes or None, explicit
+    partitions as ints or None), the same placements; a few records are placed one by one."""
+    if len(keys) > FEW:
+        return assign_partitions(topic, pa.array(keys, pa.binary()), pa.chunked_array([pa.array(explicit, pa.int32())]),
+                                 num_partitions, sticky)
+    _check_partitions(num_partitions)
+    parts = []
+    for key, given in zip(keys, explicit, strict=True):
+        if given is not None and not -1 <= given < num_partitions:
+            raise UnknownPartitionError(
+                f"topic {topic!r} has partitions 0..{num_partitions - 1}; there is no partition {given}")
+        if given is None or given < 0:
+            given = -1 if key is None else to_positive(murmur2(key)) % num_partitions
+        parts.append(given)
+    if -1 in parts:
+        current = sticky.partition(topic, num_partitions)
+        parts = [current if p < 0 else p for p in parts]
+        sticky.on_new_batch(topic, num_partitions)
+    return np.array(parts, np.int32)

@@ -34,7 +34,7 @@ from fabric.client.client_metrics import Metrics, ProducerCounts
 from fabric.client.cluster import Cluster
 from fabric.client.delivery import BatchMetadata, DeliveryCallback, Drain, SendFuture
 from fabric.client.idempotence import Sequences
-from fabric.client.partitioner import StickyPartitioner, assign_partitions
+from fabric.client.partitioner import StickyPartitioner, assign_listed, assign_partitions
 from fabric.client.send_timeouts import Deadline, delivery_timeout_ms
 from fabric.client.serializers import Serializer, Serializers
 from fabric.client.transaction import Bases, TransactionManager, TxnState
@@ -53,7 +53,7 @@ from fabric.common.errors import (
 )
 from fabric.common.names import validate_topic
 from fabric.common.record_checks import Headers, TypedValueRule
-from fabric.common.records import HEADERS, TIMESTAMP, to_storage, typed_rows
+from fabric.common.records import HEADERS, TIMESTAMP, plain_rows, to_storage, typed_rows
 from fabric.common.types import TopicInfo, TopicPartition, TransactionalOffsets
 from fabric.server.connection import call_deadline
 
@@ -125,6 +125,7 @@ class Producer:
         self._wake = threading.Condition(self._lock)
         self._linger_thread: threading.Thread | None = None
         self._counts = ProducerCounts()
+        self._linger_wakes_at = float("inf")  # when the linger thread wakes next (time.monotonic())
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._at_exit)
 
@@ -212,7 +213,8 @@ class Producer:
                 buf = self._buffers[topic] = _Buffer(topic, self._linger)
                 if self._transactions is None:
                     self._ensure_linger_thread()
-                    self._wake.notify()  # the linger thread times the new batch from now (linger_ms=0: sends now)
+                    if buf.due < self._linger_wakes_at:  # (else it wakes in time anyway: no thread switch per send)
+                        self._wake.notify()  # the linger thread times the new batch from now (linger_ms=0: sends now)
             index = len(buf.values)
             buf.values.append(value)
             buf.keys.append(key)
@@ -261,7 +263,7 @@ class Producer:
                    num_partitions: int) -> np.ndarray:
         return assign_partitions(topic, keys, explicit, num_partitions, self._sticky)
 
-    def _append_by_partition(self, topic: str, rows: pa.Table, parts: np.ndarray, deadline: Deadline
+    def _append_by_partition(self, topic: str, rows: pa.Table | pa.RecordBatch, parts: np.ndarray, deadline: Deadline
                              ) -> list[BatchMetadata]:
         """Append each partition's run of `rows`, in chunks, by `deadline`; where each chunk landed, in partition
         order (other producers may append between two chunks of one run)."""
@@ -355,22 +357,19 @@ class Producer:
         else:
             self._hurry(drain, time.monotonic() + timeout)
 
-    def _buffered_rows(self, buf: _Buffer) -> tuple[pa.Table, np.ndarray]:
+    def _buffered_rows(self, buf: _Buffer) -> tuple[pa.Table | pa.RecordBatch, np.ndarray]:
         """A buffer's records as stored rows, and the partition of each."""
         info = self._topic(buf.drain.topic).info
-        if info.value_schema is None:
-            values = pa.array(buf.values, pa.binary())
-        else:
-            values = typed_rows(buf.values, info.value_schema)
+        if info.value_schema is None:  # plain values, each checked by send(): built straight in their stored types
+            return (plain_rows(buf.values, buf.keys, buf.headers, buf.timestamps, SYSTEM_CLOCK.now_us()),
+                    assign_listed(buf.drain.topic, buf.keys, buf.partitions, info.partitions, self._sticky))
+        values = typed_rows(buf.values, info.value_schema)
         columns = {
             "timestamp": pa.array([None if t is None else t * 1000 for t in buf.timestamps],
                                   pa.int64()).cast(TIMESTAMP),
             "key": pa.array(buf.keys, pa.binary()),
             "headers": pa.array(buf.headers, HEADERS) if any(buf.headers) else pa.nulls(len(buf.keys), HEADERS)}
-        if info.value_schema is None:
-            columns["value"] = values
-        else:
-            columns.update({f.name: values.field(f.name) for f in info.value_schema})
+        columns.update({f.name: values.field(f.name) for f in info.value_schema})
         rows = to_storage(pa.table(columns), info.value_schema, SYSTEM_CLOCK.now_us())
         explicit = pa.chunked_array([pa.array(buf.partitions, pa.int32())])
         return rows, self._partition(buf.drain.topic, rows.column("key"), explicit, info.partitions)
@@ -473,7 +472,9 @@ class Producer:
                                                        "(close(timeout) ran out); it was not written"))
             return None
         waits = [b.due - now for b in self._buffers.values()]
-        return max(min(waits), 0.001) if waits else self._linger or 0.05
+        wait = max(min(waits), 0.001) if waits else self._linger or 0.05
+        self._linger_wakes_at = now + wait
+        return wait
 
     def _hurry(self, only: Drain | None, deadline: float) -> list[tuple[Drain, int]] | None:
         """Make the buffered batches (only `only`'s, if given) due now and wake the linger thread to send them;

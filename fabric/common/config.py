@@ -189,11 +189,16 @@ class TopicConfig:
 
     def __init__(self, overrides: Mapping[str, object] | None = None) -> None:
         self.overrides = validate_topic_config(overrides)
+        self._values: dict[str, Any] = {}  # each key's value, parsed once (every append reads a few)
 
     def __getitem__(self, key: str) -> Any:
-        setting = TOPIC_SETTINGS[key]
-        raw = self.overrides.get(key)
-        return setting.default if raw is None else setting.parse(raw)
+        try:
+            return self._values[key]
+        except KeyError:
+            setting = TOPIC_SETTINGS[key]
+            raw = self.overrides.get(key)
+            value = self._values[key] = setting.default if raw is None else setting.parse(raw)
+            return value
 
     def effective(self) -> dict[str, str]:
         """Every key with its effective value, as Kafka's describe --all shows."""

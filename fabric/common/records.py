@@ -6,6 +6,7 @@ batch's rows are dense from the frame's base offset.
 """
 from __future__ import annotations
 
+import functools
 import re
 import zoneinfo
 from dataclasses import dataclass
@@ -31,6 +32,9 @@ def storage_schema(value_schema: pa.Schema | None = None) -> pa.Schema:
     """The schema a topic's batches are stored with."""
     value = pa.binary() if value_schema is None else pa.struct(list(value_schema))
     return pa.schema([("timestamp", TIMESTAMP), ("key", pa.binary()), ("headers", HEADERS), ("value", value)])
+
+
+PLAIN_SCHEMA = storage_schema()
 
 
 def _nested_types(dtype: pa.DataType) -> Iterator[pa.DataType]:
@@ -108,6 +112,27 @@ def null_headers(length: int) -> pa.Array:
     validity, offsets = pa.py_buffer(bytes((length + 7) // 8)), pa.py_buffer(bytes(4 * (length + 1)))
     return pa.Array.from_buffers(HEADERS, length, [validity, offsets], null_count=length,
                                  children=[pa.array([], HEADER_TYPE)])
+
+
+@functools.lru_cache(maxsize=64)
+def _null_headers_cached(length: int) -> pa.Array:
+    return null_headers(length)
+
+
+def _few_null_headers(length: int) -> pa.Array:
+    """null_headers(length), the same array again for a few rows (arrays are immutable)."""
+    return _null_headers_cached(length) if length <= 64 else null_headers(length)
+
+
+def plain_rows(values: Sequence[bytes | None], keys: Sequence[bytes | None], headers: Sequence[list | None],
+               timestamps_ms: Sequence[int | None], now_us: int) -> pa.RecordBatch:
+    """The stored rows of records for a plain topic, built straight in their stored types from Python values
+    that send() checked one by one (bytes or None; header dicts; timestamps in ms in the record range, None
+    for `now_us`): what to_storage makes of them, without its passes over the columns."""
+    stamps = [now_us if t is None else t * 1000 for t in timestamps_ms]
+    listed = pa.array(headers, HEADERS) if any(headers) else _few_null_headers(len(headers))
+    return pa.RecordBatch.from_arrays([pa.array(stamps, TIMESTAMP), pa.array(keys, pa.binary()), listed,
+                                       pa.array(values, pa.binary())], schema=PLAIN_SCHEMA)
 
 
 def to_storage(table: pa.Table | pa.RecordBatch, value_schema: pa.Schema | None,

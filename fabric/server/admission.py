@@ -80,7 +80,7 @@ def check_sizes(topic: str, batch: pa.RecordBatch, max_bytes: int) -> None:
     """RecordTooLargeError if the batch's records (keys, values and headers) weigh more than max_bytes, the
     topic's max.message.bytes: the largest record batch it takes, as in Kafka. The weight is read from the
     columns' offsets; only a batch over the limit has its records measured one by one, to name the one over it."""
-    if not batch.num_rows:
+    if not batch.num_rows or record_sizes.fits(batch, max_bytes):
         return
     total = record_sizes.batch_bytes(batch)
     if total <= max_bytes:

@@ -133,9 +133,12 @@ class Broker:
         return self._open(self._topic(topic), partition)
 
     def _open(self, info: TopicInfo, partition: int) -> Log:
-        with disk_errors(os.path.join(self.root, info.name, str(partition)),
-                         f"open partition {info.name}-{partition}"):
+        try:  # (not disk_errors: no message built on the way of every request)
             return self.logs.log(info, partition)
+        except OSError:
+            with disk_errors(os.path.join(self.root, info.name, str(partition)),
+                             f"open partition {info.name}-{partition}"):
+                raise
 
     def _partitions(self, topic: str) -> int:
         return self._topic(topic).partitions

@@ -13,7 +13,6 @@ from fabric.common.config import INT_MAX, LONG_MAX, TopicConfig
 from fabric.common.errors import InvalidConfigError, InvalidRequestError
 from fabric.common.redaction import clip
 from fabric.common.types import Fetched, PartitionState, ProducerBatch, TopicInfo
-from fabric.coordinator.disk import disk_errors
 from fabric.server import admission
 from fabric.storage.log import Log
 from fabric.storage.producer_state import SEQUENCE_MAX
@@ -100,8 +99,7 @@ def append(log: Log, topic: str, partition: int, rows: pa.RecordBatch, codec: st
         raise InvalidRequestError("a transactional append needs producer_id, producer_epoch and base_sequence "
                                   "(a producer gets its id and epoch from init_producer_id)")
     admission.check_rows(topic, rows, log.schema, log.config["max.message.bytes"])
-    with disk_errors(log.directory, f"append to {topic}-{partition}"):
-        return log.append(rows, codec, log.timestamp_type, leader_epoch, producer, transactional)
+    return log.append(rows, codec, log.timestamp_type, leader_epoch, producer, transactional)
 
 
 def isolation_level(value: Any) -> str:

@@ -27,7 +27,8 @@ def encode(batch: pa.RecordBatch, codec: str = "none", timestamp_type: int = 0, 
         batch = batch.set_column(0, "timestamp", pa.repeat(stamp, batch.num_rows))
     ts = batch.column(0)
     if batch.num_rows:
-        first, max_ts = ts[0].value, pc.max(ts).value
+        first = ts[0].value
+        max_ts = first if batch.num_rows == 1 else pc.max(ts).value
     else:
         first = max_ts = -1
     attrs = CODECS[codec].attribute | (frame.ATTR_LOG_APPEND_TIME if timestamp_type == LOG_APPEND_TIME else 0)

@@ -64,6 +64,11 @@ def writes(method: _Write) -> _Write:
     StorageError of disk_errors, naming the partition."""
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with disk_errors(self.directory, f"write partition {self.name}"):
+        try:  # (not disk_errors: no context manager, and no message built, on the way of every append)
             return method(self, *args, **kwargs)
+        except OSError as exc:
+            problem = os_problem(exc)
+            if problem is None:
+                raise
+            raise storage_error(problem, exc.filename or self.directory, f"write partition {self.name}") from exc
     return cast(_Write, wrapper)

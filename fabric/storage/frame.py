@@ -124,12 +124,14 @@ def checksum(header_bytes: bytes | memoryview, payload: bytes | memoryview | pa.
     return crc if version == 1 else crc32c.crc32c(header_bytes[REBASED_FIELDS], crc)
 
 
-def seal(header: FrameHeader, payload: pa.Buffer | bytes, base_offset: int | None = None) -> FrameHeader:
-    """The header for `payload` (at `base_offset`, default the header's) with its length and CRC filled in, as
-    the current version; the frame is its pack() then payload."""
+def seal(header: FrameHeader, payload: pa.Buffer | bytes, base_offset: int | None = None, **fields: int
+         ) -> FrameHeader:
+    """The header for `payload` (at `base_offset`, default the header's; with the other `fields` given, e.g. a
+    producer's) with its length and CRC filled in, as the current version; the frame is its pack() then payload."""
     base = header.base_offset if base_offset is None else base_offset
-    header = replace(header, length=len(payload), base_offset=base, crc=0, version=VERSION)
-    return replace(header, crc=checksum(header.pack(), payload))
+    sealed = replace(header, length=len(payload), base_offset=base, crc=0, version=VERSION, **fields)
+    object.__setattr__(sealed, "crc", checksum(sealed.pack(), payload))  # (made here, seen by no one yet)
+    return sealed
 
 
 def verify(data: bytes | memoryview | pa.Buffer, pos: int, header: FrameHeader) -> bool:

@@ -53,11 +53,13 @@ class _MappedIndex:
         except FileNotFoundError:
             return False
 
-    def _append(self, entry: tuple[int, int]) -> None:
+    def append_entry(self, entry: tuple[int, int], check: bool = True) -> None:
+        """Append `entry`, first checking (`check`) that it follows the file's last entry: IndexOrderError if it
+        does not. A writer that knows the file ends with the entries it wrote itself need not read it back."""
         size = self.DTYPE.itemsize
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            end = os.fstat(fd).st_size
+            end = os.fstat(fd).st_size if check else 0
             if end >= size:
                 raw = np.frombuffer(os.pread(fd, size, end - end % size - size), self.DTYPE)[0]
                 last = tuple(int(raw[k]) for k in self.KEYS)
@@ -118,7 +120,7 @@ class OffsetIndex(_MappedIndex):
     KEYS = ("rel", "pos")
 
     def append(self, relative_offset: int, position: int) -> None:
-        self._append((relative_offset, position))
+        self.append_entry((relative_offset, position))
 
     def floor(self, relative_offset: int) -> tuple[int, int] | None:
         """The last entry with rel <= relative_offset, as (rel, pos); None if there is none."""
@@ -146,11 +148,15 @@ class TimeIndex(_MappedIndex):
     KEYS = ("ts", "rel")
 
     def append(self, timestamp: int, relative_offset: int) -> None:
-        self._append((timestamp, relative_offset))
+        self.append_entry((timestamp, relative_offset))
 
     def max_timestamp(self) -> int | None:
         entries = self.entries
         return int(entries["ts"][-1]) if len(entries) else None
+
+    def last(self) -> tuple[int, int] | None:
+        entries = self.entries
+        return (int(entries["ts"][-1]), int(entries["rel"][-1])) if len(entries) else None
 
     def first_at_or_after(self, timestamp: int) -> int | None:
         """Relative offset of the first batch with max timestamp >= timestamp; None if none."""

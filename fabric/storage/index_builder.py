@@ -11,38 +11,49 @@ class IndexBuilder:
     """Decides the index entries of a segment's frames, fed in file order; `offsets` and `times` collect them
     as (relative offset, position) and (max timestamp, relative offset)."""
 
-    def __init__(self, base_offset: int, interval: int, last_position: int | None = None,
-                 max_timestamp: int | None = None) -> None:
+    def __init__(self, base_offset: int, interval: int, last_offset: tuple[int, int] | None = None,
+                 last_time: tuple[int, int] | None = None) -> None:
         self.base_offset = base_offset
         self.interval = interval
-        self.last_position = last_position
-        self.max_timestamp = max_timestamp
+        self.last_offset = last_offset  # the last (relative offset, position) entry of the offset index
+        self.last_time = last_time  # the last (max timestamp, relative offset) entry of the time index
         self.offsets: list[tuple[int, int]] = []
         self.times: list[tuple[int, int]] = []
 
     @classmethod
     def resume(cls, base_offset: int, interval: int, index: OffsetIndex, timeindex: TimeIndex) -> IndexBuilder:
         """A builder that continues the indexes on disk (for an append)."""
-        last = index.last()
-        return cls(base_offset, interval, None if last is None else last[1], timeindex.max_timestamp())
+        return cls(base_offset, interval, index.last(), timeindex.last())
+
+    @property
+    def last_position(self) -> int | None:
+        return None if self.last_offset is None else self.last_offset[1]
+
+    @property
+    def max_timestamp(self) -> int | None:
+        return None if self.last_time is None else self.last_time[0]
 
     def add(self, position: int, header: FrameHeader) -> None:
         """Index the data frame at byte `position` if the rule says so."""
         rel = header.base_offset - self.base_offset
-        if self.last_position is None or position - self.last_position >= self.interval:
+        last_position = self.last_position
+        if last_position is None or position - last_position >= self.interval:
             self.offsets.append((rel, position))
-            self.last_position = position
-        if header.record_count and not header.is_gap and (self.max_timestamp is None
-                                                          or header.max_timestamp > self.max_timestamp):
+            self.last_offset = (rel, position)
+        max_timestamp = self.max_timestamp
+        if header.record_count and not header.is_gap and (max_timestamp is None
+                                                          or header.max_timestamp > max_timestamp):
             self.times.append((header.max_timestamp, rel))
-            self.max_timestamp = header.max_timestamp
+            self.last_time = (header.max_timestamp, rel)
 
-    def append_to(self, index: OffsetIndex, timeindex: TimeIndex) -> None:
-        """Append the entries collected so far to the files (an append's one or two entries)."""
-        for rel, pos in self.offsets:
-            index.append(rel, pos)
-        for ts, rel in self.times:
-            timeindex.append(ts, rel)
+    def append_to(self, index: OffsetIndex, timeindex: TimeIndex, trusted: bool = False) -> None:
+        """Append the entries collected so far to the files (an append's one or two entries). `trusted`: the
+        files end with the entries this builder collected before (no one else wrote them since), so their last
+        entries are not read back to check that the new ones follow them."""
+        for entry in self.offsets:
+            index.append_entry(entry, check=not trusted)
+        for entry in self.times:
+            timeindex.append_entry(entry, check=not trusted)
         self.offsets, self.times = [], []
 
     def write(self, index: OffsetIndex, timeindex: TimeIndex) -> None:

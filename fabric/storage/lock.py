@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import fcntl
 import os
+import random
 import threading
 from types import TracebackType
+
+TOKEN_SIZE = 8
+_tokens = random.Random()  # its own generator: a program seeding `random` cannot make two holders' tokens alike
+os.register_at_fork(after_in_child=_tokens.seed)  # nor can a forked child repeat its parent's
+
+
+def fresh_token() -> bytes:
+    """TOKEN_SIZE random bytes, told apart from any other process's or holder's."""
+    return _tokens.getrandbits(8 * TOKEN_SIZE).to_bytes(TOKEN_SIZE, "little")
 
 
 def claim(path: str) -> int | None:
@@ -22,13 +32,29 @@ def claim(path: str) -> int | None:
 
 
 class PartitionLock:
-    """Re-entrant within a thread, exclusive across threads and processes; released if the holder dies."""
+    """Re-entrant within a thread, exclusive across threads and processes; released if the holder dies.
+
+    The lock file holds a token of its latest holder: whoever takes the lock writes a fresh random one, first. So
+    `epoch` changes each time this object takes the lock after anything else may have taken it since its own
+    previous hold (another process, another lock object over the same file, a holder that died, a delete and
+    re-create of the partition: a new file holds no token of ours), and when one of its own holds fails part-way.
+    What a holder learnt of the partition's files in a hold of the current epoch still holds, without reading
+    them again (Log.sync_tail).
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._thread_lock = threading.RLock()
         self._depth = 0
         self._fd: int | None = None
+        self._token: bytes | None = None  # what this object wrote when it last took the lock (None: not trusted)
+        self._owner: int | None = None  # the thread holding it
+        self.epoch = 0
+
+    @property
+    def held(self) -> bool:
+        """True if the calling thread holds the lock."""
+        return self._depth > 0 and self._owner == threading.get_ident()
 
     def __enter__(self) -> PartitionLock:
         self._thread_lock.acquire()
@@ -40,18 +66,33 @@ class PartitionLock:
                 raise
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
+                self._take(fd)
             except BaseException:
                 os.close(fd)
                 self._thread_lock.release()
                 raise
-            self._fd = fd
+            self._fd, self._owner = fd, threading.get_ident()
         self._depth += 1
         return self
 
+    def _take(self, fd: int) -> None:
+        """Compare the file's token with ours, then write a fresh one (before anything else is written)."""
+        seen = os.pread(fd, TOKEN_SIZE, 0)
+        mine, self._token = self._token, None
+        if mine is None or seen != mine:
+            self.epoch += 1
+        token = fresh_token()
+        if os.pwrite(fd, token, 0) != TOKEN_SIZE:
+            raise OSError(f"short write of the lock token {self.path}")
+        self._token = token
+
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._depth -= 1
+        if exc_type is not None:  # a hold that failed part-way: what comes next reads the files again
+            self._token = None
+            self.epoch += 1
         if self._depth == 0 and self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
-            self._fd = None
+            self._fd = self._owner = None
         self._thread_lock.release()

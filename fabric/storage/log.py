@@ -14,8 +14,7 @@ import functools
 import logging
 import os
 import threading
-from dataclasses import replace
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
@@ -25,7 +24,7 @@ from fabric.common.records import TIMESTAMP_TYPES
 from fabric.common.types import Fetched, ProducerBatch
 from fabric.storage import adopt, batch_encoding, frame, log_start, reader, truncation
 from fabric.storage.cleaner import CleanReport, LogCleaner
-from fabric.storage.errors import UNWRITABLE, writes
+from fabric.storage.errors import writes
 from fabric.storage.flush_policy import FlushPolicy
 from fabric.storage.frame import FrameHeader
 from fabric.storage.index_repair import IndexRepair
@@ -41,11 +40,12 @@ from fabric.storage.marker import (
     write_marker,
 )
 from fabric.storage.producer_state import ProducerStateTable
-from fabric.storage.recovery import Recovery, RecoveryReport
+from fabric.storage.recovery import RecoveryReport
 from fabric.storage.replica_frames import check_copied
 from fabric.storage.scan import Frame
 from fabric.storage.segment import DATA_SUFFIX, Segment, disk_usage
 from fabric.storage.segment_swap import CrashHook
+from fabric.storage.tail import LogTail, TailState
 from fabric.storage.transactions import TransactionState
 from fabric.storage.watermark import HighWatermark
 
@@ -55,16 +55,7 @@ log = logging.getLogger(__name__)
 PRODUCER_STATE_SEGMENTS = 2  # how far back a partition's producer state is rebuilt from frame headers
 
 
-class TailState(NamedTuple):
-    """This process's view of the tail after its last recovery or append: while the files still match it, the
-    next append needs no recovery."""
-
-    base_offset: int  # of the active segment
-    size: int  # of the active segment's file
-    end_offset: int  # the high watermark
-
-
-class Log:
+class Log(LogTail):
     """The partition log in `directory`, whose batches are stored with `schema`.
 
     Invariants, checked where frames are written: the frames of the segments are whole and contiguous (each
@@ -93,6 +84,7 @@ class Log:
                  resolve_pending: Callable[[str], bool] | None = None, clock: Clock = SYSTEM_CLOCK,
                  replica: bool = False) -> None:
         self.directory = directory
+        self._name = f"{os.path.basename(os.path.dirname(directory))}-{os.path.basename(directory)}"
         self.replica = replica
         # a replica log's replication high watermark as its node knows it (set by the node's replica): the
         # cleaner never cleans at or past it, and cleans nothing while it is None
@@ -101,10 +93,11 @@ class Log:
         self.config = config
         os.makedirs(directory, exist_ok=True)
         self.lock = PartitionLock(os.path.join(directory, ".lock"))
-        self.hw = HighWatermark(os.path.join(directory, "high-watermark"))
+        self.hw = HighWatermark(os.path.join(directory, "high-watermark"), self.trusted_tail)
         self._resolve_pending = resolve_pending or (lambda txn: False)
         self._segments: dict[int, Segment] = {}
         self._tail_state: TailState | None = None
+        self._tail_epoch = -1
         self._recovered = False
         self._memory_end: tuple[bytes, int] | None = None  # (watermark bytes, end) recovered but not written
         self.last_recovery: RecoveryReport | None = None
@@ -121,7 +114,7 @@ class Log:
     @property
     def name(self) -> str:
         """topic-partition, as Kafka names a partition (from the directory <root>/<topic>/<partition>)."""
-        return f"{os.path.basename(os.path.dirname(self.directory))}-{os.path.basename(self.directory)}"
+        return self._name
 
     def resolve_pending(self, txn: str) -> bool:
         """True if transaction `txn` committed (its frames past the watermark are rolled forward)."""
@@ -162,16 +155,6 @@ class Log:
         base offset and the log-start-offset checkpoint (log_start), at most `end`."""
         first = segs[0].base_offset if segs else end
         return min(max(first, self._start_checkpoint.offset()), end)
-
-    @property
-    def end_offset(self) -> int:
-        """The high watermark: one past the last committed offset."""
-        reading = self.hw.read()
-        if reading.trusted and self._recovered and reading.value is not None:
-            return reading.value
-        if self._memory_end is not None and self._memory_end[0] == reading.raw:
-            return self._memory_end[1]
-        return self.recover()
 
     @property
     def timestamp_type(self) -> int:
@@ -221,52 +204,6 @@ class Log:
                 return last
         return None
 
-    # -- recovery ----------------------------------------------------------------------------------
-    def recover(self) -> int:
-        """Recover the partition under its lock; returns the end offset. If the directory cannot be written,
-        work the end out from the frames without writing and serve reads from it (logged at WARNING)."""
-        try:
-            with self.lock:
-                self._tail_state = None
-                self.sync_tail()
-                self._memory_end = None
-                assert self.last_recovery is not None
-                return self.last_recovery.end_offset
-        except OSError as exc:
-            if exc.errno not in UNWRITABLE:
-                raise
-            report, _ = Recovery(self, apply=False).run()
-            self._recovered, self.last_recovery = True, report
-            self._memory_end = (self.hw.read().raw, report.end_offset)
-            log.warning("%s: cannot repair the partition (%s: %s); reads are served up to offset %d as recovered "
-                        "in memory", self.name, exc.filename or self.directory, exc.strerror, report.end_offset)
-            return report.end_offset
-
-    def sync_tail(self) -> Segment:
-        """Bring the tail up to date under the lock: unless the files still match this process's last view of
-        them, recover (fabric.storage.recovery). Returns the active segment."""
-        segs = self.segments()
-        reading = self.hw.read()
-        if segs and reading.trusted and self._recovered and self._tail_state == TailState(
-                segs[-1].base_offset, segs[-1].size, reading.value or 0):
-            return segs[-1]
-        for seg in segs:
-            seg.forget_writes()  # another process wrote here, or recovery is about to change the files
-        report, active = Recovery(self).run()
-        assert active is not None
-        self._recovered, self.last_recovery = True, report
-        self._epochs = None  # another process may have taken a newer epoch: loaded again from its checkpoint
-        self._producers = self._txns = None  # the frames may have changed: rebuilt from them when next needed
-        report.rebuilt = self.indexes.check(self.segments())
-        self._tail_state = TailState(active.base_offset, active.size, report.end_offset)
-        return active
-
-    @writes
-    def sync_tail_locked(self) -> None:
-        """Create or recover the tail under the lock (used when a partition is created or opened)."""
-        with self.lock:
-            self.sync_tail()
-
     # -- appends -----------------------------------------------------------------------------------
     @writes
     def append(self, batch: pa.RecordBatch, codec: str = "none", timestamp_type: int = 0,
@@ -288,7 +225,7 @@ class Log:
             base = self.tail_end()
             if not batch.num_rows:
                 return base
-            fields: dict[str, int] = {"leader_epoch": leader_epoch}
+            fields: dict[str, int] = {"leader_epoch": leader_epoch} if leader_epoch != template.leader_epoch else {}
             if producer is not None:
                 original = self._producer_state(base).check(producer, batch.num_rows)
                 if original is not None:
@@ -299,15 +236,17 @@ class Log:
                               base_sequence=producer.base_sequence)
                 if transactional:
                     fields["attributes"] = template.attributes | frame.ATTR_TRANSACTIONAL
-            return self._write_one(replace(template, **fields), payload, base, active)
+            return self._write_one(template, payload, base, active, fields)
 
-    def _write_one(self, template: FrameHeader, payload: pa.Buffer, base: int, active: Segment) -> int:
-        """Seal and write one frame at `base`, the log end, and take it into the producer and transaction
-        states (lock held); returns `base`."""
-        if template.leader_epoch >= 0:
-            self.leader_epochs.assign(template.leader_epoch, base)
+    def _write_one(self, template: FrameHeader, payload: pa.Buffer, base: int, active: Segment,
+                   fields: dict[str, int] | None = None) -> int:
+        """Seal and write one frame at `base`, the log end, with the header `fields` given (a leader's epoch, a
+        producer's), and take it into the producer and transaction states (lock held); returns `base`."""
+        leader_epoch = fields.get("leader_epoch", template.leader_epoch) if fields else template.leader_epoch
+        if leader_epoch >= 0:
+            self.leader_epochs.assign(leader_epoch, base)
         with self._recover_on_failure():
-            header = frame.seal(template, payload, base)
+            header = frame.seal(template, payload, base, **(fields or {}))
             self.write_frame(header, payload, active)
             self.commit(base + header.record_count)
             self._took(header)
@@ -408,7 +347,7 @@ class Log:
                 return False
             active = truncation.truncate(self, offset, end)
             self._producers = self._txns = None
-            self._tail_state = TailState(active.base_offset, active.size, offset)
+            self.remember_tail(active, offset)
         return True
 
     @writes
@@ -421,46 +360,9 @@ class Log:
             self._producers = self._txns = None
             self.remember_tail(active, offset)
 
-    @writes
-    def write_frame(self, header: FrameHeader, payload: pa.Buffer | bytes, active: Segment | None = None) -> Segment:
-        """Write one sealed frame at the tail, rolling first if due (caller holds the lock); returns the active
-        segment, which the next frame of the same write may be given."""
-        active = active or self.sync_tail()
-        end = self.tail_end()
-        if active.size > active.data_start and self._roll_due(active, header):
-            active = self.create_segment(header.base_offset)
-            self._tail_state = TailState(active.base_offset, active.size, end)
-            self.retention.maybe_retain(force=True)
-        active.append(header, payload, self.config["index.interval.bytes"])
-        self._tail_state = TailState(active.base_offset, active.size, end)
-        self.flushes.wrote(header.record_count)
-        return active
-
-    @writes
-    def commit(self, end_offset: int) -> None:
-        """Advance the high watermark to `end_offset`, fsyncing if the flush policy asks (lock held)."""
-        self.hw.write(end_offset)
-        if self._tail_state:
-            self._tail_state = self._tail_state._replace(end_offset=end_offset)
-        with self.appended:
-            self.appended.notify_all()
-        self.flushes.maybe_flush()
-        self.retention.maybe_retain()
-
     def flush(self) -> None:
         """fsync the partition's writes now (FlushPolicy.flush)."""
         self.flushes.flush()
-
-    def _roll_due(self, active: Segment, header: FrameHeader) -> bool:
-        """Roll before `header`'s frame once the segment is full, or once the frame's records are segment.ms newer
-        than the segment's first frame's (Kafka's rule: record time, not the clock, so a backfill of old records
-        fills segments; an idle segment is rolled by maintenance, LogRetention.maintain)."""
-        if active.size + header.size > self.config["segment.bytes"]:
-            return True
-        first = active.first_frame()
-        if first is None or first.max_timestamp < 0:
-            return False
-        return (header.max_timestamp - first.max_timestamp) // 1000 >= self.config["segment.ms"]
 
     # -- publishes ---------------------------------------------------------------------------------
     def pending(self) -> PendingPublish | None:
@@ -482,23 +384,10 @@ class Log:
         under a pending-publish marker); False if it cannot be adopted (copy its frames then). See adopt."""
         return adopt.adopt_segment(self, path, frames, base_offset)
 
-    def tail_end(self) -> int:
-        """The end offset as this process last saw it under the lock (lock held, after sync_tail)."""
-        return self._tail_state.end_offset if self._tail_state else self.end_offset
-
-    def remember_tail(self, active: Segment, end: int) -> None:
-        """Record this process's view of the tail after a change it made under the lock: `active` ending at `end`."""
-        self._tail_state = TailState(active.base_offset, active.size, end)
-
     def forget_epochs_before(self, offset: int) -> None:
         """Drop the loaded leader epochs that end below `offset`, the new log start (lock held)."""
         if self._epochs is not None:
             self._epochs.truncate_from_start(offset)
-
-    def forget_tail(self) -> None:
-        """Drop the cached tail state, leader epochs and producer state, so the next writer recovers them from the
-        files (after a write or publish that failed part-way)."""
-        self._tail_state, self._epochs, self._producers, self._txns = None, None, None, None
 
     @writes
     def finish_publish(self, end_offset: int) -> None:
@@ -535,8 +424,7 @@ class Log:
             if active.first_frame() is None:
                 return False
             end = self.tail_end()
-            active = self.create_segment(end)
-            self._tail_state = TailState(active.base_offset, active.size, end)
+            self.remember_tail(self.create_segment(end), end)
         return True
 
     @writes

@@ -43,12 +43,17 @@ class LogManager:
 
     def log(self, info: TopicInfo, partition: int) -> Log:
         """The Log of one partition of the topic `info` describes (reloaded if the metadata changed)."""
+        if type(partition) is int:
+            cached = self._logs.get((info.name, partition))
+            if cached is not None and cached[0] is info:  # (the metadata object it was opened with: checked then)
+                return cached[1]
         if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition < info.partitions:
             raise UnknownPartitionError(f"topic {info.name!r} has partitions 0..{info.partitions - 1}; "
                                         f"there is no partition {partition!r}")
         with self._guard:
             cached = self._logs.get((info.name, partition))
             if cached is not None and cached[0] == info:
+                self._logs[(info.name, partition)] = (info, cached[1])  # the same metadata, read again
                 return cached[1]
             log = Log(os.path.join(self.topic_dir(info.name), str(partition)), storage_schema(info.value_schema),
                       TopicConfig(info.config), self._transaction_committed, replica=self.replica)

@@ -125,6 +125,12 @@ class Segment:
         return self._schema, self._data_start
 
     @property
+    def known_data_start(self) -> int:
+        """data_start as last read, without checking that the file was not replaced since (for a writer whose
+        partition lock says no one else took it since: LogTail.trusted_tail)."""
+        return self._data_start if self._schema is not None else self.data_start
+
+    @property
     def schema_frame_ok(self) -> bool:
         """True if the file starts with a whole, valid schema frame."""
         buf = self.view()
@@ -213,19 +219,22 @@ class Segment:
         return walk
 
     # -- writing (callers hold the partition lock) -------------------------------------------------
-    def append(self, header: FrameHeader, payload: pa.Buffer | bytes, index_interval: int) -> int:
+    def append(self, header: FrameHeader, payload: pa.Buffer | bytes, index_interval: int,
+               position: int | None = None) -> int:
         """Append one sealed frame and index it; returns its byte position. The indexing state is read from the
-        index files once, then kept while this object is the only writer (forget_writes() drops it)."""
+        index files once, then kept while this object is the only writer (forget_writes() drops it). A caller
+        that knows no one else wrote since this object last did (LogTail.trusted_tail) gives the file's
+        size as `position`: then nothing is read back, neither the size nor the indexes' last entries."""
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
-            pos = os.fstat(fd).st_size
+            pos = os.fstat(fd).st_size if position is None else position
             write_all(fd, [header.pack(), payload])
         finally:
             os.close(fd)
         if self._builder is None or self._builder.interval != index_interval:
             self._builder = IndexBuilder.resume(self.base_offset, index_interval, self.index, self.timeindex)
         self._builder.add(pos, header)
-        self._builder.append_to(self.index, self.timeindex)
+        self._builder.append_to(self.index, self.timeindex, trusted=position is not None)
         return pos
 
     def forget_writes(self) -> None:

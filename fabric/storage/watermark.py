@@ -13,6 +13,7 @@ import enum
 import os
 import struct
 from dataclasses import dataclass
+from typing import Callable
 
 import crc32c
 
@@ -72,8 +73,9 @@ def decode(raw: bytes) -> WatermarkReading:
 class HighWatermark:
     """The watermark file of one partition: `read()` classifies it, `write()` replaces it (lock held)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, exact: Callable[[], bool] = lambda: False) -> None:
         self.path = path
+        self._exact = exact  # asked at each write: True if the file is known to hold exactly a watermark
 
     def read(self) -> WatermarkReading:
         reading = WatermarkReading(WatermarkState.MISSING)
@@ -92,7 +94,8 @@ class HighWatermark:
         return reading
 
     def write(self, value: int) -> None:
-        """Publish a new end (caller holds the partition lock): one 16-byte write at byte 0."""
+        """Publish a new end (caller holds the partition lock): one 16-byte write at byte 0, the file then cut to
+        16 bytes if it was longer (its size not looked at while the owner knows it is exact)."""
         if value < 0:
             raise ValueError(f"a high watermark is never negative, got {value}")
         data = encode(value)
@@ -100,7 +103,7 @@ class HighWatermark:
         try:
             if os.pwrite(fd, data, 0) != SIZE:
                 raise OSError(f"short write of the high watermark {self.path}")
-            if os.fstat(fd).st_size != SIZE:
+            if not self._exact() and os.fstat(fd).st_size != SIZE:
                 os.ftruncate(fd, SIZE)  # a longer damaged file: drop its tail
         finally:
             os.close(fd)

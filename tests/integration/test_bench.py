@@ -12,6 +12,8 @@ import pytest
 SUITES = [
     ("bench.log_bench", ["--records", "20000", "--send-records", "2000"], "log", "produce_vs_ipc_write"),
     ("bench.request_bench", ["--requests", "20"], "requests", "vs_action"),
+    ("bench.append_bench", ["--records", "200", "--rounds", "1", "--rate", "100", "--seconds", "0.5", "--warmup",
+                            "0.1"], "append", "send_get"),
     ("bench.coordinator_bench", ["--rounds", "1", "--members", "4"], "coordinator", "rebalance"),
     ("bench.offsets_bench", ["--seconds", "0.3", "--nodes", "1", "--clients", "3"], "offsets", "vs_znodes"),
     ("bench.spark_bench", ["--records", "4000", "--repeats", "1", "--seconds", "2", "--rate", "20"], "spark",

@@ -93,3 +93,25 @@ def test_threads_that_come_and_go_reuse_a_connection_and_concurrent_ones_get_the
         assert len({id(db) for db in together}) == 2
     finally:
         store.close()
+
+
+def test_topic_metadata_read_during_another_writers_transaction_is_not_kept_once_it_commits(tmp_path):
+    """A reader whose metadata version changed reads the database again; while a writer's transaction is in flight
+    (its new version written, its change not committed) what the reader reads is the old metadata, which it must
+    not keep under the new version: once the writer commits, the reader's next call sees the change."""
+    path = str(tmp_path / "m.db")
+    writer, reader = SqliteCoordinator(path), SqliteCoordinator(path)  # two connections, as two processes
+    try:
+        writer.create_topic("t", 1, {}, None)
+        assert reader.topic("t").config == {}
+        with writer._tx() as db:
+            db.execute("""UPDATE topics SET config='{"retention.ms": "5"}' WHERE name='t'""")
+            assert reader.topic("t").config == {}  # not committed yet
+            assert writer.topic("t").config == {"retention.ms": "5"}  # (the writer's own read does not wait)
+        assert reader.topic("t").config == {"retention.ms": "5"}
+        assert reader.topic("t") is reader.topic("t")  # kept, now that no write is in flight
+        writer.alter_topic_config("t", {"retention.ms": "6"})
+        assert reader.topic("t").config == {"retention.ms": "6"}
+    finally:
+        writer.close()
+        reader.close()

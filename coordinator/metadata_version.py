@@ -1,0 +1,106 @@
+"""The version of a metadata database that many processes share: a file beside it whose 8-byte token every write
+transaction replaces, so each process may cache what it read (a topic's metadata) and trust it while the token
+is the one it read under, at the cost of reading 8 mapped bytes.
+
+A writer takes the file's exclusive flock, writes a fresh random token, then runs its transaction, and lets go
+once it has committed (or rolled back). A reader whose token differs reads the database under the shared flock,
+taken without waiting: so what it caches is never older than the token it caches it with. Had a writer the
+lock (a transaction in flight, maybe in this very thread), the reader reads without caching. A writer killed
+mid-transaction has already replaced the token: readers read again, whatever it committed.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import mmap
+import os
+import threading
+from typing import Iterator
+
+from fabric.storage.lock import TOKEN_SIZE, fresh_token
+
+log = logging.getLogger(__name__)
+
+
+class _Depth(threading.local):
+    """A thread's depth of writes (a nested one takes no second flock)."""
+
+    depth = 0
+
+
+class MetadataVersion:
+    """The token file at `path` (created if missing). Where it cannot be made or mapped (a read-only
+    directory), there is nothing to trust: current() is None and readers read the database every time."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._writing = _Depth()
+        self._map: mmap.mmap | None = None
+        try:
+            self._map = self._mapped()
+        except OSError as exc:
+            log.info("metadata version %s cannot be made or mapped (%s): metadata is read from the database on "
+                     "every call", path, exc.strerror)
+
+    def _mapped(self) -> mmap.mmap:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size < TOKEN_SIZE:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    if os.fstat(fd).st_size < TOKEN_SIZE:  # (another process may have filled it meanwhile)
+                        os.pwrite(fd, fresh_token(), 0)
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)  # (a map holds the open file, so closing would not unlock it)
+            return mmap.mmap(fd, TOKEN_SIZE, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+
+    def current(self) -> bytes | None:
+        """The token now (None: caching is off)."""
+        return None if self._map is None else self._map[:TOKEN_SIZE]
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[bytes | None]:
+        """Read the database inside the block; yields the token to cache what was read with, or None if a writer
+        holds the lock (what is read then is not cached)."""
+        if self._map is None or self._writing.depth:
+            yield None
+            return
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield None
+                return
+            yield os.pread(fd, TOKEN_SIZE, 0)
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """A write transaction runs inside the block: the token is replaced first, under the exclusive lock held
+        until the block ends. OSError (a StorageError to the caller) if the token cannot be written: the write
+        must not happen where other processes would not see it."""
+        depth = self._writing.depth
+        if depth:
+            self._writing.depth = depth + 1
+            try:
+                yield
+            finally:
+                self._writing.depth = depth
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.pwrite(fd, fresh_token(), 0) != TOKEN_SIZE:
+                raise OSError(f"short write of the metadata version {self.path}")
+            self._writing.depth = 1
+            try:
+                yield
+            finally:
+                self._writing.depth = 0
+        finally:
+            os.close(fd)

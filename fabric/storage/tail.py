@@ -1,0 +1,197 @@
+"""The writing end of a partition log: where it ends, this process's view of its active segment, and the frames
+written and committed there (a Log is a LogTail).
+
+A writer holds the partition lock. While nothing else took the lock since this Log last checked its view of the
+tail against the files (the lock's epoch is the one it checked in, PartitionLock.epoch), the writer trusts what
+it remembers: an append lists no directory, stats no file and reads no watermark, it writes its frame, its
+index entries and the watermark. Otherwise it compares what it remembers with the files (the segments listed,
+the active segment's size, the watermark) and recovers the tail if they differ (fabric.storage.recovery):
+another process wrote, or a writer died mid-append.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Callable, NamedTuple, cast
+
+import pyarrow as pa
+
+from fabric.storage.errors import UNWRITABLE, writes
+from fabric.storage.flush_policy import FlushPolicy
+from fabric.storage.frame import FrameHeader
+from fabric.storage.index_repair import IndexRepair
+from fabric.storage.leader_epochs import LeaderEpochCache
+from fabric.storage.lock import PartitionLock
+from fabric.storage.producer_state import ProducerStateTable
+from fabric.storage.recovery import Recovery, RecoveryReport
+from fabric.storage.segment import Segment
+from fabric.storage.transactions import TransactionState
+from fabric.storage.watermark import HighWatermark
+
+if TYPE_CHECKING:
+    from fabric.common.config import TopicConfig
+    from fabric.storage.log import Log
+    from fabric.storage.log_retention import LogRetention
+
+log = logging.getLogger(__name__)
+
+
+class TailState(NamedTuple):
+    """This process's view of the tail after its last recovery or append: while the files still match it, the
+    next append needs no recovery."""
+
+    base_offset: int  # of the active segment
+    size: int  # of the active segment's file
+    end_offset: int  # the high watermark
+
+
+class LogTail:
+    """The tail of the Log in `directory` (the Log's attributes below are its own)."""
+
+    directory: str
+    config: TopicConfig
+    lock: PartitionLock
+    hw: HighWatermark
+    indexes: IndexRepair
+    flushes: FlushPolicy
+    retention: LogRetention
+    appended: threading.Condition
+    last_recovery: RecoveryReport | None
+    _segments: dict[int, Segment]
+    _tail_state: TailState | None
+    _tail_epoch: int  # the lock's epoch in which _tail_state was last checked against the files
+    _recovered: bool
+    _memory_end: tuple[bytes, int] | None  # (watermark bytes, end) recovered but not written
+    _epochs: LeaderEpochCache | None
+    _producers: ProducerStateTable | None
+    _txns: TransactionState | None
+    segments: Callable[[], list[Segment]]
+    create_segment: Callable[[int], Segment]
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def end_offset(self) -> int:
+        """The high watermark: one past the last committed offset."""
+        reading = self.hw.read()
+        if reading.trusted and self._recovered and reading.value is not None:
+            return reading.value
+        if self._memory_end is not None and self._memory_end[0] == reading.raw:
+            return self._memory_end[1]
+        return self.recover()
+
+    def recover(self) -> int:
+        """Recover the partition under its lock; returns the end offset. If the directory cannot be written,
+        work the end out from the frames without writing and serve reads from it (logged at WARNING)."""
+        try:
+            with self.lock:
+                self._tail_state = None
+                self.sync_tail()
+                self._memory_end = None
+                assert self.last_recovery is not None
+                return self.last_recovery.end_offset
+        except OSError as exc:
+            if exc.errno not in UNWRITABLE:
+                raise
+            report, _ = Recovery(cast("Log", self), apply=False).run()
+            self._recovered, self.last_recovery = True, report
+            self._memory_end = (self.hw.read().raw, report.end_offset)
+            log.warning("%s: cannot repair the partition (%s: %s); reads are served up to offset %d as recovered "
+                        "in memory", self.name, exc.filename or self.directory, exc.strerror, report.end_offset)
+            return report.end_offset
+
+    def sync_tail(self) -> Segment:
+        """Bring the tail up to date under the lock: trusted as remembered (trusted_tail), else recovered
+        (fabric.storage.recovery) unless the files still match this process's last view of them. Returns the
+        active segment."""
+        tail = self._tail_state
+        if tail is not None and self.trusted_tail():
+            active = self._segments.get(tail.base_offset)
+            if active is not None:
+                return active
+        segs = self.segments()
+        reading = self.hw.read()
+        if segs and reading.trusted and self._recovered and self._tail_state == TailState(
+                segs[-1].base_offset, segs[-1].size, reading.value or 0):
+            self._tail_epoch = self.lock.epoch
+            return segs[-1]
+        self._tail_state = None  # (until recovered: nothing written meanwhile trusts it)
+        for seg in segs:
+            seg.forget_writes()  # another process wrote here, or recovery is about to change the files
+        report, active = Recovery(cast("Log", self)).run()
+        assert active is not None
+        self._recovered, self.last_recovery = True, report
+        self._epochs = None  # another process may have taken a newer epoch: loaded again from its checkpoint
+        self._producers = self._txns = None  # the frames may have changed: rebuilt from them when next needed
+        report.rebuilt = self.indexes.check(self.segments())
+        self._tail_state, self._tail_epoch = TailState(active.base_offset, active.size, report.end_offset), \
+            self.lock.epoch
+        return active
+
+    @writes
+    def sync_tail_locked(self) -> None:
+        """Create or recover the tail under the lock (used when a partition is created or opened)."""
+        with self.lock:
+            self.sync_tail()
+
+    def trusted_tail(self) -> bool:
+        """True if what this process remembers of the tail holds without reading the files: the lock is held and
+        nothing else took it since the view was checked against them."""
+        return self._tail_state is not None and self._tail_epoch == self.lock.epoch and self.lock.held
+
+    def tail_end(self) -> int:
+        """The end offset as this process last saw it under the lock (lock held, after sync_tail)."""
+        return self._tail_state.end_offset if self._tail_state else self.end_offset
+
+    def remember_tail(self, active: Segment, end: int) -> None:
+        """Record this process's view of the tail after a change it made under the lock: `active` ending at `end`."""
+        self._tail_state = TailState(active.base_offset, active.size, end)
+
+    def forget_tail(self) -> None:
+        """Drop the cached tail state, leader epochs and producer state, so the next writer recovers them from the
+        files (after a write or publish that failed part-way)."""
+        self._tail_state, self._epochs, self._producers, self._txns = None, None, None, None
+
+    @writes
+    def write_frame(self, header: FrameHeader, payload: pa.Buffer | bytes, active: Segment | None = None) -> Segment:
+        """Write one sealed frame at the tail, rolling first if due (caller holds the lock); returns the active
+        segment, which the next frame of the same write may be given."""
+        active = active or self.sync_tail()
+        end = self.tail_end()
+        tail = self._tail_state  # trusted: no stat of the segment
+        trusted = tail is not None and tail.base_offset == active.base_offset and self.trusted_tail()
+        size = tail.size if trusted and tail is not None else active.size
+        if size > (active.known_data_start if trusted else active.data_start) and self._roll_due(active, size, header):
+            active = self.create_segment(header.base_offset)
+            size = active.size
+            self._tail_state = TailState(active.base_offset, size, end)
+            self.retention.maybe_retain(force=True)
+        position = active.append(header, payload, self.config["index.interval.bytes"], size if trusted else None)
+        self._tail_state = TailState(active.base_offset, position + header.size, end)
+        self.flushes.wrote(header.record_count)
+        return active
+
+    @writes
+    def commit(self, end_offset: int) -> None:
+        """Advance the high watermark to `end_offset`, fsyncing if the flush policy asks (lock held)."""
+        tail = self._tail_state
+        self.hw.write(end_offset)
+        if tail is not None:
+            self._tail_state = tail._replace(end_offset=end_offset)
+        with self.appended:
+            self.appended.notify_all()
+        self.flushes.maybe_flush()
+        self.retention.maybe_retain()
+
+    def _roll_due(self, active: Segment, size: int, header: FrameHeader) -> bool:
+        """Roll before `header`'s frame once the segment (of `size` bytes) is full, or once the frame's records are
+        segment.ms newer than the segment's first frame's (Kafka's rule: record time, not the clock, so a backfill
+        of old records fills segments; an idle segment is rolled by maintenance, LogRetention.maintain)."""
+        if size + header.size > self.config["segment.bytes"]:
+            return True
+        first = active.first_frame()
+        if first is None or first.max_timestamp < 0:
+            return False
+        return (header.max_timestamp - first.max_timestamp) // 1000 >= self.config["segment.ms"]
