@@ -26,7 +26,7 @@ class Log:
 
     def append(self, principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, bytes]:
         if not isinstance(args.get("partition"), int):
-            raise InvalidRequestError(f"request 'append': argument 'partition' must be int, got {args.get('partition')!r}")
+            raise InvalidRequestError(f"argument 'partition' must be int, got {args.get('partition')!r}")
         time.sleep(args.get("sleep_s", 0))
         with self.lock:
             written = self.appended.setdefault(args["partition"], [])
