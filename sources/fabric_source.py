@@ -237,8 +237,15 @@ class FabricStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return sum(end[tp] - begin[tp] for tp in end) < min_offsets and waited_ms < self.opts.max_trigger_delay_ms
 
     def reportLatestOffset(self) -> dict | None:
-        partitions = current_partitions(self.cluster, self.opts.subscription, self._missing_topics())
-        return to_json({tp: s.end_offset for tp, s in states(self.cluster, partitions).items()})
+        """The partitions' ends, for the query's metrics; None if a topic went away while they were read (the
+        next latestOffset reports the deletion as the data loss it is, so a metric does not fail the query)."""
+        try:
+            partitions = current_partitions(self.cluster, self.opts.subscription, self._missing_topics())
+            return to_json({tp: s.end_offset for tp, s in states(self.cluster, partitions).items()})
+        except FabricError:
+            if self._missing_topics():
+                return None
+            raise
 
     def _missing_topics(self) -> frozenset[str]:
         existing = set(self.cluster.coordinator.list_topics())

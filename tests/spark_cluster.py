@@ -39,7 +39,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 import pyspark
 
 from fabric.common.waiting import files_progress, wait_progressing
-from fabric.server.zookeeper import free_port
+from fabric.server.ports import free_port
 
 T = TypeVar("T")
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"

@@ -221,6 +221,6 @@ class GroupMember:
         if self._owned:
             revoked, self._owned = self._owned, []
             self.on_revoke(revoked)
-        if self.member_id and not self.instance_id and not self._fenced:
+        if self.member_id and not self.instance_id:  # fenced too: a stale generation's member is still listed
             self._leave(self.member_id)
         self.member_id, self._phase = "", Phase.UNJOINED

@@ -216,10 +216,15 @@ class ProtocolClients:
             if connection is not None and not connection.broken:
                 return connection
         connection = ProtocolConnection(address, self.token, self.tls, timeout_s, self.error_of)
+        spare: ProtocolConnection | None
         with self._lock:
-            old, self._connections[address] = self._connections.get(address), connection
-        if old is not None:
-            old.close()
+            current = self._connections.get(address)
+            if current is not None and not current.broken:  # another thread opened one meanwhile: it is shared
+                connection, spare = current, connection
+            else:
+                self._connections[address], spare = connection, current
+        if spare is not None:
+            spare.close()  # unused, or broken: no request in flight on it is cut
         return connection
 
     def call(self, address: str, kind: str, args: dict[str, Any], payload: Payload = b"",

@@ -17,7 +17,7 @@ import pyarrow.flight as flight
 
 from fabric.server import wire
 from fabric.server.connection import ENV_TOKEN
-from fabric.server.zookeeper import free_port
+from fabric.server.ports import free_port
 
 
 class ServerProcess:

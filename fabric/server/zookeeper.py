@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
+
+from fabric.server.ports import free_port
 
 TICK_MS = 200  # sessions may be as short as 2 ticks (0.4 s), so expiry tests stay short
 MAX_SESSION_TIMEOUT_MS = 60_000  # and as long as a loaded machine needs (ZooKeeper's default cap is 20 ticks)
@@ -25,13 +26,6 @@ def pyspark_jars() -> str:
     import pyspark
 
     return os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ZooKeeperServer:

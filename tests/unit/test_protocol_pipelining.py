@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fabric.client.protocol_connection import ProtocolConnection
+from fabric.client.protocol_connection import ProtocolClients, ProtocolConnection
 from fabric.common.errors import InvalidRequestError
 from fabric.common.protocol import frames, messages
 from fabric.server import wire
@@ -119,3 +119,25 @@ def test_many_threads_share_one_connection(served) -> None:
     assert all(log.appended[p] == list(range(20)) for p in range(8))
     assert results == {p * 100 + n: n for p in range(8) for n in range(20)}
     connection.close()
+
+
+def test_threads_that_open_a_servers_connection_at_once_share_one_and_none_is_cut(served) -> None:
+    server, log = served
+    clients = ProtocolClients(None, None, 10.0, wire.exception_of)
+    address, start = f"127.0.0.1:{server.port}", threading.Barrier(8)
+    got: dict[int, ProtocolConnection] = {}
+    answers: dict[int, int] = {}
+
+    def first_request(partition: int) -> None:
+        start.wait()
+        got[partition] = clients.get(address, 10)
+        answers[partition] = int(bytes(got[partition].call("produce", {"partition": partition, "n": 0},
+                                                           timeout_s=10)[0]))
+    threads = [threading.Thread(target=first_request, args=(p,)) for p in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == {p: 0 for p in range(8)}  # no request failed on a connection another thread closed
+    assert len({id(c) for c in got.values()}) == 1 and not got[0].broken
+    clients.close()

@@ -6,7 +6,7 @@ import pytest
 
 from fabric.common.errors import CoordinatorUnavailableError, InvalidConfigError
 from fabric.coordinator import zk_layout as layout
-from fabric.server.zookeeper import free_port
+from fabric.server.ports import free_port
 
 
 def test_url_parsing_and_unreachable_server():

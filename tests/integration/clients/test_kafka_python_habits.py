@@ -8,7 +8,7 @@ import pytest
 
 import fabric
 from fabric import TopicPartition
-from fabric.server.zookeeper import free_port
+from fabric.server.ports import free_port
 
 
 def fill(fab, topic: str, partitions: int, per_partition: int) -> None:
