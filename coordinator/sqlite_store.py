@@ -25,6 +25,7 @@ from fabric.coordinator import disk, sqlite_replicas, transactions, validation
 from fabric.coordinator.group_store import GroupMembership, GroupService, SqliteGroupStore
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.metadata_version import MetadataVersion
+from fabric.coordinator.offsets_log import LocalOffsetsLog
 from fabric.coordinator.offsets_records import OFFSETS_TOPIC
 from fabric.coordinator.offsets_topic import OffsetsTopic
 from fabric.coordinator.sqlite_replicas import SqliteReplication
@@ -100,6 +101,10 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
             self._offsets = OffsetsTopic.in_directory(os.path.join(os.path.dirname(path), OFFSETS_TOPIC),
                                                       legacy=self._legacy_offsets,
                                                       resolve_pending=self.transaction_committed)
+
+    def serves_locally(self) -> bool:
+        """True while the offsets topic is the local one (a cluster's coordinator keeps it replicated on nodes)."""
+        return isinstance(self.offsets_topic.log, LocalOffsetsLog)
 
     def _db(self) -> sqlite3.Connection:
         """This thread's connection: read-write, or read-only while the disk refuses writes."""

@@ -1,6 +1,8 @@
 """The coordinator service's fabric protocol requests (docs/protocol.md): produce and fetch of the partitions it
 stores, and the hot coordinator calls (`commit_offsets`, `committed`, `topic`), each the ROUTES call of the same
 name, checked and authorized exactly as its DoAction is (CoordinatorService.run_route), with plain JSON values.
+Over a store of local files (Coordinator.serves_locally) a commit and a metadata read wait on nothing but this
+process's CPU and files, so they are answered on the event loop, without a worker thread.
 """
 from __future__ import annotations
 
@@ -50,8 +52,12 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
     def topic(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
         return service.run_route(principal, "topic", args), b""
 
+    def on_loop(args: dict[str, Any]) -> bool:
+        """Whether a commit or a metadata read may wait: not over a store of local files (answered on the loop)."""
+        return not broker.coordinator.serves_locally()
+
     return {"produce": protocol_handlers.produce(service, ClusterBroker.append, broker.append,
                                                  broker.coordinator.topic),
             "fetch": protocol_handlers.fetch(service, ClusterBroker.fetch, broker.fetch, service.topic_schema),
-            "commit_offsets": Handler(commit_offsets, order=lambda args: ("commit", args.get("group"))),
-            "committed": Handler(committed), "topic": Handler(topic)}
+            "commit_offsets": Handler(commit_offsets, on_loop, order=lambda args: ("commit", args.get("group"))),
+            "committed": Handler(committed), "topic": Handler(topic, on_loop)}
