@@ -69,12 +69,14 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
     def topic(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
         return service.run_route(principal, "topic", args), b""
 
-    def on_loop(args: dict[str, Any]) -> bool:
-        """Whether a commit or a metadata read may wait: not over a store of local files (answered on the loop)."""
-        return not broker.coordinator.serves_locally()
+    store = broker.coordinator
 
-    return {"produce": protocol_handlers.produce(service, ClusterBroker.append, broker.append,
-                                                 broker.coordinator.topic, lambda args: produce_waits(broker.coordinator, args)),
+    def store_waits(args: dict[str, Any]) -> bool:
+        """Whether a commit or a metadata read may wait: not over a store of local files (answered on the loop)."""
+        return not store.serves_locally()
+
+    return {"produce": protocol_handlers.produce(service, ClusterBroker.append, broker.append, store.topic,
+                                                 lambda args: produce_waits(store, args)),
             "fetch": protocol_handlers.fetch(service, ClusterBroker.fetch, broker.fetch, service.topic_schema),
-            "commit_offsets": Handler(commit_offsets, on_loop, order=lambda args: ("commit", args.get("group"))),
-            "committed": Handler(committed), "topic": Handler(topic, on_loop)}
+            "commit_offsets": Handler(commit_offsets, store_waits, order=lambda args: ("commit", args.get("group"))),
+            "committed": Handler(committed), "topic": Handler(topic, store_waits)}

@@ -2,7 +2,8 @@
 pipelined on one connection keep their order per partition, a retried idempotent produce is answered with the
 first offset, every refusal is the error Flight gives with nothing written (another version, no hello, an unknown
 type, an unknown token, another principal's producer id, an ACL, an oversized or truncated frame, a stale leader
-epoch), commits answered on the coordinator's event loop are checked and fenced as over Flight, and a Java program built from Spark's jars alone fetches a partition range as the Python consumer reads it.
+epoch), commits answered on the coordinator's event loop are checked and fenced as over Flight, and a Java
+program built from Spark's jars alone fetches a partition range as the Python consumer reads it.
 """
 from __future__ import annotations
 
