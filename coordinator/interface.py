@@ -63,6 +63,12 @@ class Coordinator(ABC):
                        generation: int = -1, member_id: str = "") -> None:
         """Store committed offsets atomically (all or none)."""
 
+    def serves_locally(self) -> bool:
+        """Whether commit_offsets and topic touch only this machine's files and memory (SQLite, an offsets topic
+        in a local directory), never a network store or a replicated log, so a server may answer them on its
+        event loop, with no worker thread; False unless a store knows it."""
+        return False
+
     def transactional_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = ""
                               ) -> OffsetsPart:
         """The commit as a partition of a producer transaction's publish (coordinator.offsets_log.OffsetsPart):

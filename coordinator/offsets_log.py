@@ -114,12 +114,14 @@ class LocalOffsetsLog:
         try:
             with plog.lock:
                 validate()
+                active = plog.active_base
                 written(plog.append(rows, leader_epoch=epoch))
+                rolled = active is None or plog.active_base != active  # (unknown: the first append of this process)
         except InvalidLeaderEpochError:
             raise CoordinatorUnavailableError(
                 f"this coordinator instance (epoch {epoch}) was deposed: a newer one stamped {OFFSETS_TOPIC}-"
                 f"{partition}; nothing was written, retry on the active instance") from None
-        if len(plog.segments()) > 1:
+        if rolled and len(plog.segments()) > 1:
             self._clean_soon(partition)
 
     def take_leadership(self, epoch: int) -> None:

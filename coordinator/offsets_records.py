@@ -14,7 +14,9 @@ partitions on data nodes): its schema, configs, partitioning and the keys of its
 """
 from __future__ import annotations
 
+import functools
 import json
+import struct
 import zlib
 from typing import Mapping, Sequence
 
@@ -27,6 +29,7 @@ from fabric.common.types import TopicPartition
 OFFSETS_PARTITIONS = 16  # Kafka's offsets.topic.num.partitions is 50; fixed once the topic exists
 VALUE = pa.schema([("next_offset", pa.int64()), ("metadata", pa.string()), ("commit_ms", pa.int64())])
 SCHEMA = storage_schema(VALUE)
+HEADERS_TYPE, VALUE_TYPE = SCHEMA.field("headers").type, SCHEMA.field("value").type
 # Kafka's offsets topic: compacted, 100 MiB segments (offsets.topic.segment.bytes); smaller here, so a pass runs
 # sooner on a small fabric
 SEGMENT_BYTES = 16 << 20
@@ -64,9 +67,21 @@ def migrated_key(what: str) -> bytes:
 
 
 def batch(rows: Sequence[Row], now_us: int) -> pa.RecordBatch:
-    """The stored rows of `rows`, all timestamped `now_us`."""
+    """The stored rows of `rows`, all timestamped `now_us`. A commit builds one on every call, so what repeats is
+    kept: the (null) headers column of each length, and the keys column of the last commits' keys (a consumer
+    commits the same partitions again and again)."""
     n = len(rows)
+    stamps = pa.Array.from_buffers(TIMESTAMP, n, [None, pa.py_buffer(struct.pack(f"<{n}q", *[now_us] * n))])
     return pa.RecordBatch.from_arrays(
-        [pa.array([now_us] * n, TIMESTAMP), pa.array([k for k, _ in rows], pa.binary()),
-         pa.nulls(n, SCHEMA.field("headers").type), pa.array([v for _, v in rows], SCHEMA.field("value").type)],
+        [stamps, _keys(tuple(k for k, _ in rows)), _no_headers(n), pa.array([v for _, v in rows], VALUE_TYPE)],
         schema=SCHEMA)
+
+
+@functools.lru_cache(maxsize=64)
+def _no_headers(n: int) -> pa.Array:
+    return pa.nulls(n, HEADERS_TYPE)
+
+
+@functools.lru_cache(maxsize=1024)
+def _keys(keys: tuple[bytes, ...]) -> pa.Array:
+    return pa.array(keys, pa.binary())

@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import weakref
 from dataclasses import replace
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 import pyarrow as pa
 
@@ -25,12 +25,15 @@ from fabric.coordinator import disk, sqlite_replicas, transactions, validation
 from fabric.coordinator.group_store import GroupMembership, GroupService, SqliteGroupStore
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.metadata_version import MetadataVersion
+from fabric.coordinator.offsets_log import LocalOffsetsLog
 from fabric.coordinator.offsets_records import OFFSETS_TOPIC
 from fabric.coordinator.offsets_topic import OffsetsTopic
 from fabric.coordinator.sqlite_replicas import SqliteReplication
 from fabric.coordinator.transaction_offsets import TransactionOffsets
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+MAX_CACHED_NAMES = 10_000  # names whose replication is cached at once (a client may ask of any name)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics (
     name TEXT PRIMARY KEY, partitions INTEGER NOT NULL, config TEXT NOT NULL, value_schema BLOB,
@@ -90,6 +93,7 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
         self._idle: list[tuple[sqlite3.Connection, int, str | None]] = []  # (connection, pid, read-only problem)
         self._warned_read_only = False
         self._topics: dict[str, tuple[bytes, TopicInfo]] = {}  # name: (the version it was read under, metadata)
+        self._replicated_topics: dict[str, tuple[bytes, bool]] = {}  # name: (that version, whether replicated)
         with disk.disk_errors(path, "open the metadata database"):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             self._version = MetadataVersion(f"{path}-version")
@@ -100,6 +104,10 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
             self._offsets = OffsetsTopic.in_directory(os.path.join(os.path.dirname(path), OFFSETS_TOPIC),
                                                       legacy=self._legacy_offsets,
                                                       resolve_pending=self.transaction_committed)
+
+    def serves_locally(self) -> bool:
+        """True while the offsets topic is the local one (a cluster's coordinator keeps it replicated on nodes)."""
+        return isinstance(self.offsets_topic.log, LocalOffsetsLog)
 
     def _db(self) -> sqlite3.Connection:
         """This thread's connection: read-write, or read-only while the disk refuses writes."""
@@ -244,14 +252,25 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
     def topic(self, name: str) -> TopicInfo:
         """The topic's metadata, read again only once a write transaction (of any process) replaced the metadata
         version it was read under."""
-        cached = self._topics.get(name)
+        return self._cached(self._topics, name, lambda db: self._info(self._row(db, name)))
+
+    def replicated(self, name: str) -> bool:
+        """Whether `name` is a replicated topic, cached as topic() is (every produce, fetch and commit asks)."""
+        if len(self._replicated_topics) > MAX_CACHED_NAMES:  # names of no topic are asked too: keep it bounded
+            self._replicated_topics.clear()
+        return self._cached(self._replicated_topics, name, lambda db: self._replicated(db, name))
+
+    def _cached(self, cache: dict[str, tuple[bytes, T]], name: str, read: Callable[[sqlite3.Connection], T]) -> T:
+        """cache[name] while the metadata version it was read under is current; else read(db) again, kept when
+        no write was in flight meanwhile (MetadataVersion)."""
+        cached = cache.get(name)
         if cached is not None and cached[0] == self._version.current():
             return cached[1]
         with self._version.reading() as version:
-            info = self._info(self._row(self._db(), name))
+            value = read(self._db())
         if version is not None:
-            self._topics[name] = (version, info)
-        return info
+            cache[name] = (version, value)
+        return value
 
     def list_topics(self) -> list[str]:
         return [r[0] for r in self._db().execute("SELECT name FROM topics ORDER BY name")]

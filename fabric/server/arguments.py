@@ -28,34 +28,52 @@ def _hints(fn: Callable) -> dict[str, Any]:
 def conforms(value: Any, hint: Any) -> bool:
     """True if `value` fits the type hint (unions, Optional, list/tuple/dict/Mapping/Sequence, dataclasses); an
     int must fit in 64 bits, as every count, offset and timestamp of the fabric does."""
+    return _checker(hint)(value)
+
+
+def _is_int64(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@functools.cache
+def _checker(hint: Any) -> Callable[[Any], bool]:
+    """The check of one type hint, worked out once per hint (every request checks its arguments against the same
+    few hints); a dataclass's fields are looked up when a value is checked, so a hint may refer to itself."""
     if hint is Any:
-        return True
+        return lambda value: True
     if hint is None or hint is type(None):
-        return value is None
+        return lambda value: value is None
     origin, params = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        return any(conforms(value, p) for p in params)
+        alternatives = tuple(_checker(p) for p in params)
+        return lambda value: any(check(value) for check in alternatives)
     if origin is None:
         if hint is float:
-            return isinstance(value, (int, float)) and not isinstance(value, bool)
+            return _is_number
         if hint is int:
-            return isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX
+            return _is_int64
         if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-            return isinstance(value, hint) and all(
-                conforms(getattr(value, f), h) for f, h in _hints(hint).items() if f in _field_names(hint))
-        return isinstance(value, hint) if isinstance(hint, type) else True
+            return lambda value: isinstance(value, hint) and all(
+                _checker(h)(getattr(value, f)) for f, h in _hints(hint).items() if f in _field_names(hint))
+        return (lambda value: isinstance(value, hint)) if isinstance(hint, type) else (lambda value: True)
     if origin is tuple:
-        if not isinstance(value, tuple):
-            return False
         if len(params) == 2 and params[1] is Ellipsis:
-            return all(conforms(v, params[0]) for v in value)
-        return len(value) == len(params) and all(conforms(v, p) for v, p in zip(value, params, strict=True))
+            item = _checker(params[0])
+            return lambda value: isinstance(value, tuple) and all(item(v) for v in value)
+        items = tuple(_checker(p) for p in params)
+        return lambda value: (isinstance(value, tuple) and len(value) == len(items)
+                              and all(check(v) for check, v in zip(items, value, strict=True)))
     if origin in (dict, collections.abc.Mapping):
-        return isinstance(value, dict) and all(conforms(k, params[0]) and conforms(v, params[1])
-                                               for k, v in value.items())
+        key, item = _checker(params[0]), _checker(params[1])
+        return lambda value: isinstance(value, dict) and all(key(k) and item(v) for k, v in value.items())
     if origin in (list, collections.abc.Sequence):
-        return isinstance(value, (list, tuple)) and all(conforms(v, params[0]) for v in value)
-    return isinstance(value, origin)
+        item = _checker(params[0])
+        return lambda value: isinstance(value, (list, tuple)) and all(item(v) for v in value)
+    return lambda value: isinstance(value, origin)
 
 
 @functools.cache

@@ -16,7 +16,7 @@ import pyarrow.flight as flight
 from fabric.common import record_sizes
 from fabric.common.config import TopicConfig
 from fabric.common.errors import FabricError, SchemaMismatchError
-from fabric.common.records import storage_schema
+from fabric.common.records import PLAIN_SCHEMA, storage_schema
 from fabric.common.types import Fetched, TopicInfo
 from fabric.server import admission, partition_ops, security, wire
 from fabric.server.arguments import check_call
@@ -166,7 +166,8 @@ def stored_rows(info: TopicInfo, schema: pa.Schema, batches: Iterable[pa.RecordB
     """An append's rows for topic `info` as one batch; SchemaMismatchError unless they have its storage schema,
     RecordTooLargeError as soon as its records weigh more than the topic's max.message.bytes (the append is one
     batch): nothing more of it is read."""
-    topic, expected = info.name, storage_schema(info.value_schema)
+    topic = info.name
+    expected = PLAIN_SCHEMA if info.value_schema is None else storage_schema(info.value_schema)
     if not schema.equals(expected):
         raise SchemaMismatchError(
             f"an append to topic {topic!r} must carry stored rows with schema "
@@ -174,13 +175,16 @@ def stored_rows(info: TopicInfo, schema: pa.Schema, batches: Iterable[pa.RecordB
             "producer (fabric.records.to_storage)")
     max_bytes = TopicConfig(info.config)["max.message.bytes"]
     read: list[pa.RecordBatch] = []
-    records = weight = 0
+    records = bound = weight = weighed = 0
     for batch in batches:
         admission.check_sizes(topic, batch, max_bytes)
         read.append(batch)
-        records, weight = records + batch.num_rows, weight + record_sizes.batch_bytes(batch)
-        if weight > max_bytes:
-            raise admission.batch_too_large(topic, records, weight, max_bytes)
+        records, bound = records + batch.num_rows, bound + batch.get_total_buffer_size()
+        if bound > max_bytes:  # the buffers (a bound on the records' weight) pass the limit: weigh the records
+            weight += sum(record_sizes.batch_bytes(b) for b in read[weighed:])
+            weighed = len(read)
+            if weight > max_bytes:
+                raise admission.batch_too_large(topic, records, weight, max_bytes)
     if len(read) == 1:
         rows = read[0]
     else:

@@ -24,16 +24,17 @@ def echo(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Pay
     return args, payload
 
 
-def produce(server: FabricFlightServer, method: Callable, append: Append, topic_of: Callable[[str], TopicInfo]
-            ) -> Handler:
+def produce(server: FabricFlightServer, method: Callable, append: Append, topic_of: Callable[[str], TopicInfo],
+            waits: Callable[[dict[str, Any]], bool] = lambda args: True) -> Handler:
     """`produce`: the arguments of the Flight append, the rows as the payload's Arrow IPC stream; the result is
-    the offset of the first row. A connection's produces to one partition are appended in the order they came."""
+    the offset of the first row. A connection's produces to one partition are appended in the order they came;
+    one that `waits` says cannot wait is appended on the event loop."""
     def serve(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
         with server.metrics.requests.measure("produce"):
             offset = server.append_checked(principal, args, lambda topic: payloads.read_stream(
                 payload, f"a produce to topic {topic!r}"), method, append, topic_of)
         return offset, b""
-    return Handler(serve, order=lambda args: ("produce", args.get("topic"), args.get("partition")))
+    return Handler(serve, waits, order=lambda args: ("produce", args.get("topic"), args.get("partition")))
 
 
 def fetch(server: FabricFlightServer, method: Callable, read: Fetch, schema_of: Callable[[str], pa.Schema]

@@ -1,15 +1,19 @@
 """The coordinator service's fabric protocol requests (docs/protocol.md): produce and fetch of the partitions it
 stores, and the hot coordinator calls (`commit_offsets`, `committed`, `topic`), each the ROUTES call of the same
 name, checked and authorized exactly as its DoAction is (CoordinatorService.run_route), with plain JSON values.
+Over a store of local files (Coordinator.serves_locally) a commit, a metadata read and a produce to a topic
+that asks for no fsync wait on nothing but this process's CPU and files, so they are answered on the event loop,
+without a worker thread.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from fabric.common import checks
-from fabric.common.errors import InvalidRequestError
+from fabric.common.errors import FabricError, InvalidRequestError
 from fabric.common.redaction import clip
 from fabric.common.types import CommittedOffset
+from fabric.coordinator.interface import Coordinator
 from fabric.server import protocol_handlers
 from fabric.server.cluster_broker import ClusterBroker
 from fabric.server.protocol_server import Handler, Payload
@@ -34,6 +38,21 @@ def committed_rows(committed: dict[tuple[str, int], CommittedOffset]) -> list[di
              "commit_ms": c.commit_ms} for (topic, partition), c in committed.items()]
 
 
+def produce_waits(coordinator: Coordinator, args: dict[str, Any]) -> bool:
+    """Whether a produce to the service may wait, and so runs on a worker thread: unless it is no transaction's,
+    over a store of local files, to a topic that fsyncs on no count or time (no flush.messages or flush.ms
+    override: its append writes this machine's page cache and waits on nothing). A produce whose topic cannot be
+    read waits, and is refused on the worker as always."""
+    topic = args.get("topic")
+    if not isinstance(topic, str) or args.get("transactional") or not coordinator.serves_locally():
+        return True
+    try:
+        config = coordinator.topic(topic).config
+    except FabricError:
+        return True
+    return "flush.messages" in config or "flush.ms" in config
+
+
 def handlers(service: CoordinatorService) -> dict[str, Handler]:
     """The coordinator's request types (besides echo)."""
     broker = service.broker
@@ -50,8 +69,14 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
     def topic(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
         return service.run_route(principal, "topic", args), b""
 
-    return {"produce": protocol_handlers.produce(service, ClusterBroker.append, broker.append,
-                                                 broker.coordinator.topic),
+    store = broker.coordinator
+
+    def store_waits(args: dict[str, Any]) -> bool:
+        """Whether a commit or a metadata read may wait: not over a store of local files (answered on the loop)."""
+        return not store.serves_locally()
+
+    return {"produce": protocol_handlers.produce(service, ClusterBroker.append, broker.append, store.topic,
+                                                 lambda args: produce_waits(store, args)),
             "fetch": protocol_handlers.fetch(service, ClusterBroker.fetch, broker.fetch, service.topic_schema),
-            "commit_offsets": Handler(commit_offsets, order=lambda args: ("commit", args.get("group"))),
-            "committed": Handler(committed), "topic": Handler(topic)}
+            "commit_offsets": Handler(commit_offsets, store_waits, order=lambda args: ("commit", args.get("group"))),
+            "committed": Handler(committed), "topic": Handler(topic, store_waits)}

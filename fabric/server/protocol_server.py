@@ -247,9 +247,17 @@ class _Connection(asyncio.Protocol):
             self._finish(job)
             return
         assert self.principal is not None
-        future = self.server._loop.run_in_executor(self.server.workers, job.handler.serve, self.principal, job.args,
-                                                   job.payload)
-        future.add_done_callback(lambda done: self._served(job, done))
+        future = self.server.workers.submit(job.handler.serve, self.principal, job.args, job.payload)
+        future.add_done_callback(lambda done: self._back_on_loop(job, done))
+
+    def _back_on_loop(self, job: _Job, done: concurrent.futures.Future) -> None:
+        """On the worker: have the loop answer `done` (straight, no asyncio future chained to the executor's);
+        dropped once the server shut its loop."""
+        loop = self.server._loop
+        try:
+            loop.call_soon_threadsafe(self._served, job, done)
+        except RuntimeError:  # the loop is closed: the server shut down, the connection with it
+            log.debug("a %s request finished after the server shut down; its answer is dropped", job.request.type)
 
     def _finish(self, job: _Job) -> None:
         """After `job` was answered: read on if the connection was paused, start the next request of its order."""
@@ -287,7 +295,7 @@ class _Connection(asyncio.Protocol):
             return
         self._answer(job.request, result, answer_payload)
 
-    def _served(self, job: _Job, done: asyncio.Future) -> None:
+    def _served(self, job: _Job, done: concurrent.futures.Future) -> None:
         exc = done.exception()
         if exc is not None:
             self._answer_error(job.request, exc)

@@ -145,6 +145,12 @@ class LogTail:
         """The end offset as this process last saw it under the lock (lock held, after sync_tail)."""
         return self._tail_state.end_offset if self._tail_state else self.end_offset
 
+    @property
+    def active_base(self) -> int | None:
+        """The base offset of the active segment as this process last saw it under the lock (None: not yet read,
+        or forgotten); a write that rolls changes it."""
+        return self._tail_state.base_offset if self._tail_state else None
+
     def remember_tail(self, active: Segment, end: int) -> None:
         """Record this process's view of the tail after a change it made under the lock: `active` ending at `end`."""
         self._tail_state = TailState(active.base_offset, active.size, end)

@@ -2,7 +2,8 @@
 pipelined on one connection keep their order per partition, a retried idempotent produce is answered with the
 first offset, every refusal is the error Flight gives with nothing written (another version, no hello, an unknown
 type, an unknown token, another principal's producer id, an ACL, an oversized or truncated frame, a stale leader
-epoch), and a Java program built from Spark's jars alone fetches a partition range as the Python consumer reads it.
+epoch), commits answered on the coordinator's event loop are checked and fenced as over Flight, and a Java
+program built from Spark's jars alone fetches a partition range as the Python consumer reads it.
 """
 from __future__ import annotations
 
@@ -23,12 +24,16 @@ from fabric.common.errors import (
     AuthenticationError,
     AuthorizationError,
     FencedLeaderEpochError,
+    IllegalGenerationError,
     InvalidRequestError,
+    OffsetOutOfRangeError,
     RecordTooLargeError,
+    UnknownMemberError,
     UnsupportedVersionError,
 )
 from fabric.common.protocol import frames, messages
 from fabric.common.records import to_storage
+from fabric.common.types import JoinRequest
 from fabric.server import wire
 
 TOKENS = {"admin-token": "admin", "node-token": "node", "user-token": "user", "other-token": "other"}
@@ -117,6 +122,39 @@ def test_a_retried_idempotent_produce_is_answered_with_the_first_offset(secured_
     assert offsets + [int(bytes(late[0]))] == [start, start, start + 2, start]
     assert end_offset(admin, "mine", 1) == start + 3
     connection.close()
+    user.close()
+
+
+def test_commits_on_the_coordinators_loop_are_authorized_fenced_checked_and_kept_in_order(secured_cluster,
+                                                                                          admin) -> None:
+    """The coordinator (offsets in its local offsets topic) answers commits on its event loop: with every check a
+    commit has over Flight, and a connection's commits of one group landing in the order sent."""
+    group, member = "loop-commits", connect(secured_cluster, "coordinator", "admin-token")
+    base = int(bytes(member.call("produce", {"topic": "mine", "partition": 0}, produce_payload(rows(b"a", b"b")))[0]))
+    user = connect(secured_cluster, "coordinator")
+    with pytest.raises(AuthorizationError, match="principal 'user' is not allowed"):
+        user.call("commit_offsets", {"group": group, "offsets": [["mine", 0, base]]})
+    coordinator = admin.cluster.coordinator
+    joined = coordinator.join_group(JoinRequest(group, "", ("mine",)))
+    assert joined.ready
+    coordinator.sync_group(group, joined.member_id, joined.generation)
+    who = {"group": group, "member_id": joined.member_id, "generation": joined.generation}
+    with pytest.raises(IllegalGenerationError, match="is stale"):
+        member.call("commit_offsets", {**who, "generation": joined.generation + 1, "offsets": [["mine", 0, base]]})
+    with pytest.raises(UnknownMemberError, match="only its members may commit"):
+        member.call("commit_offsets", {"group": group, "offsets": [["mine", 0, base]]})
+    with pytest.raises(InvalidRequestError, match="argument 'offsets' must be a list"):
+        member.call("commit_offsets", {**who, "offsets": {"mine": base}})
+    sent = [member.send("commit_offsets", {**who, "offsets": [["mine", 0, offset]]})
+            for offset in [base, base + 2, base + 1] * 10]  # pipelined: the last sent is the one kept
+    for request_id in sent:
+        member.wait(request_id, 30.0)
+    assert coordinator.committed(group)[("mine", 0)].offset == base + 1
+    with pytest.raises(OffsetOutOfRangeError, match="cannot commit offset"):
+        member.call("commit_offsets", {**who, "offsets": [["mine", 0, end_offset(admin, "mine", 0) + 1]]})
+    assert coordinator.committed(group)[("mine", 0)].offset == base + 1
+    coordinator.leave_group(group, joined.member_id)
+    member.close()
     user.close()
 
 

@@ -7,7 +7,7 @@ import os
 import sqlite3
 import threading
 
-from fabric.common.types import CommittedOffset
+from fabric.common.types import CommittedOffset, LeaderAndIsr, PartitionAssignment, PartitionRegistration
 from fabric.coordinator.sqlite_store import SqliteCoordinator
 
 
@@ -112,6 +112,25 @@ def test_topic_metadata_read_during_another_writers_transaction_is_not_kept_once
         assert reader.topic("t") is reader.topic("t")  # kept, now that no write is in flight
         writer.alter_topic_config("t", {"retention.ms": "6"})
         assert reader.topic("t").config == {"retention.ms": "6"}
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_whether_a_topic_is_replicated_is_read_again_once_another_writer_changes_the_metadata(tmp_path):
+    """`replicated` is cached under the metadata version, as topic() is: a topic another process creates
+    replicated, or deletes, is seen as such on the next call."""
+    path = str(tmp_path / "m.db")
+    writer, reader = SqliteCoordinator(path), SqliteCoordinator(path)  # two connections, as two processes
+    try:
+        assert not reader.replicated("r") and not reader.replicated("r")
+        for node_id in (1, 2):
+            writer.register_node(node_id, f"h{node_id}:9092", directory_id=f"d{node_id}")
+        state = LeaderAndIsr(1, 0, (1, 2), 0, 0)
+        writer.create_replicated_topic("r", {}, None, {0: PartitionRegistration(PartitionAssignment((1, 2)), state)})
+        assert reader.replicated("r") and reader.replicated("r")
+        writer.delete_topic("r")
+        assert not reader.replicated("r")
     finally:
         writer.close()
         reader.close()
