@@ -53,7 +53,7 @@ class ProtocolCalls:
         self.connection = connection
         self.enabled = os.environ.get(ENV_PROTOCOL, "fabric").lower() != "flight"
         self.clients = ProtocolClients(options.token, client_ssl(connection.ca) if options.tls else None,
-                                       options.timeout_s, wire.exception_of)
+                                       wire.exception_of)
         self._addresses: dict[str, str] = {}  # a server's Flight address -> its protocol address ("" if none)
         self._lock = threading.Lock()
 

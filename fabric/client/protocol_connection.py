@@ -205,8 +205,8 @@ class ProtocolClients:
     """The connections of one client to many servers (by address), each opened at its first request and again
     after it broke."""
 
-    def __init__(self, token: str | None, tls: ssl.SSLContext | None, timeout_s: float, error_of: Any) -> None:
-        self.token, self.tls, self.timeout_s, self.error_of = token, tls, timeout_s, error_of
+    def __init__(self, token: str | None, tls: ssl.SSLContext | None, error_of: Any) -> None:
+        self.token, self.tls, self.error_of = token, tls, error_of
         self._connections: dict[str, ProtocolConnection] = {}
         self._lock = threading.Lock()
 
@@ -226,11 +226,6 @@ class ProtocolClients:
         if spare is not None:
             spare.close()  # unused, or broken: no request in flight on it is cut
         return connection
-
-    def call(self, address: str, kind: str, args: dict[str, Any], payload: Payload = b"",
-             timeout_s: float = 30.0) -> tuple[msgspec.Raw, bytes]:
-        """One request on the connection to `address`."""
-        return self.get(address, timeout_s).call(kind, args, payload, timeout_s)
 
     def close(self, addresses: Sequence[str] | None = None) -> None:
         with self._lock:

@@ -123,7 +123,7 @@ def test_many_threads_share_one_connection(served) -> None:
 
 def test_threads_that_open_a_servers_connection_at_once_share_one_and_none_is_cut(served) -> None:
     server, log = served
-    clients = ProtocolClients(None, None, 10.0, wire.exception_of)
+    clients = ProtocolClients(None, None, wire.exception_of)
     address, start = f"127.0.0.1:{server.port}", threading.Barrier(8)
     got: dict[int, ProtocolConnection] = {}
     answers: dict[int, int] = {}
