@@ -194,7 +194,8 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict, Any]:
     service, frames = service_cases(directory, args.requests, args.profile)
     baseline = transports["flight-action"]["server_cpu_us"]
     for figures in (*transports.values(), *service.values()):
-        figures["vs_action"] = figures["server_cpu_us"] / baseline
+        # a short run can measure no server CPU at all (the clock ticks in 10 ms): then there is no ratio
+        figures["vs_action"] = figures["server_cpu_us"] / baseline if baseline > 0 else float("nan")
     results = {"date": time.strftime("%Y-%m-%d"), "requests": args.requests, "cores": psutil.cpu_count(),
                "transports": transports, "service": service, "profile": frames,
                "vs_action": {k: v["vs_action"] for k, v in service.items()}}
