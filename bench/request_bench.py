@@ -34,8 +34,8 @@ import pyarrow.flight as flight
 
 import fabric
 from bench.report import bar_chart, progress, run_suite, table
-from fabric.client.protocol_connection import ProtocolConnection
 from fabric.client.remote import RemoteCluster
+from fabric.common.protocol.connection import ProtocolConnection
 from fabric.common.records import to_storage
 from fabric.server.launcher import CoordinatorProcess
 

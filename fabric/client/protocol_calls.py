@@ -19,9 +19,9 @@ import msgspec
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from fabric.client.protocol_connection import Payload, ProtocolClients, ProtocolConnection, Refused, client_ssl
 from fabric.common.errors import ClientTimeoutError, CoordinatorUnavailableError, FabricError, UnsupportedVersionError
 from fabric.common.protocol import messages, payloads
+from fabric.common.protocol.connection import Payload, ProtocolClients, ProtocolConnection, Refused, client_ssl
 from fabric.common.types import CommittedOffset, Fetched, TopicPartition
 from fabric.server import wire
 from fabric.server.connection import Connection, action_call, time_left

@@ -22,10 +22,10 @@ import pyarrow.flight as flight
 
 from fabric.client import leader_transactions
 from fabric.client.protocol_calls import Answer, fetched_of, produce_payload
-from fabric.client.protocol_connection import Payload
 from fabric.client.remote import RemoteCluster
 from fabric.common.errors import ClientTimeoutError, FencedLeaderEpochError, LeaderNotAvailableError, NotLeaderError
 from fabric.common.protocol import messages
+from fabric.common.protocol.connection import Payload
 from fabric.common.types import (
     ClusterDescription,
     Fetched,

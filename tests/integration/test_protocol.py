@@ -19,7 +19,6 @@ import pytest
 
 import fabric
 from fabric.client.protocol_calls import produce_payload
-from fabric.client.protocol_connection import ProtocolConnection
 from fabric.common.errors import (
     AuthenticationError,
     AuthorizationError,
@@ -32,6 +31,7 @@ from fabric.common.errors import (
     UnsupportedVersionError,
 )
 from fabric.common.protocol import frames, messages
+from fabric.common.protocol.connection import ProtocolConnection
 from fabric.common.records import to_storage
 from fabric.common.types import JoinRequest
 from fabric.server import wire

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from fabric.client.protocol_connection import ProtocolClients, ProtocolConnection
 from fabric.common.errors import InvalidRequestError
 from fabric.common.protocol import frames, messages
+from fabric.common.protocol.connection import ProtocolClients, ProtocolConnection
 from fabric.server import wire
 from fabric.server.protocol_server import Handler, ProtocolServer
 

@@ -1,5 +1,6 @@
-"""A client's connection to a server's fabric protocol port (docs/protocol.md): one long-lived TCP connection per
-server, shared by every thread of the client, with any number of requests in flight.
+"""A connection to a server's fabric protocol port (docs/protocol.md): one long-lived TCP connection per
+server, shared by every thread of the caller (a client, or a server calling another), with any number of requests
+in flight.
 
 A caller sends its request and waits for the answer with its id. Whichever waiting caller finds nobody reading
 the socket reads it, handing the answers of the others to them, until its own arrives (so a lone caller pays no
