@@ -41,14 +41,17 @@ except ImportError:  # pragma: no cover (uvloop has no Windows build)
     uvloop = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
-Serve = Callable[[str, dict[str, Any], bytes], tuple[Any, Payload]]  # (principal, args, payload) -> answer
+# (principal, args, payload) -> (result, answer payload), or, from a handler served on the loop, a future of it
+# that the loop settles later
+Serve = Callable[[str, dict[str, Any], bytes], "tuple[Any, Payload] | concurrent.futures.Future"]
 MAX_IN_FLIGHT = 256  # a connection's requests being served at once; past it, it is read no further until some end
 WORKERS = 64
 
 
 @dataclass(frozen=True)
 class Handler:
-    """How one request type is served: `serve(principal, args, payload)` returns (result, answer payload);
+    """How one request type is served: `serve(principal, args, payload)` returns (result, answer payload) (or,
+    served on the loop, a future of them, which the loop settles: the request is answered then);
     `waits(args)` says whether it may wait (run on a worker thread); `order(args)`, if not None, is a key: a
     connection's requests with the same key are served one at a time, in the order they came (a partition's
     produces, a group's commits), so their effects and answers keep that order."""
@@ -244,7 +247,6 @@ class _Connection(asyncio.Protocol):
     def _start(self, job: _Job) -> None:
         if not job.waits:
             self._serve(job)
-            self._finish(job)
             return
         assert self.principal is not None
         future = self.server.workers.submit(job.handler.serve, self.principal, job.args, job.payload)
@@ -287,13 +289,19 @@ class _Connection(asyncio.Protocol):
         self._write(messages.encode_result(request.id, answer), b"")
 
     def _serve(self, job: _Job) -> None:
+        """Serve `job` on the loop: answered at once, or when the future its handler returned is done."""
         assert self.principal is not None
         try:
-            result, answer_payload = job.handler.serve(self.principal, job.args, job.payload)
+            answer = job.handler.serve(self.principal, job.args, job.payload)
         except Exception as exc:  # noqa: BLE001 (answered as the error it is)
             self._answer_error(job.request, exc)
+            self._finish(job)
             return
-        self._answer(job.request, result, answer_payload)
+        if isinstance(answer, concurrent.futures.Future):  # settled on this loop later (coordinator.commit_batch)
+            answer.add_done_callback(lambda done: self._served(job, done))
+            return
+        self._answer(job.request, *answer)
+        self._finish(job)
 
     def _served(self, job: _Job, done: concurrent.futures.Future) -> None:
         exc = done.exception()

@@ -150,6 +150,19 @@ def test_commits_on_the_coordinators_loop_are_authorized_fenced_checked_and_kept
     for request_id in sent:
         member.wait(request_id, 30.0)
     assert coordinator.committed(group)[("mine", 0)].offset == base + 1
+    # a burst of several groups' commits (the loop writes those of one turn together): a stale one among them is
+    # refused alone, the others are written
+    alone = [f"{group}-{n}" for n in range(4)]
+    burst = [member.send("commit_offsets", {"group": other, "offsets": [["mine", 0, base + 2]]}) for other in alone]
+    stale = member.send("commit_offsets", {**who, "generation": joined.generation + 1, "offsets": [["mine", 0, base]]})
+    burst += [member.send("commit_offsets", {"group": other, "offsets": [["mine", 0, base + 1]]}) for other in alone]
+    for request_id in burst:
+        member.wait(request_id, 30.0)
+    with pytest.raises(IllegalGenerationError, match="is stale"):
+        member.wait(stale, 30.0)
+    kept = {other: coordinator.committed(other)[("mine", 0)].offset for other in alone}
+    assert kept == dict.fromkeys(alone, base + 1)
+    assert coordinator.committed(group)[("mine", 0)].offset == base + 1
     with pytest.raises(OffsetOutOfRangeError, match="cannot commit offset"):
         member.call("commit_offsets", {**who, "offsets": [["mine", 0, end_offset(admin, "mine", 0) + 1]]})
     assert coordinator.committed(group)[("mine", 0)].offset == base + 1
