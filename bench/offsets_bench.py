@@ -6,7 +6,9 @@ one client, then 10 client processes (--clients), committing one partition's off
 over the offsets topic's partitions; the cluster is measured again with groups that share one partition, where
 concurrent commits go together in one append (group commit).
 
-The issue's goal: on the cluster, at least 20x the commits/s of the ZooKeeper znodes (`vs_znodes`)."""
+The issue's goal: on the cluster, at least 20x the commits/s of the ZooKeeper znodes (`vs_znodes`). With
+--without-zookeeper (a machine without Java) the cases that need ZooKeeper are skipped and the ratios are to the
+SQLite table instead (`vs_table`)."""
 from __future__ import annotations
 
 import argparse
@@ -37,6 +39,8 @@ TOPIC = "bench-commits"
 MANY = 10  # the concurrent case's client processes (--clients)
 RECORDS = 100  # per partition of TOPIC: the offsets committed cycle through 0..RECORDS, all within the logs
 WARMUP_COMMITS = 20
+TABLE, ZNODES = "SQLite table (before)", "ZooKeeper znodes (before)"
+RATIOS = {TABLE: "vs_table", ZNODES: "vs_znodes"}  # the results' key of the ratios to each baseline
 Store = tuple[str, ...]  # how a client process opens a store: (kind, *arguments), see open_store
 
 
@@ -128,13 +132,16 @@ def offsets_loaded(url: str) -> None:
         wait_for(committed, 60, "the offsets topic on the nodes")
 
 
-def stores(stack: ExitStack, directory: str, nodes: int, clients: int) -> dict[str, Store]:
-    """Start ZooKeeper, two coordinator services and a cluster; the spec of every case, peers first."""
-    with timed("starting ZooKeeper (pyspark's jar)"):
-        zk = ZooKeeperServer(root=os.path.join(directory, "zk")).start()
-    stack.callback(zk.close)
+def stores(stack: ExitStack, directory: str, nodes: int, clients: int, zookeeper: bool = True) -> dict[str, Store]:
+    """Start ZooKeeper (unless not `zookeeper`), the coordinator services and a cluster; the spec of every case,
+    peers first (without ZooKeeper: none of the cases that need it)."""
+    zk = None
+    if zookeeper:
+        with timed("starting ZooKeeper (pyspark's jar)"):
+            zk = ZooKeeperServer(root=os.path.join(directory, "zk")).start()
+        stack.callback(zk.close)
     services = {}
-    for name, store in (("sqlite", None), ("zk", zk.url("/service"))):
+    for name, store in (("sqlite", None), *([("zk", zk.url("/service"))] if zk is not None else [])):
         process = CoordinatorProcess(os.path.join(directory, f"service-{name}"), store=store)
         with timed(f"starting the coordinator service over {name}"):
             process.start()
@@ -146,46 +153,52 @@ def stores(stack: ExitStack, directory: str, nodes: int, clients: int) -> dict[s
             "--offsets-topic-replication-factor", str(min(nodes, 3)))))
         fill_topic(cluster.url, clients)
         offsets_loaded(cluster.url)
-    return {
-        "SQLite table (before)": ("table", os.path.join(directory, "table", "metadata.db")),
-        "ZooKeeper znodes (before)": ("znodes", zk.url("/znodes")),
+    cases: dict[str, Store | None] = {
+        TABLE: ("table", os.path.join(directory, "table", "metadata.db")),
+        ZNODES: ("znodes", zk.url("/znodes")) if zk is not None else None,
         "offsets topic, embedded": ("sqlite", os.path.join(directory, "embedded", "metadata.db")),
-        "offsets topic, ZooKeeper coordinator": ("zk", zk.url("/direct"), os.path.join(directory, "direct")),
+        "offsets topic, ZooKeeper coordinator": ("zk", zk.url("/direct"), os.path.join(directory, "direct"))
+        if zk is not None else None,
         "offsets topic, service over SQLite": ("url", services["sqlite"]),
-        "offsets topic, service over ZooKeeper": ("url", services["zk"]),
+        "offsets topic, service over ZooKeeper": ("url", services["zk"]) if zk is not None else None,
         f"offsets topic, cluster of {nodes} nodes": ("url", cluster.url),
         f"offsets topic, cluster of {nodes} nodes, groups sharing a partition": ("shared", cluster.url),
     }
+    return {label: store for label, store in cases.items() if store is not None}
 
 
 def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], None]:
-    """Every case with 1 and with --clients clients; the ratios to the ZooKeeper znodes."""
-    results: dict[str, Any] = {"seconds_per_measurement": args.seconds, "nodes": args.nodes, "cases": {}}
+    """Every case with 1 and with --clients clients; the ratios to the ZooKeeper znodes (`vs_znodes`), or without
+    ZooKeeper to the SQLite table (`vs_table`)."""
+    baseline = TABLE if args.without_zookeeper else ZNODES
+    results: dict[str, Any] = {"seconds_per_measurement": args.seconds, "nodes": args.nodes, "cases": {},
+                               "baseline": baseline}
     spawn = multiprocessing.get_context("spawn")
     with ExitStack() as stack, ProcessPoolExecutor(args.clients, mp_context=spawn) as pool:
-        for label, store in stores(stack, directory, args.nodes, args.clients).items():
+        for label, store in stores(stack, directory, args.nodes, args.clients, not args.without_zookeeper).items():
             for clients in sorted({1, args.clients}):
                 with timed(f"{label}, {clients} client(s), {args.seconds:g} s"):
                     out = measure(pool, store, clients, args.seconds)
                 progress(f"  {out['commits_per_s']:,.0f} commits/s, p50 {out['p50_ms']:.2f} ms, "
                          f"p99 {out['p99_ms']:.2f} ms")
                 results["cases"].setdefault(label, {})[str(clients)] = out
-    peer = results["cases"]["ZooKeeper znodes (before)"]
-    results["vs_znodes"] = {label: {n: out["commits_per_s"] / peer[n]["commits_per_s"] for n, out in modes.items()}
+    peer = results["cases"][baseline]
+    results[RATIOS[baseline]] = {label: {n: out["commits_per_s"] / peer[n]["commits_per_s"] for n, out in modes.items()}
                             for label, modes in results["cases"].items()}
     return results, None
 
 
 def report(results: dict[str, Any], _: None) -> None:
     """The plot (bench/results/offsets.png) and the Markdown table."""
-    cases = results["cases"]
+    cases, baseline = results["cases"], results.get("baseline", ZNODES)
+    ratios = results[RATIOS[baseline]]
     rows = [(f"{label}, {n} client{'s' if n != '1' else ''}", out["commits_per_s"])
             for label, modes in cases.items() for n, out in modes.items()]
     chart = bar_chart("offsets", "Offset commits/s, back to back", rows, "commits/s")
     print(table([(label, n, f"{out['commits_per_s']:,.0f}", f"{out['p50_ms']:.2f}", f"{out['p99_ms']:.2f}",
-                  f"{results['vs_znodes'][label][n]:.1f}x")
+                  f"{ratios[label][n]:.1f}x")
                  for label, modes in cases.items() for n, out in modes.items()],
-                ("store", "clients", "commits/s", "p50 ms", "p99 ms", "vs ZooKeeper znodes")))
+                ("store", "clients", "commits/s", "p50 ms", "p99 ms", f"vs {baseline.removesuffix(' (before)')}")))
     progress(f"plot: {chart}")
 
 
@@ -194,6 +207,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seconds", type=float, default=4.0, help="duration of each measurement")
     parser.add_argument("--nodes", type=int, default=3, help="data nodes of the cluster case")
     parser.add_argument("--clients", type=int, default=MANY, help="client processes of the concurrent case")
+    parser.add_argument("--without-zookeeper", action="store_true",
+                        help="skip the cases that need ZooKeeper (and Java); ratios to the SQLite table instead")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.nodes < 1 or args.clients < 1:
