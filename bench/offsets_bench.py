@@ -196,7 +196,7 @@ def report(results: dict[str, Any], _: None) -> None:
             for label, modes in cases.items() for n, out in modes.items()]
     chart = bar_chart("offsets", "Offset commits/s, back to back", rows, "commits/s")
     print(table([(label, n, f"{out['commits_per_s']:,.0f}", f"{out['p50_ms']:.2f}", f"{out['p99_ms']:.2f}",
-                  f"{ratios[label][n]:.1f}x")
+                  f"{ratios[label][n]:.3g}x")
                  for label, modes in cases.items() for n, out in modes.items()],
                 ("store", "clients", "commits/s", "p50 ms", "p99 ms", f"vs {baseline.removesuffix(' (before)')}")))
     progress(f"plot: {chart}")
