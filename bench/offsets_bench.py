@@ -2,7 +2,8 @@
 on a replicated cluster of data nodes, where the offsets topic is replicated on up to 3 of them) beside the
 stores they replaced (SQLite's table and ZooKeeper's znodes, bench.legacy_offsets), in one run. Each case is
 one client, then 10 client processes (--clients), committing one partition's offset back to back for
---seconds; the figures are commits/s (all clients together) and p50/p99 latency. The clients' groups spread
+--seconds; the figures are commits/s (all clients together), p50/p99 latency and, where servers serve the commits,
+their CPU per commit (all the case's server processes together, warm-up commits included). The clients' groups spread
 over the offsets topic's partitions; the cluster is measured again with groups that share one partition, where
 concurrent commits go together in one append (group commit).
 
@@ -21,6 +22,7 @@ from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
+import psutil
 import pyarrow as pa
 
 import fabric
@@ -132,15 +134,16 @@ def offsets_loaded(url: str) -> None:
         wait_for(committed, 60, "the offsets topic on the nodes")
 
 
-def stores(stack: ExitStack, directory: str, nodes: int, clients: int, zookeeper: bool = True) -> dict[str, Store]:
+def stores(stack: ExitStack, directory: str, nodes: int, clients: int, zookeeper: bool = True
+           ) -> tuple[dict[str, Store], dict[str, list[int]]]:
     """Start ZooKeeper (unless not `zookeeper`), the coordinator services and a cluster; the spec of every case,
-    peers first (without ZooKeeper: none of the cases that need it)."""
+    peers first (without ZooKeeper: none of the cases that need it), and the pids of each case's servers."""
     zk = None
     if zookeeper:
         with timed("starting ZooKeeper (pyspark's jar)"):
             zk = ZooKeeperServer(root=os.path.join(directory, "zk")).start()
         stack.callback(zk.close)
-    services = {}
+    services, pids = {}, {}
     for name, store in (("sqlite", None), *([("zk", zk.url("/service"))] if zk is not None else [])):
         process = CoordinatorProcess(os.path.join(directory, f"service-{name}"), store=store)
         with timed(f"starting the coordinator service over {name}"):
@@ -148,11 +151,14 @@ def stores(stack: ExitStack, directory: str, nodes: int, clients: int, zookeeper
         stack.callback(process.stop)
         fill_topic(process.url(), clients)
         services[name] = process.url()
+        assert process.process is not None
+        pids[name] = [process.process.pid]
     with timed(f"starting a cluster: a coordinator and {nodes} data nodes, the offsets topic on them"):
         cluster = stack.enter_context(LocalCluster(os.path.join(directory, "cluster"), nodes, 6000, 500, (
             "--offsets-topic-replication-factor", str(min(nodes, 3)))))
         fill_topic(cluster.url, clients)
         offsets_loaded(cluster.url)
+    pids["cluster"] = [p.process.pid for p in (cluster.coordinator, *cluster.nodes.values()) if p.process is not None]
     cases: dict[str, Store | None] = {
         TABLE: ("table", os.path.join(directory, "table", "metadata.db")),
         ZNODES: ("znodes", zk.url("/znodes")) if zk is not None else None,
@@ -164,7 +170,16 @@ def stores(stack: ExitStack, directory: str, nodes: int, clients: int, zookeeper
         f"offsets topic, cluster of {nodes} nodes": ("url", cluster.url),
         f"offsets topic, cluster of {nodes} nodes, groups sharing a partition": ("shared", cluster.url),
     }
-    return {label: store for label, store in cases.items() if store is not None}
+    servers = {"offsets topic, service over SQLite": "sqlite", "offsets topic, service over ZooKeeper": "zk",
+               f"offsets topic, cluster of {nodes} nodes": "cluster",
+               f"offsets topic, cluster of {nodes} nodes, groups sharing a partition": "cluster"}
+    return ({label: store for label, store in cases.items() if store is not None},
+            {label: pids[name] for label, name in servers.items() if name in pids})
+
+
+def server_cpu_s(processes: list[psutil.Process]) -> float:
+    """The CPU seconds `processes` used so far (user and system)."""
+    return sum(t.user + t.system for t in (p.cpu_times() for p in processes))
 
 
 def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], None]:
@@ -175,10 +190,16 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], None]
                                "baseline": baseline}
     spawn = multiprocessing.get_context("spawn")
     with ExitStack() as stack, ProcessPoolExecutor(args.clients, mp_context=spawn) as pool:
-        for label, store in stores(stack, directory, args.nodes, args.clients, not args.without_zookeeper).items():
+        cases, pids = stores(stack, directory, args.nodes, args.clients, not args.without_zookeeper)
+        for label, store in cases.items():
+            servers = [psutil.Process(pid) for pid in pids.get(label, [])]
             for clients in sorted({1, args.clients}):
                 with timed(f"{label}, {clients} client(s), {args.seconds:g} s"):
+                    before = server_cpu_s(servers)
                     out = measure(pool, store, clients, args.seconds)
+                    if servers:
+                        out["server_cpu_ms_per_commit"] = (server_cpu_s(servers) - before) * 1000 / (
+                            out["commits"] + clients * WARMUP_COMMITS)
                 progress(f"  {out['commits_per_s']:,.0f} commits/s, p50 {out['p50_ms']:.2f} ms, "
                          f"p99 {out['p99_ms']:.2f} ms")
                 results["cases"].setdefault(label, {})[str(clients)] = out
@@ -196,9 +217,11 @@ def report(results: dict[str, Any], _: None) -> None:
             for label, modes in cases.items() for n, out in modes.items()]
     chart = bar_chart("offsets", "Offset commits/s, back to back", rows, "commits/s")
     print(table([(label, n, f"{out['commits_per_s']:,.0f}", f"{out['p50_ms']:.2f}", f"{out['p99_ms']:.2f}",
+                  f"{out['server_cpu_ms_per_commit']:.2f}" if "server_cpu_ms_per_commit" in out else "-",
                   f"{ratios[label][n]:.3g}x")
                  for label, modes in cases.items() for n, out in modes.items()],
-                ("store", "clients", "commits/s", "p50 ms", "p99 ms", f"vs {baseline.removesuffix(' (before)')}")))
+                ("store", "clients", "commits/s", "p50 ms", "p99 ms", "server CPU ms/commit",
+                 f"vs {baseline.removesuffix(' (before)')}")))
     progress(f"plot: {chart}")
 
 
