@@ -10,6 +10,7 @@ valid. Entries are hints that readers check against the frame they name (see Seg
 from __future__ import annotations
 
 import os
+import struct
 from typing import Sequence
 
 import numpy as np
@@ -28,6 +29,7 @@ class _MappedIndex:
 
     DTYPE: np.dtype
     KEYS: tuple[str, str]  # the fields, in entry order, that must both increase
+    ENTRY: struct.Struct  # one entry's bytes, as DTYPE lays them out (packed without building an array)
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -69,7 +71,7 @@ class _MappedIndex:
                         f"{dict(zip(self.KEYS, last, strict=True))} in {self.path}: entries must increase; the "
                         "writer's view of the segment is stale (the next writer recovers the tail and rebuilds "
                         "the index)")
-            os.write(fd, np.array([entry], self.DTYPE).tobytes())
+            os.write(fd, self.ENTRY.pack(*entry))
         finally:
             os.close(fd)
 
@@ -118,6 +120,7 @@ class OffsetIndex(_MappedIndex):
 
     DTYPE = np.dtype([("rel", "<u4"), ("pos", "<u4")])
     KEYS = ("rel", "pos")
+    ENTRY = struct.Struct("<II")
 
     def append(self, relative_offset: int, position: int) -> None:
         self.append_entry((relative_offset, position))
@@ -146,6 +149,7 @@ class TimeIndex(_MappedIndex):
 
     DTYPE = np.dtype([("ts", "<i8"), ("rel", "<u4")], align=False)
     KEYS = ("ts", "rel")
+    ENTRY = struct.Struct("<qI")
 
     def append(self, timestamp: int, relative_offset: int) -> None:
         self.append_entry((timestamp, relative_offset))
