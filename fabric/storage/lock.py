@@ -7,6 +7,7 @@ import os
 import random
 import threading
 from types import TracebackType
+from typing import Callable
 
 TOKEN_SIZE = 8
 _tokens = random.Random()  # its own generator: a program seeding `random` cannot make two holders' tokens alike
@@ -85,6 +86,17 @@ class PartitionLock:
         if os.pwrite(fd, token, 0) != TOKEN_SIZE:
             raise OSError(f"short write of the lock token {self.path}")
         self._token = token
+
+    def if_free(self, action: Callable[[], None]) -> bool:
+        """Run `action` now unless another thread of this process holds the lock (not waiting for it, and
+        taking no flock); True if it ran."""
+        if not self._thread_lock.acquire(blocking=False):
+            return False
+        try:
+            action()
+        finally:
+            self._thread_lock.release()
+        return True
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._depth -= 1
