@@ -7,9 +7,10 @@ lock epoch it was opened in, through the same lock object: once another holder m
 file, it is closed and the file opened again by path. An object that replaces, cuts or deletes its own file
 in this process (an index rebuilt, a segment deleted) closes its descriptor first (KeptFile.close).
 
-A process keeps at most MAX_KEPT descriptors (least recently opened closed first), so one writing thousands of
-partitions never runs out of them; a descriptor is only closed by another thread while its partition's lock is
-free (PartitionLock.if_free), so no append loses the file it is writing.
+A process keeps at most MAX_KEPT descriptors (least recently opened closed first; fewer under a low
+RLIMIT_NOFILE, lock.descriptor_share), so one writing thousands of partitions never runs out of them; a
+descriptor is only closed by another thread while its partition's lock is free (PartitionLock.if_free), so no
+append loses the file it is writing.
 """
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ import os
 import threading
 from collections import OrderedDict
 
-from fabric.storage.lock import PartitionLock
+from fabric.storage.lock import PartitionLock, descriptor_share
 
-MAX_KEPT = 256
+MAX_KEPT = descriptor_share(256)
 
 
 class KeptFile:
@@ -82,8 +83,15 @@ class KeptFiles:
         with self._guard:
             self._open.pop(id(kept), None)
 
+    def after_fork_in_child(self) -> None:
+        """Close every kept descriptor: a forked child opens its own."""
+        self._guard = threading.Lock()
+        for kept in list(self._open.values()):
+            kept.close()
+
     def __len__(self) -> int:
         return len(self._open)
 
 
 KEPT = KeptFiles()
+os.register_at_fork(after_in_child=KEPT.after_fork_in_child)

@@ -2,9 +2,12 @@
 of the tail holds, never once another holder of the lock may have replaced the files, and bounded per process."""
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import threading
+
+import pytest
 
 from fabric.storage import kept_files
 from fabric.storage.kept_files import KeptFile, KeptFiles
@@ -91,3 +94,21 @@ def test_the_bound_closes_the_oldest_whose_lock_is_free(tmp_path, monkeypatch):
     for kept_file in (*files, extra):
         kept_file.close()
     assert len(kept) == 0 and not {f.path for f in files}.intersection(_open_fds())
+
+
+def test_a_lock_file_deleted_between_holds_is_locked_at_its_path_again(tmp_path):
+    path = str(tmp_path / ".lock")
+    lock = PartitionLock(path)
+    with lock:
+        epoch = lock.epoch
+    with lock:  # the kept file: the same epoch
+        assert lock.epoch == epoch
+    os.unlink(path)
+    with lock:
+        assert lock.epoch == epoch + 1  # a new file holds no token of ours
+        fd = os.open(path, os.O_RDONLY)  # the file now at the path is the one locked
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
