@@ -65,6 +65,7 @@ class PartitionLock:
         self._depth = 0
         self._fd: int | None = None  # the lock file, locked, while held
         self._kept: int | None = None  # the lock file, unlocked, between holds
+        self._counted = False  # its descriptor (kept, or held after being kept) counts against MAX_KEPT_LOCKS
         self._token: bytes | None = None  # what this object wrote when it last took the lock (None: not trusted)
         self._owner: int | None = None  # the thread holding it
         self.epoch = 0
@@ -85,7 +86,7 @@ class PartitionLock:
             try:
                 self._take(fd)
             except BaseException:
-                os.close(fd)
+                self._close(fd)
                 self._thread_lock.release()
                 raise
             self._fd, self._owner = fd, threading.get_ident()
@@ -97,15 +98,14 @@ class PartitionLock:
         since, else the file at the path."""
         fd, self._kept = self._kept, None
         if fd is not None:
-            _KEPT_LOCKS.release(self)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 if os.fstat(fd).st_nlink:
                     return fd
             except BaseException:
-                os.close(fd)
+                self._close(fd)
                 raise
-            os.close(fd)  # deleted (and maybe created again): lock the file there now
+            self._close(fd)  # deleted (and maybe created again): lock the file there now
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -143,10 +143,10 @@ class PartitionLock:
             self.epoch += 1
         if self._depth == 0 and self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
-            if exc_type is None and _KEPT_LOCKS.take(self):
-                self._kept = self._fd
+            if exc_type is None and (self._counted or _KEPT_LOCKS.take(self)):
+                self._kept, self._counted = self._fd, True
             else:
-                os.close(self._fd)
+                self._close(self._fd)
             self._fd = self._owner = None
         self._thread_lock.release()
 
@@ -154,8 +154,14 @@ class PartitionLock:
         """Close the lock file kept between holds (a forked child's copy of it, or one the object is dropped with)."""
         fd, self._kept = self._kept, None
         if fd is not None:
+            self._close(fd)
+
+    def _close(self, fd: int) -> None:
+        """Close a descriptor of the lock file, no longer counted as kept."""
+        os.close(fd)
+        if self._counted:
+            self._counted = False
             _KEPT_LOCKS.release(self)
-            os.close(fd)
 
     def __del__(self) -> None:
         if getattr(self, "_kept", None) is not None:

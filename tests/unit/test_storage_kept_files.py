@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from fabric.storage import kept_files
+from fabric.storage import lock as lock_module
 from fabric.storage.kept_files import KeptFile, KeptFiles
 from fabric.storage.lock import PartitionLock
 
@@ -112,3 +113,16 @@ def test_a_lock_file_deleted_between_holds_is_locked_at_its_path_again(tmp_path)
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         finally:
             os.close(fd)
+
+
+def test_lock_files_kept_between_holds_are_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(lock_module, "MAX_KEPT_LOCKS", len(lock_module._KEPT_LOCKS._locks) + 1)
+    locks = [PartitionLock(str(tmp_path / f"lock-{i}")) for i in range(2)]
+    for _ in range(2):
+        for lock in locks:
+            with lock:
+                pass
+    assert locks[0].path in _open_fds() and locks[1].path not in _open_fds()  # the second over the bound
+    assert locks[1].epoch == 1  # (opened again by path each time, its token still its own)
+    locks[0].forget_kept()
+    assert locks[0].path not in _open_fds()
