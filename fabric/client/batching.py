@@ -46,6 +46,8 @@ def check_sizes(topic: str, rows: pa.Table, max_bytes: int) -> None:
 def chunks(rows: pa.Table | pa.RecordBatch, batch_size: int, max_bytes: int) -> list[pa.RecordBatch]:
     """Stored rows of one partition cut into record batches (one append and one frame each) of about
     `batch_size` bytes, none whose records weigh more than `max_bytes` (record_sizes.within)."""
+    if rows.num_rows == 1 and isinstance(rows, pa.RecordBatch):  # (a send().get()'s: nothing to cut)
+        return [rows]
     if record_sizes.fits(rows, batch_size * 2) or rows.nbytes <= batch_size * 2:
         pieces = [rows] if isinstance(rows, pa.RecordBatch) else rows.combine_chunks().to_batches()
     else:
@@ -57,6 +59,11 @@ def chunks(rows: pa.Table | pa.RecordBatch, batch_size: int, max_bytes: int) -> 
 
 def _batch(rows: pa.Table | pa.RecordBatch) -> pa.RecordBatch:
     return rows if isinstance(rows, pa.RecordBatch) else rows.combine_chunks().to_batches()[0]
+
+
+def run(rows: pa.Table | pa.RecordBatch, lo: int, hi: int) -> pa.Table | pa.RecordBatch:
+    """Rows [lo, hi) of `rows`: `rows` itself when that is all of them (one partition's, most often)."""
+    return rows if lo == 0 and hi == rows.num_rows else rows.slice(lo, hi - lo)
 
 
 def by_partition(rows: pa.Table | pa.RecordBatch, parts: np.ndarray

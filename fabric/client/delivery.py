@@ -40,31 +40,48 @@ DeliveryCallback = Callable[[BaseException | None, "RecordMetadata | None"], Any
 
 class Drain:
     """The outcome of appending one buffered batch, shared by its records' futures, and the callbacks waiting
-    for it: each is called once, when the batch is appended or has failed, or at once if it already was."""
+    for it: each is called once, when the batch is appended or has failed, or at once if it already was.
+    A thread that waits for the outcome before it is known gets an Event to wait on; one that appends the batch
+    itself (a send().get()) never needs one."""
 
-    __slots__ = ("topic", "partitions", "offsets", "error", "done", "_waiting", "_guard")
+    __slots__ = ("topic", "partitions", "offsets", "error", "finished", "_event", "_waiting", "_guard")
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
         self.partitions: np.ndarray | None = None
         self.offsets: np.ndarray | None = None
         self.error: BaseException | None = None
-        self.done = threading.Event()
+        self.finished = False  # the outcome is set
+        self._event: threading.Event | None = None
         self._waiting: list[Callable[[], None]] = []
         self._guard = threading.Lock()
 
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait up to `timeout` seconds (None: as long as it takes) for the outcome; True once it is set."""
+        if self.finished:
+            return True
+        with self._guard:
+            if self.finished:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
+
     def when_done(self, call: Callable[[], None]) -> None:
         with self._guard:
-            if not self.done.is_set():
+            if not self.finished:
                 self._waiting.append(call)
                 return
         _call_back(call)
 
     def finish(self) -> None:
-        """Mark the outcome set, then run the callbacks waiting for it."""
+        """Mark the outcome set, wake the threads waiting for it, then run the callbacks waiting for it."""
         with self._guard:
-            self.done.set()
-            waiting, self._waiting = self._waiting, []
+            self.finished = True
+            event, waiting, self._waiting = self._event, self._waiting, []
+        if event is not None:
+            event.set()
         for call in waiting:
             _call_back(call)
 
@@ -87,7 +104,7 @@ class SendFuture:
         self._drain, self._index, self._send_now = drain, index, send_now
 
     def done(self) -> bool:
-        return self._drain.done.is_set()
+        return self._drain.finished
 
     is_done = property(done)  # kafka-python's attribute
 
@@ -105,9 +122,9 @@ class SendFuture:
         """Wait for the record's batch to be appended (sending it now if needed); ClientTimeoutError (a
         TimeoutError) if its outcome is not known within `timeout` seconds: the record stays queued."""
         deadline = None if timeout is None else time.monotonic() + checks.timeout(timeout, "result() timeout")
-        if not self._drain.done.is_set():
+        if not self._drain.finished:
             self._send_now(self._drain, timeout)
-        if not self._drain.done.wait(None if deadline is None else max(deadline - time.monotonic(), 0)):
+        if not self._drain.wait(None if deadline is None else max(deadline - time.monotonic(), 0)):
             raise ClientTimeoutError(f"the record was not appended within result(timeout={timeout:g}); it stays "
                                      "queued and is sent within delivery_timeout_ms: wait for it again")
         if self._drain.error is not None:

@@ -130,13 +130,15 @@ class Producer:
         atexit.register(self._at_exit)
 
     # -- metadata ----------------------------------------------------------------------------------
-    def _topic(self, topic: str, refresh: bool = False) -> _TopicMeta:
-        """The topic's metadata, cached for a few seconds, asked for within request_timeout_ms; while the
-        coordinator does not answer, a cached copy is used on (unless `refresh` insists on a fresh one)."""
+    def _topic(self, topic: str, refresh: bool = False, within: float | None = None) -> _TopicMeta:
+        """The topic's metadata, cached for a few seconds, asked for within request_timeout_ms (and `within`
+        seconds, if given: a batch's time left); while the coordinator does not answer, a cached copy is used on
+        (unless `refresh` insists on a fresh one)."""
         cached = self._meta.get(topic) if type(topic) is str else None
         if refresh or cached is None or time.monotonic() - cached.at > METADATA_MAX_AGE_S:
+            budget = self.config["request_timeout_ms"] / 1000
             try:
-                with call_deadline(self.config["request_timeout_ms"] / 1000):
+                with call_deadline(budget if within is None else min(budget, within)):
                     info = self.cluster.coordinator.topic(validate_topic(topic))
             except FabricError as exc:
                 if refresh or cached is None or not exc.retriable:
@@ -253,7 +255,7 @@ class Producer:
         explicit = table.column("partition") if "partition" in table.column_names else None
         batching.check_sizes(topic, rows, meta.max_bytes)
         parts = self._partition(topic, rows.column("key"), explicit, info.partitions)
-        return self._append_by_partition(topic, rows, parts, deadline)
+        return self._append_by_partition(topic, rows, parts, deadline, meta.max_bytes)
 
     def _deadline(self, began: float) -> Deadline:
         """The delivery deadline of a send that began at `began` (time.monotonic())."""
@@ -263,14 +265,14 @@ class Producer:
                    num_partitions: int) -> np.ndarray:
         return assign_partitions(topic, keys, explicit, num_partitions, self._sticky)
 
-    def _append_by_partition(self, topic: str, rows: pa.Table | pa.RecordBatch, parts: np.ndarray, deadline: Deadline
-                             ) -> list[BatchMetadata]:
-        """Append each partition's run of `rows`, in chunks, by `deadline`; where each chunk landed, in partition
-        order (other producers may append between two chunks of one run)."""
+    def _append_by_partition(self, topic: str, rows: pa.Table | pa.RecordBatch, parts: np.ndarray, deadline: Deadline,
+                             max_bytes: int) -> list[BatchMetadata]:
+        """Append each partition's run of `rows`, in chunks of at most `max_bytes` (the topic's
+        max.message.bytes), by `deadline`; where each chunk landed, in partition order (other producers may append
+        between two chunks of one run)."""
         rows, runs = batching.by_partition(rows, parts)
-        max_bytes = self._topic(topic).max_bytes
         return [BatchMetadata(topic, p, self._append(topic, p, chunk, deadline), chunk.num_rows) for p, lo, hi in runs
-                for chunk in batching.chunks(rows.slice(lo, hi - lo), self._batch_size, max_bytes)]
+                for chunk in batching.chunks(batching.run(rows, lo, hi), self._batch_size, max_bytes)]
 
     def _append(self, topic: str, partition: int, rows: pa.RecordBatch, deadline: Deadline) -> int:
         """Append one batch by `deadline`. An idempotent producer's batch carries its producer id and sequence,
@@ -335,10 +337,10 @@ class Producer:
             drain = buf.drain
             deadline = self._deadline(buf.created)
             self._appending += 1
-            try:
-                with call_deadline(max(deadline.left(), 0)):
-                    rows, parts = self._buffered_rows(buf)
-                    metas = self._append_by_partition(topic, rows, parts, deadline)
+            try:  # (each call below is bounded by the deadline: a metadata refresh, each append's request)
+                meta = self._topic(topic, within=max(deadline.left(), 0))
+                rows, parts = self._buffered_rows(buf, meta.info)
+                metas = self._append_by_partition(topic, rows, parts, deadline, meta.max_bytes)
                 drain.partitions, drain.offsets = parts, batching.record_offsets(parts, metas)
             except BaseException as exc:  # noqa: BLE001 (delivered through every future of the batch)
                 drain.error = exc
@@ -357,9 +359,8 @@ class Producer:
         else:
             self._hurry(drain, time.monotonic() + timeout)
 
-    def _buffered_rows(self, buf: _Buffer) -> tuple[pa.Table | pa.RecordBatch, np.ndarray]:
-        """A buffer's records as stored rows, and the partition of each."""
-        info = self._topic(buf.drain.topic).info
+    def _buffered_rows(self, buf: _Buffer, info: TopicInfo) -> tuple[pa.Table | pa.RecordBatch, np.ndarray]:
+        """A buffer's records as stored rows of its topic (`info`), and the partition of each."""
         if info.value_schema is None:  # plain values, each checked by send(): built straight in their stored types
             return (plain_rows(buf.values, buf.keys, buf.headers, buf.timestamps, SYSTEM_CLOCK.now_us()),
                     assign_listed(buf.drain.topic, buf.keys, buf.partitions, info.partitions, self._sticky))
@@ -416,11 +417,12 @@ class Producer:
 
             def publish(txn: str, offsets: TransactionalOffsets | None) -> Bases | None:
                 for topic, buf in buffers.items():
-                    rows, assigned = self._buffered_rows(buf)
+                    meta = self._topic(topic)
+                    rows, assigned = self._buffered_rows(buf, meta.info)
                     rows, runs = batching.by_partition(rows, assigned)
                     for p, lo, hi in runs:
-                        parts[(topic, p)] = batching.chunks(rows.slice(lo, hi - lo), self._batch_size,
-                                                            self._topic(topic).max_bytes)
+                        parts[(topic, p)] = batching.chunks(batching.run(rows, lo, hi), self._batch_size,
+                                                            meta.max_bytes)
                     built.append((buf, assigned, runs))
                 return self.cluster.publish_transaction(txn, parts, self._codec, offsets,
                                                         self.config["transaction_timeout_ms"])
@@ -506,7 +508,7 @@ class Producer:
         hurried = self._hurry(None, deadline)
         if hurried is None and not self._buffers and not self._appending:
             return  # the lock was busy a moment, but nothing is waiting to be sent
-        unsent = None if hurried is None else sum(n for drain, n in hurried if not drain.done.wait(_left(deadline)))
+        unsent = None if hurried is None else sum(n for drain, n in hurried if not drain.wait(_left(deadline)))
         if unsent is None or unsent:
             what = "a batch still being appended" if unsent is None else f"{unsent} record(s) unsent"
             raise ClientTimeoutError(f"flush(timeout={timeout:g}) ran out with {what}; the records stay queued "

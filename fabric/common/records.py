@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
+import struct
 import zoneinfo
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -127,11 +128,35 @@ def _few_null_headers(length: int) -> pa.Array:
     return _null_headers_cached(length) if length <= 64 else null_headers(length)
 
 
+_ONE_OFFSETS = struct.Struct("<ii")  # a one-row binary column's offsets: 0 and the value's length
+_ONE_STAMP = struct.Struct("<q")
+_NULL_BINARY = pa.nulls(1, pa.binary())
+
+
+def _one_binary(value: bytes | None) -> pa.Array:
+    """A one-row binary column over `value`'s own bytes (no copy), or the null one."""
+    if value is None:
+        return _NULL_BINARY
+    return pa.Array.from_buffers(pa.binary(), 1, [None, pa.py_buffer(_ONE_OFFSETS.pack(0, len(value))),
+                                                  pa.py_buffer(value)])
+
+
+def _one_row(value: bytes | None, key: bytes | None, headers: list | None, stamp_us: int) -> pa.RecordBatch:
+    """plain_rows of one record, its columns laid straight on their buffers: a tenth of what converting the
+    Python values (pa.array, four times) costs, which is most of a one-record send().get()."""
+    stamp = pa.Array.from_buffers(TIMESTAMP, 1, [None, pa.py_buffer(_ONE_STAMP.pack(stamp_us))])
+    listed = pa.array([headers], HEADERS) if headers else _few_null_headers(1)
+    return pa.RecordBatch.from_arrays([stamp, _one_binary(key), listed, _one_binary(value)], schema=PLAIN_SCHEMA)
+
+
 def plain_rows(values: Sequence[bytes | None], keys: Sequence[bytes | None], headers: Sequence[list | None],
                timestamps_ms: Sequence[int | None], now_us: int) -> pa.RecordBatch:
     """The stored rows of records for a plain topic, built straight in their stored types from Python values
     that send() checked one by one (bytes or None; header dicts; timestamps in ms in the record range, None
     for `now_us`): what to_storage makes of them, without its passes over the columns."""
+    if len(values) == 1:
+        stamp = timestamps_ms[0]
+        return _one_row(values[0], keys[0], headers[0], now_us if stamp is None else stamp * 1000)
     stamps = [now_us if t is None else t * 1000 for t in timestamps_ms]
     listed = pa.array(headers, HEADERS) if any(headers) else _few_null_headers(len(headers))
     return pa.RecordBatch.from_arrays([pa.array(stamps, TIMESTAMP), pa.array(keys, pa.binary()), listed,

@@ -102,6 +102,9 @@ class FrameHeader:
         return replace(moved, crc=self.crc ^ crc32c.crc32c(delta) ^ _ZERO_FIELDS_CRC)
 
 
+_FIELD_NAMES = frozenset(FrameHeader.__dataclass_fields__)
+
+
 class FrameError(ValueError):
     """Bytes that are not a whole, valid frame."""
 
@@ -129,9 +132,21 @@ def seal(header: FrameHeader, payload: pa.Buffer | bytes, base_offset: int | Non
     """The header for `payload` (at `base_offset`, default the header's; with the other `fields` given, e.g. a
     producer's) with its length and CRC filled in, as the current version; the frame is its pack() then payload."""
     base = header.base_offset if base_offset is None else base_offset
-    sealed = replace(header, length=len(payload), base_offset=base, crc=0, version=VERSION, **fields)
-    object.__setattr__(sealed, "crc", checksum(sealed.pack(), payload))  # (made here, seen by no one yet)
+    sealed = _copy(header, length=len(payload), base_offset=base, crc=0, version=VERSION, **fields)
+    sealed.__dict__["crc"] = checksum(sealed.pack(), payload)  # (made here, seen by no one yet)
     return sealed
+
+
+def _copy(header: FrameHeader, **changes: int) -> FrameHeader:
+    """dataclasses.replace(header, **changes) at a quarter of its cost (it is on every append's path): the header's
+    fields copied, then `changes` (FrameHeader's __init__ checks nothing, so nothing is skipped)."""
+    if not changes.keys() <= _FIELD_NAMES:
+        raise TypeError(f"FrameHeader has no field {sorted(changes.keys() - _FIELD_NAMES)}")
+    copied = object.__new__(FrameHeader)
+    values = copied.__dict__
+    values.update(header.__dict__)
+    values.update(changes)
+    return copied
 
 
 def verify(data: bytes | memoryview | pa.Buffer, pos: int, header: FrameHeader) -> bool:

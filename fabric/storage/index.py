@@ -10,11 +10,14 @@ valid. Entries are hints that readers check against the frame they name (see Seg
 from __future__ import annotations
 
 import os
+import struct
 from typing import Sequence
 
 import numpy as np
 
 from fabric.common.errors import FabricError
+from fabric.storage.kept_files import KeptFile
+from fabric.storage.lock import PartitionLock
 from fabric.storage.mapcache import MAPS
 
 
@@ -28,9 +31,11 @@ class _MappedIndex:
 
     DTYPE: np.dtype
     KEYS: tuple[str, str]  # the fields, in entry order, that must both increase
+    ENTRY: struct.Struct  # one entry's bytes, as DTYPE lays them out (packed without building an array)
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self._kept = KeptFile(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
 
     @property
     def entries(self) -> np.ndarray:
@@ -53,9 +58,13 @@ class _MappedIndex:
         except FileNotFoundError:
             return False
 
-    def append_entry(self, entry: tuple[int, int], check: bool = True) -> None:
+    def append_entry(self, entry: tuple[int, int], check: bool = True, lock: PartitionLock | None = None) -> None:
         """Append `entry`, first checking (`check`) that it follows the file's last entry: IndexOrderError if it
-        does not. A writer that knows the file ends with the entries it wrote itself need not read it back."""
+        does not. A writer that knows the file ends with the entries it wrote itself need not read it back: it
+        gives the partition `lock` it holds instead, and writes through the descriptor kept for it (kept_files)."""
+        if lock is not None:
+            os.write(self._kept.fd(lock), self.ENTRY.pack(*entry))
+            return
         size = self.DTYPE.itemsize
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -69,7 +78,7 @@ class _MappedIndex:
                         f"{dict(zip(self.KEYS, last, strict=True))} in {self.path}: entries must increase; the "
                         "writer's view of the segment is stale (the next writer recovers the tail and rebuilds "
                         "the index)")
-            os.write(fd, np.array([entry], self.DTYPE).tobytes())
+            os.write(fd, self.ENTRY.pack(*entry))
         finally:
             os.close(fd)
 
@@ -81,6 +90,7 @@ class _MappedIndex:
 
     def reset(self, entries: Sequence[tuple[int, int]] | np.ndarray) -> None:
         """Replace the file's contents atomically (used when rebuilding)."""
+        self._kept.close()
         tmp = self.path + ".tmp"
         try:
             with open(tmp, "wb") as f:
@@ -94,7 +104,12 @@ class _MappedIndex:
             raise
         MAPS.forget(self.path)
 
+    def close(self) -> None:
+        """Close the descriptor kept for appends, if any."""
+        self._kept.close()
+
     def delete(self) -> None:
+        self._kept.close()
         MAPS.forget(self.path)
         try:
             os.unlink(self.path)
@@ -118,6 +133,7 @@ class OffsetIndex(_MappedIndex):
 
     DTYPE = np.dtype([("rel", "<u4"), ("pos", "<u4")])
     KEYS = ("rel", "pos")
+    ENTRY = struct.Struct("<II")
 
     def append(self, relative_offset: int, position: int) -> None:
         self.append_entry((relative_offset, position))
@@ -146,6 +162,7 @@ class TimeIndex(_MappedIndex):
 
     DTYPE = np.dtype([("ts", "<i8"), ("rel", "<u4")], align=False)
     KEYS = ("ts", "rel")
+    ENTRY = struct.Struct("<qI")
 
     def append(self, timestamp: int, relative_offset: int) -> None:
         self.append_entry((timestamp, relative_offset))
