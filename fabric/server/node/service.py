@@ -10,15 +10,15 @@ on the transactional id, or cluster_action on the cluster: the coordinator abort
 `compact_partition`, `enforce_retention` and `delete_records` (admin on the topic: `fabric topics compact`,
 `retain` and `delete-records`), `describe_producers` (read on the topic: its open transactions) and `status` for
 clients; `abort_open_transaction` for operators (`fabric transactions abort --start-offset`) and, for other nodes,
-`offsets_for_leader_epoch`, `replica_fetch` and `replica_range`, which need cluster_action on the cluster resource
-(a replica fetch covers many partitions at once: its first result is a JSON answer per partition, its state or its
-error, then a result with the raw frames of each partition that has some, in order; `replica_range`, asked by a
-replica repairing a damaged range, has one result: this node's raw frames of the range). The wire format is the
+`offsets_for_leader_epoch` and `replica_range` (asked by a replica repairing a damaged range: one result, this
+node's raw frames of the range), which need cluster_action on the cluster resource. The wire format is the
 coordinator service's (fabric.server.wire). Every request is checked against the ReplicaManager method it calls,
 authenticated and authorized as the coordinator's are (same tokens and ACL files), and refused with
-NotLeaderError / FencedLeaderEpochError unless this node leads the partition under the
-quoted leader epoch. Produce and fetch are also served over the fabric protocol (docs/protocol.md) on a port of
-their own, named `protocol_address` in the node's status, with the same checks.
+NotLeaderError / FencedLeaderEpochError unless this node leads the partition under the quoted leader epoch.
+Produce and fetch are also served over the fabric protocol (docs/protocol.md) on a port of their own, named
+`protocol_address` in the node's status, with the same checks, and so is the followers' `replica_fetch` alone (it
+needs cluster_action too; a fetch covers many partitions at once: a JSON answer per partition in the header, its
+state or its error, and the frames of those that have some, one after the other, as the payload).
 """
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ from fabric.server.flight_server import FabricFlightServer, measured, translated
 from fabric.server.node.partition import ReplicaFetch
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.settings import NodeSettings
+from fabric.server.protocol_server import Handler, Payload
 
 log = logging.getLogger(__name__)
 ACTIONS = {"partition_state": "describe", "offset_for_time": "describe",  # action -> ACL operation on its topic
@@ -44,7 +45,7 @@ ACTIONS = {"partition_state": "describe", "offset_for_time": "describe",  # acti
            "enforce_retention": "admin", "delete_records": "admin", "describe_producers": "read"}
 # other nodes' calls (followers', and replicas repairing a damaged range), and an operator's abort of a hanging
 # transaction (as Kafka's WriteTxnMarkers): on the cluster
-REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_fetch", "replica_range", "abort_open_transaction")
+REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_range", "abort_open_transaction")
 
 
 def _fetch_answer(answer: ReplicaFetch | FabricError) -> dict[str, Any]:
@@ -53,6 +54,23 @@ def _fetch_answer(answer: ReplicaFetch | FabricError) -> dict[str, Any]:
         return {"error": wire.error_fields(answer)}
     return {"high_watermark": answer.high_watermark, "log_end": answer.log_end, "log_start": answer.log_start,
             "frames": answer.frames.size}
+
+
+def _frames_payload(answers: list[ReplicaFetch | FabricError]) -> Payload:
+    """The frames of a replica fetch's partitions, one after the other in their order: a protocol answer's
+    payload (a single partition's frames as they are, without a copy)."""
+    frames = [a.frames for a in answers if isinstance(a, ReplicaFetch) and a.frames.size]
+    if len(frames) == 1:
+        return frames[0]
+    return b"".join(memoryview(f) for f in frames)
+
+
+def _partitions_of(args: dict[str, Any]) -> None:
+    """A protocol replica_fetch's `partitions`, JSON arrays, as the tuples the DoAction's tagged JSON gives (so the
+    same signature check applies); anything else is left for it to refuse."""
+    partitions = args.get("partitions")
+    if isinstance(partitions, list):
+        args["partitions"] = [tuple(p) if isinstance(p, list) else p for p in partitions]
 
 
 class NodeService(FabricFlightServer):
@@ -66,7 +84,8 @@ class NodeService(FabricFlightServer):
                          settings.tls_key)
         self.protocol = protocol_handlers.start(self, settings.listen.rpartition(":")[0], {
             "produce": protocol_handlers.produce(self, ReplicaManager.append, replicas.append, replicas.topic),
-            "fetch": protocol_handlers.fetch(self, ReplicaManager.fetch, replicas.fetch, self.topic_schema)})
+            "fetch": protocol_handlers.fetch(self, ReplicaManager.fetch, replicas.fetch, self.topic_schema),
+            "replica_fetch": Handler(self._replica_fetch, lambda args: args.get("max_wait_ms", 500) != 0)})
 
     @property
     def address(self) -> str:
@@ -99,12 +118,19 @@ class NodeService(FabricFlightServer):
             self.authorize(context, [(ACTIONS[action.type], f"topic:{args['topic']}"), *(
                 [("write", f"transactional-id:{args['transactional_id']}")] if "transactional_id" in args else [])])
         result = getattr(self.replicas, action.type)(**args)
-        if action.type == "replica_fetch":  # the frames of the partitions that have some, in order
-            return [wire.dumps([_fetch_answer(answer) for answer in result]),
-                    *[flight.Result(a.frames) for a in result if isinstance(a, ReplicaFetch) and a.frames.size]]
         if action.type == "replica_range":  # the raw frames
             return [flight.Result(result)]
         return [wire.dumps(result)]
+
+    def _replica_fetch(self, principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
+        """`replica_fetch` over the fabric protocol, checked and authorized (cluster_action) as the DoAction: a
+        JSON answer per partition, and their frames as the payload. A long poll (max_wait_ms, 500 by default)
+        runs on a worker thread."""
+        _partitions_of(args)
+        check_call("replica_fetch", ReplicaManager.replica_fetch, args)
+        self.authorizer.check(principal, [("cluster_action", security.CLUSTER)])
+        answers = self.replicas.replica_fetch(**args)
+        return [_fetch_answer(answer) for answer in answers], _frames_payload(answers)
 
     def _cluster_action(self, context: flight.ServerCallContext) -> bool:
         """True if the caller may act for the cluster (the coordinator, other nodes)."""
