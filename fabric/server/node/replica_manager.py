@@ -465,8 +465,9 @@ class ReplicaManager:
                 offset, max_bytes, end_offset, leader_epoch, wait_s, from_follower, isolation))
 
     def replica_fetch(self, replica_id: int, partitions: list[tuple[str, int, int, int, str]],
-                      max_bytes: int = 1 << 20, response_max_bytes: int = 10 << 20, max_wait_ms: int = 500
-                      ) -> list[ReplicaFetch | FabricError]:
+                      max_bytes: int = follower_fetches.MAX_BYTES,
+                      response_max_bytes: int = follower_fetches.RESPONSE_MAX_BYTES,
+                      max_wait_ms: int = follower_fetches.MAX_WAIT_MS) -> list[ReplicaFetch | FabricError]:
         """A follower's fetch of every partition it copies from this node, each (topic, partition, offset, leader
         epoch, topic id) (Kafka's replica FetchRequest): per partition, its progress recorded and its frames from
         the offset (up to `max_bytes`, and `response_max_bytes` over all), or the error that concerns it alone.

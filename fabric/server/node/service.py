@@ -22,6 +22,8 @@ state or its error, and the frames of those that have some, one after the other,
 """
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 from typing import Any
 
@@ -34,10 +36,11 @@ from fabric.common.redaction import clip
 from fabric.server import protocol_handlers, security, wire
 from fabric.server.arguments import check_call
 from fabric.server.flight_server import FabricFlightServer, measured, translated
+from fabric.server.node import follower_fetches
 from fabric.server.node.partition import ReplicaFetch
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.settings import NodeSettings
-from fabric.server.protocol_server import Handler, Payload
+from fabric.server.protocol_server import Answer, Handler, Payload
 
 log = logging.getLogger(__name__)
 ACTIONS = {"partition_state": "describe", "offset_for_time": "describe",  # action -> ACL operation on its topic
@@ -54,6 +57,11 @@ def _fetch_answer(answer: ReplicaFetch | FabricError) -> dict[str, Any]:
         return {"error": wire.error_fields(answer)}
     return {"high_watermark": answer.high_watermark, "log_end": answer.log_end, "log_start": answer.log_start,
             "frames": answer.frames.size}
+
+
+def _replica_answer(answers: list[ReplicaFetch | FabricError]) -> Answer:
+    """A protocol replica_fetch's answer: the JSON answer of each partition, and their frames as the payload."""
+    return [_fetch_answer(answer) for answer in answers], _frames_payload(answers)
 
 
 def _frames_payload(answers: list[ReplicaFetch | FabricError]) -> Payload:
@@ -85,7 +93,7 @@ class NodeService(FabricFlightServer):
         self.protocol = protocol_handlers.start(self, settings.listen.rpartition(":")[0], {
             "produce": protocol_handlers.produce(self, ReplicaManager.append, replicas.append, replicas.topic),
             "fetch": protocol_handlers.fetch(self, ReplicaManager.fetch, replicas.fetch, self.topic_schema),
-            "replica_fetch": Handler(self._replica_fetch, lambda args: args.get("max_wait_ms", 500) != 0)})
+            "replica_fetch": Handler(self._replica_fetch, lambda args: False)})
 
     @property
     def address(self) -> str:
@@ -122,15 +130,37 @@ class NodeService(FabricFlightServer):
             return [flight.Result(result)]
         return [wire.dumps(result)]
 
-    def _replica_fetch(self, principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
-        """`replica_fetch` over the fabric protocol, checked and authorized (cluster_action) as the DoAction: a
-        JSON answer per partition, and their frames as the payload. A long poll (max_wait_ms, 500 by default)
-        runs on a worker thread."""
+    def _replica_fetch(self, principal: str, args: dict[str, Any], payload: bytes
+                       ) -> Answer | concurrent.futures.Future[Answer]:
+        """`replica_fetch` over the fabric protocol, checked (ReplicaManager.replica_fetch's arguments) and
+        authorized (cluster_action) on the event loop, and answered there: a JSON answer per partition, and their
+        frames as the payload. A fetch that waits holds no thread: its answer is a future, completed on the loop
+        when an append or a leadership change wakes it, or when max_wait_ms is over."""
         _partitions_of(args)
         check_call("replica_fetch", ReplicaManager.replica_fetch, args)
         self.authorizer.check(principal, [("cluster_action", security.CLUSTER)])
-        answers = self.replicas.replica_fetch(**args)
-        return [_fetch_answer(answer) for answer in answers], _frames_payload(answers)
+        fetch = follower_fetches.FollowerFetch(self.replicas, **args)
+        loop = asyncio.get_running_loop()
+        answer: concurrent.futures.Future[Answer] = concurrent.futures.Future()
+
+        def complete() -> None:
+            if answer.done():
+                return
+            timer.cancel()
+            try:
+                answer.set_result(_replica_answer(fetch.finish()))
+            except Exception as exc:  # noqa: BLE001 (answered as the error it is)
+                answer.set_exception(exc)
+
+        def woken() -> None:  # on the appending thread, under the partition's lock
+            try:
+                loop.call_soon_threadsafe(complete)
+            except RuntimeError:  # the loop is closed: the server shut down, the fetch with it
+                pass
+        if not fetch.hold(woken):
+            return _replica_answer(fetch.answers)
+        timer = loop.call_later(fetch.wait_s, complete)
+        return answer
 
     def _cluster_action(self, context: flight.ServerCallContext) -> bool:
         """True if the caller may act for the cluster (the coordinator, other nodes)."""
