@@ -11,7 +11,6 @@ refusal is the fabric error the node raised.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 import msgspec
@@ -33,8 +32,8 @@ class NodeProtocol:
         self.connection = connection
         self.clients = ProtocolClients(options.token, client_ssl(connection.ca) if options.tls else None,
                                        wire.exception_of)
-        self._addresses: dict[str, str] = {}  # a node's Flight address -> its protocol address
-        self._lock = threading.Lock()
+        self._addresses: dict[str, str] = {}  # a node's Flight address -> its protocol address (dict operations
+        # are atomic: the node's threads share it without a lock; two asking at once both ask the node)
 
     def call(self, node: str, address: str, kind: str, args: dict[str, Any], payload: Payload = b""
              ) -> tuple[msgspec.Raw, bytes]:
@@ -54,8 +53,7 @@ class NodeProtocol:
 
     def _address(self, node: str, address: str) -> str:
         """The protocol address of the node at Flight address `address`, asked of its status once."""
-        with self._lock:
-            known = self._addresses.get(address)
+        known = self._addresses.get(address)
         if known:
             return known
         try:
@@ -70,13 +68,13 @@ class NodeProtocol:
             raise LeaderNotAvailableError(f"{node} at {address} serves no fabric protocol port; run every node "
                                           "at this fabric version")
         log.info("%s at %s serves the fabric protocol at %s", node, address, known)
-        with self._lock:
-            self._addresses[address] = known
+        self._addresses[address] = known
         return known
 
     def _forget(self, address: str, protocol_address: str) -> None:
-        with self._lock:
-            self._addresses.pop(address, None)
+        """After `protocol_address` failed: ask the node at `address` again next time (a restarted node has a new
+        port), on a new connection."""
+        self._addresses.pop(address, None)
         self.clients.close([protocol_address])
 
     def close(self) -> None:
