@@ -2,11 +2,14 @@
 on a replicated cluster of data nodes, where the offsets topic is replicated on up to 3 of them) beside the
 stores they replaced (SQLite's table and ZooKeeper's znodes, bench.legacy_offsets), in one run. Each case is
 one client, then 10 client processes (--clients), committing one partition's offset back to back for
---seconds; the figures are commits/s (all clients together) and p50/p99 latency. The clients' groups spread
+--seconds; the figures are commits/s (all clients together), p50/p99 latency and, where servers serve the commits,
+their CPU per commit (all the case's server processes together, warm-up commits included). The clients' groups spread
 over the offsets topic's partitions; the cluster is measured again with groups that share one partition, where
 concurrent commits go together in one append (group commit).
 
-The issue's goal: on the cluster, at least 20x the commits/s of the ZooKeeper znodes (`vs_znodes`)."""
+The issue's goal: on the cluster, at least 20x the commits/s of the ZooKeeper znodes (`vs_znodes`). With
+--without-zookeeper (a machine without Java) the cases that need ZooKeeper are skipped and the ratios are to the
+SQLite table instead (`vs_table`)."""
 from __future__ import annotations
 
 import argparse
@@ -19,6 +22,7 @@ from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
+import psutil
 import pyarrow as pa
 
 import fabric
@@ -37,6 +41,8 @@ TOPIC = "bench-commits"
 MANY = 10  # the concurrent case's client processes (--clients)
 RECORDS = 100  # per partition of TOPIC: the offsets committed cycle through 0..RECORDS, all within the logs
 WARMUP_COMMITS = 20
+TABLE, ZNODES = "SQLite table (before)", "ZooKeeper znodes (before)"
+RATIOS = {TABLE: "vs_table", ZNODES: "vs_znodes"}  # the results' key of the ratios to each baseline
 Store = tuple[str, ...]  # how a client process opens a store: (kind, *arguments), see open_store
 
 
@@ -128,64 +134,94 @@ def offsets_loaded(url: str) -> None:
         wait_for(committed, 60, "the offsets topic on the nodes")
 
 
-def stores(stack: ExitStack, directory: str, nodes: int, clients: int) -> dict[str, Store]:
-    """Start ZooKeeper, two coordinator services and a cluster; the spec of every case, peers first."""
-    with timed("starting ZooKeeper (pyspark's jar)"):
-        zk = ZooKeeperServer(root=os.path.join(directory, "zk")).start()
-    stack.callback(zk.close)
-    services = {}
-    for name, store in (("sqlite", None), ("zk", zk.url("/service"))):
+def stores(stack: ExitStack, directory: str, nodes: int, clients: int, zookeeper: bool = True
+           ) -> tuple[dict[str, Store], dict[str, list[int]]]:
+    """Start ZooKeeper (unless not `zookeeper`), the coordinator services and a cluster; the spec of every case,
+    peers first (without ZooKeeper: none of the cases that need it), and the pids of each case's servers."""
+    zk = None
+    if zookeeper:
+        with timed("starting ZooKeeper (pyspark's jar)"):
+            zk = ZooKeeperServer(root=os.path.join(directory, "zk")).start()
+        stack.callback(zk.close)
+    services, pids = {}, {}
+    for name, store in (("sqlite", None), *([("zk", zk.url("/service"))] if zk is not None else [])):
         process = CoordinatorProcess(os.path.join(directory, f"service-{name}"), store=store)
         with timed(f"starting the coordinator service over {name}"):
             process.start()
         stack.callback(process.stop)
         fill_topic(process.url(), clients)
         services[name] = process.url()
+        assert process.process is not None
+        pids[name] = [process.process.pid]
     with timed(f"starting a cluster: a coordinator and {nodes} data nodes, the offsets topic on them"):
         cluster = stack.enter_context(LocalCluster(os.path.join(directory, "cluster"), nodes, 6000, 500, (
             "--offsets-topic-replication-factor", str(min(nodes, 3)))))
         fill_topic(cluster.url, clients)
         offsets_loaded(cluster.url)
-    return {
-        "SQLite table (before)": ("table", os.path.join(directory, "table", "metadata.db")),
-        "ZooKeeper znodes (before)": ("znodes", zk.url("/znodes")),
+    pids["cluster"] = [p.process.pid for p in (cluster.coordinator, *cluster.nodes.values()) if p.process is not None]
+    cases: dict[str, Store | None] = {
+        TABLE: ("table", os.path.join(directory, "table", "metadata.db")),
+        ZNODES: ("znodes", zk.url("/znodes")) if zk is not None else None,
         "offsets topic, embedded": ("sqlite", os.path.join(directory, "embedded", "metadata.db")),
-        "offsets topic, ZooKeeper coordinator": ("zk", zk.url("/direct"), os.path.join(directory, "direct")),
+        "offsets topic, ZooKeeper coordinator": ("zk", zk.url("/direct"), os.path.join(directory, "direct"))
+        if zk is not None else None,
         "offsets topic, service over SQLite": ("url", services["sqlite"]),
-        "offsets topic, service over ZooKeeper": ("url", services["zk"]),
+        "offsets topic, service over ZooKeeper": ("url", services["zk"]) if zk is not None else None,
         f"offsets topic, cluster of {nodes} nodes": ("url", cluster.url),
         f"offsets topic, cluster of {nodes} nodes, groups sharing a partition": ("shared", cluster.url),
     }
+    servers = {"offsets topic, service over SQLite": "sqlite", "offsets topic, service over ZooKeeper": "zk",
+               f"offsets topic, cluster of {nodes} nodes": "cluster",
+               f"offsets topic, cluster of {nodes} nodes, groups sharing a partition": "cluster"}
+    return ({label: store for label, store in cases.items() if store is not None},
+            {label: pids[name] for label, name in servers.items() if name in pids})
+
+
+def server_cpu_s(processes: list[psutil.Process]) -> float:
+    """The CPU seconds `processes` used so far (user and system)."""
+    return sum(t.user + t.system for t in (p.cpu_times() for p in processes))
 
 
 def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], None]:
-    """Every case with 1 and with --clients clients; the ratios to the ZooKeeper znodes."""
-    results: dict[str, Any] = {"seconds_per_measurement": args.seconds, "nodes": args.nodes, "cases": {}}
+    """Every case with 1 and with --clients clients; the ratios to the ZooKeeper znodes (`vs_znodes`), or without
+    ZooKeeper to the SQLite table (`vs_table`)."""
+    baseline = TABLE if args.without_zookeeper else ZNODES
+    results: dict[str, Any] = {"seconds_per_measurement": args.seconds, "nodes": args.nodes, "cases": {},
+                               "baseline": baseline}
     spawn = multiprocessing.get_context("spawn")
     with ExitStack() as stack, ProcessPoolExecutor(args.clients, mp_context=spawn) as pool:
-        for label, store in stores(stack, directory, args.nodes, args.clients).items():
+        cases, pids = stores(stack, directory, args.nodes, args.clients, not args.without_zookeeper)
+        for label, store in cases.items():
+            servers = [psutil.Process(pid) for pid in pids.get(label, [])]
             for clients in sorted({1, args.clients}):
                 with timed(f"{label}, {clients} client(s), {args.seconds:g} s"):
+                    before = server_cpu_s(servers)
                     out = measure(pool, store, clients, args.seconds)
+                    if servers:
+                        out["server_cpu_ms_per_commit"] = (server_cpu_s(servers) - before) * 1000 / (
+                            out["commits"] + clients * WARMUP_COMMITS)
                 progress(f"  {out['commits_per_s']:,.0f} commits/s, p50 {out['p50_ms']:.2f} ms, "
                          f"p99 {out['p99_ms']:.2f} ms")
                 results["cases"].setdefault(label, {})[str(clients)] = out
-    peer = results["cases"]["ZooKeeper znodes (before)"]
-    results["vs_znodes"] = {label: {n: out["commits_per_s"] / peer[n]["commits_per_s"] for n, out in modes.items()}
+    peer = results["cases"][baseline]
+    results[RATIOS[baseline]] = {label: {n: out["commits_per_s"] / peer[n]["commits_per_s"] for n, out in modes.items()}
                             for label, modes in results["cases"].items()}
     return results, None
 
 
 def report(results: dict[str, Any], _: None) -> None:
     """The plot (bench/results/offsets.png) and the Markdown table."""
-    cases = results["cases"]
+    cases, baseline = results["cases"], results.get("baseline", ZNODES)
+    ratios = results[RATIOS[baseline]]
     rows = [(f"{label}, {n} client{'s' if n != '1' else ''}", out["commits_per_s"])
             for label, modes in cases.items() for n, out in modes.items()]
     chart = bar_chart("offsets", "Offset commits/s, back to back", rows, "commits/s")
     print(table([(label, n, f"{out['commits_per_s']:,.0f}", f"{out['p50_ms']:.2f}", f"{out['p99_ms']:.2f}",
-                  f"{results['vs_znodes'][label][n]:.1f}x")
+                  f"{out['server_cpu_ms_per_commit']:.2f}" if "server_cpu_ms_per_commit" in out else "-",
+                  f"{ratios[label][n]:.3g}x")
                  for label, modes in cases.items() for n, out in modes.items()],
-                ("store", "clients", "commits/s", "p50 ms", "p99 ms", "vs ZooKeeper znodes")))
+                ("store", "clients", "commits/s", "p50 ms", "p99 ms", "server CPU ms/commit",
+                 f"vs {baseline.removesuffix(' (before)')}")))
     progress(f"plot: {chart}")
 
 
@@ -194,6 +230,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seconds", type=float, default=4.0, help="duration of each measurement")
     parser.add_argument("--nodes", type=int, default=3, help="data nodes of the cluster case")
     parser.add_argument("--clients", type=int, default=MANY, help="client processes of the concurrent case")
+    parser.add_argument("--without-zookeeper", action="store_true",
+                        help="skip the cases that need ZooKeeper (and Java); ratios to the SQLite table instead")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.nodes < 1 or args.clients < 1:

@@ -33,6 +33,7 @@ that it is done). The old copies are left where they were, unread.
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import logging
 import threading
@@ -44,7 +45,7 @@ import pyarrow as pa
 from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.errors import CoordinatorUnavailableError, InvalidConfigError
 from fabric.common.types import CommittedOffset, TopicPartition, TransactionalOffsets
-from fabric.coordinator import validation
+from fabric.coordinator import commit_batch, validation
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.group_store import GroupService, GroupStore
 from fabric.coordinator.offsets_log import LocalOffsetsLog, OffsetsPart
@@ -211,10 +212,15 @@ class OffsetsTopic:
     def commit(self, group: str, offsets: dict[TopicPartition, int], metadata: str,
                validate: Callable[[], None] = lambda: None) -> None:
         """Append the commit as one batch, `validate()` (the generation check) first, both under the
-        partition's write lock; returns once the log acknowledged it."""
+        partition's write lock; returns once the log acknowledged it. Where a server is collecting its loop's
+        commits (coordinator.commit_batch), the rows are queued there instead, and written with the others."""
         self.check_serving()
         rows = offset_rows(group, offsets, metadata, self.clock.now_ms())
-        self.append(offsets_partition(group, self.partitions), rows, validate)
+        partition = offsets_partition(group, self.partitions)
+        records, written = self._prepared(partition, rows, lambda: None)
+        if not commit_batch.queue((id(self), partition), functools.partial(self.log.append, partition), records,
+                                  validate, written):
+            self.log.append(partition, records, validate, written)
 
     def apply_transaction(self, offsets: TransactionalOffsets, pending: Callable[[], bool],
                           applied: Callable[[], None]) -> None:
@@ -284,16 +290,23 @@ class OffsetsTopic:
     def append(self, partition: int, rows: Sequence[Row], validate: Callable[[], None] = lambda: None,
                then: Callable[[], None] = lambda: None) -> None:
         """Append `rows` under the partition's write lock, validate() before and then() once it is written."""
+        records, written = self._prepared(partition, rows, then)
+        self.log.append(partition, records, validate, written)
+
+    def _prepared(self, partition: int, rows: Sequence[Row], then: Callable[[], None]
+                  ) -> tuple[pa.RecordBatch, Callable[[int], None]]:
+        """The stored records of `rows`, and what to do once they are written at an offset: the cache takes them
+        at once if it has read everything before them (always, over an owned log; over a shared one, unless another
+        process appended since: it then reads them back with those), then then()."""
         records = batch(rows, self.clock.now_us())
 
         def written(offset: int) -> None:
-            """An owned log's cache takes the records at once (a shared one's reads them back)."""
-            if not self.log.shared:
-                cache = self._caches[partition]
-                with cache.lock:
+            cache = self._caches[partition]
+            with cache.lock:
+                if not self.log.shared or cache.position == offset:
                     cache.apply(offset, records)
             then()
-        self.log.append(partition, records, validate, written)
+        return records, written
 
     def take_leadership(self, epoch: int) -> None:
         """This instance became active with election `epoch`: stamp it on every partition (a deposed instance's

@@ -25,20 +25,11 @@ from fabric.common.protocol.connection import Payload, ProtocolClients, Protocol
 from fabric.common.types import CommittedOffset, Fetched, TopicPartition
 from fabric.server import wire
 from fabric.server.connection import Connection, action_call, time_left
+from fabric.server.wire import refusal
 
 log = logging.getLogger(__name__)
 ENV_PROTOCOL = "FABRIC_CLIENT_PROTOCOL"
 Answer = tuple[msgspec.Raw, bytes]
-
-
-def refusal(info: dict[str, Any]) -> Exception:
-    """The exception a server's {"type", "message"} stands for: its fabric.errors class, else a FabricError."""
-    known = wire.exception_of(info)
-    if known is not None:
-        return known
-    if info.get("type") == "NotImplementedError":
-        return NotImplementedError(info.get("message", ""))
-    return FabricError(str(info.get("message", "")))
 
 
 class _NotConnected(Exception):
@@ -167,10 +158,8 @@ def produce_payload(rows: pa.RecordBatch) -> pa.Buffer:
 
 
 def fetched_of(answer: Answer) -> list[Fetched]:
-    """The Fetched runs of a fetch's answer: each batch of its payload with its offset and timestamp type."""
-    runs: list[dict[str, int]] = messages.decode_result(answer[0], list[dict[str, int]])
-    _, batches = payloads.read_stream(answer[1], "a fetch answer")
-    return [Fetched(run["offset"], batch, run["timestamp_type"]) for run, batch in zip(runs, batches, strict=True)]
+    """The Fetched runs of a fetch's answer."""
+    return payloads.fetched_of(*answer)
 
 
 def offset_rows(offsets: Any) -> list[list[Any]] | None:

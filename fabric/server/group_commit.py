@@ -5,30 +5,19 @@ together as the partition's next append, one batch of every waiting caller's row
 Each caller's `validate()` (a commit's generation check) runs under the partition's write lock just before the
 append that carries its rows, so a caller whose check fails is answered alone and its rows are left out. Once the
 append is acknowledged, every caller's `written(offset)` is called with the offset of its own rows, in order; if it
-fails, every caller of that batch hears the same error (nothing of theirs is acknowledged).
+fails, every caller of that batch hears the same error (nothing of theirs is acknowledged). The batch itself is
+coordinator.commit_batch's, which a server answering commits on its event loop uses per turn of the loop.
 """
 from __future__ import annotations
 
-import logging
 import threading
-from dataclasses import dataclass
 from typing import Callable
 
 import pyarrow as pa
 
-log = logging.getLogger(__name__)
+from fabric.coordinator.commit_batch import Queued, append_together
+
 Append = Callable[[pa.RecordBatch, Callable[[int], None]], None]  # (rows, written) -> None, write lock held
-
-
-@dataclass
-class _Waiter:
-    """One caller's rows and what to tell it."""
-
-    rows: pa.RecordBatch
-    validate: Callable[[], None]
-    written: Callable[[int], None]
-    done: bool = False  # set under the write lock
-    error: BaseException | None = None
 
 
 class GroupCommit:
@@ -37,7 +26,7 @@ class GroupCommit:
 
     def __init__(self, lock: threading.Lock, append: Append) -> None:
         self.lock, self._append = lock, append
-        self._queue: list[_Waiter] = []
+        self._queue: list[Queued] = []
         self._guard = threading.Lock()  # the queue's own: taken briefly, never across an append
 
     @property
@@ -49,41 +38,20 @@ class GroupCommit:
     def submit(self, rows: pa.RecordBatch, validate: Callable[[], None], written: Callable[[int], None]) -> None:
         """validate(), append `rows` (with the rows of whoever else is waiting) and written(their offset), as the
         module says; returns once acknowledged, else raises validate's or the append's error."""
-        waiter = _Waiter(rows, validate, written)
+        waiter = Queued(rows, validate, written)
         with self._guard:
             self._queue.append(waiter)
         with self.lock:  # whoever holds the lock appends everything queued, this waiter's rows among them
-            if not waiter.done:
+            if not waiter.done.done():
                 self._flush()
-        if waiter.error is not None:
-            raise waiter.error
+        waiter.done.result()
 
     def _flush(self) -> None:
         """Append every queued caller's rows that pass their check as one batch (lock held); answer each."""
         with self._guard:
             queued, self._queue = self._queue, []
-        accepted: list[_Waiter] = []
-        for waiter in queued:
-            try:
-                waiter.validate()
-                accepted.append(waiter)
-            except BaseException as exc:  # noqa: BLE001 (the caller's own error, raised in its thread)
-                waiter.error, waiter.done = exc, True
-        if not accepted:
-            return
 
-        def written(offset: int) -> None:
-            for waiter in accepted:
-                waiter.written(offset)
-                offset += waiter.rows.num_rows
-        try:
-            rows = accepted[0].rows if len(accepted) == 1 else pa.concat_batches([w.rows for w in accepted])
-            if len(accepted) > 1:
-                log.debug("group commit: %d appends (%d rows) as one", len(accepted), rows.num_rows)
+        def append(rows: pa.RecordBatch, validate: Callable[[], None], written: Callable[[int], None]) -> None:
+            validate()
             self._append(rows, written)
-        except BaseException as exc:  # noqa: BLE001 (every caller of the batch hears it)
-            for waiter in accepted:
-                waiter.error = exc
-        finally:
-            for waiter in accepted:
-                waiter.done = True
+        append_together(append, queued)

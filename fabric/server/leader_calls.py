@@ -1,29 +1,31 @@
-"""Calls from the coordinator to the leader of a replicated partition (the offsets topic's appends, transaction
-markers), found in the controller's view of the cluster and retried, with that view refreshed, while they fail
-retriably (a leader moving, a node restarting)."""
+"""Calls from the coordinator to the leader of a replicated partition (the offsets topic's appends and reads,
+transaction markers), over the fabric protocol (fabric.server.peer_calls), found in the controller's view of the
+cluster and retried, with that view refreshed, while they fail retriably (a leader moving, a node restarting)."""
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable
+from typing import Any
 
-import pyarrow.flight as flight
+import msgspec
 
 from fabric.common.errors import FabricError, LeaderNotAvailableError, UnknownPartitionError
+from fabric.common.protocol.payloads import Payload
 from fabric.common.types import ClusterDescription
-from fabric.server import wire
-from fabric.server.connection import Call, Connection
+from fabric.server.connection import Connection
 from fabric.server.controller_driver import ControllerDriver
+from fabric.server.peer_calls import PeerCalls
 
 log = logging.getLogger(__name__)
 
 
 class LeaderCalls:
-    """Calls to partition leaders through `connection`'s Flight clients, each retried within `timeout_s`; the
-    leaders as `controller` last described them (described again after a failure)."""
+    """Calls to partition leaders with `connection`'s token, TLS and timeout (fabric.server.peer_calls), each
+    retried within `timeout_s`; the leaders as `controller` last described them (described again after a
+    failure)."""
 
     def __init__(self, controller: ControllerDriver, connection: Connection, timeout_s: float) -> None:
-        self.controller, self.connection, self.timeout_s = controller, connection, timeout_s
+        self.controller, self.peers, self.timeout_s = controller, PeerCalls(connection), timeout_s
         self._metadata: ClusterDescription | None = None
 
     def forget(self) -> None:
@@ -47,19 +49,20 @@ class LeaderCalls:
         return node.address, {"leader_epoch": registration.state.leader_epoch,
                               "topic_id": metadata.topic_ids.get(topic, "")}
 
-    def call(self, topic: str, partition: int, call: Callable[[dict[str, Any]], Call]) -> Any:
-        """call(quoted fields) at the partition's leader, retried while it fails retriably, within timeout_s."""
+    def call(self, topic: str, partition: int, kind: str, args: dict[str, Any], payload: Payload = b""
+             ) -> tuple[msgspec.Raw, bytes]:
+        """Request `kind` with `args` and the quoted fields at the partition's leader: (its result, its payload),
+        retried while it fails retriably, within timeout_s; a leader that does not answer is
+        LeaderNotAvailableError."""
         deadline, attempt = time.monotonic() + self.timeout_s, 0
         while True:
             try:
                 address, quoted = self.leader(topic, partition)
                 try:
-                    return call(quoted)(self.connection.client(address), self.connection.call_options)
-                except (flight.FlightUnavailableError, flight.FlightTimedOutError) as exc:
+                    return self.peers.call(address, kind, {**args, **quoted}, payload)
+                except OSError as exc:  # no connection, or no answer in time (ClientTimeoutError is a TimeoutError)
                     raise LeaderNotAvailableError(f"the leader of {topic}-{partition} at {address} did not answer "
-                                                  f"({wire.error_details(exc).get('message') or exc})") from None
-                except flight.FlightError as exc:
-                    raise wire.from_flight_error(exc) from None
+                                                  f"({exc})") from None
             except FabricError as exc:
                 if not exc.retriable or time.monotonic() >= deadline:
                     raise

@@ -3,16 +3,20 @@ stores, and the hot coordinator calls (`commit_offsets`, `committed`, `topic`), 
 name, checked and authorized exactly as its DoAction is (CoordinatorService.run_route), with plain JSON values.
 Over a store of local files (Coordinator.serves_locally) a commit, a metadata read and a produce to a topic
 that asks for no fsync wait on nothing but this process's CPU and files, so they are answered on the event loop,
-without a worker thread.
+without a worker thread. The commits the loop reads in one turn are appended together, one append per offsets
+partition (LoopCommits, coordinator.commit_batch), and answered once it is written.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import asyncio
+import concurrent.futures
+from typing import TYPE_CHECKING, Any, Callable
 
 from fabric.common import checks
 from fabric.common.errors import FabricError, InvalidRequestError
 from fabric.common.redaction import clip
 from fabric.common.types import CommittedOffset
+from fabric.coordinator.commit_batch import CommitBatch
 from fabric.coordinator.interface import Coordinator
 from fabric.server import protocol_handlers
 from fabric.server.cluster_broker import ClusterBroker
@@ -53,15 +57,55 @@ def produce_waits(coordinator: Coordinator, args: dict[str, Any]) -> bool:
     return "flush.messages" in config or "flush.ms" in config
 
 
+class LoopCommits:
+    """The commits the event loop answers, gathered per turn of the loop and appended together
+    (coordinator.commit_batch): the first commit of a turn schedules the batch's write after every request the
+    loop has read."""
+
+    def __init__(self) -> None:
+        self._batch: CommitBatch | None = None
+
+    def run(self, commit: Callable[[], None]) -> tuple[Any, Payload] | concurrent.futures.Future:
+        """commit() (on the loop's thread), its rows queued in this turn's batch: a future of the answer, settled
+        once they are written; the answer at once if it queued nothing."""
+        if self._batch is None:
+            self._batch = CommitBatch()
+            asyncio.get_running_loop().call_soon(self._write)
+        with self._batch.collecting() as queued:
+            commit()
+        if not queued:
+            return None, b""
+        answer: concurrent.futures.Future = concurrent.futures.Future()
+
+        def settled(done: concurrent.futures.Future) -> None:
+            error = done.exception()
+            if error is not None:
+                answer.set_exception(error)
+            else:
+                answer.set_result((None, b""))
+        queued[0].done.add_done_callback(settled)  # one commit is one append of one offsets partition
+        return answer
+
+    def _write(self) -> None:
+        batch, self._batch = self._batch, None
+        if batch is not None:
+            batch.write()
+
+
 def handlers(service: CoordinatorService) -> dict[str, Handler]:
     """The coordinator's request types (besides echo)."""
     broker = service.broker
 
-    def commit_offsets(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
+    loop_commits = LoopCommits()
+
+    def commit_offsets(principal: str, args: dict[str, Any], payload: bytes
+                       ) -> tuple[Any, Payload] | concurrent.futures.Future:
         if "offsets" in args:
             args["offsets"] = offsets_of(args["offsets"])
-        service.run_route(principal, "commit_offsets", args)
-        return None, b""
+        if store_waits(args):
+            service.run_route(principal, "commit_offsets", args)
+            return None, b""
+        return loop_commits.run(lambda: service.run_route(principal, "commit_offsets", args))
 
     def committed(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
         return committed_rows(service.run_route(principal, "committed", args)), b""
@@ -72,7 +116,8 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
     store = broker.coordinator
 
     def store_waits(args: dict[str, Any]) -> bool:
-        """Whether a commit or a metadata read may wait: not over a store of local files (answered on the loop)."""
+        """Whether a commit or a metadata read may wait: not over a store of local files (answered on the loop).
+        A read of committed offsets always may: it waits for a producer transaction committing the group's."""
         return not store.serves_locally()
 
     return {"produce": protocol_handlers.produce(service, ClusterBroker.append, broker.append, store.topic,

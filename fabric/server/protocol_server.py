@@ -41,19 +41,18 @@ except ImportError:  # pragma: no cover (uvloop has no Windows build)
     uvloop = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
-Answer = tuple[Any, Payload]  # a request's result and answer payload
-# (principal, args, payload) -> the answer, or (on the event loop only) a future of it, answered once it is done
-Serve = Callable[[str, dict[str, Any], bytes], "Answer | concurrent.futures.Future[Answer]"]
+# (principal, args, payload) -> (result, answer payload), or, from a handler served on the loop, a future of it
+# that the loop settles later
+Serve = Callable[[str, dict[str, Any], bytes], "tuple[Any, Payload] | concurrent.futures.Future"]
 MAX_IN_FLIGHT = 256  # a connection's requests being served at once; past it, it is read no further until some end
 WORKERS = 64
 
 
 @dataclass(frozen=True)
 class Handler:
-    """How one request type is served: `serve(principal, args, payload)` returns (result, answer payload), or, on
-    the event loop, a concurrent.futures.Future of them (a long poll woken by another thread, which holds no
-    thread meanwhile); `waits(args)` says whether it may block (run on a worker thread, where it never returns a
-    future); `order(args)`, if not None, is a key: a
+    """How one request type is served: `serve(principal, args, payload)` returns (result, answer payload) (or,
+    served on the loop, a future of them, which the loop settles: the request is answered then);
+    `waits(args)` says whether it may wait (run on a worker thread); `order(args)`, if not None, is a key: a
     connection's requests with the same key are served one at a time, in the order they came (a partition's
     produces, a group's commits), so their effects and answers keep that order."""
 
@@ -247,8 +246,7 @@ class _Connection(asyncio.Protocol):
 
     def _start(self, job: _Job) -> None:
         if not job.waits:
-            if self._serve(job):
-                self._finish(job)
+            self._serve(job)
             return
         assert self.principal is not None
         future = self.server.workers.submit(job.handler.serve, self.principal, job.args, job.payload)
@@ -290,19 +288,20 @@ class _Connection(asyncio.Protocol):
             return
         self._write(messages.encode_result(request.id, answer), b"")
 
-    def _serve(self, job: _Job) -> bool:
-        """Serve `job` on the loop: True once answered, False if its answer is a future (answered when done)."""
+    def _serve(self, job: _Job) -> None:
+        """Serve `job` on the loop: answered at once, or when the future its handler returned is done."""
         assert self.principal is not None
         try:
             answer = job.handler.serve(self.principal, job.args, job.payload)
         except Exception as exc:  # noqa: BLE001 (answered as the error it is)
             self._answer_error(job.request, exc)
-            return True
-        if isinstance(answer, concurrent.futures.Future):
-            answer.add_done_callback(lambda done: self._back_on_loop(job, done))
-            return False
+            self._finish(job)
+            return
+        if isinstance(answer, concurrent.futures.Future):  # settled on this loop later (coordinator.commit_batch)
+            answer.add_done_callback(lambda done: self._served(job, done))
+            return
         self._answer(job.request, *answer)
-        return True
+        self._finish(job)
 
     def _served(self, job: _Job, done: concurrent.futures.Future) -> None:
         exc = done.exception()

@@ -32,6 +32,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
+import msgspec
 import pyarrow as pa
 
 from fabric.common.errors import (
@@ -43,6 +44,7 @@ from fabric.common.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from fabric.common.protocol import messages, payloads
 from fabric.common.types import CommittedOffset, PartitionState, TopicPartition
 from fabric.coordinator.offsets_records import (
     CONFIG,
@@ -59,16 +61,7 @@ from fabric.coordinator.offsets_topic import OffsetsTopic
 from fabric.coordinator.producer_ids import OFFSETS_PRODUCER_ID
 from fabric.coordinator.topic_group_store import TopicGroupStore
 from fabric.coordinator.transaction_offsets import TransactionOffsets
-from fabric.server import wire
-from fabric.server.connection import (
-    ENV_CA,
-    Call,
-    Connection,
-    RemoteOptions,
-    action_call,
-    fetch_call,
-    put_call,
-)
+from fabric.server.connection import ENV_CA, Connection, RemoteOptions
 from fabric.server.controller_driver import ControllerDriver
 from fabric.server.group_commit import GroupCommit
 from fabric.server.leader_calls import LeaderCalls
@@ -81,7 +74,7 @@ FETCH_BYTES = 4 << 20
 
 class ReplicatedOffsetsLog:
     """The offsets topic's partitions on the data nodes, written by this instance while it runs `controller`
-    (whose store has the topic's metadata), through `connection`'s Flight clients (the nodes' token and TLS);
+    (whose store has the topic's metadata), with `connection`'s token and TLS (fabric.server.leader_calls);
     `timeout_s` bounds one append's retries."""
 
     shared = False
@@ -132,11 +125,13 @@ class ReplicatedOffsetsLog:
             pass  # created meanwhile
         self.leaders.forget()
 
-    def _at_leader(self, partition: int, call: Callable[[dict[str, Any]], Call]) -> Any:
-        """call(quoted fields) at the partition's leader (LeaderCalls); a fenced producer epoch is
-        CoordinatorUnavailableError (this instance was deposed), as is a partition not placed yet."""
+    def _at_leader(self, partition: int, kind: str, args: dict[str, Any], payload: bytes | pa.Buffer = b""
+                   ) -> tuple[msgspec.Raw, bytes]:
+        """Request `kind` of the partition at its leader (LeaderCalls): its result and payload; a fenced producer
+        epoch is CoordinatorUnavailableError (this instance was deposed), as is a partition not placed yet."""
         try:
-            return self.leaders.call(OFFSETS_TOPIC, partition, call)
+            return self.leaders.call(OFFSETS_TOPIC, partition, kind,
+                                     {"topic": OFFSETS_TOPIC, "partition": partition, **args}, payload)
         except InvalidProducerEpochError:
             raise CoordinatorUnavailableError(
                 f"this coordinator instance (epoch {self._epoch}) was deposed: a newer one took the "
@@ -148,11 +143,12 @@ class ReplicatedOffsetsLog:
     # -- the OffsetsLog --------------------------------------------------------------------------------------
     def read(self, partition: int, start: int) -> Iterator[tuple[int, pa.RecordBatch]]:
         """(offset, batch) of the partition from `start` to its high watermark, read at its leader."""
-        state: PartitionState = self._at_leader(partition, lambda quoted: action_call(
-            "partition_state", topic=OFFSETS_TOPIC, partition=partition, **quoted))
+        result, _ = self._at_leader(partition, "partition_state", {})
+        state: PartitionState = messages.decode_result(result, PartitionState)
         position, end = max(start, state.start_offset), state.end_offset
         while position < end:
-            fetched = self._at_leader(partition, functools.partial(self._fetch, partition, position, end))
+            fetched = payloads.fetched_of(*self._at_leader(partition, "fetch", {
+                "offset": position, "max_bytes": FETCH_BYTES, "end_offset": end}))
             if not fetched:
                 raise CoordinatorUnavailableError(f"{OFFSETS_TOPIC}-{partition} returned nothing at offset {position} "
                                                   f"below its high watermark {end}; retry")
@@ -162,19 +158,13 @@ class ReplicatedOffsetsLog:
                 yield run.offset, run.batch
                 position = run.offset + run.batch.num_rows
 
-    @staticmethod
-    def _fetch(partition: int, offset: int, end: int, quoted: dict[str, Any]) -> Call:
-        return fetch_call(wire.fetch_ticket(OFFSETS_TOPIC, partition, offset, FETCH_BYTES, end, **quoted))
-
     def _send(self, partition: int, sequence: int, rows: pa.RecordBatch) -> int:
         """Append `rows` at the leader with acks=all as sequence `sequence` of the offsets producer; its offset."""
-        def call(quoted: dict[str, Any]) -> Call:
-            descriptor = wire.put_descriptor(
-                "append", topic=OFFSETS_TOPIC, partition=partition, codec="none", acks="all",
-                timeout_ms=int(self.timeout_s * 1000), producer_id=OFFSETS_PRODUCER_ID, producer_epoch=self._epoch,
-                base_sequence=sequence, **quoted)
-            return put_call(descriptor, rows.schema, lambda: [rows])
-        offset: int = self._at_leader(partition, call)
+        result, _ = self._at_leader(partition, "produce", {
+            "codec": "none", "acks": "all", "timeout_ms": int(self.timeout_s * 1000),
+            "producer_id": OFFSETS_PRODUCER_ID, "producer_epoch": self._epoch, "base_sequence": sequence},
+            payloads.ipc_stream(rows.schema, [rows]))
+        offset: int = messages.decode_result(result, int)
         return offset
 
     def _write(self, partition: int, rows: pa.RecordBatch, written: Callable[[int], None]) -> None:
@@ -279,9 +269,9 @@ class OffsetsLoader:
 
 
 def node_connection(tls: bool, token: str | None) -> Connection:
-    """Flight clients to the data nodes, with the instance's own `token` (connection.server_token: it needs write
-    on the offsets topic) and the CA ($FABRIC_TLS_CA) nodes use towards each other; TLS when the instance itself
-    serves TLS."""
+    """The options of calls to the data nodes (fabric.server.peer_calls), with the instance's own `token`
+    (connection.server_token: it needs write on the offsets topic) and the CA ($FABRIC_TLS_CA) nodes use towards
+    each other; TLS when the instance itself serves TLS."""
     return Connection(RemoteOptions((), token, tls,  # no coordinator addresses: only client(node address) is used
                                     os.environ.get(ENV_CA) or None, 30.0))
 

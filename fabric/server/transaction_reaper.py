@@ -19,7 +19,6 @@ from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.errors import FabricError, UnknownPartitionError, UnknownTopicError
 from fabric.common.types import TopicPartition, TransactionRecord, TransactionWriter
 from fabric.coordinator.transaction_timeouts import TransactionTimeouts
-from fabric.server.connection import action_call
 from fabric.server.leader_calls import LeaderCalls
 
 log = logging.getLogger(__name__)
@@ -90,6 +89,6 @@ class TransactionReaper:
 
     def _mark(self, transactional_id: str, tp: TopicPartition, writer: TransactionWriter) -> None:
         abort = [[writer.producer_id, writer.producer_epoch + 1]]
-        self.leaders.call(tp[0], tp[1], lambda quoted: action_call(
-            "write_markers", topic=tp[0], partition=tp[1], transactional_id=transactional_id, commit=[],
-            abort=abort, timeout_ms=int(self.leaders.timeout_s * 1000), **quoted))
+        self.leaders.call(tp[0], tp[1], "write_markers", {
+            "topic": tp[0], "partition": tp[1], "transactional_id": transactional_id, "commit": [], "abort": abort,
+            "timeout_ms": int(self.leaders.timeout_s * 1000)})

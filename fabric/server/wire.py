@@ -335,6 +335,17 @@ def exception_of(info: dict[str, Any]) -> errors.FabricError | None:
     return None
 
 
+def refusal(info: dict[str, Any]) -> Exception:
+    """The exception a server's {"type", "message"} stands for, over any transport: its fabric.errors class,
+    NotImplementedError, else a FabricError with its message."""
+    known = exception_of(info)
+    if known is not None:
+        return known
+    if info.get("type") == "NotImplementedError":
+        return NotImplementedError(info.get("message", ""))
+    return errors.FabricError(str(info.get("message", "")))
+
+
 def not_active(instance: str, active: str) -> flight.FlightUnavailableError:
     """The answer of a standby to a call only the active instance serves."""
     message = f"{instance} is not the active coordinator, active is {active or 'not yet elected'}"
@@ -372,11 +383,8 @@ def error_details(exc: flight.FlightError) -> dict[str, Any]:
 def from_flight_error(exc: flight.FlightError) -> Exception:
     """The exception to raise client-side: the same fabric.errors class and message the server raised."""
     info = error_details(exc)
-    known = exception_of(info)
-    if known is not None:
-        return known
-    if info.get("type") == "NotImplementedError":
-        return NotImplementedError(info["message"])
+    if exception_of(info) is not None or info.get("type") == "NotImplementedError":
+        return refusal(info)
     if isinstance(exc, flight.FlightUnauthenticatedError):
         return errors.AuthenticationError(f"the coordinator rejected the credentials: {exc}; "
                                           "set FABRIC_TOKEN or add ?token=... to the fabric:// URL")

@@ -2,8 +2,9 @@
 pipelined on one connection keep their order per partition, a retried idempotent produce is answered with the
 first offset, every refusal is the error Flight gives with nothing written (another version, no hello, an unknown
 type, an unknown token, another principal's producer id, an ACL, an oversized or truncated frame, a stale leader
-epoch), commits answered on the coordinator's event loop are checked and fenced as over Flight, and a Java
-program built from Spark's jars alone fetches a partition range as the Python consumer reads it.
+epoch; the offsets producer id and transaction markers without cluster_action), commits answered on the
+coordinator's event loop are checked and fenced as over Flight, and a Java program built from Spark's jars alone
+fetches a partition range as the Python consumer reads it.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from fabric.common.errors import (
     FencedLeaderEpochError,
     IllegalGenerationError,
     InvalidRequestError,
+    InvalidTxnStateError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
     UnknownMemberError,
@@ -33,7 +35,8 @@ from fabric.common.errors import (
 from fabric.common.protocol import frames, messages
 from fabric.common.protocol.connection import ProtocolConnection
 from fabric.common.records import to_storage
-from fabric.common.types import JoinRequest
+from fabric.common.types import JoinRequest, PartitionState
+from fabric.coordinator.producer_ids import OFFSETS_PRODUCER_ID
 from fabric.server import wire
 
 TOKENS = {"admin-token": "admin", "node-token": "node", "user-token": "user", "other-token": "other"}
@@ -150,6 +153,19 @@ def test_commits_on_the_coordinators_loop_are_authorized_fenced_checked_and_kept
     for request_id in sent:
         member.wait(request_id, 30.0)
     assert coordinator.committed(group)[("mine", 0)].offset == base + 1
+    # a burst of several groups' commits (the loop writes those of one turn together): a stale one among them is
+    # refused alone, the others are written
+    alone = [f"{group}-{n}" for n in range(4)]
+    burst = [member.send("commit_offsets", {"group": other, "offsets": [["mine", 0, base + 2]]}) for other in alone]
+    stale = member.send("commit_offsets", {**who, "generation": joined.generation + 1, "offsets": [["mine", 0, base]]})
+    burst += [member.send("commit_offsets", {"group": other, "offsets": [["mine", 0, base + 1]]}) for other in alone]
+    for request_id in burst:
+        member.wait(request_id, 30.0)
+    with pytest.raises(IllegalGenerationError, match="is stale"):
+        member.wait(stale, 30.0)
+    kept = {other: coordinator.committed(other)[("mine", 0)].offset for other in alone}
+    assert kept == dict.fromkeys(alone, base + 1)
+    assert coordinator.committed(group)[("mine", 0)].offset == base + 1
     with pytest.raises(OffsetOutOfRangeError, match="cannot commit offset"):
         member.call("commit_offsets", {**who, "offsets": [["mine", 0, end_offset(admin, "mine", 0) + 1]]})
     assert coordinator.committed(group)[("mine", 0)].offset == base + 1
@@ -213,6 +229,34 @@ def test_refusals_name_the_problem_and_write_nothing(secured_cluster, admin, whe
         raw.sendall(hello() + frames.encode(header, produce_payload(rows(b"cut")).to_pybytes())[:-10])
     assert end_offset(admin, topic, 0) == before
     connection.close()
+
+
+def test_the_coordinators_requests_to_a_node_need_cluster_action_for_the_offsets_producer_and_markers(
+        secured_cluster, admin) -> None:
+    """The coordinator's calls to partition leaders (offsets-topic appends as the fixed offsets producer, the
+    markers of timed-out transactions, partition_state) are checked on a node's protocol port as over Flight: a
+    principal without cluster_action on the cluster may neither write as the offsets producer nor write markers
+    of a transactional id it may not write, and nothing is written; the coordinator's principal ("node") passes
+    authorization (its stray marker is then refused as undecided)."""
+    before = end_offset(admin, "mine-rf", 0)
+    user, coordinator = connect(secured_cluster, "node"), connect(secured_cluster, "node", "node-token")
+    with pytest.raises(AuthorizationError, match="'user' may not write as producer id .* the coordinator's offsets "
+                                                 "producer, which needs cluster_action on cluster:fabric"):
+        user.call("produce", {"topic": "mine-rf", "partition": 0, "acks": "all", "producer_id": OFFSETS_PRODUCER_ID,
+                              "producer_epoch": 0, "base_sequence": 0}, produce_payload(rows(b"forged")))
+    markers = {"topic": "mine-rf", "partition": 0, "transactional_id": "theirs", "commit": [],
+               "abort": [[admin.cluster.init_producer_id().producer_id, 1]]}
+    with pytest.raises(AuthorizationError, match="principal 'user' is not allowed to write transactional-id:theirs"):
+        user.call("write_markers", markers)
+    with pytest.raises(InvalidTxnStateError, match="not what the coordinator decided"):
+        coordinator.call("write_markers", markers)
+    with pytest.raises(AuthorizationError, match="principal 'other' is not allowed to describe topic:mine-rf"):
+        connect(secured_cluster, "node", "other-token").call("partition_state", {"topic": "mine-rf", "partition": 0})
+    state = messages.decode_result(user.call("partition_state", {"topic": "mine-rf", "partition": 0})[0],
+                                   PartitionState)
+    assert (state.topic, state.end_offset) == ("mine-rf", before) == ("mine-rf", end_offset(admin, "mine-rf", 0))
+    user.close()
+    coordinator.close()
 
 
 def test_a_replica_fetch_needs_cluster_action_and_is_checked_as_the_doaction(secured_cluster, admin) -> None:

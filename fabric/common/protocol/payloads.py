@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Sequence, TypeAlias
 
+import msgspec
 import pyarrow as pa
 
 from fabric.common.errors import InvalidRequestError
+from fabric.common.protocol import messages
 from fabric.common.redaction import shorten
+from fabric.common.types import Fetched
 
 Payload: TypeAlias = bytes | pa.Buffer  # a frame's payload as it is sent
 
@@ -30,3 +33,11 @@ def read_stream(payload: bytes | pa.Buffer, what: str) -> tuple[pa.Schema, list[
     except (pa.ArrowException, ValueError, OSError) as exc:
         raise InvalidRequestError(f"the payload of {what} is not an Arrow IPC stream ({shorten(str(exc))}); "
                                   "send it with a fabric client (docs/protocol.md)") from None
+
+
+def fetched_of(result: msgspec.Raw, payload: bytes) -> list[Fetched]:
+    """The Fetched runs of a fetch's answer (its result and payload): each batch of the payload with its offset and
+    timestamp type."""
+    runs: list[dict[str, int]] = messages.decode_result(result, list[dict[str, int]])
+    _, batches = read_stream(payload, "a fetch answer")
+    return [Fetched(run["offset"], batch, run["timestamp_type"]) for run, batch in zip(runs, batches, strict=True)]

@@ -15,10 +15,11 @@ node's raw frames of the range), which need cluster_action on the cluster resour
 coordinator service's (fabric.server.wire). Every request is checked against the ReplicaManager method it calls,
 authenticated and authorized as the coordinator's are (same tokens and ACL files), and refused with
 NotLeaderError / FencedLeaderEpochError unless this node leads the partition under the quoted leader epoch.
-Produce and fetch are also served over the fabric protocol (docs/protocol.md) on a port of their own, named
-`protocol_address` in the node's status, with the same checks, and so is the followers' `replica_fetch` alone (it
-needs cluster_action too; a fetch covers many partitions at once: a JSON answer per partition in the header, its
-state or its error, and the frames of those that have some, one after the other, as the payload).
+Produce, fetch, `partition_state` and `write_markers` (the coordinator's calls to leaders) are also served over
+the fabric protocol (docs/protocol.md) on a port of their own, named `protocol_address` in the node's status,
+with the same checks, and so is the followers' `replica_fetch` alone (it needs cluster_action too; a fetch covers
+many partitions at once: a JSON answer per partition in the header, its state or its error, and the frames of
+those that have some, one after the other, as the payload).
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ from fabric.server.node import follower_fetches
 from fabric.server.node.partition import ReplicaFetch
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.settings import NodeSettings
-from fabric.server.protocol_server import Answer, Handler, Payload
+from fabric.server.protocol_server import Handler, Payload
 
 log = logging.getLogger(__name__)
 ACTIONS = {"partition_state": "describe", "offset_for_time": "describe",  # action -> ACL operation on its topic
@@ -49,6 +50,8 @@ ACTIONS = {"partition_state": "describe", "offset_for_time": "describe",  # acti
 # other nodes' calls (followers', and replicas repairing a damaged range), and an operator's abort of a hanging
 # transaction (as Kafka's WriteTxnMarkers): on the cluster
 REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_range", "abort_open_transaction")
+PROTOCOL_ACTIONS = ("partition_state", "write_markers")  # also served over the fabric protocol (the coordinator's)
+Answer = tuple[Any, Payload]  # a protocol request's result and payload
 
 
 def _fetch_answer(answer: ReplicaFetch | FabricError) -> dict[str, Any]:
@@ -93,6 +96,7 @@ class NodeService(FabricFlightServer):
         self.protocol = protocol_handlers.start(self, settings.listen.rpartition(":")[0], {
             "produce": protocol_handlers.produce(self, ReplicaManager.append, replicas.append, replicas.topic),
             "fetch": protocol_handlers.fetch(self, ReplicaManager.fetch, replicas.fetch, self.topic_schema),
+            **{name: self._protocol_action(name) for name in PROTOCOL_ACTIONS},
             "replica_fetch": Handler(self._replica_fetch, lambda args: False)})
 
     @property
@@ -118,17 +122,30 @@ class NodeService(FabricFlightServer):
         if action.type not in ACTIONS and action.type not in REPLICA_ACTIONS:
             raise InvalidRequestError(f"unknown node action {clip(action.type, 60)}; known: "
                                       f"{', '.join(sorted([*ACTIONS, *REPLICA_ACTIONS, 'status']))}")
-        method = getattr(ReplicaManager, action.type)
-        check_call(action.type, method, args)
-        if action.type in REPLICA_ACTIONS or (action.type == "write_markers" and self._cluster_action(context)):
-            self.authorize(context, [("cluster_action", security.CLUSTER)])  # markers: the coordinator's timeouts
-        else:
-            self.authorize(context, [(ACTIONS[action.type], f"topic:{args['topic']}"), *(
-                [("write", f"transactional-id:{args['transactional_id']}")] if "transactional_id" in args else [])])
-        result = getattr(self.replicas, action.type)(**args)
+        result = self.run_action(self.principal(context), action.type, args)
         if action.type == "replica_range":  # the raw frames
             return [flight.Result(result)]
         return [wire.dumps(result)]
+
+    def run_action(self, principal: str, name: str, args: dict[str, Any]) -> Any:
+        """Action `name` (of ACTIONS or REPLICA_ACTIONS) by `principal`, over any transport: its arguments checked
+        against the ReplicaManager method, then authorized (cluster_action on the cluster for other nodes' calls,
+        and for markers written by the coordinator; else the action's operation on the topic, and write on the
+        transactional id it names), then run."""
+        check_call(name, getattr(ReplicaManager, name), args)
+        if name in REPLICA_ACTIONS or (name == "write_markers" and self.authorizer.allowed(
+                principal, "cluster_action", security.CLUSTER)):
+            self.authorizer.check(principal, [("cluster_action", security.CLUSTER)])  # markers: the coordinator's
+        else:
+            self.authorizer.check(principal, [(ACTIONS[name], f"topic:{args['topic']}"), *(
+                [("write", f"transactional-id:{args['transactional_id']}")] if "transactional_id" in args else [])])
+        return getattr(self.replicas, name)(**args)
+
+    def _protocol_action(self, name: str) -> Handler:
+        """The fabric protocol request of action `name`: its arguments, its JSON result (run_action)."""
+        def serve(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, bytes]:
+            return self.run_action(principal, name, args), b""
+        return Handler(serve)
 
     def _replica_fetch(self, principal: str, args: dict[str, Any], payload: bytes
                        ) -> Answer | concurrent.futures.Future[Answer]:
@@ -161,11 +178,6 @@ class NodeService(FabricFlightServer):
             return _replica_answer(fetch.answers)
         timer = loop.call_later(fetch.wait_s, complete)
         return answer
-
-    def _cluster_action(self, context: flight.ServerCallContext) -> bool:
-        """True if the caller may act for the cluster (the coordinator, other nodes)."""
-        return self.authorizer.allowed(context.get_middleware(security.MIDDLEWARE_KEY).name, "cluster_action",
-                                       security.CLUSTER)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         return [(name, f"node.{name}") for name in sorted([*ACTIONS, *REPLICA_ACTIONS, "status"])]

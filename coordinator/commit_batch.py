@@ -1,0 +1,130 @@
+"""Offset commits gathered over one turn of a server's event loop and appended together: group commit for a server
+that answers commits on its loop thread, where no two commits are ever in flight at once to be joined.
+
+While a `CommitBatch` is collecting (`collecting()`, around one request's handling), OffsetsTopic.commit queues the
+commit's rows in it (`queue`) instead of appending them. `write()`, called once the loop has read every request that
+arrived, appends each offsets partition's queued rows as one batch, in arrival order, through the partition's
+own append: every caller's check (its generation) runs under the partition's write lock first, and a caller whose
+check fails is answered alone, its rows left out (the others are appended without them). Each caller learns its
+outcome from its `Queued.done` future: None once its rows are written, else the error. A failed append fails
+every caller of its batch, and none of them is acknowledged.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import contextvars
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Iterator
+
+import pyarrow as pa
+
+log = logging.getLogger(__name__)
+# (rows, validate, written) -> None: one offsets partition's append (OffsetsLog.append, its partition bound)
+Append = Callable[[pa.RecordBatch, Callable[[], None], Callable[[int], None]], None]
+# the batch this thread's commits are queued in now, and the list of those queued within the current block
+_COLLECTING: contextvars.ContextVar[tuple[CommitBatch, list[Queued]] | None] = contextvars.ContextVar(
+    "fabric_commit_batch", default=None)
+
+
+class _Rejected(Exception):
+    """Some caller's check failed: nothing of the batch was appended; it is tried again without them."""
+
+
+@dataclass
+class Queued:
+    """One caller's rows, its check, what to tell once written, and its outcome."""
+
+    rows: pa.RecordBatch
+    validate: Callable[[], None]
+    written: Callable[[int], None]
+    done: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+
+
+def queue(key: Hashable, append: Append, rows: pa.RecordBatch, validate: Callable[[], None],
+          written: Callable[[int], None]) -> bool:
+    """Queue a commit's `rows` for offsets partition `key` (appended by `append`) in the batch this thread is
+    collecting into, if any (True); False: none is collecting, the caller appends them itself."""
+    collecting = _COLLECTING.get()
+    if collecting is None:
+        return False
+    batch, added = collecting
+    queued = Queued(rows, validate, written)
+    batch._partitions.setdefault(key, (append, []))[1].append(queued)
+    added.append(queued)
+    return True
+
+
+class CommitBatch:
+    """The commits queued in one turn of a loop, per offsets partition (`key`), each with its partition's
+    append."""
+
+    def __init__(self) -> None:
+        self._partitions: dict[Hashable, tuple[Append, list[Queued]]] = {}
+
+    @contextlib.contextmanager
+    def collecting(self) -> Iterator[list[Queued]]:
+        """Within the block, this thread's commits are queued here; the list holds those queued within it."""
+        added: list[Queued] = []
+        token = _COLLECTING.set((self, added))
+        try:
+            yield added
+        finally:
+            _COLLECTING.reset(token)
+
+    def write(self) -> None:
+        """Append every partition's queued rows (module docstring); every caller's `done` is settled."""
+        partitions, self._partitions = self._partitions, {}
+        for append, queued in partitions.values():
+            append_together(append, queued)
+
+
+def append_together(append: Append, queued: list[Queued]) -> None:
+    """Append the rows of the callers `queued` whose checks pass as one batch, in their order, and settle each
+    caller's `done`: None once written, else its check's error or the append's (each of the batch hears it)."""
+    try:
+        pending = queued
+        while pending:
+            failed = _append_checked(append, pending)
+            if not failed:
+                for one in pending:
+                    one.done.set_result(None)
+                return
+            for one, exc in failed:  # nothing was written: again, without those
+                one.done.set_exception(exc)
+            pending = [one for one in pending if not one.done.done()]
+    except BaseException as exc:  # noqa: BLE001 (every caller not yet answered hears it)
+        for one in queued:
+            if not one.done.done():
+                one.done.set_exception(exc)
+        if not isinstance(exc, Exception):
+            raise
+
+
+def _append_checked(append: Append, callers: list[Queued]) -> list[tuple[Queued, Exception]]:
+    """Append the rows of `callers` as one batch if every caller's check passes (under the append's lock), each
+    told where its rows landed; else append nothing and return the callers whose checks failed, with why."""
+    failed: list[tuple[Queued, Exception]] = []
+
+    def validate() -> None:
+        for one in callers:
+            try:
+                one.validate()
+            except Exception as exc:  # noqa: BLE001 (this caller's answer)
+                failed.append((one, exc))
+        if failed:
+            raise _Rejected()
+
+    def written(offset: int) -> None:
+        for one in callers:
+            one.written(offset)
+            offset += one.rows.num_rows
+    rows = callers[0].rows if len(callers) == 1 else pa.concat_batches([one.rows for one in callers])
+    try:
+        append(rows, validate, written)
+    except _Rejected:
+        return failed
+    if len(callers) > 1:
+        log.debug("group commit: %d commits (%d rows) in one append", len(callers), rows.num_rows)
+    return []

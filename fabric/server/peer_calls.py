@@ -1,0 +1,80 @@
+"""Calls from one server to a data node over the fabric protocol (docs/protocol.md): the coordinator's calls to
+partition leaders (fabric.server.leader_calls).
+
+A node names its protocol address in its Flight `status`; it is asked once per node and kept until a connection to
+it fails (a restarted node has a new port). The calls carry the caller's own token and TLS context (its Flight
+`Connection`'s), share one connection per node, and get the time the caller has left (call_deadline); the node
+authorizes each exactly as the Flight call it stands for, and its refusal is raised as the same fabric error.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import msgspec
+import pyarrow.flight as flight
+
+from fabric.common.errors import ClientTimeoutError, UnsupportedVersionError
+from fabric.common.protocol.connection import ProtocolClients, client_ssl
+from fabric.common.protocol.payloads import Payload
+from fabric.server import wire
+from fabric.server.connection import Connection, action_call, time_left
+
+log = logging.getLogger(__name__)
+
+
+class PeerCalls:
+    """Protocol connections to the data nodes, by each node's Flight address, with `connection`'s token, TLS, CA
+    and timeout."""
+
+    def __init__(self, connection: Connection) -> None:
+        options = connection.options
+        self.connection = connection
+        self.clients = ProtocolClients(options.token, client_ssl(connection.ca) if options.tls else None,
+                                       wire.refusal)
+        self._addresses: dict[str, str] = {}  # a node's Flight address -> its protocol address
+        self._lock = threading.Lock()
+
+    def call(self, node: str, kind: str, args: dict[str, Any], payload: Payload = b""
+             ) -> tuple[msgspec.Raw, bytes]:
+        """Request `kind` at the node whose Flight address is `node`: (its result, its payload), within the
+        connection's timeout (less inside call_deadline). The node's refusal is raised as its fabric error;
+        ClientTimeoutError if no answer came in time, ConnectionError (an OSError) if the node cannot be reached
+        or the connection broke (the request may have been served)."""
+        timeout_s = time_left(self.connection.options.timeout_s)
+        address = self._address(node)
+        try:
+            return self.clients.get(address, timeout_s).call(kind, args, payload, timeout_s)
+        except ClientTimeoutError:
+            raise  # the connection stays: other requests on it are answered
+        except OSError:
+            with self._lock:
+                self._addresses.pop(node, None)  # asked again: a restarted node has a new port
+            self.clients.close([address])
+            raise
+
+    def _address(self, node: str) -> str:
+        """The protocol address `node` names in its Flight status; ConnectionError if it does not answer,
+        UnsupportedVersionError if it names none (a node of an older version)."""
+        with self._lock:
+            known = self._addresses.get(node)
+        if known is not None:
+            return known
+        try:
+            status = action_call("status")(self.connection.client(node), self.connection.call_options)
+        except (flight.FlightUnavailableError, flight.FlightTimedOutError) as exc:
+            raise ConnectionError(wire.error_details(exc).get("message") or str(exc)) from None
+        except flight.FlightError as exc:
+            raise wire.from_flight_error(exc) from None
+        address = str(status.get("protocol_address") or "")
+        if not address:
+            raise UnsupportedVersionError(f"the data node at {node} serves no fabric protocol port (an older "
+                                          "version): upgrade it to the coordinator's version")
+        with self._lock:
+            self._addresses[node] = address
+        log.debug("data node %s serves the fabric protocol at %s", node, address)
+        return address
+
+    def close(self) -> None:
+        self.clients.close()
