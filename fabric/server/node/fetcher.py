@@ -1,6 +1,6 @@
 """A follower's replica fetcher (Kafka's ReplicaFetcherThread): one per leader node, copying the leader's frames
 byte for byte into the follower's logs, and the leader's high watermark with them, for every partition this node
-follows there, in one request (replica_fetch, over the leader's fabric protocol port: node_protocol).
+follows there, in one request (replica_fetch, over the leader's fabric protocol port: fabric.server.peer_calls).
 
 Each partition has its own state: TRUNCATING (new, or after the leader refused an offset or sent frames that do
 not follow this log) -> FETCHING; it leaves the fetcher when the replica no longer follows that leader epoch
@@ -48,7 +48,7 @@ from fabric.common.types import EpochEndOffset, TopicPartition
 from fabric.server import wire
 from fabric.server.connection import Call, action_call
 from fabric.server.node.partition import NO_FRAMES, PartitionReplica
-from fabric.server.node_protocol import NodeProtocol
+from fabric.server.peer_calls import PeerCalls
 from fabric.storage import truncation
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class ReplicaFetcher:
     OffsetsForLeaderEpoch (rare: once per leadership change) over Flight (`peer`); `refresh` asks the controller
     for this node's latest states."""
 
-    def __init__(self, node_id: int, leader_id: int, address: str, peer: Peer, protocol: NodeProtocol,
+    def __init__(self, node_id: int, leader_id: int, address: str, peer: Peer, protocol: PeerCalls,
                  refresh: Callable[[], None], settings: FetchSettings, guard: StorageGuard) -> None:
         self.node_id, self.leader_id, self.address = node_id, leader_id, address
         self.peer, self.protocol, self.refresh, self.settings, self.guard = peer, protocol, refresh, settings, guard
@@ -298,10 +298,13 @@ class ReplicaFetcher:
         """One replica_fetch of `partitions`, each (topic, partition, offset, leader epoch, topic id), at the
         leader's protocol port: an answer and frames per partition (NO_FRAMES for those answered without)."""
         settings = self.settings
-        result, payload = self.protocol.call(
-            f"leader node {self.leader_id}", self.address, "replica_fetch", {
+        try:
+            result, payload = self.protocol.call(self.address, "replica_fetch", {
                 "replica_id": self.node_id, "partitions": partitions, "max_bytes": settings.max_bytes,
                 "response_max_bytes": settings.response_max_bytes, "max_wait_ms": settings.max_wait_ms})
+        except OSError as exc:  # unreachable, broken, or no answer in time (ClientTimeoutError)
+            raise LeaderNotAvailableError(f"leader node {self.leader_id} at {self.address} did not answer (fabric "
+                                          f"protocol: {exc})") from None
         return fetch_answers(len(partitions), result, payload)
 
     @staticmethod

@@ -51,7 +51,7 @@ from fabric.server.node.scrubber import Scrubber
 from fabric.server.node.service import NodeService
 from fabric.server.node.settings import NodeSettings, add_node_arguments, node_settings_from
 from fabric.server.node.transaction_verification import TransactionVerification
-from fabric.server.node_protocol import NodeProtocol
+from fabric.server.peer_calls import PeerCalls
 from fabric.server.producer_owners import ProducerOwners
 from fabric.server.shutdown import Interrupted, Shutdown
 from fabric.storage import lock
@@ -253,7 +253,7 @@ def serve(settings: NodeSettings) -> None:
     # a heartbeat must give up before the session lapses, so the node notices it is cut off in time
     connection = Connection(dataclasses.replace(options, token=token, timeout_s=min(
         options.timeout_s, settings.session_timeout_ms / 2000)))
-    protocol = NodeProtocol(connection)
+    protocol = PeerCalls(connection)
     server = node = None
     scrubber: Scrubber | None = None
     maintenance: LogMaintenance | None = None

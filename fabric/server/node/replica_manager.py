@@ -57,7 +57,7 @@ from fabric.server.node.partition import PartitionReplica, ReplicaFetch, Role
 from fabric.server.node.repair import RANGE_MAX_BYTES, Repairer, peer_copy
 from fabric.server.node.storage_health import Condition, Health, StorageHealth
 from fabric.server.node.transaction_verification import TransactionVerification
-from fabric.server.node_protocol import NodeProtocol
+from fabric.server.peer_calls import PeerCalls
 from fabric.storage import scrub
 from fabric.storage.cleaner import CleanReport
 from fabric.storage.log import Log
@@ -93,7 +93,7 @@ class ReplicaManager:
 
     def __init__(self, node_id: int, data_dir: str, peer: Peer | None = None,
                  fetch_settings: FetchSettings = FetchSettings(), replica_lag_time_max_ms: int = 30000,
-                 verify_on_start: bool = False, protocol: NodeProtocol | None = None) -> None:
+                 verify_on_start: bool = False, protocol: PeerCalls | None = None) -> None:
         self.node_id = node_id
         with disk_errors(data_dir, "open the node's data directory"):
             self.logs = LogManager(data_dir, lambda txn: False, replica=True)  # a node never publishes transactions
