@@ -241,16 +241,20 @@ def latency(all_paths: list[Path], rate: float, warmup_s: float, seconds: float,
 
 
 # -- failover -----------------------------------------------------------------------------------------------
-def acked_after(fab: fabric.Fabric, topic: str, kill: Callable[[], None]) -> float:
-    """Seconds from kill() (called between two sends) to the ack of the next send, which the producer retries
-    (every retry_backoff_ms) until the partition has a leader again."""
+def acked_after(fab: fabric.Fabric, topic: str, kill: Callable[[], None],
+                moved: Callable[[], bool] = lambda: True) -> float:
+    """Seconds from kill() (called between two sends) to the first ack once the leadership `moved()`: the producer
+    retries each send (every retry_backoff_ms) until the partition has a leader again, and sends again while the
+    old leader still acks (a SIGTERMed node serves until its controlled shutdown has handed the leadership over)."""
     with fab.producer(acks="all", linger_ms=0) as producer:
         for _ in range(10):  # the producer is warm and the partition's leader known before the kill
             producer.send(topic, PAD).result(SETTLE_S)
         killed = time.perf_counter()
         kill()
-        producer.send(topic, PAD).result(SETTLE_S + 60)
-        return time.perf_counter() - killed
+        while True:
+            producer.send(topic, PAD).result(SETTLE_S + 60)
+            if moved() or time.perf_counter() - killed > SETTLE_S:
+                return time.perf_counter() - killed
 
 
 def kill_leader(cluster: LocalCluster, fab: fabric.Fabric, topic: str, sig: signal.Signals) -> float:
@@ -260,7 +264,8 @@ def kill_leader(cluster: LocalCluster, fab: fabric.Fabric, topic: str, sig: sign
     assert leader is not None  # wait_for returns a truthy value
     process = cluster.nodes[leader].process
     assert process is not None
-    seconds = acked_after(fab, topic, lambda: process.send_signal(sig))
+    seconds = acked_after(fab, topic, lambda: process.send_signal(sig),
+                          lambda: fab.describe_topic(topic).partitions[0].leader != leader)
     moved = fab.describe_topic(topic).partitions[0]
     if moved.leader == leader:
         raise RuntimeError(f"{topic}-0 was acknowledged with node {leader} still its leader after its {sig.name}")

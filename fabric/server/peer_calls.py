@@ -1,5 +1,6 @@
 """Calls from one server to a data node over the fabric protocol (docs/protocol.md): the coordinator's calls to
-partition leaders (fabric.server.leader_calls).
+partition leaders (fabric.server.leader_calls), and a follower node's replica fetches from its leaders
+(fabric.server.node.fetcher).
 
 A node names its protocol address in its Flight `status`; it is asked once per node and kept until a connection to
 it fails (a restarted node has a new port). The calls carry the caller's own token and TLS context (its Flight

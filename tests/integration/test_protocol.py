@@ -259,6 +259,26 @@ def test_the_coordinators_requests_to_a_node_need_cluster_action_for_the_offsets
     coordinator.close()
 
 
+def test_a_replica_fetch_needs_cluster_action_and_is_checked_as_the_doaction(secured_cluster, admin) -> None:
+    """A follower's replica_fetch at the node's protocol port: refused to a principal without cluster_action on the
+    cluster, its arguments checked, and answered to the nodes' principal with a JSON answer per partition."""
+    state = admin.cluster.describe_cluster(refresh=True).partitions[("mine-rf", 0)].state
+    fetch = {"replica_id": 2, "partitions": [["mine-rf", 0, 0, state.leader_epoch, ""]], "max_wait_ms": 0}
+    user = connect(secured_cluster, "node")
+    with pytest.raises(AuthorizationError, match="principal 'user' is not allowed to cluster_action cluster:fabric"):
+        user.call("replica_fetch", fetch)
+    node = connect(secured_cluster, "node", "node-token")
+    with pytest.raises(InvalidRequestError, match="argument 'partitions' must be"):
+        node.call("replica_fetch", {**fetch, "partitions": [["mine-rf", 0]]})
+    result, payload = node.call("replica_fetch", fetch)
+    [answer] = messages.decode_result(result, list[dict])
+    assert answer["error"] == {"type": "IneligibleReplicaError",
+                               "message": "node 2 is not a follower of mine-rf-0 (replicas [1])"}
+    assert payload == b""
+    user.close()
+    node.close()
+
+
 def test_the_first_request_must_be_hello(secured_cluster) -> None:
     answers = until_closed(protocol_address(secured_cluster, "coordinator"),
                            frames.encode(messages.encode_request(5, "fetch", {"topic": "mine"})))

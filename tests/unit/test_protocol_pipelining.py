@@ -1,9 +1,11 @@
 """The pipelining rules of the fabric protocol, on a real ProtocolServer and ProtocolConnection in this process:
 requests of one order (a partition's produces) are served one at a time in the order they came, others beside
 them and answered as they finish; a request that cannot be ordered is refused alone; a client that half-closes
-still gets its answers; answers find their waiters whichever thread reads the socket."""
+still gets its answers; answers find their waiters whichever thread reads the socket; a handler's future is
+answered when done, holding up nothing meanwhile."""
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
 from typing import Any
@@ -141,3 +143,31 @@ def test_threads_that_open_a_servers_connection_at_once_share_one_and_none_is_cu
     assert answers == {p: 0 for p in range(8)}  # no request failed on a connection another thread closed
     assert len({id(c) for c in got.values()}) == 1 and not got[0].broken
     clients.close()
+
+
+def test_a_loop_handlers_future_is_answered_when_done_and_holds_up_nothing_meanwhile() -> None:
+    """A handler on the event loop may answer with a future (a long poll that holds no thread): requests after it
+    are answered while it is pending, and it is answered with its result, or its error, once another thread
+    completes it."""
+    pending: list[concurrent.futures.Future] = []
+
+    def held(principal: str, args: dict[str, Any], payload: bytes) -> concurrent.futures.Future:
+        pending.append(concurrent.futures.Future())
+        return pending[-1]
+    handlers = {"held": Handler(held, lambda args: False),
+                "now": Handler(lambda principal, args, payload: (args, b""), lambda args: False)}
+    server = ProtocolServer("127.0.0.1", 0, handlers, None, wire.error_fields, 1 << 20).start()
+    connection = connect(server)
+    try:
+        first, second = connection.send("held", {}), connection.send("held", {})
+        assert bytes(connection.call("now", {"n": 1}, timeout_s=10)[0]) == b'{"n":1}'  # the loop was not held
+        assert len(pending) == 2
+        threading.Thread(target=lambda: pending[0].set_result(({"woken": True}, b"frames"))).start()
+        result, payload = connection.wait(first, 10)
+        assert bytes(result) == b'{"woken":true}' and payload == b"frames"
+        pending[1].set_exception(InvalidRequestError("refused once woken"))
+        with pytest.raises(InvalidRequestError, match="refused once woken"):
+            connection.wait(second, 10)
+    finally:
+        connection.close()
+        server.shutdown()

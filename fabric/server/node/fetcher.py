@@ -1,6 +1,6 @@
 """A follower's replica fetcher (Kafka's ReplicaFetcherThread): one per leader node, copying the leader's frames
 byte for byte into the follower's logs, and the leader's high watermark with them, for every partition this node
-follows there, in one request (replica_fetch).
+follows there, in one request (replica_fetch, over the leader's fabric protocol port: fabric.server.peer_calls).
 
 Each partition has its own state: TRUNCATING (new, or after the leader refused an offset or sent frames that do
 not follow this log) -> FETCHING; it leaves the fetcher when the replica no longer follows that leader epoch
@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager
 
+import msgspec
 import pyarrow as pa
 import pyarrow.flight as flight
 
@@ -42,10 +43,12 @@ from fabric.common.errors import (
     LeaderNotAvailableError,
     OffsetOutOfRangeError,
 )
+from fabric.common.protocol import messages
 from fabric.common.types import EpochEndOffset, TopicPartition
 from fabric.server import wire
 from fabric.server.connection import Call, action_call
 from fabric.server.node.partition import NO_FRAMES, PartitionReplica
+from fabric.server.peer_calls import PeerCalls
 from fabric.storage import truncation
 
 log = logging.getLogger(__name__)
@@ -89,22 +92,19 @@ class FetchedPartition:
         return self.replica.following(self.leader_epoch)
 
 
-def replica_fetch_call(replica_id: int, partitions: list[tuple[str, int, int, int, str]],
-                       settings: FetchSettings) -> Call:
-    """The replica_fetch action for `partitions`, each (topic, partition, offset, leader epoch, topic id): an
-    answer and frames per partition (none for those answered without)."""
-    request = wire.action("replica_fetch", replica_id=replica_id, partitions=partitions, max_bytes=settings.max_bytes,
-                          response_max_bytes=settings.response_max_bytes, max_wait_ms=settings.max_wait_ms)
-
-    def run(client: flight.FlightClient, options: flight.FlightCallOptions) -> list[FetchAnswer]:
-        results = list(client.do_action(request, options))
-        answers = wire.loads(results[0].body)
-        frames = iter(result.body for result in results[1:])  # one per partition answered with frames, in order
-        if len(answers) != len(partitions) or len(results) - 1 != sum(1 for a in answers if a.get("frames")):
-            raise FabricError(f"leader's answer to a fetch of {len(partitions)} partition(s) does not match it "
-                              f"({len(answers)} answers, {len(results) - 1} with frames)")
-        return [(answer, next(frames) if answer.get("frames") else NO_FRAMES) for answer in answers]
-    return run
+def fetch_answers(partitions: int, result: msgspec.Raw, payload: bytes) -> list[FetchAnswer]:
+    """A protocol replica_fetch's answer of `partitions` partitions: each partition's JSON answer, with its frames
+    cut from the payload (the frames of those that have some, one after the other in order)."""
+    answers: list[dict[str, Any]] = messages.decode_result(result, list[dict[str, Any]])
+    sizes = [answer.get("frames", 0) for answer in answers]
+    if len(answers) != partitions or sum(sizes) != len(payload):
+        raise FabricError(f"leader's answer to a fetch of {partitions} partition(s) does not match it "
+                          f"({len(answers)} answers, {sum(sizes)} bytes of frames named, {len(payload)} sent)")
+    buffer, start, out = pa.py_buffer(payload), 0, []
+    for answer, size in zip(answers, sizes, strict=True):
+        out.append((answer, buffer.slice(start, size) if size else NO_FRAMES))
+        start += size
+    return out
 
 
 def call_node(peer: Peer, node: str, address: str, call: Call) -> Any:
@@ -121,13 +121,14 @@ def call_node(peer: Peer, node: str, address: str, call: Call) -> Any:
 
 class ReplicaFetcher:
     """Copies the frames of the partitions this node (`node_id`) follows on leader node `leader_id` at `address`,
-    on a thread; `peer` makes calls to other nodes, `refresh` asks the controller for this node's latest
-    states."""
+    on a thread; its fetches go over the leader's fabric protocol port (`protocol`), its truncation's
+    OffsetsForLeaderEpoch (rare: once per leadership change) over Flight (`peer`); `refresh` asks the controller
+    for this node's latest states."""
 
-    def __init__(self, node_id: int, leader_id: int, address: str, peer: Peer, refresh: Callable[[], None],
-                 settings: FetchSettings, guard: StorageGuard) -> None:
+    def __init__(self, node_id: int, leader_id: int, address: str, peer: Peer, protocol: PeerCalls,
+                 refresh: Callable[[], None], settings: FetchSettings, guard: StorageGuard) -> None:
         self.node_id, self.leader_id, self.address = node_id, leader_id, address
-        self.peer, self.refresh, self.settings, self.guard = peer, refresh, settings, guard
+        self.peer, self.protocol, self.refresh, self.settings, self.guard = peer, protocol, refresh, settings, guard
         self._partitions: dict[TopicPartition, FetchedPartition] = {}
         self._guard = threading.Lock()  # the partitions' map: taken briefly, never across a call
         self._changed = threading.Event()  # a partition was added, or the fetcher stopped
@@ -272,7 +273,7 @@ class ReplicaFetcher:
         request = [(p.replica.tp[0], p.replica.tp[1], offset, p.leader_epoch, p.topic_id)
                    for p, offset in zip(ready, offsets, strict=True)]
         try:
-            answers: list[FetchAnswer] = self._call(replica_fetch_call(self.node_id, request, self.settings))
+            answers = self._replica_fetch(request)
         except FabricError as exc:  # the leader did not answer, or refused the whole request: all retry
             log.info("fetching %d partition(s) from node %d failed (%s); retrying", len(ready), self.leader_id, exc)
             retry_at = time.monotonic() + self.settings.backoff_ms / 1000
@@ -292,6 +293,19 @@ class ReplicaFetcher:
                 fetched.last_error = ""
             except FabricError as exc:
                 self._failed(fetched, exc)
+
+    def _replica_fetch(self, partitions: list[tuple[str, int, int, int, str]]) -> list[FetchAnswer]:
+        """One replica_fetch of `partitions`, each (topic, partition, offset, leader epoch, topic id), at the
+        leader's protocol port: an answer and frames per partition (NO_FRAMES for those answered without)."""
+        settings = self.settings
+        try:
+            result, payload = self.protocol.call(self.address, "replica_fetch", {
+                "replica_id": self.node_id, "partitions": partitions, "max_bytes": settings.max_bytes,
+                "response_max_bytes": settings.response_max_bytes, "max_wait_ms": settings.max_wait_ms})
+        except OSError as exc:  # unreachable, broken, or no answer in time (ClientTimeoutError)
+            raise LeaderNotAvailableError(f"leader node {self.leader_id} at {self.address} did not answer (fabric "
+                                          f"protocol: {exc})") from None
+        return fetch_answers(len(partitions), result, payload)
 
     @staticmethod
     def _apply(fetched: FetchedPartition, offset: int, answer: dict[str, Any], frames: pa.Buffer) -> None:

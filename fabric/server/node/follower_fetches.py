@@ -2,15 +2,18 @@
 "Fetching many partitions at once"): every partition the follower copies from this node in one request, each
 answered on its own (its frames and offsets, or the error that concerns it alone, a damaged range repaired first:
 repair.py), and the request held while none has frames, until one has or a leadership among them ends.
+
+A FollowerFetch answers at once what it can; `hold` then watches its partitions without blocking a thread (the
+fabric protocol's event loop answers it when woken, or when its wait is over), and `serve` waits for it on the
+calling thread.
 """
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from fabric.common.errors import FabricError, InvalidRequestError
 from fabric.common.redaction import clip
-from fabric.common.types import TopicPartition
 from fabric.server import partition_ops
 from fabric.server.node.partition import FetchWaiter, PartitionReplica, ReplicaFetch
 
@@ -18,36 +21,84 @@ if TYPE_CHECKING:
     from fabric.server.node.replica_manager import ReplicaManager
 
 Fetched = tuple[str, int, int, int, str]  # (topic, partition, offset, leader epoch, topic id)
+Answer = ReplicaFetch | FabricError
+# replica.fetch.max.bytes, replica.fetch.response.max.bytes and replica.fetch.wait.max.ms a request omits
+MAX_BYTES, RESPONSE_MAX_BYTES, MAX_WAIT_MS = 1 << 20, 10 << 20, 500
+
+
+class FollowerFetch:
+    """Follower `replica_id`'s fetch of `partitions` at `replicas`' node: its answers so far (`answers`), served
+    on creation, and its hold up to max_wait_ms (`wait_s`) when none has frames."""
+
+    def __init__(self, replicas: ReplicaManager, replica_id: int, partitions: list[Fetched],
+                 max_bytes: int = MAX_BYTES, response_max_bytes: int = RESPONSE_MAX_BYTES,
+                 max_wait_ms: int = MAX_WAIT_MS) -> None:
+        for name, value in (("replica_id", replica_id), ("max_bytes", max_bytes),
+                            ("response_max_bytes", response_max_bytes)):
+            if value < 0:
+                raise InvalidRequestError(f"{name} must be an int from 0, got {clip(value)}")
+        if len({(topic, partition) for topic, partition, *_ in partitions}) != len(partitions):
+            raise InvalidRequestError("a replica fetch names a partition twice; name each once")
+        for topic, partition, offset, leader_epoch, _ in partitions:
+            if min(partition, offset, leader_epoch) < 0:
+                raise InvalidRequestError(f"replica fetch of {clip(topic, 60)}-{partition}: partition, offset and "
+                                          f"leader epoch must be ints from 0, got {partition}, {offset}, "
+                                          f"{leader_epoch}")
+        self.wait_s = partition_ops.wait_seconds("max_wait_ms", max_wait_ms)
+        self._replicas, self._partitions = replicas, partitions
+        self._answer = functools.partial(_answers, replicas, replica_id, max_bytes=max_bytes,
+                                         response_max_bytes=response_max_bytes)
+        self.answers = self._answer(partitions)
+        self._waiter: FetchWaiter | None = None
+        self._watched: list[PartitionReplica] = []
+
+    def hold(self, on_wake: Callable[[], None]) -> bool:
+        """If the fetch waits (a wait asked, and no partition has frames): watch its partitions, `on_wake()` (on
+        the waking thread, under a partition's lock: it only schedules `finish`) at the first frames or end of a
+        leadership among them, and True; else False, and the answers stand."""
+        if not self.wait_s or any(not isinstance(a, ReplicaFetch) or a.frames.size for a in self.answers):
+            return False
+        waiter = self._waiter = FetchWaiter(on_wake)
+        for topic, partition, offset, leader_epoch, _ in self._partitions:
+            replica = self._replicas.hosted_replica((topic, partition))
+            if replica is None or not replica.watch(waiter, leader_epoch, offset):
+                waiter.wake((topic, partition))  # served again at once
+                break
+            self._watched.append(replica)
+        return True
+
+    def wait(self) -> None:
+        """Block until the hold is woken or its wait is over."""
+        if self._waiter is not None:
+            self._waiter.wait(self.wait_s)
+
+    def finish(self) -> list[Answer]:
+        """The answers, those of the partitions that woke the hold served again (the others' stand); the hold
+        ends."""
+        waiter, self._waiter = self._waiter, None
+        if waiter is None:
+            return self.answers
+        for replica in self._watched:
+            replica.unwatch(waiter)
+        woken = waiter.partitions
+        again = [i for i, (topic, partition, *_) in enumerate(self._partitions) if (topic, partition) in woken]
+        for i, answer in zip(again, self._answer([self._partitions[i] for i in again]), strict=True):
+            self.answers[i] = answer
+        return self.answers
 
 
 def serve(replicas: ReplicaManager, replica_id: int, partitions: list[Fetched], max_bytes: int,
-          response_max_bytes: int, max_wait_ms: int) -> list[ReplicaFetch | FabricError]:
-    """ReplicaManager.replica_fetch: follower `replica_id`'s fetch of `partitions` at `replicas`' node."""
-    for name, value in (("replica_id", replica_id), ("max_bytes", max_bytes),
-                        ("response_max_bytes", response_max_bytes)):
-        if value < 0:
-            raise InvalidRequestError(f"{name} must be an int from 0, got {clip(value)}")
-    if len({(topic, partition) for topic, partition, *_ in partitions}) != len(partitions):
-        raise InvalidRequestError("a replica fetch names a partition twice; name each once")
-    for topic, partition, offset, leader_epoch, _ in partitions:
-        if min(partition, offset, leader_epoch) < 0:
-            raise InvalidRequestError(f"replica fetch of {clip(topic, 60)}-{partition}: partition, offset and "
-                                      f"leader epoch must be ints from 0, got {partition}, {offset}, "
-                                      f"{leader_epoch}")
-    wait_s = partition_ops.wait_seconds("max_wait_ms", max_wait_ms)
-    answers = _answers(replicas, replica_id, partitions, max_bytes, response_max_bytes)
-    if wait_s and all(isinstance(a, ReplicaFetch) and not a.frames.size for a in answers):
-        woken = _await_frames(replicas, partitions, wait_s)  # the others' answers stand
-        again = [i for i, (topic, partition, *_) in enumerate(partitions) if (topic, partition) in woken]
-        for i, answer in zip(again, _answers(replicas, replica_id, [partitions[i] for i in again], max_bytes,
-                                             response_max_bytes), strict=True):
-            answers[i] = answer
-    return answers
+          response_max_bytes: int, max_wait_ms: int) -> list[Answer]:
+    """ReplicaManager.replica_fetch: the fetch answered, held on this thread while it waits."""
+    fetch = FollowerFetch(replicas, replica_id, partitions, max_bytes, response_max_bytes, max_wait_ms)
+    if fetch.hold(lambda: None):
+        fetch.wait()
+    return fetch.finish()
 
 
 def _answers(replicas: ReplicaManager, replica_id: int, partitions: list[Fetched], max_bytes: int,
-             response_max_bytes: int) -> list[ReplicaFetch | FabricError]:
-    answers: list[ReplicaFetch | FabricError] = []
+             response_max_bytes: int) -> list[Answer]:
+    answers: list[Answer] = []
     budget = response_max_bytes
     for topic, partition, offset, leader_epoch, topic_id in partitions:
         try:
@@ -61,20 +112,3 @@ def _answers(replicas: ReplicaManager, replica_id: int, partitions: list[Fetched
         budget -= answer.frames.size
         answers.append(answer)
     return answers
-
-
-def _await_frames(replicas: ReplicaManager, partitions: list[Fetched], wait_s: float) -> set[TopicPartition]:
-    """Wait up to `wait_s` for frames past the offsets asked for, or the end of a leadership among them; the
-    partitions where either happened (none: the wait timed out)."""
-    event = FetchWaiter()
-    watched: list[PartitionReplica] = []
-    try:
-        for topic, partition, offset, leader_epoch, _ in partitions:
-            replica = replicas.hosted_replica((topic, partition))
-            if replica is None or not replica.watch(event, leader_epoch, offset):
-                return {(topic, partition)}
-            watched.append(replica)
-        return event.wait(wait_s)
-    finally:
-        for replica in watched:
-            replica.unwatch(event)

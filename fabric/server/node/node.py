@@ -51,6 +51,7 @@ from fabric.server.node.scrubber import Scrubber
 from fabric.server.node.service import NodeService
 from fabric.server.node.settings import NodeSettings, add_node_arguments, node_settings_from
 from fabric.server.node.transaction_verification import TransactionVerification
+from fabric.server.peer_calls import PeerCalls
 from fabric.server.producer_owners import ProducerOwners
 from fabric.server.shutdown import Interrupted, Shutdown
 from fabric.storage import lock
@@ -252,6 +253,7 @@ def serve(settings: NodeSettings) -> None:
     # a heartbeat must give up before the session lapses, so the node notices it is cut off in time
     connection = Connection(dataclasses.replace(options, token=token, timeout_s=min(
         options.timeout_s, settings.session_timeout_ms / 2000)))
+    protocol = PeerCalls(connection)
     server = node = None
     scrubber: Scrubber | None = None
     maintenance: LogMaintenance | None = None
@@ -260,7 +262,7 @@ def serve(settings: NodeSettings) -> None:
             return call(connection.client(address), connection.call_options)
         rate = settings.log_scrubber_io_max_bytes_per_second
         replicas = ReplicaManager(settings.node_id, settings.data_dir, peer, settings.fetch_settings(),
-                                  settings.replica_lag_time_max_ms, verify_on_start=rate > 0)
+                                  settings.replica_lag_time_max_ms, verify_on_start=rate > 0, protocol=protocol)
         scrubber = Scrubber(replicas, rate, settings.log_scrubber_backoff_ms) if rate else None
         server = NodeService(settings, replicas)
         server.metrics.registry.register(ReplicationCollector(replicas, scrubber))
@@ -280,6 +282,7 @@ def serve(settings: NodeSettings) -> None:
         log.info("%s before the node was serving: stopping", stop)
     finally:
         _stop(shutdown, server, node, connection, maintenance, scrubber)
+        protocol.close()
         os.close(claimed)
 
 

@@ -95,15 +95,20 @@ class ReplicaFetch:
 
 
 class FetchWaiter:
-    """A follower's fetch waiting for frames in any of its partitions (`PartitionReplica.watch`): which woke it."""
+    """A follower's fetch waiting for frames in any of its partitions (`PartitionReplica.watch`): which woke it;
+    `on_wake()` is called at the first wake, on the waking thread (under the partition's lock: it only
+    schedules)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_wake: Callable[[], None] = lambda: None) -> None:
         self._woken = threading.Event()
+        self._on_wake = on_wake
         self.partitions: set[TopicPartition] = set()
 
     def wake(self, tp: TopicPartition) -> None:
         self.partitions.add(tp)
-        self._woken.set()
+        if not self._woken.is_set():
+            self._woken.set()
+            self._on_wake()
 
     def wait(self, timeout_s: float) -> set[TopicPartition]:
         """The partitions that woke it within `timeout_s` (none: it timed out)."""

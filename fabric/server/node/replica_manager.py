@@ -57,6 +57,7 @@ from fabric.server.node.partition import PartitionReplica, ReplicaFetch, Role
 from fabric.server.node.repair import RANGE_MAX_BYTES, Repairer, peer_copy
 from fabric.server.node.storage_health import Condition, Health, StorageHealth
 from fabric.server.node.transaction_verification import TransactionVerification
+from fabric.server.peer_calls import PeerCalls
 from fabric.storage import scrub
 from fabric.storage.cleaner import CleanReport
 from fabric.storage.log import Log
@@ -86,17 +87,19 @@ def _write_marker(path: str, text: str) -> None:
 
 
 class ReplicaManager:
-    """The replicas of node `node_id` with their logs under `data_dir`; with a `peer` (calls to other nodes)
-    it runs a fetcher for every partition it follows (without one, as in unit tests, followers stay idle)."""
+    """The replicas of node `node_id` with their logs under `data_dir`; with a `peer` and `protocol` (Flight and
+    fabric protocol calls to other nodes) it runs a fetcher for every partition it follows (without them, as in
+    unit tests, followers stay idle)."""
 
     def __init__(self, node_id: int, data_dir: str, peer: Peer | None = None,
                  fetch_settings: FetchSettings = FetchSettings(), replica_lag_time_max_ms: int = 30000,
-                 verify_on_start: bool = False) -> None:
+                 verify_on_start: bool = False, protocol: PeerCalls | None = None) -> None:
         self.node_id = node_id
         with disk_errors(data_dir, "open the node's data directory"):
             self.logs = LogManager(data_dir, lambda txn: False, replica=True)  # a node never publishes transactions
             self._claim_directory()
-        self.peer, self.fetch_settings, self.lag_ms = peer, fetch_settings, replica_lag_time_max_ms
+        self.peer, self.protocol, self.fetch_settings = peer, protocol, fetch_settings
+        self.lag_ms = replica_lag_time_max_ms
         self.refresh: Callable[[], None] = lambda: None
         self.report: Callable[[], None] = lambda: None  # heartbeat soon: a replica's health changed (set by the node)
         self.health = StorageHealth(node_id, self._partition_dir)
@@ -228,8 +231,8 @@ class ReplicaManager:
         fetches nothing."""
         self._stop_fetcher(replica.tp)
         state = replica.state
-        if (state.role is not Role.FOLLOWER or self.peer is None or state.registration is None
-                or self.health.offline(replica.tp)):
+        if (state.role is not Role.FOLLOWER or self.peer is None or self.protocol is None
+                or state.registration is None or self.health.offline(replica.tp)):
             return
         leader = state.registration.state.leader
         assert leader is not None  # a follower has a leader
@@ -241,8 +244,8 @@ class ReplicaManager:
         source = (leader, address)
         fetcher = self._fetchers.get(source)
         if fetcher is None:
-            fetcher = self._fetchers[source] = ReplicaFetcher(self.node_id, leader, address, self.peer, self.refresh,
-                                                              self.fetch_settings, self.health.guard)
+            fetcher = self._fetchers[source] = ReplicaFetcher(self.node_id, leader, address, self.peer, self.protocol,
+                                                              self.refresh, self.fetch_settings, self.health.guard)
         fetcher.add(replica, state.leader_epoch, self._topics[replica.tp[0]].topic_id)
         self._fetched_from[replica.tp] = source
 
@@ -462,8 +465,9 @@ class ReplicaManager:
                 offset, max_bytes, end_offset, leader_epoch, wait_s, from_follower, isolation))
 
     def replica_fetch(self, replica_id: int, partitions: list[tuple[str, int, int, int, str]],
-                      max_bytes: int = 1 << 20, response_max_bytes: int = 10 << 20, max_wait_ms: int = 500
-                      ) -> list[ReplicaFetch | FabricError]:
+                      max_bytes: int = follower_fetches.MAX_BYTES,
+                      response_max_bytes: int = follower_fetches.RESPONSE_MAX_BYTES,
+                      max_wait_ms: int = follower_fetches.MAX_WAIT_MS) -> list[ReplicaFetch | FabricError]:
         """A follower's fetch of every partition it copies from this node, each (topic, partition, offset, leader
         epoch, topic id) (Kafka's replica FetchRequest): per partition, its progress recorded and its frames from
         the offset (up to `max_bytes`, and `response_max_bytes` over all), or the error that concerns it alone.

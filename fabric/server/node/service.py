@@ -10,19 +10,21 @@ on the transactional id, or cluster_action on the cluster: the coordinator abort
 `compact_partition`, `enforce_retention` and `delete_records` (admin on the topic: `fabric topics compact`,
 `retain` and `delete-records`), `describe_producers` (read on the topic: its open transactions) and `status` for
 clients; `abort_open_transaction` for operators (`fabric transactions abort --start-offset`) and, for other nodes,
-`offsets_for_leader_epoch`, `replica_fetch` and `replica_range`, which need cluster_action on the cluster resource
-(a replica fetch covers many partitions at once: its first result is a JSON answer per partition, its state or its
-error, then a result with the raw frames of each partition that has some, in order; `replica_range`, asked by a
-replica repairing a damaged range, has one result: this node's raw frames of the range). The wire format is the
+`offsets_for_leader_epoch` and `replica_range` (asked by a replica repairing a damaged range: one result, this
+node's raw frames of the range), which need cluster_action on the cluster resource. The wire format is the
 coordinator service's (fabric.server.wire). Every request is checked against the ReplicaManager method it calls,
 authenticated and authorized as the coordinator's are (same tokens and ACL files), and refused with
-NotLeaderError / FencedLeaderEpochError unless this node leads the partition under the
-quoted leader epoch. Produce, fetch, `partition_state` and `write_markers` (the coordinator's calls to leaders)
-are also served over the fabric protocol (docs/protocol.md) on a port of their own, named `protocol_address` in
-the node's status, with the same checks.
+NotLeaderError / FencedLeaderEpochError unless this node leads the partition under the quoted leader epoch.
+Produce, fetch, `partition_state` and `write_markers` (the coordinator's calls to leaders) are also served over
+the fabric protocol (docs/protocol.md) on a port of their own, named `protocol_address` in the node's status,
+with the same checks, and so is the followers' `replica_fetch` alone (it needs cluster_action too; a fetch covers
+many partitions at once: a JSON answer per partition in the header, its state or its error, and the frames of
+those that have some, one after the other, as the payload).
 """
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 from typing import Any
 
@@ -35,10 +37,11 @@ from fabric.common.redaction import clip
 from fabric.server import protocol_handlers, security, wire
 from fabric.server.arguments import check_call
 from fabric.server.flight_server import FabricFlightServer, measured, translated
+from fabric.server.node import follower_fetches
 from fabric.server.node.partition import ReplicaFetch
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.settings import NodeSettings
-from fabric.server.protocol_server import Handler
+from fabric.server.protocol_server import Handler, Payload
 
 log = logging.getLogger(__name__)
 ACTIONS = {"partition_state": "describe", "offset_for_time": "describe",  # action -> ACL operation on its topic
@@ -46,8 +49,9 @@ ACTIONS = {"partition_state": "describe", "offset_for_time": "describe",  # acti
            "enforce_retention": "admin", "delete_records": "admin", "describe_producers": "read"}
 # other nodes' calls (followers', and replicas repairing a damaged range), and an operator's abort of a hanging
 # transaction (as Kafka's WriteTxnMarkers): on the cluster
-REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_fetch", "replica_range", "abort_open_transaction")
+REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_range", "abort_open_transaction")
 PROTOCOL_ACTIONS = ("partition_state", "write_markers")  # also served over the fabric protocol (the coordinator's)
+Answer = tuple[Any, Payload]  # a protocol request's result and payload
 
 
 def _fetch_answer(answer: ReplicaFetch | FabricError) -> dict[str, Any]:
@@ -56,6 +60,28 @@ def _fetch_answer(answer: ReplicaFetch | FabricError) -> dict[str, Any]:
         return {"error": wire.error_fields(answer)}
     return {"high_watermark": answer.high_watermark, "log_end": answer.log_end, "log_start": answer.log_start,
             "frames": answer.frames.size}
+
+
+def _replica_answer(answers: list[ReplicaFetch | FabricError]) -> Answer:
+    """A protocol replica_fetch's answer: the JSON answer of each partition, and their frames as the payload."""
+    return [_fetch_answer(answer) for answer in answers], _frames_payload(answers)
+
+
+def _frames_payload(answers: list[ReplicaFetch | FabricError]) -> Payload:
+    """The frames of a replica fetch's partitions, one after the other in their order: a protocol answer's
+    payload (a single partition's frames as they are, without a copy)."""
+    frames = [a.frames for a in answers if isinstance(a, ReplicaFetch) and a.frames.size]
+    if len(frames) == 1:
+        return frames[0]
+    return b"".join(memoryview(f) for f in frames)
+
+
+def _partitions_of(args: dict[str, Any]) -> None:
+    """A protocol replica_fetch's `partitions`, JSON arrays, as the tuples the DoAction's tagged JSON gives (so the
+    same signature check applies); anything else is left for it to refuse."""
+    partitions = args.get("partitions")
+    if isinstance(partitions, list):
+        args["partitions"] = [tuple(p) if isinstance(p, list) else p for p in partitions]
 
 
 class NodeService(FabricFlightServer):
@@ -70,7 +96,8 @@ class NodeService(FabricFlightServer):
         self.protocol = protocol_handlers.start(self, settings.listen.rpartition(":")[0], {
             "produce": protocol_handlers.produce(self, ReplicaManager.append, replicas.append, replicas.topic),
             "fetch": protocol_handlers.fetch(self, ReplicaManager.fetch, replicas.fetch, self.topic_schema),
-            **{name: self._protocol_action(name) for name in PROTOCOL_ACTIONS}})
+            **{name: self._protocol_action(name) for name in PROTOCOL_ACTIONS},
+            "replica_fetch": Handler(self._replica_fetch, lambda args: False)})
 
     @property
     def address(self) -> str:
@@ -96,9 +123,6 @@ class NodeService(FabricFlightServer):
             raise InvalidRequestError(f"unknown node action {clip(action.type, 60)}; known: "
                                       f"{', '.join(sorted([*ACTIONS, *REPLICA_ACTIONS, 'status']))}")
         result = self.run_action(self.principal(context), action.type, args)
-        if action.type == "replica_fetch":  # the frames of the partitions that have some, in order
-            return [wire.dumps([_fetch_answer(answer) for answer in result]),
-                    *[flight.Result(a.frames) for a in result if isinstance(a, ReplicaFetch) and a.frames.size]]
         if action.type == "replica_range":  # the raw frames
             return [flight.Result(result)]
         return [wire.dumps(result)]
@@ -122,6 +146,38 @@ class NodeService(FabricFlightServer):
         def serve(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, bytes]:
             return self.run_action(principal, name, args), b""
         return Handler(serve)
+
+    def _replica_fetch(self, principal: str, args: dict[str, Any], payload: bytes
+                       ) -> Answer | concurrent.futures.Future[Answer]:
+        """`replica_fetch` over the fabric protocol, checked (ReplicaManager.replica_fetch's arguments) and
+        authorized (cluster_action) on the event loop, and answered there: a JSON answer per partition, and their
+        frames as the payload. A fetch that waits holds no thread: its answer is a future, completed on the loop
+        when an append or a leadership change wakes it, or when max_wait_ms is over."""
+        _partitions_of(args)
+        check_call("replica_fetch", ReplicaManager.replica_fetch, args)
+        self.authorizer.check(principal, [("cluster_action", security.CLUSTER)])
+        fetch = follower_fetches.FollowerFetch(self.replicas, **args)
+        loop = asyncio.get_running_loop()
+        answer: concurrent.futures.Future[Answer] = concurrent.futures.Future()
+
+        def complete() -> None:
+            if answer.done():
+                return
+            timer.cancel()
+            try:
+                answer.set_result(_replica_answer(fetch.finish()))
+            except Exception as exc:  # noqa: BLE001 (answered as the error it is)
+                answer.set_exception(exc)
+
+        def woken() -> None:  # on the appending thread, under the partition's lock
+            try:
+                loop.call_soon_threadsafe(complete)
+            except RuntimeError:  # the loop is closed: the server shut down, the fetch with it
+                pass
+        if not fetch.hold(woken):
+            return _replica_answer(fetch.answers)
+        timer = loop.call_later(fetch.wait_s, complete)
+        return answer
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         return [(name, f"node.{name}") for name in sorted([*ACTIONS, *REPLICA_ACTIONS, "status"])]
