@@ -83,6 +83,22 @@ def drain() -> Callable[..., list]:
     return _drain
 
 
+@pytest.fixture
+def count_calls(monkeypatch) -> Callable[[object, str], Callable[[], int]]:
+    """count_calls(owner, method): count the calls of `owner`'s `method` from now on (it still runs); returns a
+    function giving the count so far."""
+    def count(owner: object, method: str) -> Callable[[], int]:
+        calls = [0]
+        real = getattr(owner, method)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls[0] += 1
+            return real(*args, **kwargs)
+        monkeypatch.setattr(owner, method, counted)
+        return lambda: calls[0]
+    return count
+
+
 @contextlib.contextmanager
 def _running(thread: Any) -> Iterator[Any]:
     """`thread` started for the block and, however the block ends, halted (its `halt` event set) and joined."""

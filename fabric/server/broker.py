@@ -364,7 +364,7 @@ class Broker:
             partition_log = logs[(topic, partition)]
             if partition_log is None:
                 continue
-            start, end = partition_log.start_offset, partition_log.end_offset
+            start, end = partition_log.bounds()
             if not start <= offset <= end:
                 raise OffsetOutOfRangeError(
                     f"cannot commit offset {offset} for {topic}-{partition}: the partition holds offsets [{start}, "

@@ -133,9 +133,10 @@ def state(log: Log, topic: str, partition: int, end_offset: int | None = None, *
           ) -> PartitionState:
     """The partition's offsets, segments and bytes (and, for a replicated one, its leader, replicas, ISR and
     leader epoch in `replication`); its end is `end_offset` (a replica's high watermark) or the log's."""
-    segments, size = disk_usage(log.segments())
-    end = log.end_offset if end_offset is None else end_offset
-    return PartitionState(topic, partition, min(log.start_offset, end), end, segments, size, **replication)
+    now = log.log_range()
+    segments, size = disk_usage(now.segments)
+    end = now.end if end_offset is None else end_offset
+    return PartitionState(topic, partition, min(now.start, end), end, segments, size, **replication)
 
 
 def offset_after_records(log: Log, offset: int, count: int, end_offset: int | None, isolation: str) -> int:

@@ -166,8 +166,19 @@ class Log(LogTail):
     @property
     def start_offset(self) -> int:
         """The log start offset: the first offset not yet deleted by retention or delete_records."""
+        return self.log_range().start
+
+    def log_range(self) -> reader.LogRange:
+        """The segments, log start and end offset now, from one read of the watermark and one listing of the
+        directory: what a request that needs several of them reads once and passes down."""
         end = self.end_offset
-        return self.start_within(self.segments(), end)
+        segs = self.segments()
+        return reader.LogRange(segs, self.start_within(segs, end), end)
+
+    def bounds(self) -> tuple[int, int]:
+        """(log start offset, end offset) now, read together (log_range)."""
+        _, start, end = self.log_range()
+        return start, end
 
     def start_within(self, segs: list[Segment], end: int) -> int:
         """The log start offset, given the segments listed and the end offset: the larger of the first segment's
@@ -479,12 +490,14 @@ class Log(LogTail):
         this process's appends at once, and by other processes' within reader.FOREIGN_APPEND_POLL_S. True if it did."""
         return reader.wait_for_records(self, offset, timeout_s)
 
-    def read_frames(self, offset: int, max_bytes: int, end_offset: int | None = None) -> pa.Buffer:
+    def read_frames(self, offset: int, max_bytes: int, end_offset: int | None = None,
+                    within: reader.LogRange | None = None) -> pa.Buffer:
         """The raw bytes of whole, CRC-checked frames from the one holding `offset`, starting below `end_offset`
         (default: the log end), from one segment, about `max_bytes` (at least one frame): what a leader serves a
         follower, which appends them with append_frames. Empty at the end; CorruptRecordError if the first frame
-        is damaged (the frames before damage are returned first)."""
-        return reader.read_frames(self, offset, max_bytes, end_offset)
+        is damaged (the frames before damage are returned first). `within`: the log_range the caller read in this
+        request (the files are not looked at again)."""
+        return reader.read_frames(self, offset, max_bytes, end_offset, within)
 
     def offset_for_time(self, timestamp_us: int) -> int | None:
         """The earliest committed offset whose timestamp is >= timestamp_us, or None."""

@@ -13,7 +13,7 @@ import functools
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,6 +34,15 @@ log = logging.getLogger(__name__)
 READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"
 ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
 FOREIGN_APPEND_POLL_S = 0.05  # how often a waiting reader looks for appends by other processes (not notified)
+
+
+class LogRange(NamedTuple):
+    """One look at a log's files, for one request: its segments listed once and its log start and end offsets
+    from one read of the watermark (never kept between requests: other processes append to the same files)."""
+
+    segments: list[Segment]
+    start: int
+    end: int
 
 
 def read(plog: Log, offset: int, max_bytes: int, end_offset: int | None = None,
@@ -69,9 +78,10 @@ def wait_for_records(plog: Log, offset: int, timeout_s: float) -> bool:
     return True
 
 
-def read_frames(plog: Log, offset: int, max_bytes: int, end_offset: int | None = None) -> pa.Buffer:
+def read_frames(plog: Log, offset: int, max_bytes: int, end_offset: int | None = None,
+                within: LogRange | None = None) -> pa.Buffer:
     """See Log.read_frames."""
-    segs, end = _range(plog, offset, end_offset)
+    segs, end = _range(plog, offset, end_offset, within)
     if offset >= end or not segs:
         return pa.py_buffer(b"")
     bases = [s.base_offset for s in segs]
@@ -90,13 +100,13 @@ def read_frames(plog: Log, offset: int, max_bytes: int, end_offset: int | None =
     return buf.slice(frames[0].position, frames[-1].end - frames[0].position)
 
 
-def _range(plog: Log, offset: int, end_offset: int | None) -> tuple[list[Segment], int]:
-    """The segments to read `offset` from and the offset to read up to (`end_offset`, at most the end offset);
-    OffsetOutOfRangeError if `offset` is outside the log."""
-    hw = plog.end_offset
+def _range(plog: Log, offset: int, end_offset: int | None, within: LogRange | None = None
+           ) -> tuple[list[Segment], int]:
+    """The segments to read `offset` from and the offset to read up to (`end_offset`, at most the end offset), as
+    `within` (the caller's look at the log in this request) or the files now show them; OffsetOutOfRangeError if
+    `offset` is outside the log."""
+    segs, start, hw = within or plog.log_range()
     end = hw if end_offset is None else min(end_offset, hw)
-    segs = plog.segments()
-    start = plog.start_within(segs, hw)
     if not start <= offset <= hw:
         raise OffsetOutOfRangeError(f"offset {offset} is outside the log's range [{start}, {hw}] of partition "
                                     f"{plog.name} ({plog.directory})")

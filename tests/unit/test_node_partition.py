@@ -98,6 +98,23 @@ def test_the_high_watermark_is_the_minimum_log_end_over_the_isr(make_replica, st
         leader.serve_follower(2, -1, 0, 1 << 20)
 
 
+def test_a_replica_fetch_reads_the_watermark_and_lists_the_segments_once(make_replica, storage, count_calls) -> None:
+    leader, follower = make_replica(), make_replica(2)
+    for replica in (leader, follower):
+        replica.become(registration(1, 0, isr=(1, 2)))
+    for _ in range(3):
+        leader.append(storage.make_batch([b"a", b"b"]), "none", 0, "1", 5)
+    leader.log.delete_records(2)
+    reads, listings = count_calls(leader.log.hw, "read"), count_calls(leader.log, "segments")
+    follower.restart_at(0, 2, 0)
+    answer = leader.serve_follower(2, 0, 2, 1 << 20)
+    assert (reads(), listings()) == (1, 1)  # the log end, the log start and the frames' range from one look
+    assert (answer.log_start, answer.log_end) == (leader.log.start_offset, leader.log.end_offset) == (2, 6)
+    follower_reads = count_calls(follower.log.hw, "read")
+    follower.append_copied(0, answer.frames, answer.high_watermark, answer.log_start)
+    assert follower_reads() == 1 and follower.log.end_offset > 2  # one read, where it read two
+
+
 def _waiting_fetch(leader: PartitionReplica, follower: int, offset: int) -> tuple[threading.Thread, list]:
     """Follower `follower` fetches from the leader's log end `offset` on a thread, as ReplicaManager.replica_fetch
     does: its progress recorded, then (no frames) waiting up to 60 s on an event the partition sets, then asking

@@ -151,3 +151,19 @@ def test_a_watermark_write_that_fails_leaves_no_second_frame_at_its_offset(tmp_p
     assert [(o, v) for o, v, _ in storage.read_all(log)] == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
     assert [(o, v) for o, v, _ in storage.read_all(storage.open_log(log.directory, **KEEP))] == \
         [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
+
+
+def test_a_log_range_reads_the_watermark_once_and_the_next_one_sees_other_writers(tmp_path, storage, count_calls):
+    directory, _ = _partition(storage, tmp_path)
+    reader, writer = storage.open_log(directory, **KEEP), storage.open_log(directory, **KEEP)  # as two processes
+    reader.end_offset  # noqa: B018 (recovered on first use)
+    reads, listings = count_calls(reader.hw, "read"), count_calls(reader, "segments")
+    start, end = reader.bounds()
+    assert (reads(), listings()) == (1, 1)
+    assert (start, end) == (writer.start_offset, writer.end_offset) == (0, writer.end_offset) and end > 0
+    storage.fill(writer, 2, start=end)
+    writer.delete_records(3)
+    now = reader.log_range()
+    assert (now.start, now.end) == (3, writer.end_offset) and now.end > end  # nothing kept from the last request
+    assert [s.base_offset for s in now.segments] == [s.base_offset for s in writer.segments()]
+

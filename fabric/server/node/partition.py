@@ -240,9 +240,11 @@ class PartitionReplica:
             raise NotLeaderError(f"node {self.node_id} no longer leads {self.name}; refresh the metadata")
         return leader
 
-    def _advance(self, plog: Log) -> bool:
-        """Move the high watermark as the leader's followers allow (lock held); True if it moved."""
-        if self.leader is None or not self.leader.advance_hw(plog.end_offset, self.min_isr(plog)):
+    def _advance(self, plog: Log, leo: int | None = None) -> bool:
+        """Move the high watermark as the leader's followers allow (lock held), given the log end `leo` if the
+        caller has just read it; True if it moved."""
+        if self.leader is None or not self.leader.advance_hw(plog.end_offset if leo is None else leo,
+                                                             self.min_isr(plog)):
             return False
         self.hw = self.leader.hw
         self.changed.notify_all()
@@ -402,21 +404,22 @@ class PartitionReplica:
             if unchanged is not None:
                 return unchanged
             plog = self.log
-            leo = plog.end_offset
+            now_range = plog.log_range()  # the watermark read and the segments listed once for the whole answer
+            leo = now_range.end
             if offset > leo:
                 raise OffsetOutOfRangeError(f"follower {follower} fetches {self.name} from offset {offset}, past the "
                                             f"leader's log end {leo}: it must truncate first (OffsetsForLeaderEpoch)")
             leader.follower_fetched(follower, offset, leo, now)
             progress = leader.followers[follower]
             progress.answered_changes, progress.answered_ms = self._changes, now
-            self._advance(plog)
-        start = progress.answered_start = plog.start_offset
+            self._advance(plog, leo)
+        start = progress.answered_start = now_range.start
         # below the log start (deleted by retention or DeleteRecords before this follower copied it): no frames,
         # and the answer's log start tells the follower where to start again (Kafka's OFFSET_OUT_OF_RANGE); none
         # either for max_bytes 0 (the fetch's response_max_bytes was spent on other partitions)
         has_frames = start <= offset < leo and max_bytes
-        frames = plog.read_frames(offset, max_bytes) if has_frames else NO_FRAMES
-        return ReplicaFetch(frames, self.hw, plog.end_offset, start)
+        frames = plog.read_frames(offset, max_bytes, within=now_range) if has_frames else NO_FRAMES
+        return ReplicaFetch(frames, self.hw, leo, start)
 
     def _unchanged(self, leader: LeaderState, follower: int, offset: int, now: float) -> ReplicaFetch | None:
         """The answer, from memory, to `follower` fetching again from the log end it was answered at, with no
@@ -476,14 +479,16 @@ class PartitionReplica:
             if not self.following(leader_epoch):
                 return
             plog = self.log
-            if frames.size and not self._realigned(plog, frames):
-                plog.append_frames(frames)
-            hw = min(leader_hw, plog.end_offset)
+            end = plog.end_offset
+            if frames.size:
+                cut = self._realigned(plog, frames, end)
+                end = plog.append_frames(frames) if cut is None else cut
+            hw = min(leader_hw, end)
             if hw != self.hw:
                 self.hw = hw
                 self.changed.notify_all()  # consumers long-polling this follower
             if leader_start > self._leader_start:
-                plog.delete_records(min(leader_start, plog.end_offset))
+                plog.delete_records(min(leader_start, end))
                 self._leader_start = leader_start
 
     def restart_at(self, leader_epoch: int, leader_start: int, fetched_from: int) -> None:
@@ -504,26 +509,25 @@ class PartitionReplica:
         plog.truncate_fully_and_start_at(offset)
         self._leader_start = -1
 
-    def _realigned(self, plog: Log, frames: pa.Buffer) -> bool:
-        """If the leader's first frame starts below this log's end, cut this log back to its own frame holding
-        that offset (lock held) and return True: the next fetch copies from there. Compaction (each replica
-        cleans its own copy) moves frame boundaries: a gap frame of the leader may span this log's end, which a
-        follower out of the ISR (restarted, lagging) can hold inside the leader's cleaned range. The offsets cut
-        are the same ones the leader sends again, as the leader's copy of them; each round cuts at least one
-        frame, so boundaries meet within a few fetches."""
+    def _realigned(self, plog: Log, frames: pa.Buffer, end: int) -> int | None:
+        """If the leader's first frame starts below `end`, this log's end, cut this log back to its own frame
+        holding that offset (lock held) and return the new end (else None): the next fetch copies from there.
+        Compaction (each replica cleans its own copy) moves frame boundaries: a gap frame of the leader may span
+        this log's end, which a follower out of the ISR (restarted, lagging) can hold inside the leader's cleaned
+        range. The offsets cut are the same ones the leader sends again, as the leader's copy of them; each round
+        cuts at least one frame, so boundaries meet within a few fetches."""
         first = frame.unpack_header(frames, 0).base_offset
-        end = plog.end_offset
         if first >= end:
-            return False
+            return None
         if first <= plog.start_offset:  # none of the leader's frame is held here (its log start may be inside it)
             self._truncate_fully(plog, first)
-            return False
+            return None
         own = frame.unpack_header(plog.read_frames(first, 1), 0).base_offset
         log.info("partition %s: leader's frame at offset %d spans this replica's log end %d (frame boundaries moved "
                  "by compaction): copying again from offset %d", self.name, first, end, own)
         plog.truncate_to(own)
         self.hw = min(self.hw, own)
-        return True
+        return own
 
     def truncate_follower(self, leader_epoch: int, offset: int) -> None:
         """Cut the log to `offset` as the leader-epoch protocol decided under `leader_epoch` (nothing once it no
