@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from fabric.common.config import LONG_MAX
-
 if TYPE_CHECKING:
     from fabric.storage.log import Log
 
@@ -27,10 +25,9 @@ class FlushPolicy:
     def maybe_flush(self) -> None:
         """fsync if flush.messages records were written or flush.ms passed since the last fsync (lock held)."""
         config = self.plog.config
-        flush_ms = config["flush.ms"]
         if (self.unflushed >= config["flush.messages"]
-                or flush_ms < LONG_MAX and self.plog.clock.now_ms() - self.last_flush_ms >= flush_ms):
-            self.flush()  # (the default flush.ms, LONG_MAX, never passes: the clock is not read for it)
+                or self.plog.clock.now_ms() - self.last_flush_ms >= config["flush.ms"]):
+            self.flush()
 
     def flush(self) -> None:
         """fsync the active segment, the high watermark and the directory (so a rolled or adopted segment's name

@@ -16,8 +16,6 @@ from typing import Sequence
 import numpy as np
 
 from fabric.common.errors import FabricError
-from fabric.storage.kept_files import KeptFile
-from fabric.storage.lock import PartitionLock
 from fabric.storage.mapcache import MAPS
 
 
@@ -35,7 +33,6 @@ class _MappedIndex:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._kept = KeptFile(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
 
     @property
     def entries(self) -> np.ndarray:
@@ -58,13 +55,9 @@ class _MappedIndex:
         except FileNotFoundError:
             return False
 
-    def append_entry(self, entry: tuple[int, int], check: bool = True, lock: PartitionLock | None = None) -> None:
+    def append_entry(self, entry: tuple[int, int], check: bool = True) -> None:
         """Append `entry`, first checking (`check`) that it follows the file's last entry: IndexOrderError if it
-        does not. A writer that knows the file ends with the entries it wrote itself need not read it back: it
-        gives the partition `lock` it holds instead, and writes through the descriptor kept for it (kept_files)."""
-        if lock is not None:
-            os.write(self._kept.fd(lock), self.ENTRY.pack(*entry))
-            return
+        does not. A writer that knows the file ends with the entries it wrote itself need not read it back."""
         size = self.DTYPE.itemsize
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -90,7 +83,6 @@ class _MappedIndex:
 
     def reset(self, entries: Sequence[tuple[int, int]] | np.ndarray) -> None:
         """Replace the file's contents atomically (used when rebuilding)."""
-        self._kept.close()
         tmp = self.path + ".tmp"
         try:
             with open(tmp, "wb") as f:
@@ -104,12 +96,7 @@ class _MappedIndex:
             raise
         MAPS.forget(self.path)
 
-    def close(self) -> None:
-        """Close the descriptor kept for appends, if any."""
-        self._kept.close()
-
     def delete(self) -> None:
-        self._kept.close()
         MAPS.forget(self.path)
         try:
             os.unlink(self.path)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from fabric.storage.frame import FrameHeader
 from fabric.storage.index import OffsetIndex, TimeIndex
-from fabric.storage.lock import PartitionLock
 
 
 class IndexBuilder:
@@ -47,15 +46,14 @@ class IndexBuilder:
             self.times.append((header.max_timestamp, rel))
             self.last_time = (header.max_timestamp, rel)
 
-    def append_to(self, index: OffsetIndex, timeindex: TimeIndex, lock: PartitionLock | None = None) -> None:
-        """Append the entries collected so far to the files (an append's one or two entries). `lock`, the
-        partition's, held: the files end with the entries this builder collected before (no one else wrote them
-        since), so their last entries are not read back to check that the new ones follow them, and they are
-        written through the descriptors kept for appends (kept_files)."""
+    def append_to(self, index: OffsetIndex, timeindex: TimeIndex, trusted: bool = False) -> None:
+        """Append the entries collected so far to the files (an append's one or two entries). `trusted`: the
+        files end with the entries this builder collected before (no one else wrote them since), so their last
+        entries are not read back to check that the new ones follow them."""
         for entry in self.offsets:
-            index.append_entry(entry, check=lock is None, lock=lock)
+            index.append_entry(entry, check=not trusted)
         for entry in self.times:
-            timeindex.append_entry(entry, check=lock is None, lock=lock)
+            timeindex.append_entry(entry, check=not trusted)
         self.offsets, self.times = [], []
 
     def write(self, index: OffsetIndex, timeindex: TimeIndex) -> None:

@@ -9,11 +9,11 @@ A replica log (a data node's) also takes frames copied from its leader and is tr
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import threading
-from types import TracebackType
 from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
@@ -55,24 +55,6 @@ log = logging.getLogger(__name__)
 PRODUCER_STATE_SEGMENTS = 2  # how far back a partition's producer state is rebuilt from frame headers
 
 
-class _ForgetTailOnFailure:
-    """A block in which a write that fails part-way (a frame written, its watermark not) drops the log's cached
-    tail and epochs, so the next use recovers them from the files instead of writing a second frame at the same
-    offset. (A class, not contextlib.contextmanager: it is on every append's path, at a fifth of the cost.)"""
-
-    __slots__ = ("plog",)
-
-    def __init__(self, plog: LogTail) -> None:
-        self.plog = plog
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if exc_type is not None:
-            self.plog.forget_tail()
-
-
 class Log(LogTail):
     """The partition log in `directory`, whose batches are stored with `schema`.
 
@@ -111,7 +93,7 @@ class Log(LogTail):
         self.config = config
         os.makedirs(directory, exist_ok=True)
         self.lock = PartitionLock(os.path.join(directory, ".lock"))
-        self.hw = HighWatermark(os.path.join(directory, "high-watermark"), self.trusted_tail, self.lock)
+        self.hw = HighWatermark(os.path.join(directory, "high-watermark"), self.trusted_tail)
         self._resolve_pending = resolve_pending or (lambda txn: False)
         self._segments: dict[int, Segment] = {}
         self._tail_state: TailState | None = None
@@ -128,7 +110,6 @@ class Log(LogTail):
         self._start_checkpoint = log_start.CachedCheckpoint(directory)
         self.retention = LogRetention(self)
         self.indexes = IndexRepair(self)  # rebuilds broken or stale segment indexes
-        self._recover_on_failure = _ForgetTailOnFailure(self)
 
     @property
     def name(self) -> str:
@@ -275,7 +256,7 @@ class Log(LogTail):
         leader_epoch = fields.get("leader_epoch", template.leader_epoch) if fields else template.leader_epoch
         if leader_epoch >= 0:
             self.leader_epochs.assign(leader_epoch, base)
-        with self._recover_on_failure:
+        with self._recover_on_failure():
             header = frame.seal(template, payload, base, **(fields or {}))
             self.write_frame(header, payload, active)
             self.commit(base + header.record_count)
@@ -327,6 +308,16 @@ class Log(LogTail):
             self._producers = ProducerStateTable.rebuild(self.name, self.headers(end, PRODUCER_STATE_SEGMENTS))
         return self._producers
 
+    @contextlib.contextmanager
+    def _recover_on_failure(self) -> Iterator[None]:
+        """A write that fails part-way (a frame written, its watermark not) drops the cached tail and epochs, so
+        the next use recovers them from the files instead of writing a second frame at the same offset."""
+        try:
+            yield
+        except BaseException:
+            self.forget_tail()
+            raise
+
     @writes
     def append_frames(self, data: pa.Buffer | bytes) -> int:
         """Append frames a follower copied from its leader, byte for byte (CRCs kept): each is checked (see
@@ -341,7 +332,7 @@ class Log(LogTail):
             frames = check_copied(buf, end, epochs.latest_epoch, self.name)
             if not frames:
                 return end
-            with self._recover_on_failure:
+            with self._recover_on_failure():
                 for header, _ in frames:
                     if header.leader_epoch >= 0:
                         epochs.assign(header.leader_epoch, header.base_offset)

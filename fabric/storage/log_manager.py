@@ -79,16 +79,13 @@ class LogManager:
         """Forget one partition's log and remove its directory (a replica moved to other nodes)."""
         directory = os.path.join(self.topic_dir(tp[0]), str(tp[1]))
         with self._guard:
-            dropped = self._logs.pop(tp, None)
-        if dropped is not None:
-            dropped[1].close_files()
+            self._logs.pop(tp, None)
         shutil.rmtree(directory, ignore_errors=True)
 
     def delete_topic(self, topic: str) -> None:
         """Forget the topic's logs and remove its directory (whatever is in it)."""
         directory = self.topic_dir(topic)
         with self._guard:
-            dropped = [self._logs.pop(k)[1] for k in [k for k in self._logs if k[0] == topic]]
-        for plog in dropped:
-            plog.close_files()
+            for key in [k for k in self._logs if k[0] == topic]:
+                del self._logs[key]
         shutil.rmtree(directory, ignore_errors=True)

@@ -12,8 +12,6 @@ from fabric.storage import frame
 from fabric.storage.frame import FrameError, FrameHeader
 from fabric.storage.index import OffsetIndex, TimeIndex
 from fabric.storage.index_builder import IndexBuilder
-from fabric.storage.kept_files import KeptFile
-from fabric.storage.lock import PartitionLock
 from fabric.storage.mapcache import MAPS
 from fabric.storage.scan import Damage, Frame, Walk, resync
 
@@ -76,7 +74,6 @@ class Segment:
         self.use_index = True  # False: the index is broken and cannot be rebuilt here (a read-only directory)
         self._first: FrameHeader | None = None  # the first data frame: it never changes while it exists
         self._builder: IndexBuilder | None = None  # this writer's indexing state (see append)
-        self._kept = KeptFile(self.path, os.O_WRONLY | os.O_APPEND)  # the data file, for trusted appends
 
     # -- creation and the schema frame ---------------------------------------------------------------
     @classmethod
@@ -223,41 +220,27 @@ class Segment:
 
     # -- writing (callers hold the partition lock) -------------------------------------------------
     def append(self, header: FrameHeader, payload: pa.Buffer | bytes, index_interval: int,
-               position: int | None = None, lock: PartitionLock | None = None) -> int:
+               position: int | None = None) -> int:
         """Append one sealed frame and index it; returns its byte position. The indexing state is read from the
         index files once, then kept while this object is the only writer (forget_writes() drops it). A caller
         that knows no one else wrote since this object last did (LogTail.trusted_tail) gives the file's
-        size as `position` and the partition `lock` it holds: then nothing is read back, neither the size nor the
-        indexes' last entries, and the three files are written through descriptors kept between such appends
-        (kept_files)."""
-        if position is not None and lock is not None:
-            write_all(self._kept.fd(lock), [header.pack(), payload])
-            pos = position
-        else:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-            try:
-                pos = os.fstat(fd).st_size if position is None else position
-                write_all(fd, [header.pack(), payload])
-            finally:
-                os.close(fd)
+        size as `position`: then nothing is read back, neither the size nor the indexes' last entries."""
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            pos = os.fstat(fd).st_size if position is None else position
+            write_all(fd, [header.pack(), payload])
+        finally:
+            os.close(fd)
         if self._builder is None or self._builder.interval != index_interval:
             self._builder = IndexBuilder.resume(self.base_offset, index_interval, self.index, self.timeindex)
         self._builder.add(pos, header)
-        self._builder.append_to(self.index, self.timeindex, lock if position is not None else None)
+        self._builder.append_to(self.index, self.timeindex, trusted=position is not None)
         return pos
-
-    def close_files(self) -> None:
-        """Close the descriptors kept for appends (the segment stops being the active one, or its files are
-        about to change)."""
-        self._kept.close()
-        self.index.close()
-        self.timeindex.close()
 
     def forget_writes(self) -> None:
         """Drop what this object remembers of its files' tail (another writer, or recovery, changed them)."""
         self._builder = None
         self._first = None
-        self.close_files()
 
     def fsync(self) -> None:
         fd = os.open(self.path, os.O_RDONLY)
@@ -327,7 +310,6 @@ class Segment:
 
     def delete(self) -> None:
         """Remove the data file and both indexes (buffers readers hold stay readable until dropped)."""
-        self.close_files()
         MAPS.forget(self.path)
         for path in (self.path, self.index.path, self.timeindex.path):
             MAPS.forget(path)

@@ -151,19 +151,8 @@ class LogTail:
         or forgotten); a write that rolls changes it."""
         return self._tail_state.base_offset if self._tail_state else None
 
-    def close_files(self) -> None:
-        """Close the descriptors kept for appends (kept_files): at once if no other thread writes here now, else
-        they stay until their epoch passes or the process's bound closes them."""
-        def close() -> None:
-            for seg in self._segments.values():
-                seg.close_files()
-            self.hw.close()
-        self.lock.if_free(close)
-
     def remember_tail(self, active: Segment, end: int) -> None:
-        """Record this process's view of the tail after a change it made under the lock: `active` ending at `end`
-        (the files kept open for appends are opened again: the change may have replaced them)."""
-        self.close_files()
+        """Record this process's view of the tail after a change it made under the lock: `active` ending at `end`."""
         self._tail_state = TailState(active.base_offset, active.size, end)
 
     def forget_tail(self) -> None:
@@ -181,13 +170,11 @@ class LogTail:
         trusted = tail is not None and tail.base_offset == active.base_offset and self.trusted_tail()
         size = tail.size if trusted and tail is not None else active.size
         if size > (active.known_data_start if trusted else active.data_start) and self._roll_due(active, size, header):
-            active.close_files()
             active = self.create_segment(header.base_offset)
             size = active.size
             self._tail_state = TailState(active.base_offset, size, end)
             self.retention.maybe_retain(force=True)
-        position = active.append(header, payload, self.config["index.interval.bytes"], size if trusted else None,
-                                 self.lock)
+        position = active.append(header, payload, self.config["index.interval.bytes"], size if trusted else None)
         self._tail_state = TailState(active.base_offset, position + header.size, end)
         self.flushes.wrote(header.record_count)
         return active
@@ -198,7 +185,7 @@ class LogTail:
         tail = self._tail_state
         self.hw.write(end_offset)
         if tail is not None:
-            self._tail_state = TailState(tail.base_offset, tail.size, end_offset)
+            self._tail_state = tail._replace(end_offset=end_offset)
         with self.appended:
             self.appended.notify_all()
         self.flushes.maybe_flush()

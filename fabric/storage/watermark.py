@@ -4,9 +4,8 @@ A 16-byte file, written only under the partition lock: magic b"FHW" and format v
 (i64), and a CRC32C of the first 12 bytes (u32), all little-endian. Appends write their frames first and
 advance the watermark last, so a frame below the watermark is whole and was acknowledged. The checksum tells
 a damaged file from a valid one; the 8-byte files of earlier versions (the bare value) are still read, but,
-lacking one, are checked against the frames by recovery. The file is read and written with pread/pwrite, read by
-path each time; a writer whose view of the tail is trusted writes it through a descriptor kept between its
-appends (fabric.storage.kept_files, a bounded number per process).
+lacking one, are checked against the frames by recovery. The file is read and written with pread/pwrite and
+held open by no one, so a process opens no file per partition it serves.
 """
 from __future__ import annotations
 
@@ -17,9 +16,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import crc32c
-
-from fabric.storage.kept_files import KeptFile
-from fabric.storage.lock import PartitionLock
 
 MAGIC = b"FHW\x01"
 _BODY = struct.Struct("<4sq")
@@ -77,12 +73,9 @@ def decode(raw: bytes) -> WatermarkReading:
 class HighWatermark:
     """The watermark file of one partition: `read()` classifies it, `write()` replaces it (lock held)."""
 
-    def __init__(self, path: str, exact: Callable[[], bool] = lambda: False, lock: PartitionLock | None = None
-                 ) -> None:
+    def __init__(self, path: str, exact: Callable[[], bool] = lambda: False) -> None:
         self.path = path
         self._exact = exact  # asked at each write: True if the file is known to hold exactly a watermark
-        self._lock = lock  # the partition's: while `exact` holds, writes go through a kept descriptor
-        self._kept = KeptFile(path, os.O_WRONLY | os.O_CREAT)
 
     def read(self) -> WatermarkReading:
         reading = WatermarkReading(WatermarkState.MISSING)
@@ -106,10 +99,6 @@ class HighWatermark:
         if value < 0:
             raise ValueError(f"a high watermark is never negative, got {value}")
         data = encode(value)
-        if self._lock is not None and self._exact():  # the writer's trusted tail: the file is as it left it
-            if os.pwrite(self._kept.fd(self._lock), data, 0) != SIZE:
-                raise OSError(f"short write of the high watermark {self.path}")
-            return
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             if os.pwrite(fd, data, 0) != SIZE:
@@ -118,10 +107,6 @@ class HighWatermark:
                 os.ftruncate(fd, SIZE)  # a longer damaged file: drop its tail
         finally:
             os.close(fd)
-
-    def close(self) -> None:
-        """Close the descriptor kept for writes, if any."""
-        self._kept.close()
 
     def fsync(self) -> None:
         try:
