@@ -54,7 +54,7 @@ from fabric.sources.offsets import (
     byte_limit,
     checked_start,
     current_partitions,
-    deleted_topics,
+    current_states,
     from_json,
     rate_limit,
     resolve,
@@ -200,8 +200,7 @@ class FabricStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         previous = from_json(start)
         self._commit_group(previous)  # Spark plans the next batch only once the one ending at start is done
-        gone = deleted_topics(self.cluster, self.opts.subscription, previous, self.opts.fail_on_data_loss)
-        now = states(self.cluster, current_partitions(self.cluster, self.opts.subscription, gone))
+        gone, now = current_states(self.cluster, self.opts.subscription, previous, self.opts.fail_on_data_loss)
         begin = {tp: min(max(previous.get(tp, s.start_offset), s.start_offset), s.end_offset)
                  for tp, s in now.items()}
         end = {tp: s.end_offset for tp, s in now.items()}

@@ -11,7 +11,7 @@ from typing import Mapping
 
 from fabric.client.cluster import Cluster
 from fabric.client.retry import retrying
-from fabric.common.errors import FabricError, OffsetOutOfRangeError, UnknownTopicError
+from fabric.common.errors import FabricError, OffsetOutOfRangeError, UnknownTopicError, UnknownTopicOrPartitionError
 from fabric.common.types import PartitionState, TopicPartition
 from fabric.sources.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription, check_topics_exist
 
@@ -171,6 +171,21 @@ def deleted_topics(cluster: Cluster, subscription: Subscription, previous: Mappi
     for topic in sorted(gone):
         report_data_loss(f"topic {topic!r} was deleted while the query was reading it", fail)
     return frozenset(gone)
+
+
+def current_states(cluster: Cluster, subscription: Subscription, previous: Mapping[TopicPartition, int],
+                   fail: bool) -> tuple[frozenset[str], dict[TopicPartition, PartitionState]]:
+    """The topics the query read that are gone, and the states of the partitions it reads now. A topic deleted
+    since the last batch, or while they are looked up (between two listings), is reported as data loss
+    (deleted_topics)."""
+    gone = deleted_topics(cluster, subscription, previous, fail)
+    try:
+        return gone, states(cluster, current_partitions(cluster, subscription, gone))
+    except UnknownTopicOrPartitionError:
+        gone_now = deleted_topics(cluster, subscription, previous, fail)
+        if gone_now == gone:
+            raise
+        return gone_now, states(cluster, current_partitions(cluster, subscription, gone_now))
 
 
 def rate_limit(cluster: Cluster, begin: Offsets, end: Offsets, max_rows: int) -> Offsets:

@@ -38,13 +38,13 @@ class FabricFlightServer(flight.FlightServerBase):
     request_max_bytes = wire.SOCKET_REQUEST_MAX_BYTES
 
     def __init__(self, listen: str, tokens_file: str | None, acl_file: str | None, tls_cert: str | None,
-                 tls_key: str | None) -> None:
+                 tls_key: str | None, metrics: ServerMetrics) -> None:
         self.tokens = tokens = security.load_tokens(tokens_file) if tokens_file else None
         self.tls_cert, self.tls_key = tls_cert, tls_key
         self.protocol: ProtocolServer | None = None  # its fabric protocol port, once the server opens one
         self.authorizer = security.Authorizer(security.load_acls(acl_file) if acl_file else None)
         self.producer_owners: ProducerOwners | None = None  # set by the server: whose producer ids appends may use
-        self.metrics = ServerMetrics()
+        self.metrics = metrics  # served before this server answers, so a status names its port
         cert = security.read_pem(tls_cert, "TLS certificate")
         key = security.read_pem(tls_key, "TLS private key")
         if (cert is None) != (key is None):

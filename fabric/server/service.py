@@ -47,6 +47,7 @@ from fabric.server.instance import (
     settings_from,
 )
 from fabric.server.leader_calls import LeaderCalls
+from fabric.server.metrics import ServerMetrics
 from fabric.server.producer_owners import ProducerOwners
 from fabric.server.request_metrics import count_bytes
 from fabric.server.shutdown import Interrupted, Shutdown
@@ -191,11 +192,11 @@ class CoordinatorService(FabricFlightServer):
     """One coordinator instance: serves `broker` (data in a shared directory, metadata in the store, replicated
     topics through its controller)."""
 
-    def __init__(self, settings: Settings, broker: ClusterBroker, election: Any) -> None:
+    def __init__(self, settings: Settings, broker: ClusterBroker, election: Any, metrics: ServerMetrics) -> None:
         self.settings, self.broker, self.election = settings, broker, election
         self.request_max_bytes = settings.socket_request_max_bytes
         super().__init__(settings.listen, settings.tokens_file, settings.acl_file, settings.tls_cert,
-                         settings.tls_key)
+                         settings.tls_key, metrics)
         self.producer_owners = ProducerOwners(broker.producer_id_owner)
         self.protocol = protocol_handlers.start(self, settings.listen.rpartition(":")[0],
                                                 protocol_routes.handlers(self))
@@ -316,12 +317,13 @@ def serve(settings: Settings) -> None:
                                        settings.offsets_topic_segment_bytes)
         broker = ClusterBroker(settings.data_dir, store, settings.max_partitions, controller,
                                settings.default_replication_factor)
-        server = CoordinatorService(settings, broker, election)
+        metrics = ServerMetrics()
+        coordinator_metrics.register(metrics.registry, broker, lambda: election.is_active)
+        metrics.serve(settings.metrics_host, settings.metrics_port, settings.metrics_token_file)
+        server = CoordinatorService(settings, broker, election, metrics)
         broker.start_maintenance(settings.log_retention_check_interval_ms, lambda: election.is_active)
         if isinstance(store, TransactionTimeouts):
             reaper = transaction_reaper(store, controller, settings, lambda: election.is_active)
-        coordinator_metrics.register(server.metrics.registry, broker, lambda: election.is_active)
-        server.metrics.serve(settings.metrics_host, settings.metrics_port, settings.metrics_token_file)
         election.start(server.instance, controller)
         controller.start_timer()
         shutdown.serve_until_requested(

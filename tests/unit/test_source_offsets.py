@@ -4,10 +4,11 @@ tests/integration/test_source.py.)"""
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
 
 from fabric.sources.fabric_source import FabricStreamReader, spark_schema
-from fabric.sources.offsets import OffsetRange, split_ranges
+from fabric.sources.offsets import DataLossError, OffsetRange, split_ranges
 
 
 def test_read_limits_from_spark_are_honoured(fab, fabric_url):
@@ -91,3 +92,25 @@ def test_group_commit_of_a_batch_retention_overtook_does_not_fail_the_query(fab,
     assert fab.describe_group("q")[0].committed == 3
     source.commit({"t": {"0": 20}})
     assert fab.describe_group("q")[0].committed == 20
+
+
+def test_a_topic_deleted_between_two_listings_of_one_trigger_is_reported_as_deleted(fab, fabric_url, monkeypatch):
+    """latestOffset lists the topics more than once: a deletion landing between two listings is still the data
+    loss "topic was deleted", not "topic does not exist" (a CI run hit it on the cluster)."""
+    fab.create_topic("doomed", partitions=1)
+    with fab.producer() as producer:
+        producer.send("doomed", b"v", partition=0)
+    source = FabricStreamReader({"url": fabric_url, "subscribe": "doomed", "startingOffsets": "earliest"},
+                                spark_schema(None, False))
+    start = source.initialOffset()
+    coordinator = source.cluster.coordinator
+    listed = coordinator.list_topics
+
+    def listed_then_deleted() -> list[str]:
+        topics = listed()
+        monkeypatch.setattr(coordinator, "list_topics", listed)
+        fab.delete_topic("doomed")
+        return topics
+    monkeypatch.setattr(coordinator, "list_topics", listed_then_deleted)
+    with pytest.raises(DataLossError, match="topic 'doomed' was deleted while the query was reading it"):
+        source.latestOffset(start, ReadAllAvailable())

@@ -43,6 +43,7 @@ from fabric.common.types import LeaderAndIsr, NodeAssignment, NodeInfo, TopicPar
 from fabric.coordinator.disk import disk_errors
 from fabric.server.connection import Call, Connection, parse_url, server_token
 from fabric.server.entry import server_main
+from fabric.server.metrics import ServerMetrics
 from fabric.server.node.directory_id import directory_id
 from fabric.server.node.leader import LeaderState
 from fabric.server.node.metrics import ReplicationCollector
@@ -264,9 +265,10 @@ def serve(settings: NodeSettings) -> None:
         replicas = ReplicaManager(settings.node_id, settings.data_dir, peer, settings.fetch_settings(),
                                   settings.replica_lag_time_max_ms, verify_on_start=rate > 0, protocol=protocol)
         scrubber = Scrubber(replicas, rate, settings.log_scrubber_backoff_ms) if rate else None
-        server = NodeService(settings, replicas)
-        server.metrics.registry.register(ReplicationCollector(replicas, scrubber))
-        server.metrics.serve(settings.metrics_host, settings.metrics_port, settings.metrics_token_file)
+        metrics = ServerMetrics()
+        metrics.registry.register(ReplicationCollector(replicas, scrubber))
+        metrics.serve(settings.metrics_host, settings.metrics_port, settings.metrics_token_file)
+        server = NodeService(settings, replicas, metrics)
         node = Node(settings, connection, replicas, server, directory_id(settings.data_dir))
         _register_until_answered(node, shutdown)
         heartbeats = threading.Thread(target=node.run_heartbeats, name="node-heartbeat", daemon=True)

@@ -37,6 +37,7 @@ from fabric.common.redaction import clip
 from fabric.server import protocol_handlers, security, wire
 from fabric.server.arguments import check_call
 from fabric.server.flight_server import FabricFlightServer, measured, translated
+from fabric.server.metrics import ServerMetrics
 from fabric.server.node import follower_fetches
 from fabric.server.node.partition import ReplicaFetch
 from fabric.server.node.replica_manager import ReplicaManager
@@ -87,12 +88,12 @@ def _partitions_of(args: dict[str, Any]) -> None:
 class NodeService(FabricFlightServer):
     """The Flight server of one data node over its `replicas`."""
 
-    def __init__(self, settings: NodeSettings, replicas: ReplicaManager) -> None:
+    def __init__(self, settings: NodeSettings, replicas: ReplicaManager, metrics: ServerMetrics) -> None:
         self.settings, self.replicas = settings, replicas
         self.node_epoch = 0
         self.request_max_bytes = settings.socket_request_max_bytes
         super().__init__(settings.listen, settings.tokens_file, settings.acl_file, settings.tls_cert,
-                         settings.tls_key)
+                         settings.tls_key, metrics)
         self.protocol = protocol_handlers.start(self, settings.listen.rpartition(":")[0], {
             "produce": protocol_handlers.produce(self, ReplicaManager.append, replicas.append, replicas.topic),
             "fetch": protocol_handlers.fetch(self, ReplicaManager.fetch, replicas.fetch, self.topic_schema),
