@@ -2,6 +2,7 @@
 client tests of retries and idempotence."""
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from typing import Any, Callable, Mapping, Sequence
 
@@ -28,8 +29,19 @@ class FlakyCluster(Cluster):
 
     def __init__(self, inner: Cluster) -> None:
         self.inner, self.coordinator, self.url = inner, inner.coordinator, inner.url
+        self.concurrent_appends = inner.concurrent_appends
         self.calls: Counter[str] = Counter()
         self._failures: dict[str, list[Any]] = {}
+        self._meeting: threading.Barrier | None = None
+        self._lock = threading.Lock()
+
+    def meet(self, parties: int, timeout_s: float = 60.0) -> None:
+        """Make the next `parties` appends wait for each other before they are made (threading.Barrier): appends
+        made one after another never all get there, and each fails with BrokenBarrierError after `timeout_s`."""
+        self._meeting = threading.Barrier(parties, action=self._met, timeout=timeout_s)
+
+    def _met(self) -> None:
+        self._meeting = None
 
     def fail(self, method: str, times: int, error: FabricError, after: bool = False,
              then: Callable[[], object] = lambda: None) -> None:
@@ -39,10 +51,16 @@ class FlakyCluster(Cluster):
         self._failures[method] = [times, error, after, then]
 
     def _call(self, method: str, *args: Any) -> Any:
-        self.calls[method] += 1
-        failure = self._failures.get(method)
-        if failure and failure[0] > 0:
-            failure[0] -= 1
+        meeting = self._meeting if method == "append" else None
+        if meeting is not None:
+            meeting.wait()
+        with self._lock:  # (appends to several partitions may come together)
+            self.calls[method] += 1
+            failure = self._failures.get(method)
+            failing = bool(failure and failure[0] > 0)
+            if failing:
+                failure[0] -= 1
+        if failing:
             if failure[2]:
                 getattr(self.inner, method)(*args)
                 failure[3]()

@@ -40,6 +40,7 @@ class Cluster(ABC):
 
     coordinator: Coordinator
     url: str
+    concurrent_appends = False  # whether appends to several partitions gain from being in flight together
 
     @abstractmethod
     def create_topic(self, name: str, partitions: int, config: Mapping[str, str],

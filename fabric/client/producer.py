@@ -16,7 +16,9 @@ buffered until the commit, never appended one batch at a time.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import concurrent.futures.thread  # noqa: F401 (see _close_at_exit)
+import contextvars
 import functools
 import logging
 import threading
@@ -58,6 +60,7 @@ from fabric.common.types import TopicInfo, TopicPartition, TransactionalOffsets
 from fabric.server.connection import call_deadline
 
 METADATA_MAX_AGE_S = 5.0
+APPEND_THREADS = 16  # partitions' runs appended together, at most (each run's chunks go one after another)
 log = logging.getLogger(__name__)
 
 
@@ -124,6 +127,7 @@ class Producer:
         self._appending = 0  # batches being appended now (read without the lock by a flush that cannot take it)
         self._wake = threading.Condition(self._lock)
         self._linger_thread: threading.Thread | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._counts = ProducerCounts()
         self._linger_wakes_at = float("inf")  # when the linger thread wakes next (time.monotonic())
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
@@ -241,6 +245,8 @@ class Producer:
             raise InvalidRecordError(
                 f"send_batch takes a pyarrow.Table or RecordBatch, got {type(table).__name__}; build one with "
                 "pa.table({'value': [...]}), or send() records one at a time")
+        if self._closed:
+            raise FabricError("send_batch() on a closed producer; create a new one")
         if self._transactions is not None:
             raise IllegalStateError("send_batch() appends at once, outside any transaction: a transactional producer "
                                     "sends with send() between begin_transaction() and commit_transaction()")
@@ -269,10 +275,30 @@ class Producer:
                              max_bytes: int) -> list[BatchMetadata]:
         """Append each partition's run of `rows`, in chunks of at most `max_bytes` (the topic's
         max.message.bytes), by `deadline`; where each chunk landed, in partition order (other producers may append
-        between two chunks of one run)."""
+        between two chunks of one run). Over a network the partitions' runs go together, each run's chunks one
+        after another; the first partition's error is raised once every run has ended."""
         rows, runs = batching.by_partition(rows, parts)
-        return [BatchMetadata(topic, p, self._append(topic, p, chunk, deadline), chunk.num_rows) for p, lo, hi in runs
-                for chunk in batching.chunks(batching.run(rows, lo, hi), self._batch_size, max_bytes)]
+        work = [(p, batching.chunks(batching.run(rows, lo, hi), self._batch_size, max_bytes)) for p, lo, hi in runs]
+        if len(work) == 1 or not self.cluster.concurrent_appends:
+            return [meta for p, chunks in work for meta in self._append_run(topic, p, chunks, deadline)]
+        pool = self._appenders()
+        runs_sent = [pool.submit(contextvars.copy_context().run, self._append_run, topic, p, chunks, deadline)
+                     for p, chunks in work]
+        concurrent.futures.wait(runs_sent)
+        return [meta for run in runs_sent for meta in run.result()]
+
+    def _append_run(self, topic: str, partition: int, chunks: list[pa.RecordBatch], deadline: Deadline
+                    ) -> list[BatchMetadata]:
+        """Append one partition's chunks in order: where each landed."""
+        return [BatchMetadata(topic, partition, self._append(topic, partition, chunk, deadline), chunk.num_rows)
+                for chunk in chunks]
+
+    def _appenders(self) -> concurrent.futures.ThreadPoolExecutor:
+        """The threads that append partitions' runs together (made on first use, stopped by close())."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(APPEND_THREADS, "fabric-producer-append")
+            return self._pool
 
     def _append(self, topic: str, partition: int, rows: pa.RecordBatch, deadline: Deadline) -> int:
         """Append one batch by `deadline`. An idempotent producer's batch carries its producer id and sequence,
@@ -280,24 +306,26 @@ class Producer:
         (at least once)."""
         if self._sequences is None:
             return self._append_retrying(topic, partition, rows, deadline, dict)
-        if not self._sequences.lock.acquire(timeout=max(deadline.left(), 0)):
+        tp = (topic, partition)
+        in_order = self._sequences.partition_lock(tp)
+        if not in_order.acquire(timeout=max(deadline.left(), 0)):
             raise deadline.passed(f"a batch of {rows.num_rows} record(s) to {topic}-{partition}", None)
         try:
-            tp = (topic, partition)
-            fields = functools.partial(self._sequences.fields, tp)
+            batch = self._sequences.batch(tp)
             try:
                 try:
-                    base = self._append_retrying(topic, partition, rows, deadline, fields)
+                    base = self._append_retrying(topic, partition, rows, deadline, batch.fields)
                 except UnknownProducerIdError as exc:  # the partition forgot this producer: nothing was written
-                    self._sequences.reset(str(exc))
-                    base = self._append_retrying(topic, partition, rows, deadline, fields)
+                    batch.failed(str(exc))
+                    batch = self._sequences.batch(tp)
+                    base = self._append_retrying(topic, partition, rows, deadline, batch.fields)
             except FabricError as exc:
-                self._sequences.reset(f"a batch to {topic}-{partition} failed: {exc}")
+                batch.failed(f"a batch to {topic}-{partition} failed: {exc}")
                 raise
-            self._sequences.written(tp, rows.num_rows)
+            batch.written(rows.num_rows)
             return base
         finally:
-            self._sequences.lock.release()
+            in_order.release()
 
     def _append_retrying(self, topic: str, partition: int, rows: pa.RecordBatch, deadline: Deadline,
                          producer: Callable[[], dict[str, int]]) -> int:
@@ -540,6 +568,8 @@ class Producer:
         atexit.unregister(self._at_exit)
         if self._linger_thread is not None and self._linger_thread is not threading.current_thread():
             self._linger_thread.join(timeout=5 if deadline is None else _left(deadline))
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)  # (idle: the flush ended every run; one past a timeout ends by its own)
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):  # (a constructor that raised left no buffers)

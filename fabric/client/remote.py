@@ -136,6 +136,8 @@ class RemoteCoordinator(Coordinator):
 class RemoteCluster(Cluster):
     """A fabric served by coordinator instances (`fabric://host:port[,host:port]`)."""
 
+    concurrent_appends = True  # each append waits on a server (and, acks=all, on its followers)
+
     def __init__(self, url: str) -> None:
         self.url = url
         self.options = parse_url(url)

@@ -5,6 +5,9 @@ rebuilt the producer state from the frames it copied). The lost answer is a test
 (FlakyCluster: the call is made, then its answer dropped)."""
 from __future__ import annotations
 
+import pyarrow as pa
+import pytest
+
 import fabric
 from fabric.client.producer import Producer
 from fabric.common.errors import LeaderNotAvailableError
@@ -61,3 +64,33 @@ def test_a_retry_led_by_a_new_leader_is_not_written_twice(node_cluster, flaky_cl
         assert new.leader != old.leader and new.leader_epoch > old.leader_epoch
         assert [v for _, v in replication.final_read(fab, recorder, topic)] == [b"a", b"b", b"c"]
     history.check(dense=True).assert_valid()
+
+
+def test_partitions_are_appended_together_each_in_sequence_order(shared_cluster, flaky_cluster) -> None:
+    """A send_batch over three partitions has their appends in flight together (the three meet, which appends
+    made one after another never do); a lost answer is retried with the batch's own id and sequence, so each
+    partition holds each record once and in order; a batch that finally fails drops the producer id, and the
+    batches of the other partitions acknowledged after that do not move the new id's sequences."""
+    topic, per_partition = "together", 5
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic(topic, partitions=3, replication_factor=3, config={"min.insync.replicas": "2"})
+        flaky = flaky_cluster(fab.cluster)
+
+        def batch(round_: int) -> pa.Table:
+            return pa.table({"value": [b"%d-%d-%d" % (round_, p, i) for p in range(3) for i in range(per_partition)],
+                             "partition": pa.array([p for p in range(3) for _ in range(per_partition)], pa.int32())})
+        with Producer(flaky, **FAST) as producer:
+            flaky.meet(3)
+            assert sorted((m.partition, m.offset) for m in producer.send_batch(topic, batch(0))) == [
+                (0, 0), (1, 0), (2, 0)]
+            flaky.fail("append", 1, LeaderNotAvailableError("the answer was lost"), after=True)
+            producer.send_batch(topic, batch(1))
+        with Producer(flaky, retries=0, **FAST) as producer:
+            producer.send_batch(topic, batch(2))
+            flaky.fail("append", 1, LeaderNotAvailableError("the answer was lost"), after=True)
+            with pytest.raises(LeaderNotAvailableError):
+                producer.send_batch(topic, batch(3))  # written everywhere; one partition's answer lost
+            producer.send_batch(topic, batch(4))  # a new id: every partition's sequence starts again, none refused
+        for p in range(3):
+            stored = [v for f in fab.cluster.fetch(topic, p, 0, 1 << 20) for v in f.batch.column("value").to_pylist()]
+            assert stored == [b"%d-%d-%d" % (r, p, i) for r in range(5) for i in range(per_partition)]

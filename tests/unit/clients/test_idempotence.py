@@ -3,10 +3,16 @@ twice and answers the first write's offset; without idempotence (or with acks=1)
 that finally fails makes the producer take a new producer id, so no later batch is taken for its retry."""
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
 from fabric.client.producer import Producer
-from fabric.common.errors import CoordinatorUnavailableError, InvalidConfigError, UnknownProducerIdError
+from fabric.common.errors import (
+    CoordinatorUnavailableError,
+    FabricError,
+    InvalidConfigError,
+    UnknownProducerIdError,
+)
 
 FAST = dict(retry_backoff_ms=1, linger_ms=0)
 
@@ -52,3 +58,13 @@ def test_a_producer_the_partition_forgot_takes_a_new_id_and_sends_again(flaky):
         flaky.fail("append", 1, UnknownProducerIdError("the partition has no state of the producer"))
         assert producer.send("t", b"b").result(timeout=10).offset == 1
     assert flaky.calls["append"] == 3 and flaky.partition_state("t", 0).end_offset == 2
+
+
+def test_a_closed_producer_refuses_to_send(flaky):
+    producer = Producer(flaky, **FAST)
+    producer.close()
+    with pytest.raises(FabricError, match="send\\(\\) on a closed producer; create a new one"):
+        producer.send("t", b"a")
+    with pytest.raises(FabricError, match="send_batch\\(\\) on a closed producer; create a new one"):
+        producer.send_batch("t", pa.table({"value": [b"a"]}))
+    assert flaky.partition_state("t", 0).end_offset == 0
