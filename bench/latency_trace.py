@@ -9,6 +9,7 @@ Each write is followed through the trace, step by step:
   produce_received  leader: the produce request is served (on its worker thread)
   leader_append     leader: the rows are in its log
   fetch_answered    leader: the follower's fetch that gets the rows is read
+  fetch_received    follower: the leader's answer with the rows is back
   follower_append   follower: the rows are in its log
   next_fetch        leader: the follower's next fetch (from past the rows: it has them) is read
   high_watermark    leader: the high watermark moves past the rows
@@ -44,6 +45,7 @@ STEPS = {
     "produce_received": "leader: produce request served",
     "leader_append": "leader: appended",
     "fetch_answered": "leader: a follower's fetch gets the record",
+    "fetch_received": "follower: the answer is back",
     "follower_append": "follower: appended",
     "next_fetch": "leader: that follower fetches past it",
     "high_watermark": "leader: high watermark past it",
@@ -120,16 +122,17 @@ def write_steps(write: dict[str, int], steps: dict[str, list[Event]]) -> dict[st
     chains = []
     for follower in {e.node for e in fetches if e.pid == appended.pid}:
         got = _first(fetches, sent, node=follower, start=lambda s: s <= start, end=lambda e: e > start)
-        copied = _first(steps.get("follower_append", []), sent, node=follower, start=lambda s: s <= start,
-                        end=lambda e: e > start)
+        back, copied = (_first(steps.get(step, []), sent, node=follower, start=lambda s: s <= start,
+                               end=lambda e: e > start) for step in ("fetch_received", "follower_append"))
         proved = _first(fetches, sent, node=follower, start=lambda s: s >= end)
-        if got and copied and proved:
-            chains.append((proved.ns, got.ns, copied.ns))
+        if got and back and copied and proved:
+            chains.append((proved.ns, got.ns, back.ns, copied.ns))
     if not (received and hw and answered and chains):
         return None
-    proved_ns, got_ns, copied_ns = max(chains)  # the follower the high watermark waited for
+    proved_ns, got_ns, back_ns, copied_ns = max(chains)  # the follower the high watermark waited for
     return {"send": sent, "request": write["request"], "produce_received": received[-1].ns,
-            "leader_append": appended.ns, "fetch_answered": got_ns, "follower_append": copied_ns,
+            "leader_append": appended.ns, "fetch_answered": got_ns, "fetch_received": back_ns,
+            "follower_append": copied_ns,
             "next_fetch": proved_ns, "high_watermark": hw.ns, "produce_answered": answered.ns, "ack": write["ack"]}
 
 
