@@ -200,9 +200,10 @@ def report(results: dict[str, Any], raw: None) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", type=int, default=200, help="writes measured (default 200)")
-    parser.add_argument("--rate", type=float, default=100.0, help="writes per second, at most (default 100)")
-    parser.add_argument("--warmup", type=int, default=20, help="writes sent first and not counted (default 20)")
+    for flag, kind, default, text in (("--records", int, 200, "writes measured"),
+                                      ("--rate", float, 100.0, "writes per second, at most"),
+                                      ("--warmup", int, 20, "writes sent first and not counted")):
+        parser.add_argument(flag, type=kind, default=default, help=f"{text} (default {default:g})")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
     if args.records < 1 or args.rate <= 0 or args.warmup < 0:
