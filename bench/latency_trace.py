@@ -6,7 +6,9 @@ min.insync.replicas=2), each with send().get() (linger_ms=0), after --warmup rec
 Each write is followed through the trace, step by step:
   send              client: producer.send() called
   request           client: the produce request goes to the leader
-  produce_received  leader: the produce request is served (on its worker thread)
+  produce_read      leader: the produce request is read (on the fabric protocol's event loop)
+  produce_received  leader: the produce request is served (on a worker thread: an acks=all append waits)
+  append_started    leader: the request is checked and its rows decoded; the partition's append starts
   leader_append     leader: the rows are in its log
   fetch_answered    leader: the follower's fetch that gets the rows is read
   fetch_received    follower: the leader's answer with the rows is back
@@ -42,7 +44,9 @@ SESSION_TIMEOUT_MS, HEARTBEAT_MS = 10_000, 1000  # nothing is killed here: the n
 STEPS = {
     "send": "client: send() called",
     "request": "client: produce request sent",
-    "produce_received": "leader: produce request served",
+    "produce_read": "leader: produce request read (event loop)",
+    "produce_received": "leader: produce request served (worker thread)",
+    "append_started": "leader: checked, decoded; append starts",
     "leader_append": "leader: appended",
     "fetch_answered": "leader: a follower's fetch gets the record",
     "fetch_received": "follower: the answer is back",
@@ -115,9 +119,13 @@ def write_steps(write: dict[str, int], steps: dict[str, list[Event]]) -> dict[st
     appended = _first(steps.get("leader_append", []), sent, start=start)
     if appended is None:
         return None
-    received = [e for e in steps.get("produce_received", []) if sent <= e.ns <= appended.ns and e.pid == appended.pid]
-    hw = _first(steps.get("high_watermark", []), sent, end=lambda hw: hw >= end, pid=appended.pid)
-    answered = _first(steps.get("produce_answered", []), sent, start=start, pid=appended.pid)
+    at = {"send": sent, "request": write["request"]}
+    for step in ("produce_read", "produce_received", "append_started"):  # the leader's last before its append
+        before = [e.ns for e in steps.get(step, []) if sent <= e.ns <= appended.ns and e.pid == appended.pid]
+        if not before:
+            return None
+        at[step] = before[-1]
+    at["leader_append"] = appended.ns
     fetches = steps.get("follower_fetch", [])
     chains = []
     for follower in {e.node for e in fetches if e.pid == appended.pid}:
@@ -127,13 +135,13 @@ def write_steps(write: dict[str, int], steps: dict[str, list[Event]]) -> dict[st
         proved = _first(fetches, sent, node=follower, start=lambda s: s >= end)
         if got and back and copied and proved:
             chains.append((proved.ns, got.ns, back.ns, copied.ns))
-    if not (received and hw and answered and chains):
+    hw = _first(steps.get("high_watermark", []), sent, end=lambda hw: hw >= end, pid=appended.pid)
+    answered = _first(steps.get("produce_answered", []), sent, start=start, pid=appended.pid)
+    if not (chains and hw and answered):
         return None
-    proved_ns, got_ns, back_ns, copied_ns = max(chains)  # the follower the high watermark waited for
-    return {"send": sent, "request": write["request"], "produce_received": received[-1].ns,
-            "leader_append": appended.ns, "fetch_answered": got_ns, "fetch_received": back_ns,
-            "follower_append": copied_ns,
-            "next_fetch": proved_ns, "high_watermark": hw.ns, "produce_answered": answered.ns, "ack": write["ack"]}
+    # the follower the high watermark waited for: the one whose next fetch came last
+    at["next_fetch"], at["fetch_answered"], at["fetch_received"], at["follower_append"] = max(chains)
+    return at | {"high_watermark": hw.ns, "produce_answered": answered.ns, "ack": write["ack"]}
 
 
 def budget(events: list[Event], pid: int, skip: int) -> dict[str, Any]:

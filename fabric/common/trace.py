@@ -53,13 +53,14 @@ def stop() -> None:
     _fd = -1
 
 
-def event(step: str, topic: str, partition: int | None, start: int = -1, end: int = -1, node: int = -1) -> None:
-    """Record `step` now, for offsets start..end of `topic`-`partition` (-1: unknown) at `node` (-1: none named);
-    nothing unless tracing is on."""
+def event(step: str, topic: object, partition: object, start: int = -1, end: int = -1, node: int = -1) -> None:
+    """Record `step` now, for offsets start..end of `topic`-`partition` (-1: unknown, or not an int: a request's
+    arguments are traced as they came, before they are checked) at `node` (-1: none named); nothing unless tracing
+    is on."""
     fd = _fd
     if fd < 0:
         return
-    line = _encoder.encode(Event(step, topic, -1 if partition is None else partition, start, end, node,
+    line = _encoder.encode(Event(step, str(topic), partition if type(partition) is int else -1, start, end, node,
                                  os.getpid(), time.time_ns()))
     os.write(fd, line + b"\n")
 

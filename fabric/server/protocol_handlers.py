@@ -32,7 +32,7 @@ def produce(server: FabricFlightServer, method: Callable, append: Append, topic_
     one that `waits` says cannot wait is appended on the event loop."""
     def serve(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
         if trace.ON:
-            trace.event("produce_received", str(args.get("topic")), args.get("partition"))
+            trace.event("produce_received", args.get("topic"), args.get("partition"))
         with server.metrics.requests.measure("produce"):
             offset = server.append_checked(principal, args, lambda topic: payloads.read_stream(
                 payload, f"a produce to topic {topic!r}"), method, append, topic_of)

@@ -64,8 +64,9 @@ def test_latency_trace_follows_every_acks_all_write_through_every_process(repo_r
                                                                      "3"], "latency_trace")
     assert results["writes"] == results["traced"] == 20, results  # every step of every write found in the trace
     steps = results["steps"]
-    assert list(steps) == ["send", "request", "produce_received", "leader_append", "fetch_answered", "fetch_received",
-                           "follower_append", "next_fetch", "high_watermark", "produce_answered", "ack"]
+    assert list(steps) == ["send", "request", "produce_read", "produce_received", "append_started", "leader_append",
+                           "fetch_answered", "fetch_received", "follower_append", "next_fetch", "high_watermark",
+                           "produce_answered", "ack"]
     medians = [figures["since_send_p50_ms"] for figures in steps.values()]
     assert medians == sorted(medians) and medians[-1] > 0, steps  # each step after the one ahead of it
     assert all(0 <= f["delta_p50_ms"] <= f["delta_p99_ms"] for f in steps.values()), steps

@@ -395,7 +395,8 @@ def test_an_acks_all_write_traces_its_replication_steps_in_order_and_nothing_whe
         writer = threading.Thread(target=lambda: done.append(leader.append(storage.make_batch([b"a", b"b"]), "none",
                                                                             0, "all", 30)))
         writer.start()
-        wait_for(lambda: [e.step for e in trace.read(path)] == ["leader_append"], 30, "the leader's append")
+        wait_for(lambda: [e.step for e in trace.read(path)] == ["append_started", "leader_append"], 30,
+                 "the leader's append")
         answer = leader.serve_follower(2, 0, 0, 1 << 20)
         follower.append_copied(0, answer.frames, answer.high_watermark, answer.log_start)
         leader.serve_follower(2, 0, 2, 1 << 20)  # the follower has both: the write is acknowledged
@@ -405,8 +406,8 @@ def test_an_acks_all_write_traces_its_replication_steps_in_order_and_nothing_whe
     assert done == [0]
     events = trace.read(path)
     assert [(e.step, e.start, e.end, e.node) for e in events] == [
-        ("leader_append", 0, 2, 1), ("follower_fetch", 0, 2, 2), ("follower_append", 0, 2, 2),
-        ("follower_fetch", 2, 2, 2), ("high_watermark", -1, 2, 1)]
+        ("append_started", -1, -1, 1), ("leader_append", 0, 2, 1), ("follower_fetch", 0, 2, 2),
+        ("follower_append", 0, 2, 2), ("follower_fetch", 2, 2, 2), ("high_watermark", -1, 2, 1)]
     assert all((e.topic, e.partition) == ("t", 0) for e in events)
     assert [e.ns for e in events] == sorted(e.ns for e in events)
     leader.append(storage.make_batch([b"c"]), "none", 0, "1", 5)  # tracing off

@@ -259,6 +259,8 @@ class PartitionReplica:
         (nothing written) when the ISR is below min.insync.replicas; after the append, NotEnoughReplicasAfterAppend
         if it falls below before the rows are replicated, NotLeaderError if leadership is lost meanwhile and
         RequestTimedOutError past `timeout_s` (the rows may or may not be kept in those three cases)."""
+        if trace.ON:
+            trace.event("append_started", self.tp[0], self.tp[1], node=self.node_id)
         state, leader, min_isr = self._writable(leader_epoch, acks)
         plog = self.log
         base = partition_ops.append(plog, self.tp[0], self.tp[1], rows, codec, state.leader_epoch, producer,
