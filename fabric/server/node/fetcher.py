@@ -289,7 +289,7 @@ class ReplicaFetcher:
                 self._failed(fetched, error or FabricError(f"leader node {self.leader_id}: {answer['error']}"))
                 continue
             if trace.ON:
-                trace.event("fetch_received", *fetched.replica.tp, offset, answer["log_end"], self.node_id)
+                trace.event("fetch_received", *fetched.replica.tp, offset, answer.get("log_end", -1), self.node_id)
             try:
                 with self.guard(fetched.replica.tp, f"copy frames into partition {fetched.name}"):
                     self._apply(fetched, offset, answer, frames)
