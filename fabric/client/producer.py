@@ -40,7 +40,7 @@ from fabric.client.partitioner import StickyPartitioner, assign_listed, assign_p
 from fabric.client.send_timeouts import Deadline, delivery_timeout_ms
 from fabric.client.serializers import Serializer, Serializers
 from fabric.client.transaction import Bases, TransactionManager, TxnState
-from fabric.common import checks, record_checks
+from fabric.common import checks, record_checks, trace
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.config import PRODUCER_SETTINGS, TopicConfig, client_config
 from fabric.common.errors import (
@@ -184,6 +184,8 @@ class Producer:
                                      f"{type(delivery).__name__}")
         if self._closed:
             raise FabricError("send() on a closed producer; create a new one")
+        if trace.ON:
+            trace.event("send", topic, partition)
         meta = self._topic(topic)
         key, value = self._serializers.apply(key, value)
         if key is not None and type(key) is not bytes:
@@ -340,8 +342,12 @@ class Producer:
                 self._counts.failed(rows.num_rows)
                 raise deadline.passed(f"a batch of {rows.num_rows} record(s) to {topic}-{partition}", last)
             try:
+                if trace.ON:
+                    trace.event("request", topic, partition)
                 with call_deadline(budget):
                     base = self.cluster.append(topic, partition, rows, self._codec, self._acks, **producer())
+                if trace.ON:
+                    trace.event("ack", topic, partition, base, base + rows.num_rows)
                 self._counts.sent(rows)
                 return base
             except FabricError as exc:

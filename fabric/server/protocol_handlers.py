@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
+from fabric.common import trace
 from fabric.common.protocol import payloads
 from fabric.common.types import Fetched, TopicInfo
 from fabric.server import wire
@@ -30,9 +31,13 @@ def produce(server: FabricFlightServer, method: Callable, append: Append, topic_
     the offset of the first row. A connection's produces to one partition are appended in the order they came;
     one that `waits` says cannot wait is appended on the event loop."""
     def serve(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
+        if trace.ON:
+            trace.event("produce_received", args.get("topic"), args.get("partition"))
         with server.metrics.requests.measure("produce"):
             offset = server.append_checked(principal, args, lambda topic: payloads.read_stream(
                 payload, f"a produce to topic {topic!r}"), method, append, topic_of)
+        if trace.ON:
+            trace.event("produce_answered", args["topic"], args["partition"], offset)
         return offset, b""
     return Handler(serve, waits, order=lambda args: ("produce", args.get("topic"), args.get("partition")))
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Hashable
 
 import pyarrow as pa
 
+from fabric.common import trace
 from fabric.common.errors import (
     AuthenticationError,
     FabricError,
@@ -228,6 +229,8 @@ class _Connection(asyncio.Protocol):
                     f"unknown request type {clip(request.type, 60)}; this server takes "
                     f"{', '.join(sorted(self.server.handlers))} (fabric protocol version {messages.VERSION})")
             args = messages.decode_args(request)
+            if trace.ON:  # read on the event loop (a request that may wait is then served on a worker thread)
+                trace.event(f"{request.type}_read", args.get("topic", ""), args.get("partition"))
             job = _Job(request, handler, args, frame.payload, handler.waits(args), _order_key(handler, args))
         except Exception as exc:  # noqa: BLE001 (answered as the error it is)
             self._answer_error(request, exc)

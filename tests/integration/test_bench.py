@@ -59,6 +59,19 @@ def test_cluster_benchmark_reports_every_path_and_failover(repo_root, tmp_path) 
     assert results["consume_from_follower"]["records_per_s"] > 0 and results["follower_reads"]["vs_leaders"] > 0
 
 
+def test_latency_trace_follows_every_acks_all_write_through_every_process(repo_root, tmp_path) -> None:
+    results = run_suite(repo_root, tmp_path, "bench.latency_trace", ["--records", "20", "--rate", "50", "--warmup",
+                                                                     "3"], "latency_trace")
+    assert results["writes"] == results["traced"] == 20, results  # every step of every write found in the trace
+    steps = results["steps"]
+    assert list(steps) == ["send", "request", "produce_read", "produce_received", "append_started", "leader_append",
+                           "fetch_answered", "fetch_received", "follower_append", "next_fetch", "high_watermark",
+                           "produce_answered", "ack"]
+    medians = [figures["since_send_p50_ms"] for figures in steps.values()]
+    assert medians == sorted(medians) and medians[-1] > 0, steps  # each step after the one ahead of it
+    assert all(0 <= f["delta_p50_ms"] <= f["delta_p99_ms"] for f in steps.values()), steps
+
+
 def test_spark_cluster_benchmark_reports_every_path_goal_and_latency(repo_root, tmp_path) -> None:
     results = run_suite(repo_root, tmp_path, "bench.spark_cluster_bench", [
         "--records", "2000", "--repeats", "1", "--rate", "20", "--seconds", "1"], "spark_cluster")

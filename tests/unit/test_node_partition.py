@@ -11,6 +11,7 @@ import threading
 import pyarrow as pa
 import pytest
 
+from fabric.common import trace
 from fabric.common.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
@@ -377,3 +378,40 @@ def test_a_follower_behind_the_leaders_log_start_starts_again_there(make_replica
     assert follower.log.start_offset == follower.log.end_offset == 12
     _follow(leader, follower)
     assert follower.log.start_offset == 40 and storage.read_all(follower.log) == storage.read_all(leader.log)
+
+
+def test_an_acks_all_write_traces_its_replication_steps_in_order_and_nothing_when_tracing_is_off(
+        make_replica, storage, tmp_path) -> None:
+    """The leader's and the follower's steps of one acks=all write, as the latency budget reads them
+    (bench.latency_trace): each once, in the order replication takes, with the offsets they concern."""
+    path = str(tmp_path / "trace.jsonl")
+    leader, follower = make_replica(**{"min.insync.replicas": "2"}), make_replica(2)
+    for replica in (leader, follower):
+        replica.become(registration(1, 0, isr=(1, 2)))
+    leader.serve_follower(2, 0, 0, 1 << 20)  # follower 2 is at the log end (0)
+    trace.start(path)
+    try:
+        done: list[int] = []
+        writer = threading.Thread(target=lambda: done.append(leader.append(storage.make_batch([b"a", b"b"]), "none",
+                                                                            0, "all", 30)))
+        writer.start()
+        wait_for(lambda: [e.step for e in trace.read(path)] == ["append_started", "leader_append"], 30,
+                 "the leader's append")
+        answer = leader.serve_follower(2, 0, 0, 1 << 20)
+        follower.append_copied(0, answer.frames, answer.high_watermark, answer.log_start)
+        leader.serve_follower(2, 0, 2, 1 << 20)  # the follower has both: the write is acknowledged
+        writer.join(30)
+    finally:
+        trace.stop()
+    assert done == [0]
+    events = trace.read(path)
+    assert [(e.step, e.start, e.end, e.node) for e in events] == [
+        ("append_started", -1, -1, 1), ("leader_append", 0, 2, 1), ("follower_fetch", 0, 2, 2),
+        ("follower_append", 0, 2, 2), ("follower_fetch", 2, 2, 2), ("high_watermark", -1, 2, 1)]
+    assert all((e.topic, e.partition) == ("t", 0) for e in events)
+    assert [e.ns for e in events] == sorted(e.ns for e in events)
+    leader.append(storage.make_batch([b"c"]), "none", 0, "1", 5)  # tracing off
+    answer = leader.serve_follower(2, 0, 2, 1 << 20)
+    follower.append_copied(0, answer.frames, answer.high_watermark, answer.log_start)
+    leader.serve_follower(2, 0, 3, 1 << 20)
+    assert leader.hw == 3 and trace.read(path) == events

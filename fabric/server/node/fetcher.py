@@ -36,6 +36,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from fabric.common import trace
 from fabric.common.errors import (
     FabricError,
     FencedLeaderEpochError,
@@ -287,6 +288,8 @@ class ReplicaFetcher:
                 error = wire.exception_of(answer["error"])
                 self._failed(fetched, error or FabricError(f"leader node {self.leader_id}: {answer['error']}"))
                 continue
+            if trace.ON:
+                trace.event("fetch_received", *fetched.replica.tp, offset, answer.get("log_end", -1), self.node_id)
             try:
                 with self.guard(fetched.replica.tp, f"copy frames into partition {fetched.name}"):
                     self._apply(fetched, offset, answer, frames)

@@ -36,6 +36,7 @@ from typing import Callable
 
 import pyarrow as pa
 
+from fabric.common import trace
 from fabric.common.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
@@ -247,6 +248,8 @@ class PartitionReplica:
                                                              self.min_isr(plog)):
             return False
         self.hw = self.leader.hw
+        if trace.ON:
+            trace.event("high_watermark", self.tp[0], self.tp[1], end=self.hw, node=self.node_id)
         self.changed.notify_all()
         return True
 
@@ -256,10 +259,14 @@ class PartitionReplica:
         (nothing written) when the ISR is below min.insync.replicas; after the append, NotEnoughReplicasAfterAppend
         if it falls below before the rows are replicated, NotLeaderError if leadership is lost meanwhile and
         RequestTimedOutError past `timeout_s` (the rows may or may not be kept in those three cases)."""
+        if trace.ON:
+            trace.event("append_started", self.tp[0], self.tp[1], node=self.node_id)
         state, leader, min_isr = self._writable(leader_epoch, acks)
         plog = self.log
         base = partition_ops.append(plog, self.tp[0], self.tp[1], rows, codec, state.leader_epoch, producer,
                                     transactional)
+        if trace.ON:
+            trace.event("leader_append", self.tp[0], self.tp[1], base, base + rows.num_rows, self.node_id)
         return self._acknowledge(plog, leader, min_isr, base, base + rows.num_rows, acks, timeout_s)
 
     def write_markers(self, markers: list[tuple[int, int, bool]], leader_epoch: int | None,
@@ -410,6 +417,8 @@ class PartitionReplica:
                 raise OffsetOutOfRangeError(f"follower {follower} fetches {self.name} from offset {offset}, past the "
                                             f"leader's log end {leo}: it must truncate first (OffsetsForLeaderEpoch)")
             leader.follower_fetched(follower, offset, leo, now)
+            if trace.ON:  # the follower holds every offset below `offset`; the leader's log ends at `leo`
+                trace.event("follower_fetch", self.tp[0], self.tp[1], offset, leo, follower)
             progress = leader.followers[follower]
             progress.answered_changes, progress.answered_ms = self._changes, now
             self._advance(plog, leo)
@@ -483,6 +492,9 @@ class PartitionReplica:
             if frames.size:
                 cut = self._realigned(plog, frames, end)
                 end = plog.append_frames(frames) if cut is None else cut
+                if trace.ON:
+                    trace.event("follower_append", self.tp[0], self.tp[1], frame.unpack_header(frames, 0).base_offset,
+                                end, self.node_id)
             hw = min(leader_hw, end)
             if hw != self.hw:
                 self.hw = hw
