@@ -101,7 +101,8 @@ class FrameReader:
             return None
         header_start = start + PREFIX.size
         payload_start = header_start + header_length
-        frame = Frame(bytes(buffer[header_start:payload_start]), bytes(buffer[payload_start:start + total]))
+        with memoryview(buffer) as view:  # one copy of each part (a bytearray slice would be a second)
+            frame = Frame(bytes(view[header_start:payload_start]), bytes(view[payload_start:start + total]))
         self._start = start + total
         if self._start > 1 << 16 and self._start * 2 > len(buffer):  # drop what was read, now and then
             del buffer[:self._start]

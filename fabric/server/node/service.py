@@ -134,12 +134,15 @@ class NodeService(FabricFlightServer):
         and for markers written by the coordinator; else the action's operation on the topic, and write on the
         transactional id it names), then run."""
         check_call(name, getattr(ReplicaManager, name), args)
-        if name in REPLICA_ACTIONS or (name == "write_markers" and self.authorizer.allowed(
-                principal, "cluster_action", security.CLUSTER)):
-            self.authorizer.check(principal, [("cluster_action", security.CLUSTER)])  # markers: the coordinator's
+        checks: list[tuple[str, str]]
+        if name in REPLICA_ACTIONS:
+            checks = [("cluster_action", security.CLUSTER)]
+        elif name == "write_markers" and self.authorizer.allowed(principal, "cluster_action", security.CLUSTER):
+            checks = []  # the coordinator's markers: cluster_action, just checked
         else:
-            self.authorizer.check(principal, [(ACTIONS[name], f"topic:{args['topic']}"), *(
-                [("write", f"transactional-id:{args['transactional_id']}")] if "transactional_id" in args else [])])
+            checks = [(ACTIONS[name], f"topic:{args['topic']}"), *(
+                [("write", f"transactional-id:{args['transactional_id']}")] if "transactional_id" in args else [])]
+        self.authorizer.check(principal, checks)
         return getattr(self.replicas, name)(**args)
 
     def _protocol_action(self, name: str) -> Handler:
