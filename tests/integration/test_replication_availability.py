@@ -106,8 +106,7 @@ def lose_the_whole_isr(replication: Any, cluster: Any, fab: fabric.Fabric, recor
     offline = replication.wait_offline(fab, topic)
     assert len(offline.isr) == 1 and x not in offline.isr, offline  # the last member to die keeps the log
     assert offline.end_offset == -1  # unknown while offline
-    with replication.sender(fab.producer(delivery_timeout_ms=1000, request_timeout_ms=500, retry_backoff_ms=100),
-                            recorder, topic) as w:
+    with replication.sender(fab.producer(retries=0, request_timeout_ms=15_000), recorder, topic) as w:  # one attempt
         with pytest.raises(LeaderNotAvailableError, match=f"{topic}-0 is offline"):
             w.send(f"{topic}-refused-offline".encode())
     return x, leader, offline.isr[0]
