@@ -3,13 +3,14 @@ client tests of retries and idempotence."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from typing import Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
 from fabric.client.cluster import Cluster
-from fabric.common.errors import FabricError
+from fabric.common.errors import ClientTimeoutError, FabricError
 from fabric.common.types import (
     Fetched,
     PartitionState,
@@ -19,7 +20,10 @@ from fabric.common.types import (
     TopicRecovery,
     TransactionalOffsets,
 )
+from fabric.server.connection import time_left
 from fabric.storage.cleaner import CleanReport
+
+HANG_S = 60.0  # how long a hung call takes outside any call_deadline
 
 
 class FlakyCluster(Cluster):
@@ -34,6 +38,12 @@ class FlakyCluster(Cluster):
         self._failures: dict[str, list[Any]] = {}
         self._meeting: threading.Barrier | None = None
         self._lock = threading.Lock()
+        self._hangs: Counter[str] = Counter()
+
+    def hang(self, method: str, times: int) -> None:
+        """Make the next `times` calls of `method` take all the time their caller gives them (call_deadline), then
+        raise ClientTimeoutError, as a server that never answers."""
+        self._hangs[method] = times
 
     def meet(self, parties: int, timeout_s: float = 60.0) -> None:
         """Make the next `parties` appends wait for each other before they are made (threading.Barrier): appends
@@ -60,6 +70,12 @@ class FlakyCluster(Cluster):
             failing = bool(failure and failure[0] > 0)
             if failing:
                 failure[0] -= 1
+            hanging = not failing and self._hangs[method] > 0
+            if hanging:
+                self._hangs[method] -= 1
+        if hanging:
+            time.sleep(time_left(HANG_S))
+            raise ClientTimeoutError(f"{method} did not answer in time")
         if failing:
             if failure[2]:
                 getattr(self.inner, method)(*args)

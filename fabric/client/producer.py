@@ -354,7 +354,9 @@ class Producer:
                 if not exc.retriable or retries >= self.config["retries"]:
                     self._counts.failed(rows.num_rows)
                     raise
-                last, retries = exc, retries + 1
+                if last is None or deadline.left() > 0:  # (an attempt the delivery deadline cut off tells less
+                    last = exc  # than the answer before it: "offline", not "did not answer in 10 ms")
+                retries += 1
                 self._counts.retried(rows.num_rows)
                 log.info("producer %r: append to %s-%d failed (%s); retry %d", self.config["client_id"], topic,
                          partition, exc, retries)

@@ -50,7 +50,8 @@ class Deadline:
 
     def passed(self, what: str, last: FabricError | None) -> FabricError:
         """The error of a send whose deadline passed: the last retriable error it got (same type, the deadline
-        added to its message), or ClientTimeoutError if it never got an answer."""
+        added to its message; an attempt cut off by the deadline itself does not replace an earlier error), or
+        ClientTimeoutError if it never got an answer."""
         limit = f"delivery_timeout_ms={self.delivery_s * 1000:.0f} passed"
         if last is None:
             return ClientTimeoutError(f"{what} was not sent: {limit} while it waited behind this producer's other "

@@ -140,3 +140,15 @@ def test_close_with_a_timeout_gives_up_and_fails_what_is_still_buffered(hanging)
     assert isinstance(buffered.exception(), ClientTimeoutError)
     assert "closed before this record was sent" in str(buffered.exception())
     assert (flaky.partition_state("t", 0).end_offset, flaky.partition_state("u", 0).end_offset) == (1, 0)
+
+
+def test_the_delivery_deadline_reports_the_last_answer_not_the_attempt_it_cut_off(flaky):
+    """A send refused as offline, then retried into a server that never answers until the delivery deadline cuts
+    that attempt off: the error is the refusal, which says what is wrong, with the deadline added."""
+    with Producer(flaky, delivery_timeout_ms=1000, request_timeout_ms=1000, retry_backoff_ms=50,
+                  linger_ms=0) as producer:
+        flaky.fail("append", 1, LeaderNotAvailableError("t-0 is offline: no in-sync replica is alive"))
+        flaky.hang("append", 100)
+        with pytest.raises(LeaderNotAvailableError, match="t-0 is offline.*delivery_timeout_ms=1000 passed"):
+            producer.send("t", b"a").result(timeout=30)
+    assert flaky.calls["append"] >= 2
