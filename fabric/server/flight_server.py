@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -28,6 +28,7 @@ from fabric.server.request_metrics import count_bytes
 
 log = logging.getLogger(__name__)
 RowsOf = Callable[[str], tuple[pa.Schema, Iterable[pa.RecordBatch]]]  # topic -> an append's schema and batches
+T = TypeVar("T")
 
 
 class FabricFlightServer(flight.FlightServerBase):
@@ -81,7 +82,7 @@ class FabricFlightServer(flight.FlightServerBase):
         return self.append_checked(self.principal(context), request, rows_of, method, append, topic_of)
 
     def append_checked(self, principal: str, request: dict[str, Any], rows_of: RowsOf, method: Callable,
-                       append: Callable[..., int], topic_of: Callable[[str], TopicInfo]) -> int:
+                       append: Callable[..., T], topic_of: Callable[[str], TopicInfo]) -> T:
         """An append by `principal`, over any transport: the request's arguments checked against `method`,
         `write` on the topic (and on the transactional id of a transactional append), its producer id the
         caller's (`producer_owners`), then the rows (`rows_of(topic)`: their schema and batches, read only now)

@@ -5,6 +5,8 @@ port (docs/protocol.md).
 """
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -14,9 +16,10 @@ from fabric.common.protocol import payloads
 from fabric.common.types import Fetched, TopicInfo
 from fabric.server import wire
 from fabric.server.flight_server import FabricFlightServer
+from fabric.server.held import Held
 from fabric.server.protocol_server import Handler, Payload, ProtocolServer, server_ssl
 
-Append = Callable[..., int]
+Append = Callable[..., "int | Held"]  # an append's first offset, or the answer held for its replicas
 Fetch = Callable[..., list[Fetched]]
 
 
@@ -28,18 +31,29 @@ def echo(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Pay
 def produce(server: FabricFlightServer, method: Callable, append: Append, topic_of: Callable[[str], TopicInfo],
             waits: Callable[[dict[str, Any]], bool] = lambda args: True) -> Handler:
     """`produce`: the arguments of the Flight append, the rows as the payload's Arrow IPC stream; the result is
-    the offset of the first row. A connection's produces to one partition are appended in the order they came;
-    one that `waits` says cannot wait is appended on the event loop."""
-    def serve(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
+    the offset of the first row. A connection's produces to one partition are appended in the order they came
+    (a held answer lets the next one append while it waits for the replicas); one that `waits` says cannot wait
+    is appended on the event loop."""
+    def serve(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload] | Held:
         if trace.ON:
             trace.event("produce_received", args.get("topic"), args.get("partition"))
         with server.metrics.requests.measure("produce"):
             offset = server.append_checked(principal, args, lambda topic: payloads.read_stream(
                 payload, f"a produce to topic {topic!r}"), method, append, topic_of)
+        if isinstance(offset, Held):  # answered once the replicas have it, holding no thread meanwhile
+            if trace.ON:
+                offset.future.add_done_callback(functools.partial(_answered, args["topic"], args["partition"]))
+            return offset
         if trace.ON:
             trace.event("produce_answered", args["topic"], args["partition"], offset)
         return offset, b""
     return Handler(serve, waits, order=lambda args: ("produce", args.get("topic"), args.get("partition")))
+
+
+def _answered(topic: str, partition: int, done: concurrent.futures.Future) -> None:
+    """Trace a held produce's answer (on the thread that settled it)."""
+    if done.exception() is None:
+        trace.event("produce_answered", topic, partition, done.result())
 
 
 def fetch(server: FabricFlightServer, method: Callable, read: Fetch, schema_of: Callable[[str], pa.Schema]

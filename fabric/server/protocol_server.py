@@ -35,6 +35,7 @@ from fabric.common.protocol import frames, messages
 from fabric.common.protocol.payloads import Payload
 from fabric.common.redaction import clip
 from fabric.server import security
+from fabric.server.held import Held
 
 try:
     import uvloop
@@ -42,9 +43,9 @@ except ImportError:  # pragma: no cover (uvloop has no Windows build)
     uvloop = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)
-# (principal, args, payload) -> (result, answer payload), or, from a handler served on the loop, a future of it
-# that the loop settles later
-Serve = Callable[[str, dict[str, Any], bytes], "tuple[Any, Payload] | concurrent.futures.Future"]
+# (principal, args, payload) -> (result, answer payload); or, from a handler served on the loop, a future of it
+# that the loop settles later; or a Held result (answered when its future is done, with no payload)
+Serve = Callable[[str, dict[str, Any], bytes], "tuple[Any, Payload] | concurrent.futures.Future | Held"]
 MAX_IN_FLIGHT = 256  # a connection's requests being served at once; past it, it is read no further until some end
 WORKERS = 64
 
@@ -55,7 +56,8 @@ class Handler:
     served on the loop, a future of them, which the loop settles: the request is answered then);
     `waits(args)` says whether it may wait (run on a worker thread); `order(args)`, if not None, is a key: a
     connection's requests with the same key are served one at a time, in the order they came (a partition's
-    produces, a group's commits), so their effects and answers keep that order."""
+    produces, a group's commits), so their effects and answers keep that order; a request answered with a Held
+    result lets the next one start, and is answered when its future is (a produce waiting for its replicas)."""
 
     serve: Serve
     waits: Callable[[dict[str, Any]], bool] = lambda args: True
@@ -266,12 +268,20 @@ class _Connection(asyncio.Protocol):
 
     def _finish(self, job: _Job) -> None:
         """After `job` was answered: read on if the connection was paused, start the next request of its order."""
+        self._answered()
+        self._next_of_order(job)
+
+    def _answered(self) -> None:
+        """A request was answered: read on if the connection was paused for it."""
         self.in_flight -= 1
         if self.closing and not self.in_flight:
             self.close()
         if self.paused and self.in_flight < MAX_IN_FLIGHT // 2 and self.transport is not None:
             self.paused = False
             self.transport.resume_reading()
+
+    def _next_of_order(self, job: _Job) -> None:
+        """Start the request that waits behind `job` in its order, if any."""
         if job.key is None or job.key not in self.queues:
             return
         queue = self.queues[job.key]
@@ -303,6 +313,9 @@ class _Connection(asyncio.Protocol):
         if isinstance(answer, concurrent.futures.Future):  # settled on this loop later (coordinator.commit_batch)
             answer.add_done_callback(lambda done: self._served(job, done))
             return
+        if isinstance(answer, Held):
+            self._hold(job, answer)
+            return
         self._answer(job.request, *answer)
         self._finish(job)
 
@@ -310,9 +323,35 @@ class _Connection(asyncio.Protocol):
         exc = done.exception()
         if exc is not None:
             self._answer_error(job.request, exc)
+        elif isinstance(done.result(), Held):
+            self._hold(job, done.result())
+            return
         else:
             self._answer(job.request, *done.result())
         self._finish(job)
+
+    def _hold(self, job: _Job, held: Held) -> None:
+        """Answer `job` once `held` is (its expire() after held.timeout_s); the next request of its order starts
+        now, so a partition's next produce appends while this one waits for its replicas."""
+        loop = self.server._loop
+        timer = loop.call_later(held.timeout_s, held.expire)
+
+        def settled(done: concurrent.futures.Future) -> None:  # on whichever thread settled it
+            try:
+                loop.call_soon_threadsafe(self._held_answer, job, done, timer)
+            except RuntimeError:  # the loop is closed: the server shut down, the connection with it
+                log.debug("a held %s answer came after the server shut down; dropped", job.request.type)
+        self._next_of_order(job)
+        held.future.add_done_callback(settled)
+
+    def _held_answer(self, job: _Job, done: concurrent.futures.Future, timer: asyncio.TimerHandle) -> None:
+        timer.cancel()
+        exc = done.exception()
+        if exc is not None:
+            self._answer_error(job.request, exc)
+        else:
+            self._answer(job.request, done.result(), b"")
+        self._answered()
 
     def _answer(self, request: messages.Request, result: Any, payload: Payload) -> None:
         try:

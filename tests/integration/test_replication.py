@@ -7,6 +7,9 @@ import threading
 
 import fabric
 from fabric.client.consumer import Consumer
+from fabric.common.waiting import wait_for
+
+SETTLE_S = 60  # a loaded machine may take a while to answer, elect or copy
 
 
 def test_every_replica_holds_the_log_and_the_high_watermark(shared_cluster, replication) -> None:
@@ -76,3 +79,33 @@ def test_a_consumer_with_a_rack_reads_from_a_follower_there(node_cluster, histor
         assert [v for _, v in seen] == sent
         recorder.read(0, seen, end=30, topic="racked", source=f"node {follower}, a follower")
     history.check(dense=True).assert_valid()
+
+
+def test_a_held_acks_all_produce_lets_the_partitions_next_produce_append(node_cluster, replication) -> None:
+    """The leader holds an acks=all produce's answer without holding the partition: with both followers SIGSTOPped
+    (and kept in the ISR), a second producer of the same client, on the same connection, still appends behind the
+    first; once the followers resume, both are acknowledged, in order. (Served one at a time, the second waited
+    for the first's replicas before it could append.)"""
+    cluster = node_cluster(nodes=3, node_extra=("--replica-lag-time-max-ms", "600000"))
+    with fabric.connect(f"{cluster.url}?timeout_ms=300000") as fab:
+        fab.create_topic("held", replication_factor=3, config={"min.insync.replicas": "2"})
+        leader = cluster.nodes[replication.described(fab, "held").leader]
+        followers = [node for node in cluster.nodes.values() if node is not leader]
+
+        def log_end() -> int:
+            return next(int(r["log_end"]) for r in leader.status()["replicas"] if r["topic"] == "held")
+        slow = dict(linger_ms=0, request_timeout_ms=240_000, delivery_timeout_ms=240_000)
+        with fab.producer(**slow) as first, fab.producer(**slow) as second:
+            assert first.send("held", b"warm").result(SETTLE_S).offset == 0
+            replication.pause(*followers)
+            answers: dict[str, int] = {}
+            try:
+                for name, producer, end in (("a", first, 2), ("b", second, 3)):
+                    thread = threading.Thread(target=lambda p=producer, n=name: answers.__setitem__(
+                        n, p.send("held", n.encode()).result(SETTLE_S * 4).offset), daemon=True)
+                    thread.start()
+                    wait_for(lambda e=end: log_end() == e, SETTLE_S, f"{name} appended at the leader")
+                assert answers == {}  # neither is acknowledged: the followers have neither
+            finally:
+                replication.resume(*followers)
+            wait_for(lambda: answers == {"a": 1, "b": 2}, SETTLE_S, "both acknowledged")

@@ -17,16 +17,19 @@ lapsed, or the partition left it) moves to OFFLINE keeping the epoch: the contro
 
 A request quotes the leader epoch the client knows (`check_leader`): one for an older epoch is refused with
 FencedLeaderEpochError, one the node does not lead with NotLeaderError (both retriable: the client refreshes
-its metadata). Every change of role, ISR, log end or high watermark notifies `changed`, which acks=all
-appends and consumers' long polls wait on; a follower's fetch, which covers many partitions, waits on an event
-each of them sets on new frames or the end of a leadership (`watch`).
+its metadata). Every change of role, ISR, log end or high watermark notifies `changed`, which consumers' long
+polls wait on, and settles the acks=all writes waiting for the high watermark (delayed_acks.py); a follower's
+fetch, which covers many partitions, waits on an event each of them sets on new frames or the end of a
+leadership (`watch`).
 
 The high watermark is checkpointed in the partition directory (`replication-high-watermark`, written by
 `checkpoint`), so a restarted replica starts from it (at most its log end) rather than from zero.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import enum
+import functools
 import logging
 import os
 import threading
@@ -40,11 +43,9 @@ from fabric.common import trace
 from fabric.common.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
-    NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderError,
     OffsetOutOfRangeError,
-    RequestTimedOutError,
 )
 from fabric.common.types import (
     EpochEndOffset,
@@ -55,6 +56,8 @@ from fabric.common.types import (
     TopicPartition,
 )
 from fabric.server import partition_ops
+from fabric.server.held import Held
+from fabric.server.node.delayed_acks import DelayedAcks
 from fabric.server.node.leader import LeaderState
 from fabric.storage import frame
 from fabric.storage.log import Log
@@ -135,6 +138,7 @@ class PartitionReplica:
         self._leader_start = -1  # the leader's log start this follower last took (-1: none since it restarted)
         self._fetch_waiters: set[FetchWaiter] = set()  # followers' fetches waiting for frames (watch)
         self._changes = 0  # new frames or role changes so far (_wake_fetches)
+        self._acks = DelayedAcks(f"{tp[0]}-{tp[1]}", node_id)  # acks=all writes waiting for the high watermark
 
     @property
     def state(self) -> ReplicaState:
@@ -251,14 +255,21 @@ class PartitionReplica:
         if trace.ON:
             trace.event("high_watermark", self.tp[0], self.tp[1], end=self.hw, node=self.node_id)
         self.changed.notify_all()
+        self._acks.settle(self.leader, self.hw)
         return True
 
     def append(self, rows: pa.RecordBatch, codec: str, leader_epoch: int | None, acks: str, timeout_s: float,
                producer: ProducerBatch | None = None, transactional: bool = False) -> int:
-        """Append as the leader; with acks=all, return once the high watermark covers the rows. NotEnoughReplicas
-        (nothing written) when the ISR is below min.insync.replicas; after the append, NotEnoughReplicasAfterAppend
-        if it falls below before the rows are replicated, NotLeaderError if leadership is lost meanwhile and
-        RequestTimedOutError past `timeout_s` (the rows may or may not be kept in those three cases)."""
+        """`append_held`, its answer waited for on this thread."""
+        return int(self.append_held(rows, codec, leader_epoch, acks, timeout_s, producer, transactional).wait())
+
+    def append_held(self, rows: pa.RecordBatch, codec: str, leader_epoch: int | None, acks: str, timeout_s: float,
+                    producer: ProducerBatch | None = None, transactional: bool = False) -> Held:
+        """Append as the leader and return at once: the first offset, held until after the append (acks 0 or 1)
+        or until the high watermark covers the rows (acks=all; delayed_acks), RequestTimedOutError past
+        `timeout_s`. NotEnoughReplicas (nothing written) when the ISR is below min.insync.replicas; after the
+        append, NotEnoughReplicasAfterAppend if the ISR falls below it before the rows are replicated,
+        NotLeaderError if the leadership ends meanwhile (the rows may or may not be kept in those three cases)."""
         if trace.ON:
             trace.event("append_started", self.tp[0], self.tp[1], node=self.node_id)
         state, leader, min_isr = self._writable(leader_epoch, acks)
@@ -267,7 +278,7 @@ class PartitionReplica:
                                     transactional)
         if trace.ON:
             trace.event("leader_append", self.tp[0], self.tp[1], base, base + rows.num_rows, self.node_id)
-        return self._acknowledge(plog, leader, min_isr, base, base + rows.num_rows, acks, timeout_s)
+        return self._held(plog, leader, min_isr, base, base + rows.num_rows, acks, timeout_s)
 
     def write_markers(self, markers: list[tuple[int, int, bool]], leader_epoch: int | None,
                       timeout_s: float) -> None:
@@ -277,7 +288,7 @@ class PartitionReplica:
         plog = self.log
         offsets = [plog.write_marker(producer_id, producer_epoch, commit, state.leader_epoch)
                    for producer_id, producer_epoch, commit in markers]
-        self._acknowledge(plog, leader, min_isr, offsets[0], offsets[-1] + 1, "all", timeout_s)
+        self._held(plog, leader, min_isr, offsets[0], offsets[-1] + 1, "all", timeout_s).wait()
 
     def _writable(self, leader_epoch: int | None, acks: str) -> tuple[ReplicaState, LeaderState, int]:
         """The leadership a write goes to, and min.insync.replicas; NotEnoughReplicasError (nothing written) for
@@ -293,28 +304,24 @@ class PartitionReplica:
                     "replicas are back, or write with acks=1")
         return state, leader, min_isr
 
-    def _acknowledge(self, plog: Log, leader: LeaderState, min_isr: int, base: int, end: int, acks: str,
-                     timeout_s: float) -> int:
-        """Answer a write of offsets base..end-1: at once (acks 0 or 1), or once the high watermark covers them."""
+    def _held(self, plog: Log, leader: LeaderState, min_isr: int, base: int, end: int, acks: str, timeout_s: float
+              ) -> Held:
+        """The answer of a write of offsets base..end-1: base at once (acks 0 or 1), or once the high watermark
+        covers them (a delayed ack), expired after `timeout_s`."""
         with self.changed:
             self._advance(plog)
             self._wake_fetches()
+            answer: concurrent.futures.Future[int] = concurrent.futures.Future()
             if acks != "all":
-                return base
-            self.changed.wait_for(lambda: self.leader is not leader or self.hw >= end or len(leader.isr) < min_isr,
-                                  timeout_s)
-            if self.hw >= end and self.leader is leader:
-                return base
-            if self.leader is not leader:
-                raise NotLeaderError(f"node {self.node_id} stopped leading {self.name} before offsets "
-                                     f"{base}..{end - 1} were replicated: they may or may not be kept; refresh the "
-                                     "metadata and retry")
-            if len(leader.isr) < min_isr:
-                raise NotEnoughReplicasAfterAppendError(
-                    f"{self.name}'s ISR {list(leader.isr)} fell below min.insync.replicas {min_isr} before offsets "
-                    f"{base}..{end - 1} were replicated: they may or may not be kept; retry")
-            raise RequestTimedOutError(f"offsets {base}..{end - 1} of {self.name} were not replicated to the ISR "
-                                       f"{list(leader.isr)} within {timeout_s:.1f} s: they may or may not be kept")
+                answer.set_result(base)
+            else:
+                answer = self._acks.add(leader, min_isr, base, end).future
+                self._acks.settle(self.leader, self.hw)  # (a high watermark already past it: an ISR of one)
+        return Held(answer, timeout_s, functools.partial(self._expire, answer, timeout_s))
+
+    def _expire(self, answer: concurrent.futures.Future[int], timeout_s: float) -> None:
+        with self.changed:
+            self._acks.expire(answer, timeout_s)
 
     def delete_records(self, before_offset: int, leader_epoch: int | None) -> int:
         """Kafka's DeleteRecords as the leader: move the log start up to `before_offset` (-1: the high watermark),
@@ -377,6 +384,7 @@ class PartitionReplica:
         self.changed.notify_all()
         for event in self._fetch_waiters:
             event.wake(self.tp)
+        self._acks.settle(self.leader, self.hw)
 
     def watch(self, event: FetchWaiter, leader_epoch: int, offset: int) -> bool:
         """Have `event` woken (with this partition) on frames past `offset` or the end of this node's leadership
@@ -467,6 +475,7 @@ class PartitionReplica:
                 leader.isr_confirmed(state.isr, state.partition_epoch)
                 self._advance(self.log)
                 self.changed.notify_all()
+                self._acks.settle(self.leader, self.hw)
 
     def isr_refused(self, leader: LeaderState) -> None:
         """The controller refused (or did not answer) the pending ISR change: decide again on the next round."""

@@ -23,7 +23,7 @@ import functools
 import logging
 import os
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 import pyarrow as pa
 
@@ -50,6 +50,7 @@ from fabric.common.types import (
 )
 from fabric.coordinator.disk import disk_errors
 from fabric.server import partition_ops
+from fabric.server.held import Held
 from fabric.server.node import follower_fetches, open_transactions
 from fabric.server.node.fetcher import FetchSettings, Peer, ReplicaFetcher
 from fabric.server.node.leader import LeaderState
@@ -370,14 +371,19 @@ class ReplicaManager:
         known = self._topics.get(topic)
         return not topic_id or known is None or not known.topic_id or known.topic_id == topic_id
 
-    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none",
-               leader_epoch: int | None = None, acks: str = "all", timeout_ms: int = 30000, producer_id: int = -1,
-               producer_epoch: int = -1, base_sequence: int = -1, topic_id: str = "",
-               transactional: bool = False, transactional_id: str = "") -> int:
-        """Append as the leader; `acks` "0"/"1" answer after the leader's append, "all" (or "-1") once the ISR
-        has the rows, waiting up to `timeout_ms`. An idempotent producer's retry is not written twice; its
-        `transactional` rows, of a transaction of `transactional_id` the coordinator verifies (`verification`),
-        stay invisible to read_committed readers until write_markers ends them."""
+    def append(self, *args: Any, **kwargs: Any) -> int:
+        """`append_held`, its answer waited for on this thread."""
+        return int(self.append_held(*args, **kwargs).wait())
+
+    def append_held(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none",
+                    leader_epoch: int | None = None, acks: str = "all", timeout_ms: int = 30000,
+                    producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1, topic_id: str = "",
+                    transactional: bool = False, transactional_id: str = "") -> Held:
+        """Append as the leader; the first offset is held until `acks` "0"/"1" have the leader's append, "all"
+        (or "-1") until the ISR has the rows, up to `timeout_ms` (PartitionReplica.append_held: no thread waits).
+        An idempotent producer's retry is not written twice; its `transactional` rows, of a transaction of
+        `transactional_id` the coordinator verifies (`verification`), stay invisible to read_committed readers
+        until write_markers ends them."""
         producer = partition_ops.producer_batch(producer_id, producer_epoch, base_sequence)
         if acks not in ACKS:
             raise InvalidRequestError(f"acks must be one of 0, 1, all (-1), got {clip(acks)}")
@@ -387,9 +393,9 @@ class ReplicaManager:
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
         with self.health.writing((topic, partition), f"append to partition {topic}-{partition}"):
             if not transactional or producer is None or self.verification is None:
-                return replica.append(rows, codec, leader_epoch, ACKS[acks], timeout_s, producer, transactional)
+                return replica.append_held(rows, codec, leader_epoch, ACKS[acks], timeout_s, producer, transactional)
             return self.verification.append(transactional_id, (topic, partition), producer, replica.log, lambda p: (
-                replica.append(rows, codec, leader_epoch, ACKS[acks], timeout_s, p, True)))
+                replica.append_held(rows, codec, leader_epoch, ACKS[acks], timeout_s, p, True)))
 
     def write_markers(self, topic: str, partition: int, transactional_id: str, commit: list[list[int]],
                       abort: list[list[int]], leader_epoch: int | None = None, timeout_ms: int = 30000,

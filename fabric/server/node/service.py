@@ -95,7 +95,8 @@ class NodeService(FabricFlightServer):
         super().__init__(settings.listen, settings.tokens_file, settings.acl_file, settings.tls_cert,
                          settings.tls_key, metrics)
         self.protocol = protocol_handlers.start(self, settings.listen.rpartition(":")[0], {
-            "produce": protocol_handlers.produce(self, ReplicaManager.append, replicas.append, replicas.topic),
+            "produce": protocol_handlers.produce(self, ReplicaManager.append_held, replicas.append_held,
+                                                 replicas.topic),
             "fetch": protocol_handlers.fetch(self, ReplicaManager.fetch, replicas.fetch, self.topic_schema),
             **{name: self._protocol_action(name) for name in PROTOCOL_ACTIONS},
             "replica_fetch": Handler(self._replica_fetch, lambda args: False)})
@@ -203,7 +204,7 @@ class NodeService(FabricFlightServer):
         op = request.pop("op", None)
         if op != "append":
             raise InvalidRequestError(f"unknown node put {clip(op, 60)}; a data node takes only append")
-        offset = self.serve_append(context, request, reader, ReplicaManager.append, self.replicas.append,
+        offset = self.serve_append(context, request, reader, ReplicaManager.append_held, self.replicas.append,
                                    self.replicas.topic)
         writer.write(pa.py_buffer(wire.dumps(offset)))
 

@@ -22,7 +22,7 @@ import functools
 import logging
 import threading
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, TypeVar
 
 from fabric.common.errors import ConcurrentTransactionsError, FabricError, InvalidTxnStateError
 from fabric.common.redaction import clip
@@ -30,6 +30,7 @@ from fabric.common.types import ProducerBatch, TopicPartition
 from fabric.storage.log import Log
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 ATTEMPTS = 3
 
 
@@ -58,8 +59,8 @@ class TransactionVerification:
         self._lock = threading.Lock()
 
     def append(self, transactional_id: str, tp: TopicPartition, producer: ProducerBatch, plog: Log,
-               write: Callable[[ProducerBatch], int]) -> int:
-        """write(the batch's producer fields with their verification): its base offset, once verified."""
+               write: Callable[[ProducerBatch], T]) -> T:
+        """write(the batch's producer fields with their verification): what it returns, once verified."""
         for _ in range(ATTEMPTS):
             verified = None if _open(plog, producer) else self._verify(transactional_id, tp, producer)
             try:
