@@ -18,7 +18,6 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import concurrent.futures.thread  # noqa: F401 (see _close_at_exit)
-import contextvars
 import functools
 import logging
 import threading
@@ -26,12 +25,13 @@ import time
 import weakref
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import pyarrow as pa
 
 from fabric.client import batching
+from fabric.client.appends import Appender
 from fabric.client.client_metrics import Metrics, ProducerCounts
 from fabric.client.cluster import Cluster
 from fabric.client.delivery import BatchMetadata, DeliveryCallback, Drain, SendFuture
@@ -51,7 +51,6 @@ from fabric.common.errors import (
     InvalidRecordError,
     RecordTooLargeError,
     TransactionAbortedError,
-    UnknownProducerIdError,
 )
 from fabric.common.names import validate_topic
 from fabric.common.record_checks import Headers, TypedValueRule
@@ -60,7 +59,6 @@ from fabric.common.types import TopicInfo, TopicPartition, TransactionalOffsets
 from fabric.server.connection import call_deadline
 
 METADATA_MAX_AGE_S = 5.0
-APPEND_THREADS = 16  # partitions' runs appended together, at most (each run's chunks go one after another)
 log = logging.getLogger(__name__)
 
 
@@ -127,8 +125,8 @@ class Producer:
         self._appending = 0  # batches being appended now (read without the lock by a flush that cannot take it)
         self._wake = threading.Condition(self._lock)
         self._linger_thread: threading.Thread | None = None
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._counts = ProducerCounts()
+        self._appender = Appender(cluster, self.config, self._acks, self._sequences, self._counts)
         self._linger_wakes_at = float("inf")  # when the linger thread wakes next (time.monotonic())
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._at_exit)
@@ -263,7 +261,7 @@ class Producer:
         explicit = table.column("partition") if "partition" in table.column_names else None
         batching.check_sizes(topic, rows, meta.max_bytes)
         parts = self._partition(topic, rows.column("key"), explicit, info.partitions)
-        return self._append_by_partition(topic, rows, parts, deadline, meta.max_bytes)
+        return self._appender.by_partition(topic, rows, parts, deadline, meta.max_bytes)
 
     def _deadline(self, began: float) -> Deadline:
         """The delivery deadline of a send that began at `began` (time.monotonic())."""
@@ -272,95 +270,6 @@ class Producer:
     def _partition(self, topic: str, keys: pa.ChunkedArray, explicit: pa.ChunkedArray | None,
                    num_partitions: int) -> np.ndarray:
         return assign_partitions(topic, keys, explicit, num_partitions, self._sticky)
-
-    def _append_by_partition(self, topic: str, rows: pa.Table | pa.RecordBatch, parts: np.ndarray, deadline: Deadline,
-                             max_bytes: int) -> list[BatchMetadata]:
-        """Append each partition's run of `rows`, in chunks of at most `max_bytes` (the topic's
-        max.message.bytes), by `deadline`; where each chunk landed, in partition order (other producers may append
-        between two chunks of one run). Over a network the partitions' runs go together, each run's chunks one
-        after another; the first partition's error is raised once every run has ended."""
-        rows, runs = batching.by_partition(rows, parts)
-        work = [(p, batching.chunks(batching.run(rows, lo, hi), self._batch_size, max_bytes)) for p, lo, hi in runs]
-        if len(work) == 1 or not self.cluster.concurrent_appends:
-            return [meta for p, chunks in work for meta in self._append_run(topic, p, chunks, deadline)]
-        pool = self._appenders()
-        runs_sent = [pool.submit(contextvars.copy_context().run, self._append_run, topic, p, chunks, deadline)
-                     for p, chunks in work]
-        concurrent.futures.wait(runs_sent)
-        return [meta for run in runs_sent for meta in run.result()]
-
-    def _append_run(self, topic: str, partition: int, chunks: list[pa.RecordBatch], deadline: Deadline
-                    ) -> list[BatchMetadata]:
-        """Append one partition's chunks in order: where each landed."""
-        return [BatchMetadata(topic, partition, self._append(topic, partition, chunk, deadline), chunk.num_rows)
-                for chunk in chunks]
-
-    def _appenders(self) -> concurrent.futures.ThreadPoolExecutor:
-        """The threads that append partitions' runs together (made on first use, stopped by close())."""
-        with self._lock:
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(APPEND_THREADS, "fabric-producer-append")
-            return self._pool
-
-    def _append(self, topic: str, partition: int, rows: pa.RecordBatch, deadline: Deadline) -> int:
-        """Append one batch by `deadline`. An idempotent producer's batch carries its producer id and sequence,
-        so a retry after a lost answer or a leader failover is not written twice; without idempotence it may be
-        (at least once)."""
-        if self._sequences is None:
-            return self._append_retrying(topic, partition, rows, deadline, dict)
-        tp = (topic, partition)
-        in_order = self._sequences.partition_lock(tp)
-        if not in_order.acquire(timeout=max(deadline.left(), 0)):
-            raise deadline.passed(f"a batch of {rows.num_rows} record(s) to {topic}-{partition}", None)
-        try:
-            batch = self._sequences.batch(tp)
-            try:
-                try:
-                    base = self._append_retrying(topic, partition, rows, deadline, batch.fields)
-                except UnknownProducerIdError as exc:  # the partition forgot this producer: nothing was written
-                    batch.failed(str(exc))
-                    batch = self._sequences.batch(tp)
-                    base = self._append_retrying(topic, partition, rows, deadline, batch.fields)
-            except FabricError as exc:
-                batch.failed(f"a batch to {topic}-{partition} failed: {exc}")
-                raise
-            batch.written(rows.num_rows)
-            return base
-        finally:
-            in_order.release()
-
-    def _append_retrying(self, topic: str, partition: int, rows: pa.RecordBatch, deadline: Deadline,
-                         producer: Callable[[], dict[str, int]]) -> int:
-        """Append one batch (with the `producer()` fields: an idempotent producer's id and sequence, asked for
-        within the attempt), each attempt within request_timeout_ms, retrying a retriable error (a coordinator
-        failing over, a leader moving or not answering) every retry_backoff_ms, up to `retries` times, until
-        `deadline`, as Kafka's producer does."""
-        retries, last = 0, None
-        while True:
-            budget = deadline.request()
-            if budget <= 0:
-                self._counts.failed(rows.num_rows)
-                raise deadline.passed(f"a batch of {rows.num_rows} record(s) to {topic}-{partition}", last)
-            try:
-                if trace.ON:
-                    trace.event("request", topic, partition)
-                with call_deadline(budget):
-                    base = self.cluster.append(topic, partition, rows, self._codec, self._acks, **producer())
-                if trace.ON:
-                    trace.event("ack", topic, partition, base, base + rows.num_rows)
-                self._counts.sent(rows)
-                return base
-            except FabricError as exc:
-                if not exc.retriable or retries >= self.config["retries"]:
-                    self._counts.failed(rows.num_rows)
-                    raise
-                if last is None or deadline.left() > 0:  # (an attempt the delivery deadline cut off tells less
-                    last = exc  # than the answer before it: "offline", not "did not answer in 10 ms")
-                retries += 1
-                self._counts.retried(rows.num_rows)
-                log.info("producer %r: append to %s-%d failed (%s); retry %d", self.config["client_id"], topic,
-                         partition, exc, retries)
-                time.sleep(min(self.config["retry_backoff_ms"] / 1000, max(deadline.left(), 0)))
 
     def _drain_topic(self, topic: str, only: Drain | None = None) -> None:
         """Append the topic's buffered records now (if `only` is given, only if it is still buffered). A
@@ -376,7 +285,7 @@ class Producer:
             try:  # (each call below is bounded by the deadline: a metadata refresh, each append's request)
                 meta = self._topic(topic, within=max(deadline.left(), 0))
                 rows, parts = self._buffered_rows(buf, meta.info)
-                metas = self._append_by_partition(topic, rows, parts, deadline, meta.max_bytes)
+                metas = self._appender.by_partition(topic, rows, parts, deadline, meta.max_bytes)
                 drain.partitions, drain.offsets = parts, batching.record_offsets(parts, metas)
             except BaseException as exc:  # noqa: BLE001 (delivered through every future of the batch)
                 drain.error = exc
@@ -576,8 +485,7 @@ class Producer:
         atexit.unregister(self._at_exit)
         if self._linger_thread is not None and self._linger_thread is not threading.current_thread():
             self._linger_thread.join(timeout=5 if deadline is None else _left(deadline))
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)  # (idle: the flush ended every run; one past a timeout ends by its own)
+        self._appender.close()
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):  # (a constructor that raised left no buffers)
