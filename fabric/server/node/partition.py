@@ -309,14 +309,13 @@ class PartitionReplica:
         """The answer of a write of offsets base..end-1: base at once (acks 0 or 1), or once the high watermark
         covers them (a delayed ack), expired after `timeout_s`."""
         with self.changed:
-            self._advance(plog)
-            self._wake_fetches()
             answer: concurrent.futures.Future[int] = concurrent.futures.Future()
-            if acks != "all":
-                answer.set_result(base)
-            else:
+            if acks == "all":
                 answer = self._acks.add(leader, min_isr, base, end).future
-                self._acks.settle(self.leader, self.hw)  # (a high watermark already past it: an ISR of one)
+            else:
+                answer.set_result(base)
+            self._advance(plog)
+            self._wake_fetches()  # (which settles the waiting acks, this one too if the high watermark covers it)
         return Held(answer, timeout_s, functools.partial(self._expire, answer, timeout_s))
 
     def _expire(self, answer: concurrent.futures.Future[int], timeout_s: float) -> None:
