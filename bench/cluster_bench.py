@@ -10,7 +10,8 @@ Paths (each on topics of its own):
 Measurements:
   produce throughput  one producer's send_batch of --records records spread over --partitions partitions; every
                       path runs once to warm up, then the paths take turns --repeats times and each keeps its best
-                      run: records/s, and CPU microseconds per record of this process and every server together
+                      run: records/s, and CPU microseconds per record of this process and every server together;
+                      the cluster's paths again with one append per partition in flight (the peer of pipelining)
   consume throughput  poll_batch of as many records from the start of those topics, from each partition's leader
   latency             a producer sends one record after another at --rate/s (linger_ms=0; a second thread waits
                       for the acks) to a 1-partition topic while a consumer long-polls it, all in this process
@@ -121,9 +122,10 @@ def throughput(all_paths: list[Path], records: int, partitions: int, repeats: in
     data = spread(records, partitions)
     topics = {p.key: p.create_topic(f"tput-{p.key}", partitions) for p in all_paths}
 
-    def produce(path: Path) -> Callable[[], int]:
+    def produce(path: Path, in_flight: int = PRODUCER_SETTINGS["max_in_flight_requests_per_connection"].default
+                ) -> Callable[[], int]:
         def run() -> int:
-            with path.fab.producer(acks=path.acks) as producer:
+            with path.fab.producer(acks=path.acks, max_in_flight_requests_per_connection=in_flight) as producer:
                 producer.send_batch(topics[path.key], data)
             return records
         return run
@@ -139,7 +141,10 @@ def throughput(all_paths: list[Path], records: int, partitions: int, repeats: in
         return run
 
     rf3 = all_paths[0]
+    cluster = all_paths[:2]  # the peer of pipelining: one append per partition in flight
     return {"produce": best_of("produce", {p.key: produce(p) for p in all_paths}, repeats),
+            "produce_one_in_flight": best_of("produce, one append per partition in flight",
+                                             {p.key: produce(p, 1) for p in cluster}, repeats),
             "consume": best_of("consume", {p.key: consume(p) for p in all_paths}, repeats),
             "consume_from_follower": best_of(f"consume with client_rack={FOLLOWER_RACK}",
                                              {rf3.key: consume(rf3, FOLLOWER_RACK)}, repeats)[rf3.key]}
@@ -386,6 +391,11 @@ def report(results: dict[str, Any], raw: dict[str, dict[str, list[float]]]) -> N
     ratio = results["produce_ratio"]
     print(f"\nproduce, RF {NODES} acks=all over RF 1 acks=1: {ratio['rf3_vs_rf1']:.2f} (goal >= {RATIO_GOAL}; "
           f"Kafka 2014: {KREPS_2014}).")
+    for key, alone in results["produce_one_in_flight"].items():
+        print(f"produce, {labels[key]}: {results['produce'][key]['records_per_s'] / alone['records_per_s']:.2f}x "
+              f"with max_in_flight_requests_per_connection="
+              f"{PRODUCER_SETTINGS['max_in_flight_requests_per_connection'].default} over 1 "
+              f"({alone['records_per_s']:,.0f} records/s)")
     follower = results["follower_reads"]
     print(f"consume RF {NODES} with client_rack={follower['client_rack']} ({follower['from_followers']} read from a "
           f"follower): {results['consume_from_follower']['records_per_s']:,.0f} records/s, "

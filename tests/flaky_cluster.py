@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
-from fabric.client.cluster import Cluster
+from fabric.client.cluster import Cluster, PendingAppend
 from fabric.common.errors import ClientTimeoutError, FabricError
 from fabric.common.types import (
     Fetched,
@@ -33,7 +33,8 @@ class FlakyCluster(Cluster):
 
     def __init__(self, inner: Cluster) -> None:
         self.inner, self.coordinator, self.url = inner, inner.coordinator, inner.url
-        self.concurrent_appends = inner.concurrent_appends
+        self.concurrent_appends, self.pipelined_appends = inner.concurrent_appends, inner.pipelined_appends
+        self.in_flight = self.most_in_flight = 0  # appends started and not yet answered (now, and at most)
         self.calls: Counter[str] = Counter()
         self._failures: dict[str, list[Any]] = {}
         self._meeting: threading.Barrier | None = None
@@ -86,6 +87,40 @@ class FlakyCluster(Cluster):
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
         return self._call("append", topic, partition, rows, codec, acks, producer_id, producer_epoch, base_sequence)
+
+    def start_append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none",
+                     acks: str = "all", producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1
+                     ) -> PendingAppend:
+        """The inner cluster's append started now, counted in `in_flight` until answered; while an append is to
+        fail, hang or meet, one made when waited on (as `append`, which does that)."""
+        args = (topic, partition, rows, codec, acks, producer_id, producer_epoch, base_sequence)
+        with self._lock:
+            failure = self._failures.get("append")
+            special = self._meeting is not None or self._hangs["append"] > 0 or bool(failure and failure[0] > 0)
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            if not special:
+                self.calls["append"] += 1
+        try:
+            pending = super().start_append(*args) if special else self.inner.start_append(*args)
+        except BaseException:
+            self._answered()
+            raise
+
+        def answer() -> int:
+            try:
+                return pending.wait()
+            finally:
+                self._answered()
+
+        def cancel() -> None:
+            pending.cancel()
+            self._answered()
+        return PendingAppend(answer, cancel)
+
+    def _answered(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
 
     def init_producer_id(self) -> ProducerIdentity:
         return self.inner.init_producer_id()

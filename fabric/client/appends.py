@@ -4,24 +4,27 @@ idempotent batch's producer fields (fabric.client.idempotence), and each append 
 deadline (fabric.client.send_timeouts), as Kafka's producer sender does."""
 from __future__ import annotations
 
+import collections
 import concurrent.futures
+import contextlib
 import contextvars
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from fabric.client import batching
 from fabric.client.client_metrics import ProducerCounts
-from fabric.client.cluster import Cluster
+from fabric.client.cluster import Cluster, PendingAppend
 from fabric.client.delivery import BatchMetadata
-from fabric.client.idempotence import Sequences
+from fabric.client.idempotence import BatchSequence, Sequences
 from fabric.client.send_timeouts import Deadline
 from fabric.common import trace
-from fabric.common.errors import FabricError, UnknownProducerIdError
+from fabric.common.errors import FabricError, OutOfOrderSequenceError, UnknownProducerIdError
+from fabric.common.types import TopicPartition
 from fabric.server.connection import call_deadline
 
 log = logging.getLogger(__name__)
@@ -65,8 +68,109 @@ class Appender:
     def _run(self, topic: str, partition: int, chunks: list[pa.RecordBatch], deadline: Deadline
              ) -> list[BatchMetadata]:
         """Append one partition's chunks in order: where each landed."""
-        return [BatchMetadata(topic, partition, self.append(topic, partition, chunk, deadline), chunk.num_rows)
-                for chunk in chunks]
+        window = min(self.config["max_in_flight_requests_per_connection"], len(chunks))
+        if window > 1 and self.cluster.pipelined_appends:
+            with self._in_order((topic, partition), chunks[0].num_rows, deadline):
+                bases = self._pipelined(topic, partition, chunks, deadline, window)
+        else:
+            bases = [self.append(topic, partition, chunk, deadline) for chunk in chunks]
+        return [BatchMetadata(topic, partition, base, chunk.num_rows)
+                for base, chunk in zip(bases, chunks, strict=True)]
+
+    def _pipelined(self, topic: str, partition: int, chunks: list[pa.RecordBatch], deadline: Deadline,
+                   window: int) -> list[int]:
+        """Append the chunks with up to `window` in flight, sent in order (an idempotent producer's with
+        consecutive sequences), as Kafka's max.in.flight.requests.per.connection. An error waits for the answers
+        of the chunks sent after it; from the failed chunk on, each is then appended again one at a time (an
+        idempotent one the leader did write answers its first offset; one refused only because a chunk before
+        it was missing is sent as new), and the rest go in flight again."""
+        tp = (topic, partition)
+        bases: list[int] = []
+        flight: collections.deque[tuple[BatchSequence | None, PendingAppend]] = collections.deque()
+        try:
+            while len(bases) < len(chunks):
+                ahead = sum(chunks[i].num_rows for i in range(len(bases), len(bases) + len(flight)))
+                while len(bases) + len(flight) < len(chunks) and len(flight) < window:
+                    chunk = chunks[len(bases) + len(flight)]
+                    batch = None if self.sequences is None else self.sequences.batch(tp, ahead)
+                    flight.append((batch, self._start(topic, partition, chunk, deadline, batch)))
+                    ahead += chunk.num_rows
+                batch, pending = flight.popleft()
+                chunk = chunks[len(bases)]
+                try:
+                    base = self._answer(pending, deadline, f"a batch of {chunk.num_rows} record(s) to {topic}-"
+                                                           f"{partition}")
+                except FabricError as exc:
+                    later = [(b, self._outcome(p, deadline)) for b, p in flight]
+                    flight.clear()
+                    bases.append(self._again(topic, partition, chunk, deadline, batch, exc))
+                    for b, outcome in later:
+                        chunk = chunks[len(bases)]
+                        if isinstance(outcome, int):
+                            bases.append(self._acknowledged(topic, partition, chunk, b, outcome))
+                        else:
+                            # refused because the failed one was missing (a producer new to the partition is
+                            # unknown to it until its first batch is written)
+                            behind = isinstance(outcome, (OutOfOrderSequenceError, UnknownProducerIdError))
+                            bases.append(self._again(topic, partition, chunk, deadline, b,
+                                                     None if behind else outcome))
+                    continue
+                bases.append(self._acknowledged(topic, partition, chunk, batch, base))
+        finally:
+            for _, pending in flight:
+                pending.cancel()
+        return bases
+
+    def _start(self, topic: str, partition: int, rows: pa.RecordBatch, deadline: Deadline,
+               batch: BatchSequence | None) -> PendingAppend:
+        """One attempt of an append, sent now within the request timeout; a failure to send is its answer."""
+        budget = deadline.request()
+        if budget <= 0:
+            return PendingAppend.failed(deadline.passed(f"a batch of {rows.num_rows} record(s) to {topic}-"
+                                                        f"{partition}", None))
+        if trace.ON:
+            trace.event("request", topic, partition)
+        try:
+            with call_deadline(budget):
+                return self.cluster.start_append(topic, partition, rows, self.config["compression_type"], self.acks,
+                                                 **({} if batch is None else batch.fields()))
+        except FabricError as exc:
+            return PendingAppend.failed(exc)
+
+    @staticmethod
+    def _answer(pending: PendingAppend, deadline: Deadline, what: str) -> int:
+        """The answer of a started append (one made only now has a request timeout of its own)."""
+        budget = deadline.request()
+        if budget <= 0:
+            pending.cancel()
+            raise deadline.passed(what, None)
+        with call_deadline(budget):
+            return pending.wait()
+
+    def _outcome(self, pending: PendingAppend, deadline: Deadline) -> int | FabricError:
+        """A started append's first offset, or its error."""
+        try:
+            return self._answer(pending, deadline, "an append in flight")
+        except FabricError as exc:
+            return exc
+
+    def _acknowledged(self, topic: str, partition: int, rows: pa.RecordBatch, batch: BatchSequence | None,
+                      base: int) -> int:
+        """An append was acknowledged at `base`: counted, and an idempotent batch's sequence followed."""
+        if trace.ON:
+            trace.event("ack", topic, partition, base, base + rows.num_rows)
+        self.counts.sent(rows)
+        if batch is not None:
+            batch.written(rows.num_rows)
+        return base
+
+    def _again(self, topic: str, partition: int, rows: pa.RecordBatch, deadline: Deadline,
+               batch: BatchSequence | None, failed: FabricError | None) -> int:
+        """Append a pipelined chunk again on its own, after its attempt `failed` (None: it was refused only
+        because an earlier chunk was missing, so this is not a retry)."""
+        if batch is None:
+            return self._retrying(topic, partition, rows, deadline, dict, failed)
+        return self._sequenced(topic, partition, rows, deadline, batch.renewed(), failed)
 
     def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
         """The threads that append partitions' runs together (made on first use, stopped by close())."""
@@ -82,56 +186,72 @@ class Appender:
         if self.sequences is None:
             return self._retrying(topic, partition, rows, deadline, dict)
         tp = (topic, partition)
+        with self._in_order(tp, rows.num_rows, deadline):
+            return self._sequenced(topic, partition, rows, deadline, self.sequences.batch(tp))
+
+    @contextlib.contextmanager
+    def _in_order(self, tp: TopicPartition, records: int, deadline: Deadline) -> Iterator[None]:
+        """Hold an idempotent producer's partition lock (waited for until `deadline`): its batches, one run at a
+        time."""
+        if self.sequences is None:
+            yield
+            return
         in_order = self.sequences.partition_lock(tp)
         if not in_order.acquire(timeout=max(deadline.left(), 0)):
-            raise deadline.passed(f"a batch of {rows.num_rows} record(s) to {topic}-{partition}", None)
+            raise deadline.passed(f"a batch of {records} record(s) to {tp[0]}-{tp[1]}", None)
         try:
-            batch = self.sequences.batch(tp)
-            try:
-                try:
-                    base = self._retrying(topic, partition, rows, deadline, batch.fields)
-                except UnknownProducerIdError as exc:  # the partition forgot this producer: nothing was written
-                    batch.failed(str(exc))
-                    batch = self.sequences.batch(tp)
-                    base = self._retrying(topic, partition, rows, deadline, batch.fields)
-            except FabricError as exc:
-                batch.failed(f"a batch to {topic}-{partition} failed: {exc}")
-                raise
-            batch.written(rows.num_rows)
-            return base
+            yield
         finally:
             in_order.release()
 
+    def _sequenced(self, topic: str, partition: int, rows: pa.RecordBatch, deadline: Deadline,
+                   batch: BatchSequence, failed: FabricError | None = None) -> int:
+        """Append an idempotent batch with `batch`'s fields (its partition lock held), after an attempt that
+        `failed` if any; a partition that forgot the producer makes it take a new id and send once more."""
+        assert self.sequences is not None
+        try:
+            try:
+                base = self._retrying(topic, partition, rows, deadline, batch.fields, failed)
+            except UnknownProducerIdError as exc:  # the partition forgot this producer: nothing was written
+                batch.failed(str(exc))
+                batch = self.sequences.batch((topic, partition))
+                base = self._retrying(topic, partition, rows, deadline, batch.fields)
+        except FabricError as exc:
+            batch.failed(f"a batch to {topic}-{partition} failed: {exc}")
+            raise
+        batch.written(rows.num_rows)
+        return base
+
     def _retrying(self, topic: str, partition: int, rows: pa.RecordBatch, deadline: Deadline,
-                  producer: Callable[[], dict[str, int]]) -> int:
+                  producer: Callable[[], dict[str, int]], failed: FabricError | None = None) -> int:
         """Append one batch (with the `producer()` fields: an idempotent producer's id and sequence, asked for
         within the attempt), each attempt within request_timeout_ms, retrying a retriable error (a coordinator
         failing over, a leader moving or not answering) every retry_backoff_ms, up to `retries` times, until
-        `deadline`, as Kafka's producer does."""
+        `deadline`, as Kafka's producer does; `failed`: the error of an attempt already made."""
         retries, last = 0, None
         while True:
-            budget = deadline.request()
-            if budget <= 0:
-                self.counts.failed(rows.num_rows)
-                raise deadline.passed(f"a batch of {rows.num_rows} record(s) to {topic}-{partition}", last)
-            try:
-                if trace.ON:
-                    trace.event("request", topic, partition)
-                with call_deadline(budget):
-                    base = self.cluster.append(topic, partition, rows, self.config["compression_type"], self.acks,
-                                               **producer())
-                if trace.ON:
-                    trace.event("ack", topic, partition, base, base + rows.num_rows)
-                self.counts.sent(rows)
-                return base
-            except FabricError as exc:
-                if not exc.retriable or retries >= self.config["retries"]:
+            if failed is None:
+                budget = deadline.request()
+                if budget <= 0:
                     self.counts.failed(rows.num_rows)
-                    raise
-                if last is None or deadline.left() > 0:  # (an attempt the delivery deadline cut off tells less
-                    last = exc  # than the answer before it: "offline", not "did not answer in 10 ms")
-                retries += 1
-                self.counts.retried(rows.num_rows)
-                log.info("producer %r: append to %s-%d failed (%s); retry %d", self.config["client_id"], topic,
-                         partition, exc, retries)
-                time.sleep(min(self.config["retry_backoff_ms"] / 1000, max(deadline.left(), 0)))
+                    raise deadline.passed(f"a batch of {rows.num_rows} record(s) to {topic}-{partition}", last)
+                try:
+                    if trace.ON:
+                        trace.event("request", topic, partition)
+                    with call_deadline(budget):
+                        base = self.cluster.append(topic, partition, rows, self.config["compression_type"],
+                                                   self.acks, **producer())
+                    return self._acknowledged(topic, partition, rows, None, base)
+                except FabricError as exc:
+                    failed = exc
+            error, failed = failed, None
+            if not error.retriable or retries >= self.config["retries"]:
+                self.counts.failed(rows.num_rows)
+                raise error
+            if last is None or deadline.left() > 0:  # (an attempt the delivery deadline cut off tells less
+                last = error  # than the answer before it: "offline", not "did not answer in 10 ms")
+            retries += 1
+            self.counts.retried(rows.num_rows)
+            log.info("producer %r: append to %s-%d failed (%s); retry %d", self.config["client_id"], topic,
+                     partition, error, retries)
+            time.sleep(min(self.config["retry_backoff_ms"] / 1000, max(deadline.left(), 0)))

@@ -7,7 +7,7 @@ CLI and the Spark sources and sinks only ever call this.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -35,12 +35,28 @@ from fabric.storage.cleaner import CleanReport
 from fabric.storage.encoder import FrameEncoder as FrameEncoder  # part of this interface
 
 
+class PendingAppend:
+    """An append whose answer is awaited: `wait()` gives the first row's offset (or raises the append's error),
+    once; `cancel()` drops an answer nobody will wait for. This one makes the append only when waited on."""
+
+    def __init__(self, make: Callable[[], int], cancel: Callable[[], None] = lambda: None) -> None:
+        self.wait, self.cancel = make, cancel
+
+    @classmethod
+    def failed(cls, error: BaseException) -> PendingAppend:
+        """An append that could not be started: waiting raises `error`."""
+        def fail() -> int:
+            raise error
+        return cls(fail)
+
+
 class Cluster(ABC):
     """Storage plus coordinator, as a client sees them."""
 
     coordinator: Coordinator
     url: str
     concurrent_appends = False  # whether appends to several partitions gain from being in flight together
+    pipelined_appends = False  # whether start_append sends an append before its answer is waited for
 
     @abstractmethod
     def create_topic(self, name: str, partitions: int, config: Mapping[str, str],
@@ -108,6 +124,15 @@ class Cluster(ABC):
         a replicated partition's leader answers: after its own append, or once the in-sync replicas have it. An
         idempotent producer (producer_id from init_producer_id, and the partition's sequence of the first row)
         is not written twice by a retry: the retry answers the offset of the first write."""
+
+    def start_append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none",
+                     acks: str = "all", producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1
+                     ) -> PendingAppend:
+        """`append`, sent now where the cluster has `pipelined_appends` (appends of one partition started one after
+        another reach its leader, and are written, in that order) and answered through the PendingAppend; by
+        default made when the PendingAppend is waited on."""
+        return PendingAppend(lambda: self.append(topic, partition, rows, codec, acks, producer_id, producer_epoch,
+                                                 base_sequence))
 
     @abstractmethod
     def init_producer_id(self) -> ProducerIdentity:

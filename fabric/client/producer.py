@@ -30,7 +30,7 @@ from typing import Any, Iterable
 import numpy as np
 import pyarrow as pa
 
-from fabric.client import batching
+from fabric.client import batching, idempotence
 from fabric.client.appends import Appender
 from fabric.client.client_metrics import Metrics, ProducerCounts
 from fabric.client.cluster import Cluster
@@ -105,11 +105,8 @@ class Producer:
         self._linger = self.config["linger_ms"] / 1000.0
         self._codec = self.config["compression_type"]
         self._acks = "all" if self.config["acks"] == "-1" else self.config["acks"]
-        idempotent = self.config["enable_idempotence"]
-        if idempotent and self._acks != "all" and "enable_idempotence" in given:
-            raise InvalidConfigError(f"enable_idempotence needs acks=all (got acks={self.config['acks']}), as in "
-                                     "Kafka; drop one of the two")
-        self._sequences = Sequences(cluster) if idempotent and self._acks == "all" else None
+        idempotent = idempotence.enabled(self.config, self._acks, given)
+        self._sequences = Sequences(cluster) if idempotent else None
         self._transactions: TransactionManager | None = None
         if self.config["transactional_id"]:
             if self._sequences is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any, Callable
 
 import msgspec
@@ -126,20 +127,30 @@ class ProtocolCalls:
     def node(self, node_address: str, kind: str, args: dict[str, Any], payload: Payload = b"") -> Answer | None:
         """A request to the data node at `node_address`; None: make it over Flight. ConnectionError or
         ClientTimeoutError if its protocol port took the request and did not answer (it may have served it)."""
+        sent = self.node_send(node_address, kind, args, payload)
+        return None if sent is None else sent.wait()
+
+    def node_send(self, node_address: str, kind: str, args: dict[str, Any], payload: Payload = b""
+                  ) -> Sent | None:
+        """Send a request to the data node at `node_address` now, its answer waited for later (`Sent.wait`, within
+        the caller's time as it is now): requests sent one after another reach the node in that order, on one
+        connection. None: make it over Flight. ConnectionError if the request could not be sent."""
         if not self.enabled:
             return None
         address = self._address(node_address, lambda: self._node_status(node_address))
         if not address:
             return None
+        timeout_s = time_left(self.connection.options.timeout_s)
         try:
-            return self._call(node_address, address, kind, args, payload)
-        except Refused as exc:
-            raise refusal(exc.info) from None
-        except ClientTimeoutError:
-            raise
+            connection = self._connected(node_address, address, timeout_s)
+        except _NotConnected:
+            return None
+        try:
+            request_id = connection.send(kind, args, payload)
         except OSError:
             self._forget(node_address, address)
             raise
+        return Sent(self, node_address, address, connection, request_id, time.monotonic() + timeout_s)
 
     def _node_status(self, node_address: str) -> str:
         try:
@@ -150,6 +161,33 @@ class ProtocolCalls:
 
     def close(self) -> None:
         self.clients.close()
+
+
+class Sent:
+    """A request sent to a data node's protocol port (ProtocolCalls.node_send) whose answer is awaited until
+    `deadline` (time.monotonic())."""
+
+    def __init__(self, calls: ProtocolCalls, server: str, address: str, connection: ProtocolConnection,
+                 request_id: int, deadline: float) -> None:
+        self.calls, self.server, self.address, self.connection = calls, server, address, connection
+        self.request_id, self.deadline = request_id, deadline
+
+    def wait(self) -> Answer:
+        """The answer; the node's refusal as its error, ConnectionError or ClientTimeoutError if the node took
+        the request and did not answer by the deadline (it may have served it)."""
+        try:
+            return self.connection.wait(self.request_id, max(self.deadline - time.monotonic(), 0.0))
+        except Refused as exc:
+            raise refusal(exc.info) from None
+        except ClientTimeoutError:
+            raise
+        except OSError:
+            self.calls._forget(self.server, self.address)
+            raise
+
+    def cancel(self) -> None:
+        """Nobody waits for the answer: it is dropped when it comes."""
+        self.connection.forget(self.request_id)
 
 
 def produce_payload(rows: pa.RecordBatch) -> pa.Buffer:

@@ -12,15 +12,17 @@ retriable: producers and consumers retry them within their delivery and poll tim
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from typing import Any, Callable, Mapping, NamedTuple, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence, TypeVar
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from fabric.client import leader_transactions
+from fabric.client.cluster import PendingAppend
 from fabric.client.protocol_calls import Answer, fetched_of, produce_payload
 from fabric.client.remote import RemoteCluster
 from fabric.common.errors import ClientTimeoutError, FencedLeaderEpochError, LeaderNotAvailableError, NotLeaderError
@@ -66,6 +68,8 @@ class Target(NamedTuple):
 
 class RoutingCluster(RemoteCluster):
     """A fabric served by coordinator instances and data nodes (`fabric://coordinator:port[,...]`)."""
+
+    pipelined_appends = True  # to leader nodes, over the fabric protocol
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -136,8 +140,15 @@ class RoutingCluster(RemoteCluster):
             raise
 
     def _at_node(self, node: NodeInfo, topic: str, partition: int, call: Call) -> Any:
-        try:
+        with self._node_errors(node, topic, partition):
             return call(self.connection.client(node.address), self.connection.call_options)
+
+    @contextlib.contextmanager
+    def _node_errors(self, node: NodeInfo, topic: str, partition: int) -> Iterator[None]:
+        """A node that does not answer as LeaderNotAvailableError (the metadata is refreshed next time); a Flight
+        error as the fabric error it carries."""
+        try:
+            yield
         except (flight.FlightUnavailableError, flight.FlightTimedOutError, ConnectionError,
                 ClientTimeoutError) as exc:
             self._stale()
@@ -205,6 +216,33 @@ class RoutingCluster(RemoteCluster):
         # acks=all waited), so only the producer, within its `retries`, may send them again
         return self._route_once(topic, partition, at_node, lambda: super(RoutingCluster, self).append(
             topic, partition, rows, codec, acks, producer_id, producer_epoch, base_sequence), None)
+
+    def start_append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none",
+                     acks: str = "all", producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1
+                     ) -> PendingAppend:
+        """Sent now to the leader node over the fabric protocol: one connection per node, whose requests of one
+        partition the node appends in the order they came (docs/protocol.md); the answer is an `append`'s. Made
+        when waited on where the protocol does not serve it (a single-directory topic, a node without it)."""
+        later = super().start_append(topic, partition, rows, codec, acks, producer_id, producer_epoch, base_sequence)
+        target = self._leader(topic, partition)
+        if target is None:
+            return later
+        args = {"topic": topic, "partition": partition, "codec": codec, **target.quoted(), "acks": acks,
+                "timeout_ms": self.hold_ms, "producer_id": producer_id, "producer_epoch": producer_epoch,
+                "base_sequence": base_sequence}
+        with self._node_errors(target.node, topic, partition):
+            sent = self.protocol.node_send(target.node.address, "produce", args, produce_payload(rows))
+        if sent is None:
+            return later
+
+        def answer() -> int:
+            try:
+                with self._node_errors(target.node, topic, partition):
+                    return messages.decode_result(sent.wait()[0], int)
+            except (NotLeaderError, FencedLeaderEpochError):
+                self._stale()
+                raise
+        return PendingAppend(answer, sent.cancel)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
               end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None,

@@ -213,6 +213,9 @@ PRODUCER_SETTINGS: dict[str, Setting] = {
     "client_id": Setting("", str, "a name for logs"),
     "max_request_size": Setting(1048576 * 64, _long(1, INT_MAX), "largest record send() accepts, in bytes"),
     "enable_idempotence": Setting(True, _bool, "with acks=all, a retried batch is never written twice"),
+    "max_in_flight_requests_per_connection": Setting(5, _long(1, INT_MAX), "batches of one partition in flight "
+                                                     "at once (at most 5 for idempotence; without it, a retry "
+                                                     "may reorder the batches)"),
     "retries": Setting(INT_MAX, _long(0, INT_MAX), "how often a send retries a retriable error"),
     "retry_backoff_ms": Setting(100, _long(0, INT_MAX), "wait between retries"),
     "delivery_timeout_ms": Setting(120000, _long(1, INT_MAX), "a send fails or succeeds within this long of its "
@@ -266,8 +269,7 @@ IGNORED_CLIENT_SETTINGS: dict[str, str] = {
     "ssl_check_hostname": _SECURITY, "request_timeout_ms": _TRANSPORT, "connections_max_idle_ms": _TRANSPORT,
     "reconnect_backoff_ms": _TRANSPORT, "reconnect_backoff_max_ms": _TRANSPORT, "send_buffer_bytes": _TRANSPORT,
     "receive_buffer_bytes": _TRANSPORT, "metadata_max_age_ms": "topic metadata is refreshed every 5 s and on "
-    "every NotLeaderError", "max_in_flight_requests_per_connection": "a producer sends one batch per partition "
-    "at a time, so order holds without it", "buffer_memory": "buffered records are bounded by batch_size per "
+    "every NotLeaderError", "buffer_memory": "buffered records are bounded by batch_size per "
     "topic", "max_block_ms": "send() never blocks on a full buffer", "fetch_min_bytes": "a fetch answers as soon as "
     "a record is there (fetch_max_wait_ms bounds the wait)", "max_partition_fetch_bytes": "fetch_max_bytes bounds "
     "a poll", "check_crcs": "every frame's CRC is always checked", "exclude_internal_topics": "internal topics "

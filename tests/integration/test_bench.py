@@ -47,6 +47,8 @@ def test_cluster_benchmark_reports_every_path_and_failover(repo_root, tmp_path) 
         assert set(results[kind]) == CLUSTER_PATHS
         assert all(out["records_per_s"] > 0 for out in results[kind].values()), results[kind]
     assert results["produce_ratio"]["rf3_vs_rf1"] > 0
+    assert set(results["produce_one_in_flight"]) == {"rf3", "rf1"}  # the peer of pipelining
+    assert all(out["records_per_s"] > 0 for out in results["produce_one_in_flight"].values())
     for key in CLUSTER_PATHS:
         for kind in ("produce", "end_to_end"):
             figures = results["latency"][key][kind]

@@ -5,6 +5,9 @@ rebuilt the producer state from the frames it copied). The lost answer is a test
 (FlakyCluster: the call is made, then its answer dropped)."""
 from __future__ import annotations
 
+import itertools
+import threading
+
 import pyarrow as pa
 import pytest
 
@@ -94,3 +97,52 @@ def test_partitions_are_appended_together_each_in_sequence_order(shared_cluster,
         for p in range(3):
             stored = [v for f in fab.cluster.fetch(topic, p, 0, 1 << 20) for v in f.batch.column("value").to_pylist()]
             assert stored == [b"%d-%d-%d" % (r, p, i) for r in range(5) for i in range(per_partition)]
+
+
+def _stored(fab: fabric.Fabric, topic: str) -> list[bytes]:
+    return [v for f in fab.cluster.fetch(topic, 0, 0, 1 << 20) for v in f.batch.column("value").to_pylist()]
+
+
+def test_a_run_of_batches_is_pipelined_to_the_leader_in_order(shared_cluster, flaky_cluster) -> None:
+    """A send_batch cut into many batches for one partition has five of them in flight at its leader (sent over
+    the fabric protocol before the first is answered); through a lost answer and a refused batch in the middle
+    of a run, each record is stored once and in order."""
+    topic, sent = "pipelined", [b"v%04d" % i for i in range(300)]
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+        flaky = flaky_cluster(fab.cluster)
+        assert flaky.pipelined_appends
+        with Producer(flaky, batch_size=256, **FAST) as producer:
+            metas = producer.send_batch(topic, pa.table({"value": sent[:100]}))
+            assert len(metas) > 5 and flaky.most_in_flight == 5 and flaky.in_flight == 0
+            flaky.fail("append", 1, LeaderNotAvailableError("the answer was lost"), after=True)
+            producer.send_batch(topic, pa.table({"value": sent[100:200]}))
+            flaky.fail("append", 1, LeaderNotAvailableError("refused"))
+            metas = producer.send_batch(topic, pa.table({"value": sent[200:]}))
+        assert [m.offset for m in metas][0] == 200 and all(
+            a.offset + a.count == b.offset for a, b in itertools.pairwise(metas))
+        assert _stored(fab, topic) == sent
+
+
+def test_a_pipelined_run_goes_on_at_the_new_leader_in_order(node_cluster, flaky_cluster, replication) -> None:
+    """The leader is SIGKILLed while a run's batches are in flight to it: they are sent again, in order, to the
+    new leader, which answers those it already has (copied before the kill) with their first offsets. Every
+    record is stored once and in order, and the run's offsets follow one another."""
+    cluster = node_cluster()
+    topic, sent = "pipelined-failover", [b"v%05d" % i for i in range(3000)]
+    with fabric.connect(cluster.url) as fab:
+        fab.create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+        old = replication.described(fab, topic)
+        flaky = flaky_cluster(fab.cluster)
+
+        def kill_mid_run() -> None:
+            replication.eventually(lambda: flaky.calls["append"] >= 20, "20 of the run's appends started")
+            cluster.nodes[old.leader].kill()
+        killer = threading.Thread(target=kill_mid_run, daemon=True)
+        killer.start()
+        with Producer(flaky, batch_size=1024, delivery_timeout_ms=120_000, **FAST) as producer:
+            metas = producer.send_batch(topic, pa.table({"value": sent}))
+        killer.join(60)
+        assert not killer.is_alive() and replication.described(fab, topic).leader != old.leader
+        assert metas[0].offset == 0 and all(a.offset + a.count == b.offset for a, b in itertools.pairwise(metas))
+        assert sum(m.count for m in metas) == len(sent) and _stored(fab, topic) == sent

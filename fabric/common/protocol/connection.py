@@ -105,12 +105,16 @@ class ProtocolConnection:
         try:
             answer, payload = self._answer_of(request_id, deadline)
         finally:
-            with self._state:
-                self._waiting.discard(request_id)
-                self._answers.pop(request_id, None)
+            self.forget(request_id)
         if answer.error is not None:
             raise self._refusal(answer.error)
         return answer.result, payload
+
+    def forget(self, request_id: int) -> None:
+        """Stop waiting for request `request_id`: its answer, read before or after, is dropped."""
+        with self._state:
+            self._waiting.discard(request_id)
+            self._answers.pop(request_id, None)
 
     def _refusal(self, info: dict[str, Any]) -> Exception:
         known = self._error_of(info)
