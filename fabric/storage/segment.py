@@ -119,7 +119,7 @@ class Segment:
         if self._schema is None or inode != self._inode:
             if self._inode != -1:  # replaced (a compacted copy): its indexes are new files, checked again
                 self._indexes_checked = False
-            self.forget_writes()
+                self.forget_writes()
             self._schema, self._data_start = self._read_schema_frame()
             self._inode = inode
         return self._schema, self._data_start
@@ -231,10 +231,12 @@ class Segment:
             write_all(fd, [header.pack(), payload])
         finally:
             os.close(fd)
-        if self._builder is None or self._builder.interval != index_interval:
-            self._builder = IndexBuilder.resume(self.base_offset, index_interval, self.index, self.timeindex)
-        self._builder.add(pos, header)
-        self._builder.append_to(self.index, self.timeindex, trusted=position is not None)
+        builder = self._builder  # (a reader may drop it meanwhile: forget_writes, unlocked)
+        if builder is None or builder.interval != index_interval:
+            builder = self._builder = IndexBuilder.resume(self.base_offset, index_interval, self.index,
+                                                          self.timeindex)
+        builder.add(pos, header)
+        builder.append_to(self.index, self.timeindex, trusted=position is not None)
         return pos
 
     def forget_writes(self) -> None:

@@ -249,3 +249,25 @@ def test_maps_hold_no_file_descriptor_and_are_bounded(tmp_path):
     (tmp_path / "new").write_bytes(b"new")
     os.replace(tmp_path / "new", path)  # replaced by another file of the same size
     assert cache.get(str(path)).to_pybytes() == b"new"
+
+
+def test_an_append_outlives_a_reader_dropping_the_writers_index_state(tmp_path, storage):
+    """A reader may look at a segment while it is appended to (its first read of the schema frame, a scrubber's
+    repair: forget_writes, without the partition lock). An append that reaches its index update just after
+    still indexes its frame, and the next append resumes the indexes from their files."""
+    log = storage.open_log(str(tmp_path), index_interval_bytes=0)
+    log.append(storage.make_batch([b"v0"]))
+    seg = log.segments()[-1]
+    builder = seg._builder
+    assert builder is not None
+    added = builder.add
+
+    def add_then_dropped(*args):  # the reader's forget_writes, between the writer's two index steps
+        added(*args)
+        seg.forget_writes()
+    builder.add = add_then_dropped
+    log.append(storage.make_batch([b"v1"]))
+    log.append(storage.make_batch([b"v2"]))
+    assert list(seg.index.entries["rel"]) == [0, 1, 2]
+    assert [v for _, v, _ in storage.read_all(log)] == [b"v0", b"v1", b"v2"]
+    assert log.segments()[-1].data_start > 0 and seg._builder is not None  # a first read keeps the writer's state
