@@ -36,6 +36,7 @@ class FlakyCluster(Cluster):
         self.concurrent_appends, self.pipelined_appends = inner.concurrent_appends, inner.pipelined_appends
         self.in_flight = self.most_in_flight = 0  # appends started and not yet answered (now, and at most)
         self.calls: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()  # the errors of started appends, by class
         self._failures: dict[str, list[Any]] = {}
         self._meeting: threading.Barrier | None = None
         self._lock = threading.Lock()
@@ -78,11 +79,15 @@ class FlakyCluster(Cluster):
             time.sleep(time_left(HANG_S))
             raise ClientTimeoutError(f"{method} did not answer in time")
         if failing:
-            if failure[2]:
-                getattr(self.inner, method)(*args)
-                failure[3]()
-            raise failure[1]
+            self._failing(failure, method, args)
         return getattr(self.inner, method)(*args)
+
+    def _failing(self, failure: list[Any], method: str, args: tuple[Any, ...]) -> Any:
+        """Raise the failure's error; with `after`, once the call was made and then() has run."""
+        if failure[2]:
+            getattr(self.inner, method)(*args)
+            failure[3]()
+        raise failure[1]
 
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
@@ -91,18 +96,26 @@ class FlakyCluster(Cluster):
     def start_append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none",
                      acks: str = "all", producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1
                      ) -> PendingAppend:
-        """The inner cluster's append started now, counted in `in_flight` until answered; while an append is to
-        fail, hang or meet, one made when waited on (as `append`, which does that)."""
+        """The inner cluster's append started now, counted in `in_flight` until answered, its error counted in
+        `errors`. An append that is to fail takes its failure now and is made when waited on (the appends
+        started after it go ahead of it); while appends are to hang or meet, one made when waited on (as
+        `append`, which does that)."""
         args = (topic, partition, rows, codec, acks, producer_id, producer_epoch, base_sequence)
         with self._lock:
             failure = self._failures.get("append")
-            special = self._meeting is not None or self._hangs["append"] > 0 or bool(failure and failure[0] > 0)
+            failing = bool(failure and failure[0] > 0)
+            if failing:
+                failure[0] -= 1
+            special = self._meeting is not None or self._hangs["append"] > 0
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
             if not special:
                 self.calls["append"] += 1
         try:
-            pending = super().start_append(*args) if special else self.inner.start_append(*args)
+            if failing:
+                pending = PendingAppend(lambda: self._failing(failure, "append", args))
+            else:
+                pending = super().start_append(*args) if special else self.inner.start_append(*args)
         except BaseException:
             self._answered()
             raise
@@ -110,6 +123,10 @@ class FlakyCluster(Cluster):
         def answer() -> int:
             try:
                 return pending.wait()
+            except FabricError as exc:
+                with self._lock:
+                    self.errors[type(exc).__name__] += 1
+                raise
             finally:
                 self._answered()
 

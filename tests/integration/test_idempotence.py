@@ -104,9 +104,10 @@ def _stored(fab: fabric.Fabric, topic: str) -> list[bytes]:
 
 
 def test_a_run_of_batches_is_pipelined_to_the_leader_in_order(shared_cluster, flaky_cluster) -> None:
-    """A send_batch cut into many batches for one partition has five of them in flight at its leader (sent over
-    the fabric protocol before the first is answered); through a lost answer and a refused batch in the middle
-    of a run, each record is stored once and in order."""
+    """A send_batch cut into many batches for one partition has five of them in flight at its leader. A first
+    batch whose answer is lost, or which is refused, reaches the leader after the four sent behind it (the test
+    hook makes it when it is waited on): those are refused for the gap, then sent again after it. Each record is
+    stored once and in order, and the run's offsets follow one another."""
     topic, sent = "pipelined", [b"v%04d" % i for i in range(300)]
     with fabric.connect(shared_cluster.url) as fab:
         fab.create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
@@ -114,14 +115,37 @@ def test_a_run_of_batches_is_pipelined_to_the_leader_in_order(shared_cluster, fl
         assert flaky.pipelined_appends
         with Producer(flaky, batch_size=256, **FAST) as producer:
             metas = producer.send_batch(topic, pa.table({"value": sent[:100]}))
-            assert len(metas) > 5 and flaky.most_in_flight == 5 and flaky.in_flight == 0
+            assert len(metas) > 5 and flaky.most_in_flight == 5 and flaky.in_flight == 0 and not flaky.errors
             flaky.fail("append", 1, LeaderNotAvailableError("the answer was lost"), after=True)
             producer.send_batch(topic, pa.table({"value": sent[100:200]}))
+            assert flaky.errors == {"LeaderNotAvailableError": 1, "OutOfOrderSequenceError": 4}
             flaky.fail("append", 1, LeaderNotAvailableError("refused"))
             metas = producer.send_batch(topic, pa.table({"value": sent[200:]}))
-        assert [m.offset for m in metas][0] == 200 and all(
-            a.offset + a.count == b.offset for a, b in itertools.pairwise(metas))
+            assert flaky.errors == {"LeaderNotAvailableError": 2, "OutOfOrderSequenceError": 8}
+        assert metas[0].offset == 200 and all(a.offset + a.count == b.offset for a, b in itertools.pairwise(metas))
         assert _stored(fab, topic) == sent
+
+
+def test_without_idempotence_a_retry_lands_behind_the_batches_in_flight(shared_cluster, flaky_cluster) -> None:
+    """As in Kafka: without idempotence and with five in flight, a batch whose answer was lost is written again
+    after the four batches sent behind it (at least once, out of order); max_in_flight_requests_per_connection=1
+    keeps the order."""
+    with fabric.connect(shared_cluster.url) as fab:
+        for topic, in_flight in (("reordered", 5), ("ordered", 1)):
+            fab.create_topic(topic, partitions=1, replication_factor=3)
+            flaky = flaky_cluster(fab.cluster)
+            with Producer(flaky, enable_idempotence=False, batch_size=256,
+                          max_in_flight_requests_per_connection=in_flight, **FAST) as producer:
+                flaky.fail("append", 1, LeaderNotAvailableError("the answer was lost"), after=True)
+                producer.send_batch(topic, pa.table({"value": [b"v%04d" % i for i in range(100)]}))
+            stored = _stored(fab, topic)
+            first = stored.index(b"v0000")
+            lost = stored[first:stored.index(b"v0000", first + 1)] if in_flight > 1 else stored[:len(stored) - 100]
+            assert sorted(set(stored)) == [b"v%04d" % i for i in range(100)] and len(stored) == 100 + len(lost)
+            if in_flight > 1:  # the lost batch, then the 4 sent behind it, then the lost batch again
+                assert stored.index(b"v0000") > 0 and stored.count(b"v0000") == 2
+            else:
+                assert stored == lost + [b"v%04d" % i for i in range(100)]
 
 
 def test_a_pipelined_run_goes_on_at_the_new_leader_in_order(node_cluster, flaky_cluster, replication) -> None:
