@@ -167,10 +167,13 @@ class Appender:
     def _again(self, topic: str, partition: int, rows: pa.RecordBatch, deadline: Deadline,
                batch: BatchSequence | None, failed: FabricError | None) -> int:
         """Append a pipelined chunk again on its own, after its attempt `failed` (None: it was refused only
-        because an earlier chunk was missing, so this is not a retry)."""
+        because an earlier chunk was missing, so this is not a retry). A retry keeps the batch's producer fields,
+        as the one-at-a-time path does, even where the producer dropped that id meanwhile: the leader may have
+        written it, and only those fields find it there."""
         if batch is None:
             return self._retrying(topic, partition, rows, deadline, dict, failed)
-        return self._sequenced(topic, partition, rows, deadline, batch.renewed(), failed)
+        return self._sequenced(topic, partition, rows, deadline, batch if failed is not None else batch.renewed(),
+                               failed)
 
     def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
         """The threads that append partitions' runs together (made on first use, stopped by close())."""

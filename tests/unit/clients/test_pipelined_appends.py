@@ -77,6 +77,19 @@ def test_the_batches_behind_a_refused_one_are_sent_again_after_it(pipelined, kno
     assert stored(pipelined) == first + values(b"a") + values(b"b")
 
 
+def test_a_retry_keeps_its_producer_id_when_another_partitions_failure_dropped_it(pipelined):
+    """Another partition's batch failing finally drops the producer id (the white-box step below stands for it)
+    while a batch written under that id waits for its lost answer: its retry goes with its own fields and is
+    answered with the first write's offset, not written again under a new id."""
+    with Producer(pipelined, **SMALL) as producer:
+        producer.send("t", b"first").result(timeout=10)
+        pipelined.fail("append", 1, CoordinatorUnavailableError("the answer was lost"), after=True,
+                       then=lambda: producer._sequences._reset(None, "another partition's batch failed"))
+        send(producer, values(b"a"))
+        send(producer, values(b"b"))  # under the new id
+    assert stored(pipelined) == [b"first"] + values(b"a") + values(b"b")
+
+
 def test_a_batch_that_finally_fails_ends_its_run(pipelined):
     with Producer(pipelined, retries=0, **SMALL) as producer:
         pipelined.fail("append", 1, CoordinatorUnavailableError("not written"))
