@@ -31,6 +31,11 @@ log = logging.getLogger(__name__)
 APPEND_THREADS = 16  # partitions' runs appended together, at most (each run's chunks go one after another)
 
 
+def _batch_to(records: int, topic: str, partition: int) -> str:
+    """What an append is, in the error of a delivery deadline that passed."""
+    return f"a batch of {records} record(s) to {topic}-{partition}"
+
+
 class Appender:
     """The appends of one producer over `cluster`, with its `config` (batch_size, compression_type, retries,
     retry_backoff_ms, client_id) and `acks`, its idempotent `sequences` (None without idempotence), counted in
@@ -97,25 +102,22 @@ class Appender:
                     ahead += chunk.num_rows
                 batch, pending = flight.popleft()
                 chunk = chunks[len(bases)]
-                try:
-                    base = self._answer(pending, deadline, f"a batch of {chunk.num_rows} record(s) to {topic}-"
-                                                           f"{partition}")
-                except FabricError as exc:
-                    later = [(b, self._outcome(p, deadline)) for b, p in flight]
-                    flight.clear()
-                    bases.append(self._again(topic, partition, chunk, deadline, batch, exc))
-                    for b, outcome in later:
-                        chunk = chunks[len(bases)]
-                        if isinstance(outcome, int):
-                            bases.append(self._acknowledged(topic, partition, chunk, b, outcome))
-                        else:
-                            # refused because the failed one was missing (a producer new to the partition is
-                            # unknown to it until its first batch is written)
-                            behind = isinstance(outcome, (OutOfOrderSequenceError, UnknownProducerIdError))
-                            bases.append(self._again(topic, partition, chunk, deadline, b,
-                                                     None if behind else outcome))
+                answer = self._outcome(pending, deadline, _batch_to(chunk.num_rows, topic, partition))
+                if isinstance(answer, int):
+                    bases.append(self._acknowledged(topic, partition, chunk, batch, answer))
                     continue
-                bases.append(self._acknowledged(topic, partition, chunk, batch, base))
+                later = [(b, self._outcome(p, deadline, "an append in flight")) for b, p in flight]
+                flight.clear()
+                bases.append(self._again(topic, partition, chunk, deadline, batch, answer))
+                for b, outcome in later:
+                    chunk = chunks[len(bases)]
+                    if isinstance(outcome, int):
+                        bases.append(self._acknowledged(topic, partition, chunk, b, outcome))
+                    else:
+                        # refused because the failed one was missing (a producer new to the partition is
+                        # unknown to it until its first batch is written)
+                        behind = isinstance(outcome, (OutOfOrderSequenceError, UnknownProducerIdError))
+                        bases.append(self._again(topic, partition, chunk, deadline, b, None if behind else outcome))
         finally:
             for _, pending in flight:
                 pending.cancel()
@@ -126,8 +128,7 @@ class Appender:
         """One attempt of an append, sent now within the request timeout; a failure to send is its answer."""
         budget = deadline.request()
         if budget <= 0:
-            return PendingAppend.failed(deadline.passed(f"a batch of {rows.num_rows} record(s) to {topic}-"
-                                                        f"{partition}", None))
+            return PendingAppend.failed(deadline.passed(_batch_to(rows.num_rows, topic, partition), None))
         if trace.ON:
             trace.event("request", topic, partition)
         try:
@@ -138,19 +139,16 @@ class Appender:
             return PendingAppend.failed(exc)
 
     @staticmethod
-    def _answer(pending: PendingAppend, deadline: Deadline, what: str) -> int:
-        """The answer of a started append (one made only now has a request timeout of its own)."""
+    def _outcome(pending: PendingAppend, deadline: Deadline, what: str) -> int | FabricError:
+        """A started append's first offset, or its error (`what` names it if the deadline passed; one made only
+        now has a request timeout of its own)."""
         budget = deadline.request()
         if budget <= 0:
             pending.cancel()
-            raise deadline.passed(what, None)
-        with call_deadline(budget):
-            return pending.wait()
-
-    def _outcome(self, pending: PendingAppend, deadline: Deadline) -> int | FabricError:
-        """A started append's first offset, or its error."""
+            return deadline.passed(what, None)
         try:
-            return self._answer(pending, deadline, "an append in flight")
+            with call_deadline(budget):
+                return pending.wait()
         except FabricError as exc:
             return exc
 
@@ -201,7 +199,7 @@ class Appender:
             return
         in_order = self.sequences.partition_lock(tp)
         if not in_order.acquire(timeout=max(deadline.left(), 0)):
-            raise deadline.passed(f"a batch of {records} record(s) to {tp[0]}-{tp[1]}", None)
+            raise deadline.passed(_batch_to(records, *tp), None)
         try:
             yield
         finally:
@@ -237,7 +235,7 @@ class Appender:
                 budget = deadline.request()
                 if budget <= 0:
                     self.counts.failed(rows.num_rows)
-                    raise deadline.passed(f"a batch of {rows.num_rows} record(s) to {topic}-{partition}", last)
+                    raise deadline.passed(_batch_to(rows.num_rows, topic, partition), last)
                 try:
                     if trace.ON:
                         trace.event("request", topic, partition)

@@ -208,10 +208,8 @@ class RoutingCluster(RemoteCluster):
                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
         """At the leader node, which answers (acks=all) once the in-sync replicas have the rows, within hold_ms."""
         def at_node(target: Target) -> Call:
-            return self._produce_call(target, rows, {
-                "topic": topic, "partition": partition, "codec": codec, **target.quoted(), "acks": acks,
-                "timeout_ms": self.hold_ms, "producer_id": producer_id, "producer_epoch": producer_epoch,
-                "base_sequence": base_sequence})
+            return self._produce_call(target, rows, self._produce_args(target, topic, partition, codec, acks,
+                                                                       producer_id, producer_epoch, base_sequence))
         # tried once: a NotLeaderError may come after the leader appended the rows (it lost the leadership while
         # acks=all waited), so only the producer, within its `retries`, may send them again
         return self._route_once(topic, partition, at_node, lambda: super(RoutingCluster, self).append(
@@ -227,9 +225,7 @@ class RoutingCluster(RemoteCluster):
         target = self._leader(topic, partition)
         if target is None:
             return later
-        args = {"topic": topic, "partition": partition, "codec": codec, **target.quoted(), "acks": acks,
-                "timeout_ms": self.hold_ms, "producer_id": producer_id, "producer_epoch": producer_epoch,
-                "base_sequence": base_sequence}
+        args = self._produce_args(target, topic, partition, codec, acks, producer_id, producer_epoch, base_sequence)
         with self._node_errors(target.node, topic, partition):
             sent = self.protocol.node_send(target.node.address, "produce", args, produce_payload(rows))
         if sent is None:
@@ -257,6 +253,13 @@ class RoutingCluster(RemoteCluster):
         return self._routed(topic, partition, at_node, lambda: super(RoutingCluster, self).fetch(
             topic, partition, offset, max_bytes, end_offset, max_wait_ms), client_rack)
 
+    def _produce_args(self, target: Target, topic: str, partition: int, codec: str, acks: str, producer_id: int,
+                      producer_epoch: int, base_sequence: int) -> dict[str, Any]:
+        """A produce request's fields at the target node (answered within hold_ms)."""
+        return {"topic": topic, "partition": partition, "codec": codec, **target.quoted(), "acks": acks,
+                "timeout_ms": self.hold_ms, "producer_id": producer_id, "producer_epoch": producer_epoch,
+                "base_sequence": base_sequence}
+
     def _produce_call(self, target: Target, rows: pa.RecordBatch, args: dict[str, Any]) -> Call:
         """An append of `rows` with `args` at the target node."""
         return self._node_call(target.node, "produce", args, lambda: produce_payload(rows),
@@ -271,9 +274,8 @@ class RoutingCluster(RemoteCluster):
         """At the leader, acks=all; routed again after a metadata refresh (a retry is recognised by sequence)."""
         def at_node(target: Target) -> Call:
             return self._produce_call(target, rows, {
-                "topic": topic, "partition": partition, "codec": codec, **target.quoted(), "acks": "all",
-                "timeout_ms": self.hold_ms, "producer_id": producer.producer_id,
-                "producer_epoch": producer.producer_epoch, "base_sequence": producer.base_sequence,
+                **self._produce_args(target, topic, partition, codec, "all", producer.producer_id,
+                                     producer.producer_epoch, producer.base_sequence),
                 "transactional": True, "transactional_id": transactional_id})
         return self._routed(topic, partition, at_node, lambda: super(RoutingCluster, self).transactional_append(
             topic, partition, rows, producer, transactional_id, codec))
