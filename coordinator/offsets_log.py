@@ -69,8 +69,8 @@ class LocalOffsetsLog:
         config = TopicConfig({**CONFIG, "segment.bytes": str(segment_bytes)})
         self._logs = [Log(os.path.join(directory, str(p)), SCHEMA, config, resolve_pending, clock=clock)
                       for p in range(self.partitions)]
-        self._cleaning: set[int] = set()
-        self._guard = threading.Lock()
+        self._cleaning: set[int] = set()  # partitions a pass of this process is cleaning
+        self._guard = threading.Condition()
 
     def _partition_count(self) -> int:
         """The count the topic was created with (the group -> partition map depends on it), else the default."""
@@ -168,13 +168,30 @@ class LocalOffsetsLog:
             except Exception:  # noqa: BLE001 (a failed pass is retried at the next roll)
                 log.exception("compacting %s-%d failed; the next segment roll retries", OFFSETS_TOPIC, partition)
             finally:
-                with self._guard:
-                    self._cleaning.discard(partition)
+                self._done_cleaning(partition)
         threading.Thread(target=run, name=f"offsets-cleaner-{partition}", daemon=True).start()
 
+    def _done_cleaning(self, partition: int) -> None:
+        with self._guard:
+            self._cleaning.discard(partition)
+            self._guard.notify_all()
+
     def compact(self) -> list[str]:
-        """Compact every partition now (rolling the active segments); what each pass did."""
-        return [plog.clean(force=True).describe() for plog in self._logs]
+        """Compact every partition now (rolling the active segments); what each pass did. A background pass of this
+        process on a partition is waited for, not reported as "another process is cleaning it"."""
+        reports = []
+        for partition, plog in enumerate(self._logs):
+            with self._guard:
+                if partition in self._cleaning:
+                    log.debug("%s-%d: waiting for this process's background pass", OFFSETS_TOPIC, partition)
+                while partition in self._cleaning:
+                    self._guard.wait()
+                self._cleaning.add(partition)
+            try:
+                reports.append(plog.clean(force=True).describe())
+            finally:
+                self._done_cleaning(partition)
+        return reports
 
     def size_bytes(self) -> int:
         return sum(plog.size_bytes() for plog in self._logs)
