@@ -6,9 +6,10 @@ a bare pyarrow peer measured in the same run.
                 from Python values into a one-row Arrow batch of the stored columns and appended to an open file
                 by a pyarrow IPC stream writer. The two take turns --rounds times, --records each turn.
   end to end    cluster_bench's latency turn on the embedded fabric alone: a producer sends one record after
-                another at --rate/s (linger_ms=0) while a consumer in this process long-polls them; send() to
-                poll. Peer: a thread appends one-record IPC messages to a file at the same rate and wakes this
-                thread, which reads and decodes each (the least an in-process handoff through a file costs).
+                another at --rate/s (linger_ms=0) while a consumer in this process long-polls them; from when
+                each was due to be sent (cluster_bench.schedule) to the poll. Peer: a thread appends one-record
+                IPC messages to a file at the same rate and wakes this thread, which reads and decodes each (the
+                least an in-process handoff through a file costs).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 import fabric
-from bench.cluster_bench import PAD, SETTLE_S, STAMP, Path, latency_turn, summary
+from bench.cluster_bench import PAD, SETTLE_S, STAMP, Path, latency_turn, schedule, summary
 from bench.log_bench import VALUE_BYTES
 from bench.report import latency_plot, progress, run_suite, table, timed
 from fabric.common.records import HEADERS, TIMESTAMP, storage_schema
@@ -83,12 +84,8 @@ def handoff_turn(directory: str, rate: float, warmup_s: float, seconds: float) -
     written, wrote = [0], threading.Condition()
 
     def send_paced() -> None:
-        start = time.perf_counter()
-        for i in range(total):
-            delay = start + i / rate - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            message = one_record(STAMP.pack(time.perf_counter_ns(), i) + PAD).serialize()
+        for i, at in schedule(total, rate):
+            message = one_record(STAMP.pack(at, i) + PAD).serialize()
             os.write(fd, message)
             with wrote:
                 written[0] += message.size

@@ -15,7 +15,9 @@ Measurements:
   consume throughput  poll_batch of as many records from the start of those topics, from each partition's leader
   latency             a producer sends one record after another at --rate/s (linger_ms=0; a second thread waits
                       for the acks) to a 1-partition topic while a consumer long-polls it, all in this process
-                      (one clock): produce latency (send() to ack) and end to end (send() to poll); the first
+                      (one clock): produce latency (to the ack) and end to end (to the poll), each from the time
+                      the record was due to be sent by the schedule (so a send() that waits delays the records
+                      behind it in the figures too, not only their sending: no coordinated omission); the first
                       --warmup seconds are dropped; the paths take turns --rounds times, --seconds each
   failover            a producer sends one record at a time to an RF3 partition; between two sends its leader is
                       SIGKILLed: time from the kill to the ack of the next send (retried until the controller has
@@ -39,7 +41,7 @@ import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -54,7 +56,7 @@ from fabric.server.launcher import CoordinatorProcess
 
 NODES = 3
 MIN_ISR = 2
-STAMP = struct.Struct("<qq")  # a latency record's value starts with its send time (perf_counter ns) and number
+STAMP = struct.Struct("<qq")  # a latency record's value starts with when it was due (perf_counter ns), its number
 PAD = bytes(VALUE_BYTES - STAMP.size)
 SETTLE_S = 60.0  # longest wait for the cluster to settle (a node back in the ISR, records to arrive)
 RATIO_GOAL, KREPS_2014 = 0.6, 0.51  # RF3 acks=all over RF1 acks=1: the issue's goal and Kafka's 2014 figure
@@ -151,6 +153,21 @@ def throughput(all_paths: list[Path], records: int, partitions: int, repeats: in
 
 
 # -- latency ------------------------------------------------------------------------------------------------
+def schedule(total: int, rate: float, stop: threading.Event | None = None) -> Iterator[tuple[int, int]]:
+    """(i, when record i is due: perf_counter ns) for `total` records at `rate`/s, each yielded once it is due
+    (at once when behind), until `stop` is set. Latencies count from the due time: a send that blocks holds up
+    the records behind it, and measuring from their late sending would hide that (coordinated omission)."""
+    start = time.perf_counter_ns()
+    for i in range(total):
+        due = start + round(i * 1e9 / rate)
+        delay = (due - time.perf_counter_ns()) / 1e9
+        if stop is not None and (stop.wait(delay) if delay > 0 else stop.is_set()):
+            return
+        if stop is None and delay > 0:
+            time.sleep(delay)
+        yield i, due
+
+
 def latency_turn(path: Path, topic: str, rate: float, warmup_s: float, seconds: float) -> dict[str, list[float]]:
     """One turn of a path: records sent at `rate`/s for warmup_s + seconds while this thread long-polls them;
     the produce and end-to-end latencies (ms) of the records after the warm-up."""
@@ -171,12 +188,7 @@ def latency_turn(path: Path, topic: str, rate: float, warmup_s: float, seconds: 
     with path.fab.producer(acks=path.acks, linger_ms=0) as producer, \
             path.fab.consumer(auto_offset_reset="latest") as consumer:
         def send_paced() -> None:
-            start = time.perf_counter()
-            for i in range(total):
-                delay = start + i / rate - time.perf_counter()
-                if stop.wait(delay) if delay > 0 else stop.is_set():
-                    return
-                at = time.perf_counter_ns()
+            for i, at in schedule(total, rate, stop):
                 sent.put((i, at, producer.send(topic, STAMP.pack(at, i) + PAD)))
 
         def await_acks() -> None:  # result() sends what is buffered (linger_ms=0) and waits for its ack

@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 
 import fabric
 from bench.ceiling_source import CeilingSource
+from bench.cluster_bench import schedule
 from bench.log_bench import VALUE_BYTES, make_values
 from bench.report import bar_chart, latency_plot, progress, save, table, timed
 from fabric.spark.session import SPARK_DEFAULTS, conf_dir_path, read_spark_defaults
@@ -325,15 +326,12 @@ def _wait_running(query, timeout: float = 60.0) -> None:
 
 
 def _produce_stamped(fab, count: int, rate: float) -> None:
-    """Send `count` records paced at `rate`/s; each value starts with its send time (ns, perf counter)."""
+    """Send `count` records paced at `rate`/s; each value starts with when it was due (ns, perf counter:
+    cluster_bench.schedule)."""
     pad = bytes(VALUE_BYTES - STAMP.size)
     with fab.producer(linger_ms=0) as producer:
-        start = time.perf_counter()
-        for i in range(count):
-            delay = start + i / rate - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            producer.send("lat-in", STAMP.pack(time.perf_counter_ns()) + pad)
+        for _, due in schedule(count, rate):
+            producer.send("lat-in", STAMP.pack(due) + pad)
             producer.flush()
 
 

@@ -2,11 +2,14 @@
 
 send() only appends to per-topic column buffers (cheap enough for hundreds of thousands of calls a second);
 a batch is built and appended when it reaches batch_size bytes, when linger_ms passes (a background
-thread), or on flush(). Keys are partitioned as Kafka's Java client does; null keys stick to one
-partition per batch. A batch goes in appends of at most the topic's max.message.bytes each (fabric.common.
-record_sizes). Every send fails or succeeds within delivery_timeout_ms of its batch's creation, each request of
-it within request_timeout_ms (fabric.client.send_timeouts). Nothing buffered is dropped silently: a producer
-never closed is flushed when it is garbage-collected or, at the latest, when the interpreter exits.
+thread), or on flush(). A topic's batches are appended one at a time, outside the producer's lock: what is sent
+while one is in flight gathers into the next, which goes as soon as it ends (Kafka's accumulator), and send()
+waits for an append only when its batch is full before the one in flight ended. Keys are partitioned as Kafka's
+Java client does; null keys stick to one partition per batch. A batch goes in appends of at most the topic's
+max.message.bytes each (fabric.common.record_sizes). Every send fails or succeeds within delivery_timeout_ms of
+its batch's creation, each request of it within request_timeout_ms (fabric.client.send_timeouts). Nothing
+buffered is dropped silently: a producer never closed is flushed when it is garbage-collected or, at the latest,
+when the interpreter exits.
 
 A producer with a transactional_id (Kafka's transactional.id) sends in transactions instead: init_transactions(),
 then begin_transaction(), send() and send_offsets_to_transaction(), and commit_transaction() publishes every
@@ -120,6 +123,8 @@ class Producer:
         self._meta: dict[str, _TopicMeta] = {}
         self._closed = False
         self._appending = 0  # batches being appended now (read without the lock by a flush that cannot take it)
+        self._draining: dict[str, tuple[Drain, int]] = {}  # each topic's batch in flight: its drain and records
+        self._waiting = 0  # threads waiting for a topic's batch in flight to end
         self._wake = threading.Condition(self._lock)
         self._linger_thread: threading.Thread | None = None
         self._counts = ProducerCounts()
@@ -216,8 +221,8 @@ class Producer:
                 buf = self._buffers[topic] = _Buffer(topic, self._linger)
                 if self._transactions is None:
                     self._ensure_linger_thread()
-                    if buf.due < self._linger_wakes_at:  # (else it wakes in time anyway: no thread switch per send)
-                        self._wake.notify()  # the linger thread times the new batch from now (linger_ms=0: sends now)
+                    if buf.due < self._linger_wakes_at and topic not in self._draining:  # (else it wakes in time
+                        self._wake.notify()  # anyway: no thread switch per send) it times the new batch from now
             index = len(buf.values)
             buf.values.append(value)
             buf.keys.append(key)
@@ -228,8 +233,9 @@ class Producer:
             future = SendFuture(buf.drain, index, self._send_now)
             if delivery is not None:
                 future.add_done_callback(delivery)
-            if buf.size >= self._batch_size and self._transactions is None:
-                self._drain_topic(topic)
+            full = buf.size >= self._batch_size and self._transactions is None
+        if full:  # (after the topic's batch in flight, if any: a full buffer is as far as sends run ahead)
+            self._drain_topic(topic, only=buf.drain)
         return future
 
     def send_batch(self, topic: str, table: pa.Table | pa.RecordBatch) -> list[BatchMetadata]:
@@ -251,8 +257,7 @@ class Producer:
         meta = self._topic(topic, refresh=True)
         info = meta.info
         batching.check_topic_column(topic, table)
-        with self._lock:
-            self._drain_topic(topic)
+        self._drain_topic(topic)
         now_us = SYSTEM_CLOCK.now_us()
         rows = to_storage(table, info.value_schema, now_us)
         explicit = table.column("partition") if "partition" in table.column_names else None
@@ -268,27 +273,49 @@ class Producer:
                    num_partitions: int) -> np.ndarray:
         return assign_partitions(topic, keys, explicit, num_partitions, self._sticky)
 
-    def _drain_topic(self, topic: str, only: Drain | None = None) -> None:
-        """Append the topic's buffered records now (if `only` is given, only if it is still buffered). A
-        transactional producer's records leave only with their transaction (commit_transaction)."""
+    def _drain_topic(self, topic: str, only: Drain | None = None, wait: bool = True) -> None:
+        """Append the topic's buffered records now (if `only` is given, only if it is still buffered), after the
+        batch of the topic already being appended, if any: a topic's batches go one at a time, in order, and the
+        records sent meanwhile gather into the next (as Kafka's accumulator fills batches while requests are in
+        flight). Without `wait` (the linger thread), a topic with a batch in flight is left: the end of that
+        append wakes the linger thread. Called without the lock held: the append runs outside it, so send() never
+        waits for one. A transactional producer's records leave only with their transaction (commit_transaction)."""
         with self._lock:
-            buf = self._buffers.get(topic)
-            if self._transactions is not None or buf is None or (only is not None and buf.drain is not only):
+            while True:
+                buf = self._buffers.get(topic)
+                if self._transactions is not None or (only is not None and (buf is None or buf.drain is not only)):
+                    return
+                if topic not in self._draining:
+                    break
+                if not wait:
+                    return
+                self._waiting += 1
+                try:
+                    self._wake.wait()
+                finally:
+                    self._waiting -= 1
+            if buf is None:  # (nothing buffered: the wait above let the batch in flight end first)
                 return
             del self._buffers[topic]
             drain = buf.drain
-            deadline = self._deadline(buf.created)
+            self._draining[topic] = (drain, len(buf.values))
             self._appending += 1
-            try:  # (each call below is bounded by the deadline: a metadata refresh, each append's request)
-                meta = self._topic(topic, within=max(deadline.left(), 0))
-                rows, parts = self._buffered_rows(buf, meta.info)
-                metas = self._appender.by_partition(topic, rows, parts, deadline, meta.max_bytes)
-                drain.partitions, drain.offsets = parts, batching.record_offsets(parts, metas)
-            except BaseException as exc:  # noqa: BLE001 (delivered through every future of the batch)
-                drain.error = exc
-            finally:
+        deadline = self._deadline(buf.created)
+        try:  # (each call below is bounded by the deadline: a metadata refresh, each append's request)
+            meta = self._topic(topic, within=max(deadline.left(), 0))
+            rows, parts = self._buffered_rows(buf, meta.info)
+            metas = self._appender.by_partition(topic, rows, parts, deadline, meta.max_bytes)
+            drain.partitions, drain.offsets = parts, batching.record_offsets(parts, metas)
+        except BaseException as exc:  # noqa: BLE001 (delivered through every future of the batch)
+            drain.error = exc
+        finally:
+            with self._lock:
+                del self._draining[topic]
                 self._appending -= 1
-                drain.finish()
+                following = self._buffers.get(topic)  # the topic's next batch may go now: wake who sends it
+                if self._waiting or (following is not None and following.due < self._linger_wakes_at):
+                    self._wake.notify_all()
+            drain.finish()
 
     def _send_now(self, drain: Drain, timeout: float | None) -> None:
         """Append the batch of a record whose future is waited on (SendFuture.result), unless it has gone: here,
@@ -402,28 +429,31 @@ class Producer:
                                                    name="fabric-linger", daemon=True)
             self._linger_thread.start()
 
-    def _send_due(self) -> float | None:
-        """Send the batches that are due, their linger_ms passed or flushed (lock held); the seconds until the
-        next one is due, or None once the producer is closed (what is still buffered then fails)."""
-        now = time.monotonic()
-        for topic in [t for t, b in self._buffers.items() if b.due <= now]:
+    def _due_topics(self) -> list[str] | None:
+        """The topics whose batches are due, their linger_ms passed or flushed, and none of theirs in flight; None
+        once the producer is closed (what is still buffered then fails)."""
+        with self._lock:
             if self._closed:
-                break
-            self._drain_topic(topic)
-        if self._closed:
-            buffers, self._buffers = self._buffers, {}
-            _fail(buffers.values(), ClientTimeoutError("the producer was closed before this record was sent "
-                                                       "(close(timeout) ran out); it was not written"))
-            return None
-        waits = [b.due - now for b in self._buffers.values()]
-        wait = max(min(waits), 0.001) if waits else self._linger or 0.05
+                buffers, self._buffers = self._buffers, {}
+            else:
+                now = time.monotonic()
+                return [t for t, b in self._buffers.items() if b.due <= now and t not in self._draining]
+        _fail(buffers.values(), ClientTimeoutError("the producer was closed before this record was sent "
+                                                   "(close(timeout) ran out); it was not written"))
+        return None
+
+    def _until_due(self) -> float:
+        """Seconds until the next batch not in flight is due (lock held); 0 if one is due now."""
+        now = time.monotonic()
+        waits = [b.due - now for t, b in self._buffers.items() if t not in self._draining]
+        wait = max(min(waits), 0.0) if waits else self._linger or 0.05
         self._linger_wakes_at = now + wait
         return wait
 
     def _hurry(self, only: Drain | None, deadline: float) -> list[tuple[Drain, int]] | None:
         """Make the buffered batches (only `only`'s, if given) due now and wake the linger thread to send them;
-        their drains and record counts. None if the lock was not free by `deadline` (a batch is being appended:
-        these go when due after it)."""
+        their drains and record counts, with those of the batches in flight if `only` is None. None if the lock
+        was not free by `deadline`."""
         if not self._lock.acquire(timeout=_left(deadline)):
             return None
         try:
@@ -433,7 +463,7 @@ class Producer:
             for buf in hurried:
                 buf.due = 0.0
             self._wake.notify()
-            return [(buf.drain, len(buf.values)) for buf in hurried]
+            return [(buf.drain, len(buf.values)) for buf in hurried] + ([] if only else list(self._draining.values()))
         finally:
             self._lock.release()
 
@@ -443,8 +473,9 @@ class Producer:
         KafkaTimeoutError): they stay queued, and go in the background, each within delivery_timeout_ms."""
         if timeout is None:
             with self._lock:
-                for topic in list(self._buffers):
-                    self._drain_topic(topic)
+                topics = set(self._buffers) | set(self._draining)
+            for topic in sorted(topics):
+                self._drain_topic(topic)  # (after its batch in flight, if any)
             return
         deadline = time.monotonic() + checks.timeout(timeout, "flush() timeout")
         hurried = self._hurry(None, deadline)
@@ -452,7 +483,7 @@ class Producer:
             return  # the lock was busy a moment, but nothing is waiting to be sent
         unsent = None if hurried is None else sum(n for drain, n in hurried if not drain.wait(_left(deadline)))
         if unsent is None or unsent:
-            what = "a batch still being appended" if unsent is None else f"{unsent} record(s) unsent"
+            what = "the producer busy with another call" if unsent is None else f"{unsent} record(s) unsent"
             raise ClientTimeoutError(f"flush(timeout={timeout:g}) ran out with {what}; the records stay queued "
                                      "and are sent in the background, each within delivery_timeout_ms: call flush() "
                                      "again to wait for them")
@@ -509,15 +540,22 @@ def _fail(buffers: Iterable[_Buffer], error: BaseException) -> None:
 
 
 def _linger_loop(ref: weakref.ref[Producer], wake: threading.Condition) -> None:
-    """The linger thread: send each batch when its linger_ms passes, until the producer is closed or gone."""
-    with wake:
-        while True:
-            producer = ref()
-            wait = producer._send_due() if producer is not None else None
-            del producer  # hold no reference while waiting: a dropped producer is collected and flushed
-            if wait is None:
-                return
-            wake.wait(wait)
+    """The linger thread: send each batch when its linger_ms passes, until the producer is closed or gone. It
+    holds the producer only while sending: a dropped producer is collected (and flushed)."""
+    while True:
+        producer = ref()
+        due = producer._due_topics() if producer is not None else None
+        if producer is None or due is None:
+            return
+        for topic in due:
+            if producer._closed:  # (close(timeout) ran out: what is still buffered fails, next turn)
+                break
+            producer._drain_topic(topic, wait=False)
+        with wake:  # (the wait is worked out under the lock a send notifies under: no wake-up is lost)
+            wait = producer._until_due()
+            del producer
+            if wait > 0:
+                wake.wait(wait)
 
 
 def _close_at_exit(ref: weakref.ref[Producer]) -> None:

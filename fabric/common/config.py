@@ -270,7 +270,8 @@ IGNORED_CLIENT_SETTINGS: dict[str, str] = {
     "reconnect_backoff_ms": _TRANSPORT, "reconnect_backoff_max_ms": _TRANSPORT, "send_buffer_bytes": _TRANSPORT,
     "receive_buffer_bytes": _TRANSPORT, "metadata_max_age_ms": "topic metadata is refreshed every 5 s and on "
     "every NotLeaderError", "buffer_memory": "buffered records are bounded by batch_size per "
-    "topic", "max_block_ms": "send() never blocks on a full buffer", "fetch_min_bytes": "a fetch answers as soon as "
+    "topic besides its batch in flight", "max_block_ms": "send() waits for a full batch only while the one before "
+    "it is in flight, within delivery_timeout_ms", "fetch_min_bytes": "a fetch answers as soon as "
     "a record is there (fetch_max_wait_ms bounds the wait)", "max_partition_fetch_bytes": "fetch_max_bytes bounds "
     "a poll", "check_crcs": "every frame's CRC is always checked", "exclude_internal_topics": "internal topics "
     "(__consumer_offsets) are never listed or subscribed",
