@@ -60,9 +60,10 @@ docs: $(LINKS)
 # Two pytest workers, a test file each at a time (its module fixtures shared): most tests wait on processes,
 # ZooKeeper or Spark, so two of them share the 2 cores of CI's machine well. TEST_WORKERS=0 runs them serially.
 TEST_WORKERS ?= 2
-# The Python examples of README.md and docs/ run as tests too (pyproject's testpaths, the root conftest.py).
+# The Python examples of README.md and docs/ run as tests too (pyproject's testpaths, the root conftest.py). The
+# 25 slowest tests are listed at the end, to keep the suite's time in view.
 test: lint docs
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 test-fast: $(LINKS)
 	$(BIN)/pytest -q tests/unit

@@ -42,7 +42,7 @@ def enabled(config: dict[str, Any], acks: str, given: set[str]) -> bool:
     if conflict and "enable_idempotence" in given:
         raise InvalidConfigError(f"enable_idempotence needs {conflict}, as in Kafka; drop one of the two")
     if conflict:
-        log.info("the producer is not idempotent: that needs %s", conflict)
+        log.debug("the producer is not idempotent: that needs %s", conflict)  # (the default giving way, as Kafka)
     return not conflict
 
 

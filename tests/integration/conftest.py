@@ -198,17 +198,19 @@ class NodeCluster:
     to their options (after the defaults, so they override them), `racks[i - 1]` is node i's --rack; with
     `separate_dirs` each coordinator instance has a data directory of its own (coordinator1, coordinator2, ...);
     `data_dirs[i]` is node i's data directory instead of root/node<i> (e.g. on a SmallDisk), with its log in
-    root/logs (so it outlives the directory)."""
+    root/logs (so it outlives the directory). With `tls` ((certificate, key) of 127.0.0.1) every process serves TLS
+    only and trusts that certificate ($FABRIC_TLS_CA in their environment: the caller sets it)."""
 
     SESSION_MS, HEARTBEAT_MS = 6000, 500  # a loaded machine meets these; death tests wait up to 30 s
 
     def __init__(self, root: Path, nodes: int = 3, coordinator_extra: tuple[str, ...] = (),
                  node_token: str | None = None, instances: int = 1, node_extra: tuple[str, ...] = (),
                  racks: tuple[str, ...] = (), separate_dirs: bool = False,
-                 data_dirs: Mapping[int, Path] | None = None) -> None:
-        self.root, self.node_extra, self.racks = root, node_extra, racks
+                 data_dirs: Mapping[int, Path] | None = None, tls: tuple[str, str] | None = None) -> None:
+        self.root, self.node_extra, self.racks, self.tls = root, node_extra, racks, tls
         self.data_dirs = dict(data_dirs or {})
         self.coordinators = [CoordinatorProcess(str(root / (f"coordinator{i}" if separate_dirs else "coordinator")),
+                                                tls=tls,
                                                 extra=("--node-session-timeout-ms", str(self.SESSION_MS),
                                                        *coordinator_extra)) for i in range(1, instances + 1)]
         self.node_token = node_token
@@ -221,14 +223,14 @@ class NodeCluster:
 
     @property
     def url(self) -> str:
-        return "fabric://" + ",".join(c.address for c in self.coordinators)
+        return ("fabric+tls://" if self.tls else "fabric://") + ",".join(c.address for c in self.coordinators)
 
     def start(self) -> NodeCluster:
         for coordinator in self.coordinators:
             coordinator.start()
         for i in range(1, self.count + 1):
             self.nodes[i] = NodeProcess(i, str(self.data_dirs.get(i, self.root / f"node{i}")), self.url,
-                                        token=self.node_token,
+                                        token=self.node_token, tls=self.tls,
                                         extra=("--heartbeat-interval-ms", str(self.HEARTBEAT_MS),
                                                "--session-timeout-ms", str(self.SESSION_MS), *self.node_extra,
                                                *(("--rack", self.racks[i - 1]) if self.racks else ())),
@@ -242,7 +244,7 @@ class NodeCluster:
         old = self.nodes[node_id]
         old.stop()
         self.nodes[node_id] = NodeProcess(node_id, old.data_dir, old.coordinator, port=old.port, extra=old.extra,
-                                          log_dir=os.path.dirname(old.log_path), token=old.token)
+                                          log_dir=os.path.dirname(old.log_path), token=old.token, tls=old.tls)
         return self.nodes[node_id].start()
 
     def close(self) -> None:
@@ -325,15 +327,16 @@ LIMITED_REQUEST_BYTES = 4 << 20
 @pytest.fixture
 def node_cluster(tmp_path) -> Iterator[Callable[..., NodeCluster]]:
     """start(nodes=3, coordinator_extra=(), node_token=None, instances=1, node_extra=(), racks=(),
-    separate_dirs=False, data_dirs=None) → a started NodeCluster of the test's own (for tests that kill or restart
-    processes); stopped after the test."""
+    separate_dirs=False, data_dirs=None, tls=None) → a started NodeCluster of the test's own (for tests that kill or
+    restart processes); stopped after the test."""
     started: list[NodeCluster] = []
 
     def start(nodes: int = 3, coordinator_extra: tuple[str, ...] = (), node_token: str | None = None,
               instances: int = 1, node_extra: tuple[str, ...] = (), racks: tuple[str, ...] = (),
-              separate_dirs: bool = False, data_dirs: Mapping[int, Path] | None = None) -> NodeCluster:
+              separate_dirs: bool = False, data_dirs: Mapping[int, Path] | None = None,
+              tls: tuple[str, str] | None = None) -> NodeCluster:
         started.append(NodeCluster(tmp_path / f"cluster{len(started)}", nodes, coordinator_extra, node_token,
-                                   instances, node_extra, racks, separate_dirs, data_dirs))
+                                   instances, node_extra, racks, separate_dirs, data_dirs, tls))
         return started[-1].start()
 
     yield start

@@ -1,12 +1,17 @@
 """Replication on a healthy cluster (real coordinator and node processes, replication factor 3): every replica
 copies the leader's log and the high watermark reaches all of them; consumers read below the high watermark and
-long-poll at its end (one fetch, held by the leader until a record is committed)."""
+long-poll at its end (one fetch, held by the leader until a record is committed). A cluster serving TLS does all
+of it, and its offset commits, over TLS only."""
 from __future__ import annotations
 
 import threading
 
+import pyarrow.flight as flight
+import pytest
+
 import fabric
 from fabric.client.consumer import Consumer
+from fabric.common.errors import CoordinatorUnavailableError
 from fabric.common.waiting import wait_for
 
 SETTLE_S = 60  # a loaded machine may take a while to answer, elect or copy
@@ -109,3 +114,29 @@ def test_a_held_acks_all_produce_lets_the_partitions_next_produce_append(node_cl
             finally:
                 replication.resume(*followers)
             wait_for(lambda: answers == {"a": 1, "b": 2}, SETTLE_S, "both acknowledged")
+
+
+def test_a_tls_cluster_replicates_and_commits_over_tls_only(node_cluster, tls_files, replication, drain,
+                                                           monkeypatch) -> None:
+    """Every process serves TLS only and trusts the cluster's certificate ($FABRIC_TLS_CA): the nodes register and
+    heartbeat, followers fetch from the leader, the coordinator writes the replicated offsets topic on the nodes,
+    and a client produces, consumes and commits, all over TLS; a plaintext call to any of them is refused."""
+    cert, key = tls_files
+    monkeypatch.setenv("FABRIC_TLS_CA", cert)
+    cluster = node_cluster(tls=(cert, key))
+    with fabric.connect(cluster.url) as fab:
+        fab.create_topic("sealed", partitions=1, replication_factor=3, config={"min.insync.replicas": "3"})
+        with fab.producer(linger_ms=0) as producer:  # acks=all with all 3 in sync: every follower fetched it
+            assert [producer.send("sealed", b"v%d" % i).result(60).offset for i in range(20)] == list(range(20))
+        assert replication.wait_in_sync(fab, cluster.nodes, "sealed") == 20
+        consumer = fab.consumer("sealed", group_id="sealers", auto_offset_reset="earliest")
+        assert [r.value for r in drain(consumer, 20, timeout=60)] == [b"v%d" % i for i in range(20)]
+        consumer.commit()
+        consumer.close()
+        assert {tp: c.offset for tp, c in fab.cluster.coordinator.committed("sealers").items()} == {("sealed", 0): 20}
+    with fabric.connect(f"fabric://{cluster.coordinator.address}?timeout_ms=1500") as plaintext:
+        with pytest.raises(CoordinatorUnavailableError):
+            plaintext.list_topics()
+    for node in cluster.nodes.values():
+        with flight.connect(f"grpc+tcp://{node.address}") as client, pytest.raises(flight.FlightError):
+            list(client.do_action(flight.Action("status", b"{}"), flight.FlightCallOptions(timeout=5)))
