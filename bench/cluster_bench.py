@@ -157,14 +157,13 @@ def schedule(total: int, rate: float, stop: threading.Event | None = None) -> It
     """(i, when record i is due: perf_counter ns) for `total` records at `rate`/s, each yielded once it is due
     (at once when behind), until `stop` is set. Latencies count from the due time: a send that blocks holds up
     the records behind it, and measuring from their late sending would hide that (coordinated omission)."""
+    stop = stop or threading.Event()
     start = time.perf_counter_ns()
     for i in range(total):
         due = start + round(i * 1e9 / rate)
         delay = (due - time.perf_counter_ns()) / 1e9
-        if stop is not None and (stop.wait(delay) if delay > 0 else stop.is_set()):
+        if stop.wait(delay) if delay > 0 else stop.is_set():
             return
-        if stop is None and delay > 0:
-            time.sleep(delay)
         yield i, due
 
 

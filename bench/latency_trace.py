@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from contextlib import ExitStack
 from typing import Any, Iterable
 
 import numpy as np
 
 import fabric
-from bench.cluster_bench import MIN_ISR, NODES, PAD, SETTLE_S, Path
+from bench.cluster_bench import MIN_ISR, NODES, PAD, SETTLE_S, Path, schedule
 from bench.local_cluster import LocalCluster
 from bench.report import bar_chart, progress, run_suite, table, timed
 from fabric.common import trace
@@ -62,11 +61,7 @@ STEPS = {
 def send_paced(fab: fabric.Fabric, count: int, rate: float) -> None:
     """`count` records at `rate`/s, each sent and waited for (send().get()) before the next; progress shown."""
     with fab.producer(acks="all", linger_ms=0) as producer:
-        start = time.perf_counter()
-        for i in range(count):
-            delay = start + i / rate - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
+        for i, _ in schedule(count, rate):
             producer.send(TOPIC, PAD).get(SETTLE_S)
             if (i + 1) % max(count // 5, 1) == 0:
                 progress(f"  {i + 1} of {count} records acknowledged")

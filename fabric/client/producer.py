@@ -122,7 +122,6 @@ class Producer:
         self._sticky = StickyPartitioner()
         self._meta: dict[str, _TopicMeta] = {}
         self._closed = False
-        self._appending = 0  # batches being appended now (read without the lock by a flush that cannot take it)
         self._draining: dict[str, tuple[Drain, int]] = {}  # each topic's batch in flight: its drain and records
         self._waiting = 0  # threads waiting for a topic's batch in flight to end
         self._wake = threading.Condition(self._lock)
@@ -299,7 +298,6 @@ class Producer:
             del self._buffers[topic]
             drain = buf.drain
             self._draining[topic] = (drain, len(buf.values))
-            self._appending += 1
         deadline = self._deadline(buf.created)
         try:  # (each call below is bounded by the deadline: a metadata refresh, each append's request)
             meta = self._topic(topic, within=max(deadline.left(), 0))
@@ -311,7 +309,6 @@ class Producer:
         finally:
             with self._lock:
                 del self._draining[topic]
-                self._appending -= 1
                 following = self._buffers.get(topic)  # the topic's next batch may go now: wake who sends it
                 if self._waiting or (following is not None and following.due < self._linger_wakes_at):
                     self._wake.notify_all()
@@ -479,7 +476,7 @@ class Producer:
             return
         deadline = time.monotonic() + checks.timeout(timeout, "flush() timeout")
         hurried = self._hurry(None, deadline)
-        if hurried is None and not self._buffers and not self._appending:
+        if hurried is None and not self._buffers and not self._draining:  # (read without the lock)
             return  # the lock was busy a moment, but nothing is waiting to be sent
         unsent = None if hurried is None else sum(n for drain, n in hurried if not drain.wait(_left(deadline)))
         if unsent is None or unsent:
