@@ -41,6 +41,12 @@ class FlakyCluster(Cluster):
         self._meeting: threading.Barrier | None = None
         self._lock = threading.Lock()
         self._hangs: Counter[str] = Counter()
+        self._before: tuple[int, Callable[[], object]] | None = None
+
+    def before_append(self, number: int, action: Callable[[], object]) -> None:
+        """Run `action` in the appending thread just before the `number`th started append (counted in
+        calls["append"]) is made: e.g. a leader killed at a chosen point of a run, however fast the run goes."""
+        self._before = (number, action)
 
     def hang(self, method: str, times: int) -> None:
         """Make the next `times` calls of `method` take all the time their caller gives them (call_deadline), then
@@ -111,7 +117,12 @@ class FlakyCluster(Cluster):
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
             if not special:
                 self.calls["append"] += 1
+            before = self._before if self._before and self._before[0] == self.calls["append"] else None
+            if before is not None:
+                self._before = None
         try:
+            if before is not None:
+                before[1]()
             if failing:
                 pending = PendingAppend(lambda: self._failing(failure, "append", args))
             else:

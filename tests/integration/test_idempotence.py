@@ -6,7 +6,6 @@ rebuilt the producer state from the frames it copied). The lost answer is a test
 from __future__ import annotations
 
 import itertools
-import threading
 
 import pyarrow as pa
 import pytest
@@ -159,14 +158,9 @@ def test_a_pipelined_run_goes_on_at_the_new_leader_in_order(node_cluster, flaky_
         old = replication.described(fab, topic)
         flaky = flaky_cluster(fab.cluster)
 
-        def kill_mid_run() -> None:
-            replication.eventually(lambda: flaky.calls["append"] >= 20, "20 of the run's appends started")
-            cluster.nodes[old.leader].kill()
-        killer = threading.Thread(target=kill_mid_run, daemon=True)
-        killer.start()
+        flaky.before_append(20, cluster.nodes[old.leader].kill)
         with Producer(flaky, batch_size=1024, delivery_timeout_ms=120_000, **FAST) as producer:
             metas = producer.send_batch(topic, pa.table({"value": sent}))
-        killer.join(60)
-        assert not killer.is_alive() and replication.described(fab, topic).leader != old.leader
+        assert flaky.calls["append"] > 20 and replication.described(fab, topic).leader != old.leader
         assert metas[0].offset == 0 and all(a.offset + a.count == b.offset for a, b in itertools.pairwise(metas))
         assert sum(m.count for m in metas) == len(sent) and _stored(fab, topic) == sent
