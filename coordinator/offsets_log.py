@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -124,10 +124,10 @@ class LocalOffsetsLog:
         if rolled and len(plog.segments()) > 1:
             self._clean_soon(partition)
 
-    def take_leadership(self, epoch: int) -> None:
-        """Stamp `epoch` on every partition: appends of older epochs are refused from here on."""
-        for plog in self._logs:  # a record, so other processes see the log change and reload
-            plog.append(batch([(LEADER_KEY, None)], self.clock.now_us()), leader_epoch=epoch)
+    def take_leadership(self, epoch: int, partitions: Sequence[int]) -> None:
+        """Stamp `epoch` on each of `partitions`: appends of older epochs to them are refused from here on."""
+        for p in partitions:  # a record, so other processes see the log change and reload
+            self._logs[p].append(batch([(LEADER_KEY, None)], self.clock.now_us()), leader_epoch=epoch)
 
     @contextlib.contextmanager
     def migrating(self, what: str = "offsets") -> Iterator[bool]:

@@ -18,9 +18,12 @@ that never took it, or resigned, answers NotControllerError, so clients go to th
 the member's generation (`validate`) and appends under the partition's write lock, so a commit checked against a
 generation is never written after a newer commit of the same partition.
 
-Fencing: an instance that becomes active first stamps its election epoch on every partition, and its appends
-carry it; the log refuses appends of an older epoch (CoordinatorUnavailableError: a deposed instance's late
-commit).
+Ownership is per partition: `take_leadership(epoch, partitions)` loads the partitions an instance takes (every one,
+for the active instance today) and `resign(partitions)` stops serving them; a partition's offsets and groups are
+served only where it was taken.
+
+Fencing: an instance that takes partitions first stamps its epoch on each, and its appends carry it; the log
+refuses appends of an older epoch to that partition (CoordinatorUnavailableError: a deposed owner's late commit).
 
 Group states: over an owned log they are kept in the topic too (coordinator.topic_group_store, the topic's
 `companion`, loaded with it and appending through `append`); over a shared log they stay in the store's own group
@@ -65,7 +68,7 @@ LegacyOffsets = Callable[[], Iterable[tuple[str, TopicPartition, CommittedOffset
 # a committed transaction's offsets, whether its record still holds them, and what clears them (OffsetsTopic.
 # apply_transaction); what rolls forward the pending ones with it (coordinator.transaction_offsets)
 ApplyTransaction = Callable[[TransactionalOffsets, Callable[[], bool], Callable[[], None]], None]
-RollForward = Callable[[ApplyTransaction], None]
+RollForward = Callable[[ApplyTransaction, Sequence[int]], None]  # applies those of the groups in these partitions
 
 
 class _Settled(Exception):
@@ -88,8 +91,8 @@ class OffsetsLog(Protocol):
         """validate(), append `rows` (acknowledged as the log's durability says) and written(their offset), all
         under the partition's write lock; CoordinatorUnavailableError if the append was fenced or failed."""
 
-    def take_leadership(self, epoch: int) -> None:
-        """Stamp `epoch` on every partition, so appends of older epochs are refused."""
+    def take_leadership(self, epoch: int, partitions: Sequence[int]) -> None:
+        """Stamp `epoch` on each of `partitions`, so appends of older epochs to them are refused."""
 
     def migrating(self, what: str = "offsets") -> ContextManager[bool]:
         """Whether an earlier store's `what` ("offsets", or offsets_records.GROUPS: its group states) are still to
@@ -98,7 +101,7 @@ class OffsetsLog(Protocol):
 
 class Companion(Protocol):
     """State kept in an owned offsets topic beside the offsets (coordinator.topic_group_store: the group states),
-    rebuilt from the topic's records each time this instance loads it."""
+    rebuilt from the records of the partitions this instance loads, each time it loads them."""
 
     def loading(self) -> None:
         """A load begins: forget what an earlier one gathered."""
@@ -106,8 +109,9 @@ class Companion(Protocol):
     def apply(self, records: pa.RecordBatch) -> None:
         """Records the load read (each partition's in order)."""
 
-    def loaded(self) -> None:
-        """Every partition was read and the offsets migrated; the topic is served once this returns."""
+    def loaded(self, partitions: Sequence[int]) -> None:
+        """`partitions` were read and the offsets migrated: what the companion kept of their groups is replaced by
+        what the load read; they are served once this returns."""
 
 
 class Serving(str, enum.Enum):
@@ -153,7 +157,8 @@ class OffsetsTopic:
         self.log, self.clock, self._legacy, self._roll_forward = log, clock, legacy, roll_forward
         self.partitions = log.partitions
         self._caches = [_Cache() for _ in range(self.partitions)]
-        self.serving = Serving.READY if log.shared else Serving.IDLE
+        # each partition's: over an owned log, only those this instance took are served
+        self._serving = [Serving.READY if log.shared else Serving.IDLE] * self.partitions
         self._load_failure = ""  # why the last take_leadership of an owned log failed
         self.companion: Companion | None = None  # loaded with an owned log (set by its owner)
         self.unstable = UnstableGroups()  # groups a producer transaction is committing offsets of
@@ -180,7 +185,8 @@ class OffsetsTopic:
         return {tp: c for tp, c in found.items() if topics is None or tp[0] in topics}
 
     def groups(self) -> list[str]:
-        """Every group with committed offsets."""
+        """Every group with committed offsets (raising as check_serving does unless every partition is served)."""
+        self.check_serving()
         out: set[str] = set()
         for p in range(self.partitions):
             cache = self._caught_up(p)
@@ -188,19 +194,21 @@ class OffsetsTopic:
                 out.update(cache.groups)
         return sorted(out)
 
-    def check_serving(self) -> None:
-        """Raise unless this instance serves the offsets now (NotControllerError, or retriable while loading)."""
-        if self.serving is Serving.IDLE:
+    def check_serving(self, partition: int | None = None) -> None:
+        """Raise unless this instance serves the partition's offsets now (None: every partition's):
+        NotControllerError where it does not own one, retriable CoordinatorUnavailableError where one is loading."""
+        states = set(self._serving if partition is None else [self._serving[partition]])
+        if Serving.IDLE in states:
             raise NotControllerError(f"this coordinator instance does not own the {OFFSETS_TOPIC} topic (it is not "
                                      "the active instance); retry at the active instance")
-        if self.serving is Serving.LOADING:
+        if Serving.LOADING in states:
             raise CoordinatorUnavailableError(
                 f"the group offsets are loading from the {OFFSETS_TOPIC} topic (this instance just became active"
                 f"{'; last attempt: ' + self._load_failure if self._load_failure else ''}); retry shortly")
 
     def _caught_up(self, partition: int) -> _Cache:
         """The partition's cache; over a shared log, after reading what was appended since it last looked."""
-        self.check_serving()
+        self.check_serving(partition)
         cache = self._caches[partition]
         if self.log.shared:
             with cache.lock:
@@ -214,9 +222,9 @@ class OffsetsTopic:
         """Append the commit as one batch, `validate()` (the generation check) first, both under the
         partition's write lock; returns once the log acknowledged it. Where a server is collecting its loop's
         commits (coordinator.commit_batch), the rows are queued there instead, and written with the others."""
-        self.check_serving()
-        rows = offset_rows(group, offsets, metadata, self.clock.now_ms())
         partition = offsets_partition(group, self.partitions)
+        self.check_serving(partition)
+        rows = offset_rows(group, offsets, metadata, self.clock.now_ms())
         records, written = self._prepared(partition, rows, lambda: None)
         if not commit_batch.queue((id(self), partition), functools.partial(self.log.append, partition), records,
                                   validate, written):
@@ -227,7 +235,7 @@ class OffsetsTopic:
         """Append a committed transaction's `offsets` if its record still holds them (`pending()`), then
         `applied()` (which clears them), all under the partition's write lock: no commit of the group comes
         between, and a second applier finds them cleared and appends nothing."""
-        self.check_serving()
+        self.check_serving(offsets_partition(offsets.group, self.partitions))
         self._apply(offsets, pending, applied)
 
     def _apply(self, offsets: TransactionalOffsets, pending: Callable[[], bool], applied: Callable[[], None]
@@ -256,7 +264,7 @@ class OffsetsTopic:
     def publish_part(self, group: str, offsets: dict[TopicPartition, int], metadata: str) -> OffsetsPart:
         """The commit as a partition of a producer transaction's publish (OffsetsPart); InvalidConfigError when
         the topic is not kept in a local directory (a cluster's replicated one), which a publish cannot write."""
-        self.check_serving()
+        self.check_serving(offsets_partition(group, self.partitions))
         if not isinstance(self.log, LocalOffsetsLog):
             raise InvalidConfigError(
                 f"offsets in a producer transaction need {OFFSETS_TOPIC} in the coordinator's directory "
@@ -275,12 +283,12 @@ class OffsetsTopic:
 
     def forget_topic(self, topic: str) -> None:
         """Append a tombstone for every group's offsets in `topic` (the topic was deleted); not done, and logged,
-        while an owned log's offsets are not served here."""
-        if self.serving is not Serving.READY:
-            log.warning("the committed offsets of deleted topic %s stay in %s: it is %s on this instance", topic,
-                        OFFSETS_TOPIC, self.serving.value)
-            return
+        in the partitions of an owned log this instance does not serve now."""
         for p in range(self.partitions):
+            if self._serving[p] is not Serving.READY:
+                log.warning("the committed offsets of deleted topic %s stay in %s-%d: it is %s on this instance",
+                            topic, OFFSETS_TOPIC, p, self._serving[p].value)
+                continue
             cache = self._caught_up(p)
             with cache.lock:
                 keys = [offset_key(g, tp) for g, offsets in cache.groups.items() for tp in offsets if tp[0] == topic]
@@ -308,43 +316,49 @@ class OffsetsTopic:
             then()
         return records, written
 
-    def take_leadership(self, epoch: int) -> None:
-        """This instance became active with election `epoch`: stamp it on every partition (a deposed instance's
-        appends are refused from here on); an owned log is then loaded (and migrated into, once) before its
-        offsets are served again. On an error they stay unserved (loading, the error said) until a retry
-        succeeds."""
+    def take_leadership(self, epoch: int, partitions: Sequence[int] | None = None) -> None:
+        """This instance owns `partitions` (None: every one) under `epoch`: stamp it on them (a deposed owner's
+        appends to them are refused from here on); over an owned log they are then loaded (and the topic migrated
+        into, once) before their offsets are served again. On an error they stay unserved (loading, the error
+        said) until a retry succeeds."""
+        taken = sorted(set(range(self.partitions) if partitions is None else partitions))
         if self.log.shared:
-            self.log.take_leadership(epoch)
+            self.log.take_leadership(epoch, taken)
             return
-        self.serving = Serving.LOADING
+        for p in taken:
+            self._serving[p] = Serving.LOADING
         try:
-            self.log.take_leadership(epoch)
+            self.log.take_leadership(epoch, taken)
             if self.companion is not None:
                 self.companion.loading()
-            caches = [_Cache() for _ in range(self.partitions)]
-            for p, cache in enumerate(caches):
+            for p in taken:
+                cache = _Cache()
                 for offset, records in self.log.read(p, 0):
                     cache.apply(offset, records)
                     if self.companion is not None:
                         self.companion.apply(records)
-            self._caches = caches
+                self._caches[p] = cache
             if self._legacy is not None:
                 self._migrate(self._legacy)
             if self.companion is not None:
-                self.companion.loaded()
+                self.companion.loaded(taken)
             if self._roll_forward is not None:
-                self._roll_forward(self._apply)
+                self._roll_forward(self._apply, taken)
         except Exception as exc:
             self._load_failure = str(exc)
             raise
-        self.serving, self._load_failure = Serving.READY, ""
-        log.info("group offsets loaded from %s (epoch %d): %d group(s)", OFFSETS_TOPIC, epoch,
-                 sum(len(c.groups) for c in self._caches))
+        for p in taken:
+            self._serving[p] = Serving.READY
+        self._load_failure = ""
+        log.info("group offsets loaded from %s (epoch %d, %d partition(s)): %d group(s)", OFFSETS_TOPIC, epoch,
+                 len(taken), sum(len(self._caches[p].groups) for p in taken))
 
-    def resign(self) -> None:
-        """This instance is no longer active: an owned log's offsets are not served any more."""
+    def resign(self, partitions: Sequence[int] | None = None) -> None:
+        """This instance no longer owns `partitions` (None: any): an owned log's offsets in them are not served
+        any more."""
         if not self.log.shared:
-            self.serving = Serving.IDLE
+            for p in range(self.partitions) if partitions is None else partitions:
+                self._serving[p] = Serving.IDLE
 
     # -- migration -----------------------------------------------------------------------------------------
     def _migrate(self, legacy: LegacyOffsets) -> None:

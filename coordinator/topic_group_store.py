@@ -26,7 +26,7 @@ import json
 import logging
 import threading
 from dataclasses import asdict
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -74,13 +74,13 @@ class TopicGroupStore(GroupStore):
 
     # -- the GroupStore ------------------------------------------------------------------------------------
     def read(self, group: str) -> tuple[GroupState | None, Any]:
-        self.topic.check_serving()
+        self.topic.check_serving(offsets_partition(group, self.topic.partitions))
         with self._guard:
             found = self._states.get(group)
         return (found[0].copy(), found[1]) if found else (None, 0)
 
     def write(self, group: str, state: GroupState | None, version: Any) -> bool:
-        self.topic.check_serving()
+        self.topic.check_serving(offsets_partition(group, self.topic.partitions))
         with self._writing(group):
             with self._guard:
                 found = self._states.get(group)
@@ -144,13 +144,15 @@ class TopicGroupStore(GroupStore):
                 else:
                     self._loading[group] = value["metadata"]
 
-    def loaded(self) -> None:
-        """Migrate the legacy store's groups (once), then serve what the topic holds, every member alive now."""
+    def loaded(self, partitions: Sequence[int]) -> None:
+        """Migrate the legacy store's groups (once), then serve what the load read of `partitions`' groups (in
+        place of what memory held of them), every member alive now."""
         if self.legacy is not None:
             self._migrate(self.legacy)
-        now = self.clock.now_ms()
+        now, count = self.clock.now_ms(), self.topic.partitions
         with self._guard:
-            self._states = {}
+            self._states = {g: found for g, found in self._states.items()
+                            if offsets_partition(g, count) not in partitions}
             for group, text in sorted(self._loading.items()):
                 self._version += 1
                 self._states[group] = (restored(text, now), self._version)

@@ -26,7 +26,7 @@ from typing import Sequence
 from fabric.common.errors import InvalidConfigError
 from fabric.common.types import TransactionalOffsets, TransactionRecord
 from fabric.coordinator import transactions, validation
-from fabric.coordinator.offsets_records import OFFSETS_TOPIC
+from fabric.coordinator.offsets_records import OFFSETS_TOPIC, offsets_partition
 from fabric.coordinator.offsets_topic import ApplyTransaction, TopicOffsets
 from fabric.coordinator.transaction_timeouts import TransactionTimeouts
 
@@ -71,10 +71,13 @@ class TransactionOffsets(TransactionTimeouts, TopicOffsets):
             _debug_pause()
         self._settle(changed, apply)
 
-    def roll_forward_offsets(self, apply: ApplyTransaction) -> None:
-        """Apply the pending offsets of every committed transaction (an instance that committed them died
-        before it could), with `apply`: the offsets topic's, before it serves."""
-        for record in [r for r in self._transaction_records() if r.offsets is not None]:
+    def roll_forward_offsets(self, apply: ApplyTransaction, partitions: Sequence[int]) -> None:
+        """Apply the pending offsets of every committed transaction of a group in the offsets topic's
+        `partitions` (an instance that committed them died before it could), with `apply`: the offsets topic's,
+        before it serves them."""
+        count = self._offsets.partitions
+        for record in [r for r in self._transaction_records()
+                       if r.offsets is not None and offsets_partition(r.offsets.group, count) in partitions]:
             log.warning("transaction %s:%d committed group %s's offsets that were not applied yet: applying them",
                         record.transactional_id, record.committed_sequence,
                         record.offsets.group if record.offsets else "")

@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import msgspec
 import pyarrow as pa
@@ -85,7 +85,7 @@ class ReplicatedOffsetsLog:
         self.leaders = LeaderCalls(controller, connection, timeout_s)
         self.replication_factor, self.segment_bytes, self.timeout_s = replication_factor, segment_bytes, timeout_s
         self.partitions = OFFSETS_PARTITIONS
-        self._epoch = -1
+        self._epochs = [-1] * self.partitions  # the producer epoch of this instance's appends, per partition
         self._sequences = [0] * self.partitions
         # per partition: an append whose outcome is unknown (sequence, rows, what to tell once written)
         self._unresolved: list[tuple[int, pa.RecordBatch, Callable[[int], None]] | None] = [None] * self.partitions
@@ -134,8 +134,8 @@ class ReplicatedOffsetsLog:
                                      {"topic": OFFSETS_TOPIC, "partition": partition, **args}, payload)
         except InvalidProducerEpochError:
             raise CoordinatorUnavailableError(
-                f"this coordinator instance (epoch {self._epoch}) was deposed: a newer one took the "
-                f"{OFFSETS_TOPIC} topic; nothing was written, retry on the active instance") from None
+                f"this coordinator instance (epoch {self._epochs[partition]}) was deposed: a newer one took "
+                f"{OFFSETS_TOPIC}-{partition}; nothing was written, retry on the active instance") from None
         except UnknownPartitionError:
             raise CoordinatorUnavailableError(f"{OFFSETS_TOPIC}-{partition} is not placed on the nodes yet; "
                                               "retry") from None
@@ -162,7 +162,8 @@ class ReplicatedOffsetsLog:
         """Append `rows` at the leader with acks=all as sequence `sequence` of the offsets producer; its offset."""
         result, _ = self._at_leader(partition, "produce", {
             "codec": "none", "acks": "all", "timeout_ms": int(self.timeout_s * 1000),
-            "producer_id": OFFSETS_PRODUCER_ID, "producer_epoch": self._epoch, "base_sequence": sequence},
+            "producer_id": OFFSETS_PRODUCER_ID, "producer_epoch": self._epochs[partition],
+            "base_sequence": sequence},
             payloads.ipc_stream(rows.schema, [rows]))
         offset: int = messages.decode_result(result, int)
         return offset
@@ -193,16 +194,18 @@ class ReplicatedOffsetsLog:
         the next one (fabric.server.group_commit), each caller answered once its rows are acknowledged."""
         self._commits[partition].submit(rows, validate, written)
 
-    def take_leadership(self, epoch: int) -> None:
+    def take_leadership(self, epoch: int, partitions: Sequence[int]) -> None:
         """Create the topic if needed, then append the leadership record with producer epoch `epoch` (sequence
-        0) to every partition: the nodes refuse older epochs' appends from then on."""
+        0) to each of `partitions`: the nodes refuse older epochs' appends to them from then on."""
         if not 0 <= epoch <= SHORT_MAX:
-            raise CoordinatorUnavailableError(f"controller epoch {epoch} does not fit a producer epoch (0 to "
-                                              f"{SHORT_MAX}); the {OFFSETS_TOPIC} topic cannot be fenced with it")
+            raise CoordinatorUnavailableError(f"epoch {epoch} does not fit a producer epoch (0 to {SHORT_MAX}); the "
+                                              f"{OFFSETS_TOPIC} topic cannot be fenced with it")
         self._ensure_topic()
-        self._epoch, self._migrated = epoch, set()
-        for partition in range(self.partitions):
+        if 0 in partitions:
+            self._migrated = set()  # read again with partition 0
+        for partition in partitions:
             with self._locks[partition]:
+                self._epochs[partition] = epoch
                 self._sequences[partition], self._unresolved[partition] = 0, None
                 self._write(partition, batch([(LEADER_KEY, None)], time.time_ns() // 1000), lambda offset: None)
 

@@ -125,3 +125,36 @@ def test_the_groups_of_the_earlier_store_move_in_once(tmp_path, clock, store) ->
     second = Instance(tmp_path / "topic", 2, clock, legacy).take_leadership()
     assert second.store.list() == ["kept"]  # the deleted group was not brought back, nor "later" moved in
     assert legacy.list() == ["kept", "later", GROUP]  # the old copies stay, unread
+
+
+def test_an_instance_serves_the_partitions_it_took_and_a_newer_owner_of_one_fences_only_that_one(tmp_path,
+                                                                                                 clock) -> None:
+    """Owners per partition: an instance serves the groups and offsets of the partitions it took, and another
+    instance taking one of them (with a newer epoch) takes its groups, members and offsets over and fences the
+    first there only."""
+    first = Instance(tmp_path, 1, clock)
+    by_partition = {offsets_partition(g, first.log.partitions): g for g in (f"g{n}" for n in range(500))}
+    moved, kept, elsewhere = by_partition[0], by_partition[1], by_partition[2]
+    first.topic.take_leadership(1, [0, 1])
+    member, generation = join(first.groups, moved)
+    join(first.groups, kept)
+    first.topic.commit(moved, {("t", 0): 5}, "")
+    with pytest.raises(NotControllerError):  # a partition it did not take
+        join(first.groups, elsewhere)
+    with pytest.raises(NotControllerError):
+        first.store.list()  # a listing needs every partition
+
+    second = Instance(tmp_path, 2, clock)
+    second.topic.take_leadership(2, [0])
+    assert second.groups.describe_group(moved).generation == generation
+    assert [m.member_id for m in second.groups.describe_group(moved).members] == [member]
+    assert {tp: c.offset for tp, c in second.topic.committed(moved).items()} == {("t", 0): 5}
+    with pytest.raises(CoordinatorUnavailableError, match="deposed"):
+        first.topic.commit(moved, {("t", 0): 6}, "")
+    first.topic.commit(kept, {("t", 0): 7}, "")  # its other partition is still its own
+    with pytest.raises(NotControllerError):
+        second.topic.committed(kept)
+    first.topic.resign([0])
+    with pytest.raises(NotControllerError):
+        first.groups.describe_group(moved)
+    assert first.groups.describe_group(kept).generation == 1
