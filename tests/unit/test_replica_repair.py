@@ -14,6 +14,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from fabric.common.errors import CorruptRecordError, KafkaStorageError, LeaderNotAvailableError
 from fabric.common.types import LeaderAndIsr, NodeAssignment, PartitionAssignment, PartitionRegistration, TopicInfo
+from fabric.common.waiting import wait_for
+from fabric.server.node import repair
 from fabric.server.node.metrics import ReplicationCollector
 from fabric.server.node.repair import Repairer
 from fabric.server.node.replica_manager import ReplicaManager
@@ -148,3 +150,31 @@ def test_the_scrubber_keeps_to_its_rate(nodes) -> None:
     began = time.monotonic()
     assert Scrubber(nodes[1], rate).run_once() == walked
     assert time.monotonic() - began >= 0.45
+
+
+def test_damage_a_pass_could_not_repair_is_repaired_between_passes(tmp_path, storage, nodes, monkeypatch) -> None:
+    """No reader meets a follower's damage: when the other replicas do not answer during the pass that found it,
+    the scrubber tries the repair again between passes (as often as the repairer allows), not a whole backoff
+    later."""
+    monkeypatch.setattr(repair, "REPAIR_BACKOFF_S", 0.05)
+    for node in nodes.values():
+        node.maintain()
+    flip(storage, nodes[2], 7)
+    restarted = start(tmp_path, 2, nodes, verify=True)
+    answering = {"now": False}
+    copy = restarted.repairer.copy
+
+    def unreachable_at_first(*args):
+        if not answering["now"]:
+            raise LeaderNotAvailableError("the node did not answer")
+        return copy(*args)
+    restarted.repairer.copy = unreachable_at_first
+    scrubber = Scrubber(restarted, FAST, backoff_ms=600_000).start()
+    try:
+        wait_for(lambda: restarted.health.damage(TP), 30, "the pass to find the damage")
+        assert restarted.repairer.repaired == 0
+        answering["now"] = True
+        wait_for(lambda: restarted.repairer.repaired == 1, 30, "the repair, well before the next pass")
+    finally:
+        scrubber.stop()
+    assert restarted.health.damage(TP) == [] and restarted.health.unhealthy() == []

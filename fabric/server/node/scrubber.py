@@ -7,9 +7,9 @@ starts again log.scrubber.backoff.ms after each pass (at once when a replica is 
   found. Then the others, in partition order.
 - Each finding is logged at WARNING (the partition, the offsets, the segment and the byte), counted
   (fabric_log_damaged_ranges_total), and repaired from another replica's copy at once (repair.py); a range that
-  cannot be repaired yet leaves the replica DAMAGED (reported to the controller) and is tried again on the next
-  passes. A damage known from an earlier pass and no longer found (repaired by a read, or deleted by retention)
-  is forgotten.
+  cannot be repaired yet leaves the replica DAMAGED (reported to the controller) and is tried again between passes,
+  as often as the repairer allows (every repair.REPAIR_BACKOFF_S: no reader meets a follower's damage). A damage
+  known from an earlier pass and no longer found (repaired by a read, or deleted by retention) is forgotten.
 - An offline replica is skipped; a storage failure while scrubbing takes the replica offline as any other does.
 """
 from __future__ import annotations
@@ -70,6 +70,19 @@ class Scrubber:
             while not self._stopped.wait(min(POLL_S, max(due - time.monotonic(), 0))) and not self._unverified():
                 if time.monotonic() >= due:
                     break
+                self._repair_known()
+
+    def _repair_known(self) -> None:
+        """Try again to repair the damage a pass found and could not repair (the repairer spaces the tries of a
+        range REPAIR_BACKOFF_S apart)."""
+        health = self.replicas.health
+        for replica in self.replicas.hosted():
+            for damage in [] if health.offline(replica.tp) else health.damage(replica.tp):
+                try:
+                    self.replicas.repairer.repair(replica, damage)
+                except (OSError, StorageError) as exc:
+                    if self.replicas.hosts(replica):
+                        health.failed(replica.tp, exc, f"repair partition {replica.name}")
 
     def _unverified(self) -> bool:
         health = self.replicas.health
