@@ -185,25 +185,36 @@ class OffsetsTopic:
         return {tp: c for tp, c in found.items() if topics is None or tp[0] in topics}
 
     def groups(self) -> list[str]:
-        """Every group with committed offsets (raising as check_serving does unless every partition is served)."""
-        self.check_serving()
+        """Every group with committed offsets in the partitions this instance serves (`served`)."""
         out: set[str] = set()
-        for p in range(self.partitions):
+        for p in self.served():
             cache = self._caught_up(p)
             with cache.lock:
                 out.update(cache.groups)
         return sorted(out)
 
-    def check_serving(self, partition: int | None = None) -> None:
-        """Raise unless this instance serves the partition's offsets now (None: every partition's):
-        NotControllerError where it does not own one, retriable CoordinatorUnavailableError where one is loading."""
-        states = set(self._serving if partition is None else [self._serving[partition]])
-        if Serving.IDLE in states:
-            raise NotControllerError(f"this coordinator instance does not own the {OFFSETS_TOPIC} topic (it is not "
-                                     "the active instance); retry at the active instance")
-        if Serving.LOADING in states:
+    def served(self) -> list[int]:
+        """The partitions this instance serves now (over a shared log, every one); raises as check_serving does
+        while one it took is loading, or if it serves none."""
+        if Serving.LOADING in self._serving:
+            self.check_serving(self._serving.index(Serving.LOADING))
+        served = [p for p, state in enumerate(self._serving) if state is Serving.READY]
+        if not served:
+            self.check_serving(0)
+        return served
+
+    def check_serving(self, partition: int) -> None:
+        """Raise unless this instance serves the partition's offsets now: NotControllerError where it does not
+        own it, retriable CoordinatorUnavailableError while it loads."""
+        state = self._serving[partition]
+        if state is Serving.IDLE:
+            raise NotControllerError(f"this coordinator instance does not serve {OFFSETS_TOPIC}-{partition} (it is "
+                                     "not the active instance, or another instance serves that partition); retry at "
+                                     "the instance that does")
+        if state is Serving.LOADING:
             raise CoordinatorUnavailableError(
-                f"the group offsets are loading from the {OFFSETS_TOPIC} topic (this instance just became active"
+                f"the group offsets are loading from the {OFFSETS_TOPIC} topic (partition {partition}, which this "
+                "instance just took"
                 f"{'; last attempt: ' + self._load_failure if self._load_failure else ''}); retry shortly")
 
     def _caught_up(self, partition: int) -> _Cache:
@@ -282,12 +293,13 @@ class OffsetsTopic:
             self.append(offsets_partition(group, self.partitions), [(offset_key(group, tp), None) for tp in keys])
 
     def forget_topic(self, topic: str) -> None:
-        """Append a tombstone for every group's offsets in `topic` (the topic was deleted); not done, and logged,
-        in the partitions of an owned log this instance does not serve now."""
+        """Append a tombstone for every group's offsets in `topic` (the topic was deleted) in the partitions this
+        instance serves (logged for those it is loading: the offsets stay there)."""
         for p in range(self.partitions):
+            if self._serving[p] is Serving.LOADING:
+                log.warning("the committed offsets of deleted topic %s stay in %s-%d: it is loading on this instance",
+                            topic, OFFSETS_TOPIC, p)
             if self._serving[p] is not Serving.READY:
-                log.warning("the committed offsets of deleted topic %s stay in %s-%d: it is %s on this instance",
-                            topic, OFFSETS_TOPIC, p, self._serving[p].value)
                 continue
             cache = self._caught_up(p)
             with cache.lock:
@@ -338,7 +350,7 @@ class OffsetsTopic:
                     if self.companion is not None:
                         self.companion.apply(records)
                 self._caches[p] = cache
-            if self._legacy is not None:
+            if self._legacy is not None and len(taken) == self.partitions:  # (it appends to every partition)
                 self._migrate(self._legacy)
             if self.companion is not None:
                 self.companion.loaded(taken)

@@ -112,9 +112,10 @@ class TopicGroupStore(GroupStore):
                     self._writers[group] = (lock, users - 1)
 
     def list(self) -> list[str]:
-        self.topic.check_serving()
+        """The groups of the partitions this instance serves (OffsetsTopic.served)."""
+        served, count = set(self.topic.served()), self.topic.partitions
         with self._guard:
-            return sorted(self._states)
+            return sorted(g for g in self._states if offsets_partition(g, count) in served)
 
     def _keep(self, group: str, state: GroupState | None) -> None:
         with self._guard:
@@ -147,9 +148,9 @@ class TopicGroupStore(GroupStore):
     def loaded(self, partitions: Sequence[int]) -> None:
         """Migrate the legacy store's groups (once), then serve what the load read of `partitions`' groups (in
         place of what memory held of them), every member alive now."""
-        if self.legacy is not None:
-            self._migrate(self.legacy)
         now, count = self.clock.now_ms(), self.topic.partitions
+        if self.legacy is not None and len(partitions) == count:  # (it appends to every partition)
+            self._migrate(self.legacy)
         with self._guard:
             self._states = {g: found for g, found in self._states.items()
                             if offsets_partition(g, count) not in partitions}

@@ -18,10 +18,11 @@ then. So the offsets are decided atomically with the transaction, and:
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from typing import Sequence
+from typing import ContextManager, Sequence
 
 from fabric.common.errors import InvalidConfigError
 from fabric.common.types import TransactionalOffsets, TransactionRecord
@@ -49,9 +50,9 @@ class TransactionOffsets(TransactionTimeouts, TopicOffsets):
                     "nodes cannot commit offsets to: start the coordinator with offsets.topic.replication.factor (or "
                     "default.replication.factor) set, so the group offsets live on the nodes, or commit the "
                     "consumer's offsets after commit_transaction()")
-            with self._offsets.unstable.committing(offsets.group):  # reads of the group's offsets wait meanwhile
+            with self._offsets.unstable.committing(offsets.group), self._as_owner_of(offsets.group):
                 self._groups.validate_commit(offsets.group, offsets.member_id, offsets.generation)
-                self._commit(transactional_id, sequence, writers, offsets)
+                self._commit(transactional_id, sequence, writers, offsets)  # (reads of the offsets wait meanwhile)
             return
         self._commit(transactional_id, sequence, writers, offsets)
 
@@ -78,10 +79,17 @@ class TransactionOffsets(TransactionTimeouts, TopicOffsets):
         count = self._offsets.partitions
         for record in [r for r in self._transaction_records()
                        if r.offsets is not None and offsets_partition(r.offsets.group, count) in partitions]:
+            group = record.offsets.group if record.offsets else ""
             log.warning("transaction %s:%d committed group %s's offsets that were not applied yet: applying them",
-                        record.transactional_id, record.committed_sequence,
-                        record.offsets.group if record.offsets else "")
-            self._settle(record, apply)
+                        record.transactional_id, record.committed_sequence, group)
+            with self._as_owner_of(group):
+                self._settle(record, apply)
+
+    def _as_owner_of(self, group: str) -> ContextManager[None]:
+        """The store's writes of transactional ids' records inside the block are fenced as made by the instance
+        serving `group`'s offsets, where a store gives each offsets partition an instance of its own (ZooKeeper's);
+        else as any other write."""
+        return contextlib.nullcontext()
 
     def _settle(self, record: TransactionRecord, apply: ApplyTransaction) -> None:
         """Append `record`'s pending offsets to the offsets topic, then clear them from the record, both under

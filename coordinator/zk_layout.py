@@ -21,6 +21,9 @@ Every path lives under the optional chroot of the URL `zk://host:port[,host:port
                                                of a transactional id (a sink: its last published batch) and its
                                                latest transaction's writers (coordinator/transactions.py)
     /transactions/<txn>                        read only: a transaction committed by version 0.1.0
+    /offsets_owners/<p>                        the instance serving __consumer_offsets partition p
+                                               {"version":1,"instance_id","address","session","epoch"}
+                                               (coordinator/offsets_owners.py)
 
 Names that are not plain znode names (a group id with "/", a transactional id ".") are percent-encoded.
 With one shared data directory each partition has a single replica: its leader is the active instance.

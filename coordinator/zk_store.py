@@ -8,11 +8,13 @@ instance's writes are rejected by ZooKeeper itself (FencedError).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Callable, Iterator, Protocol, TypeVar
+from typing import Any, Callable, ContextManager, Iterator, Protocol, TypeVar
 
 import pyarrow as pa
 from kazoo.client import KazooClient, TransactionRequest
@@ -41,6 +43,7 @@ from fabric.coordinator.election import EpochToken, FencedError
 from fabric.coordinator.group_store import GroupMembership, GroupService, GroupStore
 from fabric.coordinator.groups import GroupState
 from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.offsets_records import offsets_partition
 from fabric.coordinator.offsets_topic import OffsetsTopic
 from fabric.coordinator.transaction_offsets import TransactionOffsets
 from fabric.coordinator.zk_replicas import ZkReplication
@@ -52,11 +55,13 @@ Assignment = Mapping[int, PartitionAssignment]
 
 
 class Fence(Protocol):
-    """Something that fences a transaction with a controller epoch: ControllerElection or EpochToken."""
+    """Something that fences a transaction: with a controller epoch (ControllerElection or EpochToken, whose
+    token the transaction's builder gets), or otherwise (fabric.server.offsets_ownership's ownership of an offsets
+    partition: no token). `fenced` is told when the check failed, and may raise the error that says why."""
 
-    def guard(self, txn: TransactionRequest) -> EpochToken: ...
+    def guard(self, txn: TransactionRequest) -> EpochToken | None: ...
 
-    def fenced(self, token: EpochToken) -> None: ...
+    def fenced(self, token: Any) -> None: ...
 
 
 class _Conflict(Exception):
@@ -72,31 +77,42 @@ class ZkWriter:
 
     def __init__(self, client: KazooClient, fence: Fence | None = None, deadline_s: float = 30.0) -> None:
         self.client, self.fence, self.deadline_s = client, fence, deadline_s
+        self._instead = threading.local()  # a calling thread's own fence (fenced_by)
 
-    def commit(self, txn: TransactionRequest, token: EpochToken | None) -> bool:
-        """Commit; False on a compare-and-set conflict, FencedError if the epoch moved on."""
+    @contextlib.contextmanager
+    def fenced_by(self, fence: Fence) -> Iterator[None]:
+        """This thread's writes inside the block are fenced by `fence` instead of the writer's own."""
+        self._instead.fence = fence
+        try:
+            yield
+        finally:
+            self._instead.fence = None
+
+    def commit(self, txn: TransactionRequest, token: EpochToken | None, fence: Fence | None = None) -> bool:
+        """Commit; False on a compare-and-set conflict; where `fence` guarded it and its check failed, what
+        fence.fenced raises, else FencedError."""
         results = txn.commit()
         failures = [r for r in results if isinstance(r, Exception)
                     and not isinstance(r, (RolledBackError, RuntimeInconsistency))]
         if not failures:
             return True
-        if token is not None and isinstance(results[0], BadVersionError) and self.fence is not None:
-            log.warning("write refused: controller epoch %d of %s is no longer current", token.epoch,
-                        token.instance_id)
-            self.fence.fenced(token)
-            raise FencedError(f"controller epoch {token.epoch} of instance {token.instance_id!r} is no longer "
-                              "current: a newer controller was elected; retry against it")
+        if fence is not None and isinstance(results[0], BadVersionError):
+            fence.fenced(token)
+            who = f"controller epoch {token.epoch} of instance {token.instance_id!r}" if token else "the fence"
+            log.warning("write refused: %s is no longer current", who)
+            raise FencedError(f"{who} is no longer current: a newer controller was elected; retry against it")
         if isinstance(failures[0], _CONFLICTS):
             return False
         raise failures[0]
 
     def _attempt(self, build: Callable[[TransactionRequest, EpochToken | None], T]) -> tuple[bool, T]:
-        """One fenced transaction: the epoch check, then `build`'s fresh reads and ops; (committed, result)."""
+        """One fenced transaction: the fence's check, then `build`'s fresh reads and ops; (committed, result)."""
         txn = self.client.transaction()
-        token = self.fence.guard(txn) if self.fence is not None else None
+        fence = getattr(self._instead, "fence", None) or self.fence
+        token = fence.guard(txn) if fence is not None else None
         fenced_ops = len(txn.operations)
         result = build(txn, token)
-        return len(txn.operations) == fenced_ops or self.commit(txn, token), result
+        return len(txn.operations) == fenced_ops or self.commit(txn, token, fence), result
 
     def _retrying(self, attempt: Callable[[], T], retry: KazooRetry) -> T:
         """Run `attempt` under `retry` (connection loss, and whatever else it retries) until the deadline."""
@@ -206,10 +222,18 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
         self._groups = GroupService(ZkGroupStore(self.writer), self._partitions_of)
         self._offsets_dir, self._epoch = offsets_dir, epoch
         self._topic_of_offsets: OffsetsTopic | None = None
+        # where each offsets partition has an instance of its own (fabric.server.offsets_ownership): the fence of
+        # this instance's writes as the owner of one
+        self.partition_fence: Callable[[int], Fence] | None = None
 
     @property
     def _offsets(self) -> OffsetsTopic:  # type: ignore[override]
         return self.offsets_topic
+
+    def _as_owner_of(self, group: str) -> ContextManager[None]:
+        if self.partition_fence is None:
+            return contextlib.nullcontext()
+        return self.writer.fenced_by(self.partition_fence(offsets_partition(group, self._offsets.partitions)))
 
     def use_offsets_topic(self, topic: OffsetsTopic) -> None:
         self._topic_of_offsets = topic

@@ -14,7 +14,8 @@ def start(args: argparse.Namespace) -> None:
 
 
 def status(args: argparse.Namespace) -> int:
-    """One row per instance of the URL: address, state (active/standby/unreachable), epoch, store."""
+    """One row per instance of the URL: address, state (active/standby/unreachable), epoch, how many
+    __consumer_offsets partitions it serves the groups of (where instances share them out), store."""
     from fabric.client.remote import RemoteCluster
     cluster = open_cluster(client_url(args))
     if not isinstance(cluster, RemoteCluster):
@@ -22,18 +23,18 @@ def status(args: argparse.Namespace) -> int:
         raise CommandError(f"{resolve(args.url)!r} is an embedded fabric; `coordinator status` needs "
                            "--url fabric://host:port[,host:port]")
     with_errors = False
-    rows: list[tuple[str, str, int | None, str | None, str]] = []
+    rows: list[tuple[str, str, int | None, str | None, int | None, str]] = []
     try:
         for address, state in cluster.statuses().items():
             if isinstance(state, Exception):
                 with_errors = True
-                rows.append((address, "unreachable", None, None, str(state).splitlines()[0][:120]))
+                rows.append((address, "unreachable", None, None, None, str(state).splitlines()[0][:120]))
             else:
                 rows.append((address, "active" if state.active else "standby", state.epoch,
-                             state.active_instance, state.store))
+                             state.active_instance, len(state.group_partitions), state.store))
     finally:
         cluster.close()
-    print(format_table(("INSTANCE", "STATE", "EPOCH", "ACTIVE", "STORE-OR-ERROR"), rows))
+    print(format_table(("INSTANCE", "STATE", "EPOCH", "ACTIVE", "GROUP-PARTITIONS", "STORE-OR-ERROR"), rows))
     return 1 if with_errors and not any(r[1] == "active" for r in rows) else 0
 
 

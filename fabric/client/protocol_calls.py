@@ -70,11 +70,13 @@ class ProtocolCalls:
             self._addresses.pop(flight_address, None)
         self.clients.close([address])
 
-    def coordinator(self, kind: str, args: dict[str, Any], payload: Payload = b"") -> Answer | None:
-        """A request to the coordinator instance the Flight connection calls now; None: make it over Flight."""
+    def coordinator(self, kind: str, args: dict[str, Any], payload: Payload = b"", route: str | None = None
+                    ) -> Answer | None:
+        """A request to the coordinator instance the Flight connection calls now (for `route`); None: make it over
+        Flight."""
         if not self.enabled:
             return None
-        instance = self.connection.current_address
+        instance = self.connection.address_for(route)
         address = self._address(instance, lambda: self.connection.status_of(instance).protocol_address)
         if not address:
             return None
@@ -82,7 +84,10 @@ class ProtocolCalls:
             return self._call(instance, address, kind, args, payload)
         except Refused as exc:
             if exc.info.get("type") == wire.NOT_ACTIVE:
-                self._forget(instance, address)
+                if route is not None and exc.info.get("active"):  # the instance serving the route was named
+                    self.connection.reroute(route, instance, exc.info["active"])
+                else:
+                    self._forget(instance, address)
                 return None
             raise refusal(exc.info) from None
         except CoordinatorUnavailableError as exc:  # nothing was served: Flight's call retries and fails over
@@ -90,6 +95,8 @@ class ProtocolCalls:
             return None
         except ClientTimeoutError:
             self._forget(instance, address)
+            if route is not None:
+                self.connection.reroute(route, instance, None)
             self.connection.move_from(instance)  # the next call starts elsewhere, as after a Flight timeout
             raise CoordinatorUnavailableError(f"no active coordinator answered at {instance} in time (fabric "
                                               "protocol); start one or check the fabric:// URL") from None

@@ -32,9 +32,15 @@ from fabric.common.types import (
     TransactionRecord,
 )
 from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.offsets_records import OFFSETS_PARTITIONS, OFFSETS_TOPIC, offsets_partition
 from fabric.server import wire
-from fabric.server.connection import Connection, fetch_call, parse_url, put_call, time_left
+from fabric.server.connection import Connection, action_call, fetch_call, parse_url, put_call, time_left
 from fabric.storage.cleaner import CleanReport
+
+
+def group_route(group: str) -> str:
+    """The route of the calls about `group`: its offsets partition (served by one instance)."""
+    return f"{OFFSETS_TOPIC}-{offsets_partition(group, OFFSETS_PARTITIONS)}"
 
 
 class RemoteCoordinator(Coordinator):
@@ -68,32 +74,44 @@ class RemoteCoordinator(Coordinator):
     def set_partitions(self, name: str, total: int) -> TopicInfo:
         return self.connection.action("set_partitions", name=name, total=total)
 
+    def _of_group(self, group: str, name: str, /, **kwargs: Any) -> Any:
+        """A call about `group`: to the instance serving its offsets partition, where instances share them out."""
+        return self.connection.call(action_call(name, **kwargs), route=group_route(group))
+
     def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
                        generation: int = -1, member_id: str = "") -> None:
         rows = offset_rows(offsets)
         if rows is None or self.protocol.coordinator("commit_offsets", {
                 "group": group, "offsets": rows, "metadata": metadata, "generation": generation,
-                "member_id": member_id}) is None:
-            self.connection.action("commit_offsets", group=group, offsets=dict(offsets), metadata=metadata,
-                                   generation=generation, member_id=member_id)
+                "member_id": member_id}, route=group_route(group)) is None:
+            self._of_group(group, "commit_offsets", group=group, offsets=dict(offsets), metadata=metadata,
+                           generation=generation, member_id=member_id)
 
     def committed(self, group: str, topics: list[str] | None = None) -> dict[TopicPartition, CommittedOffset]:
         names = None if topics is None else list(topics)
-        answer = self.protocol.coordinator("committed", {"group": group, "topics": names})
+        answer = self.protocol.coordinator("committed", {"group": group, "topics": names}, route=group_route(group))
         if answer is None:
-            return self.connection.action("committed", group=group, topics=names)
+            return self._of_group(group, "committed", group=group, topics=names)
         return committed_of(answer)
 
     def list_groups(self) -> list[str]:
-        return self.connection.action("list_groups")
+        """The groups of every instance that serves offsets partitions (Kafka's ListGroups, sent to every
+        broker), else of the active instance."""
+        coordinators = self.connection.action("group_coordinators")
+        if not coordinators:
+            return self.connection.action("list_groups")
+        return sorted({g for address in coordinators for g in self.connection.action_at(address, "list_groups")})
 
     def delete_group(self, group: str) -> None:
-        self.connection.action("delete_group", group=group)
+        self._of_group(group, "delete_group", group=group)
 
     def commit_transaction(self, txn: str, writers: Sequence[int] | None = None,
                            offsets: TransactionalOffsets | None = None) -> None:
-        self.connection.action("commit_transaction", txn=txn, writers=None if writers is None else list(writers),
-                               offsets=offsets)
+        """Committed by the instance serving the offsets' group (where instances share the groups out), else by
+        the active one."""
+        call = action_call("commit_transaction", txn=txn, writers=None if writers is None else list(writers),
+                           offsets=offsets)
+        self.connection.call(call, route=None if offsets is None else group_route(offsets.group))
 
     def add_transaction_writer(self, txn: str, producer_id: int, producer_epoch: int,
                                partitions: Sequence[TopicPartition], timeout_ms: int = 60_000) -> TransactionRecord:
@@ -114,19 +132,19 @@ class RemoteCoordinator(Coordinator):
         return self.connection.action("transaction_committed", txn=txn)
 
     def join_group(self, request: JoinRequest) -> JoinResult:
-        return self.connection.action("join_group", request=request)
+        return self._of_group(request.group, "join_group", request=request)
 
     def sync_group(self, group: str, member_id: str, generation: int) -> SyncResult:
-        return self.connection.action("sync_group", group=group, member_id=member_id, generation=generation)
+        return self._of_group(group, "sync_group", group=group, member_id=member_id, generation=generation)
 
     def heartbeat(self, group: str, member_id: str, generation: int) -> None:
-        self.connection.action("heartbeat", group=group, member_id=member_id, generation=generation)
+        self._of_group(group, "heartbeat", group=group, member_id=member_id, generation=generation)
 
     def leave_group(self, group: str, member_id: str) -> None:
-        self.connection.action("leave_group", group=group, member_id=member_id)
+        self._of_group(group, "leave_group", group=group, member_id=member_id)
 
     def describe_group(self, group: str) -> GroupDescription:
-        return self.connection.action("describe_group", group=group)
+        return self._of_group(group, "describe_group", group=group)
 
     def close(self) -> None:
         self.protocol.close()

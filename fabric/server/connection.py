@@ -135,6 +135,7 @@ class Connection:
         self.options = options
         self.addresses = list(options.addresses)
         self.current = 0
+        self._routes: dict[str, str] = {}  # a route (e.g. a group's offsets partition) -> the instance serving it
         self._clients: dict[str, flight.FlightClient] = {}
         self._lock = threading.Lock()
         self._headers = [(wire.AUTH_HEADER.encode(), f"Bearer {options.token}".encode())] if options.token else []
@@ -157,15 +158,15 @@ class Connection:
                 self._clients[address] = flight.connect(f"{scheme}://{address}", **kwargs)
             return self._clients[address]
 
-    def call(self, fn: Callable[[flight.FlightClient, flight.FlightCallOptions], T]) -> T:
-        """Run fn against the active instance, failing over until the URL's timeout (less inside call_deadline)
-        has passed; each attempt gets the time that is left."""
+    def call(self, fn: Callable[[flight.FlightClient, flight.FlightCallOptions], T], route: str | None = None) -> T:
+        """Run fn against the active instance (with a `route`, the instance that last said it serves the route,
+        else the active one), failing over until the URL's timeout (less inside call_deadline) has passed; each
+        attempt gets the time that is left."""
         timeout_s = time_left(self.options.timeout_s)
         deadline = time.monotonic() + timeout_s
         attempt = 0
         while True:
-            with self._lock:
-                address = self.addresses[self.current]
+            address = self.address_for(route)
             try:
                 return fn(self.client(address), self._options(max(deadline - time.monotonic(), MIN_CALL_S)))
             except (flight.FlightUnavailableError, flight.FlightTimedOutError) as exc:
@@ -174,7 +175,10 @@ class Connection:
                 raise wire.from_flight_error(exc) from None
             details = wire.error_details(failure)
             active = details.get("active") if details.get("type") == wire.NOT_ACTIVE else None
-            self._move(address, active)  # the next call starts elsewhere, even if this one gives up (a hung
+            if route is not None and (active or route in self._routes):
+                self.reroute(route, address, active)
+            else:
+                self._move(address, active)  # the next call starts elsewhere, even if this one gives up (a hung
             # instance can take a whole call's time: without this, every call would go to it again)
             if time.monotonic() >= deadline:
                 raise CoordinatorUnavailableError(
@@ -186,11 +190,21 @@ class Connection:
             time.sleep(min(0.05 * 2 ** min(attempt, 5), 1.0, max(0.0, deadline - time.monotonic())))  # backoff
             attempt += 1
 
-    @property
-    def current_address(self) -> str:
-        """The instance calls go to now."""
+    def address_for(self, route: str | None = None) -> str:
+        """The instance calls (of `route`) go to now."""
         with self._lock:
-            return self.addresses[self.current]
+            return (self._routes.get(route) if route else None) or self.addresses[self.current]
+
+    def reroute(self, route: str, failed: str, to: str | None) -> None:
+        """After `failed` did not serve a call of `route`: send the route's calls to `to` (the instance it named),
+        else to the active instance again."""
+        with self._lock:
+            if (self._routes.get(route) or self.addresses[self.current]) != failed:
+                return  # another thread already moved on
+            if to and to != failed:
+                self._routes[route] = to
+            else:
+                self._routes.pop(route, None)
 
     @property
     def ca(self) -> bytes | None:
@@ -219,9 +233,13 @@ class Connection:
 
     def status_of(self, address: str) -> wire.InstanceStatus:
         """The status of one instance, without failover (for `fabric coordinator status`)."""
+        status: wire.InstanceStatus = self.action_at(address, "status")
+        return status
+
+    def action_at(self, address: str, name: str, /, **kwargs: Any) -> Any:
+        """Run a coordinator action at one instance, without failover; its decoded result."""
         try:
-            return wire.loads(next(iter(self.client(address).do_action(wire.action("status"),
-                                                                       self.call_options))).body)
+            return action_call(name, **kwargs)(self.client(address), self.call_options)
         except flight.FlightError as exc:
             raise wire.from_flight_error(exc) from None
 

@@ -1,26 +1,27 @@
 """The offsets topic replicated on the data nodes (Kafka's `__consumer_offsets`): the OffsetsLog of a coordinator
-instance in a cluster, and the loader that makes the active instance its owner.
+instance in a cluster, and the loader that serves the partitions the instance is given.
 
 `ReplicatedOffsetsLog` keeps the records in a replicated, compacted internal topic on the nodes, created by the
-active instance's controller on first need with `offsets.topic.replication.factor` replicas, min.insync.replicas
-min(2, that) and segments of offsets.topic.segment.bytes, which each node compacts (COORDINATOR_NOT_AVAILABLE, a
-CoordinatorUnavailableError, while fewer nodes are alive). The active instance is the only writer: each commit goes
-to the leader of the group's partition with acks=all, as an idempotent producer whose id is fixed
-(OFFSETS_PRODUCER_ID, outside every block of ids init_producer_id hands out: the nodes take it only from a
-principal with cluster_action, fabric.server.producer_owners) and whose epoch is the instance's controller epoch.
-So a deposed instance's late append is refused by the nodes themselves (InvalidProducerEpochError, answered as
-CoordinatorUnavailableError: the client retries at the active instance), and a retry after a lost answer or a
-leader change is recognised by its sequence instead of being written twice. An append whose outcome is unknown (the
-leader did not answer in time) is sent again, with its sequence, before the partition's next one. Commits that
-reach a partition while its append is in flight go together in its next append (group commit,
-fabric.server.group_commit): concurrent commits of groups sharing a partition share one acks=all round trip.
+controller on first need with `offsets.topic.replication.factor` replicas, min.insync.replicas min(2, that) and
+segments of offsets.topic.segment.bytes, which each node compacts (COORDINATOR_NOT_AVAILABLE, a
+CoordinatorUnavailableError, while fewer nodes are alive). Each partition has one writer, the instance serving
+it (fabric.server.offsets_ownership): each commit goes to the leader of the group's partition with acks=all, as an
+idempotent producer whose id is fixed (OFFSETS_PRODUCER_ID, outside every block of ids init_producer_id hands out:
+the nodes take it only from a principal with cluster_action, fabric.server.producer_owners) and whose epoch is the
+one the instance was given the partition under. So a deposed owner's late append is refused by the nodes themselves
+(InvalidProducerEpochError, answered as CoordinatorUnavailableError: the client retries at the partition's
+instance), and a retry after a lost answer or a leader change is recognised by its sequence instead of being
+written twice. An append whose outcome is unknown (the leader did not answer in time) is sent again, with its
+sequence, before the partition's next one. Commits that reach a partition while its append is in flight go
+together in its next append (group commit, fabric.server.group_commit): concurrent commits of groups sharing a
+partition share one acks=all round trip.
 
-`OffsetsLoader` follows the controller: when this instance's controller starts under an epoch it takes the
-leadership of the topic (OffsetsTopic.take_leadership: the leadership record with the new producer epoch on every
-partition, which fences the previous owner, then every partition read to its high watermark, then the offsets
-of an earlier local topic migrated once, then the offsets committed producer transactions left pending applied:
-coordinator.transaction_offsets), retried in the background until it succeeds; offsets are served only after.
-When the controller stops, the offsets are no longer served here.
+`OffsetsLoader` serves what it is given (partition -> epoch): it takes those partitions (OffsetsTopic.
+take_leadership: the leadership record with their producer epoch on each, which fences the previous owner, then
+each read to its high watermark, then, when it takes the whole topic, the offsets of an earlier local topic
+migrated once, then the offsets committed producer transactions of their groups left pending applied:
+coordinator.transaction_offsets), retried in the background until it succeeds; their offsets are served only
+after. What it is no longer given stops being served at once.
 """
 from __future__ import annotations
 
@@ -209,6 +210,11 @@ class ReplicatedOffsetsLog:
                 self._sequences[partition], self._unresolved[partition] = 0, None
                 self._write(partition, batch([(LEADER_KEY, None)], time.time_ns() // 1000), lambda offset: None)
 
+    def migrated(self) -> bool:
+        """Whether partition 0, as this instance last loaded it, says the earlier stores' offsets and groups were
+        moved in."""
+        return self._markers <= self._migrated
+
     @contextlib.contextmanager
     def migrating(self, what: str = "offsets") -> Iterator[bool]:
         """Whether an earlier store's `what` (the local offsets, or GROUPS: the store's group states) are still to
@@ -224,40 +230,57 @@ class ReplicatedOffsetsLog:
 
 
 class OffsetsLoader:
-    """Makes this instance the owner of `topic` for each controller epoch it runs (driven by the controller's
-    on_start / on_stop), in a background thread that retries until the topic is loaded."""
+    """Loads and serves the partitions of `topic` this instance is given (`want`: partition -> epoch) in a
+    background thread that retries until they are loaded, and stops serving those it loses at once; `on_loaded`
+    is told each time a load succeeded. Standalone, the controller gives it every partition under its epoch
+    (`started` / `stopped`); with ZooKeeper, fabric.server.offsets_ownership does."""
 
-    def __init__(self, topic: OffsetsTopic) -> None:
-        self.topic = topic
-        self._wanted: int | None = None  # the epoch to load under; None: not the controller
-        self._loaded: int | None = None
+    def __init__(self, topic: OffsetsTopic, on_loaded: Callable[[], None] = lambda: None) -> None:
+        self.topic, self.on_loaded = topic, on_loaded
+        self._wanted: dict[int, int] = {}
+        self._loaded: dict[int, int] = {}
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="offsets-loader", daemon=True)
         self._thread.start()
 
     def started(self, epoch: int) -> None:
-        with self._changed:
-            self._wanted, self._loaded = epoch, None
-            self._changed.notify_all()
+        self.want(dict.fromkeys(range(self.topic.partitions), epoch))
 
     def stopped(self) -> None:
+        self.want({})
+
+    def want(self, wanted: dict[int, int]) -> None:
+        """Serve exactly `wanted`'s partitions, each under its epoch: those no longer wanted (or wanted under
+        another epoch) stop being served now, the others once loaded."""
         with self._changed:
-            self._wanted = self._loaded = None
-            self.topic.resign()
+            self._wanted = dict(wanted)
+            lost = [p for p, epoch in self._loaded.items() if self._wanted.get(p) != epoch]
+            for p in lost:
+                del self._loaded[p]
+            if lost:
+                self.topic.resign(lost)
             self._changed.notify_all()
+
+    def _missing(self) -> dict[int, list[int]]:
+        """The wanted partitions not loaded yet, by epoch (lock held)."""
+        by_epoch: dict[int, list[int]] = {}
+        for p, epoch in sorted(self._wanted.items()):
+            if self._loaded.get(p) != epoch:
+                by_epoch.setdefault(epoch, []).append(p)
+        return by_epoch
 
     def _run(self) -> None:
         failure, delay = "", 0.1
         while True:
             with self._changed:
-                self._changed.wait_for(lambda: self._wanted is not None and self._wanted != self._loaded)
-                epoch = self._wanted
-            assert epoch is not None
+                self._changed.wait_for(lambda: bool(self._missing()))
+                epoch, partitions = min(self._missing().items())
             try:
-                self.topic.take_leadership(epoch)
+                self.topic.take_leadership(epoch, partitions)
             except Exception as exc:  # noqa: BLE001 (the loader must survive; it retries)
                 if str(exc) != failure:
-                    log.warning("loading the group offsets (epoch %d) failed: %s; retrying", epoch, exc)
+                    log.warning("loading the group offsets of %d partition(s) (epoch %d) failed: %s; retrying",
+                                len(partitions), epoch, exc)
                 failure = str(exc)
                 with self._changed:
                     self._changed.wait(delay)
@@ -265,10 +288,12 @@ class OffsetsLoader:
                 continue
             failure, delay = "", 0.1
             with self._changed:
-                if self._wanted == epoch:
-                    self._loaded = epoch
-                elif self._wanted is None:
-                    self.topic.resign()
+                kept = [p for p in partitions if self._wanted.get(p) == epoch]
+                self._loaded.update(dict.fromkeys(kept, epoch))
+                dropped = [p for p in partitions if p not in kept]  # given away while they loaded
+                if dropped:
+                    self.topic.resign(dropped)
+            self.on_loaded()
 
 
 def node_connection(tls: bool, token: str | None) -> Connection:
@@ -280,11 +305,11 @@ def node_connection(tls: bool, token: str | None) -> Connection:
 
 
 def install(store: TransactionOffsets, controller: ControllerDriver, replication_factor: int, tls: bool,
-            token: str | None, segment_bytes: int = SEGMENT_BYTES) -> OffsetsTopic:
+            token: str | None, segment_bytes: int = SEGMENT_BYTES) -> OffsetsLoader:
     """Keep `store`'s group offsets and group states in the replicated offsets topic from now on (created with
-    `segment_bytes` segments), loaded whenever this instance's controller starts; the offsets of the store's local
-    topic (and through it, of older stores) and the group states its own group store kept are migrated into it
-    once."""
+    `segment_bytes` segments), served where its loader is told to (fabric.server.offsets_ownership.share_out); the
+    offsets of the store's local topic (and through it, of older stores) and the group states its own group store
+    kept are migrated into it once."""
     local = store.offsets_topic
     def legacy() -> Iterator[tuple[str, TopicPartition, CommittedOffset]]:
         for group in local.groups():
@@ -295,6 +320,4 @@ def install(store: TransactionOffsets, controller: ControllerDriver, replication
                          legacy, roll_forward=store.roll_forward_offsets)
     store.use_offsets_topic(topic)
     store.use_group_store(TopicGroupStore(topic, store.group_store))  # loaded with the offsets, migrated once
-    loader = OffsetsLoader(topic)
-    controller.on_start, controller.on_stop = loader.started, loader.stopped
-    return topic
+    return OffsetsLoader(topic)

@@ -31,6 +31,7 @@ from fabric.common.types import ClusterDescription, transaction_sequence
 from fabric.coordinator import validation
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
+from fabric.coordinator.offsets_records import OFFSETS_PARTITIONS, offsets_partition
 from fabric.coordinator.transaction_offsets import TransactionOffsets
 from fabric.coordinator.transaction_timeouts import TransactionTimeouts
 from fabric.server import coordinator_metrics, protocol_handlers, protocol_routes, replicated_offsets, security, wire
@@ -48,6 +49,7 @@ from fabric.server.instance import (
 )
 from fabric.server.leader_calls import LeaderCalls
 from fabric.server.metrics import ServerMetrics
+from fabric.server.offsets_ownership import OwnershipWatcher, ServedElsewhereError, share_out
 from fabric.server.producer_owners import ProducerOwners
 from fabric.server.request_metrics import count_bytes
 from fabric.server.shutdown import Interrupted, Shutdown
@@ -127,12 +129,28 @@ def topics_described(description: ClusterDescription, allowed: Allowed) -> Clust
                    topic_ids={t: i for t, i in description.topic_ids.items() if allowed("describe", f"topic:{t}")})
 
 
+def of_group(args: dict[str, Any]) -> str:
+    return str(args["group"])
+
+
+def of_join(args: dict[str, Any]) -> str:
+    return str(args["request"].group)
+
+
+def of_offsets(args: dict[str, Any]) -> str | None:
+    """The group whose offsets a transaction commits, if any."""
+    offsets = args.get("offsets")
+    return None if offsets is None else str(offsets.group)
+
+
 @dataclass(frozen=True)
 class Route:
     """One DoAction: the method it calls on the broker, its coordinator or the controller, its ACL checks (or,
     where a data node may call it too, `cluster_action` on the cluster instead), whether only the active
     instance may serve it, (for listings) what filters the result, and whether the method takes the caller's
-    principal (`principal`, which the service passes: a request naming one is refused)."""
+    principal (`principal`, which the service passes: a request naming one is refused). `group` names the group
+    a call is about: where each offsets partition has an instance of its own (fabric.server.offsets_ownership),
+    only the instance serving the group's partition serves the call, instead of the active one."""
 
     target: str
     checks: Checks
@@ -140,6 +158,7 @@ class Route:
     filter_by: Filter | None = None
     for_nodes: bool = False
     for_caller: bool = False
+    group: Callable[[dict[str, Any]], str | None] | None = None
 
 
 ROUTES: dict[str, Route] = {
@@ -151,11 +170,12 @@ ROUTES: dict[str, Route] = {
     "list_topics": Route("coordinator", nothing, filter_by=names_allowed("describe", "topic")),
     "alter_topic_config": Route("coordinator", on_topic("admin"), True),
     "set_partitions": Route("broker", on_topic("admin"), True),
-    "commit_offsets": Route("broker", commit_checks, True),
-    "committed": Route("coordinator", on_group("describe")),
+    "commit_offsets": Route("broker", commit_checks, True, group=of_group),
+    "committed": Route("coordinator", on_group("describe"), group=of_group),
     "list_groups": Route("coordinator", nothing, filter_by=names_allowed("describe", "group")),
-    "delete_group": Route("coordinator", on_group("admin"), True),
-    "commit_transaction": Route("broker", transaction_commit_checks, True),
+    "delete_group": Route("coordinator", on_group("admin"), True, group=of_group),
+    "group_coordinators": Route("service", nothing),
+    "commit_transaction": Route("broker", transaction_commit_checks, True, group=of_offsets),
     "transaction_committed": Route("coordinator", on_transactional_id("describe")),
     "list_transactions": Route("coordinator", nothing, filter_by=names_allowed("describe", "transactional-id")),
     "abort_transaction_writers": Route("coordinator", on_named_transactional_id("admin"), True),
@@ -164,11 +184,11 @@ ROUTES: dict[str, Route] = {
                                 for_nodes=True),  # a leader checks the markers it is asked for against it
     "verify_transaction_writer": Route("broker", on_named_transactional_id("describe"), True,
                                        for_nodes=True),  # and a transactional append that opens a transaction
-    "join_group": Route("coordinator", lambda a: [("group", f"group:{a['request'].group}")], True),
-    "sync_group": Route("coordinator", on_group("group"), True),
-    "heartbeat": Route("coordinator", on_group("group"), True),
-    "leave_group": Route("coordinator", on_group("group"), True),
-    "describe_group": Route("coordinator", on_group("describe"), True),
+    "join_group": Route("coordinator", lambda a: [("group", f"group:{a['request'].group}")], True, group=of_join),
+    "sync_group": Route("coordinator", on_group("group"), True, group=of_group),
+    "heartbeat": Route("coordinator", on_group("group"), True, group=of_group),
+    "leave_group": Route("coordinator", on_group("group"), True, group=of_group),
+    "describe_group": Route("coordinator", on_group("describe"), True, group=of_group),
     "partition_state": Route("broker", on_topic("describe", "topic")),
     "offset_for_time": Route("broker", on_topic("describe", "topic")),
     "offset_after_records": Route("broker", on_topic("describe", "topic")),
@@ -198,6 +218,7 @@ class CoordinatorService(FabricFlightServer):
         super().__init__(settings.listen, settings.tokens_file, settings.acl_file, settings.tls_cert,
                          settings.tls_key, metrics)
         self.producer_owners = ProducerOwners(broker.producer_id_owner)
+        self.group_owners: OwnershipWatcher | None = None  # where each offsets partition has an instance of its own
         self.protocol = protocol_handlers.start(self, settings.listen.rpartition(":")[0],
                                                 protocol_routes.handlers(self))
 
@@ -208,14 +229,31 @@ class CoordinatorService(FabricFlightServer):
 
     def translate(self, exc: Exception) -> flight.FlightError:
         """A write the store refused because this instance is no longer the controller is a "not active" answer."""
+        if isinstance(exc, ServedElsewhereError):
+            return wire.not_active(self.instance, exc.owner, str(exc))
         if isinstance(exc, NotControllerError):
             return wire.not_active(self.instance, self.election.active_instance())
         return super().translate(exc)
 
     # -- checks ------------------------------------------------------------------------------------
     def _require_active(self) -> None:
-        if not self.election.is_active:
-            raise wire.not_active(self.instance, self.election.active_instance() or "")
+        if not self.election.is_active:  # (translated into the answer that names the active instance)
+            raise NotControllerError(f"{self.instance} is not the active coordinator")
+
+    def _require_group(self, route: Route, args: dict[str, Any]) -> None:
+        """Refuse (sending the caller on) a call this instance may not serve: one about a group whose offsets
+        partition another instance serves, else one only the active instance serves."""
+        group = route.group(args) if route.group is not None else None
+        if group is not None and self.group_owners is not None:
+            self.group_owners.require(offsets_partition(group, OFFSETS_PARTITIONS))
+        elif route.active_only:
+            self._require_active()
+
+    def group_coordinators(self) -> list[str]:
+        """The addresses of the instances serving the offsets partitions (where each has an instance of its own;
+        else []): a client lists the groups of each."""
+        owners = self.group_owners
+        return [] if owners is None else sorted({owners.owner_of(p) for p in range(OFFSETS_PARTITIONS)} - {""})
 
     # -- actions -----------------------------------------------------------------------------------
     @translated
@@ -238,8 +276,7 @@ class CoordinatorService(FabricFlightServer):
             if not route.for_nodes:
                 raise
             self.authorizer.check(principal, on_cluster("cluster_action")(args))
-        if route.active_only:
-            self._require_active()
+        self._require_group(route, args)
         if route.for_caller:
             args["principal"] = principal
         target = {"broker": self.broker, "coordinator": self.broker.coordinator, "service": self,
@@ -259,7 +296,8 @@ class CoordinatorService(FabricFlightServer):
         return wire.InstanceStatus(self.instance, election.is_active, election.active_instance() or "",
                                    election.epoch, settings.store_url, os.path.abspath(settings.data_dir),
                                    settings.tls_cert is not None, self.metrics.port,
-                                   settings.advertise_address(self.protocol.port) if self.protocol else "")
+                                   settings.advertise_address(self.protocol.port) if self.protocol else "",
+                                   tuple(self.group_owners.given()) if self.group_owners else ())
 
     # -- data plane --------------------------------------------------------------------------------
     @translated
@@ -311,16 +349,19 @@ def serve(settings: Settings) -> None:
     try:
         store, election = open_store(settings)
         controller = ControllerDriver(store, settings.node_session_timeout_ms)
+        loader = None
         if settings.offsets_replication_factor is not None and isinstance(store, TransactionOffsets):
-            replicated_offsets.install(store, controller, settings.offsets_replication_factor,
-                                       settings.tls_cert is not None, server_token(settings.token_file),
-                                       settings.offsets_topic_segment_bytes)
+            loader = replicated_offsets.install(store, controller, settings.offsets_replication_factor,
+                                                settings.tls_cert is not None, server_token(settings.token_file),
+                                                settings.offsets_topic_segment_bytes)
         broker = ClusterBroker(settings.data_dir, store, settings.max_partitions, controller,
                                settings.default_replication_factor)
         metrics = ServerMetrics()
         coordinator_metrics.register(metrics.registry, broker, lambda: election.is_active)
         metrics.serve(settings.metrics_host, settings.metrics_port, settings.metrics_token_file)
         server = CoordinatorService(settings, broker, election, metrics)
+        if loader is not None:
+            server.group_owners = share_out(store, controller, loader, server.instance)
         broker.start_maintenance(settings.log_retention_check_interval_ms, lambda: election.is_active)
         if isinstance(store, TransactionTimeouts):
             reaper = transaction_reaper(store, controller, settings, lambda: election.is_active)

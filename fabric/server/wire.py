@@ -67,6 +67,8 @@ class InstanceStatus:
     tls: bool
     metrics_port: int | None = None  # where it serves Prometheus metrics (--metrics-port), if it does
     protocol_address: str = ""  # where it serves the fabric protocol (docs/protocol.md), if it does
+    group_partitions: tuple[int, ...] = ()  # the __consumer_offsets partitions it serves the groups of, where
+    # instances share them out (fabric.server.offsets_ownership)
 
 
 DATACLASSES = {cls.__name__: cls for cls in (TopicInfo, CommittedOffset, JoinRequest, JoinResult, SyncResult,
@@ -346,9 +348,10 @@ def refusal(info: dict[str, Any]) -> Exception:
     return errors.FabricError(str(info.get("message", "")))
 
 
-def not_active(instance: str, active: str) -> flight.FlightUnavailableError:
-    """The answer of a standby to a call only the active instance serves."""
-    message = f"{instance} is not the active coordinator, active is {active or 'not yet elected'}"
+def not_active(instance: str, active: str, message: str = "") -> flight.FlightUnavailableError:
+    """The answer of a standby to a call only the active instance serves (or of an instance to a call another
+    one serves: `active` names it, `message` says why)."""
+    message = message or f"{instance} is not the active coordinator, active is {active or 'not yet elected'}"
     return flight.FlightUnavailableError(message, extra_info=json.dumps(
         {"type": NOT_ACTIVE, "message": message, "active": active}).encode())
 

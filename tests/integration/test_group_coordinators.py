@@ -1,0 +1,112 @@
+"""Group coordination shared out among the coordinator instances (fabric/server/offsets_ownership.py), as real
+coordinator, node and ZooKeeper processes: two instances each serve some of `__consumer_offsets`' partitions, a
+client's calls about a group go to the instance serving it, listings gather every instance's groups, a producer
+transaction's offsets are committed by the group's instance, and a stable group served by the instance that is not
+the controller keeps heartbeating and committing while the controller is SIGSTOPped. When the paused controller's
+ZooKeeper session ends, the other instance takes its partitions over (an election, new epochs) and the groups it
+served before keep their generation."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+import fabric
+from fabric.client.membership import GroupMetadata
+from fabric.common.errors import FabricError
+from fabric.common.types import JoinRequest
+from fabric.common.waiting import wait_for
+from fabric.coordinator.offsets_records import OFFSETS_PARTITIONS, offsets_partition
+
+pytestmark = pytest.mark.zookeeper
+TOPIC = "events"
+SETTLE_S = 60  # instances registering, the topic loaded and shared out on a loaded machine
+COMMITS = 20  # commits made while the controller is paused
+
+
+def group_served_by(partitions: set[int], prefix: str) -> str:
+    """A group whose offsets partition is one of `partitions`."""
+    return next(g for g in (f"{prefix}-{n}" for n in range(10_000)) if offsets_partition(g) in partitions)
+
+
+def shared_out(fab: fabric.Fabric, addresses: list[str]) -> dict[str, set[int]] | None:
+    """Each of the instances at `addresses`' offsets partitions, once every partition is served by one of them and
+    each has some."""
+    statuses = fab.cluster.statuses()
+    if any(isinstance(statuses.get(address), Exception) for address in addresses):
+        return None
+    given = {address: set(statuses[address].group_partitions) for address in addresses}
+    every = sorted(p for ps in given.values() for p in ps)
+    return given if every == list(range(OFFSETS_PARTITIONS)) and all(given.values()) else None
+
+
+def served(call: Callable[[], object]) -> None:
+    """call(), retried while it fails retriably (the first call to a paused instance times out)."""
+    def attempt() -> bool:
+        try:
+            call()
+        except FabricError as exc:
+            if not exc.retriable:
+                raise
+            return False
+        return True
+    wait_for(attempt, SETTLE_S, "the call to be served")
+
+
+def stable_member(coordinator: Any, group: str) -> tuple[str, int]:
+    """A member that joined `group` alone and fetched its assignment: its id and generation."""
+    joined = coordinator.join_group(JoinRequest(group, "", (TOPIC,), session_timeout_ms=30_000))
+    coordinator.sync_group(group, joined.member_id, joined.generation)
+    return joined.member_id, joined.generation
+
+
+def test_groups_are_shared_out_and_keep_committing_while_the_controller_is_paused(
+        offsets_kit, node_cluster, zk_url, tmp_path, the_active, fabric_cli) -> None:
+    ha = offsets_kit.HaOffsetsCluster(node_cluster, zk_url, tmp_path, the_active)
+    with fabric.connect(ha.url) as fab:
+        controller = ha.active_process(fab)
+        other = next(c for c in ha.cluster.coordinators if c is not controller)
+        given = wait_for(lambda: shared_out(fab, [controller.address, other.address]), SETTLE_S,
+                         "the offsets partitions shared out between the two instances")
+        shown = fabric_cli("coordinator", "status", "--url", ha.cluster.url)
+        assert shown.returncode == 0 and "GROUP-PARTITIONS" in shown.stdout, shown.stderr
+        rows = {line.split()[0]: line.split()[4] for line in shown.stdout.splitlines()[1:]}
+        assert rows == {address: str(len(ps)) for address, ps in given.items()}
+        elsewhere = group_served_by(given[other.address], "elsewhere")
+        here = group_served_by(given[controller.address], "here")
+        fab.create_topic(TOPIC, partitions=2, replication_factor=3)
+        coordinator = fab.cluster.coordinator
+        members = {group: stable_member(coordinator, group) for group in (elsewhere, here)}
+        for group in (elsewhere, here):
+            coordinator.commit_offsets(group, {(TOPIC, 0): 1}, "", members[group][1], members[group][0])
+        assert {elsewhere, here} <= set(fab.list_groups())  # each instance lists its own groups
+        assert coordinator.describe_group(elsewhere).generation == members[elsewhere][1]
+
+        # a producer transaction's offsets for a group of the other instance: committed by that instance
+        producer = fab.producer(transactional_id="shared-out")
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(TOPIC, b"in a transaction", partition=0)
+        member_id, generation = members[elsewhere]
+        producer.send_offsets_to_transaction({(TOPIC, 0): 2}, GroupMetadata(elsewhere, generation, member_id, ""))
+        producer.commit_transaction()
+        producer.close()
+        assert coordinator.committed(elsewhere)[(TOPIC, 0)].offset == 2
+
+        controller.pause()  # SIGSTOP
+        try:
+            for n in range(3, 3 + COMMITS):  # each a round trip to the other instance and the nodes only
+                coordinator.heartbeat(elsewhere, member_id, generation)
+                coordinator.commit_offsets(elsewhere, {(TOPIC, 0): n}, "", generation, member_id)
+            assert coordinator.committed(elsewhere)[(TOPIC, 0)].offset == 2 + COMMITS
+            # the paused controller's session ends: the other instance is elected and takes its partitions over
+            wait_for(lambda: (s := the_active(fab)) and s.instance == other.address, SETTLE_S,
+                     "the other instance to become the controller")
+            wait_for(lambda: shared_out(fab, [other.address]), SETTLE_S, "every partition served by it")
+            served(lambda: coordinator.commit_offsets(here, {(TOPIC, 0): 7}, "", members[here][1], members[here][0]))
+        finally:
+            controller.resume()
+        assert coordinator.committed(here)[(TOPIC, 0)].offset == 7
+        assert coordinator.describe_group(elsewhere).generation == generation  # stable all along
+        coordinator.commit_offsets(elsewhere, {(TOPIC, 0): 99}, "", generation, member_id)
+        assert coordinator.committed(elsewhere)[(TOPIC, 0)].offset == 99
