@@ -13,22 +13,29 @@ log = logging.getLogger(__name__)
 
 
 class LocalCluster:
-    """A coordinator (SQLite store, under root/coordinator) and data nodes 1..`nodes` (root/node<i>), declared
-    dead `session_timeout_ms` after their last heartbeat (sent every `heartbeat_ms`); `coordinator_extra` are
-    more coordinator options. Use as a context manager: every process is stopped on the way out, also on Ctrl-C or
-    an error."""
+    """A coordinator (SQLite store, under root/coordinator; or `instances` of them sharing that directory, over
+    the zk:// `store`) and data nodes 1..`nodes` (root/node<i>), declared dead `session_timeout_ms` after their last
+    heartbeat (sent every `heartbeat_ms`); `coordinator_extra` are more coordinator options. Use as a context
+    manager: every process is stopped on the way out, also on Ctrl-C or an error."""
 
     def __init__(self, root: str, nodes: int, session_timeout_ms: int, heartbeat_ms: int,
-                 coordinator_extra: tuple[str, ...] = ()) -> None:
+                 coordinator_extra: tuple[str, ...] = (), instances: int = 1, store: str | None = None) -> None:
         self.root, self.count = root, nodes
         self.session_timeout_ms, self.heartbeat_ms = session_timeout_ms, heartbeat_ms
-        self.coordinator = CoordinatorProcess(os.path.join(root, "coordinator"), extra=(
-            "--node-session-timeout-ms", str(session_timeout_ms), *coordinator_extra))
+        self.coordinators = [CoordinatorProcess(os.path.join(root, "coordinator"), store=store, extra=(
+            "--node-session-timeout-ms", str(session_timeout_ms), *coordinator_extra)) for _ in range(instances)]
         self.nodes: dict[int, NodeProcess] = {}
 
     @property
+    def coordinator(self) -> CoordinatorProcess:
+        """The first coordinator instance (the only one, unless `instances` was given)."""
+        return self.coordinators[0]
+
+    @property
     def url(self) -> str:
-        return self.coordinator.url()
+        if len(self.coordinators) == 1:
+            return self.coordinator.url()
+        return "fabric://" + ",".join(c.address for c in self.coordinators)
 
     def _node_options(self, node_id: int) -> tuple[str, ...]:
         """Node `node_id`'s options: the timings, and a rack of its own (rack-<id>), for reads from followers."""
@@ -36,8 +43,9 @@ class LocalCluster:
                 "--rack", f"rack-{node_id}")
 
     def start(self) -> LocalCluster:
-        """Start the coordinator, then the nodes; return once every node has registered."""
-        self.coordinator.start()
+        """Start the coordinator instances, then the nodes; return once every node has registered."""
+        for coordinator in self.coordinators:
+            coordinator.start()
         for i in range(1, self.count + 1):
             self.nodes[i] = NodeProcess(i, os.path.join(self.root, f"node{i}"), self.url, extra=self._node_options(i))
             self.nodes[i].start()
@@ -53,10 +61,11 @@ class LocalCluster:
         return self.nodes[node_id].start()
 
     def close(self) -> None:
-        """Stop the nodes, then the coordinator (SIGTERM, SIGKILL after 10 s)."""
+        """Stop the nodes, then the coordinator instances (SIGTERM, SIGKILL after 10 s)."""
         for node in self.nodes.values():
             node.stop()
-        self.coordinator.stop()
+        for coordinator in self.coordinators:
+            coordinator.stop()
 
     def __enter__(self) -> LocalCluster:
         try:

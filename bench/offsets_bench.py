@@ -5,7 +5,8 @@ one client, then 10 client processes (--clients), committing one partition's off
 --seconds; the figures are commits/s (all clients together), p50/p99 latency and, where servers serve the commits,
 their CPU per commit (all the case's server processes together, warm-up commits included). The clients' groups spread
 over the offsets topic's partitions; the cluster is measured again with groups that share one partition, where
-concurrent commits go together in one append (group commit).
+concurrent commits go together in one append (group commit), and (with ZooKeeper) with --instances coordinator
+instances that share the offsets topic's partitions out (each serving the groups of its own; issue 24's goal 7).
 
 The issue's goal: on the cluster, at least 20x the commits/s of the ZooKeeper znodes (`vs_znodes`). With
 --without-zookeeper (a machine without Java) the cases that need ZooKeeper are skipped and the ratios are to the
@@ -101,7 +102,7 @@ def client(store: Store, number: int, seconds: float, barrier: Any) -> dict[str,
 def measure(pool: ProcessPoolExecutor, store: Store, clients: int, seconds: float) -> dict[str, float]:
     """`clients` client processes of the pool committing at once; their total rate and the latency spread."""
     with multiprocessing.Manager() as manager:
-        barrier = manager.Barrier(clients)
+        barrier = manager.Barrier(clients, timeout=120)  # a client that failed breaks it instead of a hang
         outs = [f.result() for f in [pool.submit(client, store, n, seconds, barrier) for n in range(clients)]]
     span = max(o["end"] for o in outs) - min(o["start"] for o in outs)
     ms = np.array([x for o in outs for x in o["latencies_ms"]])
@@ -121,20 +122,26 @@ def fill_topic(url: str, partitions: int) -> None:
 
 
 def offsets_loaded(url: str) -> None:
-    """Wait until the cluster's offsets topic is created on the nodes and loaded: a commit is acknowledged."""
+    """Wait until the cluster's offsets topic is created on the nodes and every partition of it is served: a
+    commit of a group in each is acknowledged."""
+    groups = {offsets_partition(g): g for g in (f"bench-ready-{n}" for n in range(1000))}
+    waiting = sorted(groups)
+
     def committed() -> bool:
-        try:
-            fab.cluster.coordinator.commit_offsets("bench-ready", {(TOPIC, 0): 0})
-            return True
-        except fabric.FabricError as exc:
-            if not exc.retriable:
-                raise
-            return False
+        while waiting:
+            try:
+                fab.cluster.coordinator.commit_offsets(groups[waiting[0]], {(TOPIC, 0): 0})
+            except fabric.FabricError as exc:
+                if not exc.retriable:
+                    raise
+                return False
+            waiting.pop(0)
+        return True
     with fabric.connect(url) as fab:
-        wait_for(committed, 60, "the offsets topic on the nodes")
+        wait_for(committed, 120, "every partition of the offsets topic served")
 
 
-def stores(stack: ExitStack, directory: str, nodes: int, clients: int, zookeeper: bool = True
+def stores(stack: ExitStack, directory: str, nodes: int, clients: int, zookeeper: bool = True, instances: int = 3
            ) -> tuple[dict[str, Store], dict[str, list[int]]]:
     """Start ZooKeeper (unless not `zookeeper`), the coordinator services and a cluster; the spec of every case,
     peers first (without ZooKeeper: none of the cases that need it), and the pids of each case's servers."""
@@ -159,6 +166,16 @@ def stores(stack: ExitStack, directory: str, nodes: int, clients: int, zookeeper
         fill_topic(cluster.url, clients)
         offsets_loaded(cluster.url)
     pids["cluster"] = [p.process.pid for p in (cluster.coordinator, *cluster.nodes.values()) if p.process is not None]
+    sharded = f"offsets topic, cluster of {nodes} nodes, {instances} coordinator instances sharing the groups"
+    if zk is not None:
+        with timed(f"starting a cluster of {instances} coordinator instances over ZooKeeper and {nodes} data nodes"):
+            shared_out = stack.enter_context(LocalCluster(
+                os.path.join(directory, "sharded"), nodes, 6000, 500,
+                ("--offsets-topic-replication-factor", str(min(nodes, 3))), instances, zk.url("/sharded")))
+            fill_topic(shared_out.url, clients)
+            offsets_loaded(shared_out.url)
+        pids[sharded] = [p.process.pid for p in (*shared_out.coordinators, *shared_out.nodes.values())
+                         if p.process is not None]
     cases: dict[str, Store | None] = {
         TABLE: ("table", os.path.join(directory, "table", "metadata.db")),
         ZNODES: ("znodes", zk.url("/znodes")) if zk is not None else None,
@@ -169,10 +186,11 @@ def stores(stack: ExitStack, directory: str, nodes: int, clients: int, zookeeper
         "offsets topic, service over ZooKeeper": ("url", services["zk"]) if zk is not None else None,
         f"offsets topic, cluster of {nodes} nodes": ("url", cluster.url),
         f"offsets topic, cluster of {nodes} nodes, groups sharing a partition": ("shared", cluster.url),
+        sharded: ("url", shared_out.url) if zk is not None else None,
     }
     servers = {"offsets topic, service over SQLite": "sqlite", "offsets topic, service over ZooKeeper": "zk",
                f"offsets topic, cluster of {nodes} nodes": "cluster",
-               f"offsets topic, cluster of {nodes} nodes, groups sharing a partition": "cluster"}
+               f"offsets topic, cluster of {nodes} nodes, groups sharing a partition": "cluster", sharded: sharded}
     return ({label: store for label, store in cases.items() if store is not None},
             {label: pids[name] for label, name in servers.items() if name in pids})
 
@@ -186,11 +204,13 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], None]
     """Every case with 1 and with --clients clients; the ratios to the ZooKeeper znodes (`vs_znodes`), or without
     ZooKeeper to the SQLite table (`vs_table`)."""
     baseline = TABLE if args.without_zookeeper else ZNODES
-    results: dict[str, Any] = {"seconds_per_measurement": args.seconds, "nodes": args.nodes, "cases": {},
+    results: dict[str, Any] = {"seconds_per_measurement": args.seconds, "nodes": args.nodes,
+                               "instances": args.instances, "cases": {},
                                "baseline": baseline}
     spawn = multiprocessing.get_context("spawn")
     with ExitStack() as stack, ProcessPoolExecutor(args.clients, mp_context=spawn) as pool:
-        cases, pids = stores(stack, directory, args.nodes, args.clients, not args.without_zookeeper)
+        cases, pids = stores(stack, directory, args.nodes, args.clients, not args.without_zookeeper,
+                             args.instances)
         for label, store in cases.items():
             servers = [psutil.Process(pid) for pid in pids.get(label, [])]
             for clients in sorted({1, args.clients}):
@@ -230,12 +250,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seconds", type=float, default=4.0, help="duration of each measurement")
     parser.add_argument("--nodes", type=int, default=3, help="data nodes of the cluster case")
     parser.add_argument("--clients", type=int, default=MANY, help="client processes of the concurrent case")
+    parser.add_argument("--instances", type=int, default=3,
+                        help="coordinator instances of the case where they share the groups out")
     parser.add_argument("--without-zookeeper", action="store_true",
                         help="skip the cases that need ZooKeeper (and Java); ratios to the SQLite table instead")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
-    if args.seconds <= 0 or args.nodes < 1 or args.clients < 1:
-        parser.error("--seconds must be positive, and --nodes and --clients at least 1")
+    if args.seconds <= 0 or args.nodes < 1 or args.clients < 1 or args.instances < 1:
+        parser.error("--seconds must be positive, and --nodes, --clients and --instances at least 1")
     return run_suite("offsets", args, run, report)
 
 

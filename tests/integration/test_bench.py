@@ -15,7 +15,8 @@ SUITES = [
     ("bench.append_bench", ["--records", "200", "--rounds", "1", "--rate", "100", "--seconds", "0.5", "--warmup",
                             "0.1"], "append", "send_get"),
     ("bench.coordinator_bench", ["--rounds", "1", "--members", "4"], "coordinator", "rebalance"),
-    ("bench.offsets_bench", ["--seconds", "0.3", "--nodes", "1", "--clients", "3"], "offsets", "vs_znodes"),
+    ("bench.offsets_bench", ["--seconds", "0.3", "--nodes", "1", "--clients", "3", "--instances", "2"], "offsets",
+     "vs_znodes"),
     ("bench.spark_bench", ["--records", "4000", "--repeats", "1", "--seconds", "2", "--rate", "20"], "spark",
      "vs_peer"),
 ]
