@@ -143,7 +143,7 @@ class OwnershipWatcher(_Follower):
 
     def __init__(self, client: KazooClient, instance_id: str, loader: OffsetsLoader, partitions: int) -> None:
         self.client, self.instance_id, self.loader, self.partitions = client, instance_id, loader, partitions
-        self._owners: dict[int, tuple[Any, int]] = {}
+        self._owners: dict[int, tuple[Owner, int]] = {}  # each partition's owner, and its znode's version
         self._topics: set[str] | None = None  # the topics that exist, as last seen
         self._deleted: list[str] = []  # topics deleted since, whose offsets are still to be forgotten
         super().__init__("following the owners of the offsets partitions")
@@ -173,7 +173,7 @@ class OwnershipWatcher(_Follower):
         raise ServedElsewhereError(f"{OFFSETS_TOPIC}-{partition} (the group's offsets and membership) is served by "
                                    f"coordinator instance {found[0].address}; retry there", found[0].address)
 
-    def _mine(self, owner: Any) -> bool:
+    def _mine(self, owner: Owner) -> bool:
         session = self.client.client_id[0] if self.client.client_id else None
         return bool(owner.instance_id == self.instance_id and owner.session == session)
 
