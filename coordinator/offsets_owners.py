@@ -62,9 +62,8 @@ def assign(current: Mapping[int, Owner], live: Mapping[str, Instance], partition
     moving = []
     for p in range(partitions):
         owner = current.get(p)
-        alive = owner is not None and owner.instance_id in live and live[owner.instance_id] == Instance(
-            owner.address, owner.session)
-        if owner is not None and alive and len(held[owner.instance_id]) < share:
+        if (owner is not None and live.get(owner.instance_id) == Instance(owner.address, owner.session)
+                and len(held[owner.instance_id]) < share):
             held[owner.instance_id].append(p)
         else:
             moving.append(p)

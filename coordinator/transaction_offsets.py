@@ -77,12 +77,13 @@ class TransactionOffsets(TransactionTimeouts, TopicOffsets):
         `partitions` (an instance that committed them died before it could), with `apply`: the offsets topic's,
         before it serves them."""
         count = self._offsets.partitions
-        for record in [r for r in self._transaction_records()
-                       if r.offsets is not None and offsets_partition(r.offsets.group, count) in partitions]:
-            group = record.offsets.group if record.offsets else ""
+        for record in self._transaction_records():
+            offsets = record.offsets
+            if offsets is None or offsets_partition(offsets.group, count) not in partitions:
+                continue
             log.warning("transaction %s:%d committed group %s's offsets that were not applied yet: applying them",
-                        record.transactional_id, record.committed_sequence, group)
-            with self._as_owner_of(group):
+                        record.transactional_id, record.committed_sequence, offsets.group)
+            with self._as_owner_of(offsets.group):
                 self._settle(record, apply)
 
     def _as_owner_of(self, group: str) -> ContextManager[None]:

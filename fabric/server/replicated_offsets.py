@@ -136,7 +136,7 @@ class ReplicatedOffsetsLog:
         except InvalidProducerEpochError:
             raise CoordinatorUnavailableError(
                 f"this coordinator instance (epoch {self._epochs[partition]}) was deposed: a newer one took "
-                f"{OFFSETS_TOPIC}-{partition}; nothing was written, retry on the active instance") from None
+                f"{OFFSETS_TOPIC}-{partition}; nothing was written, retry at the instance serving it") from None
         except UnknownPartitionError:
             raise CoordinatorUnavailableError(f"{OFFSETS_TOPIC}-{partition} is not placed on the nodes yet; "
                                               "retry") from None
