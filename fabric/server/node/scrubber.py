@@ -1,6 +1,7 @@
-"""A data node's scrubber: a thread that walks the log of every replica the node hosts below its high watermark,
-checking every frame's CRC (fabric/storage/scrub.py), reading at most log.scrubber.io.max.bytes.per.second, and
-starts again log.scrubber.backoff.ms after each pass (at once when a replica is unverified).
+"""A data node's scrubber: a thread that walks the log of every replica the node hosts below its high watermark
+(an unverified one's below its log end), checking every frame's CRC (fabric/storage/scrub.py), reading at most
+log.scrubber.io.max.bytes.per.second, and starts again log.scrubber.backoff.ms after each pass (at once when a
+replica is unverified).
 
 - Replicas UNVERIFIED (their logs were on disk when the node started; storage_health) go first: a pass over one
   makes it verified, so a replica damaged while its node was down cannot rejoin an ISR before the damage is
@@ -99,11 +100,13 @@ class Scrubber:
         return self.scrubbed_bytes - before
 
     def scrub(self, replica: PartitionReplica) -> None:
-        """Scrub one replica below its high watermark, repair what it finds, and record the outcome."""
+        """Scrub one replica below its high watermark, repair what it finds, and record the outcome. An unverified
+        replica is scrubbed to its log end: its high watermark when the node started is only the last one
+        checkpointed, and every frame that was on disk then must be checked before it counts as verified."""
         health, tp = self.replicas.health, replica.tp
-        end = replica.hw
-        if health.offline(tp) or end < 0:
+        if health.offline(tp) or replica.hw < 0:
             return
+        end = replica.log.end_offset if health.condition(tp).health is Health.UNVERIFIED else replica.hw
         try:
             found = scrub.scrub(replica.log, end, self._throttle)
         except (OSError, StorageError) as exc:
