@@ -19,7 +19,8 @@ driver: what a job needs there has to reach them through options, confs or the e
   output), and fails once none has for STALL_S, so a loaded machine slows a test down but does not fail it.
 
 Every daemon, driver and executor gets SPARK_LOCAL_IP=127.0.0.1 and PYSPARK_PYTHON (this venv's python): Spark's
-Python workers cannot connect back in sandboxes without them. This is a plain module of tests/ (no package),
+Python workers cannot connect back in sandboxes without them. They run with the JVM options of
+$SPARK_SUBMIT_OPTS (tests/conftest.py sets the tests' own). This is a plain module of tests/ (no package),
 loaded by tests/conftest.py's `plain_module`; it imports only the installed packages.
 """
 from __future__ import annotations
@@ -91,11 +92,12 @@ class SparkCluster:
     # -- the daemons -----------------------------------------------------------------------------------------
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment of the daemons and jobs: this one without its FABRIC_* variables (executors see only
-        what a test gives them), with SPARK_HOME, SPARK_LOCAL_IP=127.0.0.1 and PYSPARK_PYTHON /
-        PYSPARK_DRIVER_PYTHON set to `python`, plus `extra`."""
+        what a test gives them), with SPARK_HOME, SPARK_LOCAL_IP=127.0.0.1, PYSPARK_PYTHON /
+        PYSPARK_DRIVER_PYTHON set to `python` and the daemons' JVM options those of the jobs, plus `extra`."""
         inherited = {k: v for k, v in os.environ.items() if not k.startswith("FABRIC_")}
         return {**inherited, "SPARK_HOME": self.spark_home, "SPARK_LOCAL_IP": "127.0.0.1",
-                "PYSPARK_PYTHON": self.python, "PYSPARK_DRIVER_PYTHON": self.python, **(extra or {})}
+                "PYSPARK_PYTHON": self.python, "PYSPARK_DRIVER_PYTHON": self.python,
+                "SPARK_DAEMON_JAVA_OPTS": os.environ.get("SPARK_SUBMIT_OPTS", ""), **(extra or {})}
 
     def _spawn(self, name: str, command: list[str], env: Mapping[str, str]) -> subprocess.Popen:
         """`command` in a process group of its own (stop() ends the group), output to root/<name>.log."""
@@ -249,6 +251,7 @@ class SparkCluster:
         confs = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
                  "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
                  "spark.pyspark.python": self.python, "spark.pyspark.driver.python": self.python,
+                 "spark.executor.extraJavaOptions": os.environ.get("SPARK_SUBMIT_OPTS", ""),
                  **({"spark.app.name": name} if name else {}), **(conf or {})}
         command = [os.path.join(self.spark_home, "bin", "spark-submit"), "--master", self.master_url,
                    *itertools.chain.from_iterable(("--conf", f"{k}={v}") for k, v in confs.items()),
