@@ -5,6 +5,9 @@ a bare pyarrow peer measured in the same run.
                 p99 in microseconds, and this process's CPU microseconds per record. Peer: the same record built
                 from Python values into a one-row Arrow batch of the stored columns and appended to an open file
                 by a pyarrow IPC stream writer. The two take turns --rounds times, --records each turn.
+  tail reads    a consumer at the log's end in the same process: each one-record send().get() followed by a
+                poll() of it, beside a poll() of the same record again (nothing appended since): what a read
+                of a log that grew since the last read adds.
   end to end    cluster_bench's latency turn on the embedded fabric alone: a producer sends one record after
                 another at --rate/s (linger_ms=0) while a consumer in this process long-polls them; from when
                 each was due to be sent (cluster_bench.schedule) to the poll. Peer: a thread appends one-record
@@ -74,6 +77,42 @@ def send_get(fab: fabric.Fabric, directory: str, records: int, rounds: int) -> d
                   "cpu_us": cpu[key] / total * 1e6} for key, wall in walls.items()}
 
 
+def tail_reads(fab: fabric.Fabric, records: int, rounds: int) -> dict[str, dict[str, float]]:
+    """A consumer at the log's end in the same process: each one-record send().get() followed by a poll() of that
+    record (the segment and its indexes grew since the last read), beside a poll() of the same record again with
+    nothing appended since (the same read, the files as the last read saw them). p50 and p99 (µs) of each, and of
+    the send().get() calls made with the reader behind them."""
+    topic = "tail-reads"
+    fab.create_topic(topic)
+    value = PAD + bytes(STAMP.size)
+    walls: dict[str, list[float]] = {"send_get": [], "poll_grown": [], "poll_again": []}
+    with fab.producer() as producer, fab.consumer(auto_offset_reset="earliest") as consumer:
+        consumer.assign([(topic, 0)])
+
+        def once() -> None:
+            began = time.perf_counter_ns()
+            meta = producer.send(topic, value).get()
+            sent = time.perf_counter_ns()
+            grown = consumer.poll(SETTLE_S)
+            polled = time.perf_counter_ns()
+            consumer.seek((topic, 0), meta.offset)
+            again = time.perf_counter_ns()
+            assert len(grown) == len(consumer.poll(SETTLE_S)) == 1, "a poll at the tail missed its record"
+            walls["send_get"].append((sent - began) / 1000)
+            walls["poll_grown"].append((polled - sent) / 1000)
+            walls["poll_again"].append((time.perf_counter_ns() - again) / 1000)
+        for _ in range(min(records, 200)):  # warm up
+            once()
+        for wall in walls.values():
+            wall.clear()
+        for r in range(rounds):
+            with timed(f"reads at the tail, round {r + 1} of {rounds}: {records:,} records"):
+                for _ in range(records):
+                    once()
+    return {key: {"p50_us": float(np.percentile(wall, 50)), "p99_us": float(np.percentile(wall, 99))}
+            for key, wall in walls.items()}
+
+
 def handoff_turn(directory: str, rate: float, warmup_s: float, seconds: float) -> list[float]:
     """The end-to-end peer: a thread appends a one-record IPC message to a file every 1/`rate` s and notifies;
     this thread wakes, reads the new bytes and decodes the records. Latencies (ms) after the warm-up."""
@@ -136,12 +175,15 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], dict[
     load_before = os.getloadavg()
     with fabric.connect(os.path.join(directory, "fabric")) as fab:
         sends = send_get(fab, directory, args.records, args.rounds)
+        tail = tail_reads(fab, args.records, args.rounds)
         e2e, raw = end_to_end(fab, directory, args.rate, args.warmup, args.seconds, args.rounds)
     return {
         "records": args.records * args.rounds, "value_bytes": VALUE_BYTES, "cpus": os.cpu_count(),
         "load_average_1m": [load_before[0], os.getloadavg()[0]],
         "send_get": {**sends, "p50_vs_ipc": sends["fabric"]["p50_us"] / sends["ipc"]["p50_us"],
                      "cpu_vs_ipc": sends["fabric"]["cpu_us"] / sends["ipc"]["cpu_us"], "goal_p50_us": SEND_P50_GOAL_US},
+        "tail_reads": {**tail, "grown_vs_again": tail["poll_grown"]["p50_us"] / tail["poll_again"]["p50_us"],
+                       "send_get_vs_alone": tail["send_get"]["p50_us"] / sends["fabric"]["p50_us"]},
         "end_to_end": {"rate_per_s": args.rate, "warmup_s": args.warmup, "seconds": args.seconds,
                        "rounds": args.rounds, **e2e, "p99_vs_handoff": e2e["file"]["p99_ms"] / e2e["handoff"]["p99_ms"],
                        "goal_p99_ms": E2E_P99_GOAL_MS},
@@ -156,6 +198,14 @@ def report(results: dict[str, Any], raw: dict[str, list[float]]) -> None:
                 ("path", "p50 µs", "p99 µs", "CPU µs/record")))
     print(f"\nsend().get() over the IPC append, same run: p50 {sends['p50_vs_ipc']:.1f}x, CPU "
           f"{sends['cpu_vs_ipc']:.1f}x (goal: p50 <= {SEND_P50_GOAL_US:g} µs)\n")
+    tail = results["tail_reads"]
+    print(table([(label, f"{tail[key]['p50_us']:.0f}", f"{tail[key]['p99_us']:.0f}")
+                 for key, label in (("send_get", "send().get(), a reader at the tail behind it"),
+                                    ("poll_grown", "poll() of that record (the files grew since the last read)"),
+                                    ("poll_again", "poll() of it again (nothing appended since)"))],
+                ("a consumer at the tail, same process", "p50 µs", "p99 µs")))
+    print(f"\npoll() after an append over the same poll() again: p50 {tail['grown_vs_again']:.1f}x; send().get() with "
+          f"the reader behind it over alone: p50 {tail['send_get_vs_alone']:.1f}x\n")
     print(table([(label, f"{e2e[key]['p50_ms']:.2f}", f"{e2e[key]['p99_ms']:.2f}", f"{e2e[key]['max_ms']:.2f}")
                  for key, label in (("file", "file:// producer to consumer"),
                                     ("handoff", "IPC append and wake-up through a file (peer)"))],
