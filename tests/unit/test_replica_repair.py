@@ -180,16 +180,23 @@ def test_damage_a_pass_could_not_repair_is_repaired_between_passes(tmp_path, sto
     assert restarted.health.damage(TP) == [] and restarted.health.unhealthy() == []
 
 
-def test_a_restarted_follower_is_scrubbed_to_its_log_end_not_to_its_last_checkpointed_high_watermark(
+def test_a_restarted_follower_is_verified_only_once_its_high_watermark_passed_what_was_on_disk(
         tmp_path, storage, nodes, replicas) -> None:
     """A node checkpoints high watermarks only now and then: one restarted before the checkpoint caught up starts
-    with a high watermark below frames that were on disk all along. Its verification scrub checks them too, so a
-    replica damaged there cannot count as verified and rejoin an ISR with the damage unfound."""
+    with a high watermark below frames that were on disk all along. A walk below it cannot verify the replica (the
+    damage above is not reached); the replica stays unverified until a walk below a high watermark past them
+    (once it fetched from its leader) finds the damage and repairs it."""
     header = flip(storage, nodes[2], 7)  # no maintain(): no high watermark checkpointed, the restart starts at 0
     restarted = start(tmp_path, 2, nodes, verify=True)
     replica = restarted.hosted()[0]
     assert replica.hw < header.base_offset < replica.log.end_offset
-    Scrubber(restarted, FAST).run_once()
+    scrubber = Scrubber(restarted, FAST)
+    scrubber.run_once()
+    assert restarted.describe()[0]["health"] == "Unverified" and restarted.health.damage_found == 0
+    assert scrubber._due_unverified() == []  # (nothing new to walk until its high watermark moves)
+    assert replicate(nodes) == 20
+    assert scrubber._due_unverified() == [replica]
+    scrubber.run_once()
     assert restarted.health.damage_found == 1 and restarted.repairer.repaired == 1
     assert restarted.describe()[0]["health"] == "Healthy"
     assert replicas.files(replica.log.directory) == replicas.files(nodes[1].hosted()[0].log.directory)

@@ -1,11 +1,14 @@
-"""A data node's scrubber: a thread that walks the log of every replica the node hosts below its high watermark
-(an unverified one's below its log end), checking every frame's CRC (fabric/storage/scrub.py), reading at most
-log.scrubber.io.max.bytes.per.second, and starts again log.scrubber.backoff.ms after each pass (at once when a
-replica is unverified).
+"""A data node's scrubber: a thread that walks the log of every replica the node hosts below its high watermark,
+checking every frame's CRC (fabric/storage/scrub.py), reading at most log.scrubber.io.max.bytes.per.second, and
+starts again log.scrubber.backoff.ms after each pass (at once when a replica is unverified).
 
 - Replicas UNVERIFIED (their logs were on disk when the node started; storage_health) go first: a pass over one
-  makes it verified, so a replica damaged while its node was down cannot rejoin an ISR before the damage is
-  found. Then the others, in partition order.
+  makes it verified once it reached what was on disk, so a replica damaged while its node was down cannot rejoin
+  an ISR before the damage is found. Then the others, in partition order. A restarted replica's high watermark is
+  the last one checkpointed, often below frames that were on disk all along; they are not walked before the high
+  watermark passes them (a follower's frames above it may be truncated while they are walked, and a map read past
+  a file's end kills the process), so the replica stays unverified, and is walked again (alone) whenever its high
+  watermark moved, until it passed the log end first seen.
 - Each finding is logged at WARNING (the partition, the offsets, the segment and the byte), counted
   (fabric_log_damaged_ranges_total), and repaired from another replica's copy at once (repair.py); a range that
   cannot be repaired yet leaves the replica DAMAGED (reported to the controller) and is tried again between passes,
@@ -18,8 +21,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Callable
 
 from fabric.common.errors import StorageError
+from fabric.common.types import TopicPartition
 from fabric.server.node.partition import PartitionReplica
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.storage_health import Health
@@ -46,6 +51,8 @@ class Scrubber:
         self.scrubbed_bytes = 0
         self._stopped = threading.Event()
         self._window = (time.monotonic(), 0)  # (since, bytes walked since): the rate limit's reference
+        self._on_disk: dict[TopicPartition, int] = {}  # an unverified replica's log end when first walked
+        self._walked: dict[TopicPartition, int] = {}  # and the high watermark it was last walked below
         self._thread = threading.Thread(target=self._run, name="node-scrubber", daemon=True)
 
     def start(self) -> Scrubber:
@@ -61,17 +68,25 @@ class Scrubber:
 
     def _run(self) -> None:
         while not self._stopped.is_set():
-            try:
-                self.run_once()
-            except Stopped:
+            if not self._guarded(self.run_once):
                 return
-            except Exception:  # noqa: BLE001 (a bug must not stop scrubbing for good)
-                log.exception("a scrubber pass failed; the next one starts in %.0f s", self.backoff_s)
             due = time.monotonic() + self.backoff_s
-            while not self._stopped.wait(min(POLL_S, max(due - time.monotonic(), 0))) and not self._unverified():
+            while not self._stopped.wait(min(POLL_S, max(due - time.monotonic(), 0))):
                 if time.monotonic() >= due:
                     break
+                if not self._guarded(self._walk_due_unverified):
+                    return
                 self._repair_known()
+
+    def _guarded(self, walk: Callable[[], object]) -> bool:
+        """Run `walk`; False once stop() was called during it (a failure is logged: scrubbing goes on)."""
+        try:
+            walk()
+        except Stopped:
+            return False
+        except Exception:  # noqa: BLE001 (a bug must not stop scrubbing for good)
+            log.exception("a scrubber walk failed; scrubbing goes on, the next pass in at most %.0f s", self.backoff_s)
+        return True
 
     def _repair_known(self) -> None:
         """Try again to repair the damage a pass found and could not repair (the repairer spaces the tries of a
@@ -85,9 +100,15 @@ class Scrubber:
                     if self.replicas.hosts(replica):
                         health.failed(replica.tp, exc, f"repair partition {replica.name}")
 
-    def _unverified(self) -> bool:
+    def _walk_due_unverified(self) -> None:
+        for replica in self._due_unverified():
+            self.scrub(replica)
+
+    def _due_unverified(self) -> list[PartitionReplica]:
+        """The unverified replicas not walked yet, or whose high watermark moved since they were last walked."""
         health = self.replicas.health
-        return any(health.condition(r.tp).health is Health.UNVERIFIED for r in self.replicas.hosted())
+        return [r for r in self.replicas.hosted() if health.condition(r.tp).health is Health.UNVERIFIED
+                and r.hw != self._walked.get(r.tp)]
 
     def run_once(self) -> int:
         """One pass over every hosted replica, unverified ones first; the bytes walked."""
@@ -100,14 +121,17 @@ class Scrubber:
         return self.scrubbed_bytes - before
 
     def scrub(self, replica: PartitionReplica) -> None:
-        """Scrub one replica below its high watermark, repair what it finds, and record the outcome. An unverified
-        replica is scrubbed to its log end: its high watermark when the node started is only the last one
-        checkpointed, and every frame that was on disk then must be checked before it counts as verified."""
+        """Scrub one replica below its high watermark, repair what it finds, and record the outcome (an unverified
+        one is verified once the walk reached the log end it had when first walked, or its log end now if lower)."""
         health, tp = self.replicas.health, replica.tp
-        if health.offline(tp) or replica.hw < 0:
+        end = replica.hw
+        if health.offline(tp) or end < 0:
             return
-        end = replica.log.end_offset if health.condition(tp).health is Health.UNVERIFIED else replica.hw
         try:
+            log_end = replica.log.end_offset
+            if health.condition(tp).health is Health.UNVERIFIED:
+                self._on_disk.setdefault(tp, log_end)
+                self._walked[tp] = end
             found = scrub.scrub(replica.log, end, self._throttle)
         except (OSError, StorageError) as exc:
             if self.replicas.hosts(replica):  # (one that left the node meanwhile may have lost its directory)
@@ -123,7 +147,10 @@ class Scrubber:
                 log.warning("node %d: scrubbing partition %s found damage: %s", self.replicas.node_id,
                             replica.name, damage.describe())
             health.damaged(tp, damage)
-        health.verified(tp)
+        if end >= min(self._on_disk.get(tp, end), log_end):
+            health.verified(tp)
+            self._on_disk.pop(tp, None)
+            self._walked.pop(tp, None)
         for damage in found:
             self.replicas.repairer.repair(replica, damage)
 
