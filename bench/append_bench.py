@@ -33,6 +33,7 @@ from fabric.common.records import HEADERS, TIMESTAMP, storage_schema
 
 SEND_P50_GOAL_US, E2E_P99_GOAL_MS = 100.0, 5.0
 SCHEMA = storage_schema(None)
+VALUE = PAD + bytes(STAMP.size)  # the record both one-record measurements send
 
 
 def one_record(value: bytes) -> pa.RecordBatch:
@@ -56,14 +57,13 @@ def send_get(fab: fabric.Fabric, directory: str, records: int, rounds: int) -> d
     per record of each."""
     topic = "append-latency"
     fab.create_topic(topic)
-    value = PAD + bytes(STAMP.size)
     walls: dict[str, list[float]] = {"fabric": [], "ipc": []}
     cpu = dict.fromkeys(walls, 0.0)
     with fab.producer() as producer, pa.OSFile(os.path.join(directory, "peer.arrows"), "wb") as sink, \
             pa.ipc.new_stream(sink, SCHEMA) as writer:
         runs: dict[str, Callable[[], object]] = {
-            "fabric": lambda: producer.send(topic, value).get(),
-            "ipc": lambda: writer.write_batch(one_record(value))}
+            "fabric": lambda: producer.send(topic, VALUE).get(),
+            "ipc": lambda: writer.write_batch(one_record(VALUE))}
         for run in runs.values():  # warm up: the first appends load code and open files
             timings(min(records, 200), run)
         for r in range(rounds):
@@ -84,14 +84,13 @@ def tail_reads(fab: fabric.Fabric, records: int, rounds: int) -> dict[str, dict[
     the send().get() calls made with the reader behind them."""
     topic = "tail-reads"
     fab.create_topic(topic)
-    value = PAD + bytes(STAMP.size)
     walls: dict[str, list[float]] = {"send_get": [], "poll_grown": [], "poll_again": []}
     with fab.producer() as producer, fab.consumer(auto_offset_reset="earliest") as consumer:
         consumer.assign([(topic, 0)])
 
         def once() -> None:
             began = time.perf_counter_ns()
-            meta = producer.send(topic, value).get()
+            meta = producer.send(topic, VALUE).get()
             sent = time.perf_counter_ns()
             grown = consumer.poll(SETTLE_S)
             polled = time.perf_counter_ns()

@@ -322,7 +322,7 @@ def to_records(batch: pa.RecordBatch) -> list[Record]:
     # (µs to ms, truncated toward zero as Arrow's integer divide does; in Python, not a compute kernel call that
     # costs more than the whole conversion of a small batch)
     ts: list[Any] = [t if t is None else (t // 1000 if t >= 0 else -(-t // 1000))
-          for t in cols["timestamp"].view(pa.int64()).to_pylist()]
+                     for t in cols["timestamp"].view(pa.int64()).to_pylist()]
     keys = cols["key"].to_pylist()
     values = cols["value"].to_pylist() if "value" in cols else \
         pa.StructArray.from_arrays([cols[n] for n in value_fields], names=value_fields).to_pylist()

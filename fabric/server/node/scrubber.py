@@ -127,9 +127,11 @@ class Scrubber:
         end = replica.hw
         if health.offline(tp) or end < 0:
             return
+        unverified = health.condition(tp).health is Health.UNVERIFIED
+        log_end = end  # (read only for an unverified replica: a verified one needs no watermark read per pass)
         try:
-            log_end = replica.log.end_offset
-            if health.condition(tp).health is Health.UNVERIFIED:
+            if unverified:
+                log_end = replica.log.end_offset
                 self._on_disk.setdefault(tp, log_end)
                 self._walked[tp] = end
             found = scrub.scrub(replica.log, end, self._throttle)
@@ -147,7 +149,7 @@ class Scrubber:
                 log.warning("node %d: scrubbing partition %s found damage: %s", self.replicas.node_id,
                             replica.name, damage.describe())
             health.damaged(tp, damage)
-        if end >= min(self._on_disk.get(tp, end), log_end):
+        if not unverified or end >= min(self._on_disk[tp], log_end):
             health.verified(tp)
             self._on_disk.pop(tp, None)
             self._walked.pop(tp, None)
