@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from fabric.client.fetch_buffer import FetchedRun
 from fabric.client.topic_partition import TopicPartition as NamedPartition
 from fabric.common.types import TopicPartition
 
@@ -26,10 +27,10 @@ class ConsumerCounts:
         self.records = self.bytes = self.fetches = self.commits = self.retries = self.errors = 0
         self.highwater: dict[TopicPartition, int] = {}
 
-    def handed_out(self, batches: Iterable[pa.RecordBatch]) -> None:
-        for batch in batches:
-            self.records += batch.num_rows
-            self.bytes += batch.nbytes
+    def handed_out(self, runs: Iterable[FetchedRun]) -> None:
+        for run in runs:
+            self.records += run.batch.num_rows
+            self.bytes += run.nbytes
 
     def saw_end(self, tp: TopicPartition, end_offset: int) -> None:
         """The partition's log ends at `end_offset` or later (a lookup said so, or a fetch read up to there)."""

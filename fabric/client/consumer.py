@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -23,6 +22,7 @@ import pyarrow as pa
 from fabric.client import partition_args
 from fabric.client.client_metrics import ConsumerCounts, Metrics
 from fabric.client.cluster import Cluster
+from fabric.client.fetch_buffer import FetchBuffer, FetchedRun
 from fabric.client.lookups import Lookups
 from fabric.client.membership import Callback, GroupMember, GroupMetadata
 from fabric.client.serializers import Deserializer, Deserializers
@@ -41,7 +41,7 @@ from fabric.common.errors import (
     UnknownPartitionError,
 )
 from fabric.common.names import INTERNAL_PREFIX, validate_group, validate_topic
-from fabric.common.records import Record, output_schema, to_output, to_records
+from fabric.common.records import Record, output_schema
 from fabric.common.types import TopicPartition
 
 METADATA_REFRESH_S = 1.0
@@ -78,7 +78,7 @@ class Consumer(Lookups):
         self._committer: ThreadPoolExecutor | None = None  # commit_async's one thread, started on first use
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
-        self._pending: deque[pa.RecordBatch] = deque()  # fetched, not yet handed out
+        self._buffer = FetchBuffer()  # fetched, not yet handed out
         self._schemas: dict[str, tuple[float, pa.Schema | None]] = {}  # topic -> (when read, value schema)
         self._next = 0
         self._metadata_at = 0.0
@@ -220,7 +220,7 @@ class Consumer(Lookups):
         self._assignment = [NamedPartition(*tp) for tp in sorted(set(partitions))]
         self._paused &= set(self._assignment)  # a partition assigned again starts unpaused, as in Kafka
         self._positions = {tp: o for tp, o in self._positions.items() if tp in self._assignment}
-        self._drop_pending(lambda tp: tp not in self._positions)
+        self._buffer.drop(lambda tp: tp not in self._positions)
 
     # -- flow control ------------------------------------------------------------------------------
     def pause(self, *partitions: Any) -> None:
@@ -233,7 +233,7 @@ class Consumer(Lookups):
         for tp in wanted:
             if tp in consumed:
                 self._positions[tp] = consumed[tp]  # records fetched but not handed out are fetched again later
-        self._drop_pending(lambda tp: tp in wanted)
+        self._buffer.drop(lambda tp: tp in wanted)
         self._paused.update(wanted)
 
     def resume(self, *partitions: Any) -> None:
@@ -321,7 +321,7 @@ class Consumer(Lookups):
         tp, offset = partition_args.seek_target(partition, offset, more)
         self._fetch_position(tp)
         self._positions[tp] = offset
-        self._drop_pending(lambda pending: pending == tp)
+        self._buffer.drop(lambda pending: pending == tp)
 
     def seek_to_beginning(self, *partitions: Any) -> None:
         """Read these partitions (default: every assigned one) from their first record next."""
@@ -334,11 +334,11 @@ class Consumer(Lookups):
             self.seek(tp, self._partition_state(tp).end_offset)
 
     # -- fetching ----------------------------------------------------------------------------------
-    def _fetch(self, max_bytes: int, columns: list[str] | None, wait_ms: int = 0) -> list[pa.RecordBatch]:
+    def _fetch(self, max_bytes: int, wait_ms: int = 0) -> list[FetchedRun]:
         """One pass over the assigned partitions, round robin, from the current positions; the first partition
         of the pass may be held up to `wait_ms` by the server for records to arrive (long polling)."""
         self._refresh_assignment()
-        out: list[pa.RecordBatch] = []
+        out: list[FetchedRun] = []
         n = len(self._assignment)
         for i in range(n):
             if max_bytes <= 0:
@@ -358,11 +358,10 @@ class Consumer(Lookups):
             if not fetched:
                 self._counts.saw_end(tp, position)  # nothing more to read: the position is the end
                 continue
-            schema = output_schema(self._value_schema(tp[0]), columns)
             for f in fetched:
                 if f.batch.num_rows:  # an empty batch only moves the position past a gap
-                    out.append(to_output(f.batch, f.offset, tp[0], tp[1], f.timestamp_type, schema))
-                    max_bytes -= f.batch.nbytes
+                    out.append(FetchedRun.of(tp, f.offset, f.batch, f.timestamp_type))
+                    max_bytes -= out[-1].nbytes
             self._positions[tp] = fetched[-1].offset + fetched[-1].batch.num_rows
             self._counts.saw_end(tp, self._positions[tp])
         self._next = (self._next + 1) % max(n, 1)
@@ -376,7 +375,7 @@ class Consumer(Lookups):
             cached = self._schemas[topic] = (time.monotonic(), self.cluster.coordinator.topic(topic).value_schema)
         return cached[1]
 
-    def _wait(self, timeout: float, attempt: Callable[[int], list[pa.RecordBatch]]) -> list[pa.RecordBatch]:
+    def _wait(self, timeout: float, attempt: Callable[[int], list[FetchedRun]]) -> list[FetchedRun]:
         """Call `attempt(wait_ms)` until it returns records or `timeout` seconds pass: after an empty pass, the
         next one long-polls (`wait_ms`: up to fetch_max_wait_ms with one partition assigned, IDLE_WAIT_S with
         several, so none waits long behind another). A retriable error (the coordinator failing over, the group
@@ -404,34 +403,16 @@ class Consumer(Lookups):
             longest = self.config["fetch_max_wait_ms"] if len(self._assignment) == 1 else int(IDLE_WAIT_S * 1000)
             wait_ms = min(left_ms, longest)
 
-    def _drop_pending(self, unwanted) -> None:
-        """Forget fetched batches of partitions no longer read (in place: callers may hold the deque)."""
-        kept = [b for b in self._pending if not unwanted(_partition_of(b))]
-        self._pending.clear()
-        self._pending.extend(kept)
-
-    def _take(self, limit: int) -> list[pa.RecordBatch]:
-        """Hand out up to `limit` fetched rows, oldest first."""
-        out = []
-        while self._pending and limit > 0:
-            batch = self._pending.popleft()
-            if batch.num_rows > limit:
-                self._pending.appendleft(batch.slice(limit))
-                batch = batch.slice(0, limit)
-            out.append(batch)
-            limit -= batch.num_rows
-        return out
-
     def poll(self, timeout: float = 0.0) -> list[Record]:
         """Up to max_poll_records records, waiting up to `timeout` seconds for the first."""
         self._check_open()
         timeout = checks.timeout(timeout, "poll() timeout")
 
-        def attempt(wait_ms: int) -> list[pa.RecordBatch]:
-            if not self._pending:
-                self._pending.extend(self._fetch(self.config["fetch_max_bytes"], None, wait_ms))
-            return self._take(self.config["max_poll_records"])
-        return self._deserializers.apply([r for batch in self._wait(timeout, attempt) for r in to_records(batch)])
+        def attempt(wait_ms: int) -> list[FetchedRun]:
+            if not self._buffer:
+                self._buffer.extend(self._fetch(self.config["fetch_max_bytes"], wait_ms))
+            return self._buffer.take(self.config["max_poll_records"])
+        return self._deserializers.apply([r for run in self._wait(timeout, attempt) for r in run.records()])
 
     def poll_batch(self, timeout: float = 0.0, columns: list[str] | None = None) -> pa.Table:
         """The next committed records as one Arrow table (up to fetch_max_bytes), no per-record work.
@@ -441,25 +422,20 @@ class Consumer(Lookups):
         timeout = checks.timeout(timeout, "poll_batch() timeout")
         if isinstance(columns, str):
             raise InvalidArgumentError(f"columns takes a list of column names; use columns=[{columns!r}]")
-
-        def attempt(wait_ms: int) -> list[pa.RecordBatch]:
-            if self._pending:
-                pending = [b.select(columns) if columns else b for b in self._pending]
-                self._pending.clear()
-                return pending
-            return self._fetch(self.config["fetch_max_bytes"], columns, wait_ms)
-        batches = self._wait(timeout, attempt)
-        if batches:
-            return pa.Table.from_batches(batches)
         value_schema = self._value_schema(self._assignment[0][0]) if self._assignment else None
-        return output_schema(value_schema, columns).empty_table()
+        first = output_schema(value_schema, columns)  # unknown columns are refused before any record is taken
+        runs = self._wait(timeout, lambda wait_ms: self._buffer.take_all()
+                          or self._fetch(self.config["fetch_max_bytes"], wait_ms))
+        if not runs:
+            return first.empty_table()
+        return pa.Table.from_batches([run.output(output_schema(self._value_schema(run.tp[0]), columns))
+                                      for run in runs])
 
     # -- commits -----------------------------------------------------------------------------------
     def _consumed_positions(self) -> dict[TopicPartition, int]:
         """Positions of what the application has been given (excluding records still buffered)."""
         positions = dict(self._positions)
-        for batch in reversed(self._pending):
-            positions[_partition_of(batch)] = batch.column("offset")[0].as_py()
+        positions.update(self._buffer.first_offsets())
         return positions
 
     def commit(self, offsets: Any = None, *, asynchronous: bool = False, message: Record | None = None) -> None:
@@ -587,7 +563,3 @@ class Consumer(Lookups):
         return self._counts.report({tp: positions[tp] for tp in self._assignment if tp in positions},
                                    len(self._assignment))
 
-
-def _partition_of(batch: pa.RecordBatch) -> TopicPartition:
-    """The (topic, partition) a fetched batch came from (fetches never mix partitions)."""
-    return batch.column("topic")[0].as_py(), batch.column("partition")[0].as_py()

@@ -337,7 +337,8 @@ class Producer:
             "key": pa.array(buf.keys, pa.binary()),
             "headers": pa.array(buf.headers, HEADERS) if any(buf.headers) else pa.nulls(len(buf.keys), HEADERS)}
         columns.update({f.name: values.field(f.name) for f in info.value_schema})
-        rows = to_storage(pa.table(columns), info.value_schema, SYSTEM_CLOCK.now_us())
+        rows = to_storage(pa.table(columns), info.value_schema, SYSTEM_CLOCK.now_us(),
+                          values.is_null() if values.null_count else None)
         explicit = pa.chunked_array([pa.array(buf.partitions, pa.int32())])
         return rows, self._partition(buf.drain.topic, rows.column("key"), explicit, info.partitions)
 

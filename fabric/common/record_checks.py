@@ -122,8 +122,8 @@ class TypedValueRule:
         self._accepts = {f.name: _accepts(f.type) for f in schema}
 
     def check(self, value: Any) -> dict[str, Any] | None:
-        """`value` as the dict to store (None stays None: every field null); SchemaMismatchError naming the
-        field if it cannot be stored in the topic."""
+        """`value` as the dict to store (None stays None: a tombstone, the whole value null); SchemaMismatchError
+        naming the field if it cannot be stored in the topic."""
         if value is None:
             if self.required:
                 raise SchemaMismatchError(

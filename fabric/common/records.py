@@ -163,9 +163,10 @@ def plain_rows(values: Sequence[bytes | None], keys: Sequence[bytes | None], hea
                                        pa.array(values, pa.binary())], schema=PLAIN_SCHEMA)
 
 
-def to_storage(table: pa.Table | pa.RecordBatch, value_schema: pa.Schema | None,
-               now_us: int) -> pa.Table:
-    """Convert user columns (value or typed value fields, key, headers, timestamp) to stored columns."""
+def to_storage(table: pa.Table | pa.RecordBatch, value_schema: pa.Schema | None, now_us: int,
+               null_values: pa.BooleanArray | None = None) -> pa.Table:
+    """Convert user columns (value or typed value fields, key, headers, timestamp) to stored columns.
+    `null_values` marks the records of a typed topic whose whole value is null (tombstones sent one by one)."""
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     n = table.num_rows
@@ -177,7 +178,7 @@ def to_storage(table: pa.Table | pa.RecordBatch, value_schema: pa.Schema | None,
         value = _as_binary(table.column("value"), "value")
         allowed = {"key", "value", "headers", "timestamp"} | extra
     else:
-        value = typed_values(table, value_schema)
+        value = typed_values(table, value_schema, null_values)
         allowed = {"key", "headers", "timestamp"} | extra | set(value_schema.names)
     unknown = [c for c in table.column_names if c not in allowed]
     if unknown:
@@ -221,8 +222,10 @@ def _lossless(source: pa.DataType, target: pa.DataType) -> bool:
             and (source.tz is None) == (target.tz is None))
 
 
-def typed_values(table: pa.Table, value_schema: pa.Schema) -> pa.ChunkedArray:
-    """The value struct column from a table's value-field columns, checked against the schema."""
+def typed_values(table: pa.Table, value_schema: pa.Schema, null_values: pa.BooleanArray | None = None
+                 ) -> pa.ChunkedArray:
+    """The value struct column from a table's value-field columns, checked against the schema; null where
+    `null_values` is true (a non-nullable field may be null there: the whole value is)."""
     arrays = []
     for field in value_schema:
         if field.name not in table.column_names:
@@ -234,10 +237,11 @@ def typed_values(table: pa.Table, value_schema: pa.Schema) -> pa.ChunkedArray:
         if column.type != field.type:
             raise SchemaMismatchError(
                 f"typed topic value field {field.name!r} must be {field.type}, got {column.type}")
-        if not field.nullable and column.null_count:
+        nulls = column.is_null() if null_values is None else pc.and_not(column.is_null(), null_values)
+        if not field.nullable and pc.any(nulls).as_py():
             raise SchemaMismatchError(f"typed topic value field {field.name!r} is not nullable but has nulls")
         arrays.append(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
-    return pa.chunked_array([pa.StructArray.from_arrays(arrays, fields=list(value_schema))])
+    return pa.chunked_array([pa.StructArray.from_arrays(arrays, fields=list(value_schema), mask=null_values)])
 
 
 def typed_rows(values: Sequence[Mapping[str, Any] | None], value_schema: pa.Schema) -> pa.StructArray:
@@ -314,20 +318,16 @@ class Record:
     timestamp_type: int
 
 
-def to_records(batch: pa.RecordBatch) -> list[Record]:
-    """Reader columns → Record objects (timestamps in ms since the epoch, as Kafka's; typed values as dicts)."""
-    names = batch.schema.names
-    value_fields = [n for n in names if n not in RESERVED]
-    cols = dict(zip(names, batch.columns, strict=True))
+def stored_records(batch: pa.RecordBatch, topic: str, partition: int, offset: int, timestamp_type: int
+                   ) -> list[Record]:
+    """Stored rows of a partition, from `offset` on → Record objects (timestamps in ms since the epoch, as
+    Kafka's; a typed value as a dict, a null one as None)."""
+    cols = dict(zip(batch.schema.names, batch.columns, strict=True))
     # (µs to ms, truncated toward zero as Arrow's integer divide does; in Python, not a compute kernel call that
     # costs more than the whole conversion of a small batch)
     ts: list[Any] = [t if t is None else (t // 1000 if t >= 0 else -(-t // 1000))
                      for t in cols["timestamp"].view(pa.int64()).to_pylist()]
-    keys = cols["key"].to_pylist()
-    values = cols["value"].to_pylist() if "value" in cols else \
-        pa.StructArray.from_arrays([cols[n] for n in value_fields], names=value_fields).to_pylist()
+    keys, values = cols["key"].to_pylist(), cols["value"].to_pylist()
     headers = [[(h["key"], h["value"]) for h in hs] if hs else [] for hs in cols["headers"].to_pylist()]
-    topic, partitions = cols["topic"].to_pylist(), cols["partition"].to_pylist()
-    offsets, types = cols["offset"].to_pylist(), cols["timestampType"].to_pylist()
-    return [Record(topic[i], partitions[i], offsets[i], keys[i], values[i], headers[i], ts[i], types[i])
+    return [Record(topic, partition, offset + i, keys[i], values[i], headers[i], ts[i], timestamp_type)
             for i in range(batch.num_rows)]

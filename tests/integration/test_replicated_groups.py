@@ -73,9 +73,7 @@ def group_records(fab: fabric.Fabric, group: str = GROUP) -> list[dict[str, Any]
             records.extend(consumer.poll(0.2))
             return bool(records) and records[-1].offset >= end - 1
         wait_for(read_to_end, SETTLE_S, f"{tp} read to its high watermark {end}")
-    # (a consumer shows a tombstone's null value as a struct of nulls)
-    return [None if r.value is None or r.value["metadata"] is None else r.value
-            for r in records if r.key == group_key(group)]
+    return [r.value for r in records if r.key == group_key(group)]
 
 
 class Heartbeats(threading.Thread):

@@ -110,6 +110,23 @@ def test_typed_topic_stores_columns_and_validates(fab):
     assert fab.describe_topic("payments").value_schema == schema
 
 
+def test_a_none_value_on_a_typed_topic_is_stored_as_a_tombstone_not_as_zeroed_fields(fab):
+    """A typed record sent with value None keeps its value null (compaction deletes its key): it once lost the
+    struct's null on the way to storage and came back as {'user': '', 'amount': 0}."""
+    fab.create_topic("profiles", schema=pa.schema([("user", pa.string()), ("amount", pa.int64())]))
+    with fab.producer() as producer:
+        for value in ({"user": "ann", "amount": 5}, None, {"user": None, "amount": None}):
+            producer.send("profiles", value, key=b"ann")
+    consumer = fab.consumer(auto_offset_reset="earliest")
+    consumer.assign([("profiles", 0)])
+    assert [r.value for r in consumer.poll(5)] == [{"user": "ann", "amount": 5}, None,
+                                                   {"user": None, "amount": None}]
+    consumer.seek("profiles", 0, 0)
+    assert consumer.poll_batch(5, columns=["user", "amount"]).to_pylist() == [
+        {"user": "ann", "amount": 5}, {"user": None, "amount": None}, {"user": None, "amount": None}]
+    consumer.close()
+
+
 def test_typed_topic_schema_cannot_clash_with_record_columns(fab):
     with pytest.raises(SchemaMismatchError, match="offset"):
         fab.create_topic("bad", schema=pa.schema([("offset", pa.int64())]))

@@ -50,6 +50,25 @@ def test_seek_position_and_offsets_for_times(fab, drain):
     assert consumer.end_offsets([("t", 0)]) == {("t", 0): 10}
 
 
+def test_a_fetch_handed_out_over_several_polls_counts_its_bytes_once(fab):
+    fab.create_topic("t")
+    with fab.producer() as producer:
+        producer.send_batch("t", pa.table({"value": [b"x" * 100] * 10}))
+
+    def consumed(**config) -> dict:
+        consumer = fab.consumer(auto_offset_reset="earliest", **config)
+        consumer.assign([("t", 0)])
+        got: list = []
+        wait_for(lambda: got.extend(consumer.poll(0.5)) or len(got) == 10, 30, "the 10 records")
+        metrics = consumer.metrics()["consumer-fetch-manager-metrics"]
+        consumer.close()
+        return metrics
+    whole, split = consumed(), consumed(max_poll_records=3)
+    assert whole["records-consumed-total"] == split["records-consumed-total"] == 10
+    assert whole["bytes-consumed-total"] >= 1000
+    assert split["bytes-consumed-total"] == whole["bytes-consumed-total"]
+
+
 def test_latest_reset_skips_old_records(fab, drain):
     fab.create_topic("t")
     with fab.producer() as producer:
