@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fabric.common.errors import OffsetOutOfRangeError
-from fabric.storage import batch_encoding, frame
+from fabric.storage import batch_encoding, frame, mapcache
 from fabric.storage.index import IndexOrderError, OffsetIndex, TimeIndex
 from fabric.storage.index_builder import IndexBuilder
 from fabric.storage.mapcache import MapCache
@@ -249,6 +249,27 @@ def test_maps_hold_no_file_descriptor_and_are_bounded(tmp_path):
     (tmp_path / "new").write_bytes(b"new")
     os.replace(tmp_path / "new", path)  # replaced by another file of the same size
     assert cache.get(str(path)).to_pybytes() == b"new"
+
+
+def test_a_growing_file_is_read_through_the_map_it_had_until_it_outgrows_the_reserved_space(tmp_path):
+    """A reader at the tail of a growing segment is not mapped again on every read: the map reserves room past
+    the file's end, and each buffer stops at the file's size when it was looked at."""
+    path = tmp_path / "seg"
+    path.write_bytes(b"a" * 100)
+    cache = MapCache()
+    first = cache.get(str(path))
+    with open(path, "ab") as f:
+        f.write(b"b" * 50)
+    grown = cache.get(str(path))
+    assert grown.address == first.address and grown.size == 150 and first.size == 100
+    assert grown.to_pybytes() == b"a" * 100 + b"b" * 50 and first.to_pybytes() == b"a" * 100
+    with open(path, "ab") as f:
+        f.write(b"c" * (2 * mapcache.RESERVE_MIN))  # past the reservation: a new map
+    outgrown = cache.get(str(path))
+    assert outgrown.address != first.address and outgrown.size == 150 + 2 * mapcache.RESERVE_MIN
+    assert outgrown.slice(140, 20).to_pybytes() == b"b" * 10 + b"c" * 10
+    os.truncate(path, 120)  # cut back (a follower truncating): the buffer stops at the new end
+    assert cache.get(str(path)).to_pybytes() == b"a" * 100 + b"b" * 20
 
 
 def test_an_append_outlives_a_reader_dropping_the_writers_index_state(tmp_path, storage):
