@@ -376,12 +376,13 @@ class Consumer(Lookups):
         return cached[1]
 
     def _wait(self, timeout: float, attempt: Callable[[int], list[FetchedRun]]) -> list[FetchedRun]:
-        """Call `attempt(wait_ms)` until it returns records or `timeout` seconds pass: after an empty pass, the
-        next one long-polls (`wait_ms`: up to fetch_max_wait_ms with one partition assigned, IDLE_WAIT_S with
-        several, so none waits long behind another). A retriable error (the coordinator failing over, the group
-        rebalancing) is retried after retry_backoff_ms while time is left, then raised."""
+        """Call `attempt(wait_ms)` until it returns records or `timeout` seconds pass. With one partition assigned
+        every pass long-polls (the server answers as soon as it has records); with several, the first pass holds
+        none and later ones at most IDLE_WAIT_S, so no partition's records wait long behind another's hold. A
+        retriable error (the coordinator failing over, the group rebalancing) is retried after
+        retry_backoff_ms while time is left, then raised."""
         deadline = time.monotonic() + max(timeout, 0)
-        wait_ms = 0
+        wait_ms = self._long_poll_ms(deadline) if len(self._assignment) == 1 else 0
         while True:
             try:
                 result = attempt(wait_ms)
@@ -397,11 +398,16 @@ class Consumer(Lookups):
                 self._counts.handed_out(result)
                 self._maybe_auto_commit()
                 return result
-            left_ms = max(int((deadline - time.monotonic()) * 1000), 0)
             if not self._assignment:  # nothing to long-poll on yet (e.g. joining a group)
-                time.sleep(min(IDLE_WAIT_S, left_ms / 1000))
-            longest = self.config["fetch_max_wait_ms"] if len(self._assignment) == 1 else int(IDLE_WAIT_S * 1000)
-            wait_ms = min(left_ms, longest)
+                time.sleep(min(IDLE_WAIT_S, max(deadline - time.monotonic(), 0)))
+            wait_ms = self._long_poll_ms(deadline)
+
+    def _long_poll_ms(self, deadline: float) -> int:
+        """How long the server may hold the next pass: up to fetch_max_wait_ms with one partition assigned,
+        IDLE_WAIT_S with several, never past `deadline`."""
+        left_ms = max(int((deadline - time.monotonic()) * 1000), 0)
+        return min(left_ms, self.config["fetch_max_wait_ms"] if len(self._assignment) == 1
+                   else int(IDLE_WAIT_S * 1000))
 
     def poll(self, timeout: float = 0.0) -> list[Record]:
         """Up to max_poll_records records, waiting up to `timeout` seconds for the first."""

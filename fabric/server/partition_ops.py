@@ -123,10 +123,9 @@ def fetch(log: Log, offset: int, max_bytes: int, end_offset: int | None, max_wai
     """Committed batches from `offset`; at the end of the log, wait up to `max_wait_ms` for some (Kafka's
     fetch.max.wait.ms), so a consumer gets a record as soon as it is appended instead of polling for it."""
     wait_s = wait_seconds("max_wait_ms", max_wait_ms)
-    fetched = log.fetch(offset, max_bytes, end_offset)
-    if not fetched and wait_s and end_offset is None and log.wait_for_records(offset, wait_s):
-        fetched = log.fetch(offset, max_bytes)
-    return fetched
+    if wait_s and end_offset is None and log.end_offset == offset and not log.wait_for_records(offset, wait_s):
+        return []  # at the log end (checked before reading, which costs more), and nothing came in time
+    return log.fetch(offset, max_bytes, end_offset)
 
 
 def state(log: Log, topic: str, partition: int, end_offset: int | None = None, **replication: Any

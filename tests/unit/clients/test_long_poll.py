@@ -6,6 +6,7 @@ import threading
 
 from fabric.client.consumer import Consumer
 from fabric.client.producer import Producer
+from fabric.common.errors import OffsetOutOfRangeError
 from fabric.common.waiting import wait_for
 
 
@@ -14,13 +15,31 @@ def test_a_fetch_at_the_end_waits_for_the_next_append(flaky):
     consumer.assign([("t", 0)])
 
     def append_once_held() -> None:
-        wait_for(lambda: flaky.calls["fetch"] >= 2, 60, "the consumer's second, long-polling fetch")
+        wait_for(lambda: flaky.calls["fetch"] >= 1, 60, "the consumer's long-polling fetch")
         with Producer(flaky, linger_ms=0) as producer:
             producer.send("t", b"x").result(timeout=30)
     writer = threading.Thread(target=append_once_held)
     writer.start()
     assert [r.value for r in consumer.poll(timeout=600)] == [b"x"]
     writer.join(60)
-    assert flaky.calls["fetch"] == 2  # an empty pass, then one fetch held until the append woke it
+    assert flaky.calls["fetch"] == 1  # one partition: the first fetch is held until the append woke it
     assert consumer.poll(timeout=0) == []  # a zero timeout never waits
-    assert flaky.calls["fetch"] == 3
+    assert flaky.calls["fetch"] == 2
+
+
+def test_a_fetch_past_the_end_is_refused_at_once_however_long_it_may_wait(flaky):
+    """The end is checked before the hold: an offset past it is out of range now, not after max_wait_ms."""
+    with Producer(flaky, linger_ms=0) as producer:
+        producer.send("t", b"x").result(timeout=30)
+    done: list = []
+
+    def fetch_past_the_end() -> None:
+        try:
+            flaky.fetch("t", 0, 5, 1 << 20, max_wait_ms=300_000)
+        except OffsetOutOfRangeError as exc:
+            done.append(exc)
+    fetcher = threading.Thread(target=fetch_past_the_end, daemon=True)
+    fetcher.start()
+    fetcher.join(60)
+    assert len(done) == 1 and "outside the log's range [0, 1]" in str(done[0])
+    assert flaky.fetch("t", 0, 1, 1 << 20, max_wait_ms=1) == []  # at the end: held, then nothing
