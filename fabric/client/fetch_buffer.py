@@ -31,11 +31,6 @@ class FetchedRun(NamedTuple):
         """A run of a fetched batch, its bytes counted from its buffers (cheap: nbytes walks nested offsets)."""
         return cls(tp, offset, batch, timestamp_type, batch.get_total_buffer_size())
 
-    @property
-    def end(self) -> int:
-        """The offset after the run's last row."""
-        return self.offset + self.batch.num_rows
-
     def split(self, rows: int) -> tuple[FetchedRun, FetchedRun]:
         """The first `rows` rows and the rest, the bytes shared in proportion."""
         n = self.batch.num_rows
@@ -44,6 +39,7 @@ class FetchedRun(NamedTuple):
                 self._replace(offset=self.offset + rows, batch=self.batch.slice(rows), nbytes=self.nbytes - head))
 
     def records(self) -> list[Record]:
+        """The rows as Records (no Arrow arrays built)."""
         return stored_records(self.batch, self.tp[0], self.tp[1], self.offset, self.timestamp_type)
 
     def output(self, schema: pa.Schema) -> pa.RecordBatch:
