@@ -434,8 +434,8 @@ class Consumer(Lookups):
                           or self._fetch(self.config["fetch_max_bytes"], wait_ms))
         if not runs:
             return first.empty_table()
-        return pa.Table.from_batches([run.output(output_schema(self._value_schema(run.tp[0]), columns))
-                                      for run in runs])
+        schemas = {topic: output_schema(self._value_schema(topic), columns) for topic in {run.tp[0] for run in runs}}
+        return pa.Table.from_batches([run.output(schemas[run.tp[0]]) for run in runs])
 
     # -- commits -----------------------------------------------------------------------------------
     def _consumed_positions(self) -> dict[TopicPartition, int]:

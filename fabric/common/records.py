@@ -237,8 +237,8 @@ def typed_values(table: pa.Table, value_schema: pa.Schema, null_values: pa.Boole
         if column.type != field.type:
             raise SchemaMismatchError(
                 f"typed topic value field {field.name!r} must be {field.type}, got {column.type}")
-        nulls = column.is_null() if null_values is None else pc.and_not(column.is_null(), null_values)
-        if not field.nullable and pc.any(nulls).as_py():
+        if not field.nullable and column.null_count and (  # (nulls where the whole value is null are its own)
+                null_values is None or pc.any(pc.and_not(column.is_null(), null_values)).as_py()):
             raise SchemaMismatchError(f"typed topic value field {field.name!r} is not nullable but has nulls")
         arrays.append(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
     return pa.chunked_array([pa.StructArray.from_arrays(arrays, fields=list(value_schema), mask=null_values)])
