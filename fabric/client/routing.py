@@ -47,6 +47,7 @@ from fabric.storage.cleaner import CleanReport
 
 log = logging.getLogger(__name__)
 METADATA_MAX_AGE_S = 30.0
+NODE_DID_NOT_ANSWER: tuple[type[BaseException], ...] = (*wire.NO_ANSWER, ConnectionError, ClientTimeoutError)
 T = TypeVar("T")
 
 
@@ -149,8 +150,7 @@ class RoutingCluster(RemoteCluster):
         error as the fabric error it carries."""
         try:
             yield
-        except (flight.FlightUnavailableError, flight.FlightTimedOutError, ConnectionError,
-                ClientTimeoutError) as exc:
+        except NODE_DID_NOT_ANSWER as exc:
             self._stale()
             reason = wire.error_details(exc).get('message') if isinstance(exc, flight.FlightError) else None
             raise LeaderNotAvailableError(f"node {node.id} at {node.address}, the leader of {topic}-{partition}, "

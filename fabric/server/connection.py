@@ -169,7 +169,7 @@ class Connection:
             address = self.address_for(route)
             try:
                 return fn(self.client(address), self._options(max(deadline - time.monotonic(), MIN_CALL_S)))
-            except (flight.FlightUnavailableError, flight.FlightTimedOutError) as exc:
+            except wire.NO_ANSWER as exc:
                 failure = exc
             except flight.FlightError as exc:
                 raise wire.from_flight_error(exc) from None

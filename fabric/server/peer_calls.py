@@ -64,7 +64,7 @@ class PeerCalls:
             return known
         try:
             status = action_call("status")(self.connection.client(node), self.connection.call_options)
-        except (flight.FlightUnavailableError, flight.FlightTimedOutError) as exc:
+        except wire.NO_ANSWER as exc:
             raise ConnectionError(wire.error_details(exc).get("message") or str(exc)) from None
         except flight.FlightError as exc:
             raise wire.from_flight_error(exc) from None

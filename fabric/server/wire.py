@@ -314,6 +314,10 @@ PUBLISH_OPS: dict[str, tuple[str, Callable[[Any], bytes], Callable[[bytes], list
 
 # -- errors --------------------------------------------------------------------------------------
 NOT_ACTIVE = "NotActiveCoordinator"
+NO_ANSWER: tuple[type[flight.FlightError], ...] = (
+    flight.FlightUnavailableError, flight.FlightTimedOutError, flight.FlightCancelledError)
+"""The Flight errors of a call its server did not complete: the server is down, hung, or stopped serving with the
+call under way (gRPC's CANCELLED). The caller tries elsewhere or later, as after a refused connection."""
 
 
 def error_fields(exc: BaseException) -> dict[str, str]:
@@ -393,6 +397,6 @@ def from_flight_error(exc: flight.FlightError) -> Exception:
                                           "set FABRIC_TOKEN or add ?token=... to the fabric:// URL")
     if isinstance(exc, flight.FlightUnauthorizedError):
         return errors.AuthorizationError(str(exc))
-    if isinstance(exc, (flight.FlightUnavailableError, flight.FlightTimedOutError)):
+    if isinstance(exc, NO_ANSWER):
         return errors.CoordinatorUnavailableError(info.get("message") or str(exc))
     return errors.FabricError(info.get("message") or str(exc))

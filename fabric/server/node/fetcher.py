@@ -113,7 +113,7 @@ def call_node(peer: Peer, node: str, address: str, call: Call) -> Any:
     LeaderNotAvailableError if it does not answer."""
     try:
         return peer(address, call)
-    except (flight.FlightUnavailableError, flight.FlightTimedOutError) as exc:
+    except wire.NO_ANSWER as exc:
         raise LeaderNotAvailableError(f"{node} at {address} did not answer "
                                       f"({wire.error_details(exc).get('message') or exc})") from None
     except flight.FlightError as exc:
