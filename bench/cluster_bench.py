@@ -60,7 +60,7 @@ STAMP = struct.Struct("<qq")  # a latency record's value starts with when it was
 PAD = bytes(VALUE_BYTES - STAMP.size)
 SETTLE_S = 60.0  # longest wait for the cluster to settle (a node back in the ISR, records to arrive)
 RATIO_GOAL, KREPS_2014 = 0.6, 0.51  # RF3 acks=all over RF1 acks=1: the issue's goal and Kafka's 2014 figure
-E2E_P99_GOAL_MS, PRODUCE_P99_GOAL_MS = 3.0, 10.0
+E2E_P99_GOAL_MS, PRODUCE_P99_GOAL_MS = 5.0, 5.0  # at 1,000 records/s: the issue's goal 4 for both p99s
 FOLLOWER_RACK = "rack-1"  # node 1's: a consumer there reads the partitions node 1 follows from node 1 (KIP-392)
 
 
@@ -416,8 +416,8 @@ def report(results: dict[str, Any], raw: dict[str, dict[str, list[float]]]) -> N
                  for key in labels],
                 ("path", "produce p50 ms", "p99", "max", "end-to-end p50 ms", "p99", "max", "e2e p99 vs service")))
     print(f"\nlatency at {lat['rate_per_s']:g} records/s, {lat['rounds']} x {lat['seconds']:g} s after "
-          f"{lat['warmup_s']:g} s of warm-up each; goals for p99: produce < {PRODUCE_P99_GOAL_MS:g} ms, end to end "
-          f"< {E2E_P99_GOAL_MS:g} ms\n")
+          f"{lat['warmup_s']:g} s of warm-up each; goals for p99: produce <= {PRODUCE_P99_GOAL_MS:g} ms, end to end "
+          f"<= {E2E_P99_GOAL_MS:g} ms\n")
     print(table([("cluster: SIGKILL of an RF 3 leader", f"{failover['cluster_median_s']:.2f}",
                   ", ".join(f"{s:.2f}" for s in failover["cluster_s"]), str(failover["session_timeout_ms"]),
                   f"<= {failover['goal_s']:g}"),
