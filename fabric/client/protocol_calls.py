@@ -114,6 +114,8 @@ class ProtocolCalls:
             connection = self._connected(server, address, timeout_s)
         except _NotConnected:
             return None
+        if not connection.serves(kind):  # a server of an earlier release: Flight serves the call
+            return None
         return connection.call(kind, args, payload, timeout_s)
 
     def _connected(self, server: str, address: str, timeout_s: float) -> ProtocolConnection:

@@ -27,6 +27,7 @@ from fabric.client.protocol_calls import Answer, fetched_of, produce_payload
 from fabric.client.remote import RemoteCluster
 from fabric.common.errors import ClientTimeoutError, FencedLeaderEpochError, LeaderNotAvailableError, NotLeaderError
 from fabric.common.protocol import messages
+from fabric.common.protocol.cluster import cluster_of
 from fabric.common.protocol.connection import Payload
 from fabric.common.types import (
     ClusterDescription,
@@ -84,7 +85,8 @@ class RoutingCluster(RemoteCluster):
         with self._lock:
             metadata = self._metadata
             if refresh or metadata is None or time.monotonic() - self._fetched_at > METADATA_MAX_AGE_S:
-                metadata = self.connection.action("describe_cluster")
+                answer = self.protocol.coordinator("describe_cluster", {})
+                metadata = self.connection.action("describe_cluster") if answer is None else cluster_of(answer[0])
                 self._metadata, self._fetched_at = metadata, time.monotonic()
         assert metadata is not None
         return metadata

@@ -1,6 +1,7 @@
 """The coordinator service's fabric protocol requests (docs/protocol.md): produce and fetch of the partitions it
-stores, and the hot coordinator calls (`commit_offsets`, `committed`, `topic`), each the ROUTES call of the same
-name, checked and authorized exactly as its DoAction is (CoordinatorService.run_route), with plain JSON values.
+stores, the hot coordinator calls (`commit_offsets`, `committed`, `topic`) and the cluster's metadata
+(`describe_cluster`, what clients route by), each the ROUTES call of the same name, checked and authorized exactly
+as its DoAction is (CoordinatorService.run_route), with plain JSON values.
 Over a store of local files (Coordinator.serves_locally) a commit, a metadata read and a produce to a topic
 that asks for no fsync wait on nothing but this process's CPU and files, so they are answered on the event loop,
 without a worker thread. The commits the loop reads in one turn are appended together, one append per offsets
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from fabric.common import checks
 from fabric.common.errors import FabricError, InvalidRequestError
+from fabric.common.protocol.cluster import cluster_json
 from fabric.common.redaction import clip
 from fabric.common.types import CommittedOffset
 from fabric.coordinator.commit_batch import CommitBatch
@@ -113,6 +115,9 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
     def topic(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
         return service.run_route(principal, "topic", args), b""
 
+    def describe_cluster(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
+        return cluster_json(service.run_route(principal, "describe_cluster", args)), b""
+
     store = broker.coordinator
 
     def store_waits(args: dict[str, Any]) -> bool:
@@ -124,4 +129,5 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
                                                  lambda args: produce_waits(store, args)),
             "fetch": protocol_handlers.fetch(service, ClusterBroker.fetch, broker.fetch, service.topic_schema),
             "commit_offsets": Handler(commit_offsets, store_waits, order=lambda args: ("commit", args.get("group"))),
-            "committed": Handler(committed), "topic": Handler(topic, store_waits)}
+            "committed": Handler(committed), "topic": Handler(topic, store_waits),
+            "describe_cluster": Handler(describe_cluster)}

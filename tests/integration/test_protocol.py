@@ -33,6 +33,7 @@ from fabric.common.errors import (
     UnsupportedVersionError,
 )
 from fabric.common.protocol import frames, messages
+from fabric.common.protocol.cluster import cluster_of
 from fabric.common.protocol.connection import ProtocolConnection
 from fabric.common.records import to_storage
 from fabric.common.types import JoinRequest, PartitionState
@@ -341,6 +342,33 @@ def test_a_java_program_with_sparks_jars_finds_a_servers_protocol_port_from_its_
     assert found.stdout.strip() == protocol_address(secured_cluster, where)
     refused = java(java_classes, "FlightStatus", host, port, "no-such-token")
     assert refused.returncode != 0 and "gRPC status 16" in refused.stderr  # UNAUTHENTICATED, named
+
+
+
+def test_describe_cluster_over_the_protocol_is_flights_answer_kept_to_what_the_caller_may_describe(
+        secured_cluster, admin) -> None:
+    admin.create_topic("secret-rf", partitions=1, replication_factor=1, exist_ok=True)
+    with fabric.connect(secured_cluster.coordinator.url("token=user-token")) as user:
+        over_flight = user.cluster.connection.action("describe_cluster")
+        seen = user.cluster.describe_cluster(refresh=True)  # the client's own routing metadata
+    connection = connect(secured_cluster, "coordinator")
+    try:
+        assert connection.serves("describe_cluster") and not connection.serves("no-such-request")
+        result, payload = connection.call("describe_cluster", {})
+        with pytest.raises(InvalidRequestError, match="bogus"):
+            connection.call("describe_cluster", {"bogus": 1})
+    finally:
+        connection.close()
+    over_protocol = cluster_of(result)
+    assert payload == b"" and over_protocol == over_flight == seen
+    assert {topic for topic, _ in over_protocol.partitions} == {"mine-rf"}  # not secret-rf: no describe ACL
+    assert [n.id for n in over_protocol.nodes] == [1] and "secret-rf" not in over_protocol.topic_ids
+    connection = connect(secured_cluster, "coordinator", "admin-token")
+    try:
+        everything = cluster_of(connection.call("describe_cluster", {})[0])
+    finally:
+        connection.close()
+    assert {topic for topic, _ in everything.partitions} >= {"mine-rf", "secret-rf"}
 
 
 def test_a_fabric_client_produces_and_fetches_over_the_protocol_of_coordinator_and_node(secured_cluster, admin) -> None:

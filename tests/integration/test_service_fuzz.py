@@ -387,13 +387,14 @@ PAYLOADS = {  # by name: a failing example shows the name, not megabytes
 
 @st.composite
 def protocol_requests(draw: Any) -> tuple[bytes, str]:
-    """(header, payload name) of a fabric protocol request: produce, fetch, commits, lookups or an unknown type, with
-    arguments drawn by name (or those of a well-formed client of the fuzz principal) and rows, junk or nothing."""
+    """(header, payload name) of a fabric protocol request: produce, fetch, commits, lookups, the cluster's metadata
+    or an unknown type, with arguments drawn by name (or those of a well-formed client of the fuzz principal) and
+    rows, junk or nothing."""
     if not draw(st.integers(0, 3)):  # a produce a correct client of the fuzz principal could send
         args = {"topic": "mine", "partition": draw(st.integers(0, 1)), "codec": draw(st.sampled_from(["none", "lz4"]))}
         return json.dumps({"id": draw(st.integers(1, 2**40)), "type": "produce", "args": args}).encode(), "rows"
     kind = draw(mostly(st.sampled_from(["produce", "produce", "fetch", "commit_offsets", "committed", "topic",
-                                        "echo"]), st.text(max_size=10)))
+                                        "describe_cluster", "echo"]), st.text(max_size=10)))
     if kind == "produce":
         args = draw(arguments(Broker.append)) if draw(st.booleans()) else {
             "topic": "mine", "partition": draw(st.integers(0, 1)), "codec": draw(BY_NAME["codec"]),

@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 
 from fabric.common.errors import InvalidRequestError
 from fabric.common.protocol import frames, messages, payloads
-from fabric.common.types import TopicInfo
+from fabric.common.protocol.cluster import cluster_json, cluster_of
+from fabric.common.types import (
+    ClusterDescription,
+    LeaderAndIsr,
+    NodeInfo,
+    PartitionAssignment,
+    PartitionRegistration,
+    TopicInfo,
+)
 
 headers = st.dictionaries(st.text(max_size=8), st.integers() | st.text(max_size=20) | st.none(), max_size=4)
 json_args = st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20),
@@ -60,6 +68,26 @@ def test_topic_metadata_round_trips_with_its_schema(schema) -> None:
     info = TopicInfo("t", 3, {"retention.ms": "1000"}, schema, "an-id")
     answer = messages.decode_answer(messages.encode_result(7, info))
     assert messages.decode_result(answer.result, TopicInfo) == info
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.text("abc.-_09", min_size=1, max_size=10), st.integers(0, 2**31 - 1),
+                          st.permutations([1, 2, 3]),
+                          st.integers(0, 3), st.booleans(), st.integers(0, 2**31 - 1)), max_size=6),
+       st.lists(st.sampled_from(["rack-a", "rack-b"]) | st.none(), min_size=3, max_size=3))
+def test_cluster_metadata_round_trips_as_plain_json(partitions, racks) -> None:
+    """describe_cluster's answer: offline leaders, reassignment targets and racks (or none) come back as they were,
+    with no tagged values a JVM client would have to know."""
+    registrations = {(topic, number): PartitionRegistration(
+        PartitionAssignment(tuple(replicas), tuple(replicas[:2]) if moving else ()),
+        LeaderAndIsr(None if leader == 0 else replicas[leader - 1], epoch, tuple(replicas[max(leader - 1, 0):]),
+                     epoch + 1, 4)) for topic, number, replicas, leader, moving, epoch in partitions}
+    description = ClusterDescription(4, tuple(NodeInfo(i, f"127.0.0.1:{9000 + i}", racks[i - 1], i, i != 2, f"dir-{i}")
+                                              for i in (1, 2, 3)),
+                                     registrations, {topic: f"id-{topic}" for topic, *_ in registrations})
+    header = messages.encode_result(3, cluster_json(description))
+    assert b'"$"' not in header
+    assert cluster_of(messages.decode_answer(header).result) == description
 
 
 @settings(max_examples=50, deadline=None)

@@ -64,6 +64,7 @@ class ProtocolConnection:
         self._reading = False
         self._broken: Exception | None = None
         self._reader = frames.FrameReader()
+        self._types: frozenset[str] | None = None
         try:
             self.hello = self.call(messages.HELLO, {"protocol": messages.PROTOCOL, "version": messages.VERSION,
                                                     "token": token, "client": "python"}, timeout_s=timeout_s)[0]
@@ -74,6 +75,13 @@ class ProtocolConnection:
     @property
     def broken(self) -> bool:
         return self._broken is not None
+
+    def serves(self, kind: str) -> bool:
+        """Whether the server takes requests of type `kind` (its hello answer lists them: a server of an earlier
+        release of this protocol version may take fewer)."""
+        if self._types is None:
+            self._types = frozenset(messages.decode_result(self.hello, dict[str, Any]).get("types") or ())
+        return kind in self._types
 
     def call(self, kind: str, args: dict[str, Any], payload: Payload = b"", timeout_s: float = 30.0
              ) -> tuple[msgspec.Raw, bytes]:

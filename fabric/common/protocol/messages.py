@@ -21,8 +21,8 @@ PROTOCOL = "fabric"
 VERSION = 1
 HELLO = "hello"
 # The request types of version 1, in the order docs/protocol.md describes them.
-TYPES = (HELLO, "echo", "produce", "fetch", "commit_offsets", "committed", "topic", "partition_state", "write_markers",
-         "replica_fetch")
+TYPES = (HELLO, "echo", "produce", "fetch", "commit_offsets", "committed", "topic", "describe_cluster",
+         "partition_state", "write_markers", "replica_fetch")
 NO_ARGS = msgspec.Raw(b"{}")
 NULL = msgspec.Raw(b"null")
 T = TypeVar("T")
