@@ -18,7 +18,15 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN))/python
 
 .PHONY: install lint docs test test-fast demo demo-cluster notebook bench check-java clean
 
-install: $(LINKS)
+JAR := sources/fabric-spark-jvm.jar
+JAVA_SOURCES := $(shell find sources/jvm -type f 2>/dev/null)
+
+install: $(LINKS) $(JAR)
+
+# The JVM reader (format("fabric-jvm")), compiled with javac against pyspark's jars; without javac the warning
+# says so and everything else works (format("fabric") is the Python source).
+$(JAR): $(JAVA_SOURCES) | $(LINKS)
+	@$(BIN)/python -m fabric.spark.jar --build >/dev/null
 
 # Dependencies (and the project) when pyproject.toml changes.
 $(STAMP): pyproject.toml Makefile | check-java
@@ -45,7 +53,7 @@ check-java:
 	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
 	 if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then echo "error: Java $$v found, Spark 4 needs Java 17+; install openjdk-17-jre-headless and re-run" >&2; exit 1; fi
 
-lint: $(LINKS)
+lint: install
 	$(BIN)/ruff check .
 	cd $(TREE) && $(abspath $(BIN))/lint-imports --config $(CURDIR)/pyproject.toml
 	cd $(TREE) && $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml -p fabric -p pyspark_fabric
@@ -54,7 +62,7 @@ lint: $(LINKS)
 # The documentation site (mkdocs.yml, docs/) into build/site; --strict fails it on a broken link, reference or
 # docstring. The configuration reference is generated from the code at each build. The two variables silence
 # banners that Material for MkDocs and a plugin print about MkDocs' future on every build.
-docs: $(LINKS)
+docs: install
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict --quiet
 
 # Two pytest workers, a test file each at a time (its module fixtures shared): most tests wait on processes,
@@ -65,22 +73,22 @@ TEST_WORKERS ?= 2
 test: lint docs
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
-test-fast: $(LINKS)
+test-fast: install
 	$(BIN)/pytest -q tests/unit
 
-demo: $(LINKS)
+demo: install
 	$(BIN)/python jobs/demo.py
 
 # The demo on a local coordinator and 3 data nodes (replication factor 3), stopped afterwards, also on failure.
-demo-cluster: $(LINKS)
+demo-cluster: install
 	$(BIN)/python jobs/demo_cluster.py
 
 # Jupyter on notebooks/, exploring the embedded fabric the demo writes (./fabric-data) unless FABRIC_URL is set.
-notebook: $(LINKS)
+notebook: install
 	FABRIC_URL=$${FABRIC_URL:-file://$(CURDIR)/fabric-data} $(BIN)/jupyter notebook --notebook-dir=notebooks
 
 bench: $(LINKS)
 	$(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) build fabric-data demo-data .pytest_cache bench/results
+	rm -rf $(VENV) build fabric-data demo-data .pytest_cache bench/results $(JAR)

@@ -1,6 +1,6 @@
 """The coordinator service's fabric protocol requests (docs/protocol.md): produce and fetch of the partitions it
-stores, the hot coordinator calls (`commit_offsets`, `committed`, `topic`) and the cluster's metadata
-(`describe_cluster`, what clients route by), each the ROUTES call of the same name, checked and authorized exactly
+stores, the hot coordinator calls (`commit_offsets`, `committed`, `topic`), and the metadata a client plans reads
+by (`describe_cluster`, `partition_state`), each the ROUTES call of the same name, checked and authorized exactly
 as its DoAction is (CoordinatorService.run_route), with plain JSON values.
 Over a store of local files (Coordinator.serves_locally) a commit, a metadata read and a produce to a topic
 that asks for no fsync wait on nothing but this process's CPU and files, so they are answered on the event loop,
@@ -115,6 +115,9 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
     def topic(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
         return service.run_route(principal, "topic", args), b""
 
+    def partition_state(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
+        return service.run_route(principal, "partition_state", args), b""
+
     def describe_cluster(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
         return cluster_json(service.run_route(principal, "describe_cluster", args)), b""
 
@@ -130,4 +133,4 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
             "fetch": protocol_handlers.fetch(service, ClusterBroker.fetch, broker.fetch, service.topic_schema),
             "commit_offsets": Handler(commit_offsets, store_waits, order=lambda args: ("commit", args.get("group"))),
             "committed": Handler(committed), "topic": Handler(topic, store_waits),
-            "describe_cluster": Handler(describe_cluster)}
+            "describe_cluster": Handler(describe_cluster), "partition_state": Handler(partition_state, store_waits)}

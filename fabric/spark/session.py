@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable
 from fabric.client.url import ENV_URL
 from fabric.common.errors import InvalidConfigError
 from fabric.common.waiting import wait_for
+from fabric.spark import jar
 from fabric.spark.options import CLIENT_RACK_CONF, ENV_CLIENT_RACK, URL_CONF
 
 if TYPE_CHECKING:
@@ -45,8 +46,8 @@ def read_spark_defaults(path: Path) -> dict[str, str]:
 
 def spark_session(app: str, conf_dir: str | None = None) -> SparkSession:
     """A SparkSession configured by conf_dir's spark-defaults.conf and log4j2.properties (default: the
-    project's conf/), with the environment Spark's Python workers need, and the fabric confs made to reach the
-    fabric format (use_fabric_confs)."""
+    project's conf/), with the environment Spark's Python workers need, the fabric confs made to reach the
+    fabric format (use_fabric_confs), and the JVM reader's jar (fabric.spark.jar) where it was built."""
     directory = Path(conf_dir) if conf_dir else conf_dir_path()
     defaults, log4j = directory / SPARK_DEFAULTS, directory / LOG4J2
     for path in (defaults, log4j):
@@ -61,6 +62,9 @@ def spark_session(app: str, conf_dir: str | None = None) -> SparkSession:
     confs = read_spark_defaults(defaults)
     if os.environ.get(ENV_URL):  # the fabric the user points at wins over the file's default
         confs["spark.fabric.url"] = os.environ[ENV_URL]
+    reader = jar.path()  # the JVM reader, format("fabric-jvm"), where it was built
+    if reader is not None:
+        confs["spark.jars"] = ",".join(filter(None, (confs.get("spark.jars"), str(reader))))
     java_options = confs.get("spark.driver.extraJavaOptions", "")
     confs["spark.driver.extraJavaOptions"] = f"{java_options} -Dlog4j2.configurationFile={log4j.resolve()}".strip()
     builder = SparkSession.builder.appName(app)

@@ -45,10 +45,15 @@ def demo_job() -> ModuleType:
 
 @pytest.fixture(scope="session")
 def spark():
-    """One real local[2] SparkSession for the whole run (starting one costs seconds)."""
+    """One real local[2] SparkSession for the whole run (starting one costs seconds), with the JVM reader's jar
+    where make install built it."""
     from pyspark.sql import SparkSession
 
+    from fabric.spark import jar
+
+    reader = jar.path()
     session = (SparkSession.builder.master("local[2]").appName("fabric-tests")
+               .config("spark.jars", str(reader) if reader is not None else "")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.default.parallelism", "2")

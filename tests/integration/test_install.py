@@ -1,6 +1,7 @@
 """The wheel as users get it: built from the checkout, holding the fabric package (coordinator/, sources/ and
-sinks/ as fabric.*, the shipped conf) and pyspark_fabric, nothing else; installed into a fresh venv, where the
-`fabric` command works and Spark finds `format("fabric")` by itself, run from outside the checkout."""
+sinks/ as fabric.*, the shipped conf, the JVM reader's jar where it was built) and pyspark_fabric, nothing else;
+installed into a fresh venv, where the `fabric` command works and Spark finds `format("fabric")` by itself, run
+from outside the checkout."""
 from __future__ import annotations
 
 import os
@@ -69,6 +70,9 @@ def test_the_wheel_holds_the_package_and_nothing_else(wheel):
     for expected in ("fabric/__init__.py", "fabric/coordinator/zk_store.py", "fabric/sources/fabric_source.py",
                      "fabric/sinks/fabric_sink.py", "fabric/conf/spark-defaults.conf", "pyspark_fabric.py"):
         assert expected in names, f"{expected} missing from {wheel.name}"
+    if (REPO / "sources" / "fabric-spark-jvm.jar").is_file():  # make install built the JVM reader: it ships
+        assert "fabric/sources/fabric-spark-jvm.jar" in names
+    assert not [n for n in names if n.endswith(".java")]  # its sources do not
     for package in ("fabric/coordinator/", "fabric/sources/", "fabric/sinks/"):
         assert any(n.startswith(package) for n in names), package
     top = {n.split("/", 1)[0] for n in names if "/" in n}

@@ -3,8 +3,9 @@ pipelined on one connection keep their order per partition, a retried idempotent
 first offset, every refusal is the error Flight gives with nothing written (another version, no hello, an unknown
 type, an unknown token, another principal's producer id, an ACL, an oversized or truncated frame, a stale leader
 epoch; the offsets producer id and transaction markers without cluster_action), commits answered on the
-coordinator's event loop are checked and fenced as over Flight, and Java programs built from Spark's jars alone
-find a server's protocol port from its Flight port and fetch a partition range as the Python consumer reads it.
+coordinator's event loop are checked and fenced as over Flight, and Java built from Spark's jars alone finds a
+server's protocol port from its Flight port (the JVM reader's discovery) and fetches a partition range as the Python
+consumer reads it.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from fabric.common.records import to_storage
 from fabric.common.types import JoinRequest, PartitionState
 from fabric.coordinator.producer_ids import OFFSETS_PRODUCER_ID
 from fabric.server import wire
+from fabric.spark import jar
 
 TOKENS = {"admin-token": "admin", "node-token": "node", "user-token": "user", "other-token": "other"}
 ACLS = """admin admin topic:*
@@ -55,8 +57,8 @@ other write topic:mine
 other describe topic:mine
 """
 JAVA_SOURCES = os.path.join(os.path.dirname(__file__), "..", "jvm", "*.java")
-needs_javac = pytest.mark.skipif(shutil.which("javac") is None or shutil.which("java") is None,
-                                 reason="javac (a JDK) is not installed: the Java programs cannot be built")
+needs_reader = pytest.mark.skipif(jar.path() is None or shutil.which("javac") is None,
+                                  reason="the JVM reader is not built (no javac): make install")
 
 
 def rows(*values: bytes, keys: list[bytes | None] | None = None) -> pa.RecordBatch:
@@ -88,13 +90,15 @@ def connect(cluster, where: str, token: str = "user-token") -> ProtocolConnectio
 
 @pytest.fixture(scope="module")
 def java_classes(tmp_path_factory) -> str:
-    """tests/jvm's programs compiled against pyspark's jars alone: the class path that runs them."""
+    """tests/jvm's programs compiled against the JVM reader's jar (fabric.spark.jar) and pyspark's jars alone: the
+    class path that runs them."""
     jars = os.path.join(os.path.dirname(pa.__file__), "..", "pyspark", "jars", "*")
     assert glob.glob(jars), "pyspark's jars are not installed"
+    class_path = os.pathsep.join((str(jar.path()), jars))
     classes = tmp_path_factory.mktemp("jvm")
-    subprocess.run(["javac", "-cp", jars, "-d", str(classes), *glob.glob(JAVA_SOURCES)], check=True,
+    subprocess.run(["javac", "-cp", class_path, "-d", str(classes), *glob.glob(JAVA_SOURCES)], check=True,
                    capture_output=True, timeout=600)
-    return f"{classes}{os.pathsep}{jars}"
+    return os.pathsep.join((str(classes), class_path))
 
 
 def java(class_path: str, program: str, *args: str) -> subprocess.CompletedProcess:
@@ -305,15 +309,15 @@ def test_the_first_request_must_be_hello(secured_cluster) -> None:
     assert answers[0].error["message"].startswith("the first request of a connection must be 'hello'")
 
 
-@needs_javac
+@needs_reader
 def test_a_java_program_with_sparks_jars_fetches_a_partition_as_the_python_consumer_reads_it(
         secured_cluster, admin, java_classes) -> None:
     start = end_offset(admin, "mine", 0)
     admin.cluster.append("mine", 0, rows(b"one", b"", b"three", keys=[b"k1", None, b"k3"]))
     admin.cluster.append("mine", 0, rows(*[b"v%d" % i for i in range(50)]))
     end = end_offset(admin, "mine", 0)
-    host, _, port = protocol_address(secured_cluster, "coordinator").rpartition(":")
-    done = java(java_classes, "FabricFetch", host, port, "user-token", "mine", "0", str(start + 1), str(end))
+    done = java(java_classes, "FabricFetch", protocol_address(secured_cluster, "coordinator"), "user-token", "mine",
+                "0", str(start + 1), str(end))
     assert done.returncode == 0, done.stderr[-3000:]
     with fabric.connect(secured_cluster.coordinator.url("token=user-token")) as user:
         consumer = user.consumer(auto_offset_reset="earliest")
@@ -329,18 +333,19 @@ def test_a_java_program_with_sparks_jars_fetches_a_partition_as_the_python_consu
 
 
 
-@needs_javac
+@needs_reader
 @pytest.mark.parametrize("where", ["coordinator", "node"])
-def test_a_java_program_with_sparks_jars_finds_a_servers_protocol_port_from_its_flight_port(
-        secured_cluster, java_classes, where) -> None:
+def test_the_jvm_reader_finds_a_servers_protocol_port_from_its_flight_port(secured_cluster, java_classes,
+                                                                            where) -> None:
     """A fabric:// URL names Flight ports; a JVM client has no gRPC library, yet Spark's Netty speaks HTTP/2, which
     carries the one unary Flight call (status) that names the server's protocol address."""
     server = secured_cluster.coordinator if where == "coordinator" else secured_cluster.nodes[1]
     host, _, port = server.address.rpartition(":")
-    found = java(java_classes, "FlightStatus", host, port, "user-token")
+    discovery = "io.sparkfabric.connector.FlightDiscovery"
+    found = java(java_classes, discovery, host, port, "user-token")
     assert found.returncode == 0, found.stderr[-3000:]
     assert found.stdout.strip() == protocol_address(secured_cluster, where)
-    refused = java(java_classes, "FlightStatus", host, port, "no-such-token")
+    refused = java(java_classes, discovery, host, port, "no-such-token")
     assert refused.returncode != 0 and "gRPC status 16" in refused.stderr  # UNAUTHENTICATED, named
 
 

@@ -1,8 +1,5 @@
-// Asks a fabric server's Flight port for its `status` (one unary gRPC DoAction over HTTP/2) with what Spark's JVM
-// ships: Netty's HTTP/2 codec, Jackson, and a few lines of protobuf by hand. Prints the server's fabric protocol
-// address, which a JVM client then connects to (docs/protocol.md, "Finding the port"): how a JVM client starts
-// from a fabric:// URL, which names Flight ports only. Plaintext (grpc+tcp) only.
-// Usage: java FlightStatus HOST PORT TOKEN|-
+package io.sparkfabric.connector;
+
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.netty.bootstrap.Bootstrap;
@@ -34,7 +31,11 @@ import java.nio.charset.StandardCharsets;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 
-public final class FlightStatus {
+/** Finds a fabric server's protocol address from its Flight address, as a fabric:// URL names it: the one unary
+ *  Flight call a JVM client makes (DoAction `status`), over Netty's HTTP/2 with the gRPC framing and the two protobuf
+ *  messages written by hand, since Spark's JVM has Netty but no gRPC (docs/protocol.md, "Finding the port").
+ *  Plaintext (grpc+tcp) only. `main(host, port, token|-)` prints the address. */
+public final class FlightDiscovery {
     private static final ObjectMapper JSON = new ObjectMapper();
 
     /** A protobuf length-delimited field: its tag, the varint length, the bytes. */
@@ -129,9 +130,12 @@ public final class FlightStatus {
     }
 
     public static void main(String[] argv) throws Exception {
-        String host = argv[0];
-        int port = Integer.parseInt(argv[1]);
-        String token = argv[2].equals("-") ? null : argv[2];
+        System.out.println(protocolAddress(argv[0], Integer.parseInt(argv[1]), argv[2].equals("-") ? null : argv[2],
+                                           60_000));
+    }
+
+    /** The protocol address (host:port) of the server whose Flight port is `host`:`port`. */
+    public static String protocolAddress(String host, int port, String token, int timeoutMs) throws Exception {
         EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, NioIoHandler.newFactory());
         try {
             Channel channel = new Bootstrap().group(group).channel(NioSocketChannel.class)
@@ -158,14 +162,14 @@ public final class FlightStatus {
             stream.write(new DefaultHttp2HeadersFrame(headers));
             stream.writeAndFlush(new DefaultHttp2DataFrame(
                 Unpooled.wrappedBuffer(action("status", "{\"$\":\"dict\",\"v\":[]}")), true));
-            Http2Headers trailers = response.trailers.get(60, TimeUnit.SECONDS);
+            Http2Headers trailers = response.trailers.get(timeoutMs, TimeUnit.MILLISECONDS);
             CharSequence status = trailers.get("grpc-status");
             if (status != null && !"0".contentEquals(status)) {
                 throw new IOException("the server refused the status call: gRPC status " + status + ", "
                                       + trailers.get("grpc-message"));
             }
-            System.out.println(protocolAddress(JSON.readTree(firstResult(response.data.toByteArray()))));
             channel.close().sync();
+            return protocolAddress(JSON.readTree(firstResult(response.data.toByteArray())));
         } finally {
             group.shutdownGracefully(0, 1, TimeUnit.SECONDS).sync();
         }

@@ -1,0 +1,139 @@
+package io.sparkfabric.connector;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.util.ArrayDeque;
+import java.util.Deque;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.memory.RootAllocator;
+import org.apache.arrow.vector.ValueVector;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.ipc.ArrowStreamReader;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.vectorized.ArrowColumnVector;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/** A task's reader: fetches its offsets over the fabric protocol and hands Spark each fetched batch's Arrow
+ *  columns as they came (key, value, timestamp), with the offset, topic, partition and timestamp type laid beside
+ *  them, no row copied. A batch is valid until the next call of next(), as Spark's columnar reads require. */
+final class PartitionBatches implements PartitionReader<ColumnarBatch> {
+    static final int FETCH_BYTES = 32 << 20;
+
+    private final FabricInputPartition task;
+    private final BufferAllocator allocator = new RootAllocator();
+    private final Deque<Long> runs = new ArrayDeque<>();  // the first offset of each batch of the current fetch
+    private final Deque<Integer> types = new ArrayDeque<>();  // and its timestamp type
+    private ProtocolClient client;
+    private ArrowStreamReader reader;
+    private long position;
+    private ColumnarBatch current;
+
+    PartitionBatches(FabricInputPartition task) {
+        this.task = task;
+        this.position = task.from();
+    }
+
+    @Override
+    public boolean next() throws IOException {
+        while (true) {
+            if (reader != null && !runs.isEmpty()) {
+                long base = runs.removeFirst();
+                int timestampType = types.removeFirst();
+                if (!reader.loadNextBatch()) {
+                    throw new IOException("a fetch of " + task.topic() + "-" + task.partition()
+                                          + " listed more batches than its payload holds");
+                }
+                VectorSchemaRoot root = reader.getVectorSchemaRoot();
+                int rows = (int) Math.min(root.getRowCount(), task.until() - base);
+                position = Math.max(position, base + Math.max(root.getRowCount(), 0));
+                if (rows <= 0) {
+                    continue;  // an empty batch says where to read next
+                }
+                current = batch(root, base, rows, timestampType);
+                return true;
+            }
+            if (position >= task.until()) {
+                return false;
+            }
+            fetch();
+        }
+    }
+
+    private void fetch() throws IOException {
+        if (client == null) {
+            client = ProtocolClient.connect(task.address(), task.url().token, Planner.TIMEOUT_MS);
+        }
+        ObjectNode args = ProtocolClient.args();
+        args.put("topic", task.topic());
+        args.put("partition", task.partition());
+        args.put("offset", position);
+        args.put("max_bytes", FETCH_BYTES);
+        args.put("end_offset", task.until());
+        if (task.leaderEpoch() >= 0) {
+            args.put("leader_epoch", task.leaderEpoch());
+            args.put("topic_id", task.topicId());
+        }
+        ProtocolClient.Answer answer = client.call("fetch", args);
+        if (answer.result().size() == 0) {
+            throw new FabricException("OffsetNotAvailableError", "no records of " + task.topic() + "-"
+                + task.partition() + " at offset " + position + " below " + task.until());
+        }
+        closeReader();
+        reader = new ArrowStreamReader(new ByteArrayInputStream(answer.payload()), allocator);
+        for (JsonNode run : answer.result()) {
+            runs.addLast(run.path("offset").asLong());
+            types.addLast(run.path("timestamp_type").asInt());
+        }
+    }
+
+    private ColumnarBatch batch(VectorSchemaRoot root, long base, int rows, int timestampType) {
+        ColumnVector[] columns = {
+            arrow(root.getVector("key")), arrow(root.getVector("value")), constant(rows, task.topic()),
+            constantInt(rows, task.partition()), new OffsetVector(base), arrow(root.getVector("timestamp")),
+            constantInt(rows, timestampType)};
+        return new ColumnarBatch(columns, rows);
+    }
+
+    private static ColumnVector arrow(ValueVector vector) {
+        return new ArrowColumnVector(vector);
+    }
+
+    private static ColumnVector constant(int rows, String value) {
+        ConstantColumnVector vector = new ConstantColumnVector(rows, DataTypes.StringType);
+        vector.setUtf8String(UTF8String.fromString(value));
+        return vector;
+    }
+
+    private static ColumnVector constantInt(int rows, int value) {
+        ConstantColumnVector vector = new ConstantColumnVector(rows, DataTypes.IntegerType);
+        vector.setInt(value);
+        return vector;
+    }
+
+    @Override
+    public ColumnarBatch get() {
+        return current;
+    }
+
+    private void closeReader() throws IOException {
+        if (reader != null) {
+            reader.close();
+            reader = null;
+        }
+    }
+
+    @Override
+    public void close() throws IOException {
+        closeReader();
+        if (client != null) {
+            client.close();
+        }
+        allocator.close();
+    }
+}

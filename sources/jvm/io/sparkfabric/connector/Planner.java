@@ -1,0 +1,157 @@
+package io.sparkfabric.connector;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+/** The driver's side of a read: the topic's partitions, where each is read (its leader, or the coordinator for a
+ *  topic kept in its own directory) and the offsets to read, from the cluster's metadata over the fabric protocol
+ *  (`topic`, `describe_cluster`, `partition_state`: docs/protocol.md). */
+final class Planner {
+    static final int TIMEOUT_MS = 30_000;
+
+    private final FabricUrl url;
+    private final Map<String, String> protocolAddresses = new HashMap<>();  // Flight address -> protocol address
+    private String coordinatorAddress;  // the protocol address of the active coordinator instance
+    private JsonNode cluster;  // its describe_cluster answer
+
+    Planner(FabricUrl url) {
+        this.url = url;
+    }
+
+    /** The tasks reading `topic` from `starting` to `ending` ("earliest" or "latest" each). */
+    List<FabricInputPartition> plan(String topic, String starting, String ending) throws Exception {
+        try (ProtocolClient coordinator = coordinator()) {
+            ObjectNode name = ProtocolClient.args();
+            name.put("name", topic);
+            JsonNode info = coordinator.call("topic", name).result();
+            if (!info.path("value_schema").isNull()) {
+                throw new IllegalArgumentException("topic " + topic + " is a typed topic: the JVM reader reads "
+                    + "topics of binary values; read it with format(\"fabric\")");
+            }
+            Map<Integer, JsonNode> nodes = new HashMap<>();
+            for (JsonNode node : cluster.path("nodes")) {
+                nodes.put(node.path("id").asInt(), node);
+            }
+            Map<Integer, JsonNode> replicated = new HashMap<>();
+            for (JsonNode p : cluster.path("partitions")) {
+                if (topic.equals(p.path("topic").asText())) {
+                    replicated.put(p.path("partition").asInt(), p);
+                }
+            }
+            String topicId = info.path("topic_id").asText("");
+            List<FabricInputPartition> tasks = new ArrayList<>();
+            for (int partition = 0; partition < info.path("partitions").asInt(); partition++) {
+                JsonNode registration = replicated.get(partition);
+                if (registration == null) {  // kept in the coordinator's directory: it serves the partition
+                    JsonNode state = coordinator.call("partition_state", partitionArgs(topic, partition)).result();
+                    tasks.add(task(topic, partition, state, starting, ending, coordinatorAddress, -1, topicId,
+                                   new String[0]));
+                    continue;
+                }
+                if (registration.path("leader").isNull()) {
+                    throw new FabricException("LeaderNotAvailableError", "partition " + topic + "-" + partition
+                        + " is offline: none of its in-sync replicas " + registration.path("isr") + " is alive");
+                }
+                JsonNode leader = nodes.get(registration.path("leader").asInt());
+                String address = protocolAddress(leader.path("address").asText());
+                int epoch = registration.path("leader_epoch").asInt();
+                ObjectNode args = partitionArgs(topic, partition);
+                args.put("leader_epoch", epoch);
+                args.put("topic_id", topicId);
+                JsonNode state;
+                try (ProtocolClient node = ProtocolClient.connect(address, url.token, TIMEOUT_MS)) {
+                    state = node.call("partition_state", args).result();
+                }
+                tasks.add(task(topic, partition, state, starting, ending, address, epoch, topicId,
+                               hosts(registration, nodes)));
+            }
+            return tasks;
+        }
+    }
+
+    private static ObjectNode partitionArgs(String topic, int partition) {
+        ObjectNode args = ProtocolClient.args();
+        args.put("topic", topic);
+        args.put("partition", partition);
+        return args;
+    }
+
+    private FabricInputPartition task(String topic, int partition, JsonNode state, String starting, String ending,
+                                      String address, int epoch, String topicId, String[] hosts) {
+        long start = state.path("start_offset").asLong();
+        long end = state.path("end_offset").asLong();
+        long from = "latest".equals(starting) ? end : start;
+        long until = "earliest".equals(ending) ? start : end;
+        return new FabricInputPartition(url, topic, partition, from, Math.max(from, until), address, epoch, topicId,
+                                        hosts);
+    }
+
+    /** The hosts of the partition's in-sync replicas that are alive, its leader first. */
+    private static String[] hosts(JsonNode registration, Map<Integer, JsonNode> nodes) {
+        List<String> out = new ArrayList<>();
+        List<Integer> order = new ArrayList<>();
+        order.add(registration.path("leader").asInt());
+        for (JsonNode replica : registration.path("isr")) {
+            if (!order.contains(replica.asInt())) {
+                order.add(replica.asInt());
+            }
+        }
+        for (int id : order) {
+            JsonNode node = nodes.get(id);
+            if (node != null && node.path("alive").asBoolean()) {
+                String address = node.path("address").asText();
+                String host = address.substring(0, address.lastIndexOf(':'));
+                if (!out.contains(host)) {
+                    out.add(host);
+                }
+            }
+        }
+        return out.toArray(new String[0]);
+    }
+
+    /** A connection to the active coordinator instance (a standby refuses with NotActiveCoordinator), its
+     *  metadata read. */
+    private ProtocolClient coordinator() throws Exception {
+        Exception last = null;
+        for (String flight : url.addresses) {
+            ProtocolClient client = null;
+            try {
+                client = ProtocolClient.connect(protocolAddress(flight), url.token, TIMEOUT_MS);
+                cluster = client.call("describe_cluster", ProtocolClient.args()).result();
+                coordinatorAddress = protocolAddress(flight);
+                return client;
+            } catch (FabricException e) {
+                if (client != null) {
+                    client.close();
+                }
+                if (!"NotActiveCoordinator".equals(e.type())) {
+                    throw e;
+                }
+                last = e;
+            } catch (Exception e) {  // not answering: the next instance
+                if (client != null) {
+                    client.close();
+                }
+                last = e;
+            }
+        }
+        throw new IOException("no coordinator answered at " + String.join(", ", url.addresses) + ": " + last, last);
+    }
+
+    private String protocolAddress(String flight) throws Exception {
+        String known = protocolAddresses.get(flight);
+        if (known == null) {
+            int colon = flight.lastIndexOf(':');
+            known = FlightDiscovery.protocolAddress(flight.substring(0, colon),
+                                                    Integer.parseInt(flight.substring(colon + 1)), url.token,
+                                                    TIMEOUT_MS);
+            protocolAddresses.put(flight, known);
+        }
+        return known;
+    }
+}

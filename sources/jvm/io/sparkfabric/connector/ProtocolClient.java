@@ -1,0 +1,100 @@
+package io.sparkfabric.connector;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.BufferedInputStream;
+import java.io.BufferedOutputStream;
+import java.io.Closeable;
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+
+/** One connection to a fabric server's protocol port (docs/protocol.md): length-prefixed frames of a JSON header
+ *  and an Arrow IPC payload, one request answered at a time. The `hello` that opens it carries the token. */
+public final class ProtocolClient implements Closeable {
+    static final ObjectMapper JSON = new ObjectMapper();
+    private static final int MAX_HEADER = 2 << 20;
+
+    /** A request's answer: its result and payload (an Arrow IPC stream for fetch, else empty). */
+    public record Answer(JsonNode result, byte[] payload) { }
+
+    private final String address;
+    private final Socket socket;
+    private final DataInputStream in;
+    private final DataOutputStream out;
+    private long nextId = 1;
+
+    private ProtocolClient(String address, int timeoutMs) throws IOException {
+        this.address = address;
+        int colon = address.lastIndexOf(':');
+        socket = new Socket();
+        socket.connect(new InetSocketAddress(address.substring(0, colon), Integer.parseInt(address.substring(colon + 1))),
+                       timeoutMs);
+        socket.setTcpNoDelay(true);
+        socket.setSoTimeout(timeoutMs);
+        in = new DataInputStream(new BufferedInputStream(socket.getInputStream(), 1 << 16));
+        out = new DataOutputStream(new BufferedOutputStream(socket.getOutputStream(), 1 << 16));
+    }
+
+    /** A connection to `address` (host:port), said hello to with `token` (null: none). */
+    public static ProtocolClient connect(String address, String token, int timeoutMs) throws IOException {
+        ProtocolClient client = new ProtocolClient(address, timeoutMs);
+        try {
+            ObjectNode hello = JSON.createObjectNode();
+            hello.put("protocol", "fabric");
+            hello.put("version", 1);
+            hello.put("token", token);
+            hello.put("client", "java");
+            client.call("hello", hello);
+            return client;
+        } catch (IOException | RuntimeException e) {
+            client.close();
+            throw e;
+        }
+    }
+
+    public static ObjectNode args() {
+        return JSON.createObjectNode();
+    }
+
+    /** Send one request and read its answer; its refusal as a FabricException naming the server's error. */
+    public Answer call(String type, ObjectNode args) throws IOException {
+        long id = nextId++;
+        ObjectNode header = JSON.createObjectNode();
+        header.put("id", id);
+        header.put("type", type);
+        header.set("args", args);
+        byte[] bytes = JSON.writeValueAsBytes(header);
+        out.writeInt(4 + bytes.length);
+        out.writeInt(bytes.length);
+        out.write(bytes);
+        out.flush();
+        long length = in.readInt() & 0xffffffffL;
+        long headerLength = in.readInt() & 0xffffffffL;
+        if (headerLength > MAX_HEADER || headerLength > length - 4) {
+            throw new IOException("the fabric protocol port at " + address + " sent a frame that is no answer");
+        }
+        byte[] answerHeader = new byte[(int) headerLength];
+        in.readFully(answerHeader);
+        byte[] payload = new byte[(int) (length - 4 - headerLength)];
+        in.readFully(payload);
+        JsonNode answer = JSON.readTree(answerHeader);
+        JsonNode error = answer.get("error");
+        if (error != null && !error.isNull()) {
+            throw new FabricException(error.path("type").asText(), error.path("message").asText());
+        }
+        if (answer.path("id").asLong() != id) {
+            throw new IOException("the fabric protocol port at " + address + " answered request "
+                                  + answer.path("id") + ", expected " + id);
+        }
+        return new Answer(answer.get("result"), payload);
+    }
+
+    @Override
+    public void close() throws IOException {
+        socket.close();
+    }
+}
