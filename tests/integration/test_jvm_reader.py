@@ -1,60 +1,71 @@
 """The JVM reader (`format("fabric-jvm")`, sources/jvm), built by `make install` with javac against pyspark's jars
-and on the test session's class path: a batch read of a replicated topic and of a topic the coordinator keeps gives
-the rows the Python source gives, in Arrow columns handed to Spark as they were fetched, planned and read over the
-fabric protocol alone (the coordinator's protocol port found from its Flight port); bad options are named."""
+and on the test session's class path: a batch read of a replicated topic (with its headers or without), of a topic
+the coordinator keeps and of a typed topic with tombstones gives the schema and rows the Python source gives, in
+Arrow columns handed to Spark as they were fetched, planned and read over the fabric protocol alone (the
+coordinator's protocol port found from its Flight port); bad options are named."""
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
 
+import pyarrow as pa
 import pytest
 
 import fabric
+from fabric.sources.progress import offsets_behind_latest
 from fabric.spark import jar
 
 pytestmark = [pytest.mark.spark,
               pytest.mark.skipif(jar.path() is None, reason="the JVM reader is not built (no javac): make install")]
 
 
+TYPED = pa.schema([("user", pa.string()), ("amount", pa.int64()), ("at", pa.timestamp("us", tz="UTC"))])
+
+
 @pytest.fixture(scope="module")
 def topics(shared_cluster) -> dict[str, int]:
-    """A replicated topic (2 partitions, RF 3) and one the coordinator keeps, with keys, null keys and empty values;
-    the records each holds."""
-    counts = {"jvm-replicated": 500, "jvm-kept": 30}
+    """A replicated topic (2 partitions, RF 3) with keys, null keys, empty values and headers; one the coordinator
+    keeps; a typed one with tombstones and null fields: the records each holds."""
+    counts = {"jvm-replicated": 500, "jvm-kept": 30, "jvm-typed": 40}
     with fabric.connect(shared_cluster.url) as fab:
         fab.create_topic("jvm-replicated", partitions=2, replication_factor=3)
         fab.create_topic("jvm-kept", partitions=1)
+        fab.create_topic("jvm-typed", partitions=1, replication_factor=3, schema=TYPED)
         with fab.producer() as producer:
-            for topic, count in counts.items():
-                for i in range(count):
+            for topic in ("jvm-replicated", "jvm-kept"):
+                for i in range(counts[topic]):
                     producer.send(topic, b"" if i % 11 == 0 else b"value-%d" % i,
-                                  key=None if i % 7 == 0 else b"key-%d" % i, partition=i % (2 if "rep" in topic else 1))
+                                  key=None if i % 7 == 0 else b"key-%d" % i, partition=i % (2 if "rep" in topic else 1),
+                                  headers=[("n", b"%d" % i), ("empty", None)] if i % 5 == 0 else None)
+            for i in range(counts["jvm-typed"]):
+                value = None if i % 9 == 0 else {"user": f"u{i}", "amount": None if i % 4 == 0 else i, "at": i * 1000}
+                producer.send("jvm-typed", value, key=b"key-%d" % (i % 6))
     return counts
 
 
 def rows(df) -> list[tuple]:
-    return sorted((tuple(r) for r in df.collect()), key=lambda r: (r[3], r[4]))
+    return [tuple(r) for r in sorted(df.collect(), key=lambda r: (r["partition"], r["offset"]))]
 
 
-@pytest.mark.parametrize("topic", ["jvm-replicated", "jvm-kept"])
-def test_the_jvm_reader_reads_the_rows_the_python_source_reads(spark, shared_cluster, topics, topic) -> None:
-    jvm = spark.read.format("fabric-jvm").option("url", shared_cluster.url).option("subscribe", topic).load()
-    python = spark.read.format("fabric").option("url", shared_cluster.url).option("subscribe", topic).load()
+@pytest.mark.parametrize("topic, options", [("jvm-replicated", {}), ("jvm-replicated", {"includeHeaders": "true"}),
+                                            ("jvm-kept", {}), ("jvm-typed", {})])
+def test_the_jvm_reader_reads_the_rows_the_python_source_reads(spark, shared_cluster, topics, topic, options) -> None:
+    def read(source: str, **more: str):
+        return spark.read.format(source).options(url=shared_cluster.url, subscribe=topic, **options, **more).load()
+    jvm, python = read("fabric-jvm"), read("fabric")
     assert jvm.schema == python.schema
     got = rows(jvm)
     assert len(got) == topics[topic] and got == rows(python)
-    assert [r[4] for r in got if r[3] == 0] == list(range(len([r for r in got if r[3] == 0])))
     plan = jvm._jdf.queryExecution().executedPlan().toString()
     assert "fabric JVM reader: topic " + topic in plan and "ColumnarToRow" in plan  # Arrow columns, not rows
-    latest = spark.read.format("fabric-jvm").option("url", shared_cluster.url).option("subscribe", topic) \
-        .option("startingOffsets", "latest").load()
-    assert latest.count() == 0
+    assert read("fabric-jvm", startingOffsets="latest").count() == 0
 
 
 @pytest.mark.parametrize("option, value, named", [
     ("subscribePattern", "jvm-.*", "unknown option subscribePattern"),
     ("startingOffsets", '{"jvm-kept": {"0": 3}}', "startingOffsets must be earliest or latest"),
+    ("includeHeaders", "yes", "includeHeaders must be true or false"),
     ("url", "file:///tmp/x", "must be a fabric:// URL"),
 ])
 def test_bad_options_are_named_before_anything_is_read(spark, shared_cluster, topics, option, value, named) -> None:
@@ -71,3 +82,42 @@ def test_without_javac_the_jar_is_not_built_and_says_why(tmp_path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "javac (a JDK) is not on PATH" in done.stderr and 'format("fabric") reads with the Python source' in \
         done.stderr
+
+
+def test_a_stream_reads_every_record_once_within_its_limits_and_reports_kafkas_offsets_behind_latest(
+        spark, shared_cluster, tmp_path) -> None:
+    """A trigger(availableNow=True) run with maxOffsetsPerTrigger: batches of at most that many offsets until the ends
+    the run began with, every record once, and each progress's metrics those Kafka's source reports, equal to what
+    fabric.sources.progress computes from the same progress."""
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic("jvm-stream", partitions=2, replication_factor=3)
+        with fab.producer() as producer:
+            for i in range(200):
+                producer.send("jvm-stream", b"record-%d" % i, partition=i % 2)
+    stream = spark.readStream.format("fabric-jvm").options(url=shared_cluster.url, subscribe="jvm-stream",
+                                                            startingOffsets="earliest", maxOffsetsPerTrigger="50")
+    query = (stream.load().writeStream.format("memory").queryName("jvm_stream").trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    assert query.awaitTermination(300), "the availableNow run did not end"
+    got = spark.table("jvm_stream").select("partition", "offset", "value").collect()
+    assert sorted((r.partition, r.offset) for r in got) == sorted((i % 2, i // 2) for i in range(200))
+    assert sorted(r.value for r in got) == sorted(b"record-%d" % i for i in range(200))
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    assert len(batches) >= 4 and all(p["numInputRows"] <= 50 for p in batches)
+    for progress in batches:
+        source = progress["sources"][0]
+        assert source["metrics"] == offsets_behind_latest(source), source
+    assert int(batches[0]["sources"][0]["metrics"]["maxOffsetsBehindLatest"]) > 0
+    assert batches[-1]["sources"][0]["metrics"]["maxOffsetsBehindLatest"] == "0"
+
+
+def test_a_stream_refuses_an_ending_offset(spark, shared_cluster, topics, tmp_path) -> None:
+    stream = spark.readStream.format("fabric-jvm").options(url=shared_cluster.url, subscribe="jvm-kept",
+                                                            endingOffsets="latest")
+    try:
+        with pytest.raises(Exception, match="endingOffsets is for batch reads"):
+            stream.load().writeStream.format("noop").option("checkpointLocation", str(tmp_path)).start() \
+                .awaitTermination(120)
+    finally:
+        for query in spark.streams.active:
+            query.stop()

@@ -3,10 +3,10 @@ package io.sparkfabric.connector;
 import org.apache.spark.sql.connector.read.InputPartition;
 
 /** One task: the offsets [from, until) of one partition, read at `address` (the protocol address of the leader,
- *  or of the coordinator for a topic it keeps) under `leaderEpoch` (-1: the coordinator's); `hosts` are those of
- *  the in-sync replicas, leader first, where Spark prefers to run the task. */
+ *  or of the coordinator for a topic it keeps) under `leaderEpoch` (-1: the coordinator's) into the columns of
+ *  `layout`; `hosts` are those of the in-sync replicas, leader first, where Spark prefers to run the task. */
 record FabricInputPartition(FabricUrl url, String topic, int partition, long from, long until, String address,
-                            int leaderEpoch, String topicId, String[] hosts) implements InputPartition {
+                            int leaderEpoch, String topicId, String[] hosts, Layout layout) implements InputPartition {
     @Override
     public String[] preferredLocations() {
         return hosts;

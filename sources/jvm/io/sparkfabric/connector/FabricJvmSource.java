@@ -10,18 +10,12 @@ import org.apache.spark.sql.connector.catalog.TableProvider;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.sources.DataSourceRegister;
-import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** `spark.read.format("fabric-jvm")`: a batch read of one topic of a fabric:// cluster in Spark's JVM, columnar, each
- *  task placed by the hosts of its partition's in-sync replicas. Kafka's record columns, as format("fabric"). */
+/** `format("fabric-jvm")`: batch and micro-batch reads of one topic of a fabric:// cluster in Spark's JVM, columnar,
+ *  each task placed by the hosts of its partition's in-sync replicas. The columns of format("fabric") (Layout). */
 public final class FabricJvmSource implements TableProvider, DataSourceRegister {
-    static final StructType SCHEMA = new StructType()
-        .add("key", DataTypes.BinaryType).add("value", DataTypes.BinaryType)
-        .add("topic", DataTypes.StringType, false).add("partition", DataTypes.IntegerType, false)
-        .add("offset", DataTypes.LongType, false).add("timestamp", DataTypes.TimestampType, false)
-        .add("timestampType", DataTypes.IntegerType, false);
 
     @Override
     public String shortName() {
@@ -30,7 +24,7 @@ public final class FabricJvmSource implements TableProvider, DataSourceRegister 
 
     @Override
     public StructType inferSchema(CaseInsensitiveStringMap options) {
-        return SCHEMA;
+        return Planner.layout(ReadOptions.of(options)).schema();
     }
 
     @Override
@@ -59,7 +53,7 @@ public final class FabricJvmSource implements TableProvider, DataSourceRegister 
 
         @Override
         public Set<TableCapability> capabilities() {
-            return EnumSet.of(TableCapability.BATCH_READ);
+            return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ);
         }
 
         @Override

@@ -5,7 +5,9 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.util.ArrayDeque;
+import java.util.ArrayList;
 import java.util.Deque;
+import java.util.List;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.ValueVector;
@@ -92,12 +94,29 @@ final class PartitionBatches implements PartitionReader<ColumnarBatch> {
         }
     }
 
+    /** The batch's columns in the layout's order: the stored ones as they came (a typed value's fields each a
+     *  column of its own), the others laid beside them. */
     private ColumnarBatch batch(VectorSchemaRoot root, long base, int rows, int timestampType) {
-        ColumnVector[] columns = {
-            arrow(root.getVector("key")), arrow(root.getVector("value")), constant(rows, task.topic()),
-            constantInt(rows, task.partition()), new OffsetVector(base), arrow(root.getVector("timestamp")),
-            constantInt(rows, timestampType)};
-        return new ColumnarBatch(columns, rows);
+        List<ColumnVector> columns = new ArrayList<>();
+        columns.add(arrow(root.getVector("key")));
+        ColumnVector value = arrow(root.getVector("value"));
+        String[] fields = task.layout().valueFields();
+        if (fields == null) {
+            columns.add(value);
+        } else {
+            for (int i = 0; i < fields.length; i++) {
+                columns.add(new FieldVector(value, value.getChild(i), rows));
+            }
+        }
+        columns.add(constant(rows, task.topic()));
+        columns.add(constantInt(rows, task.partition()));
+        columns.add(new OffsetVector(base));
+        columns.add(arrow(root.getVector("timestamp")));
+        columns.add(constantInt(rows, timestampType));
+        if (task.layout().headers()) {
+            columns.add(arrow(root.getVector("headers")));
+        }
+        return new ColumnarBatch(columns.toArray(new ColumnVector[0]), rows);
     }
 
     private static ColumnVector arrow(ValueVector vector) {

@@ -23,16 +23,59 @@ final class Planner {
         this.url = url;
     }
 
+    /** The columns of a read of `options`' topic (its metadata read), its failure named. */
+    static Layout layout(ReadOptions options) {
+        Planner planner = new Planner(options.url());
+        try (ProtocolClient coordinator = planner.coordinator()) {
+            return layout(topicInfo(coordinator, options.topic()), options.headers());
+        } catch (RuntimeException e) {
+            throw e;
+        } catch (Exception e) {
+            throw new IllegalStateException("cannot read the metadata of topic " + options.topic() + ": "
+                                            + e.getMessage(), e);
+        }
+    }
+
+    private static JsonNode topicInfo(ProtocolClient coordinator, String topic) throws IOException {
+        ObjectNode name = ProtocolClient.args();
+        name.put("name", topic);
+        return coordinator.call("topic", name).result();
+    }
+
+    private static Layout layout(JsonNode info, boolean headers) throws IOException {
+        JsonNode schema = info.path("value_schema");
+        return Layout.of(schema.isNull() || schema.isMissingNode() ? null : schema.asText(), headers);
+    }
+
+    /** Where one partition is read now: its offsets, its reader's protocol address and leader epoch (-1: the
+     *  coordinator's), the hosts of its in-sync replicas. */
+    record PartitionAt(int partition, long start, long end, String address, int epoch, String[] hosts) { }
+
+    /** The topic as it is now: its columns, id and every partition's place and offsets. */
+    record Snapshot(String topic, String topicId, Layout layout, List<PartitionAt> partitions) {
+        /** The task reading [from, until) of `at`. */
+        FabricInputPartition task(FabricUrl url, PartitionAt at, long from, long until) {
+            return new FabricInputPartition(url, topic, at.partition(), from, Math.max(from, until), at.address(),
+                                            at.epoch(), topicId, at.hosts(), layout);
+        }
+    }
+
     /** The tasks reading `topic` from `starting` to `ending` ("earliest" or "latest" each). */
-    List<FabricInputPartition> plan(String topic, String starting, String ending) throws Exception {
+    List<FabricInputPartition> plan(String topic, String starting, String ending, boolean headers) throws Exception {
+        Snapshot now = snapshot(topic, headers);
+        List<FabricInputPartition> tasks = new ArrayList<>();
+        for (PartitionAt at : now.partitions()) {
+            tasks.add(now.task(url, at, "latest".equals(starting) ? at.end() : at.start(),
+                               "earliest".equals(ending) ? at.start() : at.end()));
+        }
+        return tasks;
+    }
+
+    /** `topic` now, from the coordinator's metadata and each partition's leader (or the coordinator, for a topic
+     *  it keeps in its own directory). */
+    Snapshot snapshot(String topic, boolean headers) throws Exception {
         try (ProtocolClient coordinator = coordinator()) {
-            ObjectNode name = ProtocolClient.args();
-            name.put("name", topic);
-            JsonNode info = coordinator.call("topic", name).result();
-            if (!info.path("value_schema").isNull()) {
-                throw new IllegalArgumentException("topic " + topic + " is a typed topic: the JVM reader reads "
-                    + "topics of binary values; read it with format(\"fabric\")");
-            }
+            JsonNode info = topicInfo(coordinator, topic);
             Map<Integer, JsonNode> nodes = new HashMap<>();
             for (JsonNode node : cluster.path("nodes")) {
                 nodes.put(node.path("id").asInt(), node);
@@ -44,13 +87,14 @@ final class Planner {
                 }
             }
             String topicId = info.path("topic_id").asText("");
-            List<FabricInputPartition> tasks = new ArrayList<>();
+            List<PartitionAt> partitions = new ArrayList<>();
             for (int partition = 0; partition < info.path("partitions").asInt(); partition++) {
                 JsonNode registration = replicated.get(partition);
                 if (registration == null) {  // kept in the coordinator's directory: it serves the partition
                     JsonNode state = coordinator.call("partition_state", partitionArgs(topic, partition)).result();
-                    tasks.add(task(topic, partition, state, starting, ending, coordinatorAddress, -1, topicId,
-                                   new String[0]));
+                    partitions.add(new PartitionAt(partition, state.path("start_offset").asLong(),
+                                                   state.path("end_offset").asLong(), coordinatorAddress, -1,
+                                                   new String[0]));
                     continue;
                 }
                 if (registration.path("leader").isNull()) {
@@ -67,10 +111,11 @@ final class Planner {
                 try (ProtocolClient node = ProtocolClient.connect(address, url.token, TIMEOUT_MS)) {
                     state = node.call("partition_state", args).result();
                 }
-                tasks.add(task(topic, partition, state, starting, ending, address, epoch, topicId,
-                               hosts(registration, nodes)));
+                partitions.add(new PartitionAt(partition, state.path("start_offset").asLong(),
+                                               state.path("end_offset").asLong(), address, epoch,
+                                               hosts(registration, nodes)));
             }
-            return tasks;
+            return new Snapshot(topic, topicId, layout(info, headers), partitions);
         }
     }
 
@@ -79,16 +124,6 @@ final class Planner {
         args.put("topic", topic);
         args.put("partition", partition);
         return args;
-    }
-
-    private FabricInputPartition task(String topic, int partition, JsonNode state, String starting, String ending,
-                                      String address, int epoch, String topicId, String[] hosts) {
-        long start = state.path("start_offset").asLong();
-        long end = state.path("end_offset").asLong();
-        long from = "latest".equals(starting) ? end : start;
-        long until = "earliest".equals(ending) ? start : end;
-        return new FabricInputPartition(url, topic, partition, from, Math.max(from, until), address, epoch, topicId,
-                                        hosts);
     }
 
     /** The hosts of the partition's in-sync replicas that are alive, its leader first. */

@@ -7,16 +7,26 @@ import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
-/** A batch read of the topic: planned on the driver (Planner), read by each task in columns (PartitionBatches). */
+/** A read of the topic, batch or micro-batch (TopicStream): planned on the driver (Planner), read by each task in
+ *  columns (PartitionBatches). */
 final class TopicScan implements ScanBuilder, Scan, Batch {
     private final ReadOptions options;
+    private Layout layout;
 
     TopicScan(ReadOptions options) {
         this.options = options;
+    }
+
+    private Layout layout() {
+        if (layout == null) {
+            layout = Planner.layout(options);
+        }
+        return layout;
     }
 
     @Override
@@ -26,13 +36,12 @@ final class TopicScan implements ScanBuilder, Scan, Batch {
 
     @Override
     public StructType readSchema() {
-        return FabricJvmSource.SCHEMA;
+        return layout().schema();
     }
 
     @Override
     public String description() {
-        return "fabric JVM reader: topic " + options.topic() + " (" + options.starting() + " to " + options.ending()
-               + ")";
+        return "fabric JVM reader: topic " + options.topic();
     }
 
     @Override
@@ -43,8 +52,9 @@ final class TopicScan implements ScanBuilder, Scan, Batch {
     @Override
     public InputPartition[] planInputPartitions() {
         try {
-            List<FabricInputPartition> tasks = new Planner(options.url()).plan(options.topic(), options.starting(),
-                                                                              options.ending());
+            List<FabricInputPartition> tasks = new Planner(options.url()).plan(
+                options.topic(), options.starting() == null ? "earliest" : options.starting(),
+                options.ending() == null ? "latest" : options.ending(), options.headers());
             return tasks.toArray(new InputPartition[0]);
         } catch (RuntimeException e) {
             throw e;
@@ -55,12 +65,17 @@ final class TopicScan implements ScanBuilder, Scan, Batch {
     }
 
     @Override
+    public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+        return new TopicStream(options);
+    }
+
+    @Override
     public PartitionReaderFactory createReaderFactory() {
         return new Readers();
     }
 
     /** Columnar readers only: Spark takes the batches as they come. */
-    private static final class Readers implements PartitionReaderFactory {
+    static final class Readers implements PartitionReaderFactory {
         private static final long serialVersionUID = 1L;
 
         @Override

@@ -1,0 +1,44 @@
+package io.sparkfabric.connector;
+
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.io.Serializable;
+import java.nio.channels.Channels;
+import java.util.Base64;
+import org.apache.arrow.vector.ipc.ReadChannel;
+import org.apache.arrow.vector.ipc.message.MessageSerializer;
+import org.apache.arrow.vector.types.pojo.Schema;
+import org.apache.spark.sql.types.ArrayType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.ArrowUtils;
+
+/** The columns of a read, as format("fabric") gives them: key; value, or a typed topic's value fields in its place;
+ *  topic, partition, offset, timestamp, timestampType (never null); and with includeHeaders, headers. */
+record Layout(String[] valueFields, boolean headers, StructType schema) implements Serializable {
+    static final ArrayType HEADERS = DataTypes.createArrayType(new StructType()
+        .add("key", DataTypes.StringType).add("value", DataTypes.BinaryType));
+
+    /** The layout of a topic whose `topic` answer names `valueSchema` (null: binary values; else the base64 of an
+     *  Arrow IPC schema message). */
+    static Layout of(String valueSchema, boolean headers) throws IOException {
+        StructType schema = new StructType().add("key", DataTypes.BinaryType);
+        String[] fields = null;
+        if (valueSchema == null) {
+            schema = schema.add("value", DataTypes.BinaryType);
+        } else {
+            Schema arrow = MessageSerializer.deserializeSchema(new ReadChannel(Channels.newChannel(
+                new ByteArrayInputStream(Base64.getDecoder().decode(valueSchema)))));
+            StructType values = ArrowUtils.fromArrowSchema(arrow);
+            fields = values.fieldNames();
+            for (StructField field : values.fields()) {
+                schema = schema.add(field);
+            }
+        }
+        schema = schema.add("topic", DataTypes.StringType, false).add("partition", DataTypes.IntegerType, false)
+            .add("offset", DataTypes.LongType, false).add("timestamp", DataTypes.TimestampType, false)
+            .add("timestampType", DataTypes.IntegerType, false);
+        return new Layout(fields, headers, headers ? schema.add("headers", HEADERS) : schema);
+    }
+}
