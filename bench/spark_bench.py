@@ -59,7 +59,11 @@ def spark_session():
     """A local[2] session configured like the tests' (no UI, 2 shuffle partitions, reused workers)."""
     from pyspark.sql import SparkSession
 
+    from fabric.spark import jar
+
+    reader = jar.path()  # the JVM reader (format("fabric-jvm")), where make install built it
     session = (SparkSession.builder.master("local[2]").appName("fabric-bench")
+               .config("spark.jars", str(reader) if reader is not None else "")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", str(PARTITIONS))

@@ -13,6 +13,8 @@ Paths (rows/s), each on the same records and producing the same columns:
                           parquet of the values -> noop
   source, whole record:   cluster topic, the 7 record columns -> noop   vs   file:// topic, same   vs
                           parquet of those rows (read from the file:// topic) -> noop
+  the JVM reader:         the same two reads of the cluster topic through format("fabric-jvm") (where make install
+                          built it), against parquet and against format("fabric") on the cluster
   sink, batch:            parquet -> df.write.format("fabric") (atomic) into a new cluster topic   vs   into a new
                           file:// topic   vs   parquet -> df.write.parquet
   sink, stream:           parquet -> writeStream.format("fabric"), trigger availableNow (exactly-once), cluster
@@ -56,6 +58,7 @@ from bench.spark_bench import (
     write_parquet,
     write_topic,
 )
+from fabric.spark import jar
 
 NODES, MIN_ISR = 3, 2
 REPLICATED = {"replication_factor": NODES, "config": {"min.insync.replicas": str(MIN_ISR)}}
@@ -68,9 +71,13 @@ SOURCE_GOAL, SINK_GOAL = 0.9, 0.8  # cluster over file://
 FABRICS = ("cluster", "file")
 TICK_S = 0.01  # psutil's CPU time resolution: the least CPU time a ratio divides by (tiny smoke-test runs)
 ORDER = ("parquet", "file", "cluster")  # of the rows of a kind in the tables
+# the JVM reader (format("fabric-jvm")) on the cluster, where make install built it: a source path only
+READERS = (*ORDER, "jvm") if jar.path() is not None else ORDER
 SOURCES = ("value", "record")
 SINKS = ("batch", "stream")
-LABELS = {"cluster": f"cluster (RF {NODES}, acks=all)", "file": "file://", "parquet": "parquet"}
+LABELS = {"cluster": f"cluster (RF {NODES}, acks=all)", "file": "file://", "parquet": "parquet",
+          "jvm": f"cluster (RF {NODES}), JVM reader"}
+JVM_GOALS = {"vs_parquet": 1.5, "vs_python": 2.0}  # the JVM reader's, value column: over parquet, over format("fabric")
 
 
 def source_key(where: str, columns: str) -> str:
@@ -96,7 +103,7 @@ def describe() -> dict[str, Row]:
     """Every path in the order of the tables, by key."""
     out = {}
     for columns, what in (("value", "value column"), ("record", "7 record columns")):
-        for where in ORDER:
+        for where in READERS:
             out[source_key(where, columns)] = Row(where, f"{LABELS[where]}, {what} -> noop")
     for where in ORDER[1:]:
         out[client_key(where, "consume")] = Row(where, f"no Spark: consumer poll_batch from {LABELS[where]}", True)
@@ -152,6 +159,8 @@ def throughput(spark, urls: dict[str, str], parquet_dir: str, records: int, dire
         def source(where: str, columns: str) -> Callable[[], None]:
             if where == "parquet":
                 return lambda: noop(spark.read.parquet(parquet_dir if columns == "value" else record_parquet))
+            if where == "jvm":
+                return lambda: noop(jvm_read(spark, urls["cluster"], columns == "value"))
             return lambda: noop(fabric_read(spark, urls[where], "value binary" if columns == "value" else None))
 
         def consume(where: str) -> Callable[[], None]:
@@ -171,10 +180,24 @@ def throughput(spark, urls: dict[str, str], parquet_dir: str, records: int, dire
         for where in ("parquet", *FABRICS):
             paths |= {source_key(where, columns): source(where, columns) for columns in SOURCES}
             paths |= {sink_key(where, kind): sink(where, kind) for kind in SINKS}
+        paths |= {source_key("jvm", columns): source("jvm", columns) for columns in SOURCES}
         for where in FABRICS:
             paths[client_key(where, "consume")] = consume(where)
             paths[client_key(where, "produce")] = ProducerSink(fabs[where], values, directory, topic_options(where))
         return best_of({key: paths[key] for key in describe()}, records, repeats, servers)
+
+
+def jvm_read(spark, url: str, value_only: bool):
+    """The benchmark topic through the JVM reader: all record columns, or the value column alone."""
+    df = spark.read.format("fabric-jvm").option("url", url).option("subscribe", "src").load()
+    return df.select("value") if value_only else df
+
+
+def jvm_ratios(rps: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Per JVM reader path: its rows/s over the parquet peer's and over format("fabric")'s on the same cluster."""
+    return {path: {"vs_parquet": rps[path]["rows_per_s"] / rps[path.replace("jvm", "parquet")]["rows_per_s"],
+                   "vs_python": rps[path]["rows_per_s"] / rps[path.replace("jvm", "cluster")]["rows_per_s"]}
+            for path, row in describe().items() if row.where == "jvm"}
 
 
 def ratios(rps: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -253,7 +276,7 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict, dict[str, list[
         "partitions": PARTITIONS, "repeats": args.repeats,
         "cluster": {"nodes": NODES, "replication_factor": NODES, "min_insync_replicas": MIN_ISR, "acks": "all",
                     "node_session_timeout_ms": SESSION_TIMEOUT_MS, "source_topic_leaders": leaders},
-        "paths": rps, "ratios": vs, "goals": goals(vs),
+        "paths": rps, "ratios": vs, "goals": goals(vs), "jvm_reader": {"ratios": jvm_ratios(rps), "goals": JVM_GOALS},
         "latency": {"trigger": args.trigger, "rate_per_s": args.rate, "seconds": args.seconds, **lat},
     }, raw
 
@@ -270,7 +293,7 @@ def report(results: dict, raw: dict[str, list[float]]) -> None:
         return f"{vs[key][name]:.2f}x" if name in vs.get(key, {}) else ""
 
     def cpu(key: str) -> tuple[str, str]:
-        if paths[key].where != "cluster":
+        if paths[key].where not in ("cluster", "jvm"):
             return f"{rps[key]['cpu_s']:.2f}", ""
         return f"{rps[key]['cpu_s']:.2f}", f"{rps[key]['servers_cpu_s']:.2f}"
 
@@ -283,6 +306,10 @@ def report(results: dict, raw: dict[str, list[float]]) -> None:
     for path, goal in results["goals"].items():
         print(f"goal {label(path)}: >= {goal['goal_vs_file']:g}x file:// -> {goal['vs_file']:.2f}x, "
               f"{'met' if goal['met'] else 'NOT met'}")
+    for path, jvm in results["jvm_reader"]["ratios"].items():
+        print(f"{label(path)}: {jvm['vs_parquet']:.2f}x parquet, {jvm['vs_python']:.2f}x format(\"fabric\") on the "
+              f"cluster (goals for the value column: >= {JVM_GOALS['vs_parquet']:g}x and >= "
+              f"{JVM_GOALS['vs_python']:g}x)")
     print()
 
     def delays(where: str) -> tuple[str, ...]:
@@ -295,14 +322,14 @@ def report(results: dict, raw: dict[str, list[float]]) -> None:
                  "rows/batch")))
     print(f"\nlatency at {lat['rate_per_s']:g} records/s for {lat['seconds']:g} s, trigger processingTime="
           f"{lat['trigger']!r}")
-    kinds = {"cluster": "#4C72B0", "file": "#55A868", "parquet": "#9A9A9A"}
+    kinds = {"cluster": "#4C72B0", "file": "#55A868", "parquet": "#9A9A9A", "jvm": "#C44E52"}
     spark_paths = [k for k in rps if not paths[k].reference]  # the clients alone (in the table) dwarf them
     chart = bar_chart("spark_cluster", f"Spark local[2], {results['records']:,} x 100-byte records, best of "
                       f"{results['repeats']}; {NODES}-node cluster, RF {NODES}",
                       [(label(k), rps[k]["rows_per_s"]) for k in spark_paths], "rows/s",
                       [kinds[paths[k].where] for k in spark_paths],
                       {kinds["cluster"]: LABELS["cluster"], kinds["file"]: "file:// (embedded)",
-                       kinds["parquet"]: "Spark's parquet (the peer)"})
+                       kinds["parquet"]: "Spark's parquet (the peer)", kinds["jvm"]: LABELS["jvm"]})
     lat_chart = latency_plot("spark_cluster_latency", f"fabric -> Spark -> fabric end to end, {lat['rate_per_s']:g} "
                              f"records/s, trigger processingTime={lat['trigger']!r}",
                              {LABELS[where]: raw[where] for where in FABRICS}, "end-to-end latency")

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from fabric.spark import jar
+
 SUITES = [
     ("bench.log_bench", ["--records", "20000", "--send-records", "2000"], "log", "produce_vs_ipc_write"),
     ("bench.request_bench", ["--requests", "20"], "requests", "vs_action"),
@@ -88,6 +90,10 @@ def test_spark_cluster_benchmark_reports_every_path_goal_and_latency(repo_root, 
     assert set(results["goals"]) == {"cluster_value_to_noop", "cluster_record_to_noop", "parquet_to_cluster_batch",
                                      "parquet_to_cluster_stream"}
     assert all(goal["vs_file"] > 0 and isinstance(goal["met"], bool) for goal in results["goals"].values())
+    if jar.path() is not None:  # the JVM reader was built: its two reads, against parquet and format("fabric")
+        jvm = results["jvm_reader"]["ratios"]
+        assert set(jvm) == {"jvm_value_to_noop", "jvm_record_to_noop"}
+        assert all(r["vs_parquet"] > 0 and r["vs_python"] > 0 for r in jvm.values())
     assert results["cluster"]["replication_factor"] == 3 and results["cluster"]["min_insync_replicas"] == 2
     for where in ("cluster", "file"):
         figures = results["latency"][where]

@@ -62,6 +62,20 @@ def test_the_jvm_reader_reads_the_rows_the_python_source_reads(spark, shared_clu
     assert read("fabric-jvm", startingOffsets="latest").count() == 0
 
 
+@pytest.mark.parametrize("topic, columns", [("jvm-replicated", ["offset", "value"]), ("jvm-typed", ["amount", "key"]),
+                                            ("jvm-typed", [])])
+def test_the_jvm_reader_builds_only_the_columns_a_query_reads(spark, shared_cluster, topics, topic, columns) -> None:
+    def read(source: str):
+        return spark.read.format(source).options(url=shared_cluster.url, subscribe=topic).load().select(*columns)
+    jvm = read("fabric-jvm")
+    scan = jvm._jdf.queryExecution().executedPlan().toString()
+    assert "fabric JVM reader" in scan and all(c in scan for c in columns)
+    assert "timestampType" not in scan  # pruned: never built
+    assert jvm.count() == topics[topic]
+    if columns:
+        assert sorted(map(tuple, jvm.collect()), key=repr) == sorted(map(tuple, read("fabric").collect()), key=repr)
+
+
 @pytest.mark.parametrize("option, value, named", [
     ("subscribePattern", "jvm-.*", "unknown option subscribePattern"),
     ("startingOffsets", '{"jvm-kept": {"0": 3}}', "startingOffsets must be earliest or latest"),

@@ -15,7 +15,8 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.ArrowUtils;
 
 /** The columns of a read, as format("fabric") gives them: key; value, or a typed topic's value fields in its place;
- *  topic, partition, offset, timestamp, timestampType (never null); and with includeHeaders, headers. */
+ *  topic, partition, offset, timestamp, timestampType (never null); and with includeHeaders, headers. `schema` is
+ *  what the query reads of them, in its order (all of them until Spark prunes the columns: `pruned`). */
 record Layout(String[] valueFields, boolean headers, StructType schema) implements Serializable {
     static final ArrayType HEADERS = DataTypes.createArrayType(new StructType()
         .add("key", DataTypes.StringType).add("value", DataTypes.BinaryType));
@@ -40,5 +41,22 @@ record Layout(String[] valueFields, boolean headers, StructType schema) implemen
             .add("offset", DataTypes.LongType, false).add("timestamp", DataTypes.TimestampType, false)
             .add("timestampType", DataTypes.IntegerType, false);
         return new Layout(fields, headers, headers ? schema.add("headers", HEADERS) : schema);
+    }
+
+    /** The same columns, of which the query reads `required` only (a subset of the schema, in its order). */
+    Layout pruned(StructType required) {
+        return new Layout(valueFields, headers, required);
+    }
+
+    /** The position of a typed value field in the stored value struct; -1 for another column. */
+    int valueField(String name) {
+        if (valueFields != null) {
+            for (int i = 0; i < valueFields.length; i++) {
+                if (valueFields[i].equals(name)) {
+                    return i;
+                }
+            }
+        }
+        return -1;
     }
 }

@@ -5,9 +5,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.util.ArrayDeque;
-import java.util.ArrayList;
 import java.util.Deque;
-import java.util.List;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.ValueVector;
@@ -94,29 +92,30 @@ final class PartitionBatches implements PartitionReader<ColumnarBatch> {
         }
     }
 
-    /** The batch's columns in the layout's order: the stored ones as they came (a typed value's fields each a
-     *  column of its own), the others laid beside them. */
+    /** The batch's columns the query reads, in its order: the stored ones as they came (a typed value's fields each
+     *  a column of its own), the others laid beside them. */
     private ColumnarBatch batch(VectorSchemaRoot root, long base, int rows, int timestampType) {
-        List<ColumnVector> columns = new ArrayList<>();
-        columns.add(arrow(root.getVector("key")));
-        ColumnVector value = arrow(root.getVector("value"));
-        String[] fields = task.layout().valueFields();
-        if (fields == null) {
-            columns.add(value);
-        } else {
-            for (int i = 0; i < fields.length; i++) {
-                columns.add(new FieldVector(value, value.getChild(i), rows));
+        Layout layout = task.layout();
+        String[] names = layout.schema().fieldNames();
+        ColumnVector[] columns = new ColumnVector[names.length];
+        ColumnVector value = null;
+        for (int i = 0; i < names.length; i++) {
+            int field = layout.valueField(names[i]);
+            if (field >= 0) {
+                value = value == null ? arrow(root.getVector("value")) : value;
+                columns[i] = new FieldVector(value, value.getChild(field), rows);
+                continue;
             }
+            columns[i] = switch (names[i]) {
+                case "key", "value", "timestamp", "headers" -> arrow(root.getVector(names[i]));
+                case "topic" -> constant(rows, task.topic());
+                case "partition" -> constantInt(rows, task.partition());
+                case "offset" -> new OffsetVector(base);
+                case "timestampType" -> constantInt(rows, timestampType);
+                default -> throw new IllegalStateException("no column " + names[i] + " in a fabric read");
+            };
         }
-        columns.add(constant(rows, task.topic()));
-        columns.add(constantInt(rows, task.partition()));
-        columns.add(new OffsetVector(base));
-        columns.add(arrow(root.getVector("timestamp")));
-        columns.add(constantInt(rows, timestampType));
-        if (task.layout().headers()) {
-            columns.add(arrow(root.getVector("headers")));
-        }
-        return new ColumnarBatch(columns.toArray(new ColumnVector[0]), rows);
+        return new ColumnarBatch(columns, rows);
     }
 
     private static ColumnVector arrow(ValueVector vector) {

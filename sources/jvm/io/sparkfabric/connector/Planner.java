@@ -51,29 +51,29 @@ final class Planner {
      *  coordinator's), the hosts of its in-sync replicas. */
     record PartitionAt(int partition, long start, long end, String address, int epoch, String[] hosts) { }
 
-    /** The topic as it is now: its columns, id and every partition's place and offsets. */
-    record Snapshot(String topic, String topicId, Layout layout, List<PartitionAt> partitions) {
-        /** The task reading [from, until) of `at`. */
-        FabricInputPartition task(FabricUrl url, PartitionAt at, long from, long until) {
+    /** The topic as it is now: its id and every partition's place and offsets. */
+    record Snapshot(String topic, String topicId, List<PartitionAt> partitions) {
+        /** The task reading [from, until) of `at` into the columns of `layout`. */
+        FabricInputPartition task(FabricUrl url, PartitionAt at, long from, long until, Layout layout) {
             return new FabricInputPartition(url, topic, at.partition(), from, Math.max(from, until), at.address(),
                                             at.epoch(), topicId, at.hosts(), layout);
         }
     }
 
-    /** The tasks reading `topic` from `starting` to `ending` ("earliest" or "latest" each). */
-    List<FabricInputPartition> plan(String topic, String starting, String ending, boolean headers) throws Exception {
-        Snapshot now = snapshot(topic, headers);
+    /** The tasks reading `topic` from `starting` to `ending` ("earliest" or "latest" each) into `layout`. */
+    List<FabricInputPartition> plan(String topic, String starting, String ending, Layout layout) throws Exception {
+        Snapshot now = snapshot(topic);
         List<FabricInputPartition> tasks = new ArrayList<>();
         for (PartitionAt at : now.partitions()) {
             tasks.add(now.task(url, at, "latest".equals(starting) ? at.end() : at.start(),
-                               "earliest".equals(ending) ? at.start() : at.end()));
+                               "earliest".equals(ending) ? at.start() : at.end(), layout));
         }
         return tasks;
     }
 
     /** `topic` now, from the coordinator's metadata and each partition's leader (or the coordinator, for a topic
      *  it keeps in its own directory). */
-    Snapshot snapshot(String topic, boolean headers) throws Exception {
+    Snapshot snapshot(String topic) throws Exception {
         try (ProtocolClient coordinator = coordinator()) {
             JsonNode info = topicInfo(coordinator, topic);
             Map<Integer, JsonNode> nodes = new HashMap<>();
@@ -115,7 +115,7 @@ final class Planner {
                                                state.path("end_offset").asLong(), address, epoch,
                                                hosts(registration, nodes)));
             }
-            return new Snapshot(topic, topicId, layout(info, headers), partitions);
+            return new Snapshot(topic, topicId, partitions);
         }
     }
 

@@ -7,6 +7,7 @@ import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.types.StructType;
@@ -14,9 +15,10 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /** A read of the topic, batch or micro-batch (TopicStream): planned on the driver (Planner), read by each task in
  *  columns (PartitionBatches). */
-final class TopicScan implements ScanBuilder, Scan, Batch {
+final class TopicScan implements ScanBuilder, SupportsPushDownRequiredColumns, Scan, Batch {
     private final ReadOptions options;
     private Layout layout;
+    private StructType required;  // the columns the query reads (null: all)
 
     TopicScan(ReadOptions options) {
         this.options = options;
@@ -26,12 +28,17 @@ final class TopicScan implements ScanBuilder, Scan, Batch {
         if (layout == null) {
             layout = Planner.layout(options);
         }
-        return layout;
+        return required == null ? layout : layout.pruned(required);
     }
 
     @Override
     public Scan build() {
         return this;
+    }
+
+    @Override
+    public void pruneColumns(StructType requiredSchema) {
+        required = requiredSchema;
     }
 
     @Override
@@ -54,7 +61,7 @@ final class TopicScan implements ScanBuilder, Scan, Batch {
         try {
             List<FabricInputPartition> tasks = new Planner(options.url()).plan(
                 options.topic(), options.starting() == null ? "earliest" : options.starting(),
-                options.ending() == null ? "latest" : options.ending(), options.headers());
+                options.ending() == null ? "latest" : options.ending(), layout());
             return tasks.toArray(new InputPartition[0]);
         } catch (RuntimeException e) {
             throw e;
@@ -66,7 +73,7 @@ final class TopicScan implements ScanBuilder, Scan, Batch {
 
     @Override
     public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-        return new TopicStream(options);
+        return new TopicStream(options, layout());
     }
 
     @Override

@@ -19,21 +19,23 @@ import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow
  *  run stops at the ends it began with), and each progress carries Kafka's three offsets-behind-latest metrics. */
 final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow, ReportsSourceMetrics {
     private final ReadOptions options;
+    private final Layout layout;
     private final Planner planner;
     private Map<Integer, Long> latest;  // the partitions' ends when the last batch was planned
     private Map<Integer, Long> target;  // a trigger(availableNow) run's ends
 
-    TopicStream(ReadOptions options) {
+    TopicStream(ReadOptions options, Layout layout) {
         if (options.ending() != null) {
             throw new IllegalArgumentException("option endingOffsets is for batch reads: a stream reads on");
         }
         this.options = options;
+        this.layout = layout;
         this.planner = new Planner(options.url());
     }
 
     private Planner.Snapshot now() {
         try {
-            return planner.snapshot(options.topic(), options.headers());
+            return planner.snapshot(options.topic());
         } catch (RuntimeException e) {
             throw e;
         } catch (Exception e) {
@@ -138,7 +140,7 @@ final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow
                 }
                 first = at.start();
             }
-            tasks.add(snapshot.task(options.url(), at, first, Math.max(first, last)));
+            tasks.add(snapshot.task(options.url(), at, first, Math.max(first, last), layout));
         }
         return tasks.toArray(new InputPartition[0]);
     }
