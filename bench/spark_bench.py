@@ -61,9 +61,8 @@ def spark_session():
 
     from fabric.spark import jar
 
-    reader = jar.path()  # the JVM reader (format("fabric-jvm")), where make install built it
     session = (SparkSession.builder.master("local[2]").appName("fabric-bench")
-               .config("spark.jars", str(reader) if reader is not None else "")
+               .config("spark.jars", jar.with_reader())  # the JVM reader (format("fabric-jvm")), where built
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", str(PARTITIONS))

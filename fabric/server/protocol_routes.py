@@ -109,17 +109,11 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
             return None, b""
         return loop_commits.run(lambda: service.run_route(principal, "commit_offsets", args))
 
-    def committed(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
-        return committed_rows(service.run_route(principal, "committed", args)), b""
-
-    def topic(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
-        return service.run_route(principal, "topic", args), b""
-
-    def partition_state(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
-        return service.run_route(principal, "partition_state", args), b""
-
-    def describe_cluster(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
-        return cluster_json(service.run_route(principal, "describe_cluster", args)), b""
+    def routed(name: str, answer: Callable[[Any], Any] = lambda result: result) -> Callable[..., tuple[Any, Payload]]:
+        """A request served by the ROUTES call `name`, its result answered as `answer` makes it JSON."""
+        def serve(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
+            return answer(service.run_route(principal, name, args)), b""
+        return serve
 
     store = broker.coordinator
 
@@ -132,5 +126,6 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
                                                  lambda args: produce_waits(store, args)),
             "fetch": protocol_handlers.fetch(service, ClusterBroker.fetch, broker.fetch, service.topic_schema),
             "commit_offsets": Handler(commit_offsets, store_waits, order=lambda args: ("commit", args.get("group"))),
-            "committed": Handler(committed), "topic": Handler(topic, store_waits),
-            "describe_cluster": Handler(describe_cluster), "partition_state": Handler(partition_state, store_waits)}
+            "committed": Handler(routed("committed", committed_rows)), "topic": Handler(routed("topic"), store_waits),
+            "describe_cluster": Handler(routed("describe_cluster", cluster_json)),
+            "partition_state": Handler(routed("partition_state"), store_waits)}

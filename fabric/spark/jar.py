@@ -40,6 +40,12 @@ def path() -> Path | None:
     return jar if jar.is_file() else None
 
 
+def with_reader(jars: str | None = None) -> str:
+    """A spark.jars value: `jars` (comma-separated), and the reader's jar where it was built."""
+    reader = path()
+    return ",".join(filter(None, (jars, str(reader) if reader is not None else None)))
+
+
 def spark_jars() -> str:
     """pyspark's jars, the class path the reader compiles against (found without importing pyspark)."""
     spec = importlib.util.find_spec("pyspark")

@@ -62,9 +62,9 @@ def spark_session(app: str, conf_dir: str | None = None) -> SparkSession:
     confs = read_spark_defaults(defaults)
     if os.environ.get(ENV_URL):  # the fabric the user points at wins over the file's default
         confs["spark.fabric.url"] = os.environ[ENV_URL]
-    reader = jar.path()  # the JVM reader, format("fabric-jvm"), where it was built
-    if reader is not None:
-        confs["spark.jars"] = ",".join(filter(None, (confs.get("spark.jars"), str(reader))))
+    jars = jar.with_reader(confs.get("spark.jars"))  # with the JVM reader, format("fabric-jvm"), where built
+    if jars:
+        confs["spark.jars"] = jars
     java_options = confs.get("spark.driver.extraJavaOptions", "")
     confs["spark.driver.extraJavaOptions"] = f"{java_options} -Dlog4j2.configurationFile={log4j.resolve()}".strip()
     builder = SparkSession.builder.appName(app)

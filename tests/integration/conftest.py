@@ -51,9 +51,8 @@ def spark():
 
     from fabric.spark import jar
 
-    reader = jar.path()
     session = (SparkSession.builder.master("local[2]").appName("fabric-tests")
-               .config("spark.jars", str(reader) if reader is not None else "")
+               .config("spark.jars", jar.with_reader())
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.default.parallelism", "2")

@@ -7,6 +7,7 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.Callable;
 
 /** The driver's side of a read: the topic's partitions, where each is read (its leader, or the coordinator for a
  *  topic kept in its own directory) and the offsets to read, from the cluster's metadata over the fabric protocol
@@ -23,17 +24,25 @@ final class Planner {
         this.url = url;
     }
 
-    /** The columns of a read of `options`' topic (its metadata read), its failure named. */
-    static Layout layout(ReadOptions options) {
-        Planner planner = new Planner(options.url());
-        try (ProtocolClient coordinator = planner.coordinator()) {
-            return layout(topicInfo(coordinator, options.topic()), options.headers());
+    /** What Spark's interfaces let a planning step throw: `step`'s result, its checked failure as an
+     *  IllegalStateException saying `what` could not be done and why. */
+    static <T> T unchecked(String what, Callable<T> step) {
+        try {
+            return step.call();
         } catch (RuntimeException e) {
             throw e;
         } catch (Exception e) {
-            throw new IllegalStateException("cannot read the metadata of topic " + options.topic() + ": "
-                                            + e.getMessage(), e);
+            throw new IllegalStateException("cannot " + what + ": " + e.getMessage(), e);
         }
+    }
+
+    /** The columns of a read of `options`' topic (its metadata read), its failure named. */
+    static Layout layout(ReadOptions options) {
+        return unchecked("read the metadata of topic " + options.topic(), () -> {
+            try (ProtocolClient coordinator = new Planner(options.url()).coordinator()) {
+                return layout(topicInfo(coordinator, options.topic()), options.headers());
+            }
+        });
     }
 
     private static JsonNode topicInfo(ProtocolClient coordinator, String topic) throws IOException {

@@ -58,17 +58,11 @@ final class TopicScan implements ScanBuilder, SupportsPushDownRequiredColumns, S
 
     @Override
     public InputPartition[] planInputPartitions() {
-        try {
-            List<FabricInputPartition> tasks = new Planner(options.url()).plan(
-                options.topic(), options.starting() == null ? "earliest" : options.starting(),
-                options.ending() == null ? "latest" : options.ending(), layout());
-            return tasks.toArray(new InputPartition[0]);
-        } catch (RuntimeException e) {
-            throw e;
-        } catch (Exception e) {
-            throw new IllegalStateException("cannot plan the read of topic " + options.topic() + ": "
-                                            + e.getMessage(), e);
-        }
+        List<FabricInputPartition> tasks = Planner.unchecked("plan the read of topic " + options.topic(),
+            () -> new Planner(options.url()).plan(options.topic(),
+                                                  options.starting() == null ? "earliest" : options.starting(),
+                                                  options.ending() == null ? "latest" : options.ending(), layout()));
+        return tasks.toArray(new InputPartition[0]);
     }
 
     @Override

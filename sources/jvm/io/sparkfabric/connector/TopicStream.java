@@ -34,14 +34,8 @@ final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow
     }
 
     private Planner.Snapshot now() {
-        try {
-            return planner.snapshot(options.topic());
-        } catch (RuntimeException e) {
-            throw e;
-        } catch (Exception e) {
-            throw new IllegalStateException("cannot read the partitions of topic " + options.topic() + ": "
-                                            + e.getMessage(), e);
-        }
+        return Planner.unchecked("read the partitions of topic " + options.topic(),
+                                 () -> planner.snapshot(options.topic()));
     }
 
     private static Map<Integer, Long> ends(Planner.Snapshot snapshot) {
