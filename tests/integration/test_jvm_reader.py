@@ -2,7 +2,10 @@
 and on the test session's class path: a batch read of a replicated topic (with its headers or without), of a topic
 the coordinator keeps and of a typed topic with tombstones gives the schema and rows the Python source gives, in
 Arrow columns handed to Spark as they were fetched, planned and read over the fabric protocol alone (the
-coordinator's protocol port found from its Flight port); bad options are named."""
+coordinator's protocol port found from its Flight port); bad options are named. A stream reads within its limits
+with Kafka's offsets-behind metrics, reads on through the SIGKILL of a leader (planner and tasks retry with fresh
+metadata), and runs in real-time mode (trigger(realTime=...)) into the foreach sink, every record once and in
+order."""
 from __future__ import annotations
 
 import os
@@ -13,6 +16,8 @@ import pyarrow as pa
 import pytest
 
 import fabric
+from fabric.common.waiting import wait_for
+from fabric.sinks.foreach_writer import TopicWriter
 from fabric.sources.progress import offsets_behind_latest
 from fabric.spark import jar
 
@@ -135,3 +140,87 @@ def test_a_stream_refuses_an_ending_offset(spark, shared_cluster, topics, tmp_pa
     finally:
         for query in spark.streams.active:
             query.stop()
+
+
+def test_a_real_time_query_delivers_every_record_once_in_order_across_its_batches(
+        spark, shared_cluster, tmp_path) -> None:
+    """trigger(realTime=...): each batch's tasks read on as records come, row by row, and where they stopped is the
+    next batch's start. Through a stateless transform to the foreach sink real-time mode allows (TopicWriter, into
+    another topic), records written before the query, during its first batch and after a batch ended all arrive
+    once (no task fails here: the sink is at-least-once), in offset order within each partition. Delivery and
+    order only: the latency is `make bench`'s."""
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic("jvm-realtime", partitions=2, replication_factor=3)
+        fab.create_topic("jvm-realtime-out", partitions=2, replication_factor=3)
+        producer = fab.producer()
+        consumer = fab.consumer("jvm-realtime-out", auto_offset_reset="earliest")
+        sent, received = 0, []
+
+        def send(count: int) -> None:
+            nonlocal sent
+            for i in range(sent, sent + count):
+                producer.send("jvm-realtime", b"record-%d" % i, partition=i % 2)
+            producer.flush()
+            sent += count
+
+        def arrived(count: int) -> bool:
+            received.extend(consumer.poll(timeout=0.5))
+            return len(received) >= count
+
+        send(40)
+        stream = spark.readStream.format("fabric-jvm").options(url=shared_cluster.url, subscribe="jvm-realtime",
+                                                                startingOffsets="earliest").load()
+        query = (stream.selectExpr("partition", "upper(CAST(value AS STRING)) AS value").writeStream
+                 .foreach(TopicWriter(shared_cluster.url, "jvm-realtime-out")).outputMode("update")
+                 .trigger(realTime="5 seconds").option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+        try:
+            wait_for(lambda: arrived(40), timeout=180, what="the records written before the query")
+            plan = query._jsq.streamingQuery().lastExecution().executedPlan().toString()
+            assert "RealTimeStreamScan" in plan and "fabric JVM reader" in plan, plan
+            send(40)
+            wait_for(lambda: arrived(80), timeout=180, what="the records written during its batch")
+            wait_for(lambda: query.lastProgress and query.lastProgress["batchId"] >= 1, timeout=180,
+                     what="a real-time batch to end")
+            send(40)
+            wait_for(lambda: arrived(120), timeout=180, what="the records written after a batch ended")
+            assert query.exception() is None
+        finally:
+            query.stop()
+            producer.close()
+            consumer.close()
+    assert sorted(r.value for r in received) == sorted(b"RECORD-%d" % i for i in range(120))
+    for partition in (0, 1):
+        values = [int(r.value.split(b"-")[1]) for r in received if r.partition == partition]
+        assert values == list(range(partition, 120, 2)), f"partition {partition} was delivered out of order"
+
+
+def test_a_stream_reads_every_record_once_through_a_leaders_death(spark, node_cluster, replication,
+                                                                    tmp_path) -> None:
+    """SIGKILL of partition 0's leader while a stream reads it in batches of 40 offsets: the planner and the tasks
+    retry with fresh metadata until the controller elected another leader (the dead node's session runs out), and
+    the query reads every record once instead of failing."""
+    cluster = node_cluster()
+    with fabric.connect(cluster.url) as fab:
+        fab.create_topic("jvm-moving", partitions=2, replication_factor=3, config={"min.insync.replicas": "2"})
+        with fab.producer() as producer:
+            futures = [producer.send("jvm-moving", b"m-%d" % i, partition=i % 2) for i in range(400)]
+            assert all(f.result(60) for f in futures)
+        for partition in (0, 1):
+            assert replication.wait_in_sync(fab, cluster.nodes, "jvm-moving", partition) == 200
+        stream = spark.readStream.format("fabric-jvm").options(url=cluster.url, subscribe="jvm-moving",
+                                                                startingOffsets="earliest", maxOffsetsPerTrigger="40")
+        query = (stream.load().writeStream.format("memory").queryName("jvm_moving")
+                 .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+        try:
+            wait_for(lambda: spark.table("jvm_moving").count() > 0, timeout=180, what="the stream's first batch")
+            before = replication.state(fab, "jvm-moving", 0)
+            cluster.nodes[before.leader].kill()
+            wait_for(lambda: spark.table("jvm_moving").count() >= 400 or query.exception(), timeout=300,
+                     what="every record through the leader's death")
+            assert query.exception() is None
+            assert replication.state(fab, "jvm-moving", 0).leader not in (before.leader, -1, None)
+        finally:
+            query.stop()
+    got = spark.table("jvm_moving").select("partition", "offset", "value").collect()
+    assert sorted((r.partition, r.offset, r.value) for r in got) == \
+        sorted((i % 2, i // 2, b"m-%d" % i) for i in range(400))

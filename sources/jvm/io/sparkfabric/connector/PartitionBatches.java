@@ -1,7 +1,6 @@
 package io.sparkfabric.connector;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.util.ArrayDeque;
@@ -19,31 +18,35 @@ import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.unsafe.types.UTF8String;
 
-/** A task's reader: fetches its offsets over the fabric protocol and hands Spark each fetched batch's Arrow
- *  columns as they came (key, value, timestamp), with the offset, topic, partition and timestamp type laid beside
- *  them, no row copied. A batch is valid until the next call of next(), as Spark's columnar reads require. */
+/** A task's reader: fetches its offsets (PartitionFetches) and hands Spark each fetched batch's Arrow columns as
+ *  they came (key, value, timestamp), with the offset, topic, partition and timestamp type laid beside them, no row
+ *  copied. A batch is valid until the next call of next(), as Spark's columnar reads require. */
 final class PartitionBatches implements PartitionReader<ColumnarBatch> {
-    static final int FETCH_BYTES = 32 << 20;
-
     private final FabricInputPartition task;
+    private final PartitionFetches fetches;
     private final BufferAllocator allocator = new RootAllocator();
     private final Deque<Long> runs = new ArrayDeque<>();  // the first offset of each batch of the current fetch
     private final Deque<Integer> types = new ArrayDeque<>();  // and its timestamp type
-    private ProtocolClient client;
     private ArrowStreamReader reader;
-    private long position;
     private ColumnarBatch current;
+    private long base;  // the offset of the current batch's first row
 
     PartitionBatches(FabricInputPartition task) {
         this.task = task;
-        this.position = task.from();
+        this.fetches = new PartitionFetches(task);
     }
 
     @Override
     public boolean next() throws IOException {
+        return next(0);
+    }
+
+    /** Whether a next batch was read; an open task's waits up to `waitMs` at the log's end for records. */
+    boolean next(long waitMs) throws IOException {
+        long deadline = System.currentTimeMillis() + waitMs;
         while (true) {
             if (reader != null && !runs.isEmpty()) {
-                long base = runs.removeFirst();
+                base = runs.removeFirst();
                 int timestampType = types.removeFirst();
                 if (!reader.loadNextBatch()) {
                     throw new IOException("a fetch of " + task.topic() + "-" + task.partition()
@@ -51,45 +54,32 @@ final class PartitionBatches implements PartitionReader<ColumnarBatch> {
                 }
                 VectorSchemaRoot root = reader.getVectorSchemaRoot();
                 int rows = (int) Math.min(root.getRowCount(), task.until() - base);
-                position = Math.max(position, base + Math.max(root.getRowCount(), 0));
+                fetches.moveTo(base + Math.max(root.getRowCount(), 0));
                 if (rows <= 0) {
                     continue;  // an empty batch says where to read next
                 }
                 current = batch(root, base, rows, timestampType);
                 return true;
             }
-            if (position >= task.until()) {
+            long left = deadline - System.currentTimeMillis();
+            if (fetches.position() >= task.until() || (task.open() && left <= 0)) {
                 return false;
             }
-            fetch();
+            ProtocolClient.Answer answer = fetches.fetch(Math.max(left, 0));
+            closeReader();
+            if (answer.result().size() > 0) {
+                reader = new ArrowStreamReader(new ByteArrayInputStream(answer.payload()), allocator);
+                for (JsonNode run : answer.result()) {
+                    runs.addLast(run.path("offset").asLong());
+                    types.addLast(run.path("timestamp_type").asInt());
+                }
+            }
         }
     }
 
-    private void fetch() throws IOException {
-        if (client == null) {
-            client = ProtocolClient.connect(task.address(), task.url().token, Planner.TIMEOUT_MS);
-        }
-        ObjectNode args = ProtocolClient.args();
-        args.put("topic", task.topic());
-        args.put("partition", task.partition());
-        args.put("offset", position);
-        args.put("max_bytes", FETCH_BYTES);
-        args.put("end_offset", task.until());
-        if (task.leaderEpoch() >= 0) {
-            args.put("leader_epoch", task.leaderEpoch());
-            args.put("topic_id", task.topicId());
-        }
-        ProtocolClient.Answer answer = client.call("fetch", args);
-        if (answer.result().size() == 0) {
-            throw new FabricException("OffsetNotAvailableError", "no records of " + task.topic() + "-"
-                + task.partition() + " at offset " + position + " below " + task.until());
-        }
-        closeReader();
-        reader = new ArrowStreamReader(new ByteArrayInputStream(answer.payload()), allocator);
-        for (JsonNode run : answer.result()) {
-            runs.addLast(run.path("offset").asLong());
-            types.addLast(run.path("timestamp_type").asInt());
-        }
+    /** The offset of the first row of the batch get() returns. */
+    long base() {
+        return base;
     }
 
     /** The batch's columns the query reads, in its order: the stored ones as they came (a typed value's fields each
@@ -149,9 +139,7 @@ final class PartitionBatches implements PartitionReader<ColumnarBatch> {
     @Override
     public void close() throws IOException {
         closeReader();
-        if (client != null) {
-            client.close();
-        }
+        fetches.close();
         allocator.close();
     }
 }

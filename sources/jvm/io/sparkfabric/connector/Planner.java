@@ -62,27 +62,36 @@ final class Planner {
 
     /** The topic as it is now: its id and every partition's place and offsets. */
     record Snapshot(String topic, String topicId, List<PartitionAt> partitions) {
-        /** The task reading [from, until) of `at` into the columns of `layout`. */
-        FabricInputPartition task(FabricUrl url, PartitionAt at, long from, long until, Layout layout) {
-            return new FabricInputPartition(url, topic, at.partition(), from, Math.max(from, until), at.address(),
-                                            at.epoch(), topicId, at.hosts(), layout);
+        /** The task of `options` reading [from, until) of `at` (until Long.MAX_VALUE: on, as records come) into the
+         *  columns of `layout`. */
+        FabricInputPartition task(ReadOptions options, PartitionAt at, long from, long until, Layout layout) {
+            return new FabricInputPartition(options.url(), topic, at.partition(), from, Math.max(from, until),
+                                            at.address(), at.epoch(), topicId, at.hosts(), layout,
+                                            options.failOnDataLoss());
         }
     }
 
-    /** The tasks reading `topic` from `starting` to `ending` ("earliest" or "latest" each) into `layout`. */
-    List<FabricInputPartition> plan(String topic, String starting, String ending, Layout layout) throws Exception {
-        Snapshot now = snapshot(topic);
+    /** The tasks reading the topic of `options` from `starting` to `ending` ("earliest" or "latest" each) into
+     *  `layout`. */
+    List<FabricInputPartition> plan(ReadOptions options, String starting, String ending, Layout layout)
+            throws Exception {
+        Snapshot now = snapshot(options.topic());
         List<FabricInputPartition> tasks = new ArrayList<>();
         for (PartitionAt at : now.partitions()) {
-            tasks.add(now.task(url, at, "latest".equals(starting) ? at.end() : at.start(),
+            tasks.add(now.task(options, at, "latest".equals(starting) ? at.end() : at.start(),
                                "earliest".equals(ending) ? at.start() : at.end(), layout));
         }
         return tasks;
     }
 
     /** `topic` now, from the coordinator's metadata and each partition's leader (or the coordinator, for a topic
-     *  it keeps in its own directory). */
+     *  it keeps in its own directory); a leader or coordinator moving or down is retried (Retries). */
     Snapshot snapshot(String topic) throws Exception {
+        return Retries.retrying("read the partitions of topic " + topic, () -> current(topic));
+    }
+
+    /** `topic` now, asked once. */
+    private Snapshot current(String topic) throws Exception {
         try (ProtocolClient coordinator = coordinator()) {
             JsonNode info = topicInfo(coordinator, topic);
             Map<Integer, JsonNode> nodes = new HashMap<>();
@@ -119,6 +128,11 @@ final class Planner {
                 JsonNode state;
                 try (ProtocolClient node = ProtocolClient.connect(address, url.token, TIMEOUT_MS)) {
                     state = node.call("partition_state", args).result();
+                } catch (FabricException e) {
+                    throw e;
+                } catch (IOException e) {  // no answer: a node restarted may serve the protocol on another port
+                    protocolAddresses.values().remove(address);
+                    throw e;
                 }
                 partitions.add(new PartitionAt(partition, state.path("start_offset").asLong(),
                                                state.path("end_offset").asLong(), address, epoch,
@@ -126,6 +140,24 @@ final class Planner {
             }
             return new Snapshot(topic, topicId, partitions);
         }
+    }
+
+    /** Where `partition` of `topic` is read now (asked once), for a task whose leader moved; InconsistentTopicIdError
+     *  if the topic is no longer the one of id `topicId` the task was planned on (deleted, and maybe re-created). */
+    PartitionAt locate(String topic, int partition, String topicId) throws Exception {
+        Snapshot now = current(topic);
+        if (!now.topicId().equals(topicId)) {
+            throw new FabricException("InconsistentTopicIdError", "topic " + topic + " was deleted while this query "
+                + "read it (its id was " + topicId + ", now " + now.topicId() + "); start over from a new checkpoint "
+                + "location");
+        }
+        for (PartitionAt at : now.partitions()) {
+            if (at.partition() == partition) {
+                return at;
+            }
+        }
+        throw new FabricException("UnknownPartitionError", "topic " + topic + " has no partition " + partition
+                                  + " any more");
     }
 
     private static ObjectNode partitionArgs(String topic, int partition) {

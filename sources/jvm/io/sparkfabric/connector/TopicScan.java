@@ -59,7 +59,7 @@ final class TopicScan implements ScanBuilder, SupportsPushDownRequiredColumns, S
     @Override
     public InputPartition[] planInputPartitions() {
         List<FabricInputPartition> tasks = Planner.unchecked("plan the read of topic " + options.topic(),
-            () -> new Planner(options.url()).plan(options.topic(),
+            () -> new Planner(options.url()).plan(options,
                                                   options.starting() == null ? "earliest" : options.starting(),
                                                   options.ending() == null ? "latest" : options.ending(), layout()));
         return tasks.toArray(new InputPartition[0]);
@@ -75,13 +75,14 @@ final class TopicScan implements ScanBuilder, SupportsPushDownRequiredColumns, S
         return new Readers();
     }
 
-    /** Columnar readers only: Spark takes the batches as they come. */
+    /** Columnar readers, whose batches Spark takes as they come; row readers for the open tasks of real-time
+     *  mode, which reads rows. */
     static final class Readers implements PartitionReaderFactory {
         private static final long serialVersionUID = 1L;
 
         @Override
         public boolean supportColumnarReads(InputPartition partition) {
-            return true;
+            return !((FabricInputPartition) partition).open();
         }
 
         @Override
@@ -91,7 +92,7 @@ final class TopicScan implements ScanBuilder, SupportsPushDownRequiredColumns, S
 
         @Override
         public PartitionReader<InternalRow> createReader(InputPartition partition) {
-            throw new UnsupportedOperationException("the fabric JVM reader reads columns");
+            return new RecordRows((FabricInputPartition) partition);
         }
     }
 }

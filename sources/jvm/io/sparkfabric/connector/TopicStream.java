@@ -9,15 +9,19 @@ import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.read.streaming.Offset;
+import org.apache.spark.sql.connector.read.streaming.PartitionOffset;
 import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
 import org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics;
+import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeMode;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 
 /** A micro-batch read of the topic: each batch reads from where the last ended to the partitions' ends at planning
  *  (at most maxOffsetsPerTrigger offsets, shared out by backlog as Kafka's source does; a trigger(availableNow)
- *  run stops at the ends it began with), and each progress carries Kafka's three offsets-behind-latest metrics. */
-final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow, ReportsSourceMetrics {
+ *  run stops at the ends it began with), and each progress carries Kafka's three offsets-behind-latest metrics.
+ *  Under trigger(realTime=...) each batch's tasks read on as records come, for the batch's duration (RecordRows). */
+final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow, ReportsSourceMetrics,
+                                   SupportsRealTimeMode {
     private final ReadOptions options;
     private final Layout layout;
     private final Planner planner;
@@ -115,26 +119,47 @@ final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow
 
     @Override
     public InputPartition[] planInputPartitions(Offset start, Offset end) {
+        return tasks(start, ((FabricOffset) end).offsets);
+    }
+
+    /** A real-time batch's tasks: each partition read from `start` on, as records come, until the batch's time is
+     *  up; where each stopped is its end (mergeOffsets). */
+    @Override
+    public InputPartition[] planInputPartitions(Offset start) {
+        return tasks(start, null);
+    }
+
+    @Override
+    public Offset mergeOffsets(PartitionOffset[] offsets) {
+        Map<Integer, Long> out = new HashMap<>();
+        for (PartitionOffset offset : offsets) {
+            RecordRows.Position at = (RecordRows.Position) offset;
+            out.merge(at.partition(), at.next(), Math::max);
+        }
+        return new FabricOffset(options.topic(), out);
+    }
+
+    /** The tasks reading each partition from `start` to `until` (null: open tasks, no end), the offsets that
+     *  retention deleted in between reported as lost (failOnDataLoss) or skipped. */
+    private InputPartition[] tasks(Offset start, Map<Integer, Long> until) {
         Planner.Snapshot snapshot = now();
         Map<Integer, Long> from = ((FabricOffset) start).offsets;
-        Map<Integer, Long> until = ((FabricOffset) end).offsets;
         List<InputPartition> tasks = new ArrayList<>();
         for (Planner.PartitionAt at : snapshot.partitions()) {
-            Long last = until.get(at.partition());
+            Long last = until == null ? Long.valueOf(Long.MAX_VALUE) : until.get(at.partition());
             if (last == null) {
                 continue;
             }
-            long first = from.getOrDefault(at.partition(), at.start());
-            if (first < at.start()) {
-                if (options.failOnDataLoss()) {
-                    throw new IllegalStateException(new FabricException("OffsetOutOfRangeError", "offsets " + first
-                        + " to " + (at.start() - 1) + " of topic " + options.topic() + " partition "
-                        + at.partition() + " were deleted by retention before this query read them; set "
-                        + "failOnDataLoss=false to go on from the log start"));
-                }
-                first = at.start();
+            long wanted = from.getOrDefault(at.partition(), at.start());
+            if (wanted < at.start()) {
+                Planner.unchecked("plan the read of topic " + options.topic(), () -> {
+                    DataLoss.report(DataLoss.deleted(options.topic(), at.partition(), wanted, at.start()),
+                                    options.failOnDataLoss());
+                    return null;
+                });
             }
-            tasks.add(snapshot.task(options.url(), at, first, Math.max(first, last), layout));
+            long first = Math.max(wanted, at.start());
+            tasks.add(snapshot.task(options, at, first, Math.max(first, last), layout));
         }
         return tasks.toArray(new InputPartition[0]);
     }

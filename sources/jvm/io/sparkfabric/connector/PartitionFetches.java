@@ -1,0 +1,138 @@
+package io.sparkfabric.connector;
+
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.Closeable;
+import java.io.IOException;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/** A task's fetches of its partition, from `position()` on, over the fabric protocol, as format("fabric")'s tasks
+ *  make them (sources/reading.py): a leader that moves or is down until the controller elects another is retried
+ *  with fresh metadata (Retries); offsets retention deleted, or that a new leader no longer
+ *  has, fail the query with the failOnDataLoss message, or are skipped when the option is false. */
+final class PartitionFetches implements Closeable {
+    static final int FETCH_BYTES = 32 << 20;
+    private static final Logger LOG = LoggerFactory.getLogger(PartitionFetches.class);
+
+    private final FabricInputPartition task;
+    private final String name;
+    private String address;
+    private int leaderEpoch;
+    private ProtocolClient client;
+    private long position;
+
+    PartitionFetches(FabricInputPartition task) {
+        this.task = task;
+        this.name = task.topic() + "-" + task.partition();
+        this.address = task.address();
+        this.leaderEpoch = task.leaderEpoch();
+        this.position = task.from();
+    }
+
+    /** The next offset to fetch. */
+    long position() {
+        return position;
+    }
+
+    /** Past `offset`: the batches up to it were taken (an empty batch's, too, which says where to read next). */
+    void moveTo(long offset) {
+        position = Math.max(position, offset);
+    }
+
+    /** The batches from position() below the task's end, or, for an open task (Long.MAX_VALUE), at the log's end
+     *  the ones that come within `waitMs`: an empty answer then, or once a lost range ended a bounded task. */
+    ProtocolClient.Answer fetch(long waitMs) throws IOException {
+        Retries retries = new Retries("fetch " + name + " at " + position);
+        while (true) {
+            IOException failure;
+            try {
+                ProtocolClient.Answer answer = call(waitMs);
+                if (answer.result().size() > 0 || task.open()) {
+                    return answer;
+                }
+                // A bounded task planned to an end this replica has not reached: a new leader yet to learn its high
+                // watermark from its followers. Lost only if that does not come within the retry time.
+                failure = new FabricException("OffsetNotAvailableError", name + " ends at or before offset "
+                    + position + ", below the " + task.until() + " this read was planned to: its leader is catching up");
+            } catch (FabricException e) {
+                if ("OffsetOutOfRangeError".equals(e.type()) && skippedLostOffsets()) {
+                    continue;
+                }
+                failure = e;
+            } catch (IOException e) {  // no answer: the server is down or paused; the controller moves the leader
+                failure = new IOException("the server of " + name + " at " + address + " did not answer: " + e, e);
+            }
+            disconnect();
+            if (!retries.again(failure)) {
+                if (failure instanceof FabricException refusal && "OffsetNotAvailableError".equals(refusal.type())) {
+                    DataLoss.report("offsets " + position + " to " + (task.until() - 1) + " of topic '" + task.topic()
+                                    + "' partition " + task.partition() + " are no longer in the log",
+                                    task.failOnDataLoss());
+                    position = task.until();
+                    return new ProtocolClient.Answer(ProtocolClient.JSON.createArrayNode(), new byte[0]);
+                }
+                throw failure;
+            }
+            relocate();
+        }
+    }
+
+    private ProtocolClient.Answer call(long waitMs) throws IOException {
+        if (client == null) {
+            client = ProtocolClient.connect(address, task.url().token, Planner.TIMEOUT_MS);
+        }
+        ObjectNode args = ProtocolClient.args();
+        args.put("topic", task.topic());
+        args.put("partition", task.partition());
+        args.put("offset", position);
+        args.put("max_bytes", FETCH_BYTES);
+        if (task.open()) {
+            args.put("max_wait_ms", waitMs);
+        } else {
+            args.put("end_offset", task.until());
+        }
+        if (leaderEpoch >= 0) {
+            args.put("leader_epoch", leaderEpoch);
+            args.put("topic_id", task.topicId());
+        }
+        return client.call("fetch", args);
+    }
+
+    /** Where the partition is read now, from fresh metadata; a failure to learn it is left to the next fetch. */
+    private void relocate() {
+        try {
+            Planner.PartitionAt at = new Planner(task.url()).locate(task.topic(), task.partition(), task.topicId());
+            address = at.address();
+            leaderEpoch = at.epoch();
+        } catch (Exception e) {
+            LOG.info("{}: no fresh metadata yet: {}", name, e.getMessage());
+        }
+    }
+
+    /** After an OffsetOutOfRangeError: whether position() was below the log's start (retention deleted offsets
+     *  this task was to read), and so moved to it, the loss reported. */
+    private boolean skippedLostOffsets() throws IOException {
+        long start = Planner.unchecked("read the log start of " + name, () -> Retries.retrying(
+            "read the log start of " + name,
+            () -> new Planner(task.url()).locate(task.topic(), task.partition(), task.topicId()).start()));
+        if (position >= start) {
+            return false;
+        }
+        DataLoss.report(DataLoss.deleted(task.topic(), task.partition(), position, start), task.failOnDataLoss());
+        position = start;
+        return true;
+    }
+
+    private void disconnect() throws IOException {
+        if (client != null) {
+            ProtocolClient old = client;
+            client = null;
+            old.close();
+        }
+    }
+
+    @Override
+    public void close() throws IOException {
+        disconnect();
+    }
+}
