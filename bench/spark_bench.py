@@ -43,6 +43,7 @@ from bench.ceiling_source import CeilingSource
 from bench.cluster_bench import schedule
 from bench.log_bench import VALUE_BYTES, make_values
 from bench.report import bar_chart, latency_plot, progress, save, table, timed
+from fabric.sinks.foreach_writer import TopicWriter
 from fabric.spark.session import SPARK_DEFAULTS, conf_dir_path, read_spark_defaults
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # Spark's workers cannot connect back without it
@@ -280,26 +281,39 @@ def _check_count(fab, topic: str, records: int) -> None:
 
 
 def latency(spark, url: str, directory: str, rate: float, seconds: float, trigger: str,
-            topic_options: Mapping[str, Any] | None = None) -> tuple[list[float], dict]:
+            topic_options: Mapping[str, Any] | None = None, real_time: bool = False,
+            flush_each: bool = True) -> tuple[list[float], dict]:
     """End-to-end latencies (ms) of records sent at `rate`/s through a lat-in -> lat-out streaming query,
     and the median duration (ms) of each phase of its non-empty micro-batches (Spark's durationMs).
-    `topic_options`: how the two topics are created (create_topic)."""
+    `topic_options`: how the two topics are created (create_topic). `real_time`: the query reads with the JVM
+    reader under trigger(realTime=`trigger`) and writes through the foreach sink real-time mode allows
+    (fabric.sinks.foreach_writer) instead of micro-batches of format("fabric") under processingTime=`trigger`.
+    `flush_each`: the producer waits for each record before the next (else it sends each at once, in flight
+    together, as a producer at 1,000 records/s must on the cluster)."""
+    run = next(RUNS)
+    source, sink = f"lat-in-{run}", f"lat-out-{run}"
     with fabric.connect(url) as fab:
-        create_topic(fab, "lat-in", topic_options)
-        create_topic(fab, "lat-out", topic_options)
-        query = (spark.readStream.format("fabric").option("url", url).option("subscribe", "lat-in")
-                 .option("startingOffsets", "latest").load().select("value")
-                 .writeStream.format("fabric").option("url", url).option("topic", "lat-out")
-                 .option("checkpointLocation", os.path.join(directory, f"ckpt-latency-{next(RUNS)}"))
-                 .trigger(processingTime=trigger).start())
+        create_topic(fab, source, topic_options)
+        create_topic(fab, sink, topic_options)
+        stream = (spark.readStream.format("fabric-jvm" if real_time else "fabric").option("url", url)
+                  .option("subscribe", source).option("startingOffsets", "latest").load().select("value")
+                  .writeStream.option("checkpointLocation", os.path.join(directory, f"ckpt-latency-{run}")))
+        if real_time:
+            stream = stream.foreach(TopicWriter(url, sink)).outputMode("update").trigger(realTime=trigger)
+        else:
+            stream = stream.format("fabric").option("url", url).option("topic", sink).trigger(processingTime=trigger)
+        query = stream.start()
         try:
-            _wait_running(query)
-            consumer = fab.consumer("lat-out", auto_offset_reset="earliest")
-            _produce_stamped(fab, 1, rate)  # warm-up: the first batch that carries data starts the workers
-            _consume_stamped(consumer, 1, deadline=time.monotonic() + 60)
+            if not real_time:  # a real-time batch reports progress when it ends: the warm-up record says it runs
+                _wait_running(query)
+            consumer = fab.consumer(sink, auto_offset_reset="earliest")
+            _produce_stamped(fab, source, 1, rate)  # warm-up: the first batch that carries data starts the workers
+            _consume_stamped(consumer, 1, deadline=time.monotonic() + 120)
             sent = int(rate * seconds)
-            producer_thread = threading.Thread(target=_produce_stamped, args=(fab, sent, rate), daemon=True)
-            with timed(f"latency: {sent} records at {rate:g}/s through a streaming query (trigger {trigger})"):
+            producer_thread = threading.Thread(target=_produce_stamped, args=(fab, source, sent, rate, flush_each),
+                                               daemon=True)
+            mode = f"realTime={trigger!r}" if real_time else f"processingTime={trigger!r}"
+            with timed(f"latency: {sent} records at {rate:g}/s through a streaming query ({mode})"):
                 producer_thread.start()
                 out = _consume_stamped(consumer, sent, deadline=time.monotonic() + seconds + 60)
                 producer_thread.join()
@@ -328,14 +342,15 @@ def _wait_running(query, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-def _produce_stamped(fab, count: int, rate: float) -> None:
-    """Send `count` records paced at `rate`/s; each value starts with when it was due (ns, perf counter:
-    cluster_bench.schedule)."""
+def _produce_stamped(fab, topic: str, count: int, rate: float, flush_each: bool = True) -> None:
+    """Send `count` records to `topic` paced at `rate`/s; each value starts with when it was due (ns, perf counter:
+    cluster_bench.schedule). `flush_each`: wait for each record before the next."""
     pad = bytes(VALUE_BYTES - STAMP.size)
     with fab.producer(linger_ms=0) as producer:
         for _, due in schedule(count, rate):
-            producer.send("lat-in", STAMP.pack(due) + pad)
-            producer.flush()
+            producer.send(topic, STAMP.pack(due) + pad)
+            if flush_each:
+                producer.flush()
 
 
 def _consume_stamped(consumer, count: int, deadline: float) -> list[float]:

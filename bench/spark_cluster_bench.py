@@ -27,6 +27,10 @@ machine, of which a Spark path on the cluster reaches the share shown as "vs cli
 Latency: spark_bench.latency on the cluster, then on file:// in the same run: a producer sends timestamped records
 at `--rate`/s to lat-in while a streaming query copies lat-in -> lat-out (trigger processingTime `--trigger`); a
 consumer of lat-out records receive minus send time -> p50/p99 (on the cluster both topics are RF 3 as above).
+Real-time mode (where make install built the JVM reader): the same latency on the cluster at `--realtime-rate`/s
+(default 1,000), the producer sending each record at once, through a real-time query (format("fabric-jvm"), trigger
+realTime `--realtime-batch`, into the foreach sink fabric.sinks.foreach_writer) and through micro-batches of
+format("fabric") as its peer; goal: real-time p99 <= 50 ms.
 Goals (reported, not asserted): source on the cluster >= 0.9x its file:// figure, sink >= 0.8x.
 """
 from __future__ import annotations
@@ -78,6 +82,8 @@ SINKS = ("batch", "stream")
 LABELS = {"cluster": f"cluster (RF {NODES}, acks=all)", "file": "file://", "parquet": "parquet",
           "jvm": f"cluster (RF {NODES}), JVM reader"}
 JVM_GOALS = {"vs_parquet": 1.5, "vs_python": 2.0}  # the JVM reader's, value column: over parquet, over format("fabric")
+MODES = {"micro_batch": 'micro-batches (format("fabric"))', "real_time": "real-time mode (JVM reader, foreach)"}
+REAL_TIME_GOAL_P99_MS = 50.0
 
 
 def source_key(where: str, columns: str) -> str:
@@ -266,6 +272,8 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict, dict[str, list[
                                              args.rate, args.seconds, args.trigger,
                                              REPLICATED if where == "cluster" else None)
                 lat[where] = summary(raw[where], phases)
+            if "jvm" in READERS:
+                realtime = real_time_latency(spark, cluster.url, directory, args, raw)
         finally:
             spark.stop()
         with fabric.connect(cluster.url) as fab:
@@ -278,7 +286,26 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict, dict[str, list[
                     "node_session_timeout_ms": SESSION_TIMEOUT_MS, "source_topic_leaders": leaders},
         "paths": rps, "ratios": vs, "goals": goals(vs), "jvm_reader": {"ratios": jvm_ratios(rps), "goals": JVM_GOALS},
         "latency": {"trigger": args.trigger, "rate_per_s": args.rate, "seconds": args.seconds, **lat},
+        **({"real_time": realtime} if "jvm" in READERS else {}),
     }, raw
+
+
+def real_time_latency(spark, url: str, directory: str, args: argparse.Namespace,
+                      raw: dict[str, list[float]]) -> dict[str, Any]:
+    """The cluster's end-to-end latency at `--realtime-rate` through a real-time query (the JVM reader, trigger
+    realTime=`--realtime-batch`, into the foreach sink) and, as its peer in the same run, through micro-batches
+    (format("fabric") both ways, processingTime `--trigger`), the producer sending each record at once; their raw
+    latencies go into `raw` under MODES' keys."""
+    out: dict[str, Any] = {"rate_per_s": args.realtime_rate, "seconds": args.seconds,
+                           "batch_duration": args.realtime_batch, "goal_p99_ms": REAL_TIME_GOAL_P99_MS}
+    for mode, label in MODES.items():
+        progress(f"latency on the cluster at {args.realtime_rate:g} records/s: {label}")
+        real_time = mode == "real_time"
+        raw[mode], phases = latency(spark, url, os.path.join(directory, f"latency-{mode}"), args.realtime_rate,
+                                    args.seconds, args.realtime_batch if real_time else args.trigger, REPLICATED,
+                                    real_time=real_time, flush_each=False)
+        out[mode] = summary(raw[mode], phases)
+    return out
 
 
 def report(results: dict, raw: dict[str, list[float]]) -> None:
@@ -333,7 +360,21 @@ def report(results: dict, raw: dict[str, list[float]]) -> None:
     lat_chart = latency_plot("spark_cluster_latency", f"fabric -> Spark -> fabric end to end, {lat['rate_per_s']:g} "
                              f"records/s, trigger processingTime={lat['trigger']!r}",
                              {LABELS[where]: raw[where] for where in FABRICS}, "end-to-end latency")
-    progress(f"plots: {chart}, {lat_chart}")
+    plots = [chart, lat_chart]
+    if "real_time" in results:
+        rt = results["real_time"]
+        print()
+        print(table([(label, *(f"{rt[mode][m]:.1f}" for m in ("p50_ms", "p99_ms", "max_ms")))
+                     for mode, label in MODES.items()], ("cluster -> Spark -> cluster", "p50 ms", "p99 ms", "max ms")))
+        met = rt["real_time"]["p99_ms"] <= rt["goal_p99_ms"]
+        print(f"\nat {rt['rate_per_s']:g} records/s for {rt['seconds']:g} s, real-time batches of "
+              f"{rt['batch_duration']}; goal real-time p99 <= {rt['goal_p99_ms']:g} ms: "
+              f"{rt['real_time']['p99_ms']:.1f} ms, {'met' if met else 'NOT met'}; micro-batch p99 / real-time p99: "
+              f"{rt['micro_batch']['p99_ms'] / rt['real_time']['p99_ms']:.1f}x")
+        plots.append(latency_plot("spark_cluster_real_time", f"cluster -> Spark -> cluster end to end, "
+                                  f"{rt['rate_per_s']:g} records/s", {MODES[m]: raw[m] for m in MODES},
+                                  "end-to-end latency"))
+    progress(f"plots: {', '.join(map(str, plots))}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -344,6 +385,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seconds", type=float, default=15.0, help="latency: seconds of sending per fabric "
                         "(default 15)")
     parser.add_argument("--trigger", default="0 seconds", help="latency: processingTime trigger (default '0 seconds')")
+    parser.add_argument("--realtime-rate", type=float, default=1000.0, help="real-time latency: records sent per "
+                        "second, also through the micro-batch peer (default 1000)")
+    parser.add_argument("--realtime-batch", default="1 minute", help="real-time latency: the duration of a real-time "
+                        "batch (trigger realTime; default '1 minute')")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
     args.records -= args.records % PARTITIONS  # every path moves the same records: half in each partition

@@ -17,17 +17,19 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 PROGRESS_POLL_S = 1  # seconds between run()'s looks at the batches finished since (Spark keeps the last 100)
 
 
-def parser(description: str) -> argparse.ArgumentParser:
-    """The options every job takes; jobs add their own."""
+def parser(description: str, micro_batches: bool = True) -> argparse.ArgumentParser:
+    """The options every job takes (--trigger and --max-offsets-per-trigger only for `micro_batches`: a real-time
+    query has neither); jobs add their own."""
     p = argparse.ArgumentParser(description=description,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--url", default=os.environ.get("FABRIC_URL", "./fabric-data"),
                    help="fabric URL: file:///dir or a path (embedded), or fabric://host:port")
     p.add_argument("--checkpoint", required=True, help="checkpoint directory of the streaming query")
-    p.add_argument("--trigger", default="available-now",
-                   help="'available-now' (process the backlog, then stop) or an interval such as '5 seconds'")
-    p.add_argument("--max-offsets-per-trigger", type=int, default=None,
-                   help="cap on records per micro-batch (Spark Kafka's maxOffsetsPerTrigger)")
+    if micro_batches:
+        p.add_argument("--trigger", default="available-now",
+                       help="'available-now' (process the backlog, then stop) or an interval such as '5 seconds'")
+        p.add_argument("--max-offsets-per-trigger", type=int, default=None,
+                       help="cap on records per micro-batch (Spark Kafka's maxOffsetsPerTrigger)")
     p.add_argument("--timeout", type=float, default=None,
                    help="stop a continuously triggered query after this many seconds")
     return p

@@ -79,7 +79,8 @@ def test_latency_trace_follows_every_acks_all_write_through_every_process(repo_r
 
 def test_spark_cluster_benchmark_reports_every_path_goal_and_latency(repo_root, tmp_path) -> None:
     results = run_suite(repo_root, tmp_path, "bench.spark_cluster_bench", [
-        "--records", "2000", "--repeats", "1", "--rate", "20", "--seconds", "1"], "spark_cluster")
+        "--records", "2000", "--repeats", "1", "--rate", "20", "--seconds", "1", "--realtime-rate", "50",
+        "--realtime-batch", "20 seconds"], "spark_cluster")
     paths = results["paths"]
     for where in ("parquet", "file", "cluster"):
         for path in (f"{where}_value_to_noop", f"{where}_record_to_noop", f"parquet_to_{where}_batch",
@@ -94,6 +95,9 @@ def test_spark_cluster_benchmark_reports_every_path_goal_and_latency(repo_root, 
         jvm = results["jvm_reader"]["ratios"]
         assert set(jvm) == {"jvm_value_to_noop", "jvm_record_to_noop"}
         assert all(r["vs_parquet"] > 0 and r["vs_python"] > 0 for r in jvm.values())
+        for mode in ("micro_batch", "real_time"):  # and the latency through real-time mode beside micro-batches
+            figures = results["real_time"][mode]
+            assert figures["records"] == 50 and 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"]
     assert results["cluster"]["replication_factor"] == 3 and results["cluster"]["min_insync_replicas"] == 2
     for where in ("cluster", "file"):
         figures = results["latency"][where]

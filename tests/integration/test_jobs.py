@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -13,19 +14,26 @@ import pytest
 from deltalake import DeltaTable
 
 import fabric
+from fabric.common.waiting import wait_for
+from fabric.spark import jar
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPARK_SUBMIT = os.path.join(os.path.dirname(sys.executable), "spark-submit")
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
+SUBMIT_ENV = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+              "PYSPARK_DRIVER_PYTHON": sys.executable}
+
+
+def submit_command(job: str, *args: str, spark_args: tuple[str, ...] = ()) -> list[str]:
+    """spark-submit (local[2]) of jobs/<job>.py with `args`, `spark_args` before the job."""
+    return [SPARK_SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+            "--conf", "spark.sql.shuffle.partitions=2", *spark_args, os.path.join(REPO, "jobs", f"{job}.py"), *args]
 
 
 def spark_submit(job: str, *args: str, cwd: str) -> subprocess.CompletedProcess:
     """Run jobs/<job>.py with spark-submit (local[2]); fail the test with its output if it fails."""
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_DRIVER_PYTHON": sys.executable}
-    cmd = [SPARK_SUBMIT, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-           "--conf", "spark.sql.shuffle.partitions=2", os.path.join(REPO, "jobs", f"{job}.py"), *args]
-    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(submit_command(job, *args), cwd=cwd, env=SUBMIT_ENV, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, f"{job} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
     return done
 
@@ -49,7 +57,7 @@ def clicks(fab, demo_job):
     return events
 
 
-@pytest.mark.parametrize("job", ["transform", "archive", "windowed_counts"])
+@pytest.mark.parametrize("job", ["transform", "archive", "windowed_counts", "realtime"])
 def test_every_job_explains_itself(job, tmp_path):
     """A job parses its arguments before it starts Spark, so its --help is the same under spark-submit (which runs
     each job below) and without it: no JVM is started for it."""
@@ -103,6 +111,46 @@ def test_windowed_counts_job_emits_final_windows(fab, fabric_url, tmp_path):
         5, columns=["window_start", "group", "events"]).to_pylist()
     final = sorted((r["window_start"].timestamp() * 1000 - start, r["group"], r["events"]) for r in rows)
     assert final == [(w * minute, f"page-{p}", 10) for w in range(3) for p in range(2)]
+
+
+@pytest.mark.skipif(jar.path() is None, reason="the JVM reader is not built (no javac): make install")
+def test_realtime_job_writes_each_record_on_as_it_comes(shared_cluster, tmp_path):
+    """jobs/realtime.py under spark-submit, with the JVM reader's jar: records written before it started and while
+    it runs reach the output topic transformed, each partition's in order (at least once: nothing is killed here,
+    so once). The job runs until it is stopped, as a real-time query does."""
+    with fabric.connect(shared_cluster.url) as fab:
+        for topic in ("rt-in", "rt-out"):
+            fab.create_topic(topic, partitions=2, replication_factor=3)
+        with fab.producer() as producer:
+            for i in range(50):
+                producer.send("rt-in", b"r-%d" % i, partition=i % 2)
+        cmd = submit_command("realtime", "--url", shared_cluster.url, "--checkpoint", str(tmp_path / "checkpoint"),
+                             "--input", "rt-in", "--output", "rt-out", "--batch-duration", "5 seconds", "--sql",
+                             "SELECT upper(CAST(value AS STRING)) AS value, partition FROM input",
+                             spark_args=("--jars", str(jar.path())))
+        job = subprocess.Popen(cmd, cwd=str(tmp_path), env=SUBMIT_ENV, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        received: list = []
+        consumer = fab.consumer(auto_offset_reset="earliest")
+        consumer.assign([("rt-out", 0), ("rt-out", 1)])
+
+        def arrived(count: int) -> bool:
+            assert job.poll() is None, f"the job ended:\n{job.communicate()[0][-5000:]}"
+            received.extend(consumer.poll_batch(0.5, columns=["partition", "value"]).to_pylist())
+            return len(received) >= count
+        try:
+            wait_for(lambda: arrived(50), timeout=240, what="the records written before the job")
+            with fab.producer() as producer:
+                for i in range(50, 100):
+                    producer.send("rt-in", b"r-%d" % i, partition=i % 2)
+            wait_for(lambda: arrived(100), timeout=240, what="the records written while it runs")
+        finally:
+            consumer.close()
+            os.killpg(job.pid, signal.SIGTERM)
+            job.communicate(timeout=120)
+    for partition in (0, 1):
+        assert [r["value"] for r in received if r["partition"] == partition] == \
+            [b"R-%d" % i for i in range(partition, 100, 2)]
 
 
 def test_demo_runs_end_to_end_twice(tmp_path):
