@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> None:
      .option("startingOffsets", "earliest").load().createOrReplaceTempView("input"))
     query = (spark.sql(args.sql).writeStream.foreach(TopicWriter(args.url, args.output))
              .option("checkpointLocation", args.checkpoint).outputMode("update").queryName("realtime")
-             .trigger(realTime=args.batch_duration).start())
+             .trigger(realTime=args.batch_duration)  # type: ignore[call-overload]  # pyspark 4.3's stubs omit it
+             .start())
     run(query, args)
 
 
