@@ -19,10 +19,12 @@ from fabric.sources.offsets import from_json
 def offsets_behind_latest(source: Mapping[str, Any]) -> dict[str, str]:
     """Kafka's metrics for one entry of a progress's `sources` (e.g. `query.lastProgress["sources"][0]`): per
     partition, its latest offset minus the offset the batch read up to; their minimum, maximum and average, as
-    strings like Kafka's. Empty when the progress has no offsets yet."""
+    strings like Kafka's. Empty when the progress has no offsets yet. The offsets may be JSON text (pyspark's
+    progress objects) or already parsed (a progress's `json`, as a listener or a log holds it)."""
     if not source.get("endOffset") or not source.get("latestOffset"):
         return {}
-    consumed, latest = (from_json(json.loads(source[name]) or {}) for name in ("endOffset", "latestOffset"))
+    consumed, latest = (from_json((json.loads(value) if isinstance(value, str) else value) or {})
+                        for value in (source["endOffset"], source["latestOffset"]))
     behind = [offset - consumed.get(tp, 0) for tp, offset in latest.items()]
     if not behind:
         return {}

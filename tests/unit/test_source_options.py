@@ -160,6 +160,8 @@ def test_offsets_behind_latest_from_a_progress_as_kafka_computes_them() -> None:
     assert offsets_behind_latest(added)["maxOffsetsBehindLatest"] == "2"
     assert offsets_behind_latest(_progress_source(None, {"a": {"0": 3}})) == {}  # before the first batch
     assert offsets_behind_latest(_progress_source({}, {})) == {}
+    parsed = {"endOffset": {"a": {"0": 1}}, "latestOffset": {"a": {"0": 4}}}  # a progress's JSON, as a log holds it
+    assert offsets_behind_latest(parsed)["maxOffsetsBehindLatest"] == "3"
 
 
 def test_the_sinks_transaction_timeout_defaults_to_the_coordinators_maximum_and_is_checked() -> None:
