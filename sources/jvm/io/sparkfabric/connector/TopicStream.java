@@ -1,111 +1,98 @@
 package io.sparkfabric.connector;
 
-import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.TreeMap;
+import java.util.UUID;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.read.streaming.Offset;
 import org.apache.spark.sql.connector.read.streaming.ReadLimit;
-import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
 import org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
-/** A micro-batch read of the topic: each batch reads from where the last ended to the partitions' ends at planning
- *  (at most maxOffsetsPerTrigger offsets, shared out by backlog as Kafka's source does; a trigger(availableNow)
- *  run stops at the ends it began with), and each progress carries Kafka's three offsets-behind-latest metrics. */
+/** A micro-batch read of the subscribed topics (a pattern's matched anew at every batch; a new partition read from
+ *  its start): each batch reads from where the last ended to the partitions' ends at planning, within the
+ *  stream's admission limits (Admission; a trigger(availableNow) run stops at the ends it began with), each progress
+ *  carries Kafka's three offsets-behind-latest metrics, and each batch done is committed as groupId's offsets (or
+ *  those of a group `<groupIdPrefix>-<uuid>` of this run), for tools to show the stream's lag. */
 final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow, ReportsSourceMetrics {
+    private static final Logger LOG = LoggerFactory.getLogger(TopicStream.class);
     private final ReadOptions options;
     private final Layout layout;
     private final Planner planner;
-    private Map<Integer, Long> latest;  // the partitions' ends when the last batch was planned
-    private Map<Integer, Long> target;  // a trigger(availableNow) run's ends
+    private final String group;  // where batches done are committed (null: nowhere)
+    private Map<TopicPartition, Long> latest;  // the partitions' ends when the last batch was planned
+    private Map<TopicPartition, Long> target;  // a trigger(availableNow) run's ends
+    private Map<TopicPartition, Long> committed;  // what was last committed to the group
+    private long lastBatchMs = System.currentTimeMillis();  // when the last batch was planned (minOffsetsPerTrigger)
 
     TopicStream(ReadOptions options, Layout layout) {
-        if (options.ending() != null) {
-            throw new IllegalArgumentException("option endingOffsets is for batch reads: a stream reads on");
-        }
         this.options = options;
         this.layout = layout;
         this.planner = new Planner(options.url());
+        this.group = options.groupId() != null ? options.groupId()
+            : options.groupIdPrefix() != null ? options.groupIdPrefix() + "-" + UUID.randomUUID() : null;
     }
 
     private Planner.Snapshot now() {
-        return Planner.unchecked("read the partitions of topic " + options.topic(),
-                                 () -> planner.snapshot(options.topic()));
-    }
-
-    private static Map<Integer, Long> ends(Planner.Snapshot snapshot) {
-        Map<Integer, Long> out = new HashMap<>();
-        snapshot.partitions().forEach(at -> out.put(at.partition(), at.end()));
-        return out;
+        return Planner.unchecked("read the partitions of " + options.subscription().describe(),
+                                 () -> planner.snapshot(options.subscription()));
     }
 
     @Override
     public Offset initialOffset() {
-        Planner.Snapshot snapshot = now();
-        Map<Integer, Long> out = new HashMap<>();
-        boolean earliest = "earliest".equals(options.starting());  // a stream starts at the end by default
-        snapshot.partitions().forEach(at -> out.put(at.partition(), earliest ? at.start() : at.end()));
-        return new FabricOffset(options.topic(), out);
+        return new FabricOffset(Planner.unchecked("find the starting offsets", () -> Positions.resolve(
+            options.starting(true), now(), planner, options, "startingOffsets")));
     }
 
     @Override
     public ReadLimit getDefaultReadLimit() {
-        return options.maxOffsetsPerTrigger() > 0 ? ReadLimit.maxRows(options.maxOffsetsPerTrigger())
-                                                  : ReadLimit.allAvailable();
+        return Admission.defaultLimit(options);
     }
 
     @Override
     public void prepareForTriggerAvailableNow() {
-        target = ends(now());
+        target = now().ends();
     }
 
     @Override
     public Offset latestOffset(Offset start, ReadLimit limit) {
+        commit(start);  // Spark plans the next batch once the one ending at `start` is done; it may not commit the last
         Planner.Snapshot snapshot = now();
-        Map<Integer, Long> from = ((FabricOffset) start).offsets;
-        latest = ends(snapshot);
-        Map<Integer, Long> begin = new HashMap<>();
-        Map<Integer, Long> end = new HashMap<>();
+        Map<TopicPartition, Long> from = ((FabricOffset) start).offsets;
+        latest = snapshot.ends();
+        Map<TopicPartition, Long> begin = new TreeMap<>();
+        Map<TopicPartition, Long> end = new TreeMap<>();
+        Map<TopicPartition, Double> perRecord = new HashMap<>();
         for (Planner.PartitionAt at : snapshot.partitions()) {
-            long first = Math.min(Math.max(from.getOrDefault(at.partition(), at.start()), at.start()), at.end());
-            long last = target == null ? at.end() : Math.max(first, Math.min(at.end(),
-                                                                             target.getOrDefault(at.partition(), first)));
-            begin.put(at.partition(), first);
-            end.put(at.partition(), last);
+            long first = Math.min(Math.max(from.getOrDefault(at.tp(), at.start()), at.start()), at.end());
+            long last = target == null ? at.end()
+                                       : Math.max(first, Math.min(at.end(), target.getOrDefault(at.tp(), first)));
+            begin.put(at.tp(), first);
+            end.put(at.tp(), last);
+            perRecord.put(at.tp(), at.end() > at.start() ? Math.max((double) at.bytes() / (at.end() - at.start()), 1)
+                                                         : 1.0);
         }
-        if (limit instanceof ReadMaxRows rows) {
-            cap(begin, end, rows.maxRows());
+        Admission admits = Admission.of(limit);
+        if (target == null && admits.waits(begin, end, System.currentTimeMillis() - lastBatchMs)) {
+            return start;
         }
-        return new FabricOffset(options.topic(), end);
-    }
-
-    /** At most `maxRows` offsets in all, each partition's share in proportion to its backlog: floored, or rounded up
-     *  below one, so every backlog moves (Kafka's rule, in offsets as Kafka counts them). */
-    private static void cap(Map<Integer, Long> begin, Map<Integer, Long> end, long maxRows) {
-        long total = 0;
-        for (Map.Entry<Integer, Long> e : end.entrySet()) {
-            total += e.getValue() - begin.get(e.getKey());
+        admits.cap(begin, end, perRecord);
+        if (!end.equals(begin)) {
+            lastBatchMs = System.currentTimeMillis();
         }
-        if (total <= maxRows) {
-            return;
-        }
-        for (Map.Entry<Integer, Long> e : end.entrySet()) {
-            long size = e.getValue() - begin.get(e.getKey());
-            if (size > 0) {
-                double share = maxRows * ((double) size / total);
-                e.setValue(begin.get(e.getKey()) + (long) (share < 1 ? Math.ceil(share) : Math.floor(share)));
-            }
-        }
+        return new FabricOffset(end);
     }
 
     @Override
     public Offset reportLatestOffset() {
-        return latest == null ? null : new FabricOffset(options.topic(), latest);
+        return latest == null ? null : new FabricOffset(latest);
     }
 
     @Override
@@ -115,27 +102,8 @@ final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow
 
     @Override
     public InputPartition[] planInputPartitions(Offset start, Offset end) {
-        Planner.Snapshot snapshot = now();
-        Map<Integer, Long> from = ((FabricOffset) start).offsets;
-        Map<Integer, Long> until = ((FabricOffset) end).offsets;
-        List<InputPartition> tasks = new ArrayList<>();
-        for (Planner.PartitionAt at : snapshot.partitions()) {
-            Long last = until.get(at.partition());
-            if (last == null) {
-                continue;
-            }
-            long first = from.getOrDefault(at.partition(), at.start());
-            if (first < at.start()) {
-                if (options.failOnDataLoss()) {
-                    throw new IllegalStateException(new FabricException("OffsetOutOfRangeError", "offsets " + first
-                        + " to " + (at.start() - 1) + " of topic " + options.topic() + " partition "
-                        + at.partition() + " were deleted by retention before this query read them; set "
-                        + "failOnDataLoss=false to go on from the log start"));
-                }
-                first = at.start();
-            }
-            tasks.add(snapshot.task(options.url(), at, first, Math.max(first, last), layout));
-        }
+        List<FabricInputPartition> tasks = Ranges.tasks(options.url(), now(), ((FabricOffset) start).offsets,
+                                                        ((FabricOffset) end).offsets, layout, options);
         return tasks.toArray(new InputPartition[0]);
     }
 
@@ -146,7 +114,7 @@ final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow
 
     @Override
     public Offset deserializeOffset(String json) {
-        return FabricOffset.parse(json, options.topic());
+        return FabricOffset.parse(json);
     }
 
     @Override
@@ -155,11 +123,11 @@ final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow
         if (latest == null || latestConsumedOffset.isEmpty() || latest.isEmpty()) {
             return out;
         }
-        Map<Integer, Long> consumed = ((FabricOffset) latestConsumedOffset.get()).offsets;
+        Map<TopicPartition, Long> consumed = ((FabricOffset) latestConsumedOffset.get()).offsets;
         long min = Long.MAX_VALUE;
         long max = Long.MIN_VALUE;
         long sum = 0;
-        for (Map.Entry<Integer, Long> e : latest.entrySet()) {
+        for (Map.Entry<TopicPartition, Long> e : latest.entrySet()) {
             long behind = e.getValue() - consumed.getOrDefault(e.getKey(), 0L);
             min = Math.min(min, behind);
             max = Math.max(max, behind);
@@ -171,8 +139,26 @@ final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow
         return out;
     }
 
+    /** Spark finished the batch ending at `end`: its offsets become the group's (the checkpoint, not the group,
+     *  decides where a restarted query resumes). */
     @Override
     public void commit(Offset end) {
+        Map<TopicPartition, Long> done = ((FabricOffset) end).offsets;
+        if (group == null || done.isEmpty() || done.equals(committed)) {
+            return;
+        }
+        try {
+            planner.commit(group, done);
+            committed = done;
+        } catch (FabricException e) {
+            if (!"OffsetOutOfRangeError".equals(e.type())) {
+                throw new IllegalStateException("cannot commit the offsets of group " + group + ": " + e.getMessage(),
+                                                e);
+            }
+            LOG.warn("group {}: offsets not committed: {}", group, e.getMessage());  // the next commit shows the lag
+        } catch (Exception e) {
+            throw new IllegalStateException("cannot commit the offsets of group " + group + ": " + e.getMessage(), e);
+        }
     }
 
     @Override

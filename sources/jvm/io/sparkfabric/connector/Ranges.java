@@ -1,0 +1,71 @@
+package io.sparkfabric.connector;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/** The tasks of a read from `from` to `until`, as format("fabric") makes them (sources/offsets.py): a start that
+ *  retention overtook, or past the end, is data loss (failOnDataLoss: an error, else a warning and the log start);
+ *  empty ranges are no task; with minPartitions, large ranges are split so there are at least that many tasks, each
+ *  range into parts in proportion to its size (Kafka's source's rule). */
+final class Ranges {
+    private static final Logger LOG = LoggerFactory.getLogger(Ranges.class);
+
+    private Ranges() {
+    }
+
+    static List<FabricInputPartition> tasks(FabricUrl url, Planner.Snapshot now, Map<TopicPartition, Long> from,
+                                            Map<TopicPartition, Long> until, Layout layout, ReadOptions options) {
+        List<FabricInputPartition> whole = new ArrayList<>();
+        long total = 0;
+        for (Planner.PartitionAt at : now.partitions()) {
+            Long last = until.get(at.tp());
+            if (last == null) {
+                continue;
+            }
+            long first = checkedStart(at, from.getOrDefault(at.tp(), at.start()), options.failOnDataLoss());
+            if (last > first) {
+                whole.add(Planner.Snapshot.task(url, at, first, last, layout));
+                total += last - first;
+            }
+        }
+        int wanted = options.minPartitions();
+        if (wanted == 0 || whole.size() >= wanted) {
+            return whole;
+        }
+        List<FabricInputPartition> split = new ArrayList<>();
+        for (FabricInputPartition task : whole) {
+            long size = task.until() - task.from();
+            long parts = Math.min(size, Math.max(1, (long) Math.ceil((double) size * wanted / total)));
+            for (long i = 0; i < parts; i++) {
+                split.add(task.range(task.from() + size * i / parts, task.from() + size * (i + 1) / parts));
+            }
+        }
+        return split;
+    }
+
+    /** Where reading `at` really starts: `start`, or its log start when retention deleted offsets in between or
+     *  `start` is past its end (a topic re-created), if failOnDataLoss is false. */
+    static long checkedStart(Planner.PartitionAt at, long start, boolean failOnDataLoss) {
+        String lost;
+        if (start < at.start()) {
+            lost = "offsets " + start + " to " + (at.start() - 1) + " of topic '" + at.tp().topic() + "' partition "
+                + at.tp().partition() + " were deleted (retention) before the query read them; the log now starts "
+                + "at " + at.start();
+        } else if (start > at.end()) {
+            lost = "offset " + start + " of topic '" + at.tp().topic() + "' partition " + at.tp().partition()
+                + " is past its end " + at.end() + " (was the topic deleted and re-created?)";
+        } else {
+            return start;
+        }
+        if (failOnDataLoss) {
+            throw new IllegalStateException(new FabricException("DataLossError", lost + ". Some data may have been "
+                + "lost. If this is expected, set the option failOnDataLoss=false to skip it, or start over from a "
+                + "new checkpoint location"));
+        }
+        LOG.warn("{}; skipping it because failOnDataLoss=false", lost);
+        return at.start();
+    }
+}
