@@ -293,6 +293,40 @@ def test_a_pattern_stream_reads_topics_created_while_it_runs_and_commits_to_a_ge
             query.stop()
 
 
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_topic_deleted_while_a_stream_reads_it_is_data_loss_as_for_the_python_source(spark, shared_cluster,
+                                                                                        tmp_path, fail) -> None:
+    """With failOnDataLoss the stream fails naming the topic; without, it reads on the topics left."""
+    for source in ("fabric-jvm", "fabric"):
+        gone, kept = (f"jvm-deleted-{source}-{fail}-{which}".lower() for which in ("gone", "kept"))
+        with fabric.connect(shared_cluster.url) as fab:
+            for topic in (gone, kept):
+                fab.create_topic(topic)
+                with fab.producer() as producer:
+                    for i in range(5):
+                        producer.send(topic, b"%d" % i)
+            name = f"deleted_{source.replace('-', '_')}_{fail}"
+            query = (spark.readStream.format(source)
+                     .options(url=shared_cluster.url, subscribe=f"{gone},{kept}", startingOffsets="earliest",
+                              failOnDataLoss=str(fail).lower()).load()
+                     .writeStream.format("memory").queryName(name)
+                     .option("checkpointLocation", str(tmp_path / name)).start())
+            try:
+                query.processAllAvailable()
+                assert spark.table(name).count() == 10
+                fab.delete_topic(gone)
+                if fail:
+                    with pytest.raises(Exception, match=f"topic '{gone}' was deleted while the query was reading it"):
+                        query.awaitTermination(120)
+                    continue
+                with fab.producer() as producer:
+                    producer.send(kept, b"after")
+                wait_for(lambda: spark.table(name).count() == 11, 120, f"{source} to read on")  # noqa: B023
+                assert query.isActive
+            finally:
+                query.stop()
+
+
 def test_a_stream_waits_for_min_offsets_per_trigger_until_max_trigger_delay(spark, shared_cluster, tmp_path) -> None:
     """Fewer new offsets than minOffsetsPerTrigger wait, until maxTriggerDelay has passed: then they are one batch."""
     with fabric.connect(shared_cluster.url) as fab:

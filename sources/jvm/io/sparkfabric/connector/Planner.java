@@ -10,7 +10,10 @@ import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import java.util.SortedSet;
 import java.util.TreeMap;
+import java.util.TreeSet;
 import java.util.concurrent.Callable;
 
 /** The driver's side of a read: the partitions of the topics read, where each is read (its leader, or the
@@ -47,7 +50,7 @@ final class Planner {
             Planner planner = new Planner(options.url());
             try (ProtocolClient coordinator = planner.coordinator()) {
                 Map<String, String> schemas = new TreeMap<>();  // topic -> its value schema ("": plain)
-                for (String topic : planner.topics(coordinator, options.subscription())) {
+                for (String topic : planner.topics(coordinator, options.subscription(), null, true)) {
                     JsonNode schema = topicInfo(coordinator, topic).path("value_schema");
                     schemas.put(topic, schema.isTextual() ? schema.asText() : "");
                 }
@@ -72,21 +75,29 @@ final class Planner {
         return coordinator.call("topic", name).result();
     }
 
-    /** The topics `subscription` covers now; those it names must exist. */
-    private List<String> topics(ProtocolClient coordinator, Subscription subscription) throws IOException {
+    /** The topics `subscription` covers now. Those it names must exist, except in a stream that has `read` some
+     *  (null: none yet): there those it names or has read that are gone were deleted while it read them, data loss
+     *  (with `failOnDataLoss` false, the stream goes on without them). */
+    private List<String> topics(ProtocolClient coordinator, Subscription subscription, Set<String> read,
+                                boolean failOnDataLoss) throws IOException {
         List<String> existing = new ArrayList<>();
         coordinator.call("list_topics", ProtocolClient.args()).result().forEach(t -> existing.add(t.asText()));
         List<String> topics = subscription.topicNames(existing);
-        if (subscription.pattern() == null) {
-            List<String> missing = topics.stream().filter(t -> !existing.contains(t)).toList();
-            if (!missing.isEmpty()) {
-                throw new FabricException("UnknownTopicError", "topic(s) " + missing + " do not exist in the fabric "
-                    + "at fabric://" + String.join(",", url.addresses) + "; create them first (fabric topics create "
-                    + "NAME), fix the subscribe/assign option, or point the read at another fabric (option 'url', or "
-                    + "$FABRIC_URL in the driver's environment)");
-            }
+        SortedSet<String> gone = new TreeSet<>(subscription.pattern() == null ? topics : List.of());
+        gone.removeAll(existing);
+        if (read == null && !gone.isEmpty()) {
+            throw new FabricException("UnknownTopicError", "topic(s) " + gone + " do not exist in the fabric at "
+                + "fabric://" + String.join(",", url.addresses) + "; create them first (fabric topics create NAME), "
+                + "fix the subscribe/assign option, or point the read at another fabric (option 'url', or "
+                + "$FABRIC_URL in the driver's environment)");
         }
-        return topics;
+        if (read != null) {
+            read.stream().filter(t -> !existing.contains(t)).forEach(gone::add);
+        }
+        for (String topic : gone) {
+            DataLoss.report("topic '" + topic + "' was deleted while the query was reading it", failOnDataLoss);
+        }
+        return topics.stream().filter(t -> !gone.contains(t)).toList();
     }
 
     /** Where one partition is read now: its offsets and bytes, its reader's protocol address and leader epoch (-1:
@@ -110,8 +121,14 @@ final class Planner {
     }
 
     /** The partitions `subscription` covers now, from the coordinator's metadata and each partition's leader (or
-     *  the coordinator, for a topic it keeps in its own directory). */
+     *  the coordinator, for a topic it keeps in its own directory); a topic it names must exist. */
     Snapshot snapshot(Subscription subscription) throws Exception {
+        return snapshot(subscription, null, true);
+    }
+
+    /** The partitions a stream that has `read` topics (null: none yet) reads now: a topic it names or has read that
+     *  is gone is data loss (`topics`). */
+    Snapshot snapshot(Subscription subscription, Set<String> read, boolean failOnDataLoss) throws Exception {
         try (ProtocolClient coordinator = coordinator()) {
             Map<Integer, JsonNode> nodes = new HashMap<>();
             for (JsonNode node : cluster.path("nodes")) {
@@ -122,7 +139,7 @@ final class Planner {
                 replicated.put(new TopicPartition(p.path("topic").asText(), p.path("partition").asInt()), p);
             }
             List<PartitionAt> partitions = new ArrayList<>();
-            for (String topic : topics(coordinator, subscription)) {
+            for (String topic : topics(coordinator, subscription, read, failOnDataLoss)) {
                 JsonNode info = topicInfo(coordinator, topic);
                 int count = info.path("partitions").asInt();
                 for (TopicPartition tp : subscription.assigned()) {

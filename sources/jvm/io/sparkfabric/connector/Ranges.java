@@ -3,16 +3,12 @@ package io.sparkfabric.connector;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 
 /** The tasks of a read from `from` to `until`, as format("fabric") makes them (sources/offsets.py): a start that
- *  retention overtook, or past the end, is data loss (failOnDataLoss: an error, else a warning and the log start);
+ *  retention overtook, or past the end, is data loss (DataLoss; without failOnDataLoss, read from the log start);
  *  empty ranges are no task; with minPartitions, large ranges are split so there are at least that many tasks, each
  *  range into parts in proportion to its size (Kafka's source's rule). */
 final class Ranges {
-    private static final Logger LOG = LoggerFactory.getLogger(Ranges.class);
-
     private Ranges() {
     }
 
@@ -60,12 +56,7 @@ final class Ranges {
         } else {
             return start;
         }
-        if (failOnDataLoss) {
-            throw new IllegalStateException(new FabricException("DataLossError", lost + ". Some data may have been "
-                + "lost. If this is expected, set the option failOnDataLoss=false to skip it, or start over from a "
-                + "new checkpoint location"));
-        }
-        LOG.warn("{}; skipping it because failOnDataLoss=false", lost);
+        DataLoss.report(lost, failOnDataLoss);
         return at.start();
     }
 }

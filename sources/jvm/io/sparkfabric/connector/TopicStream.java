@@ -4,7 +4,9 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.Set;
 import java.util.TreeMap;
+import java.util.TreeSet;
 import java.util.UUID;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
@@ -20,7 +22,8 @@ import org.slf4j.LoggerFactory;
  *  its start): each batch reads from where the last ended to the partitions' ends at planning, within the
  *  stream's admission limits (Admission; a trigger(availableNow) run stops at the ends it began with), each progress
  *  carries Kafka's three offsets-behind-latest metrics, and each batch done is committed as groupId's offsets (or
- *  those of a group `<groupIdPrefix>-<uuid>` of this run), for tools to show the stream's lag. */
+ *  those of a group `<groupIdPrefix>-<uuid>` of this run), for tools to show the stream's lag. A topic deleted
+ *  while the stream reads it is data loss (DataLoss). */
 final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow, ReportsSourceMetrics {
     private static final Logger LOG = LoggerFactory.getLogger(TopicStream.class);
     private final ReadOptions options;
@@ -40,15 +43,18 @@ final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow
             : options.groupIdPrefix() != null ? options.groupIdPrefix() + "-" + UUID.randomUUID() : null;
     }
 
-    private Planner.Snapshot now() {
+    /** The partitions read now, after reading the partitions of `read` (null: at the start, nothing yet). */
+    private Planner.Snapshot now(Map<TopicPartition, Long> read) {
+        Set<String> topics = read == null ? null : new TreeSet<>(read.keySet().stream().map(TopicPartition::topic)
+                                                                     .toList());
         return Planner.unchecked("read the partitions of " + options.subscription().describe(),
-                                 () -> planner.snapshot(options.subscription()));
+                                 () -> planner.snapshot(options.subscription(), topics, options.failOnDataLoss()));
     }
 
     @Override
     public Offset initialOffset() {
         return new FabricOffset(Planner.unchecked("find the starting offsets", () -> Positions.resolve(
-            options.starting(true), now(), planner, options, "startingOffsets")));
+            options.starting(true), now(null), planner, options, "startingOffsets")));
     }
 
     @Override
@@ -58,14 +64,14 @@ final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow
 
     @Override
     public void prepareForTriggerAvailableNow() {
-        target = now().ends();
+        target = now(null).ends();
     }
 
     @Override
     public Offset latestOffset(Offset start, ReadLimit limit) {
         commit(start);  // Spark plans the next batch once the one ending at `start` is done; it may not commit the last
-        Planner.Snapshot snapshot = now();
         Map<TopicPartition, Long> from = ((FabricOffset) start).offsets;
+        Planner.Snapshot snapshot = now(from);
         latest = snapshot.ends();
         Map<TopicPartition, Long> begin = new TreeMap<>();
         Map<TopicPartition, Long> end = new TreeMap<>();
@@ -102,8 +108,9 @@ final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow
 
     @Override
     public InputPartition[] planInputPartitions(Offset start, Offset end) {
-        List<FabricInputPartition> tasks = Ranges.tasks(options.url(), now(), ((FabricOffset) start).offsets,
-                                                        ((FabricOffset) end).offsets, layout, options);
+        Map<TopicPartition, Long> from = ((FabricOffset) start).offsets;
+        List<FabricInputPartition> tasks = Ranges.tasks(options.url(), now(from), from, ((FabricOffset) end).offsets,
+                                                        layout, options);
         return tasks.toArray(new InputPartition[0]);
     }
 

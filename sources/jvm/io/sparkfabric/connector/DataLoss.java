@@ -1,0 +1,22 @@
+package io.sparkfabric.connector;
+
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/** Records a read planned to read that are gone (retention, a topic deleted): with failOnDataLoss the read fails,
+ *  worded as format("fabric") words it; without, a warning, and the read goes on without them. */
+final class DataLoss {
+    private static final Logger LOG = LoggerFactory.getLogger(DataLoss.class);
+
+    private DataLoss() {
+    }
+
+    static void report(String lost, boolean failOnDataLoss) {
+        if (failOnDataLoss) {
+            throw new IllegalStateException(new FabricException("DataLossError", lost + ". Some data may have been "
+                + "lost. If this is expected, set the option failOnDataLoss=false to skip it, or start over from a "
+                + "new checkpoint location"));
+        }
+        LOG.warn("{}; skipping it because failOnDataLoss=false", lost);
+    }
+}
