@@ -28,6 +28,7 @@ final class PartitionJson {
         }
         Map<TopicPartition, Long> out = new TreeMap<>();
         for (Map.Entry<String, JsonNode> topic : parsed.properties()) {
+            Names.topic(topic.getKey());
             JsonNode parts = topic.getValue();
             if (partitions ? !parts.isArray() : !parts.isObject()) {
                 throw OptionError.invalid(option, text, "topic '" + topic.getKey()

@@ -28,6 +28,7 @@ record ReadOptions(FabricUrl url, Subscription subscription, OffsetSpec starting
     private static final List<String> STREAMING_ONLY = List.of("maxOffsetsPerTrigger", "minOffsetsPerTrigger",
                                                                "maxTriggerDelay", "maxBytesPerTrigger");
     private static final long DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000L;  // Kafka's source's, 15m
+    private static final int GENERATED_GROUP_SUFFIX = 37;  // "-" and a uuid, appended to groupIdPrefix
     // Spark's time strings (JavaUtils.timeStringAsMs): a whole number and a unit, milliseconds when none is given
     private static final Pattern DURATION = Pattern.compile("(\\d+)\\s*(us|ms|s|m|min|h|d)?");
     private static final Map<String, String> KAFKA_EQUIVALENTS = Map.of(
@@ -38,7 +39,7 @@ record ReadOptions(FabricUrl url, Subscription subscription, OffsetSpec starting
 
     static ReadOptions of(CaseInsensitiveStringMap options) {
         refuseUnknown(options);
-        String groupId = options.get("groupId");
+        String groupId = options.get("groupId") == null ? null : Names.group(options.get("groupId"));
         OffsetSpec starting = OffsetSpec.parse(options, "starting");
         if (starting != null && starting.kind().equals("group") && groupId == null) {
             throw OptionError.invalid("startingOffsets", "group", "set option 'groupId' to the consumer group to "
@@ -56,6 +57,14 @@ record ReadOptions(FabricUrl url, Subscription subscription, OffsetSpec starting
         String prefix = options.get("groupIdPrefix");
         if (prefix != null && prefix.isBlank()) {
             throw OptionError.invalid("groupIdPrefix", prefix, "must not be empty");
+        }
+        if (prefix != null) {
+            try {
+                Names.group(prefix + "-".repeat(GENERATED_GROUP_SUFFIX));
+            } catch (IllegalArgumentException e) {
+                throw OptionError.invalid("groupIdPrefix", prefix.substring(0, Math.min(80, prefix.length())),
+                    "the group ids made from it (<prefix>-<uuid>) are invalid: " + e.getMessage());
+            }
         }
         Map<String, String> streamingOnly = new LinkedHashMap<>();
         for (String name : STREAMING_ONLY) {

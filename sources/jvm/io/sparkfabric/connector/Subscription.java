@@ -36,7 +36,7 @@ record Subscription(String kind, List<String> topics, Pattern pattern, SortedSet
             Set<String> topics = new LinkedHashSet<>();
             for (String topic : text.split(",")) {
                 if (!topic.isBlank()) {
-                    topics.add(topic.strip());
+                    topics.add(Names.topic(topic.strip()));
                 }
             }
             if (topics.isEmpty()) {
