@@ -331,6 +331,38 @@ def test_a_topic_deleted_while_a_stream_reads_it_is_data_loss_as_for_the_python_
                 query.stop()
 
 
+def test_a_stream_restarted_on_its_checkpoint_reads_on_where_it_stopped(spark, shared_cluster, tmp_path) -> None:
+    """The checkpoint holds Kafka's JSON offsets of every topic read (one topic's, as an earlier JVM reader wrote
+    them, is the same JSON): a restarted stream reads only what came since, of each topic."""
+    topics = ("jvm-restart-a", "jvm-restart-b")
+
+    def produce(fab, tag: bytes) -> None:
+        with fab.producer() as producer:
+            for i in range(6):  # 2 to topic a, 2 to each partition of topic b
+                producer.send(topics[0] if i < 2 else topics[1], b"%s-%d" % (tag, i), partition=0 if i < 2 else i % 2)
+
+    def run() -> list[bytes]:
+        """The values the stream has written, after one more run (a file sink: it recovers from its checkpoint)."""
+        query = (spark.readStream.format("fabric-jvm")
+                 .options(url=shared_cluster.url, subscribe=",".join(topics), startingOffsets="earliest").load()
+                 .select("value").writeStream.format("parquet").option("path", str(tmp_path / "out"))
+                 .trigger(availableNow=True).option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+        assert query.awaitTermination(300), "the availableNow run did not end"
+        return sorted(r.value for r in spark.read.parquet(str(tmp_path / "out")).collect())
+
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic(topics[0], partitions=1)
+        fab.create_topic(topics[1], partitions=2, replication_factor=3)
+        produce(fab, b"first")
+        assert run() == sorted(b"first-%d" % i for i in range(6))
+        produce(fab, b"second")
+    assert run() == sorted([b"first-%d" % i for i in range(6)] + [b"second-%d" % i for i in range(6)])
+    offsets = max((f for f in (tmp_path / "checkpoint" / "offsets").iterdir() if f.name.isdigit()),
+                  key=lambda f: int(f.name))
+    assert json.loads(offsets.read_text().splitlines()[-1]) == {"jvm-restart-a": {"0": 4},
+                                                               "jvm-restart-b": {"0": 4, "1": 4}}
+
+
 def test_a_stream_waits_for_min_offsets_per_trigger_until_max_trigger_delay(spark, shared_cluster, tmp_path) -> None:
     """Fewer new offsets than minOffsetsPerTrigger wait, until maxTriggerDelay has passed: then they are one batch."""
     with fabric.connect(shared_cluster.url) as fab:
