@@ -210,6 +210,15 @@ def test_without_javac_the_jar_is_not_built_and_says_why(tmp_path) -> None:
         done.stderr
 
 
+def assert_offsets_behind_latest(source: dict) -> None:
+    """A JVM stream's progress carries the metrics fabric.sources.progress computes for the Python source's: equal,
+    but for the average, which the progress shows to one decimal."""
+    metrics = source["metrics"]
+    expected = offsets_behind_latest(source)
+    assert metrics.keys() == expected.keys(), source
+    assert all(abs(float(metrics[name]) - float(expected[name])) < 0.05 for name in metrics), source
+
+
 def test_a_stream_reads_every_record_once_within_its_limits_and_reports_kafkas_offsets_behind_latest(
         spark, shared_cluster, tmp_path) -> None:
     """A trigger(availableNow=True) run with maxOffsetsPerTrigger: batches of at most that many offsets until the ends
@@ -255,6 +264,8 @@ def test_a_stream_admits_the_batches_the_python_sources_admit_and_commits_them_t
                  .option("checkpointLocation", str(tmp_path / name)).start())
         assert query.awaitTermination(300), "the availableNow run did not end"
         batches[source] = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        for progress in query.recentProgress if source == "fabric-jvm" else ():  # Kafka's metrics, both topics'
+            assert_offsets_behind_latest(progress["sources"][0])
         read[source] = sorted(tuple(r) for r in spark.table(name).select("topic", "partition", "offset").collect())
     assert read["fabric-jvm"] == read["fabric"] and len(read["fabric"]) == topics["jvm-replicated"] + topics["jvm-kept"]
     assert batches["fabric-jvm"] == batches["fabric"] and len(batches["fabric"]) > 2
