@@ -19,7 +19,7 @@ record ReadOptions(FabricUrl url, Subscription subscription, OffsetSpec starting
                    long maxTriggerDelayMs, long maxBytesPerTrigger, int minPartitions, boolean failOnDataLoss,
                    boolean headers, String groupId, String groupIdPrefix, Map<String, String> streamingOnly)
         implements Serializable {
-    static final List<String> KNOWN = List.of(
+    private static final List<String> KNOWN = List.of(
         "subscribe", "subscribePattern", "assign", "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp",
         "url", "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp",
         "startingOffsetsByTimestampStrategy", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
@@ -54,18 +54,6 @@ record ReadOptions(FabricUrl url, Subscription subscription, OffsetSpec starting
         if (!strategy.equals("error") && !strategy.equals("latest")) {
             throw OptionError.invalid("startingOffsetsByTimestampStrategy", strategy, "must be error or latest");
         }
-        String prefix = options.get("groupIdPrefix");
-        if (prefix != null && prefix.isBlank()) {
-            throw OptionError.invalid("groupIdPrefix", prefix, "must not be empty");
-        }
-        if (prefix != null) {
-            try {
-                Names.group(prefix + "-".repeat(GENERATED_GROUP_SUFFIX));
-            } catch (IllegalArgumentException e) {
-                throw OptionError.invalid("groupIdPrefix", prefix.substring(0, Math.min(80, prefix.length())),
-                    "the group ids made from it (<prefix>-<uuid>) are invalid: " + e.getMessage());
-            }
-        }
         Map<String, String> streamingOnly = new LinkedHashMap<>();
         for (String name : STREAMING_ONLY) {
             if (options.get(name) != null) {
@@ -78,7 +66,25 @@ record ReadOptions(FabricUrl url, Subscription subscription, OffsetSpec starting
                                durationMs(options, "maxTriggerDelay"), positive(options, "maxBytesPerTrigger"),
                                (int) Math.min(Integer.MAX_VALUE, positive(options, "minPartitions")),
                                bool(options, "failOnDataLoss", true), bool(options, "includeHeaders", false), groupId,
-                               prefix, Map.copyOf(streamingOnly));
+                               groupIdPrefix(options), Map.copyOf(streamingOnly));
+    }
+
+    /** groupIdPrefix, checked so that the group ids made from it are valid. */
+    private static String groupIdPrefix(CaseInsensitiveStringMap options) {
+        String prefix = options.get("groupIdPrefix");
+        if (prefix == null) {
+            return null;
+        }
+        if (prefix.isBlank()) {
+            throw OptionError.invalid("groupIdPrefix", prefix, "must not be empty");
+        }
+        try {
+            Names.group(prefix + "-".repeat(GENERATED_GROUP_SUFFIX));
+        } catch (IllegalArgumentException e) {
+            throw OptionError.invalid("groupIdPrefix", prefix.substring(0, Math.min(80, prefix.length())),
+                                      "the group ids made from it (<prefix>-<uuid>) are invalid: " + e.getMessage());
+        }
+        return prefix;
     }
 
     /** Where the read starts: startingOffsets, else earliest for a batch and latest for a stream. */
