@@ -1,7 +1,7 @@
 """The coordinator service's fabric protocol requests (docs/protocol.md): produce and fetch of the partitions it
-stores, the hot coordinator calls (`commit_offsets`, `committed`, `topic`), and the metadata a client plans reads
-by (`describe_cluster`, `partition_state`), each the ROUTES call of the same name, checked and authorized exactly
-as its DoAction is (CoordinatorService.run_route), with plain JSON values.
+stores, the hot coordinator calls (`commit_offsets`, `committed`, `topic`, `list_topics`), and the metadata a client
+plans reads by (`describe_cluster`, `partition_state`, `offset_for_time`), each the ROUTES call of the same name,
+checked and authorized exactly as its DoAction is (CoordinatorService.run_route), with plain JSON values.
 Over a store of local files (Coordinator.serves_locally) a commit, a metadata read and a produce to a topic
 that asks for no fsync wait on nothing but this process's CPU and files, so they are answered on the event loop,
 without a worker thread. The commits the loop reads in one turn are appended together, one append per offsets
@@ -128,4 +128,6 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
             "commit_offsets": Handler(commit_offsets, store_waits, order=lambda args: ("commit", args.get("group"))),
             "committed": Handler(routed("committed", committed_rows)), "topic": Handler(routed("topic"), store_waits),
             "describe_cluster": Handler(routed("describe_cluster", cluster_json)),
-            "partition_state": Handler(routed("partition_state"), store_waits)}
+            "partition_state": Handler(routed("partition_state"), store_waits),
+            "list_topics": Handler(routed("list_topics"), store_waits),
+            "offset_for_time": Handler(routed("offset_for_time"))}

@@ -2,15 +2,21 @@
 and on the test session's class path: a batch read of a replicated topic (with its headers or without), of a topic
 the coordinator keeps and of a typed topic with tombstones gives the schema and rows the Python source gives, in
 Arrow columns handed to Spark as they were fetched, planned and read over the fabric protocol alone (the
-coordinator's protocol port found from its Flight port); bad options are named. A stream reads within its limits
-with Kafka's offsets-behind metrics, reads on through the SIGKILL of a leader (planner and tasks retry with fresh
-metadata), and runs in real-time mode (trigger(realTime=...)) into the foreach sink, every record once and in
+coordinator's protocol port found from its Flight port). It takes format("fabric")'s options alike: several topics
+(subscribe, subscribePattern, assign), offsets per partition, by group and by time, minPartitions, and a stream's
+admission limits and group commits, each compared with format("fabric") on the same options; bad options are named
+with the Python source's words. A stream reads on through the SIGKILL of a leader (planner and tasks retry with
+fresh metadata), and runs in real-time mode (trigger(realTime=...)) into the foreach sink, every record once and in
 order."""
 from __future__ import annotations
 
+import calendar
+import json
 import os
+import re
 import subprocess
 import sys
+import time
 
 import pyarrow as pa
 import pytest
@@ -25,6 +31,7 @@ pytestmark = [pytest.mark.spark,
               pytest.mark.skipif(jar.path() is None, reason="the JVM reader is not built (no javac): make install")]
 
 
+TIMED_MS = int(time.time() - 3600) * 1000  # the records of the timed topics are a second apart from here
 TYPED = pa.schema([("user", pa.string()), ("amount", pa.int64()), ("at", pa.timestamp("us", tz="UTC"))])
 
 
@@ -32,11 +39,15 @@ TYPED = pa.schema([("user", pa.string()), ("amount", pa.int64()), ("at", pa.time
 def topics(shared_cluster) -> dict[str, int]:
     """A replicated topic (2 partitions, RF 3) with keys, null keys, empty values and headers; one the coordinator
     keeps; a typed one with tombstones and null fields: the records each holds."""
-    counts = {"jvm-replicated": 500, "jvm-kept": 30, "jvm-typed": 40}
+    counts = {"jvm-replicated": 500, "jvm-kept": 30, "jvm-typed": 40, "jvm-typed-too": 40, "jvm-timed": 40,
+              "jvm-timed-kept": 40}
     with fabric.connect(shared_cluster.url) as fab:
         fab.create_topic("jvm-replicated", partitions=2, replication_factor=3)
         fab.create_topic("jvm-kept", partitions=1)
         fab.create_topic("jvm-typed", partitions=1, replication_factor=3, schema=TYPED)
+        fab.create_topic("jvm-typed-too", partitions=1, schema=TYPED)
+        fab.create_topic("jvm-timed", partitions=2, replication_factor=3)
+        fab.create_topic("jvm-timed-kept", partitions=1)
         with fab.producer() as producer:
             for topic in ("jvm-replicated", "jvm-kept"):
                 for i in range(counts[topic]):
@@ -46,11 +57,15 @@ def topics(shared_cluster) -> dict[str, int]:
             for i in range(counts["jvm-typed"]):
                 value = None if i % 9 == 0 else {"user": f"u{i}", "amount": None if i % 4 == 0 else i, "at": i * 1000}
                 producer.send("jvm-typed", value, key=b"key-%d" % (i % 6))
+                producer.send("jvm-typed-too", value, key=b"key-%d" % (i % 5))
+            for i in range(40):  # a second apart, from TIMED_MS
+                producer.send("jvm-timed", b"timed-%d" % i, partition=i % 2, timestamp=TIMED_MS + 1000 * i)
+                producer.send("jvm-timed-kept", b"timed-%d" % i, timestamp=TIMED_MS + 1000 * i)
     return counts
 
 
 def rows(df) -> list[tuple]:
-    return [tuple(r) for r in sorted(df.collect(), key=lambda r: (r["partition"], r["offset"]))]
+    return [tuple(r) for r in sorted(df.collect(), key=lambda r: (r["topic"], r["partition"], r["offset"]))]
 
 
 @pytest.mark.parametrize("topic, options", [("jvm-replicated", {}), ("jvm-replicated", {"includeHeaders": "true"}),
@@ -64,7 +79,6 @@ def test_the_jvm_reader_reads_the_rows_the_python_source_reads(spark, shared_clu
     assert len(got) == topics[topic] and got == rows(python)
     plan = jvm._jdf.queryExecution().executedPlan().toString()
     assert "fabric JVM reader: topic " + topic in plan and "ColumnarToRow" in plan  # Arrow columns, not rows
-    assert read("fabric-jvm", startingOffsets="latest").count() == 0
 
 
 @pytest.mark.parametrize("topic, columns", [("jvm-replicated", ["offset", "value"]), ("jvm-typed", ["amount", "key"]),
@@ -81,16 +95,112 @@ def test_the_jvm_reader_builds_only_the_columns_a_query_reads(spark, shared_clus
         assert sorted(map(tuple, jvm.collect()), key=repr) == sorted(map(tuple, read("fabric").collect()), key=repr)
 
 
-@pytest.mark.parametrize("option, value, named", [
-    ("subscribePattern", "jvm-.*", "unknown option subscribePattern"),
-    ("startingOffsets", '{"jvm-kept": {"0": 3}}', "startingOffsets must be earliest or latest"),
-    ("includeHeaders", "yes", "includeHeaders must be true or false"),
-    ("url", "file:///tmp/x", "must be a fabric:// URL"),
-])
-def test_bad_options_are_named_before_anything_is_read(spark, shared_cluster, topics, option, value, named) -> None:
-    reader = spark.read.format("fabric-jvm").option("url", shared_cluster.url).option("subscribe", "jvm-kept")
-    with pytest.raises(Exception, match=named):
-        reader.option(option, value).load().collect()
+PARITY = [  # options read alike by both sources, besides url (all over the module's topics)
+    {"subscribe": "jvm-replicated,jvm-kept"},
+    {"subscribe": " jvm-kept , jvm-replicated,jvm-kept"},
+    {"subscribePattern": "jvm-(replicated|kept)"},
+    {"subscribePattern": "jvm-typed.*", "includeHeaders": "true"},
+    {"assign": '{"jvm-replicated": [1], "jvm-kept": [0]}'},
+    {"subscribe": "jvm-replicated,jvm-kept", "startingOffsets": '{"jvm-replicated": {"0": 10, "1": -2}}',
+     "endingOffsets": '{"jvm-replicated": {"0": 100, "1": -1}, "jvm-kept": {"0": 20}}'},
+    {"assign": '{"jvm-replicated": [0, 1]}', "startingOffsets": '{"jvm-replicated": {"1": 249}}'},
+    {"subscribe": "jvm-replicated,jvm-kept", "minPartitions": "7"},
+    {"subscribe": "jvm-kept", "minPartitions": "100"},  # more than the offsets: one task an offset
+    {"subscribe": "jvm-replicated", "endingOffsets": '{"jvm-replicated": {"0": 0, "1": 0}}', "minPartitions": "3"},
+]
+
+
+@pytest.mark.parametrize("options", PARITY, ids=lambda options: ",".join(f"{k}={v}" for k, v in options.items()))
+def test_the_jvm_reader_takes_the_python_sources_options_alike(spark, shared_cluster, topics, options) -> None:
+    """Same schema, same rows and (minPartitions) the same number of tasks as format("fabric") on the same options."""
+    def read(source: str):
+        return spark.read.format(source).options(url=shared_cluster.url, **options).load()
+    jvm, python = read("fabric-jvm"), read("fabric")
+    assert jvm.schema == python.schema
+    got = rows(jvm)
+    assert got == rows(python)
+    if "endingOffsets" not in options and "startingOffsets" not in options and "assign" not in options:
+        assert len(got) == sum(topics[r.topic] for r in jvm.select("topic").distinct().collect())
+    if "minPartitions" in options:  # an empty read has no task (a Python data source's read gets one all the same)
+        assert jvm.rdd.getNumPartitions() == (python.rdd.getNumPartitions() if got else 0)
+        assert jvm.rdd.getNumPartitions() >= min(int(options["minPartitions"]), len(got))
+
+
+def test_a_group_start_and_times_resolve_as_the_python_sources(spark, shared_cluster, topics) -> None:
+    """startingOffsets=group starts at groupId's committed offsets (earliest where it has none); a time starts at the
+    first record at or after it, at the coordinator or at a partition's leader, and ends before it."""
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.cluster.commit_offsets("jvm-group", {("jvm-timed", 0): 7, ("jvm-timed-kept", 0): 25})
+    cases = [({"startingOffsets": "group", "groupId": "jvm-group"}, 13 + 20 + 15),
+             ({"startingTimestamp": str(TIMED_MS + 10_500)}, 29 + 29),
+             ({"endingTimestamp": str(TIMED_MS + 10_000)}, 10 + 10),
+             ({"startingOffsetsByTimestamp": json.dumps({"jvm-timed": {"1": TIMED_MS + 30_000},
+                                                         "jvm-timed-kept": {"0": TIMED_MS}})}, 20 + 5 + 40),
+             ({"startingTimestamp": str(TIMED_MS + 39_001), "startingOffsetsByTimestampStrategy": "latest"}, 0),
+             ({"startingTimestamp": str(TIMED_MS + 5_000), "endingOffsetsByTimestamp": json.dumps(
+                 {"jvm-timed-kept": {"0": TIMED_MS + 7_000}})}, 35 + 2)]
+    for options, count in cases:
+        def read(source: str, options: dict[str, str] = options):
+            return spark.read.format(source).options(url=shared_cluster.url, subscribe="jvm-timed,jvm-timed-kept",
+                                                     **options).load()
+        got = rows(read("fabric-jvm"))
+        assert got == rows(read("fabric")) and len(got) == count, (options, len(got))
+
+
+BAD = [  # options both sources refuse, and the words both name the problem with
+    ({"subscribe": "jvm-kept", "subscribePattern": "jvm-.*"}, "needs exactly one of 'subscribe'"),
+    ({"startingOffsets": "jvm-kept"}, "use earliest, latest, group or JSON offsets"),
+    ({"subscribe": " , "}, "name at least one topic"),
+    ({"subscribePattern": "jvm-(", "subscribe": None}, "not a valid regular expression"),
+    ({"assign": '{"jvm-kept": 0}', "subscribe": None}, "is not mapped to its partitions"),
+    ({"assign": '{"jvm-kept": [3]}', "subscribe": None}, "has partitions 0..0"),
+    ({"startingOffsets": "latest"}, "a batch query cannot start at latest"),
+    ({"endingOffsets": "earliest"}, "a batch query cannot end at earliest"),
+    ({"startingOffsets": '{"jvm-kept": {"0": -3}}'}, "offsets are >= 0, or -2 (earliest) / -1 (latest)"),
+    ({"startingOffsets": '{"jvm-kept": {"0": -1}}'}, "a batch query cannot use -1 in startingOffsets"),
+    ({"startingOffsets": '{"jvm-kept": {"0": 100000}}'}, "is past its end offset 30"),
+    ({"startingOffsets": '{"jvm-replicated": {"0": 1}}'}, "names partitions"),
+    ({"startingOffsets": '{"jvm-kept": {"0": 20}}', "endingOffsets": '{"jvm-kept": {"0": 10}}'},
+     "is after the ending offset 10"),
+    ({"startingOffsets": "group"}, "set option 'groupId'"),
+    ({"endingOffsets": "group"}, "'group' is only a starting position"),
+    ({"startingTimestamp": "yesterday"}, "must be milliseconds since the epoch"),
+    ({"startingTimestamp": str(2**42)}, "has a timestamp >= 4398046511104 ms"),
+    ({"startingOffsetsByTimestampStrategy": "first"}, "must be error or latest"),
+    ({"includeHeaders": "yes"}, "must be true or false"),
+    ({"minPartitions": "0"}, "must be a positive whole number"),
+    ({"maxOffsetsPerTrigger": "10"}, "applies to streaming queries only (readStream)"),
+    ({"groupIdPrefix": " "}, "must not be empty"),
+    ({"groupIdPrefix": "g" * 1000}, "are invalid: group id is longer than 1024 characters"),
+    ({"groupId": ""}, "group id must be a non-empty string"),
+    ({"subscribe": "jvm-kept,jvm kept!"}, "contains illegal characters [' ', '!']"),
+    ({"assign": '{"__mine": [0]}', "subscribe": None}, "starts with '__', which is reserved"),
+    ({"subscribe": "jvm-kept,jvm-nowhere"}, "do not exist in the fabric"),
+    ({"subscribe": "jvm-typed,jvm-kept"}, "the subscribed topics have different value schemas"),
+    ({"bogus": "1"}, "unknown fabric source option(s)"),
+    ({"kafka.group.id": "g"}, "has no Kafka client to pass 'kafka.' options to"),
+]
+
+
+@pytest.mark.parametrize("options, named", BAD, ids=[named for _, named in BAD])
+def test_bad_options_are_named_as_the_python_source_names_them(spark, shared_cluster, topics, options,
+                                                               named) -> None:
+    for source in ("fabric-jvm", "fabric"):
+        reader = spark.read.format(source).option("url", shared_cluster.url)
+        for name, value in {"subscribe": "jvm-kept", **options}.items():
+            if value is not None:
+                reader = reader.option(name, value)
+        with pytest.raises(Exception, match=re.escape(named)) as refused:
+            reader.load().collect()
+        if source == "fabric-jvm":  # the words first, before any Java stack trace
+            assert named in str(refused.value).split("\tat ")[0], str(refused.value)[:3000]
+
+
+def test_the_jvm_reader_refuses_a_url_it_cannot_read(spark, shared_cluster, topics) -> None:
+    """Where the two differ: file:// and fabric+tls:// are read by format("fabric") only."""
+    reader = spark.read.format("fabric-jvm").options(url="file:///tmp/x", subscribe="jvm-kept")
+    with pytest.raises(Exception, match="must be a fabric:// URL"):
+        reader.load().collect()
 
 
 def test_without_javac_the_jar_is_not_built_and_says_why(tmp_path) -> None:
@@ -101,6 +211,15 @@ def test_without_javac_the_jar_is_not_built_and_says_why(tmp_path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "javac (a JDK) is not on PATH" in done.stderr and 'format("fabric") reads with the Python source' in \
         done.stderr
+
+
+def assert_offsets_behind_latest(source: dict) -> None:
+    """A JVM stream's progress carries the metrics fabric.sources.progress computes for the Python source's: equal,
+    but for the average, which the progress shows to one decimal."""
+    metrics = source["metrics"]
+    expected = offsets_behind_latest(source)
+    assert metrics.keys() == expected.keys(), source
+    assert all(abs(float(metrics[name]) - float(expected[name])) < 0.05 for name in metrics), source
 
 
 def test_a_stream_reads_every_record_once_within_its_limits_and_reports_kafkas_offsets_behind_latest(
@@ -130,16 +249,170 @@ def test_a_stream_reads_every_record_once_within_its_limits_and_reports_kafkas_o
     assert batches[-1]["sources"][0]["metrics"]["maxOffsetsBehindLatest"] == "0"
 
 
-def test_a_stream_refuses_an_ending_offset(spark, shared_cluster, topics, tmp_path) -> None:
-    stream = spark.readStream.format("fabric-jvm").options(url=shared_cluster.url, subscribe="jvm-kept",
-                                                            endingOffsets="latest")
-    try:
-        with pytest.raises(Exception, match="endingOffsets is for batch reads"):
-            stream.load().writeStream.format("noop").option("checkpointLocation", str(tmp_path)).start() \
-                .awaitTermination(120)
-    finally:
-        for query in spark.streams.active:
+@pytest.mark.parametrize("options", [{"maxBytesPerTrigger": "6000"},
+                                     {"maxOffsetsPerTrigger": "90", "maxBytesPerTrigger": "9000",
+                                      "minOffsetsPerTrigger": "1000"}])
+def test_a_stream_admits_the_batches_the_python_sources_admit_and_commits_them_to_its_group(
+        spark, shared_cluster, topics, tmp_path, options) -> None:
+    """trigger(availableNow=True) runs over two topics with the stream's byte and offset limits (a run that must end
+    never waits for minOffsetsPerTrigger): the same batches as format("fabric")'s, every record once, and groupId's
+    committed offsets where format("fabric")'s group's are."""
+    group = {source: f"jvm-admit-{source}-{len(options)}" for source in ("fabric-jvm", "fabric")}
+    batches, read = {}, {}
+    for source in ("fabric-jvm", "fabric"):
+        name = f"admit_{source.replace('-', '_')}_{len(options)}"
+        query = (spark.readStream.format(source).options(url=shared_cluster.url, subscribe="jvm-replicated,jvm-kept",
+                                                         startingOffsets="earliest", groupId=group[source], **options)
+                 .load().writeStream.format("memory").queryName(name).trigger(availableNow=True)
+                 .option("checkpointLocation", str(tmp_path / name)).start())
+        assert query.awaitTermination(300), "the availableNow run did not end"
+        batches[source] = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        for progress in query.recentProgress if source == "fabric-jvm" else ():  # Kafka's metrics, both topics'
+            assert_offsets_behind_latest(progress["sources"][0])
+        read[source] = sorted(tuple(r) for r in spark.table(name).select("topic", "partition", "offset").collect())
+    assert read["fabric-jvm"] == read["fabric"] and len(read["fabric"]) == topics["jvm-replicated"] + topics["jvm-kept"]
+    assert batches["fabric-jvm"] == batches["fabric"] and len(batches["fabric"]) > 2
+    with fabric.connect(shared_cluster.url) as fab:
+        def committed(source: str) -> dict:
+            return {tp: c.offset for tp, c in fab.cluster.coordinator.committed(group[source]).items()}
+        ends = {(t, p): fab.cluster.partition_state(t, p).end_offset for t, p in committed("fabric")}
+        assert wait_for(lambda: committed("fabric-jvm") == committed("fabric") == ends, 60, "the groups' commits")
+
+
+def test_a_pattern_stream_reads_topics_created_while_it_runs_and_commits_to_a_generated_group(
+        spark, shared_cluster, tmp_path) -> None:
+    """subscribePattern is matched anew at every micro-batch: a matching topic created while the stream runs is read
+    from its start; groupIdPrefix names the group the stream commits to, <prefix>-<uuid>."""
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic("jvm-pattern-a", partitions=1)
+        with fab.producer() as producer:
+            for i in range(10):
+                producer.send("jvm-pattern-a", b"a-%d" % i)
+        query = (spark.readStream.format("fabric-jvm")
+                 .options(url=shared_cluster.url, subscribePattern="jvm-pattern-.*", startingOffsets="earliest",
+                          groupIdPrefix="jvm-pattern").load().writeStream.format("memory").queryName("jvm_pattern")
+                 .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+        try:
+            query.processAllAvailable()
+            assert spark.table("jvm_pattern").count() == 10
+            fab.create_topic("jvm-pattern-b", partitions=2, replication_factor=3)
+            with fab.producer() as producer:
+                for i in range(15):
+                    producer.send("jvm-pattern-b", b"b-%d" % i, partition=i % 2)
+            wait_for(lambda: spark.table("jvm_pattern").count() == 25, 120, "the new topic's records")
+            got = sorted(r.value for r in spark.table("jvm_pattern").collect())
+            assert got == sorted([b"a-%d" % i for i in range(10)] + [b"b-%d" % i for i in range(15)])
+
+            def generated() -> dict:
+                groups = [g for g in fab.cluster.coordinator.list_groups() if g.startswith("jvm-pattern-")]
+                return {tp: c.offset for g in groups for tp, c in fab.cluster.coordinator.committed(g).items()}
+            wait_for(lambda: generated().get(("jvm-pattern-a", 0)) == 10, 120, "the generated group's commit")
+        finally:
             query.stop()
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_topic_deleted_while_a_stream_reads_it_is_data_loss_as_for_the_python_source(spark, shared_cluster,
+                                                                                        tmp_path, fail) -> None:
+    """With failOnDataLoss the stream fails naming the topic; without, it reads on the topics left."""
+    for source in ("fabric-jvm", "fabric"):
+        gone, kept = (f"jvm-deleted-{source}-{fail}-{which}".lower() for which in ("gone", "kept"))
+        with fabric.connect(shared_cluster.url) as fab:
+            for topic in (gone, kept):
+                fab.create_topic(topic)
+                with fab.producer() as producer:
+                    for i in range(5):
+                        producer.send(topic, b"%d" % i)
+            name = f"deleted_{source.replace('-', '_')}_{fail}"
+            query = (spark.readStream.format(source)
+                     .options(url=shared_cluster.url, subscribe=f"{gone},{kept}", startingOffsets="earliest",
+                              failOnDataLoss=str(fail).lower()).load()
+                     .writeStream.format("memory").queryName(name)
+                     .option("checkpointLocation", str(tmp_path / name)).start())
+            try:
+                query.processAllAvailable()
+                assert spark.table(name).count() == 10
+                fab.delete_topic(gone)
+                if fail:
+                    with pytest.raises(Exception, match=f"topic '{gone}' was deleted while the query was reading it"):
+                        query.awaitTermination(120)
+                    continue
+                with fab.producer() as producer:
+                    producer.send(kept, b"after")
+                wait_for(lambda: spark.table(name).count() == 11, 120, f"{source} to read on")  # noqa: B023
+                assert query.isActive
+            finally:
+                query.stop()
+
+
+def test_a_stream_restarted_on_its_checkpoint_reads_on_where_it_stopped(spark, shared_cluster, tmp_path) -> None:
+    """The checkpoint holds Kafka's JSON offsets of every topic read (one topic's, as an earlier JVM reader wrote
+    them, is the same JSON): a restarted stream reads only what came since, of each topic."""
+    topics = ("jvm-restart-a", "jvm-restart-b")
+
+    def produce(fab, tag: bytes) -> None:
+        with fab.producer() as producer:
+            for i in range(6):  # 2 to topic a, 2 to each partition of topic b
+                producer.send(topics[0] if i < 2 else topics[1], b"%s-%d" % (tag, i), partition=0 if i < 2 else i % 2)
+
+    def run() -> list[bytes]:
+        """The values the stream has written, after one more run (a file sink: it recovers from its checkpoint)."""
+        query = (spark.readStream.format("fabric-jvm")
+                 .options(url=shared_cluster.url, subscribe=",".join(topics), startingOffsets="earliest").load()
+                 .select("value").writeStream.format("parquet").option("path", str(tmp_path / "out"))
+                 .trigger(availableNow=True).option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+        assert query.awaitTermination(300), "the availableNow run did not end"
+        return sorted(r.value for r in spark.read.parquet(str(tmp_path / "out")).collect())
+
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic(topics[0], partitions=1)
+        fab.create_topic(topics[1], partitions=2, replication_factor=3)
+        produce(fab, b"first")
+        assert run() == sorted(b"first-%d" % i for i in range(6))
+        produce(fab, b"second")
+    assert run() == sorted([b"first-%d" % i for i in range(6)] + [b"second-%d" % i for i in range(6)])
+    offsets = max((f for f in (tmp_path / "checkpoint" / "offsets").iterdir() if f.name.isdigit()),
+                  key=lambda f: int(f.name))
+    assert json.loads(offsets.read_text().splitlines()[-1]) == {"jvm-restart-a": {"0": 4},
+                                                               "jvm-restart-b": {"0": 4, "1": 4}}
+
+
+def test_a_stream_waits_for_min_offsets_per_trigger_until_max_trigger_delay(spark, shared_cluster, tmp_path) -> None:
+    """Fewer new offsets than minOffsetsPerTrigger wait, until maxTriggerDelay has passed: then they are one batch."""
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic("jvm-min", partitions=1)
+        with fab.producer() as producer:
+            for i in range(20):
+                producer.send("jvm-min", b"m-%d" % i)
+    started = time.time()
+    query = (spark.readStream.format("fabric-jvm").options(url=shared_cluster.url, subscribe="jvm-min",
+                                                            startingOffsets="earliest", minOffsetsPerTrigger="1000",
+                                                            maxTriggerDelay="4s")
+             .load().writeStream.format("memory").queryName("jvm_min")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    try:
+        wait_for(lambda: spark.table("jvm_min").count() == 20, 120, "the delayed batch")
+        first = next(p for p in query.recentProgress if p["numInputRows"])
+        assert first["numInputRows"] == 20
+        # when the trigger that admitted them began (UTC, e.g. 2026-01-01T00:00:00.000Z): not before the 4 s delay,
+        # less the second the format drops
+        trigger = calendar.timegm(time.strptime(first["timestamp"][:19], "%Y-%m-%dT%H:%M:%S"))
+        assert trigger >= started + 4 - 1, (first["timestamp"], started)
+    finally:
+        query.stop()
+
+
+def test_a_stream_refuses_an_ending_offset_as_the_python_source_does(spark, shared_cluster, topics, tmp_path) -> None:
+    for source in ("fabric-jvm", "fabric"):
+        stream = spark.readStream.format(source).options(url=shared_cluster.url, subscribe="jvm-kept",
+                                                        endingOffsets="latest")
+        try:
+            with pytest.raises(Exception, match="endingOffsets/endingTimestamp apply to batch queries only"):
+                stream.load().writeStream.format("noop").option("checkpointLocation", str(tmp_path / source)) \
+                    .start().awaitTermination(120)
+        finally:
+            for query in spark.streams.active:
+                query.stop()
 
 
 def test_a_real_time_query_delivers_every_record_once_in_order_across_its_batches(

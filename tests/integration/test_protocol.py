@@ -16,6 +16,7 @@ import socket
 import subprocess
 import time
 
+import msgspec
 import pyarrow as pa
 import pytest
 
@@ -418,3 +419,52 @@ def test_a_client_of_another_protocol_version_is_told_so_and_uses_flight(secured
         assert user.cluster.append("mine", 1, rows(b"over flight")) == start
         assert not user.cluster.protocol.clients._connections
         assert user.cluster.protocol._addresses[secured_cluster.coordinator.address] == ""
+
+
+def test_list_topics_over_the_protocol_is_flights_answer_kept_to_what_the_caller_may_describe(
+        secured_cluster, admin) -> None:
+    admin.create_topic("secret-rf", partitions=1, replication_factor=1, exist_ok=True)
+    with fabric.connect(secured_cluster.coordinator.url("token=user-token")) as user:
+        over_flight = user.cluster.connection.action("list_topics")
+    connection = connect(secured_cluster, "coordinator")
+    try:
+        result, payload = connection.call("list_topics", {})
+        assert msgspec.json.decode(result) == over_flight and payload == b""
+        with pytest.raises(InvalidRequestError, match="bogus"):
+            connection.call("list_topics", {"bogus": 1})
+    finally:
+        connection.close()
+    assert sorted(over_flight) == ["mine", "mine-rf"]  # not secret-rf: no describe ACL
+    connection = connect(secured_cluster, "coordinator", "admin-token")
+    try:
+        assert {"mine", "mine-rf", "secret-rf"} <= set(msgspec.json.decode(connection.call("list_topics", {})[0]))
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("where, topic", [("coordinator", "mine"), ("node", "mine-rf")])
+def test_offset_for_time_over_the_protocol_is_flights_answer_and_needs_describe(secured_cluster, admin, where,
+                                                                                topic) -> None:
+    before_us = time.time_ns() // 1000
+    with fabric.connect(secured_cluster.coordinator.url("token=user-token")) as user:
+        with user.producer() as producer:
+            producer.send(topic, b"timed", partition=0).get(timeout=30)
+        expected = user.cluster.offset_for_time(topic, 0, before_us)
+    args: dict = {"topic": topic, "partition": 0, "timestamp_us": before_us}
+    if where == "node":
+        state = admin.cluster.describe_cluster(refresh=True).partitions[(topic, 0)].state
+        args.update(leader_epoch=state.leader_epoch, topic_id=admin.cluster.describe_cluster().topic_ids[topic])
+    connection = connect(secured_cluster, where)
+    try:
+        result, payload = connection.call("offset_for_time", args)
+        assert expected is not None and msgspec.json.decode(result) == expected and payload == b""
+        assert msgspec.json.decode(connection.call("offset_for_time", {**args, "timestamp_us": 2**62})[0]) is None
+    finally:
+        connection.close()
+    admin.create_topic("secret", partitions=1, exist_ok=True)
+    connection = connect(secured_cluster, "coordinator")
+    try:
+        with pytest.raises(AuthorizationError):
+            connection.call("offset_for_time", {"topic": "secret", "partition": 0, "timestamp_us": 0})
+    finally:
+        connection.close()

@@ -394,7 +394,8 @@ def protocol_requests(draw: Any) -> tuple[bytes, str]:
         args = {"topic": "mine", "partition": draw(st.integers(0, 1)), "codec": draw(st.sampled_from(["none", "lz4"]))}
         return json.dumps({"id": draw(st.integers(1, 2**40)), "type": "produce", "args": args}).encode(), "rows"
     kind = draw(mostly(st.sampled_from(["produce", "produce", "fetch", "commit_offsets", "committed", "topic",
-                                        "describe_cluster", "echo"]), st.text(max_size=10)))
+                                        "describe_cluster", "list_topics", "offset_for_time", "echo"]),
+                       st.text(max_size=10)))
     if kind == "produce":
         args = draw(arguments(Broker.append)) if draw(st.booleans()) else {
             "topic": "mine", "partition": draw(st.integers(0, 1)), "codec": draw(BY_NAME["codec"]),
@@ -408,6 +409,8 @@ def protocol_requests(draw: Any) -> tuple[bytes, str]:
                                                       | json_values)}
     elif kind in ("committed", "topic"):
         args = {"group": draw(texts)} if kind == "committed" else {"name": draw(names)}
+    elif kind == "offset_for_time" and draw(st.booleans()):
+        args = {"topic": draw(names), "partition": draw(ints), "timestamp_us": draw(ints)}
     else:
         args = draw(st.dictionaries(st.text(max_size=6), json_values, max_size=3))
     names_ = st.sampled_from(sorted(PAYLOADS))

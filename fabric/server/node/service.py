@@ -15,11 +15,11 @@ node's raw frames of the range), which need cluster_action on the cluster resour
 coordinator service's (fabric.server.wire). Every request is checked against the ReplicaManager method it calls,
 authenticated and authorized as the coordinator's are (same tokens and ACL files), and refused with
 NotLeaderError / FencedLeaderEpochError unless this node leads the partition under the quoted leader epoch.
-Produce, fetch, `partition_state` and `write_markers` (the coordinator's calls to leaders) are also served over
-the fabric protocol (docs/protocol.md) on a port of their own, named `protocol_address` in the node's status,
-with the same checks, and so is the followers' `replica_fetch` alone (it needs cluster_action too; a fetch covers
-many partitions at once: a JSON answer per partition in the header, its state or its error, and the frames of
-those that have some, one after the other, as the payload).
+Produce, fetch, `partition_state` and `write_markers` (the coordinator's calls to leaders), and `offset_for_time`
+(a JVM reader's planning), are also served over the fabric protocol (docs/protocol.md) on a port of their own,
+named `protocol_address` in the node's status, with the same checks, and so is the followers' `replica_fetch` alone
+(it needs cluster_action too; a fetch covers many partitions at once: a JSON answer per partition in the header,
+its state or its error, and the frames of those that have some, one after the other, as the payload).
 """
 from __future__ import annotations
 
@@ -51,7 +51,8 @@ ACTIONS = {"partition_state": "describe", "offset_for_time": "describe",  # acti
 # other nodes' calls (followers', and replicas repairing a damaged range), and an operator's abort of a hanging
 # transaction (as Kafka's WriteTxnMarkers): on the cluster
 REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_range", "abort_open_transaction")
-PROTOCOL_ACTIONS = ("partition_state", "write_markers")  # also served over the fabric protocol (the coordinator's)
+# also served over the fabric protocol (the coordinator's calls, and a JVM reader's planning)
+PROTOCOL_ACTIONS = ("partition_state", "offset_for_time", "write_markers")
 Answer = tuple[Any, Payload]  # a protocol request's result and payload
 
 

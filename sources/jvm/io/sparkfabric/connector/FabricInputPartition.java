@@ -19,4 +19,10 @@ record FabricInputPartition(FabricUrl url, String topic, int partition, long fro
     public String[] preferredLocations() {
         return hosts;
     }
+
+    /** The same partition's task over [first, last) instead (minPartitions' splits). */
+    FabricInputPartition range(long first, long last) {
+        return new FabricInputPartition(url, topic, partition, first, last, address, leaderEpoch, topicId, hosts,
+                                        layout, failOnDataLoss);
+    }
 }

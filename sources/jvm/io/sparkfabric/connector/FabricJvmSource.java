@@ -13,8 +13,9 @@ import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** `format("fabric-jvm")`: batch and micro-batch reads of one topic of a fabric:// cluster in Spark's JVM, columnar,
- *  each task placed by the hosts of its partition's in-sync replicas. The columns of format("fabric") (Layout). */
+/** `format("fabric-jvm")`: batch and micro-batch reads of topics of a fabric:// cluster in Spark's JVM, columnar,
+ *  each task placed by the hosts of its partition's in-sync replicas; the options and columns of format("fabric")
+ *  (ReadOptions, Layout). */
 public final class FabricJvmSource implements TableProvider, DataSourceRegister {
 
     @Override
@@ -32,7 +33,7 @@ public final class FabricJvmSource implements TableProvider, DataSourceRegister 
         return new Topic(schema);
     }
 
-    /** The subscribed topic as Spark's table. */
+    /** The subscribed topics as Spark's table. */
     private static final class Topic implements SupportsRead {
         private final StructType schema;
 

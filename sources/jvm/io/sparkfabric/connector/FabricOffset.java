@@ -9,35 +9,38 @@ import java.util.SortedMap;
 import java.util.TreeMap;
 import org.apache.spark.sql.connector.read.streaming.Offset;
 
-/** A streaming read's position: the next offset of each partition of the topic, in the JSON Spark's Kafka source and
- *  format("fabric") write to the checkpoint ({"topic": {"0": 23, "1": 5}}). */
+/** A streaming read's position: the next offset of each partition of each topic read, in the JSON Spark's Kafka
+ *  source and format("fabric") write to the checkpoint ({"topic": {"0": 23, "1": 5}}), which a single-topic
+ *  checkpoint of an earlier JVM reader already is. */
 final class FabricOffset extends Offset {
-    final String topic;
-    final SortedMap<Integer, Long> offsets;
+    final SortedMap<TopicPartition, Long> offsets;
 
-    FabricOffset(String topic, Map<Integer, Long> offsets) {
-        this.topic = topic;
+    FabricOffset(Map<TopicPartition, Long> offsets) {
         this.offsets = new TreeMap<>(offsets);
     }
 
     @Override
     public String json() {
-        ObjectNode partitions = ProtocolClient.JSON.createObjectNode();
-        offsets.forEach((partition, offset) -> partitions.put(Integer.toString(partition), offset));
         ObjectNode out = ProtocolClient.JSON.createObjectNode();
-        out.set(topic, partitions);
+        offsets.forEach((tp, offset) -> {
+            JsonNode partitions = out.get(tp.topic());
+            (partitions == null ? out.putObject(tp.topic()) : (ObjectNode) partitions)
+                .put(Integer.toString(tp.partition()), offset);
+        });
         return out.toString();
     }
 
-    /** The offsets of `topic` in a checkpoint's JSON (other topics' are none of this read's). */
-    static FabricOffset parse(String json, String topic) {
+    /** The offsets of a checkpoint's JSON. */
+    static FabricOffset parse(String json) {
         try {
-            JsonNode partitions = ProtocolClient.JSON.readTree(json).path(topic);
-            Map<Integer, Long> offsets = new TreeMap<>();
-            for (Map.Entry<String, JsonNode> entry : partitions.properties()) {
-                offsets.put(Integer.parseInt(entry.getKey()), entry.getValue().asLong());
+            Map<TopicPartition, Long> offsets = new TreeMap<>();
+            for (Map.Entry<String, JsonNode> topic : ProtocolClient.JSON.readTree(json).properties()) {
+                for (Map.Entry<String, JsonNode> entry : topic.getValue().properties()) {
+                    offsets.put(new TopicPartition(topic.getKey(), Integer.parseInt(entry.getKey())),
+                                entry.getValue().asLong());
+                }
             }
-            return new FabricOffset(topic, offsets);
+            return new FabricOffset(offsets);
         } catch (IOException e) {
             throw new UncheckedIOException("a checkpoint's offsets are not Kafka's JSON offsets: " + json, e);
         }

@@ -15,6 +15,7 @@ final class PartitionFetches implements Closeable {
     private static final Logger LOG = LoggerFactory.getLogger(PartitionFetches.class);
 
     private final FabricInputPartition task;
+    private final TopicPartition tp;
     private final String name;
     private String address;
     private int leaderEpoch;
@@ -23,7 +24,8 @@ final class PartitionFetches implements Closeable {
 
     PartitionFetches(FabricInputPartition task) {
         this.task = task;
-        this.name = task.topic() + "-" + task.partition();
+        this.tp = new TopicPartition(task.topic(), task.partition());
+        this.name = tp.toString();
         this.address = task.address();
         this.leaderEpoch = task.leaderEpoch();
         this.position = task.from();
@@ -101,7 +103,7 @@ final class PartitionFetches implements Closeable {
     /** Where the partition is read now, from fresh metadata; a failure to learn it is left to the next fetch. */
     private void relocate() {
         try {
-            Planner.PartitionAt at = new Planner(task.url()).locate(task.topic(), task.partition(), task.topicId());
+            Planner.PartitionAt at = new Planner(task.url()).locate(tp, task.topicId());
             address = at.address();
             leaderEpoch = at.epoch();
         } catch (Exception e) {
@@ -114,11 +116,11 @@ final class PartitionFetches implements Closeable {
     private boolean skippedLostOffsets() throws IOException {
         long start = Planner.unchecked("read the log start of " + name, () -> Retries.retrying(
             "read the log start of " + name,
-            () -> new Planner(task.url()).locate(task.topic(), task.partition(), task.topicId()).start()));
+            () -> new Planner(task.url()).locate(tp, task.topicId()).start()));
         if (position >= start) {
             return false;
         }
-        DataLoss.report(DataLoss.deleted(task.topic(), task.partition(), position, start), task.failOnDataLoss());
+        DataLoss.report(DataLoss.deleted(tp, position, start), task.failOnDataLoss());
         position = start;
         return true;
     }

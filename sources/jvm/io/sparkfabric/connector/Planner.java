@@ -1,17 +1,25 @@
 package io.sparkfabric.connector;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.IOException;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import java.util.SortedSet;
+import java.util.TreeMap;
+import java.util.TreeSet;
 import java.util.concurrent.Callable;
 
-/** The driver's side of a read: the topic's partitions, where each is read (its leader, or the coordinator for a
- *  topic kept in its own directory) and the offsets to read, from the cluster's metadata over the fabric protocol
- *  (`topic`, `describe_cluster`, `partition_state`: docs/protocol.md). */
+/** The driver's side of a read: the partitions of the topics read, where each is read (its leader, or the
+ *  coordinator for a topic kept in its own directory) and their offsets, from the cluster's metadata over the fabric
+ *  protocol (`list_topics`, `topic`, `describe_cluster`, `partition_state`, `offset_for_time`, `committed`:
+ *  docs/protocol.md), and a stream's group commits (`commit_offsets`). */
 final class Planner {
     static final int TIMEOUT_MS = 30_000;
 
@@ -36,11 +44,27 @@ final class Planner {
         }
     }
 
-    /** The columns of a read of `options`' topic (its metadata read), its failure named. */
+    /** The columns of a read of `options`' topics, whose value schemas must be one (its failure named). */
     static Layout layout(ReadOptions options) {
-        return unchecked("read the metadata of topic " + options.topic(), () -> {
-            try (ProtocolClient coordinator = new Planner(options.url()).coordinator()) {
-                return layout(topicInfo(coordinator, options.topic()), options.headers());
+        return unchecked("read the metadata of " + options.subscription().describe(), () -> {
+            Planner planner = new Planner(options.url());
+            try (ProtocolClient coordinator = planner.coordinator()) {
+                Map<String, String> schemas = new TreeMap<>();  // topic -> its value schema ("": plain)
+                for (String topic : planner.topics(coordinator, options.subscription(), null, true)) {
+                    JsonNode schema = topicInfo(coordinator, topic).path("value_schema");
+                    schemas.put(topic, schema.isTextual() ? schema.asText() : "");
+                }
+                if (new HashSet<>(schemas.values()).size() > 1) {
+                    List<String> described = new ArrayList<>();
+                    for (Map.Entry<String, String> e : schemas.entrySet()) {
+                        described.add(e.getKey() + ": " + (e.getValue().isEmpty() ? "plain (binary value)"
+                            : "['" + String.join("', '", Layout.of(e.getValue(), false).valueFields()) + "']"));
+                    }
+                    throw new IllegalArgumentException("the subscribed topics have different value schemas ("
+                        + String.join("; ", described) + "); read topics with different schemas in separate queries");
+                }
+                String schema = schemas.isEmpty() ? "" : schemas.values().iterator().next();
+                return Layout.of(schema.isEmpty() ? null : schema, options.headers());
             }
         });
     }
@@ -51,119 +75,204 @@ final class Planner {
         return coordinator.call("topic", name).result();
     }
 
-    private static Layout layout(JsonNode info, boolean headers) throws IOException {
-        JsonNode schema = info.path("value_schema");
-        return Layout.of(schema.isNull() || schema.isMissingNode() ? null : schema.asText(), headers);
+    /** The topics `subscription` covers now. Those it names must exist, except in a stream that has `read` some
+     *  (null: none yet): there those it names or has read that are gone were deleted while it read them, data loss
+     *  (with `failOnDataLoss` false, the stream goes on without them). */
+    private List<String> topics(ProtocolClient coordinator, Subscription subscription, Set<String> read,
+                                boolean failOnDataLoss) throws IOException {
+        List<String> existing = new ArrayList<>();
+        coordinator.call("list_topics", ProtocolClient.args()).result().forEach(t -> existing.add(t.asText()));
+        List<String> topics = subscription.topicNames(existing);
+        SortedSet<String> gone = new TreeSet<>(subscription.pattern() == null ? topics : List.of());
+        gone.removeAll(existing);
+        if (read == null && !gone.isEmpty()) {
+            throw new FabricException("UnknownTopicError", "topic(s) " + gone + " do not exist in the fabric at "
+                + "fabric://" + String.join(",", url.addresses) + "; create them first (fabric topics create NAME), "
+                + "fix the subscribe/assign option, or point the read at another fabric (option 'url', or "
+                + "$FABRIC_URL in the driver's environment)");
+        }
+        if (read != null) {
+            read.stream().filter(t -> !existing.contains(t)).forEach(gone::add);
+        }
+        for (String topic : gone) {
+            DataLoss.report("topic '" + topic + "' was deleted while the query was reading it", failOnDataLoss);
+        }
+        return topics.stream().filter(t -> !gone.contains(t)).toList();
     }
 
-    /** Where one partition is read now: its offsets, its reader's protocol address and leader epoch (-1: the
-     *  coordinator's), the hosts of its in-sync replicas. */
-    record PartitionAt(int partition, long start, long end, String address, int epoch, String[] hosts) { }
+    /** Where one partition is read now: its offsets and bytes, its reader's protocol address and leader epoch (-1:
+     *  the coordinator's), its topic's id, the hosts of its in-sync replicas. */
+    record PartitionAt(TopicPartition tp, long start, long end, long bytes, String address, int epoch,
+                       String topicId, String[] hosts) { }
 
-    /** The topic as it is now: its id and every partition's place and offsets. */
-    record Snapshot(String topic, String topicId, List<PartitionAt> partitions) {
+    /** The partitions read, as they are now. */
+    record Snapshot(List<PartitionAt> partitions) {
         /** The task of `options` reading [from, until) of `at` (until Long.MAX_VALUE: on, as records come) into the
          *  columns of `layout`. */
-        FabricInputPartition task(ReadOptions options, PartitionAt at, long from, long until, Layout layout) {
-            return new FabricInputPartition(options.url(), topic, at.partition(), from, Math.max(from, until),
-                                            at.address(), at.epoch(), topicId, at.hosts(), layout,
-                                            options.failOnDataLoss());
+        static FabricInputPartition task(ReadOptions options, PartitionAt at, long from, long until, Layout layout) {
+            return new FabricInputPartition(options.url(), at.tp().topic(), at.tp().partition(), from,
+                                            Math.max(from, until), at.address(), at.epoch(), at.topicId(), at.hosts(),
+                                            layout, options.failOnDataLoss());
+        }
+
+        Map<TopicPartition, Long> ends() {
+            Map<TopicPartition, Long> out = new TreeMap<>();
+            partitions.forEach(at -> out.put(at.tp(), at.end()));
+            return out;
         }
     }
 
-    /** The tasks reading the topic of `options` from `starting` to `ending` ("earliest" or "latest" each) into
-     *  `layout`. */
-    List<FabricInputPartition> plan(ReadOptions options, String starting, String ending, Layout layout)
-            throws Exception {
-        Snapshot now = snapshot(options.topic());
-        List<FabricInputPartition> tasks = new ArrayList<>();
-        for (PartitionAt at : now.partitions()) {
-            tasks.add(now.task(options, at, "latest".equals(starting) ? at.end() : at.start(),
-                               "earliest".equals(ending) ? at.start() : at.end(), layout));
-        }
-        return tasks;
+    /** The partitions `subscription` covers now, from the coordinator's metadata and each partition's leader (or
+     *  the coordinator, for a topic it keeps in its own directory); a topic it names must exist. */
+    Snapshot snapshot(Subscription subscription) throws Exception {
+        return snapshot(subscription, null, true);
     }
 
-    /** `topic` now, from the coordinator's metadata and each partition's leader (or the coordinator, for a topic
-     *  it keeps in its own directory); a leader or coordinator moving or down is retried (Retries). */
-    Snapshot snapshot(String topic) throws Exception {
-        return Retries.retrying("read the partitions of topic " + topic, () -> current(topic));
+    /** The partitions a stream that has `read` topics (null: none yet) reads now: a topic it names or has read that
+     *  is gone is data loss (`topics`). A leader or coordinator moving or down is retried (Retries). */
+    Snapshot snapshot(Subscription subscription, Set<String> read, boolean failOnDataLoss) throws Exception {
+        return Retries.retrying("read the partitions of " + subscription.describe(),
+                                () -> current(subscription, read, failOnDataLoss));
     }
 
-    /** `topic` now, asked once. */
-    private Snapshot current(String topic) throws Exception {
+    /** Where `tp` is read now (asked once), for a task whose leader moved; InconsistentTopicIdError if its topic is
+     *  no longer the one of id `topicId` the task was planned on (deleted, and maybe re-created). */
+    PartitionAt locate(TopicPartition tp, String topicId) throws Exception {
         try (ProtocolClient coordinator = coordinator()) {
-            JsonNode info = topicInfo(coordinator, topic);
-            Map<Integer, JsonNode> nodes = new HashMap<>();
-            for (JsonNode node : cluster.path("nodes")) {
-                nodes.put(node.path("id").asInt(), node);
+            String now = topicInfo(coordinator, tp.topic()).path("topic_id").asText("");
+            if (!now.equals(topicId)) {
+                throw new FabricException("InconsistentTopicIdError", "topic " + tp.topic() + " was deleted while "
+                    + "this query read it (its id was " + topicId + ", now " + now + "); start over from a new "
+                    + "checkpoint location");
             }
-            Map<Integer, JsonNode> replicated = new HashMap<>();
-            for (JsonNode p : cluster.path("partitions")) {
-                if (topic.equals(p.path("topic").asText())) {
-                    replicated.put(p.path("partition").asInt(), p);
-                }
-            }
-            String topicId = info.path("topic_id").asText("");
+            return at(coordinator, tp, topicId, replicated().get(tp), nodes());
+        }
+    }
+
+    /** The cluster's nodes by id, from the last describe_cluster. */
+    private Map<Integer, JsonNode> nodes() {
+        Map<Integer, JsonNode> nodes = new HashMap<>();
+        for (JsonNode node : cluster.path("nodes")) {
+            nodes.put(node.path("id").asInt(), node);
+        }
+        return nodes;
+    }
+
+    /** The registrations of replicated partitions, from the last describe_cluster (a partition of a topic the
+     *  coordinator keeps has none). */
+    private Map<TopicPartition, JsonNode> replicated() {
+        Map<TopicPartition, JsonNode> replicated = new HashMap<>();
+        for (JsonNode p : cluster.path("partitions")) {
+            replicated.put(new TopicPartition(p.path("topic").asText(), p.path("partition").asInt()), p);
+        }
+        return replicated;
+    }
+
+    /** The partitions read now, asked once. */
+    private Snapshot current(Subscription subscription, Set<String> read, boolean failOnDataLoss) throws Exception {
+        try (ProtocolClient coordinator = coordinator()) {
+            Map<Integer, JsonNode> nodes = nodes();
+            Map<TopicPartition, JsonNode> replicated = replicated();
             List<PartitionAt> partitions = new ArrayList<>();
-            for (int partition = 0; partition < info.path("partitions").asInt(); partition++) {
-                JsonNode registration = replicated.get(partition);
-                if (registration == null) {  // kept in the coordinator's directory: it serves the partition
-                    JsonNode state = coordinator.call("partition_state", partitionArgs(topic, partition)).result();
-                    partitions.add(new PartitionAt(partition, state.path("start_offset").asLong(),
-                                                   state.path("end_offset").asLong(), coordinatorAddress, -1,
-                                                   new String[0]));
-                    continue;
+            for (String topic : topics(coordinator, subscription, read, failOnDataLoss)) {
+                JsonNode info = topicInfo(coordinator, topic);
+                int count = info.path("partitions").asInt();
+                for (TopicPartition tp : subscription.assigned()) {
+                    if (tp.topic().equals(topic) && tp.partition() >= count) {
+                        throw new IllegalArgumentException("assign names " + tp + ", but topic '" + topic
+                                                           + "' has partitions 0.." + (count - 1));
+                    }
                 }
-                if (registration.path("leader").isNull()) {
-                    throw new FabricException("LeaderNotAvailableError", "partition " + topic + "-" + partition
-                        + " is offline: none of its in-sync replicas " + registration.path("isr") + " is alive");
+                for (int partition = 0; partition < count; partition++) {
+                    if (subscription.covers(topic, partition)) {
+                        TopicPartition tp = new TopicPartition(topic, partition);
+                        partitions.add(at(coordinator, tp, info.path("topic_id").asText(""), replicated.get(tp),
+                                          nodes));
+                    }
                 }
-                JsonNode leader = nodes.get(registration.path("leader").asInt());
-                String address = protocolAddress(leader.path("address").asText());
-                int epoch = registration.path("leader_epoch").asInt();
-                ObjectNode args = partitionArgs(topic, partition);
-                args.put("leader_epoch", epoch);
-                args.put("topic_id", topicId);
-                JsonNode state;
-                try (ProtocolClient node = ProtocolClient.connect(address, url.token, TIMEOUT_MS)) {
-                    state = node.call("partition_state", args).result();
-                } catch (FabricException e) {
-                    throw e;
-                } catch (IOException e) {  // no answer: a node restarted may serve the protocol on another port
-                    protocolAddresses.values().remove(address);
-                    throw e;
-                }
-                partitions.add(new PartitionAt(partition, state.path("start_offset").asLong(),
-                                               state.path("end_offset").asLong(), address, epoch,
-                                               hosts(registration, nodes)));
             }
-            return new Snapshot(topic, topicId, partitions);
+            return new Snapshot(partitions);
         }
     }
 
-    /** Where `partition` of `topic` is read now (asked once), for a task whose leader moved; InconsistentTopicIdError
-     *  if the topic is no longer the one of id `topicId` the task was planned on (deleted, and maybe re-created). */
-    PartitionAt locate(String topic, int partition, String topicId) throws Exception {
-        Snapshot now = current(topic);
-        if (!now.topicId().equals(topicId)) {
-            throw new FabricException("InconsistentTopicIdError", "topic " + topic + " was deleted while this query "
-                + "read it (its id was " + topicId + ", now " + now.topicId() + "); start over from a new checkpoint "
-                + "location");
+    /** One partition now: at the coordinator when it has no `registration` (a topic it keeps), else at its leader. */
+    private PartitionAt at(ProtocolClient coordinator, TopicPartition tp, String topicId, JsonNode registration,
+                           Map<Integer, JsonNode> nodes) throws Exception {
+        if (registration == null) {
+            JsonNode state = coordinator.call("partition_state", partitionArgs(tp)).result();
+            return new PartitionAt(tp, state.path("start_offset").asLong(), state.path("end_offset").asLong(),
+                                   state.path("size_bytes").asLong(), coordinatorAddress, -1, topicId, new String[0]);
         }
-        for (PartitionAt at : now.partitions()) {
-            if (at.partition() == partition) {
-                return at;
-            }
+        if (registration.path("leader").isNull()) {
+            throw new FabricException("LeaderNotAvailableError", "partition " + tp + " is offline: none of its "
+                + "in-sync replicas " + registration.path("isr") + " is alive");
         }
-        throw new FabricException("UnknownPartitionError", "topic " + topic + " has no partition " + partition
-                                  + " any more");
+        JsonNode leader = nodes.get(registration.path("leader").asInt());
+        String address = protocolAddress(leader.path("address").asText());
+        int epoch = registration.path("leader_epoch").asInt();
+        JsonNode state = call(address, "partition_state", leaderArgs(tp, epoch, topicId));
+        return new PartitionAt(tp, state.path("start_offset").asLong(), state.path("end_offset").asLong(),
+                               state.path("size_bytes").asLong(), address, epoch, topicId,
+                               hosts(registration, nodes));
     }
 
-    private static ObjectNode partitionArgs(String topic, int partition) {
+    /** The first offset of `at` whose record is `timestampMs` or later, null where none is (`offset_for_time`). */
+    Long offsetForTime(PartitionAt at, long timestampMs) throws Exception {
+        ObjectNode args = at.epoch() < 0 ? partitionArgs(at.tp()) : leaderArgs(at.tp(), at.epoch(), at.topicId());
+        args.put("timestamp_us", timestampMs * 1000);
+        JsonNode found = call(at.address(), "offset_for_time", args);
+        return found == null || found.isNull() ? null : found.asLong();
+    }
+
+    /** `group`'s committed offsets in `topics` (`committed`). */
+    Map<TopicPartition, Long> committed(String group, Collection<String> topics) throws Exception {
         ObjectNode args = ProtocolClient.args();
-        args.put("topic", topic);
-        args.put("partition", partition);
+        args.put("group", group);
+        ArrayNode names = args.putArray("topics");
+        topics.forEach(names::add);
+        Map<TopicPartition, Long> out = new HashMap<>();
+        try (ProtocolClient coordinator = coordinator()) {
+            for (JsonNode row : coordinator.call("committed", args).result()) {
+                out.put(new TopicPartition(row.path("topic").asText(), row.path("partition").asInt()),
+                        row.path("offset").asLong());
+            }
+        }
+        return out;
+    }
+
+    /** Commits `offsets` as `group`'s (`commit_offsets`). */
+    void commit(String group, Map<TopicPartition, Long> offsets) throws Exception {
+        ObjectNode args = ProtocolClient.args();
+        args.put("group", group);
+        ArrayNode rows = args.putArray("offsets");
+        offsets.forEach((tp, offset) -> rows.addArray().add(tp.topic()).add(tp.partition()).add(offset));
+        try (ProtocolClient coordinator = coordinator()) {
+            coordinator.call("commit_offsets", args);
+        }
+    }
+
+    private JsonNode call(String address, String type, ObjectNode args) throws IOException {
+        try (ProtocolClient server = ProtocolClient.connect(address, url.token, TIMEOUT_MS)) {
+            return server.call(type, args).result();
+        } catch (FabricException e) {
+            throw e;
+        } catch (IOException e) {  // no answer: a node restarted may serve the protocol on another port
+            protocolAddresses.values().remove(address);
+            throw e;
+        }
+    }
+
+    private static ObjectNode leaderArgs(TopicPartition tp, int epoch, String topicId) {
+        ObjectNode args = partitionArgs(tp);
+        args.put("leader_epoch", epoch);
+        args.put("topic_id", topicId);
+        return args;
+    }
+
+    private static ObjectNode partitionArgs(TopicPartition tp) {
+        ObjectNode args = ProtocolClient.args();
+        args.put("topic", tp.topic());
+        args.put("partition", tp.partition());
         return args;
     }
 

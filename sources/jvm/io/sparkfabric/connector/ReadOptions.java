@@ -1,63 +1,190 @@
 package io.sparkfabric.connector;
 
 import java.io.Serializable;
-import java.util.Set;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** The options of a read, checked as the Python source checks them: url (else $FABRIC_URL), subscribe (one topic),
- *  startingOffsets and endingOffsets ("earliest" or "latest"; null: the read's default), includeHeaders, and for a
- *  stream maxOffsetsPerTrigger (0: none) and failOnDataLoss. */
-record ReadOptions(FabricUrl url, String topic, String starting, String ending, boolean headers,
-                   long maxOffsetsPerTrigger, boolean failOnDataLoss) implements Serializable {
-    private static final Set<String> KNOWN = Set.of("url", "subscribe", "startingoffsets", "endingoffsets",
-                                                    "includeheaders", "maxoffsetspertrigger", "failondataloss",
-                                                    "path");
+/** The options of a read, format("fabric")'s (sources/options.py), checked and refused with its words: url (else
+ *  $FABRIC_URL), the subscription, where to start and end (null: the read's default), the stream's admission
+ *  limits (0: none), minPartitions (0: none), failOnDataLoss, includeHeaders and the group the stream commits to.
+ *  clientRack is taken and not applied: the JVM reader's tasks read from the leaders. `streamingOnly` holds the
+ *  admission options given, which a batch read refuses. */
+record ReadOptions(FabricUrl url, Subscription subscription, OffsetSpec starting, OffsetSpec ending,
+                   String timestampStrategy, long maxOffsetsPerTrigger, long minOffsetsPerTrigger,
+                   long maxTriggerDelayMs, long maxBytesPerTrigger, int minPartitions, boolean failOnDataLoss,
+                   boolean headers, String groupId, String groupIdPrefix, Map<String, String> streamingOnly)
+        implements Serializable {
+    private static final List<String> KNOWN = List.of(
+        "subscribe", "subscribePattern", "assign", "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp",
+        "url", "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp",
+        "startingOffsetsByTimestampStrategy", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
+        "maxBytesPerTrigger", "minPartitions", "failOnDataLoss", "includeHeaders", "groupId", "groupIdPrefix",
+        "clientRack");
+    private static final List<String> STREAMING_ONLY = List.of("maxOffsetsPerTrigger", "minOffsetsPerTrigger",
+                                                               "maxTriggerDelay", "maxBytesPerTrigger");
+    private static final long DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000L;  // Kafka's source's, 15m
+    private static final int GENERATED_GROUP_SUFFIX = 37;  // "-" and a uuid, appended to groupIdPrefix
+    // Spark's time strings (JavaUtils.timeStringAsMs): a whole number and a unit, milliseconds when none is given
+    private static final Pattern DURATION = Pattern.compile("(\\d+)\\s*(us|ms|s|m|min|h|d)?");
+    private static final Map<String, String> KAFKA_EQUIVALENTS = Map.of(
+        "bootstrap.servers", "name the fabric with option 'url' instead: fabric://host:port[,host:port]",
+        "group.id", "use option 'groupId' instead (the group the query commits its offsets to), or 'groupIdPrefix'",
+        "client.rack", "use option 'clientRack' instead",
+        "isolation.level", "the source always reads committed records only (read_committed); remove it");
 
     static ReadOptions of(CaseInsensitiveStringMap options) {
-        for (String name : options.asCaseSensitiveMap().keySet()) {
-            if (!KNOWN.contains(name.toLowerCase())) {
-                throw new IllegalArgumentException("unknown option " + name + " of format(\"fabric-jvm\"); it takes "
-                    + "url, subscribe, startingOffsets, endingOffsets, includeHeaders, maxOffsetsPerTrigger and "
-                    + "failOnDataLoss");
+        refuseUnknown(options);
+        String groupId = options.get("groupId") == null ? null : Names.group(options.get("groupId"));
+        OffsetSpec starting = OffsetSpec.parse(options, "starting");
+        if (starting != null && starting.kind().equals("group") && groupId == null) {
+            throw OptionError.invalid("startingOffsets", "group", "set option 'groupId' to the consumer group to "
+                + "start from (groupIdPrefix names a new group each run, which has no offsets)");
+        }
+        long minOffsets = positive(options, "minOffsetsPerTrigger");
+        if (minOffsets == 0 && options.get("maxTriggerDelay") != null) {
+            throw OptionError.invalid("maxTriggerDelay", options.get("maxTriggerDelay"), "bounds how long "
+                + "minOffsetsPerTrigger makes a trigger wait; set minOffsetsPerTrigger too");
+        }
+        String strategy = options.getOrDefault("startingOffsetsByTimestampStrategy", "error").strip().toLowerCase();
+        if (!strategy.equals("error") && !strategy.equals("latest")) {
+            throw OptionError.invalid("startingOffsetsByTimestampStrategy", strategy, "must be error or latest");
+        }
+        Map<String, String> streamingOnly = new LinkedHashMap<>();
+        for (String name : STREAMING_ONLY) {
+            if (options.get(name) != null) {
+                streamingOnly.put(name, options.get(name));
             }
         }
-        String url = options.getOrDefault("url", System.getenv("FABRIC_URL"));
-        String topic = options.get("subscribe");
-        if (topic == null || topic.isEmpty() || topic.contains(",")) {
-            throw new IllegalArgumentException("option subscribe must name one topic, got " + topic);
+        return new ReadOptions(FabricUrl.parse(options.getOrDefault("url", System.getenv("FABRIC_URL"))),
+                               Subscription.of(options), starting, OffsetSpec.parse(options, "ending"), strategy,
+                               positive(options, "maxOffsetsPerTrigger"), minOffsets,
+                               durationMs(options, "maxTriggerDelay"), positive(options, "maxBytesPerTrigger"),
+                               (int) Math.min(Integer.MAX_VALUE, positive(options, "minPartitions")),
+                               bool(options, "failOnDataLoss", true), bool(options, "includeHeaders", false), groupId,
+                               groupIdPrefix(options), Map.copyOf(streamingOnly));
+    }
+
+    /** groupIdPrefix, checked so that the group ids made from it are valid. */
+    private static String groupIdPrefix(CaseInsensitiveStringMap options) {
+        String prefix = options.get("groupIdPrefix");
+        if (prefix == null) {
+            return null;
         }
-        long maxOffsets;
+        if (prefix.isBlank()) {
+            throw OptionError.invalid("groupIdPrefix", prefix, "must not be empty");
+        }
         try {
-            maxOffsets = Long.parseLong(options.getOrDefault("maxOffsetsPerTrigger", "0").trim());
+            Names.group(prefix + "-".repeat(GENERATED_GROUP_SUFFIX));
+        } catch (IllegalArgumentException e) {
+            throw OptionError.invalid("groupIdPrefix", prefix.substring(0, Math.min(80, prefix.length())),
+                                      "the group ids made from it (<prefix>-<uuid>) are invalid: " + e.getMessage());
+        }
+        return prefix;
+    }
+
+    /** Where the read starts: startingOffsets, else earliest for a batch and latest for a stream. */
+    OffsetSpec starting(boolean streaming) {
+        return starting != null ? starting : OffsetSpec.of(streaming ? "latest" : "earliest");
+    }
+
+    /** Where a batch read ends: endingOffsets, else latest. */
+    OffsetSpec endingOrLatest() {
+        return ending != null ? ending : OffsetSpec.of("latest");
+    }
+
+    /** Refuses what a batch read cannot take: a stream's admission options, a start at latest, an end at earliest. */
+    void checkBatch() {
+        streamingOnly.forEach((name, value) -> {
+            throw OptionError.invalid(name, value, "applies to streaming queries only (readStream)");
+        });
+        starting(false).checkBatch("starting");
+        endingOrLatest().checkBatch("ending");
+    }
+
+    /** Refuses an end given to a stream. */
+    void checkStream() {
+        if (ending != null) {
+            throw new IllegalArgumentException("endingOffsets/endingTimestamp apply to batch queries only "
+                + "(spark.read); a streaming query reads until it is stopped (or use trigger(availableNow=True))");
+        }
+    }
+
+    private static void refuseUnknown(CaseInsensitiveStringMap options) {
+        List<String> kafka = new ArrayList<>();
+        List<String> unknown = new ArrayList<>();
+        for (String name : options.asCaseSensitiveMap().keySet()) {
+            String lower = name.toLowerCase();
+            if (lower.startsWith("kafka.")) {
+                kafka.add("'" + name + "': " + KAFKA_EQUIVALENTS.getOrDefault(lower.substring("kafka.".length()),
+                    "a Kafka client config with no fabric equivalent; remove it"));
+            } else if (!lower.equals("path") && KNOWN.stream().noneMatch(known -> known.equalsIgnoreCase(name))) {
+                unknown.add("'" + name + "'");
+            }
+        }
+        if (!kafka.isEmpty()) {
+            kafka.sort(null);
+            throw new IllegalArgumentException("the fabric source has no Kafka client to pass 'kafka.' options to; "
+                                               + String.join("; ", kafka));
+        }
+        if (!unknown.isEmpty()) {
+            unknown.sort(null);
+            throw new IllegalArgumentException("unknown fabric source option(s) [" + String.join(", ", unknown)
+                                               + "]; known options: " + String.join(", ", KNOWN));
+        }
+    }
+
+    private static long positive(CaseInsensitiveStringMap options, String name) {
+        String text = options.get(name);
+        if (text == null) {
+            return 0;
+        }
+        try {
+            long value = Long.parseLong(text.strip());
+            if (value >= 1) {
+                return value;
+            }
         } catch (NumberFormatException e) {
-            maxOffsets = -1;
+            // refused below
         }
-        if (maxOffsets < 0 || (maxOffsets == 0 && options.containsKey("maxOffsetsPerTrigger"))) {
-            throw new IllegalArgumentException("option maxOffsetsPerTrigger must be a positive number of offsets, got "
-                                               + options.get("maxOffsetsPerTrigger"));
+        throw OptionError.invalid(name, text, "must be a positive whole number");
+    }
+
+    private static long durationMs(CaseInsensitiveStringMap options, String name) {
+        String text = options.get(name);
+        if (text == null) {
+            return DEFAULT_MAX_TRIGGER_DELAY_MS;
         }
-        return new ReadOptions(FabricUrl.parse(url), topic, position(options, "startingOffsets"),
-                               position(options, "endingOffsets"), bool(options, "includeHeaders", false), maxOffsets,
-                               bool(options, "failOnDataLoss", true));
+        Matcher match = DURATION.matcher(text.strip().toLowerCase());
+        if (!match.matches()) {
+            throw OptionError.invalid(name, text, "must be a duration such as 500ms, 30s, 5m, 1h or 1d (a bare "
+                                                  + "number is milliseconds)");
+        }
+        long amount = Long.parseLong(match.group(1));
+        String unit = match.group(2) == null ? "ms" : match.group(2);
+        return switch (unit) {
+            case "us" -> amount / 1000;
+            case "s" -> amount * 1000;
+            case "m", "min" -> amount * 60_000;
+            case "h" -> amount * 3_600_000;
+            case "d" -> amount * 86_400_000;
+            default -> amount;
+        };
     }
 
     private static boolean bool(CaseInsensitiveStringMap options, String name, boolean otherwise) {
-        String value = options.getOrDefault(name, Boolean.toString(otherwise)).trim().toLowerCase();
+        String text = options.get(name);
+        if (text == null) {
+            return otherwise;
+        }
+        String value = text.strip().toLowerCase();
         if (!value.equals("true") && !value.equals("false")) {
-            throw new IllegalArgumentException("option " + name + " must be true or false, got " + value);
+            throw OptionError.invalid(name, text, "must be true or false");
         }
         return value.equals("true");
-    }
-
-    private static String position(CaseInsensitiveStringMap options, String name) {
-        String value = options.get(name);
-        if (value == null) {
-            return null;
-        }
-        value = value.trim().toLowerCase();
-        if (!value.equals("earliest") && !value.equals("latest")) {
-            throw new IllegalArgumentException("option " + name + " must be earliest or latest, got " + value);
-        }
-        return value;
     }
 }

@@ -12,7 +12,7 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  *  Spark's real-time mode reads rows, so the fetched Arrow columns are read through ColumnarBatch's row view. */
 final class RecordRows implements SupportsRealTimeRead<InternalRow> {
     /** Where a real-time task stopped: the next offset of its partition. */
-    record Position(String topic, int partition, long next) implements PartitionOffset { }
+    record Position(TopicPartition tp, long next) implements PartitionOffset { }
 
     private final FabricInputPartition task;
     private final PartitionBatches batches;
@@ -57,7 +57,7 @@ final class RecordRows implements SupportsRealTimeRead<InternalRow> {
 
     @Override
     public PartitionOffset getOffset() {
-        return new Position(task.topic(), task.partition(), next);
+        return new Position(new TopicPartition(task.topic(), task.partition()), next);
     }
 
     @Override

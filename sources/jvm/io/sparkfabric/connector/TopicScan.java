@@ -1,6 +1,7 @@
 package io.sparkfabric.connector;
 
 import java.util.List;
+import java.util.Map;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
@@ -13,8 +14,8 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
-/** A read of the topic, batch or micro-batch (TopicStream): planned on the driver (Planner), read by each task in
- *  columns (PartitionBatches). */
+/** A read of the subscribed topics, batch or micro-batch (TopicStream): planned on the driver (Planner), read by
+ *  each task in columns (PartitionBatches). */
 final class TopicScan implements ScanBuilder, SupportsPushDownRequiredColumns, Scan, Batch {
     private final ReadOptions options;
     private Layout layout;
@@ -48,25 +49,44 @@ final class TopicScan implements ScanBuilder, SupportsPushDownRequiredColumns, S
 
     @Override
     public String description() {
-        return "fabric JVM reader: topic " + options.topic();
+        return "fabric JVM reader: " + options.subscription().describe();
     }
 
     @Override
     public Batch toBatch() {
+        options.checkBatch();
         return this;
     }
 
     @Override
     public InputPartition[] planInputPartitions() {
-        List<FabricInputPartition> tasks = Planner.unchecked("plan the read of topic " + options.topic(),
-            () -> new Planner(options.url()).plan(options,
-                                                  options.starting() == null ? "earliest" : options.starting(),
-                                                  options.ending() == null ? "latest" : options.ending(), layout()));
+        List<FabricInputPartition> tasks = Planner.unchecked("plan the read of " + options.subscription().describe(),
+                                                             this::plan);
         return tasks.toArray(new InputPartition[0]);
+    }
+
+    /** The tasks from the starting to the ending offsets, the end of each partition at or after its start. */
+    private List<FabricInputPartition> plan() throws Exception {
+        Planner planner = new Planner(options.url());
+        Planner.Snapshot now = planner.snapshot(options.subscription());
+        Map<TopicPartition, Long> from = Positions.resolve(options.starting(false), now, planner, options,
+                                                           "startingOffsets");
+        Map<TopicPartition, Long> until = Positions.resolve(options.endingOrLatest(), now, planner, options,
+                                                            "endingOffsets");
+        for (Planner.PartitionAt at : now.partitions()) {
+            long begin = Ranges.checkedStart(at, from.get(at.tp()), options.failOnDataLoss());
+            if (until.get(at.tp()) < begin) {
+                throw new IllegalArgumentException(at.tp() + ": the starting offset " + begin + " is after the ending "
+                    + "offset " + until.get(at.tp()) + "; fix startingOffsets/endingOffsets (or their timestamps)");
+            }
+            from.put(at.tp(), begin);
+        }
+        return Ranges.tasks(now, from, until, layout(), options);
     }
 
     @Override
     public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+        options.checkStream();
         return new TopicStream(options, layout());
     }
 

@@ -1,115 +1,108 @@
 package io.sparkfabric.connector;
 
-import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.TreeSet;
+import java.util.UUID;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.read.streaming.Offset;
 import org.apache.spark.sql.connector.read.streaming.PartitionOffset;
 import org.apache.spark.sql.connector.read.streaming.ReadLimit;
-import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
 import org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics;
 import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeMode;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
-/** A micro-batch read of the topic: each batch reads from where the last ended to the partitions' ends at planning
- *  (at most maxOffsetsPerTrigger offsets, shared out by backlog as Kafka's source does; a trigger(availableNow)
- *  run stops at the ends it began with), and each progress carries Kafka's three offsets-behind-latest metrics.
- *  Under trigger(realTime=...) each batch's tasks read on as records come, for the batch's duration (RecordRows). */
+/** A micro-batch read of the subscribed topics (a pattern's matched anew at every batch; a new partition read from
+ *  its start): each batch reads from where the last ended to the partitions' ends at planning, within the
+ *  stream's admission limits (Admission; a trigger(availableNow) run stops at the ends it began with), each progress
+ *  carries Kafka's three offsets-behind-latest metrics, and each batch done is committed as groupId's offsets (or
+ *  those of a group `<groupIdPrefix>-<uuid>` of this run), for tools to show the stream's lag. A topic deleted
+ *  while the stream reads it is data loss (DataLoss). Under trigger(realTime=...) each batch's tasks read on as
+ *  records come, for the batch's duration (RecordRows). */
 final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow, ReportsSourceMetrics,
                                    SupportsRealTimeMode {
+    private static final Logger LOG = LoggerFactory.getLogger(TopicStream.class);
     private final ReadOptions options;
     private final Layout layout;
     private final Planner planner;
-    private Map<Integer, Long> latest;  // the partitions' ends when the last batch was planned
-    private Map<Integer, Long> target;  // a trigger(availableNow) run's ends
+    private final String group;  // where batches done are committed (null: nowhere)
+    private Map<TopicPartition, Long> latest;  // the partitions' ends when the last batch was planned
+    private Map<TopicPartition, Long> target;  // a trigger(availableNow) run's ends
+    private Map<TopicPartition, Long> committed;  // what was last committed to the group
+    private long lastBatchMs = System.currentTimeMillis();  // when the last batch was planned (minOffsetsPerTrigger)
 
     TopicStream(ReadOptions options, Layout layout) {
-        if (options.ending() != null) {
-            throw new IllegalArgumentException("option endingOffsets is for batch reads: a stream reads on");
-        }
         this.options = options;
         this.layout = layout;
         this.planner = new Planner(options.url());
+        this.group = options.groupId() != null ? options.groupId()
+            : options.groupIdPrefix() != null ? options.groupIdPrefix() + "-" + UUID.randomUUID() : null;
     }
 
-    private Planner.Snapshot now() {
-        return Planner.unchecked("read the partitions of topic " + options.topic(),
-                                 () -> planner.snapshot(options.topic()));
-    }
-
-    private static Map<Integer, Long> ends(Planner.Snapshot snapshot) {
-        Map<Integer, Long> out = new HashMap<>();
-        snapshot.partitions().forEach(at -> out.put(at.partition(), at.end()));
-        return out;
+    /** The partitions read now, after reading the partitions of `read` (null: at the start, nothing yet). */
+    private Planner.Snapshot now(Map<TopicPartition, Long> read) {
+        Set<String> topics = read == null ? null : new TreeSet<>(read.keySet().stream().map(TopicPartition::topic)
+                                                                     .toList());
+        return Planner.unchecked("read the partitions of " + options.subscription().describe(),
+                                 () -> planner.snapshot(options.subscription(), topics, options.failOnDataLoss()));
     }
 
     @Override
     public Offset initialOffset() {
-        Planner.Snapshot snapshot = now();
-        Map<Integer, Long> out = new HashMap<>();
-        boolean earliest = "earliest".equals(options.starting());  // a stream starts at the end by default
-        snapshot.partitions().forEach(at -> out.put(at.partition(), earliest ? at.start() : at.end()));
-        return new FabricOffset(options.topic(), out);
+        return new FabricOffset(Planner.unchecked("find the starting offsets", () -> Positions.resolve(
+            options.starting(true), now(null), planner, options, "startingOffsets")));
     }
 
     @Override
     public ReadLimit getDefaultReadLimit() {
-        return options.maxOffsetsPerTrigger() > 0 ? ReadLimit.maxRows(options.maxOffsetsPerTrigger())
-                                                  : ReadLimit.allAvailable();
+        return Admission.defaultLimit(options);
     }
 
     @Override
     public void prepareForTriggerAvailableNow() {
-        target = ends(now());
+        target = now(null).ends();
     }
 
     @Override
     public Offset latestOffset(Offset start, ReadLimit limit) {
-        Planner.Snapshot snapshot = now();
-        Map<Integer, Long> from = ((FabricOffset) start).offsets;
-        latest = ends(snapshot);
-        Map<Integer, Long> begin = new HashMap<>();
-        Map<Integer, Long> end = new HashMap<>();
+        commit(start);  // Spark plans the next batch once the one ending at `start` is done; it may not commit the last
+        Map<TopicPartition, Long> from = ((FabricOffset) start).offsets;
+        Planner.Snapshot snapshot = now(from);
+        latest = snapshot.ends();
+        Map<TopicPartition, Long> begin = new TreeMap<>();
+        Map<TopicPartition, Long> end = new TreeMap<>();
+        Map<TopicPartition, Double> perRecord = new HashMap<>();
         for (Planner.PartitionAt at : snapshot.partitions()) {
-            long first = Math.min(Math.max(from.getOrDefault(at.partition(), at.start()), at.start()), at.end());
-            long last = target == null ? at.end() : Math.max(first, Math.min(at.end(),
-                                                                             target.getOrDefault(at.partition(), first)));
-            begin.put(at.partition(), first);
-            end.put(at.partition(), last);
+            long first = Math.min(Math.max(from.getOrDefault(at.tp(), at.start()), at.start()), at.end());
+            long last = target == null ? at.end()
+                                       : Math.max(first, Math.min(at.end(), target.getOrDefault(at.tp(), first)));
+            begin.put(at.tp(), first);
+            end.put(at.tp(), last);
+            perRecord.put(at.tp(), at.end() > at.start() ? Math.max((double) at.bytes() / (at.end() - at.start()), 1)
+                                                         : 1.0);
         }
-        if (limit instanceof ReadMaxRows rows) {
-            cap(begin, end, rows.maxRows());
+        Admission admits = Admission.of(limit);
+        if (target == null && admits.waits(begin, end, System.currentTimeMillis() - lastBatchMs)) {
+            return start;
         }
-        return new FabricOffset(options.topic(), end);
-    }
-
-    /** At most `maxRows` offsets in all, each partition's share in proportion to its backlog: floored, or rounded up
-     *  below one, so every backlog moves (Kafka's rule, in offsets as Kafka counts them). */
-    private static void cap(Map<Integer, Long> begin, Map<Integer, Long> end, long maxRows) {
-        long total = 0;
-        for (Map.Entry<Integer, Long> e : end.entrySet()) {
-            total += e.getValue() - begin.get(e.getKey());
+        admits.cap(begin, end, perRecord);
+        if (!end.equals(begin)) {
+            lastBatchMs = System.currentTimeMillis();
         }
-        if (total <= maxRows) {
-            return;
-        }
-        for (Map.Entry<Integer, Long> e : end.entrySet()) {
-            long size = e.getValue() - begin.get(e.getKey());
-            if (size > 0) {
-                double share = maxRows * ((double) size / total);
-                e.setValue(begin.get(e.getKey()) + (long) (share < 1 ? Math.ceil(share) : Math.floor(share)));
-            }
-        }
+        return new FabricOffset(end);
     }
 
     @Override
     public Offset reportLatestOffset() {
-        return latest == null ? null : new FabricOffset(options.topic(), latest);
+        return latest == null ? null : new FabricOffset(latest);
     }
 
     @Override
@@ -119,49 +112,28 @@ final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow
 
     @Override
     public InputPartition[] planInputPartitions(Offset start, Offset end) {
-        return tasks(start, ((FabricOffset) end).offsets);
+        Map<TopicPartition, Long> from = ((FabricOffset) start).offsets;
+        List<FabricInputPartition> tasks = Ranges.tasks(now(from), from, ((FabricOffset) end).offsets, layout,
+                                                        options);
+        return tasks.toArray(new InputPartition[0]);
     }
 
     /** A real-time batch's tasks: each partition read from `start` on, as records come, until the batch's time is
      *  up; where each stopped is its end (mergeOffsets). */
     @Override
     public InputPartition[] planInputPartitions(Offset start) {
-        return tasks(start, null);
+        Map<TopicPartition, Long> from = ((FabricOffset) start).offsets;
+        return Ranges.open(now(from), from, layout, options).toArray(new InputPartition[0]);
     }
 
     @Override
     public Offset mergeOffsets(PartitionOffset[] offsets) {
-        Map<Integer, Long> out = new HashMap<>();
+        Map<TopicPartition, Long> out = new TreeMap<>();
         for (PartitionOffset offset : offsets) {
             RecordRows.Position at = (RecordRows.Position) offset;
-            out.merge(at.partition(), at.next(), Math::max);
+            out.merge(at.tp(), at.next(), Math::max);
         }
-        return new FabricOffset(options.topic(), out);
-    }
-
-    /** The tasks reading each partition from `start` to `until` (null: open tasks, no end), the offsets that
-     *  retention deleted in between reported as lost (failOnDataLoss) or skipped. */
-    private InputPartition[] tasks(Offset start, Map<Integer, Long> until) {
-        Planner.Snapshot snapshot = now();
-        Map<Integer, Long> from = ((FabricOffset) start).offsets;
-        List<InputPartition> tasks = new ArrayList<>();
-        for (Planner.PartitionAt at : snapshot.partitions()) {
-            Long last = until == null ? Long.valueOf(Long.MAX_VALUE) : until.get(at.partition());
-            if (last == null) {
-                continue;
-            }
-            long wanted = from.getOrDefault(at.partition(), at.start());
-            if (wanted < at.start()) {
-                Planner.unchecked("plan the read of topic " + options.topic(), () -> {
-                    DataLoss.report(DataLoss.deleted(options.topic(), at.partition(), wanted, at.start()),
-                                    options.failOnDataLoss());
-                    return null;
-                });
-            }
-            long first = Math.max(wanted, at.start());
-            tasks.add(snapshot.task(options, at, first, Math.max(first, last), layout));
-        }
-        return tasks.toArray(new InputPartition[0]);
+        return new FabricOffset(out);
     }
 
     @Override
@@ -171,7 +143,7 @@ final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow
 
     @Override
     public Offset deserializeOffset(String json) {
-        return FabricOffset.parse(json, options.topic());
+        return FabricOffset.parse(json);
     }
 
     @Override
@@ -180,11 +152,11 @@ final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow
         if (latest == null || latestConsumedOffset.isEmpty() || latest.isEmpty()) {
             return out;
         }
-        Map<Integer, Long> consumed = ((FabricOffset) latestConsumedOffset.get()).offsets;
+        Map<TopicPartition, Long> consumed = ((FabricOffset) latestConsumedOffset.get()).offsets;
         long min = Long.MAX_VALUE;
         long max = Long.MIN_VALUE;
         long sum = 0;
-        for (Map.Entry<Integer, Long> e : latest.entrySet()) {
+        for (Map.Entry<TopicPartition, Long> e : latest.entrySet()) {
             long behind = e.getValue() - consumed.getOrDefault(e.getKey(), 0L);
             min = Math.min(min, behind);
             max = Math.max(max, behind);
@@ -196,8 +168,26 @@ final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow
         return out;
     }
 
+    /** Spark finished the batch ending at `end`: its offsets become the group's (the checkpoint, not the group,
+     *  decides where a restarted query resumes). */
     @Override
     public void commit(Offset end) {
+        Map<TopicPartition, Long> done = ((FabricOffset) end).offsets;
+        if (group == null || done.isEmpty() || done.equals(committed)) {
+            return;
+        }
+        try {
+            planner.commit(group, done);
+            committed = done;
+        } catch (FabricException e) {
+            if (!"OffsetOutOfRangeError".equals(e.type())) {
+                throw new IllegalStateException("cannot commit the offsets of group " + group + ": " + e.getMessage(),
+                                                e);
+            }
+            LOG.warn("group {}: offsets not committed: {}", group, e.getMessage());  // the next commit shows the lag
+        } catch (Exception e) {
+            throw new IllegalStateException("cannot commit the offsets of group " + group + ": " + e.getMessage(), e);
+        }
     }
 
     @Override
