@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import threading
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
@@ -31,6 +32,7 @@ from typing import Any
 
 import pyarrow.flight as flight
 from kazoo.client import KazooClient
+from prometheus_client.parser import text_string_to_metric_families
 
 import fabric
 from fabric.client.delivery import RecordMetadata
@@ -205,6 +207,15 @@ class ReplicationKit:
         """The cluster's fabric:// URL for clients whose call to a paused node gives up after 10 s instead of the
         default 30 s (then counts as a node that did not answer)."""
         return f"{cluster.url}?timeout_ms=10000"
+
+    @staticmethod
+    def fetched_bytes(node: Any) -> float:
+        """Bytes of records node `node` served to readers (its Prometheus metric; fetches from followers replicating
+        are not counted): a node of a cluster started with --metrics-port."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{node.status()['metrics_port']}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+        return next((s.value for family in text_string_to_metric_families(text) for s in family.samples
+                     if s.name == "fabric_fetch_bytes_total"), 0.0)
 
     @staticmethod
     def state(fab: fabric.Fabric, topic: str, p: int = 0) -> LeaderAndIsr:

@@ -497,3 +497,28 @@ def test_a_stream_reads_every_record_once_through_a_leaders_death(spark, node_cl
     got = spark.table("jvm_moving").select("partition", "offset", "value").collect()
     assert sorted((r.partition, r.offset, r.value) for r in got) == \
         sorted((i % 2, i // 2, b"m-%d" % i) for i in range(400))
+
+
+def test_a_reader_with_a_rack_reads_from_the_in_sync_replica_there(spark, racked_cluster, replication) -> None:
+    """KIP-392: clientRack=rack-k makes every task read from node k (rack-k), the leader of some partitions and an
+    in-sync follower of the others, while the other nodes serve no reader; a bad rack is named."""
+    nodes = racked_cluster.nodes
+    with fabric.connect(racked_cluster.url) as fab:
+        fab.create_topic("jvm-racked", partitions=3, replication_factor=3, config={"min.insync.replicas": "3"})
+        with fab.producer() as producer:
+            assert all(f.result(60) for f in [producer.send("jvm-racked", b"r-%d" % i, partition=i % 3)
+                                              for i in range(300)])
+        for p in range(3):  # a follower serves up to its own high watermark: let it know them all
+            assert replication.wait_in_sync(fab, nodes, "jvm-racked", p) == 100
+        leaders = [replication.state(fab, "jvm-racked", p).leader for p in range(3)]
+    near = min(nodes, key=leaders.count)
+    assert leaders.count(near) < 3  # node `near` follows at least one partition
+    before = {n: replication.fetched_bytes(node) for n, node in nodes.items()}
+    read = spark.read.format("fabric-jvm").options(url=racked_cluster.url, subscribe="jvm-racked")
+    got = read.option("clientRack", f"rack-{near}").load().select("value").collect()
+    after = {n: replication.fetched_bytes(node) for n, node in nodes.items()}
+    assert sorted(r.value for r in got) == sorted(b"r-%d" % i for i in range(300))
+    assert after[near] > before[near]
+    assert {n: after[n] - before[n] for n in nodes if n != near} == {n: 0 for n in nodes if n != near}, leaders
+    with pytest.raises(Exception, match="a rack name has leading or trailing whitespace"):
+        read.option("clientRack", " rack-1").load().collect()

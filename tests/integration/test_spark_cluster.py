@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import json
 import logging
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 import fabric
 from fabric.sources.fabric_source import read_plan, spark_schema
@@ -65,14 +63,6 @@ def assert_read_once_in_executors(result: dict[str, Any], spread: list[list[Any]
     assert sorted(r for task in result["tasks"] for r in task["records"]) == spread
 
 
-def fetched_bytes(node) -> float:
-    """Bytes of records the node served to readers (fetches from followers replicating are not counted)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{node.status()['metrics_port']}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    return next((s.value for family in text_string_to_metric_families(text) for s in family.samples
-                 if s.name == "fabric_fetch_bytes_total"), 0.0)
-
-
 def test_a_job_reads_every_record_once_in_executors_of_the_cluster(spark_cluster, racked_cluster, spread,
                                                                     tmp_path) -> None:
     """The url option reaches the executors; while the application runs, its executors are JVMs apart from the
@@ -109,10 +99,10 @@ def test_executors_read_the_drivers_url_from_the_replica_in_their_rack(spark_clu
         leaders = [replication.state(fab, TOPIC, p).leader for p in range(PARTITIONS)]
     near = min(nodes, key=leaders.count)
     assert leaders.count(near) < PARTITIONS  # node `near` follows at least one partition
-    before = {n: fetched_bytes(node) for n, node in nodes.items()}
+    before = {n: replication.fetched_bytes(node) for n, node in nodes.items()}
     result = read_job(spark_cluster, tmp_path / "read.json", env={"FABRIC_URL": racked_cluster.url},
                       conf={"spark.executorEnv.FABRIC_CLIENT_RACK": f"rack-{near}"})
-    after = {n: fetched_bytes(node) for n, node in nodes.items()}
+    after = {n: replication.fetched_bytes(node) for n, node in nodes.items()}
     assert_read_once_in_executors(result, spread, spark_cluster)
     assert [task["env"] for task in result["tasks"]] == [{"FABRIC_URL": None, "FABRIC_CLIENT_RACK": f"rack-{near}"}
                                                          ] * PARTITIONS

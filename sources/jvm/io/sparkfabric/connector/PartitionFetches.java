@@ -17,9 +17,11 @@ final class PartitionFetches implements Closeable {
     private final FabricInputPartition task;
     private final TopicPartition tp;
     private final String name;
-    private String address;
+    private String address;  // the leader's (or the coordinator's)
     private int leaderEpoch;
+    private Racks.Follower near;  // the in-sync follower in the task's rack that serves it, while it can
     private ProtocolClient client;
+    private String connected;  // the address `client` is connected to
     private long position;
 
     PartitionFetches(FabricInputPartition task) {
@@ -28,6 +30,7 @@ final class PartitionFetches implements Closeable {
         this.name = tp.toString();
         this.address = task.address();
         this.leaderEpoch = task.leaderEpoch();
+        this.near = Racks.near(Racks.task(task.rack()), task.followers());
         this.position = task.from();
     }
 
@@ -48,7 +51,7 @@ final class PartitionFetches implements Closeable {
         while (true) {
             IOException failure;
             try {
-                ProtocolClient.Answer answer = call(waitMs);
+                ProtocolClient.Answer answer = near == null ? call(address, false, waitMs) : nearby(waitMs);
                 if (answer.result().size() > 0 || task.open()) {
                     return answer;
                 }
@@ -79,9 +82,31 @@ final class PartitionFetches implements Closeable {
         }
     }
 
-    private ProtocolClient.Answer call(long waitMs) throws IOException {
+    /** A fetch at the follower in the task's rack, or at the leader when that follower has nothing yet (its high
+     *  watermark, which bounds what a follower serves, is behind the leader's, which the task's end came from). A
+     *  follower that refuses or does not answer is given up for the leader for the rest of the task. */
+    private ProtocolClient.Answer nearby(long waitMs) throws IOException {
+        try {
+            ProtocolClient.Answer answer = call(near.address(), true, waitMs);
+            if (answer.result().size() > 0 || task.open()) {
+                return answer;
+            }
+        } catch (IOException e) {
+            LOG.warn("{}: the in-sync follower in rack {} at {} cannot serve it ({}); reading from the leader", name,
+                     near.rack(), near.address(), e.getMessage());
+            near = null;
+            disconnect();
+        }
+        return call(address, false, waitMs);
+    }
+
+    private ProtocolClient.Answer call(String at, boolean fromFollower, long waitMs) throws IOException {
+        if (client != null && !at.equals(connected)) {
+            disconnect();
+        }
         if (client == null) {
-            client = ProtocolClient.connect(address, task.url().token, Planner.TIMEOUT_MS);
+            client = ProtocolClient.connect(at, task.url().token, Planner.TIMEOUT_MS);
+            connected = at;
         }
         ObjectNode args = ProtocolClient.args();
         args.put("topic", task.topic());
@@ -96,6 +121,9 @@ final class PartitionFetches implements Closeable {
         if (leaderEpoch >= 0) {
             args.put("leader_epoch", leaderEpoch);
             args.put("topic_id", task.topicId());
+        }
+        if (fromFollower) {
+            args.put("from_follower", true);
         }
         return client.call("fetch", args);
     }

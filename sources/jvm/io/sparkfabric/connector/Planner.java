@@ -103,7 +103,7 @@ final class Planner {
     /** Where one partition is read now: its offsets and bytes, its reader's protocol address and leader epoch (-1:
      *  the coordinator's), its topic's id, the hosts of its in-sync replicas. */
     record PartitionAt(TopicPartition tp, long start, long end, long bytes, String address, int epoch,
-                       String topicId, String[] hosts) { }
+                       String topicId, String[] hosts, Racks.Follower[] followers) { }
 
     /** The partitions read, as they are now. */
     record Snapshot(List<PartitionAt> partitions) {
@@ -112,7 +112,7 @@ final class Planner {
         static FabricInputPartition task(ReadOptions options, PartitionAt at, long from, long until, Layout layout) {
             return new FabricInputPartition(options.url(), at.tp().topic(), at.tp().partition(), from,
                                             Math.max(from, until), at.address(), at.epoch(), at.topicId(), at.hosts(),
-                                            layout, options.failOnDataLoss());
+                                            at.followers(), options.clientRack(), layout, options.failOnDataLoss());
         }
 
         Map<TopicPartition, Long> ends() {
@@ -201,7 +201,8 @@ final class Planner {
         if (registration == null) {
             JsonNode state = coordinator.call("partition_state", partitionArgs(tp)).result();
             return new PartitionAt(tp, state.path("start_offset").asLong(), state.path("end_offset").asLong(),
-                                   state.path("size_bytes").asLong(), coordinatorAddress, -1, topicId, new String[0]);
+                                   state.path("size_bytes").asLong(), coordinatorAddress, -1, topicId, new String[0],
+                                   new Racks.Follower[0]);
         }
         if (registration.path("leader").isNull()) {
             throw new FabricException("LeaderNotAvailableError", "partition " + tp + " is offline: none of its "
@@ -213,7 +214,26 @@ final class Planner {
         JsonNode state = call(address, "partition_state", leaderArgs(tp, epoch, topicId));
         return new PartitionAt(tp, state.path("start_offset").asLong(), state.path("end_offset").asLong(),
                                state.path("size_bytes").asLong(), address, epoch, topicId,
-                               hosts(registration, nodes));
+                               hosts(registration, nodes), followers(registration, nodes));
+    }
+
+    /** The partition's in-sync followers that are alive and have a rack, with their protocol addresses; one whose
+     *  address cannot be learned now is left out (its tasks read from the leader). */
+    private Racks.Follower[] followers(JsonNode registration, Map<Integer, JsonNode> nodes) {
+        List<Racks.Follower> out = new ArrayList<>();
+        for (JsonNode replica : registration.path("isr")) {
+            JsonNode node = nodes.get(replica.asInt());
+            if (replica.asInt() == registration.path("leader").asInt() || node == null
+                    || !node.path("alive").asBoolean() || !node.path("rack").isTextual()) {
+                continue;
+            }
+            try {
+                out.add(new Racks.Follower(node.path("rack").asText(), protocolAddress(node.path("address").asText())));
+            } catch (Exception e) {  // not answering now
+                continue;
+            }
+        }
+        return out.toArray(new Racks.Follower[0]);
     }
 
     /** The first offset of `at` whose record is `timestampMs` or later, null where none is (`offset_for_time`). */

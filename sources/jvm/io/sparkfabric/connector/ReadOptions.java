@@ -7,17 +7,20 @@ import java.util.List;
 import java.util.Map;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /** The options of a read, format("fabric")'s (sources/options.py), checked and refused with its words: url (else
  *  $FABRIC_URL), the subscription, where to start and end (null: the read's default), the stream's admission
- *  limits (0: none), minPartitions (0: none), failOnDataLoss, includeHeaders and the group the stream commits to.
- *  clientRack is taken and not applied: the JVM reader's tasks read from the leaders. `streamingOnly` holds the
+ *  limits (0: none), minPartitions (0: none), failOnDataLoss, includeHeaders, the group the stream commits to and
+ *  the readers' rack (clientRack, else conf spark.fabric.clientRack; null: each task's $FABRIC_CLIENT_RACK: Racks).
+ *  `streamingOnly` holds the
  *  admission options given, which a batch read refuses. */
 record ReadOptions(FabricUrl url, Subscription subscription, OffsetSpec starting, OffsetSpec ending,
                    String timestampStrategy, long maxOffsetsPerTrigger, long minOffsetsPerTrigger,
                    long maxTriggerDelayMs, long maxBytesPerTrigger, int minPartitions, boolean failOnDataLoss,
-                   boolean headers, String groupId, String groupIdPrefix, Map<String, String> streamingOnly)
+                   boolean headers, String groupId, String groupIdPrefix, String clientRack,
+                   Map<String, String> streamingOnly)
         implements Serializable {
     private static final List<String> KNOWN = List.of(
         "subscribe", "subscribePattern", "assign", "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp",
@@ -66,7 +69,18 @@ record ReadOptions(FabricUrl url, Subscription subscription, OffsetSpec starting
                                durationMs(options, "maxTriggerDelay"), positive(options, "maxBytesPerTrigger"),
                                (int) Math.min(Integer.MAX_VALUE, positive(options, "minPartitions")),
                                bool(options, "failOnDataLoss", true), bool(options, "includeHeaders", false), groupId,
-                               groupIdPrefix(options), Map.copyOf(streamingOnly));
+                               groupIdPrefix(options), clientRack(options), Map.copyOf(streamingOnly));
+    }
+
+    /** The readers' rack fixed on the driver: option clientRack, else the session's conf spark.fabric.clientRack. */
+    private static String clientRack(CaseInsensitiveStringMap options) {
+        String option = options.get("clientRack");
+        if (option != null) {
+            return Racks.checked(option, "fabric source option 'clientRack'");
+        }
+        String conf = SparkSession.getActiveSession().isDefined()
+            ? SparkSession.getActiveSession().get().conf().get(Racks.CONF, null) : null;
+        return conf == null ? null : Racks.checked(conf, "Spark conf " + Racks.CONF);
     }
 
     /** groupIdPrefix, checked so that the group ids made from it are valid. */
