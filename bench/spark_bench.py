@@ -64,6 +64,7 @@ def spark_session():
 
     session = (SparkSession.builder.master("local[2]").appName("fabric-bench")
                .config("spark.jars", jar.with_reader())  # the JVM reader (format("fabric-jvm")), where built
+               .config("spark.fabric.jvmReader", "false")  # format("fabric"): the Python source, the JVM reader's peer
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", str(PARTITIONS))

@@ -522,3 +522,34 @@ def test_a_reader_with_a_rack_reads_from_the_in_sync_replica_there(spark, racked
     assert {n: after[n] - before[n] for n in nodes if n != near} == {n: 0 for n in nodes if n != near}, leaders
     with pytest.raises(Exception, match="a rack name has leading or trailing whitespace"):
         read.option("clientRack", " rack-1").load().collect()
+
+
+def test_format_fabric_reads_clusters_with_the_jvm_reader_and_hands_the_rest_to_the_python_source(
+        spark, shared_cluster, topics, tmp_path) -> None:
+    """With the jar on the class path, format("fabric") is the JVM reader for a fabric:// read (its plan says so), the
+    Python source for a file:// read or with conf spark.fabric.jvmReader=false, and the Python sink for writes."""
+    def scan(url: str, topic: str) -> tuple[int, str]:
+        df = spark.read.format("fabric").options(url=url, subscribe=topic).load()
+        return df.count(), df._jdf.queryExecution().executedPlan().toString()
+
+    count, plan = scan(shared_cluster.url, "jvm-replicated")
+    assert count == topics["jvm-replicated"] and "fabric JVM reader" in plan
+    local = f"file://{tmp_path / 'fabric'}"
+    with fabric.connect(local) as fab:
+        fab.create_topic("here")
+        with fab.producer() as producer:
+            for i in range(3):
+                producer.send("here", b"%d" % i)
+    count, plan = scan(local, "here")
+    assert count == 3 and "fabric JVM reader" not in plan
+    spark.conf.set("spark.fabric.jvmReader", "false")
+    try:
+        count, plan = scan(shared_cluster.url, "jvm-replicated")
+        assert count == topics["jvm-replicated"] and "fabric JVM reader" not in plan
+    finally:
+        spark.conf.unset("spark.fabric.jvmReader")
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic("jvm-written", partitions=1, replication_factor=3)
+    (spark.createDataFrame([(b"a",), (b"b",)], "value binary").write.format("fabric")
+     .options(url=shared_cluster.url, topic="jvm-written").mode("append").save())
+    assert scan(shared_cluster.url, "jvm-written")[0] == 2

@@ -14,6 +14,7 @@ from fabric.client.url import ENV_URL
 from fabric.common.errors import InvalidConfigError
 from fabric.common.waiting import wait_for
 from fabric.sources.progress import offsets_behind_latest
+from fabric.spark import jar
 from fabric.spark.options import CLIENT_RACK_CONF, ENV_CLIENT_RACK, URL_CONF, resolve_client_rack, resolve_url
 from fabric.spark.session import use_fabric_confs
 
@@ -21,23 +22,42 @@ pytestmark = [pytest.mark.spark]
 
 BASE_MS = (int(time.time()) - 3600) * 1000  # record i is stamped BASE_MS + i s: recent, so retention keeps it
 RECORD = "key binary, value binary, topic string, partition int, offset long"
+JVM_READER_CONF = "spark.fabric.jvmReader"
 
 
-@pytest.fixture(params=["file", "cluster"])
+@pytest.fixture(params=["file", "cluster", "cluster-python"])
 def fabric_url(request, fabric_dir):
     """Every source test runs on an embedded fabric and on a replicated cluster of three data nodes (every topic
-    with three replicas, read from the leaders): each option must work the same on both. The cluster is shared by
-    the run: a test's topics and groups are deleted after it."""
+    with three replicas, read from the leaders): each option must work the same on both. On the cluster it runs
+    twice, through both implementations of format("fabric"): the JVM reader (where make install built its jar:
+    "cluster") and the Python source (conf spark.fabric.jvmReader=false: "cluster-python"); where they must differ,
+    the test says why (jvm_reads). The cluster is shared by the run: a test's topics and groups are deleted after
+    it."""
     if request.param == "file":
         yield f"file://{fabric_dir}"
         return
+    if request.param == "cluster-python" and jar.path() is None:
+        pytest.skip("without the JVM reader's jar, the cluster case already reads with the Python source")
     url = request.getfixturevalue("replicated_cluster").url
-    yield url
+    spark = request.getfixturevalue("spark")
+    if request.param == "cluster-python":
+        spark.conf.set(JVM_READER_CONF, "false")
+    try:
+        yield url
+    finally:
+        spark.conf.unset(JVM_READER_CONF)
     with fabric.connect(url) as fab:
         for topic in fab.list_topics():
             fab.delete_topic(topic)
         for group in fab.list_groups():
             fab.cluster.coordinator.delete_group(group)
+
+
+def jvm_reads(spark, url: str) -> bool:
+    """Whether format("fabric") reads `url` with the JVM reader here (a fabric:// URL, the jar on the class path, and
+    conf spark.fabric.jvmReader not false), rather than with the Python source."""
+    return (url.startswith("fabric://") and jar.path() is not None
+            and spark.conf.get(JVM_READER_CONF, "true").lower() != "false")
 
 
 def on_embedded_only(url: str, why: str) -> None:
@@ -301,14 +321,16 @@ def test_stream_max_offsets_per_trigger_makes_several_batches(spark, fab, fabric
 
 
 def test_stream_source_metrics_as_kafka_reports_them_from_the_progress(spark, fab, fabric_url, tmp_path):
-    """pyspark's Python data source API carries no source metrics (fabric.sources.progress says why): the progress's
-    `metrics` map stays empty, and offsets_behind_latest computes Kafka's from its offsets."""
+    """offsets_behind_latest computes Kafka's source metrics from a progress's offsets. The JVM reader reports the
+    same in the progress's `metrics` map (ReportsSourceMetrics); pyspark's Python data source API carries none
+    (fabric.sources.progress says why), so the Python source's map stays empty."""
     fab.create_topic("s", partitions=2)
     produce(fab, "s", 10)
     query, _ = run_available_now(spark, fabric_url, "s_metrics", tmp_path / "ck", subscribe="s",
                                  startingOffsets="earliest", maxOffsetsPerTrigger="6")
     sources = [p["sources"][0] for p in query.recentProgress if p["numInputRows"]]
-    assert all(source["metrics"] == {} for source in sources)  # if pyspark ever carries them, report them
+    jvm = jvm_reads(spark, fabric_url)  # if pyspark ever carries them, the Python source must report them too
+    assert [source["metrics"] for source in sources] == [offsets_behind_latest(s) if jvm else {} for s in sources]
     assert offsets_behind_latest(sources[0]) == {  # the first batch read 3 of each partition's 10
         "minOffsetsBehindLatest": "7", "maxOffsetsBehindLatest": "7", "avgOffsetsBehindLatest": "7.0"}
     assert offsets_behind_latest(sources[-1])["maxOffsetsBehindLatest"] == "0"
@@ -415,14 +437,17 @@ def test_stream_reads_segments_cleaned_while_it_runs_once_and_counts_records_per
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     assert sum(p["numInputRows"] for p in batches) == len(seen)
     crossed = 0
+    jvm = jvm_reads(spark, fabric_url)
     for progress in batches:
         source = progress["sources"][0]
         start, end, latest_offset = ((json.loads(source[f]) or {"table": {"0": 0}})["table"]["0"]  # first: null
                                      for f in ("startOffset", "endOffset", "latestOffset"))
-        if end < latest_offset:  # a batch maxOffsetsPerTrigger limited holds that many records, however many
+        if end < latest_offset and jvm:  # the JVM reader counts offsets, as Kafka's source: a limited batch spans
+            assert end - start == PER_TRIGGER and progress["numInputRows"] <= PER_TRIGGER, progress  # that many
+        elif end < latest_offset:  # the Python source's limited batch holds that many records, however many
             assert progress["numInputRows"] == PER_TRIGGER, progress  # offsets it spans
             crossed += end - start > PER_TRIGGER
-    assert crossed >= 2  # after each cleaning, a full batch spanned cleaned offsets
+    assert jvm or crossed >= 2  # after each cleaning, a full batch spanned cleaned offsets
     # a batch read of the topic now (failOnDataLoss=true by default) gets exactly the surviving records
     rows = reader(spark, fabric_url, subscribe="table").load().select("offset", "key", "value").collect()
     assert sorted((r.offset, bytes(r.key), bytes(r.value)) for r in rows) == sorted(

@@ -4,7 +4,9 @@ import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.io.Serializable;
 import java.nio.channels.Channels;
+import java.util.Arrays;
 import java.util.Base64;
+import java.util.List;
 import org.apache.arrow.vector.ipc.ReadChannel;
 import org.apache.arrow.vector.ipc.message.MessageSerializer;
 import org.apache.arrow.vector.types.pojo.Schema;
@@ -44,6 +46,26 @@ record Layout(String[] valueFields, boolean headers, StructType schema) implemen
     }
 
     /** The same columns, of which the query reads `required` only (a subset of the schema, in its order). */
+    /** The columns a user schema (`.schema(...)`) picks, in its order: each must be a column of the read, of its
+     *  type, as format("fabric") requires. */
+    Layout picked(StructType wanted) {
+        List<String> names = Arrays.asList(schema.fieldNames());
+        List<String> unknown = Arrays.stream(wanted.fieldNames()).filter(n -> !names.contains(n)).toList();
+        if (!unknown.isEmpty()) {
+            throw new IllegalArgumentException("SchemaMismatchError: unknown column(s) " + unknown + " in the schema "
+                + "given to the fabric source; available: " + names + " (give a subset of them, or no schema)");
+        }
+        for (StructField field : wanted.fields()) {
+            StructField read = schema.fields()[names.indexOf(field.name())];
+            if (!read.dataType().sameType(field.dataType())) {
+                throw new IllegalArgumentException("SchemaMismatchError: the schema given to the fabric source makes "
+                    + "column '" + field.name() + "' " + field.dataType().simpleString() + ", but it is "
+                    + read.dataType().simpleString() + " in a read of these topics");
+            }
+        }
+        return new Layout(valueFields, headers, wanted);
+    }
+
     Layout pruned(StructType required) {
         return new Layout(valueFields, headers, required);
     }

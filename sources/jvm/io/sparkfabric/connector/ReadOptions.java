@@ -63,13 +63,24 @@ record ReadOptions(FabricUrl url, Subscription subscription, OffsetSpec starting
                 streamingOnly.put(name, options.get(name));
             }
         }
-        return new ReadOptions(FabricUrl.parse(options.getOrDefault("url", System.getenv("FABRIC_URL"))),
+        return new ReadOptions(FabricUrl.parse(url(options)),
                                Subscription.of(options), starting, OffsetSpec.parse(options, "ending"), strategy,
                                positive(options, "maxOffsetsPerTrigger"), minOffsets,
                                durationMs(options, "maxTriggerDelay"), positive(options, "maxBytesPerTrigger"),
                                (int) Math.min(Integer.MAX_VALUE, positive(options, "minPartitions")),
                                bool(options, "failOnDataLoss", true), bool(options, "includeHeaders", false), groupId,
                                groupIdPrefix(options), clientRack(options), Map.copyOf(streamingOnly));
+    }
+
+    /** The fabric's URL, in format("fabric")'s order (fabric.spark.options.resolve_url): option url, else the
+     *  session's conf spark.fabric.url, else $FABRIC_URL, else ./fabric-data (a directory: file://). */
+    static String url(CaseInsensitiveStringMap options) {
+        String url = options.get("url");
+        if (url == null && SparkSession.getActiveSession().isDefined()) {
+            url = SparkSession.getActiveSession().get().conf().get("spark.fabric.url", null);
+        }
+        url = url != null ? url : System.getenv("FABRIC_URL");
+        return url != null ? url : "./fabric-data";
     }
 
     /** The readers' rack fixed on the driver: option clientRack, else the session's conf spark.fabric.clientRack. */

@@ -18,16 +18,18 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  *  each task in columns (PartitionBatches). */
 final class TopicScan implements ScanBuilder, SupportsPushDownRequiredColumns, Scan, Batch {
     private final ReadOptions options;
+    private final StructType table;  // the table's columns: all of the read's, or those a user schema picked
     private Layout layout;
-    private StructType required;  // the columns the query reads (null: all)
+    private StructType required;  // the columns the query reads (null: the table's)
 
-    TopicScan(ReadOptions options) {
+    TopicScan(ReadOptions options, StructType table) {
         this.options = options;
+        this.table = table;
     }
 
     private Layout layout() {
         if (layout == null) {
-            layout = Planner.layout(options);
+            layout = Planner.layout(options).picked(table);
         }
         return required == null ? layout : layout.pruned(required);
     }

@@ -193,4 +193,10 @@ final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow
     @Override
     public void stop() {
     }
+
+    /** What a query's progress names the source (its `description`). */
+    @Override
+    public String toString() {
+        return "fabric JVM reader: " + options.subscription().describe();
+    }
 }
