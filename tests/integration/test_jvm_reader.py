@@ -197,10 +197,35 @@ def test_bad_options_are_named_as_the_python_source_names_them(spark, shared_clu
 
 
 def test_the_jvm_reader_refuses_a_url_it_cannot_read(spark, shared_cluster, topics) -> None:
-    """Where the two differ: file:// and fabric+tls:// are read by format("fabric") only."""
+    """Where the two differ: file:// is read by the Python source only (format("fabric") hands it to it)."""
     reader = spark.read.format("fabric-jvm").options(url="file:///tmp/x", subscribe="jvm-kept")
-    with pytest.raises(Exception, match="must be a fabric:// URL"):
+    with pytest.raises(Exception, match="must be a fabric:// or fabric\\+tls:// URL"):
         reader.load().collect()
+
+
+def test_the_jvm_reader_reads_a_tls_cluster_and_checks_its_certificate(spark, node_cluster, tls_files, tmp_path,
+                                                                       monkeypatch) -> None:
+    """fabric+tls://: format("fabric") reads a cluster that serves TLS only with the JVM reader, its Flight status
+    call and protocol connections checked against the URL's CA (?ca=, read on the driver); a CA that did not sign the
+    servers' certificate is refused, naming TLS."""
+    cert, key = tls_files
+    monkeypatch.setenv("FABRIC_TLS_CA", cert)  # the servers' and this process's clients' trust
+    cluster = node_cluster(nodes=1, tls=(cert, key))
+    with fabric.connect(cluster.url) as fab:
+        fab.create_topic("sealed", partitions=2, replication_factor=1)
+        with fab.producer() as producer:
+            for i in range(20):
+                producer.send("sealed", b"s-%d" % i, partition=i % 2)
+    df = spark.read.format("fabric").options(url=f"{cluster.url}?ca={cert}", subscribe="sealed").load()
+    assert sorted(r.value for r in df.collect()) == sorted(b"s-%d" % i for i in range(20))
+    assert "fabric JVM reader" in df._jdf.queryExecution().executedPlan().toString()
+    other = tmp_path / "other.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(tmp_path / "other.key"), "-out", str(other), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    refused = "TLS with the Flight port at 127.0.0.1:[0-9]+ failed: Path does not chain with any of the trust anchors"
+    with pytest.raises(Exception, match=refused):
+        spark.read.format("fabric").options(url=f"{cluster.url}?ca={other}", subscribe="sealed").load().collect()
 
 
 def test_without_javac_the_jar_is_not_built_and_says_why(tmp_path) -> None:

@@ -12,8 +12,8 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /** `format("fabric")` where the JVM reader's jar is on Spark's class path (Spark takes a JVM source before a
- *  Python one of the same name): reads of a plaintext fabric:// cluster by the JVM reader (FabricJvmSource); every
- *  other read (file://, fabric+tls://) and every write (the exactly-once sink) by the Python data source of the same
+ *  Python one of the same name): reads of a fabric:// or fabric+tls:// cluster by the JVM reader (FabricJvmSource);
+ *  every other read (file://) and every write (the exactly-once sink) by the Python data source of the same
  *  name (pyspark_fabric), which Spark's data source manager still finds by its name. Without the jar, or with conf
  *  spark.fabric.jvmReader=false, format("fabric") is that Python source alone. */
 public final class FabricSource implements TableProvider, DataSourceRegister {
@@ -29,12 +29,12 @@ public final class FabricSource implements TableProvider, DataSourceRegister {
         return "fabric";
     }
 
-    /** Whether a read with `options` is the JVM reader's: its URL (ReadOptions.url's order) is fabric://, unless the
-     *  session's conf spark.fabric.jvmReader is false (the Python source for every read). */
+    /** Whether a read with `options` is the JVM reader's: its URL (ReadOptions.url's order) names a cluster, unless
+     *  the session's conf spark.fabric.jvmReader is false (the Python source for every read). */
     private static boolean jvm(Map<String, String> options) {
         boolean wanted = !SparkSession.getActiveSession().isDefined()
             || !"false".equalsIgnoreCase(SparkSession.getActiveSession().get().conf().get(CONF, "true").strip());
-        return wanted && ReadOptions.url(new CaseInsensitiveStringMap(options)).startsWith("fabric://");
+        return wanted && FabricUrl.cluster(ReadOptions.url(new CaseInsensitiveStringMap(options)));
     }
 
     @Override

@@ -25,6 +25,8 @@ import io.netty.handler.codec.http2.Http2MultiplexHandler;
 import io.netty.handler.codec.http2.Http2StreamChannel;
 import io.netty.handler.codec.http2.Http2StreamChannelBootstrap;
 import io.netty.handler.codec.http2.Http2StreamFrame;
+import io.netty.handler.ssl.SslContext;
+import io.netty.handler.ssl.SslHandler;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -34,7 +36,7 @@ import java.util.concurrent.TimeUnit;
 /** Finds a fabric server's protocol address from its Flight address, as a fabric:// URL names it: the one unary
  *  Flight call a JVM client makes (DoAction `status`), over Netty's HTTP/2 with the gRPC framing and the two protobuf
  *  messages written by hand, since Spark's JVM has Netty but no gRPC (docs/protocol.md, "Finding the port").
- *  Plaintext (grpc+tcp) only. `main(host, port, token|-)` prints the address. */
+ *  Plaintext (grpc+tcp) or TLS (grpc+tls, ALPN h2). `main(host, port, token|-)` prints a plaintext one's. */
 public final class FlightDiscovery {
     private static final ObjectMapper JSON = new ObjectMapper();
 
@@ -134,14 +136,23 @@ public final class FlightDiscovery {
                                            60_000));
     }
 
-    /** The protocol address (host:port) of the server whose Flight port is `host`:`port`. */
+    /** The protocol address (host:port) of the server whose plaintext Flight port is `host`:`port`. */
     public static String protocolAddress(String host, int port, String token, int timeoutMs) throws Exception {
+        return protocolAddress(host, port, token, null, timeoutMs);
+    }
+
+    /** The same over TLS with `tls` (Tls.http2; null: plaintext). */
+    static String protocolAddress(String host, int port, String token, SslContext tls, int timeoutMs)
+            throws Exception {
         EventLoopGroup group = new MultiThreadIoEventLoopGroup(1, NioIoHandler.newFactory());
         try {
             Channel channel = new Bootstrap().group(group).channel(NioSocketChannel.class)
                 .handler(new ChannelInitializer<SocketChannel>() {
                     @Override
                     protected void initChannel(SocketChannel ch) {
+                        if (tls != null) {
+                            ch.pipeline().addLast(tls.newHandler(ch.alloc(), host, port));
+                        }
                         ch.pipeline().addLast(Http2FrameCodecBuilder.forClient().build(),
                                               new Http2MultiplexHandler(new SimpleChannelInboundHandler<Object>() {
                                                   @Override
@@ -150,10 +161,17 @@ public final class FlightDiscovery {
                                               }));
                     }
                 }).connect(host, port).sync().channel();
+            if (tls != null) {
+                io.netty.util.concurrent.Future<Channel> handshake = channel.pipeline().get(SslHandler.class)
+                    .handshakeFuture();
+                if (!handshake.await(timeoutMs) || !handshake.isSuccess()) {
+                    throw Tls.failed("the Flight port at " + host + ":" + port, handshake.cause());
+                }
+            }
             Response response = new Response();
             Http2StreamChannel stream = new Http2StreamChannelBootstrap(channel).handler(response).open().sync()
                 .getNow();
-            Http2Headers headers = new DefaultHttp2Headers().method("POST").scheme("http")
+            Http2Headers headers = new DefaultHttp2Headers().method("POST").scheme(tls == null ? "http" : "https")
                 .path("/arrow.flight.protocol.FlightService/DoAction").authority(host + ":" + port)
                 .set("content-type", "application/grpc").set("te", "trailers");
             if (token != null) {

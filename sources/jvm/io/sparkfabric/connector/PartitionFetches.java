@@ -105,7 +105,7 @@ final class PartitionFetches implements Closeable {
             disconnect();
         }
         if (client == null) {
-            client = ProtocolClient.connect(at, task.url().token, Planner.TIMEOUT_MS);
+            client = ProtocolClient.connect(at, task.url(), Planner.TIMEOUT_MS);
             connected = at;
         }
         ObjectNode args = ProtocolClient.args();

@@ -272,7 +272,7 @@ final class Planner {
     }
 
     private JsonNode call(String address, String type, ObjectNode args) throws IOException {
-        try (ProtocolClient server = ProtocolClient.connect(address, url.token, TIMEOUT_MS)) {
+        try (ProtocolClient server = ProtocolClient.connect(address, url, TIMEOUT_MS)) {
             return server.call(type, args).result();
         } catch (FabricException e) {
             throw e;
@@ -326,7 +326,7 @@ final class Planner {
         for (String flight : url.addresses) {
             ProtocolClient client = null;
             try {
-                client = ProtocolClient.connect(protocolAddress(flight), url.token, TIMEOUT_MS);
+                client = ProtocolClient.connect(protocolAddress(flight), url, TIMEOUT_MS);
                 cluster = client.call("describe_cluster", ProtocolClient.args()).result();
                 coordinatorAddress = protocolAddress(flight);
                 return client;
@@ -354,7 +354,7 @@ final class Planner {
             int colon = flight.lastIndexOf(':');
             known = FlightDiscovery.protocolAddress(flight.substring(0, colon),
                                                     Integer.parseInt(flight.substring(colon + 1)), url.token,
-                                                    TIMEOUT_MS);
+                                                    url.tls ? Tls.http2(url.caPem) : null, TIMEOUT_MS);
             protocolAddresses.put(flight, known);
         }
         return known;

@@ -27,21 +27,38 @@ public final class ProtocolClient implements Closeable {
     private final DataOutputStream out;
     private long nextId = 1;
 
-    private ProtocolClient(String address, int timeoutMs) throws IOException {
+    private ProtocolClient(String address, boolean tls, String caPem, int timeoutMs) throws IOException {
         this.address = address;
         int colon = address.lastIndexOf(':');
-        socket = new Socket();
-        socket.connect(new InetSocketAddress(address.substring(0, colon), Integer.parseInt(address.substring(colon + 1))),
-                       timeoutMs);
-        socket.setTcpNoDelay(true);
-        socket.setSoTimeout(timeoutMs);
+        String host = address.substring(0, colon);
+        int port = Integer.parseInt(address.substring(colon + 1));
+        Socket plain = new Socket();
+        plain.connect(new InetSocketAddress(host, port), timeoutMs);
+        plain.setTcpNoDelay(true);
+        plain.setSoTimeout(timeoutMs);
+        try {
+            socket = tls ? Tls.wrap(plain, host, port, caPem) : plain;
+        } catch (IOException e) {
+            plain.close();
+            throw Tls.failed("the fabric protocol port at " + address, e);
+        }
         in = new DataInputStream(new BufferedInputStream(socket.getInputStream(), 1 << 16));
         out = new DataOutputStream(new BufferedOutputStream(socket.getOutputStream(), 1 << 16));
     }
 
-    /** A connection to `address` (host:port), said hello to with `token` (null: none). */
+    /** A plaintext connection to `address` (host:port), said hello to with `token` (null: none). */
     public static ProtocolClient connect(String address, String token, int timeoutMs) throws IOException {
-        ProtocolClient client = new ProtocolClient(address, timeoutMs);
+        return connect(address, token, false, null, timeoutMs);
+    }
+
+    /** A connection to `address` of the cluster of `url`: its token, and TLS if it asks for it. */
+    static ProtocolClient connect(String address, FabricUrl url, int timeoutMs) throws IOException {
+        return connect(address, url.token, url.tls, url.caPem, timeoutMs);
+    }
+
+    private static ProtocolClient connect(String address, String token, boolean tls, String caPem, int timeoutMs)
+            throws IOException {
+        ProtocolClient client = new ProtocolClient(address, tls, caPem, timeoutMs);
         try {
             ObjectNode hello = JSON.createObjectNode();
             hello.put("protocol", "fabric");
