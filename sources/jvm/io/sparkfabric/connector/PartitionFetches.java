@@ -131,11 +131,17 @@ final class PartitionFetches implements Closeable {
     /** Where the partition is read now, from fresh metadata; a failure to learn it is left to the next fetch. */
     private void relocate() {
         try {
-            Planner.PartitionAt at = new Planner(task.url()).locate(tp, task.topicId());
+            Planner.PartitionAt at = locate();
             address = at.address();
             leaderEpoch = at.epoch();
         } catch (Exception e) {
             LOG.info("{}: no fresh metadata yet: {}", name, e.getMessage());
+        }
+    }
+
+    private Planner.PartitionAt locate() throws Exception {
+        try (Planner planner = new Planner(task.url())) {
+            return planner.locate(tp, task.topicId());
         }
     }
 
@@ -144,7 +150,7 @@ final class PartitionFetches implements Closeable {
     private boolean skippedLostOffsets() throws IOException {
         long start = Planner.unchecked("read the log start of " + name, () -> Retries.retrying(
             "read the log start of " + name,
-            () -> new Planner(task.url()).locate(tp, task.topicId()).start()));
+            () -> locate().start()));
         if (position >= start) {
             return false;
         }

@@ -3,6 +3,7 @@ package io.sparkfabric.connector;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.Closeable;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -20,12 +21,14 @@ import java.util.concurrent.Callable;
  *  coordinator for a topic kept in its own directory) and their offsets, from the cluster's metadata over the fabric
  *  protocol (`list_topics`, `topic`, `describe_cluster`, `partition_state`, `offset_for_time`, `committed`:
  *  docs/protocol.md), and a stream's group commits (`commit_offsets`). */
-final class Planner {
+final class Planner implements Closeable {
     static final int TIMEOUT_MS = 30_000;
 
     private final FabricUrl url;
     private final Map<String, String> protocolAddresses = new HashMap<>();  // Flight address -> protocol address
+    private final Map<String, ProtocolClient> open = new HashMap<>();  // protocol address -> its connection
     private String coordinatorAddress;  // the protocol address of the active coordinator instance
+    private String coordinatorFlight;  // and its Flight address
     private JsonNode cluster;  // its describe_cluster answer
 
     Planner(FabricUrl url) {
@@ -47,11 +50,11 @@ final class Planner {
     /** The columns of a read of `options`' topics, whose value schemas must be one (its failure named). */
     static Layout layout(ReadOptions options) {
         return unchecked("read the metadata of " + options.subscription().describe(), () -> {
-            Planner planner = new Planner(options.url());
-            try (ProtocolClient coordinator = planner.coordinator()) {
+            try (Planner planner = new Planner(options.url())) {
+                planner.findCoordinator();
                 Map<String, String> schemas = new TreeMap<>();  // topic -> its value schema ("": plain)
-                for (String topic : planner.topics(coordinator, options.subscription(), null, true)) {
-                    JsonNode schema = topicInfo(coordinator, topic).path("value_schema");
+                for (String topic : planner.topics(options.subscription(), null, true)) {
+                    JsonNode schema = planner.topicInfo(topic).path("value_schema");
                     schemas.put(topic, schema.isTextual() ? schema.asText() : "");
                 }
                 if (new HashSet<>(schemas.values()).size() > 1) {
@@ -69,19 +72,19 @@ final class Planner {
         });
     }
 
-    private static JsonNode topicInfo(ProtocolClient coordinator, String topic) throws IOException {
+    private JsonNode topicInfo(String topic) throws IOException {
         ObjectNode name = ProtocolClient.args();
         name.put("name", topic);
-        return coordinator.call("topic", name).result();
+        return call(coordinatorAddress, "topic", name);
     }
 
     /** The topics `subscription` covers now. Those it names must exist, except in a stream that has `read` some
      *  (null: none yet): there those it names or has read that are gone were deleted while it read them, data loss
      *  (with `failOnDataLoss` false, the stream goes on without them). */
-    private List<String> topics(ProtocolClient coordinator, Subscription subscription, Set<String> read,
-                                boolean failOnDataLoss) throws IOException {
+    private List<String> topics(Subscription subscription, Set<String> read, boolean failOnDataLoss)
+            throws IOException {
         List<String> existing = new ArrayList<>();
-        coordinator.call("list_topics", ProtocolClient.args()).result().forEach(t -> existing.add(t.asText()));
+        call(coordinatorAddress, "list_topics", ProtocolClient.args()).forEach(t -> existing.add(t.asText()));
         List<String> topics = subscription.topicNames(existing);
         SortedSet<String> gone = new TreeSet<>(subscription.pattern() == null ? topics : List.of());
         gone.removeAll(existing);
@@ -138,15 +141,14 @@ final class Planner {
     /** Where `tp` is read now (asked once), for a task whose leader moved; InconsistentTopicIdError if its topic is
      *  no longer the one of id `topicId` the task was planned on (deleted, and maybe re-created). */
     PartitionAt locate(TopicPartition tp, String topicId) throws Exception {
-        try (ProtocolClient coordinator = coordinator()) {
-            String now = topicInfo(coordinator, tp.topic()).path("topic_id").asText("");
-            if (!now.equals(topicId)) {
-                throw new FabricException("InconsistentTopicIdError", "topic " + tp.topic() + " was deleted while "
-                    + "this query read it (its id was " + topicId + ", now " + now + "); start over from a new "
-                    + "checkpoint location");
-            }
-            return at(coordinator, tp, topicId, replicated().get(tp), nodes());
+        findCoordinator();
+        String now = topicInfo(tp.topic()).path("topic_id").asText("");
+        if (!now.equals(topicId)) {
+            throw new FabricException("InconsistentTopicIdError", "topic " + tp.topic() + " was deleted while this "
+                + "query read it (its id was " + topicId + ", now " + now + "); start over from a new checkpoint "
+                + "location");
         }
+        return at(tp, topicId, replicated().get(tp), nodes());
     }
 
     /** The cluster's nodes by id, from the last describe_cluster. */
@@ -170,36 +172,34 @@ final class Planner {
 
     /** The partitions read now, asked once. */
     private Snapshot current(Subscription subscription, Set<String> read, boolean failOnDataLoss) throws Exception {
-        try (ProtocolClient coordinator = coordinator()) {
-            Map<Integer, JsonNode> nodes = nodes();
-            Map<TopicPartition, JsonNode> replicated = replicated();
-            List<PartitionAt> partitions = new ArrayList<>();
-            for (String topic : topics(coordinator, subscription, read, failOnDataLoss)) {
-                JsonNode info = topicInfo(coordinator, topic);
-                int count = info.path("partitions").asInt();
-                for (TopicPartition tp : subscription.assigned()) {
-                    if (tp.topic().equals(topic) && tp.partition() >= count) {
-                        throw new IllegalArgumentException("assign names " + tp + ", but topic '" + topic
-                                                           + "' has partitions 0.." + (count - 1));
-                    }
-                }
-                for (int partition = 0; partition < count; partition++) {
-                    if (subscription.covers(topic, partition)) {
-                        TopicPartition tp = new TopicPartition(topic, partition);
-                        partitions.add(at(coordinator, tp, info.path("topic_id").asText(""), replicated.get(tp),
-                                          nodes));
-                    }
+        findCoordinator();
+        Map<Integer, JsonNode> nodes = nodes();
+        Map<TopicPartition, JsonNode> replicated = replicated();
+        List<PartitionAt> partitions = new ArrayList<>();
+        for (String topic : topics(subscription, read, failOnDataLoss)) {
+            JsonNode info = topicInfo(topic);
+            int count = info.path("partitions").asInt();
+            for (TopicPartition tp : subscription.assigned()) {
+                if (tp.topic().equals(topic) && tp.partition() >= count) {
+                    throw new IllegalArgumentException("assign names " + tp + ", but topic '" + topic
+                                                       + "' has partitions 0.." + (count - 1));
                 }
             }
-            return new Snapshot(partitions);
+            for (int partition = 0; partition < count; partition++) {
+                if (subscription.covers(topic, partition)) {
+                    TopicPartition tp = new TopicPartition(topic, partition);
+                    partitions.add(at(tp, info.path("topic_id").asText(""), replicated.get(tp), nodes));
+                }
+            }
         }
+        return new Snapshot(partitions);
     }
 
     /** One partition now: at the coordinator when it has no `registration` (a topic it keeps), else at its leader. */
-    private PartitionAt at(ProtocolClient coordinator, TopicPartition tp, String topicId, JsonNode registration,
-                           Map<Integer, JsonNode> nodes) throws Exception {
+    private PartitionAt at(TopicPartition tp, String topicId, JsonNode registration, Map<Integer, JsonNode> nodes)
+            throws Exception {
         if (registration == null) {
-            JsonNode state = coordinator.call("partition_state", partitionArgs(tp)).result();
+            JsonNode state = call(coordinatorAddress, "partition_state", partitionArgs(tp));
             return new PartitionAt(tp, state.path("start_offset").asLong(), state.path("end_offset").asLong(),
                                    state.path("size_bytes").asLong(), coordinatorAddress, -1, topicId, new String[0],
                                    new Racks.Follower[0]);
@@ -251,11 +251,10 @@ final class Planner {
         ArrayNode names = args.putArray("topics");
         topics.forEach(names::add);
         Map<TopicPartition, Long> out = new HashMap<>();
-        try (ProtocolClient coordinator = coordinator()) {
-            for (JsonNode row : coordinator.call("committed", args).result()) {
-                out.put(new TopicPartition(row.path("topic").asText(), row.path("partition").asInt()),
-                        row.path("offset").asLong());
-            }
+        findCoordinator();
+        for (JsonNode row : call(coordinatorAddress, "committed", args)) {
+            out.put(new TopicPartition(row.path("topic").asText(), row.path("partition").asInt()),
+                    row.path("offset").asLong());
         }
         return out;
     }
@@ -266,20 +265,53 @@ final class Planner {
         args.put("group", group);
         ArrayNode rows = args.putArray("offsets");
         offsets.forEach((tp, offset) -> rows.addArray().add(tp.topic()).add(tp.partition()).add(offset));
-        try (ProtocolClient coordinator = coordinator()) {
-            coordinator.call("commit_offsets", args);
-        }
+        findCoordinator();
+        call(coordinatorAddress, "commit_offsets", args);
     }
 
+    /** `type`'s answer from the server at `address`, over this planner's connection to it (opened on first use,
+     *  kept for the next calls: a stream plans every micro-batch). A kept connection that fails is replaced by a new
+     *  one once (the server may have closed it; every request here may be made twice); a new one that fails is
+     *  forgotten with the server's protocol address (a node restarted may serve the protocol on another port). */
     private JsonNode call(String address, String type, ObjectNode args) throws IOException {
-        try (ProtocolClient server = ProtocolClient.connect(address, url, TIMEOUT_MS)) {
-            return server.call(type, args).result();
+        ProtocolClient kept = open.remove(address);
+        if (kept != null) {
+            try {
+                JsonNode result = kept.call(type, args).result();
+                open.put(address, kept);
+                return result;
+            } catch (FabricException e) {
+                open.put(address, kept);  // answered: the connection is sound
+                throw e;
+            } catch (IOException e) {
+                kept.close();
+            }
+        }
+        ProtocolClient server = null;
+        try {
+            server = ProtocolClient.connect(address, url, TIMEOUT_MS);
+            JsonNode result = server.call(type, args).result();
+            open.put(address, server);
+            return result;
         } catch (FabricException e) {
+            open.put(address, server);
             throw e;
-        } catch (IOException e) {  // no answer: a node restarted may serve the protocol on another port
+        } catch (IOException e) {
+            if (server != null) {
+                server.close();
+            }
             protocolAddresses.values().remove(address);
             throw e;
         }
+    }
+
+    /** Closes the connections this planner kept open. */
+    @Override
+    public void close() throws IOException {
+        for (ProtocolClient server : open.values()) {
+            server.close();
+        }
+        open.clear();
     }
 
     private static ObjectNode leaderArgs(TopicPartition tp, int epoch, String topicId) {
@@ -319,29 +351,27 @@ final class Planner {
         return out.toArray(new String[0]);
     }
 
-    /** A connection to the active coordinator instance (a standby refuses with NotActiveCoordinator), its
-     *  metadata read. */
-    private ProtocolClient coordinator() throws Exception {
+    /** Finds the active coordinator instance (a standby refuses with NotActiveCoordinator), the last one found
+     *  first, and reads the cluster's metadata from it. */
+    private void findCoordinator() throws Exception {
         Exception last = null;
-        for (String flight : url.addresses) {
-            ProtocolClient client = null;
+        List<String> order = new ArrayList<>(url.addresses);
+        if (coordinatorFlight != null && order.remove(coordinatorFlight)) {
+            order.add(0, coordinatorFlight);
+        }
+        for (String flight : order) {
             try {
-                client = ProtocolClient.connect(protocolAddress(flight), url, TIMEOUT_MS);
-                cluster = client.call("describe_cluster", ProtocolClient.args()).result();
-                coordinatorAddress = protocolAddress(flight);
-                return client;
+                String address = protocolAddress(flight);
+                cluster = call(address, "describe_cluster", ProtocolClient.args());
+                coordinatorAddress = address;
+                coordinatorFlight = flight;
+                return;
             } catch (FabricException e) {
-                if (client != null) {
-                    client.close();
-                }
                 if (!"NotActiveCoordinator".equals(e.type())) {
                     throw e;
                 }
                 last = e;
             } catch (Exception e) {  // not answering: the next instance
-                if (client != null) {
-                    client.close();
-                }
                 last = e;
             }
         }

@@ -69,7 +69,12 @@ final class TopicScan implements ScanBuilder, SupportsPushDownRequiredColumns, S
 
     /** The tasks from the starting to the ending offsets, the end of each partition at or after its start. */
     private List<FabricInputPartition> plan() throws Exception {
-        Planner planner = new Planner(options.url());
+        try (Planner planner = new Planner(options.url())) {
+            return plan(planner);
+        }
+    }
+
+    private List<FabricInputPartition> plan(Planner planner) throws Exception {
         Planner.Snapshot now = planner.snapshot(options.subscription());
         Map<TopicPartition, Long> from = Positions.resolve(options.starting(false), now, planner, options,
                                                            "startingOffsets");

@@ -1,5 +1,6 @@
 package io.sparkfabric.connector;
 
+import java.io.IOException;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -192,6 +193,11 @@ final class TopicStream implements MicroBatchStream, SupportsTriggerAvailableNow
 
     @Override
     public void stop() {
+        try {
+            planner.close();
+        } catch (IOException e) {
+            LOG.warn("closing the stream's connections: {}", e.getMessage());
+        }
     }
 
     /** What a query's progress names the source (its `description`). */
