@@ -14,13 +14,15 @@ log = logging.getLogger(__name__)
 
 class LocalCluster:
     """A coordinator (SQLite store, under root/coordinator; or `instances` of them sharing that directory, over
-    the zk:// `store`) and data nodes 1..`nodes` (root/node<i>), declared dead `session_timeout_ms` after their last
-    heartbeat (sent every `heartbeat_ms`); `coordinator_extra` are more coordinator options. Use as a context
+    the zk:// `store`) and data nodes 1..`nodes` (root/node<i>, on loopback address `hosts[i - 1]` when given, else
+    127.0.0.1), declared dead `session_timeout_ms` after their last heartbeat (sent every `heartbeat_ms`);
+    `coordinator_extra` are more coordinator options. Use as a context
     manager: every process is stopped on the way out, also on Ctrl-C or an error."""
 
     def __init__(self, root: str, nodes: int, session_timeout_ms: int, heartbeat_ms: int,
-                 coordinator_extra: tuple[str, ...] = (), instances: int = 1, store: str | None = None) -> None:
-        self.root, self.count = root, nodes
+                 coordinator_extra: tuple[str, ...] = (), instances: int = 1, store: str | None = None,
+                 hosts: tuple[str, ...] = ()) -> None:
+        self.root, self.count, self.hosts = root, nodes, hosts
         self.session_timeout_ms, self.heartbeat_ms = session_timeout_ms, heartbeat_ms
         self.coordinators = [CoordinatorProcess(os.path.join(root, "coordinator"), store=store, extra=(
             "--node-session-timeout-ms", str(session_timeout_ms), *coordinator_extra)) for _ in range(instances)]
@@ -47,7 +49,8 @@ class LocalCluster:
         for coordinator in self.coordinators:
             coordinator.start()
         for i in range(1, self.count + 1):
-            self.nodes[i] = NodeProcess(i, os.path.join(self.root, f"node{i}"), self.url, extra=self._node_options(i))
+            self.nodes[i] = NodeProcess(i, os.path.join(self.root, f"node{i}"), self.url, extra=self._node_options(i),
+                                        host=self.hosts[i - 1] if self.hosts else "127.0.0.1")
             self.nodes[i].start()
         log.info("cluster %s: %d nodes", self.url, self.count)
         return self
@@ -57,7 +60,7 @@ class LocalCluster:
         old = self.nodes[node_id]
         old.stop()
         self.nodes[node_id] = NodeProcess(node_id, old.data_dir, self.url, port=old.port,
-                                          extra=self._node_options(node_id))
+                                          extra=self._node_options(node_id), host=old.address.rpartition(":")[0])
         return self.nodes[node_id].start()
 
     def close(self) -> None:

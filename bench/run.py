@@ -7,7 +7,7 @@ from bench.report import progress
 
 SUITES = ["bench.log_bench", "bench.append_bench", "bench.request_bench", "bench.coordinator_bench",
           "bench.offsets_bench", "bench.cluster_bench", "bench.latency_trace",
-          "bench.spark_bench", "bench.spark_cluster_bench"]
+          "bench.spark_bench", "bench.spark_cluster_bench", "bench.locality_bench"]
 
 
 def main() -> None:

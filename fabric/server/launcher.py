@@ -1,4 +1,5 @@
-"""Real server processes on free 127.0.0.1 ports (tests, benchmarks and `fabric cluster up`): coordinator
+"""Real server processes on free ports of 127.0.0.1, or of another loopback address given as `host` (a benchmark
+that gives each node a host of its own), for tests, benchmarks and `fabric cluster up`: coordinator
 instances (`python -m fabric.server.service`) and data nodes (`python -m fabric.server.node`).
 `start()` returns once the process answers a Flight call (a node: once it has registered); `kill()` SIGKILLs
 it, `stop()` terminates it. A process's own token goes to it in its environment ($FABRIC_TOKEN), never on its
@@ -28,10 +29,11 @@ class ServerProcess:
     kind = "server"
 
     def __init__(self, data_dir: str, port: int | None = None, tls: tuple[str, str] | None = None,
-                 extra: tuple[str, ...] = (), log_dir: str | None = None, token: str | None = None) -> None:
+                 extra: tuple[str, ...] = (), log_dir: str | None = None, token: str | None = None,
+                 host: str = "127.0.0.1") -> None:
         self.data_dir, self.tls, self.extra, self.token = data_dir, tls, extra, token
         self.port = port or free_port()
-        self.address = f"127.0.0.1:{self.port}"
+        self.address = f"{host}:{self.port}"
         self.log_path = os.path.join(log_dir or data_dir, f"{self.kind}-{self.port}.log")
         self.process: subprocess.Popen | None = None
 
@@ -168,8 +170,8 @@ class NodeProcess(ServerProcess):
 
     def __init__(self, node_id: int, data_dir: str, coordinator: str, port: int | None = None,
                  tls: tuple[str, str] | None = None, extra: tuple[str, ...] = (), log_dir: str | None = None,
-                 token: str | None = None) -> None:
-        super().__init__(data_dir, port, tls, extra, log_dir, token)
+                 token: str | None = None, host: str = "127.0.0.1") -> None:
+        super().__init__(data_dir, port, tls, extra, log_dir, token, host)
         self.node_id, self.coordinator = node_id, coordinator
 
     def command(self) -> list[str]:

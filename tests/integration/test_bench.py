@@ -102,3 +102,16 @@ def test_spark_cluster_benchmark_reports_every_path_goal_and_latency(repo_root, 
     for where in ("cluster", "file"):
         figures = results["latency"][where]
         assert figures["records"] == 20 and 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"]
+
+
+@pytest.mark.skipif(jar.path() is None, reason="the JVM reader is not built (no javac): make install")
+def test_locality_benchmark_reports_where_each_readers_tasks_ran(repo_root, tmp_path) -> None:
+    """A Spark standalone cluster whose workers are on two of the three nodes' loopback hosts: every task of both
+    readers is counted, with its locality level, against where its partition's replica is."""
+    results = run_suite(repo_root, tmp_path, "bench.locality_bench", ["--records", "600", "--repeats", "1"],
+                        "locality")
+    assert results["worker_hosts"] == results["node_hosts"][:2]
+    for reader in ("jvm", "python"):
+        figures = results["readers"][reader]
+        assert figures["tasks"] == 6 and 0 <= figures["on_replica_host"] <= figures["tasks"]
+        assert sum(figures["locality_levels"].values()) == 6 and figures["seconds_per_read"] > 0
