@@ -53,6 +53,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 PARTITIONS = 2
 ARROW_MAX_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"  # see conf/spark-defaults.conf
 STAMP = struct.Struct("<q")
+WARM_UP_WAIT_S = 2.0  # how long a warm-up record may take before another is sent
 RUNS = itertools.count()  # numbers the outputs (topics, directories) of the runs of one process
 
 
@@ -308,15 +309,15 @@ def latency(spark, url: str, directory: str, rate: float, seconds: float, trigge
             if not real_time:  # a real-time batch reports progress when it ends: the warm-up record says it runs
                 _wait_running(query)
             consumer = fab.consumer(sink, auto_offset_reset="earliest")
-            _produce_stamped(fab, source, 1, rate)  # warm-up: the first batch that carries data starts the workers
-            _consume_stamped(consumer, 1, deadline=time.monotonic() + 120)
+            _warm_up(fab, source, consumer, rate)
+            since = time.perf_counter_ns()  # a warm-up record still on its way is not measured
             sent = int(rate * seconds)
             producer_thread = threading.Thread(target=_produce_stamped, args=(fab, source, sent, rate, flush_each),
                                                daemon=True)
             mode = f"realTime={trigger!r}" if real_time else f"processingTime={trigger!r}"
             with timed(f"latency: {sent} records at {rate:g}/s through a streaming query ({mode})"):
                 producer_thread.start()
-                out = _consume_stamped(consumer, sent, deadline=time.monotonic() + seconds + 60)
+                out = _consume_stamped(consumer, sent, deadline=time.monotonic() + seconds + 60, since=since)
                 producer_thread.join()
             consumer.close()
             phases = _batch_phases(query.recentProgress)
@@ -354,13 +355,30 @@ def _produce_stamped(fab, topic: str, count: int, rate: float, flush_each: bool 
                 producer.flush()
 
 
-def _consume_stamped(consumer, count: int, deadline: float) -> list[float]:
+def _warm_up(fab, topic: str, consumer, rate: float, timeout_s: float = 120.0) -> None:
+    """Send a record to `topic` each WARM_UP_WAIT_S until one reaches `consumer`: the first batch that carries data
+    starts the workers, and a query may not have fixed its starting offsets yet (a record sent before it does is
+    never read: startingOffsets=latest)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        _produce_stamped(fab, topic, 1, rate)
+        if consumer.poll(WARM_UP_WAIT_S):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no warm-up record came through the query within {timeout_s:.0f} s")
+
+
+def _consume_stamped(consumer, count: int, deadline: float, since: int = 0) -> list[float]:
+    """End-to-end latencies (ms) of `count` stamped records, each its receipt minus its stamp; records stamped
+    before `since` (perf counter ns) are not counted."""
     latencies: list[float] = []
     while len(latencies) < count:
         if time.monotonic() > deadline:
             raise AssertionError(f"only {len(latencies)} of {count} records reached lat-out")
         for record in consumer.poll(0.005):
-            latencies.append((time.perf_counter_ns() - STAMP.unpack_from(record.value)[0]) / 1e6)
+            stamp = STAMP.unpack_from(record.value)[0]
+            if stamp >= since:
+                latencies.append((time.perf_counter_ns() - stamp) / 1e6)
     return latencies
 
 
