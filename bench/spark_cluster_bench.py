@@ -387,8 +387,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--trigger", default="0 seconds", help="latency: processingTime trigger (default '0 seconds')")
     parser.add_argument("--realtime-rate", type=float, default=1000.0, help="real-time latency: records sent per "
                         "second, also through the micro-batch peer (default 1000)")
-    parser.add_argument("--realtime-batch", default="1 minute", help="real-time latency: the duration of a real-time "
-                        "batch (trigger realTime; default '1 minute')")
+    parser.add_argument("--realtime-batch", default="10 seconds", help="real-time latency: the duration of a real-time "
+                        "batch (trigger realTime; default '10 seconds': the foreach sink's Python worker gets the last "
+                        "rows of a batch at its end)")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
     args.records -= args.records % PARTITIONS  # every path moves the same records: half in each partition

@@ -1,10 +1,12 @@
-"""Topic -> stateless SQL -> topic in Spark's real-time mode: each record out milliseconds after it came in.
+"""Topic -> stateless SQL -> topic in Spark's real-time mode: long tasks that read each record as it comes.
 
 The input topic (of a fabric:// cluster) is the temporary view `input`, read by the JVM reader; the SQL must be
 stateless (projections, filters) and give the columns of the foreach sink, fabric.sinks.foreach_writer.TopicWriter:
 `value`, optionally `key`, `headers`, `partition`. Real-time mode allows only a few sinks (foreach, Kafka,
 console), so this job writes through foreach: at least once, where jobs/transform.py's micro-batches are exactly
-once. The JVM reader's jar must be on Spark's class path:
+once. Spark hands a Python foreach writer its rows in pickled batches that fill as rows come, and the last ones at
+the end of the real-time batch, so records reach the output topic seconds after they came in, not milliseconds
+(docs/performance.md). The JVM reader's jar must be on Spark's class path:
 
     spark-submit --jars "$(python -m fabric.spark.jar)" jobs/realtime.py --url fabric://host:9092 \\
         --checkpoint /ckpt/rt --input clicks --output alerts --sql "SELECT key, value FROM input WHERE key = 'x'"
@@ -21,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--output", required=True, help="topic to write (must exist)")
     p.add_argument("--sql", default="SELECT key, value, partition FROM input",
                    help="a stateless query over the view `input`")
-    p.add_argument("--batch-duration", default="1 minute",
+    p.add_argument("--batch-duration", default="10 seconds",
                    help="how long each real-time batch reads before its offsets are checkpointed")
     args = p.parse_args(argv)
     spark = session("fabric-realtime")

@@ -4,6 +4,9 @@ It is the fabric's sink for real-time mode (`trigger(realTime=...)`), whose sink
 Kafka, console, a memory sink) but no data source's sink, so format("fabric") cannot be one. Columns as the
 fabric sink's: `value` (binary or string), optional `key` (binary or string), `headers` and `partition`.
 
+Latency: Spark feeds a Python foreach writer rows in pickled batches that fill as rows come, and the last ones
+when the real-time batch ends, so records arrive seconds after they were written (docs/performance.md).
+
 Guarantee: at least once. A record is sent as soon as Spark hands its row over (linger 0) and each task's records
 are acknowledged (acks=all) before the task ends. A task that fails, or a query restarted from its checkpoint,
 writes again the records of its unfinished real-time batch: readers may see those twice. The micro-batch sink,
