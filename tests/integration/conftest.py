@@ -126,14 +126,22 @@ def zk_url(zookeeper_server: ZooKeeperServer) -> str:
 
 # -- coordinator service processes ----------------------------------------------------------------------------
 @pytest.fixture
-def tls_files(tmp_path) -> tuple[str, str]:
-    """(certificate, key) PEM files of a self-signed certificate for 127.0.0.1 (made with openssl), for a server's
-    --tls-cert / --tls-key and a client's ?ca=."""
-    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
-    return cert, key
+def self_signed(tmp_path) -> Callable[[str], tuple[str, str]]:
+    """self_signed(name) → (certificate, key) PEM files tmp_path/<name>.pem and <name>.key of a new self-signed
+    certificate for 127.0.0.1 (made with openssl), for a server's --tls-cert / --tls-key and a client's ?ca=."""
+    def make(name: str) -> tuple[str, str]:
+        cert, key = str(tmp_path / f"{name}.pem"), str(tmp_path / f"{name}.key")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                        "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
+                        "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+        return cert, key
+    return make
+
+
+@pytest.fixture
+def tls_files(self_signed) -> tuple[str, str]:
+    """(certificate, key) of a self-signed certificate for 127.0.0.1 (self_signed)."""
+    return self_signed("cert")
 
 
 @pytest.fixture

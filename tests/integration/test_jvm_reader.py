@@ -203,7 +203,7 @@ def test_the_jvm_reader_refuses_a_url_it_cannot_read(spark, shared_cluster, topi
         reader.load().collect()
 
 
-def test_the_jvm_reader_reads_a_tls_cluster_and_checks_its_certificate(spark, node_cluster, tls_files, tmp_path,
+def test_the_jvm_reader_reads_a_tls_cluster_and_checks_its_certificate(spark, node_cluster, tls_files, self_signed,
                                                                        monkeypatch) -> None:
     """fabric+tls://: format("fabric") reads a cluster that serves TLS only with the JVM reader, its Flight status
     call and protocol connections checked against the URL's CA (?ca=, read on the driver); a CA that did not sign the
@@ -219,10 +219,7 @@ def test_the_jvm_reader_reads_a_tls_cluster_and_checks_its_certificate(spark, no
     df = spark.read.format("fabric").options(url=f"{cluster.url}?ca={cert}", subscribe="sealed").load()
     assert sorted(r.value for r in df.collect()) == sorted(b"s-%d" % i for i in range(20))
     assert "fabric JVM reader" in df._jdf.queryExecution().executedPlan().toString()
-    other = tmp_path / "other.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                    "-keyout", str(tmp_path / "other.key"), "-out", str(other), "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    other, _ = self_signed("other")  # a CA that signed nothing the servers hold
     refused = "TLS with the Flight port at 127.0.0.1:[0-9]+ failed: Path does not chain with any of the trust anchors"
     with pytest.raises(Exception, match=refused):
         spark.read.format("fabric").options(url=f"{cluster.url}?ca={other}", subscribe="sealed").load().collect()
