@@ -277,30 +277,37 @@ final class Planner implements Closeable {
         ProtocolClient kept = open.remove(address);
         if (kept != null) {
             try {
-                JsonNode result = kept.call(type, args).result();
-                open.put(address, kept);
-                return result;
+                return answer(address, kept, type, args);
             } catch (FabricException e) {
-                open.put(address, kept);  // answered: the connection is sound
                 throw e;
             } catch (IOException e) {
-                kept.close();
+                kept.close();  // the server may have closed it: once more, anew
             }
         }
         ProtocolClient server = null;
         try {
             server = ProtocolClient.connect(address, url, TIMEOUT_MS);
-            JsonNode result = server.call(type, args).result();
-            open.put(address, server);
-            return result;
+            return answer(address, server, type, args);
         } catch (FabricException e) {
-            open.put(address, server);
             throw e;
         } catch (IOException e) {
             if (server != null) {
                 server.close();
             }
             protocolAddresses.values().remove(address);
+            throw e;
+        }
+    }
+
+    /** `type`'s answer over `server`, which is kept for the next call once it answered (a refusal too: the
+     *  connection is sound). */
+    private JsonNode answer(String address, ProtocolClient server, String type, ObjectNode args) throws IOException {
+        try {
+            JsonNode result = server.call(type, args).result();
+            open.put(address, server);
+            return result;
+        } catch (FabricException e) {
+            open.put(address, server);
             throw e;
         }
     }
