@@ -66,8 +66,8 @@ final class PartitionFetches implements Closeable {
                 failure = e;
             } catch (IOException e) {  // no answer: the server is down or paused; the controller moves the leader
                 failure = new IOException("the server of " + name + " at " + address + " did not answer: " + e, e);
+                disconnect();  // a refusal leaves the connection sound: call() moves it if the leader moved
             }
-            disconnect();
             if (!retries.again(failure)) {
                 if (failure instanceof FabricException refusal && "OffsetNotAvailableError".equals(refusal.type())) {
                     DataLoss.report("offsets " + position + " to " + (task.until() - 1) + " of topic '" + task.topic()
