@@ -18,6 +18,11 @@ final class DataLoss {
                + start;
     }
 
+    /** How to name a topic deleted while a stream read it. */
+    static String topicDeleted(String topic) {
+        return "topic '" + topic + "' was deleted while the query was reading it";
+    }
+
     static void report(String lost, boolean failOnDataLoss) {
         if (failOnDataLoss) {
             throw new IllegalStateException(new FabricException("DataLossError", lost + ". Some data may have been "

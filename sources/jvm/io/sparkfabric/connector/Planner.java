@@ -98,7 +98,7 @@ final class Planner implements Closeable {
             read.stream().filter(t -> !existing.contains(t)).forEach(gone::add);
         }
         for (String topic : gone) {
-            DataLoss.report("topic '" + topic + "' was deleted while the query was reading it", failOnDataLoss);
+            DataLoss.report(DataLoss.topicDeleted(topic), failOnDataLoss);
         }
         return topics.stream().filter(t -> !gone.contains(t)).toList();
     }
@@ -177,7 +177,16 @@ final class Planner implements Closeable {
         Map<TopicPartition, JsonNode> replicated = replicated();
         List<PartitionAt> partitions = new ArrayList<>();
         for (String topic : topics(subscription, read, failOnDataLoss)) {
-            JsonNode info = topicInfo(topic);
+            JsonNode info;
+            try {
+                info = topicInfo(topic);
+            } catch (FabricException e) {  // listed a moment ago, deleted since: as `topics` finds a deletion
+                if (read == null || !"UnknownTopicError".equals(e.type())) {
+                    throw e;
+                }
+                DataLoss.report(DataLoss.topicDeleted(topic), failOnDataLoss);
+                continue;
+            }
             int count = info.path("partitions").asInt();
             for (TopicPartition tp : subscription.assigned()) {
                 if (tp.topic().equals(topic) && tp.partition() >= count) {
