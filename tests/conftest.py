@@ -273,10 +273,11 @@ class ReplicaKit:
     def __init__(self, storage: StorageKit) -> None:
         self.storage = storage
 
-    def open(self, directory: str, **config) -> Log:
-        """A replica-mode Log over `directory` (CONFIG, overridden by `config`, Kafka names with '_')."""
+    def open(self, directory: str, recent_bytes: int = 0, **config) -> Log:
+        """A replica-mode Log over `directory` (CONFIG, overridden by `config`, Kafka names with '_'), keeping up
+        to `recent_bytes` of the frames it writes in memory as a node's does (none by default)."""
         overrides = {k.replace("_", "."): v for k, v in {**self.CONFIG, **config}.items()}
-        return Log(directory, self.storage.SCHEMA, TopicConfig(overrides), replica=True)
+        return Log(directory, self.storage.SCHEMA, TopicConfig(overrides), replica=True, recent_bytes=recent_bytes)
 
     def lead(self, log: Log, epoch: int, batches: int, tag: str = "") -> list[int]:
         """Append `batches` batches of 1..3 records as the leader of `epoch`; their base offsets."""

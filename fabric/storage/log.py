@@ -40,6 +40,7 @@ from fabric.storage.marker import (
     write_marker,
 )
 from fabric.storage.producer_state import ProducerStateTable
+from fabric.storage.recent_frames import RecentFrames
 from fabric.storage.recovery import RecoveryReport
 from fabric.storage.replica_frames import check_copied
 from fabric.storage.scan import Frame
@@ -78,11 +79,15 @@ class Log(LogTail):
       or invalid tail. Only truncate_to, as the leader-epoch protocol decides, removes valid frames. A leader
       stamps its epoch on what it appends (append(leader_epoch=)); a follower appends its leader's frames byte
       for byte (append_frames).
+
+    A log that only its own process writes (`recent_bytes` > 0: a data node's, whose directory the node owns)
+    keeps the frames it wrote last in memory (recent_frames) and serves read_frames from them: a leader answers
+    its followers at the tail without reading back what it just wrote.
     """
 
     def __init__(self, directory: str, schema: pa.Schema, config: TopicConfig,
                  resolve_pending: Callable[[str], bool] | None = None, clock: Clock = SYSTEM_CLOCK,
-                 replica: bool = False) -> None:
+                 replica: bool = False, recent_bytes: int = 0) -> None:
         self.directory = directory
         self._name = f"{os.path.basename(os.path.dirname(directory))}-{os.path.basename(directory)}"
         self.replica = replica
@@ -100,6 +105,8 @@ class Log(LogTail):
         self._tail_epoch = -1
         self._recovered = False
         self._memory_end: tuple[bytes, int] | None = None  # (watermark bytes, end) recovered but not written
+        # where this process alone writes the directory (a node's), reads at the tail are answered from memory
+        self.recent = RecentFrames(recent_bytes) if recent_bytes > 0 else None
         self.last_recovery: RecoveryReport | None = None
         self._epochs: LeaderEpochCache | None = None  # loaded on first use (embedded logs never use it)
         self._producers: ProducerStateTable | None = None  # built on an idempotent producer's first append
@@ -258,7 +265,9 @@ class Log(LogTail):
             self.leader_epochs.assign(leader_epoch, base)
         with self._recover_on_failure():
             header = frame.seal(template, payload, base, **(fields or {}))
-            self.write_frame(header, payload, active)
+            active = self.write_frame(header, payload, active)
+            if self.recent is not None:  # (a follower's copied frames are not kept: they point into its fetch)
+                self.recent.wrote(active.base_offset, header, payload)
             self.commit(base + header.record_count)
             self._took(header)
         return base
@@ -356,6 +365,8 @@ class Log(LogTail):
             end = self.tail_end()
             if offset >= end:
                 return False
+            if self.recent is not None:
+                self.recent.clear()
             active = truncation.truncate(self, offset, end)
             self._producers = self._txns = None
             self.remember_tail(active, offset)
@@ -487,7 +498,8 @@ class Log(LogTail):
         (default: the log end), from one segment, about `max_bytes` (at least one frame): what a leader serves a
         follower, which appends them with append_frames. Empty at the end; CorruptRecordError if the first frame
         is damaged (the frames before damage are returned first). `within`: the log_range the caller read in this
-        request (the files are not looked at again)."""
+        request (the files are not looked at again). A node's log answers from the frames it wrote last where
+        they hold `offset` (`recent`: the same bytes, not read back)."""
         return reader.read_frames(self, offset, max_bytes, end_offset, within)
 
     def offset_for_time(self, timestamp_us: int) -> int | None:

@@ -17,6 +17,7 @@ from fabric.common.names import validate_topic
 from fabric.common.records import storage_schema
 from fabric.common.types import TopicInfo, TopicPartition
 from fabric.storage.log import Log
+from fabric.storage.recent_frames import RECENT_BYTES
 
 INTERNAL_DIR = "__fabric"
 
@@ -24,7 +25,8 @@ INTERNAL_DIR = "__fabric"
 class LogManager:
     """The logs under `root`, opened on demand and cached per (topic, partition) while the topic's metadata is
     unchanged. `transaction_committed` decides whether a dead publish's frames are rolled forward; `replica`
-    opens every log in replica mode (a data node's, see Log)."""
+    opens every log in replica mode (a data node's, see Log), keeping the frames each wrote last in memory: the
+    node's process alone writes its directory."""
 
     def __init__(self, root: str, transaction_committed: Callable[[str], bool], replica: bool = False) -> None:
         self.root = os.path.abspath(root)
@@ -56,7 +58,8 @@ class LogManager:
                 self._logs[(info.name, partition)] = (info, cached[1])  # the same metadata, read again
                 return cached[1]
             log = Log(os.path.join(self.topic_dir(info.name), str(partition)), storage_schema(info.value_schema),
-                      TopicConfig(info.config), self._transaction_committed, replica=self.replica)
+                      TopicConfig(info.config), self._transaction_committed, replica=self.replica,
+                      recent_bytes=RECENT_BYTES if self.replica else 0)
             self._logs[(info.name, partition)] = (info, log)
             return log
 

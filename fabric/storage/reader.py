@@ -84,6 +84,9 @@ def read_frames(plog: Log, offset: int, max_bytes: int, end_offset: int | None =
     segs, end = _range(plog, offset, end_offset, within)
     if offset >= end or not segs:
         return pa.py_buffer(b"")
+    kept = plog.recent.read(segs[-1].base_offset, offset, end, max_bytes) if plog.recent is not None else None
+    if kept is not None:
+        return kept
     bases = [s.base_offset for s in segs]
     i = max(bisect.bisect_right(bases, offset) - 1, 0)
     limit = min(end, bases[i + 1]) if i + 1 < len(segs) else end

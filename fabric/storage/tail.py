@@ -23,6 +23,7 @@ from fabric.storage.index_repair import IndexRepair
 from fabric.storage.leader_epochs import LeaderEpochCache
 from fabric.storage.lock import PartitionLock
 from fabric.storage.producer_state import ProducerStateTable
+from fabric.storage.recent_frames import RecentFrames
 from fabric.storage.recovery import Recovery, RecoveryReport
 from fabric.storage.segment import Segment
 from fabric.storage.transactions import TransactionState
@@ -62,6 +63,7 @@ class LogTail:
     _tail_epoch: int  # the lock's epoch in which _tail_state was last checked against the files
     _recovered: bool
     _memory_end: tuple[bytes, int] | None  # (watermark bytes, end) recovered but not written
+    recent: RecentFrames | None  # the frames written last, where this process alone writes the log
     _epochs: LeaderEpochCache | None
     _producers: ProducerStateTable | None
     _txns: TransactionState | None
@@ -118,6 +120,8 @@ class LogTail:
             self._tail_epoch = self.lock.epoch
             return segs[-1]
         self._tail_state = None  # (until recovered: nothing written meanwhile trusts it)
+        if self.recent is not None:
+            self.recent.clear()
         for seg in segs:
             seg.forget_writes()  # another process wrote here, or recovery is about to change the files
         report, active = Recovery(cast("Log", self)).run()
@@ -159,6 +163,8 @@ class LogTail:
         """Drop the cached tail state, leader epochs and producer state, so the next writer recovers them from the
         files (after a write or publish that failed part-way)."""
         self._tail_state, self._epochs, self._producers, self._txns = None, None, None, None
+        if self.recent is not None:
+            self.recent.clear()
 
     @writes
     def write_frame(self, header: FrameHeader, payload: pa.Buffer | bytes, active: Segment | None = None) -> Segment:

@@ -1,0 +1,93 @@
+"""A node's log answers read_frames at its tail from the frames it wrote last (fabric.storage.recent_frames):
+the same bytes as its files, whatever the offset, size and end asked, and never a frame the files no longer
+hold at that offset (a roll, a truncation, a failed write, a recovery)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fabric.storage import frame
+
+KEPT = 4096  # bytes of frames kept: about 20 of ReplicaKit's small frames
+
+
+def _from_files(replicas, log, offset, max_bytes, end=None):
+    """What a log object with nothing in memory reads at `offset`: the files' frames."""
+    return replicas.open(log.directory).read_frames(offset, max_bytes, end).to_pybytes()
+
+
+@pytest.fixture
+def leader(tmp_path, replicas):
+    log = replicas.open(str(tmp_path / "leader"), recent_bytes=KEPT, segment_bytes=1 << 20)
+    replicas.lead(log, 0, 12)
+    return log
+
+
+@settings(max_examples=60, deadline=None)
+@given(at=st.integers(0, 30), max_bytes=st.integers(1, 3000), end_back=st.integers(0, 10))
+def test_reads_at_the_tail_are_the_files_bytes(tmp_path_factory, replicas, at, max_bytes, end_back):
+    log = replicas.open(str(tmp_path_factory.mktemp("log")), recent_bytes=KEPT, segment_bytes=1 << 20)
+    replicas.lead(log, 0, 12)
+    offset, end = min(at, log.end_offset - 1), max(log.end_offset - end_back, 1)
+    if offset >= end:
+        return
+    assert log.read_frames(offset, max_bytes, end).to_pybytes() == _from_files(replicas, log, offset, max_bytes, end)
+
+
+def test_the_tail_is_served_from_memory(leader, replicas, storage):
+    """A byte flipped in the file after the write: the kept frame is still served whole (its CRC holds), where
+    a read of the file refuses it; what is not kept is read from the file."""
+    frames = storage.committed_frames(leader.directory, leader.end_offset)
+    path, pos, header, _ = frames[-1]
+    with open(path, "r+b") as f:
+        f.seek(pos + frame.HEADER_SIZE + 3)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    served = frame.split_frames(leader.read_frames(header.base_offset, 1 << 20))
+    assert [h.base_offset for h, _ in served] == [header.base_offset]
+    assert frame.split_frames(leader.read_frames(0, 1 << 20))[0][0].base_offset == 0
+
+
+def test_only_the_last_frames_are_kept_and_older_ones_come_from_the_files(tmp_path, replicas):
+    log = replicas.open(str(tmp_path), recent_bytes=2000, segment_bytes=1 << 20)
+    bases = replicas.lead(log, 0, 30)
+    assert log.recent is not None and log.recent.read(log.active_base, bases[-1], log.end_offset, 1) is not None
+    assert log.recent.read(log.active_base, 0, log.end_offset, 1) is None
+    assert log.read_frames(0, 1 << 20).to_pybytes() == _from_files(replicas, log, 0, 1 << 20)
+
+
+def test_a_roll_keeps_only_the_new_segments_frames(tmp_path, replicas):
+    log = replicas.open(str(tmp_path), recent_bytes=KEPT)  # ReplicaKit's segments hold a frame or two
+    bases = replicas.lead(log, 0, 8)
+    assert log.recent is not None and log.recent.segment_base == log.active_base
+    for offset in bases:
+        assert log.read_frames(offset, 1 << 20).to_pybytes() == _from_files(replicas, log, offset, 1 << 20)
+
+
+def test_a_truncation_forgets_the_kept_frames(leader, replicas):
+    """The new frames written at the truncated offsets are served, not the ones they replaced."""
+    bases = [h.base_offset for h, _ in frame.split_frames(leader.read_frames(0, 1 << 20))]
+    cut = bases[-4]
+    assert leader.truncate_to(cut)
+    assert leader.read_frames(cut, 1 << 20).size == 0
+    replicas.lead(leader, 1, 3, tag="after")
+    served = leader.read_frames(cut, 1 << 20)
+    assert served.to_pybytes() == _from_files(replicas, leader, cut, 1 << 20)
+    assert {h.leader_epoch for h, _ in frame.split_frames(served)} == {1}
+
+
+def test_a_failed_write_forgets_the_kept_frames(leader):
+    assert leader.recent is not None and leader.recent.segment_base >= 0
+    leader.forget_tail()  # what a write that failed part-way does (Log._recover_on_failure)
+    assert leader.recent.segment_base == -1 and leader.recent.read(leader.active_base or 0, 0, 1, 1) is None
+
+
+def test_an_embedded_log_keeps_nothing(tmp_path, storage):
+    """Other processes may write a `file://` log: it reads its files every time."""
+    log = storage.open_log(str(tmp_path))
+    storage.fill(log, 3)
+    assert log.recent is None
