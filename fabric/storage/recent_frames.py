@@ -8,6 +8,7 @@ Only a log whose directory one process owns keeps them (a data node's: LogManage
 from __future__ import annotations
 
 import bisect
+import threading
 
 import pyarrow as pa
 
@@ -23,15 +24,22 @@ class RecentFrames:
 
     Invariant (checked in `wrote`): the frames are contiguous, each starting where the one before ended, and are
     the bytes at their offsets in that segment's file. Whatever may change those bytes otherwise (a recovery, a
-    truncation, a write that failed part-way) calls `clear`; a roll starts over with the new segment.
+    truncation, a write that failed part-way) calls `clear`; a roll starts over with the new segment. Readers
+    (without the partition lock) and the writer take `_guard`, so a read sees the frames before or after a write.
     """
 
     def __init__(self, max_bytes: int = RECENT_BYTES) -> None:
         self.max_bytes = max_bytes
+        self._guard = threading.Lock()
         self.clear()
 
     def clear(self) -> None:
         """Forget every frame: reads go to the files until the next write."""
+        with self._guard:
+            self._forget()
+
+    def _forget(self) -> None:
+        """clear(), the guard held."""
         self.segment_base = -1
         self._bases: list[int] = []
         self._ends: list[int] = []
@@ -40,12 +48,17 @@ class RecentFrames:
 
     def wrote(self, segment_base: int, header: FrameHeader, payload: pa.Buffer | bytes) -> None:
         """Keep the frame just written at the end of the segment based at `segment_base` (lock held)."""
-        if header.size > min(self.max_bytes, LARGEST):
-            self.clear()
-            return
-        if segment_base != self.segment_base or (self._ends and self._ends[-1] != header.base_offset):
-            self.clear()  # a roll, or frames written past what is kept (not contiguous: start over)
-            self.segment_base = segment_base
+        with self._guard:
+            if header.size > min(self.max_bytes, LARGEST):
+                self._forget()
+                return
+            if segment_base != self.segment_base or (self._ends and self._ends[-1] != header.base_offset):
+                self._forget()  # a roll, or frames written past what is kept (not contiguous: start over)
+                self.segment_base = segment_base
+            self._keep(header, payload)
+
+    def _keep(self, header: FrameHeader, payload: pa.Buffer | bytes) -> None:
+        """Add the frame after the last kept one and drop the oldest beyond max_bytes (guard held)."""
         self._bases.append(header.base_offset)
         self._ends.append(header.next_offset)
         self._frames.append((header, payload))
@@ -61,16 +74,17 @@ class RecentFrames:
         """The kept frames from the one holding `offset`, those starting below `end`, about `max_bytes` (at least
         one frame), as Log.read_frames gives them, if `offset` lies in what is kept of the active segment (based
         at `segment_base` in the caller's look at the log); else None (read the files)."""
-        if segment_base != self.segment_base or not self._bases or not self._bases[0] <= offset < self._ends[-1]:
-            return None
-        i = bisect.bisect_right(self._ends, offset)
         parts: list[pa.Buffer | bytes] = []
-        budget = max_bytes
-        while i < len(self._bases) and self._bases[i] < end:
-            header, payload = self._frames[i]
-            parts += (header.pack(), payload)
-            budget -= header.size
-            i += 1
-            if budget <= 0:
-                break
+        with self._guard:
+            if segment_base != self.segment_base or not self._bases or not self._bases[0] <= offset < self._ends[-1]:
+                return None
+            i = bisect.bisect_right(self._ends, offset)
+            budget = max_bytes
+            while i < len(self._bases) and self._bases[i] < end:
+                header, payload = self._frames[i]
+                parts += (header.pack(), payload)
+                budget -= header.size
+                i += 1
+                if budget <= 0:
+                    break
         return pa.py_buffer(b"".join(parts)) if parts else None

@@ -3,7 +3,9 @@ the same bytes as its files, whatever the offset, size and end asked, and never 
 hold at that offset (a roll, a truncation, a failed write, a recovery)."""
 from __future__ import annotations
 
+import itertools
 import os
+import threading
 
 import pytest
 from hypothesis import given, settings
@@ -91,3 +93,29 @@ def test_an_embedded_log_keeps_nothing(tmp_path, storage):
     log = storage.open_log(str(tmp_path))
     storage.fill(log, 3)
     assert log.recent is None
+
+
+def test_reads_beside_a_writer_get_whole_frames_from_the_one_asked(tmp_path, replicas):
+    """A follower's fetch runs on the event loop while a produce appends on a worker thread: every read gives
+    whole frames, contiguous, from the frame holding its offset, never a mix of two writes' states."""
+    log = replicas.open(str(tmp_path), recent_bytes=1500, segment_bytes=1 << 20)
+    replicas.lead(log, 0, 5)
+    done = threading.Event()
+
+    def write() -> None:
+        try:
+            replicas.lead(log, 0, 300)
+        finally:
+            done.set()
+    writer = threading.Thread(target=write)
+    writer.start()
+    reads = 0
+    while not done.is_set() or reads < 50:
+        end = log.end_offset
+        offset = max(end - 4, 0)
+        frames = frame.split_frames(log.read_frames(offset, 1 << 20))
+        assert frames and frames[0][0].base_offset <= offset < frames[0][0].next_offset
+        assert all(a.next_offset == b.base_offset for (a, _), (b, _) in itertools.pairwise(frames))
+        reads += 1
+    writer.join()
+    assert log.end_offset > 300  # the writer wrote every batch
