@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 
 from fabric.common.errors import (
     FabricError,
+    IllegalGenerationError,
     InvalidConfigError,
     MembershipError,
     RebalanceInProgressError,
@@ -84,6 +85,7 @@ class GroupMember:
         self._owned: list[TopicPartition] = []
         self._phase = Phase.UNJOINED
         self._rejoin = self._fenced = False  # set by the heartbeat thread, acted on in poll()
+        self._keep_id = False  # fenced for a stale generation only: rejoin under the same member id
         self._lock = threading.Lock()
         self._last_poll = time.monotonic()
         self._next_join, self._join_steps = 0.0, 0
@@ -108,10 +110,10 @@ class GroupMember:
         pending join/sync (rate-limited, never blocking)."""
         self._last_poll = time.monotonic()
         with self._lock:
-            fenced, rejoin = self._fenced, self._rejoin
-            self._fenced = self._rejoin = False
+            fenced, keep_id, rejoin = self._fenced, self._keep_id, self._rejoin
+            self._fenced = self._rejoin = self._keep_id = False
         if fenced:
-            self._lose()
+            self._lose(keep_id)
         elif rejoin and self._phase == Phase.STABLE:
             self._start_rejoin()
         if self._phase != Phase.STABLE and time.monotonic() >= self._next_join:
@@ -132,12 +134,16 @@ class GroupMember:
             revoked, self._owned = self._owned, []
             self.on_revoke(revoked)
 
-    def _lose(self) -> None:
-        """Fenced or left: the partitions may already belong to someone else (no commit); start over."""
+    def _lose(self, keep_id: bool = False) -> None:
+        """Fenced or left: the partitions may already belong to someone else (no commit); start over, under the
+        same member id if `keep_id` (a stale generation: the group still lists this member, so joining as a new
+        one would leave it behind until its session lapsed, as Kafka's consumer keeps its id on
+        ILLEGAL_GENERATION)."""
         lost, self._owned = self._owned, []
         self._next_join, self._join_steps = 0.0, 0
         with self._lock:
-            self.member_id, self.generation, self._phase = "", -1, Phase.UNJOINED
+            self.member_id = self.member_id if keep_id else ""
+            self.generation, self._phase = -1, Phase.UNJOINED
         if lost:
             self.on_lost(lost)
 
@@ -193,18 +199,20 @@ class GroupMember:
                 self.coordinator.heartbeat(self.group, member_id, generation)
             except RebalanceInProgressError:
                 self._note(member_id, generation, fenced=False)
-            except MembershipError:  # a stale generation or a forgotten member: fenced
+            except IllegalGenerationError:  # a stale generation: fenced, rejoining as the same member
+                self._note(member_id, generation, fenced=True, keep_id=True)
+            except MembershipError:  # a forgotten member: fenced, joining again as a new one
                 self._note(member_id, generation, fenced=True)
             except FabricError as exc:  # this thread must outlive any answer: try again next interval
                 log.log(logging.INFO if exc.retriable else logging.WARNING,
                         "group %s: heartbeat of %s failed: %s", self.group, member_id, exc)
 
-    def _note(self, member_id: str, generation: int, fenced: bool) -> None:
+    def _note(self, member_id: str, generation: int, fenced: bool, keep_id: bool = False) -> None:
         """Record a heartbeat outcome unless the poll thread has moved to another generation meanwhile."""
         with self._lock:
             if (self.member_id, self.generation) == (member_id, generation):
                 if fenced:
-                    self._fenced = True
+                    self._fenced, self._keep_id = True, keep_id
                 elif self._phase == Phase.STABLE:
                     self._rejoin = True
 

@@ -98,7 +98,8 @@ class MembershipError(FabricError):
 
 
 class IllegalGenerationError(MembershipError):
-    """An offset commit or heartbeat came from a stale group generation."""
+    """An offset commit or heartbeat came from a stale group generation; the member rejoins under its member
+    id."""
 
 
 class UnknownMemberError(MembershipError):
