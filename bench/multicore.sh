@@ -14,7 +14,8 @@ KIT=.devkit
 
 kit() {
     set -e
-    local venv=.venv/lib/python3.11/site-packages work
+    local jars work
+    jars=$(dirname "$(.venv/bin/python -c 'from fabric.server.zookeeper import pyspark_jars; print(pyspark_jars())')")
     work=$(mktemp -d)
     grep -qx "/$KIT/" .git/info/exclude 2>/dev/null || echo "/$KIT/" >> .git/info/exclude
     rm -rf "$KIT" && mkdir -p "$KIT"
@@ -33,7 +34,7 @@ kit() {
     jlink --add-modules java.base,java.management,java.naming,java.security.jgss,java.security.sasl,jdk.management,jdk.unsupported \
         --strip-debug --no-header-files --no-man-pages --output "$work/java/jre"
     for jar in zookeeper-3 zookeeper-jute slf4j-api audience-annotations commons-io metrics-core snappy-java; do
-        cp "$venv"/pyspark/jars/"$jar"*.jar "$work/java/zkcp/"
+        cp "$jars/$jar"*.jar "$work/java/zkcp/"
     done
     (cd "$work/java" && tar cJf - jre zkcp) > "$KIT/java.txz"
     rm -rf "$work"

@@ -365,8 +365,7 @@ class Log(LogTail):
             end = self.tail_end()
             if offset >= end:
                 return False
-            if self.recent is not None:
-                self.recent.clear()
+            self.forget_recent()
             active = truncation.truncate(self, offset, end)
             self._producers = self._txns = None
             self.remember_tail(active, offset)

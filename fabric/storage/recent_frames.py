@@ -45,7 +45,8 @@ class RecentFrames:
         self.segment_base = -1
         self._bases: list[int] = []
         self._ends: list[int] = []
-        self._frames: list[tuple[FrameHeader, pa.Buffer | bytes]] = []  # referenced as written, not copied
+        self._frames: list[tuple[bytes, pa.Buffer | bytes]] = []  # packed header, payload referenced as written
+        self._sizes: list[int] = []
         self._size = 0
 
     def wrote(self, segment_base: int, header: FrameHeader, payload: pa.Buffer | bytes) -> None:
@@ -63,14 +64,15 @@ class RecentFrames:
         """Add the frame after the last kept one and drop the oldest beyond max_bytes (guard held)."""
         self._bases.append(header.base_offset)
         self._ends.append(header.next_offset)
-        self._frames.append((header, payload))
+        self._frames.append((header.pack(), payload))  # packed once here, not at each follower's read
+        self._sizes.append(header.size)
         self._size += header.size
         drop = 0
         while self._size > self.max_bytes:
-            self._size -= self._frames[drop][0].size
+            self._size -= self._sizes[drop]
             drop += 1
         if drop:
-            del self._bases[:drop], self._ends[:drop], self._frames[:drop]
+            del self._bases[:drop], self._ends[:drop], self._frames[:drop], self._sizes[:drop]
 
     def read(self, segment_base: int, offset: int, end: int, max_bytes: int) -> pa.Buffer | None:
         """The kept frames from the one holding `offset`, those starting below `end`, about `max_bytes` (at least
@@ -83,9 +85,8 @@ class RecentFrames:
             i = bisect.bisect_right(self._ends, offset)
             budget = max_bytes
             while i < len(self._bases) and self._bases[i] < end:
-                header, payload = self._frames[i]
-                parts += (header.pack(), payload)
-                budget -= header.size
+                parts += self._frames[i]
+                budget -= self._sizes[i]
                 i += 1
                 if budget <= 0:
                     break

@@ -120,8 +120,7 @@ class LogTail:
             self._tail_epoch = self.lock.epoch
             return segs[-1]
         self._tail_state = None  # (until recovered: nothing written meanwhile trusts it)
-        if self.recent is not None:
-            self.recent.clear()
+        self.forget_recent()
         for seg in segs:
             seg.forget_writes()  # another process wrote here, or recovery is about to change the files
         report, active = Recovery(cast("Log", self)).run()
@@ -163,6 +162,11 @@ class LogTail:
         """Drop the cached tail state, leader epochs and producer state, so the next writer recovers them from the
         files (after a write or publish that failed part-way)."""
         self._tail_state, self._epochs, self._producers, self._txns = None, None, None, None
+        self.forget_recent()
+
+    def forget_recent(self) -> None:
+        """Forget the frames kept in memory (recent_frames): the files under them are about to change, or may
+        have."""
         if self.recent is not None:
             self.recent.clear()
 
