@@ -1,17 +1,29 @@
 package io.sparkfabric.connector;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.Closeable;
 import java.io.IOException;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /** A task's fetches of its partition, from `position()` on, over the fabric protocol, as format("fabric")'s tasks
  *  make them (sources/reading.py): a leader that moves or is down until the controller elects another is retried
  *  with fresh metadata (Retries); offsets retention deleted, or that a new leader no longer
- *  has, fail the query with the failOnDataLoss message, or are skipped when the option is false. */
+ *  has, fail the query with the failOnDataLoss message, or are skipped when the option is false. A bounded task
+ *  sends its next fetch as soon as the last one's answer is in, and reads it on another thread (`sendAhead`): one
+ *  fetch ahead at most. */
 final class PartitionFetches implements Closeable {
     static final int FETCH_BYTES = 32 << 20;
+    private static final ExecutorService READERS = Executors.newCachedThreadPool(runnable -> {
+        Thread thread = new Thread(runnable, "fabric-fetch-ahead");
+        thread.setDaemon(true);
+        return thread;
+    });
     private static final Logger LOG = LoggerFactory.getLogger(PartitionFetches.class);
 
     private final FabricInputPartition task;
@@ -23,6 +35,10 @@ final class PartitionFetches implements Closeable {
     private ProtocolClient client;
     private String connected;  // the address `client` is connected to
     private long position;
+    // the answer of the fetch sent ahead on `client` (read on a thread of READERS), from where, from a follower
+    private CompletableFuture<ProtocolClient.Answer> ahead;
+    private long aheadOffset;
+    private boolean aheadFromFollower;
 
     PartitionFetches(FabricInputPartition task) {
         this.task = task;
@@ -100,18 +116,81 @@ final class PartitionFetches implements Closeable {
         return call(address, false, waitMs);
     }
 
+    /** The fetch from position() at `at` (a follower's if `fromFollower`): the answer of the one sent ahead for it,
+     *  if any; else a fetch sent now. A bounded task then sends the next fetch ahead (`sendAhead`). */
     private ProtocolClient.Answer call(String at, boolean fromFollower, long waitMs) throws IOException {
-        if (client != null && !at.equals(connected)) {
-            disconnect();
+        if (client != null && (!at.equals(connected) || (ahead != null
+                && (aheadOffset != position || aheadFromFollower != fromFollower)))) {
+            disconnect();  // (a fetch sent ahead that is not this one: never expected, its answer goes with it)
         }
         if (client == null) {
             client = ProtocolClient.connect(at, task.url(), Planner.TIMEOUT_MS);
             connected = at;
         }
+        ProtocolClient.Answer answer;
+        if (ahead != null) {
+            CompletableFuture<ProtocolClient.Answer> sent = ahead;
+            ahead = null;
+            answer = joined(sent);
+        } else {
+            answer = client.call("fetch", fetchArgs(position, fromFollower, waitMs));
+        }
+        sendAhead(answer, fromFollower);
+        return answer;
+    }
+
+    /** Send the fetch that follows `answer`'s batches and read its answer on another thread, so that the server
+     *  reads it and it crosses the network while Spark takes in these: a bounded task's, where the server says how
+     *  many records each batch holds. A failure to send leaves it to the next fetch, on a new connection. */
+    private void sendAhead(ProtocolClient.Answer answer, boolean fromFollower) {
+        JsonNode runs = answer.result();
+        if (task.open() || runs.size() == 0 || !runs.get(runs.size() - 1).has("records")) {
+            return;
+        }
+        JsonNode last = runs.get(runs.size() - 1);
+        long next = last.path("offset").asLong() + last.path("records").asLong();
+        if (next >= task.until()) {
+            return;
+        }
+        try {
+            long id = client.send("fetch", fetchArgs(next, fromFollower, 0));
+            ProtocolClient reading = client;
+            aheadOffset = next;
+            aheadFromFollower = fromFollower;
+            ahead = CompletableFuture.supplyAsync(() -> {
+                try {
+                    return reading.receive(id);
+                } catch (IOException e) {
+                    throw new CompletionException(e);
+                }
+            }, READERS);
+        } catch (IOException e) {
+            LOG.info("{}: could not send the next fetch ahead ({}); it is sent when needed", name, e.getMessage());
+            try {
+                disconnect();
+            } catch (IOException closing) {
+                LOG.debug("{}: closing its connection: {}", name, closing.getMessage());
+            }
+        }
+    }
+
+    /** The answer read ahead, or the error reading it raised. */
+    private static ProtocolClient.Answer joined(CompletableFuture<ProtocolClient.Answer> answer) throws IOException {
+        try {
+            return answer.join();
+        } catch (CompletionException e) {
+            if (e.getCause() instanceof IOException io) {
+                throw io;
+            }
+            throw e;
+        }
+    }
+
+    private ObjectNode fetchArgs(long offset, boolean fromFollower, long waitMs) {
         ObjectNode args = ProtocolClient.args();
         args.put("topic", task.topic());
         args.put("partition", task.partition());
-        args.put("offset", position);
+        args.put("offset", offset);
         args.put("max_bytes", FETCH_BYTES);
         if (task.open()) {
             args.put("max_wait_ms", waitMs);
@@ -125,7 +204,7 @@ final class PartitionFetches implements Closeable {
         if (fromFollower) {
             args.put("from_follower", true);
         }
-        return client.call("fetch", args);
+        return args;
     }
 
     /** Where the partition is read now, from fresh metadata; a failure to learn it is left to the next fetch. */
@@ -160,6 +239,7 @@ final class PartitionFetches implements Closeable {
     }
 
     private void disconnect() throws IOException {
+        ahead = null;  // (its reader stops at the closed socket)
         if (client != null) {
             ProtocolClient old = client;
             client = null;

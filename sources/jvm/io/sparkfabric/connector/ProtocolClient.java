@@ -13,7 +13,8 @@ import java.net.InetSocketAddress;
 import java.net.Socket;
 
 /** One connection to a fabric server's protocol port (docs/protocol.md): length-prefixed frames of a JSON header
- *  and an Arrow IPC payload, one request answered at a time. The `hello` that opens it carries the token. */
+ *  and an Arrow IPC payload, each answer read in the order the requests were sent. The `hello` that opens it
+ *  carries the token. */
 public final class ProtocolClient implements Closeable {
     static final ObjectMapper JSON = new ObjectMapper();
     private static final int MAX_HEADER = 2 << 20;
@@ -79,6 +80,12 @@ public final class ProtocolClient implements Closeable {
 
     /** Send one request and read its answer; its refusal as a FabricException naming the server's error. */
     public Answer call(String type, ObjectNode args) throws IOException {
+        return receive(send(type, args));
+    }
+
+    /** Send one request without waiting for its answer; its id, for `receive` (a task's next fetch, sent while it
+     *  reads the last one's batches: PartitionFetches). Only one request is ever waited for at a time. */
+    long send(String type, ObjectNode args) throws IOException {
         long id = nextId++;
         ObjectNode header = JSON.createObjectNode();
         header.put("id", id);
@@ -89,6 +96,11 @@ public final class ProtocolClient implements Closeable {
         out.writeInt(bytes.length);
         out.write(bytes);
         out.flush();
+        return id;
+    }
+
+    /** The answer of request `id`, the one sent last (see `call`). */
+    Answer receive(long id) throws IOException {
         long length = in.readInt() & 0xffffffffL;
         long headerLength = in.readInt() & 0xffffffffL;
         if (headerLength > MAX_HEADER || headerLength > length - 4) {
