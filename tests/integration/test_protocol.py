@@ -4,8 +4,8 @@ first offset, every refusal is the error Flight gives with nothing written (anot
 type, an unknown token, another principal's producer id, an ACL, an oversized or truncated frame, a stale leader
 epoch; the offsets producer id and transaction markers without cluster_action), commits answered on the
 coordinator's event loop are checked and fenced as over Flight, and Java built from Spark's jars alone finds a
-server's protocol port from its Flight port (the JVM reader's discovery) and fetches a partition range as the Python
-consumer reads it.
+server's protocol port from its Flight port (the JVM reader's discovery), fetches a partition range as the Python
+consumer reads it, and slices a payload's batches as the JVM reader does (refusing a damaged payload).
 """
 from __future__ import annotations
 
@@ -332,6 +332,18 @@ def test_a_java_program_with_sparks_jars_fetches_a_partition_as_the_python_consu
     expected = [f"{r.offset}\t{r.key.hex() if r.key is not None else '-'}\t{r.value.hex()}" for r in records]
     assert done.stdout.splitlines() == expected and len(expected) == 52
 
+
+@needs_reader
+def test_the_jvm_readers_payload_batches_are_sliced_whole_and_a_damaged_payload_is_refused(java_classes) -> None:
+    """IpcBatches (the JVM reader's record batches, sliced from a fetch's payload with no copy) reads back what
+    Arrow's own stream writer wrote, and refuses a payload cut short or that is no Arrow stream with an
+    IOException, freeing what it held each time (tests/jvm/IpcBatchesCheck.java)."""
+    done = java(java_classes, "io.sparkfabric.connector.IpcBatchesCheck")
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "whole: 3 batches, 1003 rows"
+    assert lines[1].startswith("cut short: ") and "cut short within a record batch" in lines[1]
+    assert lines[2].startswith("junk: ")
 
 
 @needs_reader

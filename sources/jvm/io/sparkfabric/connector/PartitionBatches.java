@@ -1,7 +1,6 @@
 package io.sparkfabric.connector;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.util.ArrayDeque;
 import java.util.Deque;
@@ -9,7 +8,6 @@ import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.ValueVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
-import org.apache.arrow.vector.ipc.ArrowStreamReader;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
 import org.apache.spark.sql.types.DataTypes;
@@ -19,21 +17,22 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /** A task's reader: fetches its offsets (PartitionFetches) and hands Spark each fetched batch's Arrow columns as
- *  they came (key, value, timestamp), with the offset, topic, partition and timestamp type laid beside them, no row
- *  copied. A batch is valid until the next call of next(), as Spark's columnar reads require. */
+ *  they came (key, value, timestamp: slices of the fetch's payload, IpcBatches), with the offset, topic, partition
+ *  and timestamp type laid beside them, no row copied. A batch is valid until the next call of next(), as Spark's
+ *  columnar reads require. */
 final class PartitionBatches implements PartitionReader<ColumnarBatch> {
     private final FabricInputPartition task;
     private final PartitionFetches fetches;
     private final BufferAllocator allocator = new RootAllocator();
     private final Deque<Long> runs = new ArrayDeque<>();  // the first offset of each batch of the current fetch
     private final Deque<Integer> types = new ArrayDeque<>();  // and its timestamp type
-    private ArrowStreamReader reader;
+    private IpcBatches reader;
     private ColumnarBatch current;
     private long base;  // the offset of the current batch's first row
 
     PartitionBatches(FabricInputPartition task) {
         this.task = task;
-        this.fetches = new PartitionFetches(task);
+        this.fetches = new PartitionFetches(task, allocator);
     }
 
     @Override
@@ -65,14 +64,16 @@ final class PartitionBatches implements PartitionReader<ColumnarBatch> {
             if (fetches.position() >= task.until() || (task.open() && left <= 0)) {
                 return false;
             }
-            ProtocolClient.Answer answer = fetches.fetch(Math.max(left, 0));
+            ProtocolClient.Fetched answer = fetches.fetch(Math.max(left, 0));
             closeReader();
             if (answer.result().size() > 0) {
-                reader = new ArrowStreamReader(new ByteArrayInputStream(answer.payload()), allocator);
+                reader = new IpcBatches(answer.payload(), allocator);
                 for (JsonNode run : answer.result()) {
                     runs.addLast(run.path("offset").asLong());
                     types.addLast(run.path("timestamp_type").asInt());
                 }
+            } else {
+                answer.close();
             }
         }
     }
@@ -129,7 +130,7 @@ final class PartitionBatches implements PartitionReader<ColumnarBatch> {
         return current;
     }
 
-    private void closeReader() throws IOException {
+    private void closeReader() {
         if (reader != null) {
             reader.close();
             reader = null;

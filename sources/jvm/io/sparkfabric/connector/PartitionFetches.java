@@ -8,6 +8,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import org.apache.arrow.memory.BufferAllocator;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -27,6 +28,7 @@ final class PartitionFetches implements Closeable {
     private static final Logger LOG = LoggerFactory.getLogger(PartitionFetches.class);
 
     private final FabricInputPartition task;
+    private final BufferAllocator allocator;  // the task's: where fetched payloads are read into
     private final TopicPartition tp;
     private final String name;
     private String address;  // the leader's (or the coordinator's)
@@ -36,12 +38,13 @@ final class PartitionFetches implements Closeable {
     private String connected;  // the address `client` is connected to
     private long position;
     // the answer of the fetch sent ahead on `client` (read on a thread of READERS), from where, from a follower
-    private CompletableFuture<ProtocolClient.Answer> ahead;
+    private CompletableFuture<ProtocolClient.Fetched> ahead;
     private long aheadOffset;
     private boolean aheadFromFollower;
 
-    PartitionFetches(FabricInputPartition task) {
+    PartitionFetches(FabricInputPartition task, BufferAllocator allocator) {
         this.task = task;
+        this.allocator = allocator;
         this.tp = new TopicPartition(task.topic(), task.partition());
         this.name = tp.toString();
         this.address = task.address();
@@ -62,15 +65,16 @@ final class PartitionFetches implements Closeable {
 
     /** The batches from position() below the task's end, or, for an open task (Long.MAX_VALUE), at the log's end
      *  the ones that come within `waitMs`: an empty answer then, or once a lost range ended a bounded task. */
-    ProtocolClient.Answer fetch(long waitMs) throws IOException {
+    ProtocolClient.Fetched fetch(long waitMs) throws IOException {
         Retries retries = new Retries("fetch " + name + " at " + position);
         while (true) {
             IOException failure;
             try {
-                ProtocolClient.Answer answer = near == null ? call(address, false, waitMs) : nearby(waitMs);
+                ProtocolClient.Fetched answer = near == null ? call(address, false, waitMs) : nearby(waitMs);
                 if (answer.result().size() > 0 || task.open()) {
                     return answer;
                 }
+                answer.close();
                 // A bounded task planned to an end this replica has not reached: a new leader yet to learn its high
                 // watermark from its followers. Lost only if that does not come within the retry time.
                 failure = new FabricException("OffsetNotAvailableError", name + " ends at or before offset "
@@ -90,7 +94,7 @@ final class PartitionFetches implements Closeable {
                                     + "' partition " + task.partition() + " are no longer in the log",
                                     task.failOnDataLoss());
                     position = task.until();
-                    return new ProtocolClient.Answer(ProtocolClient.JSON.createArrayNode(), new byte[0]);
+                    return new ProtocolClient.Fetched(ProtocolClient.JSON.createArrayNode(), allocator.getEmpty());
                 }
                 throw failure;
             }
@@ -101,12 +105,13 @@ final class PartitionFetches implements Closeable {
     /** A fetch at the follower in the task's rack, or at the leader when that follower has nothing yet (its high
      *  watermark, which bounds what a follower serves, is behind the leader's, which the task's end came from). A
      *  follower that refuses or does not answer is given up for the leader for the rest of the task. */
-    private ProtocolClient.Answer nearby(long waitMs) throws IOException {
+    private ProtocolClient.Fetched nearby(long waitMs) throws IOException {
         try {
-            ProtocolClient.Answer answer = call(near.address(), true, waitMs);
+            ProtocolClient.Fetched answer = call(near.address(), true, waitMs);
             if (answer.result().size() > 0 || task.open()) {
                 return answer;
             }
+            answer.close();
         } catch (IOException e) {
             LOG.warn("{}: the in-sync follower in rack {} at {} cannot serve it ({}); reading from the leader", name,
                      near.rack(), near.address(), e.getMessage());
@@ -118,7 +123,7 @@ final class PartitionFetches implements Closeable {
 
     /** The fetch from position() at `at` (a follower's if `fromFollower`): the answer of the one sent ahead for it,
      *  if any; else a fetch sent now. A bounded task then sends the next fetch ahead (`sendAhead`). */
-    private ProtocolClient.Answer call(String at, boolean fromFollower, long waitMs) throws IOException {
+    private ProtocolClient.Fetched call(String at, boolean fromFollower, long waitMs) throws IOException {
         if (client != null && (!at.equals(connected) || (ahead != null
                 && (aheadOffset != position || aheadFromFollower != fromFollower)))) {
             disconnect();  // (a fetch sent ahead that is not this one: never expected, its answer goes with it)
@@ -127,13 +132,13 @@ final class PartitionFetches implements Closeable {
             client = ProtocolClient.connect(at, task.url(), Planner.TIMEOUT_MS);
             connected = at;
         }
-        ProtocolClient.Answer answer;
+        ProtocolClient.Fetched answer;
         if (ahead != null) {
-            CompletableFuture<ProtocolClient.Answer> sent = ahead;
+            CompletableFuture<ProtocolClient.Fetched> sent = ahead;
             ahead = null;
             answer = joined(sent);
         } else {
-            answer = client.call("fetch", fetchArgs(position, fromFollower, waitMs));
+            answer = client.receive(client.send("fetch", fetchArgs(position, fromFollower, waitMs)), allocator);
         }
         sendAhead(answer, fromFollower);
         return answer;
@@ -142,7 +147,7 @@ final class PartitionFetches implements Closeable {
     /** Send the fetch that follows `answer`'s batches and read its answer on another thread, so that the server
      *  reads it and it crosses the network while Spark takes in these: a bounded task's, where the server says how
      *  many records each batch holds. A failure to send leaves it to the next fetch, on a new connection. */
-    private void sendAhead(ProtocolClient.Answer answer, boolean fromFollower) {
+    private void sendAhead(ProtocolClient.Fetched answer, boolean fromFollower) {
         JsonNode runs = answer.result();
         if (task.open() || runs.size() == 0 || !runs.get(runs.size() - 1).has("records")) {
             return;
@@ -159,7 +164,7 @@ final class PartitionFetches implements Closeable {
             aheadFromFollower = fromFollower;
             ahead = CompletableFuture.supplyAsync(() -> {
                 try {
-                    return reading.receive(id);
+                    return reading.receive(id, allocator);
                 } catch (IOException e) {
                     throw new CompletionException(e);
                 }
@@ -175,7 +180,7 @@ final class PartitionFetches implements Closeable {
     }
 
     /** The answer read ahead, or the error reading it raised. */
-    private static ProtocolClient.Answer joined(CompletableFuture<ProtocolClient.Answer> answer) throws IOException {
+    private static ProtocolClient.Fetched joined(CompletableFuture<ProtocolClient.Fetched> answer) throws IOException {
         try {
             return answer.join();
         } catch (CompletionException e) {
@@ -239,11 +244,23 @@ final class PartitionFetches implements Closeable {
     }
 
     private void disconnect() throws IOException {
-        ahead = null;  // (its reader stops at the closed socket)
-        if (client != null) {
-            ProtocolClient old = client;
-            client = null;
-            old.close();
+        CompletableFuture<ProtocolClient.Fetched> pending = ahead;
+        ahead = null;
+        try {
+            if (client != null) {
+                ProtocolClient old = client;
+                client = null;
+                old.close();
+            }
+        } finally {
+            if (pending != null) {  // its reader stops at the closed socket; what it read is freed
+                pending.handle((fetched, failure) -> {
+                    if (fetched != null) {
+                        fetched.close();
+                    }
+                    return null;
+                }).join();
+            }
         }
     }
 

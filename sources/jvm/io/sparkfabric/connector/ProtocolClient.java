@@ -8,9 +8,12 @@ import java.io.BufferedOutputStream;
 import java.io.Closeable;
 import java.io.DataInputStream;
 import java.io.DataOutputStream;
+import java.io.EOFException;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.net.Socket;
+import org.apache.arrow.memory.ArrowBuf;
+import org.apache.arrow.memory.BufferAllocator;
 
 /** One connection to a fabric server's protocol port (docs/protocol.md): length-prefixed frames of a JSON header
  *  and an Arrow IPC payload, each answer read in the order the requests were sent. The `hello` that opens it
@@ -27,6 +30,7 @@ public final class ProtocolClient implements Closeable {
     private final DataInputStream in;
     private final DataOutputStream out;
     private long nextId = 1;
+    private final byte[] chunk = new byte[1 << 16];  // a fetch's payload passes through it on its way off-heap
 
     private ProtocolClient(String address, boolean tls, String caPem, int timeoutMs) throws IOException {
         this.address = address;
@@ -101,16 +105,61 @@ public final class ProtocolClient implements Closeable {
 
     /** The answer of request `id`, the one sent last (see `call`). */
     Answer receive(long id) throws IOException {
+        Head head = head();
+        byte[] payload = new byte[(int) head.payloadLength()];
+        in.readFully(payload);
+        return new Answer(result(head, id), payload);
+    }
+
+    /** A fetch's answer: its result, and its payload (an Arrow IPC stream) in memory of the caller's allocator,
+     *  read into it from the socket with no copy on the Java heap; closing it frees the payload. */
+    record Fetched(JsonNode result, ArrowBuf payload) implements AutoCloseable {
+        @Override
+        public void close() {
+            payload.close();
+        }
+    }
+
+    /** The answer of request `id` (see `receive`), its payload read into memory of `allocator`. */
+    Fetched receive(long id, BufferAllocator allocator) throws IOException {
+        Head head = head();
+        ArrowBuf payload = allocator.buffer(head.payloadLength());
+        try {
+            for (long done = 0; done < head.payloadLength(); ) {
+                int got = in.read(chunk, 0, (int) Math.min(chunk.length, head.payloadLength() - done));
+                if (got < 0) {
+                    throw new EOFException("the fabric protocol port at " + address + " closed the connection "
+                                           + "within an answer");
+                }
+                payload.setBytes(done, chunk, 0, got);
+                done += got;
+            }
+            // (an allocation may be larger than asked: the slice is the payload's bytes exactly, and frees it)
+            return new Fetched(result(head, id), payload.slice(0, head.payloadLength()));
+        } catch (IOException | RuntimeException e) {
+            payload.close();
+            throw e;
+        }
+    }
+
+    /** An answer's header, and the length of the payload that follows it. */
+    private record Head(JsonNode answer, long payloadLength) { }
+
+    /** Read an answer's frame up to its payload. */
+    private Head head() throws IOException {
         long length = in.readInt() & 0xffffffffL;
         long headerLength = in.readInt() & 0xffffffffL;
         if (headerLength > MAX_HEADER || headerLength > length - 4) {
             throw new IOException("the fabric protocol port at " + address + " sent a frame that is no answer");
         }
-        byte[] answerHeader = new byte[(int) headerLength];
-        in.readFully(answerHeader);
-        byte[] payload = new byte[(int) (length - 4 - headerLength)];
-        in.readFully(payload);
-        JsonNode answer = JSON.readTree(answerHeader);
+        byte[] bytes = new byte[(int) headerLength];
+        in.readFully(bytes);
+        return new Head(JSON.readTree(bytes), length - 4 - headerLength);
+    }
+
+    /** The answer's result (request `id`'s); its refusal as a FabricException naming the server's error. */
+    private JsonNode result(Head head, long id) throws IOException {
+        JsonNode answer = head.answer();
         JsonNode error = answer.get("error");
         if (error != null && !error.isNull()) {
             throw new FabricException(error.path("type").asText(), error.path("message").asText());
@@ -119,7 +168,7 @@ public final class ProtocolClient implements Closeable {
             throw new IOException("the fabric protocol port at " + address + " answered request "
                                   + answer.path("id") + ", expected " + id);
         }
-        return new Answer(answer.get("result"), payload);
+        return answer.get("result");
     }
 
     @Override
