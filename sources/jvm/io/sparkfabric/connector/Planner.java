@@ -177,31 +177,39 @@ final class Planner implements Closeable {
         Map<TopicPartition, JsonNode> replicated = replicated();
         List<PartitionAt> partitions = new ArrayList<>();
         for (String topic : topics(subscription, read, failOnDataLoss)) {
-            JsonNode info;
             try {
-                info = topicInfo(topic);
+                partitions.addAll(partitionsOf(topic, subscription, replicated, nodes));
             } catch (FabricException e) {  // listed a moment ago, deleted since: as `topics` finds a deletion
                 if (read == null || !"UnknownTopicError".equals(e.type())) {
                     throw e;
                 }
                 DataLoss.report(DataLoss.topicDeleted(topic), failOnDataLoss);
-                continue;
-            }
-            int count = info.path("partitions").asInt();
-            for (TopicPartition tp : subscription.assigned()) {
-                if (tp.topic().equals(topic) && tp.partition() >= count) {
-                    throw new IllegalArgumentException("assign names " + tp + ", but topic '" + topic
-                                                       + "' has partitions 0.." + (count - 1));
-                }
-            }
-            for (int partition = 0; partition < count; partition++) {
-                if (subscription.covers(topic, partition)) {
-                    TopicPartition tp = new TopicPartition(topic, partition);
-                    partitions.add(at(tp, info.path("topic_id").asText(""), replicated.get(tp), nodes));
-                }
             }
         }
         return new Snapshot(partitions);
+    }
+
+    /** The partitions of `topic` that `subscription` covers, now (UnknownTopicError if it was deleted meanwhile, at
+     *  any of the calls). */
+    private List<PartitionAt> partitionsOf(String topic, Subscription subscription,
+                                           Map<TopicPartition, JsonNode> replicated, Map<Integer, JsonNode> nodes)
+            throws Exception {
+        JsonNode info = topicInfo(topic);
+        int count = info.path("partitions").asInt();
+        for (TopicPartition tp : subscription.assigned()) {
+            if (tp.topic().equals(topic) && tp.partition() >= count) {
+                throw new IllegalArgumentException("assign names " + tp + ", but topic '" + topic
+                                                   + "' has partitions 0.." + (count - 1));
+            }
+        }
+        List<PartitionAt> partitions = new ArrayList<>();
+        for (int partition = 0; partition < count; partition++) {
+            if (subscription.covers(topic, partition)) {
+                TopicPartition tp = new TopicPartition(topic, partition);
+                partitions.add(at(tp, info.path("topic_id").asText(""), replicated.get(tp), nodes));
+            }
+        }
+        return partitions;
     }
 
     /** One partition now: at the coordinator when it has no `registration` (a topic it keeps), else at its leader. */
