@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 PRODUCER_ID_EXPIRATION_MS = 24 * 3600 * 1000  # Kafka's producer.id.expiration.ms: a producer silent this long
 CLEANER_LOCK = ".cleaner-lock"
+BUSY = "another process is cleaning it"  # the reason of a pass that found CLEANER_LOCK held
 _CODEC_BY_ATTRIBUTE = {c.attribute: c.name for c in CODECS.values()}
 
 
@@ -115,7 +116,7 @@ class LogCleaner:
             try:
                 fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                report.reason = "another process is cleaning it"
+                report.reason = BUSY
                 return report
             self._run_locked(force)
         finally:
