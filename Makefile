@@ -11,6 +11,11 @@ SOURCES := $(shell git ls-files -co --exclude-standard fabric coordinator source
 # path).
 TREE = $(firstword $(wildcard build/__editable__.spark_fabric-*))
 
+# Python caches compiled modules (__pycache__) under every target, whatever the shell says: with
+# PYTHONDONTWRITEBYTECODE set, each process of the tests (nodes, coordinators, CLI runs, Spark's Python workers)
+# compiled the package's modules again, about 0.25 s of CPU per process start.
+unexport PYTHONDONTWRITEBYTECODE
+
 # Spark's Python workers cannot connect back in sandboxes without these (see README, Environment).
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(BIN))/python
