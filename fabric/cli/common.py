@@ -5,6 +5,7 @@ so a token stays off the command line), `key=value` parsing and table printing.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import textwrap
 from typing import Any, Callable, Iterable, Sequence
@@ -82,6 +83,23 @@ def add_command(subparsers: argparse._SubParsersAction, name: str, handler: Hand
         add_url_option(parser, argparse.SUPPRESS)
         parser.set_defaults(func=handler)
     return parser
+
+
+def defer_arguments(parser: argparse.ArgumentParser, add: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Have `add(parser)` give `parser` its arguments only when the command is used (its arguments parsed, its help
+    printed): a server's options come from its modules, which load the storage and replication layers that a
+    client command has no use for. Shell completion reads every parser, so under it they are added at once."""
+    if "_ARGCOMPLETE" in os.environ:
+        add(parser)
+        return
+    parse = parser.parse_known_args
+
+    def parse_known_args(args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        del parser.parse_known_args  # (the class's own again)
+        add(parser)
+        return parse(args, namespace)
+    setattr(parser, "parse_known_args", parse_known_args)  # noqa: B010 (an instance's method, assigned)
 
 
 def add_subcommands(parser: argparse.ArgumentParser, title: str) -> argparse._SubParsersAction:

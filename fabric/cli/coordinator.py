@@ -3,8 +3,15 @@ from __future__ import annotations
 
 import argparse
 
-from fabric.cli.common import CommandError, add_command, add_subcommands, client_url, format_table
+from fabric.cli.common import CommandError, add_command, add_subcommands, client_url, defer_arguments, format_table
 from fabric.client.url import open_cluster, resolve
+
+
+def start_arguments(parser: argparse.ArgumentParser) -> None:
+    """`fabric coordinator start`'s options (the server's modules, loaded only for it)."""
+    from fabric.server.instance import SERVER_LOG_LEVEL, add_start_arguments
+    add_start_arguments(parser)
+    parser.set_defaults(log_level_default=SERVER_LOG_LEVEL)
 
 
 def start(args: argparse.Namespace) -> None:
@@ -40,7 +47,6 @@ def status(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `fabric coordinator ...`."""
-    from fabric.server.instance import SERVER_LOG_LEVEL, add_start_arguments
     group = add_command(subparsers, "coordinator", None, "run and inspect coordinator service instances")
     verbs = add_subcommands(group, "coordinator commands")
     p = add_command(verbs, "start", start, "serve a fabric over Arrow Flight until SIGTERM",
@@ -48,6 +54,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 "With a zk:// store several instances elect one active instance.",
                     epilog="example:\n  fabric coordinator start --listen 127.0.0.1:9093 --data /var/fabric "
                            "--config conf/fabric.properties")
-    add_start_arguments(p)
-    p.set_defaults(log_level_default=SERVER_LOG_LEVEL)
+    defer_arguments(p, start_arguments)
     add_command(verbs, "status", status, "show each instance of --url fabric://... and which one is active")

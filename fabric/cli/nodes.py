@@ -4,7 +4,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from fabric.cli.common import add_command, add_subcommands, format_table, open_fabric
+from fabric.cli.common import add_command, add_subcommands, defer_arguments, format_table, open_fabric
+
+
+def start_arguments(parser: argparse.ArgumentParser) -> None:
+    """`fabric node start`'s options (the node's modules, loaded only for it)."""
+    from fabric.server.instance import SERVER_LOG_LEVEL
+    from fabric.server.node.settings import add_node_arguments
+    add_node_arguments(parser)
+    parser.set_defaults(log_level_default=SERVER_LOG_LEVEL)
 
 
 def start(args: argparse.Namespace) -> None:
@@ -27,8 +35,6 @@ def list_nodes(args: argparse.Namespace) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `fabric node ...` and `fabric nodes ...`."""
-    from fabric.server.instance import SERVER_LOG_LEVEL
-    from fabric.server.node.settings import add_node_arguments
     group = add_command(subparsers, "node", None, "run a data node of a replicated cluster")
     verbs = add_subcommands(group, "node commands")
     p = add_command(verbs, "start", start, "serve partitions as a data node until SIGTERM",
@@ -37,8 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 "until SIGTERM. A restart with the same --id and --data rejoins.",
                     epilog="example:\n  fabric node start --id 1 --listen 127.0.0.1:9095 --data /var/fabric-node1 "
                            "--coordinator fabric://127.0.0.1:9093")
-    add_node_arguments(p)
-    p.set_defaults(log_level_default=SERVER_LOG_LEVEL)
+    defer_arguments(p, start_arguments)
 
     group = add_command(subparsers, "nodes", None, "list the data nodes of a cluster")
     verbs = add_subcommands(group, "nodes commands")

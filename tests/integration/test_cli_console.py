@@ -287,6 +287,9 @@ def test_shell_completion_through_argcomplete(tmp_path, fabric_cli):
     assert {"--to-current", "--to-datetime", "--to-earliest", "--to-latest", "--to-offset"} == set(
         complete("fabric groups reset-offsets g --to-", tmp_path))
     assert "--exit-at-end" in complete("fabric consume t --ex", tmp_path)
+    # the servers' options, which a command's own parse adds (fabric.cli.common.defer_arguments), complete too
+    assert "--listen" in complete("fabric coordinator start --li", tmp_path)
+    assert "--coordinator" in complete("fabric node start --coo", tmp_path)
     hook = subprocess.run([str(Path(sys.executable).parent / "register-python-argcomplete"), "fabric"],
                           capture_output=True, text=True, timeout=60)
     assert hook.returncode == 0 and "complete " in hook.stdout and "fabric" in hook.stdout
