@@ -80,7 +80,7 @@ def test_latency_trace_follows_every_acks_all_write_through_every_process(repo_r
 def test_spark_cluster_benchmark_reports_every_path_goal_and_latency(repo_root, tmp_path) -> None:
     results = run_suite(repo_root, tmp_path, "bench.spark_cluster_bench", [
         "--records", "2000", "--repeats", "1", "--rate", "20", "--seconds", "1", "--realtime-rate", "50",
-        "--realtime-batch", "20 seconds"], "spark_cluster")
+        "--realtime-batch", "5 seconds"], "spark_cluster")
     paths = results["paths"]
     for where in ("parquet", "file", "cluster"):
         for path in (f"{where}_value_to_noop", f"{where}_record_to_noop", f"parquet_to_{where}_batch",
