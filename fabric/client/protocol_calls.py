@@ -30,7 +30,7 @@ from fabric.server.wire import refusal
 
 log = logging.getLogger(__name__)
 ENV_PROTOCOL = "FABRIC_CLIENT_PROTOCOL"
-Answer = tuple[msgspec.Raw, bytes]
+Answer = tuple[msgspec.Raw, Payload]
 
 
 class _NotConnected(Exception):

@@ -50,7 +50,7 @@ class LeaderCalls:
                               "topic_id": metadata.topic_ids.get(topic, "")}
 
     def call(self, topic: str, partition: int, kind: str, args: dict[str, Any], payload: Payload = b""
-             ) -> tuple[msgspec.Raw, bytes]:
+             ) -> tuple[msgspec.Raw, Payload]:
         """Request `kind` with `args` and the quoted fields at the partition's leader: (its result, its payload),
         retried while it fails retriably, within timeout_s; a leader that does not answer is
         LeaderNotAvailableError."""

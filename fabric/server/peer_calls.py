@@ -38,7 +38,7 @@ class PeerCalls:
         self._lock = threading.Lock()
 
     def call(self, node: str, kind: str, args: dict[str, Any], payload: Payload = b""
-             ) -> tuple[msgspec.Raw, bytes]:
+             ) -> tuple[msgspec.Raw, Payload]:
         """Request `kind` at the node whose Flight address is `node`: (its result, its payload), within the
         connection's timeout (less inside call_deadline). The node's refusal is raised as its fabric error;
         ClientTimeoutError if no answer came in time, ConnectionError (an OSError) if the node cannot be reached

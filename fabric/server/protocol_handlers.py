@@ -23,7 +23,7 @@ Append = Callable[..., "int | Held"]  # an append's first offset, or the answer 
 Fetch = Callable[..., list[Fetched]]
 
 
-def echo(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
+def echo(principal: str, args: dict[str, Any], payload: Payload) -> tuple[Any, Payload]:
     """`echo`: the arguments and payload back (a liveness check, and the protocol's cost alone)."""
     return args, payload
 
@@ -34,7 +34,7 @@ def produce(server: FabricFlightServer, method: Callable, append: Append, topic_
     the offset of the first row. A connection's produces to one partition are appended in the order they came
     (a held answer lets the next one append while it waits for the replicas); one that `waits` says cannot wait
     is appended on the event loop."""
-    def serve(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload] | Held:
+    def serve(principal: str, args: dict[str, Any], payload: Payload) -> tuple[Any, Payload] | Held:
         if trace.ON:
             trace.event("produce_received", args.get("topic"), args.get("partition"))
         with server.metrics.requests.measure("produce"):
@@ -62,7 +62,7 @@ def fetch(server: FabricFlightServer, method: Callable, read: Fetch, schema_of: 
     "records"} (its row count: a reader knows where the next fetch starts before it decodes the payload), the
     payload holds the batches as one Arrow IPC stream (of the topic's storage schema when there are none). A
     fetch that may wait for records (max_wait_ms > 0) runs on a worker thread."""
-    def serve(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
+    def serve(principal: str, args: dict[str, Any], payload: Payload) -> tuple[Any, Payload]:
         with server.metrics.requests.measure("fetch"):
             fetched = server.fetch_checked(principal, args, method, read)
         schema = fetched[0].batch.schema if fetched else schema_of(args["topic"])

@@ -100,7 +100,7 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
 
     loop_commits = LoopCommits()
 
-    def commit_offsets(principal: str, args: dict[str, Any], payload: bytes
+    def commit_offsets(principal: str, args: dict[str, Any], payload: Payload
                        ) -> tuple[Any, Payload] | concurrent.futures.Future:
         if "offsets" in args:
             args["offsets"] = offsets_of(args["offsets"])
@@ -111,7 +111,7 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
 
     def routed(name: str, answer: Callable[[Any], Any] = lambda result: result) -> Callable[..., tuple[Any, Payload]]:
         """A request served by the ROUTES call `name`, its result answered as `answer` makes it JSON."""
-        def serve(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, Payload]:
+        def serve(principal: str, args: dict[str, Any], payload: Payload) -> tuple[Any, Payload]:
             return answer(service.run_route(principal, name, args)), b""
         return serve
 

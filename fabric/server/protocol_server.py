@@ -83,7 +83,7 @@ class _Job:
     request: messages.Request
     handler: Handler
     args: dict[str, Any]
-    payload: bytes
+    payload: Payload
     waits: bool
     key: Hashable | None
 

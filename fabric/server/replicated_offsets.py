@@ -127,7 +127,7 @@ class ReplicatedOffsetsLog:
         self.leaders.forget()
 
     def _at_leader(self, partition: int, kind: str, args: dict[str, Any], payload: bytes | pa.Buffer = b""
-                   ) -> tuple[msgspec.Raw, bytes]:
+                   ) -> tuple[msgspec.Raw, payloads.Payload]:
         """Request `kind` of the partition at its leader (LeaderCalls): its result and payload; a fenced producer
         epoch is CoordinatorUnavailableError (this instance was deposed), as is a partition not placed yet."""
         try:

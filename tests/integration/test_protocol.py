@@ -410,9 +410,14 @@ def test_a_tls_server_takes_the_protocol_over_tls_only(coordinators, tls_files) 
     cert, key = tls_files
     instance = coordinators(tls=(cert, key))
     with fabric.connect(instance.url(f"ca={cert}")) as fab:
-        fab.create_topic("secure")
+        fab.create_topic("secure", config={"max.message.bytes": 4 << 20})
         assert fab.cluster.append("secure", 0, rows(b"sealed")) == 0
         assert fab.cluster.fetch("secure", 0, 0, 1 << 20)[0].batch.column("value").to_pylist() == [b"sealed"]
+        # frames over frames.LARGE_FRAME_BYTES both ways: the answer's payload received into a buffer of its own
+        values = [bytes([i % 251]) * 1000 for i in range(3000)]
+        assert fab.cluster.append("secure", 0, rows(*values)) == 1
+        fetched = fab.cluster.fetch("secure", 0, 1, 8 << 20)
+        assert [v for f in fetched for v in f.batch.column("value").to_pylist()] == values
         address = fab.cluster.connection.status_of(instance.address).protocol_address
         assert list(fab.cluster.protocol.clients._connections) == [address]
     with pytest.raises(ConnectionError):  # a plaintext client gets no answer it can read

@@ -47,6 +47,47 @@ def test_frames_come_out_whole_however_the_stream_is_split(parts, cuts) -> None:
 
 
 @settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=40), st.binary(max_size=600)), min_size=1, max_size=6),
+       st.lists(st.integers(1, 300), min_size=1, max_size=20), st.lists(st.booleans(), min_size=1, max_size=20))
+def test_large_frames_come_out_whole_in_buffers_of_their_own_fed_or_received_into(parts, cuts, into) -> None:
+    """A large frame's payload (here from 200 bytes) is filled in place, by recv_into through receive_buffer or
+    by feed, the frames after it in the same delivery kept: the same frames come out, large ones as Arrow buffers."""
+    stream = b"".join(frames.encode(header, payload) for header, payload in parts)
+    reader = frames.FrameReader(large=200)
+    out: list[frames.Frame] = []
+    position, step = 0, 0
+    while position < len(stream):
+        cut, step = cuts[step % len(cuts)], step + 1
+        target = reader.receive_buffer()
+        if target is not None and into[step % len(into)]:  # a socket's recv_into: at most the payload's rest
+            count = min(cut, len(target), len(stream) - position)
+            target[:count] = stream[position:position + count]
+            reader.received(count)
+        else:
+            count = min(cut, len(stream) - position)
+            reader.feed(stream[position:position + count])
+        position += count
+        out += reader.frames()
+    assert [(f.header, bytes(f.payload)) for f in out] == parts
+    for frame, part in zip(out, parts, strict=True):  # (one that arrived whole in one piece is cut out as bytes)
+        size = len(frames.encode(*part))
+        assert isinstance(frame.payload, pa.Buffer) == (size >= 200) or 200 <= size <= max(cuts), size
+    assert reader.pending == 0 and reader.receive_buffer() is None
+
+
+def test_a_large_frame_cut_short_is_pending_and_never_handed_on() -> None:
+    frame = frames.encode(b'{"id": 1}', bytes(range(256)) * 8)
+    reader = frames.FrameReader(large=1000)
+    reader.feed(frame[:100])
+    assert reader.next() is None and reader.pending == 100
+    target = reader.receive_buffer()
+    assert target is not None and len(target) == len(frame) - 100
+    target[:50] = frame[100:150]
+    reader.received(50)
+    assert reader.next() is None and reader.pending == 150  # the connection closes here: 150 bytes of a frame
+
+
+@settings(max_examples=200, deadline=None)
 @given(st.integers(0, 2**63 - 1), st.sampled_from(messages.TYPES) | st.text(max_size=20),
        st.dictionaries(st.text(max_size=10), json_args, max_size=5))
 def test_request_headers_round_trip(request_id, kind, args) -> None:

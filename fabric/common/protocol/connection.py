@@ -59,7 +59,7 @@ class ProtocolConnection:
         self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
         self._state = threading.Condition()
-        self._answers: dict[int, tuple[messages.Answer, bytes]] = {}
+        self._answers: dict[int, tuple[messages.Answer, Payload]] = {}
         self._waiting: set[int] = set()
         self._reading = False
         self._broken: Exception | None = None
@@ -84,7 +84,7 @@ class ProtocolConnection:
         return kind in self._types
 
     def call(self, kind: str, args: dict[str, Any], payload: Payload = b"", timeout_s: float = 30.0
-             ) -> tuple[msgspec.Raw, bytes]:
+             ) -> tuple[msgspec.Raw, Payload]:
         """Send one request and wait for its answer: (its result, its payload). The server's refusal is raised as
         the fabric.errors exception it names (else Refused); ClientTimeoutError past `timeout_s`, ConnectionError
         if the connection breaks."""
@@ -107,7 +107,7 @@ class ProtocolConnection:
             raise ConnectionError(f"cannot send to {self.address}: {exc}") from None
         return request_id
 
-    def wait(self, request_id: int, timeout_s: float) -> tuple[msgspec.Raw, bytes]:
+    def wait(self, request_id: int, timeout_s: float) -> tuple[msgspec.Raw, Payload]:
         """The answer of request `request_id` (see `call`)."""
         deadline = time.monotonic() + timeout_s
         try:
@@ -128,7 +128,7 @@ class ProtocolConnection:
         known = self._error_of(info)
         return known if known is not None else Refused(info)
 
-    def _answer_of(self, request_id: int, deadline: float) -> tuple[messages.Answer, bytes]:
+    def _answer_of(self, request_id: int, deadline: float) -> tuple[messages.Answer, Payload]:
         with self._state:
             while True:
                 if request_id in self._answers:
@@ -149,7 +149,7 @@ class ProtocolConnection:
                 self._reading = False
                 self._state.notify_all()
 
-    def _read_until(self, request_id: int, deadline: float) -> tuple[messages.Answer, bytes]:
+    def _read_until(self, request_id: int, deadline: float) -> tuple[messages.Answer, Payload]:
         """Read answers (handing each to its waiter) until request `request_id`'s arrives."""
         while True:
             frame = self._next_frame(deadline)
@@ -185,17 +185,21 @@ class ProtocolConnection:
             pending = isinstance(self._sock, ssl.SSLSocket) and self._sock.pending()
             if not pending and not select.select([self._sock], [], [], remaining)[0]:
                 raise self._timeout()
+            into, data = self._reader.receive_buffer(), b""
             try:
-                data = self._sock.recv(RECEIVE_BYTES)
+                count = self._sock.recv_into(into) if into is not None else len(data := self._sock.recv(RECEIVE_BYTES))
             except (ssl.SSLWantReadError, BlockingIOError):
                 continue
             except OSError as exc:
                 self._break(exc)
                 raise ConnectionError(f"the connection to {self.address} broke: {exc}") from None
-            if not data:
+            if not count:
                 self._break(ConnectionError("closed by the server"))
                 raise ConnectionError(f"{self.address} closed the connection")
-            self._reader.feed(data)
+            if into is not None:
+                self._reader.received(count)
+            else:
+                self._reader.feed(data)
 
     def _timeout(self) -> ClientTimeoutError:
         return ClientTimeoutError(f"{self.address} did not answer in time")

@@ -7,17 +7,23 @@
 
 `FrameReader` cuts frames out of the bytes a connection delivers, whatever the size of each delivery, and refuses
 a frame longer than its limit (the server's socket.request.max.bytes) or one whose header does not fit in it,
-before reading its payload: a refused frame is never handed on, so nothing of it is written.
+before reading its payload: a refused frame is never handed on, so nothing of it is written. The payload of a
+large frame (LARGE_FRAME_BYTES or more: a fetch's answer, a batch's produce) is read into Arrow memory of its own,
+allocated once its header has arrived, and handed on as it is: a socket can receive into it (`receive_buffer`),
+and bytes fed in are copied there once.
 """
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 PREFIX = struct.Struct(">II")
 MAX_HEADER_BYTES = 2 << 20  # as a Flight request's JSON (a commit of 10,000 partitions takes about 0.5 MiB)
 MAX_FRAME_BYTES = (1 << 32) - 1  # what the length field can say
 HTTP2_PREFACE = b"PRI * HTTP/2.0"  # how a gRPC client starts: a Flight client at the wrong port
+LARGE_FRAME_BYTES = 1 << 20  # a frame this long or longer is read into a buffer of its own
 
 
 class FrameError(Exception):
@@ -35,7 +41,7 @@ class Frame:
     """One frame: its JSON header and its payload."""
 
     header: bytes
-    payload: bytes
+    payload: bytes | pa.Buffer
 
     @property
     def size(self) -> int:
@@ -52,21 +58,60 @@ def encode_parts(header: bytes, payload: bytes | memoryview = b"") -> list[bytes
     return [PREFIX.pack(4 + len(header) + len(payload), len(header)), header, payload]
 
 
+class _LargeFrame:
+    """A large frame under way: its header, and its payload's buffer, filled up to `filled`."""
+
+    def __init__(self, header: bytes, size: int) -> None:
+        self.header = header
+        self.payload = pa.allocate_buffer(size)  # (not zeroed: the socket writes every byte of it)
+        self.view = memoryview(self.payload).cast("B")
+        self.filled = 0
+
+    def take(self, data: memoryview) -> int:
+        """Copy as much of `data` as the payload still lacks; how many bytes that was."""
+        count = min(len(data), len(self.view) - self.filled)
+        self.view[self.filled:self.filled + count] = data[:count]
+        self.filled += count
+        return count
+
+
 class FrameReader:
     """Frames out of a byte stream fed in pieces. `limit`: the longest frame taken (its N plus 4); a longer one
-    raises FrameError as soon as its prefix and header have arrived."""
+    raises FrameError as soon as its prefix and header have arrived. A frame of `large` bytes or more gets a
+    payload buffer of its own (a pyarrow.Buffer, where a smaller frame's payload is bytes)."""
 
-    def __init__(self, limit: int = MAX_FRAME_BYTES, what: str = "socket.request.max.bytes") -> None:
-        self.limit, self.what = limit, what
+    def __init__(self, limit: int = MAX_FRAME_BYTES, what: str = "socket.request.max.bytes",
+                 large: int = LARGE_FRAME_BYTES) -> None:
+        self.limit, self.what, self.large = limit, what, large
         self._buffer = bytearray()
         self._start = 0
+        self._large: _LargeFrame | None = None
 
     @property
     def pending(self) -> int:
         """Bytes received that are not yet part of a whole frame (a frame cut short by a closed connection)."""
-        return len(self._buffer) - self._start
+        large = self._large
+        return len(self._buffer) - self._start + (0 if large is None else PREFIX.size + len(large.header)
+                                                   + large.filled)
+
+    def receive_buffer(self) -> memoryview | None:
+        """Where the next bytes go while a large frame's payload is under way (for a socket's recv_into: no copy;
+        then `received`); None when they are to be fed in."""
+        large = self._large
+        return None if large is None or large.filled == len(large.view) else large.view[large.filled:]
+
+    def received(self, count: int) -> None:
+        """`count` bytes arrived in receive_buffer()."""
+        assert self._large is not None
+        self._large.filled += count
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
+        if self._large is not None:
+            view = memoryview(data)
+            taken = self._large.take(view)
+            if taken == len(view):
+                return
+            data = view[taken:]  # the frames after the large one
         if self._start and self._start == len(self._buffer):
             self._buffer.clear()
             self._start = 0
@@ -74,6 +119,12 @@ class FrameReader:
 
     def next(self) -> Frame | None:
         """The next whole frame, or None until more bytes arrive; FrameError if the stream breaks the format."""
+        large = self._large
+        if large is not None:
+            if large.filled < len(large.view):
+                return None
+            self._large = None
+            return Frame(large.header, large.payload)
         buffer, start = self._buffer, self._start
         available = len(buffer) - start
         if available < PREFIX.size:
@@ -98,6 +149,9 @@ class FrameReader:
                              f"of at most the topic's max.message.bytes), or raise {self.what} in the server's "
                              "properties", bytes(buffer[start + PREFIX.size:header_end]))
         if available < total:
+            header_end = start + PREFIX.size + header_length
+            if total >= self.large and len(buffer) >= header_end:
+                self._open_large(start, header_end, start + total)
             return None
         header_start = start + PREFIX.size
         payload_start = header_start + header_length
@@ -108,6 +162,15 @@ class FrameReader:
             del buffer[:self._start]
             self._start = 0
         return frame
+
+    def _open_large(self, start: int, header_end: int, end: int) -> None:
+        """Move the large frame at `start` (header up to `header_end`, whole at `end`) to a buffer of its own, with
+        what has arrived of its payload: all that was received, since the frame is not whole yet."""
+        with memoryview(self._buffer) as view:
+            self._large = _LargeFrame(bytes(view[start + PREFIX.size:header_end]), end - header_end)
+            self._large.take(view[header_end:])
+        self._buffer.clear()
+        self._start = 0
 
     def frames(self) -> list[Frame]:
         """Every whole frame received so far."""

@@ -35,7 +35,7 @@ def read_stream(payload: bytes | pa.Buffer, what: str) -> tuple[pa.Schema, list[
                                   "send it with a fabric client (docs/protocol.md)") from None
 
 
-def fetched_of(result: msgspec.Raw, payload: bytes) -> list[Fetched]:
+def fetched_of(result: msgspec.Raw, payload: Payload) -> list[Fetched]:
     """The Fetched runs of a fetch's answer (its result and payload): each batch of the payload with its offset and
     timestamp type."""
     runs: list[dict[str, int]] = messages.decode_result(result, list[dict[str, int]])

@@ -45,6 +45,7 @@ from fabric.common.errors import (
     OffsetOutOfRangeError,
 )
 from fabric.common.protocol import messages
+from fabric.common.protocol.payloads import Payload
 from fabric.common.types import EpochEndOffset, TopicPartition
 from fabric.server import wire
 from fabric.server.connection import Call, action_call
@@ -93,7 +94,7 @@ class FetchedPartition:
         return self.replica.following(self.leader_epoch)
 
 
-def fetch_answers(partitions: int, result: msgspec.Raw, payload: bytes) -> list[FetchAnswer]:
+def fetch_answers(partitions: int, result: msgspec.Raw, payload: Payload) -> list[FetchAnswer]:
     """A protocol replica_fetch's answer of `partitions` partitions: each partition's JSON answer, with its frames
     cut from the payload (the frames of those that have some, one after the other in order)."""
     answers: list[dict[str, Any]] = messages.decode_result(result, list[dict[str, Any]])

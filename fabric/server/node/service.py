@@ -149,11 +149,11 @@ class NodeService(FabricFlightServer):
 
     def _protocol_action(self, name: str) -> Handler:
         """The fabric protocol request of action `name`: its arguments, its JSON result (run_action)."""
-        def serve(principal: str, args: dict[str, Any], payload: bytes) -> tuple[Any, bytes]:
+        def serve(principal: str, args: dict[str, Any], payload: Payload) -> tuple[Any, Payload]:
             return self.run_action(principal, name, args), b""
         return Handler(serve)
 
-    def _replica_fetch(self, principal: str, args: dict[str, Any], payload: bytes
+    def _replica_fetch(self, principal: str, args: dict[str, Any], payload: Payload
                        ) -> Answer | concurrent.futures.Future[Answer]:
         """`replica_fetch` over the fabric protocol, checked (ReplicaManager.replica_fetch's arguments) and
         authorized (cluster_action) on the event loop, and answered there: a JSON answer per partition, and their
