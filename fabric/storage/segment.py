@@ -7,6 +7,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
+from fabric.common import vectored
 from fabric.common.errors import CorruptRecordError
 from fabric.storage import frame
 from fabric.storage.frame import FrameError, FrameHeader
@@ -41,15 +42,8 @@ def disk_usage(segments: list[Segment]) -> tuple[int, int]:
 
 
 def write_all(fd: int, parts: list) -> None:
-    """Write every byte of `parts` (os.writev may write less than asked)."""
-    views = [memoryview(p).cast("B") for p in parts]
-    while views:
-        written = os.writev(fd, views)
-        while views and written >= len(views[0]):
-            written -= len(views[0])
-            views.pop(0)
-        if views and written:
-            views[0] = views[0][written:]
+    """Write every byte of `parts` to file descriptor `fd` (os.writev may write less than asked)."""
+    vectored.write_all(lambda views: os.writev(fd, views), parts)
 
 
 class StaleIndexError(CorruptRecordError):

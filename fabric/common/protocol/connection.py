@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import msgspec
 import pyarrow as pa
 
+from fabric.common import vectored
 from fabric.common.errors import ClientTimeoutError
 from fabric.common.protocol import frames, messages
 from fabric.common.protocol.payloads import Payload
@@ -99,9 +100,12 @@ class ProtocolConnection:
                 raise ConnectionError(f"the connection to {self.address} broke: {self._broken}")
             self._waiting.add(request_id)
         try:
+            data = memoryview(payload) if isinstance(payload, pa.Buffer) else payload
             with self._send_lock:
-                self._sock.sendall(frames.encode(header, memoryview(payload) if isinstance(payload, pa.Buffer)
-                                                 else payload))
+                if isinstance(self._sock, ssl.SSLSocket):  # (TLS sockets cannot gather)
+                    self._sock.sendall(frames.encode(header, data))
+                else:
+                    vectored.write_all(self._sock.sendmsg, frames.encode_parts(header, data))
         except OSError as exc:
             self._break(exc)
             raise ConnectionError(f"cannot send to {self.address}: {exc}") from None

@@ -50,7 +50,7 @@ class Frame:
 
 def encode(header: bytes, payload: bytes | memoryview = b"") -> bytes:
     """A whole frame's bytes."""
-    return b"".join((PREFIX.pack(4 + len(header) + len(payload), len(header)), header, payload))
+    return b"".join(encode_parts(header, payload))
 
 
 def encode_parts(header: bytes, payload: bytes | memoryview = b"") -> list[bytes | memoryview]:
