@@ -42,12 +42,13 @@ final class Retries {
         }
     }
 
-    /** Whether `failure` is retried: it is retriable and the backoff ends before the deadline (it is then waited). */
+    /** Whether `failure` is retried: it is retriable, the backoff ends before the deadline (it is then waited), and
+     *  the thread is not interrupted (Spark killing the task, as a stopped query does: its call failed for that). */
     boolean again(Exception failure) throws IOException {
         boolean retriable = failure instanceof FabricException refusal ? RETRIABLE.contains(refusal.type())
                                                                        : failure instanceof IOException;
         long now = System.currentTimeMillis();
-        if (!retriable || now + backoff > deadline) {
+        if (!retriable || now + backoff > deadline || Thread.currentThread().isInterrupted()) {
             return false;
         }
         LOG.warn("{}: {}; retrying with fresh metadata for up to {} s more", what, failure.getMessage(),
