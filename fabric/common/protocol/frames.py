@@ -23,7 +23,7 @@ PREFIX = struct.Struct(">II")
 MAX_HEADER_BYTES = 2 << 20  # as a Flight request's JSON (a commit of 10,000 partitions takes about 0.5 MiB)
 MAX_FRAME_BYTES = (1 << 32) - 1  # what the length field can say
 HTTP2_PREFACE = b"PRI * HTTP/2.0"  # how a gRPC client starts: a Flight client at the wrong port
-LARGE_FRAME_BYTES = 1 << 20  # a frame this long or longer is read into a buffer of its own
+LARGE_FRAME_BYTES = 1 << 16  # a frame this long or longer is read into a buffer of its own
 
 
 class FrameError(Exception):
