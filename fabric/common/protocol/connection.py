@@ -191,7 +191,11 @@ class ProtocolConnection:
                 raise self._timeout()
             into, data = self._reader.receive_buffer(), b""
             try:
-                count = self._sock.recv_into(into) if into is not None else len(data := self._sock.recv(RECEIVE_BYTES))
+                if into is not None:  # a large frame's payload, received in place
+                    count = self._sock.recv_into(into)
+                else:
+                    data = self._sock.recv(RECEIVE_BYTES)
+                    count = len(data)
             except (ssl.SSLWantReadError, BlockingIOError):
                 continue
             except OSError as exc:

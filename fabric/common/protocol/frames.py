@@ -140,8 +140,8 @@ class FrameReader:
             raise FrameError(f"a frame's header is {header_length} bytes, over the limit of {MAX_HEADER_BYTES}; "
                              "split the request (e.g. commit fewer partitions at once)")
         total = 4 + length
+        header_end = start + PREFIX.size + header_length
         if total > self.limit:  # refused once its header is here, to name the request
-            header_end = start + PREFIX.size + header_length
             if len(buffer) < header_end:
                 return None
             raise FrameError(f"a request of {total} bytes is over {self.what}={self.limit} of this server; "
@@ -149,14 +149,11 @@ class FrameReader:
                              f"of at most the topic's max.message.bytes), or raise {self.what} in the server's "
                              "properties", bytes(buffer[start + PREFIX.size:header_end]))
         if available < total:
-            header_end = start + PREFIX.size + header_length
             if total >= self.large and len(buffer) >= header_end:
                 self._open_large(start, header_end, start + total)
             return None
-        header_start = start + PREFIX.size
-        payload_start = header_start + header_length
         with memoryview(buffer) as view:  # one copy of each part (a bytearray slice would be a second)
-            frame = Frame(bytes(view[header_start:payload_start]), bytes(view[payload_start:start + total]))
+            frame = Frame(bytes(view[start + PREFIX.size:header_end]), bytes(view[header_end:start + total]))
         self._start = start + total
         if self._start > 1 << 16 and self._start * 2 > len(buffer):  # drop what was read, now and then
             del buffer[:self._start]
