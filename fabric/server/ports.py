@@ -11,6 +11,7 @@ import socket
 
 EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 LOWEST = 10_000  # below the ports well-known services listen on
+_handed_out: set[int] = set()  # ports free_port gave this process: their server may not listen on them yet
 
 
 def _ephemeral_start() -> int:
@@ -23,16 +24,19 @@ def _ephemeral_start() -> int:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on right now, outside the ephemeral range where the machine has room
-    (else one the kernel picks)."""
+    """A TCP port on 127.0.0.1 nobody listens on right now and not handed out by this process before, outside the
+    ephemeral range where the machine has room (else one the kernel picks)."""
     top = _ephemeral_start()
     for port in random.sample(range(LOWEST, top), min(64, max(top - LOWEST, 0))):
+        if port in _handed_out:  # (a server started a moment ago may not have bound it yet)
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _handed_out.add(port)
+        return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
