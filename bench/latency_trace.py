@@ -7,7 +7,7 @@ Each write is followed through the trace, step by step:
   send              client: producer.send() called
   request           client: the produce request goes to the leader
   produce_read      leader: the produce request is read (on the fabric protocol's event loop)
-  produce_received  leader: the produce request is served (on a worker thread: an acks=all append waits)
+  produce_received  leader: the produce request is served (on the event loop; on a worker if it may wait)
   append_started    leader: the request is checked and its rows decoded; the partition's append starts
   leader_append     leader: the rows are in its log
   fetch_answered    leader: the follower's fetch that gets the rows is read
@@ -44,7 +44,7 @@ STEPS = {
     "send": "client: send() called",
     "request": "client: produce request sent",
     "produce_read": "leader: produce request read (event loop)",
-    "produce_received": "leader: produce request served (worker thread)",
+    "produce_received": "leader: produce request served",
     "append_started": "leader: checked, decoded; append starts",
     "leader_append": "leader: appended",
     "fetch_answered": "leader: a follower's fetch gets the record",

@@ -52,6 +52,15 @@ class ProducerOwners:
                                      "coordinator handed that id to another principal; take an id of its own with "
                                      "init_producer_id (a producer does when it starts)")
 
+    def known(self, producer_id: object) -> bool:
+        """Whether `check` answers for `producer_id` without asking the coordinator: not an idempotent append's
+        (not a non-negative int), the offsets producer's, or an id whose block's owner is cached."""
+        if not isinstance(producer_id, int) or producer_id < 0 or producer_id == OFFSETS_PRODUCER_ID:
+            return True
+        block = block_of(producer_id)
+        with self._lock:
+            return block is not None and block in self._owners
+
     def _owner(self, producer_id: int) -> str | None:
         block = block_of(producer_id)
         if block is None:

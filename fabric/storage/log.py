@@ -44,7 +44,8 @@ from fabric.storage.recent_frames import RecentFrames
 from fabric.storage.recovery import RecoveryReport
 from fabric.storage.replica_frames import check_copied
 from fabric.storage.scan import Frame
-from fabric.storage.segment import DATA_SUFFIX, Segment, disk_usage
+from fabric.storage.segment import Segment, disk_usage
+from fabric.storage.segment_listing import SegmentListing
 from fabric.storage.segment_swap import CrashHook
 from fabric.storage.tail import LogTail, TailState
 from fabric.storage.transactions import TransactionState
@@ -101,6 +102,7 @@ class Log(LogTail):
         self.hw = HighWatermark(os.path.join(directory, "high-watermark"), self.trusted_tail)
         self._resolve_pending = resolve_pending or (lambda txn: False)
         self._segments: dict[int, Segment] = {}
+        self._listing = SegmentListing(directory)
         self._tail_state: TailState | None = None
         self._tail_epoch = -1
         self._recovered = False
@@ -130,8 +132,7 @@ class Log(LogTail):
     # -- segments ----------------------------------------------------------------------------------
     def segments(self) -> list[Segment]:
         """The segments on disk now, oldest first (objects are cached per base offset)."""
-        bases = sorted(int(name[:-len(DATA_SUFFIX)]) for name in os.listdir(self.directory)
-                       if name.endswith(DATA_SUFFIX) and name[:-len(DATA_SUFFIX)].isdigit())
+        bases = self._listing.bases()
         cache = {b: self._segments.get(b) or Segment(self.directory, b, self.schema) for b in bases}
         self._segments = cache
         return list(cache.values())
@@ -366,6 +367,7 @@ class Log(LogTail):
             if offset >= end:
                 return False
             self.forget_recent()
+            self._tail_state = None  # (readers go to the files until the cut is done: see end_offset)
             active = truncation.truncate(self, offset, end)
             self._producers = self._txns = None
             self.remember_tail(active, offset)
@@ -377,6 +379,7 @@ class Log(LogTail):
         whose log ends below its leader's log start; see truncation.truncate_fully)."""
         with self.lock:
             self.sync_tail()
+            self._tail_state = None  # (readers go to the files until the cut is done: see end_offset)
             active = truncation.truncate_fully(self, offset)
             self._producers = self._txns = None
             self.remember_tail(active, offset)

@@ -76,7 +76,13 @@ class LogTail:
 
     @property
     def end_offset(self) -> int:
-        """The high watermark: one past the last committed offset."""
+        """The high watermark: one past the last committed offset. A log that only its own process writes (a data
+        node's: `recent` is kept) answers from its view of the tail while that was checked against the files in
+        the lock's current epoch, reading no file; any other reads the watermark file, which other processes may
+        have moved."""
+        tail = self._tail_state
+        if self.recent is not None and tail is not None and self._recovered and self._tail_epoch == self.lock.epoch:
+            return tail.end_offset
         reading = self.hw.read()
         if reading.trusted and self._recovered and reading.value is not None:
             return reading.value

@@ -74,3 +74,14 @@ def test_appends_are_taken_only_under_the_principals_own_ids(store) -> None:
     with pytest.raises(AuthorizationError):
         owners.check("ann", ids.next("bob").producer_id, lambda: False)
     assert len(asked) == before
+
+
+def test_known_says_which_ids_check_answers_without_asking_the_coordinator(store) -> None:
+    ids = ProducerIds(store)
+    owners = ProducerOwners(ids.owner)
+    mine = ids.next("ann").producer_id
+    assert owners.known(-1) and owners.known(OFFSETS_PRODUCER_ID) and owners.known(None)  # nothing to ask
+    assert not owners.known(mine)  # its block's owner is not cached yet: a data node serves it on a worker thread
+    owners.check("ann", mine, lambda: False)
+    assert owners.known(mine) and owners.known(ids.next("ann").producer_id)  # the whole block is cached
+    assert not owners.known(ids.next("bob").producer_id)

@@ -1,6 +1,6 @@
 """A node's log answers read_frames at its tail from the frames it wrote last (fabric.storage.recent_frames):
 the same bytes as its files, whatever the offset, size and end asked, and never a frame the files no longer
-hold at that offset (a roll, a truncation, a failed write, a recovery)."""
+hold at that offset (a roll, a truncation, a failed write, a recovery). Its end offset comes from memory too."""
 from __future__ import annotations
 
 import itertools
@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fabric.storage import frame
+from fabric.storage.watermark import HighWatermark
 
 KEPT = 4096  # bytes of frames kept: about 20 of ReplicaKit's small frames
 
@@ -86,6 +87,24 @@ def test_a_failed_write_forgets_the_kept_frames(leader):
     assert leader.recent is not None and leader.recent.segment_base >= 0
     leader.forget_tail()  # what a write that failed part-way does (Log._recover_on_failure)
     assert leader.recent.segment_base == -1 and leader.recent.read(leader.active_base or 0, 0, 1, 1) is None
+
+
+def test_an_owned_log_knows_its_end_without_reading_the_watermark(leader, replicas, count_calls):
+    """The end offset comes from the log's view of the tail, the same as its files give, after appends and a
+    truncation; once that view is dropped (a failed write), from the watermark file again."""
+    def on_disk() -> int | None:
+        return HighWatermark(leader.hw.path).read().value  # the file, read by another object
+    end = leader.end_offset
+    assert end == on_disk()
+    reads = count_calls(leader.hw, "read")
+    replicas.lead(leader, 0, 3)
+    grown = leader.end_offset
+    assert grown == on_disk() == end + 6
+    assert leader.truncate_to(end)
+    truncated = leader.end_offset
+    assert truncated == on_disk() == end and reads() == 0
+    leader.forget_tail()
+    assert leader.end_offset == end and reads() == 1
 
 
 def test_an_embedded_log_keeps_nothing(tmp_path, storage):

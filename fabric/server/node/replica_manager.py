@@ -375,6 +375,21 @@ class ReplicaManager:
         """`append_held`, its answer waited for on this thread."""
         return int(self.append_held(*args, **kwargs).wait())
 
+    def append_waits(self, args: dict[str, Any]) -> bool:
+        """Whether an append with these (not yet checked) arguments may wait on more than this process's CPU and
+        page cache, and so is served on a worker thread: a transactional one (verified with the coordinator), one
+        to a topic that fsyncs on a count or a time (a flush.messages or flush.ms override), and one that first
+        refreshes this node's assignment from the controller (a partition it hosts no replica of, a newer leader
+        epoch, another topic id). Arguments of the wrong shape wait too: the append refuses them, as always."""
+        topic, partition, epoch = args.get("topic"), args.get("partition"), args.get("leader_epoch")
+        topic_id = args.get("topic_id", "")
+        if (args.get("transactional") or not isinstance(topic, str) or not isinstance(partition, int)
+                or not isinstance(epoch, (int, type(None))) or not isinstance(topic_id, str)):
+            return True
+        info, replica = self._topics.get(topic), self._replicas.get((topic, partition))
+        return (info is None or replica is None or "flush.messages" in info.config or "flush.ms" in info.config
+                or (epoch is not None and epoch > replica.state.leader_epoch) or not self._same_topic(topic, topic_id))
+
     def append_held(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none",
                     leader_epoch: int | None = None, acks: str = "all", timeout_ms: int = 30000,
                     producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1, topic_id: str = "",

@@ -97,7 +97,7 @@ class NodeService(FabricFlightServer):
                          settings.tls_key, metrics)
         self.protocol = protocol_handlers.start(self, settings.listen.rpartition(":")[0], {
             "produce": protocol_handlers.produce(self, ReplicaManager.append_held, replicas.append_held,
-                                                 replicas.topic),
+                                                 replicas.topic, self._produce_waits),
             "fetch": protocol_handlers.fetch(self, ReplicaManager.fetch, replicas.fetch, self.topic_schema),
             **{name: self._protocol_action(name) for name in PROTOCOL_ACTIONS},
             "replica_fetch": Handler(self._replica_fetch, lambda args: False)})
@@ -152,6 +152,13 @@ class NodeService(FabricFlightServer):
         def serve(principal: str, args: dict[str, Any], payload: Payload) -> tuple[Any, Payload]:
             return self.run_action(principal, name, args), b""
         return Handler(serve)
+
+    def _produce_waits(self, args: dict[str, Any]) -> bool:
+        """Whether a produce runs on a worker thread (ReplicaManager.append_waits; also one whose producer id's
+        owner is not cached, which asks the coordinator); the others are appended on the event loop, as the
+        coordinator service appends to its own partitions, without the two thread switches a worker costs."""
+        owners = self.producer_owners
+        return self.replicas.append_waits(args) or (owners is not None and not owners.known(args.get("producer_id")))
 
     def _replica_fetch(self, principal: str, args: dict[str, Any], payload: Payload
                        ) -> Answer | concurrent.futures.Future[Answer]:

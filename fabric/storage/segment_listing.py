@@ -1,0 +1,39 @@
+"""The base offsets of a partition directory's segments, listed again only when the directory's names changed.
+
+Every request that reads a partition asks which segments it has (the log start, the range to read), and any
+process may create or delete segments (the `file://` fabric is shared by processes). Listing the directory costs
+five system calls and a parse of every name; a `stat` of the directory costs one. A name added, removed or
+renamed in a directory moves its modification time, so while that time is the one seen at the last listing, the
+listing still holds. Filesystems stamp that time from a coarse clock, so two changes close together can leave the
+same time: a listing made within RACY_NS of the directory's last change is not kept (git's "racy" index entries
+have the same rule), and the next call lists again.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from fabric.storage.segment import DATA_SUFFIX
+
+RACY_NS = 1_000_000_000  # well above any local filesystem's timestamp granularity (a clock tick, ext4/xfs/tmpfs)
+
+
+class SegmentListing:
+    """The segment base offsets in `directory`, oldest first, as of the call (`bases`)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._kept: tuple[tuple[int, int], tuple[int, ...]] | None = None  # ((inode, mtime ns), bases)
+
+    def bases(self) -> tuple[int, ...]:
+        """The base offsets of the segment files there now (FileNotFoundError if the directory is gone)."""
+        listed_ns = time.time_ns()
+        st = os.stat(self.directory)
+        key = (st.st_ino, st.st_mtime_ns)
+        kept = self._kept
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        bases = tuple(sorted(int(name[:-len(DATA_SUFFIX)]) for name in os.listdir(self.directory)
+                             if name.endswith(DATA_SUFFIX) and name[:-len(DATA_SUFFIX)].isdigit()))
+        self._kept = (key, bases) if st.st_mtime_ns < listed_ns - RACY_NS else None
+        return bases

@@ -1,0 +1,62 @@
+"""A partition directory's segment listing (fabric/storage/segment_listing.py): listed again whenever a name was
+added or removed since, kept while the directory's time says nothing changed, and never kept when it was made
+too soon after a change for the time to tell."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from fabric.storage import segment_listing
+from fabric.storage.segment_listing import SegmentListing
+
+
+@pytest.fixture
+def listdir_calls(monkeypatch) -> list[str]:
+    calls: list[str] = []
+    real = os.listdir
+
+    def counted(path):
+        calls.append(path)
+        return real(path)
+    monkeypatch.setattr(segment_listing.os, "listdir", counted)
+    return calls
+
+
+def _age(directory) -> None:
+    """Set the directory's time well in the past, as if nothing had changed there for a while."""
+    past = time.time() - 60
+    os.utime(directory, (past, past))
+
+
+def test_a_settled_directory_is_listed_once_and_again_after_each_change(tmp_path, listdir_calls) -> None:
+    for name in ("00000000000000000000.arrows", "00000000000000000100.arrows", "00000000000000000100.index",
+                 "high-watermark", "junk.arrows"):
+        (tmp_path / name).write_bytes(b"")
+    _age(tmp_path)
+    listing = SegmentListing(str(tmp_path))
+    assert listing.bases() == listing.bases() == (0, 100)
+    assert len(listdir_calls) == 1
+    (tmp_path / "00000000000000000250.arrows").write_bytes(b"")  # a roll
+    assert listing.bases() == (0, 100, 250)
+    (tmp_path / "00000000000000000000.arrows").unlink()  # retention, within the same clock tick
+    assert listing.bases() == (100, 250)
+    assert len(listdir_calls) == 3  # both changes seen, each listed again
+    _age(tmp_path)
+    assert listing.bases() == listing.bases() == (100, 250) and len(listdir_calls) == 4  # settled: kept
+    os.rename(tmp_path / "00000000000000000100.arrows", tmp_path / "00000000000000000120.arrows")
+    assert listing.bases() == (120, 250)
+
+
+def test_a_listing_made_right_after_a_change_is_not_kept(tmp_path, listdir_calls) -> None:
+    (tmp_path / "00000000000000000000.arrows").write_bytes(b"")
+    listing = SegmentListing(str(tmp_path))
+    assert listing.bases() == listing.bases() == (0,)
+    assert len(listdir_calls) == 2  # the directory's time may not yet show a change made in the same tick
+
+
+def test_a_directory_gone_is_an_error(tmp_path) -> None:
+    listing = SegmentListing(str(tmp_path / "gone"))
+    with pytest.raises(FileNotFoundError):
+        listing.bases()
