@@ -191,5 +191,5 @@ def stored_rows(info: TopicInfo, schema: pa.Schema, batches: Iterable[pa.RecordB
     else:
         combined = pa.Table.from_batches(read, schema=schema).combine_chunks().to_batches()
         rows = combined[0] if combined else pa.RecordBatch.from_pylist([], schema=schema)
-    count_bytes(rows.nbytes)
+    count_bytes(bound)  # the batches' buffer sizes, as read (`nbytes` would walk the nested columns again)
     return rows
