@@ -21,8 +21,6 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
-import pyarrow as pa
-
 from fabric.common import trace
 from fabric.common.errors import (
     AuthenticationError,
@@ -377,5 +375,4 @@ class _Connection(asyncio.Protocol):
 
     def _write(self, header: bytes, payload: Payload) -> None:
         if self.transport is not None and not self.transport.is_closing():
-            data = memoryview(payload) if isinstance(payload, pa.Buffer) else payload
-            self.transport.writelines(frames.encode_parts(header, data))
+            self.transport.writelines(frames.encode_parts(header, payload))

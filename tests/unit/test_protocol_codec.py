@@ -75,6 +75,13 @@ def test_large_frames_come_out_whole_in_buffers_of_their_own_fed_or_received_int
     assert reader.pending == 0 and reader.receive_buffer() is None
 
 
+def test_an_arrow_buffer_payload_is_framed_through_a_view_of_it() -> None:
+    payload = pa.py_buffer(bytes(range(256)) * 4)
+    parts = frames.encode_parts(b'{"id": 7}', payload)
+    assert isinstance(parts[-1], memoryview) and parts[-1].obj is payload  # not copied
+    assert b"".join(parts) == frames.encode(b'{"id": 7}', payload) == frames.encode(b'{"id": 7}', payload.to_pybytes())
+
+
 def test_a_large_frame_cut_short_is_pending_and_never_handed_on() -> None:
     frame = frames.encode(b'{"id": 1}', bytes(range(256)) * 8)
     reader = frames.FrameReader(large=1000)

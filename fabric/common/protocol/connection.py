@@ -18,7 +18,6 @@ import time
 from typing import Any, Sequence
 
 import msgspec
-import pyarrow as pa
 
 from fabric.common import vectored
 from fabric.common.errors import ClientTimeoutError
@@ -100,12 +99,11 @@ class ProtocolConnection:
                 raise ConnectionError(f"the connection to {self.address} broke: {self._broken}")
             self._waiting.add(request_id)
         try:
-            data = memoryview(payload) if isinstance(payload, pa.Buffer) else payload
             with self._send_lock:
                 if isinstance(self._sock, ssl.SSLSocket):  # (TLS sockets cannot gather)
-                    self._sock.sendall(frames.encode(header, data))
+                    self._sock.sendall(frames.encode(header, payload))
                 else:
-                    vectored.write_all(self._sock.sendmsg, frames.encode_parts(header, data))
+                    vectored.write_all(self._sock.sendmsg, frames.encode_parts(header, payload))
         except OSError as exc:
             self._break(exc)
             raise ConnectionError(f"cannot send to {self.address}: {exc}") from None

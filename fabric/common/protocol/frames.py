@@ -48,14 +48,16 @@ class Frame:
         return PREFIX.size + len(self.header) + len(self.payload)
 
 
-def encode(header: bytes, payload: bytes | memoryview = b"") -> bytes:
+def encode(header: bytes, payload: bytes | memoryview | pa.Buffer = b"") -> bytes:
     """A whole frame's bytes."""
     return b"".join(encode_parts(header, payload))
 
 
-def encode_parts(header: bytes, payload: bytes | memoryview = b"") -> list[bytes | memoryview]:
-    """A frame as the buffers to write one after the other (a large payload is not copied)."""
-    return [PREFIX.pack(4 + len(header) + len(payload), len(header)), header, payload]
+def encode_parts(header: bytes, payload: bytes | memoryview | pa.Buffer = b"") -> list[bytes | memoryview]:
+    """A frame as the buffers to write one after the other (a large payload is not copied: an Arrow buffer is
+    written through a view of it)."""
+    data = memoryview(payload) if isinstance(payload, pa.Buffer) else payload
+    return [PREFIX.pack(4 + len(header) + len(data), len(header)), header, data]
 
 
 class _LargeFrame:
