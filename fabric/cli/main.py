@@ -17,6 +17,7 @@ import argcomplete
 
 import fabric
 from fabric.cli.common import add_url_option
+from fabric.common import pandas_probe
 from fabric.common.errors import FabricError
 from fabric.common.logs import add_log_level_option, configure, level_of
 
@@ -71,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argcomplete.autocomplete(parser)
     args = parser.parse_args(argv)
     configure(level_of(args, getattr(args, "log_level_default", CLI_LOG_LEVEL)))
+    pandas_probe.settle_without_pandas()
     try:
         return args.func(args) or 0
     except FabricError as exc:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from fabric.common import pandas_probe
 from fabric.common.errors import AuthorizationError, InvalidRequestError
 from fabric.common.records import storage_schema
 from fabric.common.redaction import clip
@@ -342,6 +343,7 @@ INTERFACES: dict[str, type] = {"broker": ClusterBroker, "coordinator": Coordinat
 def serve(settings: Settings) -> None:
     """Run one instance until SIGTERM/SIGINT: open the store and the data, join the election, serve; then stop
     within settings.shutdown_timeout_ms (fabric.server.shutdown), even if ZooKeeper or the peers are gone."""
+    pandas_probe.settle_without_pandas()
     shutdown = Shutdown(settings.shutdown_timeout_ms / 1000)
     shutdown.install()
     election: Any = None

@@ -33,6 +33,7 @@ import threading
 import time
 from typing import Any, Sequence
 
+from fabric.common import pandas_probe
 from fabric.common.errors import (
     DuplicateNodeRegistrationError,
     FabricError,
@@ -246,6 +247,7 @@ def _claim_data_dir(data_dir: str) -> int:
 
 def serve(settings: NodeSettings) -> None:
     """Run one data node until SIGTERM/SIGINT, then stop within settings.shutdown_timeout_ms."""
+    pandas_probe.settle_without_pandas()
     claimed = _claim_data_dir(settings.data_dir)
     shutdown = Shutdown(settings.shutdown_timeout_ms / 1000)
     shutdown.install()
