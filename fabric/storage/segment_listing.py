@@ -6,7 +6,8 @@ five system calls and a parse of every name; a `stat` of the directory costs one
 renamed in a directory moves its modification time, so while that time is the one seen at the last listing, the
 listing still holds. Filesystems stamp that time from a coarse clock, so two changes close together can leave the
 same time: a listing made within RACY_NS of the directory's last change is not kept (git's "racy" index entries
-have the same rule), and the next call lists again.
+have the same rule), and the next call lists again. (The directory is on a local filesystem, as a `file://` fabric's
+is: a network filesystem's cached attributes could hide another host's change.)
 """
 from __future__ import annotations
 
