@@ -57,6 +57,7 @@ def test_an_append_waits_on_a_worker_only_where_it_may_block(tmp_path, storage) 
                            topics={"t": TopicInfo("t", 2, topic_id="id-t"),
                                    "f": TopicInfo("f", 1, {"flush.messages": "1"})}))
     assert replicas.leaders() == [("f", 0), ("t", 0)]
+    assert replicas.topic_configs() == {"f": {"flush.messages": "1"}, "t": {}}  # as the node applies them (status)
     assert not replicas.append_waits(plain) and not replicas.append_waits({**plain, "leader_epoch": None})
     assert not replicas.append_waits({**plain, "topic_id": "id-t"})
     for waits in ({**plain, "leader_epoch": 3},  # newer than the node knows: it asks the controller

@@ -278,6 +278,11 @@ class ReplicaManager:
         return [{"leader": leader, "address": address, "partitions": [list(tp) for tp in fetcher.partitions()]}
                 for (leader, address), fetcher in fetchers]
 
+    def topic_configs(self) -> dict[str, dict[str, str]]:
+        """The config overrides of each topic this node hosts, as it applies them now (a change reaches the node
+        with the controller's next view, so this is how far it got)."""
+        return {name: dict(info.config) for name, info in sorted(self._topics.items())}
+
     def hosted(self) -> list[PartitionReplica]:
         with self._lock:
             return list(self._replicas.values())

@@ -197,12 +197,13 @@ class NodeService(FabricFlightServer):
 
     def status(self) -> dict[str, Any]:
         """This node's id, address, epochs, metrics port, the partitions it leads, every replica's replication
-        state and its replica fetchers (one per leader node it copies from)."""
+        state, its replica fetchers (one per leader node it copies from) and the config overrides it applies to
+        each topic it hosts."""
         return {"node_id": self.replicas.node_id, "address": self.address, "node_epoch": self.node_epoch,
                 "metrics_port": self.metrics.port, "protocol_address": self.protocol_address,
                 "controller_epoch": self.replicas.controller_epoch,
                 "leaders": [list(tp) for tp in self.replicas.leaders()], "replicas": self.replicas.describe(),
-                "fetchers": self.replicas.fetchers()}
+                "fetchers": self.replicas.fetchers(), "topics": self.replicas.topic_configs()}
 
     @translated
     @measured("produce")
