@@ -6,7 +6,8 @@ ACLs), through raw Flight calls to the leader as a hostile client sends them:
   producer id and epoch the coordinator registered with the partition in an open transaction, so nothing the
   coordinator does not know holds the last stable offset back;
 - a hanging transaction written before leaders verified them (frames put straight into the replica's log) is
-  listed by `fabric transactions find-hanging` and cleared by `abort --start-offset`.
+  listed by `fabric transactions find-hanging` and cleared by `abort --start-offset`;
+- a node's status shows a principal the configs of the topics it may describe only.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from fabric.common.errors import (
 )
 from fabric.common.records import storage_schema, to_storage
 from fabric.common.types import ProducerBatch
+from fabric.common.waiting import wait_for
 from fabric.server import wire
 from fabric.server.connection import put_call
 from fabric.storage.log import Log
@@ -191,3 +193,13 @@ def test_a_hanging_transaction_from_before_verification_is_found_and_aborted(sec
             "abort", "--topic", "hanging", "--partition", "0", "--start-offset", str(start))
         assert read_committed(admin, topic="hanging") == [b"before", b"after"]
         assert admin.find_hanging_transactions(topic="hanging") == []
+
+
+def test_a_nodes_status_shows_a_principal_the_configs_of_the_topics_it_may_describe(secured) -> None:
+    with connect(secured, ADMIN) as admin:
+        admin.create_topic("private", partitions=1, replication_factor=1, config={"retention.ms": 60_000})
+        node = secured.nodes[1]
+        wait_for(lambda: "private" in node.status(token=ADMIN)["topics"], what="the node to host topic private")
+        assert node.status(token=ADMIN)["topics"]["private"] == {"retention.ms": "60000"}
+        assert set(node.status(token=MALLORY)["topics"]) == {"shared"}  # describe on topic:shared only
+        admin.delete_topic("private")

@@ -121,7 +121,10 @@ class NodeService(FabricFlightServer):
         if action.type == "status":
             check_call("status", NodeService.status, args)
             self.authorize(context, [])
-            return [wire.dumps(self.status())]
+            status, principal = self.status(), self.principal(context)
+            status["topics"] = {topic: config for topic, config in status["topics"].items()  # as the coordinator's
+                                if self.authorizer.allowed(principal, "describe", f"topic:{topic}")}  # topic route
+            return [wire.dumps(status)]
         if action.type not in ACTIONS and action.type not in REPLICA_ACTIONS:
             raise InvalidRequestError(f"unknown node action {clip(action.type, 60)}; known: "
                                       f"{', '.join(sorted([*ACTIONS, *REPLICA_ACTIONS, 'status']))}")
@@ -198,7 +201,7 @@ class NodeService(FabricFlightServer):
     def status(self) -> dict[str, Any]:
         """This node's id, address, epochs, metrics port, the partitions it leads, every replica's replication
         state, its replica fetchers (one per leader node it copies from) and the config overrides it applies to
-        each topic it hosts."""
+        each topic it hosts (a caller sees those of the topics it may describe)."""
         return {"node_id": self.replicas.node_id, "address": self.address, "node_epoch": self.node_epoch,
                 "metrics_port": self.metrics.port, "protocol_address": self.protocol_address,
                 "controller_epoch": self.replicas.controller_epoch,
