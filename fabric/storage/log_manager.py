@@ -57,6 +57,10 @@ class LogManager:
             if cached is not None and cached[0] == info:
                 self._logs[(info.name, partition)] = (info, cached[1])  # the same metadata, read again
                 return cached[1]
+            if cached is not None and _same_log(cached[0], info):  # configs or the partition count changed: the
+                cached[1].config = TopicConfig(info.config)  # log takes the configs (each use reads them) and keeps
+                self._logs[(info.name, partition)] = (info, cached[1])  # its tail, its kept frames, its waiters
+                return cached[1]
             log = Log(os.path.join(self.topic_dir(info.name), str(partition)), storage_schema(info.value_schema),
                       TopicConfig(info.config), self._transaction_committed, replica=self.replica,
                       recent_bytes=RECENT_BYTES if self.replica else 0)
@@ -92,3 +96,11 @@ class LogManager:
             for key in [k for k in self._logs if k[0] == topic]:
                 del self._logs[key]
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _same_log(old: TopicInfo, new: TopicInfo) -> bool:
+    """Whether a partition log opened with `old` serves `new` as it is: the same topic (its id) and storage
+    schema, whatever its configs and partition count."""
+    same_schema = old.value_schema is new.value_schema or (
+        old.value_schema is not None and new.value_schema is not None and old.value_schema.equals(new.value_schema))
+    return old.topic_id == new.topic_id and same_schema
