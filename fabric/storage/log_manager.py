@@ -23,10 +23,10 @@ INTERNAL_DIR = "__fabric"
 
 
 class LogManager:
-    """The logs under `root`, opened on demand and cached per (topic, partition) while the topic's metadata is
-    unchanged. `transaction_committed` decides whether a dead publish's frames are rolled forward; `replica`
-    opens every log in replica mode (a data node's, see Log), keeping the frames each wrote last in memory: the
-    node's process alone writes its directory."""
+    """The logs under `root`, opened on demand and cached per (topic, partition) while the topic is the same (its id
+    and storage schema; a change of its configs goes into the cached log). `transaction_committed` decides whether
+    a dead publish's frames are rolled forward; `replica` opens every log in replica mode (a data node's, see Log),
+    keeping the frames each wrote last in memory: the node's process alone writes its directory."""
 
     def __init__(self, root: str, transaction_committed: Callable[[str], bool], replica: bool = False) -> None:
         self.root = os.path.abspath(root)
