@@ -153,3 +153,8 @@ def offset_for_time(log: Log, timestamp_us: int) -> int | None:
                                   f"{clip(timestamp_us)}")
     return log.offset_for_time(timestamp_us)
 
+
+def fsyncs(info: TopicInfo) -> bool:
+    """Whether an append to topic `info` may fsync (a flush.messages or flush.ms override), so may wait on the
+    disk rather than only on the page cache."""
+    return "flush.messages" in info.config or "flush.ms" in info.config

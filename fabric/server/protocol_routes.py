@@ -20,7 +20,7 @@ from fabric.common.redaction import clip
 from fabric.common.types import CommittedOffset
 from fabric.coordinator.commit_batch import CommitBatch
 from fabric.coordinator.interface import Coordinator
-from fabric.server import protocol_handlers
+from fabric.server import partition_ops, protocol_handlers
 from fabric.server.cluster_broker import ClusterBroker
 from fabric.server.protocol_server import Handler, Payload
 
@@ -53,10 +53,9 @@ def produce_waits(coordinator: Coordinator, args: dict[str, Any]) -> bool:
     if not isinstance(topic, str) or args.get("transactional") or not coordinator.serves_locally():
         return True
     try:
-        config = coordinator.topic(topic).config
+        return partition_ops.fsyncs(coordinator.topic(topic))
     except FabricError:
         return True
-    return "flush.messages" in config or "flush.ms" in config
 
 
 class LoopCommits:

@@ -28,12 +28,12 @@ class SegmentListing:
 
     def bases(self) -> tuple[int, ...]:
         """The base offsets of the segment files there now (FileNotFoundError if the directory is gone)."""
-        listed_ns = time.time_ns()
         st = os.stat(self.directory)
         key = (st.st_ino, st.st_mtime_ns)
         kept = self._kept
         if kept is not None and kept[0] == key:
             return kept[1]
+        listed_ns = time.time_ns()  # (before the listing: a change after it moves the time past this, less a tick)
         bases = tuple(sorted(int(name[:-len(DATA_SUFFIX)]) for name in os.listdir(self.directory)
                              if name.endswith(DATA_SUFFIX) and name[:-len(DATA_SUFFIX)].isdigit()))
         self._kept = (key, bases) if st.st_mtime_ns < listed_ns - RACY_NS else None

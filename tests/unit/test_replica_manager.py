@@ -12,6 +12,7 @@ import pytest
 from fabric.common.errors import InvalidConfigError, InvalidRequestError, NotLeaderError
 from fabric.common.types import LeaderAndIsr, NodeAssignment, PartitionAssignment, PartitionRegistration, TopicInfo
 from fabric.common.waiting import wait_for
+from fabric.server.node.append_routing import append_waits
 from fabric.server.node.replica_manager import ReplicaManager
 
 
@@ -51,21 +52,21 @@ def test_it_serves_what_it_leads_and_follows_newer_views_only(tmp_path, storage)
 def test_an_append_waits_on_a_worker_only_where_it_may_block(tmp_path, storage) -> None:
     replicas = ReplicaManager(1, str(tmp_path / "node1"))
     plain = {"topic": "t", "partition": 0, "leader_epoch": 2, "acks": "all"}
-    assert replicas.append_waits(plain)  # not hosted yet: the append refreshes the assignment first
+    assert append_waits(replicas, plain)  # not hosted yet: the append refreshes the assignment first
     assigned = view(1, {0: 1, 1: 2}, epoch=2)
     replicas.apply(replace(assigned, partitions={**assigned.partitions, ("f", 0): assigned.partitions[("t", 0)]},
                            topics={"t": TopicInfo("t", 2, topic_id="id-t"),
                                    "f": TopicInfo("f", 1, {"flush.messages": "1"})}))
     assert replicas.leaders() == [("f", 0), ("t", 0)]
     assert replicas.topic_configs() == {"f": {"flush.messages": "1"}, "t": {}}  # as the node applies them (status)
-    assert not replicas.append_waits(plain) and not replicas.append_waits({**plain, "leader_epoch": None})
-    assert not replicas.append_waits({**plain, "topic_id": "id-t"})
+    assert not append_waits(replicas, plain) and not append_waits(replicas, {**plain, "leader_epoch": None})
+    assert not append_waits(replicas, {**plain, "topic_id": "id-t"})
     for waits in ({**plain, "leader_epoch": 3},  # newer than the node knows: it asks the controller
                   {**plain, "topic_id": "id-other"},  # the topic was created again: it asks too
                   {**plain, "transactional": True},  # verified with the coordinator
                   {**plain, "topic": "f"},  # fsyncs after each message
                   {**plain, "partition": [0]}, {**plain, "topic": 5}, {**plain, "leader_epoch": "2"}):  # refused there
-        assert replicas.append_waits(waits), waits
+        assert append_waits(replicas, waits), waits
 
 
 def test_a_deleted_topic_loses_its_logs_and_the_directory_keeps_its_owner(tmp_path, storage) -> None:

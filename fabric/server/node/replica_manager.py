@@ -294,6 +294,10 @@ class ReplicaManager:
     def hosted_replica(self, tp: TopicPartition) -> PartitionReplica | None:
         return self._replicas.get(tp)
 
+    def hosted_topic(self, name: str) -> TopicInfo | None:
+        """The metadata of topic `name` as this node knows it now (None: none), without asking the controller."""
+        return self._topics.get(name)
+
     def leaders(self) -> list[TopicPartition]:
         return sorted(tp for tp, r in self._replicas.items() if r.state.role is Role.LEADER)
 
@@ -357,10 +361,10 @@ class ReplicaManager:
         tp = (topic, partition)
         replica = self._replicas.get(tp)
         if (replica is None or (leader_epoch is not None and leader_epoch > replica.state.leader_epoch)
-                or not self._same_topic(topic, topic_id)):
+                or not self.same_topic(topic, topic_id)):
             self.refresh()  # a decision the client knows of and this node not yet
             replica = self._replicas.get(tp)
-        if not self._same_topic(topic, topic_id):
+        if not self.same_topic(topic, topic_id):
             known = self._topics.get(topic)
             raise InconsistentTopicIdError(
                 f"node {self.node_id} serves topic {topic!r} with id {known.topic_id if known else 'none'}, the "
@@ -372,28 +376,14 @@ class ReplicaManager:
         replica.check_readable(leader_epoch, from_follower)
         return replica
 
-    def _same_topic(self, topic: str, topic_id: str) -> bool:
+    def same_topic(self, topic: str, topic_id: str) -> bool:
+        """Whether `topic_id` ("": any) names the topic this node knows by that name, if it knows one."""
         known = self._topics.get(topic)
         return not topic_id or known is None or not known.topic_id or known.topic_id == topic_id
 
     def append(self, *args: Any, **kwargs: Any) -> int:
         """`append_held`, its answer waited for on this thread."""
         return int(self.append_held(*args, **kwargs).wait())
-
-    def append_waits(self, args: dict[str, Any]) -> bool:
-        """Whether an append with these (not yet checked) arguments may wait on more than this process's CPU and
-        page cache, and so is served on a worker thread: a transactional one (verified with the coordinator), one
-        to a topic that fsyncs on a count or a time (a flush.messages or flush.ms override), and one that first
-        refreshes this node's assignment from the controller (a partition it hosts no replica of, a newer leader
-        epoch, another topic id). Arguments of the wrong shape wait too: the append refuses them, as always."""
-        topic, partition, epoch = args.get("topic"), args.get("partition"), args.get("leader_epoch")
-        topic_id = args.get("topic_id", "")
-        if (args.get("transactional") or not isinstance(topic, str) or not isinstance(partition, int)
-                or not isinstance(epoch, (int, type(None))) or not isinstance(topic_id, str)):
-            return True
-        info, replica = self._topics.get(topic), self._replicas.get((topic, partition))
-        return (info is None or replica is None or "flush.messages" in info.config or "flush.ms" in info.config
-                or (epoch is not None and epoch > replica.state.leader_epoch) or not self._same_topic(topic, topic_id))
 
     def append_held(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none",
                     leader_epoch: int | None = None, acks: str = "all", timeout_ms: int = 30000,
@@ -509,7 +499,7 @@ class ReplicaManager:
             raise InvalidRequestError(f"replica_range of {clip(topic, 60)}-{partition}: partition, offsets and "
                                       "max_bytes must be ints from 0")
         replica = self._replicas.get((topic, partition))
-        if replica is None or not self._same_topic(topic, topic_id) or self.health.offline(replica.tp):
+        if replica is None or not self.same_topic(topic, topic_id) or self.health.offline(replica.tp):
             raise NotLeaderError(f"node {self.node_id} holds no copy of {topic}-{partition} it can serve")
         with self.health.guard((topic, partition), f"read partition {topic}-{partition}"):
             return scrub.copy_range(replica.log, start_offset, min(end_offset, replica.hw),

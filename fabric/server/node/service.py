@@ -39,6 +39,7 @@ from fabric.server.arguments import check_call
 from fabric.server.flight_server import FabricFlightServer, measured, translated
 from fabric.server.metrics import ServerMetrics
 from fabric.server.node import follower_fetches
+from fabric.server.node.append_routing import append_waits
 from fabric.server.node.partition import ReplicaFetch
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.settings import NodeSettings
@@ -157,11 +158,10 @@ class NodeService(FabricFlightServer):
         return Handler(serve)
 
     def _produce_waits(self, args: dict[str, Any]) -> bool:
-        """Whether a produce runs on a worker thread (ReplicaManager.append_waits; also one whose producer id's
-        owner is not cached, which asks the coordinator); the others are appended on the event loop, as the
-        coordinator service appends to its own partitions, without the two thread switches a worker costs."""
+        """Whether a produce runs on a worker thread (append_routing; also one whose producer id's owner is not
+        cached, which asks the coordinator)."""
         owners = self.producer_owners
-        return self.replicas.append_waits(args) or (owners is not None and not owners.known(args.get("producer_id")))
+        return append_waits(self.replicas, args) or (owners is not None and not owners.known(args.get("producer_id")))
 
     def _replica_fetch(self, principal: str, args: dict[str, Any], payload: Payload
                        ) -> Answer | concurrent.futures.Future[Answer]:

@@ -1,0 +1,26 @@
+"""Which of a data node's produces wait on a worker thread: an append that may wait on more than this process's
+CPU and page cache. The others are appended on the fabric protocol's event loop, as the coordinator service appends
+to its own partitions, without the two thread switches a worker costs (docs/performance.md)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fabric.server import partition_ops
+
+if TYPE_CHECKING:
+    from fabric.server.node.replica_manager import ReplicaManager
+
+
+def append_waits(replicas: ReplicaManager, args: dict[str, Any]) -> bool:
+    """Whether an append with these (not yet checked) arguments may wait: a transactional one (verified with the
+    coordinator), one to a topic that fsyncs, and one that first refreshes the node's assignment from the controller
+    (a partition it hosts no replica of, a newer leader epoch, another topic id). Arguments of the wrong shape wait
+    too: the append refuses them, as always."""
+    topic, partition, epoch = args.get("topic"), args.get("partition"), args.get("leader_epoch")
+    topic_id = args.get("topic_id", "")
+    if (args.get("transactional") or not isinstance(topic, str) or not isinstance(partition, int)
+            or not isinstance(epoch, (int, type(None))) or not isinstance(topic_id, str)):
+        return True
+    info, replica = replicas.hosted_topic(topic), replicas.hosted_replica((topic, partition))
+    return (info is None or replica is None or partition_ops.fsyncs(info)
+            or (epoch is not None and epoch > replica.state.leader_epoch) or not replicas.same_topic(topic, topic_id))
