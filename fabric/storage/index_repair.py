@@ -8,6 +8,8 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Callable
 
+import pyarrow as pa
+
 from fabric.storage.errors import UNWRITABLE
 from fabric.storage.segment import Segment, StaleIndexError
 
@@ -59,13 +61,13 @@ class IndexRepair:
                         "without them, by walking the frame headers", plog.name, seg.path, reason, exc.strerror)
             return False
 
-    def start(self, seg: Segment, offset: int) -> tuple[int, int]:
+    def start(self, seg: Segment, offset: int, buf: pa.Buffer | None = None) -> tuple[int, int]:
         """Where to walk from in `seg` to reach `offset`: Segment.start, with a stale index repaired."""
         try:
-            return seg.start(offset)
+            return seg.start(offset, buf)
         except StaleIndexError as exc:
             self.repair(seg, str(exc), functools.partial(_stale, seg, offset))
-            return seg.start(offset)
+            return seg.start(offset, buf)
 
 
 def _stale(seg: Segment, offset: int) -> bool:

@@ -475,10 +475,11 @@ class Log(LogTail):
         return reader.read(self, offset, max_bytes, end_offset, isolation)
 
     def fetch(self, offset: int, max_bytes: int, end_offset: int | None = None,
-              isolation: str = reader.READ_COMMITTED) -> list[Fetched]:
+              isolation: str = reader.READ_COMMITTED, within: reader.LogRange | None = None) -> list[Fetched]:
         """read() as a list: the batches before damaged records are returned, and the error raised only when
-        the first batch asked for is damaged (the next fetch, from the damaged offset, raises it)."""
-        return reader.fetch(self, offset, max_bytes, end_offset, isolation)
+        the first batch asked for is damaged (the next fetch, from the damaged offset, raises it). `within`: the
+        log_range the caller looked at in this request (not read again)."""
+        return reader.fetch(self, offset, max_bytes, end_offset, isolation, within)
 
     def offset_after_records(self, offset: int, count: int, end_offset: int | None = None,
                              isolation: str = reader.READ_COMMITTED) -> int:

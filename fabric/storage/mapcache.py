@@ -85,19 +85,24 @@ class MapCache:
 
     def get(self, path: str) -> pa.Buffer:
         """A buffer over the whole file as it is now (FileNotFoundError if there is none)."""
+        return self.mapped(path)[0]
+
+    def mapped(self, path: str) -> tuple[pa.Buffer, int]:
+        """get(), and the inode of the file the buffer maps (a caller that compares it with a later stat knows
+        whether the file was replaced meanwhile)."""
         st = os.stat(path)
         with self._guard:
             cached = self._maps.get(path)
             if cached is not None and cached.inode == st.st_ino:
                 if cached.size == st.st_size:
                     self._maps.move_to_end(path)
-                    return cached.buffer
+                    return cached.buffer, cached.inode
                 if cached.mapping is not None and st.st_size <= cached.mapping.length:
                     return self._keep(path, cached._replace(size=st.st_size,
                                                             buffer=cached.mapping.view(st.st_size)))
         return self._map(path)
 
-    def _map(self, path: str) -> pa.Buffer:
+    def _map(self, path: str) -> tuple[pa.Buffer, int]:
         """Map `path` afresh (its size and inode read from the open file, so they belong to the file mapped)."""
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -128,13 +133,13 @@ class MapCache:
                         "mapped again as they grow (is the process's address space limited? ulimit -v)", exc)
             return None
 
-    def _keep(self, path: str, cached: _Cached) -> pa.Buffer:
-        """Cache `cached` as the newest map (the caller holds the guard) and return its buffer."""
+    def _keep(self, path: str, cached: _Cached) -> tuple[pa.Buffer, int]:
+        """Cache `cached` as the newest map (the caller holds the guard); its buffer and inode."""
         self._maps[path] = cached
         self._maps.move_to_end(path)
         while len(self._maps) > self.capacity:
             self._maps.popitem(last=False)
-        return cached.buffer
+        return cached.buffer, cached.inode
 
     def forget(self, path: str) -> None:
         """Drop the map of `path` (the file was truncated, replaced or deleted)."""

@@ -46,18 +46,18 @@ class LogRange(NamedTuple):
 
 
 def read(plog: Log, offset: int, max_bytes: int, end_offset: int | None = None,
-         isolation: str = READ_COMMITTED) -> Iterator[Fetched]:
+         isolation: str = READ_COMMITTED, within: LogRange | None = None) -> Iterator[Fetched]:
     """See Log.read."""
-    segs, end = _range(plog, offset, end_offset)
+    segs, end = _range(plog, offset, end_offset, within)
     return _batches(plog, segs, offset, end, max_bytes, isolation == READ_COMMITTED)
 
 
 def fetch(plog: Log, offset: int, max_bytes: int, end_offset: int | None = None,
-          isolation: str = READ_COMMITTED) -> list[Fetched]:
+          isolation: str = READ_COMMITTED, within: LogRange | None = None) -> list[Fetched]:
     """See Log.fetch."""
     out: list[Fetched] = []
     try:
-        for fetched in read(plog, offset, max_bytes, end_offset, isolation):
+        for fetched in read(plog, offset, max_bytes, end_offset, isolation, within):
             out.append(fetched)
     except CorruptRecordError as exc:
         if not out:
@@ -91,7 +91,7 @@ def read_frames(plog: Log, offset: int, max_bytes: int, end_offset: int | None =
     i = max(bisect.bisect_right(bases, offset) - 1, 0)
     limit = min(end, bases[i + 1]) if i + 1 < len(segs) else end
     frames: list[Frame] = []
-    _, buf, items = _segment_items(plog, segs[i], offset, end, limit, max_bytes)
+    _, buf, _, items = _segment_items(plog, segs[i], offset, end, limit, max_bytes)
     for item in items:
         if isinstance(item, Damage):
             if not frames:
@@ -128,7 +128,7 @@ def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int,
         if offset >= end or budget <= 0:
             break
         limit = min(end, bases[i + 1]) if i + 1 < len(segs) else end
-        seg, buf, items = _segment_items(plog, segs[i], offset, end, limit, budget)
+        seg, buf, schema, items = _segment_items(plog, segs[i], offset, end, limit, budget)
         for item in items:
             if isinstance(item, Damage):
                 raise CorruptRangeError(item)
@@ -140,7 +140,7 @@ def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int,
                 budget -= header.size
                 continue
             skipped = None
-            batch = _decode(seg, buf, item)
+            batch = _decode(seg, buf, schema, item)
             lo = max(offset - header.base_offset, 0)
             hi = min(end - header.base_offset, header.record_count)
             if lo or hi < header.record_count:
@@ -193,18 +193,18 @@ def _headers_from(plog: Log, segs: list[Segment], offset: int, end: int) -> Iter
 
 
 def _segment_items(plog: Log, seg: Segment, offset: int, end: int, limit: int, budget: int
-                   ) -> tuple[Segment, pa.Buffer, list[Frame | Damage]]:
+                   ) -> tuple[Segment, pa.Buffer, pa.Schema, list[Frame | Damage]]:
     """The frames (and damage) to serve from `offset`, found in `seg` (its indexes checked first) or, if the
-    cleaner replaced or merged it meanwhile, in the segment holding `offset` now; with that segment and the
-    buffer their positions refer to (read again if the file was replaced while being walked)."""
+    cleaner replaced or merged it meanwhile, in the segment holding `offset` now; with that segment, the buffer
+    their positions refer to and its schema (read again if the file was replaced while being walked)."""
     for _ in range(3):
         try:
             plog.indexes.check([seg])
-            inode = os.stat(seg.path).st_ino
-            buf = seg.view()
+            buf, inode = seg.mapped()
+            schema = seg.schema_of(inode)
             items = list(_frames(plog, seg, offset, end, limit, budget, buf))
             if os.stat(seg.path).st_ino == inode:
-                return seg, buf, items
+                return seg, buf, schema, items
         except FileNotFoundError:
             if offset < plog.start_offset:
                 raise OffsetOutOfRangeError(f"offset {offset} of partition {plog.name} was deleted by retention "
@@ -221,7 +221,8 @@ def _frames(plog: Log, seg: Segment, offset: int, end: int, limit: int, budget: 
             ) -> Iterator[Frame | Damage]:
     """The frames (and damage) of `seg` (whose data `buf` holds) to serve from `offset`, within about `budget`
     bytes."""
-    for item in seg.read(offset, end, limit, plog.indexes.start(seg, offset), buf):
+    start = seg.nearer_start(plog.indexes.start(seg, offset, buf), offset, buf)
+    for item in seg.read(offset, end, limit, start, buf):
         yield item
         if isinstance(item, Damage):
             return
@@ -230,10 +231,10 @@ def _frames(plog: Log, seg: Segment, offset: int, end: int, limit: int, budget: 
             return
 
 
-def _decode(seg: Segment, buf: pa.Buffer, item: Frame) -> pa.RecordBatch:
+def _decode(seg: Segment, buf: pa.Buffer, schema: pa.Schema, item: Frame) -> pa.RecordBatch:
     header = item.header
     try:
-        return frame.decode_batch(buf.slice(item.position + frame.HEADER_SIZE, header.length), seg.schema)
+        return frame.decode_batch(buf.slice(item.position + frame.HEADER_SIZE, header.length), schema)
     except (pa.ArrowException, ValueError) as exc:
         raise CorruptRangeError(Damage(seg.path, item.position, item.end, header.base_offset, header.next_offset,
                                        f"its batch does not decode against the segment's schema: {exc}")) from None

@@ -68,6 +68,7 @@ class Segment:
         self.use_index = True  # False: the index is broken and cannot be rebuilt here (a read-only directory)
         self._first: FrameHeader | None = None  # the first data frame: it never changes while it exists
         self._builder: IndexBuilder | None = None  # this writer's indexing state (see append)
+        self._tail_hint: tuple[int, int] | None = None  # (byte position, offset) of the newest frame start seen
 
     # -- creation and the schema frame ---------------------------------------------------------------
     @classmethod
@@ -96,6 +97,15 @@ class Segment:
         """A zero-copy buffer over the mapped file as it is now (a shared, bounded map: see mapcache)."""
         return MAPS.get(self.path)
 
+    def mapped(self) -> tuple[pa.Buffer, int]:
+        """view(), and the inode of the file it maps: a read that looks at the file once (schema_of) and checks
+        afterwards that it was not replaced meanwhile stats it no more than that."""
+        return MAPS.mapped(self.path)
+
+    def schema_of(self, inode: int) -> pa.Schema:
+        """The schema of the file of `inode` (from mapped()); afterwards known_data_start is that file's."""
+        return self._schema_frame(inode)[0]
+
     @property
     def schema(self) -> pa.Schema:
         """The Arrow schema every batch in this segment is encoded against (the topic's, if the schema frame is
@@ -107,9 +117,10 @@ class Segment:
         """Byte position of the first data frame."""
         return self._schema_frame()[1]
 
-    def _schema_frame(self) -> tuple[pa.Schema, int]:
-        """(schema, data start), read again if the file was replaced (a recreated or adopted segment)."""
-        inode = os.stat(self.path).st_ino
+    def _schema_frame(self, inode: int | None = None) -> tuple[pa.Schema, int]:
+        """(schema, data start) of the file now (or of `inode`'s, just looked at), read again if the file was
+        replaced (a recreated or adopted segment)."""
+        inode = os.stat(self.path).st_ino if inode is None else inode
         if self._schema is None or inode != self._inode:
             if self._inode != -1:  # replaced (a compacted copy): its indexes are new files, checked again
                 self._indexes_checked = False
@@ -158,24 +169,51 @@ class Segment:
         of it taken earlier): see scan.Walk for the options."""
         return Walk(self.path, self.view() if buf is None else buf, position, expected, **options)
 
-    def start(self, offset: int) -> tuple[int, int]:
+    def start(self, offset: int, buf: pa.Buffer | None = None) -> tuple[int, int]:
         """Where to start walking to reach `offset`: (byte position, the offset starting there), from the offset
-        index if its entry names the frame found there (StaleIndexError if it does not)."""
+        index if its entry names the frame found there (StaleIndexError if it does not). `buf`: the file's view
+        a read took (mapped(), its schema_of known), else one taken now."""
         if self.use_index:
             hit = self.index.floor(offset - self.base_offset)
             if hit is not None:
                 rel, pos = hit
-                try:
-                    header = frame.unpack_header(self.view(), pos)
-                except FrameError:
-                    header = None
-                if header is None or header.is_schema or header.base_offset != self.base_offset + rel \
-                        or pos < self.data_start:
-                    found = "no frame header" if header is None else f"a frame of offset {header.base_offset}"
+                header = self._header_at(pos, buf)
+                if header is None or header.base_offset != self.base_offset + rel:
+                    found = "no data frame" if header is None else f"a frame of offset {header.base_offset}"
                     raise StaleIndexError(f"index {self.index.path}: its entry for offset {self.base_offset + rel} "
                                           f"points at byte {pos}, where there is {found}")
                 return pos, self.base_offset + rel
         return self.data_start, self.base_offset
+
+    def nearer_start(self, start: tuple[int, int], offset: int, buf: pa.Buffer | None = None) -> tuple[int, int]:
+        """Where a read of `offset` walks from: `start` (see start()), or the newest frame start this object saw
+        (saw_frame_start) if it lies between them and a frame of that offset is still there. A reader at the
+        tail then walks no frame it has read already. `buf`: as for start()."""
+        hint = self._tail_hint
+        if hint is None or not start[1] < hint[1] <= offset:
+            return start
+        header = self._header_at(hint[0], buf)
+        if header is not None and header.base_offset == hint[1]:
+            return hint
+        self._tail_hint = None  # the file changed under it (cut back or replaced)
+        return start
+
+    def _header_at(self, pos: int, buf: pa.Buffer | None) -> FrameHeader | None:
+        """The header of the data frame starting at byte `pos` (of `buf`, as for start()), or None if none does."""
+        try:
+            header = frame.unpack_header(self.view() if buf is None else buf, pos)
+        except FrameError:
+            return None
+        return None if header.is_schema or pos < (self.data_start if buf is None else self.known_data_start) \
+            else header
+
+    def saw_frame_start(self, position: int, offset: int) -> None:
+        """Note that a frame of base offset `offset` starts (or the next will) at byte `position`: where the next
+        read from `offset` on starts walking if that is past its index entry (nearer_start checks the header
+        there first). Kept while it is the newest; forget_writes() drops it."""
+        hint = self._tail_hint
+        if hint is None or offset >= hint[1]:
+            self._tail_hint = position, offset
 
     def read(self, offset: int, end_offset: int, limit: int, start: tuple[int, int], buf: pa.Buffer | None = None
              ) -> Iterator[Frame | Damage]:
@@ -183,9 +221,11 @@ class Segment:
         `start` (see start()) in `buf` (default: a view taken now); `limit` is the offset this segment's frames
         reach (the next segment's base, or the watermark)."""
         for item in self.walk(*start, buf, stop=end_offset, verify_from=offset, limit=limit):
-            if isinstance(item, Frame) and item.header.next_offset <= offset:
-                continue
-            if isinstance(item, Damage) and item.next_offset is not None and item.next_offset <= offset:
+            if isinstance(item, Frame):
+                if item.header.next_offset <= offset:
+                    continue
+                self.saw_frame_start(item.position, item.header.base_offset)
+            elif item.next_offset is not None and item.next_offset <= offset:
                 continue
             yield item
 
@@ -231,12 +271,14 @@ class Segment:
                                                           self.timeindex)
         builder.add(pos, header)
         builder.append_to(self.index, self.timeindex, trusted=position is not None)
+        self.saw_frame_start(pos, header.base_offset)
         return pos
 
     def forget_writes(self) -> None:
         """Drop what this object remembers of its files' tail (another writer, or recovery, changed them)."""
         self._builder = None
         self._first = None
+        self._tail_hint = None
 
     def fsync(self) -> None:
         fd = os.open(self.path, os.O_RDONLY)

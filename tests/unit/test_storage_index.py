@@ -14,6 +14,7 @@ from fabric.storage import batch_encoding, frame, mapcache
 from fabric.storage.index import IndexOrderError, OffsetIndex, TimeIndex
 from fabric.storage.index_builder import IndexBuilder
 from fabric.storage.mapcache import MapCache
+from fabric.storage.scan import Frame
 
 # old (1970 / 2023) timestamps must not be rolled or expired by the 7-day defaults in these tests
 KEEP = dict(retention_ms=-1, segment_ms=2**62)
@@ -292,3 +293,38 @@ def test_an_append_outlives_a_reader_dropping_the_writers_index_state(tmp_path, 
     assert list(seg.index.entries["rel"]) == [0, 1, 2]
     assert [v for _, v, _ in storage.read_all(log)] == [b"v0", b"v1", b"v2"]
     assert log.segments()[-1].data_start > 0 and seg._builder is not None  # a first read keeps the writer's state
+
+
+def _frame_starts(seg) -> dict[int, int]:
+    """{base offset: byte position} of a segment's data frames, from a walk of the whole file."""
+    return {item.header.base_offset: item.position for item in seg.walk(seg.data_start, seg.base_offset)
+            if isinstance(item, Frame)}
+
+
+def test_a_read_at_the_tail_walks_from_the_newest_frame_seen_not_from_the_index_entry(tmp_path, storage):
+    """A reader at the tail of a segment indexed sparsely starts at the frame it (or, in its process, the writer)
+    saw last, instead of walking every frame since the index entry; a log cut back and written again with
+    other frames is read right, the stale position checked and dropped."""
+    directory = str(tmp_path)
+    writer = storage.open_log(directory, index_interval_bytes=1 << 20, **KEEP)
+    reader = storage.open_log(directory, index_interval_bytes=1 << 20, **KEEP)  # another process's view
+    for i in range(10):
+        writer.append(storage.make_batch([b"v%d" % i]))
+    seg = writer.segments()[-1]
+    starts = _frame_starts(seg)
+    assert seg.start(9) == (seg.data_start, 0)  # the one index entry
+    assert seg.nearer_start(seg.start(9), 9) == (starts[9], 9)  # the writer saw frame 9 appended
+    assert [v for _, v, _ in storage.read_all(reader, 8)] == [b"v8", b"v9"]
+    seen = reader.segments()[-1]
+    assert seen.nearer_start(seen.start(9), 9) == (starts[9], 9)
+    assert seen.nearer_start(seen.start(7), 7) == seen.start(7)  # before the frame seen: the index entry
+    writer.append(storage.make_batch([b"v10"]))
+    assert [v for _, v, _ in storage.read_all(reader, 10)] == [b"v10"]
+    old = _frame_starts(seen)[10]
+    assert seen.nearer_start(seen.start(10), 10) == (old, 10)
+
+    assert writer.truncate_to(5)
+    for i in range(5, 11):  # longer frames: the position the reader saw frame 10 at is inside another now
+        writer.append(storage.make_batch([b"w%d-" % i + b"x" * 50]))
+    assert [v for _, v, _ in storage.read_all(reader, 10)] == [b"w10-" + b"x" * 50]
+    assert seen.nearer_start(seen.start(10), 10) == (_frame_starts(seen)[10], 10) != (old, 10)
