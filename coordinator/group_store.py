@@ -126,8 +126,10 @@ class GroupService:
         self._call(group, forget)
 
     def validate_commit(self, group: str, member_id: str, generation: int) -> None:
-        """Raise unless this offset commit may be stored now (see GroupCoordinator.validate_commit)."""
-        state = self.machine.expire(self.store.load(group) or GroupState(), self.clock.now_ms())
+        """Raise unless this offset commit may be stored now (see GroupCoordinator.validate_commit). A group with
+        no stored state (one that only commits: a standalone consumer, a Spark query) has nothing to expire."""
+        stored = self.store.load(group)
+        state = GroupState() if stored is None else self.machine.expire(stored, self.clock.now_ms())
         self.machine.validate_commit(state, member_id, generation)
 
     def describe_group(self, group: str) -> GroupDescription | None:

@@ -41,7 +41,7 @@ import json
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Iterable, Iterator, Protocol, Sequence
+from typing import Callable, ContextManager, Iterable, Iterator, Protocol, Sequence, cast
 
 import pyarrow as pa
 
@@ -131,7 +131,12 @@ class _Cache:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def apply(self, offset: int, records: pa.RecordBatch) -> None:
-        for key, value in zip(records.column(1).to_pylist(), records.column(3).to_pylist(), strict=True):
+        """The records read from the log at `offset`."""
+        self.apply_rows(offset, list(zip(records.column(1).to_pylist(), records.column(3).to_pylist(), strict=True)))
+
+    def apply_rows(self, offset: int, rows: Sequence[Row]) -> None:
+        """The rows appended at `offset`, as they were built (this process's own commit: not read back)."""
+        for key, value in rows:
             parts = json.loads(key)
             if parts[0] != "offset":  # a group's metadata, a leadership or a migration record
                 continue
@@ -143,8 +148,8 @@ class _Cache:
                     self.groups.pop(group, None)
             else:
                 self.groups.setdefault(group, {})[(topic, partition)] = CommittedOffset(
-                    value["next_offset"], value["metadata"], value["commit_ms"])
-        self.position = offset + records.num_rows
+                    cast(int, value["next_offset"]), cast(str, value["metadata"]), cast(int, value["commit_ms"]))
+        self.position = offset + len(rows)
 
 
 class OffsetsTopic:
@@ -324,7 +329,7 @@ class OffsetsTopic:
             cache = self._caches[partition]
             with cache.lock:
                 if not self.log.shared or cache.position == offset:
-                    cache.apply(offset, records)
+                    cache.apply_rows(offset, rows)
             then()
         return records, written
 

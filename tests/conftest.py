@@ -32,9 +32,11 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 # Property and fuzz tests draw the same examples on every run (`make test` and CI), so a failure is a change of
-# behaviour and not the luck of the draw; HYPOTHESIS_PROFILE=explore draws new ones to look for more.
-settings.register_profile("repeatable", derandomize=True)
-settings.register_profile("explore", derandomize=False)
+# behaviour and not the luck of the draw; HYPOTHESIS_PROFILE=explore draws new ones to look for more. No example
+# has a deadline: a first example that pays for an import (pyarrow's first conversion of Python values imports
+# pandas: a quarter of a second) or runs beside a CPU-heavy job would fail on time alone.
+settings.register_profile("repeatable", derandomize=True, deadline=None)
+settings.register_profile("explore", derandomize=False, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 import fabric  # noqa: E402
