@@ -136,11 +136,14 @@ class PartitionState:
 
 @dataclass(frozen=True)
 class Fetched:
-    """A run of committed records: stored rows starting at `offset`."""
+    """A run of committed records: stored rows starting at `offset`. `message`: the uncompressed Arrow IPC message
+    `batch` was decoded from, where the run is that stored frame's whole batch (a server sends it as it is stored
+    instead of encoding the batch again)."""
 
     offset: int
     batch: pa.RecordBatch
     timestamp_type: int
+    message: pa.Buffer | None = None
 
 
 UNDEFINED_EPOCH = -1

@@ -60,7 +60,8 @@ def fetch(server: FabricFlightServer, method: Callable, read: Fetch, schema_of: 
           ) -> Handler:
     """`fetch`: the arguments of the Flight fetch; the result lists each batch's {"offset", "timestamp_type",
     "records"} (its row count: a reader knows where the next fetch starts before it decodes the payload), the
-    payload holds the batches as one Arrow IPC stream (of the topic's storage schema when there are none). A
+    payload holds the batches as one Arrow IPC stream (of the topic's storage schema when there are none), each
+    whole stored frame's batch as the segment holds it (payloads.fetched_stream). A
     fetch that may wait for records (max_wait_ms > 0) runs on a worker thread."""
     def serve(principal: str, args: dict[str, Any], payload: Payload) -> tuple[Any, Payload]:
         with server.metrics.requests.measure("fetch"):
@@ -68,7 +69,7 @@ def fetch(server: FabricFlightServer, method: Callable, read: Fetch, schema_of: 
         schema = fetched[0].batch.schema if fetched else schema_of(args["topic"])
         return ([{"offset": f.offset, "timestamp_type": f.timestamp_type, "records": f.batch.num_rows}
                  for f in fetched],
-                payloads.ipc_stream(schema, [f.batch for f in fetched]))
+                payloads.fetched_stream(schema, fetched))
     return Handler(serve, lambda args: bool(args.get("max_wait_ms")))
 
 

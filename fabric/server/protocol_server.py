@@ -21,6 +21,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
+import pyarrow as pa
+
 from fabric.common import trace
 from fabric.common.errors import (
     AuthenticationError,
@@ -81,7 +83,7 @@ class _Job:
     request: messages.Request
     handler: Handler
     args: dict[str, Any]
-    payload: Payload
+    payload: bytes | pa.Buffer  # as the frame brought it
     waits: bool
     key: Hashable | None
 

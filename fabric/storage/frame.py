@@ -31,6 +31,7 @@ CRC_START = 24
 REBASED_FIELDS = slice(4, 20)  # length, base offset, leader epoch: covered by the v2 CRC, last
 _ZERO_FIELDS_CRC = crc32c.crc32c(bytes(REBASED_FIELDS.stop - REBASED_FIELDS.start))
 
+ATTR_CODEC = 0x03  # the codec its batch's buffers are compressed with (fabric.common.codecs: 0 for none)
 ATTR_LOG_APPEND_TIME = 0x04
 ATTR_ABORT = 0x08  # on a control frame: the transaction it ends aborted (else it committed)
 ATTR_TRANSACTIONAL = 0x10  # part of a producer's transaction: invisible to read_committed readers until it ends

@@ -143,9 +143,13 @@ def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int,
             batch = _decode(seg, buf, schema, item)
             lo = max(offset - header.base_offset, 0)
             hi = min(end - header.base_offset, header.record_count)
+            message = None
             if lo or hi < header.record_count:
                 batch = batch.slice(lo, hi - lo)
-            yield Fetched(header.base_offset + lo, batch, 1 if header.attributes & frame.ATTR_LOG_APPEND_TIME else 0)
+            elif not header.attributes & frame.ATTR_CODEC:
+                message = buf.slice(item.position + frame.HEADER_SIZE, header.length)
+            yield Fetched(header.base_offset + lo, batch, 1 if header.attributes & frame.ATTR_LOG_APPEND_TIME else 0,
+                          message)
             offset = header.base_offset + hi
             budget -= header.size
     if skipped is not None:

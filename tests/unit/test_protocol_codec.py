@@ -15,6 +15,7 @@ from fabric.common.protocol import frames, messages, payloads
 from fabric.common.protocol.cluster import cluster_json, cluster_of
 from fabric.common.types import (
     ClusterDescription,
+    Fetched,
     LeaderAndIsr,
     NodeInfo,
     PartitionAssignment,
@@ -136,6 +137,31 @@ def test_cluster_metadata_round_trips_as_plain_json(partitions, racks) -> None:
     header = messages.encode_result(3, cluster_json(description))
     assert b'"$"' not in header
     assert cluster_of(messages.decode_answer(header).result) == description
+
+
+def test_a_payload_in_parts_is_framed_part_by_part_without_a_copy() -> None:
+    parts_in = (b"ab", pa.py_buffer(b"cdef"), b"")
+    parts = frames.encode_parts(b'{"id": 7}', parts_in)
+    assert isinstance(parts[3], memoryview) and parts[3].obj is parts_in[1]
+    assert b"".join(parts) == frames.encode(b'{"id": 7}', b"abcdef")
+
+
+@settings(max_examples=50)
+@given(st.lists(st.tuples(st.lists(st.binary(max_size=100) | st.none(), min_size=0, max_size=5), st.booleans()),
+                max_size=4))
+def test_a_fetch_answer_sends_stored_messages_as_they_are_in_one_arrow_stream(runs) -> None:
+    """A fetch answer's stream (payloads.fetched_stream): the runs that carry their stored IPC message go out as
+    those bytes, the others encoded; any Arrow IPC reader reads the whole as the batches it holds."""
+    schema = pa.schema([("value", pa.binary())])
+    batches = [pa.record_batch([pa.array(values, pa.binary())], schema=schema) for values, _ in runs]
+    fetched = [Fetched(i, batch, 0, batch.serialize() if stored else None)
+               for i, (batch, (_, stored)) in enumerate(zip(batches, runs, strict=True))]
+    parts = payloads.fetched_stream(schema, fetched)
+    for part, run in zip(parts[1:-1], fetched, strict=True):
+        assert run.message is None or part is run.message  # (sent as it lies, not encoded again)
+    whole = b"".join(memoryview(p) if isinstance(p, pa.Buffer) else p for p in parts)
+    assert payloads.read_stream(whole, "a test") == (schema, batches)
+    assert pa.ipc.open_stream(whole).read_all() == pa.ipc.open_stream(payloads.ipc_stream(schema, batches)).read_all()
 
 
 @settings(max_examples=50, deadline=None)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import pyarrow as pa
 
@@ -24,6 +25,8 @@ MAX_HEADER_BYTES = 2 << 20  # as a Flight request's JSON (a commit of 10,000 par
 MAX_FRAME_BYTES = (1 << 32) - 1  # what the length field can say
 HTTP2_PREFACE = b"PRI * HTTP/2.0"  # how a gRPC client starts: a Flight client at the wrong port
 LARGE_FRAME_BYTES = 1 << 16  # a frame this long or longer is read into a buffer of its own
+# a frame's payload as it is sent: one buffer, or (an answer) buffers written one after the other, never joined
+Payload: TypeAlias = bytes | pa.Buffer | tuple[bytes | pa.Buffer, ...]
 
 
 class FrameError(Exception):
@@ -53,11 +56,12 @@ def encode(header: bytes, payload: bytes | memoryview | pa.Buffer = b"") -> byte
     return b"".join(encode_parts(header, payload))
 
 
-def encode_parts(header: bytes, payload: bytes | memoryview | pa.Buffer = b"") -> list[bytes | memoryview]:
+def encode_parts(header: bytes, payload: Payload | memoryview = b"") -> list[bytes | memoryview]:
     """A frame as the buffers to write one after the other (a large payload is not copied: an Arrow buffer is
-    written through a view of it)."""
-    data = memoryview(payload) if isinstance(payload, pa.Buffer) else payload
-    return [PREFIX.pack(4 + len(header) + len(data), len(header)), header, data]
+    written through a view of it, a payload in parts part by part)."""
+    parts = [memoryview(p) if isinstance(p, pa.Buffer) else p for p in (payload if isinstance(payload, tuple)
+                                                                        else (payload,))]
+    return [PREFIX.pack(4 + len(header) + sum(len(p) for p in parts), len(header)), header, *parts]
 
 
 class _LargeFrame:

@@ -2,17 +2,20 @@
 the record batches), which any Arrow library reads (Java's ArrowStreamReader among them)."""
 from __future__ import annotations
 
-from typing import Sequence, TypeAlias
+import functools
+from typing import Sequence
 
 import msgspec
 import pyarrow as pa
 
 from fabric.common.errors import InvalidRequestError
 from fabric.common.protocol import messages
+from fabric.common.protocol.frames import Payload
 from fabric.common.redaction import shorten
 from fabric.common.types import Fetched
 
-Payload: TypeAlias = bytes | pa.Buffer  # a frame's payload as it is sent
+__all__ = ["Payload"]  # re-exported: the payload type lives with the frames that carry it
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an IPC stream's end: a continuation marker, length 0
 
 
 def ipc_stream(schema: pa.Schema, batches: Sequence[pa.RecordBatch]) -> pa.Buffer:
@@ -22,6 +25,19 @@ def ipc_stream(schema: pa.Schema, batches: Sequence[pa.RecordBatch]) -> pa.Buffe
         for batch in batches:
             writer.write_batch(batch)
     return sink.getvalue()
+
+
+def fetched_stream(schema: pa.Schema, fetched: Sequence[Fetched]) -> tuple[bytes | pa.Buffer, ...]:
+    """`fetched` (of `schema`) as one Arrow IPC stream, in parts: the schema message, each run's record batch
+    message (its stored one where it has it, so the frames' bytes go out as they lie in the segment, not encoded
+    again), the end of the stream."""
+    return (_schema_message(schema), *(f.message if f.message is not None else f.batch.serialize() for f in fetched),
+            _END_OF_STREAM)
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_message(schema: pa.Schema) -> pa.Buffer:
+    return schema.serialize()
 
 
 def read_stream(payload: bytes | pa.Buffer, what: str) -> tuple[pa.Schema, list[pa.RecordBatch]]:
