@@ -123,12 +123,12 @@ def fetch(log: Log, offset: int, max_bytes: int, end_offset: int | None, max_wai
     """Committed batches from `offset`; at the end of the log, wait up to `max_wait_ms` for some (Kafka's
     fetch.max.wait.ms), so a consumer gets a record as soon as it is appended instead of polling for it."""
     wait_s = wait_seconds("max_wait_ms", max_wait_ms)
-    now = log.log_range()  # (one look at the files: read from, unless the fetch waits for records first)
-    if wait_s and end_offset is None and now.end == offset:
+    end = log.end_offset  # (one read of the watermark: the segments are listed only to read from)
+    if wait_s and end_offset is None and end == offset:
         if not log.wait_for_records(offset, wait_s):
             return []  # at the log end, and nothing came in time
         return log.fetch(offset, max_bytes)
-    return log.fetch(offset, max_bytes, end_offset, within=now)
+    return log.fetch(offset, max_bytes, end_offset, within=log.log_range(end))
 
 
 def state(log: Log, topic: str, partition: int, end_offset: int | None = None, **replication: Any

@@ -157,10 +157,11 @@ class Log(LogTail):
         """The log start offset: the first offset not yet deleted by retention or delete_records."""
         return self.log_range().start
 
-    def log_range(self) -> reader.LogRange:
+    def log_range(self, end: int | None = None) -> reader.LogRange:
         """The segments, log start and end offset now, from one read of the watermark and one listing of the
-        directory: what a request that needs several of them reads once and passes down."""
-        end = self.end_offset
+        directory: what a request that needs several of them reads once and passes down. `end`: the end offset
+        the caller read just before (not read again)."""
+        end = self.end_offset if end is None else end
         segs = self.segments()
         return reader.LogRange(segs, self.start_within(segs, end), end)
 

@@ -14,7 +14,6 @@ from fabric.common.protocol.frames import Payload
 from fabric.common.redaction import shorten
 from fabric.common.types import Fetched
 
-__all__ = ["Payload"]  # re-exported: the payload type lives with the frames that carry it
 _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an IPC stream's end: a continuation marker, length 0
 
 

@@ -21,6 +21,5 @@ def append_waits(replicas: ReplicaManager, args: dict[str, Any]) -> bool:
     if (args.get("transactional") or not isinstance(topic, str) or not isinstance(partition, int)
             or not isinstance(epoch, (int, type(None))) or not isinstance(topic_id, str)):
         return True
-    info, replica = replicas.hosted_topic(topic), replicas.hosted_replica((topic, partition))
-    return (info is None or replica is None or partition_ops.fsyncs(info)
-            or (epoch is not None and epoch > replica.state.leader_epoch) or not replicas.same_topic(topic, topic_id))
+    info = replicas.hosted_topic(topic)
+    return info is None or partition_ops.fsyncs(info) or replicas.behind((topic, partition), epoch, topic_id)

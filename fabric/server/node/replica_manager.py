@@ -359,11 +359,9 @@ class ReplicaManager:
         with `from_follower` also follows under it; of the topic with `topic_id`, if given (a topic deleted and
         created again under its name is another one: InconsistentTopicIdError until both sides agree)."""
         tp = (topic, partition)
+        if self.behind(tp, leader_epoch, topic_id):
+            self.refresh()
         replica = self._replicas.get(tp)
-        if (replica is None or (leader_epoch is not None and leader_epoch > replica.state.leader_epoch)
-                or not self.same_topic(topic, topic_id)):
-            self.refresh()  # a decision the client knows of and this node not yet
-            replica = self._replicas.get(tp)
         if not self.same_topic(topic, topic_id):
             known = self._topics.get(topic)
             raise InconsistentTopicIdError(
@@ -375,6 +373,14 @@ class ReplicaManager:
                                  "metadata")
         replica.check_readable(leader_epoch, from_follower)
         return replica
+
+    def behind(self, tp: TopicPartition, leader_epoch: int | None, topic_id: str) -> bool:
+        """Whether a request for `tp` under `leader_epoch` (None: any) of the topic with `topic_id` ("": any) knows
+        of a decision this node does not yet: it hosts no replica of `tp`, the epoch is newer, the topic id another
+        (replica() asks the controller first)."""
+        replica = self._replicas.get(tp)
+        return (replica is None or (leader_epoch is not None and leader_epoch > replica.state.leader_epoch)
+                or not self.same_topic(tp[0], topic_id))
 
     def same_topic(self, topic: str, topic_id: str) -> bool:
         """Whether `topic_id` ("": any) names the topic this node knows by that name, if it knows one."""
