@@ -3,7 +3,8 @@ on a replicated cluster of data nodes, where the offsets topic is replicated on 
 stores they replaced (SQLite's table and ZooKeeper's znodes, bench.legacy_offsets), in one run. Each case is
 one client, then 10 client processes (--clients), committing one partition's offset back to back for
 --seconds; the figures are commits/s (all clients together), p50/p99 latency and, where servers serve the commits,
-their CPU per commit (all the case's server processes together, warm-up commits included). The clients' groups spread
+their CPU per commit (all the case's server processes together, warm-up commits included), the kernel's share of it
+and their threads' context switches per commit (what handing requests between threads costs). The clients' groups spread
 over the offsets topic's partitions; the cluster is measured again with groups that share one partition, where
 concurrent commits go together in one append (group commit), and (with ZooKeeper) with --instances coordinator
 instances that share the offsets topic's partitions out (each serving the groups of its own; issue 24's goal 7).
@@ -14,6 +15,7 @@ SQLite table instead (`vs_table`)."""
 from __future__ import annotations
 
 import argparse
+import glob
 import itertools
 import multiprocessing
 import os
@@ -195,9 +197,26 @@ def stores(stack: ExitStack, directory: str, nodes: int, clients: int, zookeeper
             {label: pids[name] for label, name in servers.items() if name in pids})
 
 
-def server_cpu_s(processes: list[psutil.Process]) -> float:
-    """The CPU seconds `processes` used so far (user and system)."""
-    return sum(t.user + t.system for t in (p.cpu_times() for p in processes))
+def server_usage(processes: list[psutil.Process]) -> tuple[float, float, int]:
+    """What `processes` used so far: CPU seconds in user space and in the kernel, and context switches of all
+    their threads (a thread handing a request to another, or waiting for the interpreter lock, switches)."""
+    user = system = 0.0
+    for times in (p.cpu_times() for p in processes):
+        user, system = user + times.user, system + times.system
+    return user, system, sum(thread_switches(p.pid) for p in processes)
+
+
+def thread_switches(pid: int) -> int:
+    """The context switches, voluntary and not, of every live thread of process `pid` (Linux's
+    /proc/PID/task/*/status; psutil's num_ctx_switches counts the main thread's alone); 0 where there is no /proc."""
+    total = 0
+    for task in glob.glob(f"/proc/{pid}/task/*/status"):
+        try:
+            with open(task) as status:
+                total += sum(int(line.split()[1]) for line in status if "ctxt_switches:" in line)
+        except OSError:  # the thread ended meanwhile
+            continue
+    return total
 
 
 def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], None]:
@@ -215,11 +234,15 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], None]
             servers = [psutil.Process(pid) for pid in pids.get(label, [])]
             for clients in sorted({1, args.clients}):
                 with timed(f"{label}, {clients} client(s), {args.seconds:g} s"):
-                    before = server_cpu_s(servers)
+                    before = server_usage(servers)
                     out = measure(pool, store, clients, args.seconds)
                     if servers:
-                        out["server_cpu_ms_per_commit"] = (server_cpu_s(servers) - before) * 1000 / (
-                            out["commits"] + clients * WARMUP_COMMITS)
+                        commits = out["commits"] + clients * WARMUP_COMMITS
+                        after = server_usage(servers)
+                        user, system, switches = (now - then for now, then in zip(after, before, strict=True))
+                        out["server_cpu_ms_per_commit"] = (user + system) * 1000 / commits
+                        out["server_kernel_share"] = system / (user + system) if user + system > 0 else float("nan")
+                        out["server_switches_per_commit"] = switches / commits
                 progress(f"  {out['commits_per_s']:,.0f} commits/s, p50 {out['p50_ms']:.2f} ms, "
                          f"p99 {out['p99_ms']:.2f} ms")
                 results["cases"].setdefault(label, {})[str(clients)] = out
@@ -236,12 +259,16 @@ def report(results: dict[str, Any], _: None) -> None:
     rows = [(f"{label}, {n} client{'s' if n != '1' else ''}", out["commits_per_s"])
             for label, modes in cases.items() for n, out in modes.items()]
     chart = bar_chart("offsets", "Offset commits/s, back to back", rows, "commits/s")
+    def servers(out: dict[str, Any]) -> tuple[str, str, str]:
+        if "server_cpu_ms_per_commit" not in out:
+            return "-", "-", "-"
+        return (f"{out['server_cpu_ms_per_commit']:.2f}", f"{out['server_kernel_share']:.0%}",
+                f"{out['server_switches_per_commit']:.1f}")
     print(table([(label, n, f"{out['commits_per_s']:,.0f}", f"{out['p50_ms']:.2f}", f"{out['p99_ms']:.2f}",
-                  f"{out['server_cpu_ms_per_commit']:.2f}" if "server_cpu_ms_per_commit" in out else "-",
-                  f"{ratios[label][n]:.3g}x")
+                  *servers(out), f"{ratios[label][n]:.3g}x")
                  for label, modes in cases.items() for n, out in modes.items()],
-                ("store", "clients", "commits/s", "p50 ms", "p99 ms", "server CPU ms/commit",
-                 f"vs {baseline.removesuffix(' (before)')}")))
+                ("store", "clients", "commits/s", "p50 ms", "p99 ms", "server CPU ms/commit", "of it in the kernel",
+                 "server context switches/commit", f"vs {baseline.removesuffix(' (before)')}")))
     progress(f"plot: {chart}")
 
 
