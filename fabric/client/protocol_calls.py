@@ -199,7 +199,7 @@ class Sent:
         self.connection.forget(self.request_id)
 
 
-def produce_payload(rows: pa.RecordBatch) -> pa.Buffer:
+def produce_payload(rows: pa.RecordBatch) -> tuple[bytes | pa.Buffer, ...]:
     """A produce's payload: its rows as an Arrow IPC stream."""
     return payloads.ipc_stream(rows.schema, [rows])
 

@@ -4,10 +4,13 @@ service's wire format unchanged."""
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
 import pyarrow as pa
+
+from fabric.common.config import TopicConfig
 
 TopicPartition = tuple[str, int]
 
@@ -23,6 +26,12 @@ class TopicInfo:
     config: dict[str, str] = field(default_factory=dict)
     value_schema: pa.Schema | None = None
     topic_id: str = ""
+
+    @functools.cached_property
+    def settings(self) -> TopicConfig:
+        """The effective config (the overrides over Kafka's defaults), checked and parsed once per TopicInfo: a
+        server keeps one per topic until its metadata changes, and reads a setting on every append."""
+        return TopicConfig(self.config)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ def conforms(value: Any, hint: Any) -> bool:
 
 
 def _is_int64(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX
+    return ((type(value) is int or (isinstance(value, int) and not isinstance(value, bool)))
+            and INT64_MIN <= value <= INT64_MAX)
 
 
 def _is_number(value: Any) -> bool:
@@ -49,8 +50,7 @@ def _checker(hint: Any) -> Callable[[Any], bool]:
         return lambda value: value is None
     origin, params = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        alternatives = tuple(_checker(p) for p in params)
-        return lambda value: any(check(value) for check in alternatives)
+        return _any_of(tuple(_checker(p) for p in params))
     if origin is None:
         if hint is float:
             return _is_number
@@ -62,18 +62,49 @@ def _checker(hint: Any) -> Callable[[Any], bool]:
         return (lambda value: isinstance(value, hint)) if isinstance(hint, type) else (lambda value: True)
     if origin is tuple:
         if len(params) == 2 and params[1] is Ellipsis:
-            item = _checker(params[0])
-            return lambda value: isinstance(value, tuple) and all(item(v) for v in value)
-        items = tuple(_checker(p) for p in params)
-        return lambda value: (isinstance(value, tuple) and len(value) == len(items)
-                              and all(check(v) for check, v in zip(items, value, strict=True)))
+            return _each(tuple, _checker(params[0]))
+        return _fields(tuple(_checker(p) for p in params))
     if origin in (dict, collections.abc.Mapping):
         key, item = _checker(params[0]), _checker(params[1])
         return lambda value: isinstance(value, dict) and all(key(k) and item(v) for k, v in value.items())
     if origin in (list, collections.abc.Sequence):
-        item = _checker(params[0])
-        return lambda value: isinstance(value, (list, tuple)) and all(item(v) for v in value)
+        return _each((list, tuple), _checker(params[0]))
     return lambda value: isinstance(value, origin)
+
+
+# The checks of containers loop instead of running a generator per value: a follower's replica fetch names every
+# partition it copies from the leader, each a tuple of five fields, and the leader checks them all on every fetch.
+def _any_of(alternatives: tuple[Callable[[Any], bool], ...]) -> Callable[[Any], bool]:
+    def check(value: Any) -> bool:
+        for alternative in alternatives:
+            if alternative(value):
+                return True
+        return False
+    return check
+
+
+def _each(kind: type[Any] | tuple[type[Any], ...], item: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    def check(value: Any) -> bool:
+        if not isinstance(value, kind):
+            return False
+        for each in value:
+            if not item(each):
+                return False
+        return True
+    return check
+
+
+def _fields(items: tuple[Callable[[Any], bool], ...]) -> Callable[[Any], bool]:
+    count = len(items)
+
+    def check(value: Any) -> bool:
+        if not isinstance(value, tuple) or len(value) != count:
+            return False
+        for item, field in zip(items, value, strict=True):
+            if not item(field):
+                return False
+        return True
+    return check
 
 
 @functools.cache

@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from fabric.common import record_sizes
-from fabric.common.config import TopicConfig
 from fabric.common.errors import FabricError, SchemaMismatchError
 from fabric.common.records import storage_schema
 from fabric.common.types import Fetched, TopicInfo
@@ -174,7 +173,7 @@ def stored_rows(info: TopicInfo, schema: pa.Schema, batches: Iterable[pa.RecordB
             f"an append to topic {topic!r} must carry stored rows with schema "
             f"({wire.schema_text(expected)}), got ({wire.schema_text(schema)}); produce with a fabric "
             "producer (fabric.records.to_storage)")
-    max_bytes = TopicConfig(info.config)["max.message.bytes"]
+    max_bytes = info.settings["max.message.bytes"]
     read: list[pa.RecordBatch] = []
     records = bound = weight = weighed = 0
     for batch in batches:

@@ -159,9 +159,10 @@ def test_a_fetch_answer_sends_stored_messages_as_they_are_in_one_arrow_stream(ru
     parts = payloads.fetched_stream(schema, fetched)
     for part, run in zip(parts[1:-1], fetched, strict=True):
         assert run.message is None or part is run.message  # (sent as it lies, not encoded again)
-    whole = b"".join(memoryview(p) if isinstance(p, pa.Buffer) else p for p in parts)
+    whole = joined(parts)
     assert payloads.read_stream(whole, "a test") == (schema, batches)
-    assert pa.ipc.open_stream(whole).read_all() == pa.ipc.open_stream(payloads.ipc_stream(schema, batches)).read_all()
+    assert pa.ipc.open_stream(whole).read_all() == pa.ipc.open_stream(joined(payloads.ipc_stream(schema, batches))
+                                                                      ).read_all()
 
 
 @settings(max_examples=50, deadline=None)
@@ -169,7 +170,24 @@ def test_a_fetch_answer_sends_stored_messages_as_they_are_in_one_arrow_stream(ru
 def test_arrow_payloads_round_trip(columns) -> None:
     schema = pa.schema([("value", pa.binary())])
     batches = [pa.record_batch([pa.array(values, pa.binary())], schema=schema) for values in columns]
-    assert payloads.read_stream(payloads.ipc_stream(schema, batches).to_pybytes(), "a test") == (schema, batches)
+    assert payloads.read_stream(joined(payloads.ipc_stream(schema, batches)), "a test") == (schema, batches)
+
+
+def test_a_produce_payload_is_the_bytes_a_stream_writer_writes() -> None:
+    """payloads.ipc_stream's parts (the schema's message kept from earlier requests, each batch's message) join
+    into the very bytes pyarrow's stream writer writes, so any Arrow reader takes them."""
+    schema = pa.schema([("key", pa.binary()), ("value", pa.binary())])
+    batches = [pa.record_batch([pa.array([b"k", None]), pa.array([b"v", b"w"])], schema=schema).slice(1)]
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(batches[0])
+    for _ in range(2):  # the second time, the schema's message comes from the cache
+        assert joined(payloads.ipc_stream(schema, batches)) == sink.getvalue().to_pybytes()
+
+
+def joined(parts: tuple[bytes | pa.Buffer, ...]) -> bytes:
+    """A payload's parts as the bytes a frame carries."""
+    return b"".join(memoryview(p) if isinstance(p, pa.Buffer) else p for p in parts)
 
 
 def test_an_oversized_frame_is_refused_once_its_header_names_the_request() -> None:

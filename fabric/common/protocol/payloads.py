@@ -17,13 +17,11 @@ from fabric.common.types import Fetched
 _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an IPC stream's end: a continuation marker, length 0
 
 
-def ipc_stream(schema: pa.Schema, batches: Sequence[pa.RecordBatch]) -> pa.Buffer:
-    """`batches` (of `schema`) as one Arrow IPC stream."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, schema) as writer:
-        for batch in batches:
-            writer.write_batch(batch)
-    return sink.getvalue()
+def ipc_stream(schema: pa.Schema, batches: Sequence[pa.RecordBatch]) -> tuple[bytes | pa.Buffer, ...]:
+    """`batches` (of `schema`) as one Arrow IPC stream, in parts: the schema's message (serialized once per
+    schema), each batch's message, the end of the stream; the bytes a stream writer writes, at a quarter of its
+    cost for a batch of one row (no writer set up per request)."""
+    return (_schema_message(schema), *(batch.serialize() for batch in batches), _END_OF_STREAM)
 
 
 def fetched_stream(schema: pa.Schema, fetched: Sequence[Fetched]) -> tuple[bytes | pa.Buffer, ...]:

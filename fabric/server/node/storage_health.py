@@ -32,7 +32,8 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from types import TracebackType
+from typing import Callable, Iterator, Literal
 
 from fabric.common.errors import KafkaStorageError, StorageError
 from fabric.common.types import TopicPartition
@@ -200,19 +201,10 @@ class StorageHealth:
                                  f"({self.condition(tp).reason}); the controller moves the leadership to an in-sync "
                                  "replica: refresh the metadata and retry")
 
-    @contextlib.contextmanager
-    def guard(self, tp: TopicPartition, doing: str) -> Iterator[None]:
+    def guard(self, tp: TopicPartition, doing: str) -> Guard:
         """Run an operation on replica `tp`'s storage: a storage failure marks it offline and is raised as
         KafkaStorageError (see `failed`); other errors pass through unchanged."""
-        try:
-            yield
-        except KafkaStorageError:
-            raise  # decided already (this replica's damage, or another guard's)
-        except (OSError, StorageError) as exc:
-            error = self.failed(tp, exc, doing)
-            if error is None:
-                raise
-            raise error from exc
+        return Guard(self, tp, doing)
 
     @contextlib.contextmanager
     def writing(self, tp: TopicPartition, doing: str) -> Iterator[None]:
@@ -254,3 +246,25 @@ def _write_probe(directory: str) -> None:
         os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(path)
+
+
+class Guard:
+    """StorageHealth.guard's context: a class, not a generator, as a follower's fetch enters one per partition it
+    names."""
+
+    __slots__ = ("health", "tp", "doing")
+
+    def __init__(self, health: StorageHealth, tp: TopicPartition, doing: str) -> None:
+        self.health, self.tp, self.doing = health, tp, doing
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+                 ) -> Literal[False]:
+        if exc is None or isinstance(exc, KafkaStorageError) or not isinstance(exc, (OSError, StorageError)):
+            return False  # none, decided already (this replica's damage, or another guard's), or not the storage's
+        error = self.health.failed(self.tp, exc, self.doing)
+        if error is None:
+            return False
+        raise error from exc
