@@ -163,12 +163,12 @@ class RoutingCluster(RemoteCluster):
             raise wire.from_flight_error(exc) from None
 
     def _node_call(self, node: NodeInfo, kind: str, args: dict[str, Any], payload: Callable[[], Payload],
-                   decode: Callable[[Answer], T], over_flight: Call) -> Call:
+                   decode: Callable[[Answer], T], over_flight: Callable[[], Call]) -> Call:
         """A call of `node`: request `kind` over the fabric protocol where the node offers it (its answer made a
-        result by `decode`), else `over_flight`."""
+        result by `decode`), else the Flight call `over_flight()` makes (made only then: its descriptor is JSON)."""
         def run(client: flight.FlightClient, options: flight.FlightCallOptions) -> Any:
             answer = self.protocol.node(node.address, kind, args, payload())
-            return over_flight(client, options) if answer is None else decode(answer)
+            return over_flight()(client, options) if answer is None else decode(answer)
         return run
 
     # -- topics ----------------------------------------------------------------------------------------------
@@ -251,7 +251,7 @@ class RoutingCluster(RemoteCluster):
                     "end_offset": end_offset, **target.quoted(), "max_wait_ms": min(max_wait_ms, self.hold_ms),
                     "isolation_level": isolation_level}
             return self._node_call(target.node, "fetch", args, lambda: b"", fetched_of,
-                                   fetch_call(wire.fetch_ticket(**args)))
+                                   lambda: fetch_call(wire.fetch_ticket(**args)))
         return self._routed(topic, partition, at_node, lambda: super(RoutingCluster, self).fetch(
             topic, partition, offset, max_bytes, end_offset, max_wait_ms), client_rack)
 
@@ -266,7 +266,7 @@ class RoutingCluster(RemoteCluster):
         """An append of `rows` with `args` at the target node."""
         return self._node_call(target.node, "produce", args, lambda: produce_payload(rows),
                                lambda answer: messages.decode_result(answer[0], int),
-                               put_call(wire.put_descriptor("append", **args), rows.schema, lambda: [rows]))
+                               lambda: put_call(wire.put_descriptor("append", **args), rows.schema, lambda: [rows]))
 
     def replicated(self, topic: str) -> bool:
         return any(t == topic for t, _ in self.describe_cluster().partitions)

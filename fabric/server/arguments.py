@@ -12,7 +12,7 @@ import functools
 import inspect
 import types
 import typing
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from fabric.common.errors import InvalidRequestError
 from fabric.common.redaction import clip, shorten
@@ -120,28 +120,39 @@ def _describe(hint: Any) -> str:
     return str(hint).replace("typing.", "")
 
 
+class _Signature(NamedTuple):
+    """What a request to a method is checked against, worked out once per method: its parameters in order, the
+    check of each (with the hint it checks, for the error) and those without a default."""
+
+    names: tuple[str, ...]
+    checks: dict[str, tuple[Any, Callable[[Any], bool]]]
+    required: frozenset[str]
+
+
 @functools.cache
-def _parameters(fn: Callable, skip: tuple[str, ...]) -> dict[str, inspect.Parameter]:
+def _signature(fn: Callable, skip: tuple[str, ...]) -> _Signature:
     """`fn`'s parameters a request supplies (inspect.signature is too slow to run on every request)."""
-    return {p: v for p, v in inspect.signature(fn).parameters.items() if p != "self" and p not in skip}
+    params = {p: v for p, v in inspect.signature(fn).parameters.items() if p != "self" and p not in skip}
+    hints = _hints(fn)
+    return _Signature(tuple(params), {p: (hints.get(p, Any), _checker(hints.get(p, Any))) for p in params},
+                      frozenset(p for p, v in params.items() if v.default is inspect.Parameter.empty))
 
 
 def check_call(name: str, method: Callable, args: dict[str, Any], skip: tuple[str, ...] = ()) -> None:
     """Raise InvalidRequestError unless `method(**args)` (plus the `skip` parameters, supplied otherwise)
     binds to the method's signature with every argument of its annotated type."""
-    fn = getattr(method, "__func__", method)
-    params = _parameters(fn, skip)
-    unknown = sorted(set(args) - set(params))
-    if unknown:
+    signature = _signature(getattr(method, "__func__", method), skip)
+    checks = signature.checks
+    if not args.keys() <= checks.keys():
+        unknown = sorted(set(args) - set(checks))
         raise InvalidRequestError(f"request {name!r}: unknown argument(s) {shorten(', '.join(unknown))}; "
-                                  f"it takes {', '.join(params) or 'none'}")
-    missing = [p for p, v in params.items() if v.default is inspect.Parameter.empty and p not in args]
-    if missing:
+                                  f"it takes {', '.join(signature.names) or 'none'}")
+    if not signature.required <= args.keys():
+        missing = [p for p in signature.names if p in signature.required and p not in args]
         raise InvalidRequestError(f"request {name!r}: missing argument(s) {', '.join(missing)}; "
-                                  f"it takes {', '.join(params)}")
-    hints = _hints(fn)
+                                  f"it takes {', '.join(signature.names)}")
     for arg, value in args.items():
-        hint = hints.get(arg, Any)
-        if not conforms(value, hint):
+        hint, check = checks[arg]
+        if not check(value):
             raise InvalidRequestError(f"request {name!r}: argument {arg!r} must be {_describe(hint)}, "
                                       f"got {type(value).__name__} {clip(value)}")

@@ -250,7 +250,7 @@ def test_refusals_name_the_problem_and_write_nothing(secured_cluster, admin, whe
     assert "over socket.request.max.bytes" in answer.error["message"]
     host, _, port = address.rpartition(":")
     with socket.create_connection((host, int(port)), timeout=30) as raw:  # a frame cut short, then closed
-        raw.sendall(hello() + frames.encode(header, produce_payload(rows(b"cut")).to_pybytes())[:-10])
+        raw.sendall(hello() + frames.encode(header, produce_payload(rows(b"cut")))[:-10])
     assert end_offset(admin, topic, 0) == before
     connection.close()
 

@@ -51,7 +51,7 @@ class Frame:
         return PREFIX.size + len(self.header) + len(self.payload)
 
 
-def encode(header: bytes, payload: bytes | memoryview | pa.Buffer = b"") -> bytes:
+def encode(header: bytes, payload: Payload | memoryview = b"") -> bytes:
     """A whole frame's bytes."""
     return b"".join(encode_parts(header, payload))
 
