@@ -309,10 +309,11 @@ class PartitionReplica:
         """The answer of a write of offsets base..end-1: base at once (acks 0 or 1), or once the high watermark
         covers them (a delayed ack), expired after `timeout_s`."""
         with self.changed:
-            answer: concurrent.futures.Future[int] = concurrent.futures.Future()
+            answer: concurrent.futures.Future[int]
             if acks == "all":
                 answer = self._acks.add(leader, min_isr, base, end).future
             else:
+                answer = concurrent.futures.Future()
                 answer.set_result(base)
             self._advance(plog)
             self._wake_fetches()  # (which settles the waiting acks, this one too if the high watermark covers it)
