@@ -66,11 +66,15 @@ def fetch(server: FabricFlightServer, method: Callable, read: Fetch, schema_of: 
     def serve(principal: str, args: dict[str, Any], payload: Payload) -> tuple[Any, Payload]:
         with server.metrics.requests.measure("fetch"):
             fetched = server.fetch_checked(principal, args, method, read)
-        schema = fetched[0].batch.schema if fetched else schema_of(args["topic"])
-        return ([{"offset": f.offset, "timestamp_type": f.timestamp_type, "records": f.batch.num_rows}
-                 for f in fetched],
-                payloads.fetched_stream(schema, fetched))
+        return fetch_answer(fetched, lambda: schema_of(args["topic"]))
     return Handler(serve, lambda args: bool(args.get("max_wait_ms")))
+
+
+def fetch_answer(fetched: list[Fetched], schema: Callable[[], pa.Schema]) -> tuple[Any, Payload]:
+    """A fetch's answer (see `fetch`); `schema()` is the topic's storage schema, asked for when nothing was
+    fetched."""
+    return ([{"offset": f.offset, "timestamp_type": f.timestamp_type, "records": f.batch.num_rows} for f in fetched],
+            payloads.fetched_stream(fetched[0].batch.schema if fetched else schema(), fetched))
 
 
 def start(server: FabricFlightServer, host: str, handlers: dict[str, Handler]) -> ProtocolServer:

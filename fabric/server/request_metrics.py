@@ -61,6 +61,11 @@ class RequestMetrics:
                       "batches it answers, not to send them)", buckets=LATENCY_BUCKETS, registry=registry))
             for kind in KINDS}
 
+    def add_bytes(self, kind: str, nbytes: int) -> None:
+        """Count `nbytes` of records for a request of `kind` measured earlier (a held fetch's answer, read when
+        its records came)."""
+        self._kinds[kind].nbytes.inc(nbytes)
+
     @contextlib.contextmanager
     def measure(self, kind: str) -> Iterator[None]:
         """Count and time the request run inside, with the bytes `count_bytes` reports meanwhile and the type of

@@ -5,7 +5,8 @@ type, an unknown token, another principal's producer id, an ACL, an oversized or
 epoch; the offsets producer id and transaction markers without cluster_action), commits answered on the
 coordinator's event loop are checked and fenced as over Flight, and Java built from Spark's jars alone finds a
 server's protocol port from its Flight port (the JVM reader's discovery), fetches a partition range as the Python
-consumer reads it, and slices a payload's batches as the JVM reader does (refusing a damaged payload).
+consumer reads it, and slices a payload's batches as the JVM reader does (refusing a damaged payload). A node
+holds consumers' long polls without a thread each.
 """
 from __future__ import annotations
 
@@ -34,13 +35,14 @@ from fabric.common.errors import (
     UnknownMemberError,
     UnsupportedVersionError,
 )
-from fabric.common.protocol import frames, messages
+from fabric.common.protocol import frames, messages, payloads
 from fabric.common.protocol.cluster import cluster_of
 from fabric.common.protocol.connection import ProtocolConnection
 from fabric.common.records import to_storage
 from fabric.common.types import JoinRequest, PartitionState
 from fabric.coordinator.producer_ids import OFFSETS_PRODUCER_ID
 from fabric.server import wire
+from fabric.server.protocol_server import WORKERS
 from fabric.spark import jar
 
 TOKENS = {"admin-token": "admin", "node-token": "node", "user-token": "user", "other-token": "other"}
@@ -404,6 +406,29 @@ def test_a_fabric_client_produces_and_fetches_over_the_protocol_of_coordinator_a
         assert b"over the protocol" in [r.value for r in records]
         assert set(user.cluster.protocol.clients._connections) == {
             protocol_address(secured_cluster, "coordinator"), protocol_address(secured_cluster, "node")}
+
+
+def test_a_nodes_waiting_consumer_fetches_hold_no_worker_and_answer_the_record_that_ends_their_wait(
+        secured_cluster, admin) -> None:
+    """Long polls at a node's log end are held on its event loop (node/consumer_fetches.py), not on worker threads:
+    more of them than the node has workers leave a long poll of a partition with records answered at once, and an
+    append to their partition answers every one of them with the record."""
+    admin.create_topic("held", partitions=2, replication_factor=1)
+    with admin.producer() as producer:
+        producer.send("held", b"there already", partition=1).get(timeout=30)
+    connection = connect(secured_cluster, "node", token="admin-token")
+    idle = [connection.send("fetch", {"topic": "held", "partition": 0, "offset": 0, "max_bytes": 1 << 20,
+                                      "max_wait_ms": 60_000}) for _ in range(WORKERS + 6)]
+    waited = connection.send("fetch", {"topic": "held", "partition": 1, "offset": 0, "max_bytes": 1 << 20,
+                                       "max_wait_ms": 60_000})
+    assert [r.batch.column("value").to_pylist() for r in payloads.fetched_of(*connection.wait(waited, 30))] == [
+        [b"there already"]]
+    with admin.producer() as producer:
+        producer.send("held", b"the end of the wait", partition=0).get(timeout=30)
+    for request in idle:
+        fetched = payloads.fetched_of(*connection.wait(request, 30))
+        assert [(r.offset, r.batch.column("value").to_pylist()) for r in fetched] == [(0, [b"the end of the wait"])]
+    connection.close()
 
 
 def test_a_tls_server_takes_the_protocol_over_tls_only(coordinators, tls_files) -> None:

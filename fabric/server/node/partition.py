@@ -137,6 +137,7 @@ class PartitionReplica:
         self._checkpointed = -1
         self._leader_start = -1  # the leader's log start this follower last took (-1: none since it restarted)
         self._fetch_waiters: set[FetchWaiter] = set()  # followers' fetches waiting for frames (watch)
+        self._read_waiters: set[Callable[[], None]] = set()  # consumers' fetches waiting (watch_readable)
         self._changes = 0  # new frames or role changes so far (_wake_fetches)
         self._acks = DelayedAcks(f"{tp[0]}-{tp[1]}", node_id)  # acks=all writes waiting for the high watermark
 
@@ -254,7 +255,7 @@ class PartitionReplica:
         self.hw = self.leader.hw
         if trace.ON:
             trace.event("high_watermark", self.tp[0], self.tp[1], end=self.hw, node=self.node_id)
-        self.changed.notify_all()
+        self._notify()
         self._acks.settle(self.leader, self.hw)
         return True
 
@@ -377,11 +378,39 @@ class PartitionReplica:
         self.check_readable(leader_epoch, from_follower)
         return plog.fetch(offset, max_bytes, self.readable_end(isolation), isolation)
 
+    def _notify(self) -> None:
+        """The readable end may have moved, or the role: wake the threads waiting on `changed` and call each
+        consumer fetch's waiter once (lock held: a waiter only schedules its fetch)."""
+        self.changed.notify_all()
+        if self._read_waiters:
+            waiters, self._read_waiters = self._read_waiters, set()
+            for waiter in waiters:
+                waiter()
+
+    def watch_readable(self, waiter: Callable[[], None], offset: int, leader_epoch: int | None,
+                       from_follower: bool, isolation: str) -> bool:
+        """Have `waiter()` called once (under this replica's lock, on the changing thread) when the readable end
+        (readable_end(isolation)) may have moved past `offset` or the role or leader epoch may have changed, as
+        `read` waits for them without a thread; False, and nothing registered, if a read now would not wait
+        (records to read, or not readable here under `leader_epoch`: reading again says which)."""
+        with self.changed:
+            state = self._state
+            readable = from_follower and state.role is Role.FOLLOWER and leader_epoch == state.leader_epoch
+            leading = state.role is Role.LEADER and leader_epoch in (None, state.leader_epoch)
+            if not (readable or leading) or self.readable_end(isolation) > offset:
+                return False
+            self._read_waiters.add(waiter)
+            return True
+
+    def unwatch_readable(self, waiter: Callable[[], None]) -> None:
+        with self.changed:
+            self._read_waiters.discard(waiter)
+
     def _wake_fetches(self) -> None:
         """New frames, or a change of role: wake whatever waits on `changed` and the followers' fetches (lock
         held)."""
         self._changes += 1
-        self.changed.notify_all()
+        self._notify()
         for event in self._fetch_waiters:
             event.wake(self.tp)
         self._acks.settle(self.leader, self.hw)
@@ -474,7 +503,7 @@ class PartitionReplica:
             if self.leader is leader and state.leader_epoch == leader.leader_epoch:
                 leader.isr_confirmed(state.isr, state.partition_epoch)
                 self._advance(self.log)
-                self.changed.notify_all()
+                self._notify()
                 self._acks.settle(self.leader, self.hw)
 
     def isr_refused(self, leader: LeaderState) -> None:
@@ -507,7 +536,7 @@ class PartitionReplica:
             hw = min(leader_hw, end)
             if hw != self.hw:
                 self.hw = hw
-                self.changed.notify_all()  # consumers long-polling this follower
+                self._notify()  # consumers long-polling this follower
             if leader_start > self._leader_start:
                 plog.delete_records(min(leader_start, end))
                 self._leader_start = leader_start
