@@ -23,7 +23,8 @@ from fabric.common.errors import (
 )
 from fabric.common.types import LeaderAndIsr, PartitionAssignment, PartitionRegistration
 from fabric.common.waiting import wait_for
-from fabric.server.node.partition import FetchWaiter, PartitionReplica, Role
+from fabric.server.node.partition import PartitionReplica, Role
+from fabric.server.node.replica_fetch import FetchWaiter
 
 
 def registration(leader: int | None, leader_epoch: int, isr: tuple[int, ...] = (1,), replicas: tuple[int, ...] = (1, 2),

@@ -49,7 +49,8 @@ from fabric.common.protocol.payloads import Payload
 from fabric.common.types import EpochEndOffset, TopicPartition
 from fabric.server import wire
 from fabric.server.connection import Call, action_call
-from fabric.server.node.partition import NO_FRAMES, PartitionReplica
+from fabric.server.node.partition import PartitionReplica
+from fabric.server.node.replica_fetch import NO_FRAMES
 from fabric.server.peer_calls import PeerCalls
 from fabric.storage import truncation
 

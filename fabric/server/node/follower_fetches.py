@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Callable
 from fabric.common.errors import FabricError, InvalidRequestError
 from fabric.common.redaction import clip
 from fabric.server import partition_ops
-from fabric.server.node.partition import FetchWaiter, PartitionReplica, ReplicaFetch
+from fabric.server.node.partition import PartitionReplica
+from fabric.server.node.replica_fetch import FetchWaiter, ReplicaFetch
 
 if TYPE_CHECKING:
     from fabric.server.node.replica_manager import ReplicaManager

@@ -18,9 +18,9 @@ lapsed, or the partition left it) moves to OFFLINE keeping the epoch: the contro
 A request quotes the leader epoch the client knows (`check_leader`): one for an older epoch is refused with
 FencedLeaderEpochError, one the node does not lead with NotLeaderError (both retriable: the client refreshes
 its metadata). Every change of role, ISR, log end or high watermark notifies `changed`, which consumers' long
-polls wait on, and settles the acks=all writes waiting for the high watermark (delayed_acks.py); a follower's
-fetch, which covers many partitions, waits on an event each of them sets on new frames or the end of a
-leadership (`watch`).
+polls wait on (or, held on a node's event loop, the waiters of `watch_readable`: consumer_fetches.py), and
+settles the acks=all writes waiting for the high watermark (delayed_acks.py); a follower's fetch, which covers
+many partitions, waits on an event each of them sets on new frames or the end of a leadership (`watch`).
 
 The high watermark is checkpointed in the partition directory (`replication-high-watermark`, written by
 `checkpoint`), so a restarted replica starts from it (at most its log end) rather than from zero.
@@ -59,6 +59,7 @@ from fabric.server import partition_ops
 from fabric.server.held import Held
 from fabric.server.node.delayed_acks import DelayedAcks
 from fabric.server.node.leader import LeaderState
+from fabric.server.node.replica_fetch import NO_FRAMES, FetchWaiter, ReplicaFetch
 from fabric.storage import frame
 from fabric.storage.log import Log
 from fabric.storage.reader import READ_COMMITTED
@@ -69,7 +70,6 @@ HW_CHECKPOINT = "replication-high-watermark"
 # a follower fetching again at the log end, with nothing changed since its last answer, is answered from memory
 # for this long; then from the log again, so it learns a log start moved by the node's background retention
 ANSWER_FROM_MEMORY_MS = 1000
-NO_FRAMES = pa.py_buffer(b"")
 
 
 class Role(str, enum.Enum):
@@ -85,39 +85,6 @@ class ReplicaState:
     role: Role
     leader_epoch: int
     registration: PartitionRegistration | None = None
-
-
-@dataclass(frozen=True)
-class ReplicaFetch:
-    """A leader's answer to a follower's fetch: whole frames from the offset asked for (possibly none), and the
-    leader's high watermark, log end and log start."""
-
-    frames: pa.Buffer
-    high_watermark: int
-    log_end: int
-    log_start: int
-
-
-class FetchWaiter:
-    """A follower's fetch waiting for frames in any of its partitions (`PartitionReplica.watch`): which woke it;
-    `on_wake()` is called at the first wake, on the waking thread (under the partition's lock: it only
-    schedules)."""
-
-    def __init__(self, on_wake: Callable[[], None] = lambda: None) -> None:
-        self._woken = threading.Event()
-        self._on_wake = on_wake
-        self.partitions: set[TopicPartition] = set()
-
-    def wake(self, tp: TopicPartition) -> None:
-        self.partitions.add(tp)
-        if not self._woken.is_set():
-            self._woken.set()
-            self._on_wake()
-
-    def wait(self, timeout_s: float) -> set[TopicPartition]:
-        """The partitions that woke it within `timeout_s` (none: it timed out)."""
-        self._woken.wait(timeout_s)
-        return set(self.partitions)
 
 
 def _now_ms() -> float:

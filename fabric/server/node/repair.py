@@ -35,7 +35,8 @@ from fabric.common.types import TopicPartition
 from fabric.server import wire
 from fabric.server.connection import Call
 from fabric.server.node.fetcher import Peer, call_node
-from fabric.server.node.partition import NO_FRAMES, PartitionReplica
+from fabric.server.node.partition import PartitionReplica
+from fabric.server.node.replica_fetch import NO_FRAMES
 from fabric.server.node.storage_health import StorageHealth
 from fabric.storage import scrub
 from fabric.storage.scan import CorruptRangeError, Damage

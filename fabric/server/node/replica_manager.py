@@ -54,8 +54,9 @@ from fabric.server.held import Held
 from fabric.server.node import follower_fetches, open_transactions
 from fabric.server.node.fetcher import FetchSettings, Peer, ReplicaFetcher
 from fabric.server.node.leader import LeaderState
-from fabric.server.node.partition import PartitionReplica, ReplicaFetch, Role
+from fabric.server.node.partition import PartitionReplica, Role
 from fabric.server.node.repair import RANGE_MAX_BYTES, Repairer, peer_copy
+from fabric.server.node.replica_fetch import ReplicaFetch
 from fabric.server.node.storage_health import Condition, Health, StorageHealth
 from fabric.server.node.transaction_verification import TransactionVerification
 from fabric.server.peer_calls import PeerCalls

@@ -41,7 +41,7 @@ from fabric.server.flight_server import FabricFlightServer, fetched_bytes, measu
 from fabric.server.metrics import ServerMetrics
 from fabric.server.node import consumer_fetches, follower_fetches
 from fabric.server.node.append_routing import append_waits, refreshes
-from fabric.server.node.partition import ReplicaFetch
+from fabric.server.node.replica_fetch import ReplicaFetch
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.settings import NodeSettings
 from fabric.server.protocol_server import Handler, Payload
