@@ -14,7 +14,6 @@ from dataclasses import replace
 
 import pyarrow as pa
 
-from fabric.common.config import TopicConfig
 from fabric.common.errors import (
     CoordinatorUnavailableError,
     DuplicateNodeRegistrationError,
@@ -74,7 +73,7 @@ class ActiveController:
         enabled = set()
         for name in topics:
             try:
-                if TopicConfig(self.store.topic(name).config)["unclean.leader.election.enable"]:
+                if self.store.topic(name).settings["unclean.leader.election.enable"]:
                     enabled.add(name)
             except UnknownTopicError:
                 continue  # deleted meanwhile

@@ -21,7 +21,6 @@ from fabric.common import checks
 from fabric.common.config import (
     INT_MAX,
     LONG_MAX,
-    TopicConfig,
     validate_topic_config,
     validate_topic_config_changes,
 )
@@ -177,7 +176,7 @@ class Fabric:
     def _describe(self, name: str) -> TopicDescription:
         info = self.cluster.coordinator.topic(name)
         states = [self.cluster.describe_partition(name, p) for p in range(info.partitions)]
-        return TopicDescription(name, states, TopicConfig(info.config).effective(), dict(info.config),
+        return TopicDescription(name, states, info.settings.effective(), dict(info.config),
                                 info.value_schema)
 
     def list_nodes(self) -> list[NodeInfo]:

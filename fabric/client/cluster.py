@@ -11,7 +11,6 @@ from typing import Callable, Mapping, Sequence
 
 import pyarrow as pa
 
-from fabric.common.config import TopicConfig
 from fabric.common.errors import FabricError, InvalidConfigError
 from fabric.common.records import TIMESTAMP_TYPES, storage_schema
 from fabric.common.types import (
@@ -202,7 +201,7 @@ class Cluster(ABC):
         """An encoder of `topic`'s stored rows as sealed frames for publish_frames / publish_files: the Spark
         sink's tasks encode once, and the driver appends the bytes as they are."""
         info = self.coordinator.topic(topic)
-        timestamp_type = TIMESTAMP_TYPES[TopicConfig(info.config)["message.timestamp.type"]]
+        timestamp_type = TIMESTAMP_TYPES[info.settings["message.timestamp.type"]]
         return FrameEncoder(storage_schema(info.value_schema), timestamp_type, codec)
 
     def publish_frames(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.Buffer]]) -> bool:

@@ -45,7 +45,7 @@ from fabric.client.serializers import Serializer, Serializers
 from fabric.client.transaction import Bases, TransactionManager, TxnState
 from fabric.common import checks, record_checks, trace
 from fabric.common.clock import SYSTEM_CLOCK
-from fabric.common.config import PRODUCER_SETTINGS, TopicConfig, client_config
+from fabric.common.config import PRODUCER_SETTINGS, client_config
 from fabric.common.errors import (
     ClientTimeoutError,
     FabricError,
@@ -152,7 +152,7 @@ class Producer:
                                                         cached.typed)
                 return cached
             typed = TypedValueRule(info.value_schema) if info.value_schema is not None else None
-            cached = _TopicMeta(time.monotonic(), info, TopicConfig(info.config)["max.message.bytes"], typed)
+            cached = _TopicMeta(time.monotonic(), info, info.settings["max.message.bytes"], typed)
             self._meta[topic] = cached
         return cached
 

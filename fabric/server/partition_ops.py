@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from fabric.common import checks
 from fabric.common.codecs import CODECS
-from fabric.common.config import INT_MAX, LONG_MAX, TopicConfig
+from fabric.common.config import INT_MAX, LONG_MAX
 from fabric.common.errors import InvalidConfigError, InvalidRequestError
 from fabric.common.redaction import clip
 from fabric.common.types import Fetched, PartitionState, ProducerBatch, TopicInfo
@@ -24,13 +24,13 @@ SHORT_MAX = (1 << 15) - 1
 
 def compacted(info: TopicInfo) -> bool:
     """True if the topic's cleanup.policy compacts (compact, or compact,delete)."""
-    return "compact" in TopicConfig(info.config)["cleanup.policy"]
+    return "compact" in info.settings["cleanup.policy"]
 
 
 def check_compacted(info: TopicInfo) -> None:
     """InvalidConfigError naming the fix unless the topic is compacted (what compact_topic asks of it)."""
     if not compacted(info):
-        policy = TopicConfig(info.config)["cleanup.policy"]
+        policy = info.settings["cleanup.policy"]
         raise InvalidConfigError(
             f"topic {info.name!r} is not compacted (cleanup.policy={policy}): there is nothing to compact; make it a "
             f"compacted topic with `fabric topics alter {info.name} --config cleanup.policy=compact` (or "

@@ -11,7 +11,6 @@ import shutil
 import threading
 from typing import Callable
 
-from fabric.common.config import TopicConfig
 from fabric.common.errors import UnknownPartitionError
 from fabric.common.names import validate_topic
 from fabric.common.records import storage_schema
@@ -58,11 +57,11 @@ class LogManager:
                 self._logs[(info.name, partition)] = (info, cached[1])  # the same metadata, read again
                 return cached[1]
             if cached is not None and _same_log(cached[0], info):  # configs or the partition count changed: the
-                cached[1].config = TopicConfig(info.config)  # log takes the configs (each use reads them) and keeps
+                cached[1].config = info.settings  # log takes the configs (each use reads them) and keeps
                 self._logs[(info.name, partition)] = (info, cached[1])  # its tail, its kept frames, its waiters
                 return cached[1]
             log = Log(os.path.join(self.topic_dir(info.name), str(partition)), storage_schema(info.value_schema),
-                      TopicConfig(info.config), self._transaction_committed, replica=self.replica,
+                      info.settings, self._transaction_committed, replica=self.replica,
                       recent_bytes=RECENT_BYTES if self.replica else 0)
             self._logs[(info.name, partition)] = (info, log)
             return log
