@@ -3,11 +3,12 @@ that answers commits on its loop thread, where no two commits are ever in flight
 
 While a `CommitBatch` is collecting (`collecting()`, around one request's handling), OffsetsTopic.commit queues the
 commit's rows in it (`queue`) instead of appending them. `write()`, called once the loop has read every request that
-arrived, appends each offsets partition's queued rows as one batch, in arrival order, through the partition's
-own append: every caller's check (its generation) runs under the partition's write lock first, and a caller whose
-check fails is answered alone, its rows left out (the others are appended without them). Each caller learns its
-outcome from its `Queued.done` future: None once its rows are written, else the error. A failed append fails
-every caller of its batch, and none of them is acknowledged.
+arrived, hands each offsets partition's queued callers, in arrival order, to the partition's writer: a local log
+appends them at once as one batch (`append_together`), a replicated one sends them from the loop
+(fabric.server.offsets_on_loop). Either way every caller's check (its generation) runs under the partition's write
+lock first, and a caller whose check fails is answered alone, its rows left out (the others are appended without
+them). Each caller learns its outcome from its `Queued.done` future: None once its rows are written, else the
+error. A failed append fails every caller of its batch, and none of them is acknowledged.
 """
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ import pyarrow as pa
 log = logging.getLogger(__name__)
 # (rows, validate, written) -> None: one offsets partition's append (OffsetsLog.append, its partition bound)
 Append = Callable[[pa.RecordBatch, Callable[[], None], Callable[[int], None]], None]
+# (queued callers) -> None: one offsets partition's writer (OffsetsLog.write_queued, its partition bound); it
+# settles each caller's `done`, at once or later
+Write = Callable[[list["Queued"]], None]
 # the batch this thread's commits are queued in now, and the list of those queued within the current block
 _COLLECTING: contextvars.ContextVar[tuple[CommitBatch, list[Queued]] | None] = contextvars.ContextVar(
     "fabric_commit_batch", default=None)
@@ -42,26 +46,26 @@ class Queued:
     done: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
 
 
-def queue(key: Hashable, append: Append, rows: pa.RecordBatch, validate: Callable[[], None],
+def queue(key: Hashable, write: Write, rows: pa.RecordBatch, validate: Callable[[], None],
           written: Callable[[int], None]) -> bool:
-    """Queue a commit's `rows` for offsets partition `key` (appended by `append`) in the batch this thread is
+    """Queue a commit's `rows` for offsets partition `key` (written by `write`) in the batch this thread is
     collecting into, if any (True); False: none is collecting, the caller appends them itself."""
     collecting = _COLLECTING.get()
     if collecting is None:
         return False
     batch, added = collecting
     queued = Queued(rows, validate, written)
-    batch._partitions.setdefault(key, (append, []))[1].append(queued)
+    batch._partitions.setdefault(key, (write, []))[1].append(queued)
     added.append(queued)
     return True
 
 
 class CommitBatch:
     """The commits queued in one turn of a loop, per offsets partition (`key`), each with its partition's
-    append."""
+    writer."""
 
     def __init__(self) -> None:
-        self._partitions: dict[Hashable, tuple[Append, list[Queued]]] = {}
+        self._partitions: dict[Hashable, tuple[Write, list[Queued]]] = {}
 
     @contextlib.contextmanager
     def collecting(self) -> Iterator[list[Queued]]:
@@ -74,10 +78,10 @@ class CommitBatch:
             _COLLECTING.reset(token)
 
     def write(self) -> None:
-        """Append every partition's queued rows (module docstring); every caller's `done` is settled."""
+        """Hand every partition's queued callers to its writer (module docstring), which settles each `done`."""
         partitions, self._partitions = self._partitions, {}
-        for append, queued in partitions.values():
-            append_together(append, queued)
+        for write, queued in partitions.values():
+            write(queued)
 
 
 def append_together(append: Append, queued: list[Queued]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ import pyarrow as pa
 from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.config import TopicConfig
 from fabric.common.errors import CoordinatorUnavailableError, InvalidLeaderEpochError
+from fabric.coordinator.commit_batch import Queued, append_together
 from fabric.coordinator.offsets_records import (
     CONFIG,
     LEADER_KEY,
@@ -123,6 +125,10 @@ class LocalOffsetsLog:
                 f"{partition}; nothing was written, retry on the active instance") from None
         if rolled and len(plog.segments()) > 1:
             self._clean_soon(partition)
+
+    def write_queued(self, partition: int, queued: list[Queued]) -> None:
+        """Append the rows of the commits `queued` (coordinator.commit_batch) as one batch, now."""
+        append_together(functools.partial(self.append, partition), queued)
 
     def take_leadership(self, epoch: int, partitions: Sequence[int]) -> None:
         """Stamp `epoch` on each of `partitions`: appends of older epochs to them are refused from here on."""

@@ -49,6 +49,7 @@ from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.errors import CoordinatorUnavailableError, InvalidConfigError
 from fabric.common.types import CommittedOffset, TopicPartition, TransactionalOffsets
 from fabric.coordinator import commit_batch, validation
+from fabric.coordinator.commit_batch import Queued
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.group_store import GroupService, GroupStore
 from fabric.coordinator.offsets_log import LocalOffsetsLog, OffsetsPart
@@ -90,6 +91,10 @@ class OffsetsLog(Protocol):
                written: Callable[[int], None]) -> None:
         """validate(), append `rows` (acknowledged as the log's durability says) and written(their offset), all
         under the partition's write lock; CoordinatorUnavailableError if the append was fenced or failed."""
+
+    def write_queued(self, partition: int, queued: list[Queued]) -> None:
+        """On a server's event loop: append the rows of the commits `queued` (coordinator.commit_batch) in order,
+        as `append` would, settling each caller's `done` once written (now, or later without blocking the loop)."""
 
     def take_leadership(self, epoch: int, partitions: Sequence[int]) -> None:
         """Stamp `epoch` on each of `partitions`, so appends of older epochs to them are refused."""
@@ -242,7 +247,7 @@ class OffsetsTopic:
         self.check_serving(partition)
         rows = offset_rows(group, offsets, metadata, self.clock.now_ms())
         records, written = self._prepared(partition, rows, lambda: None)
-        if not commit_batch.queue((id(self), partition), functools.partial(self.log.append, partition), records,
+        if not commit_batch.queue((id(self), partition), functools.partial(self.log.write_queued, partition), records,
                                   validate, written):
             self.log.append(partition, records, validate, written)
 

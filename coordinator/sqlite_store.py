@@ -109,6 +109,11 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
         """True while the offsets topic is the local one (a cluster's coordinator keeps it replicated on nodes)."""
         return isinstance(self.offsets_topic.log, LocalOffsetsLog)
 
+    def commits_on_loop(self) -> bool:
+        """True: the metadata and group checks of a commit read SQLite and memory, and either offsets log writes
+        queued commits without blocking (a cluster's replicated one sends them from the loop)."""
+        return True
+
     def _db(self) -> sqlite3.Connection:
         """This thread's connection: read-write, or read-only while the disk refuses writes."""
         return self._lease().db

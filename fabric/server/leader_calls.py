@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from fabric.common.errors import FabricError, LeaderNotAvailableError, UnknownPartitionError
+from fabric.common.protocol.loop_connection import LoopConnection
 from fabric.common.protocol.payloads import Payload
 from fabric.common.types import ClusterDescription
 from fabric.server.connection import Connection
@@ -37,6 +38,23 @@ class LeaderCalls:
         metadata = self._metadata
         if metadata is None or (topic, partition) not in metadata.partitions:
             metadata = self._metadata = self.controller.describe_cluster()
+        return self._leader_in(metadata, topic, partition)
+
+    def on_loop(self, topic: str, partition: int) -> tuple[LoopConnection, dict[str, Any]] | None:
+        """The running loop's connection to the partition's leader and what requests quote there, as the cluster
+        was last described, with nothing asked of anyone (on the loop's thread); None unless both are known
+        (a blocking `call` learns them)."""
+        metadata = self._metadata
+        if metadata is None or (topic, partition) not in metadata.partitions:
+            return None
+        try:
+            address, quoted = self._leader_in(metadata, topic, partition)
+        except FabricError:
+            return None
+        connection = self.peers.on_loop(address)
+        return None if connection is None else (connection, quoted)
+
+    def _leader_in(self, metadata: ClusterDescription, topic: str, partition: int) -> tuple[str, dict[str, Any]]:
         registration = metadata.partitions.get((topic, partition))
         if registration is None:
             raise UnknownPartitionError(f"{topic}-{partition} is not placed on the data nodes (its topic was "

@@ -6,23 +6,29 @@ A node names its protocol address in its Flight `status`; it is asked once per n
 it fails (a restarted node has a new port). The calls carry the caller's own token and TLS context (its Flight
 `Connection`'s), share one connection per node, and get the time the caller has left (call_deadline); the node
 authorizes each exactly as the Flight call it stands for, and its refusal is raised as the same fabric error.
+A caller on an event loop takes the node's connection read by that loop instead (`on_loop`), opened in the
+background once a blocking call has learnt the node's address.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
+import time
 from typing import Any
 
 import msgspec
 import pyarrow.flight as flight
 
-from fabric.common.errors import ClientTimeoutError, UnsupportedVersionError
+from fabric.common.errors import ClientTimeoutError, FabricError, UnsupportedVersionError
 from fabric.common.protocol.connection import ProtocolClients, client_ssl
+from fabric.common.protocol.loop_connection import LoopConnection
 from fabric.common.protocol.payloads import Payload
 from fabric.server import wire
 from fabric.server.connection import Connection, action_call, time_left
 
 log = logging.getLogger(__name__)
+REOPEN_S = 1.0  # between attempts at opening a node's loop connection
 
 
 class PeerCalls:
@@ -36,6 +42,11 @@ class PeerCalls:
                                        wire.refusal)
         self._addresses: dict[str, str] = {}  # a node's Flight address -> its protocol address
         self._lock = threading.Lock()
+        # read by one event loop, touched on its thread only: protocol address -> connection, those being opened
+        self._on_loop: dict[str, LoopConnection] = {}
+        self._opening: dict[str, asyncio.Task[None]] = {}
+        self._open_after: dict[str, float] = {}  # not opened again before then (monotonic), after a failure
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def call(self, node: str, kind: str, args: dict[str, Any], payload: Payload = b""
              ) -> tuple[msgspec.Raw, Payload]:
@@ -54,6 +65,35 @@ class PeerCalls:
                 self._addresses.pop(node, None)  # asked again: a restarted node has a new port
             self.clients.close([address])
             raise
+
+    def on_loop(self, node: str) -> LoopConnection | None:
+        """The connection to `node` read by the running loop (called on its thread; one loop per PeerCalls), if
+        it is open; else None, and it is opened in the background if the node's protocol address is known (a
+        blocking `call` learns it)."""
+        with self._lock:
+            address = self._addresses.get(node)
+        if address is None:
+            return None
+        connection = self._on_loop.get(address)
+        if connection is not None:
+            if not connection.broken:
+                return connection
+            del self._on_loop[address]
+        if address not in self._opening and time.monotonic() >= self._open_after.get(address, 0.0):
+            self._loop = asyncio.get_running_loop()
+            self._opening[address] = self._loop.create_task(self._open_on_loop(address))
+        return None
+
+    async def _open_on_loop(self, address: str) -> None:
+        try:
+            self._on_loop[address] = await LoopConnection.open(address, self.clients.token, self.clients.tls,
+                                                               self.connection.options.timeout_s, wire.refusal)
+            log.info("opened the event loop's connection to the data node at %s", address)
+        except (OSError, asyncio.TimeoutError, FabricError) as exc:
+            log.info("cannot open a loop connection to %s (%s); tried again in %.0f s", address, exc, REOPEN_S)
+            self._open_after[address] = time.monotonic() + REOPEN_S
+        finally:
+            del self._opening[address]
 
     def _address(self, node: str) -> str:
         """The protocol address `node` names in its Flight status; ConnectionError if it does not answer,
@@ -79,3 +119,10 @@ class PeerCalls:
 
     def close(self) -> None:
         self.clients.close()
+        loop, on_loop = self._loop, list(self._on_loop.values())
+        if loop is not None and on_loop:
+            try:
+                for connection in on_loop:
+                    loop.call_soon_threadsafe(connection.close)
+            except RuntimeError:  # the loop is closed, its connections with it
+                pass

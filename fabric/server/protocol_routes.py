@@ -5,12 +5,15 @@ checked and authorized exactly as its DoAction is (CoordinatorService.run_route)
 Over a store of local files (Coordinator.serves_locally) a commit, a metadata read and a produce to a topic
 that asks for no fsync wait on nothing but this process's CPU and files, so they are answered on the event loop,
 without a worker thread. The commits the loop reads in one turn are appended together, one append per offsets
-partition (LoopCommits, coordinator.commit_batch), and answered once it is written.
+partition (LoopCommits, coordinator.commit_batch), and answered once it is written. A cluster's coordinator over
+SQLite (Coordinator.commits_on_loop) checks a commit on the loop too and sends its append to the offsets
+partition's leader from there (fabric.server.offsets_on_loop), answering once the leader acknowledged it.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from fabric.common import checks
@@ -77,13 +80,20 @@ class LoopCommits:
         if not queued:
             return None, b""
         answer: concurrent.futures.Future = concurrent.futures.Future()
+        loop, loop_thread = asyncio.get_running_loop(), threading.get_ident()
 
-        def settled(done: concurrent.futures.Future) -> None:
+        def answered(done: concurrent.futures.Future) -> None:
             error = done.exception()
             if error is not None:
                 answer.set_exception(error)
             else:
                 answer.set_result((None, b""))
+
+        def settled(done: concurrent.futures.Future) -> None:  # on the loop, or on a worker that wrote it
+            if threading.get_ident() == loop_thread:
+                answered(done)
+            else:
+                loop.call_soon_threadsafe(answered, done)
         queued[0].done.add_done_callback(settled)  # one commit is one append of one offsets partition
         return answer
 
@@ -103,7 +113,7 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
                        ) -> tuple[Any, Payload] | concurrent.futures.Future:
         if "offsets" in args:
             args["offsets"] = offsets_of(args["offsets"])
-        if store_waits(args):
+        if commit_waits(args):
             service.run_route(principal, "commit_offsets", args)
             return None, b""
         return loop_commits.run(lambda: service.run_route(principal, "commit_offsets", args))
@@ -117,14 +127,19 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
     store = broker.coordinator
 
     def store_waits(args: dict[str, Any]) -> bool:
-        """Whether a commit or a metadata read may wait: not over a store of local files (answered on the loop).
-        A read of committed offsets always may: it waits for a producer transaction committing the group's."""
+        """Whether a metadata read may wait: not over a store of local files (answered on the loop). A read of
+        committed offsets always may: it waits for a producer transaction committing the group's."""
         return not store.serves_locally()
+
+    def commit_waits(args: dict[str, Any]) -> bool:
+        """Whether a commit may wait: not where the store checks it locally and its offsets log takes it without
+        blocking (answered from the loop once written, a cluster's once its leader acknowledged it)."""
+        return not store.commits_on_loop()
 
     return {"produce": protocol_handlers.produce(service, ClusterBroker.append, broker.append, store.topic,
                                                  lambda args: produce_waits(store, args)),
             "fetch": protocol_handlers.fetch(service, ClusterBroker.fetch, broker.fetch, service.topic_schema),
-            "commit_offsets": Handler(commit_offsets, store_waits, order=lambda args: ("commit", args.get("group"))),
+            "commit_offsets": Handler(commit_offsets, commit_waits, order=lambda args: ("commit", args.get("group"))),
             "committed": Handler(routed("committed", committed_rows)), "topic": Handler(routed("topic"), store_waits),
             "describe_cluster": Handler(routed("describe_cluster", cluster_json)),
             "partition_state": Handler(routed("partition_state"), store_waits),

@@ -46,7 +46,9 @@ from fabric.common.errors import (
     UnknownTopicError,
 )
 from fabric.common.protocol import messages, payloads
+from fabric.common.protocol.loop_connection import LoopConnection
 from fabric.common.types import CommittedOffset, PartitionState, TopicPartition
+from fabric.coordinator.commit_batch import Queued
 from fabric.coordinator.offsets_records import (
     CONFIG,
     GROUPS,
@@ -66,6 +68,7 @@ from fabric.server.connection import ENV_CA, Connection, RemoteOptions
 from fabric.server.controller_driver import ControllerDriver
 from fabric.server.group_commit import GroupCommit
 from fabric.server.leader_calls import LeaderCalls
+from fabric.server.offsets_on_loop import LoopAppends
 from fabric.server.partition_ops import SHORT_MAX
 from fabric.storage.producer_state import SEQUENCE_MAX
 
@@ -91,7 +94,8 @@ class ReplicatedOffsetsLog:
         # per partition: an append whose outcome is unknown (sequence, rows, what to tell once written)
         self._unresolved: list[tuple[int, pa.RecordBatch, Callable[[int], None]] | None] = [None] * self.partitions
         self._locks = [threading.Lock() for _ in range(self.partitions)]
-        self._commits = [GroupCommit(lock, functools.partial(self._write, p)) for p, lock in enumerate(self._locks)]
+        self._commits = [GroupCommit(lock, functools.partial(self.write, p)) for p, lock in enumerate(self._locks)]
+        self._on_loop = LoopAppends(self)
         self._markers = {migrated_key("offsets"), migrated_key(GROUPS)}
         self._migrated: set[bytes] = set()  # the migration records read in partition 0
 
@@ -126,20 +130,28 @@ class ReplicatedOffsetsLog:
             pass  # created meanwhile
         self.leaders.forget()
 
-    def _at_leader(self, partition: int, kind: str, args: dict[str, Any], payload: bytes | pa.Buffer = b""
+    def _at_leader(self, partition: int, kind: str, args: dict[str, Any], payload: payloads.Payload = b""
                    ) -> tuple[msgspec.Raw, payloads.Payload]:
         """Request `kind` of the partition at its leader (LeaderCalls): its result and payload; a fenced producer
         epoch is CoordinatorUnavailableError (this instance was deposed), as is a partition not placed yet."""
         try:
             return self.leaders.call(OFFSETS_TOPIC, partition, kind,
                                      {"topic": OFFSETS_TOPIC, "partition": partition, **args}, payload)
-        except InvalidProducerEpochError:
-            raise CoordinatorUnavailableError(
+        except (InvalidProducerEpochError, UnknownPartitionError) as exc:
+            fenced = self.fenced(exc, partition)
+            assert fenced is not None
+            raise fenced from None
+
+    def fenced(self, exc: BaseException, partition: int) -> CoordinatorUnavailableError | None:
+        """What an append's failure `exc` tells the caller if it says this instance may not write the partition
+        now (its producer epoch fenced: deposed; the partition not placed yet); None for any other failure."""
+        if isinstance(exc, InvalidProducerEpochError):
+            return CoordinatorUnavailableError(
                 f"this coordinator instance (epoch {self._epochs[partition]}) was deposed: a newer one took "
-                f"{OFFSETS_TOPIC}-{partition}; nothing was written, retry at the instance serving it") from None
-        except UnknownPartitionError:
-            raise CoordinatorUnavailableError(f"{OFFSETS_TOPIC}-{partition} is not placed on the nodes yet; "
-                                              "retry") from None
+                f"{OFFSETS_TOPIC}-{partition}; nothing was written, retry at the instance serving it")
+        if isinstance(exc, UnknownPartitionError):
+            return CoordinatorUnavailableError(f"{OFFSETS_TOPIC}-{partition} is not placed on the nodes yet; retry")
+        return None
 
     # -- the OffsetsLog --------------------------------------------------------------------------------------
     def read(self, partition: int, start: int) -> Iterator[tuple[int, pa.RecordBatch]]:
@@ -159,41 +171,86 @@ class ReplicatedOffsetsLog:
                 yield run.offset, run.batch
                 position = run.offset + run.batch.num_rows
 
+    def _produce_args(self, partition: int, sequence: int) -> dict[str, Any]:
+        """The arguments of an acks=all append to the partition as sequence `sequence` of the offsets producer."""
+        return {"codec": "none", "acks": "all", "timeout_ms": int(self.timeout_s * 1000),
+                "producer_id": OFFSETS_PRODUCER_ID, "producer_epoch": self._epochs[partition],
+                "base_sequence": sequence}
+
     def _send(self, partition: int, sequence: int, rows: pa.RecordBatch) -> int:
         """Append `rows` at the leader with acks=all as sequence `sequence` of the offsets producer; its offset."""
-        result, _ = self._at_leader(partition, "produce", {
-            "codec": "none", "acks": "all", "timeout_ms": int(self.timeout_s * 1000),
-            "producer_id": OFFSETS_PRODUCER_ID, "producer_epoch": self._epochs[partition],
-            "base_sequence": sequence},
-            payloads.ipc_stream(rows.schema, [rows]))
+        result, _ = self._at_leader(partition, "produce", self._produce_args(partition, sequence),
+                                    payloads.ipc_stream(rows.schema, [rows]))
         offset: int = messages.decode_result(result, int)
         return offset
 
-    def _write(self, partition: int, rows: pa.RecordBatch, written: Callable[[int], None]) -> None:
-        """Send `rows` as the partition's next sequence (lock held), after an earlier append whose outcome was
-        unknown; kept as unknown again if this fails."""
+    def resolve(self, partition: int) -> None:
+        """Send again the partition's append whose outcome is unknown, if any, with its sequence (lock held), and
+        tell its callers where it landed; it stays unknown if this fails."""
         unresolved = self._unresolved[partition]
         if unresolved is not None:
             sequence, earlier, told = unresolved
             told(self._send(partition, sequence, earlier))
             self._unresolved[partition] = None
-            self._sequences[partition] = (sequence + earlier.num_rows) % (SEQUENCE_MAX + 1)
+            self.sent(partition, sequence, earlier.num_rows)
+
+    def write(self, partition: int, rows: pa.RecordBatch, written: Callable[[int], None]) -> None:
+        """Send `rows` as the partition's next sequence (lock held), after an earlier append whose outcome was
+        unknown; kept as unknown again if this fails."""
+        self.resolve(partition)
         sequence = self._sequences[partition]
         try:
             offset = self._send(partition, sequence, rows)
         except CoordinatorUnavailableError:
             raise  # deposed or not placed: nothing was written
         except FabricError:
-            self._unresolved[partition] = (sequence, rows, written)
+            self.unresolved(partition, sequence, rows, written)
             raise
-        self._sequences[partition] = (sequence + rows.num_rows) % (SEQUENCE_MAX + 1)
+        self.sent(partition, sequence, rows.num_rows)
         written(offset)
+
+    def sent(self, partition: int, sequence: int, count: int) -> None:
+        """The append of `count` rows as `sequence` was acknowledged (lock held): the next sequence follows it."""
+        self._sequences[partition] = (sequence + count) % (SEQUENCE_MAX + 1)
+
+    def unresolved(self, partition: int, sequence: int, rows: pa.RecordBatch, told: Callable[[int], None]) -> None:
+        """The append of `rows` as `sequence` failed with its outcome unknown (lock held): it is sent again, with
+        that sequence, before the partition's next append (`resolve`); `told` hears where it landed."""
+        self._unresolved[partition] = (sequence, rows, told)
 
     def append(self, partition: int, rows: pa.RecordBatch, validate: Callable[[], None],
                written: Callable[[int], None]) -> None:
         """validate() and append `rows` under the partition's lock; appends that arrive meanwhile go together in
         the next one (fabric.server.group_commit), each caller answered once its rows are acknowledged."""
         self._commits[partition].submit(rows, validate, written)
+
+    def write_queued(self, partition: int, queued: list[Queued]) -> None:
+        """On a server's event loop: append the rows of `queued` (coordinator.commit_batch) in order, sent from the
+        loop (fabric.server.offsets_on_loop); each caller's `done` is settled once its rows are acknowledged."""
+        self._on_loop.write(partition, queued)
+
+    # -- for the appends sent from the loop (fabric.server.offsets_on_loop) ---------------------------------
+    def lock(self, partition: int) -> threading.Lock:
+        """The partition's write lock: every append holds it, from its check to its acknowledgement."""
+        return self._locks[partition]
+
+    def route_on_loop(self, partition: int) -> tuple[LoopConnection, dict[str, Any], int] | None:
+        """The running loop's connection to the partition's leader, the arguments of its next append and that
+        append's sequence (lock held), with nothing asked of anyone; None while an earlier append's outcome is
+        unknown or the leader or the connection is not known (LeaderCalls.on_loop)."""
+        if self._unresolved[partition] is not None:
+            return None
+        found = self.leaders.on_loop(OFFSETS_TOPIC, partition)
+        if found is None:
+            return None
+        connection, quoted = found
+        sequence = self._sequences[partition]
+        return connection, {"topic": OFFSETS_TOPIC, "partition": partition,
+                            **self._produce_args(partition, sequence), **quoted}, sequence
+
+    @staticmethod
+    def name(partition: int) -> str:
+        return f"{OFFSETS_TOPIC}-{partition}"
 
     def take_leadership(self, epoch: int, partitions: Sequence[int]) -> None:
         """Create the topic if needed, then append the leadership record with producer epoch `epoch` (sequence
@@ -208,7 +265,7 @@ class ReplicatedOffsetsLog:
             with self._locks[partition]:
                 self._epochs[partition] = epoch
                 self._sequences[partition], self._unresolved[partition] = 0, None
-                self._write(partition, batch([(LEADER_KEY, None)], time.time_ns() // 1000), lambda offset: None)
+                self.write(partition, batch([(LEADER_KEY, None)], time.time_ns() // 1000), lambda offset: None)
 
     def migrated(self) -> bool:
         """Whether partition 0, as this instance last loaded it, says the earlier stores' offsets and groups were
@@ -225,7 +282,7 @@ class ReplicatedOffsetsLog:
         yield pending
         if pending:
             with self._locks[0]:
-                self._write(0, batch([(key, None)], time.time_ns() // 1000), lambda offset: None)
+                self.write(0, batch([(key, None)], time.time_ns() // 1000), lambda offset: None)
             self._migrated.add(key)
 
 

@@ -18,11 +18,13 @@ import pytest
 
 import fabric
 from fabric.common.errors import FabricError, InvalidProducerEpochError
+from fabric.common.protocol.connection import ProtocolConnection
 from fabric.common.waiting import wait_for
 from fabric.coordinator.offsets_records import OFFSETS_PARTITIONS, OFFSETS_TOPIC, batch, offset_key, offsets_partition
 from fabric.server import wire
 from fabric.server.connection import put_call
 from fabric.server.launcher import CoordinatorProcess
+from fabric.server.protocol_server import WORKERS
 from fabric.server.replicated_offsets import OFFSETS_PRODUCER_ID
 
 GROUP, TOPIC, PARTITIONS, RECORDS = "resumers", "events", 2, 2000
@@ -298,3 +300,38 @@ def test_concurrent_commits_of_groups_sharing_a_partition_are_all_kept(node_clus
     with fabric.connect(cluster.url) as fab:
         _committed_once_loaded(fab)
         assert {g: _committed_group(fab, g) for g in groups} == {g: {0: commits, 1: commits} for g in groups}
+
+
+def test_commits_waiting_on_a_paused_leader_hold_no_worker_of_the_coordinator(node_cluster, replication) -> None:
+    """The coordinator sends a commit's append to its leader from its event loop and answers it from there
+    (fabric/server/offsets_on_loop.py): with the leader of the offsets partitions of some groups SIGSTOPped, more
+    commits of theirs than the coordinator has worker threads wait on it, and a commit of a group whose partition
+    another node leads, sent after all of them on the same connection, is answered while none of theirs is
+    written. Once the node resumes, every waiting commit is acknowledged and kept (sent again where its answer
+    failed, written once)."""
+    cluster = node_cluster(coordinator_extra=("--offsets-topic-replication-factor", "3"))
+    with fabric.connect(cluster.url) as fab:
+        _fill(fab)
+        fab.cluster.coordinator.commit_offsets(GROUP, {(TOPIC, 0): 0})  # the topic is loaded
+        leaders = {p: replication.state(fab, OFFSETS_TOPIC, p).leader for p in range(OFFSETS_PARTITIONS)}
+        stopped = leaders[offsets_partition(GROUP)]
+        waiting = [g for g in (f"waiter-{i}" for i in range(5000)) if leaders[offsets_partition(g)] == stopped]
+        waiting = waiting[:WORKERS + 8]
+        other = next(g for g in (f"other-{i}" for i in range(1000)) if leaders[offsets_partition(g)] != stopped)
+        for group in [*waiting, other]:
+            fab.cluster.coordinator.commit_offsets(group, {(TOPIC, 0): 1})
+        address = fab.cluster.connection.status_of(cluster.coordinator.address).protocol_address
+        connection = ProtocolConnection(address, None, None, SETTLE_S, wire.exception_of)
+        node = cluster.nodes[stopped]
+        node.pause()
+        try:
+            sent = [connection.send("commit_offsets", {"group": g, "offsets": [[TOPIC, 0, 2]]}) for g in waiting]
+            connection.wait(connection.send("commit_offsets", {"group": other, "offsets": [[TOPIC, 0, 2]]}),
+                            SETTLE_S)
+            assert {g: _committed_group(fab, g)[0] for g in waiting} == dict.fromkeys(waiting, 1)
+        finally:
+            node.resume()
+        for request in sent:
+            connection.wait(request, SETTLE_S)
+        connection.close()
+        assert {g: _committed_group(fab, g)[0] for g in [*waiting, other]} == dict.fromkeys([*waiting, other], 2)

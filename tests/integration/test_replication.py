@@ -123,7 +123,7 @@ def test_a_tls_cluster_replicates_and_commits_over_tls_only(node_cluster, tls_fi
     and a client produces, consumes and commits, all over TLS; a plaintext call to any of them is refused."""
     cert, key = tls_files
     monkeypatch.setenv("FABRIC_TLS_CA", cert)
-    cluster = node_cluster(tls=(cert, key))
+    cluster = node_cluster(tls=(cert, key), coordinator_extra=("--offsets-topic-replication-factor", "3"))
     with fabric.connect(cluster.url) as fab:
         fab.create_topic("sealed", partitions=1, replication_factor=3, config={"min.insync.replicas": "3"})
         with fab.producer(linger_ms=0) as producer:  # acks=all with all 3 in sync: every follower fetched it
@@ -134,6 +134,9 @@ def test_a_tls_cluster_replicates_and_commits_over_tls_only(node_cluster, tls_fi
         consumer.commit()
         consumer.close()
         assert {tp: c.offset for tp, c in fab.cluster.coordinator.committed("sealers").items()} == {("sealed", 0): 20}
+        for offset in range(10):  # sent from the coordinator's loop once its connection to the leader is open
+            fab.cluster.coordinator.commit_offsets("sealers", {("sealed", 0): offset})
+        assert fab.cluster.coordinator.committed("sealers")[("sealed", 0)].offset == 9
     with fabric.connect(f"fabric://{cluster.coordinator.address}?timeout_ms=1500") as plaintext:
         with pytest.raises(CoordinatorUnavailableError):
             plaintext.list_topics()
