@@ -10,6 +10,7 @@ holds consumers' long polls without a thread each.
 """
 from __future__ import annotations
 
+import asyncio
 import glob
 import os
 import shutil
@@ -26,6 +27,7 @@ from fabric.client.protocol_calls import produce_payload
 from fabric.common.errors import (
     AuthenticationError,
     AuthorizationError,
+    ClientTimeoutError,
     FencedLeaderEpochError,
     IllegalGenerationError,
     InvalidRequestError,
@@ -38,6 +40,7 @@ from fabric.common.errors import (
 from fabric.common.protocol import frames, messages, payloads
 from fabric.common.protocol.cluster import cluster_of
 from fabric.common.protocol.connection import ProtocolConnection
+from fabric.common.protocol.loop_connection import LoopConnection
 from fabric.common.records import to_storage
 from fabric.common.types import JoinRequest, PartitionState
 from fabric.coordinator.producer_ids import OFFSETS_PRODUCER_ID
@@ -429,6 +432,38 @@ def test_a_nodes_waiting_consumer_fetches_hold_no_worker_and_answer_the_record_t
         fetched = payloads.fetched_of(*connection.wait(request, 30))
         assert [(r.offset, r.batch.column("value").to_pylist()) for r in fetched] == [(0, [b"the end of the wait"])]
     connection.close()
+
+
+def test_a_connection_read_by_an_event_loop_answers_refuses_and_fails_what_is_in_flight(secured_cluster, admin
+                                                                                        ) -> None:
+    """LoopConnection (the coordinator's connection to a leader, read by its event loop): answers and refusals come
+    back as the blocking connection's do, a stolen token is refused at open, and requests in flight when the
+    connection closes fail with ConnectionError."""
+    address = protocol_address(secured_cluster, "node")
+
+    async def converse() -> None:
+        with pytest.raises(AuthenticationError, match="rejected the credentials: unknown token"):
+            await LoopConnection.open(address, "stolen-token", None, 30.0, wire.exception_of)
+        connection = await LoopConnection.open(address, "user-token", None, 30.0, wire.exception_of)
+        echoed, refused = (connection.request("echo", {"n": n}, b"", 30.0) for n in (1, 2)), \
+            connection.request("delete_everything", {}, b"", 30.0)
+        assert [bytes((await answer)[0]) for answer in echoed] == [b'{"n":1}', b'{"n":2}']
+        with pytest.raises(InvalidRequestError, match="unknown request type 'delete_everything'"):
+            await refused
+        waiting = connection.request("echo", {"n": 3}, b"", 30.0)
+        connection.close()  # before the loop read its answer
+        with pytest.raises(ConnectionError):
+            await waiting
+        assert connection.broken
+        with socket.create_server(("127.0.0.1", 0)) as silent:  # takes connections, never answers
+            port = silent.getsockname()[1]
+            _, unanswered = await asyncio.get_running_loop().create_connection(
+                lambda: LoopConnection(f"127.0.0.1:{port}", wire.exception_of), "127.0.0.1", port)
+            with pytest.raises(ClientTimeoutError, match="did not answer in time"):
+                await unanswered.request("echo", {}, b"", 0.2)
+            assert not unanswered.broken  # the connection stays: other answers may still come
+            unanswered.close()
+    asyncio.run(converse())
 
 
 def test_a_tls_server_takes_the_protocol_over_tls_only(coordinators, tls_files) -> None:
