@@ -30,6 +30,7 @@ from fabric.coordinator import validation
 from fabric.coordinator import zk_layout as layout
 from fabric.coordinator.election import EpochToken
 from fabric.coordinator.interface import StateUpdates
+from fabric.coordinator.zk_topic_cache import ZkTopicCache
 
 if TYPE_CHECKING:
     from fabric.coordinator.zk_store import ZkWriter
@@ -48,6 +49,8 @@ class ZkReplication:
     client: KazooClient
     writer: ZkWriter
     _read_topic: Callable[[str], tuple[TopicInfo, Any, dict[int, PartitionAssignment]]]
+    _cached_topic: Callable[[str], tuple[TopicInfo, dict[int, PartitionAssignment]]]
+    _topics: ZkTopicCache
     _create: Callable[..., TopicInfo]
     _update_topic: Callable[..., TopicInfo]
     _create_partitions: Callable[[TransactionRequest, str, Mapping[int, bytes]], None]
@@ -151,7 +154,7 @@ class ZkReplication:
 
     def replicated(self, name: str) -> bool:
         try:
-            return bool(self._read_topic(name)[2])
+            return bool(self._cached_topic(name)[1])
         except UnknownTopicError:
             return False
 
@@ -171,6 +174,9 @@ class ZkReplication:
                     return False
             except _LostRace:
                 return False
+            finally:
+                for name in {tp[0] for tp, _ in chunk}:  # a reassignment rewrites the topic's znode
+                    self._topics.forget(name)
         return True
 
     def _set_states(self, txn: TransactionRequest, token: EpochToken | None,

@@ -26,6 +26,7 @@ from kazoo.exceptions import (
     RolledBackError,
     RuntimeInconsistency,
 )
+from kazoo.protocol.states import WatchedEvent
 from kazoo.retry import KazooRetry, RetryFailedError
 
 from fabric.common.clock import SYSTEM_CLOCK
@@ -47,6 +48,7 @@ from fabric.coordinator.offsets_records import offsets_partition
 from fabric.coordinator.offsets_topic import OffsetsTopic
 from fabric.coordinator.transaction_offsets import TransactionOffsets
 from fabric.coordinator.zk_replicas import ZkReplication
+from fabric.coordinator.zk_topic_cache import ZkTopicCache
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -219,6 +221,7 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
         self.client = (layout.connect(target, session_timeout=session_timeout) if isinstance(target, str)
                        else target)
         self.writer = ZkWriter(self.client, fence)
+        self._topics = ZkTopicCache(self.client, self._read_for_cache)
         self._groups = GroupService(ZkGroupStore(self.writer), self._partitions_of)
         self._offsets_dir, self._epoch = offsets_dir, epoch
         self._topic_of_offsets: OffsetsTopic | None = None
@@ -254,10 +257,12 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
         return self._topic_of_offsets
 
     # -- topics --------------------------------------------------------------------------------------------
-    def _read_topic(self, name: str) -> tuple[TopicInfo, Any, dict[int, PartitionAssignment]]:
-        """The topic, its znode's stat and (a replicated topic's) assignment; UnknownTopicError."""
+    def _read_topic(self, name: str, watch: Callable[[WatchedEvent], None] | None = None
+                    ) -> tuple[TopicInfo, Any, dict[int, PartitionAssignment]]:
+        """The topic, its znode's stat and (a replicated topic's) assignment, read now (`watch` set on its znode);
+        UnknownTopicError."""
         try:
-            data, stat = self.client.retry(self.client.get, layout.topic(name))
+            data, stat = self.client.retry(self.client.get, layout.topic(name), watch=watch)
         except NoNodeError:
             raise UnknownTopicError(f"topic {name!r} does not exist; create it with "
                                     f"`fabric topics create {name}` or create_topic()") from None
@@ -279,7 +284,10 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
             txn.create(layout.partitions(info.name))
             self._create_partitions(txn, info.name, states(txn, token))
             return info
-        return self.writer.write(build)
+        try:
+            return self.writer.write(build)
+        finally:
+            self._topics.forget(info.name)
 
     def create_topic(self, name: str, partitions: int, config: dict[str, str],
                      value_schema: pa.Schema | None) -> TopicInfo:
@@ -294,12 +302,24 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
             for path in below:
                 txn.delete(path)
             txn.delete(top, version=stat.version)  # fails if the topic changed since we read it
-        self.writer.write(build)
+        try:
+            self.writer.write(build)
+        finally:
+            self._topics.forget(name)
         if self._offsets_dir is not None:
             self.offsets_topic.forget_topic(name)
 
+    def _cached_topic(self, name: str) -> tuple[TopicInfo, dict[int, PartitionAssignment]]:
+        """The topic and its assignment as ZooKeeper last told this process (zk_topic_cache); UnknownTopicError."""
+        return self._topics.get(name)
+
+    def _read_for_cache(self, name: str, watch: Callable[[WatchedEvent], None]
+                        ) -> tuple[TopicInfo, dict[int, PartitionAssignment]]:
+        info, _, assignment = self._read_topic(name, watch)
+        return info, assignment
+
     def topic(self, name: str) -> TopicInfo:
-        return self._read_topic(name)[0]
+        return self._cached_topic(name)[0]
 
     def list_topics(self) -> list[str]:
         return sorted(layout.name_of(t) for t in self.writer.children(layout.TOPICS))
@@ -314,7 +334,10 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
             txn.set_data(layout.topic(name), layout.topic_data(new, new_assignment), version=stat.version)
             extra(txn, info, new, token)
             return new
-        return self.writer.write(build)
+        try:
+            return self.writer.write(build)
+        finally:
+            self._topics.forget(name)
 
     def alter_topic_config(self, name: str, config: dict[str, str | None]) -> TopicInfo:
         def change(info: TopicInfo, assignment: Assignment) -> tuple[TopicInfo, Assignment]:
@@ -430,7 +453,7 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
     def _partitions_of(self, topic: str, replicated: bool = True) -> int:
         """The topic's partition count (0 if it does not exist, or is replicated and `replicated` is False)."""
         try:
-            info, _, assignment = self._read_topic(topic)
+            info, assignment = self._cached_topic(topic)
         except UnknownTopicError:
             return 0
         return info.partitions if replicated or not assignment else 0

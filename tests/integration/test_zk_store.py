@@ -4,6 +4,9 @@ Coordinator contract, run against this store too: test_coordinator_contract.py.)
 from __future__ import annotations
 
 import base64
+import concurrent.futures
+import os
+import signal
 import threading
 
 import pyarrow as pa
@@ -16,6 +19,7 @@ from fabric.common.errors import (
     InvalidRequestError,
     InvalidTopicError,
     SchemaMismatchError,
+    UnknownTopicError,
 )
 from fabric.common.types import (
     CommittedOffset,
@@ -25,6 +29,7 @@ from fabric.common.types import (
     PartitionAssignment,
     PartitionRegistration,
 )
+from fabric.common.waiting import wait_for
 from fabric.coordinator import zk_layout as layout
 from fabric.coordinator.zk_store import ZkCoordinator
 
@@ -230,3 +235,41 @@ def test_partition_state_cas_between_two_clients(zk, zk_url, offsets_dir):
         assert zk.partition_registrations()[("r", 0)].state.isr == isrs[won.index(True)]
     finally:
         other.close()
+
+
+def test_topic_reads_come_from_memory_until_zookeeper_says_the_topic_changed(own_zookeeper, tmp_path):
+    """coordinator/zk_topic_cache.py: a topic read once is answered from memory (with ZooKeeper SIGSTOPped, at
+    once); another instance's change reaches it with ZooKeeper's watch, this instance's own change at once, and a
+    deleted topic is unknown again."""
+    url = own_zookeeper.url("/cached")
+    reader = ZkCoordinator(url, offsets_dir=str(tmp_path / "offsets"))
+    writer = ZkCoordinator(url, offsets_dir=str(tmp_path / "offsets"))
+    try:
+        writer.create_topic("kept", 2, {}, None)
+        assert reader.topic("kept").partitions == 2 and not reader.replicated("kept")
+        assert own_zookeeper.process is not None
+        os.kill(own_zookeeper.process.pid, signal.SIGSTOP)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a round trip would wait out the pause
+                assert pool.submit(lambda: reader.topic("kept").partitions).result(timeout=30) == 2
+        finally:
+            os.kill(own_zookeeper.process.pid, signal.SIGCONT)
+        writer.alter_topic_config("kept", {"retention.ms": "1000"})
+        wait_for(lambda: reader.topic("kept").config.get("retention.ms") == "1000", 30,
+                 "the other instance's config change seen")
+        reader.alter_topic_config("kept", {"retention.ms": "2000"})
+        assert reader.topic("kept").config["retention.ms"] == "2000"  # its own write, at once
+        writer.set_partitions("kept", 3)
+        wait_for(lambda: reader.topic("kept").partitions == 3, 30, "the other instance's partitions seen")
+        writer.delete_topic("kept")
+
+        def unknown() -> bool:
+            try:
+                reader.topic("kept")
+            except UnknownTopicError:
+                return True
+            return False
+        wait_for(unknown, 30, "the deleted topic unknown")
+    finally:
+        reader.close()
+        writer.close()
