@@ -69,11 +69,11 @@ class Coordinator(ABC):
         event loop, with no worker thread; False unless a store knows it."""
         return False
 
-    def commits_on_loop(self) -> bool:
-        """Whether commit_offsets may run on a server's event loop inside a commit batch (coordinator.commit_batch):
-        its checks touch only this machine's files and memory, and its offsets log writes the queued rows
-        without blocking the loop (a local log appends them, a replicated one sends them from the loop); False
-        unless a store knows it."""
+    def commits_on_loop(self, topics: Sequence[str]) -> bool:
+        """Whether a commit of offsets of `topics` may run on a server's event loop inside a commit batch
+        (coordinator.commit_batch): its checks touch only this machine's files and memory, and its offsets log
+        writes the queued rows without blocking the loop (a local log appends them, a replicated one sends them
+        from the loop); False unless a store knows it."""
         return self.serves_locally()
 
     def transactional_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = ""

@@ -12,7 +12,7 @@ import contextlib
 import functools
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Callable, ContextManager, Iterator, Protocol, TypeVar
 
@@ -308,6 +308,13 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
             self._topics.forget(name)
         if self._offsets_dir is not None:
             self.offsets_topic.forget_topic(name)
+
+    def commits_on_loop(self, topics: Sequence[str]) -> bool:
+        """Where the offsets and group states are in the replicated offsets topic (kept in memory, appended from
+        the loop), while every topic of the commit is kept in memory (zk_topic_cache): its checks then ask
+        ZooKeeper nothing. Otherwise a commit reads ZooKeeper, or appends to a local log other instances lock."""
+        offsets = self._topic_of_offsets
+        return offsets is not None and not offsets.log.shared and all(self._topics.holds(t) for t in topics)
 
     def _cached_topic(self, name: str) -> tuple[TopicInfo, dict[int, PartitionAssignment]]:
         """The topic and its assignment as ZooKeeper last told this process (zk_topic_cache); UnknownTopicError."""

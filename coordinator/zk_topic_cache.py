@@ -49,6 +49,11 @@ class ZkTopicCache:
                 self._entries[name] = entry
         return entry
 
+    def holds(self, name: str) -> bool:
+        """Whether `name` is kept now (get() would ask ZooKeeper nothing)."""
+        with self._lock:
+            return name in self._entries
+
     def forget(self, name: str) -> None:
         """Read `name` from ZooKeeper next time (its znode changed, or this process just wrote it)."""
         with self._lock:

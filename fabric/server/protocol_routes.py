@@ -5,9 +5,10 @@ checked and authorized exactly as its DoAction is (CoordinatorService.run_route)
 Over a store of local files (Coordinator.serves_locally) a commit, a metadata read and a produce to a topic
 that asks for no fsync wait on nothing but this process's CPU and files, so they are answered on the event loop,
 without a worker thread. The commits the loop reads in one turn are appended together, one append per offsets
-partition (LoopCommits, coordinator.commit_batch), and answered once it is written. A cluster's coordinator over
-SQLite (Coordinator.commits_on_loop) checks a commit on the loop too and sends its append to the offsets
-partition's leader from there (fabric.server.offsets_on_loop), answering once the leader acknowledged it.
+partition (LoopCommits, coordinator.commit_batch), and answered once it is written. A cluster's coordinator (over
+SQLite; over ZooKeeper once the commit's topics are kept in memory: Coordinator.commits_on_loop) checks a commit on
+the loop too and sends its append to the offsets partition's leader from there (fabric.server.offsets_on_loop),
+answering once the leader acknowledged it.
 """
 from __future__ import annotations
 
@@ -113,7 +114,9 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
                        ) -> tuple[Any, Payload] | concurrent.futures.Future:
         if "offsets" in args:
             args["offsets"] = offsets_of(args["offsets"])
-        if commit_waits(args):
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # on a worker thread: commit_waits said it may wait
             service.run_route(principal, "commit_offsets", args)
             return None, b""
         return loop_commits.run(lambda: service.run_route(principal, "commit_offsets", args))
@@ -133,8 +136,13 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
 
     def commit_waits(args: dict[str, Any]) -> bool:
         """Whether a commit may wait: not where the store checks it locally and its offsets log takes it without
-        blocking (answered from the loop once written, a cluster's once its leader acknowledged it)."""
-        return not store.commits_on_loop()
+        blocking (answered from the loop once written, a cluster's once its leader acknowledged it). A commit
+        whose offsets are not [[topic, partition, offset], ...] waits, to be refused on a worker."""
+        offsets = args.get("offsets")
+        if not isinstance(offsets, list) or not all(isinstance(item, list) and item and isinstance(item[0], str)
+                                                    for item in offsets):
+            return True
+        return not store.commits_on_loop(sorted({item[0] for item in offsets}))
 
     return {"produce": protocol_handlers.produce(service, ClusterBroker.append, broker.append, store.topic,
                                                  lambda args: produce_waits(store, args)),

@@ -302,25 +302,39 @@ def test_concurrent_commits_of_groups_sharing_a_partition_are_all_kept(node_clus
         assert {g: _committed_group(fab, g) for g in groups} == {g: {0: commits, 1: commits} for g in groups}
 
 
-def test_commits_waiting_on_a_paused_leader_hold_no_worker_of_the_coordinator(node_cluster, replication) -> None:
+@pytest.mark.parametrize("store", ["sqlite", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
+def test_commits_waiting_on_a_paused_leader_hold_no_worker_of_the_coordinator(store, request, node_cluster,
+                                                                               replication) -> None:
     """The coordinator sends a commit's append to its leader from its event loop and answers it from there
-    (fabric/server/offsets_on_loop.py): with the leader of the offsets partitions of some groups SIGSTOPped, more
-    commits of theirs than the coordinator has worker threads wait on it, and a commit of a group whose partition
-    another node leads, sent after all of them on the same connection, is answered while none of theirs is
-    written. Once the node resumes, every waiting commit is acknowledged and kept (sent again where its answer
-    failed, written once)."""
-    cluster = node_cluster(coordinator_extra=("--offsets-topic-replication-factor", "3"))
-    with fabric.connect(cluster.url) as fab:
+    (fabric/server/offsets_on_loop.py), over SQLite and, once the commit's topics are kept in memory, over
+    ZooKeeper: with the leader of the offsets partitions of some groups SIGSTOPped, more commits of theirs than
+    the coordinator instance has worker threads wait on it, and a commit of a group whose partition another node
+    leads, sent after all of them on the same connection, is answered while none of theirs is written. Once the
+    node resumes, every waiting commit is acknowledged and kept (sent again where its answer failed, written
+    once)."""
+    if store == "sqlite":
+        cluster = node_cluster(coordinator_extra=("--offsets-topic-replication-factor", "3"))
+        url, instance = cluster.url, cluster.coordinator
+    else:
+        ha = request.getfixturevalue("offsets_kit").HaOffsetsCluster(
+            node_cluster, request.getfixturevalue("zk_url"), request.getfixturevalue("tmp_path"),
+            request.getfixturevalue("the_active"))
+        cluster, url = ha.cluster, ha.url
+    with fabric.connect(url) as fab:
+        if store == "zookeeper":
+            instance = ha.active_process(fab)
         _fill(fab)
-        fab.cluster.coordinator.commit_offsets(GROUP, {(TOPIC, 0): 0})  # the topic is loaded
-        leaders = {p: replication.state(fab, OFFSETS_TOPIC, p).leader for p in range(OFFSETS_PARTITIONS)}
-        stopped = leaders[offsets_partition(GROUP)]
-        waiting = [g for g in (f"waiter-{i}" for i in range(5000)) if leaders[offsets_partition(g)] == stopped]
-        waiting = waiting[:WORKERS + 8]
-        other = next(g for g in (f"other-{i}" for i in range(1000)) if leaders[offsets_partition(g)] != stopped)
+        served = wait_for(lambda: _served_by(fab, instance.address, shared=store == "zookeeper"), SETTLE_S,
+                          "the offsets topic loaded (shared out between the instances)")
+        leaders = {p: replication.state(fab, OFFSETS_TOPIC, p).leader for p in served}
+        stopped = leaders[min(served)]
+        waiting = [g for g in (f"waiter-{i}" for i in range(20_000))
+                   if leaders.get(offsets_partition(g)) == stopped][:WORKERS + 8]
+        other = next(g for g in (f"other-{i}" for i in range(1000))
+                     if leaders.get(offsets_partition(g), stopped) != stopped)
         for group in [*waiting, other]:
             fab.cluster.coordinator.commit_offsets(group, {(TOPIC, 0): 1})
-        address = fab.cluster.connection.status_of(cluster.coordinator.address).protocol_address
+        address = fab.cluster.connection.status_of(instance.address).protocol_address
         connection = ProtocolConnection(address, None, None, SETTLE_S, wire.exception_of)
         node = cluster.nodes[stopped]
         node.pause()
@@ -331,7 +345,27 @@ def test_commits_waiting_on_a_paused_leader_hold_no_worker_of_the_coordinator(no
             assert {g: _committed_group(fab, g)[0] for g in waiting} == dict.fromkeys(waiting, 1)
         finally:
             node.resume()
-        for request in sent:
-            connection.wait(request, SETTLE_S)
+        for request_id in sent:
+            connection.wait(request_id, SETTLE_S)
         connection.close()
         assert {g: _committed_group(fab, g)[0] for g in [*waiting, other]} == dict.fromkeys([*waiting, other], 2)
+
+
+def _served_by(fab: fabric.Fabric, address: str, shared: bool) -> set[int] | None:
+    """The offsets partitions the instance at `address` serves, once their groups' offsets are loaded (a commit of
+    one of them is answered) and, if `shared`, once it shares them with another instance; a lone instance (over
+    SQLite) serves them all."""
+    status = fab.cluster.statuses().get(address)
+    if status is None or isinstance(status, Exception):
+        return None
+    served = set(status.group_partitions) or set(range(OFFSETS_PARTITIONS))
+    if shared and not 0 < len(served) < OFFSETS_PARTITIONS:
+        return None
+    group = next(g for g in (f"probe-{i}" for i in range(1000)) if offsets_partition(g) in served)
+    try:
+        fab.cluster.coordinator.commit_offsets(group, {(TOPIC, 0): 0})
+    except FabricError as exc:
+        if not exc.retriable:
+            raise
+        return None
+    return served
