@@ -15,7 +15,9 @@ partition gauges are 0 and no group lag is given, so sums over instances stay ri
 - fabric_consumer_group_committed_offset{group,topic,partition} for every committed offset, and
   fabric_consumer_group_lag{group,topic,partition}: log end − committed offset for topics stored in the
   coordinator's data directory; for a replicated topic, the high watermark its leader last reported with its
-  heartbeat (at most a heartbeat interval old) − committed offset.
+  heartbeat (at most a heartbeat interval old) − committed offset;
+- fabric_offsets_appends_total{path}, where the offsets topic is replicated on the nodes: its commit appends sent
+  from the event loop (`loop`) and handed to a worker thread (`worker`, fabric.server.offsets_on_loop).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import logging
 from typing import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from fabric.common.errors import FabricError
@@ -129,8 +131,29 @@ class GroupLagCollector(Collector):
                     lag.add_metric(labels, max(end - position.offset, 0))
 
 
-def register(registry: CollectorRegistry, broker: ClusterBroker, is_active: Callable[[], bool]) -> None:
-    """Add the coordinator's metrics over `broker` (and its controller) to `registry`."""
+class OffsetsAppendsCollector(Collector):
+    """fabric_offsets_appends_total{path}: the replicated offsets topic's commit appends, by where they were sent
+    from (fabric.server.offsets_on_loop)."""
+
+    def __init__(self, appends: Callable[[], dict[str, int]]) -> None:
+        self.appends = appends
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily("fabric_offsets_appends", "commit appends to the replicated offsets topic, by "
+                                     "path: loop (sent from the event loop), worker (handed to a worker thread: "
+                                     "the partition busy, its leader or connection unknown, an answer failed)",
+                                     labels=["path"])
+        for path, count in sorted(self.appends().items()):
+            family.add_metric([path], count)
+        yield family
+
+
+def register(registry: CollectorRegistry, broker: ClusterBroker, is_active: Callable[[], bool],
+             offsets_appends: Callable[[], dict[str, int]] | None = None) -> None:
+    """Add the coordinator's metrics over `broker` (and its controller) to `registry`, and those of its replicated
+    offsets topic's appends (`offsets_appends`) where it has one."""
     broker.controller.on_decision = DecisionCounters(registry).decided
     registry.register(ControllerCollector(broker.controller))
     registry.register(GroupLagCollector(broker, is_active))
+    if offsets_appends is not None:
+        registry.register(OffsetsAppendsCollector(offsets_appends))

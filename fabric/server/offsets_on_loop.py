@@ -75,6 +75,7 @@ class LoopAppends:
         self.log = log
         self._waiting: dict[int, list[Queued]] = {}
         self._busy: set[int] = set()  # partitions sending, or on a worker, for the loop
+        self.counts = {"loop": 0, "worker": 0}  # appends sent from the loop, and handed to a worker (metrics)
         # a thread per partition at most (one append of each at a time): none waits behind another's stall
         self._workers = concurrent.futures.ThreadPoolExecutor(log.partitions, thread_name_prefix="offsets-append")
 
@@ -107,6 +108,7 @@ class LoopAppends:
             rows = callers[0].rows if len(callers) == 1 else pa.concat_batches([one.rows for one in callers])
             sent = connection.request("produce", args, payloads.ipc_stream(rows.schema, [rows]),
                                       self.log.timeout_s + ANSWER_GRACE_S)
+            self.counts["loop"] += 1
         except Exception as exc:  # noqa: BLE001 (every caller hears it; nothing was sent)
             _settle(callers, exc)
             self._finished(partition)
@@ -155,6 +157,7 @@ class LoopAppends:
     def _on_worker(self, partition: int, work: Callable[[], None]) -> None:
         """Run `work` on a worker thread; once it returns, the loop sends what waits for `partition`."""
         loop = asyncio.get_running_loop()
+        self.counts["worker"] += 1
 
         def run() -> None:
             try:

@@ -88,9 +88,13 @@ class PeerCalls:
         try:
             self._on_loop[address] = await LoopConnection.open(address, self.clients.token, self.clients.tls,
                                                                self.connection.options.timeout_s, wire.refusal)
+            self._open_after.pop(address, None)
             log.info("opened the event loop's connection to the data node at %s", address)
         except (OSError, asyncio.TimeoutError, FabricError) as exc:
-            log.info("cannot open a loop connection to %s (%s); tried again in %.0f s", address, exc, REOPEN_S)
+            # said once until it opens (its calls go the blocking way meanwhile, which report their own failures)
+            log.log(logging.DEBUG if address in self._open_after else logging.INFO,
+                    "cannot open the event loop's connection to %s (%s); tried again every %.0f s", address,
+                    exc or type(exc).__name__, REOPEN_S)
             self._open_after[address] = time.monotonic() + REOPEN_S
         finally:
             del self._opening[address]

@@ -248,6 +248,10 @@ class ReplicatedOffsetsLog:
         return connection, {"topic": OFFSETS_TOPIC, "partition": partition,
                             **self._produce_args(partition, sequence), **quoted}, sequence
 
+    def appends(self) -> dict[str, int]:
+        """How many commit appends the loop sent itself (`loop`) and handed to a worker (`worker`), since start."""
+        return dict(self._on_loop.counts)
+
     @staticmethod
     def name(partition: int) -> str:
         return f"{OFFSETS_TOPIC}-{partition}"

@@ -359,7 +359,9 @@ def serve(settings: Settings) -> None:
         broker = ClusterBroker(settings.data_dir, store, settings.max_partitions, controller,
                                settings.default_replication_factor)
         metrics = ServerMetrics()
-        coordinator_metrics.register(metrics.registry, broker, lambda: election.is_active)
+        offsets_log = loader.topic.log if loader is not None else None
+        coordinator_metrics.register(metrics.registry, broker, lambda: election.is_active, offsets_log.appends
+                                     if isinstance(offsets_log, replicated_offsets.ReplicatedOffsetsLog) else None)
         metrics.serve(settings.metrics_host, settings.metrics_port, settings.metrics_token_file)
         server = CoordinatorService(settings, broker, election, metrics)
         if loader is not None:

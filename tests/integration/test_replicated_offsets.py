@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
 import pyarrow as pa
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import fabric
 from fabric.common.errors import FabricError, InvalidProducerEpochError
@@ -313,7 +315,7 @@ def test_commits_waiting_on_a_paused_leader_hold_no_worker_of_the_coordinator(st
     node resumes, every waiting commit is acknowledged and kept (sent again where its answer failed, written
     once)."""
     if store == "sqlite":
-        cluster = node_cluster(coordinator_extra=("--offsets-topic-replication-factor", "3"))
+        cluster = node_cluster(coordinator_extra=("--offsets-topic-replication-factor", "3", "--metrics-port", "0"))
         url, instance = cluster.url, cluster.coordinator
     else:
         ha = request.getfixturevalue("offsets_kit").HaOffsetsCluster(
@@ -349,6 +351,12 @@ def test_commits_waiting_on_a_paused_leader_hold_no_worker_of_the_coordinator(st
             connection.wait(request_id, SETTLE_S)
         connection.close()
         assert {g: _committed_group(fab, g)[0] for g in [*waiting, other]} == dict.fromkeys([*waiting, other], 2)
+    if store == "sqlite":  # the first append to each node went through a worker (it learns the node's address)
+        port = instance.status().metrics_port
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            scraped = {s.labels.get("path"): s.value for family in text_string_to_metric_families(
+                answer.read().decode()) for s in family.samples if s.name == "fabric_offsets_appends_total"}
+        assert scraped["loop"] >= 1 and scraped["worker"] >= 1, scraped
 
 
 def _served_by(fab: fabric.Fabric, address: str, shared: bool) -> set[int] | None:
