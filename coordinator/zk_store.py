@@ -466,6 +466,7 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
         return info.partitions if replicated or not assignment else 0
 
     def close(self) -> None:
+        self._topics.close()
         if self._owned:
             self.client.stop()
             self.client.close()

@@ -31,7 +31,7 @@ class ZkTopicCache:
     """The topics read through `read` from `client`'s ZooKeeper, kept as the module says."""
 
     def __init__(self, client: KazooClient, read: Read) -> None:
-        self._read = read
+        self._client, self._read = client, read
         self._entries: dict[str, Entry] = {}
         self._lock = threading.Lock()
         self._changes = 0  # counts what was forgotten: a read that saw a change meanwhile is not kept
@@ -59,6 +59,10 @@ class ZkTopicCache:
         with self._lock:
             self._entries.pop(name, None)
             self._changes += 1
+
+    def close(self) -> None:
+        """Stop hearing the session's state (the client may outlive this cache: an instance's election shares it)."""
+        self._client.remove_listener(self._session_changed)
 
     def _session_changed(self, state: Any) -> None:
         """On kazoo's thread, at any change of the session's state: forget everything (never blocks)."""
