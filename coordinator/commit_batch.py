@@ -92,18 +92,50 @@ def append_together(append: Append, queued: list[Queued]) -> None:
         while pending:
             failed = _append_checked(append, pending)
             if not failed:
-                for one in pending:
-                    one.done.set_result(None)
+                settle(pending, None)
                 return
             for one, exc in failed:  # nothing was written: again, without those
                 one.done.set_exception(exc)
             pending = [one for one in pending if not one.done.done()]
     except BaseException as exc:  # noqa: BLE001 (every caller not yet answered hears it)
-        for one in queued:
-            if not one.done.done():
-                one.done.set_exception(exc)
+        settle(queued, exc)
         if not isinstance(exc, Exception):
             raise
+
+
+def failed_checks(callers: list[Queued]) -> list[tuple[Queued, Exception]]:
+    """Run every caller's check (the partition's write lock held): those that failed, with why."""
+    failed: list[tuple[Queued, Exception]] = []
+    for one in callers:
+        try:
+            one.validate()
+        except Exception as exc:  # noqa: BLE001 (this caller's answer)
+            failed.append((one, exc))
+    return failed
+
+
+def rows_of(callers: list[Queued]) -> pa.RecordBatch:
+    """The callers' rows as one batch, in their order."""
+    return callers[0].rows if len(callers) == 1 else pa.concat_batches([one.rows for one in callers])
+
+
+def told(callers: list[Queued]) -> Callable[[int], None]:
+    """What to tell the callers once their rows, appended together (rows_of), are written at an offset."""
+    def written(offset: int) -> None:
+        for one in callers:
+            one.written(offset)
+            offset += one.rows.num_rows
+    return written
+
+
+def settle(callers: list[Queued], exc: BaseException | None) -> None:
+    """Answer each caller not answered yet: its rows written (`exc` None), else `exc`."""
+    for one in callers:
+        if not one.done.done():
+            if exc is None:
+                one.done.set_result(None)
+            else:
+                one.done.set_exception(exc)
 
 
 def _append_checked(append: Append, callers: list[Queued]) -> list[tuple[Queued, Exception]]:
@@ -112,21 +144,12 @@ def _append_checked(append: Append, callers: list[Queued]) -> list[tuple[Queued,
     failed: list[tuple[Queued, Exception]] = []
 
     def validate() -> None:
-        for one in callers:
-            try:
-                one.validate()
-            except Exception as exc:  # noqa: BLE001 (this caller's answer)
-                failed.append((one, exc))
+        failed.extend(failed_checks(callers))
         if failed:
             raise _Rejected()
-
-    def written(offset: int) -> None:
-        for one in callers:
-            one.written(offset)
-            offset += one.rows.num_rows
-    rows = callers[0].rows if len(callers) == 1 else pa.concat_batches([one.rows for one in callers])
+    rows = rows_of(callers)
     try:
-        append(rows, validate, written)
+        append(rows, validate, told(callers))
     except _Rejected:
         return failed
     if len(callers) > 1:

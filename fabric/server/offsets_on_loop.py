@@ -27,44 +27,13 @@ import pyarrow as pa
 from fabric.common.errors import FabricError
 from fabric.common.protocol import messages, payloads
 from fabric.common.protocol.loop_connection import Result
-from fabric.coordinator.commit_batch import Queued, append_together
+from fabric.coordinator.commit_batch import Queued, append_together, failed_checks, rows_of, settle, told
 
 if TYPE_CHECKING:
     from fabric.server.replicated_offsets import ReplicatedOffsetsLog
 
 log = logging.getLogger(__name__)
 ANSWER_GRACE_S = 5.0  # past the produce's own timeout (the leader's wait for its in-sync replicas)
-
-
-def _checked(callers: list[Queued]) -> list[Queued]:
-    """The callers whose check passes; each other one is answered with why not."""
-    passed = []
-    for one in callers:
-        try:
-            one.validate()
-        except Exception as exc:  # noqa: BLE001 (this caller's answer)
-            one.done.set_exception(exc)
-        else:
-            passed.append(one)
-    return passed
-
-
-def _settle(callers: list[Queued], exc: BaseException | None) -> None:
-    for one in callers:
-        if not one.done.done():
-            if exc is None:
-                one.done.set_result(None)
-            else:
-                one.done.set_exception(exc)
-
-
-def _told(callers: list[Queued]) -> Callable[[int], None]:
-    """What to tell the callers once their rows, appended together, are written at an offset."""
-    def written(offset: int) -> None:
-        for one in callers:
-            one.written(offset)
-            offset += one.rows.num_rows
-    return written
 
 
 class LoopAppends:
@@ -100,17 +69,19 @@ class LoopAppends:
             if route is None:
                 self._on_worker(partition, lambda: self._write_blocking(partition, callers, held=True))
                 return
-            callers = _checked(callers)
+            for one, exc in failed_checks(callers):  # answered alone; the others go on without them
+                one.done.set_exception(exc)
+            callers = [one for one in callers if not one.done.done()]
             if not callers:
                 self._finished(partition)
                 return
             connection, args, sequence = route
-            rows = callers[0].rows if len(callers) == 1 else pa.concat_batches([one.rows for one in callers])
+            rows = rows_of(callers)
             sent = connection.request("produce", args, payloads.ipc_stream(rows.schema, [rows]),
                                       self.log.timeout_s + ANSWER_GRACE_S)
             self.counts["loop"] += 1
         except Exception as exc:  # noqa: BLE001 (every caller hears it; nothing was sent)
-            _settle(callers, exc)
+            settle(callers, exc)
             self._finished(partition)
             return
         sent.add_done_callback(lambda answer: self._answered(partition, sequence, rows, callers, answer))
@@ -126,21 +97,21 @@ class LoopAppends:
             else:
                 self.log.sent(partition, sequence, rows.num_rows)
                 try:
-                    _told(callers)(offset)
+                    told(callers)(offset)
                 except Exception as failed:  # noqa: BLE001 (as the blocking path: each caller hears it)
-                    _settle(callers, failed)
+                    settle(callers, failed)
                 else:
-                    _settle(callers, None)
+                    settle(callers, None)
                 self._finished(partition)
                 return
         fenced = self.log.fenced(exc, partition)
         if fenced is not None:
-            _settle(callers, fenced)
+            settle(callers, fenced)
             self._finished(partition)
             return
-        self.log.unresolved(partition, sequence, rows, _told(callers))
+        self.log.unresolved(partition, sequence, rows, told(callers))
         if isinstance(exc, FabricError) and not exc.retriable:
-            _settle(callers, exc)  # as the blocking path: refused, kept as unknown, sent again before the next
+            settle(callers, exc)  # as the blocking path: refused, kept as unknown, sent again before the next
             self._finished(partition)
             return
         log.info("%s: the append of sequence %d sent from the loop failed (%s); sent again from a worker",
@@ -192,8 +163,8 @@ class LoopAppends:
         try:
             self.log.resolve(partition)
         except Exception as exc:  # noqa: BLE001 (every caller hears it; it stays unresolved)
-            _settle(callers, exc)
+            settle(callers, exc)
         else:
-            _settle(callers, None)
+            settle(callers, None)
         finally:
             self.log.lock(partition).release()

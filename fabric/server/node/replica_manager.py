@@ -30,7 +30,6 @@ import pyarrow as pa
 from fabric.common.errors import (
     FabricError,
     InconsistentTopicIdError,
-    InvalidConfigError,
     InvalidRequestError,
     InvalidTxnStateError,
     KafkaStorageError,
@@ -51,7 +50,7 @@ from fabric.common.types import (
 from fabric.coordinator.disk import disk_errors
 from fabric.server import partition_ops
 from fabric.server.held import Held
-from fabric.server.node import follower_fetches, open_transactions
+from fabric.server.node import directory_ids, follower_fetches, open_transactions
 from fabric.server.node.fetcher import FetchSettings, Peer, ReplicaFetcher
 from fabric.server.node.leader import LeaderState
 from fabric.server.node.partition import PartitionReplica, Role
@@ -67,8 +66,6 @@ from fabric.storage.log_manager import LogManager
 from fabric.storage.reader import READ_COMMITTED
 
 log = logging.getLogger(__name__)
-NODE_ID_FILE = "node.id"
-TOPIC_ID_FILE = "topic.id"  # in each topic directory: the id of the topic its logs belong to
 ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
 MAX_MARKERS = 4096  # transaction markers one write_markers request writes at most
 
@@ -79,13 +76,6 @@ AlterPartition = Callable[[TopicPartition, LeaderState, tuple[int, ...]], Leader
 
 def _replica_log(replica: PartitionReplica) -> Log:
     return replica.log
-
-
-def _write_marker(path: str, text: str) -> None:
-    """Write a one-line marker file (the node's id, a topic's id) whole: a temporary file renamed over it."""
-    with open(path + ".tmp", "w") as handle:
-        handle.write(text + "\n")
-    os.replace(path + ".tmp", path)
 
 
 class ReplicaManager:
@@ -99,7 +89,7 @@ class ReplicaManager:
         self.node_id = node_id
         with disk_errors(data_dir, "open the node's data directory"):
             self.logs = LogManager(data_dir, lambda txn: False, replica=True)  # a node never publishes transactions
-            self._claim_directory()
+            directory_ids.claim(self.logs.internal_dir, self.logs.root, node_id)
         self.peer, self.protocol, self.fetch_settings = peer, protocol, fetch_settings
         self.lag_ms = replica_lag_time_max_ms
         self.refresh: Callable[[], None] = lambda: None
@@ -123,18 +113,6 @@ class ReplicaManager:
         self._lock = threading.RLock()  # (a replica found offline while the assignment is applied takes it again)
         self.repairer = Repairer(node_id, self.health, peer_copy(peer, self._addresses) if peer else None,
                                  lambda tp: self._offline_replicas.get(tp, ()), self._topic_id)
-
-    def _claim_directory(self) -> None:
-        path = os.path.join(self.logs.internal_dir, NODE_ID_FILE)
-        if os.path.exists(path):
-            with open(path) as handle:
-                owner = handle.read().strip()
-            if owner != str(self.node_id):
-                raise InvalidConfigError(f"data directory {self.logs.root} belongs to node {owner}, not node "
-                                         f"{self.node_id}; start it with --id {owner}, or give this node its own "
-                                         "--data")
-            return
-        _write_marker(path, str(self.node_id))
 
     # -- the controller's assignments ----------------------------------------------------------------------
     def apply(self, assignment: NodeAssignment) -> None:
@@ -186,16 +164,14 @@ class ReplicaManager:
     def _check_topic_id(self, info: TopicInfo) -> None:
         """A topic deleted and created again under its name is another topic (Kafka's topic ids): the logs of the
         old one, here since before a restart or not yet dropped, are deleted before the new one is served. The id
-        is kept in the topic's directory (TOPIC_ID_FILE). Topics without an id (older metadata) are not checked.
+        is kept in the topic's directory (directory_ids). Topics without an id (older metadata) are not checked.
         Lock held."""
         known = self._topics.get(info.name)
         if not info.topic_id or (known is not None and known.topic_id == info.topic_id):
             return
-        path = os.path.join(self.logs.topic_dir(info.name), TOPIC_ID_FILE)
-        try:
-            with open(path) as handle:
-                stored = handle.read().strip()
-        except FileNotFoundError:
+        topic_dir = self.logs.topic_dir(info.name)
+        stored = directory_ids.stored_topic_id(topic_dir)
+        if stored is None:
             stored = known.topic_id if known is not None else ""
         if stored and stored != info.topic_id:
             log.warning("topic %s was deleted and created again (topic id %s, now %s): deleting the old one's logs "
@@ -204,8 +180,7 @@ class ReplicaManager:
                 self._stop_fetcher(tp)
                 self._replicas.pop(tp).fence("its topic was deleted and created again")
             self.logs.delete_topic(info.name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        _write_marker(path, info.topic_id)
+        directory_ids.write_topic_id(topic_dir, info.topic_id)
 
     def _opener(self, tp: TopicPartition) -> Callable[[], Log]:
         return lambda: self.logs.log(self._topics[tp[0]], tp[1])
