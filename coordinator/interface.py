@@ -69,8 +69,8 @@ class Coordinator(ABC):
         event loop, with no worker thread; False unless a store knows it."""
         return False
 
-    def commits_on_loop(self, topics: Sequence[str]) -> bool:
-        """Whether a commit of offsets of `topics` may run on a server's event loop inside a commit batch
+    def commits_on_loop(self, group: str, topics: Sequence[str]) -> bool:
+        """Whether a commit of `group`'s offsets of `topics` may run on a server's event loop inside a commit batch
         (coordinator.commit_batch): its checks touch only this machine's files and memory, and its offsets log
         writes the queued rows without blocking the loop (a local log appends them, a replicated one sends them
         from the loop); False unless a store knows it."""

@@ -109,7 +109,7 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
         """True while the offsets topic is the local one (a cluster's coordinator keeps it replicated on nodes)."""
         return isinstance(self.offsets_topic.log, LocalOffsetsLog)
 
-    def commits_on_loop(self, topics: Sequence[str]) -> bool:
+    def commits_on_loop(self, group: str, topics: Sequence[str]) -> bool:
         """True: the metadata and group checks of a commit read SQLite and memory, and either offsets log writes
         queued commits without blocking (a cluster's replicated one sends them from the loop)."""
         return True

@@ -99,6 +99,11 @@ def topic(name: str) -> str:
     return f"{TOPICS}/{node(name)}"
 
 
+def topic_of(path: str) -> str:
+    """The name of the topic whose znode (`topic()`) is `path`."""
+    return name_of(path.rsplit("/", 1)[-1])
+
+
 def partitions(name: str) -> str:
     return f"{topic(name)}/partitions"
 
@@ -117,6 +122,11 @@ def group(name: str) -> str:
 
 def group_state(name: str) -> str:
     return f"{group(name)}/state"
+
+
+def group_of_state(path: str) -> str:
+    """The name of the group whose state znode (`group_state()`) is `path`."""
+    return name_of(path.rsplit("/", 2)[-2])
 
 
 def group_offsets(name: str) -> str:

@@ -30,7 +30,7 @@ from fabric.coordinator import validation
 from fabric.coordinator import zk_layout as layout
 from fabric.coordinator.election import EpochToken
 from fabric.coordinator.interface import StateUpdates
-from fabric.coordinator.zk_topic_cache import ZkTopicCache
+from fabric.coordinator.zk_watched_cache import ZkWatchedCache
 
 if TYPE_CHECKING:
     from fabric.coordinator.zk_store import ZkWriter
@@ -50,7 +50,7 @@ class ZkReplication:
     writer: ZkWriter
     _read_topic: Callable[[str], tuple[TopicInfo, Any, dict[int, PartitionAssignment]]]
     _cached_topic: Callable[[str], tuple[TopicInfo, dict[int, PartitionAssignment]]]
-    _topics: ZkTopicCache
+    _topics: ZkWatchedCache[tuple[TopicInfo, dict[int, PartitionAssignment]]]
     _create: Callable[..., TopicInfo]
     _update_topic: Callable[..., TopicInfo]
     _create_partitions: Callable[[TransactionRequest, str, Mapping[int, bytes]], None]

@@ -48,11 +48,12 @@ from fabric.coordinator.offsets_records import offsets_partition
 from fabric.coordinator.offsets_topic import OffsetsTopic
 from fabric.coordinator.transaction_offsets import TransactionOffsets
 from fabric.coordinator.zk_replicas import ZkReplication
-from fabric.coordinator.zk_topic_cache import ZkTopicCache
+from fabric.coordinator.zk_watched_cache import Watch, ZkWatchedCache
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 _CONFLICTS = (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError)
+MAX_KEPT_GROUPS = 100_000  # group states an instance keeps in memory at most (then it starts afresh)
 Assignment = Mapping[int, PartitionAssignment]
 
 
@@ -176,17 +177,48 @@ def _leader_state(token: EpochToken | None, leader_epoch: int = 0) -> layout.Lea
 
 
 class ZkGroupStore(GroupStore):
-    """Group states as JSON in /consumers/<group>/state, written by compare-and-set on the znode version."""
+    """Group states as JSON in /consumers/<group>/state, written by compare-and-set on the znode version.
 
-    def __init__(self, writer: ZkWriter) -> None:
+    A coordinator instance's store (`epoch`: its election epoch) keeps each state it read, or found absent, in
+    memory (zk_watched_cache) while the epoch lasts, so a commit's generation check asks ZooKeeper nothing: only
+    the active instance serves groups, so what it reads back is its own writes (each forgets what it wrote), and
+    anything else's reaches it with the watch; a new epoch (this instance elected again, after others may have
+    served the groups) starts afresh, and a stale state cannot outlive the epoch its commits are stamped with. A
+    store without an epoch (a process of its own, beside others serving the same groups) reads every time."""
+
+    def __init__(self, writer: ZkWriter, epoch: Callable[[], int] | None = None) -> None:
         self.writer = writer
+        self._epoch, self._kept_epoch = epoch, -1
+        self._kept: ZkWatchedCache[tuple[GroupState | None, Any]] = ZkWatchedCache(
+            writer.client, self._read, layout.group_of_state, "group states", limit=MAX_KEPT_GROUPS)
 
     def read(self, group: str) -> tuple[GroupState | None, Any]:
-        try:
-            data, stat = self.writer.client.retry(self.writer.client.get, layout.group_state(group))
-        except NoNodeError:
-            return None, None
-        return GroupState.from_json(data.decode()), stat.version
+        if self._epoch is None:
+            return self._read(group, None)
+        epoch = self._epoch()
+        if epoch != self._kept_epoch:
+            self._kept.clear()
+            self._kept_epoch = epoch
+        return self._kept.get(group)
+
+    def keeps(self, group: str) -> bool:
+        """Whether `group`'s state is kept in memory now (read() would ask ZooKeeper nothing)."""
+        return self._epoch is not None and self._kept_epoch == self._epoch() and self._kept.holds(group)
+
+    def close(self) -> None:
+        self._kept.close()
+
+    def _read(self, group: str, watch: Watch | None) -> tuple[GroupState | None, Any]:
+        """The state and its znode version read now, `watch` set on the znode (on its creation if absent)."""
+        path, client = layout.group_state(group), self.writer.client
+        while True:
+            try:
+                data, stat = client.retry(client.get, path, watch=watch)
+            except NoNodeError:  # (kept: a watch on its creation, which a read of nothing does not set)
+                if watch is None or client.retry(client.exists, path, watch=watch) is None:
+                    return None, None
+                continue  # created in between: read it
+            return GroupState.from_json(data.decode()), stat.version
 
     def write(self, group: str, state: GroupState | None, version: Any) -> bool:
         path = layout.group_state(group)
@@ -202,7 +234,10 @@ class ZkGroupStore(GroupStore):
                 txn.create(path, state.to_json().encode())
             else:
                 txn.set_data(path, state.to_json().encode(), version=version)
-        return self.writer.write_once(build)
+        try:
+            return self.writer.write_once(build)
+        finally:
+            self._kept.forget(group)  # read back afresh: written, or changed by someone else
 
     def list(self) -> list[str]:
         return sorted(layout.name_of(g) for g in self.writer.children(layout.CONSUMERS)
@@ -221,8 +256,9 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
         self.client = (layout.connect(target, session_timeout=session_timeout) if isinstance(target, str)
                        else target)
         self.writer = ZkWriter(self.client, fence)
-        self._topics = ZkTopicCache(self.client, self._read_for_cache)
-        self._groups = GroupService(ZkGroupStore(self.writer), self._partitions_of)
+        self._topics = ZkWatchedCache(self.client, self._read_for_cache, layout.topic_of, "topic metadata")
+        self._group_states = ZkGroupStore(self.writer, epoch)
+        self._groups = GroupService(self._group_states, self._partitions_of)
         self._offsets_dir, self._epoch = offsets_dir, epoch
         self._topic_of_offsets: OffsetsTopic | None = None
         # where each offsets partition has an instance of its own (fabric.server.offsets_ownership): the fence of
@@ -309,15 +345,18 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
         if self._offsets_dir is not None:
             self.offsets_topic.forget_topic(name)
 
-    def commits_on_loop(self, topics: Sequence[str]) -> bool:
-        """Where the offsets and group states are in the replicated offsets topic (kept in memory, appended from
-        the loop), while every topic of the commit is kept in memory (zk_topic_cache): its checks then ask
-        ZooKeeper nothing. Otherwise a commit reads ZooKeeper, or appends to a local log other instances lock."""
+    def commits_on_loop(self, group: str, topics: Sequence[str]) -> bool:
+        """While every topic of the commit (zk_watched_cache) and, where group states are znodes, the group's state
+        are kept in memory (its checks then ask ZooKeeper nothing): with the offsets in the replicated offsets topic
+        (appended from the loop) or in the instances' local one (appended at once, as a single directory's are).
+        Otherwise a commit reads ZooKeeper on a worker, which keeps what it read for the next."""
         offsets = self._topic_of_offsets
-        return offsets is not None and not offsets.log.shared and all(self._topics.holds(t) for t in topics)
+        if offsets is None or not all(self._topics.holds(t) for t in topics):
+            return False
+        return not offsets.log.shared or self._group_states.keeps(group)
 
     def _cached_topic(self, name: str) -> tuple[TopicInfo, dict[int, PartitionAssignment]]:
-        """The topic and its assignment as ZooKeeper last told this process (zk_topic_cache); UnknownTopicError."""
+        """The topic and its assignment as ZooKeeper last told this process (zk_watched_cache); UnknownTopicError."""
         return self._topics.get(name)
 
     def _read_for_cache(self, name: str, watch: Callable[[WatchedEvent], None]
@@ -467,6 +506,7 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
 
     def close(self) -> None:
         self._topics.close()
+        self._group_states.close()
         if self._owned:
             self.client.stop()
             self.client.close()

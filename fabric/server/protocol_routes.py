@@ -4,11 +4,12 @@ plans reads by (`describe_cluster`, `partition_state`, `offset_for_time`), each 
 checked and authorized exactly as its DoAction is (CoordinatorService.run_route), with plain JSON values.
 Over a store of local files (Coordinator.serves_locally) a commit, a metadata read and a produce to a topic
 that asks for no fsync wait on nothing but this process's CPU and files, so they are answered on the event loop,
-without a worker thread. The commits the loop reads in one turn are appended together, one append per offsets
-partition (LoopCommits, coordinator.commit_batch), and answered once it is written. A cluster's coordinator (over
-SQLite; over ZooKeeper once the commit's topics are kept in memory: Coordinator.commits_on_loop) checks a commit on
-the loop too and sends its append to the offsets partition's leader from there (fabric.server.offsets_on_loop),
-answering once the leader acknowledged it.
+without a worker thread; so does a commit over ZooKeeper once its topics and its group's state are kept in memory
+(Coordinator.commits_on_loop). The commits the loop reads in one turn are appended together, one append per
+offsets partition (LoopCommits, coordinator.commit_batch), and answered once it is written. A cluster's
+coordinator (over SQLite; over ZooKeeper once the commit's topics are kept) checks a commit on the loop too and
+sends its append to the offsets partition's leader from there (fabric.server.offsets_on_loop), answering once the
+leader acknowledged it.
 """
 from __future__ import annotations
 
@@ -137,12 +138,13 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
     def commit_waits(args: dict[str, Any]) -> bool:
         """Whether a commit may wait: not where the store checks it locally and its offsets log takes it without
         blocking (answered from the loop once written, a cluster's once its leader acknowledged it). A commit
-        whose offsets are not [[topic, partition, offset], ...] waits, to be refused on a worker."""
-        offsets = args.get("offsets")
-        if not isinstance(offsets, list) or not all(isinstance(item, list) and item and isinstance(item[0], str)
-                                                    for item in offsets):
+        whose group is not a string or whose offsets are not [[topic, partition, offset], ...] waits, to be refused
+        on a worker."""
+        group, offsets = args.get("group"), args.get("offsets")
+        if not isinstance(group, str) or not isinstance(offsets, list) or not all(
+                isinstance(item, list) and item and isinstance(item[0], str) for item in offsets):
             return True
-        return not store.commits_on_loop(sorted({item[0] for item in offsets}))
+        return not store.commits_on_loop(group, sorted({item[0] for item in offsets}))
 
     return {"produce": protocol_handlers.produce(service, ClusterBroker.append, broker.append, store.topic,
                                                  lambda args: produce_waits(store, args)),

@@ -178,16 +178,18 @@ def no_logs(topic: str, partition: int, count: int) -> None:
     """A bare store has no logs to fill."""
 
 
-@pytest.fixture(params=["sqlite", pytest.param("zookeeper", marks=pytest.mark.zookeeper), "service"])
+@pytest.fixture(params=["sqlite", pytest.param("zookeeper", marks=pytest.mark.zookeeper), "service",
+                        pytest.param("service over ZooKeeper", marks=pytest.mark.zookeeper)])
 def coordinator(request, tmp_path):
     """(a fresh, empty Coordinator, its fill): the SQLite store, the ZooKeeper store or a service's remote
-    coordinator."""
+    coordinator, over SQLite or over ZooKeeper (an instance, which keeps group states in memory: zk_store)."""
     if request.param == "sqlite":
         store = SqliteCoordinator(str(tmp_path / "m.db"))
     elif request.param == "zookeeper":
         store = ZkCoordinator(request.getfixturevalue("zk_url"), offsets_dir=str(tmp_path / "offsets"))
     else:
-        with fabric.connect(request.getfixturevalue("coordinators")().url()) as fab:
+        zk = request.getfixturevalue("zk_url") if request.param == "service over ZooKeeper" else None
+        with fabric.connect(request.getfixturevalue("coordinators")(store=zk).url()) as fab:
             def fill(topic: str, partition: int, count: int) -> None:
                 rows = to_storage(pa.table({"value": [b"x"] * count}), None, 1_000_000).to_batches()[0]
                 fab.cluster.append(topic, partition, rows)

@@ -4,6 +4,10 @@ state so often that a member's offset commit on revocation lost every compare-an
 and the group stayed in PreparingRebalance until max_poll_interval_ms.)"""
 from __future__ import annotations
 
+import concurrent.futures
+import os
+import signal
+
 import pytest
 
 import fabric
@@ -37,3 +41,28 @@ def test_ten_consumer_processes_over_zookeeper_stabilise(coordinators, group_wor
             assert {c.offset for c in committed.values()} == {5}
         finally:
             workers.close()
+
+
+@pytest.mark.zookeeper
+def test_a_kept_groups_commits_are_answered_while_zookeeper_is_paused(own_zookeeper, coordinators):
+    """A coordinator instance keeps a group's state and its topics in memory once read (coordinator.zk_store,
+    zk_watched_cache), so its commits ask ZooKeeper nothing and are answered from the event loop: with ZooKeeper
+    SIGSTOPped, ten commits are answered, and stored."""
+    service = coordinators(store=own_zookeeper.url("/paused"))
+    with fabric.connect(service.url()) as fab:
+        fab.create_topic(TOPIC)
+        with fab.producer() as producer:
+            for _ in range(20):
+                producer.send(TOPIC, b"x", partition=0)
+        coordinator = fab.cluster.coordinator
+        for offset in (1, 2):  # the first reads the group's state and the topic (on a worker), and keeps them
+            coordinator.commit_offsets(GROUP, {(TOPIC, 0): offset})
+        assert own_zookeeper.process is not None
+        os.kill(own_zookeeper.process.pid, signal.SIGSTOP)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a ZooKeeper round trip would wait out the pause
+                pool.submit(lambda: [coordinator.commit_offsets(GROUP, {(TOPIC, 0): offset})
+                                     for offset in range(3, 13)]).result(timeout=60)
+        finally:
+            os.kill(own_zookeeper.process.pid, signal.SIGCONT)
+        assert coordinator.committed(GROUP)[(TOPIC, 0)].offset == 12

@@ -19,6 +19,7 @@ from fabric.common.errors import (
     InvalidRequestError,
     InvalidTopicError,
     SchemaMismatchError,
+    UnknownMemberError,
     UnknownTopicError,
 )
 from fabric.common.types import (
@@ -238,7 +239,7 @@ def test_partition_state_cas_between_two_clients(zk, zk_url, offsets_dir):
 
 
 def test_topic_reads_come_from_memory_until_zookeeper_says_the_topic_changed(own_zookeeper, tmp_path):
-    """coordinator/zk_topic_cache.py: a topic read once is answered from memory (with ZooKeeper SIGSTOPped, at
+    """coordinator/zk_watched_cache.py: a topic read once is answered from memory (with ZooKeeper SIGSTOPped, at
     once); another instance's change reaches it with ZooKeeper's watch, this instance's own change at once, and a
     deleted topic is unknown again."""
     url = own_zookeeper.url("/cached")
@@ -273,3 +274,52 @@ def test_topic_reads_come_from_memory_until_zookeeper_says_the_topic_changed(own
     finally:
         reader.close()
         writer.close()
+
+
+def test_an_instance_keeps_group_states_in_memory_until_zookeeper_says_they_changed(own_zookeeper, tmp_path):
+    """ZkGroupStore over zk_watched_cache: an instance's store (one with an election epoch) answers a commit's
+    group check from memory once it read the group's state, or found none (with ZooKeeper SIGSTOPped, at once);
+    another writer's change reaches it with ZooKeeper's watch, its own at once, and a new epoch reads afresh. A
+    store without an epoch keeps nothing."""
+    url, epoch = own_zookeeper.url("/groups-kept"), [7]
+    instance = ZkCoordinator(url, offsets_dir=str(tmp_path / "offsets"), epoch=lambda: epoch[0])
+    other = ZkCoordinator(url, offsets_dir=str(tmp_path / "offsets"))
+    kept = instance._group_states  # (the store a commit's check reads; commits_on_loop asks it)
+    try:
+        other.create_topic("t", 1, {}, None)
+        instance.check_commit("quiet")  # no state: a commit by hand is allowed, and the absence is kept
+        assert kept.keeps("quiet") and not other._group_states.keeps("quiet")
+        assert own_zookeeper.process is not None
+        os.kill(own_zookeeper.process.pid, signal.SIGSTOP)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a round trip would wait out the pause
+                assert pool.submit(lambda: instance.check_commit("quiet")).result(timeout=30) is None
+        finally:
+            os.kill(own_zookeeper.process.pid, signal.SIGCONT)
+        other.join_group(JoinRequest("quiet", "", ("t",)))  # another writer gives the group a member
+
+        def refused() -> bool:
+            try:
+                instance.check_commit("quiet")
+            except UnknownMemberError:
+                return True
+            return False
+        wait_for(refused, 30, "the other writer's member seen through the watch")
+        joined = instance.join_group(JoinRequest("own", "", ("t",)))
+        with pytest.raises(UnknownMemberError):  # its own write, at once
+            instance.check_commit("own")
+        instance.sync_group("own", joined.member_id, joined.generation)
+
+        def checked_and_kept() -> bool:  # (the watch of its own write may still forget what it read after it)
+            instance.check_commit("own", joined.member_id, joined.generation)
+            return kept.keeps("own")
+        wait_for(checked_and_kept, 30, "the group's state kept again after its own write")
+        epoch[0] += 1  # elected again: what it kept may be older than the others' writes
+        assert not kept.keeps("own")
+        instance.check_commit("own", joined.member_id, joined.generation)
+        assert kept.keeps("own")
+        other.check_commit("own", joined.member_id, joined.generation)
+        assert not other._group_states.keeps("own")
+    finally:
+        instance.close()
+        other.close()

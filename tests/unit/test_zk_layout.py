@@ -17,3 +17,10 @@ def test_url_parsing_and_unreachable_server():
             layout.parse_url(bad)
     with pytest.raises(CoordinatorUnavailableError, match="start ZooKeeper"):
         layout.connect(f"zk://127.0.0.1:{free_port()}", timeout=1.0)
+
+
+@pytest.mark.parametrize("name", ["plain", "a/b", "50%", ".", "..", "with space", "ümlaut"])
+def test_a_watched_znodes_path_names_its_topic_or_group(name):
+    """What a watch event's path maps back to (coordinator.zk_watched_cache forgets that key)."""
+    assert layout.topic_of(layout.topic(name)) == name
+    assert layout.group_of_state(layout.group_state(name)) == name
