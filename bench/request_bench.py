@@ -6,7 +6,8 @@ fabric protocol (docs/protocol.md) on uvloop and on asyncio's own loop.
 
 Service requests: a coordinator service process (SQLite store) answering, over the fabric protocol and over
 Flight, an offset commit (one partition), a one-record produce (acks=1), a one-record fetch, a topic metadata read
-and (protocol only) a bare echo.
+and (protocol only) a bare echo; with --zookeeper, the same of a service over ZooKeeper (a server of this run,
+pyspark's jar) too, its cases named `zookeeper <transport>/<request>`.
 
 Each case runs --requests requests one after another from this process and reports the server's CPU microseconds
 per request (its process's CPU over the run, less what it burns idle), this process's CPU per request, wall p50
@@ -38,6 +39,7 @@ from fabric.client.remote import RemoteCluster
 from fabric.common.protocol.connection import ProtocolConnection
 from fabric.common.records import to_storage
 from fabric.server.launcher import CoordinatorProcess
+from fabric.server.zookeeper import ZooKeeperServer
 
 TOPIC, GROUP = "bench-requests", "bench-requests"
 RECORDS = 100  # in TOPIC: the offsets committed and fetched cycle through them
@@ -129,13 +131,14 @@ def service_requests(cluster: RemoteCluster) -> dict[str, Callable[[int], Any]]:
     }
 
 
-def service_cases(directory: str, requests: int, profile: bool) -> tuple[dict[str, dict[str, float]],
-                                                                        dict[str, list[tuple[str, float]]]]:
-    """Each small request over the fabric protocol and over Flight, against a coordinator service process; with
-    `profile`, its top frames in each case."""
+def service_cases(directory: str, requests: int, profile: bool, store: str | None = None, label: str = ""
+                  ) -> tuple[dict[str, dict[str, float]], dict[str, list[tuple[str, float]]]]:
+    """Each small request over the fabric protocol and over Flight, against a coordinator service process (its
+    metadata in `store`, default SQLite; its cases' names start with `label`); with `profile`, its top frames in
+    each case."""
     out: dict[str, dict[str, float]] = {}
     frames: dict[str, list[tuple[str, float]]] = {}
-    coordinator = CoordinatorProcess(os.path.join(directory, "coordinator")).start()
+    coordinator = CoordinatorProcess(os.path.join(directory, f"{label}coordinator"), store=store).start()
     try:
         with fabric.connect(coordinator.url()) as fab:
             fab.create_topic(TOPIC, partitions=1)
@@ -149,7 +152,7 @@ def service_cases(directory: str, requests: int, profile: bool) -> tuple[dict[st
                 for name, request in service_requests(cluster).items():
                     if name == "echo" and transport == "flight":
                         continue
-                    key = f"{transport}/{name}"
+                    key = f"{label}{transport}/{name}"
                     progress(f"  {key}")
                     sampler = py_spy(server.process.pid, os.path.join(directory, f"{transport}-{name}.txt")
                                      ) if profile else None
@@ -192,6 +195,16 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict, Any]:
     transports = transport_cases(args.requests)
     progress("== small requests to a coordinator service")
     service, frames = service_cases(directory, args.requests, args.profile)
+    if args.zookeeper:
+        progress("== small requests to a coordinator service over ZooKeeper")
+        zookeeper = ZooKeeperServer(root=os.path.join(directory, "zk")).start()
+        try:
+            over_zk, zk_frames = service_cases(directory, args.requests, args.profile, zookeeper.url("/service"),
+                                               "zookeeper ")
+        finally:
+            zookeeper.close()
+        service.update(over_zk)
+        frames.update(zk_frames)
     baseline = transports["flight-action"]["server_cpu_us"]
     for figures in (*transports.values(), *service.values()):
         # a short run can measure no server CPU at all (the clock ticks in 10 ms): then there is no ratio
@@ -222,6 +235,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=5000, help="requests per case")
     parser.add_argument("--profile", action="store_true", help="sample the coordinator with py-spy in each case")
+    parser.add_argument("--zookeeper", action="store_true",
+                        help="also a coordinator service over ZooKeeper (needs Java)")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
     if args.requests < 10:

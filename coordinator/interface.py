@@ -69,6 +69,12 @@ class Coordinator(ABC):
         event loop, with no worker thread; False unless a store knows it."""
         return False
 
+    def appends_on_loop(self, topic: str) -> bool:
+        """Whether a produce to `topic` (kept in a directory of this machine) may be appended on a server's event
+        loop: the checks on its way read only this machine's files and memory (the topic's metadata among them), so
+        the append waits on nothing else; False unless a store knows it."""
+        return self.serves_locally()
+
     def commits_on_loop(self, group: str, topics: Sequence[str]) -> bool:
         """Whether a commit of `group`'s offsets of `topics` may run on a server's event loop inside a commit batch
         (coordinator.commit_batch): its checks touch only this machine's files and memory, and its offsets log

@@ -4,12 +4,12 @@ plans reads by (`describe_cluster`, `partition_state`, `offset_for_time`), each 
 checked and authorized exactly as its DoAction is (CoordinatorService.run_route), with plain JSON values.
 Over a store of local files (Coordinator.serves_locally) a commit, a metadata read and a produce to a topic
 that asks for no fsync wait on nothing but this process's CPU and files, so they are answered on the event loop,
-without a worker thread; so does a commit over ZooKeeper once its topics and its group's state are kept in memory
-(Coordinator.commits_on_loop). The commits the loop reads in one turn are appended together, one append per
-offsets partition (LoopCommits, coordinator.commit_batch), and answered once it is written. A cluster's
-coordinator (over SQLite; over ZooKeeper once the commit's topics are kept) checks a commit on the loop too and
-sends its append to the offsets partition's leader from there (fabric.server.offsets_on_loop), answering once the
-leader acknowledged it.
+without a worker thread; over ZooKeeper, so are a produce once its topic is kept in memory
+(Coordinator.appends_on_loop) and a commit once its topics and its group's state are (Coordinator.commits_on_loop).
+The commits the loop reads in one turn are appended together, one append per offsets partition (LoopCommits,
+coordinator.commit_batch), and answered once it is written. A cluster's coordinator (over SQLite; over ZooKeeper
+once the commit's topics are kept) checks a commit on the loop too and sends its append to the offsets partition's
+leader from there (fabric.server.offsets_on_loop), answering once the leader acknowledged it.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from fabric.coordinator.commit_batch import CommitBatch
 from fabric.coordinator.interface import Coordinator
 from fabric.server import partition_ops, protocol_handlers
 from fabric.server.cluster_broker import ClusterBroker
+from fabric.server.producer_owners import ProducerOwners
 from fabric.server.protocol_server import Handler, Payload
 
 if TYPE_CHECKING:
@@ -49,13 +50,17 @@ def committed_rows(committed: dict[tuple[str, int], CommittedOffset]) -> list[di
              "commit_ms": c.commit_ms} for (topic, partition), c in committed.items()]
 
 
-def produce_waits(coordinator: Coordinator, args: dict[str, Any]) -> bool:
+def produce_waits(coordinator: Coordinator, owners: ProducerOwners | None, args: dict[str, Any]) -> bool:
     """Whether a produce to the service may wait, and so runs on a worker thread: unless it is no transaction's,
-    over a store of local files, to a topic that fsyncs on no count or time (no flush.messages or flush.ms
-    override: its append writes this machine's page cache and waits on nothing). A produce whose topic cannot be
-    read waits, and is refused on the worker as always."""
+    to a topic whose checks read only this machine's files and memory (Coordinator.appends_on_loop: over SQLite, or
+    over ZooKeeper once the topic is kept) that fsyncs on no count or time (no flush.messages or flush.ms override:
+    its append writes this machine's page cache and waits on nothing), under no producer id whose owner `owners`
+    would have to ask the store. A produce whose topic cannot be read waits, and is refused on the worker as
+    always."""
     topic = args.get("topic")
-    if not isinstance(topic, str) or args.get("transactional") or not coordinator.serves_locally():
+    if not isinstance(topic, str) or args.get("transactional") or not coordinator.appends_on_loop(topic):
+        return True
+    if owners is not None and not owners.known(args.get("producer_id", -1)):
         return True
     try:
         return partition_ops.fsyncs(coordinator.topic(topic))
@@ -147,7 +152,8 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
         return not store.commits_on_loop(group, sorted({item[0] for item in offsets}))
 
     return {"produce": protocol_handlers.produce(service, ClusterBroker.append, broker.append, store.topic,
-                                                 lambda args: produce_waits(store, args)),
+                                                 lambda args: produce_waits(store, service.producer_owners,
+                                                                            args)),
             "fetch": protocol_handlers.fetch(service, ClusterBroker.fetch, broker.fetch, service.topic_schema),
             "commit_offsets": Handler(commit_offsets, commit_waits, order=lambda args: ("commit", args.get("group"))),
             "committed": Handler(routed("committed", committed_rows)), "topic": Handler(routed("topic"), store_waits),

@@ -44,25 +44,29 @@ def test_ten_consumer_processes_over_zookeeper_stabilise(coordinators, group_wor
 
 
 @pytest.mark.zookeeper
-def test_a_kept_groups_commits_are_answered_while_zookeeper_is_paused(own_zookeeper, coordinators):
+def test_a_kept_groups_commits_and_a_kept_topics_records_are_taken_while_zookeeper_is_paused(own_zookeeper,
+                                                                                               coordinators):
     """A coordinator instance keeps a group's state and its topics in memory once read (coordinator.zk_store,
-    zk_watched_cache), so its commits ask ZooKeeper nothing and are answered from the event loop: with ZooKeeper
-    SIGSTOPped, ten commits are answered, and stored."""
+    zk_watched_cache), so its commits and produces ask ZooKeeper nothing (and are served on its event loop:
+    test_zk_store): with ZooKeeper SIGSTOPped, ten commits are answered and ten records acknowledged, all stored."""
     service = coordinators(store=own_zookeeper.url("/paused"))
-    with fabric.connect(service.url()) as fab:
+    with fabric.connect(service.url()) as fab, fab.producer() as producer:
         fab.create_topic(TOPIC)
-        with fab.producer() as producer:
-            for _ in range(20):
-                producer.send(TOPIC, b"x", partition=0)
+        for _ in range(20):  # the first reads the topic and the producer id's owner (on a worker), then kept
+            producer.send(TOPIC, b"x", partition=0).get(timeout=30)
         coordinator = fab.cluster.coordinator
-        for offset in (1, 2):  # the first reads the group's state and the topic (on a worker), and keeps them
+        for offset in (1, 2):  # the first reads the group's state (on a worker), and keeps it
             coordinator.commit_offsets(GROUP, {(TOPIC, 0): offset})
         assert own_zookeeper.process is not None
         os.kill(own_zookeeper.process.pid, signal.SIGSTOP)
         try:
+            def while_paused() -> None:
+                for offset in range(3, 13):
+                    coordinator.commit_offsets(GROUP, {(TOPIC, 0): offset})
+                    producer.send(TOPIC, b"y", partition=0).get(timeout=30)
             with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a ZooKeeper round trip would wait out the pause
-                pool.submit(lambda: [coordinator.commit_offsets(GROUP, {(TOPIC, 0): offset})
-                                     for offset in range(3, 13)]).result(timeout=60)
+                pool.submit(while_paused).result(timeout=60)
         finally:
             os.kill(own_zookeeper.process.pid, signal.SIGCONT)
         assert coordinator.committed(GROUP)[(TOPIC, 0)].offset == 12
+        assert fab.cluster.partition_state(TOPIC, 0).end_offset == 30

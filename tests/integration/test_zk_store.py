@@ -247,7 +247,9 @@ def test_topic_reads_come_from_memory_until_zookeeper_says_the_topic_changed(own
     writer = ZkCoordinator(url, offsets_dir=str(tmp_path / "offsets"))
     try:
         writer.create_topic("kept", 2, {}, None)
+        assert not reader.appends_on_loop("kept")  # not read yet: a produce would read it on a worker
         assert reader.topic("kept").partitions == 2 and not reader.replicated("kept")
+        assert reader.appends_on_loop("kept")
         assert own_zookeeper.process is not None
         os.kill(own_zookeeper.process.pid, signal.SIGSTOP)
         try:
@@ -280,7 +282,7 @@ def test_an_instance_keeps_group_states_in_memory_until_zookeeper_says_they_chan
     """ZkGroupStore over zk_watched_cache: an instance's store (one with an election epoch) answers a commit's
     group check from memory once it read the group's state, or found none (with ZooKeeper SIGSTOPped, at once);
     another writer's change reaches it with ZooKeeper's watch, its own at once, and a new epoch reads afresh. A
-    store without an epoch keeps nothing."""
+    commit of a kept group to kept topics runs on a server's event loop. A store without an epoch keeps nothing."""
     url, epoch = own_zookeeper.url("/groups-kept"), [7]
     instance = ZkCoordinator(url, offsets_dir=str(tmp_path / "offsets"), epoch=lambda: epoch[0])
     other = ZkCoordinator(url, offsets_dir=str(tmp_path / "offsets"))
@@ -314,6 +316,9 @@ def test_an_instance_keeps_group_states_in_memory_until_zookeeper_says_they_chan
             instance.check_commit("own", joined.member_id, joined.generation)
             return kept.keeps("own")
         wait_for(checked_and_kept, 30, "the group's state kept again after its own write")
+        instance.commit_offsets("own", {("t", 0): 0}, "", joined.generation, joined.member_id)
+        assert instance.topic("t") and instance.commits_on_loop("own", ["t"])  # asks ZooKeeper nothing: on the loop
+        assert not instance.commits_on_loop("never-read", ["t"]) and not instance.commits_on_loop("own", ["other"])
         epoch[0] += 1  # elected again: what it kept may be older than the others' writes
         assert not kept.keeps("own")
         instance.check_commit("own", joined.member_id, joined.generation)
