@@ -69,10 +69,10 @@ class Coordinator(ABC):
         event loop, with no worker thread; False unless a store knows it."""
         return False
 
-    def appends_on_loop(self, topic: str) -> bool:
-        """Whether a produce to `topic` (kept in a directory of this machine) may be appended on a server's event
-        loop: the checks on its way read only this machine's files and memory (the topic's metadata among them), so
-        the append waits on nothing else; False unless a store knows it."""
+    def topic_on_loop(self, name: str) -> bool:
+        """Whether topic(name) reads only memory or this machine's files, so a server may answer it, and append a
+        produce to the topic (kept in a directory of this machine), on its event loop; False unless a store knows
+        it."""
         return self.serves_locally()
 
     def commits_on_loop(self, group: str, topics: Sequence[str]) -> bool:

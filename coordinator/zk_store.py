@@ -345,9 +345,9 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
         if self._offsets_dir is not None:
             self.offsets_topic.forget_topic(name)
 
-    def appends_on_loop(self, topic: str) -> bool:
-        """While the topic is kept in memory (zk_watched_cache): its produce asks ZooKeeper nothing."""
-        return self._topics.holds(topic)
+    def topic_on_loop(self, name: str) -> bool:
+        """While the topic is kept in memory (zk_watched_cache): reading it asks ZooKeeper nothing."""
+        return self._topics.holds(name)
 
     def commits_on_loop(self, group: str, topics: Sequence[str]) -> bool:
         """While every topic of the commit (zk_watched_cache) and, where group states are znodes, the group's state

@@ -4,8 +4,8 @@ plans reads by (`describe_cluster`, `partition_state`, `offset_for_time`), each 
 checked and authorized exactly as its DoAction is (CoordinatorService.run_route), with plain JSON values.
 Over a store of local files (Coordinator.serves_locally) a commit, a metadata read and a produce to a topic
 that asks for no fsync wait on nothing but this process's CPU and files, so they are answered on the event loop,
-without a worker thread; over ZooKeeper, so are a produce once its topic is kept in memory
-(Coordinator.appends_on_loop) and a commit once its topics and its group's state are (Coordinator.commits_on_loop).
+without a worker thread; over ZooKeeper, so are a topic's metadata and a produce once the topic is kept in memory
+(Coordinator.topic_on_loop), and a commit once its topics and its group's state are (Coordinator.commits_on_loop).
 The commits the loop reads in one turn are appended together, one append per offsets partition (LoopCommits,
 coordinator.commit_batch), and answered once it is written. A cluster's coordinator (over SQLite; over ZooKeeper
 once the commit's topics are kept) checks a commit on the loop too and sends its append to the offsets partition's
@@ -52,13 +52,13 @@ def committed_rows(committed: dict[tuple[str, int], CommittedOffset]) -> list[di
 
 def produce_waits(coordinator: Coordinator, owners: ProducerOwners | None, args: dict[str, Any]) -> bool:
     """Whether a produce to the service may wait, and so runs on a worker thread: unless it is no transaction's,
-    to a topic whose checks read only this machine's files and memory (Coordinator.appends_on_loop: over SQLite, or
+    to a topic whose checks read only this machine's files and memory (Coordinator.topic_on_loop: over SQLite, or
     over ZooKeeper once the topic is kept) that fsyncs on no count or time (no flush.messages or flush.ms override:
     its append writes this machine's page cache and waits on nothing), under no producer id whose owner `owners`
     would have to ask the store. A produce whose topic cannot be read waits, and is refused on the worker as
     always."""
     topic = args.get("topic")
-    if not isinstance(topic, str) or args.get("transactional") or not coordinator.appends_on_loop(topic):
+    if not isinstance(topic, str) or args.get("transactional") or not coordinator.topic_on_loop(topic):
         return True
     if owners is not None and not owners.known(args.get("producer_id", -1)):
         return True
@@ -140,6 +140,11 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
         committed offsets always may: it waits for a producer transaction committing the group's."""
         return not store.serves_locally()
 
+    def topic_waits(args: dict[str, Any]) -> bool:
+        """Whether a read of a topic's metadata may wait: not where the store has it in memory or local files."""
+        name = args.get("name")
+        return not isinstance(name, str) or not store.topic_on_loop(name)
+
     def commit_waits(args: dict[str, Any]) -> bool:
         """Whether a commit may wait: not where the store checks it locally and its offsets log takes it without
         blocking (answered from the loop once written, a cluster's once its leader acknowledged it). A commit
@@ -156,7 +161,7 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
                                                                             args)),
             "fetch": protocol_handlers.fetch(service, ClusterBroker.fetch, broker.fetch, service.topic_schema),
             "commit_offsets": Handler(commit_offsets, commit_waits, order=lambda args: ("commit", args.get("group"))),
-            "committed": Handler(routed("committed", committed_rows)), "topic": Handler(routed("topic"), store_waits),
+            "committed": Handler(routed("committed", committed_rows)), "topic": Handler(routed("topic"), topic_waits),
             "describe_cluster": Handler(routed("describe_cluster", cluster_json)),
             "partition_state": Handler(routed("partition_state"), store_waits),
             "list_topics": Handler(routed("list_topics"), store_waits),

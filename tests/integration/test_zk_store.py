@@ -247,9 +247,9 @@ def test_topic_reads_come_from_memory_until_zookeeper_says_the_topic_changed(own
     writer = ZkCoordinator(url, offsets_dir=str(tmp_path / "offsets"))
     try:
         writer.create_topic("kept", 2, {}, None)
-        assert not reader.appends_on_loop("kept")  # not read yet: a produce would read it on a worker
+        assert not reader.topic_on_loop("kept")  # not read yet: a produce or a read of it would read it on a worker
         assert reader.topic("kept").partitions == 2 and not reader.replicated("kept")
-        assert reader.appends_on_loop("kept")
+        assert reader.topic_on_loop("kept")
         assert own_zookeeper.process is not None
         os.kill(own_zookeeper.process.pid, signal.SIGSTOP)
         try:
