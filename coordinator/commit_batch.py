@@ -94,9 +94,7 @@ def append_together(append: Append, queued: list[Queued]) -> None:
             if not failed:
                 settle(pending, None)
                 return
-            for one, exc in failed:  # nothing was written: again, without those
-                one.done.set_exception(exc)
-            pending = [one for one in pending if not one.done.done()]
+            pending = without_failed(pending, failed)  # nothing was written: again, without those
     except BaseException as exc:  # noqa: BLE001 (every caller not yet answered hears it)
         settle(queued, exc)
         if not isinstance(exc, Exception):
@@ -112,6 +110,13 @@ def failed_checks(callers: list[Queued]) -> list[tuple[Queued, Exception]]:
         except Exception as exc:  # noqa: BLE001 (this caller's answer)
             failed.append((one, exc))
     return failed
+
+
+def without_failed(callers: list[Queued], failed: list[tuple[Queued, Exception]]) -> list[Queued]:
+    """Answer each caller whose check `failed` with why; the others, in their order."""
+    for one, exc in failed:
+        one.done.set_exception(exc)
+    return [one for one in callers if not one.done.done()]
 
 
 def rows_of(callers: list[Queued]) -> pa.RecordBatch:

@@ -53,7 +53,6 @@ from fabric.coordinator.zk_watched_cache import Watch, ZkWatchedCache
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 _CONFLICTS = (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError)
-MAX_KEPT_GROUPS = 100_000  # group states an instance keeps in memory at most (then it starts afresh)
 Assignment = Mapping[int, PartitionAssignment]
 
 
@@ -190,7 +189,7 @@ class ZkGroupStore(GroupStore):
         self.writer = writer
         self._epoch, self._kept_epoch = epoch, -1
         self._kept: ZkWatchedCache[tuple[GroupState | None, Any]] = ZkWatchedCache(
-            writer.client, self._read, layout.group_of_state, "group states", limit=MAX_KEPT_GROUPS)
+            writer.client, self._read, layout.group_of_state, "group states")
 
     def read(self, group: str) -> tuple[GroupState | None, Any]:
         if self._epoch is None:

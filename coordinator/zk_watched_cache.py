@@ -22,6 +22,7 @@ from kazoo.protocol.states import WatchedEvent
 log = logging.getLogger(__name__)
 V = TypeVar("V")
 Watch = Callable[[WatchedEvent], None]
+MAX_KEPT = 100_000  # keys a cache keeps at most (then it starts afresh)
 
 
 class ZkWatchedCache(Generic[V]):
@@ -29,7 +30,7 @@ class ZkWatchedCache(Generic[V]):
     from, whose path `key_of` maps back to its key), kept as the module says; `what` names them in logs."""
 
     def __init__(self, client: KazooClient, read: Callable[[str, Watch], V], key_of: Callable[[str], str],
-                 what: str, limit: int = 100_000) -> None:
+                 what: str, limit: int = MAX_KEPT) -> None:
         self._client, self._read, self._key_of, self._what, self._limit = client, read, key_of, what, limit
         self._entries: dict[str, V] = {}
         self._lock = threading.Lock()

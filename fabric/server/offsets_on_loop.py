@@ -27,7 +27,15 @@ import pyarrow as pa
 from fabric.common.errors import FabricError
 from fabric.common.protocol import messages, payloads
 from fabric.common.protocol.loop_connection import Result
-from fabric.coordinator.commit_batch import Queued, append_together, failed_checks, rows_of, settle, told
+from fabric.coordinator.commit_batch import (
+    Queued,
+    append_together,
+    failed_checks,
+    rows_of,
+    settle,
+    told,
+    without_failed,
+)
 
 if TYPE_CHECKING:
     from fabric.server.replicated_offsets import ReplicatedOffsetsLog
@@ -69,9 +77,7 @@ class LoopAppends:
             if route is None:
                 self._on_worker(partition, lambda: self._write_blocking(partition, callers, held=True))
                 return
-            for one, exc in failed_checks(callers):  # answered alone; the others go on without them
-                one.done.set_exception(exc)
-            callers = [one for one in callers if not one.done.done()]
+            callers = without_failed(callers, failed_checks(callers))  # answered alone; the others go on
             if not callers:
                 self._finished(partition)
                 return
