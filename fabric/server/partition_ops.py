@@ -3,7 +3,7 @@ leader partitions): an append checked by admission and reported by the disk, the
 the offset of a time. The caller picks the Log (and refuses partitions it does not serve)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 
@@ -117,6 +117,15 @@ def wait_seconds(name: str, value: int) -> float:
     if not 0 <= value <= INT_MAX:
         raise InvalidRequestError(f"{name} must be milliseconds from 0 to {INT_MAX}, got {clip(value)}")
     return min(value, MAX_WAIT_MS) / 1000
+
+
+def at_once(fetch: Callable[..., list[Fetched]]) -> Callable[..., list[Fetched]]:
+    """`fetch` (called with a fetch request's arguments) without its wait: max_wait_ms checked, then 0. A server
+    reading on its event loop holds the fetch there instead (fabric.server.consumer_fetches)."""
+    def read(**args: Any) -> list[Fetched]:
+        wait_seconds("max_wait_ms", args.get("max_wait_ms", 0))
+        return fetch(**{**args, "max_wait_ms": 0})
+    return read
 
 
 def fetch(log: Log, offset: int, max_bytes: int, end_offset: int | None, max_wait_ms: int) -> list[Fetched]:

@@ -5,6 +5,7 @@ port (docs/protocol.md).
 """
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import functools
 from typing import Any, Callable
@@ -14,10 +15,12 @@ import pyarrow as pa
 from fabric.common import trace
 from fabric.common.protocol import payloads
 from fabric.common.types import Fetched, TopicInfo
-from fabric.server import wire
+from fabric.server import consumer_fetches, partition_ops, wire
 from fabric.server.flight_server import FabricFlightServer
 from fabric.server.held import Held
 from fabric.server.protocol_server import Handler, Payload, ProtocolServer, server_ssl
+from fabric.storage.log import Log
+from fabric.storage.reader import FOREIGN_APPEND_POLL_S
 
 Append = Callable[..., "int | Held"]  # an append's first offset, or the answer held for its replicas
 Fetch = Callable[..., list[Fetched]]
@@ -56,18 +59,36 @@ def _answered(topic: str, partition: int, done: concurrent.futures.Future) -> No
         trace.event("produce_answered", topic, partition, done.result())
 
 
-def fetch(server: FabricFlightServer, method: Callable, read: Fetch, schema_of: Callable[[str], pa.Schema]
-          ) -> Handler:
+def fetch(server: FabricFlightServer, method: Callable, read: Fetch, schema_of: Callable[[str], pa.Schema],
+          log_of: Callable[[str, int], Log], waits: Callable[[dict[str, Any]], bool]) -> Handler:
     """`fetch`: the arguments of the Flight fetch; the result lists each batch's {"offset", "timestamp_type",
     "records"} (its row count: a reader knows where the next fetch starts before it decodes the payload), the
     payload holds the batches as one Arrow IPC stream (of the topic's storage schema when there are none), each
-    whole stored frame's batch as the segment holds it (payloads.fetched_stream). A
-    fetch that may wait for records (max_wait_ms > 0) runs on a worker thread."""
-    def serve(principal: str, args: dict[str, Any], payload: Payload) -> tuple[Any, Payload]:
+    whole stored frame's batch as the segment holds it (payloads.fetched_stream). On the event loop (unless
+    `waits` says it may wait on more than this process's files: a topic's metadata not at hand), one that finds
+    nothing and may wait (max_wait_ms) is held there until its log's end moves on (consumer_fetches: woken by
+    the log's appends in this process, Log.watch_appends, and looking every reader.FOREIGN_APPEND_POLL_S for
+    other processes'); on a worker thread it waits there, as a Flight DoGet does."""
+    def serve(principal: str, args: dict[str, Any], payload: Payload
+              ) -> tuple[Any, Payload] | concurrent.futures.Future[tuple[Any, Payload]]:
+        try:
+            on_loop = asyncio.get_running_loop() is not None
+        except RuntimeError:
+            on_loop = False
+        at_hand = partition_ops.at_once(read) if on_loop else read
         with server.metrics.requests.measure("fetch"):
-            fetched = server.fetch_checked(principal, args, method, read)
-        return fetch_answer(fetched, lambda: schema_of(args["topic"]))
-    return Handler(serve, lambda args: bool(args.get("max_wait_ms")))
+            fetched = server.fetch_checked(principal, args, method, at_hand)
+        wait_s = partition_ops.wait_seconds("max_wait_ms", args.get("max_wait_ms", 0))
+
+        def answer_of(fetched: list[Fetched]) -> tuple[Any, Payload]:
+            return fetch_answer(fetched, lambda: schema_of(args["topic"]))
+        if not on_loop or fetched or not wait_s or args.get("end_offset") is not None:
+            return answer_of(fetched)
+        plog, offset = log_of(args["topic"], args["partition"]), args["offset"]
+        return consumer_fetches.hold(plog.name, lambda woken: plog.watch_appends(woken, offset), plog.unwatch_appends,
+                                     wait_s, consumer_fetches.counted(at_hand, args, server.metrics.requests),
+                                     answer_of, FOREIGN_APPEND_POLL_S)
+    return Handler(serve, waits)
 
 
 def fetch_answer(fetched: list[Fetched], schema: Callable[[], pa.Schema]) -> tuple[Any, Payload]:

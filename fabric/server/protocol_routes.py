@@ -145,6 +145,11 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
         name = args.get("name")
         return not isinstance(name, str) or not store.topic_on_loop(name)
 
+    def fetch_waits(args: dict[str, Any]) -> bool:
+        """Whether a fetch may wait (on a worker thread): not where its topic's metadata is at hand, as a topic read's
+        (topic_waits): one served on the loop is held there if it waits for records."""
+        return topic_waits({"name": args.get("topic")})
+
     def commit_waits(args: dict[str, Any]) -> bool:
         """Whether a commit may wait: not where the store checks it locally and its offsets log takes it without
         blocking (answered from the loop once written, a cluster's once its leader acknowledged it). A commit
@@ -159,7 +164,8 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
     return {"produce": protocol_handlers.produce(service, ClusterBroker.append, broker.append, store.topic,
                                                  lambda args: produce_waits(store, service.producer_owners,
                                                                             args)),
-            "fetch": protocol_handlers.fetch(service, ClusterBroker.fetch, broker.fetch, service.topic_schema),
+            "fetch": protocol_handlers.fetch(service, ClusterBroker.fetch, broker.fetch, service.topic_schema,
+                                             broker.log, fetch_waits),
             "commit_offsets": Handler(commit_offsets, commit_waits, order=lambda args: ("commit", args.get("group"))),
             "committed": Handler(routed("committed", committed_rows)), "topic": Handler(routed("topic"), topic_waits),
             "describe_cluster": Handler(routed("describe_cluster", cluster_json)),

@@ -57,6 +57,7 @@ class LogTail:
     flushes: FlushPolicy
     retention: LogRetention
     appended: threading.Condition
+    _append_waiters: set[Callable[[], None]]  # called once at the next move of the end offset (watch_appends)
     last_recovery: RecoveryReport | None
     _segments: dict[int, Segment]
     _tail_state: TailState | None
@@ -204,8 +205,28 @@ class LogTail:
             self._tail_state = tail._replace(end_offset=end_offset)
         with self.appended:
             self.appended.notify_all()
+            waiters, self._append_waiters = self._append_waiters, set()
+        for waiter in waiters:
+            waiter()
         self.flushes.maybe_flush()
         self.retention.maybe_retain()
+
+    def watch_appends(self, waiter: Callable[[], None], offset: int) -> bool:
+        """Call `waiter()` once, on the appending thread with the partition lock held (so it only schedules), when
+        this process next moves the end offset on; False, registering nothing, if the end is past `offset`
+        already. Other processes' appends call nothing: a waiter that may see them looks again now and then
+        (reader.FOREIGN_APPEND_POLL_S)."""
+        with self.appended:
+            self._append_waiters.add(waiter)
+        if self.end_offset > offset:  # (read after registering: an append before it is seen here, one after calls)
+            self.unwatch_appends(waiter)
+            return False
+        return True
+
+    def unwatch_appends(self, waiter: Callable[[], None]) -> None:
+        """Forget a waiter of watch_appends that was not called."""
+        with self.appended:
+            self._append_waiters.discard(waiter)
 
     def _roll_due(self, active: Segment, size: int, header: FrameHeader) -> bool:
         """Roll before `header`'s frame once the segment (of `size` bytes) is full, or once the frame's records are

@@ -411,26 +411,49 @@ def test_a_fabric_client_produces_and_fetches_over_the_protocol_of_coordinator_a
             protocol_address(secured_cluster, "coordinator"), protocol_address(secured_cluster, "node")}
 
 
-def test_a_nodes_waiting_consumer_fetches_hold_no_worker_and_answer_the_record_that_ends_their_wait(
-        secured_cluster, admin) -> None:
-    """Long polls at a node's log end are held on its event loop (node/consumer_fetches.py), not on worker threads:
-    more of them than the node has workers leave a long poll of a partition with records answered at once, and an
-    append to their partition answers every one of them with the record."""
-    admin.create_topic("held", partitions=2, replication_factor=1)
+@pytest.mark.parametrize("where, replication_factor", [("coordinator", None), ("node", 1)])
+def test_waiting_consumer_fetches_hold_no_worker_and_answer_the_record_that_ends_their_wait(
+        secured_cluster, admin, where, replication_factor) -> None:
+    """Long polls at a log end are held on the server's event loop (consumer_fetches.py), not on worker threads,
+    on a node as on the coordinator service (its own topics): more of them than the server has workers leave a
+    long poll of a partition with records answered at once, and an append to their partition answers every one
+    of them with the record."""
+    topic = f"held-at-{where}"
+    admin.create_topic(topic, partitions=2, replication_factor=replication_factor)
     with admin.producer() as producer:
-        producer.send("held", b"there already", partition=1).get(timeout=30)
-    connection = connect(secured_cluster, "node", token="admin-token")
-    idle = [connection.send("fetch", {"topic": "held", "partition": 0, "offset": 0, "max_bytes": 1 << 20,
+        producer.send(topic, b"there already", partition=1).get(timeout=30)
+    connection = connect(secured_cluster, where, token="admin-token")
+    idle = [connection.send("fetch", {"topic": topic, "partition": 0, "offset": 0, "max_bytes": 1 << 20,
                                       "max_wait_ms": 60_000}) for _ in range(WORKERS + 6)]
-    waited = connection.send("fetch", {"topic": "held", "partition": 1, "offset": 0, "max_bytes": 1 << 20,
+    waited = connection.send("fetch", {"topic": topic, "partition": 1, "offset": 0, "max_bytes": 1 << 20,
                                        "max_wait_ms": 60_000})
     assert [r.batch.column("value").to_pylist() for r in payloads.fetched_of(*connection.wait(waited, 30))] == [
         [b"there already"]]
     with admin.producer() as producer:
-        producer.send("held", b"the end of the wait", partition=0).get(timeout=30)
+        producer.send(topic, b"the end of the wait", partition=0).get(timeout=30)
     for request in idle:
         fetched = payloads.fetched_of(*connection.wait(request, 30))
         assert [(r.offset, r.batch.column("value").to_pylist()) for r in fetched] == [(0, [b"the end of the wait"])]
+    connection.close()
+
+
+def test_a_fetch_held_at_the_service_sees_another_process_append_to_its_directory(coordinators, tmp_path) -> None:
+    """A held fetch is woken by its server's own appends; another process appending to the service's directory
+    (a `file://` producer over it) calls nothing there, and the held fetch sees its record within a look every
+    reader.FOREIGN_APPEND_POLL_S, not at the end of its max_wait_ms."""
+    service = coordinators()
+    with fabric.connect(service.url()) as served:
+        served.create_topic("shared", partitions=1)
+    connection = ProtocolConnection(service.status().protocol_address, None, None, 30.0, wire.exception_of)
+    waiting = connection.send("fetch", {"topic": "shared", "partition": 0, "offset": 0, "max_bytes": 1 << 20,
+                                        "max_wait_ms": 120_000})
+    connection.call("echo", {}, b"")  # answered after the fetch was read, and found nothing: it is held
+    began = time.monotonic()
+    with fabric.connect("file://" + str(tmp_path / "data")) as embedded, embedded.producer() as producer:
+        producer.send("shared", b"from another process").get(timeout=30)
+    fetched = payloads.fetched_of(*connection.wait(waiting, 60))
+    assert [r.batch.column("value").to_pylist() for r in fetched] == [[b"from another process"]]
+    assert time.monotonic() - began < 60  # (the fetch would otherwise have waited 120 s)
     connection.close()
 
 

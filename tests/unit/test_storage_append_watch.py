@@ -1,0 +1,56 @@
+"""Log.watch_appends, what a coordinator service's held consumer fetch waits on: a waiter is called once when
+this process next moves the log's end on (an append, a publish), never when the end is already past the offset
+watched (nothing is registered then: the caller reads at once), and not once unwatched."""
+from __future__ import annotations
+
+import threading
+
+from fabric.common.waiting import wait_for
+
+
+def test_a_waiter_is_called_once_at_the_next_append(tmp_path, storage) -> None:
+    log = storage.open_log(str(tmp_path / "p"))
+    calls: list[int] = []
+    assert log.watch_appends(lambda: calls.append(log.end_offset), 0)
+    assert calls == []
+    log.append(storage.make_batch([b"a", b"b"]))
+    assert calls == [2]  # called by the append, after its end offset moved
+    log.append(storage.make_batch([b"c"]))
+    assert calls == [2]  # once: a waiter watches again if it still waits
+
+
+def test_nothing_is_registered_when_the_end_is_past_the_offset_already(tmp_path, storage) -> None:
+    log = storage.open_log(str(tmp_path / "p"))
+    log.append(storage.make_batch([b"a"]))
+    calls: list[str] = []
+    assert not log.watch_appends(lambda: calls.append("late"), 0)
+    log.append(storage.make_batch([b"b"]))
+    assert calls == []
+    assert log.watch_appends(lambda: calls.append("at the end"), 2)
+    log.append(storage.make_batch([b"c"]))
+    assert calls == ["at the end"]
+
+
+def test_an_unwatched_waiter_is_not_called(tmp_path, storage) -> None:
+    log = storage.open_log(str(tmp_path / "p"))
+    calls: list[str] = []
+
+    def waiter() -> None:
+        calls.append("called")
+    assert log.watch_appends(waiter, 0)
+    log.unwatch_appends(waiter)
+    log.unwatch_appends(waiter)  # forgetting twice is harmless (a held fetch answered by its timer)
+    log.append(storage.make_batch([b"a"]))
+    assert calls == []
+
+
+def test_an_append_on_another_thread_calls_the_waiters_registered_before_it(tmp_path, storage) -> None:
+    log = storage.open_log(str(tmp_path / "p"))
+    woken = [threading.Event() for _ in range(5)]
+    for event in woken:
+        assert log.watch_appends(event.set, 0)
+    writer = threading.Thread(target=log.append, args=(storage.make_batch([b"a"]),))
+    writer.start()
+    wait_for(lambda: all(event.is_set() for event in woken), 30, "every waiter to be called")
+    writer.join(30)
+    assert log.end_offset == 1
