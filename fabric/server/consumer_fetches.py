@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from fabric.common.types import Fetched
-from fabric.server.flight_server import fetched_bytes
+from fabric.server import partition_ops
+from fabric.server.flight_server import FabricFlightServer, fetched_bytes
 from fabric.server.protocol_server import Payload
 from fabric.server.request_metrics import RequestMetrics
 
@@ -24,13 +25,41 @@ Answer = tuple[Any, Payload]
 Waiter = Callable[[], None]
 
 
-def hold(name: str, watch: Callable[[Waiter], bool], unwatch: Callable[[Waiter], None], wait_s: float,
-         read: Callable[[], list[Fetched]], answer_of: Callable[[list[Fetched]], Answer],
-         poll_s: float | None = None) -> Answer | concurrent.futures.Future[Answer]:
-    """The answer of a consumer's fetch of partition `name` that found nothing: read() again (without waiting)
-    each time the waiter it gives watch() is called (watch returns False, registering nothing, when there may be
-    something already), and every `poll_s` if given (for changes nothing calls it for), answered (answer_of) as
-    soon as read() finds something, or with what there is after `wait_s`. Call on the loop's thread."""
+class Watched(NamedTuple):
+    """What a held fetch waits on: partition `name`'s waiters (watch returns False, registering nothing, when
+    there may be something already), and how often to look anyway (`poll_s`: for changes nothing calls them for)."""
+
+    name: str
+    watch: Callable[[Waiter], bool]
+    unwatch: Callable[[Waiter], None]
+    poll_s: float | None = None
+
+
+def serve(server: FabricFlightServer, principal: str, args: dict[str, Any], method: Callable,
+          read: Callable[..., list[Fetched]], answer_of: Callable[[list[Fetched]], Answer],
+          watched: Callable[[], Watched]) -> Answer | concurrent.futures.Future[Answer]:
+    """A consumer's `fetch` over the fabric protocol, checked against `method` and read with `read`: on a worker
+    thread, waiting there as a Flight DoGet does; on the event loop, read without waiting and, if it found nothing
+    and may wait (max_wait_ms, no end_offset), held (`hold`) on what `watched()` names."""
+    try:
+        on_loop = asyncio.get_running_loop() is not None
+    except RuntimeError:
+        on_loop = False
+    at_hand = partition_ops.at_once(read) if on_loop else read
+    with server.metrics.requests.measure("fetch"):
+        fetched = server.fetch_checked(principal, args, method, at_hand)
+    wait_s = partition_ops.wait_seconds("max_wait_ms", args.get("max_wait_ms", 0))
+    if not on_loop or fetched or not wait_s or args.get("end_offset") is not None:
+        return answer_of(fetched)
+    return hold(watched(), wait_s, counted(at_hand, args, server.metrics.requests), answer_of)
+
+
+def hold(watched: Watched, wait_s: float, read: Callable[[], list[Fetched]],
+         answer_of: Callable[[list[Fetched]], Answer]) -> Answer | concurrent.futures.Future[Answer]:
+    """The answer of a consumer's fetch that found nothing: read() again (without waiting) each time the waiter it
+    gives watched.watch() is called, and every watched.poll_s if given, answered (answer_of) as soon as read()
+    finds something, or with what there is after `wait_s`. Call on the loop's thread."""
+    name, watch, unwatch, poll_s = watched
     loop = asyncio.get_running_loop()
     answer: concurrent.futures.Future[Answer] = concurrent.futures.Future()
 

@@ -5,7 +5,6 @@ port (docs/protocol.md).
 """
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import functools
 from typing import Any, Callable
@@ -15,7 +14,7 @@ import pyarrow as pa
 from fabric.common import trace
 from fabric.common.protocol import payloads
 from fabric.common.types import Fetched, TopicInfo
-from fabric.server import consumer_fetches, partition_ops, wire
+from fabric.server import consumer_fetches, wire
 from fabric.server.flight_server import FabricFlightServer
 from fabric.server.held import Held
 from fabric.server.protocol_server import Handler, Payload, ProtocolServer, server_ssl
@@ -71,23 +70,12 @@ def fetch(server: FabricFlightServer, method: Callable, read: Fetch, schema_of: 
     other processes'); on a worker thread it waits there, as a Flight DoGet does."""
     def serve(principal: str, args: dict[str, Any], payload: Payload
               ) -> tuple[Any, Payload] | concurrent.futures.Future[tuple[Any, Payload]]:
-        try:
-            on_loop = asyncio.get_running_loop() is not None
-        except RuntimeError:
-            on_loop = False
-        at_hand = partition_ops.at_once(read) if on_loop else read
-        with server.metrics.requests.measure("fetch"):
-            fetched = server.fetch_checked(principal, args, method, at_hand)
-        wait_s = partition_ops.wait_seconds("max_wait_ms", args.get("max_wait_ms", 0))
-
-        def answer_of(fetched: list[Fetched]) -> tuple[Any, Payload]:
-            return fetch_answer(fetched, lambda: schema_of(args["topic"]))
-        if not on_loop or fetched or not wait_s or args.get("end_offset") is not None:
-            return answer_of(fetched)
-        plog, offset = log_of(args["topic"], args["partition"]), args["offset"]
-        return consumer_fetches.hold(plog.name, lambda woken: plog.watch_appends(woken, offset), plog.unwatch_appends,
-                                     wait_s, consumer_fetches.counted(at_hand, args, server.metrics.requests),
-                                     answer_of, FOREIGN_APPEND_POLL_S)
+        def watched() -> consumer_fetches.Watched:
+            plog, offset = log_of(args["topic"], args["partition"]), args["offset"]
+            return consumer_fetches.Watched(plog.name, lambda woken: plog.watch_appends(woken, offset),
+                                            plog.unwatch_appends, FOREIGN_APPEND_POLL_S)
+        return consumer_fetches.serve(server, principal, args, method, read,
+                                      lambda fetched: fetch_answer(fetched, lambda: schema_of(args["topic"])), watched)
     return Handler(serve, waits)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -140,15 +141,12 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
         committed offsets always may: it waits for a producer transaction committing the group's."""
         return not store.serves_locally()
 
-    def topic_waits(args: dict[str, Any]) -> bool:
-        """Whether a read of a topic's metadata may wait: not where the store has it in memory or local files."""
-        name = args.get("name")
+    def topic_waits(args: dict[str, Any], key: str = "name") -> bool:
+        """Whether a request about the topic named by `key` may wait: not where the store has its metadata in memory
+        or local files (a topic read; a fetch, key "topic", served on the loop is held there if it waits for
+        records)."""
+        name = args.get(key)
         return not isinstance(name, str) or not store.topic_on_loop(name)
-
-    def fetch_waits(args: dict[str, Any]) -> bool:
-        """Whether a fetch may wait (on a worker thread): not where its topic's metadata is at hand, as a topic read's
-        (topic_waits): one served on the loop is held there if it waits for records."""
-        return topic_waits({"name": args.get("topic")})
 
     def commit_waits(args: dict[str, Any]) -> bool:
         """Whether a commit may wait: not where the store checks it locally and its offsets log takes it without
@@ -165,7 +163,7 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
                                                  lambda args: produce_waits(store, service.producer_owners,
                                                                             args)),
             "fetch": protocol_handlers.fetch(service, ClusterBroker.fetch, broker.fetch, service.topic_schema,
-                                             broker.log, fetch_waits),
+                                             broker.log, functools.partial(topic_waits, key="topic")),
             "commit_offsets": Handler(commit_offsets, commit_waits, order=lambda args: ("commit", args.get("group"))),
             "committed": Handler(routed("committed", committed_rows)), "topic": Handler(routed("topic"), topic_waits),
             "describe_cluster": Handler(routed("describe_cluster", cluster_json)),

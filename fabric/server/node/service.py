@@ -34,7 +34,6 @@ import pyarrow.flight as flight
 from fabric.common.errors import FabricError, InvalidRequestError
 from fabric.common.records import storage_schema
 from fabric.common.redaction import clip
-from fabric.common.types import Fetched
 from fabric.server import consumer_fetches, partition_ops, protocol_handlers, security, wire
 from fabric.server.arguments import check_call
 from fabric.server.flight_server import FabricFlightServer, measured, translated
@@ -170,27 +169,17 @@ class NodeService(FabricFlightServer):
         .refreshes), one that finds nothing and may wait (max_wait_ms) is held there until its partition has
         something for it (consumer_fetches: woken by PartitionReplica.watch_readable); on a worker thread it waits
         there, as a Flight DoGet does."""
-        try:
-            on_loop = asyncio.get_running_loop() is not None
-        except RuntimeError:
-            on_loop = False
-        read = partition_ops.at_once(self.replicas.fetch) if on_loop else self.replicas.fetch
-        with self.metrics.requests.measure("fetch"):
-            fetched = self.fetch_checked(principal, args, ReplicaManager.fetch, read)
-        wait_s = partition_ops.wait_seconds("max_wait_ms", args.get("max_wait_ms", 0))
-
-        def answer_of(fetched: list[Fetched]) -> Answer:
-            return protocol_handlers.fetch_answer(fetched, lambda: self.topic_schema(args["topic"]))
-        if not on_loop or fetched or not wait_s or args.get("end_offset") is not None:
-            return answer_of(fetched)
-        leader_epoch, from_follower = args.get("leader_epoch"), bool(args.get("from_follower", False))
-        replica = self.replicas.replica(args["topic"], args["partition"], leader_epoch, from_follower,
-                                        args.get("topic_id", ""))
-        offset = args["offset"]
-        isolation = partition_ops.isolation_level(args.get("isolation_level", "read_committed"))
-        return consumer_fetches.hold(
-            replica.name, lambda woken: replica.watch_readable(woken, offset, leader_epoch, from_follower, isolation),
-            replica.unwatch_readable, wait_s, consumer_fetches.counted(read, args, self.metrics.requests), answer_of)
+        def watched() -> consumer_fetches.Watched:
+            leader_epoch, from_follower = args.get("leader_epoch"), bool(args.get("from_follower", False))
+            replica = self.replicas.replica(args["topic"], args["partition"], leader_epoch, from_follower,
+                                            args.get("topic_id", ""))
+            offset = args["offset"]
+            isolation = partition_ops.isolation_level(args.get("isolation_level", "read_committed"))
+            return consumer_fetches.Watched(replica.name, lambda woken: replica.watch_readable(
+                woken, offset, leader_epoch, from_follower, isolation), replica.unwatch_readable)
+        return consumer_fetches.serve(
+            self, principal, args, ReplicaManager.fetch, self.replicas.fetch,
+            lambda fetched: protocol_handlers.fetch_answer(fetched, lambda: self.topic_schema(args["topic"])), watched)
 
     def _replica_fetch(self, principal: str, args: dict[str, Any], payload: Payload
                        ) -> Answer | concurrent.futures.Future[Answer]:
