@@ -56,6 +56,7 @@ class Cluster(ABC):
     url: str
     concurrent_appends = False  # whether appends to several partitions gain from being in flight together
     pipelined_appends = False  # whether start_append sends an append before its answer is waited for
+    appends_in_process = False  # whether append writes local files in this process (the partition locks its own)
 
     @abstractmethod
     def create_topic(self, name: str, partitions: int, config: Mapping[str, str],

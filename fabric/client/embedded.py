@@ -41,6 +41,8 @@ class EmbeddedCluster(Broker, Cluster):
     `coordinator` is given; at most `max_partitions` partitions per topic (default: $FABRIC_MAX_PARTITIONS,
     else 10,000); logs maintained every `retention_check_interval_ms` once it writes (maintenance_interval())."""
 
+    appends_in_process = True
+
     def __init__(self, root: str, coordinator: Coordinator | None = None, max_partitions: int | None = None,
                  retention_check_interval_ms: int | None = None) -> None:
         self.retention_check_interval_ms = maintenance_interval(retention_check_interval_ms)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import concurrent.futures.thread  # noqa: F401 (see _close_at_exit)
+import contextlib
 import functools
 import logging
 import threading
@@ -60,6 +61,7 @@ from fabric.common.record_checks import Headers, TypedValueRule
 from fabric.common.records import HEADERS, TIMESTAMP, plain_rows, to_storage, typed_rows
 from fabric.common.types import TopicInfo, TopicPartition, TransactionalOffsets
 from fabric.server.connection import call_deadline
+from fabric.storage.lock import PartitionBusy, without_waiting
 
 METADATA_MAX_AGE_S = 5.0
 log = logging.getLogger(__name__)
@@ -272,57 +274,74 @@ class Producer:
                    num_partitions: int) -> np.ndarray:
         return assign_partitions(topic, keys, explicit, num_partitions, self._sticky)
 
-    def _drain_topic(self, topic: str, only: Drain | None = None, wait: bool = True) -> None:
+    def _drain_topic(self, topic: str, only: Drain | None = None, wait: bool = True, in_place: bool = False
+                     ) -> bool:
         """Append the topic's buffered records now (if `only` is given, only if it is still buffered), after the
         batch of the topic already being appended, if any: a topic's batches go one at a time, in order, and the
         records sent meanwhile gather into the next (as Kafka's accumulator fills batches while requests are in
         flight). Without `wait` (the linger thread), a topic with a batch in flight is left: the end of that
         append wakes the linger thread. Called without the lock held: the append runs outside it, so send() never
-        waits for one. A transactional producer's records leave only with their transaction (commit_transaction)."""
+        waits for one. A transactional producer's records leave only with their transaction (commit_transaction).
+        `in_place` (a get(timeout) on local files): only a one-record batch, appended here if its partition's lock
+        is free at once, else on a thread that waits for it (_append_drained). Whether a batch was taken."""
         with self._lock:
             while True:
                 buf = self._buffers.get(topic)
                 if self._transactions is not None or (only is not None and (buf is None or buf.drain is not only)):
-                    return
+                    return False
                 if topic not in self._draining:
                     break
                 if not wait:
-                    return
+                    return False
                 self._waiting += 1
                 try:
                     self._wake.wait()
                 finally:
                     self._waiting -= 1
             if buf is None:  # (nothing buffered: the wait above let the batch in flight end first)
-                return
+                return False
+            if in_place and len(buf.values) != 1:  # (a batch of one record goes to one partition: all or nothing)
+                return False
             del self._buffers[topic]
-            drain = buf.drain
-            self._draining[topic] = (drain, len(buf.values))
+            self._draining[topic] = (buf.drain, len(buf.values))
+        self._append_drained(buf, in_place)
+        return True
+
+    def _append_drained(self, buf: _Buffer, in_place: bool = False) -> None:
+        """Append a batch taken from the buffers (_drain_topic), then let the topic's next one go. `in_place`: if
+        its partition's lock is busy (nothing written), the append goes on on a thread that waits for the lock, so
+        the caller's own wait ends at its timeout (fabric.storage.lock.without_waiting)."""
+        topic, drain = buf.drain.topic, buf.drain
         deadline = self._deadline(buf.created)
         try:  # (each call below is bounded by the deadline: a metadata refresh, each append's request)
             meta = self._topic(topic, within=max(deadline.left(), 0))
             rows, parts = self._buffered_rows(buf, meta.info)
-            metas = self._appender.by_partition(topic, rows, parts, deadline, meta.max_bytes)
+            with without_waiting() if in_place else contextlib.nullcontext():
+                metas = self._appender.by_partition(topic, rows, parts, deadline, meta.max_bytes)
             drain.partitions, drain.offsets = parts, batching.record_offsets(parts, metas)
+        except PartitionBusy:  # (a thread of its own, started only then: it may wait as long as the lock is held)
+            threading.Thread(target=self._append_drained, args=(buf,), name="fabric-append", daemon=True).start()
+            return
         except BaseException as exc:  # noqa: BLE001 (delivered through every future of the batch)
             drain.error = exc
-        finally:
-            with self._lock:
-                del self._draining[topic]
-                following = self._buffers.get(topic)  # the topic's next batch may go now: wake who sends it
-                if self._waiting or (following is not None and following.due < self._linger_wakes_at):
-                    self._wake.notify_all()
-            drain.finish()
+        with self._lock:
+            del self._draining[topic]
+            following = self._buffers.get(topic)  # the topic's next batch may go now: wake who sends it
+            if self._waiting or (following is not None and following.due < self._linger_wakes_at):
+                self._wake.notify_all()
+        drain.finish()
 
     def _send_now(self, drain: Drain, timeout: float | None) -> None:
         """Append the batch of a record whose future is waited on (SendFuture.result), unless it has gone: here,
-        or with a `timeout`, by the linger thread (so the wait ends at the timeout, whatever the append does)."""
+        or with a `timeout`, by the linger thread (so the wait ends at the timeout, whatever the append does); on
+        local files, a one-record batch with a `timeout` here too, unless its partition's lock is busy."""
         if self._transactions is not None and timeout is None:
             raise IllegalStateError("a transactional producer's record is written by commit_transaction(): "
                                     "wait for its future after the commit, or give a timeout")
         if timeout is None:
             self._drain_topic(drain.topic, only=drain)
-        else:
+        elif not (self._appender.cluster.appends_in_process
+                  and self._drain_topic(drain.topic, only=drain, wait=False, in_place=True)):
             self._hurry(drain, time.monotonic() + timeout)
 
     def _buffered_rows(self, buf: _Buffer, info: TopicInfo) -> tuple[pa.Table | pa.RecordBatch, np.ndarray]:

@@ -2,15 +2,39 @@
 claim on a whole data directory (`claim`)."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import fcntl
 import os
 import random
 import threading
 from types import TracebackType
+from typing import Iterator
 
 TOKEN_SIZE = 8
 _tokens = random.Random()  # its own generator: a program seeding `random` cannot make two holders' tokens alike
 os.register_at_fork(after_in_child=_tokens.seed)  # nor can a forked child repeat its parent's
+
+
+# whether this thread's partition locks are taken only if free at once (without_waiting)
+_NO_WAIT: contextvars.ContextVar[bool] = contextvars.ContextVar("fabric_lock_no_wait", default=False)
+
+
+class PartitionBusy(Exception):
+    """A partition lock taken `without_waiting` was held by another thread or process: nothing was done under
+    it. (Not a FabricError: no caller answers it; the one that asked not to wait does the work where it may.)"""
+
+
+@contextlib.contextmanager
+def without_waiting() -> Iterator[None]:
+    """Within the block, this thread takes a partition lock it does not hold already only if it is free at once,
+    else PartitionBusy: a caller bounded by its own deadline (a producer's get(timeout)) appends in place, or hands
+    the append to a thread that may wait."""
+    token = _NO_WAIT.set(True)
+    try:
+        yield
+    finally:
+        _NO_WAIT.reset(token)
 
 
 def fresh_token() -> bytes:
@@ -57,7 +81,9 @@ class PartitionLock:
         return self._depth > 0 and self._owner == threading.get_ident()
 
     def __enter__(self) -> PartitionLock:
-        self._thread_lock.acquire()
+        wait = not _NO_WAIT.get()
+        if not self._thread_lock.acquire(blocking=wait):
+            raise PartitionBusy(f"{self.path} is held by another thread")
         if self._depth == 0:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -65,11 +91,13 @@ class PartitionLock:
                 self._thread_lock.release()
                 raise
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
                 self._take(fd)
-            except BaseException:
+            except BaseException as exc:
                 os.close(fd)
                 self._thread_lock.release()
+                if isinstance(exc, BlockingIOError):
+                    raise PartitionBusy(f"{self.path} is held by another process") from None
                 raise
             self._fd, self._owner = fd, threading.get_ident()
         self._depth += 1

@@ -1,0 +1,106 @@
+"""A producer's `send(...).get(timeout=...)` on a `file://` fabric appends its one-record batch in the calling
+thread when the partition's lock is free (no hand-off to the linger thread: what kafka-python users type costs what
+`get()` does), and otherwise leaves the append to a thread that may wait for the lock: the caller's wait still
+ends at its timeout, the record stays queued, and it is written once. The lock's holder is a real process, paused
+with SIGSTOP."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import fabric
+from fabric.common.errors import ClientTimeoutError
+
+HOLDER = r"""
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def values(fab, topic: str) -> list[bytes]:
+    """Every record of the topic's one partition (all of it is written before this is called)."""
+    with fab.consumer(topic, auto_offset_reset="earliest") as consumer:
+        return consumer.poll_batch(100).column("value").to_pylist()
+
+
+def test_a_get_with_a_timeout_appends_in_the_calling_thread(tmp_path) -> None:
+    with fabric.connect(f"file://{tmp_path}") as fab:
+        fab.create_topic("t", partitions=1)
+        called_back_in: list[str] = []
+        with fab.producer() as producer:
+            for i in range(5):
+                future = producer.send("t", b"v%d" % i, callback=lambda error, metadata: called_back_in.append(
+                    threading.current_thread().name))
+                assert future.get(timeout=30).offset == i
+        assert called_back_in == [threading.current_thread().name] * 5  # the batch ended here, not elsewhere
+        assert values(fab, "t") == [b"v0", b"v1", b"v2", b"v3", b"v4"]
+
+
+def test_a_get_with_a_timeout_ends_at_it_while_a_paused_process_holds_the_partition(tmp_path) -> None:
+    with fabric.connect(f"file://{tmp_path}") as fab:
+        fab.create_topic("t", partitions=1)
+        lock_file = tmp_path / "t" / "0" / ".lock"
+        assert lock_file.exists()
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock_file)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            os.kill(holder.pid, signal.SIGSTOP)
+            appended_in: list[str] = []
+            with fab.producer() as producer:
+                future = producer.send("t", b"late", callback=lambda error, metadata: appended_in.append(
+                    threading.current_thread().name))
+                outcome: list[BaseException] = []
+
+                def wait() -> None:
+                    try:
+                        future.get(timeout=0.5)
+                    except BaseException as exc:  # noqa: BLE001 (the test looks at it)
+                        outcome.append(exc)
+                waiter = threading.Thread(target=wait)
+                waiter.start()
+                waiter.join(120)
+                assert not waiter.is_alive(), "get(timeout=0.5) waited on the paused process's lock"
+                assert len(outcome) == 1 and isinstance(outcome[0], ClientTimeoutError)
+                assert "stays queued" in str(outcome[0]) and not future.done()
+                os.kill(holder.pid, signal.SIGKILL)  # its lock goes with it
+                holder.wait(60)
+                assert future.get(timeout=60).offset == 0
+                assert appended_in == ["fabric-append"]
+            assert values(fab, "t") == [b"late"]
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait()
+
+
+def test_a_partition_lock_taken_without_waiting_refuses_another_threads_hold(tmp_path) -> None:
+    from fabric.storage.lock import PartitionBusy, PartitionLock, without_waiting
+    lock, other = PartitionLock(str(tmp_path / ".lock")), PartitionLock(str(tmp_path / ".lock"))
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            held.set()
+            release.wait(120)
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(120)
+    with without_waiting():
+        with pytest.raises(PartitionBusy, match="another thread"):
+            lock.__enter__()
+        with pytest.raises(PartitionBusy, match="another process"):  # (flock: a second open file is another holder)
+            other.__enter__()
+    release.set()
+    holder.join(120)
+    with without_waiting(), lock, lock:  # free again, and re-entrant within the thread
+        assert lock.held
+    assert not lock.held
