@@ -26,6 +26,7 @@ from fabric.common import trace
 from fabric.common.errors import FabricError, OutOfOrderSequenceError, UnknownProducerIdError
 from fabric.common.types import TopicPartition
 from fabric.server.connection import call_deadline
+from fabric.storage.lock import PartitionBusy, may_wait
 
 log = logging.getLogger(__name__)
 APPEND_THREADS = 16  # partitions' runs appended together, at most (each run's chunks go one after another)
@@ -192,13 +193,16 @@ class Appender:
 
     @contextlib.contextmanager
     def _in_order(self, tp: TopicPartition, records: int, deadline: Deadline) -> Iterator[None]:
-        """Hold an idempotent producer's partition lock (waited for until `deadline`): its batches, one run at a
-        time."""
+        """Hold an idempotent producer's partition lock (waited for until `deadline`; not at all within
+        storage.lock.without_waiting, PartitionBusy instead): its batches, one run at a time."""
         if self.sequences is None:
             yield
             return
         in_order = self.sequences.partition_lock(tp)
-        if not in_order.acquire(timeout=max(deadline.left(), 0)):
+        if not may_wait():  # (an append in place: another batch of this producer to tp is being written)
+            if not in_order.acquire(blocking=False):
+                raise PartitionBusy(f"{tp[0]}-{tp[1]}: another batch of this producer is being appended")
+        elif not in_order.acquire(timeout=max(deadline.left(), 0)):
             raise deadline.passed(_batch_to(records, *tp), None)
         try:
             yield

@@ -27,8 +27,9 @@ def shown(value: object) -> str:
 
 
 def is_integer(value: Any) -> bool:
-    """A whole number that is not a bool (True is an int to Python, never a count or an offset to the fabric)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    """A whole number that is not a bool (True is an int to Python, never a count or an offset to the fabric). A
+    plain int, what nearly every request carries, is told at once, without the ABC check (~20x its cost)."""
+    return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
 
 def integer(value: Any, what: str, lo: int = 0, hi: int = LONG_MAX,

@@ -37,6 +37,12 @@ def without_waiting() -> Iterator[None]:
         _NO_WAIT.reset(token)
 
 
+def may_wait() -> bool:
+    """Whether this thread may wait for a lock of a partition's writes (False within without_waiting: other such
+    locks, a producer's per-partition order, raise PartitionBusy instead, as a partition lock does)."""
+    return not _NO_WAIT.get()
+
+
 def fresh_token() -> bytes:
     """TOKEN_SIZE random bytes, told apart from any other process's or holder's."""
     return _tokens.getrandbits(8 * TOKEN_SIZE).to_bytes(TOKEN_SIZE, "little")
@@ -81,7 +87,7 @@ class PartitionLock:
         return self._depth > 0 and self._owner == threading.get_ident()
 
     def __enter__(self) -> PartitionLock:
-        wait = not _NO_WAIT.get()
+        wait = may_wait()
         if not self._thread_lock.acquire(blocking=wait):
             raise PartitionBusy(f"{self.path} is held by another thread")
         if self._depth == 0:

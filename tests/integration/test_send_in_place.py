@@ -1,7 +1,8 @@
 """A producer's `send(...).get(timeout=...)` on a `file://` fabric appends its one-record batch in the calling
 thread when the partition's lock is free (no hand-off to the linger thread: what kafka-python users type costs what
 `get()` does), and otherwise leaves the append to a thread that may wait for the lock: the caller's wait still
-ends at its timeout, the record stays queued, and it is written once. The lock's holder is a real process, paused
+ends at its timeout, the record stays queued, and it is written once; the same where the producer's own batch to
+the partition (a send_batch on another thread) waits for the lock. The lock's holder is a real process, paused
 with SIGSTOP."""
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import subprocess
 import sys
 import threading
 
+import pyarrow as pa
 import pytest
 
 import fabric
 from fabric.common.errors import ClientTimeoutError
+from fabric.common.waiting import wait_for
 
 HOLDER = r"""
 import fcntl, os, sys
@@ -23,6 +26,44 @@ fcntl.flock(fd, fcntl.LOCK_EX)
 print("held", flush=True)
 sys.stdin.read()
 """
+
+
+class PausedHolder:
+    """A real process holding a partition's lock file (flock), paused with SIGSTOP until killed."""
+
+    def __init__(self, lock_file) -> None:
+        assert lock_file.exists()
+        self.process = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock_file)], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None and self.process.stdout.readline().strip() == "held"
+        os.kill(self.process.pid, signal.SIGSTOP)
+        self.inode = os.stat(lock_file).st_ino
+
+    def waited_on(self) -> bool:
+        """Whether another holder waits for the lock now (the kernel lists it in /proc/locks with "->")."""
+        with open("/proc/locks") as locks:
+            return any("->" in line and line.split()[6].endswith(f":{self.inode}") for line in locks)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()  # its lock goes with it
+        self.process.wait(60)
+
+
+def get_in_thread(future, timeout: float) -> list[BaseException]:
+    """future.get(timeout) on a thread of its own, joined (for at most a minute): what it raised."""
+    outcome: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            future.get(timeout=timeout)
+        except BaseException as exc:  # noqa: BLE001 (the test looks at it)
+            outcome.append(exc)
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    waiter.join(60)
+    assert not waiter.is_alive(), f"get(timeout={timeout}) waited on past its timeout"
+    return outcome
 
 
 def values(fab, topic: str) -> list[bytes]:
@@ -47,39 +88,42 @@ def test_a_get_with_a_timeout_appends_in_the_calling_thread(tmp_path) -> None:
 def test_a_get_with_a_timeout_ends_at_it_while_a_paused_process_holds_the_partition(tmp_path) -> None:
     with fabric.connect(f"file://{tmp_path}") as fab:
         fab.create_topic("t", partitions=1)
-        lock_file = tmp_path / "t" / "0" / ".lock"
-        assert lock_file.exists()
-        holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock_file)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True)
+        holder = PausedHolder(tmp_path / "t" / "0" / ".lock")
         try:
-            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-            os.kill(holder.pid, signal.SIGSTOP)
             appended_in: list[str] = []
             with fab.producer() as producer:
                 future = producer.send("t", b"late", callback=lambda error, metadata: appended_in.append(
                     threading.current_thread().name))
-                outcome: list[BaseException] = []
-
-                def wait() -> None:
-                    try:
-                        future.get(timeout=0.5)
-                    except BaseException as exc:  # noqa: BLE001 (the test looks at it)
-                        outcome.append(exc)
-                waiter = threading.Thread(target=wait)
-                waiter.start()
-                waiter.join(120)
-                assert not waiter.is_alive(), "get(timeout=0.5) waited on the paused process's lock"
+                outcome = get_in_thread(future, 0.5)
                 assert len(outcome) == 1 and isinstance(outcome[0], ClientTimeoutError)
                 assert "stays queued" in str(outcome[0]) and not future.done()
-                os.kill(holder.pid, signal.SIGKILL)  # its lock goes with it
-                holder.wait(60)
+                holder.kill()
                 assert future.get(timeout=60).offset == 0
                 assert appended_in == ["fabric-append"]
             assert values(fab, "t") == [b"late"]
         finally:
-            if holder.poll() is None:
+            holder.kill()
+
+
+def test_a_get_with_a_timeout_ends_at_it_while_the_producers_own_batch_waits_for_the_partition(tmp_path) -> None:
+    with fabric.connect(f"file://{tmp_path}") as fab:
+        fab.create_topic("t", partitions=1)
+        holder = PausedHolder(tmp_path / "t" / "0" / ".lock")
+        try:
+            with fab.producer() as producer:
+                batch = threading.Thread(target=producer.send_batch, args=(
+                    "t", pa.table({"value": [b"b1", b"b2"], "partition": [0, 0]})))
+                batch.start()  # it holds the producer's order for t-0 while it waits for the lock
+                wait_for(holder.waited_on, 60, "send_batch waiting for the paused process's lock")
+                future = producer.send("t", b"late", partition=0)
+                outcome = get_in_thread(future, 0.5)
+                assert len(outcome) == 1 and isinstance(outcome[0], ClientTimeoutError)
                 holder.kill()
-                holder.wait()
+                batch.join(60)
+                assert not batch.is_alive() and future.get(timeout=60).offset == 2
+            assert values(fab, "t") == [b"b1", b"b2", b"late"]
+        finally:
+            holder.kill()
 
 
 def test_a_partition_lock_taken_without_waiting_refuses_another_threads_hold(tmp_path) -> None:
