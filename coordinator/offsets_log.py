@@ -72,6 +72,7 @@ class LocalOffsetsLog:
         self._logs = [Log(os.path.join(directory, str(p)), SCHEMA, config, resolve_pending, clock=clock)
                       for p in range(self.partitions)]
         self._cleaning: set[int] = set()  # partitions a pass of this process is cleaning
+        self._rolled: set[int] = set()  # of those, the ones that rolled meanwhile: another pass follows
         self._guard = threading.Condition()
 
     def _partition_count(self) -> int:
@@ -160,27 +161,39 @@ class LocalOffsetsLog:
 
     # -- compaction ----------------------------------------------------------------------------------------
     def _clean_soon(self, partition: int) -> None:
-        """Run a cleaner pass on the partition in the background, unless one is running."""
+        """Run a cleaner pass on the partition in the background, unless one is running: then another follows it
+        (the segments rolled meanwhile may be past the pass's view, and no roll may come to clean them)."""
         with self._guard:
             if partition in self._cleaning:
+                self._rolled.add(partition)
                 return
             self._cleaning.add(partition)
+        self._start_pass(partition)
 
+    def _start_pass(self, partition: int) -> None:
+        """Clean the partition (marked as being cleaned) on a thread of its own, again while it rolled meanwhile."""
         def run() -> None:
-            try:
-                report = self._logs[partition].clean()
-                if report.cleaned:
-                    log.info("%s", report.describe())
-            except Exception:  # noqa: BLE001 (a failed pass is retried at the next roll)
-                log.exception("compacting %s-%d failed; the next segment roll retries", OFFSETS_TOPIC, partition)
-            finally:
-                self._done_cleaning(partition)
+            while True:
+                try:
+                    report = self._logs[partition].clean()
+                    if report.cleaned:
+                        log.info("%s", report.describe())
+                except Exception:  # noqa: BLE001 (a failed pass is retried at the next roll)
+                    log.exception("compacting %s-%d failed; the next segment roll retries", OFFSETS_TOPIC, partition)
+                if not self._done_cleaning(partition):
+                    return
         threading.Thread(target=run, name=f"offsets-cleaner-{partition}", daemon=True).start()
 
-    def _done_cleaning(self, partition: int) -> None:
+    def _done_cleaning(self, partition: int) -> bool:
+        """A pass ended: True if the partition rolled meanwhile (it stays marked: the caller passes again), else
+        it is no longer marked."""
         with self._guard:
+            if partition in self._rolled:
+                self._rolled.discard(partition)
+                return True
             self._cleaning.discard(partition)
             self._guard.notify_all()
+            return False
 
     def compact(self) -> list[str]:
         """Compact every partition now (rolling the active segments); what each pass did. A background pass of this
@@ -196,7 +209,8 @@ class LocalOffsetsLog:
             try:
                 reports.append(plog.clean(force=True).describe())
             finally:
-                self._done_cleaning(partition)
+                if self._done_cleaning(partition):
+                    self._start_pass(partition)
         return reports
 
     def size_bytes(self) -> int:
