@@ -9,6 +9,11 @@ Flight, an offset commit (one partition), a one-record produce (acks=1), a one-r
 and (protocol only) a bare echo; with --zookeeper, the same of a service over ZooKeeper (a server of this run,
 pyspark's jar) too, its cases named `zookeeper <transport>/<request>`.
 
+Held fetches (--held, a service over SQLite): that many idle consumers' long polls, each a fetch at the end of a
+partition of its own held for max_wait_ms 500 (Kafka's fetch.max.wait.ms) and asked again as it ends, for
+--held-seconds: the service's CPU as a share of one core and per held fetch and second (what idle consumers cost
+it).
+
 Each case runs --requests requests one after another from this process and reports the server's CPU microseconds
 per request (its process's CPU over the run, less what it burns idle), this process's CPU per request, wall p50
 and p99, and the server CPU as a multiple of the bare DoAction's (`vs_action`, the issue's goal: at most 0.25 for
@@ -25,6 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -38,10 +44,12 @@ from bench.report import bar_chart, progress, run_suite, table
 from fabric.client.remote import RemoteCluster
 from fabric.common.protocol.connection import ProtocolConnection
 from fabric.common.records import to_storage
+from fabric.common.waiting import wait_for
 from fabric.server.launcher import CoordinatorProcess
 from fabric.server.zookeeper import ZooKeeperServer
 
-TOPIC, GROUP = "bench-requests", "bench-requests"
+TOPIC, GROUP, HELD_TOPIC = "bench-requests", "bench-requests", "bench-held"
+HELD_WAIT_MS = 500  # a held fetch's max_wait_ms: Kafka's fetch.max.wait.ms
 RECORDS = 100  # in TOPIC: the offsets committed and fetched cycle through them
 BODY = {"pad": "x" * 30}  # with its envelope, a request of about 40 bytes
 IDLE_S = 1.0
@@ -131,13 +139,44 @@ def service_requests(cluster: RemoteCluster) -> dict[str, Callable[[int], Any]]:
     }
 
 
-def service_cases(directory: str, requests: int, profile: bool, store: str | None = None, label: str = ""
-                  ) -> tuple[dict[str, dict[str, float]], dict[str, list[tuple[str, float]]]]:
+def held_fetches(fab: fabric.Fabric, server: Server, cluster: RemoteCluster, count: int, seconds: float
+                 ) -> dict[str, float]:
+    """`count` idle consumers' long polls (module doc) for `seconds`: the server's CPU (less what it burns idle) as
+    a share of a core and per held fetch and second, and the fetches asked per second."""
+    fab.create_topic(HELD_TOPIC, partitions=count)
+    stop, asked = threading.Event(), [0] * count
+
+    def consumer(partition: int) -> None:
+        while not stop.is_set():
+            cluster.fetch(HELD_TOPIC, partition, 0, 1 << 20, max_wait_ms=HELD_WAIT_MS)
+            asked[partition] += 1
+    threads = [threading.Thread(target=consumer, args=(p,), daemon=True) for p in range(count)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_for(lambda: all(asked), 60, "every held fetch to be answered once")
+        server_start, wall_start, asked_start = server.cpu(), time.perf_counter(), sum(asked)
+        stop.wait(seconds)
+        wall = time.perf_counter() - wall_start
+        cpu = max(server.cpu() - server_start - server.idle_per_s * wall, 0.0)
+        asked_end = sum(asked)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(HELD_WAIT_MS / 1000 + 30)
+    return {"fetches": count, "seconds": wall, "core_share": cpu / wall, "us_per_fetch_s": cpu / wall / count * 1e6,
+            "asked_per_s": (asked_end - asked_start) / wall}
+
+
+def service_cases(directory: str, requests: int, profile: bool, store: str | None = None, label: str = "",
+                  held: int = 0, held_s: float = 0.0
+                  ) -> tuple[dict[str, dict[str, float]], dict[str, list[tuple[str, float]]], dict[str, float]]:
     """Each small request over the fabric protocol and over Flight, against a coordinator service process (its
     metadata in `store`, default SQLite; its cases' names start with `label`); with `profile`, its top frames in
-    each case."""
+    each case; then `held` idle consumers' long polls for `held_s` (held_fetches; none if 0)."""
     out: dict[str, dict[str, float]] = {}
     frames: dict[str, list[tuple[str, float]]] = {}
+    idle: dict[str, float] = {}
     coordinator = CoordinatorProcess(os.path.join(directory, f"{label}coordinator"), store=store).start()
     try:
         with fabric.connect(coordinator.url()) as fab:
@@ -159,9 +198,13 @@ def service_cases(directory: str, requests: int, profile: bool, store: str | Non
                     out[key] = measure(server, request, requests)
                     if sampler is not None:
                         frames[key] = top_frames(*sampler)
+            if held:
+                progress(f"  {label}protocol/{held} held fetches")
+                cluster.protocol.enabled = True
+                idle = held_fetches(fab, server, cluster, held, held_s)
     finally:
         coordinator.stop()
-    return out, frames
+    return out, frames, idle
 
 
 def py_spy(pid: int, path: str) -> tuple[subprocess.Popen, str]:
@@ -194,13 +237,14 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict, Any]:
     progress("== echo over each transport")
     transports = transport_cases(args.requests)
     progress("== small requests to a coordinator service")
-    service, frames = service_cases(directory, args.requests, args.profile)
+    service, frames, held = service_cases(directory, args.requests, args.profile, held=args.held,
+                                          held_s=args.held_seconds)
     if args.zookeeper:
         progress("== small requests to a coordinator service over ZooKeeper")
         zookeeper = ZooKeeperServer(root=os.path.join(directory, "zk")).start()
         try:
-            over_zk, zk_frames = service_cases(directory, args.requests, args.profile, zookeeper.url("/service"),
-                                               "zookeeper ")
+            over_zk, zk_frames, _ = service_cases(directory, args.requests, args.profile, zookeeper.url("/service"),
+                                                  "zookeeper ")
         finally:
             zookeeper.close()
         service.update(over_zk)
@@ -210,7 +254,7 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict, Any]:
         # a short run can measure no server CPU at all (the clock ticks in 10 ms): then there is no ratio
         figures["vs_action"] = figures["server_cpu_us"] / baseline if baseline > 0 else float("nan")
     results = {"date": time.strftime("%Y-%m-%d"), "requests": args.requests, "cores": psutil.cpu_count(),
-               "transports": transports, "service": service, "profile": frames,
+               "transports": transports, "service": service, "profile": frames, "held_fetches": held,
                "vs_action": {k: v["vs_action"] for k, v in service.items()}}
     return results, None
 
@@ -219,6 +263,11 @@ def report(results: dict, raw: Any) -> None:
     rows = [(f"echo over {name}", *_figures(figures)) for name, figures in results["transports"].items()]
     rows += [(name, *_figures(figures)) for name, figures in results["service"].items()]
     print(table(rows, ("request", "server CPU µs", "× DoAction", "client CPU µs", "wall p50 µs", "wall p99 µs")))
+    held = results["held_fetches"]
+    if held:
+        print(f"\n{held['fetches']} idle consumers' fetches held (max_wait_ms {HELD_WAIT_MS}, "
+              f"{held['asked_per_s']:.0f} asked a second) for {held['seconds']:.1f} s: the service spends "
+              f"{held['core_share']:.1%} of a core, {held['us_per_fetch_s']:.0f} µs per held fetch and second")
     for case, frames in results["profile"].items():
         print(f"\n{case}: " + "; ".join(f"{share:.0%} {frame}" for frame, share in frames))
     bar_chart("requests", f"Server CPU per request, µs ({results['date']}, {results['cores']} cores)",
@@ -237,10 +286,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--profile", action="store_true", help="sample the coordinator with py-spy in each case")
     parser.add_argument("--zookeeper", action="store_true",
                         help="also a coordinator service over ZooKeeper (needs Java)")
+    parser.add_argument("--held", type=int, default=200, help="idle consumers' held fetches (0: none; default 200)")
+    parser.add_argument("--held-seconds", type=float, default=5.0, help="how long they are measured (default 5)")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
     if args.requests < 10:
         parser.error("--requests must be at least 10")
+    if args.held < 0 or args.held_seconds <= 0:
+        parser.error("--held must be 0 or more and --held-seconds positive")
     return run_suite("requests", args, run, report)
 
 

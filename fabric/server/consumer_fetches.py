@@ -19,6 +19,7 @@ from fabric.server import partition_ops
 from fabric.server.flight_server import FabricFlightServer, fetched_bytes
 from fabric.server.protocol_server import Payload
 from fabric.server.request_metrics import RequestMetrics
+from fabric.storage.log import Log
 
 log = logging.getLogger(__name__)
 Answer = tuple[Any, Payload]
@@ -27,12 +28,32 @@ Waiter = Callable[[], None]
 
 class Watched(NamedTuple):
     """What a held fetch waits on: partition `name`'s waiters (watch returns False, registering nothing, when
-    there may be something already), and how often to look anyway (`poll_s`: for changes nothing calls them for)."""
+    there may be something already)."""
 
     name: str
     watch: Callable[[Waiter], bool]
     unwatch: Callable[[Waiter], None]
-    poll_s: float | None = None
+
+
+class AppendPoller:
+    """The logs held fetches wait on, looked at together every `every_s` on the event loop for other processes'
+    appends, which call no waiter (Log.look_for_appends: one watermark read a log, however many fetches it holds,
+    instead of every held fetch reading again on a timer of its own). Used on the loop's thread only."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self._logs: set[Log] = set()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, plog: Log) -> None:
+        """Look at `plog` every `every_s` while it has waiters."""
+        self._logs.add(plog)
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.every_s, self._look)
+
+    def _look(self) -> None:
+        self._logs = {plog for plog in self._logs if plog.look_for_appends()}
+        self._timer = asyncio.get_running_loop().call_later(self.every_s, self._look) if self._logs else None
 
 
 def serve(server: FabricFlightServer, principal: str, args: dict[str, Any], method: Callable,
@@ -57,9 +78,9 @@ def serve(server: FabricFlightServer, principal: str, args: dict[str, Any], meth
 def hold(watched: Watched, wait_s: float, read: Callable[[], list[Fetched]],
          answer_of: Callable[[list[Fetched]], Answer]) -> Answer | concurrent.futures.Future[Answer]:
     """The answer of a consumer's fetch that found nothing: read() again (without waiting) each time the waiter it
-    gives watched.watch() is called, and every watched.poll_s if given, answered (answer_of) as soon as read()
-    finds something, or with what there is after `wait_s`. Call on the loop's thread."""
-    name, watch, unwatch, poll_s = watched
+    gives watched.watch() is called, answered (answer_of) as soon as read() finds something, or with what there is
+    after `wait_s`. Call on the loop's thread."""
+    name, watch, unwatch = watched
     loop = asyncio.get_running_loop()
     answer: concurrent.futures.Future[Answer] = concurrent.futures.Future()
 
@@ -80,20 +101,12 @@ def hold(watched: Watched, wait_s: float, read: Callable[[], list[Fetched]],
             answer.set_exception(exc)
         else:
             answer.set_result(answer_of(fetched))
-        for timer in timers:
-            timer.cancel()
+        timer.cancel()
         unwatch(woken)
-
-    def polled() -> None:
-        settle(False)
-        if not answer.done() and poll_s is not None:
-            timers[1] = loop.call_later(poll_s, polled)
 
     if not watch(woken):
         return answer_of(read())
-    timers = [loop.call_later(wait_s, settle, True)]
-    if poll_s is not None:
-        timers.append(loop.call_later(poll_s, polled))
+    timer = loop.call_later(wait_s, settle, True)
     return answer
 
 

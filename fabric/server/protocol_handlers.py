@@ -66,14 +66,21 @@ def fetch(server: FabricFlightServer, method: Callable, read: Fetch, schema_of: 
     whole stored frame's batch as the segment holds it (payloads.fetched_stream). On the event loop (unless
     `waits` says it may wait on more than this process's files: a topic's metadata not at hand), one that finds
     nothing and may wait (max_wait_ms) is held there until its log's end moves on (consumer_fetches: woken by
-    the log's appends in this process, Log.watch_appends, and looking every reader.FOREIGN_APPEND_POLL_S for
-    other processes'); on a worker thread it waits there, as a Flight DoGet does."""
+    the log's appends in this process, Log.watch_appends, and by other processes' that an AppendPoller looks for
+    every reader.FOREIGN_APPEND_POLL_S); on a worker thread it waits there, as a Flight DoGet does."""
+    foreign = consumer_fetches.AppendPoller(FOREIGN_APPEND_POLL_S)
+
     def serve(principal: str, args: dict[str, Any], payload: Payload
               ) -> tuple[Any, Payload] | concurrent.futures.Future[tuple[Any, Payload]]:
         def watched() -> consumer_fetches.Watched:
             plog, offset = log_of(args["topic"], args["partition"]), args["offset"]
-            return consumer_fetches.Watched(plog.name, lambda woken: plog.watch_appends(woken, offset),
-                                            plog.unwatch_appends, FOREIGN_APPEND_POLL_S)
+
+            def watch(woken: consumer_fetches.Waiter) -> bool:
+                if not plog.watch_appends(woken, offset):
+                    return False
+                foreign.add(plog)
+                return True
+            return consumer_fetches.Watched(plog.name, watch, plog.unwatch_appends)
         return consumer_fetches.serve(server, principal, args, method, read,
                                       lambda fetched: fetch_answer(fetched, lambda: schema_of(args["topic"])), watched)
     return Handler(serve, waits)

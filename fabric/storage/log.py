@@ -114,7 +114,7 @@ class Log(LogTail):
         self._producers: ProducerStateTable | None = None  # built on an idempotent producer's first append
         self._txns: TransactionState | None = None  # built when a transaction or a read_committed reader needs it
         self.appended = threading.Condition()  # notified whenever the end offset moves on in this process
-        self._append_waiters: set[Callable[[], None]] = set()
+        self._append_waiters: dict[Callable[[], None], int] = {}
         self.clock = clock
         self.flushes = FlushPolicy(self)  # flush.messages, flush.ms
         self._start_checkpoint = log_start.CachedCheckpoint(directory)

@@ -21,7 +21,7 @@ from fabric.storage.flush_policy import FlushPolicy
 from fabric.storage.frame import FrameHeader
 from fabric.storage.index_repair import IndexRepair
 from fabric.storage.leader_epochs import LeaderEpochCache
-from fabric.storage.lock import PartitionLock
+from fabric.storage.lock import PartitionBusy, PartitionLock, without_waiting
 from fabric.storage.producer_state import ProducerStateTable
 from fabric.storage.recent_frames import RecentFrames
 from fabric.storage.recovery import Recovery, RecoveryReport
@@ -57,7 +57,8 @@ class LogTail:
     flushes: FlushPolicy
     retention: LogRetention
     appended: threading.Condition
-    _append_waiters: set[Callable[[], None]]  # called once at the next move of the end offset (watch_appends)
+    # called once at the next move of the end offset, each with the offset it waits past (watch_appends)
+    _append_waiters: dict[Callable[[], None], int]
     last_recovery: RecoveryReport | None
     _segments: dict[int, Segment]
     _tail_state: TailState | None
@@ -205,7 +206,7 @@ class LogTail:
             self._tail_state = tail._replace(end_offset=end_offset)
         with self.appended:
             self.appended.notify_all()
-            waiters, self._append_waiters = self._append_waiters, set()
+            waiters, self._append_waiters = self._append_waiters, {}
         for waiter in waiters:
             waiter()
         self.flushes.maybe_flush()
@@ -214,10 +215,10 @@ class LogTail:
     def watch_appends(self, waiter: Callable[[], None], offset: int) -> bool:
         """Call `waiter()` once, on the appending thread with the partition lock held (so it only schedules), when
         this process next moves the end offset on; False, registering nothing, if the end is past `offset`
-        already. Other processes' appends call nothing: a waiter that may see them looks again now and then
-        (reader.FOREIGN_APPEND_POLL_S)."""
+        already. Other processes' appends call nothing: look_for_appends, called now and then
+        (reader.FOREIGN_APPEND_POLL_S), finds them."""
         with self.appended:
-            self._append_waiters.add(waiter)
+            self._append_waiters[waiter] = offset
         if self.end_offset > offset:  # (read after registering: an append before it is seen here, one after calls)
             self.unwatch_appends(waiter)
             return False
@@ -226,7 +227,31 @@ class LogTail:
     def unwatch_appends(self, waiter: Callable[[], None]) -> None:
         """Forget a waiter of watch_appends that was not called."""
         with self.appended:
-            self._append_waiters.discard(waiter)
+            self._append_waiters.pop(waiter, None)
+
+    def look_for_appends(self) -> bool:
+        """Call the waiters of watch_appends whose offset the end offset is past now, as the watermark file says
+        (another process appended: nothing called them), with one read of it however many wait, waiting for no
+        lock; a watermark that cannot be read calls every waiter (each reads again, and answers what it finds).
+        Whether any waiter is left."""
+        with self.appended:
+            if not self._append_waiters:
+                return False
+        try:
+            with without_waiting():  # (a poller on an event loop: a recovery the read needs waits for no lock)
+                end: int | None = self.end_offset
+        except PartitionBusy:  # another holds the lock the recovery needs: looked at again next time
+            return True
+        except Exception:  # noqa: BLE001 (each waiter's own read meets it and answers it)
+            end = None
+        with self.appended:
+            moved = [waiter for waiter, offset in self._append_waiters.items() if end is None or end > offset]
+            for waiter in moved:
+                del self._append_waiters[waiter]
+            left = bool(self._append_waiters)
+        for waiter in moved:
+            waiter()
+        return left
 
     def _roll_due(self, active: Segment, size: int, header: FrameHeader) -> bool:
         """Roll before `header`'s frame once the segment (of `size` bytes) is full, or once the frame's records are

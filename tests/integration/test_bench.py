@@ -13,7 +13,8 @@ from fabric.spark import jar
 
 SUITES = [
     ("bench.log_bench", ["--records", "20000", "--send-records", "2000"], "log", "produce_vs_ipc_write"),
-    ("bench.request_bench", ["--requests", "20", "--zookeeper"], "requests", "vs_action"),
+    ("bench.request_bench", ["--requests", "20", "--zookeeper", "--held", "4", "--held-seconds", "0.5"], "requests",
+     "held_fetches"),
     ("bench.append_bench", ["--records", "200", "--rounds", "1", "--rate", "100", "--seconds", "0.5", "--warmup",
                             "0.1"], "append", "send_get"),
     ("bench.coordinator_bench", ["--rounds", "1", "--members", "4"], "coordinator", "rebalance"),
