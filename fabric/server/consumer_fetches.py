@@ -52,8 +52,10 @@ class AppendPoller:
             self._timer = asyncio.get_running_loop().call_later(self.every_s, self._look)
 
     def _look(self) -> None:
-        self._logs = {plog for plog in self._logs if plog.look_for_appends()}
-        self._timer = asyncio.get_running_loop().call_later(self.every_s, self._look) if self._logs else None
+        try:  # (a look that fails leaves every log to the next, and the loop's handler logs why)
+            self._logs = {plog for plog in self._logs if plog.look_for_appends()}
+        finally:
+            self._timer = asyncio.get_running_loop().call_later(self.every_s, self._look) if self._logs else None
 
 
 def serve(server: FabricFlightServer, principal: str, args: dict[str, Any], method: Callable,
