@@ -19,6 +19,7 @@ import fabric
 from fabric.common.errors import ClientTimeoutError
 from fabric.common.waiting import wait_for
 
+LINGER_MS = 600_000  # the linger thread never sends a batch first: each is the get(timeout)'s to take
 HOLDER = r"""
 import fcntl, os, sys
 fd = os.open(sys.argv[1], os.O_RDWR)
@@ -76,7 +77,7 @@ def test_a_get_with_a_timeout_appends_in_the_calling_thread(tmp_path) -> None:
     with fabric.connect(f"file://{tmp_path}") as fab:
         fab.create_topic("t", partitions=1)
         called_back_in: list[str] = []
-        with fab.producer() as producer:
+        with fab.producer(linger_ms=LINGER_MS) as producer:
             for i in range(5):
                 future = producer.send("t", b"v%d" % i, callback=lambda error, metadata: called_back_in.append(
                     threading.current_thread().name))
@@ -91,7 +92,7 @@ def test_a_get_with_a_timeout_ends_at_it_while_a_paused_process_holds_the_partit
         holder = PausedHolder(tmp_path / "t" / "0" / ".lock")
         try:
             appended_in: list[str] = []
-            with fab.producer() as producer:
+            with fab.producer(linger_ms=LINGER_MS) as producer:
                 future = producer.send("t", b"late", callback=lambda error, metadata: appended_in.append(
                     threading.current_thread().name))
                 outcome = get_in_thread(future, 0.5)
@@ -110,7 +111,7 @@ def test_a_get_with_a_timeout_ends_at_it_while_the_producers_own_batch_waits_for
         fab.create_topic("t", partitions=1)
         holder = PausedHolder(tmp_path / "t" / "0" / ".lock")
         try:
-            with fab.producer() as producer:
+            with fab.producer(linger_ms=LINGER_MS) as producer:
                 batch = threading.Thread(target=producer.send_batch, args=(
                     "t", pa.table({"value": [b"b1", b"b2"], "partition": [0, 0]})))
                 batch.start()  # it holds the producer's order for t-0 while it waits for the lock
