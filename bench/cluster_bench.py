@@ -242,11 +242,12 @@ def summary(ms: list[float]) -> dict[str, float]:
             "max_ms": float(data.max())}
 
 
-def latency(all_paths: list[Path], rate: float, warmup_s: float, seconds: float, rounds: int
+def latency(all_paths: list[Path], rate: float, warmup_s: float, seconds: float, rounds: int, topic: str = "latency"
             ) -> tuple[dict[str, Any], dict[str, dict[str, list[float]]]]:
-    """latency_turn on every path, taking turns `rounds` times (so a burst of load from other tenants of the
-    machine falls on all of them); per path the summaries, and the raw latencies for the plots."""
-    topics = {p.key: p.create_topic(f"latency-{p.key}", 1) for p in all_paths}
+    """latency_turn on every path (to a topic `topic`-<path> of one partition), taking turns `rounds` times (so a
+    burst of load from other tenants of the machine falls on all of them); per path the summaries, and the raw
+    latencies for the plots."""
+    topics = {p.key: p.create_topic(f"{topic}-{p.key}", 1) for p in all_paths}
     raw: dict[str, dict[str, list[float]]] = {p.key: {"produce": [], "end_to_end": []} for p in all_paths}
     for r in range(rounds):
         for path in all_paths:
@@ -363,6 +364,7 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], dict[
             "cluster_s": failover_cluster(cluster, all_paths[0], args.failovers, signal.SIGKILL),
             "cluster_sigterm_s": failover_cluster(cluster, all_paths[0], args.failovers, signal.SIGTERM),
             "single_node_restart_s": failover_single(service, all_paths[2], args.failovers)}
+        idle = idle_latency(all_paths[0], args) if args.idle_partitions else {}
     failover |= {f"{k}_median_s": float(np.median(failover[f"{k}_s"]))
                  for k in ("cluster", "cluster_sigterm", "single_node_restart")}
     return {
@@ -383,7 +385,21 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], dict[
         "failover": {"session_timeout_ms": args.session_timeout_ms, "heartbeat_interval_ms": args.heartbeat_ms,
                      "retry_backoff_ms": PRODUCER_SETTINGS["retry_backoff_ms"].default,
                      "goal_s": args.session_timeout_ms / 1000 + 1, **failover},
+        "latency_beside_idle_partitions": idle,
     }, raw
+
+
+def idle_latency(path: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The latency turns of `path` again with a topic of args.idle_partitions partitions beside it, idle once one
+    record was written to each with acks=all (so every follower copies them before the turns start): what idle
+    partitions cost the replication of a busy one (each follower fetch names them all)."""
+    with timed(f"creating a topic of {args.idle_partitions} partitions, one record written to each"):
+        path.create_topic("idle", args.idle_partitions)
+        with path.fab.producer(acks=path.acks) as producer:
+            producer.send_batch("idle", pa.table({"value": [b"x"] * args.idle_partitions,
+                                                  "partition": list(range(args.idle_partitions))}))
+    lat, _ = latency([path], args.rate, args.warmup, args.seconds, args.rounds, "latency-beside-idle")
+    return {"partitions": args.idle_partitions, **lat[path.key]}
 
 
 def report(results: dict[str, Any], raw: dict[str, dict[str, list[float]]]) -> None:
@@ -424,7 +440,14 @@ def report(results: dict[str, Any], raw: dict[str, dict[str, list[float]]]) -> N
                 ("path", "produce p50 ms", "p99", "max", "end-to-end p50 ms", "p99", "max", "e2e p99 vs service")))
     print(f"\nlatency at {lat['rate_per_s']:g} records/s, {lat['rounds']} x {lat['seconds']:g} s after "
           f"{lat['warmup_s']:g} s of warm-up each; goals for p99: produce <= {PRODUCE_P99_GOAL_MS:g} ms, end to end "
-          f"<= {E2E_P99_GOAL_MS:g} ms\n")
+          f"<= {E2E_P99_GOAL_MS:g} ms")
+    idle = results["latency_beside_idle_partitions"]
+    if idle:
+        print(f"{labels['rf3']}, beside a topic of {idle['partitions']} idle partitions: produce p50 / p99 "
+              f"{idle['produce']['p50_ms']:.2f} / {idle['produce']['p99_ms']:.2f} ms, end to end p99 "
+              f"{idle['end_to_end']['p99_ms']:.2f} ms (without: {lat['rf3']['produce']['p50_ms']:.2f} / "
+              f"{lat['rf3']['produce']['p99_ms']:.2f}, {lat['rf3']['end_to_end']['p99_ms']:.2f} ms)")
+    print()
     print(table([("cluster: SIGKILL of an RF 3 leader", f"{failover['cluster_median_s']:.2f}",
                   ", ".join(f"{s:.2f}" for s in failover["cluster_s"]), str(failover["session_timeout_ms"]),
                   f"<= {failover['goal_s']:g}"),
@@ -459,14 +482,17 @@ def main(argv: list[str] | None = None) -> dict:
                ("--rounds", int, 3, "latency: turns per path"),
                ("--failovers", int, 3, "leader SIGKILLs (and single-node restarts)"),
                ("--session-timeout-ms", int, 3000, "node.session.timeout.ms of the coordinator and nodes"),
-               ("--heartbeat-ms", int, 300, "node.heartbeat.interval.ms"))
+               ("--heartbeat-ms", int, 300, "node.heartbeat.interval.ms"),
+               ("--idle-partitions", int, 300, "latency: the RF 3 path again beside this many idle partitions "
+                "(0: not)"))
     for flag, kind, default, text in options:
         parser.add_argument(flag, type=kind, default=default, help=f"{text} (default {default:g})")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
     if min(args.records, args.partitions, args.repeats, args.rounds, args.failovers) < 1 or \
-            args.rate * args.seconds < 1 or args.warmup < 0:
-        parser.error("sizes and counts must be positive, --rate x --seconds at least one record, --warmup >= 0")
+            args.rate * args.seconds < 1 or args.warmup < 0 or args.idle_partitions < 0:
+        parser.error("sizes and counts must be positive, --rate x --seconds at least one record, --warmup and "
+                     "--idle-partitions >= 0")
     return run_suite("cluster", args, run, report)
 
 

@@ -46,7 +46,7 @@ def test_benchmark_suite_runs_and_reports(repo_root, tmp_path, module, args, nam
 def test_cluster_benchmark_reports_every_path_and_failover(repo_root, tmp_path) -> None:
     results = run_suite(repo_root, tmp_path, "bench.cluster_bench", [
         "--records", "2000", "--partitions", "2", "--repeats", "1", "--rate", "100", "--seconds", "0.5",
-        "--warmup", "0.1", "--rounds", "1", "--failovers", "1"], "cluster")
+        "--warmup", "0.1", "--rounds", "1", "--failovers", "1", "--idle-partitions", "4"], "cluster")
     for kind in ("produce", "consume"):
         assert set(results[kind]) == CLUSTER_PATHS
         assert all(out["records_per_s"] > 0 for out in results[kind].values()), results[kind]
@@ -63,6 +63,8 @@ def test_cluster_benchmark_reports_every_path_and_failover(repo_root, tmp_path) 
     assert [len(failover[f"{k}_s"]) for k in rounds] == [1, 1, 1]
     assert all(failover[f"{k}_median_s"] > 0 for k in rounds)
     assert results["consume_from_follower"]["records_per_s"] > 0 and results["follower_reads"]["vs_leaders"] > 0
+    idle = results["latency_beside_idle_partitions"]
+    assert idle["partitions"] == 4 and idle["produce"]["records"] == 50 and idle["end_to_end"]["p99_ms"] > 0
 
 
 def test_latency_trace_follows_every_acks_all_write_through_every_process(repo_root, tmp_path) -> None:

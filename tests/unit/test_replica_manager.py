@@ -12,6 +12,7 @@ import pytest
 from fabric.common.errors import InvalidConfigError, InvalidRequestError, NotLeaderError
 from fabric.common.types import LeaderAndIsr, NodeAssignment, PartitionAssignment, PartitionRegistration, TopicInfo
 from fabric.common.waiting import wait_for
+from fabric.server.node import partition as partition_module
 from fabric.server.node.append_routing import append_waits
 from fabric.server.node.replica_manager import ReplicaManager
 
@@ -124,3 +125,45 @@ def test_a_follower_fetches_every_partition_it_copies_from_this_node_in_one_requ
         replicas.replica_fetch(2, [("t", 0, 0, 0, ""), ("t", 0, 1, 0, "")])
     with pytest.raises(InvalidRequestError, match="must be ints from 0, got 0, -1, 0"):
         replicas.replica_fetch(2, [("t", 0, -1, 0, "")])
+
+
+def test_a_fetch_that_asks_leaves_out_the_partitions_whose_answer_would_repeat(tmp_path, storage, monkeypatch) -> None:
+    """omit_unchanged (follower_fetches): a partition this follower was answered at the log end, with nothing
+    appended and the same high watermark since, is None in the answer; new frames, a high watermark moved by the
+    other follower, the end of the leadership, and ANSWER_FROM_MEMORY_MS passing are each answered in full."""
+    replicas = ReplicaManager(1, str(tmp_path / "node1"))
+    three = PartitionRegistration(PartitionAssignment((1, 2, 3)), LeaderAndIsr(1, 0, (1, 2, 3), 0, 1))
+    replicas.apply(NodeAssignment(1, {("t", 0): three, ("t", 1): three}, {"t": TopicInfo("t", 2)}))
+    replicas.append("t", 0, storage.make_batch([b"a", b"b"]), acks="1")
+
+    def fetch(follower: int, *offsets: int) -> list:
+        return replicas.replica_fetch(follower, [("t", p, offset, 0, "") for p, offset in enumerate(offsets)],
+                                      max_wait_ms=0, omit_unchanged=True)
+    first = fetch(2, 0, 0)
+    assert first[0].frames.size and first[1].log_end == 0  # never answered before: both in full
+    copied = fetch(2, 2, 0)  # t-0's frames copied: its offset moved, so it is answered; t-1 repeats
+    assert copied[0].log_end == 2 and copied[0].high_watermark == 0 and copied[1] is None
+    assert fetch(2, 2, 0) == [None, None]
+    assert fetch(3, 2, 0)[0].high_watermark == 2  # follower 3 catches up: the high watermark moves
+    moved = fetch(2, 2, 0)
+    assert moved[0].high_watermark == 2 and moved[1] is None
+    replicas.append("t", 1, storage.make_batch([b"c"]), acks="1")
+    appended = fetch(2, 2, 0)
+    assert appended[0] is None and appended[1].frames.size
+    assert fetch(2, 2, 1)[1].log_end == 1  # t-1 copied: answered at its new end once, then left out
+    assert fetch(2, 2, 1) == [None, None]
+    later = partition_module._now_ms() + partition_module.ANSWER_FROM_MEMORY_MS
+    monkeypatch.setattr(partition_module, "_now_ms", lambda: later)
+    assert all(answer is not None and answer.frames.size == 0 for answer in fetch(2, 2, 1))  # read again
+    assert fetch(2, 2, 1) == [None, None]
+    held: list = []
+    waiting = threading.Thread(target=lambda: held.extend(replicas.replica_fetch(
+        2, [("t", 0, 2, 0, ""), ("t", 1, 1, 0, "")], max_wait_ms=60_000, omit_unchanged=True)))
+    waiting.start()  # every partition unchanged: the fetch is held, not answered at once
+    wait_for(lambda: replicas.replica("t", 1, 0)._fetch_waiters, 30, "the fetch to wait for frames")
+    replicas.append("t", 1, storage.make_batch([b"d"]), acks="1")
+    waiting.join(30)
+    assert held[0] is None and held[1].frames.size
+    gone = PartitionRegistration(PartitionAssignment((1, 2, 3)), LeaderAndIsr(2, 1, (1, 2, 3), 1, 2))
+    replicas.apply(NodeAssignment(2, {("t", 0): gone, ("t", 1): three}, {"t": TopicInfo("t", 2)}))
+    assert isinstance(fetch(2, 2, 2)[0], NotLeaderError)  # the leadership ended: answered with its error

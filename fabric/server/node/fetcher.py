@@ -21,7 +21,9 @@ is logged once, not again while the same one repeats. A FencedLeaderEpochError (
 controller) asks the controller first. A failure of this node's own storage goes through its guard
 (storage_health: the replica goes offline, and the ReplicaManager takes it out of its fetcher). The order of the
 partitions rotates with every fetch, so one partition cannot take the whole of replica.fetch.response.max.bytes
-every time.
+every time. Each fetch asks the leader to leave out the partitions whose answer would repeat the last one
+(`omit_unchanged`, follower_fetches), answered None and skipped here, unless the leader, of an earlier
+release, refuses the argument: then every answer is asked for, as before.
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ from fabric.common.errors import (
     FabricError,
     FencedLeaderEpochError,
     InvalidFramesError,
+    InvalidRequestError,
     LeaderNotAvailableError,
     OffsetOutOfRangeError,
 )
@@ -55,10 +58,12 @@ from fabric.server.peer_calls import PeerCalls
 from fabric.storage import truncation
 
 log = logging.getLogger(__name__)
+OMIT_UNCHANGED = "omit_unchanged"  # the leader leaves out the partitions whose answer would repeat (follower_fetches)
 Peer = Callable[[str, Call], Any]  # (address, call) -> the call's result at that node
 # (partition, what is being done) -> a context in which a failure of the replica's storage takes it offline
 StorageGuard = Callable[[TopicPartition, str], ContextManager[None]]
-FetchAnswer = tuple[dict[str, Any], pa.Buffer]  # one partition's answer (its offsets, or {"error": ...}), frames
+# one partition's answer (its offsets, or {"error": ...}; None: as the last one said), and its frames
+FetchAnswer = tuple[dict[str, Any] | None, pa.Buffer]
 
 
 class FetcherState(str, enum.Enum):
@@ -98,8 +103,8 @@ class FetchedPartition:
 def fetch_answers(partitions: int, result: msgspec.Raw, payload: Payload) -> list[FetchAnswer]:
     """A protocol replica_fetch's answer of `partitions` partitions: each partition's JSON answer, with its frames
     cut from the payload (the frames of those that have some, one after the other in order)."""
-    answers: list[dict[str, Any]] = messages.decode_result(result, list[dict[str, Any]])
-    sizes = [answer.get("frames", 0) for answer in answers]
+    answers: list[dict[str, Any] | None] = messages.decode_result(result, list[dict[str, Any] | None])
+    sizes = [0 if answer is None else answer.get("frames", 0) for answer in answers]
     if len(answers) != partitions or sum(sizes) != len(payload):
         raise FabricError(f"leader's answer to a fetch of {partitions} partition(s) does not match it "
                           f"({len(answers)} answers, {sum(sizes)} bytes of frames named, {len(payload)} sent)")
@@ -137,6 +142,7 @@ class ReplicaFetcher:
         self._changed = threading.Event()  # a partition was added, or the fetcher stopped
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"fetcher-from-{leader_id}")
+        self._omit_unchanged = True  # asked of the leader until it refuses the argument (an earlier release)
 
     def start(self) -> None:
         """Start fetching (once; later calls do nothing)."""
@@ -284,7 +290,7 @@ class ReplicaFetcher:
                 fetched.retry_at = retry_at
             return
         for fetched, offset, (answer, frames) in zip(ready, offsets, answers, strict=True):
-            if not self._current(fetched):
+            if answer is None or not self._current(fetched):  # (None: unchanged since the last answer)
                 continue
             if "error" in answer:
                 error = wire.exception_of(answer["error"])
@@ -306,10 +312,18 @@ class ReplicaFetcher:
         try:
             result, payload = self.protocol.call(self.address, "replica_fetch", {
                 "replica_id": self.node_id, "partitions": partitions, "max_bytes": settings.max_bytes,
-                "response_max_bytes": settings.response_max_bytes, "max_wait_ms": settings.max_wait_ms})
+                "response_max_bytes": settings.response_max_bytes, "max_wait_ms": settings.max_wait_ms,
+                **({OMIT_UNCHANGED: True} if self._omit_unchanged else {})})
         except OSError as exc:  # unreachable, broken, or no answer in time (ClientTimeoutError)
             raise LeaderNotAvailableError(f"leader node {self.leader_id} at {self.address} did not answer (fabric "
                                           f"protocol: {exc})") from None
+        except InvalidRequestError as exc:
+            if not self._omit_unchanged or OMIT_UNCHANGED not in str(exc):
+                raise
+            log.info("leader node %d does not take %s (an earlier release): its answers name every partition",
+                     self.leader_id, OMIT_UNCHANGED)
+            self._omit_unchanged = False
+            return self._replica_fetch(partitions)
         return fetch_answers(len(partitions), result, payload)
 
     @staticmethod

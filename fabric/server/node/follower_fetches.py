@@ -6,6 +6,11 @@ repair.py), and the request held while none has frames, until one has or a leade
 A FollowerFetch answers at once what it can; `hold` then watches its partitions without blocking a thread (the
 fabric protocol's event loop answers it when woken, or when its wait is over), and `serve` waits for it on the
 calling thread.
+
+A fetch that asks `omit_unchanged` (Kafka's incremental fetch sessions, KIP-227, without the session: the follower
+names every partition, but most are idle) is answered None for each partition whose answer would repeat the last
+one this follower had (PartitionReplica.answered_alike): neither side spends more on an idle partition than that
+look, however many partitions a node leads.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ if TYPE_CHECKING:
     from fabric.server.node.replica_manager import ReplicaManager
 
 Fetched = tuple[str, int, int, int, str]  # (topic, partition, offset, leader epoch, topic id)
-Answer = ReplicaFetch | FabricError
+Answer = ReplicaFetch | FabricError | None  # None: as the follower's last answer said (omit_unchanged)
 # replica.fetch.max.bytes, replica.fetch.response.max.bytes and replica.fetch.wait.max.ms a request omits
 MAX_BYTES, RESPONSE_MAX_BYTES, MAX_WAIT_MS = 1 << 20, 10 << 20, 500
 
@@ -33,7 +38,7 @@ class FollowerFetch:
 
     def __init__(self, replicas: ReplicaManager, replica_id: int, partitions: list[Fetched],
                  max_bytes: int = MAX_BYTES, response_max_bytes: int = RESPONSE_MAX_BYTES,
-                 max_wait_ms: int = MAX_WAIT_MS) -> None:
+                 max_wait_ms: int = MAX_WAIT_MS, omit_unchanged: bool = False) -> None:
         for name, value in (("replica_id", replica_id), ("max_bytes", max_bytes),
                             ("response_max_bytes", response_max_bytes)):
             if value < 0:
@@ -48,7 +53,7 @@ class FollowerFetch:
         self.wait_s = partition_ops.wait_seconds("max_wait_ms", max_wait_ms)
         self._replicas, self._partitions = replicas, partitions
         self._answer = functools.partial(_answers, replicas, replica_id, max_bytes=max_bytes,
-                                         response_max_bytes=response_max_bytes)
+                                         response_max_bytes=response_max_bytes, omit_unchanged=omit_unchanged)
         self.answers = self._answer(partitions)
         self._waiter: FetchWaiter | None = None
         self._watched: list[PartitionReplica] = []
@@ -57,7 +62,8 @@ class FollowerFetch:
         """If the fetch waits (a wait asked, and no partition has frames): watch its partitions, `on_wake()` (on
         the waking thread, under a partition's lock: it only schedules `finish`) at the first frames or end of a
         leadership among them, and True; else False, and the answers stand."""
-        if not self.wait_s or any(not isinstance(a, ReplicaFetch) or a.frames.size for a in self.answers):
+        if not self.wait_s or any(a is not None and (not isinstance(a, ReplicaFetch) or a.frames.size)
+                                  for a in self.answers):
             return False
         waiter = self._waiter = FetchWaiter(on_wake)
         for topic, partition, offset, leader_epoch, _ in self._partitions:
@@ -89,19 +95,23 @@ class FollowerFetch:
 
 
 def serve(replicas: ReplicaManager, replica_id: int, partitions: list[Fetched], max_bytes: int,
-          response_max_bytes: int, max_wait_ms: int) -> list[Answer]:
+          response_max_bytes: int, max_wait_ms: int, omit_unchanged: bool) -> list[Answer]:
     """ReplicaManager.replica_fetch: the fetch answered, held on this thread while it waits."""
-    fetch = FollowerFetch(replicas, replica_id, partitions, max_bytes, response_max_bytes, max_wait_ms)
+    fetch = FollowerFetch(replicas, replica_id, partitions, max_bytes, response_max_bytes, max_wait_ms,
+                          omit_unchanged)
     if fetch.hold(lambda: None):
         fetch.wait()
     return fetch.finish()
 
 
 def _answers(replicas: ReplicaManager, replica_id: int, partitions: list[Fetched], max_bytes: int,
-             response_max_bytes: int) -> list[Answer]:
+             response_max_bytes: int, omit_unchanged: bool) -> list[Answer]:
     answers: list[Answer] = []
     budget = response_max_bytes
     for topic, partition, offset, leader_epoch, topic_id in partitions:
+        if omit_unchanged and _unchanged(replicas, replica_id, topic, partition, offset, leader_epoch, topic_id):
+            answers.append(None)
+            continue
         try:
             replica = replicas.replica(topic, partition, leader_epoch, topic_id=topic_id)
             with replicas.health.guard((topic, partition), f"read partition {topic}-{partition}"):
@@ -113,3 +123,12 @@ def _answers(replicas: ReplicaManager, replica_id: int, partitions: list[Fetched
         budget -= answer.frames.size
         answers.append(answer)
     return answers
+
+
+def _unchanged(replicas: ReplicaManager, replica_id: int, topic: str, partition: int, offset: int, leader_epoch: int,
+               topic_id: str) -> bool:
+    """Whether the partition's answer to this follower would repeat its last (PartitionReplica.answered_alike), the
+    topic being the one the request names."""
+    replica = replicas.hosted_replica((topic, partition))
+    return (replica is not None and replica.answered_alike(replica_id, leader_epoch, offset)
+            and replicas.same_topic(topic, topic_id))

@@ -38,6 +38,7 @@ class FollowerProgress:
     answered_changes: int = UNKNOWN
     answered_ms: float = 0.0
     answered_start: int = UNKNOWN
+    answered_hw: int = UNKNOWN  # the high watermark its last answer (from the log or from memory) gave
 
 
 class LeaderState:

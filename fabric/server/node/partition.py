@@ -426,13 +426,30 @@ class PartitionReplica:
             progress = leader.followers[follower]
             progress.answered_changes, progress.answered_ms = self._changes, now
             self._advance(plog, leo)
+            hw = progress.answered_hw = self.hw
         start = progress.answered_start = now_range.start
         # below the log start (deleted by retention or DeleteRecords before this follower copied it): no frames,
         # and the answer's log start tells the follower where to start again (Kafka's OFFSET_OUT_OF_RANGE); none
         # either for max_bytes 0 (the fetch's response_max_bytes was spent on other partitions)
         has_frames = start <= offset < leo and max_bytes
         frames = plog.read_frames(offset, max_bytes, within=now_range) if has_frames else NO_FRAMES
-        return ReplicaFetch(frames, self.hw, leo, start)
+        return ReplicaFetch(frames, hw, leo, start)
+
+    def answered_alike(self, follower: int, leader_epoch: int, offset: int) -> bool:
+        """Whether `follower` fetching from `offset` under `leader_epoch` would be answered from memory with what
+        its last answer said (no frames, the same high watermark and log start; see `_unchanged`): a fetch that
+        asked for it leaves such a partition out of its answer (follower_fetches), so an idle partition costs
+        neither side more than this look. Read without the lock: an append racing it is seen by the fetch's
+        hold (`watch` reads the log end under the lock) or its next fetch. The follower's caught-up time is then
+        not renewed, but the partition is read from the log at least every ANSWER_FROM_MEMORY_MS, far below
+        replica.lag.time.max.ms."""
+        leader = self.leader
+        if leader is None or leader.leader_epoch != leader_epoch:
+            return False
+        progress = leader.followers.get(follower)
+        return (progress is not None and progress.answered_changes == self._changes
+                and offset == progress.leo == progress.leader_leo_at_fetch and progress.answered_hw == self.hw
+                and progress.answered_start >= 0 and _now_ms() - progress.answered_ms < ANSWER_FROM_MEMORY_MS)
 
     def _unchanged(self, leader: LeaderState, follower: int, offset: int, now: float) -> ReplicaFetch | None:
         """The answer, from memory, to `follower` fetching again from the log end it was answered at, with no
@@ -443,7 +460,8 @@ class PartitionReplica:
                 or progress.answered_start < 0):
             return None
         leader.follower_fetched(follower, offset, offset, now)  # caught up: at the log end
-        return ReplicaFetch(NO_FRAMES, self.hw, offset, progress.answered_start)
+        progress.answered_hw = self.hw
+        return ReplicaFetch(NO_FRAMES, progress.answered_hw, offset, progress.answered_start)
 
     def end_offset_for(self, epoch: int, leader_epoch: int) -> EpochEndOffset:
         """OffsetsForLeaderEpoch as the leader under `leader_epoch`: where this log's records of `epoch` end."""

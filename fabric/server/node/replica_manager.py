@@ -465,12 +465,15 @@ class ReplicaManager:
     def replica_fetch(self, replica_id: int, partitions: list[tuple[str, int, int, int, str]],
                       max_bytes: int = follower_fetches.MAX_BYTES,
                       response_max_bytes: int = follower_fetches.RESPONSE_MAX_BYTES,
-                      max_wait_ms: int = follower_fetches.MAX_WAIT_MS) -> list[ReplicaFetch | FabricError]:
+                      max_wait_ms: int = follower_fetches.MAX_WAIT_MS, omit_unchanged: bool = False
+                      ) -> list[ReplicaFetch | FabricError | None]:
         """A follower's fetch of every partition it copies from this node, each (topic, partition, offset, leader
         epoch, topic id) (Kafka's replica FetchRequest): per partition, its progress recorded and its frames from
-        the offset (up to `max_bytes`, and `response_max_bytes` over all), or the error that concerns it alone.
+        the offset (up to `max_bytes`, and `response_max_bytes` over all), or the error that concerns it alone;
+        with `omit_unchanged`, None where the answer would repeat the follower's last (follower_fetches).
         When none has frames, held up to max_wait_ms until one has, or a leadership among them ends."""
-        return follower_fetches.serve(self, replica_id, partitions, max_bytes, response_max_bytes, max_wait_ms)
+        return follower_fetches.serve(self, replica_id, partitions, max_bytes, response_max_bytes, max_wait_ms,
+                                      omit_unchanged)
 
     def replica_range(self, topic: str, partition: int, start_offset: int, end_offset: int,
                       max_bytes: int = RANGE_MAX_BYTES, topic_id: str = "") -> pa.Buffer:

@@ -57,20 +57,22 @@ PROTOCOL_ACTIONS = ("partition_state", "offset_for_time", "write_markers")
 Answer = tuple[Any, Payload]  # a protocol request's result and payload
 
 
-def _fetch_answer(answer: ReplicaFetch | FabricError) -> dict[str, Any]:
-    """One partition's part of a replica fetch's answer: its leader's offsets, or its error."""
+def _fetch_answer(answer: ReplicaFetch | FabricError | None) -> dict[str, Any] | None:
+    """One partition's part of a replica fetch's answer: its leader's offsets, or its error (None: unchanged)."""
+    if answer is None:
+        return None
     if isinstance(answer, FabricError):
         return {"error": wire.error_fields(answer)}
     return {"high_watermark": answer.high_watermark, "log_end": answer.log_end, "log_start": answer.log_start,
             "frames": answer.frames.size}
 
 
-def _replica_answer(answers: list[ReplicaFetch | FabricError]) -> Answer:
+def _replica_answer(answers: list[ReplicaFetch | FabricError | None]) -> Answer:
     """A protocol replica_fetch's answer: the JSON answer of each partition, and their frames as the payload."""
     return [_fetch_answer(answer) for answer in answers], _frames_payload(answers)
 
 
-def _frames_payload(answers: list[ReplicaFetch | FabricError]) -> Payload:
+def _frames_payload(answers: list[ReplicaFetch | FabricError | None]) -> Payload:
     """The frames of a replica fetch's partitions, one after the other in their order: a protocol answer's
     payload (a single partition's frames as they are, without a copy)."""
     frames = [a.frames for a in answers if isinstance(a, ReplicaFetch) and a.frames.size]
