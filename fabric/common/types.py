@@ -309,6 +309,16 @@ class NodeAssignment:
 
 
 @dataclass(frozen=True)
+class NodeHeartbeat:
+    """The heartbeat answer to a node that names the digest of the assignment it last applied: the assignment
+    only when it differs from that one (None: the node's still holds), and its digest, for the next heartbeat. So
+    a node with thousands of partitions is not sent, and does not decode and apply, all of them every beat."""
+
+    digest: str
+    assignment: NodeAssignment | None = None
+
+
+@dataclass(frozen=True)
 class TransactionalOffsets:
     """A group's offsets committed by a producer transaction (Kafka's TxnOffsetCommit): written to the offsets
     topic by the same publish as the transaction's records, so both become visible at its commit point. The

@@ -10,13 +10,16 @@ import collections.abc
 import dataclasses
 import functools
 import inspect
+import logging
 import types
 import typing
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, TypeVar
 
 from fabric.common.errors import InvalidRequestError
 from fabric.common.redaction import clip, shorten
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -156,3 +159,27 @@ def check_call(name: str, method: Callable, args: dict[str, Any], skip: tuple[st
         if not check(value):
             raise InvalidRequestError(f"request {name!r}: argument {arg!r} must be {_describe(hint)}, "
                                       f"got {type(value).__name__} {clip(value)}")
+
+
+class OptionalArgument:
+    """An argument that a server of an earlier release refuses as unknown (check_call's InvalidRequestError names
+    it): sent with every request until a server refuses it once, then never again by this caller, who then gets
+    what the earlier release answers. So a rolling upgrade of a cluster keeps its servers talking."""
+
+    def __init__(self, name: str, without: str) -> None:
+        self.name, self.without = name, without  # without: what the caller does instead, for the log
+        self.sent = True
+
+    def call(self, request: Callable[[dict[str, Any]], T], args: dict[str, Any], value: Any, server: str) -> T:
+        """`request(args)` with this argument set to `value` while servers take it; `server` names the one asked,
+        for the log."""
+        if not self.sent:
+            return request(args)
+        try:
+            return request({**args, self.name: value})
+        except InvalidRequestError as exc:
+            if self.name not in str(exc):
+                raise
+        log.info("%s does not take %s (an earlier release): %s", server, self.name, self.without)
+        self.sent = False
+        return request(args)

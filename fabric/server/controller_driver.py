@@ -15,6 +15,7 @@ holds one lock: decisions are taken one at a time, as Kafka's controller takes t
 from __future__ import annotations
 
 import enum
+import hashlib
 import logging
 import threading
 from typing import Callable, TypeVar
@@ -34,6 +35,7 @@ from fabric.common.types import (
     ClusterDescription,
     LeaderAndIsr,
     NodeAssignment,
+    NodeHeartbeat,
     NodeInfo,
     PartitionRegistration,
     TopicInfo,
@@ -44,6 +46,7 @@ from fabric.coordinator.controller import Decision, Election
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.node_leases import NodeLeases, check_interval_ms
+from fabric.server import wire
 from fabric.server.instance import check_address
 
 log = logging.getLogger(__name__)
@@ -180,10 +183,22 @@ class ControllerDriver:
 
     def node_heartbeat(self, node_id: int, node_epoch: int,
                        high_watermarks: dict[TopicPartition, int] | None = None,
-                       offline_replicas: list[TopicPartition] | None = None) -> NodeAssignment:
+                       offline_replicas: list[TopicPartition] | None = None,
+                       assignment_digest: str | None = None) -> NodeAssignment | NodeHeartbeat:
         """Renew the node's lease (StaleNodeEpochError if fenced: it must register again); answer what it hosts.
         A node reports the high watermarks of the partitions it leads (kept for consumer-group lag) and the
-        replicas it cannot serve now (ActiveController.replicas_offline)."""
+        replicas it cannot serve now (ActiveController.replicas_offline). A node that names the digest of the
+        assignment it applied last ("" for none) is answered a NodeHeartbeat: the assignment only if it changed.
+        (A node of an earlier release names none, and is answered the assignment itself.)"""
+        assignment = self._assignment(node_id, node_epoch, high_watermarks, offline_replicas)
+        if assignment_digest is None:
+            return assignment
+        digest = hashlib.blake2b(wire.dumps(assignment), digest_size=16).hexdigest()
+        return NodeHeartbeat(digest, None if digest == assignment_digest else assignment)
+
+    def _assignment(self, node_id: int, node_epoch: int, high_watermarks: dict[TopicPartition, int] | None,
+                    offline_replicas: list[TopicPartition] | None) -> NodeAssignment:
+        """node_heartbeat's lease renewal and reports, and the node's assignment."""
         offline = frozenset(offline_replicas or ())
 
         def beat(controller: ActiveController) -> tuple[int, dict[int, frozenset[TopicPartition]]]:
@@ -192,8 +207,8 @@ class ControllerDriver:
             return controller.controller_epoch, dict(controller.offline_replicas)
         epoch, reported = self._call(beat)
         self.high_watermarks.update(high_watermarks or {})
-        mine = {tp: reg for tp, reg in self.store.partition_registrations().items()
-                if node_id in reg.assignment.replicas}
+        mine = {tp: reg for tp, reg in sorted(self.store.partition_registrations().items())
+                if node_id in reg.assignment.replicas}  # (in order: the same view has the same digest)
         topics: dict[str, TopicInfo] = {}
         for name in sorted({tp[0] for tp in mine}):
             try:

@@ -31,6 +31,7 @@ from fabric.common.types import (
     LeaderAndIsr,
     MemberDescription,
     NodeAssignment,
+    NodeHeartbeat,
     NodeInfo,
     OpenTransaction,
     PartitionAssignment,
@@ -74,7 +75,7 @@ class InstanceStatus:
 DATACLASSES = {cls.__name__: cls for cls in (TopicInfo, CommittedOffset, JoinRequest, JoinResult, SyncResult,
                                              MemberDescription, GroupDescription, PartitionState, InstanceStatus,
                                              TopicRecovery, NodeInfo, PartitionAssignment, LeaderAndIsr,
-                                             PartitionRegistration, ClusterDescription, NodeAssignment,
+                                             PartitionRegistration, ClusterDescription, NodeAssignment, NodeHeartbeat,
                                              EpochEndOffset, ProducerIdentity, TransactionWriter,
                                              TransactionRecord, TransactionalOffsets, CleanReport,
                                              OpenTransaction)}

@@ -12,7 +12,7 @@ from fabric.common.errors import (
     StaleControllerEpochError,
     StaleNodeEpochError,
 )
-from fabric.common.types import ClusterDescription, NodeInfo
+from fabric.common.types import ClusterDescription, NodeAssignment, NodeHeartbeat, NodeInfo
 from fabric.server.controller_driver import ControllerDriver, ControllerNotRunningError, ControllerState
 
 SESSION_MS = 1000
@@ -47,6 +47,23 @@ def test_nodes_register_heartbeat_and_learn_their_partitions(driver, clock) -> N
         driver.register_node(3, "no-port", directory_id="dir3")
     with pytest.raises(InvalidRequestError, match="a data directory id must be"):
         driver.register_node(3, "127.0.0.1:9097", directory_id="")
+
+
+def test_a_node_that_names_the_view_it_applied_is_sent_only_a_changed_one(driver) -> None:
+    """NodeHeartbeat: the whole view with its digest the first time, nothing while it stays the same, the whole
+    view again once it changes; a node of an earlier release (naming no digest) gets the view itself."""
+    one = driver.register_node(1, "127.0.0.1:9095", directory_id="dir1")
+    driver.create_topic("t", 2, 1, {}, None)
+    first = driver.node_heartbeat(1, one.node_epoch, assignment_digest="")
+    assert isinstance(first, NodeHeartbeat) and first.assignment is not None and first.digest
+    assert sorted(first.assignment.partitions) == [("t", 0), ("t", 1)]
+    same = driver.node_heartbeat(1, one.node_epoch, assignment_digest=first.digest)
+    assert same == NodeHeartbeat(first.digest, None)
+    driver.create_topic("u", 1, 1, {}, None)
+    changed = driver.node_heartbeat(1, one.node_epoch, assignment_digest=first.digest)
+    assert changed.assignment is not None and changed.digest != first.digest
+    assert ("u", 0) in changed.assignment.partitions
+    assert isinstance(driver.node_heartbeat(1, one.node_epoch), NodeAssignment)
 
 
 def two_nodes(driver) -> tuple[NodeInfo, NodeInfo]:

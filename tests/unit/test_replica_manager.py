@@ -167,3 +167,16 @@ def test_a_fetch_that_asks_leaves_out_the_partitions_whose_answer_would_repeat(t
     gone = PartitionRegistration(PartitionAssignment((1, 2, 3)), LeaderAndIsr(2, 1, (1, 2, 3), 1, 2))
     replicas.apply(NodeAssignment(2, {("t", 0): gone, ("t", 1): three}, {"t": TopicInfo("t", 2)}))
     assert isinstance(fetch(2, 2, 2)[0], NotLeaderError)  # the leadership ended: answered with its error
+
+
+def test_the_digest_of_a_view_is_kept_only_while_every_partition_holds_it(tmp_path) -> None:
+    """applied_digest (the heartbeat names it, so an unchanged view is not sent again): set once a view was applied
+    whole; cleared by a deposed controller's view, and when the node fences its partitions."""
+    replicas = ReplicaManager(1, str(tmp_path / "node1"))
+    replicas.apply(view(2, {0: 1}), "d1")
+    assert replicas.applied_digest == "d1"
+    replicas.apply(view(1, {0: 2}), "d0")  # an older controller's view: ignored, and the next heartbeat asks again
+    assert replicas.applied_digest == "" and replicas.leaders() == [("t", 0)]
+    replicas.apply(view(2, {0: 1}), "d1")
+    replicas.fence_all("its registration lapsed")
+    assert replicas.applied_digest == ""

@@ -43,7 +43,6 @@ from fabric.common.errors import (
     FabricError,
     FencedLeaderEpochError,
     InvalidFramesError,
-    InvalidRequestError,
     LeaderNotAvailableError,
     OffsetOutOfRangeError,
 )
@@ -51,6 +50,7 @@ from fabric.common.protocol import messages
 from fabric.common.protocol.payloads import Payload
 from fabric.common.types import EpochEndOffset, TopicPartition
 from fabric.server import wire
+from fabric.server.arguments import OptionalArgument
 from fabric.server.connection import Call, action_call
 from fabric.server.node.partition import PartitionReplica
 from fabric.server.node.replica_fetch import NO_FRAMES
@@ -58,7 +58,6 @@ from fabric.server.peer_calls import PeerCalls
 from fabric.storage import truncation
 
 log = logging.getLogger(__name__)
-OMIT_UNCHANGED = "omit_unchanged"  # the leader leaves out the partitions whose answer would repeat (follower_fetches)
 Peer = Callable[[str, Call], Any]  # (address, call) -> the call's result at that node
 # (partition, what is being done) -> a context in which a failure of the replica's storage takes it offline
 StorageGuard = Callable[[TopicPartition, str], ContextManager[None]]
@@ -142,7 +141,8 @@ class ReplicaFetcher:
         self._changed = threading.Event()  # a partition was added, or the fetcher stopped
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"fetcher-from-{leader_id}")
-        self._omit_unchanged = True  # asked of the leader until it refuses the argument (an earlier release)
+        # the leader leaves out the partitions whose answer would repeat (follower_fetches), unless it refuses
+        self._omit_unchanged = OptionalArgument("omit_unchanged", "its answers name every partition")
 
     def start(self) -> None:
         """Start fetching (once; later calls do nothing)."""
@@ -310,20 +310,14 @@ class ReplicaFetcher:
         leader's protocol port: an answer and frames per partition (NO_FRAMES for those answered without)."""
         settings = self.settings
         try:
-            result, payload = self.protocol.call(self.address, "replica_fetch", {
-                "replica_id": self.node_id, "partitions": partitions, "max_bytes": settings.max_bytes,
-                "response_max_bytes": settings.response_max_bytes, "max_wait_ms": settings.max_wait_ms,
-                **({OMIT_UNCHANGED: True} if self._omit_unchanged else {})})
+            result, payload = self._omit_unchanged.call(
+                lambda args: self.protocol.call(self.address, "replica_fetch", args),
+                {"replica_id": self.node_id, "partitions": partitions, "max_bytes": settings.max_bytes,
+                 "response_max_bytes": settings.response_max_bytes, "max_wait_ms": settings.max_wait_ms}, True,
+                f"leader node {self.leader_id}")
         except OSError as exc:  # unreachable, broken, or no answer in time (ClientTimeoutError)
             raise LeaderNotAvailableError(f"leader node {self.leader_id} at {self.address} did not answer (fabric "
                                           f"protocol: {exc})") from None
-        except InvalidRequestError as exc:
-            if not self._omit_unchanged or OMIT_UNCHANGED not in str(exc):
-                raise
-            log.info("leader node %d does not take %s (an earlier release): its answers name every partition",
-                     self.leader_id, OMIT_UNCHANGED)
-            self._omit_unchanged = False
-            return self._replica_fetch(partitions)
         return fetch_answers(len(partitions), result, payload)
 
     @staticmethod

@@ -40,8 +40,9 @@ from fabric.common.errors import (
     InvalidConfigError,
     StaleNodeEpochError,
 )
-from fabric.common.types import LeaderAndIsr, NodeAssignment, NodeInfo, TopicPartition
+from fabric.common.types import LeaderAndIsr, NodeAssignment, NodeHeartbeat, NodeInfo, TopicPartition
 from fabric.coordinator.disk import disk_errors
+from fabric.server.arguments import OptionalArgument
 from fabric.server.connection import Call, Connection, parse_url, server_token
 from fabric.server.entry import server_main
 from fabric.server.metrics import ServerMetrics
@@ -85,6 +86,8 @@ class Node:
         self._beat_lock = threading.Lock()
         self._last_answer = self._last_beat = time.monotonic()  # last answered / last started heartbeat
         self._beat_due = threading.Event()  # heartbeat now: a replica's health changed
+        # heartbeats name the view applied last (unless the coordinator refuses the argument)
+        self._digests = OptionalArgument("assignment_digest", "every heartbeat brings the whole assignment")
         replicas.refresh = self.refresh
         replicas.report = self._beat_due.set
         replicas.alter_partition = self.alter_partition
@@ -119,11 +122,19 @@ class Node:
             self.state = state
 
     def _heartbeat(self) -> None:
-        assignment: NodeAssignment = self.connection.action("node_heartbeat", node_id=self.settings.node_id,
-                                                            node_epoch=self.server.node_epoch,
-                                                            high_watermarks=self.replicas.leader_high_watermarks(),
-                                                            offline_replicas=self.replicas.health.unhealthy())
-        self.replicas.apply(assignment)
+        """One heartbeat: the node's reports out, the controller's view of its partitions in, applied. It names
+        the digest of the view it applied last, so an unchanged view is neither sent nor applied again (unless
+        the coordinator, of an earlier release, refuses the argument: then every answer is the whole view)."""
+        answer: NodeAssignment | NodeHeartbeat = self._digests.call(
+            lambda args: self.connection.action("node_heartbeat", **args),
+            {"node_id": self.settings.node_id, "node_epoch": self.server.node_epoch,
+             "high_watermarks": self.replicas.leader_high_watermarks(),
+             "offline_replicas": self.replicas.health.unhealthy()}, self.replicas.applied_digest, "the coordinator")
+        if isinstance(answer, NodeHeartbeat):
+            if answer.assignment is not None:
+                self.replicas.apply(answer.assignment, answer.digest)
+        else:
+            self.replicas.apply(answer)
         self._last_answer = time.monotonic()
 
     def beat(self) -> None:

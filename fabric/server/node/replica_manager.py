@@ -104,6 +104,7 @@ class ReplicaManager:
         self.transaction_record: Callable[[str], TransactionRecord] | None = None
         self.verification: TransactionVerification | None = None  # of transactional appends (set by the node)
         self.controller_epoch = 0
+        self.applied_digest = ""  # the controller's digest of the last view every partition took (apply)
         self._replicas: dict[TopicPartition, PartitionReplica] = {}
         self._fetchers: dict[tuple[int, str], ReplicaFetcher] = {}  # by leader node id and address
         self._fetched_from: dict[TopicPartition, tuple[int, str]] = {}  # which fetcher copies a partition
@@ -115,12 +116,14 @@ class ReplicaManager:
                                  lambda tp: self._offline_replicas.get(tp, ()), self._topic_id)
 
     # -- the controller's assignments ----------------------------------------------------------------------
-    def apply(self, assignment: NodeAssignment) -> None:
+    def apply(self, assignment: NodeAssignment, digest: str = "") -> None:
         """Take the controller's view of this node's partitions: roles move on (never back in epoch), leaders
         and followers open their logs, followers fetch from their leader, partitions of deleted topics are
         dropped with their data. The view of a controller older than one already heard from (deposed since) is
-        ignored."""
+        ignored. `digest` (the controller's, of this view) becomes `applied_digest` once every partition took
+        it; a partition whose storage failed leaves "" (the next heartbeat brings the whole view again)."""
         with self._lock:
+            self.applied_digest = ""
             if assignment.controller_epoch < self.controller_epoch:
                 log.info("node %d: ignoring the view of controller epoch %d (epoch %d is newer)", self.node_id,
                          assignment.controller_epoch, self.controller_epoch)
@@ -133,6 +136,7 @@ class ReplicaManager:
             self._topics = dict(assignment.topics)
             self._addresses.update(assignment.addresses)
             self._offline_replicas = dict(assignment.offline_replicas)
+            whole = True
             try:
                 for tp, registration in sorted(assignment.partitions.items()):
                     replica = self._replicas.get(tp)
@@ -143,6 +147,7 @@ class ReplicaManager:
                             if replica.become(registration):
                                 self._follow(replica)
                     except KafkaStorageError:
+                        whole = False
                         continue  # offline: reported with the heartbeats, and the controller moves it on
             finally:  # fetchers start once they have all their partitions: the first fetch asks for all of them,
                 for fetcher in self._fetchers.values():  # instead of long-polling for the first alone
@@ -160,6 +165,8 @@ class ReplicaManager:
                 log.warning("topic %s was deleted: deleting its logs on node %d", topic, self.node_id)
                 with disk_errors(self.logs.topic_dir(topic), f"delete the logs of topic {topic!r}"):
                     self.logs.delete_topic(topic)
+            if whole:
+                self.applied_digest = digest
 
     def _check_topic_id(self, info: TopicInfo) -> None:
         """A topic deleted and created again under its name is another topic (Kafka's topic ids): the logs of the
@@ -196,6 +203,7 @@ class ReplicaManager:
         """A replica went offline (its fetcher stops) or is healthy again (it fetches again); the node heartbeats
         at once, so the controller learns it."""
         with self._lock:
+            self.applied_digest = ""  # the next heartbeat brings the whole view: its roles are taken again
             replica = self._replicas.get(tp)
             if replica is not None:
                 self._follow(replica)
@@ -237,6 +245,7 @@ class ReplicaManager:
         """Stop serving and fetching every partition (the node's registration lapsed): only the controller's next
         decisions, after the node registers again, bring them back."""
         with self._lock:
+            self.applied_digest = ""
             for tp, replica in self._replicas.items():
                 self._stop_fetcher(tp)
                 replica.fence(why)
