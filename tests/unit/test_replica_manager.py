@@ -129,8 +129,11 @@ def test_a_follower_fetches_every_partition_it_copies_from_this_node_in_one_requ
 
 def test_a_fetch_that_asks_leaves_out_the_partitions_whose_answer_would_repeat(tmp_path, storage, monkeypatch) -> None:
     """omit_unchanged (follower_fetches): a partition this follower was answered at the log end, with nothing
-    appended and the same high watermark since, is None in the answer; new frames, a high watermark moved by the
-    other follower, the end of the leadership, and ANSWER_FROM_MEMORY_MS passing are each answered in full."""
+    appended and the same high watermark since, is None in the answer, and the follower counts as caught up then;
+    new frames, a high watermark moved by the other follower, the end of the leadership, and ANSWER_FROM_MEMORY_MS
+    passing are each answered in full. The leader's clock is the test's."""
+    clock = [1_000_000.0]
+    monkeypatch.setattr(partition_module, "_now_ms", lambda: clock[0])
     replicas = ReplicaManager(1, str(tmp_path / "node1"))
     three = PartitionRegistration(PartitionAssignment((1, 2, 3)), LeaderAndIsr(1, 0, (1, 2, 3), 0, 1))
     replicas.apply(NodeAssignment(1, {("t", 0): three, ("t", 1): three}, {"t": TopicInfo("t", 2)}))
@@ -143,7 +146,9 @@ def test_a_fetch_that_asks_leaves_out_the_partitions_whose_answer_would_repeat(t
     assert first[0].frames.size and first[1].log_end == 0  # never answered before: both in full
     copied = fetch(2, 2, 0)  # t-0's frames copied: its offset moved, so it is answered; t-1 repeats
     assert copied[0].log_end == 2 and copied[0].high_watermark == 0 and copied[1] is None
+    clock[0] += 10
     assert fetch(2, 2, 0) == [None, None]
+    assert [replicas.replica("t", p, 0).leader.followers[2].caught_up_ms for p in (0, 1)] == [clock[0]] * 2
     assert fetch(3, 2, 0)[0].high_watermark == 2  # follower 3 catches up: the high watermark moves
     moved = fetch(2, 2, 0)
     assert moved[0].high_watermark == 2 and moved[1] is None
@@ -152,8 +157,7 @@ def test_a_fetch_that_asks_leaves_out_the_partitions_whose_answer_would_repeat(t
     assert appended[0] is None and appended[1].frames.size
     assert fetch(2, 2, 1)[1].log_end == 1  # t-1 copied: answered at its new end once, then left out
     assert fetch(2, 2, 1) == [None, None]
-    later = partition_module._now_ms() + partition_module.ANSWER_FROM_MEMORY_MS
-    monkeypatch.setattr(partition_module, "_now_ms", lambda: later)
+    clock[0] += partition_module.ANSWER_FROM_MEMORY_MS
     assert all(answer is not None and answer.frames.size == 0 for answer in fetch(2, 2, 1))  # read again
     assert fetch(2, 2, 1) == [None, None]
     held: list = []

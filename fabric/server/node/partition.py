@@ -436,20 +436,26 @@ class PartitionReplica:
         return ReplicaFetch(frames, hw, leo, start)
 
     def answered_alike(self, follower: int, leader_epoch: int, offset: int) -> bool:
-        """Whether `follower` fetching from `offset` under `leader_epoch` would be answered from memory with what
-        its last answer said (no frames, the same high watermark and log start; see `_unchanged`): a fetch that
-        asked for it leaves such a partition out of its answer (follower_fetches), so an idle partition costs
-        neither side more than this look. Read without the lock: an append racing it is seen by the fetch's
-        hold (`watch` reads the log end under the lock) or its next fetch. The follower's caught-up time is then
-        not renewed, but the partition is read from the log at least every ANSWER_FROM_MEMORY_MS, far below
-        replica.lag.time.max.ms."""
+        """Whether `follower` fetching from `offset` under `leader_epoch` is answered from memory with what its
+        last answer said (no frames, the same high watermark and log start; see `_unchanged`), its progress then
+        recorded as `_unchanged` records it (caught up at the log end): a fetch that asked for it leaves such a
+        partition out of its answer (follower_fetches), so an idle partition costs neither side more than this.
+        Looked at without the lock first (most partitions of a fetch are idle); an append racing the look is seen
+        by the fetch's hold (`watch` reads the log end under the lock) or by the follower's next fetch."""
         leader = self.leader
         if leader is None or leader.leader_epoch != leader_epoch:
             return False
         progress = leader.followers.get(follower)
-        return (progress is not None and progress.answered_changes == self._changes
+        now = _now_ms()
+        if not (progress is not None and progress.answered_changes == self._changes
                 and offset == progress.leo == progress.leader_leo_at_fetch and progress.answered_hw == self.hw
-                and progress.answered_start >= 0 and _now_ms() - progress.answered_ms < ANSWER_FROM_MEMORY_MS)
+                and progress.answered_start >= 0 and now - progress.answered_ms < ANSWER_FROM_MEMORY_MS):
+            return False
+        with self.changed:
+            if self.leader is not leader or progress.answered_changes != self._changes:
+                return False
+            leader.follower_fetched(follower, offset, offset, now)  # caught up: at the log end
+        return True
 
     def _unchanged(self, leader: LeaderState, follower: int, offset: int, now: float) -> ReplicaFetch | None:
         """The answer, from memory, to `follower` fetching again from the log end it was answered at, with no
