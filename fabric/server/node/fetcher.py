@@ -90,6 +90,9 @@ class FetchedPartition:
         self.state = FetcherState.TRUNCATING
         self.retry_at = 0.0  # time.monotonic()
         self.last_error = ""  # logged once while it repeats
+        # the replica's log end as last read; None: read it again (its log is written by this fetcher alone, which
+        # forgets it whenever it answers, applies or fails the partition: most fetches leave most partitions idle)
+        self.log_end: int | None = None
 
     @property
     def name(self) -> str:
@@ -221,6 +224,7 @@ class ReplicaFetcher:
         """Retry `fetched` after the backoff, truncating first if its offsets no longer fit the leader's; the
         error is logged unless it repeats the partition's last one."""
         again, fetched.last_error = str(exc) == fetched.last_error, str(exc)
+        fetched.log_end = None
         if isinstance(exc, (OffsetOutOfRangeError, InvalidFramesError)):
             log.log(logging.DEBUG if again else logging.WARNING, "partition %s: %s; truncating again", fetched.name,
                     exc)
@@ -259,19 +263,21 @@ class ReplicaFetcher:
                      replica.name, end, before - 1, self.leader_id, epoch)
         log.info("partition %s: reconciled with leader node %d (epoch %d): fetching from offset %d",
                  replica.name, self.leader_id, epoch, end)
-        fetched.state = FetcherState.FETCHING
+        fetched.state, fetched.log_end = FetcherState.FETCHING, None
 
     def _log_ends(self, ready: list[FetchedPartition]) -> tuple[list[FetchedPartition], list[int]]:
         """The partitions of `ready` whose log end this node can read, and their log ends (the others failed)."""
         readable, offsets = [], []
         for fetched in ready:
-            try:
-                with self.guard(fetched.replica.tp, f"read partition {fetched.name}"):
-                    offsets.append(fetched.replica.log.end_offset)
-            except FabricError as exc:
-                self._failed(fetched, exc)
-                continue
+            if fetched.log_end is None:
+                try:
+                    with self.guard(fetched.replica.tp, f"read partition {fetched.name}"):
+                        fetched.log_end = fetched.replica.log.end_offset
+                except FabricError as exc:
+                    self._failed(fetched, exc)
+                    continue
             readable.append(fetched)
+            offsets.append(fetched.log_end)
         return readable, offsets
 
     def _fetch(self, ready: list[FetchedPartition]) -> None:
@@ -292,6 +298,7 @@ class ReplicaFetcher:
         for fetched, offset, (answer, frames) in zip(ready, offsets, answers, strict=True):
             if answer is None or not self._current(fetched):  # (None: unchanged since the last answer)
                 continue
+            fetched.log_end = None  # whatever follows may move it
             if "error" in answer:
                 error = wire.exception_of(answer["error"])
                 self._failed(fetched, error or FabricError(f"leader node {self.leader_id}: {answer['error']}"))
