@@ -184,3 +184,17 @@ def test_the_digest_of_a_view_is_kept_only_while_every_partition_holds_it(tmp_pa
     replicas.apply(view(2, {0: 1}), "d1")
     replicas.fence_all("its registration lapsed")
     assert replicas.applied_digest == ""
+
+
+def test_a_partition_that_cannot_take_its_role_holds_up_no_other_and_is_tried_again(tmp_path) -> None:
+    """A file where a partition's directory goes (an operator's mistake): the partitions after it in the view
+    still take theirs, and applied_digest stays empty, so the next heartbeat brings the whole view and the partition
+    is tried again; once the file is gone, it takes its role."""
+    (tmp_path / "node1" / "t").mkdir(parents=True)
+    (tmp_path / "node1" / "t" / "1").write_text("not a partition directory")
+    replicas = ReplicaManager(1, str(tmp_path / "node1"))
+    replicas.apply(view(2, {0: 1, 1: 1, 2: 1}), "d1")
+    assert replicas.leaders() == [("t", 0), ("t", 2)] and replicas.applied_digest == ""
+    (tmp_path / "node1" / "t" / "1").unlink()
+    replicas.apply(view(2, {0: 1, 1: 1, 2: 1}), "d1")
+    assert replicas.leaders() == [("t", 0), ("t", 1), ("t", 2)] and replicas.applied_digest == "d1"

@@ -105,6 +105,7 @@ class ReplicaManager:
         self.verification: TransactionVerification | None = None  # of transactional appends (set by the node)
         self.controller_epoch = 0
         self.applied_digest = ""  # the controller's digest of the last view every partition took (apply)
+        self._take_errors: dict[TopicPartition, str] = {}  # why a replica could not take its role, as last logged
         self._replicas: dict[TopicPartition, PartitionReplica] = {}
         self._fetchers: dict[tuple[int, str], ReplicaFetcher] = {}  # by leader node id and address
         self._fetched_from: dict[TopicPartition, tuple[int, str]] = {}  # which fetcher copies a partition
@@ -149,6 +150,11 @@ class ReplicaManager:
                     except KafkaStorageError:
                         whole = False
                         continue  # offline: reported with the heartbeats, and the controller moves it on
+                    except OSError as exc:  # not a failure of the storage (a file where its directory goes, too
+                        whole = False  # many open files): it is tried again with the next view, the others go on
+                        self._cannot_take(tp, exc)
+                        continue
+                    self._take_errors.pop(tp, None)
             finally:  # fetchers start once they have all their partitions: the first fetch asks for all of them,
                 for fetcher in self._fetchers.values():  # instead of long-polling for the first alone
                     fetcher.start()
@@ -167,6 +173,13 @@ class ReplicaManager:
                     self.logs.delete_topic(topic)
             if whole:
                 self.applied_digest = digest
+
+    def _cannot_take(self, tp: TopicPartition, exc: OSError) -> None:
+        """Log that replica `tp` could not take its role (once while the same error repeats, every view)."""
+        again = self._take_errors.get(tp) == str(exc)
+        self._take_errors[tp] = str(exc)
+        log.log(logging.DEBUG if again else logging.ERROR, "partition %s-%d: node %d cannot take its role from the "
+                "controller's view (%s); trying again with the next heartbeat", *tp, self.node_id, exc)
 
     def _check_topic_id(self, info: TopicInfo) -> None:
         """A topic deleted and created again under its name is another topic (Kafka's topic ids): the logs of the
