@@ -122,7 +122,8 @@ class ReplicaManager:
         and followers open their logs, followers fetch from their leader, partitions of deleted topics are
         dropped with their data. The view of a controller older than one already heard from (deposed since) is
         ignored. `digest` (the controller's, of this view) becomes `applied_digest` once every partition took
-        it; a partition whose storage failed leaves "" (the next heartbeat brings the whole view again)."""
+        it; a partition whose storage failed, or that could not take its role, leaves "" (the next heartbeat
+        brings the whole view again)."""
         with self._lock:
             self.applied_digest = ""
             if assignment.controller_epoch < self.controller_epoch:
@@ -161,6 +162,7 @@ class ReplicaManager:
             for tp in set(self.health.unhealthy()) - set(assignment.partitions):
                 self.health.forget(tp)  # (found on disk at start, or left the node)
             for tp in sorted(set(self._replicas) - set(assignment.partitions)):
+                self._take_errors.pop(tp, None)
                 self._stop_fetcher(tp)
                 self._replicas.pop(tp).fence("no longer assigned to this node")
                 if tp[0] in assignment.topics:  # reassigned away: this copy is no longer needed
