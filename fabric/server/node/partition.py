@@ -58,7 +58,7 @@ from fabric.common.types import (
 from fabric.server import partition_ops
 from fabric.server.held import Held
 from fabric.server.node.delayed_acks import DelayedAcks
-from fabric.server.node.leader import LeaderState
+from fabric.server.node.leader import FollowerProgress, LeaderState
 from fabric.server.node.replica_fetch import NO_FRAMES, FetchWaiter, ReplicaFetch
 from fabric.storage import frame
 from fabric.storage.log import Log
@@ -447,9 +447,7 @@ class PartitionReplica:
             return False
         progress = leader.followers.get(follower)
         now = _now_ms()
-        if not (progress is not None and progress.answered_changes == self._changes
-                and offset == progress.leo == progress.leader_leo_at_fetch and progress.answered_hw == self.hw
-                and progress.answered_start >= 0 and now - progress.answered_ms < ANSWER_FROM_MEMORY_MS):
+        if progress is None or progress.answered_hw != self.hw or not self._from_memory(progress, offset, now):
             return False
         with self.changed:
             if self.leader is not leader or progress.answered_changes != self._changes:
@@ -461,13 +459,18 @@ class PartitionReplica:
         """The answer, from memory, to `follower` fetching again from the log end it was answered at, with no
         frames appended and no role change since, within ANSWER_FROM_MEMORY_MS; None otherwise (lock held)."""
         progress = leader.followers[follower]
-        if (progress.answered_changes != self._changes or offset != progress.leo
-                or offset != progress.leader_leo_at_fetch or now - progress.answered_ms >= ANSWER_FROM_MEMORY_MS
-                or progress.answered_start < 0):
+        if not self._from_memory(progress, offset, now):
             return None
         leader.follower_fetched(follower, offset, offset, now)  # caught up: at the log end
         progress.answered_hw = self.hw
         return ReplicaFetch(NO_FRAMES, progress.answered_hw, offset, progress.answered_start)
+
+    def _from_memory(self, progress: FollowerProgress, offset: int, now: float) -> bool:
+        """Whether a follower whose progress is `progress`, fetching from `offset`, may be answered from memory:
+        again from the log end it was answered at, nothing appended and no role change since, within
+        ANSWER_FROM_MEMORY_MS of its last answer read from the log."""
+        return (progress.answered_changes == self._changes and offset == progress.leo == progress.leader_leo_at_fetch
+                and progress.answered_start >= 0 and now - progress.answered_ms < ANSWER_FROM_MEMORY_MS)
 
     def end_offset_for(self, epoch: int, leader_epoch: int) -> EpochEndOffset:
         """OffsetsForLeaderEpoch as the leader under `leader_epoch`: where this log's records of `epoch` end."""
