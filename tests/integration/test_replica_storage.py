@@ -11,6 +11,7 @@ Every send is recorded in a history (tests/history_recorder.py) and every partit
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from contextlib import contextmanager
@@ -110,3 +111,33 @@ def test_a_data_directory_deleted_under_a_node_moves_its_leaderships_until_it_re
         assert_quiet(node, mark, "a deleted data directory")
         cluster.restart(1)  # its replicas start empty: they copy the partitions again and rejoin
         wait_isrs(replication, fab, {1, 2, 3})
+
+
+def test_a_replica_that_cannot_take_its_role_is_reported_offline_and_rejoins_once_it_can(
+        node_cluster, replication) -> None:
+    """A file where a partition's directory goes on one node (an operator's mistake, not a disk failure): that
+    replica is reported offline, so acks=all writes do not wait on it for replica.lag.time.max.ms (ten minutes
+    here), the node goes on serving its other partitions, and once the file is removed the replica takes its role
+    with the next heartbeat and rejoins the ISR."""
+    cluster = node_cluster(nodes=3, node_extra=NODE_EXTRA)
+    node = cluster.nodes[2]
+    blocked = os.path.join(node.data_dir, "x", "0")
+    os.makedirs(os.path.dirname(blocked))
+    with open(blocked, "w") as handle:
+        handle.write("not a partition directory")
+    with fabric.connect(replication.client_url(cluster)) as fab:
+        mark = len(node.log())
+        for topic in ("x", "y"):
+            fab.create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+        replication.wait_isr(fab, "x", {1, 3})
+        refused = replication.status(node, "x")
+        assert refused["health"] == "Offline" and "cannot take its role" in refused["reason"], refused
+        with fab.producer(acks="all", linger_ms=0) as producer:
+            for topic in ("x", "y"):
+                assert producer.send(topic, b"v").get(timeout=60).offset == 0
+        replication.wait_in_sync(fab, cluster.nodes, "y")
+        assert_quiet(node, mark, "a file where a partition's directory goes")
+        os.remove(blocked)
+        replication.wait_in_sync(fab, cluster.nodes, "x")
+        assert replication.status(node, "x")["health"] == "Healthy"
+        replication.assert_identical_replicas(cluster.nodes, "x")

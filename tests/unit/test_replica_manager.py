@@ -188,13 +188,43 @@ def test_the_digest_of_a_view_is_kept_only_while_every_partition_holds_it(tmp_pa
 
 def test_a_partition_that_cannot_take_its_role_holds_up_no_other_and_is_tried_again(tmp_path) -> None:
     """A file where a partition's directory goes (an operator's mistake): the partitions after it in the view
-    still take theirs, and applied_digest stays empty, so the next heartbeat brings the whole view and the partition
-    is tried again; once the file is gone, it takes its role."""
+    still take theirs; it is reported offline (so the controller does not wait on it), and applied_digest stays
+    empty, so the next heartbeat brings the whole view and the partition is tried again; once the file is gone, it
+    takes its role and is healthy."""
     (tmp_path / "node1" / "t").mkdir(parents=True)
     (tmp_path / "node1" / "t" / "1").write_text("not a partition directory")
     replicas = ReplicaManager(1, str(tmp_path / "node1"))
     replicas.apply(view(2, {0: 1, 1: 1, 2: 1}), "d1")
     assert replicas.leaders() == [("t", 0), ("t", 2)] and replicas.applied_digest == ""
+    assert replicas.health.unhealthy() == [("t", 1)]
+    assert "cannot take its role" in replicas.health.condition(("t", 1)).reason
     (tmp_path / "node1" / "t" / "1").unlink()
     replicas.apply(view(2, {0: 1, 1: 1, 2: 1}), "d1")
     assert replicas.leaders() == [("t", 0), ("t", 1), ("t", 2)] and replicas.applied_digest == "d1"
+    assert replicas.health.unhealthy() == []
+
+
+def test_a_topic_whose_id_cannot_be_checked_holds_up_no_other_and_is_checked_again(tmp_path, storage) -> None:
+    """A file where a topic's directory goes (an operator's mistake) fails the check of its topic id: the other
+    topics of the view still take their roles, and the check is tried again with each view, against what the logs
+    belonged to before, so a topic created again under its name still loses the old logs."""
+    base = view(1, {0: 1})
+    two_topics = lambda u_id: replace(base, partitions={**base.partitions, ("u", 0): base.partitions[("t", 0)]},
+                                      topics={"t": TopicInfo("t", 1, topic_id="id-t"),
+                                              "u": TopicInfo("u", 1, topic_id=u_id)})
+    replicas = ReplicaManager(1, str(tmp_path / "node1"))
+    replicas.apply(two_topics("first"))
+    replicas.append("u", 0, storage.make_batch([b"old"]))
+    topic_id_file = tmp_path / "node1" / "u" / "topic.id"
+    topic_id_file.unlink()
+    topic_id_file.mkdir()  # reading the id fails with IsADirectoryError, not a storage failure
+    replicas.apply(two_topics("second"), "d2")  # u deleted and created again meanwhile
+    assert replicas.applied_digest == "" and replicas.append("t", 0, storage.make_batch([b"t"])) == 0
+    assert replicas.health.unhealthy() == [("u", 0)]
+    replicas.apply(two_topics("second"), "d2")  # still unchecked: tried again, still refused
+    assert replicas.applied_digest == "" and replicas.health.unhealthy() == [("u", 0)]
+    topic_id_file.rmdir()
+    (tmp_path / "node1" / "u" / "topic.id").write_text("first")
+    replicas.apply(two_topics("second"), "d2")
+    assert replicas.applied_digest == "d2" and replicas.partition_state("u", 0).end_offset == 0
+    assert replicas.health.unhealthy() == []

@@ -154,6 +154,8 @@ class Node:
             self._fence(NodeState.FENCED, f"the controller refused the heartbeat ({exc}); registering again")
         except FabricError as exc:
             log.warning("node %d: heartbeat failed (%s); retrying", self.settings.node_id, exc)
+        except Exception:  # noqa: BLE001 (a bug must not end the heartbeats: the session timeout fences below)
+            log.exception("node %d: heartbeat failed; retrying", self.settings.node_id)
         silent_s = time.monotonic() - self._last_answer
         if self.state is NodeState.REGISTERED and silent_s * 1000 > self.settings.session_timeout_ms:
             self._fence(NodeState.ISOLATED, f"no heartbeat answered for {silent_s:.1f} s, over "
@@ -206,7 +208,11 @@ class Node:
         """The ReplicaManager's rounds every MAINTAIN_INTERVAL_S until `stopping` is set."""
         while not self.stopping.wait(MAINTAIN_INTERVAL_S):
             if self.state is NodeState.REGISTERED:
-                self.replicas.maintain()
+                try:
+                    self.replicas.maintain()
+                except Exception:  # noqa: BLE001 (a bug must not end ISR maintenance: the next round tries again)
+                    log.exception("node %d: a replication round failed; the next one tries again",
+                                  self.settings.node_id)
 
     def run_heartbeats(self) -> None:
         """Heartbeat every node.heartbeat.interval.ms, and at once when a replica's health changed (so the

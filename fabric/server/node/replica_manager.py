@@ -105,7 +105,9 @@ class ReplicaManager:
         self.verification: TransactionVerification | None = None  # of transactional appends (set by the node)
         self.controller_epoch = 0
         self.applied_digest = ""  # the controller's digest of the last view every partition took (apply)
-        self._take_errors: dict[TopicPartition, str] = {}  # why a replica could not take its role, as last logged
+        # The topics whose id could not be checked against their directory yet, as they were before (so the check
+        # is tried again with the next view, against what the logs on disk belong to)
+        self._id_unchecked: dict[str, TopicInfo | None] = {}
         self._replicas: dict[TopicPartition, PartitionReplica] = {}
         self._fetchers: dict[tuple[int, str], ReplicaFetcher] = {}  # by leader node id and address
         self._fetched_from: dict[TopicPartition, tuple[int, str]] = {}  # which fetcher copies a partition
@@ -132,37 +134,42 @@ class ReplicaManager:
                 return
             hosted = {tp[0] for tp in self._replicas}
             self.controller_epoch = assignment.controller_epoch
-            for info in sorted(assignment.topics.values(), key=lambda i: i.name):
-                with disk_errors(self.logs.topic_dir(info.name), f"check the topic id of {info.name!r}"):
-                    self._check_topic_id(info)
+            known = {**self._topics, **self._id_unchecked}  # each topic as last checked
             self._topics = dict(assignment.topics)
+            checked: set[str] = set()  # the topics whose id this view's first partition of each checked
             self._addresses.update(assignment.addresses)
             self._offline_replicas = dict(assignment.offline_replicas)
             whole = True
             try:
                 for tp, registration in sorted(assignment.partitions.items()):
-                    replica = self._replicas.get(tp)
-                    if replica is None:
-                        replica = self._replicas[tp] = PartitionReplica(tp, self.node_id, self._opener(tp))
                     try:
                         with self.health.guard(tp, f"open partition {tp[0]}-{tp[1]}"):
+                            if tp[0] not in checked:  # (before any replica of the topic is taken)
+                                self._id_unchecked.setdefault(tp[0], known.get(tp[0]))
+                                self._check_topic_id(assignment.topics[tp[0]], known.get(tp[0]))
+                                self._id_unchecked.pop(tp[0])
+                                checked.add(tp[0])
+                            replica = self._replicas.get(tp)
+                            if replica is None:
+                                replica = self._replicas[tp] = PartitionReplica(tp, self.node_id, self._opener(tp))
                             if replica.become(registration):
                                 self._follow(replica)
                     except KafkaStorageError:
                         whole = False
                         continue  # offline: reported with the heartbeats, and the controller moves it on
                     except OSError as exc:  # not a failure of the storage (a file where its directory goes, too
-                        whole = False  # many open files): it is tried again with the next view, the others go on
-                        self._cannot_take(tp, exc)
+                        whole = False  # many open files): offline, and tried again with the next view
+                        self.health.refused(tp, f"cannot take its role from the controller's view: {exc}")
                         continue
-                    self._take_errors.pop(tp, None)
+                    self.health.took_role(tp)
             finally:  # fetchers start once they have all their partitions: the first fetch asks for all of them,
                 for fetcher in self._fetchers.values():  # instead of long-polling for the first alone
                     fetcher.start()
+            for topic in set(self._id_unchecked) - set(assignment.topics):
+                del self._id_unchecked[topic]
             for tp in set(self.health.unhealthy()) - set(assignment.partitions):
                 self.health.forget(tp)  # (found on disk at start, or left the node)
             for tp in sorted(set(self._replicas) - set(assignment.partitions)):
-                self._take_errors.pop(tp, None)
                 self._stop_fetcher(tp)
                 self._replicas.pop(tp).fence("no longer assigned to this node")
                 if tp[0] in assignment.topics:  # reassigned away: this copy is no longer needed
@@ -176,19 +183,11 @@ class ReplicaManager:
             if whole:
                 self.applied_digest = digest
 
-    def _cannot_take(self, tp: TopicPartition, exc: OSError) -> None:
-        """Log that replica `tp` could not take its role (once while the same error repeats, every view)."""
-        again = self._take_errors.get(tp) == str(exc)
-        self._take_errors[tp] = str(exc)
-        log.log(logging.DEBUG if again else logging.ERROR, "partition %s-%d: node %d cannot take its role from the "
-                "controller's view (%s); trying again with the next heartbeat", *tp, self.node_id, exc)
-
-    def _check_topic_id(self, info: TopicInfo) -> None:
+    def _check_topic_id(self, info: TopicInfo, known: TopicInfo | None) -> None:
         """A topic deleted and created again under its name is another topic (Kafka's topic ids): the logs of the
         old one, here since before a restart or not yet dropped, are deleted before the new one is served. The id
         is kept in the topic's directory (directory_ids). Topics without an id (older metadata) are not checked.
-        Lock held."""
-        known = self._topics.get(info.name)
+        `known` is the topic as the previous view had it. Lock held."""
         if not info.topic_id or (known is not None and known.topic_id == info.topic_id):
             return
         topic_dir = self.logs.topic_dir(info.name)

@@ -10,7 +10,9 @@ A replica's health, the worst that holds of it:
   writes PROBE_BYTES into its directory, and once that works (space freed, remounted read-write) the replica is
   back. A replica whose directory disappeared while the node served it stays OFFLINE until the node restarts:
   its records are gone, and the restart starts it empty and copies it from its leader, as Kafka brings an
-  offline log directory back with a restart.
+  offline log directory back with a restart. A replica that could not take its role from the controller's view
+  for a reason other than its storage (a file where its directory goes: `refused`) is OFFLINE too, and is back
+  once a later view's role is taken (`took_role`): waiting on it would stall its partition's acks=all writes.
 - DAMAGED(ranges): the scrubber or a read found frames below its high watermark that fail their checks, not yet
   repaired (`damaged` .. `repaired`; scrubber.py, repair.py). It serves and copies everything else.
 - UNVERIFIED: its log was on disk when the node started and has not been scrubbed since (`unverified` ..
@@ -72,12 +74,13 @@ class _Replica:
 
     failure: str = ""  # why its storage failed (OFFLINE)
     probe: bool = True  # whether a probe may bring it back
+    refused: str = ""  # why it could not take its role, its storage working (OFFLINE until it takes it)
     damage: dict[int, Damage] = field(default_factory=dict)  # by first offset
     unverified: bool = False
 
     def condition(self) -> Condition:
-        if self.failure:
-            return Condition(Health.OFFLINE, self.failure)
+        if self.failure or self.refused:
+            return Condition(Health.OFFLINE, self.failure or self.refused)
         if self.damage:
             return Condition(Health.DAMAGED, "; ".join(d.describe() for _, d in sorted(self.damage.items())))
         return UNVERIFIED if self.unverified else HEALTHY
@@ -130,7 +133,8 @@ class StorageHealth:
         if new.health is Health.OFFLINE:
             log.warning("node %d: replica %s is offline: %s; the controller moves its leadership and ISR membership "
                         "to other replicas%s", self.node_id, name, new.reason,
-                        "" if known.probe else " (its directory is gone: restart the node to copy it again)")
+                        " (its directory is gone: restart the node to copy it again)" if known.failure and not
+                        known.probe else "" if known.failure else " (it tries again with each heartbeat)")
         elif new.health is Health.DAMAGED:  # (each finding is logged at WARNING where it is found)
             log.info("node %d: replica %s is damaged: %s; it is not eligible as leader while a healthy in-sync "
                      "replica is alive, until repaired", self.node_id, name, new.reason)
@@ -144,6 +148,20 @@ class StorageHealth:
         with self._lock:
             self._replicas.pop(tp, None)
             self._found = {found for found in self._found if found[0] != tp}
+
+    def refused(self, tp: TopicPartition, why: str) -> None:
+        """The replica could not take its role from the controller's view for a reason other than its storage (a
+        file where its directory goes, too many open files): OFFLINE, so the controller moves its leadership and
+        ISR membership on instead of waiting on it, until `took_role`."""
+        self._change(tp, lambda known: setattr(known, "refused", why))
+
+    def took_role(self, tp: TopicPartition) -> None:
+        """The replica took its role from the controller's view (what `refused` said no longer holds)."""
+        with self._lock:
+            known = self._replicas.get(tp)
+            if known is None or not known.refused:
+                return
+        self._change(tp, lambda known: setattr(known, "refused", ""))
 
     # -- scrubbing -------------------------------------------------------------------------------------------
     def unverified(self, tp: TopicPartition) -> None:
