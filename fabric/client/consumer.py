@@ -122,6 +122,7 @@ class Consumer(Lookups):
 
     def _subscribe(self, topics: list[str]) -> None:
         self._subscription = topics
+        self._metadata_at = 0.0  # the assignment follows at once: assignment() never lags subscription()
         if self.group_id is not None:  # the group coordinator splits the partitions among its members
             self._join_group(self.group_id)
 

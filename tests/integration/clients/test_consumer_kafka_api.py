@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 
@@ -62,6 +63,20 @@ def test_pattern_subscription_follows_topics_created_later(fab, drain):
                  "the pattern subscription to pick up events-b")
         consumer.seek_to_beginning(("events-b", 0))
         assert sorted(r.value for r in drain(consumer, 3)) == [b"events-b-0-0", b"events-b-0-1", b"events-b-0-2"]
+
+
+def test_a_topic_the_pattern_picks_up_is_assigned_in_the_same_poll(fab):
+    """The pattern's topics and the partitions read are refreshed on timers of their own: a poll that finds a new
+    topic assigns its partitions at once, even when the assignment's own refresh is not due (the consumer's
+    timers are set so), so assignment() never lags subscription()."""
+    fill(fab, "events-a", partitions=1)
+    with fab.consumer(auto_offset_reset="earliest") as consumer:
+        consumer.subscribe(pattern="^events-.*")
+        fill(fab, "events-b", partitions=2)
+        consumer._pattern_at, consumer._metadata_at = 0.0, time.monotonic() + 3600
+        consumer.poll(0)
+        assert consumer.subscription() == ["events-a", "events-b"]
+        assert sorted(consumer.assignment()) == [("events-a", 0), ("events-b", 0), ("events-b", 1)]
 
 
 def test_a_group_member_with_a_pattern_is_assigned_new_topics(fab, drain):
