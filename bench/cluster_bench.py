@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import numpy as np
+import psutil
 import pyarrow as pa
 
 import fabric
@@ -364,7 +365,7 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], dict[
             "cluster_s": failover_cluster(cluster, all_paths[0], args.failovers, signal.SIGKILL),
             "cluster_sigterm_s": failover_cluster(cluster, all_paths[0], args.failovers, signal.SIGTERM),
             "single_node_restart_s": failover_single(service, all_paths[2], args.failovers)}
-        idle = idle_latency(all_paths[0], args) if args.idle_partitions else {}
+        idle = idle_latency(cluster, all_paths[0], args) if args.idle_partitions else {}
     failover |= {f"{k}_median_s": float(np.median(failover[f"{k}_s"]))
                  for k in ("cluster", "cluster_sigterm", "single_node_restart")}
     return {
@@ -389,17 +390,35 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], dict[
     }, raw
 
 
-def idle_latency(path: Path, args: argparse.Namespace) -> dict[str, Any]:
+def idle_latency(cluster: LocalCluster, path: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The latency turns of `path` again with a topic of args.idle_partitions partitions beside it, idle once one
     record was written to each with acks=all (so every follower copies them before the turns start): what idle
-    partitions cost the replication of a busy one (each follower fetch names them all)."""
+    partitions cost the replication of a busy one (each follower fetch names them all); and what they cost each
+    server process with nothing written at all (its CPU over a latency turn's --seconds, before the topic and
+    after)."""
+    before = idle_cpu(cluster, args.seconds)
     with timed(f"creating a topic of {args.idle_partitions} partitions, one record written to each"):
         path.create_topic("idle", args.idle_partitions)
         with path.fab.producer(acks=path.acks) as producer:
             producer.send_batch("idle", pa.table({"value": [b"x"] * args.idle_partitions,
                                                   "partition": list(range(args.idle_partitions))}))
+    after = idle_cpu(cluster, args.seconds)
     lat, _ = latency([path], args.rate, args.warmup, args.seconds, args.rounds, "latency-beside-idle")
-    return {"partitions": args.idle_partitions, **lat[path.key]}
+    return {"partitions": args.idle_partitions, **lat[path.key],
+            "idle_core_share": {"without": before, "with": after}}
+
+
+def idle_cpu(cluster: LocalCluster, seconds: float) -> dict[str, float]:
+    """Each server process's CPU (the coordinator's, each node's) as a share of one core over `seconds` in which
+    nothing is sent: heartbeats, ISR upkeep and follower fetches alone."""
+    processes = {"coordinator": cluster.coordinator.process, **{f"node {i}": node.process
+                                                                for i, node in sorted(cluster.nodes.items())}}
+    measured = {name: psutil.Process(process.pid) for name, process in processes.items() if process is not None}
+    progress(f"  the servers' CPU with nothing sent, {seconds:g} s")
+    start, began = {name: sum(p.cpu_times()[:2]) for name, p in measured.items()}, time.perf_counter()
+    time.sleep(seconds)  # (a measurement window)
+    wall = time.perf_counter() - began
+    return {name: (sum(p.cpu_times()[:2]) - start[name]) / wall for name, p in measured.items()}
 
 
 def report(results: dict[str, Any], raw: dict[str, dict[str, list[float]]]) -> None:
@@ -447,6 +466,9 @@ def report(results: dict[str, Any], raw: dict[str, dict[str, list[float]]]) -> N
               f"{idle['produce']['p50_ms']:.2f} / {idle['produce']['p99_ms']:.2f} ms, end to end p99 "
               f"{idle['end_to_end']['p99_ms']:.2f} ms (without: {lat['rf3']['produce']['p50_ms']:.2f} / "
               f"{lat['rf3']['produce']['p99_ms']:.2f}, {lat['rf3']['end_to_end']['p99_ms']:.2f} ms)")
+        shares = idle["idle_core_share"]
+        print("the servers' CPU with nothing sent, share of a core, without / with them: " + ", ".join(
+            f"{name} {shares['without'][name]:.1%} / {share:.1%}" for name, share in shares["with"].items()))
     print()
     print(table([("cluster: SIGKILL of an RF 3 leader", f"{failover['cluster_median_s']:.2f}",
                   ", ".join(f"{s:.2f}" for s in failover["cluster_s"]), str(failover["session_timeout_ms"]),

@@ -17,6 +17,7 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import replace
+from typing import Any
 
 import pyarrow as pa
 
@@ -72,6 +73,8 @@ class SqliteReplication:
     _row: Callable[[sqlite3.Connection, str], tuple]
     _info: Callable[[tuple], TopicInfo]
     _insert_topic: Callable[[sqlite3.Connection, TopicInfo], None]
+    _cached: Callable[..., Any]
+    _registrations: dict[str, tuple[bytes, dict[TopicPartition, PartitionRegistration]]]
 
     # -- the controller epoch ----------------------------------------------------------------------------------
     @staticmethod
@@ -150,11 +153,14 @@ class SqliteReplication:
         return self._replicated(self._db(), name)
 
     def partition_registrations(self, topics: list[str] | None = None) -> dict[TopicPartition, PartitionRegistration]:
+        """Every replicated partition's registration (or those of `topics`), in order. All of them, what the
+        controller answers each node's heartbeat from, are kept while the metadata version they were read under
+        is current (SqliteCoordinator._cached): a write of any process replaces it."""
         if topics is None:
-            rows = self._db().execute(f"SELECT {_COLUMNS} FROM partition_state ORDER BY topic, partition")
-        else:
-            rows = self._db().execute(f"SELECT {_COLUMNS} FROM partition_state WHERE topic IN (SELECT value FROM "
-                                      "json_each(?)) ORDER BY topic, partition", (json.dumps(list(topics)),))
+            return dict(self._cached(self._registrations, "", lambda db: dict(_registration(row) for row in db.execute(
+                f"SELECT {_COLUMNS} FROM partition_state ORDER BY topic, partition"))))
+        rows = self._db().execute(f"SELECT {_COLUMNS} FROM partition_state WHERE topic IN (SELECT value FROM "
+                                  "json_each(?)) ORDER BY topic, partition", (json.dumps(list(topics)),))
         return dict(_registration(row) for row in rows)
 
     def update_partition_states(self, updates: StateUpdates) -> bool:

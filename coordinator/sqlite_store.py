@@ -20,7 +20,14 @@ import pyarrow as pa
 
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.errors import InvalidPartitionsError, TopicExistsError, UnknownTopicError
-from fabric.common.types import CommittedOffset, TopicInfo, TopicPartition, TransactionRecord, transaction_sequence
+from fabric.common.types import (
+    CommittedOffset,
+    PartitionRegistration,
+    TopicInfo,
+    TopicPartition,
+    TransactionRecord,
+    transaction_sequence,
+)
 from fabric.coordinator import disk, sqlite_replicas, transactions, validation
 from fabric.coordinator.group_store import GroupMembership, GroupService, SqliteGroupStore
 from fabric.coordinator.interface import Coordinator
@@ -94,6 +101,7 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
         self._warned_read_only = False
         self._topics: dict[str, tuple[bytes, TopicInfo]] = {}  # name: (the version it was read under, metadata)
         self._replicated_topics: dict[str, tuple[bytes, bool]] = {}  # name: (that version, whether replicated)
+        self._registrations: dict[str, tuple[bytes, dict[TopicPartition, PartitionRegistration]]] = {}  # "": all
         with disk.disk_errors(path, "open the metadata database"):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             self._version = MetadataVersion(f"{path}-version")

@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from kazoo.client import KazooClient, TransactionRequest
+from kazoo.exceptions import NoNodeError
 
 from fabric.common.errors import InvalidConfigError, UnknownTopicError
 from fabric.common.types import (
+    LeaderAndIsr,
     NodeInfo,
     PartitionAssignment,
     PartitionRegistration,
@@ -30,7 +32,7 @@ from fabric.coordinator import validation
 from fabric.coordinator import zk_layout as layout
 from fabric.coordinator.election import EpochToken
 from fabric.coordinator.interface import StateUpdates
-from fabric.coordinator.zk_watched_cache import ZkWatchedCache
+from fabric.coordinator.zk_watched_cache import Watch, ZkWatchedCache
 
 if TYPE_CHECKING:
     from fabric.coordinator.zk_store import ZkWriter
@@ -51,6 +53,7 @@ class ZkReplication:
     _read_topic: Callable[[str], tuple[TopicInfo, Any, dict[int, PartitionAssignment]]]
     _cached_topic: Callable[[str], tuple[TopicInfo, dict[int, PartitionAssignment]]]
     _topics: ZkWatchedCache[tuple[TopicInfo, dict[int, PartitionAssignment]]]
+    _state_cache: ZkWatchedCache[tuple[str, LeaderAndIsr]]  # (topic id, state) by the state's znode path
     _create: Callable[..., TopicInfo]
     _update_topic: Callable[..., TopicInfo]
     _create_partitions: Callable[[TransactionRequest, str, Mapping[int, bytes]], None]
@@ -142,16 +145,6 @@ class ZkReplication:
             self._create_partitions(txn, name, self._states(txn, token, name, old.partitions, partitions))
         return self._update_topic(name, change, extra)
 
-    def _assignments(self, topics: list[str]) -> dict[TopicPartition, PartitionAssignment]:
-        out: dict[TopicPartition, PartitionAssignment] = {}
-        for name in topics:
-            try:
-                assignment = self._read_topic(name)[2]
-            except UnknownTopicError:
-                continue  # deleted meanwhile
-            out.update(((name, p), a) for p, a in assignment.items())
-        return out
-
     def replicated(self, name: str) -> bool:
         try:
             return bool(self._cached_topic(name)[1])
@@ -159,11 +152,44 @@ class ZkReplication:
             return False
 
     def partition_registrations(self, topics: list[str] | None = None) -> dict[TopicPartition, PartitionRegistration]:
-        assignments = self._assignments(self.list_topics() if topics is None else topics)
-        keys = sorted(assignments)
-        found = self.writer.get_many([layout.partition_state(*tp) for tp in keys])
-        return {tp: PartitionRegistration(assignments[tp], layout.leader_and_isr(f[0]))
-                for tp, f in zip(keys, found, strict=True) if f is not None}
+        """The registrations as ZooKeeper last told this process (topics and partition states are watched:
+        zk_watched_cache), so the controller's answer to each node's heartbeat reads none of thousands of znodes
+        again. A state is kept with the id of the topic it was read under, so a topic deleted and created again
+        under its name is never given its predecessor's; a decision made on a state another process changed
+        meanwhile loses its compare-and-set write (update_partition_states), which forgets what it read."""
+        wanted: dict[str, tuple[TopicPartition, str, PartitionAssignment]] = {}  # by state path
+        for name in self.list_topics() if topics is None else topics:
+            try:
+                info, assignment = self._cached_topic(name)
+            except UnknownTopicError:
+                continue  # deleted meanwhile
+            wanted.update((layout.partition_state(name, p), ((name, p), info.topic_id, a))
+                          for p, a in sorted(assignment.items()))
+
+        def read() -> dict[str, tuple[str, LeaderAndIsr]]:
+            return self._state_cache.get_many(list(wanted), lambda paths, watch: self._read_states(
+                {path: wanted[path][1] for path in paths}, watch))
+        found = read()
+        stale = [path for path, (topic_id, _) in found.items() if topic_id != wanted[path][1]]
+        if stale:  # kept from a topic of the name deleted since: read again
+            for path in stale:
+                self._state_cache.forget(path)
+            found = read()
+        return {tp: PartitionRegistration(assignment, found[path][1])
+                for path, (tp, topic_id, assignment) in sorted(wanted.items(), key=lambda item: item[1][0])
+                if path in found and found[path][0] == topic_id}
+
+    def _read_states(self, topic_ids: dict[str, str], watch: Watch) -> dict[str, tuple[str, LeaderAndIsr]]:
+        """The partition states at `topic_ids`' paths that exist, read at once (`watch` set on each), each with the
+        id of the topic it is read for (whose znode was read first: the state is that topic's or a later one's)."""
+        pending = [(path, self.client.get_async(path, watch=watch)) for path in topic_ids]
+        out = {}
+        for path, result in pending:
+            try:
+                out[path] = (topic_ids[path], layout.leader_and_isr(result.get()[0]))
+            except NoNodeError:
+                continue  # deleted meanwhile
+        return out
 
     def update_partition_states(self, updates: StateUpdates) -> bool:
         items = sorted(updates.items())
@@ -175,8 +201,9 @@ class ZkReplication:
             except _LostRace:
                 return False
             finally:
-                for name in {tp[0] for tp, _ in chunk}:  # a reassignment rewrites the topic's znode
-                    self._topics.forget(name)
+                for tp, _ in chunk:  # what it wrote, or (a lost race) found changed, is read again next time
+                    self._topics.forget(tp[0])  # (a reassignment rewrites the topic's znode)
+                    self._state_cache.forget(layout.partition_state(*tp))
         return True
 
     def _set_states(self, txn: TransactionRequest, token: EpochToken | None,

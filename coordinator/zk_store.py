@@ -37,7 +37,14 @@ from fabric.common.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from fabric.common.types import CommittedOffset, PartitionAssignment, TopicInfo, TopicPartition, TransactionRecord
+from fabric.common.types import (
+    CommittedOffset,
+    LeaderAndIsr,
+    PartitionAssignment,
+    TopicInfo,
+    TopicPartition,
+    TransactionRecord,
+)
 from fabric.coordinator import transactions, validation
 from fabric.coordinator import zk_layout as layout
 from fabric.coordinator.election import EpochToken, FencedError
@@ -256,6 +263,9 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
                        else target)
         self.writer = ZkWriter(self.client, fence)
         self._topics = ZkWatchedCache(self.client, self._read_for_cache, layout.topic_of, "topic metadata")
+        self._state_cache: ZkWatchedCache[tuple[str, LeaderAndIsr]] = ZkWatchedCache(  # (read in bulk: get_many)
+            self.client, lambda path, watch: self._read_states({path: ""}, watch)[path], lambda path: path,
+            "partition states")
         self._group_states = ZkGroupStore(self.writer, epoch)
         self._groups = GroupService(self._group_states, self._partitions_of)
         self._offsets_dir, self._epoch = offsets_dir, epoch
@@ -509,6 +519,7 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
 
     def close(self) -> None:
         self._topics.close()
+        self._state_cache.close()
         self._group_states.close()
         if self._owned:
             self.client.stop()

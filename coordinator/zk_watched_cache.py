@@ -51,6 +51,22 @@ class ZkWatchedCache(Generic[V]):
                 self._entries[key] = entry
         return entry
 
+    def get_many(self, keys: list[str], read_many: Callable[[list[str], Watch], dict[str, V]]) -> dict[str, V]:
+        """The values of `keys` as kept, those not kept read at once with `read_many(missing, watch)` (all in
+        flight together; a key it leaves out, such as an absent znode, is left out of the answer and not kept)."""
+        with self._lock:
+            found, changes = {k: self._entries[k] for k in keys if k in self._entries}, self._changes
+        missing = [k for k in keys if k not in found]
+        if missing:
+            read = read_many(missing, self._changed)
+            with self._lock:
+                if self._changes == changes:
+                    if len(self._entries) + len(read) > self._limit:
+                        self._entries.clear()
+                    self._entries.update(read)
+            found.update(read)
+        return found
+
     def holds(self, key: str) -> bool:
         """Whether `key` is kept now (get() would ask ZooKeeper nothing)."""
         with self._lock:

