@@ -228,3 +228,18 @@ def test_a_topic_whose_id_cannot_be_checked_holds_up_no_other_and_is_checked_aga
     replicas.apply(two_topics("second"), "d2")
     assert replicas.applied_digest == "d2" and replicas.partition_state("u", 0).end_offset == 0
     assert replicas.health.unhealthy() == []
+
+
+def test_a_maintenance_round_checkpoints_the_high_watermarks_that_moved_of_leaders_and_followers(tmp_path) -> None:
+    """maintain() (every 250 ms on a node) writes each replica's high watermark that moved since its last
+    checkpoint, a follower's as a leader's, and passes over the followers with nothing to do; a restarted node's
+    replicas start from what it wrote."""
+    replicas = ReplicaManager(1, str(tmp_path / "node1"))
+    replicas.apply(view(1, {0: 2, 1: 2}))  # node 1 follows both partitions
+    replicas.hosted_replica(("t", 0)).restart_at(0, 5, 0)  # its leader deleted offsets 0..4: t-0 starts at 5
+    assert [replicas.hosted_replica(("t", p)).checkpoint_due() for p in (0, 1)] == [True, False]
+    replicas.maintain()
+    assert not replicas.hosted_replica(("t", 0)).checkpoint_due()
+    restarted = ReplicaManager(1, str(tmp_path / "node1"))
+    restarted.apply(view(1, {0: 2, 1: 2}))
+    assert [restarted.hosted_replica(("t", p)).hw for p in (0, 1)] == [5, 0]

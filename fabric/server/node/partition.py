@@ -587,6 +587,10 @@ class PartitionReplica:
             self.hw = min(self.hw, plog.end_offset)
 
     # -- housekeeping -------------------------------------------------------------------------------------
+    def checkpoint_due(self) -> bool:
+        """Whether the high watermark moved since its last checkpoint (read without the lock)."""
+        return self.hw >= 0 and self.hw != self._checkpointed
+
     def checkpoint(self) -> None:
         """Write the high watermark to its checkpoint file if it moved since the last write."""
         with self.changed:
