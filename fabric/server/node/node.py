@@ -88,6 +88,7 @@ class Node:
         self._beat_due = threading.Event()  # heartbeat now: a replica's health changed
         # heartbeats name the view applied last (unless the coordinator refuses the argument)
         self._digests = OptionalArgument("assignment_digest", "every heartbeat brings the whole assignment")
+        self._reported = ReportedHighWatermarks()
         replicas.refresh = self.refresh
         replicas.report = self._beat_due.set
         replicas.alter_partition = self.alter_partition
@@ -125,11 +126,13 @@ class Node:
         """One heartbeat: the node's reports out, the controller's view of its partitions in, applied. It names
         the digest of the view it applied last, so an unchanged view is neither sent nor applied again (unless
         the coordinator, of an earlier release, refuses the argument: then every answer is the whole view)."""
+        high_watermarks, controller_epoch = self.replicas.leader_high_watermarks(), self.replicas.controller_epoch
         answer: NodeAssignment | NodeHeartbeat = self._digests.call(
             lambda args: self.connection.action("node_heartbeat", **args),
             {"node_id": self.settings.node_id, "node_epoch": self.server.node_epoch,
-             "high_watermarks": self.replicas.leader_high_watermarks(),
+             "high_watermarks": self._reported.changed(high_watermarks, controller_epoch),
              "offline_replicas": self.replicas.health.unhealthy()}, self.replicas.applied_digest, "the coordinator")
+        self._reported.heard(high_watermarks, controller_epoch)
         if isinstance(answer, NodeHeartbeat):
             if answer.assignment is not None:
                 self.replicas.apply(answer.assignment, answer.digest)
@@ -222,6 +225,27 @@ class Node:
             self._beat_due.clear()
             if not self.stopping.is_set():
                 self.beat()
+
+
+class ReportedHighWatermarks:
+    """The high watermarks of the partitions this node leads, as the controller last heard them: a heartbeat
+    reports only those that moved since (or whose leadership is new here), so a node leading thousands of idle
+    partitions does not send, and the controller does not decode, all of them every beat. A controller of another
+    epoch than the one that heard them (a new one keeps none of its predecessor's) is sent them all."""
+
+    def __init__(self) -> None:
+        self._heard: dict[TopicPartition, int] = {}
+        self._epoch = -1  # the controller epoch that heard them
+
+    def changed(self, now: dict[TopicPartition, int], controller_epoch: int) -> dict[TopicPartition, int]:
+        """What a heartbeat reports of `now` (this node's leaders' high watermarks) under `controller_epoch`."""
+        if controller_epoch != self._epoch:
+            return now
+        return {tp: hw for tp, hw in now.items() if self._heard.get(tp) != hw}
+
+    def heard(self, reported: dict[TopicPartition, int], controller_epoch: int) -> None:
+        """A heartbeat that reported from `reported` under `controller_epoch` was answered."""
+        self._heard, self._epoch = reported, controller_epoch
 
 
 def _register_until_answered(node: Node, shutdown: Shutdown) -> None:
