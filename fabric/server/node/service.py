@@ -26,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import pyarrow as pa
 import pyarrow.flight as flight
 
@@ -35,7 +36,7 @@ from fabric.common.errors import FabricError, InvalidRequestError
 from fabric.common.records import storage_schema
 from fabric.common.redaction import clip
 from fabric.server import consumer_fetches, partition_ops, protocol_handlers, security, wire
-from fabric.server.arguments import check_call
+from fabric.server.arguments import INT64_MAX, INT64_MIN, check_call
 from fabric.server.flight_server import FabricFlightServer, measured, translated
 from fabric.server.metrics import ServerMetrics
 from fabric.server.node import follower_fetches
@@ -54,6 +55,8 @@ ACTIONS = {"partition_state": "describe", "offset_for_time": "describe",  # acti
 REPLICA_ACTIONS = ("offsets_for_leader_epoch", "replica_range", "abort_open_transaction")
 # also served over the fabric protocol (the coordinator's calls, and a JVM reader's planning)
 PROTOCOL_ACTIONS = ("partition_state", "offset_for_time", "write_markers")
+_INT64 = Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)]
+_FETCHED = list[tuple[str, _INT64, _INT64, _INT64, str]]  # replica_fetch's partitions, as its signature types them
 Answer = tuple[Any, Payload]  # a protocol request's result and payload
 
 
@@ -81,12 +84,23 @@ def _frames_payload(answers: list[ReplicaFetch | FabricError | None]) -> Payload
     return b"".join(memoryview(f) for f in frames)
 
 
-def _partitions_of(args: dict[str, Any]) -> None:
-    """A protocol replica_fetch's `partitions`, JSON arrays, as the tuples the DoAction's tagged JSON gives (so the
-    same signature check applies); anything else is left for it to refuse."""
+def _checked_fetch_args(args: dict[str, Any]) -> None:
+    """A protocol replica_fetch's arguments checked as ReplicaManager.replica_fetch takes them, `partitions` (JSON
+    arrays) made the tuples the DoAction's tagged JSON gives. A follower names every partition it copies from this
+    node in every fetch, so `partitions` is checked and converted by msgspec, in C (0.09 ms for 1,000 partitions,
+    0.8 ms in the signature check's Python loop); only a list it refuses goes through the signature check, whose
+    error names what is wrong."""
     partitions = args.get("partitions")
     if isinstance(partitions, list):
-        args["partitions"] = [tuple(p) if isinstance(p, list) else p for p in partitions]
+        try:
+            args["partitions"] = msgspec.convert(partitions, _FETCHED, strict=True)
+        except msgspec.ValidationError:
+            args["partitions"] = [tuple(p) if isinstance(p, list) else p for p in partitions]
+        else:
+            check_call("replica_fetch", ReplicaManager.replica_fetch,
+                       {name: value for name, value in args.items() if name != "partitions"}, skip=("partitions",))
+            return
+    check_call("replica_fetch", ReplicaManager.replica_fetch, args)
 
 
 class NodeService(FabricFlightServer):
@@ -189,8 +203,7 @@ class NodeService(FabricFlightServer):
         authorized (cluster_action) on the event loop, and answered there: a JSON answer per partition, and their
         frames as the payload. A fetch that waits holds no thread: its answer is a future, completed on the loop
         when an append or a leadership change wakes it, or when max_wait_ms is over."""
-        _partitions_of(args)
-        check_call("replica_fetch", ReplicaManager.replica_fetch, args)
+        _checked_fetch_args(args)
         self.authorizer.check(principal, [("cluster_action", security.CLUSTER)])
         fetch = follower_fetches.FollowerFetch(self.replicas, **args)
         loop = asyncio.get_running_loop()
