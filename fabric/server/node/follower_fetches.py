@@ -54,7 +54,7 @@ class FollowerFetch:
         self._replicas, self._partitions = replicas, partitions
         self._answer = functools.partial(_answers, replicas, replica_id, max_bytes=max_bytes,
                                          response_max_bytes=response_max_bytes, omit_unchanged=omit_unchanged)
-        self.answers = self._answer(partitions)
+        self.answers, self._hosted = self._answer(partitions)
         self._waiter: FetchWaiter | None = None
         self._watched: list[PartitionReplica] = []
 
@@ -66,8 +66,7 @@ class FollowerFetch:
                                   for a in self.answers):
             return False
         waiter = self._waiter = FetchWaiter(on_wake)
-        for topic, partition, offset, leader_epoch, _ in self._partitions:
-            replica = self._replicas.hosted_replica((topic, partition))
+        for (topic, partition, offset, leader_epoch, _), replica in zip(self._partitions, self._hosted, strict=True):
             if replica is None or not replica.watch(waiter, leader_epoch, offset):
                 waiter.wake((topic, partition))  # served again at once
                 break
@@ -89,7 +88,7 @@ class FollowerFetch:
             replica.unwatch(waiter)
         woken = waiter.partitions
         again = [i for i, (topic, partition, *_) in enumerate(self._partitions) if (topic, partition) in woken]
-        for i, answer in zip(again, self._answer([self._partitions[i] for i in again]), strict=True):
+        for i, answer in zip(again, self._answer([self._partitions[i] for i in again])[0], strict=True):
             self.answers[i] = answer
         return self.answers
 
@@ -105,15 +104,20 @@ def serve(replicas: ReplicaManager, replica_id: int, partitions: list[Fetched], 
 
 
 def _answers(replicas: ReplicaManager, replica_id: int, partitions: list[Fetched], max_bytes: int,
-             response_max_bytes: int, omit_unchanged: bool) -> list[Answer]:
+             response_max_bytes: int, omit_unchanged: bool) -> tuple[list[Answer], list[PartitionReplica | None]]:
+    """Each partition's answer, and the replica hosted here for it (None: none), which a hold then watches."""
     answers: list[Answer] = []
+    hosted: list[PartitionReplica | None] = []
     budget = response_max_bytes
     for topic, partition, offset, leader_epoch, topic_id in partitions:
-        if omit_unchanged and _unchanged(replicas, replica_id, topic, partition, offset, leader_epoch, topic_id):
+        replica = replicas.hosted_replica((topic, partition))
+        hosted.append(replica)
+        if (omit_unchanged and replica is not None and replica.answered_alike(replica_id, leader_epoch, offset)
+                and replicas.same_topic(topic, topic_id)):  # as the follower's last answer said
             answers.append(None)
             continue
         try:
-            replica = replicas.replica(topic, partition, leader_epoch, topic_id=topic_id)
+            replica = hosted[-1] = replicas.replica(topic, partition, leader_epoch, topic_id=topic_id)
             with replicas.health.guard((topic, partition), f"read partition {topic}-{partition}"):
                 answer = replicas.repairer.read_repaired(replica, functools.partial(
                     replica.serve_follower, replica_id, leader_epoch, offset, max(min(max_bytes, budget), 0)))
@@ -122,13 +126,4 @@ def _answers(replicas: ReplicaManager, replica_id: int, partitions: list[Fetched
             continue
         budget -= answer.frames.size
         answers.append(answer)
-    return answers
-
-
-def _unchanged(replicas: ReplicaManager, replica_id: int, topic: str, partition: int, offset: int, leader_epoch: int,
-               topic_id: str) -> bool:
-    """Whether the partition's answer to this follower would repeat its last (PartitionReplica.answered_alike), the
-    topic being the one the request names."""
-    replica = replicas.hosted_replica((topic, partition))
-    return (replica is not None and replica.answered_alike(replica_id, leader_epoch, offset)
-            and replicas.same_topic(topic, topic_id))
+    return answers, hosted

@@ -387,7 +387,7 @@ class PartitionReplica:
         under `leader_epoch` (Kafka's delayed fetch, never for a move of the high watermark alone: waking followers
         for it gave every replicated write one more round trip); False, and nothing registered, if either has
         happened already. The caller unwatches it."""
-        with self.changed:
+        with self._lock:  # (as in answered_alike)
             leader = self.leader
             if leader is None or leader.leader_epoch != leader_epoch or self.log.end_offset > offset:
                 return False
@@ -395,7 +395,7 @@ class PartitionReplica:
             return True
 
     def unwatch(self, event: FetchWaiter) -> None:
-        with self.changed:
+        with self._lock:
             self._fetch_waiters.discard(event)
 
     def serve_follower(self, follower: int, leader_epoch: int, offset: int, max_bytes: int) -> ReplicaFetch:
@@ -449,7 +449,7 @@ class PartitionReplica:
         now = _now_ms()
         if progress is None or progress.answered_hw != self.hw or not self._from_memory(progress, offset, now):
             return False
-        with self.changed:
+        with self._lock:  # (`changed`'s lock, taken without the Condition's Python-level __enter__: hot)
             if self.leader is not leader or progress.answered_changes != self._changes:
                 return False
             leader.follower_fetched(follower, offset, offset, now)  # caught up: at the log end
