@@ -243,3 +243,28 @@ def test_a_maintenance_round_checkpoints_the_high_watermarks_that_moved_of_leade
     restarted = ReplicaManager(1, str(tmp_path / "node1"))
     restarted.apply(view(1, {0: 2, 1: 2}))
     assert [restarted.hosted_replica(("t", p)).hw for p in (0, 1)] == [5, 0]
+
+
+def test_a_fetch_answered_without_the_frames_it_could_have_is_not_held(tmp_path, storage) -> None:
+    """A partition answered without frames though it has some past the follower's offset (no byte budget left for
+    it) is served again at once rather than held up to max_wait_ms: the hold knows a partition is at the log end
+    from the follower's last answer only when nothing was appended since and that answer found it there."""
+    replicas = ReplicaManager(1, str(tmp_path / "node1"))
+    replicas.apply(view(1, {0: 1}))
+    replicas.append("t", 0, storage.make_batch([b"a", b"b"]))
+    answered: list = []
+    fetch = threading.Thread(target=lambda: answered.extend(replicas.replica_fetch(
+        2, [("t", 0, 0, 0, "")], max_bytes=0, max_wait_ms=60_000, omit_unchanged=True)))
+    fetch.start()
+    fetch.join(30)
+    assert not fetch.is_alive() and answered[0].frames.size == 0 and answered[0].log_end == 2
+    caught_up = replicas.replica_fetch(2, [("t", 0, 2, 0, "")], max_wait_ms=0, omit_unchanged=True)
+    assert caught_up[0].log_end == 2
+    held: list = []
+    waiting = threading.Thread(target=lambda: held.extend(replicas.replica_fetch(
+        2, [("t", 0, 2, 0, "")], max_wait_ms=60_000, omit_unchanged=True)))
+    waiting.start()  # at the log end, nothing appended since its answer: held without reading the log
+    wait_for(lambda: replicas.replica("t", 0, 0)._fetch_waiters, 30, "the fetch to wait for frames")
+    replicas.append("t", 0, storage.make_batch([b"c"]))
+    waiting.join(30)
+    assert held[0].frames.size and held[0].log_end == 3

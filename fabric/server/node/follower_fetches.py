@@ -51,7 +51,7 @@ class FollowerFetch:
                                           f"leader epoch must be ints from 0, got {partition}, {offset}, "
                                           f"{leader_epoch}")
         self.wait_s = partition_ops.wait_seconds("max_wait_ms", max_wait_ms)
-        self._replicas, self._partitions = replicas, partitions
+        self._replicas, self._partitions, self._replica_id = replicas, partitions, replica_id
         self._answer = functools.partial(_answers, replicas, replica_id, max_bytes=max_bytes,
                                          response_max_bytes=response_max_bytes, omit_unchanged=omit_unchanged)
         self.answers, self._hosted = self._answer(partitions)
@@ -67,7 +67,7 @@ class FollowerFetch:
             return False
         waiter = self._waiter = FetchWaiter(on_wake)
         for (topic, partition, offset, leader_epoch, _), replica in zip(self._partitions, self._hosted, strict=True):
-            if replica is None or not replica.watch(waiter, leader_epoch, offset):
+            if replica is None or not replica.watch(waiter, leader_epoch, offset, self._replica_id):
                 waiter.wake((topic, partition))  # served again at once
                 break
             self._watched.append(replica)

@@ -382,14 +382,20 @@ class PartitionReplica:
             event.wake(self.tp)
         self._acks.settle(self.leader, self.hw)
 
-    def watch(self, event: FetchWaiter, leader_epoch: int, offset: int) -> bool:
+    def watch(self, event: FetchWaiter, leader_epoch: int, offset: int, follower: int | None = None) -> bool:
         """Have `event` woken (with this partition) on frames past `offset` or the end of this node's leadership
         under `leader_epoch` (Kafka's delayed fetch, never for a move of the high watermark alone: waking followers
         for it gave every replicated write one more round trip); False, and nothing registered, if either has
-        happened already. The caller unwatches it."""
+        happened already. The caller unwatches it. A `follower` whose last answer found it at the log end, with
+        nothing appended since, is known to be at it without reading the log (most partitions of a fetch)."""
         with self._lock:  # (as in answered_alike)
             leader = self.leader
-            if leader is None or leader.leader_epoch != leader_epoch or self.log.end_offset > offset:
+            if leader is None or leader.leader_epoch != leader_epoch:
+                return False
+            progress = leader.followers.get(follower) if follower is not None else None
+            at_end = (progress is not None and progress.answered_changes == self._changes
+                      and progress.leo == offset >= progress.leader_leo_at_fetch)
+            if not at_end and self.log.end_offset > offset:
                 return False
             self._fetch_waiters.add(event)
             return True
