@@ -264,8 +264,7 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
         self.writer = ZkWriter(self.client, fence)
         self._topics = ZkWatchedCache(self.client, self._read_for_cache, layout.topic_of, "topic metadata")
         self._state_cache: ZkWatchedCache[tuple[str, LeaderAndIsr]] = ZkWatchedCache(  # (read in bulk: get_many)
-            self.client, lambda path, watch: self._read_states({path: ""}, watch)[path], lambda path: path,
-            "partition states")
+            self.client, None, lambda path: path, "partition states")
         self._group_states = ZkGroupStore(self.writer, epoch)
         self._groups = GroupService(self._group_states, self._partitions_of)
         self._offsets_dir, self._epoch = offsets_dir, epoch

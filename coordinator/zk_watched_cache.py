@@ -26,10 +26,11 @@ MAX_KEPT = 100_000  # keys a cache keeps at most (then it starts afresh)
 
 
 class ZkWatchedCache(Generic[V]):
-    """Values read through `read(key, watch)` from `client`'s ZooKeeper (`watch` set on every znode the value came
-    from, whose path `key_of` maps back to its key), kept as the module says; `what` names them in logs."""
+    """Values read through `read(key, watch)` (get), or in bulk through the `read_many` a caller gives (get_many),
+    from `client`'s ZooKeeper (`watch` set on every znode the value came from, whose path `key_of` maps back to its
+    key), kept as the module says; `what` names them in logs."""
 
-    def __init__(self, client: KazooClient, read: Callable[[str, Watch], V], key_of: Callable[[str], str],
+    def __init__(self, client: KazooClient, read: Callable[[str, Watch], V] | None, key_of: Callable[[str], str],
                  what: str, limit: int = MAX_KEPT) -> None:
         self._client, self._read, self._key_of, self._what, self._limit = client, read, key_of, what, limit
         self._entries: dict[str, V] = {}
@@ -43,6 +44,7 @@ class ZkWatchedCache(Generic[V]):
             entry, changes = self._entries.get(key), self._changes
         if entry is not None:
             return entry
+        assert self._read is not None, f"{self._what} are read in bulk (get_many)"
         entry = self._read(key, self._changed)  # one bound method: kazoo keeps a set of a znode's watchers
         with self._lock:
             if self._changes == changes:

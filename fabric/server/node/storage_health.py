@@ -85,6 +85,12 @@ class _Replica:
             return Condition(Health.DAMAGED, "; ".join(d.describe() for _, d in sorted(self.damage.items())))
         return UNVERIFIED if self.unverified else HEALTHY
 
+    def comes_back(self) -> str:
+        """How an offline replica comes back, for its log line ("" where a probe brings it back)."""
+        if not self.failure:
+            return " (it tries again with each heartbeat)"
+        return "" if self.probe else " (its directory is gone: restart the node to copy it again)"
+
 
 class StorageHealth:
     """The health of node `node_id`'s replicas; `directory(tp)` is where a replica's log lives. Thread-safe."""
@@ -132,9 +138,7 @@ class StorageHealth:
         name = f"{tp[0]}-{tp[1]}"
         if new.health is Health.OFFLINE:
             log.warning("node %d: replica %s is offline: %s; the controller moves its leadership and ISR membership "
-                        "to other replicas%s", self.node_id, name, new.reason,
-                        " (its directory is gone: restart the node to copy it again)" if known.failure and not
-                        known.probe else "" if known.failure else " (it tries again with each heartbeat)")
+                        "to other replicas%s", self.node_id, name, new.reason, known.comes_back())
         elif new.health is Health.DAMAGED:  # (each finding is logged at WARNING where it is found)
             log.info("node %d: replica %s is damaged: %s; it is not eligible as leader while a healthy in-sync "
                      "replica is alive, until repaired", self.node_id, name, new.reason)
