@@ -314,5 +314,23 @@ class InvalidLeaderEpochError(FabricError):
     (both only increase, as Kafka's LeaderEpochFileCache requires); the message names both values."""
 
 
+class FetchSessionError(FabricError):
+    """A follower's fetch session (KIP-227) that its leader no longer holds as the follower knows it: an unknown
+    session id (the leader restarted, or the session was replaced or evicted: FetchSessionIdNotFoundError) or an
+    epoch other than the next one (an answer was lost: InvalidFetchSessionEpochError). The follower starts a new
+    session with a full fetch."""
+
+    retriable = True
+
+
+class FetchSessionIdNotFoundError(FetchSessionError):
+    """A fetch quoted a session id its leader does not hold (Kafka's FETCH_SESSION_ID_NOT_FOUND)."""
+
+
+class InvalidFetchSessionEpochError(FetchSessionError):
+    """A fetch quoted a session epoch other than the one its leader expects next (Kafka's
+    INVALID_FETCH_SESSION_EPOCH)."""
+
+
 class IgnoredConfigWarning(UserWarning):
     """A Kafka client config the fabric accepts but does not use; the message names what does its job here."""

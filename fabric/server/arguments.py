@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import inspect
 import logging
+import re
 import types
 import typing
 from typing import Any, Callable, NamedTuple, TypeVar
@@ -161,6 +162,12 @@ def check_call(name: str, method: Callable, args: dict[str, Any], skip: tuple[st
                                       f"got {type(value).__name__} {clip(value)}")
 
 
+def refused_arguments(message: str) -> list[str]:
+    """The arguments a check_call refusal (its message) names as unknown, as the server wrote them."""
+    found = re.search(r"unknown argument\(s\) ([^;]*);", message)
+    return found.group(1).split(", ") if found else []
+
+
 class OptionalArgument:
     """An argument that a server of an earlier release refuses as unknown (check_call's InvalidRequestError names
     it): sent with every request until a server refuses it once, then never again by this caller, who then gets
@@ -178,7 +185,7 @@ class OptionalArgument:
         try:
             return request({**args, self.name: value})
         except InvalidRequestError as exc:
-            if self.name not in str(exc):
+            if self.name not in refused_arguments(str(exc)):
                 raise
         log.info("%s does not take %s (an earlier release): %s", server, self.name, self.without)
         self.sent = False

@@ -12,7 +12,9 @@ import pytest
 import fabric
 from fabric.client.consumer import Consumer
 from fabric.common.errors import CoordinatorUnavailableError
+from fabric.common.protocol.connection import ProtocolConnection
 from fabric.common.waiting import wait_for
+from fabric.server import wire
 
 SETTLE_S = 60  # a loaded machine may take a while to answer, elect or copy
 
@@ -32,6 +34,38 @@ def test_every_replica_holds_the_log_and_the_high_watermark(shared_cluster, repl
             fetchers = {f["leader"]: f["partitions"] for f in node.status()["fetchers"]}
             assert node_id not in fetchers and len(fetchers) <= len(shared_cluster.nodes) - 1
             assert all(["copied", p.partition] in fetchers[p.leader] for p in described if p.leader != node_id)
+
+
+def test_followers_fetch_in_sessions_and_open_a_new_one_when_theirs_is_taken(shared_cluster, replication) -> None:
+    """KIP-227 fetch sessions: each follower's fetcher holds a session at its leader (the node's status shows its
+    id, and the leader counts the sessions it holds). When another caller opens a session under the follower's id
+    (a raw replica_fetch here; a restarted leader forgets every session the same way), the follower's next fetch
+    is refused (FetchSessionIdNotFoundError): it opens a new session and goes on copying, so a write that needs it
+    (min.insync.replicas 3) is acknowledged and every replica holds it."""
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic("sessioned", partitions=1, replication_factor=3, config={"min.insync.replicas": "3"})
+        with fab.producer(linger_ms=0) as producer:
+            producer.send("sessioned", b"a").result(SETTLE_S)
+        leader = fab.describe_topic("sessioned").partitions[0].leader
+        follower = next(n for n in sorted(shared_cluster.nodes) if n != leader)
+
+        def session() -> int:
+            return next((f["session"] for f in shared_cluster.nodes[follower].status()["fetchers"]
+                         if f["leader"] == leader), 0)
+        replication.eventually(lambda: session() != 0, "the follower's fetch session at its leader")
+        taken = session()
+        assert shared_cluster.nodes[leader].status()["fetch_sessions"] >= 2  # (one per follower node)
+        raw = ProtocolConnection(shared_cluster.nodes[leader].status()["protocol_address"], None, None, SETTLE_S,
+                                 wire.exception_of)
+        try:
+            raw.call("replica_fetch", {"replica_id": follower, "partitions": [], "max_wait_ms": 0,
+                                       "session": {"id": 0, "epoch": 0}})
+        finally:
+            raw.close()
+        replication.eventually(lambda: session() not in (0, taken), "the follower's new fetch session")
+        with fab.producer(linger_ms=0) as producer:
+            producer.send("sessioned", b"b").result(SETTLE_S)
+        assert replication.wait_in_sync(fab, shared_cluster.nodes, "sessioned") == 2
 
 
 def test_a_consumer_long_polls_the_leader(shared_cluster, flaky_cluster, replication) -> None:

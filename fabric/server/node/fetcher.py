@@ -24,6 +24,12 @@ partitions rotates with every fetch, so one partition cannot take the whole of r
 every time. Each fetch asks the leader to leave out the partitions whose answer would repeat the last one
 (`omit_unchanged`, follower_fetches), answered None and skipped here, unless the leader, of an earlier
 release, refuses the argument: then every answer is asked for, as before.
+
+A fetcher holds a fetch session at its leader (KIP-227, fetch_sessions on the leader's side): its first fetch
+names every partition, the next ones only those whose log end moved since the leader last heard it and those it
+no longer fetches (`forgotten`), and the leader's answer carries only the partitions with something new. Any
+failure of a whole fetch (no answer, the session unknown or at another epoch) drops the session, and the next
+fetch opens a new one. A leader of an earlier release refuses `session`: the fetcher then fetches without one.
 """
 from __future__ import annotations
 
@@ -42,18 +48,20 @@ from fabric.common import trace
 from fabric.common.errors import (
     FabricError,
     FencedLeaderEpochError,
+    FetchSessionError,
     InvalidFramesError,
     LeaderNotAvailableError,
     OffsetOutOfRangeError,
 )
 from fabric.common.protocol import messages
 from fabric.common.protocol.payloads import Payload
+from fabric.common.redaction import clip
 from fabric.common.types import EpochEndOffset, TopicPartition
 from fabric.server import wire
 from fabric.server.arguments import OptionalArgument
 from fabric.server.connection import Call, action_call
 from fabric.server.node.partition import PartitionReplica
-from fabric.server.node.replica_fetch import NO_FRAMES
+from fabric.server.node.replica_fetch import NO_FRAMES, next_epoch
 from fabric.server.peer_calls import PeerCalls
 from fabric.storage import truncation
 
@@ -63,6 +71,7 @@ Peer = Callable[[str, Call], Any]  # (address, call) -> the call's result at tha
 StorageGuard = Callable[[TopicPartition, str], ContextManager[None]]
 # one partition's answer (its offsets, or {"error": ...}; None: as the last one said), and its frames
 FetchAnswer = tuple[dict[str, Any] | None, pa.Buffer]
+_UNCHANGED: FetchAnswer = (None, NO_FRAMES)  # a partition a session's answer does not carry
 
 
 class FetcherState(str, enum.Enum):
@@ -102,6 +111,32 @@ class FetchedPartition:
         return self.replica.following(self.leader_epoch)
 
 
+class FollowerSession:
+    """This fetcher's fetch session at its leader: its id (0: none yet), the epoch of its next fetch, and what
+    the leader holds of each partition in it: its position (log end), the leader epoch and the topic id."""
+
+    def __init__(self) -> None:
+        self.id, self.epoch = 0, 0
+        self.positions: dict[TopicPartition, tuple[int, int, str]] = {}
+
+    def reset(self) -> None:
+        """Drop the session: the next fetch opens a new one, naming every partition."""
+        self.id, self.epoch = 0, 0
+        self.positions.clear()
+
+    def argument(self, named: list[tuple[str, int, int, int, str]], gone: list[TopicPartition]) -> dict[str, Any]:
+        """The `session` argument of a fetch that names `named` and no longer fetches `gone`; the positions are
+        taken as the leader's (reset() if the fetch fails)."""
+        forgotten = [tp for tp in gone if self.positions.pop(tp, None) is not None]
+        for topic, partition, offset, leader_epoch, topic_id in named:
+            self.positions[(topic, partition)] = (offset, leader_epoch, topic_id)
+        return {"id": self.id, "epoch": self.epoch, "forgotten": [list(tp) for tp in forgotten]}
+
+    def answered(self, session_id: int) -> None:
+        """The leader answered the fetch in session `session_id`: the next fetch is in it."""
+        self.id, self.epoch = session_id, next_epoch(self.epoch)
+
+
 def fetch_answers(partitions: int, result: msgspec.Raw, payload: Payload) -> list[FetchAnswer]:
     """A protocol replica_fetch's answer of `partitions` partitions: each partition's JSON answer, with its frames
     cut from the payload (the frames of those that have some, one after the other in order)."""
@@ -110,6 +145,26 @@ def fetch_answers(partitions: int, result: msgspec.Raw, payload: Payload) -> lis
     if len(answers) != partitions or sum(sizes) != len(payload):
         raise FabricError(f"leader's answer to a fetch of {partitions} partition(s) does not match it "
                           f"({len(answers)} answers, {sum(sizes)} bytes of frames named, {len(payload)} sent)")
+    return _cut(answers, sizes, payload)
+
+
+def session_answers(answer: dict[str, Any], payload: Payload) -> tuple[int, dict[TopicPartition, FetchAnswer]]:
+    """A session replica_fetch's answer: its session id, and the answer and frames of each partition it
+    carries."""
+    carried = answer.get("partitions")
+    if not isinstance(carried, list) or not all(isinstance(p, list) and len(p) == 3 for p in carried):
+        raise FabricError(f"leader's answer to a session fetch names no [topic, partition, answer] list: "
+                          f"{clip(answer, 200)}")
+    sizes = [(p[2] or {}).get("frames", 0) for p in carried]
+    if sum(sizes) != len(payload):
+        raise FabricError(f"leader's answer to a session fetch names {sum(sizes)} bytes of frames, {len(payload)} "
+                          "sent")
+    cut = _cut([p[2] for p in carried], sizes, payload)
+    return int(answer.get("session_id", 0)), {(p[0], p[1]): a for p, a in zip(carried, cut, strict=True)}
+
+
+def _cut(answers: list[dict[str, Any] | None], sizes: list[int], payload: Payload) -> list[FetchAnswer]:
+    """Each answer with its frames, cut from `payload` (the frames of the answers, one after the other)."""
     buffer, start, out = pa.py_buffer(payload), 0, []
     for answer, size in zip(answers, sizes, strict=True):
         out.append((answer, buffer.slice(start, size) if size else NO_FRAMES))
@@ -140,12 +195,17 @@ class ReplicaFetcher:
         self.node_id, self.leader_id, self.address = node_id, leader_id, address
         self.peer, self.protocol, self.refresh, self.settings, self.guard = peer, protocol, refresh, settings, guard
         self._partitions: dict[TopicPartition, FetchedPartition] = {}
-        self._guard = threading.Lock()  # the partitions' map: taken briefly, never across a call
+        # in a fetch session, the partitions the next round looks at: added, removed, failed, being truncated, or
+        # whose log end may have moved (the others are as the leader's session holds them)
+        self._unsettled: dict[TopicPartition, None] = {}
+        self._guard = threading.Lock()  # the partitions' maps: taken briefly, never across a call
         self._changed = threading.Event()  # a partition was added, or the fetcher stopped
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"fetcher-from-{leader_id}")
         # the leader leaves out the partitions whose answer would repeat (follower_fetches), unless it refuses
         self._omit_unchanged = OptionalArgument("omit_unchanged", "its answers name every partition")
+        self._session = FollowerSession()  # (a fetch session at the leader, unless it refuses one)
+        self._in_session = OptionalArgument("session", "every fetch names every partition")
 
     def start(self) -> None:
         """Start fetching (once; later calls do nothing)."""
@@ -159,16 +219,23 @@ class ReplicaFetcher:
                  self.address, leader_epoch)
         with self._guard:
             self._partitions[replica.tp] = FetchedPartition(replica, leader_epoch, topic_id)
+            self._unsettled[replica.tp] = None
         self._changed.set()
 
     def remove(self, tp: TopicPartition) -> bool:
         """Stop copying `tp` (an answer in flight for it is not applied); True if it was here."""
         with self._guard:
+            self._unsettled[tp] = None
             return self._partitions.pop(tp, None) is not None
 
     def __len__(self) -> int:
         with self._guard:
             return len(self._partitions)
+
+    @property
+    def session_id(self) -> int:
+        """The id of its fetch session at the leader (0: none open)."""
+        return self._session.id
 
     def partitions(self) -> list[TopicPartition]:
         """The partitions it copies, sorted."""
@@ -185,9 +252,23 @@ class ReplicaFetcher:
         with self._guard:
             return self._partitions.get(fetched.replica.tp) is fetched and fetched.active()
 
-    def _snapshot(self) -> list[FetchedPartition]:
+    def _looked_at(self) -> tuple[list[FetchedPartition], list[TopicPartition]]:
+        """The partitions a round looks at (in a fetch session the unsettled ones, else all) that are fetched
+        under their epoch, and those of them that are not (removed, or no longer followed under their epoch:
+        what the replica manager changes next adds them again)."""
         with self._guard:
-            return [p for p in self._partitions.values() if p.active()]
+            if self._in_session.sent:
+                tps, self._unsettled = list(self._unsettled), {}
+            else:
+                tps = list(self._partitions)
+            found = [(tp, self._partitions.get(tp)) for tp in tps]
+        look = [p for _, p in found if p is not None and p.active()]
+        return look, [tp for tp, p in found if p is None or not p.active()]
+
+    def _unsettle(self, partitions: list[FetchedPartition]) -> None:
+        """Have the next round look at `partitions` again."""
+        with self._guard:
+            self._unsettled.update((p.replica.tp, None) for p in partitions)
 
     def _run(self) -> None:
         while not self._stopped.is_set():
@@ -198,27 +279,34 @@ class ReplicaFetcher:
                 self._stopped.wait(self.settings.backoff_ms / 1000)
 
     def _round(self) -> None:
-        """Truncate the partitions that need it, fetch the others (or wait for a partition or a retry due)."""
+        """Truncate the partitions that need it and fetch (or wait for a partition or a retry due). In a fetch
+        session a round looks at the unsettled partitions only; without one, at every partition."""
         self._changed.clear()
-        partitions = self._snapshot()
         now = time.monotonic()
-        for fetched in partitions:
+        look, gone = self._looked_at()
+        for fetched in look:
             if fetched.state is FetcherState.TRUNCATING and fetched.retry_at <= now:
                 try:
                     with self.guard(fetched.replica.tp, f"truncate partition {fetched.name}"):
                         self._truncate(fetched)
                 except FabricError as exc:
                     self._failed(fetched, exc)
-        ready = [p for p in partitions if p.state is FetcherState.FETCHING and p.retry_at <= now]
-        if ready:
+        ready = [p for p in look if p.state is FetcherState.FETCHING and p.retry_at <= now]
+        waiting = [p for p in look if p.state is not FetcherState.FETCHING or p.retry_at > now]
+        if self._in_session.sent:
+            self._unsettle(waiting)
+            if ready or self._session.positions:
+                self._fetch_in_session(ready, [*gone, *(p.replica.tp for p in waiting)])
+                return
+        elif ready:
             self._fetch(ready)
-        else:  # nothing to fetch now: wait for a partition, or the first retry due
-            due = min((p.retry_at for p in partitions), default=now + 3600)
-            self._changed.wait(max(due - time.monotonic(), 0.001))
-        with self._guard:  # rotate, so a long answer's partition does not always come first
-            if len(self._partitions) > 1:
-                first = next(iter(self._partitions))
-                self._partitions[first] = self._partitions.pop(first)
+            with self._guard:  # rotate, so a long answer's partition does not always come first
+                if len(self._partitions) > 1:
+                    first = next(iter(self._partitions))
+                    self._partitions[first] = self._partitions.pop(first)
+            return
+        due = min((p.retry_at for p in waiting), default=now + 3600)  # nothing to fetch now: wait for a partition,
+        self._changed.wait(max(due - time.monotonic(), 0.001))  # or the first retry due
 
     def _failed(self, fetched: FetchedPartition, exc: FabricError) -> None:
         """Retry `fetched` after the backoff, truncating first if its offsets no longer fit the leader's; the
@@ -236,6 +324,7 @@ class ReplicaFetcher:
             log.log(logging.DEBUG if again else logging.INFO, "partition %s: fetching from node %d failed (%s); "
                     "retrying", fetched.name, self.leader_id, exc)
         fetched.retry_at = time.monotonic() + self.settings.backoff_ms / 1000
+        self._unsettle([fetched])
 
     def _call(self, call: Call) -> Any:
         return call_node(self.peer, f"leader node {self.leader_id}", self.address, call)
@@ -281,7 +370,8 @@ class ReplicaFetcher:
         return readable, offsets
 
     def _fetch(self, ready: list[FetchedPartition]) -> None:
-        """One fetch of every partition in `ready`; each answer applied to its replica, or its error handled."""
+        """One fetch of every partition in `ready`, without a session; each answer applied to its replica, or its
+        error handled."""
         ready, offsets = self._log_ends(ready)
         if not ready:
             return
@@ -290,38 +380,95 @@ class ReplicaFetcher:
         try:
             answers = self._replica_fetch(request)
         except FabricError as exc:  # the leader did not answer, or refused the whole request: all retry
-            log.info("fetching %d partition(s) from node %d failed (%s); retrying", len(ready), self.leader_id, exc)
-            retry_at = time.monotonic() + self.settings.backoff_ms / 1000
-            for fetched in ready:
-                fetched.retry_at = retry_at
+            self._fetch_failed(ready, exc)
             return
         for fetched, offset, (answer, frames) in zip(ready, offsets, answers, strict=True):
-            if answer is None or not self._current(fetched):  # (None: unchanged since the last answer)
-                continue
-            fetched.log_end = None  # whatever follows may move it
-            if "error" in answer:
-                error = wire.exception_of(answer["error"])
-                self._failed(fetched, error or FabricError(f"leader node {self.leader_id}: {answer['error']}"))
-                continue
-            if trace.ON:
-                trace.event("fetch_received", *fetched.replica.tp, offset, answer.get("log_end", -1), self.node_id)
-            try:
-                with self.guard(fetched.replica.tp, f"copy frames into partition {fetched.name}"):
-                    self._apply(fetched, offset, answer, frames)
-                fetched.last_error = ""
-            except FabricError as exc:
-                self._failed(fetched, exc)
+            if answer is not None and self._current(fetched):  # (None: unchanged since the last answer)
+                self._take(fetched, offset, answer, frames)
 
-    def _replica_fetch(self, partitions: list[tuple[str, int, int, int, str]]) -> list[FetchAnswer]:
-        """One replica_fetch of `partitions`, each (topic, partition, offset, leader epoch, topic id), at the
-        leader's protocol port: an answer and frames per partition (NO_FRAMES for those answered without)."""
-        settings = self.settings
+    def _fetch_in_session(self, ready: list[FetchedPartition], gone: list[TopicPartition]) -> None:
+        """One fetch in the session: it names the partitions of `ready` whose position the leader does not hold
+        and forgets `gone`; each answer applied to its replica, or its error handled. A failure drops the
+        session: every partition is then named again."""
+        ready, offsets = self._log_ends(ready)
+        session = self._session
+        named = [request for request in ((p.replica.tp[0], p.replica.tp[1], offset, p.leader_epoch, p.topic_id)
+                                         for p, offset in zip(ready, offsets, strict=True))
+                 if session.positions.get((request[0], request[1])) != request[2:]]
         try:
-            result, payload = self._omit_unchanged.call(
-                lambda args: self.protocol.call(self.address, "replica_fetch", args),
-                {"replica_id": self.node_id, "partitions": partitions, "max_bytes": settings.max_bytes,
-                 "response_max_bytes": settings.response_max_bytes, "max_wait_ms": settings.max_wait_ms}, True,
-                f"leader node {self.leader_id}")
+            answer, payload = self._replica_fetch(named, session.argument(named, gone))
+            if self._in_session.sent:
+                session_id, answers = session_answers(messages.decode_result(answer, dict[str, Any]), payload)
+        except FabricError as exc:
+            self._session_lost()
+            if isinstance(exc, FetchSessionError):  # the leader lost the session as this fetcher knows it
+                log.info("fetch session at node %d: %s; opening a new one", self.leader_id, exc)
+            else:  # the leader did not answer, or refused the whole request: all retry
+                with self._guard:
+                    self._fetch_failed(list(self._partitions.values()), exc)
+            return
+        except BaseException:
+            self._session_lost()
+            raise
+        if not self._in_session.sent:  # refused by a leader of an earlier release: from now on, fetch without
+            self._session_lost()
+            return
+        session.answered(session_id)
+        for tp, (answer, frames) in answers.items():
+            held = session.positions.get(tp)
+            with self._guard:
+                fetched = self._partitions.get(tp)
+            if (answer is not None and held is not None and fetched is not None
+                    and held[1:] == (fetched.leader_epoch, fetched.topic_id) and self._current(fetched)):
+                self._take(fetched, held[0], answer, frames)  # (from the position the leader held)
+
+    def _session_lost(self) -> None:
+        """The session is dropped: the next fetch opens a new one, naming every partition."""
+        self._session.reset()
+        with self._guard:
+            self._unsettled.update(dict.fromkeys(self._partitions))
+
+    def _fetch_failed(self, fetched: list[FetchedPartition], exc: FabricError) -> None:
+        log.info("fetching %d partition(s) from node %d failed (%s); retrying", len(fetched), self.leader_id, exc)
+        retry_at = time.monotonic() + self.settings.backoff_ms / 1000
+        for partition in fetched:
+            partition.retry_at = retry_at
+
+    def _take(self, fetched: FetchedPartition, offset: int, answer: dict[str, Any], frames: pa.Buffer) -> None:
+        """The leader's answer to `fetched` from `offset`: its frames and offsets applied, or its error handled."""
+        fetched.log_end = None  # whatever follows may move it
+        if "error" in answer:
+            self._session.positions.pop(fetched.replica.tp, None)  # (a session at the leader dropped it)
+            error = wire.exception_of(answer["error"])
+            self._failed(fetched, error or FabricError(f"leader node {self.leader_id}: {answer['error']}"))
+            return
+        if trace.ON:
+            trace.event("fetch_received", *fetched.replica.tp, offset, answer.get("log_end", -1), self.node_id)
+        try:
+            with self.guard(fetched.replica.tp, f"copy frames into partition {fetched.name}"):
+                self._apply(fetched, offset, answer, frames)
+            fetched.last_error = ""
+        except FabricError as exc:
+            self._failed(fetched, exc)
+        self._unsettle([fetched])
+
+    def _replica_fetch(self, partitions: list[tuple[str, int, int, int, str]], session: dict[str, Any] | None = None
+                       ) -> Any:
+        """One replica_fetch of `partitions`, each (topic, partition, offset, leader epoch, topic id), at the
+        leader's protocol port, in `session` (its argument; None: without one): without a session, an answer and
+        frames per partition (NO_FRAMES for those answered without); in one, its JSON result and payload."""
+        settings = self.settings
+        args = {"replica_id": self.node_id, "partitions": partitions, "max_bytes": settings.max_bytes,
+                "response_max_bytes": settings.response_max_bytes, "max_wait_ms": settings.max_wait_ms}
+        leader = f"leader node {self.leader_id}"
+
+        def without_session(args: dict[str, Any]) -> tuple[msgspec.Raw, Payload]:
+            return self._omit_unchanged.call(lambda a: self.protocol.call(self.address, "replica_fetch", a), args,
+                                             True, leader)
+        try:
+            if session is not None:
+                return self._in_session.call(without_session, args, session, leader)
+            result, payload = without_session(args)
         except OSError as exc:  # unreachable, broken, or no answer in time (ClientTimeoutError)
             raise LeaderNotAvailableError(f"leader node {self.leader_id} at {self.address} did not answer (fabric "
                                           f"protocol: {exc})") from None

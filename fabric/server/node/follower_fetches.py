@@ -39,20 +39,9 @@ class FollowerFetch:
     def __init__(self, replicas: ReplicaManager, replica_id: int, partitions: list[Fetched],
                  max_bytes: int = MAX_BYTES, response_max_bytes: int = RESPONSE_MAX_BYTES,
                  max_wait_ms: int = MAX_WAIT_MS, omit_unchanged: bool = False) -> None:
-        for name, value in (("replica_id", replica_id), ("max_bytes", max_bytes),
-                            ("response_max_bytes", response_max_bytes)):
-            if value < 0:
-                raise InvalidRequestError(f"{name} must be an int from 0, got {clip(value)}")
-        if len({(topic, partition) for topic, partition, *_ in partitions}) != len(partitions):
-            raise InvalidRequestError("a replica fetch names a partition twice; name each once")
-        for topic, partition, offset, leader_epoch, _ in partitions:
-            if min(partition, offset, leader_epoch) < 0:
-                raise InvalidRequestError(f"replica fetch of {clip(topic, 60)}-{partition}: partition, offset and "
-                                          f"leader epoch must be ints from 0, got {partition}, {offset}, "
-                                          f"{leader_epoch}")
-        self.wait_s = partition_ops.wait_seconds("max_wait_ms", max_wait_ms)
+        self.wait_s = checked(replica_id, partitions, max_bytes, response_max_bytes, max_wait_ms)
         self._replicas, self._partitions, self._replica_id = replicas, partitions, replica_id
-        self._answer = functools.partial(_answers, replicas, replica_id, max_bytes=max_bytes,
+        self._answer = functools.partial(partition_answers, replicas, replica_id, max_bytes=max_bytes,
                                          response_max_bytes=response_max_bytes, omit_unchanged=omit_unchanged)
         self.answers, self._hosted = self._answer(partitions)
         self._waiter: FetchWaiter | None = None
@@ -93,6 +82,23 @@ class FollowerFetch:
         return self.answers
 
 
+def checked(replica_id: int, partitions: list[Fetched], max_bytes: int, response_max_bytes: int,
+            max_wait_ms: int) -> float:
+    """A replica fetch's arguments checked (InvalidRequestError naming the one that is wrong); how long it may
+    wait, in seconds."""
+    for name, value in (("replica_id", replica_id), ("max_bytes", max_bytes),
+                        ("response_max_bytes", response_max_bytes)):
+        if value < 0:
+            raise InvalidRequestError(f"{name} must be an int from 0, got {clip(value)}")
+    if len({(topic, partition) for topic, partition, *_ in partitions}) != len(partitions):
+        raise InvalidRequestError("a replica fetch names a partition twice; name each once")
+    for topic, partition, offset, leader_epoch, _ in partitions:
+        if min(partition, offset, leader_epoch) < 0:
+            raise InvalidRequestError(f"replica fetch of {clip(topic, 60)}-{partition}: partition, offset and "
+                                      f"leader epoch must be ints from 0, got {partition}, {offset}, {leader_epoch}")
+    return partition_ops.wait_seconds("max_wait_ms", max_wait_ms)
+
+
 def serve(replicas: ReplicaManager, replica_id: int, partitions: list[Fetched], max_bytes: int,
           response_max_bytes: int, max_wait_ms: int, omit_unchanged: bool) -> list[Answer]:
     """ReplicaManager.replica_fetch: the fetch answered, held on this thread while it waits."""
@@ -103,7 +109,7 @@ def serve(replicas: ReplicaManager, replica_id: int, partitions: list[Fetched], 
     return fetch.finish()
 
 
-def _answers(replicas: ReplicaManager, replica_id: int, partitions: list[Fetched], max_bytes: int,
+def partition_answers(replicas: ReplicaManager, replica_id: int, partitions: list[Fetched], max_bytes: int,
              response_max_bytes: int, omit_unchanged: bool) -> tuple[list[Answer], list[PartitionReplica | None]]:
     """Each partition's answer, and the replica hosted here for it (None: none), which a hold then watches."""
     answers: list[Answer] = []

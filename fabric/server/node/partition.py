@@ -22,8 +22,8 @@ polls wait on (or, held on a node's event loop, the waiters of `watch_readable`:
 settles the acks=all writes waiting for the high watermark (delayed_acks.py); a follower's fetch, which covers
 many partitions, waits on an event each of them sets on new frames or the end of a leadership (`watch`).
 
-The high watermark is checkpointed in the partition directory (`replication-high-watermark`, written by
-`checkpoint`), so a restarted replica starts from it (at most its log end) rather than from zero.
+The high watermark is checkpointed in the partition directory (hw_checkpoint, written by `checkpoint`), so a
+restarted replica starts from it (at most its log end) rather than from zero.
 """
 from __future__ import annotations
 
@@ -31,7 +31,6 @@ import concurrent.futures
 import enum
 import functools
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -58,15 +57,14 @@ from fabric.common.types import (
 from fabric.server import partition_ops
 from fabric.server.held import Held
 from fabric.server.node.delayed_acks import DelayedAcks
+from fabric.server.node.hw_checkpoint import HighWatermarkCheckpoint
 from fabric.server.node.leader import FollowerProgress, LeaderState
-from fabric.server.node.replica_fetch import NO_FRAMES, FetchWaiter, ReplicaFetch
+from fabric.server.node.replica_fetch import NO_FRAMES, FetchWaiter, ReplicaFetch, SessionChanges
 from fabric.storage import frame
 from fabric.storage.log import Log
 from fabric.storage.reader import READ_COMMITTED
-from fabric.storage.watermark import HighWatermark
 
 log = logging.getLogger(__name__)
-HW_CHECKPOINT = "replication-high-watermark"
 # a follower fetching again at the log end, with nothing changed since its last answer, is answered from memory
 # for this long; then from the log again, so it learns a log start moved by the node's background retention
 ANSWER_FROM_MEMORY_MS = 1000
@@ -101,9 +99,10 @@ class PartitionReplica:
         self.changed = threading.Condition(self._lock)
         self.leader: LeaderState | None = None
         self.hw = -1  # unknown until the log is first opened
-        self._checkpointed = -1
+        self._checkpoint = HighWatermarkCheckpoint()
         self._leader_start = -1  # the leader's log start this follower last took (-1: none since it restarted)
         self._fetch_waiters: set[FetchWaiter] = set()  # followers' fetches waiting for frames (watch)
+        self._sessions: set[SessionChanges] = set()  # followers' fetch sessions holding it (join_session)
         self._read_waiters: set[Callable[[], None]] = set()  # consumers' fetches waiting (watch_readable)
         self._changes = 0  # new frames or role changes so far (_wake_fetches)
         self._acks = DelayedAcks(f"{tp[0]}-{tp[1]}", node_id)  # acks=all writes waiting for the high watermark
@@ -134,15 +133,10 @@ class PartitionReplica:
         hw = self.hw
         return hw if self._state.role is Role.LEADER and self.leader is not None and hw >= 0 else None
 
-    def _hw_file(self, plog: Log) -> HighWatermark:
-        return HighWatermark(os.path.join(plog.directory, HW_CHECKPOINT))
-
     def _load_hw(self, plog: Log) -> None:
-        """The checkpointed high watermark, at most the log end (lock held)."""
+        """The checkpointed high watermark, at most the log end, if none is known yet (lock held)."""
         if self.hw < 0:
-            reading = self._hw_file(plog).read()
-            self.hw = min(reading.value if reading.trusted and reading.value is not None else 0, plog.end_offset)
-            self._checkpointed = self.hw
+            self.hw = self._checkpoint.load(plog)
 
     def min_isr(self, plog: Log) -> int:
         return int(plog.config["min.insync.replicas"])
@@ -220,6 +214,8 @@ class PartitionReplica:
                                                              self.min_isr(plog)):
             return False
         self.hw = self.leader.hw
+        for session in self._sessions:
+            session.touch(self.tp)
         if trace.ON:
             trace.event("high_watermark", self.tp[0], self.tp[1], end=self.hw, node=self.node_id)
         self._notify()
@@ -315,6 +311,8 @@ class PartitionReplica:
         in the node's background maintenance reaches them within ANSWER_FROM_MEMORY_MS)."""
         with self.changed:
             self._changes += 1
+            for session in self._sessions:
+                session.touch(self.tp)
 
     def check_readable(self, leader_epoch: int | None, from_follower: bool) -> ReplicaState:
         """The state, if a consumer may read here: as the leader (check_leader), or with `from_follower` (a
@@ -380,6 +378,8 @@ class PartitionReplica:
         self._notify()
         for event in self._fetch_waiters:
             event.wake(self.tp)
+        for session in self._sessions:
+            session.wake(self.tp)
         self._acks.settle(self.leader, self.hw)
 
     def watch(self, event: FetchWaiter, leader_epoch: int, offset: int, follower: int | None = None) -> bool:
@@ -403,6 +403,16 @@ class PartitionReplica:
     def unwatch(self, event: FetchWaiter) -> None:
         with self._lock:
             self._fetch_waiters.discard(event)
+
+    def join_session(self, session: SessionChanges) -> None:
+        """Tell `session` of this partition's new frames and role changes (wake) and of its high watermark or log
+        start moving (touch) until it leaves: a fetch session's standing watch, where `watch` is one fetch's."""
+        with self._lock:
+            self._sessions.add(session)
+
+    def leave_session(self, session: SessionChanges) -> None:
+        with self._lock:
+            self._sessions.discard(session)
 
     def serve_follower(self, follower: int, leader_epoch: int, offset: int, max_bytes: int) -> ReplicaFetch:
         """A follower fetches from `offset` (all it holds) under `leader_epoch`: record its progress, move the
@@ -595,16 +605,13 @@ class PartitionReplica:
     # -- housekeeping -------------------------------------------------------------------------------------
     def checkpoint_due(self) -> bool:
         """Whether the high watermark moved since its last checkpoint (read without the lock)."""
-        return self.hw >= 0 and self.hw != self._checkpointed
+        return self._checkpoint.due(self.hw)
 
     def checkpoint(self) -> None:
         """Write the high watermark to its checkpoint file if it moved since the last write."""
         with self.changed:
-            hw = self.hw
-            if hw < 0 or hw == self._checkpointed:
-                return
-            self._hw_file(self.log).write(hw)
-            self._checkpointed = hw
+            if self._checkpoint.due(self.hw):
+                self._checkpoint.write(self.log, self.hw)
 
     def describe(self, with_log: bool = True) -> dict[str, object]:
         """The replica's role, epoch, high watermark, log start and end (`with_log`: not for a replica whose

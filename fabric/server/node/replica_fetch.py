@@ -11,6 +11,12 @@ import pyarrow as pa
 from fabric.common.types import TopicPartition
 
 NO_FRAMES = pa.py_buffer(b"")
+MAX_ID = (1 << 31) - 1  # fetch session ids and epochs are int32s, as Kafka's (an epoch wraps back to 1 past it)
+
+
+def next_epoch(epoch: int) -> int:
+    """The fetch session epoch after `epoch`: one more, back to 1 past MAX_ID."""
+    return epoch + 1 if epoch < MAX_ID else 1
 
 
 @dataclass(frozen=True)
@@ -44,3 +50,47 @@ class FetchWaiter:
         """The partitions that woke it within `timeout_s` (none: it timed out)."""
         self._woken.wait(timeout_s)
         return set(self.partitions)
+
+
+class SessionChanges:
+    """What a follower's fetch session (fetch_sessions.py) learns of its partitions between two of its fetches,
+    told by each partition it joined (PartitionReplica.join_session) on the changing thread, under that
+    partition's lock: `wake` for new frames or a change of role (a fetch the session holds is answered), `touch`
+    for a high watermark or log start that moved (carried by the session's next answer, worth no wake-up: Kafka's
+    delayed fetch). So a fetch looks at the partitions that changed, not at every one the session holds."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # a leaf: taken under partitions' locks, never around them
+        self._woken: dict[TopicPartition, None] = {}  # (insertion-ordered: the first woken are served first)
+        self._touched: dict[TopicPartition, None] = {}
+        self._on_wake: Callable[[], None] | None = None
+
+    def wake(self, tp: TopicPartition) -> None:
+        with self._lock:
+            self._woken[tp] = None
+            on_wake, self._on_wake = self._on_wake, None
+        if on_wake is not None:
+            on_wake()
+
+    def touch(self, tp: TopicPartition) -> None:
+        with self._lock:
+            self._touched[tp] = None
+
+    def take(self) -> list[TopicPartition]:
+        """The partitions woken or touched since the last take, the woken first; forgotten here."""
+        with self._lock:
+            woken, touched, self._woken, self._touched = self._woken, self._touched, {}, {}
+        return [*woken, *(tp for tp in touched if tp not in woken)]
+
+    def hold(self, on_wake: Callable[[], None]) -> None:
+        """Call `on_wake()` once at the next wake, at once if one came since the last take."""
+        with self._lock:
+            if not self._woken:
+                self._on_wake = on_wake
+                return
+        on_wake()
+
+    def release(self) -> None:
+        """The hold is over: no `on_wake()` for it."""
+        with self._lock:
+            self._on_wake = None

@@ -271,11 +271,12 @@ class ReplicaManager:
                 self._stop_fetcher(tp)
 
     def fetchers(self) -> list[dict[str, object]]:
-        """Each fetcher: the leader node it copies from, and the partitions it copies there."""
+        """Each fetcher: the leader node it copies from, the partitions it copies there, and its fetch session's id
+        there (0: none open)."""
         with self._lock:
             fetchers = sorted(self._fetchers.items())
-        return [{"leader": leader, "address": address, "partitions": [list(tp) for tp in fetcher.partitions()]}
-                for (leader, address), fetcher in fetchers]
+        return [{"leader": leader, "address": address, "partitions": [list(tp) for tp in fetcher.partitions()],
+                 "session": fetcher.session_id} for (leader, address), fetcher in fetchers]
 
     def topic_configs(self) -> dict[str, dict[str, str]]:
         """The config overrides of each topic this node hosts, as it applies them now (a change reaches the node

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable
 
 import msgspec
 import pyarrow as pa
@@ -39,7 +39,7 @@ from fabric.server import consumer_fetches, partition_ops, protocol_handlers, se
 from fabric.server.arguments import INT64_MAX, INT64_MIN, check_call
 from fabric.server.flight_server import FabricFlightServer, measured, translated
 from fabric.server.metrics import ServerMetrics
-from fabric.server.node import follower_fetches
+from fabric.server.node import fetch_sessions, follower_fetches
 from fabric.server.node.append_routing import append_waits, refreshes
 from fabric.server.node.replica_fetch import ReplicaFetch
 from fabric.server.node.replica_manager import ReplicaManager
@@ -75,6 +75,14 @@ def _replica_answer(answers: list[ReplicaFetch | FabricError | None]) -> Answer:
     return [_fetch_answer(answer) for answer in answers], _frames_payload(answers)
 
 
+def _session_answer(session_id: int, named: list[fetch_sessions.Named]) -> Answer:
+    """A session replica_fetch's answer: the session's id and `[topic, partition, answer]` for each partition it
+    carries, and their frames as the payload."""
+    return ({"session_id": session_id, "partitions": [[topic, partition, _fetch_answer(answer)]
+                                                      for topic, partition, answer in named]},
+            _frames_payload([answer for *_, answer in named]))
+
+
 def _frames_payload(answers: list[ReplicaFetch | FabricError | None]) -> Payload:
     """The frames of a replica fetch's partitions, one after the other in their order: a protocol answer's
     payload (a single partition's frames as they are, without a copy)."""
@@ -82,6 +90,17 @@ def _frames_payload(answers: list[ReplicaFetch | FabricError | None]) -> Payload
     if len(frames) == 1:
         return frames[0]
     return b"".join(memoryview(f) for f in frames)
+
+
+def _session_args(args: dict[str, Any]) -> fetch_sessions.SessionArgs | None:
+    """A protocol replica_fetch's `session` argument, taken out of `args` and checked (None: no session)."""
+    if "session" not in args:
+        return None
+    try:
+        return msgspec.convert(args.pop("session"), fetch_sessions.SessionArgs, strict=True)
+    except msgspec.ValidationError as exc:
+        raise InvalidRequestError(f"request 'replica_fetch': argument 'session' must be {{\"id\": int from 0, "
+                                  f"\"epoch\": int from 0, \"forgotten\": [[topic, partition], ...]}}: {exc}") from None
 
 
 def _checked_fetch_args(args: dict[str, Any]) -> None:
@@ -103,6 +122,33 @@ def _checked_fetch_args(args: dict[str, Any]) -> None:
     check_call("replica_fetch", ReplicaManager.replica_fetch, args)
 
 
+def _held_fetch(fetch: follower_fetches.FollowerFetch | fetch_sessions.SessionFetch, answer: Callable[[], Answer]
+                ) -> Answer | concurrent.futures.Future[Answer]:
+    """`answer()` at once if `fetch` does not wait; else a future of it, completed on this event loop when the
+    fetch is woken or its wait is over."""
+    loop = asyncio.get_running_loop()
+    held: concurrent.futures.Future[Answer] = concurrent.futures.Future()
+
+    def complete() -> None:
+        if held.done():
+            return
+        timer.cancel()
+        try:
+            held.set_result(answer())
+        except Exception as exc:  # noqa: BLE001 (answered as the error it is)
+            held.set_exception(exc)
+
+    def woken() -> None:  # on the appending thread, under the partition's lock
+        try:
+            loop.call_soon_threadsafe(complete)
+        except RuntimeError:  # the loop is closed: the server shut down, the fetch with it
+            pass
+    if not fetch.hold(woken):
+        return answer()
+    timer = loop.call_later(fetch.wait_s, complete)
+    return held
+
+
 class NodeService(FabricFlightServer):
     """The Flight server of one data node over its `replicas`."""
 
@@ -112,6 +158,7 @@ class NodeService(FabricFlightServer):
         self.request_max_bytes = settings.socket_request_max_bytes
         super().__init__(settings.listen, settings.tokens_file, settings.acl_file, settings.tls_cert,
                          settings.tls_key, metrics)
+        self.fetch_sessions = fetch_sessions.FetchSessions(replicas)  # (the protocol's event loop only)
         self.protocol = protocol_handlers.start(self, settings.listen.rpartition(":")[0], {
             "produce": protocol_handlers.produce(self, ReplicaManager.append_held, replicas.append_held,
                                                  replicas.topic, self._produce_waits),
@@ -199,47 +246,35 @@ class NodeService(FabricFlightServer):
 
     def _replica_fetch(self, principal: str, args: dict[str, Any], payload: Payload
                        ) -> Answer | concurrent.futures.Future[Answer]:
-        """`replica_fetch` over the fabric protocol, checked (ReplicaManager.replica_fetch's arguments) and
-        authorized (cluster_action) on the event loop, and answered there: a JSON answer per partition, and their
-        frames as the payload. A fetch that waits holds no thread: its answer is a future, completed on the loop
-        when an append or a leadership change wakes it, or when max_wait_ms is over."""
+        """`replica_fetch` over the fabric protocol, checked (ReplicaManager.replica_fetch's arguments, and a fetch
+        session's) and authorized (cluster_action) on the event loop, and answered there: a JSON answer per
+        partition (in a fetch session, per partition it carries: fetch_sessions), and their frames as the payload.
+        A fetch that waits holds no thread: its answer is a future, completed on the loop when an append or a
+        leadership change wakes it, or when max_wait_ms is over."""
+        session = _session_args(args)
         _checked_fetch_args(args)
         self.authorizer.check(principal, [("cluster_action", security.CLUSTER)])
-        fetch = follower_fetches.FollowerFetch(self.replicas, **args)
-        loop = asyncio.get_running_loop()
-        answer: concurrent.futures.Future[Answer] = concurrent.futures.Future()
-
-        def complete() -> None:
-            if answer.done():
-                return
-            timer.cancel()
-            try:
-                answer.set_result(_replica_answer(fetch.finish()))
-            except Exception as exc:  # noqa: BLE001 (answered as the error it is)
-                answer.set_exception(exc)
-
-        def woken() -> None:  # on the appending thread, under the partition's lock
-            try:
-                loop.call_soon_threadsafe(complete)
-            except RuntimeError:  # the loop is closed: the server shut down, the fetch with it
-                pass
-        if not fetch.hold(woken):
-            return _replica_answer(fetch.answers)
-        timer = loop.call_later(fetch.wait_s, complete)
-        return answer
+        if session is None:
+            fetch = follower_fetches.FollowerFetch(self.replicas, **args)
+            return _held_fetch(fetch, lambda: _replica_answer(fetch.finish()))
+        args.pop("omit_unchanged", None)  # (what a session does anyway)
+        in_session = self.fetch_sessions.fetch(session=session, **args)
+        return _held_fetch(in_session, lambda: _session_answer(in_session.session_id, in_session.finish()))
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         return [(name, f"node.{name}") for name in sorted([*ACTIONS, *REPLICA_ACTIONS, "status"])]
 
     def status(self) -> dict[str, Any]:
         """This node's id, address, epochs, metrics port, the partitions it leads, every replica's replication
-        state, its replica fetchers (one per leader node it copies from) and the config overrides it applies to
-        each topic it hosts (a caller sees those of the topics it may describe)."""
+        state, its replica fetchers (one per leader node it copies from), how many followers' fetch sessions it
+        holds, and the config overrides it applies to each topic it hosts (a caller sees those of the topics it may
+        describe)."""
         return {"node_id": self.replicas.node_id, "address": self.address, "node_epoch": self.node_epoch,
                 "metrics_port": self.metrics.port, "protocol_address": self.protocol_address,
                 "controller_epoch": self.replicas.controller_epoch,
                 "leaders": [list(tp) for tp in self.replicas.leaders()], "replicas": self.replicas.describe(),
-                "fetchers": self.replicas.fetchers(), "topics": self.replicas.topic_configs()}
+                "fetchers": self.replicas.fetchers(), "fetch_sessions": len(self.fetch_sessions),
+                "topics": self.replicas.topic_configs()}
 
     @translated
     @measured("produce")
