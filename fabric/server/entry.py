@@ -8,7 +8,6 @@ from typing import Any, Callable, Sequence
 
 from fabric.common import logs
 from fabric.common.errors import FabricError
-from fabric.server.heap import QuietCollector
 from fabric.server.instance import SERVER_LOG_LEVEL
 
 
@@ -21,12 +20,9 @@ def server_main(prog: str, description: str | None, add_arguments: Callable[[arg
     add_arguments(parser)
     args = parser.parse_args(argv)
     logs.configure(logs.level_of(args, SERVER_LOG_LEVEL))
-    collector = QuietCollector().start()  # (its full collections kept out of the requests' way)
     try:
         serve(settings_from(args))
     except FabricError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    finally:
-        collector.stop()
     return 0

@@ -44,8 +44,11 @@ class QuietCollector:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop freezing and collecting; return once the thread has (or after `timeout_s`)."""
         self._stopped.set()
+        if self._thread.ident is not None:
+            self._thread.join(timeout_s)
 
     def _run(self) -> None:
         full_at, wait_s = time.monotonic() + self.full_s, min(FIRST_FREEZE_S, self.freeze_s)

@@ -42,6 +42,7 @@ from fabric.server.connection import server_token
 from fabric.server.controller_driver import ControllerDriver
 from fabric.server.entry import server_main
 from fabric.server.flight_server import FabricFlightServer, measured, translated
+from fabric.server.heap import QuietCollector
 from fabric.server.instance import (
     Settings,
     add_start_arguments,
@@ -348,6 +349,7 @@ def serve(settings: Settings) -> None:
     shutdown.install()
     election: Any = None
     broker = server = reaper = None
+    collector = QuietCollector().start()  # (full collections kept out of the requests' way)
     try:
         store, election = open_store(settings)
         controller = ControllerDriver(store, settings.node_session_timeout_ms)
@@ -379,6 +381,7 @@ def serve(settings: Settings) -> None:
         log.info("%s before the instance was serving: stopping", stop)
     finally:
         _stop(shutdown, server, election, broker, reaper)
+        collector.stop()
 
 
 def transaction_reaper(store: TransactionTimeouts, controller: ControllerDriver, settings: Settings,

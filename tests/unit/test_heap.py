@@ -56,7 +56,8 @@ def test_collect_all_reclaims_a_frozen_cycle(unfrozen) -> None:
     del cycle
     gc.collect()
     assert dropped() is not None  # frozen: out of the collector's reach
-    assert QuietCollector.collect_all() >= 1 and dropped() is None
+    QuietCollector.collect_all()
+    assert dropped() is None
     assert gc.get_freeze_count() > 0  # the survivors are frozen again
 
 

@@ -9,8 +9,8 @@ calling thread.
 
 A fetch that asks `omit_unchanged` (Kafka's incremental fetch sessions, KIP-227, without the session: the follower
 names every partition, but most are idle) is answered None for each partition whose answer would repeat the last
-one this follower had (PartitionReplica.answered_alike): neither side spends more on an idle partition than that
-look, however many partitions a node leads.
+one this follower had (PartitionReplica.answered_alike). A fetch in a session (fetch_sessions) serves the
+partitions that changed through `partition_answers` too, without naming or looking at the others.
 """
 from __future__ import annotations
 

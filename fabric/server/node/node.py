@@ -45,6 +45,7 @@ from fabric.coordinator.disk import disk_errors
 from fabric.server.arguments import OptionalArgument
 from fabric.server.connection import Call, Connection, parse_url, server_token
 from fabric.server.entry import server_main
+from fabric.server.heap import QuietCollector
 from fabric.server.metrics import ServerMetrics
 from fabric.server.node.directory_id import directory_id
 from fabric.server.node.leader import LeaderState
@@ -301,6 +302,7 @@ def serve(settings: NodeSettings) -> None:
     server = node = None
     scrubber: Scrubber | None = None
     maintenance: LogMaintenance | None = None
+    collector = QuietCollector().start()  # (full collections kept out of the requests' way)
     try:
         def peer(address: str, call: Call) -> Any:
             return call(connection.client(address), connection.call_options)
@@ -329,6 +331,7 @@ def serve(settings: NodeSettings) -> None:
         _stop(shutdown, server, node, connection, maintenance, scrubber)
         protocol.close()
         os.close(claimed)
+        collector.stop()
 
 
 def _stop(shutdown: Shutdown, server: NodeService | None, node: Node | None, connection: Connection,

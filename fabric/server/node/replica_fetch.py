@@ -1,5 +1,6 @@
 """What a leader and a follower's fetch exchange (Kafka's replica FetchResponse and its delayed fetch): a
-partition's answer, and the wake-up a held fetch of many partitions waits on (PartitionReplica.watch)."""
+partition's answer, the wake-up a held fetch of many partitions waits on (PartitionReplica.watch), and what a
+fetch session learns of its partitions between fetches (SessionChanges) and how its epochs go on."""
 from __future__ import annotations
 
 import threading
