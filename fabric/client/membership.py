@@ -186,26 +186,38 @@ class GroupMember:
     # -- the heartbeat thread ----------------------------------------------------------------------
     def _heartbeats(self, interval_s: float) -> None:
         while not self._stop.wait(interval_s):
-            with self._lock:
-                member_id, generation, phase = self.member_id, self.generation, self._phase
-                skip = phase == Phase.UNJOINED or self._fenced
-            if skip:
-                continue
-            if (time.monotonic() - self._last_poll) * 1000 > self.max_poll_interval_ms:
-                self._leave(member_id)
-                self._note(member_id, generation, fenced=True)
-                continue
             try:
-                self.coordinator.heartbeat(self.group, member_id, generation)
-            except RebalanceInProgressError:
-                self._note(member_id, generation, fenced=False)
-            except IllegalGenerationError:  # a stale generation: fenced, rejoining as the same member
-                self._note(member_id, generation, fenced=True, keep_id=True)
-            except MembershipError:  # a forgotten member: fenced, joining again as a new one
-                self._note(member_id, generation, fenced=True)
-            except FabricError as exc:  # this thread must outlive any answer: try again next interval
-                log.log(logging.INFO if exc.retriable else logging.WARNING,
-                        "group %s: heartbeat of %s failed: %s", self.group, member_id, exc)
+                self._heartbeat()
+            except Exception:  # noqa: BLE001 (this thread must outlive any failure: the next interval tries again)
+                log.exception("group %s: a heartbeat failed unexpectedly; trying again in %.1f s", self.group,
+                              interval_s)
+
+    def _heartbeat(self) -> None:
+        """One heartbeat of the member, its outcome noted for poll(); or, past max_poll_interval_ms without a
+        poll, its leaving (fenced, even if the coordinator cannot be told)."""
+        with self._lock:
+            member_id, generation, phase = self.member_id, self.generation, self._phase
+            if phase == Phase.UNJOINED or self._fenced:
+                return
+        if (time.monotonic() - self._last_poll) * 1000 > self.max_poll_interval_ms:
+            try:
+                self._leave(member_id)
+            except FabricError as exc:  # (the coordinator evicts it once its session times out)
+                log.info("group %s: %s left (no poll for max.poll.interval.ms) without telling the coordinator: %s",
+                         self.group, member_id, exc)
+            self._note(member_id, generation, fenced=True)
+            return
+        try:
+            self.coordinator.heartbeat(self.group, member_id, generation)
+        except RebalanceInProgressError:
+            self._note(member_id, generation, fenced=False)
+        except IllegalGenerationError:  # a stale generation: fenced, rejoining as the same member
+            self._note(member_id, generation, fenced=True, keep_id=True)
+        except MembershipError:  # a forgotten member: fenced, joining again as a new one
+            self._note(member_id, generation, fenced=True)
+        except FabricError as exc:  # try again next interval
+            log.log(logging.INFO if exc.retriable else logging.WARNING,
+                    "group %s: heartbeat of %s failed: %s", self.group, member_id, exc)
 
     def _note(self, member_id: str, generation: int, fenced: bool, keep_id: bool = False) -> None:
         """Record a heartbeat outcome unless the poll thread has moved to another generation meanwhile."""
