@@ -42,6 +42,9 @@ class LogRetention:
         # the partition, None while it follows. Retention deletes no record at or past it, and nothing while it is
         # None: a follower takes its leader's log start from fetch answers instead (Kafka's followers do too)
         self.leader_high_watermark: Callable[[], int | None] | None = None
+        # told after a background pass deleted or cleaned segments (set by the node's replica, whose followers'
+        # next answers then carry the log start the pass may have moved)
+        self.start_moved: Callable[[], None] | None = None
 
     def maybe_retain(self, force: bool = False) -> None:
         """Retention on the write path (a roll, a commit), at most every RETENTION_CHECK_MS. Never on a replica
@@ -149,4 +152,7 @@ class LogRetention:
                 limit = min(limit, plog.config["max.compaction.lag.ms"])
             if age >= limit:
                 plog.roll()
-        return deleted, plog.clean()
+        report = plog.clean()
+        if (deleted or report.cleaned) and self.start_moved is not None:
+            self.start_moved()
+        return deleted, report

@@ -43,14 +43,14 @@ from fabric.common.errors import (
 from fabric.common.types import TopicPartition
 from fabric.server.node import follower_fetches
 from fabric.server.node.follower_fetches import Answer, Fetched
-from fabric.server.node.partition import ANSWER_FROM_MEMORY_MS, PartitionReplica
+from fabric.server.node.partition import PartitionReplica
 from fabric.server.node.replica_fetch import MAX_ID, ReplicaFetch, SessionChanges, next_epoch
 
 if TYPE_CHECKING:
     from fabric.server.node.replica_manager import ReplicaManager
 
 MAX_SESSIONS = 1000  # sessions kept (one per follower node: far more than a cluster has nodes)
-SWEEP_MS = ANSWER_FROM_MEMORY_MS  # how often a session's fetch serves all its partitions
+SWEEP_MS = 1000  # how often a session's fetches serve each of its partitions
 Named = tuple[str, int, Answer]  # a partition of an answer: topic, partition, and its answer
 
 

@@ -101,7 +101,7 @@ class LeaderState:
         self.hw = candidate
         return True
 
-    def wanted_isr(self, leader_leo: int, lag_ms: float, now_ms: float, offline: tuple[int, ...] = ()
+    def wanted_isr(self, lag_ms: float, now_ms: float, offline: tuple[int, ...] = ()
                    ) -> tuple[int, ...] | None:
         """The ISR the leader should ask the controller for (laggards out, caught-up followers in, unless their
         nodes report them `offline`), or None when the current one is right or a change is already pending."""

@@ -66,8 +66,9 @@ from fabric.storage.reader import READ_COMMITTED
 
 log = logging.getLogger(__name__)
 # a follower fetching again at the log end, with nothing changed since its last answer, is answered from memory
-# for this long; then from the log again, so it learns a log start moved by the node's background retention
-ANSWER_FROM_MEMORY_MS = 1000
+# for this long; then from the log again (whatever moves the log start tells the replica: `_start_moved`; this
+# bounds how long anything that did not would go unseen)
+ANSWER_FROM_MEMORY_MS = 30_000
 
 
 class Role(str, enum.Enum):
@@ -122,6 +123,7 @@ class PartitionReplica:
         plog = self._open_log()
         plog.replication_high_watermark = self._known_hw
         plog.retention.leader_high_watermark = self._leader_hw
+        plog.retention.start_moved = self._start_moved
         return plog
 
     def _known_hw(self) -> int:
@@ -307,8 +309,8 @@ class PartitionReplica:
             self._start_moved()
 
     def _start_moved(self) -> None:
-        """The log start may have moved: followers' next answers are read from the log, to carry it (retention
-        in the node's background maintenance reaches them within ANSWER_FROM_MEMORY_MS)."""
+        """The log start may have moved (DeleteRecords, retention, a cleaner pass): followers' next answers are
+        read from the log, to carry it."""
         with self.changed:
             self._changes += 1
             for session in self._sessions:
@@ -497,11 +499,11 @@ class PartitionReplica:
     def wanted_isr(self, lag_ms: float, offline: tuple[int, ...] = ()) -> tuple[LeaderState, tuple[int, ...]] | None:
         """The ISR change this leader should ask the controller for (marked pending), or None; the `offline`
         replicas (their nodes report them so) are not asked to join."""
-        with self.changed:
+        with self._lock:  # (`changed`'s lock, taken directly: every led partition, every maintenance round)
             leader = self.leader
             if leader is None:
                 return None
-            wanted = leader.wanted_isr(self.log.end_offset, lag_ms, _now_ms(), offline)
+            wanted = leader.wanted_isr(lag_ms, _now_ms(), offline)
             if wanted is not None:
                 leader.pending = wanted
             return None if wanted is None else (leader, wanted)
