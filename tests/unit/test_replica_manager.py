@@ -268,3 +268,24 @@ def test_a_fetch_answered_without_the_frames_it_could_have_is_not_held(tmp_path,
     replicas.append("t", 0, storage.make_batch([b"c"]))
     waiting.join(30)
     assert held[0].frames.size and held[0].log_end == 3
+
+
+def test_a_log_start_moved_by_background_retention_reaches_a_follower_at_the_log_end(tmp_path, storage) -> None:
+    """A follower fetching again at the log end is answered from memory (left out with omit_unchanged) while
+    nothing changed; a background maintenance pass whose retention moved the log start tells the replica, so the
+    next answer carries the new log start at once (not ANSWER_FROM_MEMORY_MS later)."""
+    replicas = ReplicaManager(1, str(tmp_path / "node1"))
+    three = PartitionRegistration(PartitionAssignment((1, 2, 3)), LeaderAndIsr(1, 0, (1, 2, 3), 0, 1))
+    replicas.apply(NodeAssignment(1, {("t", 0): three}, {"t": TopicInfo("t", 1, {"retention.ms": "60000"})}))
+    old = storage.now_us() - 3_600_000_000  # an hour ago: past retention.ms
+    replicas.append("t", 0, storage.make_batch([b"a", b"b"], [old, old]), acks="1")
+
+    def fetch(follower: int) -> list:
+        return replicas.replica_fetch(follower, [("t", 0, 2, 0, "")], max_wait_ms=0, omit_unchanged=True)
+    fetch(2), fetch(3)  # both followers at the end: the high watermark covers the old records
+    assert fetch(2)[0].high_watermark == 2  # (follower 2 hears of it)
+    assert fetch(2) == [None]  # nothing changed since: left out
+    [(name, open_log)] = replicas.maintained_partitions()
+    assert open_log().maintain()[0] == 1 and open_log().start_offset == 2  # the old segment is gone
+    [answer] = fetch(2)
+    assert answer is not None and answer.log_start == 2
