@@ -51,7 +51,7 @@ import pyarrow as pa
 import fabric
 from bench.local_cluster import LocalCluster
 from bench.log_bench import VALUE_BYTES, make_values
-from bench.report import bar_chart, latency_plot, progress, run_suite, table, timed
+from bench.report import bar_chart, cpu_seconds, latency_plot, progress, run_suite, table, timed
 from fabric.common.config import PRODUCER_SETTINGS
 from fabric.common.waiting import wait_for
 from fabric.server.launcher import CoordinatorProcess
@@ -415,10 +415,10 @@ def idle_cpu(cluster: LocalCluster, seconds: float) -> dict[str, float]:
                                                                 for i, node in sorted(cluster.nodes.items())}}
     measured = {name: psutil.Process(process.pid) for name, process in processes.items() if process is not None}
     progress(f"  the servers' CPU with nothing sent, {seconds:g} s")
-    start, began = {name: sum(p.cpu_times()[:2]) for name, p in measured.items()}, time.perf_counter()
+    start, began = {name: cpu_seconds(p) for name, p in measured.items()}, time.perf_counter()
     time.sleep(seconds)  # (a measurement window)
     wall = time.perf_counter() - began
-    return {name: (sum(p.cpu_times()[:2]) - start[name]) / wall for name, p in measured.items()}
+    return {name: (cpu_seconds(p) - start[name]) / wall for name, p in measured.items()}
 
 
 def report(results: dict[str, Any], raw: dict[str, dict[str, list[float]]]) -> None:

@@ -27,22 +27,26 @@ def progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def cpu_seconds(process: psutil.Process) -> float:
+    """CPU seconds (user + system) `process` used so far."""
+    times = process.cpu_times()
+    return times.user + times.system
+
+
 def tree_cpu_seconds() -> float:
     """CPU seconds (user + system) used so far by this process and its live descendants (Spark's JVM and
     its Python workers): steadier than wall time on a shared machine, whose other tenants stretch it."""
     total = 0.0
     for proc in [psutil.Process(), *psutil.Process().children(recursive=True)]:
         try:
-            times = proc.cpu_times()
+            total += cpu_seconds(proc)
         except psutil.Error:  # ended meanwhile
             continue
-        total += times.user + times.system
     return total
 
 
 def _own_cpu_seconds() -> float:
-    times = psutil.Process().cpu_times()
-    return times.user + times.system
+    return cpu_seconds(psutil.Process())
 
 
 @contextmanager

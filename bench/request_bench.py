@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 import fabric
-from bench.report import bar_chart, progress, run_suite, table
+from bench.report import bar_chart, cpu_seconds, progress, run_suite, table
 from fabric.client.remote import RemoteCluster
 from fabric.common.protocol.connection import ProtocolConnection
 from fabric.common.records import to_storage
@@ -66,8 +66,7 @@ class Server:
         self.idle_per_s = (self.cpu() - start) / IDLE_S
 
     def cpu(self) -> float:
-        times = self.process.cpu_times()
-        return times.user + times.system
+        return cpu_seconds(self.process)
 
 
 def measure(server: Server, request: Callable[[int], Any], requests: int) -> dict[str, float]:

@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 import fabric
 from bench.local_cluster import LocalCluster
 from bench.log_bench import VALUE_BYTES, make_values
-from bench.report import bar_chart, latency_plot, progress, run_suite, table, timed
+from bench.report import bar_chart, cpu_seconds, latency_plot, progress, run_suite, table, timed
 from bench.spark_bench import (
     PARTITIONS,
     FabricSink,
@@ -128,7 +128,7 @@ def servers_cpu(cluster: LocalCluster) -> Callable[[], float]:
                  if server.process is not None]
 
     def used() -> float:
-        return sum(times.user + times.system for times in (p.cpu_times() for p in processes))
+        return sum(cpu_seconds(p) for p in processes)
     return used
 
 
