@@ -16,6 +16,7 @@ from fabric.common.errors import CorruptRecordError, KafkaStorageError, LeaderNo
 from fabric.common.types import LeaderAndIsr, NodeAssignment, PartitionAssignment, PartitionRegistration, TopicInfo
 from fabric.common.waiting import wait_for
 from fabric.server.node import repair
+from fabric.server.node import scrubber as scrubber_module
 from fabric.server.node.metrics import ReplicationCollector
 from fabric.server.node.repair import Repairer
 from fabric.server.node.replica_manager import ReplicaManager
@@ -150,6 +151,21 @@ def test_the_scrubber_keeps_to_its_rate(nodes) -> None:
     began = time.monotonic()
     assert Scrubber(nodes[1], rate).run_once() == walked
     assert time.monotonic() - began >= 0.45
+
+
+def test_the_scrubber_keeps_to_its_share_of_the_cpu(nodes) -> None:
+    """A pass sleeps after each replica so that its thread's CPU time stays BUSY_SHARE of the pass's time, which
+    leaves the interpreter lock free for the node's requests most of the time; stopped during a sleep, it ends."""
+    scrubber, [replica] = Scrubber(nodes[1], FAST), nodes[1].hosted()
+    began, cpu_began = time.monotonic(), time.thread_time()
+    for _ in range(10):
+        scrubber._scrub_paced(replica)
+    wall, cpu = time.monotonic() - began, time.thread_time() - cpu_began
+    assert wall >= 0.8 * cpu / scrubber_module.BUSY_SHARE  # (0.8: the sleeps' own CPU)
+    stopping = Scrubber(nodes[1], FAST)
+    stopping.stop()
+    with pytest.raises(scrubber_module.Stopped):
+        stopping.run_once()
 
 
 def test_damage_a_pass_could_not_repair_is_repaired_between_passes(tmp_path, storage, nodes, monkeypatch) -> None:

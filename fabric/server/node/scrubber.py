@@ -36,6 +36,10 @@ DEFAULT_SCRUB_RATE = 16 << 20  # bytes per second (0 turns scrubbing off)
 BACKOFF_KEY = "log.scrubber.backoff.ms"
 DEFAULT_BACKOFF_MS = 15_000  # as Kafka's log.cleaner.backoff.ms
 POLL_S = 1.0  # how often a scrubber between passes looks for unverified replicas
+# the share of a pass's time its thread may spend on the CPU: after each replica it sleeps for the rest, so that the
+# node's event loop, wanting the interpreter lock, finds it free (the walk of a small replica is Python throughout,
+# and a thread that holds the lock keeps it for up to sys.getswitchinterval(), 5 ms, at each request's turn)
+BUSY_SHARE = 0.2
 
 
 class Stopped(Exception):
@@ -102,7 +106,7 @@ class Scrubber:
 
     def _walk_due_unverified(self) -> None:
         for replica in self._due_unverified():
-            self.scrub(replica)
+            self._scrub_paced(replica)
 
     def _due_unverified(self) -> list[PartitionReplica]:
         """The unverified replicas not walked yet, or whose high watermark moved since they were last walked."""
@@ -117,8 +121,16 @@ class Scrubber:
         replicas = self.replicas.hosted()
         for replica in sorted(replicas, key=lambda r: (health.condition(r.tp).health is not Health.UNVERIFIED,
                                                        r.tp)):
-            self.scrub(replica)
+            self._scrub_paced(replica)
         return self.scrubbed_bytes - before
+
+    def _scrub_paced(self, replica: PartitionReplica) -> None:
+        """`scrub`, then a sleep that keeps this thread's CPU time to BUSY_SHARE of the walk's; Stopped once stop()
+        was called."""
+        began = time.thread_time()
+        self.scrub(replica)
+        if self._stopped.wait((time.thread_time() - began) * (1 - BUSY_SHARE) / BUSY_SHARE):
+            raise Stopped()
 
     def scrub(self, replica: PartitionReplica) -> None:
         """Scrub one replica below its high watermark, repair what it finds, and record the outcome (an unverified
