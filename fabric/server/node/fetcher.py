@@ -116,8 +116,8 @@ class FollowerSession:
     the leader holds of each partition in it: its position (log end), the leader epoch and the topic id."""
 
     def __init__(self) -> None:
-        self.id, self.epoch = 0, 0
         self.positions: dict[TopicPartition, tuple[int, int, str]] = {}
+        self.reset()
 
     def reset(self) -> None:
         """Drop the session: the next fetch opens a new one, naming every partition."""
@@ -405,7 +405,8 @@ class ReplicaFetcher:
                 log.info("fetch session at node %d: %s; opening a new one", self.leader_id, exc)
             else:  # the leader did not answer, or refused the whole request: all retry
                 with self._guard:
-                    self._fetch_failed(list(self._partitions.values()), exc)
+                    every = list(self._partitions.values())
+                self._fetch_failed(every, exc)
             return
         except BaseException:
             self._session_lost()
@@ -419,7 +420,7 @@ class ReplicaFetcher:
             with self._guard:
                 fetched = self._partitions.get(tp)
             if (answer is not None and held is not None and fetched is not None
-                    and held[1:] == (fetched.leader_epoch, fetched.topic_id) and self._current(fetched)):
+                    and held[1:] == (fetched.leader_epoch, fetched.topic_id) and fetched.active()):
                 self._take(fetched, held[0], answer, frames)  # (from the position the leader held)
 
     def _session_lost(self) -> None:
