@@ -30,7 +30,6 @@ from fabric.common.errors import (
     ClientTimeoutError,
     FencedLeaderEpochError,
     IllegalGenerationError,
-    InvalidFetchSessionEpochError,
     InvalidRequestError,
     InvalidTxnStateError,
     OffsetOutOfRangeError,
@@ -287,57 +286,6 @@ def test_the_coordinators_requests_to_a_node_need_cluster_action_for_the_offsets
     assert (state.topic, state.end_offset) == ("mine-rf", before) == ("mine-rf", end_offset(admin, "mine-rf", 0))
     user.close()
     coordinator.close()
-
-
-def test_a_replica_fetch_needs_cluster_action_and_is_checked_as_the_doaction(secured_cluster, admin) -> None:
-    """A follower's replica_fetch at the node's protocol port: refused to a principal without cluster_action on the
-    cluster, its arguments checked, and answered to the nodes' principal with a JSON answer per partition."""
-    state = admin.cluster.describe_cluster(refresh=True).partitions[("mine-rf", 0)].state
-    fetch = {"replica_id": 2, "partitions": [["mine-rf", 0, 0, state.leader_epoch, ""]], "max_wait_ms": 0}
-    user = connect(secured_cluster, "node")
-    with pytest.raises(AuthorizationError, match="principal 'user' is not allowed to cluster_action cluster:fabric"):
-        user.call("replica_fetch", fetch)
-    node = connect(secured_cluster, "node", "node-token")
-    with pytest.raises(InvalidRequestError, match="argument 'partitions' must be"):
-        node.call("replica_fetch", {**fetch, "partitions": [["mine-rf", 0]]})
-    result, payload = node.call("replica_fetch", fetch)
-    [answer] = messages.decode_result(result, list[dict])
-    assert answer["error"] == {"type": "IneligibleReplicaError",
-                               "message": "node 2 is not a follower of mine-rf-0 (replicas [1])"}
-    assert payload == b""
-    user.close()
-    node.close()
-
-
-def test_a_replica_fetch_in_a_session_is_checked_and_answered_with_the_partitions_it_carries(secured_cluster,
-                                                                                            admin) -> None:
-    """A replica_fetch in a fetch session (KIP-227): a malformed `session` is refused naming its form, a principal
-    without cluster_action is refused, the opening fetch is answered with its session id and each partition it
-    carries, and a fetch quoting another epoch than the next is refused as such (the follower opens a new one)."""
-    state = admin.cluster.describe_cluster(refresh=True).partitions[("mine-rf", 0)].state
-    fetch = {"replica_id": 2, "partitions": [["mine-rf", 0, 0, state.leader_epoch, ""]], "max_wait_ms": 0}
-    node = connect(secured_cluster, "node", "node-token")
-    for bad in ({"id": -1, "epoch": 0}, {"id": 0}, {"id": 0, "epoch": 0, "forgotten": [["mine-rf"]]}, [0, 0],
-                {"id": 0, "epoch": 0, "extra": 1}):
-        with pytest.raises(InvalidRequestError, match="argument 'session' must be"):
-            node.call("replica_fetch", {**fetch, "session": bad})
-    with pytest.raises(InvalidRequestError, match="opens a session .id 0. has epoch 0, got 3"):
-        node.call("replica_fetch", {**fetch, "session": {"id": 0, "epoch": 3}})
-    user = connect(secured_cluster, "node")
-    with pytest.raises(AuthorizationError, match="not allowed to cluster_action"):
-        user.call("replica_fetch", {**fetch, "session": {"id": 0, "epoch": 0}})
-    result, payload = node.call("replica_fetch", {**fetch, "session": {"id": 0, "epoch": 0}})
-    answer = messages.decode_result(result, dict)
-    assert answer["session_id"] > 0 and payload == b""
-    assert answer["partitions"] == [["mine-rf", 0, {"error": {
-        "type": "IneligibleReplicaError", "message": "node 2 is not a follower of mine-rf-0 (replicas [1])"}}]]
-    with pytest.raises(InvalidFetchSessionEpochError, match="is at epoch 1, the fetch quotes 7"):
-        node.call("replica_fetch", {**fetch, "partitions": [], "session": {"id": answer["session_id"], "epoch": 7}})
-    result, _ = node.call("replica_fetch", {**fetch, "partitions": [], "session": {"id": answer["session_id"],
-                                                                                 "epoch": 1}})
-    assert messages.decode_result(result, dict) == {"session_id": answer["session_id"], "partitions": []}
-    user.close()
-    node.close()
 
 
 def test_the_first_request_must_be_hello(secured_cluster) -> None:
