@@ -15,7 +15,7 @@ import logging
 from typing import Any, Callable, NamedTuple
 
 from fabric.common.types import Fetched
-from fabric.server import partition_ops
+from fabric.server import loop_handoff, partition_ops
 from fabric.server.flight_server import FabricFlightServer, fetched_bytes
 from fabric.server.protocol_server import Payload
 from fabric.server.request_metrics import RequestMetrics
@@ -88,7 +88,7 @@ def hold(watched: Watched, wait_s: float, read: Callable[[], list[Fetched]],
 
     def woken() -> None:  # on the changing thread, maybe under a lock: only schedules
         try:
-            loop.call_soon_threadsafe(settle, False)
+            loop_handoff.call_soon(loop, settle, False)
         except RuntimeError:  # the loop is closed: the server shut down, the fetch with it
             log.debug("a held fetch of %s was woken after the server shut down", name)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from fabric.common import checks
@@ -26,7 +25,7 @@ from fabric.common.redaction import clip
 from fabric.common.types import CommittedOffset
 from fabric.coordinator.commit_batch import CommitBatch
 from fabric.coordinator.interface import Coordinator
-from fabric.server import partition_ops, protocol_handlers
+from fabric.server import loop_handoff, partition_ops, protocol_handlers
 from fabric.server.cluster_broker import ClusterBroker
 from fabric.server.producer_owners import ProducerOwners
 from fabric.server.protocol_server import Handler, Payload
@@ -88,7 +87,7 @@ class LoopCommits:
         if not queued:
             return None, b""
         answer: concurrent.futures.Future = concurrent.futures.Future()
-        loop, loop_thread = asyncio.get_running_loop(), threading.get_ident()
+        loop = asyncio.get_running_loop()
 
         def answered(done: concurrent.futures.Future) -> None:
             error = done.exception()
@@ -98,7 +97,7 @@ class LoopCommits:
                 answer.set_result((None, b""))
 
         def settled(done: concurrent.futures.Future) -> None:  # on the loop, or on a worker that wrote it
-            if threading.get_ident() == loop_thread:
+            if loop_handoff.on_loop(loop):
                 answered(done)
             else:
                 loop.call_soon_threadsafe(answered, done)

@@ -34,7 +34,7 @@ from fabric.common.errors import (
 from fabric.common.protocol import frames, messages
 from fabric.common.protocol.payloads import Payload
 from fabric.common.redaction import clip
-from fabric.server import security
+from fabric.server import loop_handoff, security
 from fabric.server.held import Held
 
 try:
@@ -337,6 +337,9 @@ class _Connection(asyncio.Protocol):
         timer = loop.call_later(held.timeout_s, held.expire)
 
         def settled(done: concurrent.futures.Future) -> None:  # on whichever thread settled it
+            if loop_handoff.on_loop(loop):  # written now (most often a follower's fetch, served here, moved the
+                self._held_answer(job, done, timer)  # high watermark), not after the loop's other ready events
+                return
             try:
                 loop.call_soon_threadsafe(self._held_answer, job, done, timer)
             except RuntimeError:  # the loop is closed: the server shut down, the connection with it

@@ -9,7 +9,8 @@ A write of offsets base..end-1 appended under leadership L with min.insync.repli
 - RequestTimedOutError, when its waiter gives up (`expire`).
 
 A future is settled on the thread that changes the partition, with the replica's lock held: its callbacks must
-only hand the answer on (a loop's call_soon_threadsafe), never take that lock.
+never take that lock. They hand the answer to their event loop, or write it at once when they run on that loop's
+thread (a follower's fetch, served there, moved the high watermark: loop_handoff.on_loop).
 """
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ import pyarrow.flight as flight
 from fabric.common.errors import FabricError, InvalidRequestError
 from fabric.common.records import storage_schema
 from fabric.common.redaction import clip
-from fabric.server import consumer_fetches, partition_ops, protocol_handlers, security, wire
+from fabric.server import consumer_fetches, loop_handoff, partition_ops, protocol_handlers, security, wire
 from fabric.server.arguments import INT64_MAX, INT64_MIN, check_call
 from fabric.server.flight_server import FabricFlightServer, measured, translated
 from fabric.server.metrics import ServerMetrics
@@ -140,7 +140,7 @@ def _held_fetch(fetch: follower_fetches.FollowerFetch | fetch_sessions.SessionFe
 
     def woken() -> None:  # on the appending thread, under the partition's lock
         try:
-            loop.call_soon_threadsafe(complete)
+            loop_handoff.call_soon(loop, complete)
         except RuntimeError:  # the loop is closed: the server shut down, the fetch with it
             pass
     if not fetch.hold(woken):
