@@ -205,6 +205,7 @@ def test_the_leader_asks_to_shrink_laggards_and_to_add_caught_up_followers(make_
     leader.become(registration(1, 0, isr=(1, 2), replicas=(1, 2, 3)))
     leader.append(storage.make_batch([b"a"]), "none", 0, "1", 5)
     assert leader.wanted_isr(60_000) is None  # follower 2 is within replica.lag.time.max.ms
+    assert leader.isr_upkeep_due(60_000)  # follower 3 is out of the ISR: upkeep looks at it each round
     state, wanted = leader.wanted_isr(0) or (None, None)
     assert wanted == (1,)  # follower 2 never fetched within a lag of 0 ms
     assert leader.wanted_isr(0) is None  # a change is pending: no second one

@@ -496,6 +496,12 @@ class PartitionReplica:
         plog = self.log
         return plog.leader_epochs.end_offset_for(epoch, plog.end_offset)
 
+    def isr_upkeep_due(self, lag_ms: float) -> bool:
+        """Whether maintenance should look at this replica's ISR: it leads, and the ISR is not settled
+        (LeaderState.isr_settled). Read without the lock: a change racing it is seen by the next round."""
+        leader = self.leader
+        return leader is not None and not leader.isr_settled(lag_ms, _now_ms())
+
     def wanted_isr(self, lag_ms: float, offline: tuple[int, ...] = ()) -> tuple[LeaderState, tuple[int, ...]] | None:
         """The ISR change this leader should ask the controller for (marked pending), or None; the `offline`
         replicas (their nodes report them so) are not asked to join."""

@@ -314,8 +314,8 @@ class ReplicaManager:
         with self._lock:
             replicas = list(self._replicas.values())
         for replica in replicas:
-            if replica.leader is None and not replica.checkpoint_due():  # (most followers: nothing to do; looked
-                continue  # at without the lock: what changes meanwhile is seen by the next round)
+            if not replica.isr_upkeep_due(self.lag_ms) and not replica.checkpoint_due():  # (most replicas: the
+                continue  # followers, and leaders whose every follower is in sync; a change racing it: next round)
             offline = self.health.offline(replica.tp)  # its leadership is moving: its ISR is kept meanwhile
             try:
                 with self.health.guard(replica.tp, f"checkpoint partition {replica.name}"):
