@@ -36,6 +36,7 @@ def test_it_serves_what_it_leads_and_follows_newer_views_only(tmp_path, storage)
     assert replicas.leaders() == [("t", 0)]
     assert replicas.append("t", 0, storage.make_batch([b"a", b"b"]), leader_epoch=0) == 0
     assert replicas.partition_state("t", 0).end_offset == 2
+    assert replicas.leader_high_watermarks() == {("t", 0): 2}  # what a heartbeat reports: t-1 is followed here
     with pytest.raises(NotLeaderError, match="does not lead t-1"):
         replicas.fetch("t", 1, 0, 1 << 20)
     replicas.apply(view(0, {0: 2, 1: 2}, epoch=5))  # a deposed controller's view

@@ -304,7 +304,8 @@ class ReplicaManager:
     def leader_high_watermarks(self) -> dict[TopicPartition, int]:
         """The high watermark of each partition this node leads (reported with its heartbeats)."""
         with self._lock:
-            return {tp: r.hw for tp, r in self._replicas.items() if r.state.role is Role.LEADER and r.hw >= 0}
+            replicas = list(self._replicas.items())
+        return {tp: r.hw for tp, r in replicas if r.leader is not None and r.hw >= 0}  # (leader: set while leading)
 
     # -- replication housekeeping --------------------------------------------------------------------------
     def maintain(self) -> None:
