@@ -168,6 +168,23 @@ def test_the_scrubber_keeps_to_its_share_of_the_cpu(nodes) -> None:
         stopping.run_once()
 
 
+def test_a_replica_of_many_frames_is_paced_within_its_walk(nodes, monkeypatch) -> None:
+    """A walk sleeps for its share every SLICE_S of CPU, inside a replica too: one of many small frames costs more
+    CPU than the byte rate bounds, and would hold the interpreter lock for its whole walk (here every frame's
+    slice is spent, so the walk sleeps after each one: the sleeps are recorded, not slept)."""
+    monkeypatch.setattr(scrubber_module, "SLICE_S", 0.0)
+    scrubber, [replica] = Scrubber(nodes[1], FAST), nodes[1].hosted()
+    slept: list[float] = []
+
+    def wait(timeout: float | None = None) -> bool:
+        slept.append(timeout or 0.0)
+        return False
+    monkeypatch.setattr(scrubber._stopped, "wait", wait)
+    scrubber.scrub(replica)
+    frames = sum(1 for seg in replica.log.segments() for _ in seg.walk(seg.data_start, seg.base_offset))
+    assert frames > 1 and len(slept) >= frames  # a sleep per frame walked, not one after the replica
+
+
 def test_damage_a_pass_could_not_repair_is_repaired_between_passes(tmp_path, storage, nodes, monkeypatch) -> None:
     """No reader meets a follower's damage: when the other replicas do not answer during the pass that found it,
     the scrubber tries the repair again between passes (as often as the repairer allows), not a whole backoff

@@ -40,6 +40,9 @@ POLL_S = 1.0  # how often a scrubber between passes looks for unverified replica
 # node's event loop, wanting the interpreter lock, finds it free (the walk of a small replica is Python throughout,
 # and a thread that holds the lock keeps it for up to sys.getswitchinterval(), 5 ms, at each request's turn)
 BUSY_SHARE = 0.2
+# the CPU a walk spends before it sleeps for its share, within a replica too: a replica of many small frames costs
+# more CPU per byte than the I/O limit bounds, and would otherwise hold the lock for its whole walk
+SLICE_S = 0.0005
 
 
 class Stopped(Exception):
@@ -55,6 +58,7 @@ class Scrubber:
         self.scrubbed_bytes = 0
         self._stopped = threading.Event()
         self._window = (time.monotonic(), 0)  # (since, bytes walked since): the rate limit's reference
+        self._slice_began = time.thread_time()  # this thread's CPU time when it last slept for its share
         self._on_disk: dict[TopicPartition, int] = {}  # an unverified replica's log end when first walked
         self._walked: dict[TopicPartition, int] = {}  # and the high watermark it was last walked below
         self._thread = threading.Thread(target=self._run, name="node-scrubber", daemon=True)
@@ -125,17 +129,26 @@ class Scrubber:
         return self.scrubbed_bytes - before
 
     def _scrub_paced(self, replica: PartitionReplica) -> None:
-        """`scrub`, then a sleep that keeps this thread's CPU time to BUSY_SHARE of the walk's; Stopped once stop()
-        was called."""
-        began = time.thread_time()
+        """`scrub`, with sleeps that keep this thread's CPU time to BUSY_SHARE of the walk's (every SLICE_S of
+        CPU within the replica's walk, and for what is left after it); Stopped once stop() was called."""
         self.scrub(replica)
-        if self._stopped.wait((time.thread_time() - began) * (1 - BUSY_SHARE) / BUSY_SHARE):
+        self._pace(0.0)
+
+    def _pace(self, slice_s: float) -> None:
+        """Once this thread spent `slice_s` of CPU since it last slept, sleep (1 - BUSY_SHARE) / BUSY_SHARE times
+        that; Stopped once stop() was called."""
+        used = time.thread_time() - self._slice_began
+        if used < slice_s:
+            return
+        if self._stopped.wait(used * (1 - BUSY_SHARE) / BUSY_SHARE):
             raise Stopped()
+        self._slice_began = time.thread_time()
 
     def scrub(self, replica: PartitionReplica) -> None:
         """Scrub one replica below its high watermark, repair what it finds, and record the outcome (an unverified
         one is verified once the walk reached the log end it had when first walked, or its log end now if lower)."""
         health, tp = self.replicas.health, replica.tp
+        self._slice_began = time.thread_time()  # (the pacing counts this walk's CPU from here)
         end = replica.hw
         if health.offline(tp) or end < 0:
             return
@@ -180,3 +193,4 @@ class Scrubber:
         ahead = walked / self.rate - (now - since)
         if ahead > 0 and self._stopped.wait(ahead) or self._stopped.is_set():
             raise Stopped()
+        self._pace(SLICE_S)
