@@ -19,3 +19,12 @@ def call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *ar
         loop.call_soon(callback, *args)
     else:
         loop.call_soon_threadsafe(callback, *args)
+
+
+def run_on(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any) -> None:
+    """Run callback(*args) now if the caller is on `loop`'s thread (an answer settled there goes out before the
+    loop's other ready work), else hand it to the loop; RuntimeError if the loop is closed."""
+    if on_loop(loop):
+        callback(*args)
+    else:
+        loop.call_soon_threadsafe(callback, *args)

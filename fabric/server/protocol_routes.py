@@ -97,10 +97,7 @@ class LoopCommits:
                 answer.set_result((None, b""))
 
         def settled(done: concurrent.futures.Future) -> None:  # on the loop, or on a worker that wrote it
-            if loop_handoff.on_loop(loop):
-                answered(done)
-            else:
-                loop.call_soon_threadsafe(answered, done)
+            loop_handoff.run_on(loop, answered, done)
         queued[0].done.add_done_callback(settled)  # one commit is one append of one offsets partition
         return answer
 

@@ -336,12 +336,9 @@ class _Connection(asyncio.Protocol):
         loop = self.server._loop
         timer = loop.call_later(held.timeout_s, held.expire)
 
-        def settled(done: concurrent.futures.Future) -> None:  # on whichever thread settled it
-            if loop_handoff.on_loop(loop):  # written now (most often a follower's fetch, served here, moved the
-                self._held_answer(job, done, timer)  # high watermark), not after the loop's other ready events
-                return
-            try:
-                loop.call_soon_threadsafe(self._held_answer, job, done, timer)
+        def settled(done: concurrent.futures.Future) -> None:  # on whichever thread settled it (most often the
+            try:  # loop itself: a follower's fetch, served there, moved the high watermark)
+                loop_handoff.run_on(loop, self._held_answer, job, done, timer)
             except RuntimeError:  # the loop is closed: the server shut down, the connection with it
                 log.debug("a held %s answer came after the server shut down; dropped", job.request.type)
         self._next_of_order(job)

@@ -1,5 +1,5 @@
 """loop_handoff: work handed to an event loop runs there, after what the loop runs now, from its own thread and
-from any other; a closed loop refuses it."""
+from any other (run_on: at once on the loop's own thread); a closed loop refuses it."""
 from __future__ import annotations
 
 import asyncio
@@ -47,14 +47,15 @@ def test_work_handed_on_the_loop_runs_after_the_current_callback(loop: asyncio.A
     assert order == ["current ends", "handed"]
 
 
-def test_work_handed_from_another_thread_wakes_the_loop(loop: asyncio.AbstractEventLoop) -> None:
+@pytest.mark.parametrize("hand", [loop_handoff.call_soon, loop_handoff.run_on])
+def test_work_handed_from_another_thread_wakes_the_loop(loop: asyncio.AbstractEventLoop, hand) -> None:
     ran_on: list[int] = []
     done = threading.Event()
 
     def handed() -> None:
         ran_on.append(threading.get_ident())
         done.set()
-    loop_handoff.call_soon(loop, handed)
+    hand(loop, handed)
     assert done.wait(10)  # the idle loop was woken: call_soon alone from this thread would leave it asleep
     assert ran_on and ran_on[0] != threading.get_ident()
 
@@ -64,3 +65,16 @@ def test_a_closed_loop_refuses_work() -> None:
     loop.close()
     with pytest.raises(RuntimeError):
         loop_handoff.call_soon(loop, lambda: None)
+
+
+def test_run_on_runs_at_once_on_the_loop(loop: asyncio.AbstractEventLoop) -> None:
+    order: list[str] = []
+    done = threading.Event()
+
+    def current() -> None:
+        loop_handoff.run_on(loop, order.append, "ran")
+        order.append("current ends")
+        done.set()
+    loop.call_soon_threadsafe(current)
+    assert done.wait(10)
+    assert order == ["ran", "current ends"]

@@ -10,7 +10,7 @@ A write of offsets base..end-1 appended under leadership L with min.insync.repli
 
 A future is settled on the thread that changes the partition, with the replica's lock held: its callbacks must
 never take that lock. They hand the answer to their event loop, or write it at once when they run on that loop's
-thread (a follower's fetch, served there, moved the high watermark: loop_handoff.on_loop).
+thread (a follower's fetch, served there, moved the high watermark: loop_handoff.run_on).
 """
 from __future__ import annotations
 
