@@ -82,6 +82,7 @@ def test_offset_index_floor_matches_model(rels, probes):
                 continue  # relative offsets are never negative
             model = [(r, p) for r, p in zip(rels, positions, strict=True) if r <= probe]
             assert idx.floor(probe) == (model[-1] if model else None)
+            assert idx.count_below(probe) == sum(p < probe for p in positions)
 
 
 @given(stamps=st.lists(st.integers(-10**6, 10**15), max_size=60),
@@ -96,9 +97,15 @@ def test_time_index_matches_model(stamps, probes):
             if running is None or ts > running:
                 idx.append(ts, rel)
                 running = ts
+        entries = [(ts, rel) for rel, ts in enumerate(stamps) if ts == max(stamps[:rel + 1])
+                   and ts not in stamps[:rel]]
+        with open(idx.path, "ab") as f:
+            f.write(b"\x07" * 5)  # a torn entry after them, left out of every lookup
         for probe in probes:
             model = next((rel for rel, ts in enumerate(stamps) if ts >= probe), None)
             assert idx.first_at_or_after(probe) == model
+            assert idx.entry_at_or_after(probe) == next(((ts, rel) for ts, rel in entries if ts >= probe), None)
+            assert idx.count_below(max(probe, 0)) == sum(rel < max(probe, 0) for _, rel in entries)
 
 
 # -- Log lookups across many segments --------------------------------------------------------------
