@@ -82,8 +82,8 @@ class Log(LogTail):
       for byte (append_frames).
 
     A log that only its own process writes (`recent_bytes` > 0: a data node's, whose directory the node owns)
-    keeps the frames it wrote last in memory (recent_frames) and serves read_frames from them: a leader answers
-    its followers at the tail without reading back what it just wrote.
+    keeps the frames it wrote last in memory (recent_frames) and serves reads at the tail from them: a leader
+    answers its followers and consumers without reading back what it just wrote.
     """
 
     def __init__(self, directory: str, schema: pa.Schema, config: TopicConfig,
@@ -269,8 +269,9 @@ class Log(LogTail):
         with self._recover_on_failure():
             header = frame.seal(template, payload, base, **(fields or {}))
             active = self.write_frame(header, payload, active)
-            if self.recent is not None:  # (a follower's copied frames are not kept: they point into its fetch)
-                self.recent.wrote(active.base_offset, header, payload)
+            tail = self._tail_state  # (write_frame's: the frame ends the active segment)
+            if self.recent is not None and tail is not None:  # (not a follower's copies: they point into its fetch)
+                self.recent.wrote(active.base_offset, active.known_schema, tail.size - header.size, header, payload)
             self.commit(base + header.record_count)
             self._took(header)
         return base

@@ -128,10 +128,8 @@ def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int,
         if offset >= end or budget <= 0:
             break
         limit = min(end, bases[i + 1]) if i + 1 < len(segs) else end
-        seg, buf, schema, items = _segment_items(plog, segs[i], offset, end, limit, budget)
-        for item in items:
-            if isinstance(item, Damage):
-                raise CorruptRangeError(item)
+        seg, schema, stored = _stored(plog, segs[i], offset, end, limit, budget, i + 1 == len(segs))
+        for item, payload in stored:
             header = item.header
             if not header.delivered or (committed_only and header.is_transactional
                                         and plog.transactions.aborted(header)):
@@ -140,20 +138,41 @@ def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int,
                 budget -= header.size
                 continue
             skipped = None
-            batch = _decode(seg, buf, schema, item)
+            batch = _decode(seg, schema, item, payload)
             lo = max(offset - header.base_offset, 0)
             hi = min(end - header.base_offset, header.record_count)
             message = None
             if lo or hi < header.record_count:
                 batch = batch.slice(lo, hi - lo)
             elif not header.attributes & frame.ATTR_CODEC:
-                message = buf.slice(item.position + frame.HEADER_SIZE, header.length)
+                message = payload
             yield Fetched(header.base_offset + lo, batch, 1 if header.attributes & frame.ATTR_LOG_APPEND_TIME else 0,
                           message)
             offset = header.base_offset + hi
             budget -= header.size
     if skipped is not None:
         yield Fetched(skipped[1], pa.RecordBatch.from_pylist([], schema=skipped[0].schema), 0)
+
+
+def _stored(plog: Log, seg: Segment, offset: int, end: int, limit: int, budget: int, active: bool
+            ) -> tuple[Segment, pa.Schema, Iterator[tuple[Frame, pa.Buffer]]]:
+    """The frames of `seg` to serve from `offset` with their payloads (see _segment_items), and the segment and
+    schema they belong to: from the frames kept in memory (recent_frames) where `seg` is the `active` one and
+    they hold `offset`, else from its file (CorruptRangeError at damage)."""
+    kept = plog.recent.frames(seg.base_offset, offset, end, budget) if active and plog.recent is not None else None
+    if kept is not None:
+        schema, frames = kept
+        return seg, schema, ((k.frame, pa.py_buffer(k.payload)) for k in frames)
+    seg, buf, schema, items = _segment_items(plog, seg, offset, end, limit, budget)
+    return seg, schema, _payloads(buf, items)
+
+
+def _payloads(buf: pa.Buffer, items: list[Frame | Damage]) -> Iterator[tuple[Frame, pa.Buffer]]:
+    """Each frame of `items` with its payload in `buf`; CorruptRangeError where damage is."""
+    for item in items:
+        if isinstance(item, Damage):
+            raise CorruptRangeError(item)
+        yield item, buf.slice(item.position + frame.HEADER_SIZE, item.header.length)
 
 
 def offset_after_records(plog: Log, offset: int, count: int, end_offset: int | None = None,
@@ -235,10 +254,10 @@ def _frames(plog: Log, seg: Segment, offset: int, end: int, limit: int, budget: 
             return
 
 
-def _decode(seg: Segment, buf: pa.Buffer, schema: pa.Schema, item: Frame) -> pa.RecordBatch:
+def _decode(seg: Segment, schema: pa.Schema, item: Frame, payload: pa.Buffer) -> pa.RecordBatch:
     header = item.header
     try:
-        return frame.decode_batch(buf.slice(item.position + frame.HEADER_SIZE, header.length), schema)
+        return frame.decode_batch(payload, schema)
     except (pa.ArrowException, ValueError) as exc:
         raise CorruptRangeError(Damage(seg.path, item.position, item.end, header.base_offset, header.next_offset,
                                        f"its batch does not decode against the segment's schema: {exc}")) from None

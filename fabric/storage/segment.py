@@ -130,6 +130,11 @@ class Segment:
         return self._schema, self._data_start
 
     @property
+    def known_schema(self) -> pa.Schema:
+        """schema as last read, without checking that the file was not replaced since (as known_data_start)."""
+        return self._schema if self._schema is not None else self.schema
+
+    @property
     def known_data_start(self) -> int:
         """data_start as last read, without checking that the file was not replaced since (for a writer whose
         partition lock says no one else took it since: LogTail.trusted_tail)."""

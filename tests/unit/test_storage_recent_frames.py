@@ -1,12 +1,14 @@
-"""A node's log answers read_frames at its tail from the frames it wrote last (fabric.storage.recent_frames):
-the same bytes as its files, whatever the offset, size and end asked, and never a frame the files no longer
-hold at that offset (a roll, a truncation, a failed write, a recovery). Its end offset comes from memory too."""
+"""A node's log answers read_frames and consumers' reads at its tail from the frames it wrote last
+(fabric.storage.recent_frames): the same bytes and batches as its files, whatever the offset, size and end asked,
+and never a frame the files no longer hold at that offset (a roll, a truncation, a failed write, a recovery). Its
+end offset comes from memory too."""
 from __future__ import annotations
 
 import itertools
 import os
 import threading
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -38,6 +40,47 @@ def test_reads_at_the_tail_are_the_files_bytes(tmp_path_factory, replicas, at, m
     if offset >= end:
         return
     assert log.read_frames(offset, max_bytes, end).to_pybytes() == _from_files(replicas, log, offset, max_bytes, end)
+
+
+def _batches(fetched):
+    """A consumer read's batches as comparable values: offsets, rows, timestamp type, the stored message."""
+    return [(f.offset, f.batch.to_pylist(), f.timestamp_type, None if f.message is None else f.message.to_pybytes())
+            for f in fetched]
+
+
+@settings(max_examples=60, deadline=None)
+@given(at=st.integers(0, 40), max_bytes=st.integers(1, 3000), end_back=st.integers(0, 10),
+       markers=st.lists(st.integers(0, 14), max_size=4))
+def test_consumer_reads_at_the_tail_are_the_files_batches(tmp_path_factory, replicas, at, max_bytes, end_back,
+                                                          markers):
+    """Batches, sliced at both ends where the offsets asked cut a frame, with markers among them (which a read
+    leaves out, or ends on with an empty batch after them), both isolations."""
+    log = replicas.open(str(tmp_path_factory.mktemp("log")), recent_bytes=KEPT, segment_bytes=1 << 20)
+    for b in range(15):
+        replicas.lead(log, 0, 1, tag=f"{b}-")
+        if b in markers:
+            log.write_marker(producer_id=7, producer_epoch=0, commit=False, leader_epoch=0)
+    offset, end = min(at, log.end_offset - 1), max(log.end_offset - end_back, 1)
+    if offset >= end:
+        return
+    for isolation in ("read_committed", "read_uncommitted"):
+        assert _batches(log.fetch(offset, max_bytes, end, isolation)) == _batches(
+            replicas.open(log.directory).fetch(offset, max_bytes, end, isolation))
+
+
+def test_a_consumers_read_at_the_tail_is_served_from_memory(leader, replicas, storage):
+    """A byte flipped in the last frame's payload on disk (its CRC no longer holds there): the kept frame is still
+    decoded and served."""
+    path, pos, header, _ = storage.committed_frames(leader.directory, leader.end_offset)[-1]
+    with open(path, "r+b") as f:
+        f.seek(pos + frame.HEADER_SIZE + 3)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with open(path, "rb") as f:
+        assert not frame.verify(pa.py_buffer(f.read()), pos, header)
+    served = leader.fetch(header.base_offset, 1 << 20)
+    assert [f.offset for f in served] == [header.base_offset] and served[0].batch.num_rows == header.record_count
 
 
 def test_the_tail_is_served_from_memory(leader, replicas, storage):
