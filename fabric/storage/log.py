@@ -103,6 +103,7 @@ class Log(LogTail):
         self._resolve_pending = resolve_pending or (lambda txn: False)
         self._segments: dict[int, Segment] = {}
         self._listing = SegmentListing(directory)
+        self._listed: tuple[tuple[int, ...], list[Segment]] | None = None  # segments() of the listing it names
         self._tail_state: TailState | None = None
         self._tail_epoch = -1
         self._recovered = False
@@ -132,26 +133,38 @@ class Log(LogTail):
 
     # -- segments ----------------------------------------------------------------------------------
     def segments(self) -> list[Segment]:
-        """The segments on disk now, oldest first (objects are cached per base offset)."""
+        """The segments on disk now, oldest first, which callers never modify: objects are cached per base offset,
+        and the list itself while the directory's listing is the one it was made from (a fetch of a partition of
+        thousands of segments then costs no pass over them)."""
         bases = self._listing.bases()
+        listed = self._listed
+        if listed is not None and listed[0] is bases:  # (SegmentListing gives the object it kept, unchanged)
+            return listed[1]
         cache = {b: self._segments.get(b) or Segment(self.directory, b, self.schema) for b in bases}
         self._segments = cache
-        return list(cache.values())
+        segs = list(cache.values())
+        self._listed = (bases, segs)
+        return segs
 
     def create_segment(self, base_offset: int) -> Segment:
         """A new, empty segment at `base_offset` (lock held)."""
         seg = Segment.create(self.directory, base_offset, self.schema)
-        self._segments[base_offset] = seg
+        self._cache_segment(seg)
         return seg
 
     def forget_segments(self, bases: Iterable[int]) -> None:
         """Drop the cached objects of segments replaced or deleted by another writer (the cleaner's swap)."""
         for base in bases:
             self._segments.pop(base, None)
+        self._listed = None
 
     def register(self, seg: Segment) -> None:
         """Cache a segment made outside this object (an adopted one)."""
+        self._cache_segment(seg)
+
+    def _cache_segment(self, seg: Segment) -> None:
         self._segments[seg.base_offset] = seg
+        self._listed = None
 
     @property
     def start_offset(self) -> int:

@@ -87,9 +87,8 @@ def read_frames(plog: Log, offset: int, max_bytes: int, end_offset: int | None =
     kept = plog.recent.read(segs[-1].base_offset, offset, end, max_bytes) if plog.recent is not None else None
     if kept is not None:
         return kept
-    bases = [s.base_offset for s in segs]
-    i = max(bisect.bisect_right(bases, offset) - 1, 0)
-    limit = min(end, bases[i + 1]) if i + 1 < len(segs) else end
+    i = _holding(segs, offset)
+    limit = min(end, segs[i + 1].base_offset) if i + 1 < len(segs) else end
     frames: list[Frame] = []
     _, buf, _, items = _segment_items(plog, segs[i], offset, end, limit, max_bytes)
     for item in items:
@@ -101,6 +100,16 @@ def read_frames(plog: Log, offset: int, max_bytes: int, end_offset: int | None =
     if not frames:
         return pa.py_buffer(b"")
     return buf.slice(frames[0].position, frames[-1].end - frames[0].position)
+
+
+def _holding(segs: list[Segment], offset: int) -> int:
+    """The index of the segment of `segs` holding `offset` (the last based at or below it; the first if none is),
+    by bisection: no pass over a partition's segments."""
+    return max(bisect.bisect_right(segs, offset, key=_base) - 1, 0)
+
+
+def _base(seg: Segment) -> int:
+    return seg.base_offset
 
 
 def _range(plog: Log, offset: int, end_offset: int | None, within: LogRange | None = None
@@ -121,13 +130,11 @@ def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int,
     """The batches from `offset` to `end`. Markers, compaction's gaps, and with `committed_only` the records of
     aborted transactions, are left out; a read ending on some yields an empty batch at the offset after them, so
     the reader's position moves past them (the offsets they take are gaps to the reader)."""
-    bases = [s.base_offset for s in segs]
-    first = max(bisect.bisect_right(bases, offset) - 1, 0)
     skipped: tuple[Segment, int] | None = None  # (segment, offset after the frames left out since the last batch)
-    for i in range(first, len(segs)):
+    for i in range(_holding(segs, offset), len(segs)):
         if offset >= end or budget <= 0:
             break
-        limit = min(end, bases[i + 1]) if i + 1 < len(segs) else end
+        limit = min(end, segs[i + 1].base_offset) if i + 1 < len(segs) else end
         seg, schema, stored = _stored(plog, segs[i], offset, end, limit, budget, i + 1 == len(segs))
         for item, payload in stored:
             header = item.header
@@ -205,8 +212,7 @@ def offset_after_records(plog: Log, offset: int, count: int, end_offset: int | N
 def _headers_from(plog: Log, segs: list[Segment], offset: int, end: int) -> Iterator[FrameHeader]:
     """The headers of the frames holding offsets [offset, end), walked from the offset index's entry without
     reading their payloads (damaged frames are left out: a read reports them)."""
-    bases = [s.base_offset for s in segs]
-    for seg in segs[max(bisect.bisect_right(bases, offset) - 1, 0):]:
+    for seg in segs[_holding(segs, offset):]:
         if seg.base_offset >= end:
             return
         plog.indexes.check([seg])
@@ -233,7 +239,7 @@ def _segment_items(plog: Log, seg: Segment, offset: int, end: int, limit: int, b
                 raise OffsetOutOfRangeError(f"offset {offset} of partition {plog.name} was deleted by retention "
                                             "while being read; seek to the log start") from None
         segs = plog.segments()  # the cleaner swapped segments: read the offsets where they are now
-        i = max(bisect.bisect_right([s.base_offset for s in segs], offset) - 1, 0)
+        i = _holding(segs, offset)
         seg = segs[i]
         limit = min(end, segs[i + 1].base_offset) if i + 1 < len(segs) else end
     raise OffsetOutOfRangeError(f"offset {offset} of partition {plog.name}: its segment kept changing while being "

@@ -60,3 +60,21 @@ def test_a_directory_gone_is_an_error(tmp_path) -> None:
     listing = SegmentListing(str(tmp_path / "gone"))
     with pytest.raises(FileNotFoundError):
         listing.bases()
+
+
+def test_a_logs_segment_list_is_made_once_per_listing(tmp_path, replicas) -> None:
+    """Log.segments gives the same list while the listing is unchanged (no pass over the segments per read), and
+    a new one after a roll or once the cleaner's swap made it forget segments; reads find each offset in it."""
+    log = replicas.open(str(tmp_path))
+    replicas.lead(log, 0, 30)  # one or two frames per segment
+    _age(tmp_path)
+    segs = log.segments()
+    assert len(segs) > 10 and log.segments() is segs
+    for offset in range(log.end_offset):
+        first = log.fetch(offset, 1)[0]
+        assert first.offset == offset and first.batch.num_rows >= 1
+    log.forget_segments([segs[0].base_offset])
+    again = log.segments()
+    assert again is not segs and again[0] is not segs[0] and again[1:] == segs[1:]
+    replicas.lead(log, 0, 5)
+    assert log.segments()[-1].base_offset > again[-1].base_offset
