@@ -11,8 +11,7 @@ import pytest
 
 from fabric.common.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError, NotLeaderError
 from fabric.common.types import LeaderAndIsr, NodeAssignment, PartitionAssignment, PartitionRegistration, TopicInfo
-from fabric.server.node import fetch_sessions
-from fabric.server.node import partition as partition_module
+from fabric.server.node import fetch_sessions, progress_clock
 from fabric.server.node.fetch_sessions import FetchSessions, SessionArgs
 from fabric.server.node.replica_fetch import MAX_ID, ReplicaFetch
 from fabric.server.node.replica_manager import ReplicaManager
@@ -24,8 +23,7 @@ THREE = PartitionRegistration(PartitionAssignment((1, 2, 3)), LeaderAndIsr(1, 0,
 def clock(monkeypatch) -> list[float]:
     """The leader's clock (ms) for its replicas' progress and its sessions' sweeps."""
     now = [1_000_000.0]
-    monkeypatch.setattr(partition_module, "_now_ms", lambda: now[0])
-    monkeypatch.setattr(fetch_sessions, "_now_ms", lambda: now[0])
+    monkeypatch.setattr(progress_clock, "now_ms", lambda: now[0])
     return now
 
 

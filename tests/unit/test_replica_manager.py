@@ -13,6 +13,7 @@ from fabric.common.errors import InvalidConfigError, InvalidRequestError, NotLea
 from fabric.common.types import LeaderAndIsr, NodeAssignment, PartitionAssignment, PartitionRegistration, TopicInfo
 from fabric.common.waiting import wait_for
 from fabric.server.node import partition as partition_module
+from fabric.server.node import progress_clock
 from fabric.server.node.append_routing import append_waits
 from fabric.server.node.replica_manager import ReplicaManager
 
@@ -134,7 +135,7 @@ def test_a_fetch_that_asks_leaves_out_the_partitions_whose_answer_would_repeat(t
     new frames, a high watermark moved by the other follower, the end of the leadership, and ANSWER_FROM_MEMORY_MS
     passing are each answered in full. The leader's clock is the test's."""
     clock = [1_000_000.0]
-    monkeypatch.setattr(partition_module, "_now_ms", lambda: clock[0])
+    monkeypatch.setattr(progress_clock, "now_ms", lambda: clock[0])
     replicas = ReplicaManager(1, str(tmp_path / "node1"))
     three = PartitionRegistration(PartitionAssignment((1, 2, 3)), LeaderAndIsr(1, 0, (1, 2, 3), 0, 1))
     replicas.apply(NodeAssignment(1, {("t", 0): three, ("t", 1): three}, {"t": TopicInfo("t", 2)}))

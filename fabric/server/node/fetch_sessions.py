@@ -28,7 +28,6 @@ import functools
 import itertools
 import math
 import random
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Callable
 
@@ -41,7 +40,7 @@ from fabric.common.errors import (
     InvalidRequestError,
 )
 from fabric.common.types import TopicPartition
-from fabric.server.node import follower_fetches
+from fabric.server.node import follower_fetches, progress_clock
 from fabric.server.node.follower_fetches import Answer, Fetched
 from fabric.server.node.partition import PartitionReplica
 from fabric.server.node.replica_fetch import MAX_ID, ReplicaFetch, SessionChanges, next_epoch
@@ -61,10 +60,6 @@ class SessionArgs(msgspec.Struct, forbid_unknown_fields=True):
     id: Annotated[int, msgspec.Meta(ge=0, le=MAX_ID)]
     epoch: Annotated[int, msgspec.Meta(ge=0, le=MAX_ID)]
     forgotten: list[tuple[str, Annotated[int, msgspec.Meta(ge=0)]]] = msgspec.field(default_factory=list)
-
-
-def _now_ms() -> float:
-    return time.monotonic() * 1000
 
 
 @dataclass
@@ -88,7 +83,7 @@ class FetchSession:
         self.changes = SessionChanges()
         self._pending: dict[TopicPartition, None] = {}  # to serve at the next fetch (named, or left behind)
         self._sweep: collections.deque[TopicPartition] = collections.deque()  # the current sweep's rest
-        self._swept_ms = _now_ms()  # when a fetch last took its share of the sweep
+        self._swept_ms = progress_clock.now_ms()  # when a fetch last took its share of the sweep
 
     def name(self, partitions: list[Fetched], forgotten: list[tuple[str, int]]) -> None:
         """A fetch's changes: each named partition's position (a new one joins the session, telling its replica
@@ -110,7 +105,7 @@ class FetchSession:
         per SWEEP_MS, spread over the fetches rather than all at once)."""
         due = dict.fromkeys(itertools.chain(self._pending, self.changes.take()))
         self._pending = {}
-        now = _now_ms()
+        now = progress_clock.now_ms()
         share = math.ceil(len(self.partitions) * min(now - self._swept_ms, SWEEP_MS) / SWEEP_MS)
         if share:
             self._swept_ms = now

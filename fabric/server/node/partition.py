@@ -7,7 +7,7 @@ States (docs/replication.md, "Replication on the nodes"):
 - LEADER(epoch): the controller made this node the leader under `epoch`: it appends, tracks its followers
   (a LeaderState) and serves consumers below the high watermark and followers their frames.
 - FOLLOWER(epoch): another node leads under `epoch`; a fetcher (fetcher.py) copies the leader's frames and the
-  leader's high watermark.
+  leader's high watermark into it (follower_copy.py).
 
 Transitions come from the controller's states (`become`): a state with a higher leader epoch moves to LEADER
 or FOLLOWER (or OFFLINE when it has no leader); the same epoch only refreshes the ISR and partition epoch; an
@@ -32,7 +32,6 @@ import enum
 import functools
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -56,11 +55,12 @@ from fabric.common.types import (
 )
 from fabric.server import partition_ops
 from fabric.server.held import Held
+from fabric.server.node import progress_clock
 from fabric.server.node.delayed_acks import DelayedAcks
+from fabric.server.node.follower_copy import FollowerCopy
 from fabric.server.node.hw_checkpoint import HighWatermarkCheckpoint
 from fabric.server.node.leader import FollowerProgress, LeaderState
 from fabric.server.node.replica_fetch import NO_FRAMES, FetchWaiter, ReplicaFetch, SessionChanges
-from fabric.storage import frame
 from fabric.storage.log import Log
 from fabric.storage.reader import READ_COMMITTED
 
@@ -86,11 +86,7 @@ class ReplicaState:
     registration: PartitionRegistration | None = None
 
 
-def _now_ms() -> float:
-    return time.monotonic() * 1000
-
-
-class PartitionReplica:
+class PartitionReplica(FollowerCopy):
     """The replica of partition `tp` on node `node_id` over the log `open_log()` gives; thread-safe."""
 
     def __init__(self, tp: TopicPartition, node_id: int, open_log: Callable[[], Log]) -> None:
@@ -161,12 +157,13 @@ class PartitionReplica:
             if changed and role is Role.LEADER:
                 plog = self.log
                 self.leader = LeaderState(self.name, self.node_id, new.leader_epoch, registration.assignment.replicas,
-                                          new.isr, new.partition_epoch, self.hw, plog.end_offset, _now_ms())
+                                          new.isr, new.partition_epoch, self.hw, plog.end_offset,
+                                          progress_clock.now_ms())
                 self._advance(plog)
             elif changed:
                 self.leader = None
             elif self.leader is not None:
-                self.leader.replicas_changed(registration.assignment.replicas, _now_ms())
+                self.leader.replicas_changed(registration.assignment.replicas, progress_clock.now_ms())
                 self.leader.isr_confirmed(new.isr, new.partition_epoch)
                 self._advance(self.log)
             self._state = ReplicaState(role, new.leader_epoch, registration)
@@ -423,7 +420,7 @@ class PartitionReplica:
         nothing appended since is answered from memory (`_unchanged`): a follower's fetch covers every partition
         it copies from this node, most of them idle."""
         state = self.check_leader(leader_epoch)
-        now = _now_ms()
+        now = progress_clock.now_ms()
         with self.changed:
             leader = self._leading(state)
             if follower not in leader.followers:
@@ -464,7 +461,7 @@ class PartitionReplica:
         if leader is None or leader.leader_epoch != leader_epoch:
             return False
         progress = leader.followers.get(follower)
-        now = _now_ms()
+        now = progress_clock.now_ms()
         if progress is None or progress.answered_hw != self.hw or not self._from_memory(progress, offset, now):
             return False
         with self._lock:  # (`changed`'s lock, taken without the Condition's Python-level __enter__: hot)
@@ -500,7 +497,7 @@ class PartitionReplica:
         """Whether maintenance should look at this replica's ISR: it leads, and the ISR is not settled
         (LeaderState.isr_settled). Read without the lock: a change racing it is seen by the next round."""
         leader = self.leader
-        return leader is not None and not leader.isr_settled(lag_ms, _now_ms())
+        return leader is not None and not leader.isr_settled(lag_ms, progress_clock.now_ms())
 
     def wanted_isr(self, lag_ms: float, offline: tuple[int, ...] = ()) -> tuple[LeaderState, tuple[int, ...]] | None:
         """The ISR change this leader should ask the controller for (marked pending), or None; the `offline`
@@ -509,7 +506,7 @@ class PartitionReplica:
             leader = self.leader
             if leader is None:
                 return None
-            wanted = leader.wanted_isr(lag_ms, _now_ms(), offline)
+            wanted = leader.wanted_isr(lag_ms, progress_clock.now_ms(), offline)
             if wanted is not None:
                 leader.pending = wanted
             return None if wanted is None else (leader, wanted)
@@ -534,82 +531,6 @@ class PartitionReplica:
         state = self._state
         return state.role is Role.FOLLOWER and state.leader_epoch == leader_epoch
 
-    def append_copied(self, leader_epoch: int, frames: pa.Buffer, leader_hw: int, leader_start: int) -> None:
-        """A fetch under `leader_epoch` returned: append its frames, byte for byte, take the leader's high
-        watermark (at most the new log end) and its log start (Kafka's FetchResponse logStartOffset: this log's
-        start moves up to it, checkpointed, and the whole segments below it are deleted). Nothing is done once the
-        replica no longer follows that epoch, so a fetch answered after a leadership change never writes into a
-        leader's log."""
-        with self.changed:
-            if not self.following(leader_epoch):
-                return
-            plog = self.log
-            end = plog.end_offset
-            if frames.size:
-                cut = self._realigned(plog, frames, end)
-                end = plog.append_frames(frames) if cut is None else cut
-                if trace.ON:
-                    trace.event("follower_append", self.tp[0], self.tp[1], frame.unpack_header(frames, 0).base_offset,
-                                end, self.node_id)
-            hw = min(leader_hw, end)
-            if hw != self.hw:
-                self.hw = hw
-                self._notify()  # consumers long-polling this follower
-            if leader_start > self._leader_start:
-                plog.delete_records(min(leader_start, end))
-                self._leader_start = leader_start
-
-    def restart_at(self, leader_epoch: int, leader_start: int, fetched_from: int) -> None:
-        """The leader's log starts at `leader_start`, past `fetched_from`, this log's end: it deleted those offsets
-        before this replica copied them. Truncate fully and start, empty, at its log start, as Kafka's follower
-        does on OFFSET_OUT_OF_RANGE (nothing once the replica no longer follows `leader_epoch`)."""
-        with self.changed:
-            if not self.following(leader_epoch):
-                return
-            log.warning("partition %s: the leader's log starts at offset %d, past this replica's log end %d (offsets "
-                        "%d..%d were deleted there before they were copied here): starting again at %d", self.name,
-                        leader_start, fetched_from, fetched_from, leader_start - 1, leader_start)
-            self._truncate_fully(self.log, leader_start)
-            self.hw = leader_start
-
-    def _truncate_fully(self, plog: Log, offset: int) -> None:
-        """Empty the log and start it at `offset` (lock held); the leader's log start is taken again after."""
-        plog.truncate_fully_and_start_at(offset)
-        self._leader_start = -1
-
-    def _realigned(self, plog: Log, frames: pa.Buffer, end: int) -> int | None:
-        """If the leader's first frame starts below `end`, this log's end, cut this log back to its own frame
-        holding that offset (lock held) and return the new end (else None): the next fetch copies from there.
-        Compaction (each replica cleans its own copy) moves frame boundaries: a gap frame of the leader may span
-        this log's end, which a follower out of the ISR (restarted, lagging) can hold inside the leader's cleaned
-        range. The offsets cut are the same ones the leader sends again, as the leader's copy of them; each round
-        cuts at least one frame, so boundaries meet within a few fetches."""
-        first = frame.unpack_header(frames, 0).base_offset
-        if first >= end:
-            return None
-        if first <= plog.start_offset:  # none of the leader's frame is held here (its log start may be inside it)
-            self._truncate_fully(plog, first)
-            return None
-        own = frame.unpack_header(plog.read_frames(first, 1), 0).base_offset
-        log.info("partition %s: leader's frame at offset %d spans this replica's log end %d (frame boundaries moved "
-                 "by compaction): copying again from offset %d", self.name, first, end, own)
-        plog.truncate_to(own)
-        self.hw = min(self.hw, own)
-        return own
-
-    def truncate_follower(self, leader_epoch: int, offset: int) -> None:
-        """Cut the log to `offset` as the leader-epoch protocol decided under `leader_epoch` (nothing once it no
-        longer follows that epoch); the high watermark is at most the new end."""
-        with self.changed:
-            if not self.following(leader_epoch):
-                return
-            plog = self.log
-            if offset <= plog.start_offset and offset < plog.end_offset:  # as Kafka's truncateTo below the start
-                self._truncate_fully(plog, offset)  # (at the start, which may be inside a frame: nothing is kept)
-            else:
-                plog.truncate_to(offset)
-            self.hw = min(self.hw, plog.end_offset)
-
     # -- housekeeping -------------------------------------------------------------------------------------
     def checkpoint_due(self) -> bool:
         """Whether the high watermark moved since its last checkpoint (read without the lock)."""
@@ -631,7 +552,7 @@ class PartitionReplica:
                 plog = self.log
                 out["log_start"], out["log_end"] = plog.start_offset, plog.end_offset
             if self.leader is not None:
-                now = _now_ms()
+                now = progress_clock.now_ms()
                 out["isr"] = list(self.leader.isr)
                 out["followers"] = {str(r): {"log_end": p.leo, "lag_ms": round(now - p.caught_up_ms)}
                                     for r, p in self.leader.followers.items()}
