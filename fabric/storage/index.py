@@ -204,12 +204,42 @@ class TimeIndex(_MappedIndex):
     KEYS = ("ts", "rel")
     ENTRY = struct.Struct("<qI")
 
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self._max_kept: tuple[tuple[int, int], int | None] | None = None  # ((inode, size), max_timestamp())
+
     def append(self, timestamp: int, relative_offset: int) -> None:
         self.append_entry((timestamp, relative_offset))
 
     def max_timestamp(self) -> int | None:
-        entries = self.entries
-        return int(entries["ts"][-1]) if len(entries) else None
+        """The segment's max timestamp (the last entry's), read again only when the file changed: entries are
+        only appended, and a rebuild or a cut replaces the file, so its inode and size tell. A stat, and no map:
+        offset_for_time and retention ask it of every segment, and mapping thousands of files in turn thrashed
+        the shared map cache."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        key = (st.st_ino, st.st_size)
+        kept = self._max_kept
+        if kept is None or kept[0] != key:
+            kept = self._max_kept = (key, self._last_timestamp(st.st_size))
+        return kept[1]
+
+    def _last_timestamp(self, size: int) -> int | None:
+        """The timestamp of the last whole entry of a file of `size` bytes (None if it has none)."""
+        whole = size - size % self.ENTRY.size
+        if not whole:
+            return None
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            raw = os.pread(fd, self.ENTRY.size, whole - self.ENTRY.size)
+        finally:
+            os.close(fd)
+        return self.ENTRY.unpack(raw)[0] if len(raw) == self.ENTRY.size else None
 
     def last(self) -> tuple[int, int] | None:
         entries = self.entries

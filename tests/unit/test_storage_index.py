@@ -55,6 +55,14 @@ def test_time_index_first_at_or_after_basics(tmp_path):
     assert idx.max_timestamp() == 35
     assert idx.is_consistent(7) and not idx.is_consistent(6)
     assert idx.count_below(3) == 1 and idx.count_below(4) == 2
+    idx.truncate_entries(2)  # a cut replaces the file: the kept maximum is read again
+    assert idx.max_timestamp() == 20
+    idx.append(25, 9)
+    assert idx.max_timestamp() == 25
+    idx.reset([(5, 0), (6, 1), (7, 2)])  # a rebuild: the same size, another file
+    assert idx.max_timestamp() == 7
+    idx.delete()
+    assert idx.max_timestamp() is None
 
 
 def test_index_with_torn_tail_ignores_partial_entry(tmp_path):
@@ -101,6 +109,7 @@ def test_time_index_matches_model(stamps, probes):
                    and ts not in stamps[:rel]]
         with open(idx.path, "ab") as f:
             f.write(b"\x07" * 5)  # a torn entry after them, left out of every lookup
+        assert idx.max_timestamp() == (entries[-1][0] if entries else None)
         for probe in probes:
             model = next((rel for rel, ts in enumerate(stamps) if ts >= probe), None)
             assert idx.first_at_or_after(probe) == model
