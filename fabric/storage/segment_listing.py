@@ -5,8 +5,11 @@ process may create or delete segments (the `file://` fabric is shared by process
 five system calls and a parse of every name; a `stat` of the directory costs one. A name added, removed or
 renamed in a directory moves its modification time, so while that time is the one seen at the last listing, the
 listing still holds. Filesystems stamp that time from a coarse clock, so two changes close together can leave the
-same time: a listing made within RACY_NS of the directory's last change is not kept (git's "racy" index entries
-have the same rule), and the next call lists again. (The directory is on a local filesystem, as a `file://` fabric's
+same time: a listing made too soon after the directory's last change for its time to tell is not kept (git's
+"racy" index entries have the same rule), and the next call lists again. How soon is the filesystem's stamp
+granularity: a clock tick (FINE_RACY_NS) where the time has a fraction of a second (ext4, xfs, btrfs, tmpfs), else
+whole seconds (RACY_NS: ext3, FAT). Within that window every read lists the directory (6 ms over 5,000 segments),
+so it is kept as short as the filesystem allows. (The directory is on a local filesystem, as a `file://` fabric's
 is: a network filesystem's cached attributes could hide another host's change.)
 """
 from __future__ import annotations
@@ -16,7 +19,13 @@ import time
 
 from fabric.storage.segment import DATA_SUFFIX
 
-RACY_NS = 1_000_000_000  # well above any local filesystem's timestamp granularity (a clock tick, ext4/xfs/tmpfs)
+RACY_NS = 1_000_000_000  # a time without a fraction of a second: the filesystem may stamp whole seconds only
+FINE_RACY_NS = 20_000_000  # a time with one: stamped from the kernel's coarse clock, a tick behind at most (<= 10 ms)
+
+
+def racy_ns(mtime_ns: int) -> int:
+    """How long after a change stamped `mtime_ns` a listing is too soon for the directory's time to tell."""
+    return FINE_RACY_NS if mtime_ns % 1_000_000_000 else RACY_NS
 
 
 class SegmentListing:
@@ -36,5 +45,5 @@ class SegmentListing:
         listed_ns = time.time_ns()  # (before the listing: a change after it moves the time past this, less a tick)
         bases = tuple(sorted(int(name[:-len(DATA_SUFFIX)]) for name in os.listdir(self.directory)
                              if name.endswith(DATA_SUFFIX) and name[:-len(DATA_SUFFIX)].isdigit()))
-        self._kept = (key, bases) if st.st_mtime_ns < listed_ns - RACY_NS else None
+        self._kept = (key, bases) if st.st_mtime_ns < listed_ns - racy_ns(st.st_mtime_ns) else None
         return bases

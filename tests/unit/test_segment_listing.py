@@ -78,3 +78,16 @@ def test_a_logs_segment_list_is_made_once_per_listing(tmp_path, replicas) -> Non
     assert again is not segs and again[0] is not segs[0] and again[1:] == segs[1:]
     replicas.lead(log, 0, 5)
     assert log.segments()[-1].base_offset > again[-1].base_offset
+
+
+def test_the_racy_window_follows_the_filesystems_stamps(tmp_path, listdir_calls) -> None:
+    """A directory time with a fraction of a second comes from a filesystem that stamps the kernel's coarse clock:
+    a listing a few ticks after it is kept. A time of whole seconds may be all the filesystem keeps: a second."""
+    assert segment_listing.racy_ns(1_700_000_000_123_456_789) == segment_listing.FINE_RACY_NS < 50_000_000
+    assert segment_listing.racy_ns(1_700_000_000_000_000_000) == segment_listing.RACY_NS >= 1_000_000_000
+    (tmp_path / "00000000000000000000.arrows").write_bytes(b"")
+    stamp = time.time_ns() - 10 * segment_listing.FINE_RACY_NS
+    stamp += 0 if stamp % 1_000_000_000 else 1
+    os.utime(tmp_path, ns=(stamp, stamp))
+    listing = SegmentListing(str(tmp_path))
+    assert listing.bases() == listing.bases() == (0,) and len(listdir_calls) == 1
