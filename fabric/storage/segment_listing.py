@@ -20,7 +20,7 @@ import time
 from fabric.storage.segment import DATA_SUFFIX
 
 RACY_NS = 1_000_000_000  # a time without a fraction of a second: the filesystem may stamp whole seconds only
-FINE_RACY_NS = 20_000_000  # a time with one: stamped from the kernel's coarse clock, a tick behind at most (<= 10 ms)
+FINE_RACY_NS = 50_000_000  # a time with one: from the kernel's coarse clock, a tick (<= 10 ms) behind; five ticks
 
 
 def racy_ns(mtime_ns: int) -> int:
