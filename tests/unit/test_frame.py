@@ -6,8 +6,10 @@ from dataclasses import replace
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from fabric.storage import frame
+from fabric.storage import batch_encoding, frame
 
 HEADER = frame.FrameHeader(length=0, base_offset=1_234_567_890_123, record_count=42,
                            first_timestamp=1_700_000_000_000_000, max_timestamp=1_700_000_000_999_999,
@@ -226,3 +228,18 @@ def test_split_frames_rejects_a_torn_or_corrupt_frame(storage):
         frame.split_frames(pa.py_buffer(first + second[:frame.HEADER_SIZE - 1]))
     with pytest.raises(frame.FrameError, match="bad magic"):
         frame.split_frames(pa.py_buffer(first + b"garbage!" * 8))
+
+
+@given(stamps=st.lists(st.integers(-2**62, 2**62), min_size=1, max_size=20), cut=st.integers(0, 5),
+       nulls=st.booleans())
+@settings(max_examples=80, deadline=None)
+def test_an_encoded_batch_header_carries_its_first_and_largest_timestamp(storage, stamps, cut, nulls):
+    """batch_encoding.encode reads them from the column's values: a slice (an offset into the buffer) and a
+    column with nulls (where pyarrow's max skips them) give what the rows hold."""
+    rows = storage.make_batch([b"v"] * (len(stamps) + cut), [0] * cut + stamps).slice(cut)
+    if nulls and len(stamps) > 1:
+        column = pa.array(stamps[:1] + [None] + stamps[2:], rows.schema.field(0).type)
+        rows = rows.set_column(0, rows.schema.field(0), column)
+    header, _ = batch_encoding.encode(rows)
+    held = [t for t in rows.column(0).cast(pa.int64()).to_pylist() if t is not None]
+    assert (header.first_timestamp, header.max_timestamp) == (held[0], max(held))
