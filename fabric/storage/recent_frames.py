@@ -57,7 +57,7 @@ class RecentFrames:
         self.schema: pa.Schema | None = None
         self._bases: list[int] = []
         self._ends: list[int] = []
-        self._frames: list[tuple[bytes, pa.Buffer | bytes]] = []  # packed header, payload referenced as written
+        self._packed: list[bytes] = []  # each kept frame's header, packed once here, not at each follower's read
         self._kept: list[KeptFrame] = []
         self._size = 0
 
@@ -79,7 +79,7 @@ class RecentFrames:
         header = kept.frame.header
         self._bases.append(header.base_offset)
         self._ends.append(header.next_offset)
-        self._frames.append((header.pack(), kept.payload))  # packed once here, not at each follower's read
+        self._packed.append(header.pack())
         self._kept.append(kept)
         self._size += header.size
         drop = 0
@@ -87,7 +87,7 @@ class RecentFrames:
             self._size -= self._kept[drop].frame.header.size
             drop += 1
         if drop:
-            del self._bases[:drop], self._ends[:drop], self._frames[:drop], self._kept[:drop]
+            del self._bases[:drop], self._ends[:drop], self._packed[:drop], self._kept[:drop]
 
     def _chosen(self, segment_base: int, offset: int, end: int, max_bytes: int) -> range | None:
         """Which kept frames a read gives (guard held): from the one holding `offset`, those starting below `end`,
@@ -108,7 +108,8 @@ class RecentFrames:
         """The chosen frames' bytes (see `_chosen`), as Log.read_frames gives them; None: read the files."""
         with self._guard:
             chosen = self._chosen(segment_base, offset, end, max_bytes)
-            parts = [part for i in chosen for part in self._frames[i]] if chosen is not None else None
+            parts = [part for i in chosen for part in (self._packed[i], self._kept[i].payload)] \
+                if chosen is not None else None
         return pa.py_buffer(b"".join(parts)) if parts else None
 
     def frames(self, segment_base: int, offset: int, end: int, max_bytes: int
