@@ -15,7 +15,8 @@ in the same maintenance and on demand (`enforce_retention`), as does DeleteRecor
 past the high watermark; followers take the leader's log start from their fetch answers. Each replica's health
 (storage_health: its storage failed, or it is damaged and not yet repaired) is reported with the node's
 heartbeats; reads that meet damage are repaired from another replica first (repair.py), and
-`replica_range` serves this node's copy of a range to a replica repairing its own.
+`replica_range` serves this node's copy of a range to a replica repairing its own. The leader's transaction requests
+(markers, open transactions) are transaction_markers.TransactionMarkers, which it inherits.
 """
 from __future__ import annotations
 
@@ -31,7 +32,6 @@ from fabric.common.errors import (
     FabricError,
     InconsistentTopicIdError,
     InvalidRequestError,
-    InvalidTxnStateError,
     KafkaStorageError,
     NotLeaderError,
 )
@@ -41,7 +41,6 @@ from fabric.common.types import (
     Fetched,
     LeaderAndIsr,
     NodeAssignment,
-    OpenTransaction,
     PartitionState,
     TopicInfo,
     TopicPartition,
@@ -50,13 +49,14 @@ from fabric.common.types import (
 from fabric.coordinator.disk import disk_errors
 from fabric.server import partition_ops
 from fabric.server.held import Held
-from fabric.server.node import directory_ids, follower_fetches, open_transactions
+from fabric.server.node import directory_ids, follower_fetches
 from fabric.server.node.fetcher import FetchSettings, Peer, ReplicaFetcher
 from fabric.server.node.leader import LeaderState
 from fabric.server.node.partition import PartitionReplica, Role
 from fabric.server.node.repair import RANGE_MAX_BYTES, Repairer, peer_copy
 from fabric.server.node.replica_fetch import ReplicaFetch
 from fabric.server.node.storage_health import Condition, Health, StorageHealth
+from fabric.server.node.transaction_markers import TransactionMarkers
 from fabric.server.node.transaction_verification import TransactionVerification
 from fabric.server.peer_calls import PeerCalls
 from fabric.storage import scrub
@@ -67,7 +67,6 @@ from fabric.storage.reader import READ_COMMITTED
 
 log = logging.getLogger(__name__)
 ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
-MAX_MARKERS = 4096  # transaction markers one write_markers request writes at most
 
 
 # the controller's answer to an ISR change: (partition, leader state it was asked for, ISR) -> the new state
@@ -78,7 +77,7 @@ def _replica_log(replica: PartitionReplica) -> Log:
     return replica.log
 
 
-class ReplicaManager:
+class ReplicaManager(TransactionMarkers):
     """The replicas of node `node_id` with their logs under `data_dir`; with a `peer` and `protocol` (Flight and
     fabric protocol calls to other nodes) it runs a fetcher for every partition it follows (without them, as in
     unit tests, followers stay idle)."""
@@ -415,66 +414,6 @@ class ReplicaManager:
                 return replica.append_held(rows, codec, leader_epoch, ACKS[acks], timeout_s, producer, transactional)
             return self.verification.append(transactional_id, (topic, partition), producer, replica.log, lambda p: (
                 replica.append_held(rows, codec, leader_epoch, ACKS[acks], timeout_s, p, True)))
-
-    def write_markers(self, topic: str, partition: int, transactional_id: str, commit: list[list[int]],
-                      abort: list[list[int]], leader_epoch: int | None = None, timeout_ms: int = 30000,
-                      topic_id: str = "") -> None:
-        """End transactions of `transactional_id`'s writers as the leader: a commit marker for each [producer id,
-        epoch] in `commit`, an abort marker for each in `abort` (Kafka's WriteTxnMarkers), answered once the
-        in-sync replicas have them."""
-        markers = [(*partition_ops.marker_producer(p), True) for p in commit] + \
-                  [(*partition_ops.marker_producer(p), False) for p in abort]
-        if not 1 <= len(markers) <= MAX_MARKERS:
-            raise InvalidRequestError(f"write_markers takes 1 to {MAX_MARKERS} markers, got {len(markers)}")
-        if not isinstance(transactional_id, str) or not transactional_id:
-            raise InvalidRequestError(f"transactional_id must be a non-empty string, got {clip(transactional_id)}")
-        timeout_s = partition_ops.wait_seconds("timeout_ms", timeout_ms)
-        replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-        self._check_decided(topic, partition, transactional_id, markers)
-        if self.verification is not None:
-            self.verification.markers_begin((topic, partition))
-        with self.health.writing((topic, partition), f"write transaction markers to {topic}-{partition}"):
-            replica.write_markers(markers, leader_epoch, timeout_s)
-
-    def _check_decided(self, topic: str, partition: int, transactional_id: str,
-                       markers: list[tuple[int, int, bool]]) -> None:
-        """InvalidTxnStateError (nothing written) unless the coordinator's record of `transactional_id` decided
-        every one of these markers for this partition: a client may end only its own id's writers, as decided."""
-        if self.transaction_record is None:
-            return
-        commit, abort = self.transaction_record(transactional_id).markers().get((topic, partition), ([], []))
-        decided = {(p, e, True) for p, e in commit} | {(p, e, False) for p, e in abort}
-        stray = sorted(set(markers) - decided)
-        if stray:
-            raise InvalidTxnStateError(
-                f"markers {[(p, e, 'commit' if c else 'abort') for p, e, c in stray][:5]} for {topic}-{partition} "
-                f"are not what the coordinator decided for transactional id {clip(transactional_id)} (commit "
-                f"{commit[:5]}, abort {abort[:5]}); nothing was written")
-
-    def describe_producers(self, topic: str, partition: int, leader_epoch: int | None = None,
-                           topic_id: str = "") -> list[OpenTransaction]:
-        """The transactions open on the partition, at its leader (Kafka's DescribeProducers, for find-hanging)."""
-        replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-        with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
-            return open_transactions.describe(replica.log)
-
-    def abort_open_transaction(self, topic: str, partition: int, start_offset: int, leader_epoch: int | None = None,
-                               timeout_ms: int = 30000, topic_id: str = "") -> OpenTransaction:
-        """An operator's abort of the transaction open on the partition from `start_offset` (kafka-transactions
-        abort --start-offset: one the coordinator does not know, which holds the last stable offset back for
-        good): its abort marker, with its epoch + 1 (fencing its producer), answered once the in-sync replicas
-        have it; the transaction it ended."""
-        timeout_s = partition_ops.wait_seconds("timeout_ms", timeout_ms)
-        replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
-        with disk_errors(self.logs.topic_dir(topic), f"abort a transaction of {topic}-{partition}"):
-            found = open_transactions.starting_at(replica.log, start_offset)
-            if self.verification is not None:
-                self.verification.markers_begin((topic, partition))
-            replica.write_markers([(found.producer_id, max(found.producer_epoch, 0) + 1, False)], leader_epoch,
-                                  timeout_s)
-        log.warning("partition %s-%d: the open transaction of producer %d from offset %d was aborted by an operator",
-                    topic, partition, found.producer_id, start_offset)
-        return found
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, end_offset: int | None = None,
               leader_epoch: int | None = None, max_wait_ms: int = 0, from_follower: bool = False,
