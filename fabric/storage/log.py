@@ -132,10 +132,15 @@ class Log(LogTail):
         return self._resolve_pending(txn)
 
     # -- segments ----------------------------------------------------------------------------------
-    def segments(self) -> list[Segment]:
+    def segments(self, fresh: bool = False) -> list[Segment]:
         """The segments on disk now, oldest first, which callers never modify: objects are cached per base offset,
         and the list itself while the directory's listing is the one it was made from (a fetch of a partition of
-        thousands of segments then costs no pass over them)."""
+        thousands of segments then costs no pass over them). `fresh`: the directory listed again whatever its time
+        says (SegmentListing keeps a listing while the time is unchanged, which a clock stepped back can fool):
+        for recovery, which must never take a segment it did not see for the log's last, and for a read that
+        found the log end past the segments listed."""
+        if fresh:
+            self._listing.forget()
         bases = self._listing.bases()
         listed = self._listed
         if listed is not None and listed[0] is bases:  # (SegmentListing gives the object it kept, unchanged)
@@ -157,6 +162,7 @@ class Log(LogTail):
         for base in bases:
             self._segments.pop(base, None)
         self._listed = None
+        self._listing.forget()
 
     def register(self, seg: Segment) -> None:
         """Cache a segment made outside this object (an adopted one)."""
@@ -165,6 +171,7 @@ class Log(LogTail):
     def _cache_segment(self, seg: Segment) -> None:
         self._segments[seg.base_offset] = seg
         self._listed = None
+        self._listing.forget()  # (made here: listed at once, whatever the directory's time says)
 
     @property
     def start_offset(self) -> int:

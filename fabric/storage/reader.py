@@ -87,6 +87,19 @@ def read_frames(plog: Log, offset: int, max_bytes: int, end_offset: int | None =
     kept = plog.recent.read(segs[-1].base_offset, offset, end, max_bytes) if plog.recent is not None else None
     if kept is not None:
         return kept
+    found = _frames_in(plog, segs, offset, end, max_bytes)
+    if found is None:  # nothing where the log has records: its directory changed unseen (_listed_again)
+        found = _frames_in(plog, _listed_again(plog, offset, end), offset, end, max_bytes)
+    if found is None:
+        return pa.py_buffer(b"")
+    buf, first, stop = found
+    return buf.slice(first, stop - first)
+
+
+def _frames_in(plog: Log, segs: list[Segment], offset: int, end: int, max_bytes: int
+               ) -> tuple[pa.Buffer, int, int] | None:
+    """The whole, CRC-checked frames from the one holding `offset`, within the segment of `segs` holding it: its
+    buffer and their span in it; None if there are none (CorruptRangeError if the first is damaged)."""
     i = _holding(segs, offset)
     limit = min(end, segs[i + 1].base_offset) if i + 1 < len(segs) else end
     frames: list[Frame] = []
@@ -97,9 +110,7 @@ def read_frames(plog: Log, offset: int, max_bytes: int, end_offset: int | None =
                 raise CorruptRangeError(item)
             break
         frames.append(item)
-    if not frames:
-        return pa.py_buffer(b"")
-    return buf.slice(frames[0].position, frames[-1].end - frames[0].position)
+    return (buf, frames[0].position, frames[-1].end) if frames else None
 
 
 def _holding(segs: list[Segment], offset: int) -> int:
@@ -131,34 +142,47 @@ def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int,
     aborted transactions, are left out; a read ending on some yields an empty batch at the offset after them, so
     the reader's position moves past them (the offsets they take are gaps to the reader)."""
     skipped: tuple[Segment, int] | None = None  # (segment, offset after the frames left out since the last batch)
-    for i in range(_holding(segs, offset), len(segs)):
-        if offset >= end or budget <= 0:
-            break
-        limit = min(end, segs[i + 1].base_offset) if i + 1 < len(segs) else end
-        seg, schema, stored = _stored(plog, segs[i], offset, end, limit, budget, i + 1 == len(segs))
-        for item, payload in stored:
-            header = item.header
-            if not header.delivered or (committed_only and header.is_transactional
-                                        and plog.transactions.aborted(header)):
-                offset = min(end, header.next_offset)
-                skipped = (seg, offset)
+    relisted = False
+    while True:
+        for i in range(_holding(segs, offset), len(segs)):
+            if offset >= end or budget <= 0:
+                break
+            limit = min(end, segs[i + 1].base_offset) if i + 1 < len(segs) else end
+            seg, schema, stored = _stored(plog, segs[i], offset, end, limit, budget, i + 1 == len(segs))
+            for item, payload in stored:
+                header = item.header
+                if not header.delivered or (committed_only and header.is_transactional
+                                            and plog.transactions.aborted(header)):
+                    offset = min(end, header.next_offset)
+                    skipped = (seg, offset)
+                    budget -= header.size
+                    continue
+                skipped = None
+                batch = _decode(seg, schema, item, payload)
+                lo = max(offset - header.base_offset, 0)
+                hi = min(end - header.base_offset, header.record_count)
+                message = None
+                if lo or hi < header.record_count:
+                    batch = batch.slice(lo, hi - lo)
+                elif not header.attributes & frame.ATTR_CODEC:
+                    message = payload
+                yield Fetched(header.base_offset + lo, batch,
+                              1 if header.attributes & frame.ATTR_LOG_APPEND_TIME else 0, message)
+                offset = header.base_offset + hi
                 budget -= header.size
-                continue
-            skipped = None
-            batch = _decode(seg, schema, item, payload)
-            lo = max(offset - header.base_offset, 0)
-            hi = min(end - header.base_offset, header.record_count)
-            message = None
-            if lo or hi < header.record_count:
-                batch = batch.slice(lo, hi - lo)
-            elif not header.attributes & frame.ATTR_CODEC:
-                message = payload
-            yield Fetched(header.base_offset + lo, batch, 1 if header.attributes & frame.ATTR_LOG_APPEND_TIME else 0,
-                          message)
-            offset = header.base_offset + hi
-            budget -= header.size
+        if offset >= end or budget <= 0 or relisted:
+            break
+        relisted, segs = True, _listed_again(plog, offset, end)
     if skipped is not None:
         yield Fetched(skipped[1], pa.RecordBatch.from_pylist([], schema=skipped[0].schema), 0)
+
+
+def _listed_again(plog: Log, offset: int, end: int) -> list[Segment]:
+    """The segments listed afresh, for a read that stopped at `offset` short of the log end `end` with room left:
+    the segments it was given end there, so the directory changed in a way its time did not show."""
+    log.info("%s: the segments listed end at offset %d, the log at %d: listing its directory again", plog.name,
+             offset, end)
+    return plog.segments(fresh=True)
 
 
 def _stored(plog: Log, seg: Segment, offset: int, end: int, limit: int, budget: int, active: bool
@@ -189,6 +213,7 @@ def offset_after_records(plog: Log, offset: int, count: int, end_offset: int | N
     at, left = offset, count
     if left <= 0:
         return offset
+    relisted = False
     for _ in range(3):
         try:
             for header in _headers_from(plog, segs, at, end):
@@ -199,12 +224,14 @@ def offset_after_records(plog: Log, offset: int, count: int, end_offset: int | N
                         return lo + left
                     left -= hi - lo
                 at = hi
-            return end
+            if at >= end or relisted:
+                return end
+            relisted, segs = True, _listed_again(plog, at, end)
         except FileNotFoundError:  # the cleaner merged a segment meanwhile: count on where the offsets are now
             if at < plog.start_offset:
                 raise OffsetOutOfRangeError(f"offset {at} of partition {plog.name} was deleted by retention "
                                             "while its records were counted; seek to the log start") from None
-            segs = plog.segments()
+            segs = plog.segments(fresh=True)
     raise OffsetOutOfRangeError(f"offset {at} of partition {plog.name}: its segment kept changing while its records "
                                 "were counted; retry")
 
@@ -232,18 +259,29 @@ def _segment_items(plog: Log, seg: Segment, offset: int, end: int, limit: int, b
             buf, inode = seg.mapped()
             schema = seg.schema_of(inode)
             items = list(_frames(plog, seg, offset, end, limit, budget, buf))
+            if limit == end and items and _cut_by_unseen_segment(plog, seg, items[-1], buf):
+                items.pop()  # (the caller reads on from the segment it did not see: see _batches)
             if os.stat(seg.path).st_ino == inode:
                 return seg, buf, schema, items
         except FileNotFoundError:
             if offset < plog.start_offset:
                 raise OffsetOutOfRangeError(f"offset {offset} of partition {plog.name} was deleted by retention "
                                             "while being read; seek to the log start") from None
-        segs = plog.segments()  # the cleaner swapped segments: read the offsets where they are now
+        segs = plog.segments(fresh=True)  # the cleaner swapped segments: read the offsets where they are now
         i = _holding(segs, offset)
         seg = segs[i]
         limit = min(end, segs[i + 1].base_offset) if i + 1 < len(segs) else end
     raise OffsetOutOfRangeError(f"offset {offset} of partition {plog.name}: its segment kept changing while being "
                                 "read; retry the read")
+
+
+def _cut_by_unseen_segment(plog: Log, seg: Segment, last: Frame | Damage, buf: pa.Buffer) -> bool:
+    """Whether `seg`, read as the log's last segment, ends at its file's end before the log does (`last` is that
+    damage) because a later segment holds the rest: one the listing missed (_listed_again), so not damage."""
+    if not isinstance(last, Damage) or last.position != buf.size:
+        return False
+    listed = _listed_again(plog, last.first_offset, last.next_offset or 0)
+    return bool(listed) and listed[-1].base_offset > seg.base_offset
 
 
 def _frames(plog: Log, seg: Segment, offset: int, end: int, limit: int, budget: int, buf: pa.Buffer

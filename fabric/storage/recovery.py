@@ -81,7 +81,7 @@ class Recovery:
         """Recover; returns the report and the active segment (None with apply=False)."""
         plog = self.log
         swapped = segment_swap.complete(plog) if self.apply else None
-        segs = plog.segments()
+        segs = plog.segments(fresh=True)
         reading = plog.hw.read()
         report = RecoveryReport(plog.name, reading, applied=self.apply)
         if swapped:

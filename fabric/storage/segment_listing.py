@@ -47,3 +47,8 @@ class SegmentListing:
                              if name.endswith(DATA_SUFFIX) and name[:-len(DATA_SUFFIX)].isdigit()))
         self._kept = (key, bases) if st.st_mtime_ns < listed_ns - racy_ns(st.st_mtime_ns) else None
         return bases
+
+    def forget(self) -> None:
+        """List the directory again next time, whatever its time says: this process changed it, or found a change
+        the time did not show (a clock stepped back, a filesystem stamping whole seconds)."""
+        self._kept = None

@@ -69,7 +69,7 @@ class LogTail:
     _epochs: LeaderEpochCache | None
     _producers: ProducerStateTable | None
     _txns: TransactionState | None
-    segments: Callable[[], list[Segment]]
+    segments: Callable[..., list[Segment]]
     create_segment: Callable[[int], Segment]
 
     @property
@@ -121,7 +121,7 @@ class LogTail:
             active = self._segments.get(tail.base_offset)
             if active is not None:
                 return active
-        segs = self.segments()
+        segs = self.segments(fresh=True)  # (another writer may have rolled the log: see Log.segments)
         reading = self.hw.read()
         if segs and reading.trusted and self._recovered and self._tail_state == TailState(
                 segs[-1].base_offset, segs[-1].size, reading.value or 0):

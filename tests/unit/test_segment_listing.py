@@ -91,3 +91,56 @@ def test_the_racy_window_follows_the_filesystems_stamps(tmp_path, listdir_calls)
     os.utime(tmp_path, ns=(stamp, stamp))
     listing = SegmentListing(str(tmp_path))
     assert listing.bases() == listing.bases() == (0,) and len(listdir_calls) == 1
+
+
+def _values(tag: str, count: int) -> list[bytes]:
+    return [f"{tag}-{i}".encode().ljust(200, b".") for i in range(count)]
+
+
+def _pin(directory, stamp_ns: int) -> None:
+    """Give the directory back a time it had: what a clock stepped back, or a filesystem stamping whole seconds,
+    leaves after a change (the listing's only sign of one)."""
+    os.utime(directory, ns=(stamp_ns, stamp_ns))
+
+
+def test_a_reader_finds_a_segment_its_kept_listing_misses(tmp_path, storage) -> None:
+    """Another process rolled the log twice, and the directory's time is the one a reader's kept listing was made
+    at: a read, a follower's frames and a count of records that stop short of the log end list the directory
+    again, so the records are not hidden until the next change there."""
+    writer = storage.open_log(str(tmp_path), segment_bytes=2000, **storage.KEEP)
+    writer.append(storage.make_batch(_values("a", 3)))
+    _age(tmp_path)
+    stamp = os.stat(tmp_path).st_mtime_ns
+    readers = [storage.open_log(str(tmp_path), segment_bytes=2000, **storage.KEEP) for _ in range(3)]
+    for reader in readers:
+        assert reader.end_offset == 3 and len(reader.segments()) == 1  # recovered, and the listing kept
+    while len(writer.segments()) < 3:
+        writer.append(storage.make_batch(_values("b", 3)))
+    end = writer.end_offset
+    _pin(tmp_path, stamp)
+    assert all(len(reader.segments()) == 1 and reader.end_offset == end for reader in readers)  # stale, as set up
+    reading, copying, counting = readers
+    assert [offset for offset, _, _ in storage.read_all(reading)] == list(range(end))
+    assert copying.read_frames(3, 1 << 20).size > 0
+    assert counting.offset_after_records(0, end - 1) == end - 1
+    assert all(len(reader.segments()) == 3 for reader in readers)
+
+
+def test_a_writer_after_anothers_roll_lists_the_directory_again(tmp_path, storage) -> None:
+    """A writer taking the partition after another process rolled it brings its tail up to date from a fresh
+    listing, whatever the directory's time says: with the kept one it would recover the log as ending in the old
+    segment and write over offsets already written."""
+    first = storage.open_log(str(tmp_path), segment_bytes=2000, **storage.KEEP)
+    second = storage.open_log(str(tmp_path), segment_bytes=2000, **storage.KEEP)
+    second.append(storage.make_batch(_values("a", 3)))
+    _age(tmp_path)
+    stamp = os.stat(tmp_path).st_mtime_ns
+    assert len(second.segments()) == 1
+    while len(first.segments()) < 3:
+        first.append(storage.make_batch(_values("b", 3)))
+    written = first.end_offset
+    _pin(tmp_path, stamp)
+    assert second.append(storage.make_batch(_values("c", 2))) == written
+    got = storage.read_all(storage.open_log(str(tmp_path), **storage.KEEP))
+    assert [offset for offset, _, _ in got] == list(range(written + 2))
+    assert [value[:3] for _, value, _ in got[-3:]] == [b"b-2", b"c-0", b"c-1"]
