@@ -171,3 +171,23 @@ def test_a_loop_handlers_future_is_answered_when_done_and_holds_up_nothing_meanw
     finally:
         connection.close()
         server.shutdown()
+
+
+def test_a_reader_whose_socket_another_thread_closed_gets_a_connection_error(served, monkeypatch) -> None:
+    """Another thread breaks the connection (a failed send, close()) just as a waiting caller starts reading:
+    the reader's wait ends in ConnectionError, which callers retry, and not in the select's own OSError or
+    ValueError on the closed socket."""
+    from fabric.common.protocol import connection as module
+
+    server, _ = served
+    connection = connect(server)
+    request = connection.send("slow", {"partition": 5, "n": 0, "sleep_s": 0.2})
+    real_select = module.select.select
+
+    def closed_first(*args: Any) -> Any:  # the other thread's close lands right before this reader's select
+        connection.close()
+        return real_select(*args)
+    monkeypatch.setattr(module, "select", type("Select", (), {"select": staticmethod(closed_first)}))
+    with pytest.raises(ConnectionError, match="broke"):
+        connection.wait(request, 10)
+    assert connection.broken

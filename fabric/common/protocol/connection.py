@@ -185,7 +185,7 @@ class ProtocolConnection:
             if remaining <= 0:
                 raise self._timeout()
             pending = isinstance(self._sock, ssl.SSLSocket) and self._sock.pending()
-            if not pending and not select.select([self._sock], [], [], remaining)[0]:
+            if not pending and not self._readable(remaining):
                 raise self._timeout()
             into, data = self._reader.receive_buffer(), b""
             try:
@@ -206,6 +206,15 @@ class ProtocolConnection:
                 self._reader.received(count)
             else:
                 self._reader.feed(data)
+
+    def _readable(self, timeout_s: float) -> bool:
+        """Whether the socket has bytes to read within `timeout_s`; ConnectionError if another thread broke the
+        connection (closing its socket) before or during the wait."""
+        try:
+            return bool(select.select([self._sock], [], [], timeout_s)[0])
+        except (OSError, ValueError) as exc:  # EBADF, or a closed socket's descriptor -1
+            self._break(ConnectionError(f"its socket was closed ({exc})"))
+            raise ConnectionError(f"the connection to {self.address} broke: {self._broken}") from None
 
     def _timeout(self) -> ClientTimeoutError:
         return ClientTimeoutError(f"{self.address} did not answer in time")
