@@ -16,7 +16,9 @@ Measurements:
   consume throughput  poll_batch of as many records from the start of those topics, from each partition's leader
   latency             a producer sends one record after another at --rate/s (linger_ms=0; a second thread waits
                       for the acks) to a 1-partition topic while a consumer long-polls it, all in this process
-                      (one clock): produce latency (to the ack) and end to end (to the poll), each from the time
+                      (and on rf3 again with the consumer in a process of its own, as it runs in practice:
+                      CLOCK_MONOTONIC is one clock for both): produce latency (to the ack) and end to end (to the
+                      poll), each from the time
                       the record was due to be sent by the schedule (so a send() that waits delays the records
                       behind it in the figures too, not only their sending: no coordinated omission); the first
                       --warmup seconds are dropped; the paths take turns --rounds times, --seconds each
@@ -34,6 +36,8 @@ reads the partitions node 1 follows from node 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import multiprocessing
 import os
 import queue
 import signal
@@ -42,7 +46,7 @@ import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 
 import numpy as np
 import psutil
@@ -76,6 +80,7 @@ class Path:
     fab: fabric.Fabric
     acks: str
     replication_factor: int | None = None
+    url: str = ""  # what a process of its own connects to (a latency turn's consumer apart)
 
     def create_topic(self, topic: str, partitions: int) -> str:
         """Create `topic` as this path stores it; return its name."""
@@ -86,14 +91,16 @@ class Path:
 
 def paths(stack: ExitStack, cluster_url: str, service_url: str, directory: str) -> list[Path]:
     """The four paths, the cluster's first; their connections are closed with `stack`."""
+    embedded_url = os.path.join(directory, "embedded")
     cluster = stack.enter_context(fabric.connect(cluster_url))
     service = stack.enter_context(fabric.connect(service_url))
-    embedded = stack.enter_context(fabric.connect(os.path.join(directory, "embedded")))
+    embedded = stack.enter_context(fabric.connect(embedded_url))
     return [
-        Path("rf3", f"cluster, RF {NODES}, acks=all, min.insync.replicas={MIN_ISR}", cluster, "all", NODES),
-        Path("rf1", "cluster, RF 1, acks=1", cluster, "1", 1),
-        Path("service", "single node: coordinator service alone (fabric://)", service, "all"),
-        Path("file", "single node: embedded (file://, in process)", embedded, "all"),
+        Path("rf3", f"cluster, RF {NODES}, acks=all, min.insync.replicas={MIN_ISR}", cluster, "all", NODES,
+             cluster_url),
+        Path("rf1", "cluster, RF 1, acks=1", cluster, "1", 1, cluster_url),
+        Path("service", "single node: coordinator service alone (fabric://)", service, "all", url=service_url),
+        Path("file", "single node: embedded (file://, in process)", embedded, "all", url=embedded_url),
     ]
 
 
@@ -172,11 +179,35 @@ def schedule(total: int, rate: float, stop: threading.Event | None = None) -> It
         yield i, due
 
 
-def latency_turn(path: Path, topic: str, rate: float, warmup_s: float, seconds: float) -> dict[str, list[float]]:
-    """One turn of a path: records sent at `rate`/s for warmup_s + seconds while this thread long-polls them;
-    the produce and end-to-end latencies (ms) of the records after the warm-up."""
+def latency_turn(path: Path, topic: str, rate: float, warmup_s: float, seconds: float, apart: bool = False
+                 ) -> dict[str, list[float]]:
+    """One turn of a path: records sent at `rate`/s for warmup_s + seconds while this thread long-polls them
+    (with `apart`, a consumer in a process of its own: how a consumer runs beside a producer in practice, sharing
+    no interpreter lock with it); the produce and end-to-end latencies (ms) of the records after the warm-up."""
     total, warm = round(rate * (warmup_s + seconds)), round(rate * warmup_s)
-    produce_ms, end_to_end_ms = np.full(total, np.nan), np.full(total, np.nan)
+    produce_ms = np.full(total, np.nan)
+    if apart:
+        end_to_end_ms = consumed_apart(path.url, topic, total, warmup_s + seconds,
+                                       lambda: producing(path, topic, rate, produce_ms))
+    else:
+        end_to_end_ms = np.full(total, np.nan)
+        with path.fab.consumer(auto_offset_reset="latest") as consumer:
+            consumer.assign([(topic, 0)])
+            consumer.position(topic, 0)  # "latest" is resolved now, before the first record is sent
+            with producing(path, topic, rate, produce_ms) as failed:
+                polled(consumer, end_to_end_ms, warmup_s + seconds, failed)
+    if np.isnan(produce_ms).any() or np.isnan(end_to_end_ms).any():
+        raise RuntimeError(f"{path.key}: {int(np.isnan(end_to_end_ms).sum())} of {total} records never arrived "
+                           f"(others more than once) or {int(np.isnan(produce_ms).sum())} were not acknowledged")
+    return {"produce": produce_ms[warm:].tolist(), "end_to_end": end_to_end_ms[warm:].tolist()}
+
+
+@contextlib.contextmanager
+def producing(path: Path, topic: str, rate: float, produce_ms: np.ndarray) -> Iterator[Callable[[], bool]]:
+    """Within the block, len(produce_ms) records go to `topic` at `rate`/s (linger_ms=0) from a thread that sends
+    them on schedule, and a second thread waits for each ack, its latency into produce_ms; the block gets
+    failed(), True once either thread failed (whose error the block's end raises, once both are done)."""
+    total = len(produce_ms)
     sent: queue.Queue = queue.Queue()
     stop, failed = threading.Event(), []
 
@@ -184,13 +215,12 @@ def latency_turn(path: Path, topic: str, rate: float, warmup_s: float, seconds: 
         def run() -> None:
             try:
                 body()
-            except BaseException as exc:  # noqa: BLE001 (raised again by the polling thread)
+            except BaseException as exc:  # noqa: BLE001 (raised again when the block ends)
                 failed.append(exc)
                 stop.set()
         return threading.Thread(target=run, daemon=True)
 
-    with path.fab.producer(acks=path.acks, linger_ms=0) as producer, \
-            path.fab.consumer(auto_offset_reset="latest") as consumer:
+    with path.fab.producer(acks=path.acks, linger_ms=0) as producer:
         def send_paced() -> None:
             for i, at in schedule(total, rate, stop):
                 sent.put((i, at, producer.send(topic, STAMP.pack(at, i) + PAD)))
@@ -206,22 +236,11 @@ def latency_turn(path: Path, topic: str, rate: float, warmup_s: float, seconds: 
                 produce_ms[i] = (time.perf_counter_ns() - at) / 1e6
                 done += 1
 
-        consumer.assign([(topic, 0)])
-        consumer.position(topic, 0)  # "latest" is resolved now, before the first record is sent
         threads = [guarded(send_paced), guarded(await_acks)]
         for thread in threads:
             thread.start()
-        deadline, got = time.monotonic() + warmup_s + seconds + SETTLE_S, 0
         try:
-            while got < total and not failed:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{path.key}: only {got} of {total} records arrived in time")
-                records = consumer.poll(1.0)
-                received = time.perf_counter_ns()
-                for record in records:
-                    at, i = STAMP.unpack_from(record.value)
-                    end_to_end_ms[i] = (received - at) / 1e6
-                got += len(records)
+            yield lambda: bool(failed)
         except BaseException:
             stop.set()
             raise
@@ -230,10 +249,61 @@ def latency_turn(path: Path, topic: str, rate: float, warmup_s: float, seconds: 
                 thread.join(SETTLE_S)
     if failed:
         raise failed[0]
-    if np.isnan(produce_ms).any() or np.isnan(end_to_end_ms).any():
-        raise RuntimeError(f"{path.key}: {int(np.isnan(end_to_end_ms).sum())} of {total} records never arrived "
-                           f"(others more than once) or {int(np.isnan(produce_ms).sum())} were not acknowledged")
-    return {"produce": produce_ms[warm:].tolist(), "end_to_end": end_to_end_ms[warm:].tolist()}
+
+
+def polled(consumer: Any, end_to_end_ms: np.ndarray, seconds: float, failed: Callable[[], bool] = lambda: False
+           ) -> None:
+    """Poll until every record of a latency turn of `seconds` arrived (each one's latency into end_to_end_ms, from
+    the time its value says it was due: perf_counter, CLOCK_MONOTONIC, one clock for every process of the
+    machine), `failed()`, or SETTLE_S past the turn's end."""
+    total, got = len(end_to_end_ms), 0
+    deadline = time.monotonic() + seconds + SETTLE_S
+    while got < total and not failed():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {got} of {total} records arrived in time")
+        records = consumer.poll(1.0)
+        received = time.perf_counter_ns()
+        for record in records:
+            at, i = STAMP.unpack_from(record.value)
+            end_to_end_ms[i] = (received - at) / 1e6
+        got += len(records)
+
+
+def consumed_apart(url: str, topic: str, total: int, seconds: float,
+                   produce: Callable[[], ContextManager[Callable[[], bool]]]) -> np.ndarray:
+    """The end-to-end latencies of a turn whose consumer (partition 0 of `topic`, from its end) long-polls in a
+    process of its own (spawned: it shares nothing with this one), ready before produce()'s block starts."""
+    context = multiprocessing.get_context("spawn")
+    ready, results = context.Event(), context.Queue()
+    child = context.Process(target=_consume_apart, args=(url, topic, total, seconds, ready, results), daemon=True)
+    child.start()
+    try:
+        if not ready.wait(SETTLE_S):
+            raise RuntimeError(f"the consumer process of {url} was not ready within {SETTLE_S:g} s")
+        with produce():
+            pass
+        outcome = results.get(timeout=seconds + 2 * SETTLE_S)
+    finally:
+        child.join(SETTLE_S)
+        if child.is_alive():
+            child.kill()
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return np.asarray(outcome)
+
+
+def _consume_apart(url: str, topic: str, total: int, seconds: float, ready: Any, results: Any) -> None:
+    """The consumer process of consumed_apart: its latencies (or its error) put on `results`."""
+    try:
+        end_to_end_ms = np.full(total, np.nan)
+        with fabric.connect(url) as fab, fab.consumer(auto_offset_reset="latest") as consumer:
+            consumer.assign([(topic, 0)])
+            consumer.position(topic, 0)
+            ready.set()
+            polled(consumer, end_to_end_ms, seconds)
+        results.put(end_to_end_ms.tolist())
+    except BaseException as exc:  # noqa: BLE001 (raised in the benchmark's process)
+        results.put(RuntimeError(f"the consumer process failed: {exc!r}"))
 
 
 def summary(ms: list[float]) -> dict[str, float]:
@@ -243,23 +313,30 @@ def summary(ms: list[float]) -> dict[str, float]:
             "max_ms": float(data.max())}
 
 
-def latency(all_paths: list[Path], rate: float, warmup_s: float, seconds: float, rounds: int, topic: str = "latency"
-            ) -> tuple[dict[str, Any], dict[str, dict[str, list[float]]]]:
+def latency(all_paths: list[Path], rate: float, warmup_s: float, seconds: float, rounds: int, topic: str = "latency",
+            apart: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, dict[str, list[float]]]]:
     """latency_turn on every path (to a topic `topic`-<path> of one partition), taking turns `rounds` times (so a
-    burst of load from other tenants of the machine falls on all of them); per path the summaries, and the raw
-    latencies for the plots."""
+    burst of load from other tenants of the machine falls on all of them), and on the paths keyed in `apart` again
+    with the consumer in a process of its own (their results keyed <path>-apart); per path the summaries, and the
+    raw latencies for the plots."""
     topics = {p.key: p.create_topic(f"{topic}-{p.key}", 1) for p in all_paths}
-    raw: dict[str, dict[str, list[float]]] = {p.key: {"produce": [], "end_to_end": []} for p in all_paths}
+    turns = [(p, False) for p in all_paths] + [(p, True) for p in all_paths if p.key in apart]
+    raw: dict[str, dict[str, list[float]]] = {_turn_key(p, a): {"produce": [], "end_to_end": []} for p, a in turns}
     for r in range(rounds):
-        for path in all_paths:
-            with timed(f"latency, {path.key}, round {r + 1} of {rounds}: {rate:g} records/s for "
+        for path, consumer_apart in turns:
+            key = _turn_key(path, consumer_apart)
+            with timed(f"latency, {key}, round {r + 1} of {rounds}: {rate:g} records/s for "
                        f"{warmup_s:g} + {seconds:g} s"):
-                turn = latency_turn(path, topics[path.key], rate, warmup_s, seconds)
+                turn = latency_turn(path, topics[path.key], rate, warmup_s, seconds, consumer_apart)
             for kind, values in turn.items():
-                raw[path.key][kind] += values
+                raw[key][kind] += values
             progress(f"  produce p99 {summary(turn['produce'])['p99_ms']:.2f} ms, "
                      f"end to end p99 {summary(turn['end_to_end'])['p99_ms']:.2f} ms")
     return {key: {kind: summary(values) for kind, values in kinds.items()} for key, kinds in raw.items()}, raw
+
+
+def _turn_key(path: Path, apart: bool) -> str:
+    return f"{path.key}-apart" if apart else path.key
 
 
 # -- failover -----------------------------------------------------------------------------------------------
@@ -360,7 +437,7 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], dict[
             service.start()
         all_paths = paths(stack, cluster.url, service.url(), directory)
         moved = throughput(all_paths, args.records, args.partitions, args.repeats)
-        lat, raw = latency(all_paths, args.rate, args.warmup, args.seconds, args.rounds)
+        lat, raw = latency(all_paths, args.rate, args.warmup, args.seconds, args.rounds, apart=("rf3",))
         failover: dict[str, Any] = {
             "cluster_s": failover_cluster(cluster, all_paths[0], args.failovers, signal.SIGKILL),
             "cluster_sigterm_s": failover_cluster(cluster, all_paths[0], args.failovers, signal.SIGTERM),
@@ -457,6 +534,10 @@ def report(results: dict[str, Any], raw: dict[str, dict[str, list[float]]]) -> N
                   f"{lat[key]['end_to_end']['p99_ms'] / lat['service']['end_to_end']['p99_ms']:.2f}")
                  for key in labels],
                 ("path", "produce p50 ms", "p99", "max", "end-to-end p50 ms", "p99", "max", "e2e p99 vs service")))
+    apart = lat["rf3-apart"]
+    print(f"{labels['rf3']}, the consumer in a process of its own: produce p50 / p99 "
+          f"{apart['produce']['p50_ms']:.2f} / {apart['produce']['p99_ms']:.2f} ms, end to end p50 / p99 "
+          f"{apart['end_to_end']['p50_ms']:.2f} / {apart['end_to_end']['p99_ms']:.2f} ms")
     print(f"\nlatency at {lat['rate_per_s']:g} records/s, {lat['rounds']} x {lat['seconds']:g} s after "
           f"{lat['warmup_s']:g} s of warm-up each; goals for p99: produce <= {PRODUCE_P99_GOAL_MS:g} ms, end to end "
           f"<= {E2E_P99_GOAL_MS:g} ms")
@@ -487,8 +568,9 @@ def report(results: dict[str, Any], raw: dict[str, dict[str, list[float]]]) -> N
                        for key in labels], "records/s",
                       [colors["cluster"] if key.startswith("rf") else colors["single"] for key in labels] * 2,
                       {colors["cluster"]: f"cluster ({NODES} nodes)", colors["single"]: "single node, same run"})
+    series = {**labels, "rf3-apart": f"{labels['rf3']}, consumer in a process of its own"}
     plots = [latency_plot(f"cluster_latency_{kind}", f"{what} latency, {lat['rate_per_s']:g} records/s",
-                          {labels[key]: raw[key][kind] for key in labels}, f"{what} latency")
+                          {series[key]: raw[key][kind] for key in series}, f"{what} latency")
              for kind, what in (("produce", "produce"), ("end_to_end", "end-to-end"))]
     progress(f"plots: {chart}, {', '.join(plots)}")
 

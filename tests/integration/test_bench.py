@@ -53,7 +53,7 @@ def test_cluster_benchmark_reports_every_path_and_failover(repo_root, tmp_path) 
     assert results["produce_ratio"]["rf3_vs_rf1"] > 0
     assert set(results["produce_one_in_flight"]) == {"rf3", "rf1"}  # the peer of pipelining
     assert all(out["records_per_s"] > 0 for out in results["produce_one_in_flight"].values())
-    for key in CLUSTER_PATHS:
+    for key in (*CLUSTER_PATHS, "rf3-apart"):  # (rf3 again with the consumer in a process of its own)
         for kind in ("produce", "end_to_end"):
             figures = results["latency"][key][kind]
             assert figures["records"] == 50 and 0 < figures["p50_ms"] <= figures["p99_ms"] <= figures["max_ms"]
