@@ -127,19 +127,31 @@ class ControllerDriver:
 
     def start_timer(self) -> None:
         """Expire node leases every tick (node_leases.check_interval_ms: a quarter of the session timeout, at most
-        1 s) until stop(). A tick that comes late by more than half a session is the controller's own pause, which
-        the leases forgive (NodeLeases)."""
+        1 s), and as the first lease lapses if that is sooner (`next_tick_s`), until stop(). A tick that comes late
+        by more than half a session is the controller's own pause, which the leases forgive (NodeLeases)."""
         interval = check_interval_ms(self.session_timeout_ms) / 1000
         self._thread = threading.Thread(target=self._tick_loop, args=(interval,), name="controller-timer",
                                         daemon=True)
         self._thread.start()
 
     def _tick_loop(self, interval: float) -> None:
-        while not self._stopped.wait(interval):
+        while not self._stopped.wait(self.next_tick_s(interval)):
             try:
                 self.tick()
             except Exception:  # noqa: BLE001 (the timer must survive; the next tick tries again)
                 log.exception("controller tick failed")
+
+    def next_tick_s(self, interval: float) -> float:
+        """How long until the next tick: `interval`, or less where a lease lapses sooner, so a node that stopped
+        heartbeating is declared dead as its session ends, not up to a tick later (a leadership's failover waits
+        on it). A lease already lapsed but not expired (the last tick failed) waits the interval: a retry."""
+        with self._lock:
+            controller = self._controller
+            lapse_ms = controller.leases.next_lapse_ms() if controller is not None else None
+        if lapse_ms is None:
+            return interval
+        ahead_ms = lapse_ms + 1 - self.clock.monotonic_ms()  # (a lease lapses once the time is past it)
+        return interval if ahead_ms <= 0 else min(interval, ahead_ms / 1000)
 
     def tick(self) -> None:
         """One tick: start a pending controller, declare dead the nodes whose lease lapsed."""

@@ -164,3 +164,26 @@ def test_an_offline_only_copy_keeps_leading_until_a_healthy_replica_is_in_sync(d
     driver.register_node(leader, f"127.0.0.1:{9094 + leader}", directory_id=f"dir{leader}")  # a new process
     # reports for itself
     assert driver.node_heartbeat(other, epochs[other]).offline_replicas == {}
+
+
+def test_the_timer_ticks_as_the_first_lease_lapses(driver, clock) -> None:
+    """The next tick comes at the regular interval, or as soon as a lease lapses if sooner, so a node that stopped
+    heartbeating is declared dead when its session ends; a lapse the last tick failed to act on is retried at the
+    interval, not in a tight loop."""
+    interval = 0.25
+
+    def ticking(ms: int) -> None:  # the clock moves on while the timer ticks (a longer gap is a pause)
+        for _ in range(ms // 100):
+            clock.ms += 100
+            driver.tick()
+        clock.ms += ms % 100
+    one = driver.register_node(1, "127.0.0.1:9095", directory_id="dir1")
+    assert driver.next_tick_s(interval) == interval  # the session ends well after the next regular tick
+    ticking(SESSION_MS - 100)
+    assert driver.next_tick_s(interval) == pytest.approx(0.101)  # the lease lapses 1 ms after its last ms
+    clock.ms += 101
+    assert driver.next_tick_s(interval) == interval  # lapsed, not yet expired: the regular tick retries
+    driver.tick()
+    assert [(n.id, n.alive) for n in driver.describe_cluster().nodes] == [(1, False)]
+    again = driver.register_node(1, "127.0.0.1:9095", directory_id="dir1")
+    assert again.node_epoch > one.node_epoch and driver.next_tick_s(interval) == interval

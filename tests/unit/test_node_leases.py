@@ -125,3 +125,15 @@ def test_the_pause_is_a_gap_of_over_half_a_session_and_revives_no_lapsed_lease(l
     clock.ms += 5000  # a pause after node 1 lapsed
     assert leases.alive() == {2}
     assert leases.expire() == [1]
+
+
+def test_the_next_lapse_is_the_first_lease_to_end(leases: NodeLeases, clock) -> None:
+    assert leases.next_lapse_ms() is None
+    leases.register(1, 1)
+    elapse(leases, clock, 300)
+    leases.register(2, 1)
+    assert leases.next_lapse_ms() == clock.ms - 300 + SESSION_MS
+    leases.heartbeat(1, 1)
+    assert leases.next_lapse_ms() == clock.ms + SESSION_MS  # both end a session from now
+    elapse(leases, clock, SESSION_MS + 1)
+    assert leases.expire() == [1, 2] and leases.next_lapse_ms() is None
