@@ -206,21 +206,23 @@ class TimeIndex(_MappedIndex):
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
-        self._max_kept: tuple[tuple[int, int], int | None] | None = None  # ((inode, size), max_timestamp())
+        # ((inode, size, mtime), max_timestamp())
+        self._max_kept: tuple[tuple[int, int, int], int | None] | None = None
 
     def append(self, timestamp: int, relative_offset: int) -> None:
         self.append_entry((timestamp, relative_offset))
 
     def max_timestamp(self) -> int | None:
         """The segment's max timestamp (the last entry's), read again only when the file changed: entries are
-        only appended, and a rebuild or a cut replaces the file, so its inode and size tell. A stat, and no map:
-        offset_for_time and retention ask it of every segment, and mapping thousands of files in turn thrashed
-        the shared map cache."""
+        only appended, and a rebuild or a cut replaces the file, so its inode and size tell (with its time: a
+        file replaced twice may get its first inode back, at its first size). A stat, and no map: offset_for_time
+        and retention ask it of every segment, and mapping thousands of files in turn thrashed the shared map
+        cache."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             return None
-        key = (st.st_ino, st.st_size)
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
         kept = self._max_kept
         if kept is None or kept[0] != key:
             kept = self._max_kept = (key, self._last_timestamp(st.st_size))

@@ -41,6 +41,21 @@ def test_offset_index_floor_basics(tmp_path):
     assert idx.floor(10**6) == (0, 100) and len(idx) == 1
 
 
+def test_a_time_index_rewritten_at_its_size_and_inode_is_read_again(tmp_path):
+    """A file replaced twice can get its first inode back at its first size: its time tells it changed, so the
+    kept maximum timestamp is read again."""
+    idx = TimeIndex(str(tmp_path / "a.timeindex"))
+    for ts, rel in [(10, 0), (20, 3)]:
+        idx.append(ts, rel)
+    assert idx.max_timestamp() == 20
+    before = os.stat(idx.path)
+    with open(idx.path, "r+b") as f:  # the same inode and size, another last entry
+        f.seek(TimeIndex.ENTRY.size)
+        f.write(TimeIndex.ENTRY.pack(40, 3))
+    os.utime(idx.path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    assert os.stat(idx.path).st_ino == before.st_ino and idx.max_timestamp() == 40
+
+
 def test_time_index_first_at_or_after_basics(tmp_path):
     idx = TimeIndex(str(tmp_path / "a.timeindex"))
     assert idx.first_at_or_after(0) is None and idx.max_timestamp() is None
