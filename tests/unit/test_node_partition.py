@@ -339,6 +339,35 @@ def test_a_follower_at_the_log_end_is_answered_from_memory_until_something_chang
     assert leader.leader.followers[2].leo == end  # its progress is recorded either way
 
 
+def test_a_followers_fetch_after_copying_an_append_moves_the_high_watermark_from_memory(
+        make_replica, storage, count_calls) -> None:
+    """After each append a follower copies the frames and fetches again from the new log end: that fetch is
+    answered from memory (no watermark read, no listing), records the follower's progress and moves the high
+    watermark, settling the held acks=all write; a consumer at the high watermark reads no file either."""
+    leader, follower = make_replica(), make_replica(2)
+    for replica in (leader, follower):
+        replica.become(registration(1, 0, isr=(1, 2)))
+    _fill(leader, storage, 2)
+    _follow(leader, follower)
+    end = leader.log.end_offset
+    held = leader.append_held(storage.make_batch([b"x", b"y"]), "none", 0, "all", 30)
+    answer = leader.serve_follower(2, 0, end, 1 << 20)  # the frames, read from the log
+    follower.append_copied(0, answer.frames, answer.high_watermark, answer.log_start)
+    assert not held.future.done() and leader.hw == end
+    leader.readable_end()  # (the partition's transaction state, read from its frames once)
+    reads, listings = count_calls(leader.log.hw, "read"), count_calls(leader.log, "segments")
+    fetches = count_calls(leader.log, "fetch")
+    again = leader.serve_follower(2, 0, end + 2, 1 << 20)
+    assert (again.frames.size, again.log_end, again.high_watermark, again.log_start) == (0, end + 2, end + 2, 0)
+    assert leader.hw == end + 2 and leader.leader.followers[2].leo == end + 2 and held.wait() == end
+    assert leader.read(end + 2, 1 << 20, None, 0) == []
+    assert (reads(), listings(), fetches()) == (0, 0, 0)
+    assert [r.offset for r in leader.read(end, 1 << 20, None, 0)] == [end] and fetches() == 1
+    listed = listings()
+    _fill(leader, storage, 1)  # an append since its last answer: read from the log again
+    assert leader.serve_follower(2, 0, end + 2, 1 << 20).frames.size and listings() == listed + 1
+
+
 def test_delete_records_at_the_leader_stops_at_its_high_watermark_and_reaches_the_followers(
         make_replica, storage) -> None:
     leader, follower = make_replica(1), make_replica(2)

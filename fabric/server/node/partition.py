@@ -333,7 +333,11 @@ class PartitionReplica(FollowerCopy):
         for it to move on (fetch.max.wait.ms)."""
         state = self.check_readable(leader_epoch, from_follower)
         plog, bound = self.log, self.readable_end(isolation)
-        fetched = plog.fetch(offset, max_bytes, bound if end_offset is None else min(end_offset, bound), isolation)
+        # at the readable end, at the high watermark, there is nothing to read and the offset is in range (a
+        # replica's log start never passes its high watermark): most long polls' reads, on arrival and when an
+        # append wakes them before the high watermark moved
+        fetched = [] if offset == bound == self.hw else plog.fetch(
+            offset, max_bytes, bound if end_offset is None else min(end_offset, bound), isolation)
         if fetched or not max_wait_s or end_offset is not None:
             return fetched
         with self.changed:  # until the readable end moves on, or the role or epoch changes
@@ -416,9 +420,10 @@ class PartitionReplica(FollowerCopy):
     def serve_follower(self, follower: int, leader_epoch: int, offset: int, max_bytes: int) -> ReplicaFetch:
         """A follower fetches from `offset` (all it holds) under `leader_epoch`: record its progress, move the
         high watermark, and answer the frames from `offset` (none at the log end: the caller may `watch` and ask
-        again). A follower learns the high watermark from its answers. One fetching again at the log end with
-        nothing appended since is answered from memory (`_unchanged`): a follower's fetch covers every partition
-        it copies from this node, most of them idle."""
+        again). A follower learns the high watermark from its answers. One fetching at the log end it was last
+        answered at, nothing appended since, is answered from memory (`_unchanged`): a follower's fetch covers
+        every partition it copies from this node, most of them idle, and after each append a follower's next
+        fetch is one of these (it copied the frames, and says so)."""
         state = self.check_leader(leader_epoch)
         now = progress_clock.now_ms()
         with self.changed:
@@ -462,7 +467,8 @@ class PartitionReplica(FollowerCopy):
             return False
         progress = leader.followers.get(follower)
         now = progress_clock.now_ms()
-        if progress is None or progress.answered_hw != self.hw or not self._from_memory(progress, offset, now):
+        if progress is None or progress.answered_hw != self.hw or progress.leo != offset or \
+                not self._from_memory(progress, offset, now):
             return False
         with self._lock:  # (`changed`'s lock, taken without the Condition's Python-level __enter__: hot)
             if self.leader is not leader or progress.answered_changes != self._changes:
@@ -471,20 +477,27 @@ class PartitionReplica(FollowerCopy):
         return True
 
     def _unchanged(self, leader: LeaderState, follower: int, offset: int, now: float) -> ReplicaFetch | None:
-        """The answer, from memory, to `follower` fetching again from the log end it was answered at, with no
-        frames appended and no role change since, within ANSWER_FROM_MEMORY_MS; None otherwise (lock held)."""
+        """The answer, from memory, to `follower` fetching from the log end it was last answered at, with no
+        frames appended and no role change since, within ANSWER_FROM_MEMORY_MS; None otherwise (lock held). A
+        follower that has copied up to that end since (its fetch after an append) has its progress recorded and
+        the high watermark moved as a fetch read from the log would: the log end is that offset."""
         progress = leader.followers[follower]
         if not self._from_memory(progress, offset, now):
             return None
+        copied = offset != progress.leo
         leader.follower_fetched(follower, offset, offset, now)  # caught up: at the log end
+        if copied:
+            if trace.ON:
+                trace.event("follower_fetch", self.tp[0], self.tp[1], offset, offset, follower)
+            self._advance(self.log, offset)
         progress.answered_hw = self.hw
         return ReplicaFetch(NO_FRAMES, progress.answered_hw, offset, progress.answered_start)
 
     def _from_memory(self, progress: FollowerProgress, offset: int, now: float) -> bool:
         """Whether a follower whose progress is `progress`, fetching from `offset`, may be answered from memory:
-        again from the log end it was answered at, nothing appended and no role change since, within
-        ANSWER_FROM_MEMORY_MS of its last answer read from the log."""
-        return (progress.answered_changes == self._changes and offset == progress.leo == progress.leader_leo_at_fetch
+        from the log end it was last answered at (having copied up to it), nothing appended and no role change
+        since, within ANSWER_FROM_MEMORY_MS of its last answer read from the log."""
+        return (progress.answered_changes == self._changes and progress.leo <= offset == progress.leader_leo_at_fetch
                 and progress.answered_start >= 0 and now - progress.answered_ms < ANSWER_FROM_MEMORY_MS)
 
     def end_offset_for(self, epoch: int, leader_epoch: int) -> EpochEndOffset:
