@@ -103,8 +103,7 @@ class NodeLeases:
     def next_lapse_ms(self) -> int | None:
         """The monotonic time (ms) after which the first lease lapses if not renewed (None: no lease), for a
         timer that expires leases then rather than up to a check interval later."""
-        leases = list(self._leases.values())
-        return min(lease.expires_ms for lease in leases) if leases else None
+        return min((lease.expires_ms for lease in self._leases.values()), default=None)
 
     def is_alive(self, node_id: int) -> bool:
         now = self._now()

@@ -89,7 +89,7 @@ def read_frames(plog: Log, offset: int, max_bytes: int, end_offset: int | None =
         return kept
     found = _frames_in(plog, segs, offset, end, max_bytes)
     if found is None:  # nothing where the log has records: its directory changed unseen (_listed_again)
-        found = _frames_in(plog, _listed_again(plog, offset, end), offset, end, max_bytes)
+        found = _frames_in(plog, _listed_again(plog, offset, end, segs), offset, end, max_bytes)
     if found is None:
         return pa.py_buffer(b"")
     buf, first, stop = found
@@ -172,14 +172,19 @@ def _batches(plog: Log, segs: list[Segment], offset: int, end: int, budget: int,
                 budget -= header.size
         if offset >= end or budget <= 0 or relisted:
             break
-        relisted, segs = True, _listed_again(plog, offset, end)
+        relisted, segs = True, _listed_again(plog, offset, end, segs)
     if skipped is not None:
         yield Fetched(skipped[1], pa.RecordBatch.from_pylist([], schema=skipped[0].schema), 0)
 
 
-def _listed_again(plog: Log, offset: int, end: int) -> list[Segment]:
+def _listed_again(plog: Log, offset: int, end: int, segs: list[Segment] | None = None) -> list[Segment]:
     """The segments listed afresh, for a read that stopped at `offset` short of the log end `end` with room left:
-    the segments it was given end there, so the directory changed in a way its time did not show."""
+    the segments it was given (`segs`) end there, so the directory changed in a way its time did not show. If the
+    log's listing is no longer `segs` (this read's look at a segment already listed it again), that one."""
+    if segs is not None:
+        listed = plog.segments()
+        if listed is not segs:
+            return listed
     log.info("%s: the segments listed end at offset %d, the log at %d: listing its directory again", plog.name,
              offset, end)
     return plog.segments(fresh=True)
@@ -226,7 +231,7 @@ def offset_after_records(plog: Log, offset: int, count: int, end_offset: int | N
                 at = hi
             if at >= end or relisted:
                 return end
-            relisted, segs = True, _listed_again(plog, at, end)
+            relisted, segs = True, _listed_again(plog, at, end, segs)
         except FileNotFoundError:  # the cleaner merged a segment meanwhile: count on where the offsets are now
             if at < plog.start_offset:
                 raise OffsetOutOfRangeError(f"offset {at} of partition {plog.name} was deleted by retention "
