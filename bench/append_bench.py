@@ -11,7 +11,7 @@ a bare pyarrow peer measured in the same run.
                 of a log that grew since the last read adds.
   end to end    cluster_bench's latency turn on the embedded fabric alone: a producer sends one record after
                 another at --rate/s (linger_ms=0) while a consumer in this process long-polls them; from when
-                each was due to be sent (cluster_bench.schedule) to the poll. Peer: a thread appends one-record
+                each was due to be sent (latency_turns.schedule) to the poll. Peer: a thread appends one-record
                 IPC messages to a file at the same rate and wakes this thread, which reads and decodes each (the
                 least an in-process handoff through a file costs).
 """
@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 import fabric
-from bench.cluster_bench import PAD, SETTLE_S, STAMP, Path, latency_turn, schedule, summary
+from bench.latency_turns import PAD, SETTLE_S, STAMP, Path, latency_turn, schedule, summary
 from bench.log_bench import VALUE_BYTES
 from bench.report import latency_plot, progress, run_suite, table, timed
 from fabric.common.records import HEADERS, TIMESTAMP, storage_schema

@@ -31,7 +31,8 @@ from typing import Any, Iterable
 import numpy as np
 
 import fabric
-from bench.cluster_bench import MIN_ISR, NODES, PAD, SETTLE_S, Path, schedule
+from bench.cluster_bench import NODES
+from bench.latency_turns import MIN_ISR, PAD, SETTLE_S, Path, schedule
 from bench.local_cluster import LocalCluster
 from bench.report import bar_chart, progress, run_suite, table, timed
 from fabric.common import trace

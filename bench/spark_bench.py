@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 
 import fabric
 from bench.ceiling_source import CeilingSource
-from bench.cluster_bench import schedule
+from bench.latency_turns import schedule
 from bench.log_bench import VALUE_BYTES, make_values
 from bench.report import bar_chart, latency_plot, progress, save, table, timed
 from fabric.sinks.foreach_writer import TopicWriter
@@ -346,7 +346,7 @@ def _wait_running(query, timeout: float = 60.0) -> None:
 
 def _produce_stamped(fab, topic: str, count: int, rate: float, flush_each: bool = True) -> None:
     """Send `count` records to `topic` paced at `rate`/s; each value starts with when it was due (ns, perf counter:
-    cluster_bench.schedule). `flush_each`: wait for each record before the next."""
+    latency_turns.schedule). `flush_each`: wait for each record before the next."""
     pad = bytes(VALUE_BYTES - STAMP.size)
     with fab.producer(linger_ms=0) as producer:
         for _, due in schedule(count, rate):
