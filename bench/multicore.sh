@@ -22,8 +22,8 @@ kit() {
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
         --platform manylinux1_x86_64 -d "$work/wheels" pyarrow==26.0.1 crc32c==2.9.post0 kazoo==2.11.0 \
-        argcomplete==3.7.2 msgspec==0.22.0
-    mv "$work"/wheels/{crc32c,kazoo,argcomplete,msgspec}-*.whl "$KIT/"
+        argcomplete==3.7.2 msgspec==0.22.0 uvloop==0.23.0
+    mv "$work"/wheels/{crc32c,kazoo,argcomplete,msgspec,uvloop}-*.whl "$KIT/"
     .venv/bin/pip wheel -q --no-deps --no-build-isolation . -w "$KIT"
     (cd "$work" && unzip -q wheels/pyarrow-*.whl && cd pyarrow \
         && rm -rf include includes tests src libarrow_s3.so* _s3fs* _orc* _hdfs* _gcsfs* _azurefs* \
