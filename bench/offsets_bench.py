@@ -4,10 +4,12 @@ stores they replaced (SQLite's table and ZooKeeper's znodes, bench.legacy_offset
 one client, then 10 client processes (--clients), committing one partition's offset back to back for
 --seconds; the figures are commits/s (all clients together), p50/p99 latency and, where servers serve the commits,
 their CPU per commit (all the case's server processes together, warm-up commits included), the kernel's share of it
-and their threads' context switches per commit (what handing requests between threads costs). The clients' groups spread
-over the offsets topic's partitions; the cluster is measured again with groups that share one partition, where
-concurrent commits go together in one append (group commit), and (with ZooKeeper) with --instances coordinator
-instances that share the offsets topic's partitions out (each serving the groups of its own; issue 24's goal 7).
+and their threads' context switches per commit (what handing requests between threads costs), and the busiest
+server process's CPU over the measurement in cores (near 1: that process, one interpreter, bounds the rate). The
+clients' groups spread over the offsets topic's partitions; the cluster is measured again with groups that share
+one partition, where concurrent commits go together in one append (group commit), and (with ZooKeeper) with
+--instances coordinator instances that share the offsets topic's partitions out (each serving the groups of its
+own; issue 24's goal 7).
 
 The issue's goal: on the cluster, at least 20x the commits/s of the ZooKeeper znodes (`vs_znodes`). With
 --without-zookeeper (a machine without Java) the cases that need ZooKeeper are skipped and the ratios are to the
@@ -101,7 +103,7 @@ def client(store: Store, number: int, seconds: float, barrier: Any) -> dict[str,
         coordinator.close()
 
 
-def measure(pool: ProcessPoolExecutor, store: Store, clients: int, seconds: float) -> dict[str, float]:
+def measure(pool: ProcessPoolExecutor, store: Store, clients: int, seconds: float) -> dict[str, Any]:
     """`clients` client processes of the pool committing at once; their total rate and the latency spread."""
     with multiprocessing.Manager() as manager:
         barrier = manager.Barrier(clients, timeout=120)  # a client that failed breaks it instead of a hang
@@ -144,15 +146,17 @@ def offsets_loaded(url: str) -> None:
 
 
 def stores(stack: ExitStack, directory: str, nodes: int, clients: int, zookeeper: bool = True, instances: int = 3
-           ) -> tuple[dict[str, Store], dict[str, list[int]]]:
+           ) -> tuple[dict[str, Store], dict[str, dict[str, int]]]:
     """Start ZooKeeper (unless not `zookeeper`), the coordinator services and a cluster; the spec of every case,
-    peers first (without ZooKeeper: none of the cases that need it), and the pids of each case's servers."""
+    peers first (without ZooKeeper: none of the cases that need it), and the pid of each of a case's servers, by
+    name."""
     zk = None
     if zookeeper:
         with timed("starting ZooKeeper (pyspark's jar)"):
             zk = ZooKeeperServer(root=os.path.join(directory, "zk")).start()
         stack.callback(zk.close)
-    services, pids = {}, {}
+    services: dict[str, str] = {}
+    pids: dict[str, dict[str, int]] = {}
     for name, store in (("sqlite", None), *([("zk", zk.url("/service"))] if zk is not None else [])):
         process = CoordinatorProcess(os.path.join(directory, f"service-{name}"), store=store)
         with timed(f"starting the coordinator service over {name}"):
@@ -161,13 +165,13 @@ def stores(stack: ExitStack, directory: str, nodes: int, clients: int, zookeeper
         fill_topic(process.url(), clients)
         services[name] = process.url()
         assert process.process is not None
-        pids[name] = [process.process.pid]
+        pids[name] = {"service": process.process.pid}
     with timed(f"starting a cluster: a coordinator and {nodes} data nodes, the offsets topic on them"):
         cluster = stack.enter_context(LocalCluster(os.path.join(directory, "cluster"), nodes, 6000, 500, (
             "--offsets-topic-replication-factor", str(min(nodes, 3)))))
         fill_topic(cluster.url, clients)
         offsets_loaded(cluster.url)
-    pids["cluster"] = [p.process.pid for p in (cluster.coordinator, *cluster.nodes.values()) if p.process is not None]
+    pids["cluster"] = server_pids(cluster)
     sharded = f"offsets topic, cluster of {nodes} nodes, {instances} coordinator instances sharing the groups"
     if zk is not None:
         with timed(f"starting a cluster of {instances} coordinator instances over ZooKeeper and {nodes} data nodes"):
@@ -176,8 +180,7 @@ def stores(stack: ExitStack, directory: str, nodes: int, clients: int, zookeeper
                 ("--offsets-topic-replication-factor", str(min(nodes, 3))), instances, zk.url("/sharded")))
             fill_topic(shared_out.url, clients)
             offsets_loaded(shared_out.url)
-        pids[sharded] = [p.process.pid for p in (*shared_out.coordinators, *shared_out.nodes.values())
-                         if p.process is not None]
+        pids[sharded] = server_pids(shared_out)
     cases: dict[str, Store | None] = {
         TABLE: ("table", os.path.join(directory, "table", "metadata.db")),
         ZNODES: ("znodes", zk.url("/znodes")) if zk is not None else None,
@@ -195,6 +198,19 @@ def stores(stack: ExitStack, directory: str, nodes: int, clients: int, zookeeper
                f"offsets topic, cluster of {nodes} nodes, groups sharing a partition": "cluster", sharded: sharded}
     return ({label: store for label, store in cases.items() if store is not None},
             {label: pids[name] for label, name in servers.items() if name in pids})
+
+
+def server_pids(cluster: LocalCluster) -> dict[str, int]:
+    """The pid of each server process of `cluster`, by name: its coordinator instances, then its nodes."""
+    several = len(cluster.coordinators) > 1
+    named = [*((f"coordinator {i}" if several else "coordinator", c) for i, c in enumerate(cluster.coordinators)),
+             *((f"node {n}", node) for n, node in cluster.nodes.items())]
+    return {name: process.process.pid for name, process in named if process.process is not None}
+
+
+def cpu_seconds(processes: dict[str, psutil.Process]) -> dict[str, float]:
+    """The CPU seconds (user and kernel) each of `processes` used so far, by name."""
+    return {name: sum(p.cpu_times()[:2]) for name, p in processes.items()}
 
 
 def server_usage(processes: list[psutil.Process]) -> tuple[float, float, int]:
@@ -231,18 +247,23 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], None]
         cases, pids = stores(stack, directory, args.nodes, args.clients, not args.without_zookeeper,
                              args.instances)
         for label, store in cases.items():
-            servers = [psutil.Process(pid) for pid in pids.get(label, [])]
+            named = {name: psutil.Process(pid) for name, pid in pids.get(label, {}).items()}
+            servers = list(named.values())
             for clients in sorted({1, args.clients}):
                 with timed(f"{label}, {clients} client(s), {args.seconds:g} s"):
-                    before = server_usage(servers)
+                    before, each_before, began = server_usage(servers), cpu_seconds(named), time.monotonic()
                     out = measure(pool, store, clients, args.seconds)
                     if servers:
+                        span, each = time.monotonic() - began, cpu_seconds(named)
                         commits = out["commits"] + clients * WARMUP_COMMITS
                         after = server_usage(servers)
                         user, system, switches = (now - then for now, then in zip(after, before, strict=True))
                         out["server_cpu_ms_per_commit"] = (user + system) * 1000 / commits
                         out["server_kernel_share"] = system / (user + system) if user + system > 0 else float("nan")
                         out["server_switches_per_commit"] = switches / commits
+                        # whether one process bounds the rate: its CPU over the measurement (the warm-up and the
+                        # clients' start included, so a little under the truth), near 1 when it used a core up
+                        out["server_core_share"] = {name: (each[name] - each_before[name]) / span for name in named}
                 progress(f"  {out['commits_per_s']:,.0f} commits/s, p50 {out['p50_ms']:.2f} ms, "
                          f"p99 {out['p99_ms']:.2f} ms")
                 results["cases"].setdefault(label, {})[str(clients)] = out
@@ -259,16 +280,18 @@ def report(results: dict[str, Any], _: None) -> None:
     rows = [(f"{label}, {n} client{'s' if n != '1' else ''}", out["commits_per_s"])
             for label, modes in cases.items() for n, out in modes.items()]
     chart = bar_chart("offsets", "Offset commits/s, back to back", rows, "commits/s")
-    def servers(out: dict[str, Any]) -> tuple[str, str, str]:
+    def servers(out: dict[str, Any]) -> tuple[str, str, str, str]:
         if "server_cpu_ms_per_commit" not in out:
-            return "-", "-", "-"
+            return "-", "-", "-", "-"
+        busiest = max(out["server_core_share"].items(), key=lambda named: named[1])
         return (f"{out['server_cpu_ms_per_commit']:.2f}", f"{out['server_kernel_share']:.0%}",
-                f"{out['server_switches_per_commit']:.1f}")
+                f"{out['server_switches_per_commit']:.1f}", f"{busiest[0]}: {busiest[1]:.2f}")
     print(table([(label, n, f"{out['commits_per_s']:,.0f}", f"{out['p50_ms']:.2f}", f"{out['p99_ms']:.2f}",
                   *servers(out), f"{ratios[label][n]:.3g}x")
                  for label, modes in cases.items() for n, out in modes.items()],
                 ("store", "clients", "commits/s", "p50 ms", "p99 ms", "server CPU ms/commit", "of it in the kernel",
-                 "server context switches/commit", f"vs {baseline.removesuffix(' (before)')}")))
+                 "server context switches/commit", "busiest server, cores",
+                 f"vs {baseline.removesuffix(' (before)')}")))
     progress(f"plot: {chart}")
 
 
