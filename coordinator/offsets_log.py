@@ -136,6 +136,9 @@ class LocalOffsetsLog:
         for p in partitions:  # a record, so other processes see the log change and reload
             self._logs[p].append(batch([(LEADER_KEY, None)], self.clock.now_us()), leader_epoch=epoch)
 
+    def demand(self) -> None:
+        """Nothing is created on first need: the partitions' logs exist from the start."""
+
     @contextlib.contextmanager
     def migrating(self, what: str = "offsets") -> Iterator[bool]:
         """Whether an earlier store's `what` (its offsets) are still to be moved here (under a lock file, so one

@@ -103,6 +103,10 @@ class OffsetsLog(Protocol):
         """Whether an earlier store's `what` ("offsets", or offsets_records.GROUPS: its group states) are still to
         be moved in; done once the block ends without error."""
 
+    def demand(self) -> None:
+        """A group request is waiting for a partition this instance loads: what the log creates on first need
+        (a cluster's replicated topic) may be created now."""
+
 
 class Companion(Protocol):
     """State kept in an owned offsets topic beside the offsets (coordinator.topic_group_store: the group states),
@@ -222,6 +226,7 @@ class OffsetsTopic:
                                      "not the active instance, or another instance serves that partition); retry at "
                                      "the instance that does")
         if state is Serving.LOADING:
+            self.log.demand()
             raise CoordinatorUnavailableError(
                 f"the group offsets are loading from the {OFFSETS_TOPIC} topic (partition {partition}, which this "
                 "instance just took"

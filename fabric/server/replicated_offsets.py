@@ -2,7 +2,10 @@
 instance in a cluster, and the loader that serves the partitions the instance is given.
 
 `ReplicatedOffsetsLog` keeps the records in a replicated, compacted internal topic on the nodes, created by the
-controller on first need with `offsets.topic.replication.factor` replicas, min.insync.replicas min(2, that) and
+controller at the first group request (as Kafka creates it at the first FindCoordinator: over the nodes alive then,
+not at start, when only the first few nodes of a cluster may have registered; the loader is woken to create and
+load it, and the request answered CoordinatorUnavailableError, retriable, meanwhile) with
+`offsets.topic.replication.factor` replicas, min.insync.replicas min(2, that) and
 segments of offsets.topic.segment.bytes, which each node compacts (COORDINATOR_NOT_AVAILABLE, a
 CoordinatorUnavailableError, while fewer nodes are alive). Each partition has one writer, the instance serving
 it (fabric.server.offsets_ownership): each commit goes to the leader of the group's partition with acks=all, as an
@@ -98,15 +101,27 @@ class ReplicatedOffsetsLog:
         self._on_loop = LoopAppends(self)
         self._markers = {migrated_key("offsets"), migrated_key(GROUPS)}
         self._migrated: set[bytes] = set()  # the migration records read in partition 0
+        self._demanded = False  # a group request came: the topic may be created
+        self.on_demand: Callable[[], None] = lambda: None  # the loader's wake-up (OffsetsLoader.wake)
 
     # -- the topic and its leaders ------------------------------------------------------------------------
+    def demand(self) -> None:
+        """A group request found the offsets it needs still loading: the topic may now be created, over the
+        nodes alive now; the loader is woken to do it."""
+        if not self._demanded:
+            self._demanded = True
+            self.on_demand()
+
     def _ensure_topic(self) -> None:
-        """Create the topic through the controller unless it exists; COORDINATOR_NOT_AVAILABLE while fewer
-        nodes are alive than its replication factor."""
+        """Create the topic through the controller unless it exists, once a group request asked for it (demand);
+        COORDINATOR_NOT_AVAILABLE until then, and while fewer nodes are alive than its replication factor."""
         try:
             info = self.store.topic(OFFSETS_TOPIC)
         except UnknownTopicError:
-            pass
+            if not self._demanded:
+                raise CoordinatorUnavailableError(
+                    f"the {OFFSETS_TOPIC} topic is created at the first group request, over the data nodes alive "
+                    "then; retry") from None
         else:
             if info.partitions != self.partitions:
                 raise InvalidTopicError(
@@ -301,6 +316,7 @@ class OffsetsLoader:
         self._wanted: dict[int, int] = {}
         self._loaded: dict[int, int] = {}
         self._changed = threading.Condition()
+        self._woken = False  # wake() was called since the last failed load
         self._thread = threading.Thread(target=self._run, name="offsets-loader", daemon=True)
         self._thread.start()
 
@@ -320,6 +336,12 @@ class OffsetsLoader:
                 del self._loaded[p]
             if lost:
                 self.topic.resign(lost)
+            self._changed.notify_all()
+
+    def wake(self) -> None:
+        """Try a failed load again now, not after its backoff (a group request asked for the topic)."""
+        with self._changed:
+            self._woken = True
             self._changed.notify_all()
 
     def _missing(self) -> dict[int, list[int]]:
@@ -344,7 +366,9 @@ class OffsetsLoader:
                                 len(partitions), epoch, exc)
                 failure = str(exc)
                 with self._changed:
-                    self._changed.wait(delay)
+                    if self._changed.wait_for(lambda: self._woken, delay):
+                        delay = 0.05  # (doubled below: the next backoff starts short again)
+                    self._woken = False
                 delay = min(delay * 2, 2.0)
                 continue
             failure, delay = "", 0.1
@@ -376,9 +400,10 @@ def install(store: TransactionOffsets, controller: ControllerDriver, replication
         for group in local.groups():
             for tp, committed in local.committed(group).items():
                 yield group, tp, committed
-    topic = OffsetsTopic(ReplicatedOffsetsLog(controller, replication_factor, node_connection(tls, token),
-                                              segment_bytes),
-                         legacy, roll_forward=store.roll_forward_offsets)
+    replicated = ReplicatedOffsetsLog(controller, replication_factor, node_connection(tls, token), segment_bytes)
+    topic = OffsetsTopic(replicated, legacy, roll_forward=store.roll_forward_offsets)
     store.use_offsets_topic(topic)
     store.use_group_store(TopicGroupStore(topic, store.group_store))  # loaded with the offsets, migrated once
-    return OffsetsLoader(topic)
+    loader = OffsetsLoader(topic)
+    replicated.on_demand = loader.wake
+    return loader

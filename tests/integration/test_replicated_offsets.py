@@ -229,6 +229,23 @@ def test_offsets_of_the_local_topic_move_to_the_nodes_once(node_cluster) -> None
         assert _committed_once_loaded(fab) == {0: 9, 1: 8}
 
 
+def test_the_offsets_topic_is_created_at_the_first_group_request_over_every_node_alive_then(node_cluster) -> None:
+    """Kafka creates `__consumer_offsets` at the first FindCoordinator, not when the cluster starts: a coordinator
+    that created it as soon as `offsets.topic.replication.factor` nodes had registered would put every group on
+    the first three nodes of a cluster started node by node. Five nodes registered, nothing asked of a group:
+    no offsets topic yet; the first commit (retried by the client while it is created and loaded) creates it over
+    all five."""
+    cluster = node_cluster(nodes=5, coordinator_extra=("--offsets-topic-replication-factor", "3"))
+    with fabric.connect(cluster.url) as fab:
+        _fill(fab)
+        assert OFFSETS_TOPIC not in fab.cluster.describe_cluster(refresh=True).topic_ids
+        fab.cluster.coordinator.commit_offsets(GROUP, {(TOPIC, 0): 5})
+        assert _committed(fab) == {0: 5}
+        hosts = {node for p in range(OFFSETS_PARTITIONS)
+                 for node in fab.partition_assignment(OFFSETS_TOPIC, p).assignment.replicas}
+        assert hosts == set(cluster.nodes) == {1, 2, 3, 4, 5}
+
+
 def test_the_nodes_compact_the_offsets_topic_so_it_stays_small(node_cluster, replication, the_active, raw) -> None:
     """Commits of the same keys for as long as ~1500 take (about 10 s here) into an offsets topic of 16 KiB
     segments, which the nodes clean every 300 ms: every replica of the group's partition ends a few segments
