@@ -118,10 +118,7 @@ class ReplicatedOffsetsLog:
         try:
             info = self.store.topic(OFFSETS_TOPIC)
         except UnknownTopicError:
-            if not self._demanded:
-                raise CoordinatorUnavailableError(
-                    f"the {OFFSETS_TOPIC} topic is created at the first group request, over the data nodes alive "
-                    "then; retry") from None
+            pass
         else:
             if info.partitions != self.partitions:
                 raise InvalidTopicError(
@@ -134,6 +131,9 @@ class ReplicatedOffsetsLog:
                 f"the {OFFSETS_TOPIC} topic needs {self.replication_factor} live data nodes "
                 f"(offsets.topic.replication.factor) and {alive} are alive; group offsets are available once "
                 "enough nodes have registered (start more, or lower offsets.topic.replication.factor)")
+        if not self._demanded:
+            raise CoordinatorUnavailableError(f"the {OFFSETS_TOPIC} topic is created at the first group request, "
+                                              "over the data nodes alive then; retry")
         # compacted by each node segment by segment (docs/compaction.md): its closed segments are what is cleaned
         config = {**CONFIG, "min.insync.replicas": str(min(2, self.replication_factor)),
                   "segment.bytes": str(self.segment_bytes)}

@@ -31,7 +31,13 @@ def group_served_by(partitions: set[int], prefix: str) -> str:
 
 def shared_out(fab: fabric.Fabric, addresses: list[str]) -> dict[str, set[int]] | None:
     """Each of the instances at `addresses`' offsets partitions, once every partition is served by one of them and
-    each has some."""
+    each has some. Each look makes a group request first: the first creates the offsets topic (as Kafka's first
+    FindCoordinator does), and until the active instance has loaded it there is nothing to share out."""
+    try:
+        fab.list_groups()
+    except FabricError as exc:
+        if not exc.retriable:
+            raise
     statuses = fab.cluster.statuses()
     if any(isinstance(statuses.get(address), Exception) for address in addresses):
         return None

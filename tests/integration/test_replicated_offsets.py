@@ -384,13 +384,11 @@ def _served_by(fab: fabric.Fabric, address: str, shared: bool) -> set[int] | Non
     if status is None or isinstance(status, Exception):
         return None
     served = set(status.group_partitions) or set(range(OFFSETS_PARTITIONS))
-    if shared and not 0 < len(served) < OFFSETS_PARTITIONS:
-        return None
     group = next(g for g in (f"probe-{i}" for i in range(1000)) if offsets_partition(g) in served)
-    try:
+    try:  # (the first group request also creates the offsets topic: until then there is nothing to share out)
         fab.cluster.coordinator.commit_offsets(group, {(TOPIC, 0): 0})
     except FabricError as exc:
         if not exc.retriable:
             raise
         return None
-    return served
+    return None if shared and not 0 < len(served) < OFFSETS_PARTITIONS else served
