@@ -13,14 +13,13 @@ gives up by then, and a server holding one (acks=all, a long poll) is asked to a
 """
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import logging
 import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 from urllib.parse import parse_qs, urlparse
 
 import pyarrow as pa
@@ -40,17 +39,24 @@ MIN_CALL_S = 0.001  # a call with no time left still gets this much: it fails as
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("fabric_call_deadline", default=None)
 
 
-@contextlib.contextmanager
-def call_deadline(seconds: float) -> Iterator[None]:
+class call_deadline:  # noqa: N801 (used as a function: `with call_deadline(seconds):`)
     """Within the block, every call of this thread (Connection.call, call_options) gives up `seconds` from now,
-    or at an enclosing block's deadline if that is sooner."""
-    deadline = time.monotonic() + max(seconds, 0.0)
-    outer = _DEADLINE.get()
-    token = _DEADLINE.set(deadline if outer is None else min(outer, deadline))
-    try:
-        yield
-    finally:
-        _DEADLINE.reset(token)
+    or at an enclosing block's deadline if that is sooner. A class, not a generator context manager: every
+    append of a producer enters one, and this costs a tenth of that."""
+
+    __slots__ = ("_deadline", "_token")
+
+    def __init__(self, seconds: float) -> None:
+        self._deadline = time.monotonic() + max(seconds, 0.0)
+        self._token: contextvars.Token[float | None] | None = None
+
+    def __enter__(self) -> None:
+        outer = _DEADLINE.get()
+        self._token = _DEADLINE.set(self._deadline if outer is None else min(outer, self._deadline))
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._token is not None
+        _DEADLINE.reset(self._token)
 
 
 def time_left(timeout_s: float) -> float:
