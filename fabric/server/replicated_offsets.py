@@ -132,8 +132,8 @@ class ReplicatedOffsetsLog:
                 f"(offsets.topic.replication.factor) and {alive} are alive; group offsets are available once "
                 "enough nodes have registered (start more, or lower offsets.topic.replication.factor)")
         if not self._demanded:
-            raise CoordinatorUnavailableError(f"the {OFFSETS_TOPIC} topic is created at the first group request, "
-                                              "over the data nodes alive then; retry")
+            raise CoordinatorUnavailableError(f"the {OFFSETS_TOPIC} topic does not exist yet: the first group "
+                                              "request has it created, over the data nodes alive then; retry")
         # compacted by each node segment by segment (docs/compaction.md): its closed segments are what is cleaned
         config = {**CONFIG, "min.insync.replicas": str(min(2, self.replication_factor)),
                   "segment.bytes": str(self.segment_bytes)}

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pytest
 
 import fabric
+from fabric.common.names import OFFSETS_TOPIC
 from fabric.common.waiting import wait_for
 from fabric.sinks.foreach_writer import TopicWriter
 from fabric.sources.progress import offsets_behind_latest
@@ -521,6 +522,31 @@ def test_a_stream_reads_every_record_once_through_a_leaders_death(spark, node_cl
     got = spark.table("jvm_moving").select("partition", "offset", "value").collect()
     assert sorted((r.partition, r.offset, r.value) for r in got) == \
         sorted((i % 2, i // 2, b"m-%d" % i) for i in range(400))
+
+
+def test_a_streams_first_commit_waits_while_a_new_clusters_offsets_topic_is_created(spark, node_cluster,
+                                                                                     tmp_path) -> None:
+    """A new cluster that keeps group offsets on its nodes creates `__consumer_offsets` at the first group request,
+    as Kafka does at the first FindCoordinator: here the stream's first commit, answered CoordinatorUnavailableError
+    while the topic is created and loaded. The reader retries it, as the Python client does, instead of failing the
+    query; the group ends at the topic's ends."""
+    cluster = node_cluster(coordinator_extra=("--offsets-topic-replication-factor", "3"))
+    with fabric.connect(cluster.url) as fab:
+        fab.create_topic("jvm-first-group", partitions=2, replication_factor=3)
+        with fab.producer() as producer:
+            producer.send_batch("jvm-first-group", pa.table({"value": [b"f-%d" % i for i in range(120)],
+                                                             "partition": [i % 2 for i in range(120)]}))
+        assert OFFSETS_TOPIC not in fab.cluster.describe_cluster(refresh=True).topic_ids
+        query = (spark.readStream.format("fabric-jvm").options(url=cluster.url, subscribe="jvm-first-group",
+                                                                startingOffsets="earliest", groupId="jvm-first",
+                                                                maxOffsetsPerTrigger="40")
+                 .load().writeStream.format("memory").queryName("jvm_first_group").trigger(availableNow=True)
+                 .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+        assert query.awaitTermination(300), "the availableNow run did not end"
+        assert query.exception() is None
+        assert spark.table("jvm_first_group").count() == 120
+        committed = {tp: c.offset for tp, c in fab.cluster.coordinator.committed("jvm-first").items()}
+        assert committed == {("jvm-first-group", 0): 60, ("jvm-first-group", 1): 60}
 
 
 def test_a_reader_with_a_rack_reads_from_the_in_sync_replica_there(spark, racked_cluster, replication) -> None:

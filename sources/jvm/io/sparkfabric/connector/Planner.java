@@ -261,29 +261,35 @@ final class Planner implements Closeable {
         return found == null || found.isNull() ? null : found.asLong();
     }
 
-    /** `group`'s committed offsets in `topics` (`committed`). */
+    /** `group`'s committed offsets in `topics` (`committed`), retried while the coordinator cannot answer yet (its
+     *  offsets loading, or a failover: CoordinatorUnavailableError), as the Python client's calls are. */
     Map<TopicPartition, Long> committed(String group, Collection<String> topics) throws Exception {
         ObjectNode args = ProtocolClient.args();
         args.put("group", group);
         ArrayNode names = args.putArray("topics");
         topics.forEach(names::add);
         Map<TopicPartition, Long> out = new HashMap<>();
-        findCoordinator();
-        for (JsonNode row : call(coordinatorAddress, "committed", args)) {
+        JsonNode rows = Retries.retrying("read the offsets of group " + group, () -> {
+            findCoordinator();
+            return call(coordinatorAddress, "committed", args);
+        });
+        for (JsonNode row : rows) {
             out.put(new TopicPartition(row.path("topic").asText(), row.path("partition").asInt()),
                     row.path("offset").asLong());
         }
         return out;
     }
 
-    /** Commits `offsets` as `group`'s (`commit_offsets`). */
+    /** Commits `offsets` as `group`'s (`commit_offsets`), retried as `committed` is (a commit is idempotent). */
     void commit(String group, Map<TopicPartition, Long> offsets) throws Exception {
         ObjectNode args = ProtocolClient.args();
         args.put("group", group);
         ArrayNode rows = args.putArray("offsets");
         offsets.forEach((tp, offset) -> rows.addArray().add(tp.topic()).add(tp.partition()).add(offset));
-        findCoordinator();
-        call(coordinatorAddress, "commit_offsets", args);
+        Retries.retrying("commit the offsets of group " + group, () -> {
+            findCoordinator();
+            return call(coordinatorAddress, "commit_offsets", args);
+        });
     }
 
     /** `type`'s answer from the server at `address`, over this planner's connection to it (opened on first use,
