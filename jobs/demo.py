@@ -23,6 +23,7 @@ import fabric
 
 CLICKS = pa.schema([("user", pa.string()), ("page", pa.string()), ("amount", pa.float64())])
 THRESHOLD = 50.0
+READ_S = 120  # the report's reads of a topic to its end (a killed leader is replaced within seconds)
 
 
 def sample_events(n: int, seed: int) -> pa.Table:
@@ -76,10 +77,19 @@ def main(argv: list[str] | None = None) -> None:
 def report(fab: fabric.Fabric, table_path: str) -> None:
     """Counts that must agree if every record was processed exactly once, and the groups' lag."""
     def read_all(topic: str) -> pa.Table:
-        consumer = fab.consumer(topic, auto_offset_reset="earliest")
-        parts = []
-        while (batch := consumer.poll_batch(0.5, columns=["amount"])).num_rows:
-            parts.append(batch)
+        """Every committed record of `topic`, read until the consumer's position reaches each partition's end: an
+        empty poll proves nothing (a partition whose leader was just killed answers nothing until another is
+        elected)."""
+        partitions = [(topic, p) for p in range(len(fab.describe_topic(topic).partitions))]
+        consumer = fab.consumer(auto_offset_reset="earliest")
+        consumer.assign(partitions)
+        ends, parts = consumer.end_offsets(partitions), []
+        deadline = time.monotonic() + READ_S
+        while any(consumer.position(tp) < end for tp, end in ends.items()):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"could not read {topic} to its end within {READ_S} s")
+            parts.append(consumer.poll_batch(0.5, columns=["amount"]))
+        consumer.close()
         return pa.concat_tables(parts) if parts else pa.table({"amount": pa.array([], pa.float64())})
     clicks = read_all("clicks")
     big = read_all("big-clicks")
