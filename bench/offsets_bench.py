@@ -208,18 +208,12 @@ def server_pids(cluster: LocalCluster) -> dict[str, int]:
     return {name: process.process.pid for name, process in named if process.process is not None}
 
 
-def cpu_seconds(processes: dict[str, psutil.Process]) -> dict[str, float]:
-    """The CPU seconds (user and kernel) each of `processes` used so far, by name."""
-    return {name: sum(p.cpu_times()[:2]) for name, p in processes.items()}
-
-
-def server_usage(processes: list[psutil.Process]) -> tuple[float, float, int]:
-    """What `processes` used so far: CPU seconds in user space and in the kernel, and context switches of all
-    their threads (a thread handing a request to another, or waiting for the interpreter lock, switches)."""
-    user = system = 0.0
-    for times in (p.cpu_times() for p in processes):
-        user, system = user + times.user, system + times.system
-    return user, system, sum(thread_switches(p.pid) for p in processes)
+def server_usage(processes: dict[str, psutil.Process]) -> dict[str, tuple[float, float, int]]:
+    """What each of `processes` used so far, by name: CPU seconds in user space and in the kernel, and the context
+    switches of all its threads (a thread handing a request to another, or waiting for the interpreter lock,
+    switches)."""
+    return {name: (times.user, times.system, thread_switches(p.pid))
+            for name, p in processes.items() for times in (p.cpu_times(),)}
 
 
 def thread_switches(pid: int) -> int:
@@ -247,23 +241,23 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], None]
         cases, pids = stores(stack, directory, args.nodes, args.clients, not args.without_zookeeper,
                              args.instances)
         for label, store in cases.items():
-            named = {name: psutil.Process(pid) for name, pid in pids.get(label, {}).items()}
-            servers = list(named.values())
+            servers = {name: psutil.Process(pid) for name, pid in pids.get(label, {}).items()}
             for clients in sorted({1, args.clients}):
                 with timed(f"{label}, {clients} client(s), {args.seconds:g} s"):
-                    before, each_before, began = server_usage(servers), cpu_seconds(named), time.monotonic()
+                    before, began = server_usage(servers), time.monotonic()
                     out = measure(pool, store, clients, args.seconds)
                     if servers:
-                        span, each = time.monotonic() - began, cpu_seconds(named)
+                        span, after = time.monotonic() - began, server_usage(servers)
+                        used = {name: [now - then for now, then in zip(after[name], before[name], strict=True)]
+                                for name in servers}
+                        user, system, switches = (sum(u[i] for u in used.values()) for i in range(3))
                         commits = out["commits"] + clients * WARMUP_COMMITS
-                        after = server_usage(servers)
-                        user, system, switches = (now - then for now, then in zip(after, before, strict=True))
                         out["server_cpu_ms_per_commit"] = (user + system) * 1000 / commits
                         out["server_kernel_share"] = system / (user + system) if user + system > 0 else float("nan")
                         out["server_switches_per_commit"] = switches / commits
                         # whether one process bounds the rate: its CPU over the measurement (the warm-up and the
                         # clients' start included, so a little under the truth), near 1 when it used a core up
-                        out["server_core_share"] = {name: (each[name] - each_before[name]) / span for name in named}
+                        out["server_core_share"] = {name: (u[0] + u[1]) / span for name, u in used.items()}
                 progress(f"  {out['commits_per_s']:,.0f} commits/s, p50 {out['p50_ms']:.2f} ms, "
                          f"p99 {out['p99_ms']:.2f} ms")
                 results["cases"].setdefault(label, {})[str(clients)] = out

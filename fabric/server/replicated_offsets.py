@@ -366,10 +366,9 @@ class OffsetsLoader:
                                 len(partitions), epoch, exc)
                 failure = str(exc)
                 with self._changed:
-                    if self._changed.wait_for(lambda: self._woken, delay):
-                        delay = 0.05  # (doubled below: the next backoff starts short again)
+                    woken = self._changed.wait_for(lambda: self._woken, delay)
                     self._woken = False
-                delay = min(delay * 2, 2.0)
+                delay = 0.1 if woken else min(delay * 2, 2.0)  # (woken: the next backoff starts short again)
                 continue
             failure, delay = "", 0.1
             with self._changed:

@@ -528,7 +528,6 @@ class Log(LogTail):
         return reader.offset_for_time(self, timestamp_us)
 
 
-
 class _ForgetTailOnFailure:
     """Log._recover_on_failure's context: on an exception, the log forgets its cached tail (and lets it go on).
     A class, not a generator context manager: it is on every append's path, at a tenth of that one's cost."""
