@@ -79,6 +79,12 @@ log = logging.getLogger(__name__)
 FETCH_BYTES = 4 << 20
 
 
+class NotDemandedError(CoordinatorUnavailableError):
+    """The offsets topic does not exist and no group request has asked for it yet (the nodes may still be
+    registering): a new cluster's normal state, which the loader waits out quietly until the first group request
+    wakes it."""
+
+
 class ReplicatedOffsetsLog:
     """The offsets topic's partitions on the data nodes, written by this instance while it runs `controller`
     (whose store has the topic's metadata), with `connection`'s token and TLS (fabric.server.leader_calls);
@@ -126,14 +132,15 @@ class ReplicatedOffsetsLog:
                     "-> partition map depends on it); it was not created by a coordinator: delete it")
             return
         alive = sum(n.alive for n in self.controller.describe_cluster().nodes)
-        if alive < self.replication_factor:
-            raise CoordinatorUnavailableError(
-                f"the {OFFSETS_TOPIC} topic needs {self.replication_factor} live data nodes "
-                f"(offsets.topic.replication.factor) and {alive} are alive; group offsets are available once "
-                "enough nodes have registered (start more, or lower offsets.topic.replication.factor)")
-        if not self._demanded:
-            raise CoordinatorUnavailableError(f"the {OFFSETS_TOPIC} topic does not exist yet: the first group "
-                                              "request has it created, over the data nodes alive then; retry")
+        shortfall = (f"the {OFFSETS_TOPIC} topic needs {self.replication_factor} live data nodes "
+                     f"(offsets.topic.replication.factor) and {alive} are alive; group offsets are available once "
+                     "enough nodes have registered (start more, or lower offsets.topic.replication.factor)"
+                     ) if alive < self.replication_factor else ""
+        if not self._demanded:  # (the shortfall named first: what a group request that comes now must hear)
+            raise NotDemandedError(shortfall or f"the {OFFSETS_TOPIC} topic does not exist yet: the first group "
+                                   "request has it created, over the data nodes alive then; retry")
+        if shortfall:
+            raise CoordinatorUnavailableError(shortfall)
         # compacted by each node segment by segment (docs/compaction.md): its closed segments are what is cleaned
         config = {**CONFIG, "min.insync.replicas": str(min(2, self.replication_factor)),
                   "segment.bytes": str(self.segment_bytes)}
@@ -361,12 +368,14 @@ class OffsetsLoader:
             try:
                 self.topic.take_leadership(epoch, partitions)
             except Exception as exc:  # noqa: BLE001 (the loader must survive; it retries)
+                waiting = isinstance(exc, NotDemandedError)  # (not a failure: until then it looks every 2 s)
                 if str(exc) != failure:
-                    log.warning("loading the group offsets of %d partition(s) (epoch %d) failed: %s; retrying",
-                                len(partitions), epoch, exc)
+                    log.log(logging.INFO if waiting else logging.WARNING, "loading the group offsets of %d "
+                            "partition(s) (epoch %d) %s: %s", len(partitions), epoch,
+                            "waits for the first group request" if waiting else "failed, retrying", exc)
                 failure = str(exc)
                 with self._changed:
-                    woken = self._changed.wait_for(lambda: self._woken, delay)
+                    woken = self._changed.wait_for(lambda: self._woken, 2.0 if waiting else delay)
                     self._woken = False
                 delay = 0.1 if woken else min(delay * 2, 2.0)  # (woken: the next backoff starts short again)
                 continue
