@@ -23,7 +23,8 @@ from fabric.common.errors import (
 )
 from fabric.common.types import LeaderAndIsr, PartitionAssignment, PartitionRegistration
 from fabric.common.waiting import wait_for
-from fabric.server.node.partition import PartitionReplica, Role
+from fabric.server.node import progress_clock
+from fabric.server.node.partition import ANSWER_FROM_MEMORY_MS, PartitionReplica, Role
 from fabric.server.node.replica_fetch import FetchWaiter
 
 
@@ -318,10 +319,14 @@ def test_retention_runs_at_the_leader_below_its_high_watermark_and_followers_tak
     assert follower.log.enforce_retention() == 0 and follower.log.start_offset == start
 
 
-def test_a_follower_at_the_log_end_is_answered_from_memory_until_something_changes(make_replica, storage) -> None:
+def test_a_follower_at_the_log_end_is_answered_from_memory_until_something_changes(make_replica, storage,
+                                                                                 monkeypatch) -> None:
     """A follower's fetch covers every partition it copies from the leader, most of them idle: one fetching again
     at the log end with nothing appended since is answered from memory, yet it gets new frames at once, and a
-    log start moved by the node's background retention within ANSWER_FROM_MEMORY_MS."""
+    log start moved by the node's background retention once ANSWER_FROM_MEMORY_MS has passed (the leader's clock
+    is the test's)."""
+    clock = [1_000_000.0]
+    monkeypatch.setattr(progress_clock, "now_ms", lambda: clock[0])
     leader, follower = make_replica(1, retention_bytes=4000), make_replica(2, retention_bytes=4000)
     leader.become(registration(1, 0, isr=(1, 2)))
     follower.become(registration(1, 0, isr=(1, 2)))
@@ -332,7 +337,10 @@ def test_a_follower_at_the_log_end_is_answered_from_memory_until_something_chang
     assert leader.log.enforce_retention() > 0  # as the node's maintenance does, past the replica
     start = leader.log.start_offset
     assert start > 0 and leader.serve_follower(2, 0, end, 1 << 20).log_start == 0  # from memory
-    wait_for(lambda: leader.serve_follower(2, 0, end, 1 << 20).log_start == start, 30, "the moved log start")
+    clock[0] += ANSWER_FROM_MEMORY_MS - 1
+    assert leader.serve_follower(2, 0, end, 1 << 20).log_start == 0  # still from memory
+    clock[0] += 1
+    assert leader.serve_follower(2, 0, end, 1 << 20).log_start == start  # read from the log again
     _fill(leader, storage, 1)
     answer = leader.serve_follower(2, 0, end, 1 << 20)
     assert answer.frames.size and answer.log_end == end + 3 and answer.log_start == start
