@@ -1,6 +1,7 @@
 """The group-offsets tests' kit (a plain module, loaded by tests/integration/conftest.py): the HA cluster with a
-replicated offsets topic, and the server's refusal of a transaction's group offsets that name a bad generation
-or member, checked the same way through every path that submits them."""
+replicated offsets topic, how its instances share the offsets partitions out (and a group served by a given
+share), and the server's refusal of a transaction's group offsets that name a bad generation or member, checked
+the same way through every path that submits them."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,9 +9,10 @@ from typing import Any, Callable
 
 import pytest
 
-from fabric.common.errors import IllegalGenerationError, InvalidRequestError, UnknownMemberError
+from fabric.common.errors import FabricError, IllegalGenerationError, InvalidRequestError, UnknownMemberError
 from fabric.common.types import TransactionalOffsets
 from fabric.common.waiting import wait_for
+from fabric.coordinator.offsets_records import OFFSETS_PARTITIONS, offsets_partition
 from fabric.server.launcher import CoordinatorProcess
 
 
@@ -33,6 +35,28 @@ class HaOffsetsCluster:
     def active_process(self, fab: Any) -> CoordinatorProcess:
         status = wait_for(lambda: self._the_active(fab), self.SETTLE_S, "one active coordinator instance")
         return next(c for c in self.cluster.coordinators if c.address == status.instance)
+
+
+def group_served_by(partitions: set[int], prefix: str) -> str:
+    """A group whose offsets partition is one of `partitions`."""
+    return next(g for g in (f"{prefix}-{n}" for n in range(10_000)) if offsets_partition(g) in partitions)
+
+
+def shared_out(fab: Any, addresses: list[str]) -> dict[str, set[int]] | None:
+    """Each of the instances at `addresses`' offsets partitions, once every partition is served by one of them and
+    each has some. Each look makes a group request first: the first creates the offsets topic (as Kafka's first
+    FindCoordinator does), and until the active instance has loaded it there is nothing to share out."""
+    try:
+        fab.list_groups()
+    except FabricError as exc:
+        if not exc.retriable:
+            raise
+    statuses = fab.cluster.statuses()
+    if any(isinstance(statuses.get(address), Exception) for address in addresses):
+        return None
+    given = {address: set(statuses[address].group_partitions) for address in addresses}
+    every = sorted(p for ps in given.values() for p in ps)
+    return given if every == list(range(OFFSETS_PARTITIONS)) and all(given.values()) else None
 
 
 def refuses_bad_group_fields(fab: Any, topic: str, group: str, submit: Callable[[TransactionalOffsets], Any],

@@ -358,7 +358,7 @@ def node_cluster(tmp_path) -> Iterator[Callable[..., NodeCluster]]:
 
 @pytest.fixture(scope="session")
 def offsets_kit(plain_module: Callable[[str], ModuleType]) -> ModuleType:
-    """tests/offsets_kit.py: HaOffsetsCluster, refuses_bad_group_fields."""
+    """tests/offsets_kit.py: HaOffsetsCluster, shared_out, group_served_by, refuses_bad_group_fields."""
     return plain_module("offsets_kit")
 
 

@@ -16,34 +16,11 @@ from fabric.client.membership import GroupMetadata
 from fabric.common.errors import FabricError
 from fabric.common.types import JoinRequest
 from fabric.common.waiting import wait_for
-from fabric.coordinator.offsets_records import OFFSETS_PARTITIONS, offsets_partition
 
 pytestmark = pytest.mark.zookeeper
 TOPIC = "events"
 SETTLE_S = 60  # instances registering, the topic loaded and shared out on a loaded machine
 COMMITS = 20  # commits made while the controller is paused
-
-
-def group_served_by(partitions: set[int], prefix: str) -> str:
-    """A group whose offsets partition is one of `partitions`."""
-    return next(g for g in (f"{prefix}-{n}" for n in range(10_000)) if offsets_partition(g) in partitions)
-
-
-def shared_out(fab: fabric.Fabric, addresses: list[str]) -> dict[str, set[int]] | None:
-    """Each of the instances at `addresses`' offsets partitions, once every partition is served by one of them and
-    each has some. Each look makes a group request first: the first creates the offsets topic (as Kafka's first
-    FindCoordinator does), and until the active instance has loaded it there is nothing to share out."""
-    try:
-        fab.list_groups()
-    except FabricError as exc:
-        if not exc.retriable:
-            raise
-    statuses = fab.cluster.statuses()
-    if any(isinstance(statuses.get(address), Exception) for address in addresses):
-        return None
-    given = {address: set(statuses[address].group_partitions) for address in addresses}
-    every = sorted(p for ps in given.values() for p in ps)
-    return given if every == list(range(OFFSETS_PARTITIONS)) and all(given.values()) else None
 
 
 def served(call: Callable[[], object]) -> None:
@@ -72,14 +49,14 @@ def test_groups_are_shared_out_and_keep_committing_while_the_controller_is_pause
     with fabric.connect(ha.url) as fab:
         controller = ha.active_process(fab)
         other = next(c for c in ha.cluster.coordinators if c is not controller)
-        given = wait_for(lambda: shared_out(fab, [controller.address, other.address]), SETTLE_S,
+        given = wait_for(lambda: offsets_kit.shared_out(fab, [controller.address, other.address]), SETTLE_S,
                          "the offsets partitions shared out between the two instances")
         shown = fabric_cli("coordinator", "status", "--url", ha.cluster.url)
         assert shown.returncode == 0 and "GROUP-PARTITIONS" in shown.stdout, shown.stderr
         rows = {line.split()[0]: line.split()[4] for line in shown.stdout.splitlines()[1:]}
         assert rows == {address: str(len(ps)) for address, ps in given.items()}
-        elsewhere = group_served_by(given[other.address], "elsewhere")
-        here = group_served_by(given[controller.address], "here")
+        elsewhere = offsets_kit.group_served_by(given[other.address], "elsewhere")
+        here = offsets_kit.group_served_by(given[controller.address], "here")
         fab.create_topic(TOPIC, partitions=2, replication_factor=3)
         coordinator = fab.cluster.coordinator
         members = {group: stable_member(coordinator, group) for group in (elsewhere, here)}
@@ -108,7 +85,7 @@ def test_groups_are_shared_out_and_keep_committing_while_the_controller_is_pause
             # the paused controller's session ends: the other instance is elected and takes its partitions over
             wait_for(lambda: (s := the_active(fab)) and s.instance == other.address, SETTLE_S,
                      "the other instance to become the controller")
-            wait_for(lambda: shared_out(fab, [other.address]), SETTLE_S, "every partition served by it")
+            wait_for(lambda: offsets_kit.shared_out(fab, [other.address]), SETTLE_S, "every partition served by it")
             served(lambda: coordinator.commit_offsets(here, {(TOPIC, 0): 7}, "", members[here][1], members[here][0]))
         finally:
             controller.resume()

@@ -27,6 +27,7 @@ final class Planner implements Closeable {
     private final FabricUrl url;
     private final Map<String, String> protocolAddresses = new HashMap<>();  // Flight address -> protocol address
     private final Map<String, ProtocolClient> open = new HashMap<>();  // protocol address -> its connection
+    private final Map<String, String> groupInstances = new HashMap<>();  // group -> Flight address serving it
     private String coordinatorAddress;  // the protocol address of the active coordinator instance
     private String coordinatorFlight;  // and its Flight address
     private JsonNode cluster;  // its describe_cluster answer
@@ -269,10 +270,8 @@ final class Planner implements Closeable {
         ArrayNode names = args.putArray("topics");
         topics.forEach(names::add);
         Map<TopicPartition, Long> out = new HashMap<>();
-        JsonNode rows = Retries.retrying("read the offsets of group " + group, () -> {
-            findCoordinator();
-            return call(coordinatorAddress, "committed", args);
-        });
+        JsonNode rows = Retries.retrying("read the offsets of group " + group,
+                                         () -> groupCall(group, "committed", args));
         for (JsonNode row : rows) {
             out.put(new TopicPartition(row.path("topic").asText(), row.path("partition").asInt()),
                     row.path("offset").asLong());
@@ -286,10 +285,68 @@ final class Planner implements Closeable {
         args.put("group", group);
         ArrayNode rows = args.putArray("offsets");
         offsets.forEach((tp, offset) -> rows.addArray().add(tp.topic()).add(tp.partition()).add(offset));
-        Retries.retrying("commit the offsets of group " + group, () -> {
+        Retries.retrying("commit the offsets of group " + group, () -> groupCall(group, "commit_offsets", args));
+    }
+
+    /** `type`'s answer about `group`, asked once (Retries tries again) of the coordinator instance serving it: the
+     *  one that last said it does, else the active one. The instances of a zk:// store share the groups out
+     *  (fabric/server/offsets_ownership.py): one asked about another's group names it, and is asked in turn. */
+    private JsonNode groupCall(String group, String type, ObjectNode args) throws Exception {
+        String instance = groupInstances.get(group);
+        if (instance == null) {
             findCoordinator();
-            return call(coordinatorAddress, "commit_offsets", args);
-        });
+            instance = coordinatorFlight;
+        }
+        String named;
+        try {
+            return ask(group, instance, type, args);
+        } catch (FabricException e) {
+            named = redirect(e, instance);
+            if (named == null) {
+                throw e;
+            }
+        }
+        groupInstances.put(group, named);  // the group's next calls go there
+        try {
+            return ask(group, named, type, args);
+        } catch (FabricException e) {
+            if (redirect(e, named) != null) {  // moved on meanwhile: the next try starts at the active instance
+                throw new IOException(e.getMessage(), e);
+            }
+            throw e;
+        }
+    }
+
+    /** `type`'s answer about `group` from the coordinator instance at Flight address `instance`. One that does not
+     *  answer, or does not serve the group (NotActiveCoordinator), is forgotten as the group's, so the next try
+     *  starts at the active instance (findCoordinator): an IOException, which Retries retries, unless the refusal
+     *  names another instance (`redirect`). */
+    private JsonNode ask(String group, String instance, String type, ObjectNode args) throws Exception {
+        try {
+            return call(protocolAddress(instance), type, args);
+        } catch (FabricException e) {
+            if (!"NotActiveCoordinator".equals(e.type())) {
+                throw e;
+            }
+            groupInstances.remove(group);
+            if (redirect(e, instance) == null) {  // none other named: a failover under way
+                throw new IOException(e.getMessage(), e);
+            }
+            throw e;
+        } catch (RuntimeException | InterruptedException e) {
+            throw e;
+        } catch (Exception e) {
+            groupInstances.remove(group);
+            throw e instanceof IOException io ? io : new IOException(instance + " did not answer: " + e, e);
+        }
+    }
+
+    /** The Flight address of the instance `refusal` sends a call that `instance` refused to: a NotActiveCoordinator
+     *  naming another one; else null. */
+    private static String redirect(FabricException refusal, String instance) {
+        String named = refusal.active();
+        return "NotActiveCoordinator".equals(refusal.type()) && named != null && !named.isEmpty()
+            && !named.equals(instance) ? named : null;
     }
 
     /** `type`'s answer from the server at `address`, over this planner's connection to it (opened on first use,

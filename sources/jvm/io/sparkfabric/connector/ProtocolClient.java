@@ -162,7 +162,8 @@ public final class ProtocolClient implements Closeable {
         JsonNode answer = head.answer();
         JsonNode error = answer.get("error");
         if (error != null && !error.isNull()) {
-            throw new FabricException(error.path("type").asText(), error.path("message").asText());
+            throw new FabricException(error.path("type").asText(), error.path("message").asText(),
+                                      error.path("active").isTextual() ? error.path("active").asText() : null);
         }
         if (answer.path("id").asLong() != id) {
             throw new IOException("the fabric protocol port at " + address + " answered request "
