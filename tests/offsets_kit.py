@@ -36,6 +36,15 @@ class HaOffsetsCluster:
         status = wait_for(lambda: self._the_active(fab), self.SETTLE_S, "one active coordinator instance")
         return next(c for c in self.cluster.coordinators if c.address == status.instance)
 
+    def shared(self, fab: Any) -> tuple[CoordinatorProcess, CoordinatorProcess, dict[str, set[int]]]:
+        """The active instance's process, the other's, and each one's offsets partitions (by address) once they
+        have shared every partition out (shared_out)."""
+        active = self.active_process(fab)
+        other = next(c for c in self.cluster.coordinators if c is not active)
+        given = wait_for(lambda: shared_out(fab, [active.address, other.address]), self.SETTLE_S,
+                         "the offsets partitions shared out between the two instances")
+        return active, other, given
+
 
 def group_served_by(partitions: set[int], prefix: str) -> str:
     """A group whose offsets partition is one of `partitions`."""

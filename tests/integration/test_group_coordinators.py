@@ -47,10 +47,7 @@ def test_groups_are_shared_out_and_keep_committing_while_the_controller_is_pause
         offsets_kit, node_cluster, zk_url, tmp_path, the_active, fabric_cli) -> None:
     ha = offsets_kit.HaOffsetsCluster(node_cluster, zk_url, tmp_path, the_active)
     with fabric.connect(ha.url) as fab:
-        controller = ha.active_process(fab)
-        other = next(c for c in ha.cluster.coordinators if c is not controller)
-        given = wait_for(lambda: offsets_kit.shared_out(fab, [controller.address, other.address]), SETTLE_S,
-                         "the offsets partitions shared out between the two instances")
+        controller, other, given = ha.shared(fab)
         shown = fabric_cli("coordinator", "status", "--url", ha.cluster.url)
         assert shown.returncode == 0 and "GROUP-PARTITIONS" in shown.stdout, shown.stderr
         rows = {line.split()[0]: line.split()[4] for line in shown.stdout.splitlines()[1:]}

@@ -15,7 +15,7 @@ from fabric.spark import jar
 pytestmark = [pytest.mark.spark, pytest.mark.zookeeper,
               pytest.mark.skipif(jar.path() is None, reason="the JVM reader is not built (no javac): make install")]
 TOPIC = "jvm-sharded"
-SETTLE_S = 60  # instances registering, the offsets topic loaded and shared out on a loaded machine
+SETTLE_S = 60  # the commits of a stream on a loaded machine
 
 
 def produce(fab: fabric.Fabric, first: int, count: int) -> None:
@@ -32,10 +32,7 @@ def test_a_stream_commits_to_a_group_served_by_another_instance_and_a_read_start
     read then starts at that group's committed offsets (startingOffsets=group), asked of the same instance."""
     ha = offsets_kit.HaOffsetsCluster(node_cluster, zk_url, tmp_path, the_active)
     with fabric.connect(ha.url) as fab:
-        controller = ha.active_process(fab)
-        other = next(c for c in ha.cluster.coordinators if c is not controller)
-        given = wait_for(lambda: offsets_kit.shared_out(fab, [controller.address, other.address]), SETTLE_S,
-                         "the offsets partitions shared out between the two instances")
+        controller, other, given = ha.shared(fab)
         group = offsets_kit.group_served_by(given[other.address], "jvm-elsewhere")
         fab.create_topic(TOPIC, partitions=2, replication_factor=3)
         produce(fab, 0, 120)
