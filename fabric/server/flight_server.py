@@ -22,7 +22,7 @@ from fabric.server.arguments import check_call
 from fabric.server.instance import check_listen
 from fabric.server.metrics import ServerMetrics
 from fabric.server.producer_owners import ProducerOwners
-from fabric.server.protocol_server import ProtocolServer
+from fabric.server.protocol_server import CONNECTIONS_MAX_IDLE_MS, ProtocolServer
 from fabric.server.request_metrics import count_bytes
 
 log = logging.getLogger(__name__)
@@ -33,9 +33,11 @@ T = TypeVar("T")
 class FabricFlightServer(flight.FlightServerBase):
     """A Flight server on `listen` (TLS with a cert and key; token authentication with a tokens file; ACLs with
     an ACL file). Handlers decorated with `translated` send their exceptions through `translate`. A DoPut stream
-    over `request_max_bytes` (socket.request.max.bytes) is refused as it is read."""
+    over `request_max_bytes` (socket.request.max.bytes) is refused as it is read; its fabric protocol port closes
+    connections idle for `connections_max_idle_ms`."""
 
     request_max_bytes = wire.SOCKET_REQUEST_MAX_BYTES
+    connections_max_idle_ms = CONNECTIONS_MAX_IDLE_MS
 
     def __init__(self, listen: str, tokens_file: str | None, acl_file: str | None, tls_cert: str | None,
                  tls_key: str | None, metrics: ServerMetrics) -> None:

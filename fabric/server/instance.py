@@ -22,6 +22,7 @@ from fabric.coordinator.offsets_records import SEGMENT_BYTES
 from fabric.coordinator.transaction_timeouts import MAX_TIMEOUT_MS
 from fabric.server import security
 from fabric.server.broker import DEFAULT_MAX_PARTITIONS, partition_limit
+from fabric.server.protocol_server import CONNECTIONS_MAX_IDLE_MS
 from fabric.server.wire import SOCKET_REQUEST_MAX_BYTES
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
 
@@ -59,6 +60,7 @@ class Settings:
     transaction_max_timeout_ms: int = MAX_TIMEOUT_MS
     transaction_cleanup_interval_ms: int = 10_000
     socket_request_max_bytes: int = SOCKET_REQUEST_MAX_BYTES
+    connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS
 
     @property
     def store_url(self) -> str:
@@ -99,14 +101,16 @@ PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir"
               "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
               "transaction.max.timeout.ms": "transaction_max_timeout_ms",
               CLEANUP_KEY: "transaction_cleanup_interval_ms",
-              "socket.request.max.bytes": "socket_request_max_bytes"}
+              "socket.request.max.bytes": "socket_request_max_bytes",
+              "connections.max.idle.ms": "connections_max_idle_ms"}
 PATH_KEYS = ("tokens_file", "acl_file", "token_file", "tls_cert", "tls_key", "metrics_token_file")
 MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
                 "shutdown_timeout_ms": "coordinator.shutdown.timeout.ms",
                 "node_session_timeout_ms": "node.session.timeout.ms",
                 "log_retention_check_interval_ms": INTERVAL_KEY,
                 "transaction_max_timeout_ms": "transaction.max.timeout.ms",
-                "transaction_cleanup_interval_ms": CLEANUP_KEY}
+                "transaction_cleanup_interval_ms": CLEANUP_KEY,
+                "connections_max_idle_ms": "connections.max.idle.ms"}
 
 
 def add_start_arguments(parser: argparse.ArgumentParser) -> None:
@@ -143,7 +147,7 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transaction-cleanup-interval-ms", metavar="MS", help="how often the active instance "
                         f"aborts the transactions on data nodes that passed their timeout ({CLEANUP_KEY}, "
                         "default 10000)")
-    add_request_max_bytes_argument(parser)
+    add_socket_arguments(parser)
     add_metrics_arguments(parser)
 
 
@@ -158,11 +162,14 @@ def add_security_arguments(parser: argparse.ArgumentParser, peers: str) -> None:
     parser.add_argument("--tls-key", metavar="PEM", help="server private key")
 
 
-def add_request_max_bytes_argument(parser: argparse.ArgumentParser) -> None:
-    """--socket-request-max-bytes, the same for every server process."""
+def add_socket_arguments(parser: argparse.ArgumentParser) -> None:
+    """--socket-request-max-bytes and --connections-max-idle-ms, the same for every server process."""
     parser.add_argument("--socket-request-max-bytes", metavar="BYTES", help="refuse a produce or publish request "
                         "larger than this, as it is read (socket.request.max.bytes, default "
                         f"{SOCKET_REQUEST_MAX_BYTES})")
+    parser.add_argument("--connections-max-idle-ms", metavar="MS", help="close a fabric protocol connection with "
+                        "no request in flight that sent and was sent nothing for this long (connections.max.idle.ms, "
+                        f"default {CONNECTIONS_MAX_IDLE_MS}); clients open a new one at their next request")
 
 
 def byte_count(key: str, value: Any, minimum: int = 1) -> int:

@@ -7,7 +7,10 @@ long-polling fetch, a commit) runs on a worker thread, so it holds up no other r
 order (`Handler.order`: a partition's produces, a group's commits) are served one at a time, as they came.
 Answers go back as they are ready, each naming its request's id. A frame over socket.request.max.bytes, or bytes
 that are not frames, are answered with the error and the connection is closed (where the next frame starts is
-unknown); nothing of such a request reaches a handler. TLS with the Flight server's certificate and key.
+unknown); nothing of such a request reaches a handler. A connection with no request in flight that has sent and been
+sent nothing for connections.max.idle.ms (Kafka's broker key and default: 10 minutes) is closed, so connections
+that never said hello, or were forgotten, do not pin the server's descriptors. TLS with the Flight server's
+certificate and key.
 """
 from __future__ import annotations
 
@@ -48,6 +51,8 @@ log = logging.getLogger(__name__)
 Serve = Callable[[str, dict[str, Any], bytes], "tuple[Any, Payload] | concurrent.futures.Future | Held"]
 MAX_IN_FLIGHT = 256  # a connection's requests being served at once; past it, it is read no further until some end
 WORKERS = 64
+CONNECTIONS_MAX_IDLE_MS = 600_000  # connections.max.idle.ms: Kafka's broker key and default
+SWEEP_MAX_S = 30.0  # idle connections are looked for at least this often (and 4 times per idle period)
 
 
 @dataclass(frozen=True)
@@ -100,14 +105,16 @@ def server_ssl(tls_cert: str | None, tls_key: str | None) -> ssl.SSLContext | No
 class ProtocolServer:
     """Serves `handlers` (request type -> Handler) on `host`, port `port` (0: any free one; `port` tells which),
     to principals of `tokens` (None: everyone is ANONYMOUS). `refusal(exc)` is the {"type", "message", ...} an
-    exception is answered with; `limit` is socket.request.max.bytes. The loop is uvloop's where it is installed
-    (it halves the loop's own cost), else asyncio's (or `loop`)."""
+    exception is answered with; `limit` is socket.request.max.bytes; a connection idle for `idle_ms`
+    (connections.max.idle.ms) is closed. The loop is uvloop's where it is installed (it halves the loop's own
+    cost), else asyncio's (or `loop`)."""
 
     def __init__(self, host: str, port: int, handlers: dict[str, Handler], tokens: dict[str, str] | None,
                  refusal: Callable[[Exception], dict[str, Any]], limit: int,
-                 tls: ssl.SSLContext | None = None, loop: asyncio.AbstractEventLoop | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, loop: asyncio.AbstractEventLoop | None = None,
+                 idle_ms: int = CONNECTIONS_MAX_IDLE_MS) -> None:
         self.host, self.handlers, self.tokens, self.refusal, self.limit = host, handlers, tokens, refusal, limit
-        self.tls = tls
+        self.tls, self.idle_s = tls, idle_ms / 1000
         self.port = port
         self.workers = concurrent.futures.ThreadPoolExecutor(WORKERS, thread_name_prefix="fabric-protocol")
         self._loop = loop or (uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop())
@@ -120,8 +127,19 @@ class ProtocolServer:
         self._server = self._loop.run_until_complete(self._loop.create_server(
             lambda: _Connection(self), self.host, self.port, ssl=self.tls, reuse_address=True))
         self.port = self._server.sockets[0].getsockname()[1]
+        self._loop.call_soon(self._close_idle)
         self._thread.start()
         return self
+
+    def _close_idle(self) -> None:
+        """Close every connection with no request in flight that sent and was sent nothing for `idle_s`; look
+        again in a quarter of that (at most SWEEP_MAX_S)."""
+        now = self._loop.time()
+        for connection in [c for c in self._connections if not c.in_flight and now - c.active >= self.idle_s]:
+            log.debug("closing a fabric protocol connection (%s) idle for %.1f s (connections.max.idle.ms)",
+                      connection.principal or "no hello yet", now - connection.active)
+            connection.close()
+        self._loop.call_later(min(self.idle_s / 4, SWEEP_MAX_S), self._close_idle)
 
     def shutdown(self) -> None:
         """Stop listening and close every connection (requests on worker threads finish; their answers are
@@ -178,6 +196,7 @@ class _Connection(asyncio.Protocol):
         self.paused = False
         self.closing = False  # the client half-closed: close once the requests in flight are answered
         self.queues: dict[Hashable, collections.deque[_Job]] = {}  # per order key: requests waiting their turn
+        self.active = server._loop.time()  # when it last received or sent bytes (connections.max.idle.ms)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = typing.cast(asyncio.Transport, transport)  # uvloop's is no asyncio.Transport subclass
@@ -203,6 +222,7 @@ class _Connection(asyncio.Protocol):
         return False
 
     def data_received(self, data: bytes) -> None:
+        self.active = self.server._loop.time()
         self.reader.feed(data)
         while self.transport is not None and not self.transport.is_closing():
             try:
@@ -377,4 +397,5 @@ class _Connection(asyncio.Protocol):
 
     def _write(self, header: bytes, payload: Payload) -> None:
         if self.transport is not None and not self.transport.is_closing():
+            self.active = self.server._loop.time()
             self.transport.writelines(frames.encode_parts(header, payload))

@@ -217,6 +217,7 @@ class CoordinatorService(FabricFlightServer):
     def __init__(self, settings: Settings, broker: ClusterBroker, election: Any, metrics: ServerMetrics) -> None:
         self.settings, self.broker, self.election = settings, broker, election
         self.request_max_bytes = settings.socket_request_max_bytes
+        self.connections_max_idle_ms = settings.connections_max_idle_ms
         super().__init__(settings.listen, settings.tokens_file, settings.acl_file, settings.tls_cert,
                          settings.tls_key, metrics)
         self.producer_owners = ProducerOwners(broker.producer_id_owner)

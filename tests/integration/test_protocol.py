@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import glob
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -39,10 +40,11 @@ from fabric.common.errors import (
 )
 from fabric.common.protocol import frames, messages, payloads
 from fabric.common.protocol.cluster import cluster_of
-from fabric.common.protocol.connection import ProtocolConnection
+from fabric.common.protocol.connection import IDLE_CHECK_S, ProtocolConnection
 from fabric.common.protocol.loop_connection import LoopConnection
 from fabric.common.records import to_storage
 from fabric.common.types import JoinRequest, PartitionState
+from fabric.common.waiting import wait_for
 from fabric.coordinator.producer_ids import OFFSETS_PRODUCER_ID
 from fabric.server import wire
 from fabric.server.protocol_server import WORKERS
@@ -467,6 +469,36 @@ def test_a_connection_read_by_an_event_loop_answers_refuses_and_fails_what_is_in
             assert not unanswered.broken  # the connection stays: other answers may still come
             unanswered.close()
     asyncio.run(converse())
+
+
+def test_idle_connections_are_closed_and_a_clients_next_requests_go_on_new_ones(node_cluster) -> None:
+    """connections.max.idle.ms (500 ms here) on a coordinator and a node process: a connection that never says
+    hello is closed, and so is a client's once unused; its next commit and produce go over new protocol
+    connections (not into the closed ones, nor over Flight instead), and the server closes nothing in use."""
+    idle = ("--connections-max-idle-ms", "500")
+    cluster = node_cluster(nodes=1, coordinator_extra=idle, node_extra=idle)
+    with fabric.connect(cluster.url) as fab, fab.producer() as producer:
+        fab.create_topic("idle-local")
+        fab.create_topic("idle-rf", replication_factor=1)
+
+        def both() -> None:  # a produce to the node, one to the coordinator, and a commit there
+            for topic in ("idle-rf", "idle-local"):
+                producer.send(topic, b"r", partition=0).get(timeout=30)
+            fab.cluster.coordinator.commit_offsets("idle-group", {("idle-local", 0): 1})
+        both()
+        used = dict(fab.cluster.protocol.clients._connections)
+        assert len(used) == 2
+        for address in used:
+            host, _, port = address.rpartition(":")
+            with socket.create_connection((host, int(port)), timeout=30) as raw:  # says nothing
+                raw.settimeout(60)
+                assert raw.recv(1) == b""  # closed by the server
+        wait_for(lambda: all(select.select([c._sock], [], [], 0)[0] and time.monotonic() - c._used > IDLE_CHECK_S
+                             for c in used.values()), 60, "the servers to close the client's idle connections")
+        both()  # (each finds its connection closed, and opens a new one)
+        now = fab.cluster.protocol.clients._connections
+        assert set(now) == set(used) and all(now[a] is not used[a] and not now[a].broken for a in used)
+        assert fab.cluster.coordinator.committed("idle-group")[("idle-local", 0)].offset == 1
 
 
 def test_a_tls_server_takes_the_protocol_over_tls_only(coordinators, tls_files) -> None:

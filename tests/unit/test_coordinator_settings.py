@@ -46,3 +46,10 @@ def test_socket_request_max_bytes_defaults_to_kafkas_and_a_bad_value_names_the_k
     assert parse("--socket-request-max-bytes", "4194304").socket_request_max_bytes == 4 << 20
     with pytest.raises(InvalidConfigError, match="socket.request.max.bytes must be a number of bytes from 1"):
         parse("--socket-request-max-bytes", "0")
+
+
+def test_connections_max_idle_ms_defaults_to_kafkas_and_a_bad_value_names_the_key() -> None:
+    assert parse().connections_max_idle_ms == 600_000
+    assert parse("--connections-max-idle-ms", "1500").connections_max_idle_ms == 1500
+    with pytest.raises(InvalidConfigError, match="connections.max.idle.ms must be a number of milliseconds from 1"):
+        parse("--connections-max-idle-ms", "0")

@@ -26,6 +26,9 @@ def test_the_shipped_node_config_is_valid(repo_root) -> None:
     assert parse("--id", "1", "--coordinator", "fabric://h:1", "--log-retention-check-interval-ms",
                  "250").log_retention_check_interval_ms == 250
     assert settings.socket_request_max_bytes == 100 << 20  # Kafka's socket.request.max.bytes
+    assert settings.connections_max_idle_ms == 600_000  # and connections.max.idle.ms
+    assert parse("--id", "1", "--coordinator", "fabric://h:1", "--connections-max-idle-ms",
+                 "1500").connections_max_idle_ms == 1500
     assert parse("--id", "1", "--coordinator", "fabric://h:1", "--socket-request-max-bytes",
                  "65536").socket_request_max_bytes == 65536
     assert (settings.log_scrubber_io_max_bytes_per_second, settings.log_scrubber_backoff_ms) == (16 << 20, 15000)
@@ -49,6 +52,8 @@ def test_the_shipped_node_config_is_valid(repo_root) -> None:
      "socket.request.max.bytes must be a number of bytes from 1"),
     (("--id", "1", "--coordinator", "fabric://h:1", "--log-scrubber-io-max-bytes-per-second", "-1"),
      "log.scrubber.io.max.bytes.per.second must be a number of bytes from 0"),
+    (("--id", "1", "--coordinator", "fabric://h:1", "--connections-max-idle-ms", "-5"),
+     "connections.max.idle.ms must be a number of milliseconds"),
     (("--id", "1", "--coordinator", "fabric://h:1", "--log-scrubber-backoff-ms", "0"),
      "log.scrubber.backoff.ms must be a number of milliseconds"),
 ])

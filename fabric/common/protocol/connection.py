@@ -5,7 +5,9 @@ in flight.
 A caller sends its request and waits for the answer with its id. Whichever waiting caller finds nobody reading
 the socket reads it, handing the answers of the others to them, until its own arrives (so a lone caller pays no
 thread switch). A connection that breaks (closed, reset, bytes that are not frames) fails every request in flight
-on it with ConnectionError; the next request opens a new one.
+on it with ConnectionError; the next request opens a new one. So does a request after the server closed the
+connection for being idle (its connections.max.idle.ms): a connection unused for a while is looked at before it
+is used again.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from fabric.common.protocol import frames, messages
 from fabric.common.protocol.payloads import Payload
 
 RECEIVE_BYTES = 1 << 18
+IDLE_CHECK_S = 1.0  # a connection unused this long is looked at (closed_by_server) before it is used again
 
 
 class Refused(Exception):
@@ -65,6 +68,7 @@ class ProtocolConnection:
         self._broken: Exception | None = None
         self._reader = frames.FrameReader()
         self._types: frozenset[str] | None = None
+        self._used = time.monotonic()  # when a request was last sent or an answer read
         try:
             self.hello = self.call(messages.HELLO, {"protocol": messages.PROTOCOL, "version": messages.VERSION,
                                                     "token": token, "client": "python"}, timeout_s=timeout_s)[0]
@@ -75,6 +79,22 @@ class ProtocolConnection:
     @property
     def broken(self) -> bool:
         return self._broken is not None
+
+    def closed_by_server(self) -> bool:
+        """Whether the server closed this connection while it was idle: unused for IDLE_CHECK_S, no request in
+        flight, and its socket readable (a server sends nothing unasked: that is its close). It is then broken, so
+        the caller opens a new one rather than lose a request to it."""
+        if time.monotonic() - self._used < IDLE_CHECK_S:
+            return False
+        with self._state:  # (a request sent meanwhile would make the socket readable with its answer)
+            if self._broken is None and not self._waiting and not self._reading:
+                try:
+                    closed = bool(select.select([self._sock], [], [], 0)[0])
+                except (OSError, ValueError):  # its socket was closed
+                    closed = True
+                if closed:
+                    self._break(ConnectionError("closed by the server while idle"))
+            return self._broken is not None
 
     def serves(self, kind: str) -> bool:
         """Whether the server takes requests of type `kind` (its hello answer lists them: a server of an earlier
@@ -107,6 +127,7 @@ class ProtocolConnection:
         except OSError as exc:
             self._break(exc)
             raise ConnectionError(f"cannot send to {self.address}: {exc}") from None
+        self._used = time.monotonic()
         return request_id
 
     def wait(self, request_id: int, timeout_s: float) -> tuple[msgspec.Raw, Payload]:
@@ -161,6 +182,7 @@ class ProtocolConnection:
                 self._break(exc)
                 raise ConnectionError(f"{self.address} answered a header that is not a fabric protocol answer "
                                       f"({exc})") from None
+            self._used = time.monotonic()
             if answer.id == request_id:
                 return answer, frame.payload
             with self._state:
@@ -245,7 +267,7 @@ class ProtocolClients:
     def get(self, address: str, timeout_s: float) -> ProtocolConnection:
         with self._lock:
             connection = self._connections.get(address)
-            if connection is not None and not connection.broken:
+            if connection is not None and not connection.broken and not connection.closed_by_server():
                 return connection
         connection = ProtocolConnection(address, self.token, self.tls, timeout_s, self.error_of)
         spare: ProtocolConnection | None

@@ -17,8 +17,8 @@ from fabric.server.instance import (
     METRICS_PROPERTIES,
     SERVER_LOG_LEVEL,
     add_metrics_arguments,
-    add_request_max_bytes_argument,
     add_security_arguments,
+    add_socket_arguments,
     byte_count,
     check_address,
     metrics_port,
@@ -26,6 +26,7 @@ from fabric.server.instance import (
 )
 from fabric.server.node.fetcher import FetchSettings
 from fabric.server.node.scrubber import BACKOFF_KEY, DEFAULT_BACKOFF_MS, DEFAULT_SCRUB_RATE, SCRUB_RATE_KEY
+from fabric.server.protocol_server import CONNECTIONS_MAX_IDLE_MS
 from fabric.server.wire import SOCKET_REQUEST_MAX_BYTES
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
 
@@ -60,6 +61,7 @@ class NodeSettings:
     metrics_token_file: str | None = None
     log_retention_check_interval_ms: int = DEFAULT_INTERVAL_MS
     socket_request_max_bytes: int = SOCKET_REQUEST_MAX_BYTES
+    connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS
     log_scrubber_io_max_bytes_per_second: int = DEFAULT_SCRUB_RATE
     log_scrubber_backoff_ms: int = DEFAULT_BACKOFF_MS
 
@@ -85,6 +87,7 @@ PROPERTIES = {"node.id": "node_id", "node.listen": "listen", "node.advertised.li
               "replica.fetch.backoff.ms": "replica_fetch_backoff_ms", **METRICS_PROPERTIES,
               INTERVAL_KEY: "log_retention_check_interval_ms",
               "socket.request.max.bytes": "socket_request_max_bytes",
+              "connections.max.idle.ms": "connections_max_idle_ms",
               SCRUB_RATE_KEY: "log_scrubber_io_max_bytes_per_second", BACKOFF_KEY: "log_scrubber_backoff_ms"}
 PATH_KEYS = ("tokens_file", "acl_file", "token_file", "tls_cert", "tls_key", "metrics_token_file")
 MILLISECONDS = {"heartbeat_interval_ms": "node.heartbeat.interval.ms",
@@ -92,7 +95,8 @@ MILLISECONDS = {"heartbeat_interval_ms": "node.heartbeat.interval.ms",
                 "replica_lag_time_max_ms": "replica.lag.time.max.ms",
                 "replica_fetch_wait_max_ms": "replica.fetch.wait.max.ms",
                 "replica_fetch_backoff_ms": "replica.fetch.backoff.ms",
-                "log_retention_check_interval_ms": INTERVAL_KEY, "log_scrubber_backoff_ms": BACKOFF_KEY}
+                "log_retention_check_interval_ms": INTERVAL_KEY, "log_scrubber_backoff_ms": BACKOFF_KEY,
+                "connections_max_idle_ms": "connections.max.idle.ms"}
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
@@ -129,7 +133,7 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
                         f"other replicas ({SCRUB_RATE_KEY}, default {DEFAULT_SCRUB_RATE}; 0 turns it off)")
     parser.add_argument("--log-scrubber-backoff-ms", metavar="MS", help="how long the scrubber waits after a pass "
                         f"over every replica before the next ({BACKOFF_KEY}, default {DEFAULT_BACKOFF_MS})")
-    add_request_max_bytes_argument(parser)
+    add_socket_arguments(parser)
     add_metrics_arguments(parser)
 
 
