@@ -61,8 +61,8 @@ class StandaloneSpark:
             try:
                 if sorted(self.alive_workers()) == sorted(self.hosts):
                     return self
-            except OSError:
-                pass  # the master's web UI is not up yet
+            except (OSError, ValueError):  # the master's web UI is not up yet, or answers an empty page (no JSON)
+                pass
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"the Spark workers did not register at {self.master_url}; logs in {self.root}")
