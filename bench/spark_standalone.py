@@ -56,15 +56,23 @@ class StandaloneSpark:
             self._spawn(f"worker{i}", host, "org.apache.spark.deploy.worker.Worker", "--host", host, "--cores", "1",
                         "--memory", self.memory, "--webui-port", str(free_port()), "--work-dir", work,
                         self.master_url, env=self.worker_env[i - 1] if i <= len(self.worker_env) else None)
+        try:
+            self._wait_for_workers()
+        except BaseException:  # (no __exit__ follows a failed __enter__: the daemons would outlive the run)
+            self.stop()
+            raise
+        return self
+
+    def _wait_for_workers(self) -> None:
+        """Until the master lists every worker ALIVE; RuntimeError after START_TIMEOUT_S."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             try:
                 if sorted(self.alive_workers()) == sorted(self.hosts):
-                    return self
+                    return
             except (OSError, ValueError):  # the master's web UI is not up yet, or answers an empty page (no JSON)
                 pass
             if time.monotonic() > deadline:
-                self.stop()
                 raise RuntimeError(f"the Spark workers did not register at {self.master_url}; logs in {self.root}")
             time.sleep(0.5)  # poll interval of a deadline-bounded wait
 
