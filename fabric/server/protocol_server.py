@@ -52,7 +52,7 @@ Serve = Callable[[str, dict[str, Any], bytes], "tuple[Any, Payload] | concurrent
 MAX_IN_FLIGHT = 256  # a connection's requests being served at once; past it, it is read no further until some end
 WORKERS = 64
 CONNECTIONS_MAX_IDLE_MS = 600_000  # connections.max.idle.ms: Kafka's broker key and default
-SWEEP_MAX_S = 30.0  # idle connections are looked for at least this often (and 4 times per idle period)
+SWEEP_S = (0.05, 30.0)  # idle connections are looked for 4 times per idle period, within these bounds
 
 
 @dataclass(frozen=True)
@@ -133,13 +133,13 @@ class ProtocolServer:
 
     def _close_idle(self) -> None:
         """Close every connection with no request in flight that sent and was sent nothing for `idle_s`; look
-        again in a quarter of that (at most SWEEP_MAX_S)."""
+        again in a quarter of that (within SWEEP_S: an idle time of 1 ms does not make the loop spin)."""
         now = self._loop.time()
         for connection in [c for c in self._connections if not c.in_flight and now - c.active >= self.idle_s]:
             log.debug("closing a fabric protocol connection (%s) idle for %.1f s (connections.max.idle.ms)",
                       connection.principal or "no hello yet", now - connection.active)
             connection.close()
-        self._loop.call_later(min(self.idle_s / 4, SWEEP_MAX_S), self._close_idle)
+        self._loop.call_later(min(max(self.idle_s / 4, SWEEP_S[0]), SWEEP_S[1]), self._close_idle)
 
     def shutdown(self) -> None:
         """Stop listening and close every connection (requests on worker threads finish; their answers are
