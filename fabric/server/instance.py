@@ -88,6 +88,9 @@ class Settings:
 
 METRICS_PROPERTIES = {"metrics.port": "metrics_port", "metrics.host": "metrics_host",
                       "metrics.token.file": "metrics_token_file"}
+# the keys of add_socket_arguments, the same for every server process
+SOCKET_PROPERTIES = {"socket.request.max.bytes": "socket_request_max_bytes",
+                     "connections.max.idle.ms": "connections_max_idle_ms"}
 PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir", "coordinator.store": "store",
               "coordinator.advertised.listener": "advertise", "auth.tokens.file": "tokens_file",
               "acl.file": "acl_file", "token.file": "token_file", "tls.cert.file": "tls_cert",
@@ -100,9 +103,7 @@ PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir"
               "offsets.topic.replication.factor": "offsets_topic_replication_factor",
               "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
               "transaction.max.timeout.ms": "transaction_max_timeout_ms",
-              CLEANUP_KEY: "transaction_cleanup_interval_ms",
-              "socket.request.max.bytes": "socket_request_max_bytes",
-              "connections.max.idle.ms": "connections_max_idle_ms"}
+              CLEANUP_KEY: "transaction_cleanup_interval_ms", **SOCKET_PROPERTIES}
 PATH_KEYS = ("tokens_file", "acl_file", "token_file", "tls_cert", "tls_key", "metrics_token_file")
 MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
                 "shutdown_timeout_ms": "coordinator.shutdown.timeout.ms",

@@ -16,6 +16,7 @@ from fabric.server.instance import (
     METRICS_HOST,
     METRICS_PROPERTIES,
     SERVER_LOG_LEVEL,
+    SOCKET_PROPERTIES,
     add_metrics_arguments,
     add_security_arguments,
     add_socket_arguments,
@@ -85,9 +86,7 @@ PROPERTIES = {"node.id": "node_id", "node.listen": "listen", "node.advertised.li
               "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
               "replica.fetch.max.bytes": "replica_fetch_max_bytes",
               "replica.fetch.backoff.ms": "replica_fetch_backoff_ms", **METRICS_PROPERTIES,
-              INTERVAL_KEY: "log_retention_check_interval_ms",
-              "socket.request.max.bytes": "socket_request_max_bytes",
-              "connections.max.idle.ms": "connections_max_idle_ms",
+              INTERVAL_KEY: "log_retention_check_interval_ms", **SOCKET_PROPERTIES,
               SCRUB_RATE_KEY: "log_scrubber_io_max_bytes_per_second", BACKOFF_KEY: "log_scrubber_backoff_ms"}
 PATH_KEYS = ("tokens_file", "acl_file", "token_file", "tls_cert", "tls_key", "metrics_token_file")
 MILLISECONDS = {"heartbeat_interval_ms": "node.heartbeat.interval.ms",
