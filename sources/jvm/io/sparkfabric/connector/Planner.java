@@ -290,54 +290,39 @@ final class Planner implements Closeable {
 
     /** `type`'s answer about `group`, asked once (Retries tries again) of the coordinator instance serving it: the
      *  one that last said it does, else the active one. The instances of a zk:// store share the groups out
-     *  (fabric/server/offsets_ownership.py): one asked about another's group names it, and is asked in turn. */
+     *  (fabric/server/offsets_ownership.py): one asked about another's group names it (`redirect`), is asked in
+     *  turn and remembered as the group's. An instance that does not answer, does not serve the group with none
+     *  other named (a failover under way), or names yet another after a redirect, is forgotten as the group's: an
+     *  IOException, which Retries retries, starting again at the active instance (findCoordinator). */
     private JsonNode groupCall(String group, String type, ObjectNode args) throws Exception {
         String instance = groupInstances.get(group);
         if (instance == null) {
             findCoordinator();
             instance = coordinatorFlight;
         }
-        String named;
-        try {
-            return ask(group, instance, type, args);
-        } catch (FabricException e) {
-            named = redirect(e, instance);
-            if (named == null) {
+        for (boolean redirected = false; ; redirected = true) {
+            try {
+                JsonNode answer = call(protocolAddress(instance), type, args);
+                if (redirected) {
+                    groupInstances.put(group, instance);  // the group's next calls go there
+                }
+                return answer;
+            } catch (FabricException e) {
+                if (!"NotActiveCoordinator".equals(e.type())) {
+                    throw e;
+                }
+                groupInstances.remove(group);
+                String named = redirect(e, instance);
+                if (named == null || redirected) {
+                    throw new IOException(e.getMessage(), e);
+                }
+                instance = named;
+            } catch (RuntimeException | InterruptedException e) {
                 throw e;
+            } catch (Exception e) {
+                groupInstances.remove(group);
+                throw e instanceof IOException io ? io : new IOException(instance + " did not answer: " + e, e);
             }
-        }
-        groupInstances.put(group, named);  // the group's next calls go there
-        try {
-            return ask(group, named, type, args);
-        } catch (FabricException e) {
-            if (redirect(e, named) != null) {  // moved on meanwhile: the next try starts at the active instance
-                throw new IOException(e.getMessage(), e);
-            }
-            throw e;
-        }
-    }
-
-    /** `type`'s answer about `group` from the coordinator instance at Flight address `instance`. One that does not
-     *  answer, or does not serve the group (NotActiveCoordinator), is forgotten as the group's, so the next try
-     *  starts at the active instance (findCoordinator): an IOException, which Retries retries, unless the refusal
-     *  names another instance (`redirect`). */
-    private JsonNode ask(String group, String instance, String type, ObjectNode args) throws Exception {
-        try {
-            return call(protocolAddress(instance), type, args);
-        } catch (FabricException e) {
-            if (!"NotActiveCoordinator".equals(e.type())) {
-                throw e;
-            }
-            groupInstances.remove(group);
-            if (redirect(e, instance) == null) {  // none other named: a failover under way
-                throw new IOException(e.getMessage(), e);
-            }
-            throw e;
-        } catch (RuntimeException | InterruptedException e) {
-            throw e;
-        } catch (Exception e) {
-            groupInstances.remove(group);
-            throw e instanceof IOException io ? io : new IOException(instance + " did not answer: " + e, e);
         }
     }
 
