@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from fabric.common.errors import InvalidConfigError, InvalidRequestError, NotLeaderError
+from fabric.common.errors import InvalidConfigError, InvalidRequestError, NotLeaderError, UnknownTopicOrPartitionError
 from fabric.common.types import LeaderAndIsr, NodeAssignment, PartitionAssignment, PartitionRegistration, TopicInfo
 from fabric.common.waiting import wait_for
 from fabric.server.node import partition as partition_module
@@ -73,12 +73,17 @@ def test_an_append_waits_on_a_worker_only_where_it_may_block(tmp_path, storage) 
 
 
 def test_a_deleted_topic_loses_its_logs_and_the_directory_keeps_its_owner(tmp_path, storage) -> None:
+    """The logs go; a replica another thread still holds (a fetcher's round as the assignment is applied) reads
+    as a refusal naming the deletion, which that thread handles as any other, not as a crash of its round."""
     replicas = ReplicaManager(1, str(tmp_path / "node1"))
     replicas.apply(view(1, {0: 1}))
     replicas.append("t", 0, storage.make_batch([b"a"]))
-    assert os.path.isdir(tmp_path / "node1" / "t" / "0")
+    held = replicas.hosted_replica(("t", 0))
+    assert held is not None and os.path.isdir(tmp_path / "node1" / "t" / "0")
     replicas.apply(NodeAssignment(1, {}, {}))
     assert not os.path.exists(tmp_path / "node1" / "t")
+    with pytest.raises(UnknownTopicOrPartitionError, match="no longer hosts topic 't': partition t-0 was deleted"):
+        assert held.log.end_offset is None  # (raises first)
     with pytest.raises(InvalidConfigError, match="belongs to node 1, not node 2; start it with --id 1"):
         ReplicaManager(2, str(tmp_path / "node1"))
 

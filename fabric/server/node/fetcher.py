@@ -276,6 +276,7 @@ class ReplicaFetcher:
                 self._round()
             except Exception:  # a bug must not stop replication from this leader for good
                 log.exception("replica fetcher from node %d failed; going on after the backoff", self.leader_id)
+                self._session_lost()  # (the round may have taken partitions off the unsettled ones: name them all)
                 self._stopped.wait(self.settings.backoff_ms / 1000)
 
     def _round(self) -> None:

@@ -34,6 +34,7 @@ from fabric.common.errors import (
     InvalidRequestError,
     KafkaStorageError,
     NotLeaderError,
+    UnknownTopicOrPartitionError,
 )
 from fabric.common.redaction import clip
 from fabric.common.types import (
@@ -203,7 +204,13 @@ class ReplicaManager(TransactionMarkers):
         directory_ids.write_topic_id(topic_dir, info.topic_id)
 
     def _opener(self, tp: TopicPartition) -> Callable[[], Log]:
-        return lambda: self.logs.log(self._topics[tp[0]], tp[1])
+        def opened() -> Log:
+            info = self._topics.get(tp[0])
+            if info is None:  # (an assignment without its topic is being applied: the replica is stopped next)
+                raise UnknownTopicOrPartitionError(f"node {self.node_id} no longer hosts topic {tp[0]!r}: partition "
+                                                   f"{tp[0]}-{tp[1]} was deleted or moved away from it")
+            return self.logs.log(info, tp[1])
+        return opened
 
     def _topic_id(self, topic: str) -> str:
         known = self._topics.get(topic)
