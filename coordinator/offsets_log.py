@@ -139,6 +139,10 @@ class LocalOffsetsLog:
     def demand(self) -> None:
         """Nothing is created on first need: the partitions' logs exist from the start."""
 
+    def exists(self) -> bool:
+        """Always: the partitions' logs exist from the start."""
+        return True
+
     @contextlib.contextmanager
     def migrating(self, what: str = "offsets") -> Iterator[bool]:
         """Whether an earlier store's `what` (its offsets) are still to be moved here (under a lock file, so one

@@ -107,6 +107,10 @@ class OffsetsLog(Protocol):
         """A group request is waiting for a partition this instance loads: what the log creates on first need
         (a cluster's replicated topic) may be created now."""
 
+    def exists(self) -> bool:
+        """Whether the partitions exist (False: a cluster's replicated topic not created yet, which holds no
+        offsets)."""
+
 
 class Companion(Protocol):
     """State kept in an owned offsets topic beside the offsets (coordinator.topic_group_store: the group states),
@@ -309,11 +313,13 @@ class OffsetsTopic:
 
     def forget_topic(self, topic: str) -> None:
         """Append a tombstone for every group's offsets in `topic` (the topic was deleted) in the partitions this
-        instance serves (logged for those it is loading: the offsets stay there)."""
+        instance serves (logged, once, for those it is loading: the offsets stay there; not while the topic does
+        not exist, as it holds none)."""
+        loading = [p for p in range(self.partitions) if self._serving[p] is Serving.LOADING]
+        if loading and self.log.exists():
+            log.warning("the committed offsets of deleted topic %s stay in %s partitions %s: they are loading on this "
+                        "instance", topic, OFFSETS_TOPIC, ", ".join(map(str, loading)))
         for p in range(self.partitions):
-            if self._serving[p] is Serving.LOADING:
-                log.warning("the committed offsets of deleted topic %s stay in %s-%d: it is loading on this instance",
-                            topic, OFFSETS_TOPIC, p)
             if self._serving[p] is not Serving.READY:
                 continue
             cache = self._caught_up(p)

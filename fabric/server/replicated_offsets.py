@@ -118,6 +118,14 @@ class ReplicatedOffsetsLog:
             self._demanded = True
             self.on_demand()
 
+    def exists(self) -> bool:
+        """Whether the controller's store has the topic (until the first group request it is not created)."""
+        try:
+            self.store.topic(OFFSETS_TOPIC)
+        except UnknownTopicError:
+            return False
+        return True
+
     def _ensure_topic(self) -> None:
         """Create the topic through the controller unless it exists, once a group request asked for it (demand);
         COORDINATOR_NOT_AVAILABLE until then, and while fewer nodes are alive than its replication factor."""
