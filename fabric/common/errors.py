@@ -133,6 +133,13 @@ class CoordinatorUnavailableError(FabricError):
     retriable = True
 
 
+class TooManyConnectionsError(FabricError):
+    """A server refused a new connection: the client's address, or the server, holds as many as it allows
+    (max.connections.per.ip, max.connections); retry once some close, or raise the limit."""
+
+    retriable = True
+
+
 class InconsistentGroupProtocolError(FabricError):
     """A member's assignors or request do not fit the group (no assignor every member supports)."""
 

@@ -19,10 +19,10 @@ from fabric.common.records import storage_schema
 from fabric.common.types import Fetched, TopicInfo
 from fabric.server import admission, partition_ops, security, wire
 from fabric.server.arguments import check_call
-from fabric.server.instance import check_listen
+from fabric.server.instance import SocketSettings, check_listen
 from fabric.server.metrics import ServerMetrics
 from fabric.server.producer_owners import ProducerOwners
-from fabric.server.protocol_server import CONNECTIONS_MAX_IDLE_MS, ProtocolServer
+from fabric.server.protocol_server import ProtocolServer
 from fabric.server.request_metrics import count_bytes
 
 log = logging.getLogger(__name__)
@@ -32,12 +32,11 @@ T = TypeVar("T")
 
 class FabricFlightServer(flight.FlightServerBase):
     """A Flight server on `listen` (TLS with a cert and key; token authentication with a tokens file; ACLs with
-    an ACL file). Handlers decorated with `translated` send their exceptions through `translate`. A DoPut stream
-    over `request_max_bytes` (socket.request.max.bytes) is refused as it is read; its fabric protocol port closes
-    connections idle for `connections_max_idle_ms`."""
+    an ACL file). Handlers decorated with `translated` send their exceptions through `translate`. Its ports apply
+    `sockets` (a server sets its own before this starts): a DoPut stream over socket.request.max.bytes is refused as
+    it is read; its fabric protocol port closes idle connections and refuses those over the connection limits."""
 
-    request_max_bytes = wire.SOCKET_REQUEST_MAX_BYTES
-    connections_max_idle_ms = CONNECTIONS_MAX_IDLE_MS
+    sockets = SocketSettings()
 
     def __init__(self, listen: str, tokens_file: str | None, acl_file: str | None, tls_cert: str | None,
                  tls_key: str | None, metrics: ServerMetrics) -> None:
@@ -78,7 +77,7 @@ class FabricFlightServer(flight.FlightServerBase):
                      topic_of: Callable[[str], TopicInfo]) -> int:
         """A DoPut append (see `append_checked`), its rows read from the stream up to socket.request.max.bytes."""
         def rows_of(topic: str) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
-            chunks = wire.bounded_chunks(reader, self.request_max_bytes, f"append to topic {topic!r}")
+            chunks = wire.bounded_chunks(reader, self.sockets.socket_request_max_bytes, f"append to topic {topic!r}")
             return reader.schema, (chunk.data for chunk in chunks if chunk.data is not None)
         return self.append_checked(self.principal(context), request, rows_of, method, append, topic_of)
 

@@ -22,6 +22,7 @@ from fabric.coordinator.offsets_records import SEGMENT_BYTES
 from fabric.coordinator.transaction_timeouts import MAX_TIMEOUT_MS
 from fabric.server import security
 from fabric.server.broker import DEFAULT_MAX_PARTITIONS, partition_limit
+from fabric.server.connection_quotas import OVERRIDES_KEY, PER_IP_KEY, TOTAL_KEY, ConnectionQuotas, parse_overrides
 from fabric.server.protocol_server import CONNECTIONS_MAX_IDLE_MS
 from fabric.server.wire import SOCKET_REQUEST_MAX_BYTES
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
@@ -34,7 +35,26 @@ SERVER_LOG_LEVEL = "INFO"
 
 
 @dataclass(frozen=True)
-class Settings:
+class SocketSettings:
+    """What every server process applies to its ports, under Kafka's broker keys and defaults (SOCKET_PROPERTIES):
+    the largest request (socket.request.max.bytes), how long an idle connection is kept (connections.max.idle.ms)
+    and how many connections are held (max.connections, max.connections.per.ip and its overrides: the fabric
+    protocol port only; gRPC gives the Flight port no such limit)."""
+
+    socket_request_max_bytes: int = SOCKET_REQUEST_MAX_BYTES
+    connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS
+    max_connections: int = INT_MAX
+    max_connections_per_ip: int = INT_MAX
+    max_connections_per_ip_overrides: str | None = None
+
+    def connection_quotas(self) -> ConnectionQuotas:
+        """The connection limits, counting nothing yet (one per protocol server)."""
+        return ConnectionQuotas(self.max_connections, self.max_connections_per_ip,
+                                parse_overrides(self.max_connections_per_ip_overrides))
+
+
+@dataclass(frozen=True)
+class Settings(SocketSettings):
     """How one instance runs; from conf/fabric.properties (PROPERTIES) overridden by command-line options."""
 
     listen: str = DEFAULT_LISTEN
@@ -59,8 +79,6 @@ class Settings:
     offsets_topic_segment_bytes: int = SEGMENT_BYTES
     transaction_max_timeout_ms: int = MAX_TIMEOUT_MS
     transaction_cleanup_interval_ms: int = 10_000
-    socket_request_max_bytes: int = SOCKET_REQUEST_MAX_BYTES
-    connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS
 
     @property
     def store_url(self) -> str:
@@ -90,7 +108,8 @@ METRICS_PROPERTIES = {"metrics.port": "metrics_port", "metrics.host": "metrics_h
                       "metrics.token.file": "metrics_token_file"}
 # the keys of add_socket_arguments, the same for every server process
 SOCKET_PROPERTIES = {"socket.request.max.bytes": "socket_request_max_bytes",
-                     "connections.max.idle.ms": "connections_max_idle_ms"}
+                     "connections.max.idle.ms": "connections_max_idle_ms", TOTAL_KEY: "max_connections",
+                     PER_IP_KEY: "max_connections_per_ip", OVERRIDES_KEY: "max_connections_per_ip_overrides"}
 PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir", "coordinator.store": "store",
               "coordinator.advertised.listener": "advertise", "auth.tokens.file": "tokens_file",
               "acl.file": "acl_file", "token.file": "token_file", "tls.cert.file": "tls_cert",
@@ -110,8 +129,7 @@ MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
                 "node_session_timeout_ms": "node.session.timeout.ms",
                 "log_retention_check_interval_ms": INTERVAL_KEY,
                 "transaction_max_timeout_ms": "transaction.max.timeout.ms",
-                "transaction_cleanup_interval_ms": CLEANUP_KEY,
-                "connections_max_idle_ms": "connections.max.idle.ms"}
+                "transaction_cleanup_interval_ms": CLEANUP_KEY}
 
 
 def add_start_arguments(parser: argparse.ArgumentParser) -> None:
@@ -164,13 +182,39 @@ def add_security_arguments(parser: argparse.ArgumentParser, peers: str) -> None:
 
 
 def add_socket_arguments(parser: argparse.ArgumentParser) -> None:
-    """--socket-request-max-bytes and --connections-max-idle-ms, the same for every server process."""
+    """The options of SocketSettings, the same for every server process."""
     parser.add_argument("--socket-request-max-bytes", metavar="BYTES", help="refuse a produce or publish request "
                         "larger than this, as it is read (socket.request.max.bytes, default "
                         f"{SOCKET_REQUEST_MAX_BYTES})")
     parser.add_argument("--connections-max-idle-ms", metavar="MS", help="close a fabric protocol connection with "
                         "no request in flight that sent and was sent nothing for this long (connections.max.idle.ms, "
                         f"default {CONNECTIONS_MAX_IDLE_MS}); clients open a new one at their next request")
+    parser.add_argument("--max-connections", metavar="N", help="refuse a new fabric protocol connection while the "
+                        f"server holds this many ({TOTAL_KEY}, default {INT_MAX}: no limit)")
+    parser.add_argument("--max-connections-per-ip", metavar="N", help="refuse a new fabric protocol connection "
+                        f"from an address that holds this many ({PER_IP_KEY}, default {INT_MAX}: no limit; count "
+                        "the other servers' connections and those of every client process on a host)")
+    parser.add_argument("--max-connections-per-ip-overrides", metavar="HOST:N,...", help="the limit of particular "
+                        f"addresses or host names ({OVERRIDES_KEY}, e.g. 10.0.0.5:200)")
+
+
+def check_socket_values(values: dict[str, Any]) -> None:
+    """Check and convert, in place, the SocketSettings among a server's option `values`: InvalidConfigError naming
+    the key and the fix."""
+    if values.get("socket_request_max_bytes") is not None:
+        values["socket_request_max_bytes"] = byte_count("socket.request.max.bytes", values["socket_request_max_bytes"])
+    if values.get("connections_max_idle_ms") is not None:
+        values["connections_max_idle_ms"] = milliseconds("connections.max.idle.ms", values["connections_max_idle_ms"])
+    overrides = values.get("max_connections_per_ip_overrides")
+    parse_overrides(overrides)
+    for name, key, minimum in (("max_connections", TOTAL_KEY, 1),
+                               ("max_connections_per_ip", PER_IP_KEY, 0 if overrides else 1)):
+        if values.get(name) is not None:
+            text = str(values[name]).strip()
+            if not text.isdigit() or not minimum <= int(text) <= INT_MAX:
+                raise InvalidConfigError(f"{key} must be a number of connections from {minimum} to {INT_MAX} (0 only "
+                                         f"with {OVERRIDES_KEY}), got {clip(values[name], 40)}")
+            values[name] = int(text)
 
 
 def byte_count(key: str, value: Any, minimum: int = 1) -> int:
@@ -254,8 +298,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
             values[name] = replication_factor(values[name], key)
     if values.get("offsets_topic_segment_bytes") is not None:
         values["offsets_topic_segment_bytes"] = segment_bytes(values["offsets_topic_segment_bytes"])
-    if values.get("socket_request_max_bytes") is not None:
-        values["socket_request_max_bytes"] = byte_count("socket.request.max.bytes", values["socket_request_max_bytes"])
+    check_socket_values(values)
     settings = replace(Settings(), **{k: v for k, v in values.items() if v is not None})
     check_address("listen", settings.listen)
     if settings.advertise is not None:

@@ -94,10 +94,10 @@ def fetch_answer(fetched: list[Fetched], schema: Callable[[], pa.Schema]) -> tup
 
 
 def start(server: FabricFlightServer, host: str, handlers: dict[str, Handler]) -> ProtocolServer:
-    """Serve `handlers` (and `echo`) on a free port of `host`, with `server`'s tokens, TLS certificate,
-    socket.request.max.bytes and connections.max.idle.ms; refusals are the errors its Flight calls answer
-    (`server.translate`)."""
+    """Serve `handlers` (and `echo`) on a free port of `host`, with `server`'s tokens, TLS certificate and socket
+    settings; refusals are the errors its Flight calls answer (`server.translate`)."""
+    sockets = server.sockets
     return ProtocolServer(host, 0, {"echo": Handler(echo, lambda args: False), **handlers}, server.tokens,
-                          lambda exc: wire.error_details(server.translate(exc)), server.request_max_bytes,
-                          server_ssl(server.tls_cert, server.tls_key),
-                          idle_ms=server.connections_max_idle_ms).start()
+                          lambda exc: wire.error_details(server.translate(exc)), sockets.socket_request_max_bytes,
+                          server_ssl(server.tls_cert, server.tls_key), idle_ms=sockets.connections_max_idle_ms,
+                          quotas=sockets.connection_quotas()).start()

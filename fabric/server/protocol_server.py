@@ -9,8 +9,9 @@ Answers go back as they are ready, each naming its request's id. A frame over so
 that are not frames, are answered with the error and the connection is closed (where the next frame starts is
 unknown); nothing of such a request reaches a handler. A connection with no request in flight that has sent and been
 sent nothing for connections.max.idle.ms (Kafka's broker key and default: 10 minutes) is closed, so connections
-that never said hello, or were forgotten, do not pin the server's descriptors. TLS with the Flight server's
-certificate and key.
+that never said hello, or were forgotten, do not pin the server's descriptors; one over the connection quotas
+(max.connections, max.connections.per.ip: fabric.server.connection_quotas) is refused as it is accepted. TLS with
+the Flight server's certificate and key.
 """
 from __future__ import annotations
 
@@ -32,12 +33,14 @@ from fabric.common.errors import (
     FabricError,
     InvalidRequestError,
     RecordTooLargeError,
+    TooManyConnectionsError,
     UnsupportedVersionError,
 )
 from fabric.common.protocol import frames, messages
 from fabric.common.protocol.payloads import Payload
 from fabric.common.redaction import clip
 from fabric.server import loop_handoff, security
+from fabric.server.connection_quotas import ConnectionQuotas
 from fabric.server.held import Held
 
 try:
@@ -53,6 +56,7 @@ MAX_IN_FLIGHT = 256  # a connection's requests being served at once; past it, it
 WORKERS = 64
 CONNECTIONS_MAX_IDLE_MS = 600_000  # connections.max.idle.ms: Kafka's broker key and default
 SWEEP_S = (0.05, 30.0)  # idle connections are looked for 4 times per idle period, within these bounds
+REFUSED_CLOSE_S = 1.0  # a connection over a quota is closed this long after its refusal, if its client did not
 
 
 @dataclass(frozen=True)
@@ -106,15 +110,16 @@ class ProtocolServer:
     """Serves `handlers` (request type -> Handler) on `host`, port `port` (0: any free one; `port` tells which),
     to principals of `tokens` (None: everyone is ANONYMOUS). `refusal(exc)` is the {"type", "message", ...} an
     exception is answered with; `limit` is socket.request.max.bytes; a connection idle for `idle_ms`
-    (connections.max.idle.ms) is closed. The loop is uvloop's where it is installed (it halves the loop's own
+    (connections.max.idle.ms) is closed, and one over the `quotas` (max.connections, max.connections.per.ip) is
+    refused as it is accepted. The loop is uvloop's where it is installed (it halves the loop's own
     cost), else asyncio's (or `loop`)."""
 
     def __init__(self, host: str, port: int, handlers: dict[str, Handler], tokens: dict[str, str] | None,
                  refusal: Callable[[Exception], dict[str, Any]], limit: int,
                  tls: ssl.SSLContext | None = None, loop: asyncio.AbstractEventLoop | None = None,
-                 idle_ms: int = CONNECTIONS_MAX_IDLE_MS) -> None:
+                 idle_ms: int = CONNECTIONS_MAX_IDLE_MS, quotas: ConnectionQuotas | None = None) -> None:
         self.host, self.handlers, self.tokens, self.refusal, self.limit = host, handlers, tokens, refusal, limit
-        self.tls, self.idle_s = tls, idle_ms / 1000
+        self.tls, self.idle_s, self.quotas = tls, idle_ms / 1000, quotas or ConnectionQuotas()
         self.port = port
         self.workers = concurrent.futures.ThreadPoolExecutor(WORKERS, thread_name_prefix="fabric-protocol")
         self._loop = loop or (uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop())
@@ -197,13 +202,36 @@ class _Connection(asyncio.Protocol):
         self.closing = False  # the client half-closed: close once the requests in flight are answered
         self.queues: dict[Hashable, collections.deque[_Job]] = {}  # per order key: requests waiting their turn
         self.active = server._loop.time()  # when it last received or sent bytes (connections.max.idle.ms)
+        self.address: str | None = None  # the client's address, once its connection is counted in the quotas
+        self.refused = False  # over a connection quota: answered its refusal, nothing it sends is read
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = typing.cast(asyncio.Transport, transport)  # uvloop's is no asyncio.Transport subclass
         self.server._connections.add(self)
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if peer else "unknown"
+        reason = self.server.quotas.admit(address)
+        if reason is None:
+            self.address = address
+        else:
+            self._refuse_connection(TooManyConnectionsError(reason))
+
+    def _refuse_connection(self, exc: TooManyConnectionsError) -> None:
+        """Answer the refusal of the whole connection, then close it once the client did (it closes on reading
+        it), or after REFUSED_CLOSE_S: closed at once, a hello already received but unread would have the kernel
+        reset the connection, and the client might never read why."""
+        self.refused = True
+        self._write(messages.encode_error(-1, self.server.refusal(exc)), b"")
+        assert self.transport is not None
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.server._loop.call_later(REFUSED_CLOSE_S, self.close)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._connections.discard(self)
+        if self.address is not None:
+            self.server.quotas.release(self.address)
+            self.address = None
         self.transport = None
         self.queues.clear()  # requests waiting for one of their order are never served: nothing of them is written
         if self.reader.pending:
@@ -216,12 +244,14 @@ class _Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         """The client sent all it will: answer what is in flight, then close."""
-        if self.in_flight:
+        if self.in_flight and not self.refused:
             self.closing = True
             return True
         return False
 
     def data_received(self, data: bytes) -> None:
+        if self.refused:
+            return
         self.active = self.server._loop.time()
         self.reader.feed(data)
         while self.transport is not None and not self.transport.is_closing():

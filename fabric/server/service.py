@@ -216,8 +216,7 @@ class CoordinatorService(FabricFlightServer):
 
     def __init__(self, settings: Settings, broker: ClusterBroker, election: Any, metrics: ServerMetrics) -> None:
         self.settings, self.broker, self.election = settings, broker, election
-        self.request_max_bytes = settings.socket_request_max_bytes
-        self.connections_max_idle_ms = settings.connections_max_idle_ms
+        self.sockets = settings
         super().__init__(settings.listen, settings.tokens_file, settings.acl_file, settings.tls_cert,
                          settings.tls_key, metrics)
         self.producer_owners = ProducerOwners(broker.producer_id_owner)
@@ -319,7 +318,7 @@ class CoordinatorService(FabricFlightServer):
             self.authorize(context, transaction_commit_checks(request)
                             + [("write", f"topic:{t}") for t in sorted({t for t, _ in keys})])
             self._require_active()
-            parts = wire.unwrap(keys, reader, items, self.request_max_bytes)
+            parts = wire.unwrap(keys, reader, items, self.sockets.socket_request_max_bytes)
             count_bytes(sum(i.size if isinstance(i, pa.Buffer) else i.nbytes for v in parts.values() for i in v))
             result = getattr(self.broker, method)(request.pop("txn"), parts, **request)
         else:

@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import msgspec
 import pyarrow as pa
@@ -35,6 +36,7 @@ from fabric.common.errors import (
     InvalidTxnStateError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    TooManyConnectionsError,
     UnknownMemberError,
     UnsupportedVersionError,
 )
@@ -499,6 +501,41 @@ def test_idle_connections_are_closed_and_a_clients_next_requests_go_on_new_ones(
         now = fab.cluster.protocol.clients._connections
         assert set(now) == set(used) and all(now[a] is not used[a] and not now[a].broken for a in used)
         assert fab.cluster.coordinator.committed("idle-group")[("idle-local", 0)].offset == 1
+
+
+def test_a_flood_of_connections_over_max_connections_per_ip_is_refused_and_the_admitted_are_served(
+        coordinators) -> None:
+    """A coordinator process with max.connections.per.ip 2: a client and one raw connection hold both; 50 more,
+    opened at once, are each told why (TooManyConnectionsError naming the key) and closed, logged once at INFO;
+    the client's commits go on meanwhile, and a connection closed frees its slot for another."""
+    instance = coordinators(extra=("--max-connections-per-ip", "2"))
+    with fabric.connect(instance.url()) as fab:
+        fab.create_topic("quota")
+        fab.cluster.coordinator.commit_offsets("quota-group", {("quota", 0): 0})
+        address = fab.cluster.connection.status_of(instance.address).protocol_address
+        assert list(fab.cluster.protocol.clients._connections) == [address]  # the client's one slot
+        second = ProtocolConnection(address, None, None, 30.0, wire.exception_of)
+        refused = []
+        for _ in range(50):
+            with pytest.raises(TooManyConnectionsError) as caught:
+                ProtocolConnection(address, None, None, 30.0, wire.exception_of)
+            refused.append(str(caught.value))
+        assert all("holds 2 connections to this server, its limit (max.connections.per.ip=2)" in r for r in refused)
+        fab.cluster.coordinator.commit_offsets("quota-group", {("quota", 0): 0})  # served as before
+        second.close()
+        third = wait_for(lambda: _connected_or_none(address), 60, "the closed connection's slot to be free again")
+        assert bytes(third.call("echo", {"n": 3})[0]) == b'{"n":3}'
+        third.close()
+    log = Path(instance.log_path).read_text(errors="replace")
+    lines = [line for line in log.splitlines() if "refused a fabric protocol connection" in line]
+    assert 1 <= len(lines) <= 2 and all(" INFO " in line for line in lines)  # once (again once its slot was free)
+
+
+def _connected_or_none(address: str) -> ProtocolConnection | None:
+    try:
+        return ProtocolConnection(address, None, None, 30.0, wire.exception_of)
+    except TooManyConnectionsError:
+        return None
 
 
 def test_a_tls_server_takes_the_protocol_over_tls_only(coordinators, tls_files) -> None:

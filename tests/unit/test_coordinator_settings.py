@@ -6,6 +6,7 @@ import argparse
 
 import pytest
 
+from fabric.common.config import INT_MAX
 from fabric.common.errors import InvalidConfigError
 from fabric.coordinator.offsets_records import SEGMENT_BYTES
 from fabric.server.instance import add_start_arguments, settings_from
@@ -46,6 +47,20 @@ def test_socket_request_max_bytes_defaults_to_kafkas_and_a_bad_value_names_the_k
     assert parse("--socket-request-max-bytes", "4194304").socket_request_max_bytes == 4 << 20
     with pytest.raises(InvalidConfigError, match="socket.request.max.bytes must be a number of bytes from 1"):
         parse("--socket-request-max-bytes", "0")
+
+
+def test_connection_limits_default_to_kafkas_none_and_a_bad_value_names_the_key() -> None:
+    assert (parse().max_connections, parse().max_connections_per_ip) == (INT_MAX, INT_MAX)
+    limited = parse("--max-connections", "100", "--max-connections-per-ip", "0",
+                    "--max-connections-per-ip-overrides", "10.0.0.5:20")
+    quotas = limited.connection_quotas()
+    assert (quotas.total, quotas.per_ip, quotas.overrides) == (100, 0, {"10.0.0.5": 20})
+    with pytest.raises(InvalidConfigError, match="max.connections.per.ip must be a number of connections from 1"):
+        parse("--max-connections-per-ip", "0")  # nothing could connect: 0 only beside overrides
+    with pytest.raises(InvalidConfigError, match="max.connections must be a number of connections from 1"):
+        parse("--max-connections", "lots")
+    with pytest.raises(InvalidConfigError, match="max.connections.per.ip.overrides entry '10.0.0.5' must be HOST"):
+        parse("--max-connections-per-ip-overrides", "10.0.0.5")
 
 
 def test_connections_max_idle_ms_defaults_to_kafkas_and_a_bad_value_names_the_key() -> None:

@@ -31,6 +31,8 @@ def test_the_shipped_node_config_is_valid(repo_root) -> None:
                  "1500").connections_max_idle_ms == 1500
     assert parse("--id", "1", "--coordinator", "fabric://h:1", "--socket-request-max-bytes",
                  "65536").socket_request_max_bytes == 65536
+    assert parse("--id", "1", "--coordinator", "fabric://h:1", "--max-connections-per-ip",
+                 "50").connection_quotas().per_ip == 50  # the same socket keys as the coordinator's
     assert (settings.log_scrubber_io_max_bytes_per_second, settings.log_scrubber_backoff_ms) == (16 << 20, 15000)
     scrubbing = parse("--id", "1", "--coordinator", "fabric://h:1", "--log-scrubber-io-max-bytes-per-second", "0",
                       "--log-scrubber-backoff-ms", "500")

@@ -155,8 +155,7 @@ class NodeService(FabricFlightServer):
     def __init__(self, settings: NodeSettings, replicas: ReplicaManager, metrics: ServerMetrics) -> None:
         self.settings, self.replicas = settings, replicas
         self.node_epoch = 0
-        self.request_max_bytes = settings.socket_request_max_bytes
-        self.connections_max_idle_ms = settings.connections_max_idle_ms
+        self.sockets = settings
         super().__init__(settings.listen, settings.tokens_file, settings.acl_file, settings.tls_cert,
                          settings.tls_key, metrics)
         self.fetch_sessions = fetch_sessions.FetchSessions(replicas)  # (the protocol's event loop only)

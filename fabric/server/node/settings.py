@@ -17,25 +17,25 @@ from fabric.server.instance import (
     METRICS_PROPERTIES,
     SERVER_LOG_LEVEL,
     SOCKET_PROPERTIES,
+    SocketSettings,
     add_metrics_arguments,
     add_security_arguments,
     add_socket_arguments,
     byte_count,
     check_address,
+    check_socket_values,
     metrics_port,
     option_values,
 )
 from fabric.server.node.fetcher import FetchSettings
 from fabric.server.node.scrubber import BACKOFF_KEY, DEFAULT_BACKOFF_MS, DEFAULT_SCRUB_RATE, SCRUB_RATE_KEY
-from fabric.server.protocol_server import CONNECTIONS_MAX_IDLE_MS
-from fabric.server.wire import SOCKET_REQUEST_MAX_BYTES
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
 
 DEFAULT_LISTEN = "127.0.0.1:9095"
 
 
 @dataclass(frozen=True)
-class NodeSettings:
+class NodeSettings(SocketSettings):
     """How one data node runs. `session_timeout_ms` is the controller's node.session.timeout.ms: a node that
     could not heartbeat for that long stops leading (the controller has declared it dead)."""
 
@@ -61,8 +61,6 @@ class NodeSettings:
     metrics_host: str = METRICS_HOST
     metrics_token_file: str | None = None
     log_retention_check_interval_ms: int = DEFAULT_INTERVAL_MS
-    socket_request_max_bytes: int = SOCKET_REQUEST_MAX_BYTES
-    connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS
     log_scrubber_io_max_bytes_per_second: int = DEFAULT_SCRUB_RATE
     log_scrubber_backoff_ms: int = DEFAULT_BACKOFF_MS
 
@@ -94,8 +92,7 @@ MILLISECONDS = {"heartbeat_interval_ms": "node.heartbeat.interval.ms",
                 "replica_lag_time_max_ms": "replica.lag.time.max.ms",
                 "replica_fetch_wait_max_ms": "replica.fetch.wait.max.ms",
                 "replica_fetch_backoff_ms": "replica.fetch.backoff.ms",
-                "log_retention_check_interval_ms": INTERVAL_KEY, "log_scrubber_backoff_ms": BACKOFF_KEY,
-                "connections_max_idle_ms": "connections.max.idle.ms"}
+                "log_retention_check_interval_ms": INTERVAL_KEY, "log_scrubber_backoff_ms": BACKOFF_KEY}
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
@@ -145,10 +142,9 @@ def node_settings_from(args: argparse.Namespace) -> NodeSettings:
         raise InvalidConfigError("a data node needs its id: --id N (node.id), an int from 0; keep it with its --data "
                                  "directory across restarts")
     values["node_id"] = _node_id(values["node_id"])
-    for name, key in (("replica_fetch_max_bytes", "replica.fetch.max.bytes"),
-                      ("socket_request_max_bytes", "socket.request.max.bytes")):
-        if name in values:
-            values[name] = byte_count(key, values[name])
+    if "replica_fetch_max_bytes" in values:
+        values["replica_fetch_max_bytes"] = byte_count("replica.fetch.max.bytes", values["replica_fetch_max_bytes"])
+    check_socket_values(values)
     if "log_scrubber_io_max_bytes_per_second" in values:
         values["log_scrubber_io_max_bytes_per_second"] = byte_count(
             SCRUB_RATE_KEY, values["log_scrubber_io_max_bytes_per_second"], minimum=0)
