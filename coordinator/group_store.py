@@ -22,7 +22,7 @@ from fabric.common.errors import (
     RebalanceInProgressError,
 )
 from fabric.common.types import GroupDescription, JoinRequest, JoinResult, SyncResult
-from fabric.coordinator.groups import GroupCoordinator, GroupState, PartitionsOf, dead_state
+from fabric.coordinator.groups import GroupCoordinator, GroupState, PartitionsOf, dead_state, heartbeat_slack_ms
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -124,6 +124,20 @@ class GroupService:
             self.machine.delete(state)  # raises while the group has members
             return None, None
         self._call(group, forget)
+
+    def empty_since(self, group: str, now_ms: int) -> int | None:
+        """When the group last had a live member (ms; 0: never, as a standalone consumer's group, or not
+        recorded); None while it has one. Members whose session ended since the state was written count as
+        gone from their session's end: the state is not rewritten for it."""
+        stored = self.store.load(group)
+        if stored is None:
+            return 0
+        if self.machine.expire(stored, now_ms).members:
+            return None
+        if stored.members:
+            return max(m.last_heartbeat_ms + m.session_timeout_ms + heartbeat_slack_ms(m)
+                       for m in stored.members.values())
+        return stored.empty_since_ms
 
     def validate_commit(self, group: str, member_id: str, generation: int) -> None:
         """Raise unless this offset commit may be stored now (see GroupCoordinator.validate_commit). A group with

@@ -80,6 +80,7 @@ class GroupState:
     rebalance_deadline_ms: int = 0
     partition_counts: dict[str, int] = field(default_factory=dict)
     followup: bool = False  # a cooperative round withheld partitions: rebalance again once all synced
+    empty_since_ms: int = 0  # when the last member left (offsets.retention.minutes counts from it); 0: unknown
 
     def to_json(self) -> str:
         """Canonical JSON (sorted keys), so equal states serialise identically."""
@@ -337,6 +338,7 @@ class GroupCoordinator:
         self._prepare(s, now_ms)
         if not s.members:
             self._complete_empty(s)
+            s.empty_since_ms = now_ms
 
     @staticmethod
     def _complete_empty(s: GroupState) -> None:

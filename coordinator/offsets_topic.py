@@ -46,7 +46,7 @@ from typing import Callable, ContextManager, Iterable, Iterator, Protocol, Seque
 import pyarrow as pa
 
 from fabric.common.clock import SYSTEM_CLOCK, Clock
-from fabric.common.errors import CoordinatorUnavailableError, InvalidConfigError
+from fabric.common.errors import CoordinatorUnavailableError, GroupNotEmptyError, InvalidConfigError
 from fabric.common.types import CommittedOffset, TopicPartition, TransactionalOffsets
 from fabric.coordinator import commit_batch, validation
 from fabric.coordinator.commit_batch import Queued
@@ -305,6 +305,44 @@ class OffsetsTopic:
         return OffsetsPart(partition, self.partitions, local.log, batch(rows, self.clock.now_us()),
                            lambda: local.check_epoch(partition))
 
+    def newest_commits(self) -> dict[str, int]:
+        """Each group's newest commit time (ms) in the partitions this instance serves now (none while it serves
+        none)."""
+        newest: dict[str, int] = {}
+        for p in (p for p, state in enumerate(self._serving) if state is Serving.READY):
+            cache = self._caught_up(p)
+            with cache.lock:
+                newest.update((g, max(c.commit_ms for c in offsets.values())) for g, offsets in cache.groups.items())
+        return newest
+
+    def settled(self) -> bool:
+        """Whether this instance serves some partitions and loads none now."""
+        return Serving.LOADING not in self._serving and Serving.READY in self._serving
+
+    def serves_group(self, group: str) -> bool:
+        """Whether this instance serves the group's offsets partition now."""
+        return self._serving[offsets_partition(group, self.partitions)] is Serving.READY
+
+    def expire_group(self, group: str, cutoff_ms: int) -> bool:
+        """Append a tombstone for each of `group`'s committed offsets if none was committed after `cutoff_ms`,
+        checked again under the partition's write lock (a commit that comes meanwhile keeps them all); whether
+        they were (offsets.retention.minutes)."""
+        partition = offsets_partition(group, self.partitions)
+        expiring = self.committed(group)
+        if not expiring or max(c.commit_ms for c in expiring.values()) > cutoff_ms:
+            return False
+
+        def validate() -> None:
+            cache = self._caught_up(partition)
+            with cache.lock:
+                if cache.groups.get(group, {}) != expiring:
+                    raise _Settled()
+        try:
+            self.append(partition, [(offset_key(group, tp), None) for tp in sorted(expiring)], validate)
+        except _Settled:
+            return False
+        return True
+
     def delete_group(self, group: str) -> None:
         """Append a tombstone for each of `group`'s committed offsets."""
         keys = sorted(self.committed(group))
@@ -458,3 +496,27 @@ class TopicOffsets:
         """Forget a group's offsets and state; GroupNotEmptyError while it has live members."""
         self._groups.delete_group(group)
         self._offsets.delete_group(group)
+
+    def expire_groups(self, retention_ms: int) -> list[str]:
+        """Kafka's offsets.retention.minutes (KIP-211): forget the offsets and the state of each group served here
+        that has had no live member, and no commit, for `retention_ms`; the groups forgotten. A group whose
+        member joins, or that commits, meanwhile keeps everything (each step checks again under its lock). Nothing
+        while this instance serves no partition, or loads one (the next pass looks)."""
+        if not self._offsets.settled():
+            return []
+        now = self._offsets.clock.now_ms()
+        cutoff = now - retention_ms
+        newest = self._offsets.newest_commits()
+        stored = [g for g in self._groups.store.list() if g not in newest and self._offsets.serves_group(g)]
+        expired = []
+        for group in sorted({*newest, *stored}):
+            since = self._groups.empty_since(group, now)
+            if newest.get(group, 0) > cutoff or since is None or since > cutoff:
+                continue
+            try:
+                self._groups.delete_group(group)
+            except GroupNotEmptyError:
+                continue  # a member joined meanwhile
+            if group not in newest or self._offsets.expire_group(group, cutoff):
+                expired.append(group)
+        return expired

@@ -29,6 +29,8 @@ from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
 
 log = logging.getLogger(__name__)
 CLEANUP_KEY = "transaction.abort.timed.out.transaction.cleanup.interval.ms"  # Kafka's name
+RETENTION_KEY = "offsets.retention.minutes"
+OFFSETS_RETENTION_MINUTES = 7 * 24 * 60  # Kafka's default
 DEFAULT_LISTEN = "127.0.0.1:9093"
 METRICS_HOST = "127.0.0.1"
 SERVER_LOG_LEVEL = "INFO"
@@ -79,6 +81,8 @@ class Settings(SocketSettings):
     offsets_topic_segment_bytes: int = SEGMENT_BYTES
     transaction_max_timeout_ms: int = MAX_TIMEOUT_MS
     transaction_cleanup_interval_ms: int = 10_000
+    offsets_retention_minutes: int = OFFSETS_RETENTION_MINUTES
+    offsets_retention_check_interval_ms: int = 600_000
 
     @property
     def store_url(self) -> str:
@@ -122,14 +126,16 @@ PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir"
               "offsets.topic.replication.factor": "offsets_topic_replication_factor",
               "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
               "transaction.max.timeout.ms": "transaction_max_timeout_ms",
-              CLEANUP_KEY: "transaction_cleanup_interval_ms", **SOCKET_PROPERTIES}
+              CLEANUP_KEY: "transaction_cleanup_interval_ms", RETENTION_KEY: "offsets_retention_minutes",
+              "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms", **SOCKET_PROPERTIES}
 PATH_KEYS = ("tokens_file", "acl_file", "token_file", "tls_cert", "tls_key", "metrics_token_file")
 MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
                 "shutdown_timeout_ms": "coordinator.shutdown.timeout.ms",
                 "node_session_timeout_ms": "node.session.timeout.ms",
                 "log_retention_check_interval_ms": INTERVAL_KEY,
                 "transaction_max_timeout_ms": "transaction.max.timeout.ms",
-                "transaction_cleanup_interval_ms": CLEANUP_KEY}
+                "transaction_cleanup_interval_ms": CLEANUP_KEY,
+                "offsets_retention_check_interval_ms": "offsets.retention.check.interval.ms"}
 
 
 def add_start_arguments(parser: argparse.ArgumentParser) -> None:
@@ -166,6 +172,11 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transaction-cleanup-interval-ms", metavar="MS", help="how often the active instance "
                         f"aborts the transactions on data nodes that passed their timeout ({CLEANUP_KEY}, "
                         "default 10000)")
+    parser.add_argument("--offsets-retention-minutes", metavar="MINUTES", help="forget the offsets and the state of "
+                        "a group that has had no member and no commit for this long, as Kafka does "
+                        f"({RETENTION_KEY}, default {OFFSETS_RETENTION_MINUTES}: 7 days)")
+    parser.add_argument("--offsets-retention-check-interval-ms", metavar="MS", help="how often groups are looked at "
+                        "for that (offsets.retention.check.interval.ms, default 600000)")
     add_socket_arguments(parser)
     add_metrics_arguments(parser)
 
@@ -296,6 +307,13 @@ def settings_from(args: argparse.Namespace) -> Settings:
                       ("offsets_topic_replication_factor", "offsets.topic.replication.factor")):
         if values.get(name) is not None:
             values[name] = replication_factor(values[name], key)
+    if values.get("offsets_retention_minutes") is not None:
+        text = str(values["offsets_retention_minutes"]).strip()
+        if not text.isdigit() or not 1 <= int(text) <= INT_MAX:
+            raise InvalidConfigError(f"{RETENTION_KEY} must be a number of minutes from 1 to {INT_MAX} (Kafka's "
+                                     f"default: {OFFSETS_RETENTION_MINUTES}, 7 days), got "
+                                     f"{clip(values['offsets_retention_minutes'], 40)}")
+        values["offsets_retention_minutes"] = int(text)
     if values.get("offsets_topic_segment_bytes") is not None:
         values["offsets_topic_segment_bytes"] = segment_bytes(values["offsets_topic_segment_bytes"])
     check_socket_values(values)

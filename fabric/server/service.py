@@ -33,6 +33,7 @@ from fabric.coordinator import validation
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.offsets_records import OFFSETS_PARTITIONS, offsets_partition
+from fabric.coordinator.offsets_topic import TopicOffsets
 from fabric.coordinator.transaction_offsets import TransactionOffsets
 from fabric.coordinator.transaction_timeouts import TransactionTimeouts
 from fabric.server import coordinator_metrics, protocol_handlers, protocol_routes, replicated_offsets, security, wire
@@ -44,6 +45,7 @@ from fabric.server.entry import server_main
 from fabric.server.flight_server import FabricFlightServer, measured, translated
 from fabric.server.heap import QuietCollector
 from fabric.server.instance import (
+    RETENTION_KEY,
     Settings,
     add_start_arguments,
     open_store,
@@ -52,6 +54,7 @@ from fabric.server.instance import (
 from fabric.server.leader_calls import LeaderCalls
 from fabric.server.metrics import ServerMetrics
 from fabric.server.offsets_ownership import OwnershipWatcher, ServedElsewhereError, share_out
+from fabric.server.periodic import Periodic
 from fabric.server.producer_owners import ProducerOwners
 from fabric.server.request_metrics import count_bytes
 from fabric.server.shutdown import Interrupted, Shutdown
@@ -348,7 +351,8 @@ def serve(settings: Settings) -> None:
     shutdown = Shutdown(settings.shutdown_timeout_ms / 1000)
     shutdown.install()
     election: Any = None
-    broker = server = reaper = None
+    broker = server = None
+    background: list[TransactionReaper | Periodic] = []  # stopped before the broker
     collector = QuietCollector().start()  # (full collections kept out of the requests' way)
     try:
         store, election = open_store(settings)
@@ -370,7 +374,9 @@ def serve(settings: Settings) -> None:
             server.group_owners = share_out(store, controller, loader, server.instance)
         broker.start_maintenance(settings.log_retention_check_interval_ms, lambda: election.is_active)
         if isinstance(store, TransactionTimeouts):
-            reaper = transaction_reaper(store, controller, settings, lambda: election.is_active)
+            background.append(transaction_reaper(store, controller, settings, lambda: election.is_active))
+        if isinstance(store, TopicOffsets):
+            background.append(offsets_retention(store, settings, lambda: election.is_active))
         election.start(server.instance, controller)
         controller.start_timer()
         shutdown.serve_until_requested(
@@ -380,7 +386,7 @@ def serve(settings: Settings) -> None:
     except Interrupted as stop:
         log.info("%s before the instance was serving: stopping", stop)
     finally:
-        _stop(shutdown, server, election, broker, reaper)
+        _stop(shutdown, server, election, broker, background)
         collector.stop()
 
 
@@ -398,15 +404,30 @@ def transaction_reaper(store: TransactionTimeouts, controller: ControllerDriver,
     return reaper
 
 
+def offsets_retention(store: TopicOffsets, settings: Settings, active: Callable[[], bool]) -> Periodic:
+    """Started: the expiry of the groups served here that had no member and no commit for
+    offsets.retention.minutes, every offsets.retention.check.interval.ms; over an offsets topic shared by every
+    instance (a directory), only while `active()`; over its own partitions (the nodes'), always."""
+    retention_ms = settings.offsets_retention_minutes * 60_000
+
+    def expire() -> None:
+        expired = store.expire_groups(retention_ms)
+        if expired:
+            log.info("group offsets: forgot %d group(s) with no member and no commit for %d minutes (%s): %s",
+                     len(expired), settings.offsets_retention_minutes, RETENTION_KEY, ", ".join(expired[:20]))
+    return Periodic("offsets-retention", settings.offsets_retention_check_interval_ms / 1000,
+                    lambda: active() or not store.offsets_topic.log.shared, expire, "expiring group offsets").start()
+
+
 def _stop(shutdown: Shutdown, server: CoordinatorService | None, election: Any, broker: ClusterBroker | None,
-          reaper: TransactionReaper | None) -> None:
-    """Stop serving (calls in flight finish), stop the controller and the transaction reaper, leave the election
+          background: list[TransactionReaper | Periodic]) -> None:
+    """Stop serving (calls in flight finish), stop the background passes and the controller, leave the election
     and close the stores, within the deadline."""
     shutdown.begin()
     finished = True
     serving = shutdown.start("stop serving", server.shutdown) if server is not None else None
-    if reaper is not None:
-        reaper.stop(shutdown.remaining() / 4)
+    for task in background:
+        task.stop(shutdown.remaining() / 4 / len(background))
     if broker is not None:
         broker.stop_maintenance(shutdown.remaining() / 4)
         broker.controller.stop(shutdown.remaining() / 4)

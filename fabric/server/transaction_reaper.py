@@ -12,7 +12,6 @@ topic was deleted needs none.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Callable
 
 from fabric.common.clock import SYSTEM_CLOCK
@@ -20,6 +19,7 @@ from fabric.common.errors import FabricError, UnknownPartitionError, UnknownTopi
 from fabric.common.types import TopicPartition, TransactionRecord, TransactionWriter
 from fabric.coordinator.transaction_timeouts import TransactionTimeouts
 from fabric.server.leader_calls import LeaderCalls
+from fabric.server.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -30,36 +30,19 @@ class TransactionReaper:
 
     def __init__(self, store: TransactionTimeouts, leaders: LeaderCalls, interval_s: float,
                  active: Callable[[], bool]) -> None:
-        self.store, self.leaders, self.interval_s, self.active = store, leaders, interval_s, active
-        self._stopped = False
-        self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="transaction-reaper", daemon=True)
+        self.store, self.leaders = store, leaders
+        self._passes = Periodic("transaction-reaper", interval_s, active, self.run_once,
+                                "aborting timed-out transactions")
 
     def start(self) -> None:
-        self._thread.start()
+        self._passes.start()
 
     def wake(self) -> None:
         """Run a pass now (writers were aborted by an operator)."""
-        self._wake.set()
+        self._passes.wake()
 
     def stop(self, timeout_s: float) -> None:
-        self._stopped = True
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
-
-    def _run(self) -> None:
-        while True:
-            self._wake.wait(self.interval_s)
-            self._wake.clear()
-            if self._stopped:
-                return
-            if not self.active():
-                continue
-            try:
-                self.run_once()
-            except Exception as exc:  # noqa: BLE001 (the reaper must survive: the next pass retries)
-                log.warning("aborting timed-out transactions failed: %s; retrying in %.1f s", exc, self.interval_s)
+        self._passes.stop(timeout_s)
 
     def run_once(self) -> int:
         """One pass: expire, then write the markers of every aborted writer; how many writers were forgotten."""

@@ -63,6 +63,17 @@ def test_connection_limits_default_to_kafkas_none_and_a_bad_value_names_the_key(
         parse("--max-connections-per-ip-overrides", "10.0.0.5")
 
 
+def test_offsets_retention_defaults_to_kafkas_seven_days_and_a_bad_value_names_the_key() -> None:
+    assert (parse().offsets_retention_minutes, parse().offsets_retention_check_interval_ms) == (10080, 600_000)
+    short = parse("--offsets-retention-minutes", "1", "--offsets-retention-check-interval-ms", "500")
+    assert (short.offsets_retention_minutes, short.offsets_retention_check_interval_ms) == (1, 500)
+    for bad in ("0", "-5", "1.5", "week"):
+        with pytest.raises(InvalidConfigError, match="offsets.retention.minutes must be a number of minutes from 1"):
+            parse("--offsets-retention-minutes", bad)
+    with pytest.raises(InvalidConfigError, match="offsets.retention.check.interval.ms must be a number of millis"):
+        parse("--offsets-retention-check-interval-ms", "0")
+
+
 def test_connections_max_idle_ms_defaults_to_kafkas_and_a_bad_value_names_the_key() -> None:
     assert parse().connections_max_idle_ms == 600_000
     assert parse("--connections-max-idle-ms", "1500").connections_max_idle_ms == 1500

@@ -1,0 +1,53 @@
+"""offsets.retention.minutes on a cluster's coordinator process (Kafka's key; 1 minute here, the least it takes,
+looked at every 500 ms), its offsets replicated on a data node: a group that stopped committing and has no member
+is forgotten once a minute passed, its offsets tombstoned in __consumer_offsets, while a group that goes on
+committing keeps its own. A minute of waiting: the retention counts in the server's own time."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import fabric
+from fabric.common.waiting import wait_for
+
+TOPIC = "retained"
+
+
+def test_a_group_that_stopped_committing_is_forgotten_after_the_retention_and_a_committing_one_kept(
+        node_cluster) -> None:
+    cluster = node_cluster(nodes=1, coordinator_extra=(
+        "--offsets-topic-replication-factor", "1", "--offsets-retention-minutes", "1",
+        "--offsets-retention-check-interval-ms", "500"))
+    stop = threading.Event()
+    with fabric.connect(cluster.url) as fab:
+        fab.create_topic(TOPIC, partitions=2)
+        wait_for(lambda: _commits(fab, "abandoned"), 120, "the offsets topic to take the first commit")
+        committed_at = time.monotonic()
+
+        def keep_committing() -> None:
+            while not stop.wait(2.0):
+                _commits(fab, "kept")
+        keeper = threading.Thread(target=keep_committing, daemon=True)
+        keeper.start()
+        try:
+            wait_for(lambda: "kept" in fab.list_groups(), 60, "the kept group's first commit")
+            wait_for(lambda: "abandoned" not in fab.list_groups(), 300, "the abandoned group to be forgotten")
+            assert time.monotonic() - committed_at >= 59  # not before its minute
+            assert fab.cluster.coordinator.committed("abandoned") == {}
+            assert fab.cluster.coordinator.committed("kept")[(TOPIC, 1)].offset == 0
+        finally:
+            stop.set()
+            keeper.join(30)
+    log = Path(cluster.coordinator.log_path).read_text(errors="replace")
+    assert "forgot 1 group(s) with no member and no commit for 1 minutes (offsets.retention.minutes): abandoned" in log
+    assert "expiring group offsets failed" not in log  # not even while the offsets topic waited for its first commit
+
+
+def _commits(fab: fabric.Fabric, group: str) -> bool:
+    """Commit offset 0 of both partitions for `group`; False while the offsets topic is not ready for it."""
+    try:
+        fab.cluster.coordinator.commit_offsets(group, {(TOPIC, 0): 0, (TOPIC, 1): 0})
+    except fabric.errors.CoordinatorUnavailableError:
+        return False
+    return True
