@@ -204,6 +204,11 @@ class GroupMembership:
     def _has_offsets(self, group: str) -> bool:
         raise NotImplementedError
 
+    def limit_sessions(self, max_session_timeout_ms: int) -> None:
+        """Refuse joins asking for a longer session (group.max.session.timeout.ms; Kafka's default, 30 minutes,
+        unless set)."""
+        self._groups.machine.max_session_timeout_ms = max_session_timeout_ms
+
     def check_commit(self, group: str, member_id: str = "", generation: int = -1) -> None:
         self._groups.validate_commit(group, member_id, generation)
 

@@ -12,11 +12,13 @@ import uuid
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
+from fabric.common.config import INT_MAX
 from fabric.common.errors import (
     GroupNotEmptyError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidConfigError,
+    InvalidSessionTimeoutError,
     RebalanceInProgressError,
     UnknownMemberError,
 )
@@ -43,6 +45,7 @@ TRANSITIONS: dict[GroupStatus, frozenset[GroupStatus]] = {
 
 PartitionsOf = Callable[[str], int]  # topic -> partition count (0 for a topic that does not exist)
 HEARTBEAT_SLACK_FRACTION = 5  # a stored heartbeat is refreshed once it is session_timeout_ms / 5 old
+MAX_SESSION_TIMEOUT_MS = 1_800_000  # group.max.session.timeout.ms: Kafka's default, 30 minutes
 
 
 class IllegalStateTransition(RuntimeError):
@@ -145,7 +148,7 @@ def _common_assignors(members: list[Member], offered: list[str]) -> list[str]:
     return common
 
 
-def _validate_join(req: JoinRequest) -> None:
+def _validate_join(req: JoinRequest, max_session_timeout_ms: int) -> None:
     validate_group(req.group)
     if not isinstance(req.member_id, str) or not isinstance(req.group_instance_id, str):
         raise InvalidConfigError("member_id and group_instance_id must be strings ('' when unset)")
@@ -159,8 +162,14 @@ def _validate_join(req: JoinRequest) -> None:
         assignor(name)
     for key in ("session_timeout_ms", "rebalance_timeout_ms"):
         value = getattr(req, key)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise InvalidConfigError(f"{key} must be a positive integer of milliseconds, got {value!r}")
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= INT_MAX:
+            raise InvalidConfigError(f"{key} must be a positive integer of milliseconds up to {INT_MAX} (Kafka's "
+                                     f"int32), got {value!r}")
+    if req.session_timeout_ms > max_session_timeout_ms:
+        raise InvalidSessionTimeoutError(
+            f"session_timeout_ms {req.session_timeout_ms} is over this coordinator's group.max.session.timeout.ms "
+            f"({max_session_timeout_ms}): a member that died would keep its partitions that long; use at most that "
+            "(Kafka's default consumer session is 45000), or raise the coordinator's limit")
     for tp in req.owned:
         if len(tp) != 2 or not isinstance(tp[0], str) or not isinstance(tp[1], int):
             raise InvalidConfigError(f"owned partitions must be (topic, partition) pairs, got {tp!r}")
@@ -170,14 +179,16 @@ class GroupCoordinator:
     """The transitions. Each returns (new state, answer) and never mutates its input; protocol errors
     (unknown member, illegal generation, rebalance in progress) are raised with no state change."""
 
-    def __init__(self, new_member_id: Callable[[str], str] | None = None) -> None:
+    def __init__(self, new_member_id: Callable[[str], str] | None = None,
+                 max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS) -> None:
         self._new_id = new_member_id or (lambda client: f"{client or 'consumer'}-{uuid.uuid4().hex[:16]}")
+        self.max_session_timeout_ms = max_session_timeout_ms  # group.max.session.timeout.ms
 
     # -- membership changes ------------------------------------------------------------------------
     def join(self, state: GroupState, req: JoinRequest, now_ms: int,
              partitions_of: PartitionsOf) -> tuple[GroupState, JoinResult]:
         """Join, rejoin or take over a static member's slot; completes the rebalance when it can."""
-        _validate_join(req)
+        _validate_join(req, self.max_session_timeout_ms)
         s = state.copy()
         if s.state == GroupStatus.DEAD:
             raise UnknownMemberError("the group was deleted; join again")

@@ -50,6 +50,11 @@ class InvalidConfigError(FabricError):
     """A config key is unknown or its value is out of range."""
 
 
+class InvalidSessionTimeoutError(InvalidConfigError):
+    """A member asked for a session timeout the group coordinator does not allow (over its
+    group.max.session.timeout.ms)."""
+
+
 class InvalidArgumentError(FabricError):
     """An argument of a client call has the wrong type or is out of range (a negative offset, a timeout that
     is not a number); the message names the argument and what it takes."""

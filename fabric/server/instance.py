@@ -16,6 +16,7 @@ from fabric.common.errors import InvalidConfigError
 from fabric.common.logs import add_log_level_option
 from fabric.common.redaction import clip
 from fabric.coordinator.election import NotControllerError
+from fabric.coordinator.groups import MAX_SESSION_TIMEOUT_MS
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.node_leases import DEFAULT_SESSION_TIMEOUT_MS
 from fabric.coordinator.offsets_records import SEGMENT_BYTES
@@ -83,6 +84,7 @@ class Settings(SocketSettings):
     transaction_cleanup_interval_ms: int = 10_000
     offsets_retention_minutes: int = OFFSETS_RETENTION_MINUTES
     offsets_retention_check_interval_ms: int = 600_000
+    group_max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS
 
     @property
     def store_url(self) -> str:
@@ -127,7 +129,8 @@ PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir"
               "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
               "transaction.max.timeout.ms": "transaction_max_timeout_ms",
               CLEANUP_KEY: "transaction_cleanup_interval_ms", RETENTION_KEY: "offsets_retention_minutes",
-              "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms", **SOCKET_PROPERTIES}
+              "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
+              "group.max.session.timeout.ms": "group_max_session_timeout_ms", **SOCKET_PROPERTIES}
 PATH_KEYS = ("tokens_file", "acl_file", "token_file", "tls_cert", "tls_key", "metrics_token_file")
 MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
                 "shutdown_timeout_ms": "coordinator.shutdown.timeout.ms",
@@ -135,7 +138,8 @@ MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
                 "log_retention_check_interval_ms": INTERVAL_KEY,
                 "transaction_max_timeout_ms": "transaction.max.timeout.ms",
                 "transaction_cleanup_interval_ms": CLEANUP_KEY,
-                "offsets_retention_check_interval_ms": "offsets.retention.check.interval.ms"}
+                "offsets_retention_check_interval_ms": "offsets.retention.check.interval.ms",
+                "group_max_session_timeout_ms": "group.max.session.timeout.ms"}
 
 
 def add_start_arguments(parser: argparse.ArgumentParser) -> None:
@@ -177,6 +181,9 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
                         f"({RETENTION_KEY}, default {OFFSETS_RETENTION_MINUTES}: 7 days)")
     parser.add_argument("--offsets-retention-check-interval-ms", metavar="MS", help="how often groups are looked at "
                         "for that (offsets.retention.check.interval.ms, default 600000)")
+    parser.add_argument("--group-max-session-timeout-ms", metavar="MS", help="refuse a group member asking for a "
+                        "longer session, which it would keep its partitions for once dead (InvalidSessionTimeoutError; "
+                        f"group.max.session.timeout.ms, default {MAX_SESSION_TIMEOUT_MS})")
     add_socket_arguments(parser)
     add_metrics_arguments(parser)
 

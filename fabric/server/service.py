@@ -31,6 +31,7 @@ from fabric.common.redaction import clip
 from fabric.common.types import ClusterDescription, transaction_sequence
 from fabric.coordinator import validation
 from fabric.coordinator.election import NotControllerError
+from fabric.coordinator.group_store import GroupMembership
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.offsets_records import OFFSETS_PARTITIONS, offsets_partition
 from fabric.coordinator.offsets_topic import TopicOffsets
@@ -356,6 +357,8 @@ def serve(settings: Settings) -> None:
     collector = QuietCollector().start()  # (full collections kept out of the requests' way)
     try:
         store, election = open_store(settings)
+        if isinstance(store, GroupMembership):
+            store.limit_sessions(settings.group_max_session_timeout_ms)
         controller = ControllerDriver(store, settings.node_session_timeout_ms)
         loader = None
         if settings.offsets_replication_factor is not None and isinstance(store, TransactionOffsets):

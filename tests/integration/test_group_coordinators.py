@@ -13,7 +13,7 @@ import pytest
 
 import fabric
 from fabric.client.membership import GroupMetadata
-from fabric.common.errors import FabricError
+from fabric.common.errors import FabricError, InvalidSessionTimeoutError
 from fabric.common.types import JoinRequest
 from fabric.common.waiting import wait_for
 
@@ -90,3 +90,18 @@ def test_groups_are_shared_out_and_keep_committing_while_the_controller_is_pause
         assert coordinator.describe_group(elsewhere).generation == generation  # stable all along
         coordinator.commit_offsets(elsewhere, {(TOPIC, 0): 99}, "", generation, member_id)
         assert coordinator.committed(elsewhere)[(TOPIC, 0)].offset == 99
+
+
+def test_a_session_over_group_max_session_timeout_ms_is_refused_by_the_coordinator_process(coordinators) -> None:
+    """A careless consumer asking for a huge session (a dead member would keep its partitions that long) hears
+    InvalidSessionTimeoutError naming the coordinator's key as the consumer subscribes; one within it joins."""
+    instance = coordinators(extra=("--group-max-session-timeout-ms", "60000"))
+    with fabric.connect(instance.url()) as fab:
+        fab.create_topic("sessions", partitions=2)
+        with pytest.raises(InvalidSessionTimeoutError, match=r"session_timeout_ms 3600000 is over "
+                           r"this coordinator's group.max.session.timeout.ms \(60000\)"):
+            fab.consumer("sessions", group_id="careless", session_timeout_ms=3_600_000, heartbeat_interval_ms=1000)
+        with fab.consumer("sessions", group_id="careful", session_timeout_ms=45_000) as careful:
+            wait_for(lambda: careful.poll(0.2) is not None and len(careful.assignment()) == 2, 60,
+                     "the careful consumer's assignment")
+        assert fab.describe_consumer_group("careless").state == "Dead"  # the refused join stored nothing

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import fabric
+from fabric.common.errors import CoordinatorUnavailableError
 from fabric.common.waiting import wait_for
 
 TOPIC = "retained"
@@ -48,6 +49,6 @@ def _commits(fab: fabric.Fabric, group: str) -> bool:
     """Commit offset 0 of both partitions for `group`; False while the offsets topic is not ready for it."""
     try:
         fab.cluster.coordinator.commit_offsets(group, {(TOPIC, 0): 0, (TOPIC, 1): 0})
-    except fabric.errors.CoordinatorUnavailableError:
+    except CoordinatorUnavailableError:
         return False
     return True

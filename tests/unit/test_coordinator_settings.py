@@ -74,6 +74,13 @@ def test_offsets_retention_defaults_to_kafkas_seven_days_and_a_bad_value_names_t
         parse("--offsets-retention-check-interval-ms", "0")
 
 
+def test_group_max_session_timeout_defaults_to_kafkas_thirty_minutes() -> None:
+    assert parse().group_max_session_timeout_ms == 1_800_000
+    assert parse("--group-max-session-timeout-ms", "3600000").group_max_session_timeout_ms == 3_600_000
+    with pytest.raises(InvalidConfigError, match="group.max.session.timeout.ms must be a number of milliseconds"):
+        parse("--group-max-session-timeout-ms", "forever")
+
+
 def test_connections_max_idle_ms_defaults_to_kafkas_and_a_bad_value_names_the_key() -> None:
     assert parse().connections_max_idle_ms == 600_000
     assert parse("--connections-max-idle-ms", "1500").connections_max_idle_ms == 1500

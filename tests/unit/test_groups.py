@@ -14,6 +14,7 @@ from fabric.common.errors import (
     InconsistentGroupProtocolError,
     InvalidConfigError,
     InvalidGroupError,
+    InvalidSessionTimeoutError,
     InvalidTopicError,
     RebalanceInProgressError,
     UnknownMemberError,
@@ -252,6 +253,10 @@ def test_offset_commit_validation(gc):
     (dict(assignors=()), InvalidConfigError),
     (dict(session_timeout_ms=0), InvalidConfigError),
     (dict(rebalance_timeout_ms=-5), InvalidConfigError),
+    (dict(session_timeout_ms=1_800_001), InvalidSessionTimeoutError),  # over group.max.session.timeout.ms
+    (dict(session_timeout_ms=2**31 - 1), InvalidSessionTimeoutError),  # 24 days: a dead member keeps its partitions
+    (dict(session_timeout_ms=10**15), InvalidConfigError),  # absurd: over Kafka's int32
+    (dict(rebalance_timeout_ms=2**31), InvalidConfigError),  # over Kafka's int32
     (dict(owned=(("t",),)), InvalidConfigError),
     (dict(group=""), InvalidGroupError),
 ])
@@ -262,6 +267,16 @@ def test_malformed_join_raises_and_changes_nothing(gc, bad, error):
     with pytest.raises(error):
         gc.join(s, replace(req(m0), **bad), 50, parts)
     assert s.to_json() == before
+
+
+def test_a_coordinator_may_allow_longer_sessions_and_its_refusal_names_the_key(gc):
+    parts = Topics(t=2)
+    with pytest.raises(InvalidSessionTimeoutError, match=r"over this coordinator's group.max.session.timeout.ms "
+                                                         r"\(1800000\)"):
+        gc.join(GroupState(), req(session_timeout_ms=3_600_000), 1, parts)
+    gc.max_session_timeout_ms = 3_600_000
+    _, joined = gc.join(GroupState(), req(session_timeout_ms=3_600_000), 1, parts)
+    assert joined.ready
 
 
 def test_a_member_without_a_shared_assignor_is_refused(gc):
