@@ -9,6 +9,7 @@ lock.
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 from collections import Counter
@@ -21,6 +22,17 @@ from fabric.common.redaction import clip
 log = logging.getLogger(__name__)
 REFUSED_REMEMBERED = 1024  # refused addresses whose next refusals are logged at DEBUG only
 PER_IP_KEY, OVERRIDES_KEY, TOTAL_KEY = "max.connections.per.ip", "max.connections.per.ip.overrides", "max.connections"
+
+
+def canonical(address: str) -> str:
+    """An address as the quotas count it: an IPv4 address a dual-stack socket reports as IPv6 (::ffff:a.b.c.d) is
+    that IPv4 address, so one host has one count and its override applies."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return str(mapped or ip)
 
 
 def parse_overrides(text: str | None) -> dict[str, int]:
@@ -40,7 +52,7 @@ def parse_overrides(text: str | None) -> dict[str, int]:
         except socket.gaierror as exc:
             raise InvalidConfigError(f"{OVERRIDES_KEY}: host {clip(host, 60)} does not resolve ({exc.strerror}); "
                                      "give its address instead") from None
-        overrides[str(address)] = int(count)
+        overrides[canonical(str(address))] = int(count)
     return overrides
 
 
@@ -64,6 +76,7 @@ class ConnectionQuotas:
         """Count a new connection from `address` and return None, or, if it is over a limit, why not (nothing
         counted). The first refusal of an address (until it is admitted again) is logged at INFO, the others at
         DEBUG: a flood of connections does not flood the log."""
+        address = canonical(address)
         limit = self.limit(address)
         if self.counts[address] >= limit:
             reason = (f"{address} holds {self.counts[address]} connections to this server, its limit "
@@ -86,6 +99,7 @@ class ConnectionQuotas:
 
     def release(self, address: str) -> None:
         """A connection `admit` counted closed."""
+        address = canonical(address)
         self.held -= 1
         self.counts[address] -= 1
         if not self.counts[address]:

@@ -39,6 +39,14 @@ def test_an_override_sets_one_address_limit_and_the_total_caps_them_all() -> Non
     assert reason is not None and "max.connections=3" in reason
 
 
+def test_an_ipv4_host_seen_through_a_dual_stack_socket_has_one_count_and_its_override() -> None:
+    quotas = ConnectionQuotas(per_ip=1, overrides=parse_overrides("10.0.0.7:2"))
+    assert quotas.admit("::ffff:10.0.0.7") is None and quotas.admit("10.0.0.7") is None
+    assert quotas.admit("::ffff:10.0.0.7") is not None  # its override, 2, reached
+    quotas.release("::ffff:10.0.0.7")
+    assert quotas.counts == {"10.0.0.7": 1}
+
+
 def test_a_flood_of_refusals_is_logged_once_per_address_at_info(caplog) -> None:
     quotas = ConnectionQuotas(per_ip=1)
     quotas.admit("10.0.0.1")
