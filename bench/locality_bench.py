@@ -4,7 +4,7 @@ Python source, whose API cannot name any).
 
 Hosts are loopback addresses, so one machine holds several as Spark's scheduler sees hosts: data node i serves on
 127.0.0.<i+1> in rack rack-<i> (bench.local_cluster), and a Spark standalone worker of one core runs on each of the
-first `--workers` of those hosts (bench.spark_standalone), its executors labelled with that rack
+first `--workers` of those hosts (fabric.spark.standalone), its executors labelled with that rack
 ($FABRIC_CLIENT_RACK). The topic has `--partitions` partitions of one replica each (RF 1: a partition is on one host
 only), holding `--records` records. Each reader reads it whole into noop `--repeats` times; Spark's REST API gives
 every task's host and locality level.
@@ -26,8 +26,9 @@ from typing import Any
 import fabric
 from bench.local_cluster import LocalCluster
 from bench.report import bar_chart, progress, run_suite, table, timed
-from fabric.server.ports import free_port
+from fabric.common.ports import free_port
 from fabric.spark import jar
+from fabric.spark.standalone import StandaloneSpark
 
 NODES = 3
 HOSTS = tuple(f"127.0.0.{i + 1}" for i in range(1, NODES + 1))  # node i's
@@ -67,7 +68,6 @@ def read(spark, url: str, reader: str) -> None:
 
 
 def run(args: argparse.Namespace, directory: str) -> tuple[dict, None]:
-    from bench.spark_standalone import StandaloneSpark  # pyspark's launcher: imported where it is used
     workers = HOSTS[:args.workers]
     with LocalCluster(os.path.join(directory, "cluster"), NODES, 10_000, 300, hosts=HOSTS) as cluster:
         with fabric.connect(cluster.url) as fab:

@@ -1,11 +1,10 @@
-"""SparkCluster: a real Spark standalone cluster on 127.0.0.1 (one master, `workers` workers), started with pip's
-pyspark launcher (`$SPARK_HOME/bin/spark-class org.apache.spark.deploy.master.Master` / `...worker.Worker`; pip's
-pyspark has no sbin/ scripts), for tests whose Spark tasks must run in executors of their own, apart from the
-driver: what a job needs there has to reach them through options, confs or the environment.
+"""SparkCluster: a real Spark standalone cluster on 127.0.0.1 (one master, `workers` workers: fabric.spark.standalone,
+which starts, waits on and stops its daemons) for tests whose Spark tasks must run in executors of their own, apart
+from the driver: what a job needs there has to reach them through options, confs or the environment.
 
-- `start()` returns once the master's JSON (http://127.0.0.1:<webui>/json/) lists every worker ALIVE; `stop()`
-  ends the daemons and everything they started (executors, their Python workers) and every job `submit` started,
-  by process group: SIGTERM, then SIGKILL of whatever is left.
+- `start()` returns once the master lists every worker ALIVE; `stop()` ends the daemons and everything they
+  started (executors, their Python workers) and every job `submit` started, by process group: SIGTERM, then
+  SIGKILL of whatever is left.
 - `submit(script, *args, conf=..., env=...)` runs `spark-submit --master spark://... script args` (client mode:
   the driver is the spark-submit process) and returns its Popen; `supervise(...)` does the same and submits it
   again when it died starved (a Python worker it started did not connect back within Spark's fixed 10 s, which a
@@ -26,26 +25,15 @@ loaded by tests/conftest.py's `plain_module`; it imports only the installed pack
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
-from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence
 
-import pyspark
+from fabric.spark.standalone import STALL_S, StandaloneSpark
 
-from fabric.common.waiting import files_progress, wait_progressing
-from fabric.server.ports import free_port
-
-T = TypeVar("T")
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
-STOP_GRACE_S = 15.0  # SIGTERM to SIGKILL
-STALL_S = 240.0  # no log of the cluster (nor a file a wait names) written for this long: stuck, not slow
 # How a job dies when a Python worker it starts does not connect back within PythonWorkerFactory's fixed 10 s
 STARVED = "Python worker failed to connect back"
 RESTARTS = 3  # starved deaths a supervised job is submitted again after
@@ -67,86 +55,19 @@ def _parent(pid: int) -> int:
         return 0
 
 
-class SparkCluster:
-    """A Spark standalone master and `workers` workers (each `cores` cores and `memory`) as real JVMs under `root`
-    (worker N's work directory, with its executors' logs, is root/workerN; daemon and job logs are root/*.log).
-    `worker_env[i]` is added to worker i+1's environment, which its executors inherit (e.g. a FABRIC_CLIENT_RACK
-    per worker)."""
+class SparkCluster(StandaloneSpark):
+    """A Spark standalone master and `workers` workers on 127.0.0.1 (fabric.spark.standalone: each `cores` cores
+    and `memory`, under `root`), plus the jobs a test submits (root/submit-N.log) and the executors its workers
+    run. `worker_env[i]` is added to worker i+1's environment (e.g. a FABRIC_CLIENT_RACK per worker)."""
 
     STALL_S = STALL_S
 
     def __init__(self, root: str | os.PathLike[str], workers: int = 2, cores: int = 1, memory: str = "1g",
                  python: str = sys.executable, worker_env: Sequence[Mapping[str, str]] = ()) -> None:
-        self.root = Path(root)
-        self.workers, self.cores, self.memory, self.python = workers, cores, memory, python
-        self.worker_env = list(worker_env)
-        self.spark_home = os.path.dirname(os.path.abspath(pyspark.__file__))
-        self.port, self.webui_port = free_port(), free_port()
-        self.master_url = f"spark://127.0.0.1:{self.port}"
-        self.master_ui = f"http://127.0.0.1:{self.webui_port}"
-        self.daemons: list[subprocess.Popen] = []
+        super().__init__(root, ("127.0.0.1",) * workers, cores, memory, python, worker_env)
+        self.workers = workers
         self.jobs: list[subprocess.Popen] = []
-        self.logs: dict[int, Path] = {}  # pid of a daemon or job -> its log
         self._count = itertools.count(1)
-
-    # -- the daemons -----------------------------------------------------------------------------------------
-    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The environment of the daemons and jobs: this one without its FABRIC_* variables (executors see only
-        what a test gives them), with SPARK_HOME, SPARK_LOCAL_IP=127.0.0.1, PYSPARK_PYTHON /
-        PYSPARK_DRIVER_PYTHON set to `python` and the daemons' JVM options those of the jobs, plus `extra`."""
-        inherited = {k: v for k, v in os.environ.items() if not k.startswith("FABRIC_")}
-        return {**inherited, "SPARK_HOME": self.spark_home, "SPARK_LOCAL_IP": "127.0.0.1",
-                "PYSPARK_PYTHON": self.python, "PYSPARK_DRIVER_PYTHON": self.python,
-                "SPARK_DAEMON_JAVA_OPTS": os.environ.get("SPARK_SUBMIT_OPTS", ""), **(extra or {})}
-
-    def _spawn(self, name: str, command: list[str], env: Mapping[str, str]) -> subprocess.Popen:
-        """`command` in a process group of its own (stop() ends the group), output to root/<name>.log."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        path = self.root / f"{name}.log"
-        with open(path, "ab") as log:
-            process = subprocess.Popen(command, cwd=self.root, env=dict(env), stdout=log, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
-        self.logs[process.pid] = path
-        return process
-
-    def _spark_class(self, cls: str, *args: str) -> list[str]:
-        return [os.path.join(self.spark_home, "bin", "spark-class"), cls, *args]
-
-    def start(self) -> SparkCluster:
-        """Start the master and the workers; return once the master lists `workers` workers ALIVE. On failure
-        everything started is stopped and the error names the logs."""
-        try:
-            self.daemons.append(self._spawn("master", self._spark_class(
-                "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.port),
-                "--webui-port", str(self.webui_port)), self.env()))
-            for i in range(1, self.workers + 1):
-                work_dir = self.root / f"worker{i}"
-                work_dir.mkdir(parents=True, exist_ok=True)
-                extra = self.worker_env[i - 1] if i <= len(self.worker_env) else {}
-                self.daemons.append(self._spawn(f"worker{i}", self._spark_class(
-                    "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", str(self.cores),
-                    "--memory", self.memory, "--webui-port", str(free_port()), "--work-dir", str(work_dir),
-                    self.master_url), self.env(extra)))
-            self.wait(lambda: len(self.alive_workers()) >= self.workers,
-                      f"{self.workers} workers ALIVE at the master {self.master_url}")
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def wait(self, condition: Callable[[], T | None], what: str, *paths: str | os.PathLike[str]) -> T:
-        """condition()'s first truthy answer, waited for as long as the cluster's logs or the files under `paths`
-        change (STALL_S at most without a change); failing at once (with the logs) if a daemon exited."""
-        def check() -> T | None:
-            dead = [p for p in self.daemons if p.poll() is not None]
-            if dead:
-                raise RuntimeError(f"a Spark daemon exited ({self.logs[dead[0].pid].stem}, code "
-                                   f"{dead[0].returncode}) while waiting for {what}:\n{self.output(dead[0])}")
-            return condition()
-        try:
-            return wait_progressing(check, lambda: files_progress(self.root, *paths), STALL_S, what)
-        except TimeoutError as exc:
-            raise TimeoutError(f"{exc}\n{self.describe_logs()}") from None
 
     def stop(self) -> None:
         """End every job and daemon with its process group (executors and Python workers are in their worker's):
@@ -159,41 +80,7 @@ class SparkCluster:
         self._end([job for job in self.jobs if job.poll() is None])
         self.jobs = []
 
-    def _end(self, processes: list[subprocess.Popen]) -> None:
-        """SIGTERM each process group, wait up to STOP_GRACE_S, then SIGKILL whatever is left of each."""
-        for process in processes:
-            self._signal_group(process, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        for process in processes:
-            try:
-                process.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                pass
-            self._signal_group(process, signal.SIGKILL)  # children left behind, or the leader itself
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
-
-    @staticmethod
-    def _signal_group(process: subprocess.Popen, sig: int) -> None:
-        try:
-            os.killpg(process.pid, sig)  # the group this process leads (start_new_session)
-        except (ProcessLookupError, PermissionError):
-            pass
-
     # -- the master's view -----------------------------------------------------------------------------------
-    def state(self) -> dict[str, Any]:
-        """The master's JSON state (workers, activeapps, completedapps, ...); {} while it does not answer."""
-        try:
-            with urllib.request.urlopen(f"{self.master_ui}/json/", timeout=10) as answer:
-                return json.loads(answer.read())
-        except (urllib.error.URLError, OSError, ValueError):
-            return {}
-
-    def alive_workers(self) -> list[dict[str, Any]]:
-        return [w for w in self.state().get("workers", []) if w.get("state") == "ALIVE"]
-
     def apps(self, completed: bool = False) -> list[dict[str, Any]]:
         """The master's running applications (or its completed ones): id, name, state, cores, ..."""
         return list(self.state().get("completedapps" if completed else "activeapps", []))
@@ -279,15 +166,6 @@ class SparkCluster:
         if job.returncode != 0:
             raise AssertionError(f"spark-submit {script} exited with {job.returncode}:\n{self.output(job)}")
         return self.output(job, limit=None)
-
-    def output(self, process: subprocess.Popen, limit: int | None = 8000) -> str:
-        """What a job or daemon wrote (its last `limit` characters)."""
-        text = self.logs[process.pid].read_text(errors="replace")
-        return text if limit is None else text[-limit:]
-
-    def describe_logs(self) -> str:
-        """The tail of every daemon's log, for a failure message."""
-        return "\n".join(f"--- {self.logs[p.pid].name}:\n{self.output(p, 3000)}" for p in self.daemons)
 
 
 class SupervisedJob:

@@ -16,9 +16,9 @@ from typing import Any
 
 import pyarrow.flight as flight
 
+from fabric.common.ports import free_port
 from fabric.server import wire
 from fabric.server.connection import ENV_TOKEN
-from fabric.server.ports import free_port
 
 
 class ServerProcess:

@@ -15,7 +15,7 @@ import time
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
-from fabric.server.ports import free_port
+from fabric.common.ports import free_port
 
 TICK_MS = 200  # sessions may be as short as 2 ticks (0.4 s), so expiry tests stay short
 MAX_SESSION_TIMEOUT_MS = 60_000  # and as long as a loaded machine needs (ZooKeeper's default cap is 20 ticks)

@@ -22,9 +22,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import fabric
+from fabric.common.ports import free_port
 from fabric.common.records import to_storage
 from fabric.common.waiting import wait_for
-from fabric.server.ports import free_port
 
 METRICS = ("--metrics-port", "0")
 TOPIC_CONFIG = {"min.insync.replicas": "2"}

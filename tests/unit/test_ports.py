@@ -1,11 +1,11 @@
-"""fabric.server.ports.free_port: a port it hands out is not handed out again by the same process, even before the
+"""fabric.common.ports.free_port: a port it hands out is not handed out again by the same process, even before the
 server it was meant for binds it (two nodes of one test cluster once drew the same port, and the second could not
 listen)."""
 from __future__ import annotations
 
 import random
 
-from fabric.server import ports
+from fabric.common import ports
 
 
 def test_a_port_handed_out_is_not_handed_out_again_before_its_server_binds_it(monkeypatch) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fabric.common.errors import CoordinatorUnavailableError, InvalidConfigError
+from fabric.common.ports import free_port
 from fabric.coordinator import zk_layout as layout
-from fabric.server.ports import free_port
 
 
 def test_url_parsing_and_unreachable_server():

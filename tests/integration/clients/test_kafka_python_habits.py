@@ -8,7 +8,7 @@ import pytest
 
 import fabric
 from fabric import TopicPartition
-from fabric.server.ports import free_port
+from fabric.common.ports import free_port
 
 
 def fill(fab, topic: str, partitions: int, per_partition: int) -> None:
