@@ -259,7 +259,9 @@ CONSUMER_SETTINGS: dict[str, Setting] = {
 _CONNECTION = "the fabric is named by fabric.connect(url): file:///dir, or fabric://host:port[,host:port]"
 _SECURITY = ("a service is reached with TLS by fabric+tls://host:port and authenticates the token of ?token= in "
              "the URL or $FABRIC_TOKEN")
-_TRANSPORT = "the fabric's Arrow Flight transport manages its own connections and timeouts"
+_TRANSPORT = ("the fabric's transport manages its own connections (one fabric protocol connection per server, opened "
+              "again once the server closed it idle; Arrow Flight for the rest) and timeouts (?timeout_ms= in the "
+              "fabric:// URL)")
 # Kafka client configs (kafka-python's names, '.' or '_') that mean nothing here: each is accepted with a warning
 # saying why, so code written for Kafka runs unchanged instead of failing on its first line.
 IGNORED_CLIENT_SETTINGS: dict[str, str] = {
