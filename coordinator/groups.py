@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import asdict, dataclass, field, replace
-from typing import Callable
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Callable
 
 from fabric.common.config import INT_MAX
 from fabric.common.errors import (
@@ -91,9 +91,11 @@ class GroupState:
 
     @classmethod
     def from_json(cls, text: str) -> GroupState:
-        """The state `to_json` wrote."""
-        raw = json.loads(text)
-        raw["members"] = {m: Member(**v) for m, v in raw["members"].items()}
+        """The state `to_json` wrote, in this release or a later one: fields this release does not know are left
+        out (a rolling upgrade's newer instance may have written them; each new field's default keeps the older
+        meaning, as empty_since_ms's 0, "unknown", does)."""
+        raw = _known(cls, json.loads(text))
+        raw["members"] = {m: Member(**_known(Member, v)) for m, v in raw["members"].items()}
         raw["state"] = GroupStatus(raw["state"])
         return cls(**raw)
 
@@ -109,6 +111,12 @@ class GroupState:
     def owned(self, member_id: str) -> tuple[TopicPartition, ...]:
         """The member's assignment in the current generation, as (topic, partition) pairs."""
         return tuple((t, p) for t, p in self.assignment.get(member_id, []))
+
+
+def _known(kind: type, raw: dict[str, Any]) -> dict[str, Any]:
+    """The items of `raw` that are fields of the dataclass `kind`."""
+    names = {f.name for f in fields(kind)}
+    return {k: v for k, v in raw.items() if k in names}
 
 
 def heartbeat_slack_ms(m: Member) -> int:
