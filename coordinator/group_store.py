@@ -139,6 +139,12 @@ class GroupService:
                        for m in stored.members.values())
         return stored.empty_since_ms
 
+    def subscribed(self, group: str, now_ms: int) -> set[str] | None:
+        """The topics the group's live members subscribe to; None while it has none."""
+        stored = self.store.load(group)
+        members = self.machine.expire(stored, now_ms).members if stored is not None else {}
+        return {t for m in members.values() for t in m.topics} if members else None
+
     def validate_commit(self, group: str, member_id: str, generation: int) -> None:
         """Raise unless this offset commit may be stored now (see GroupCoordinator.validate_commit). A group with
         no stored state (one that only commits: a standalone consumer, a Spark query) has nothing to expire."""

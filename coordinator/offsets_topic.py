@@ -41,7 +41,7 @@ import json
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Iterable, Iterator, Protocol, Sequence, cast
+from typing import Callable, Collection, ContextManager, Iterable, Iterator, Protocol, Sequence, cast
 
 import pyarrow as pa
 
@@ -323,25 +323,27 @@ class OffsetsTopic:
         """Whether this instance serves the group's offsets partition now."""
         return self._serving[offsets_partition(group, self.partitions)] is Serving.READY
 
-    def expire_group(self, group: str, cutoff_ms: int) -> bool:
-        """Append a tombstone for each of `group`'s committed offsets if none was committed after `cutoff_ms`,
-        checked again under the partition's write lock (a commit that comes meanwhile keeps them all); whether
-        they were (offsets.retention.minutes)."""
+    def expire_offsets(self, group: str, cutoff_ms: int, keep: Collection[str] = ()) -> list[TopicPartition]:
+        """Append a tombstone for each of `group`'s offsets committed at or before `cutoff_ms`, but those of the
+        topics in `keep`, checked again under the partition's write lock (if one of them was committed again
+        meanwhile, none is: the next pass looks again); the partitions whose offsets went
+        (offsets.retention.minutes)."""
         partition = offsets_partition(group, self.partitions)
-        expiring = self.committed(group)
-        if not expiring or max(c.commit_ms for c in expiring.values()) > cutoff_ms:
-            return False
+        expiring = {tp: c for tp, c in self.committed(group).items() if tp[0] not in keep and c.commit_ms <= cutoff_ms}
+        if not expiring:
+            return []
 
         def validate() -> None:
             cache = self._caught_up(partition)
             with cache.lock:
-                if cache.groups.get(group, {}) != expiring:
+                now = cache.groups.get(group, {})
+                if any(now.get(tp) != c for tp, c in expiring.items()):
                     raise _Settled()
         try:
             self.append(partition, [(offset_key(group, tp), None) for tp in sorted(expiring)], validate)
         except _Settled:
-            return False
-        return True
+            return []
+        return sorted(expiring)
 
     def delete_group(self, group: str) -> None:
         """Append a tombstone for each of `group`'s committed offsets."""
@@ -449,6 +451,14 @@ class OffsetsTopic:
                             len(by_group), OFFSETS_TOPIC)
 
 
+@dataclass(frozen=True)
+class Expired:
+    """What a pass of offsets retention forgot: whole groups, and partitions of groups that live on."""
+
+    groups: list[str]
+    partitions: dict[str, list[TopicPartition]]
+
+
 class TopicOffsets:
     """The offset methods of the Coordinator interface over an OffsetsTopic (`self._offsets`), for a store whose
     GroupService (`self._groups`) checks a commit's generation and knows the live groups."""
@@ -497,26 +507,33 @@ class TopicOffsets:
         self._groups.delete_group(group)
         self._offsets.delete_group(group)
 
-    def expire_groups(self, retention_ms: int) -> list[str]:
-        """Kafka's offsets.retention.minutes (KIP-211): forget the offsets and the state of each group served here
-        that has had no live member, and no commit, for `retention_ms`; the groups forgotten. A group whose
-        member joins, or that commits, meanwhile keeps everything (each step checks again under its lock). Nothing
-        while this instance serves no partition, or loads one (the next pass looks)."""
+    def expire_groups(self, retention_ms: int) -> Expired:
+        """Kafka's offsets.retention.minutes: forget the offsets and the state of each group served here that has
+        had no live member, and no commit, for `retention_ms` (KIP-211), and, in a group with live members, the
+        offsets committed that long ago of topics none of them subscribes to any more (KIP-496). A group whose
+        member joins, or that commits, meanwhile keeps what it has (each step checks again under its lock).
+        Nothing while this instance serves no partition, or loads one (the next pass looks)."""
+        expired = Expired([], {})
         if not self._offsets.settled():
-            return []
+            return expired
         now = self._offsets.clock.now_ms()
         cutoff = now - retention_ms
         newest = self._offsets.newest_commits()
         stored = [g for g in self._groups.store.list() if g not in newest and self._offsets.serves_group(g)]
-        expired = []
         for group in sorted({*newest, *stored}):
             since = self._groups.empty_since(group, now)
-            if newest.get(group, 0) > cutoff or since is None or since > cutoff:
+            if since is None:
+                subscribed = self._groups.subscribed(group, now)
+                if group in newest and subscribed is not None:
+                    if gone := self._offsets.expire_offsets(group, cutoff, keep=subscribed):
+                        expired.partitions[group] = gone
+                continue
+            if newest.get(group, 0) > cutoff or since > cutoff:
                 continue
             try:
                 self._groups.delete_group(group)
             except GroupNotEmptyError:
                 continue  # a member joined meanwhile
-            if group not in newest or self._offsets.expire_group(group, cutoff):
-                expired.append(group)
+            if group not in newest or self._offsets.expire_offsets(group, cutoff):
+                expired.groups.append(group)
         return expired

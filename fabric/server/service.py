@@ -415,9 +415,14 @@ def offsets_retention(store: TopicOffsets, settings: Settings, active: Callable[
 
     def expire() -> None:
         expired = store.expire_groups(retention_ms)
-        if expired:
+        if expired.groups:
             log.info("group offsets: forgot %d group(s) with no member and no commit for %d minutes (%s): %s",
-                     len(expired), settings.offsets_retention_minutes, RETENTION_KEY, ", ".join(expired[:20]))
+                     len(expired.groups), settings.offsets_retention_minutes, RETENTION_KEY,
+                     ", ".join(expired.groups[:20]))
+        for group, partitions in list(expired.partitions.items())[:20]:
+            log.info("group offsets: group %s forgot its offsets of %s, topics none of its members subscribes to, "
+                     "committed over %d minutes ago (%s)", group, ", ".join(f"{t}-{p}" for t, p in partitions[:20]),
+                     settings.offsets_retention_minutes, RETENTION_KEY)
     return Periodic("offsets-retention", settings.offsets_retention_check_interval_ms / 1000,
                     lambda: active() or not store.offsets_topic.log.shared, expire, "expiring group offsets").start()
 

@@ -21,6 +21,7 @@ def coord(tmp_path, clock):
     store.use_offsets_topic(OffsetsTopic.in_directory(str(tmp_path / "offsets"), clock=clock))
     store._groups.clock = clock
     store.create_topic("t", 2, {}, None)
+    store.create_topic("u", 1, {}, None)
     yield store
     store.close()
 
@@ -37,10 +38,10 @@ def test_a_standalone_groups_offsets_go_once_its_newest_commit_is_older_than_the
     clock.ms += RETENTION_MS // 2
     coord.commit_offsets("old", {("t", 1): 7})  # the newest commit counts, for every partition of the group
     clock.ms += RETENTION_MS // 2 + 1
-    assert coord.expire_groups(RETENTION_MS) == []
+    assert coord.expire_groups(RETENTION_MS).groups == []
     coord.commit_offsets("recent", {("t", 0): 1})
     clock.ms += RETENTION_MS // 2
-    assert coord.expire_groups(RETENTION_MS) == ["old"]
+    assert coord.expire_groups(RETENTION_MS).groups == ["old"]
     assert coord.committed("old") == {} and coord.list_groups() == ["recent"]
     assert coord.committed("recent")[("t", 0)].offset == 1
     reopened = OffsetsTopic.in_directory(coord.offsets_topic.log.directory)  # tombstones, read back from the log
@@ -54,12 +55,12 @@ def test_a_group_with_a_live_member_keeps_its_offsets_and_the_retention_counts_f
     for _ in range(30):  # the commit gets old, the member heartbeating all along
         clock.ms += SESSION_MS // 3
         coord.heartbeat("live", member, 1)
-        assert coord.expire_groups(retention_ms) == []
+        assert coord.expire_groups(retention_ms).groups == []
     coord.leave_group("live", member)
     clock.ms += retention_ms - 1
-    assert coord.expire_groups(retention_ms) == []
+    assert coord.expire_groups(retention_ms).groups == []
     clock.ms += 1
-    assert coord.expire_groups(retention_ms) == ["live"]
+    assert coord.expire_groups(retention_ms).groups == ["live"]
     assert coord.committed("live") == {} and coord.describe_group("live").state == GroupStatus.DEAD
 
 
@@ -67,16 +68,16 @@ def test_a_member_whose_session_ended_counts_as_gone_from_its_sessions_end(coord
     member = join(coord, "silent")
     coord.commit_offsets("silent", {("t", 0): 3}, generation=1, member_id=member)
     clock.ms += RETENTION_MS  # the member died at the start; nothing rewrote the group's state since
-    assert coord.expire_groups(RETENTION_MS) == []  # gone for the retention less its session
+    assert coord.expire_groups(RETENTION_MS).groups == []  # gone for the retention less its session
     clock.ms += 2 * SESSION_MS
-    assert coord.expire_groups(RETENTION_MS) == ["silent"]
+    assert coord.expire_groups(RETENTION_MS).groups == ["silent"]
 
 
 def test_a_group_that_never_committed_is_forgotten_once_empty_that_long(coord, clock) -> None:
     member = join(coord, "idle")
     coord.leave_group("idle", member)
     clock.ms += RETENTION_MS
-    assert coord.expire_groups(RETENTION_MS) == ["idle"]
+    assert coord.expire_groups(RETENTION_MS).groups == ["idle"]
     assert "idle" not in coord.group_store.list()
 
 
@@ -85,5 +86,26 @@ def test_offsets_committed_after_the_cutoff_are_never_tombstoned(coord, clock) -
     clock.ms += RETENTION_MS + 1
     cutoff = clock.ms - RETENTION_MS
     coord.commit_offsets("racing", {("t", 1): 9})  # after the pass looked at the group, before its tombstones
-    assert not coord.offsets_topic.expire_group("racing", cutoff)
-    assert {tp: c.offset for tp, c in coord.committed("racing").items()} == {("t", 0): 5, ("t", 1): 9}
+    assert coord.offsets_topic.expire_offsets("racing", cutoff) == [("t", 0)]  # the newer one is not old enough
+    assert {tp: c.offset for tp, c in coord.committed("racing").items()} == {("t", 1): 9}
+
+
+def test_a_live_group_forgets_old_offsets_of_topics_its_members_no_longer_subscribe_to(coord, clock) -> None:
+    """KIP-496: the group moved from topic u to topic t; u's offset goes once the retention passed since it was
+    committed, while the members live on and t's offsets stay however old."""
+    retention_ms = 4 * SESSION_MS
+    coord.commit_offsets("moved", {("u", 0): 4})  # before its members subscribed to t only
+    member = join(coord, "moved")
+    coord.commit_offsets("moved", {("t", 0): 3}, generation=1, member_id=member)
+    clock.ms += SESSION_MS // 3
+    coord.commit_offsets("moved", {("u", 0): 5}, generation=1, member_id=member)  # renewed: counts from here
+    for _ in range(11):  # u's renewed offset 110 s old, t's 120 s
+        clock.ms += SESSION_MS // 3
+        coord.heartbeat("moved", member, 1)
+        assert coord.expire_groups(retention_ms).partitions == {}
+    clock.ms += SESSION_MS // 3
+    coord.heartbeat("moved", member, 1)
+    expired = coord.expire_groups(retention_ms)
+    assert (expired.groups, expired.partitions) == ([], {"moved": [("u", 0)]})
+    assert {tp: c.offset for tp, c in coord.committed("moved").items()} == {("t", 0): 3}
+    assert coord.describe_group("moved").state == GroupStatus.STABLE
