@@ -228,18 +228,20 @@ def check_socket_values(values: dict[str, Any]) -> None:
     for name, key, minimum in (("max_connections", TOTAL_KEY, 1),
                                ("max_connections_per_ip", PER_IP_KEY, 0 if overrides else 1)):
         if values.get(name) is not None:
-            text = str(values[name]).strip()
-            if not text.isdigit() or not minimum <= int(text) <= INT_MAX:
-                raise InvalidConfigError(f"{key} must be a number of connections from {minimum} to {INT_MAX} (0 only "
-                                         f"with {OVERRIDES_KEY}), got {clip(values[name], 40)}")
-            values[name] = int(text)
+            values[name] = whole_number(key, values[name], "connections", minimum, f" (0 only with {OVERRIDES_KEY})")
 
 
 def byte_count(key: str, value: Any, minimum: int = 1) -> int:
     """A size option `key` in bytes: an int from `minimum` to INT_MAX."""
+    return whole_number(key, value, "bytes", minimum)
+
+
+def whole_number(key: str, value: Any, unit: str, minimum: int = 1, note: str = "") -> int:
+    """An option `key` counting `unit`s: an int from `minimum` to INT_MAX; InvalidConfigError naming the key, the
+    range and `note` otherwise."""
     text = str(value).strip()
     if not text.isdigit() or not minimum <= int(text) <= INT_MAX:
-        raise InvalidConfigError(f"{key} must be a number of bytes from {minimum} to {INT_MAX}, got "
+        raise InvalidConfigError(f"{key} must be a number of {unit} from {minimum} to {INT_MAX}{note}, got "
                                  f"{clip(value, 40)}")
     return int(text)
 
@@ -315,12 +317,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
         if values.get(name) is not None:
             values[name] = replication_factor(values[name], key)
     if values.get("offsets_retention_minutes") is not None:
-        text = str(values["offsets_retention_minutes"]).strip()
-        if not text.isdigit() or not 1 <= int(text) <= INT_MAX:
-            raise InvalidConfigError(f"{RETENTION_KEY} must be a number of minutes from 1 to {INT_MAX} (Kafka's "
-                                     f"default: {OFFSETS_RETENTION_MINUTES}, 7 days), got "
-                                     f"{clip(values['offsets_retention_minutes'], 40)}")
-        values["offsets_retention_minutes"] = int(text)
+        values["offsets_retention_minutes"] = whole_number(
+            RETENTION_KEY, values["offsets_retention_minutes"], "minutes",
+            note=f" (Kafka's default: {OFFSETS_RETENTION_MINUTES}, 7 days)")
     if values.get("offsets_topic_segment_bytes") is not None:
         values["offsets_topic_segment_bytes"] = segment_bytes(values["offsets_topic_segment_bytes"])
     check_socket_values(values)
