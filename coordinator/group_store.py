@@ -125,25 +125,20 @@ class GroupService:
             return None, None
         self._call(group, forget)
 
-    def empty_since(self, group: str, now_ms: int) -> int | None:
-        """When the group last had a live member (ms; 0: never, as a standalone consumer's group, or not
-        recorded); None while it has one. Members whose session ended since the state was written count as
-        gone from their session's end: the state is not rewritten for it."""
+    def liveness(self, group: str, now_ms: int) -> tuple[int | None, set[str]]:
+        """When the group last had a live member (ms; 0: never, as a standalone consumer's group, or not recorded;
+        None while it has one), and the topics its live members subscribe to. Members whose session ended since
+        the state was written count as gone from their session's end: the state is not rewritten for it."""
         stored = self.store.load(group)
         if stored is None:
-            return 0
-        if self.machine.expire(stored, now_ms).members:
-            return None
+            return 0, set()
+        live = self.machine.expire(stored, now_ms).members
+        if live:
+            return None, {t for m in live.values() for t in m.topics}
         if stored.members:
             return max(m.last_heartbeat_ms + m.session_timeout_ms + heartbeat_slack_ms(m)
-                       for m in stored.members.values())
-        return stored.empty_since_ms
-
-    def subscribed(self, group: str, now_ms: int) -> set[str] | None:
-        """The topics the group's live members subscribe to; None while it has none."""
-        stored = self.store.load(group)
-        members = self.machine.expire(stored, now_ms).members if stored is not None else {}
-        return {t for m in members.values() for t in m.topics} if members else None
+                       for m in stored.members.values()), set()
+        return stored.empty_since_ms, set()
 
     def validate_commit(self, group: str, member_id: str, generation: int) -> None:
         """Raise unless this offset commit may be stored now (see GroupCoordinator.validate_commit). A group with

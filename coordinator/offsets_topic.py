@@ -521,12 +521,10 @@ class TopicOffsets:
         newest = self._offsets.newest_commits()
         stored = [g for g in self._groups.store.list() if g not in newest and self._offsets.serves_group(g)]
         for group in sorted({*newest, *stored}):
-            since = self._groups.empty_since(group, now)
+            since, subscribed = self._groups.liveness(group, now)
             if since is None:
-                subscribed = self._groups.subscribed(group, now)
-                if group in newest and subscribed is not None:
-                    if gone := self._offsets.expire_offsets(group, cutoff, keep=subscribed):
-                        expired.partitions[group] = gone
+                if group in newest and (gone := self._offsets.expire_offsets(group, cutoff, keep=subscribed)):
+                    expired.partitions[group] = gone
                 continue
             if newest.get(group, 0) > cutoff or since > cutoff:
                 continue
