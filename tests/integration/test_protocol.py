@@ -13,12 +13,10 @@ from __future__ import annotations
 import asyncio
 import glob
 import os
-import select
 import shutil
 import socket
 import subprocess
 import time
-from pathlib import Path
 
 import msgspec
 import pyarrow as pa
@@ -36,17 +34,15 @@ from fabric.common.errors import (
     InvalidTxnStateError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
-    TooManyConnectionsError,
     UnknownMemberError,
     UnsupportedVersionError,
 )
 from fabric.common.protocol import frames, messages, payloads
 from fabric.common.protocol.cluster import cluster_of
-from fabric.common.protocol.connection import IDLE_CHECK_S, ProtocolConnection
+from fabric.common.protocol.connection import ProtocolConnection
 from fabric.common.protocol.loop_connection import LoopConnection
 from fabric.common.records import to_storage
 from fabric.common.types import JoinRequest, PartitionState
-from fabric.common.waiting import wait_for
 from fabric.coordinator.producer_ids import OFFSETS_PRODUCER_ID
 from fabric.server import wire
 from fabric.server.protocol_server import WORKERS
@@ -471,71 +467,6 @@ def test_a_connection_read_by_an_event_loop_answers_refuses_and_fails_what_is_in
             assert not unanswered.broken  # the connection stays: other answers may still come
             unanswered.close()
     asyncio.run(converse())
-
-
-def test_idle_connections_are_closed_and_a_clients_next_requests_go_on_new_ones(node_cluster) -> None:
-    """connections.max.idle.ms (500 ms here) on a coordinator and a node process: a connection that never says
-    hello is closed, and so is a client's once unused; its next commit and produce go over new protocol
-    connections (not into the closed ones, nor over Flight instead), and the server closes nothing in use."""
-    idle = ("--connections-max-idle-ms", "500")
-    cluster = node_cluster(nodes=1, coordinator_extra=idle, node_extra=idle)
-    with fabric.connect(cluster.url) as fab, fab.producer() as producer:
-        fab.create_topic("idle-local")
-        fab.create_topic("idle-rf", replication_factor=1)
-
-        def both() -> None:  # a produce to the node, one to the coordinator, and a commit there
-            for topic in ("idle-rf", "idle-local"):
-                producer.send(topic, b"r", partition=0).get(timeout=30)
-            fab.cluster.coordinator.commit_offsets("idle-group", {("idle-local", 0): 1})
-        both()
-        used = dict(fab.cluster.protocol.clients._connections)
-        assert len(used) == 2
-        for address in used:
-            host, _, port = address.rpartition(":")
-            with socket.create_connection((host, int(port)), timeout=30) as raw:  # says nothing
-                raw.settimeout(60)
-                assert raw.recv(1) == b""  # closed by the server
-        wait_for(lambda: all(select.select([c._sock], [], [], 0)[0] and time.monotonic() - c._used > IDLE_CHECK_S
-                             for c in used.values()), 60, "the servers to close the client's idle connections")
-        both()  # (each finds its connection closed, and opens a new one)
-        now = fab.cluster.protocol.clients._connections
-        assert set(now) == set(used) and all(now[a] is not used[a] and not now[a].broken for a in used)
-        assert fab.cluster.coordinator.committed("idle-group")[("idle-local", 0)].offset == 1
-
-
-def test_a_flood_of_connections_over_max_connections_per_ip_is_refused_and_the_admitted_are_served(
-        coordinators) -> None:
-    """A coordinator process with max.connections.per.ip 2: a client and one raw connection hold both; 50 more,
-    opened at once, are each told why (TooManyConnectionsError naming the key) and closed, logged once at INFO;
-    the client's commits go on meanwhile, and a connection closed frees its slot for another."""
-    instance = coordinators(extra=("--max-connections-per-ip", "2"))
-    with fabric.connect(instance.url()) as fab:
-        fab.create_topic("quota")
-        fab.cluster.coordinator.commit_offsets("quota-group", {("quota", 0): 0})
-        address = fab.cluster.connection.status_of(instance.address).protocol_address
-        assert list(fab.cluster.protocol.clients._connections) == [address]  # the client's one slot
-        second = ProtocolConnection(address, None, None, 30.0, wire.exception_of)
-        refused = []
-        for _ in range(50):
-            with pytest.raises(TooManyConnectionsError) as caught:
-                ProtocolConnection(address, None, None, 30.0, wire.exception_of)
-            refused.append(str(caught.value))
-        assert all("holds 2 connections to this server, its limit (max.connections.per.ip=2)" in r for r in refused)
-        fab.cluster.coordinator.commit_offsets("quota-group", {("quota", 0): 0})  # served as before
-        second.close()
-        third = wait_for(lambda: _connected_or_none(address), 60, "the closed connection's slot to be free again")
-        assert bytes(third.call("echo", {"n": 3})[0]) == b'{"n":3}'
-        third.close()
-    log = Path(instance.log_path).read_text(errors="replace")
-    lines = [line for line in log.splitlines() if "refused a fabric protocol connection" in line]
-    assert 1 <= len(lines) <= 2 and all(" INFO " in line for line in lines)  # once (again once its slot was free)
-
-
-def _connected_or_none(address: str) -> ProtocolConnection | None:
-    try:
-        return ProtocolConnection(address, None, None, 30.0, wire.exception_of)
-    except TooManyConnectionsError:
-        return None
 
 
 def test_a_tls_server_takes_the_protocol_over_tls_only(coordinators, tls_files) -> None:
