@@ -19,6 +19,7 @@ import numpy as np
 
 from fabric.common.errors import FabricError
 from fabric.storage.mapcache import MAPS
+from fabric.storage.open_files import DIRECT, DirectFiles
 
 
 class IndexOrderError(FabricError):
@@ -108,11 +109,11 @@ class _MappedIndex:
         except FileNotFoundError:
             return False
 
-    def append_entry(self, entry: tuple[int, int], check: bool = True) -> None:
+    def append_entry(self, entry: tuple[int, int], check: bool = True, files: DirectFiles = DIRECT) -> None:
         """Append `entry`, first checking (`check`) that it follows the file's last entry: IndexOrderError if it
         does not. A writer that knows the file ends with the entries it wrote itself need not read it back."""
         size = self.DTYPE.itemsize
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = files.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         try:
             end = os.fstat(fd).st_size if check else 0
             if end >= size:
@@ -126,7 +127,7 @@ class _MappedIndex:
                         "the index)")
             os.write(fd, self.ENTRY.pack(*entry))
         finally:
-            os.close(fd)
+            files.done(fd)
 
     def truncate_entries(self, count: int) -> None:
         """Keep only the first `count` entries (a new file replaces the old one)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fabric.storage.frame import FrameHeader
 from fabric.storage.index import OffsetIndex, TimeIndex
+from fabric.storage.open_files import DIRECT, DirectFiles
 
 
 class IndexBuilder:
@@ -46,14 +47,15 @@ class IndexBuilder:
             self.times.append((header.max_timestamp, rel))
             self.last_time = (header.max_timestamp, rel)
 
-    def append_to(self, index: OffsetIndex, timeindex: TimeIndex, trusted: bool = False) -> None:
+    def append_to(self, index: OffsetIndex, timeindex: TimeIndex, trusted: bool = False,
+                  files: DirectFiles = DIRECT) -> None:
         """Append the entries collected so far to the files (an append's one or two entries). `trusted`: the
         files end with the entries this builder collected before (no one else wrote them since), so their last
         entries are not read back to check that the new ones follow them."""
         for entry in self.offsets:
-            index.append_entry(entry, check=not trusted)
+            index.append_entry(entry, check=not trusted, files=files)
         for entry in self.times:
-            timeindex.append_entry(entry, check=not trusted)
+            timeindex.append_entry(entry, check=not trusted, files=files)
         self.offsets, self.times = [], []
 
     def write(self, index: OffsetIndex, timeindex: TimeIndex) -> None:

@@ -2,6 +2,7 @@
 claim on a whole data directory (`claim`)."""
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import fcntl
@@ -64,22 +65,35 @@ def claim(path: str) -> int | None:
 class PartitionLock:
     """Re-entrant within a thread, exclusive across threads and processes; released if the holder dies.
 
-    The lock file holds a token of its latest holder: whoever takes the lock writes a fresh random one, first. So
-    `epoch` changes each time this object takes the lock after anything else may have taken it since its own
-    previous hold (another process, another lock object over the same file, a holder that died, a delete and
-    re-create of the partition: a new file holds no token of ours), and when one of its own holds fails part-way.
-    What a holder learnt of the partition's files in a hold of the current epoch still holds, without reading
-    them again (Log.sync_tail).
+    The lock file holds a token of its latest holder: whoever takes the lock after someone else held it writes a
+    fresh random one, first. So `epoch` changes each time this object takes the lock after anything else may have
+    taken it since its own previous hold (another process, another lock object over the same file, a holder that
+    died, a delete and re-create of the partition: a new file holds no token of ours), and when one of its own
+    holds fails part-way. What a holder learnt of the partition's files in a hold of the current epoch still
+    holds, without reading them again (Log.sync_tail). `holds` counts this object's holds (outermost takes), so a
+    holder can tell whether anything else held the lock since its own last hold (open_files).
+
+    With `keep_file`, the lock file stays open between holds, read-only (so it never keeps a filesystem from being
+    remounted read-only), and is opened again if it was removed meanwhile; at most KEPT_FILES locks of a process
+    keep theirs open, least recently taken closed first. A forked child opens its own: a descriptor shared with
+    the parent would share its flock.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, keep_file: bool = False) -> None:
         self.path = path
+        self.keep_file = keep_file
         self._thread_lock = threading.RLock()
         self._depth = 0
-        self._fd: int | None = None
-        self._token: bytes | None = None  # what this object wrote when it last took the lock (None: not trusted)
+        self._fd: int | None = None  # the lock file, while held (and between holds, with keep_file)
+        self._token: bytes | None = None  # what the file held when this object last took the lock (None: not trusted)
         self._owner: int | None = None  # the thread holding it
         self.epoch = 0
+        self.holds = 0
+
+    @property
+    def depth(self) -> int:
+        """How many times the holder entered the lock (1: this is its outermost hold); 0 if no one holds it."""
+        return self._depth
 
     @property
     def held(self) -> bool:
@@ -91,33 +105,60 @@ class PartitionLock:
         if not self._thread_lock.acquire(blocking=wait):
             raise PartitionBusy(f"{self.path} is held by another thread")
         if self._depth == 0:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except BaseException:  # e.g. a read-only directory: the caller decides what to do without the lock
-                self._thread_lock.release()
-                raise
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._take(fd)
+            try:  # (a read-only directory fails here or at the token: the caller decides what to do unlocked)
+                self._lock_file(fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BaseException as exc:
-                os.close(fd)
                 self._thread_lock.release()
                 if isinstance(exc, BlockingIOError):
                     raise PartitionBusy(f"{self.path} is held by another process") from None
                 raise
-            self._fd, self._owner = fd, threading.get_ident()
+            self._owner = threading.get_ident()
+            self.holds += 1
         self._depth += 1
         return self
 
+    def _lock_file(self, operation: int) -> None:
+        """flock the lock file and take it (_take); on failure nothing is locked."""
+        while True:
+            fd, kept = self._fd, self._fd is not None
+            if fd is None:
+                fd = os.open(self.path, (os.O_RDONLY if self.keep_file else os.O_RDWR) | os.O_CREAT, 0o644)
+                self._fd = fd
+                if self.keep_file:
+                    _KEPT.used(self)
+            try:
+                fcntl.flock(fd, operation)
+                try:
+                    if kept and os.fstat(fd).st_nlink == 0:  # removed since (its partition deleted): the one there now
+                        self._close_file()
+                        continue
+                    self._take(fd)
+                except BaseException:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    raise
+            except BaseException as exc:
+                if not (self.keep_file and isinstance(exc, BlockingIOError)):
+                    self._close_file()
+                raise
+            return
+
     def _take(self, fd: int) -> None:
-        """Compare the file's token with ours, then write a fresh one (before anything else is written)."""
+        """Compare the file's token with ours; unless they match, count a new epoch and write a fresh token (before
+        anything else is written)."""
         seen = os.pread(fd, TOKEN_SIZE, 0)
         mine, self._token = self._token, None
-        if mine is None or seen != mine:
-            self.epoch += 1
+        if mine is not None and seen == mine:  # no one took it since our last hold: nothing to write
+            self._token = mine
+            return
+        self.epoch += 1
         token = fresh_token()
-        if os.pwrite(fd, token, 0) != TOKEN_SIZE:
-            raise OSError(f"short write of the lock token {self.path}")
+        out = os.open(self.path, os.O_WRONLY) if self.keep_file else fd  # (the kept descriptor is read-only)
+        try:
+            if os.pwrite(out, token, 0) != TOKEN_SIZE:
+                raise OSError(f"short write of the lock token {self.path}")
+        finally:
+            if out != fd:
+                os.close(out)
         self._token = token
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
@@ -127,6 +168,63 @@ class PartitionLock:
             self.epoch += 1
         if self._depth == 0 and self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = self._owner = None
+            if not self.keep_file:
+                self._close_file()
+            self._owner = None
         self._thread_lock.release()
+
+    def _close_file(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def close_unless_held(self) -> bool:
+        """Close the kept lock file unless the lock is held or being taken now; whether it was closed."""
+        if not self._thread_lock.acquire(blocking=False):
+            return False
+        try:
+            if self._depth:  # (held by the calling thread itself, further out)
+                return False
+            self._close_file()
+            return True
+        finally:
+            self._thread_lock.release()
+
+
+KEPT_FILES = 64  # locks of a process whose files stay open between holds (one read-only descriptor each)
+
+
+class _KeptFiles:
+    """The locks keeping their files open, most recently taken last; beyond KEPT_FILES the oldest not held are
+    closed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._locks: collections.OrderedDict[PartitionLock, None] = collections.OrderedDict()
+        self._newest: PartitionLock | None = None
+
+    def used(self, lock: PartitionLock) -> None:
+        if self._newest is lock:
+            return
+        with self._lock:
+            self._newest = lock
+            self._locks[lock] = None
+            self._locks.move_to_end(lock)
+            over = len(self._locks) - KEPT_FILES
+            for victim in [k for k in self._locks if k is not lock][:max(over, 0)]:
+                if victim.close_unless_held():
+                    del self._locks[victim]
+
+    def after_fork(self) -> None:
+        """In a forked child: close the parent's descriptors without unlocking them (a lock the parent holds
+        stays held by it); the child's holds open their own."""
+        self._lock = threading.Lock()
+        for lock in self._locks:
+            if lock._depth == 0:
+                lock._close_file()
+        self._locks.clear()
+        self._newest = None
+
+
+_KEPT = _KeptFiles()
+os.register_at_fork(after_in_child=_KEPT.after_fork)

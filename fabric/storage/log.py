@@ -39,6 +39,7 @@ from fabric.storage.marker import (
     remove_marker,
     write_marker,
 )
+from fabric.storage.open_files import DIRECT, DirectFiles, OpenFiles
 from fabric.storage.producer_state import ProducerStateTable
 from fabric.storage.recent_frames import RecentFrames
 from fabric.storage.recovery import RecoveryReport
@@ -98,8 +99,11 @@ class Log(LogTail):
         self.schema = schema
         self.config = config
         os.makedirs(directory, exist_ok=True)
-        self.lock = PartitionLock(os.path.join(directory, ".lock"))
+        self.lock = PartitionLock(os.path.join(directory, ".lock"), keep_file=not replica)
         self.hw = HighWatermark(os.path.join(directory, "high-watermark"), self.trusted_tail)
+        # an append's files, kept open to the next append (open_files); a data node's opened per write, so an
+        # operator can remount a failing disk read-only under it
+        self.files: DirectFiles = DIRECT if replica else OpenFiles(self.lock)
         self._resolve_pending = resolve_pending or (lambda txn: False)
         self._segments: dict[int, Segment] = {}
         self._listing = SegmentListing(directory)
@@ -288,11 +292,11 @@ class Log(LogTail):
             self.leader_epochs.assign(leader_epoch, base)
         with self._recover_on_failure():
             header = frame.seal(template, payload, base, **(fields or {}))
-            active = self.write_frame(header, payload, active)
+            active = self.write_frame(header, payload, active, self.files)
             tail = self._tail_state  # (write_frame's: the frame ends the active segment)
             if self.recent is not None and tail is not None:  # (not a follower's copies: they point into its fetch)
                 self.recent.wrote(active.base_offset, active.known_schema, tail.size - header.size, header, payload)
-            self.commit(base + header.record_count)
+            self.commit(base + header.record_count, self.files)
             self._took(header)
         return base
 

@@ -14,6 +14,7 @@ from fabric.storage.frame import FrameError, FrameHeader
 from fabric.storage.index import OffsetIndex, TimeIndex
 from fabric.storage.index_builder import IndexBuilder
 from fabric.storage.mapcache import MAPS
+from fabric.storage.open_files import DIRECT, DirectFiles
 from fabric.storage.scan import Damage, Frame, Walk, resync
 
 log = logging.getLogger(__name__)
@@ -259,23 +260,24 @@ class Segment:
 
     # -- writing (callers hold the partition lock) -------------------------------------------------
     def append(self, header: FrameHeader, payload: pa.Buffer | bytes, index_interval: int,
-               position: int | None = None) -> int:
+               position: int | None = None, files: DirectFiles = DIRECT) -> int:
         """Append one sealed frame and index it; returns its byte position. The indexing state is read from the
         index files once, then kept while this object is the only writer (forget_writes() drops it). A caller
         that knows no one else wrote since this object last did (LogTail.trusted_tail) gives the file's
-        size as `position`: then nothing is read back, neither the size nor the indexes' last entries."""
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        size as `position`: then nothing is read back, neither the size nor the indexes' last entries. The files
+        are opened through `files` (open_files: an append may find them open still)."""
+        fd = files.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
             pos = os.fstat(fd).st_size if position is None else position
             write_all(fd, [header.pack(), payload])
         finally:
-            os.close(fd)
+            files.done(fd)
         builder = self._builder  # (a reader may drop it meanwhile: forget_writes, unlocked)
         if builder is None or builder.interval != index_interval:
             builder = self._builder = IndexBuilder.resume(self.base_offset, index_interval, self.index,
                                                           self.timeindex)
         builder.add(pos, header)
-        builder.append_to(self.index, self.timeindex, trusted=position is not None)
+        builder.append_to(self.index, self.timeindex, trusted=position is not None, files=files)
         self.saw_frame_start(pos, header.base_offset)
         return pos
 

@@ -22,6 +22,7 @@ from fabric.storage.frame import FrameHeader
 from fabric.storage.index_repair import IndexRepair
 from fabric.storage.leader_epochs import LeaderEpochCache
 from fabric.storage.lock import PartitionBusy, PartitionLock, without_waiting
+from fabric.storage.open_files import DIRECT, DirectFiles
 from fabric.storage.producer_state import ProducerStateTable
 from fabric.storage.recent_frames import RecentFrames
 from fabric.storage.recovery import Recovery, RecoveryReport
@@ -179,9 +180,11 @@ class LogTail:
             self.recent.clear()
 
     @writes
-    def write_frame(self, header: FrameHeader, payload: pa.Buffer | bytes, active: Segment | None = None) -> Segment:
-        """Write one sealed frame at the tail, rolling first if due (caller holds the lock); returns the active
-        segment, which the next frame of the same write may be given."""
+    def write_frame(self, header: FrameHeader, payload: pa.Buffer | bytes, active: Segment | None = None,
+                    files: DirectFiles = DIRECT) -> Segment:
+        """Write one sealed frame at the tail, rolling first if due (caller holds the lock), its files opened
+        through `files` (an append's: open_files); returns the active segment, which the next frame of the same
+        write may be given."""
         active = active or self.sync_tail()
         end = self.tail_end()
         tail = self._tail_state  # trusted: no stat of the segment
@@ -192,16 +195,18 @@ class LogTail:
             size = active.size
             self._tail_state = TailState(active.base_offset, size, end)
             self.retention.maybe_retain(force=True)
-        position = active.append(header, payload, self.config["index.interval.bytes"], size if trusted else None)
+        position = active.append(header, payload, self.config["index.interval.bytes"], size if trusted else None,
+                                 files)
         self._tail_state = TailState(active.base_offset, position + header.size, end)
         self.flushes.wrote(header.record_count)
         return active
 
     @writes
-    def commit(self, end_offset: int) -> None:
-        """Advance the high watermark to `end_offset`, fsyncing if the flush policy asks (lock held)."""
+    def commit(self, end_offset: int, files: DirectFiles = DIRECT) -> None:
+        """Advance the high watermark to `end_offset`, fsyncing if the flush policy asks (lock held); the file is
+        opened through `files`, as in write_frame."""
         tail = self._tail_state
-        self.hw.write(end_offset)
+        self.hw.write(end_offset, files)
         if tail is not None:
             self._tail_state = tail._replace(end_offset=end_offset)
         with self.appended:

@@ -17,6 +17,8 @@ from typing import Callable
 
 import crc32c
 
+from fabric.storage.open_files import DIRECT, DirectFiles
+
 MAGIC = b"FHW\x01"
 _BODY = struct.Struct("<4sq")
 _FORMAT = struct.Struct("<4sqI")
@@ -93,20 +95,21 @@ class HighWatermark:
                 return reading
         return reading
 
-    def write(self, value: int) -> None:
+    def write(self, value: int, files: DirectFiles = DIRECT) -> None:
         """Publish a new end (caller holds the partition lock): one 16-byte write at byte 0, the file then cut to
-        16 bytes if it was longer (its size not looked at while the owner knows it is exact)."""
+        16 bytes if it was longer (its size not looked at while the owner knows it is exact), opened through
+        `files` (open_files)."""
         if value < 0:
             raise ValueError(f"a high watermark is never negative, got {value}")
         data = encode(value)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        fd = files.open(self.path, os.O_WRONLY | os.O_CREAT)
         try:
             if os.pwrite(fd, data, 0) != SIZE:
                 raise OSError(f"short write of the high watermark {self.path}")
             if not self._exact() and os.fstat(fd).st_size != SIZE:
                 os.ftruncate(fd, SIZE)  # a longer damaged file: drop its tail
         finally:
-            os.close(fd)
+            files.done(fd)
 
     def fsync(self) -> None:
         try:

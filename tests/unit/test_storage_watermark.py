@@ -139,7 +139,7 @@ def test_a_watermark_write_that_fails_leaves_no_second_frame_at_its_offset(tmp_p
     assert log.append(storage.make_batch([b"a", b"b"], [1, 1])) == 0
     real_write = HighWatermark.write
 
-    def full_disk(self, value: int) -> None:
+    def full_disk(self, value: int, files: object = None) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", self.path)
 
     monkeypatch.setattr(HighWatermark, "write", full_disk)
