@@ -4,6 +4,7 @@ at its end; a FrameEncoder seals them outside any log. Also the check that a com
 keys, made before anything is written."""
 from __future__ import annotations
 
+import struct
 from dataclasses import replace
 
 import numpy as np
@@ -31,11 +32,17 @@ def encode(batch: pa.RecordBatch, codec: str = "none", timestamp_type: int = 0, 
     return FrameHeader(0, 0, batch.num_rows, first, max_ts, attrs), frame.encode_batch(batch, codec)
 
 
+_STAMP = struct.Struct("<q")
+
+
 def _timestamps(ts: pa.Array) -> tuple[int, int]:
     """The first and the largest timestamp of a column of one or more, read from its values buffer where it has
     no nulls (pyarrow's scalars and compute dispatch cost an append of a few records 5 to 15 us), else pyarrow's."""
     if ts.null_count:
         return ts[0].value, pc.max(ts).value
+    if len(ts) == 1:  # (a send().get()'s: one value, read without numpy)
+        first = _STAMP.unpack_from(ts.buffers()[1], ts.offset * 8)[0]
+        return first, first
     values = np.frombuffer(ts.buffers()[1], np.int64, len(ts), ts.offset * 8)
     first = int(values[0])
     return first, (first if len(values) == 1 else int(values.max()))  # (a reduction costs a one-record append 3%)
