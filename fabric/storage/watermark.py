@@ -4,8 +4,9 @@ A 16-byte file, written only under the partition lock: magic b"FHW" and format v
 (i64), and a CRC32C of the first 12 bytes (u32), all little-endian. Appends write their frames first and
 advance the watermark last, so a frame below the watermark is whole and was acknowledged. The checksum tells
 a damaged file from a valid one; the 8-byte files of earlier versions (the bare value) are still read, but,
-lacking one, are checked against the frames by recovery. The file is read and written with pread/pwrite and
-held open by no one, so a process opens no file per partition it serves.
+lacking one, are checked against the frames by recovery. The file is read and written with pread/pwrite; only an
+embedded log's appends keep it open between them (open_files, a few partitions per process), so open files do not
+grow with the partitions a process serves.
 """
 from __future__ import annotations
 
