@@ -2,7 +2,6 @@
 claim on a whole data directory (`claim`)."""
 from __future__ import annotations
 
-import collections
 import contextlib
 import contextvars
 import fcntl
@@ -11,6 +10,8 @@ import random
 import threading
 from types import TracebackType
 from typing import Iterator
+
+from fabric.storage.kept_files import KeptFiles
 
 TOKEN_SIZE = 8
 _tokens = random.Random()  # its own generator: a program seeding `random` cannot make two holders' tokens alike
@@ -178,7 +179,7 @@ class PartitionLock:
         if fd is not None:
             os.close(fd)
 
-    def close_unless_held(self) -> bool:
+    def close_unless_busy(self) -> bool:
         """Close the kept lock file unless the lock is held or being taken now; whether it was closed."""
         if not self._thread_lock.acquire(blocking=False):
             return False
@@ -190,41 +191,12 @@ class PartitionLock:
         finally:
             self._thread_lock.release()
 
+    def forget_after_fork(self) -> None:
+        """In a forked child: close the parent's descriptor without unlocking it (a lock the parent holds stays
+        held by it); the child's holds open their own."""
+        if self._depth == 0:
+            self._close_file()
+
 
 KEPT_FILES = 64  # locks of a process whose files stay open between holds (one read-only descriptor each)
-
-
-class _KeptFiles:
-    """The locks keeping their files open, most recently taken last; beyond KEPT_FILES the oldest not held are
-    closed."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._locks: collections.OrderedDict[PartitionLock, None] = collections.OrderedDict()
-        self._newest: PartitionLock | None = None
-
-    def used(self, lock: PartitionLock) -> None:
-        if self._newest is lock:
-            return
-        with self._lock:
-            self._newest = lock
-            self._locks[lock] = None
-            self._locks.move_to_end(lock)
-            over = len(self._locks) - KEPT_FILES
-            for victim in [k for k in self._locks if k is not lock][:max(over, 0)]:
-                if victim.close_unless_held():
-                    del self._locks[victim]
-
-    def after_fork(self) -> None:
-        """In a forked child: close the parent's descriptors without unlocking them (a lock the parent holds
-        stays held by it); the child's holds open their own."""
-        self._lock = threading.Lock()
-        for lock in self._locks:
-            if lock._depth == 0:
-                lock._close_file()
-        self._locks.clear()
-        self._newest = None
-
-
-_KEPT = _KeptFiles()
-os.register_at_fork(after_in_child=_KEPT.after_fork)
+_KEPT: KeptFiles[PartitionLock] = KeptFiles(lambda: KEPT_FILES)

@@ -14,11 +14,11 @@ being remounted read-only, which is how an operator takes a failing disk out fro
 """
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import threading
 
+from fabric.storage.kept_files import KeptFiles
 from fabric.storage.lock import PartitionLock
 
 log = logging.getLogger(__name__)
@@ -112,41 +112,10 @@ class OpenFiles(DirectFiles):
         finally:
             self._guard.release()
 
-    @property
-    def open_count(self) -> int:
-        return len(self._fds)
-
-
-class _LeastRecentlyWritten:
-    """The OpenFiles of this process that may hold descriptors, most recently written last; beyond CAPACITY the
-    oldest not in use are closed."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._files: collections.OrderedDict[OpenFiles, None] = collections.OrderedDict()
-        self._newest: OpenFiles | None = None
-
-    def used(self, files: OpenFiles) -> None:
-        if self._newest is files:  # (the common case: a partition written again and again)
-            return
-        with self._lock:
-            self._newest = files
-            self._files[files] = None
-            self._files.move_to_end(files)
-            over = len(self._files) - CAPACITY
-            for victim in [f for f in self._files if f is not files][:max(over, 0)]:
-                if victim.close_unless_busy():  # (one in use stays: closed at a later turn)
-                    del self._files[victim]
-
-    def after_fork(self) -> None:
+    def forget_after_fork(self) -> None:
         """In a forked child: the parent's threads are gone, so nothing is in use; start with nothing open."""
-        self._lock = threading.Lock()
-        for files in self._files:
-            files._guard = threading.Lock()
-            files.close()
-        self._files.clear()
-        self._newest = None
+        self._guard = threading.Lock()
+        self.close()
 
 
-_OPEN = _LeastRecentlyWritten()
-os.register_at_fork(after_in_child=_OPEN.after_fork)
+_OPEN: KeptFiles[OpenFiles] = KeptFiles(lambda: CAPACITY)
