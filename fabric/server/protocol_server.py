@@ -111,8 +111,8 @@ class ProtocolServer:
     to principals of `tokens` (None: everyone is ANONYMOUS). `refusal(exc)` is the {"type", "message", ...} an
     exception is answered with; `limit` is socket.request.max.bytes; a connection idle for `idle_ms`
     (connections.max.idle.ms) is closed, and one over the `quotas` (max.connections, max.connections.per.ip) is
-    refused as it is accepted. The loop is uvloop's where it is installed (it halves the loop's own
-    cost), else asyncio's (or `loop`)."""
+    refused as it is accepted (before its TLS handshake, with `tls`). The loop is uvloop's where it is installed
+    (it halves the loop's own cost) and the port is plaintext, else asyncio's (or `loop`)."""
 
     def __init__(self, host: str, port: int, handlers: dict[str, Handler], tokens: dict[str, str] | None,
                  refusal: Callable[[Exception], dict[str, Any]], limit: int,
@@ -122,15 +122,18 @@ class ProtocolServer:
         self.tls, self.idle_s, self.quotas = tls, idle_ms / 1000, quotas or ConnectionQuotas()
         self.port = port
         self.workers = concurrent.futures.ThreadPoolExecutor(WORKERS, thread_name_prefix="fabric-protocol")
-        self._loop = loop or (uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop())
+        # (uvloop reads an accepted connection even when its protocol paused it in connection_made, so a TLS
+        # listener, whose connections are counted before TLS takes their bytes over, runs on asyncio's loop)
+        fast = uvloop is not None and tls is None
+        self._loop = loop or (uvloop.new_event_loop() if fast else asyncio.new_event_loop())
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[_Connection] = set()
         self._thread = threading.Thread(target=self._loop.run_forever, name="fabric-protocol-loop", daemon=True)
 
     def start(self) -> ProtocolServer:
         """Listen (raising what binding raised) and serve on the loop's thread."""
-        self._server = self._loop.run_until_complete(self._loop.create_server(
-            lambda: _Connection(self), self.host, self.port, ssl=self.tls, reuse_address=True))
+        self._server = self._loop.run_until_complete(self._loop.create_server(  # (TLS begins once counted: below)
+            lambda: _Connection(self), self.host, self.port, reuse_address=True))
         self.port = self._server.sockets[0].getsockname()[1]
         self._loop.call_soon(self._close_idle)
         self._thread.start()
@@ -204,17 +207,47 @@ class _Connection(asyncio.Protocol):
         self.active = server._loop.time()  # when it last received or sent bytes (connections.max.idle.ms)
         self.address: str | None = None  # the client's address, once its connection is counted in the quotas
         self.refused = False  # over a connection quota: answered its refusal, nothing it sends is read
+        self.handshaking = False  # TLS is being set up: requests received meanwhile wait for its transport
+        self.tls_setup: asyncio.Task[None] | None = None  # (held: the loop keeps only a weak reference to a task)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Count the connection in the quotas as it is accepted, a TLS one before its handshake (so connections
+        that never finish one count too, and are closed once idle for connections.max.idle.ms), and refuse it if
+        it is over them."""
         self.transport = typing.cast(asyncio.Transport, transport)  # uvloop's is no asyncio.Transport subclass
         self.server._connections.add(self)
         peer = transport.get_extra_info("peername")
         address = str(peer[0]) if peer else "unknown"
         reason = self.server.quotas.admit(address)
-        if reason is None:
+        refusal = None if reason is None else TooManyConnectionsError(reason)
+        if refusal is None:
             self.address = address
+        if self.server.tls is not None:
+            self.transport.pause_reading()  # (nothing is read in plaintext: TLS takes over the bytes)
+            self.handshaking = True
+            self.tls_setup = self.server._loop.create_task(self._handshake(self.server.tls, refusal))
+        elif refusal is not None:
+            self._refuse_connection(refusal)
+
+    async def _handshake(self, tls: ssl.SSLContext, refusal: TooManyConnectionsError | None) -> None:
+        """Take the connection over TLS, then refuse it if it is over a quota (over TLS, so its client reads why)."""
+        plain = self.transport
+        assert plain is not None
+        try:
+            secured = await self.server._loop.start_tls(plain, self, tls, server_side=True)
+            if secured is None:  # (closed meanwhile, by the idle sweep say)
+                raise ConnectionAbortedError("closed during the handshake")
+        except Exception as exc:  # noqa: BLE001 (a client's failed handshake closes its connection, nothing else)
+            log.debug("a fabric protocol connection failed its TLS handshake: %s", exc)
+            plain.close()
+            self.connection_lost(None)  # (a handshake that did not finish calls no connection_lost of ours)
+            return
+        self.transport, self.handshaking = secured, False
+        self.active = self.server._loop.time()
+        if refusal is not None:
+            self._refuse_connection(refusal)
         else:
-            self._refuse_connection(TooManyConnectionsError(reason))
+            self._read_frames()
 
     def _refuse_connection(self, exc: TooManyConnectionsError) -> None:
         """Answer the refusal of the whole connection, then close it once the client did (it closes on reading
@@ -228,6 +261,7 @@ class _Connection(asyncio.Protocol):
         self.server._loop.call_later(REFUSED_CLOSE_S, self.close)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """Forget the connection (called once it closed; again after a failed handshake, doing nothing)."""
         self.server._connections.discard(self)
         if self.address is not None:
             self.server.quotas.release(self.address)
@@ -254,6 +288,11 @@ class _Connection(asyncio.Protocol):
             return
         self.active = self.server._loop.time()
         self.reader.feed(data)
+        if not self.handshaking:  # (TLS may hand over the first request before its handshake's await returns)
+            self._read_frames()
+
+    def _read_frames(self) -> None:
+        """Serve the whole requests received so far."""
         while self.transport is not None and not self.transport.is_closing():
             try:
                 frame = self.reader.next()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import select
 import socket
+import ssl
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 import fabric
 from fabric.common.errors import TooManyConnectionsError
-from fabric.common.protocol.connection import IDLE_CHECK_S, ProtocolConnection
+from fabric.common.protocol.connection import IDLE_CHECK_S, ProtocolConnection, client_ssl
 from fabric.common.waiting import wait_for
 from fabric.server import wire
 
@@ -75,8 +76,34 @@ def test_a_flood_of_connections_over_max_connections_per_ip_is_refused_and_the_a
     assert 1 <= len(lines) <= 2 and all(" INFO " in line for line in lines)  # once (again once its slot was free)
 
 
-def _connected_or_none(address: str) -> ProtocolConnection | None:
+def test_tls_connections_count_from_their_accept_not_their_handshake(coordinators, tls_files) -> None:
+    """A TLS coordinator process with max.connections.per.ip 2 and connections.max.idle.ms 2 s: two raw
+    connections that never begin a handshake hold both slots, so a TLS client is refused, and told why over TLS;
+    once the idle raw connections are closed by the server, the client connects and is served. (Counted after the
+    handshake, as before, they held sockets uncounted for as long as asyncio waits for a handshake, a minute.)"""
+    cert, key = tls_files
+    instance = coordinators(tls=(cert, key), extra=("--max-connections-per-ip", "2", "--connections-max-idle-ms",
+                                                    "2000"))
+    with fabric.connect(instance.url(f"ca={cert}")) as fab:
+        address = fab.cluster.connection.status_of(instance.address).protocol_address
+    tls = client_ssl(Path(cert).read_bytes())
+    host, _, port = address.rpartition(":")
+    raw = [socket.create_connection((host, int(port)), timeout=30) for _ in range(2)]
     try:
-        return ProtocolConnection(address, None, None, 30.0, wire.exception_of)
+        with pytest.raises(TooManyConnectionsError, match=r"max\.connections\.per\.ip=2"):
+            ProtocolConnection(address, None, tls, 30.0, wire.exception_of)
+        for sock in raw:
+            assert sock.recv(1) == b""  # closed by the server once idle, no handshake begun
+        admitted = wait_for(lambda: _connected_or_none(address, tls), 60, "a slot free for the TLS client")
+        assert bytes(admitted.call("echo", {"n": 4})[0]) == b'{"n":4}'
+        admitted.close()
+    finally:
+        for sock in raw:
+            sock.close()
+
+
+def _connected_or_none(address: str, tls: ssl.SSLContext | None = None) -> ProtocolConnection | None:
+    try:
+        return ProtocolConnection(address, None, tls, 30.0, wire.exception_of)
     except TooManyConnectionsError:
         return None
