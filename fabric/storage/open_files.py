@@ -49,7 +49,6 @@ class OpenFiles(DirectFiles):
     def __init__(self, lock: PartitionLock) -> None:
         self.lock = lock
         self._fds: dict[tuple[str, int], int] = {}
-        self._kept: set[int] = set()  # the descriptors in _fds
         self._epoch, self._hold = -1, -1  # the lock hold that last wrote through these descriptors
         self._guard = threading.Lock()
 
@@ -67,7 +66,6 @@ class OpenFiles(DirectFiles):
                     if len(self._fds) >= _PER_LOG:  # (a roll: the old segment's files go)
                         self.close()
                     self._fds[(path, flags)] = fd
-                    self._kept.add(fd)
             return fd
         except BaseException:
             self._guard.release()
@@ -88,14 +86,14 @@ class OpenFiles(DirectFiles):
 
     def done(self, fd: int) -> None:
         try:
-            if fd not in self._kept:
+            if fd not in self._fds.values():  # (one opened for this write alone)
                 os.close(fd)
         finally:
             self._guard.release()
 
     def close(self) -> None:
         """Close every descriptor kept (caller holds `_guard`); the next write opens its file by its path."""
-        fds, self._fds, self._kept = self._fds, {}, set()
+        fds, self._fds = self._fds, {}
         for (path, _), fd in fds.items():
             try:
                 os.close(fd)
