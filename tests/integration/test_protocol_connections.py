@@ -77,18 +77,18 @@ def test_a_flood_of_connections_over_max_connections_per_ip_is_refused_and_the_a
 
 
 def test_tls_connections_count_from_their_accept_not_their_handshake(coordinators, tls_files) -> None:
-    """A TLS coordinator process with max.connections.per.ip 2 and connections.max.idle.ms 2 s: two raw
+    """A TLS coordinator process with max.connections.per.ip 2 and connections.max.idle.ms 10 s: two raw
     connections that never begin a handshake hold both slots, so a TLS client is refused, and told why over TLS;
     once the idle raw connections are closed by the server, the client connects and is served. (Counted after the
     handshake, as before, they held sockets uncounted for as long as asyncio waits for a handshake, a minute.)"""
     cert, key = tls_files
     instance = coordinators(tls=(cert, key), extra=("--max-connections-per-ip", "2", "--connections-max-idle-ms",
-                                                    "2000"))
+                                                    "10000"))  # (the refusal below comes well within it)
     with fabric.connect(instance.url(f"ca={cert}")) as fab:
         address = fab.cluster.connection.status_of(instance.address).protocol_address
     tls = client_ssl(Path(cert).read_bytes())
     host, _, port = address.rpartition(":")
-    raw = [socket.create_connection((host, int(port)), timeout=30) for _ in range(2)]
+    raw = [socket.create_connection((host, int(port)), timeout=60) for _ in range(2)]
     try:
         with pytest.raises(TooManyConnectionsError, match=r"max\.connections\.per\.ip=2"):
             ProtocolConnection(address, None, tls, 30.0, wire.exception_of)
