@@ -58,8 +58,11 @@ class Sequences:
 
     def partition_lock(self, tp: TopicPartition) -> threading.Lock:
         """The lock a batch to `tp` holds from its first attempt to its outcome."""
-        with self._lock:
-            return self._partition_locks.setdefault(tp, threading.Lock())
+        lock = self._partition_locks.get(tp)  # (a dict's get is atomic: the lock is made once, under _lock)
+        if lock is None:
+            with self._lock:
+                lock = self._partition_locks.setdefault(tp, threading.Lock())
+        return lock
 
     def batch(self, tp: TopicPartition, ahead: int = 0) -> BatchSequence:
         """The producer fields of the next batch to `tp` (its partition lock held), taken at its first attempt,

@@ -35,7 +35,7 @@ def check_rows(topic: str, batch: pa.RecordBatch, schema: pa.Schema, max_bytes: 
             f"rows for topic {topic!r} must have its storage schema ({schema_text(schema)}), got "
             f"({schema_text(batch.schema)}); produce with a fabric producer (fabric.records.to_storage)")
     _valid(batch, f"a batch for topic {topic!r}")
-    missing = batch.column("timestamp").null_count
+    missing = batch.column(0).null_count  # (the timestamps: first in every storage schema)
     if missing:
         raise InvalidRecordError(f"{missing} of the {batch.num_rows} rows for topic {topic!r} have no timestamp; "
                                  "every stored row needs one (fabric.common.records.to_storage sets them)")

@@ -2,14 +2,12 @@
 claim on a whole data directory (`claim`)."""
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import fcntl
 import os
 import random
 import threading
 from types import TracebackType
-from typing import Iterator
 
 from fabric.storage.kept_files import KeptFiles
 
@@ -27,16 +25,19 @@ class PartitionBusy(Exception):
     it. (Not a FabricError: no caller answers it; the one that asked not to wait does the work where it may.)"""
 
 
-@contextlib.contextmanager
-def without_waiting() -> Iterator[None]:
+class without_waiting:  # noqa: N801 (used as a function: `with without_waiting():`)
     """Within the block, this thread takes a partition lock it does not hold already only if it is free at once,
     else PartitionBusy: a caller bounded by its own deadline (a producer's get(timeout)) appends in place, or hands
-    the append to a thread that may wait."""
-    token = _NO_WAIT.set(True)
-    try:
-        yield
-    finally:
-        _NO_WAIT.reset(token)
+    the append to a thread that may wait. A class, not a generator context manager: every send().get() on local
+    files enters one."""
+
+    __slots__ = ("_token",)
+
+    def __enter__(self) -> None:
+        self._token = _NO_WAIT.set(True)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _NO_WAIT.reset(self._token)
 
 
 def may_wait() -> bool:

@@ -71,19 +71,19 @@ class ProducerStateTable:
 
     def _check(self, batch: ProducerBatch, count: int) -> int | None:
         entry = self._producers.get(batch.producer_id)
-        where = f"producer {batch.producer_id} (epoch {batch.producer_epoch}) on {self.partition}"
         last = last_sequence(batch.base_sequence, count)
         if entry is None:
             if batch.base_sequence != 0:
-                raise UnknownProducerIdError(f"{where}: this partition has no state of the producer and sequence "
-                                             f"{batch.base_sequence} is not its first; start a new producer")
+                raise UnknownProducerIdError(f"{self._where(batch)}: this partition has no state of the producer and "
+                                             f"sequence {batch.base_sequence} is not its first; start a new producer")
             return None
         if batch.producer_epoch < entry.epoch:
-            raise InvalidProducerEpochError(f"{where}: epoch {batch.producer_epoch} is older than the producer's "
-                                            f"latest {entry.epoch}; a newer producer with its id fenced this one")
+            raise InvalidProducerEpochError(f"{self._where(batch)}: epoch {batch.producer_epoch} is older than the "
+                                            f"producer's latest {entry.epoch}; a newer producer with its id fenced "
+                                            "this one")
         if batch.producer_epoch > entry.epoch:
             if batch.base_sequence != 0:
-                raise OutOfOrderSequenceError(f"{where}: a new epoch must start at sequence 0, got "
+                raise OutOfOrderSequenceError(f"{self._where(batch)}: a new epoch must start at sequence 0, got "
                                               f"{batch.base_sequence}")
             return None
         for kept in entry.batches:
@@ -91,9 +91,13 @@ class ProducerStateTable:
                 return kept.base_offset
         expected = (entry.batches[-1].last_sequence + 1) % (SEQUENCE_MAX + 1) if entry.batches else 0
         if batch.base_sequence != expected:
-            raise OutOfOrderSequenceError(f"{where}: sequence {batch.base_sequence} does not follow the last "
-                                          f"written, so {expected} is expected: records between were lost")
+            raise OutOfOrderSequenceError(f"{self._where(batch)}: sequence {batch.base_sequence} does not follow the "
+                                          f"last written, so {expected} is expected: records between were lost")
         return None
+
+    def _where(self, batch: ProducerBatch) -> str:
+        """Who a refusal of `batch` concerns (made only for one: every idempotent append is checked)."""
+        return f"producer {batch.producer_id} (epoch {batch.producer_epoch}) on {self.partition}"
 
     def update(self, header: FrameHeader) -> None:
         """Take a written frame (ignored unless an idempotent producer's). A transaction marker only moves the

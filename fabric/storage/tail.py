@@ -208,7 +208,7 @@ class LogTail:
         tail = self._tail_state
         self.hw.write(end_offset, files)
         if tail is not None:
-            self._tail_state = tail._replace(end_offset=end_offset)
+            self._tail_state = TailState(tail.base_offset, tail.size, end_offset)
         with self.appended:
             self.appended.notify_all()
             waiters, self._append_waiters = self._append_waiters, {}
