@@ -56,6 +56,7 @@ from fabric.storage.cleaner import CleanReport
 from fabric.storage.log import Log
 from fabric.storage.log_maintenance import LogMaintenance
 from fabric.storage.log_manager import LogManager
+from fabric.storage.producer_state import DEFAULT_EXPIRATION_MS
 
 log = logging.getLogger(__name__)
 ADOPT_BYTES = 4 << 20  # staged files at least this large become segments instead of being copied
@@ -308,16 +309,19 @@ class Broker:
         """True if the topic's logs are in this directory (ClusterBroker: not for replicated topics)."""
         return True
 
-    def start_maintenance(self, interval_ms: int, active: Callable[[], bool] | None = None) -> LogMaintenance:
-        """Start the background maintenance of this directory's logs every `interval_ms` (once; later calls
-        return the running one). With `active`, passes run only while it says so (a standby coordinator)."""
+    def start_maintenance(self, interval_ms: int, active: Callable[[], bool] | None = None,
+                          producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS) -> LogMaintenance:
+        """Start the background maintenance of this directory's logs every `interval_ms`, forgetting producers
+        silent for `producer_id_expiration_ms` (once; later calls return the running one). With `active`, passes
+        run only while it says so (a standby coordinator)."""
         if self.maintenance is not None:  # the embedded fabric asks on every write: no lock once it runs
             return self.maintenance
         with self._maintenance_guard:
             if self.maintenance is None:
                 def partitions() -> list[tuple[str, Callable[[], Log]]]:
                     return self.maintained_partitions() if active is None or active() else []
-                self.maintenance = LogMaintenance(partitions, interval_ms).start()
+                self.maintenance = LogMaintenance(partitions, interval_ms,
+                                                  producer_id_expiration_ms=producer_id_expiration_ms).start()
             return self.maintenance
 
     def stop_maintenance(self, timeout_s: float = 30.0) -> None:

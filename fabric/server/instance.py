@@ -27,6 +27,7 @@ from fabric.server.connection_quotas import OVERRIDES_KEY, PER_IP_KEY, TOTAL_KEY
 from fabric.server.protocol_server import CONNECTIONS_MAX_IDLE_MS
 from fabric.server.wire import SOCKET_REQUEST_MAX_BYTES
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
+from fabric.storage.producer_state import DEFAULT_EXPIRATION_MS, EXPIRATION_KEY
 
 log = logging.getLogger(__name__)
 CLEANUP_KEY = "transaction.abort.timed.out.transaction.cleanup.interval.ms"  # Kafka's name
@@ -78,6 +79,7 @@ class Settings(SocketSettings):
     metrics_token_file: str | None = None
     default_replication_factor: int | None = None
     log_retention_check_interval_ms: int = DEFAULT_INTERVAL_MS
+    producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS
     offsets_topic_replication_factor: int | None = None
     offsets_topic_segment_bytes: int = SEGMENT_BYTES
     transaction_max_timeout_ms: int = MAX_TIMEOUT_MS
@@ -124,7 +126,7 @@ PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir"
               "coordinator.shutdown.timeout.ms": "shutdown_timeout_ms",
               "node.session.timeout.ms": "node_session_timeout_ms", **METRICS_PROPERTIES,
               "default.replication.factor": "default_replication_factor",
-              INTERVAL_KEY: "log_retention_check_interval_ms",
+              INTERVAL_KEY: "log_retention_check_interval_ms", EXPIRATION_KEY: "producer_id_expiration_ms",
               "offsets.topic.replication.factor": "offsets_topic_replication_factor",
               "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
               "transaction.max.timeout.ms": "transaction_max_timeout_ms",
@@ -135,7 +137,7 @@ PATH_KEYS = ("tokens_file", "acl_file", "token_file", "tls_cert", "tls_key", "me
 MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
                 "shutdown_timeout_ms": "coordinator.shutdown.timeout.ms",
                 "node_session_timeout_ms": "node.session.timeout.ms",
-                "log_retention_check_interval_ms": INTERVAL_KEY,
+                "log_retention_check_interval_ms": INTERVAL_KEY, "producer_id_expiration_ms": EXPIRATION_KEY,
                 "transaction_max_timeout_ms": "transaction.max.timeout.ms",
                 "transaction_cleanup_interval_ms": CLEANUP_KEY,
                 "offsets_retention_check_interval_ms": "offsets.retention.check.interval.ms",
@@ -165,6 +167,7 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-retention-check-interval-ms", metavar="MS", help="how often retention and compaction "
                         "run over every partition in the background, writes or not "
                         f"({INTERVAL_KEY}, default {DEFAULT_INTERVAL_MS})")
+    add_producer_expiration_argument(parser)
     parser.add_argument("--offsets-topic-replication-factor", metavar="N", help="keep the group offsets in a "
                         "__consumer_offsets topic replicated on N data nodes (offsets.topic.replication.factor; "
                         "default: --default-replication-factor, and without either they stay in the data directory)")
@@ -186,6 +189,13 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
                         f"group.max.session.timeout.ms, default {MAX_SESSION_TIMEOUT_MS})")
     add_socket_arguments(parser)
     add_metrics_arguments(parser)
+
+
+def add_producer_expiration_argument(parser: argparse.ArgumentParser) -> None:
+    """--producer-id-expiration-ms, the same for every server process that takes idempotent appends."""
+    parser.add_argument("--producer-id-expiration-ms", metavar="MS", help="forget an idempotent producer that wrote "
+                        "nothing to a partition for this long: its next batch there takes a new producer id "
+                        f"({EXPIRATION_KEY}, default {DEFAULT_EXPIRATION_MS}: a day)")
 
 
 def add_security_arguments(parser: argparse.ArgumentParser, peers: str) -> None:

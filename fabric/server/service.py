@@ -375,7 +375,8 @@ def serve(settings: Settings) -> None:
         server = CoordinatorService(settings, broker, election, metrics)
         if loader is not None:
             server.group_owners = share_out(store, controller, loader, server.instance)
-        broker.start_maintenance(settings.log_retention_check_interval_ms, lambda: election.is_active)
+        broker.start_maintenance(settings.log_retention_check_interval_ms, lambda: election.is_active,
+                                 settings.producer_id_expiration_ms)
         if isinstance(store, TransactionTimeouts):
             background.append(transaction_reaper(store, controller, settings, lambda: election.is_active))
         if isinstance(store, TopicOffsets):

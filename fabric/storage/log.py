@@ -303,7 +303,7 @@ class Log(LogTail):
     def _took(self, header: FrameHeader) -> None:
         """Update the producer and transaction states that are loaded with a frame just written."""
         if self._producers is not None:
-            self._producers.update(header)
+            self._producers.update(header, self.clock.monotonic_ms())
         if self._txns is not None:
             self._txns.update(header)
 
@@ -342,8 +342,28 @@ class Log(LogTail):
         headers of the last PRODUCER_STATE_SEGMENTS segments (a producer silent for longer is unknown: its next
         batch is refused with UnknownProducerIdError and the producer takes a new id)."""
         if self._producers is None:
-            self._producers = ProducerStateTable.rebuild(self.name, self.headers(end, PRODUCER_STATE_SEGMENTS))
+            self._producers = ProducerStateTable.rebuild(self.name, self.headers(end, PRODUCER_STATE_SEGMENTS),
+                                                         self.clock.monotonic_ms())
         return self._producers
+
+    def expire_producers(self, expiration_ms: int) -> int:
+        """Forget the idempotent producers that wrote nothing here for `expiration_ms` (producer.id.expiration.ms),
+        except those with a transaction open here (see producer_state); how many. Nothing to do (no lock taken)
+        where no idempotent producer wrote since the log was opened: the state is built on first use."""
+        if self._producers is None:
+            return 0
+        with self.lock:
+            table = self._producers
+            if table is None:
+                return 0
+            return table.expire(self.clock.monotonic_ms(), expiration_ms,
+                                lambda: self.transactions.open_transactions())
+
+    @property
+    def producer_ids(self) -> int:
+        """How many idempotent producers' state this process holds for the partition (Kafka's ProducerIdCount)."""
+        table = self._producers
+        return 0 if table is None else len(table)
 
     def _recover_on_failure(self) -> _ForgetTailOnFailure:
         """A write that fails part-way (a frame written, its watermark not) drops the cached tail and epochs, so

@@ -14,18 +14,29 @@ Rules, checked before a batch is written (`check`):
 
 The table is rebuilt from the frame headers of the log (`rebuild`), which carry producer id, epoch and base
 sequence, so it survives restarts and a new leader has the state of the records it copied.
+
+A producer that wrote nothing here for producer.id.expiration.ms (Kafka's name and default: a day) is forgotten
+(`expire`, run by the background log maintenance), unless a transaction of its is open here: without that, every
+producer a partition ever saw would stay in memory, about 1 KB each, and a client making a producer per task or
+per request would grow a server without bound. Its next batch is then refused as an unknown producer's, and it
+takes a new id; a retry that comes after that long is written again, as in Kafka. The time is the process's own
+monotonic clock at the write (a record's timestamp is the client's to choose); a rebuilt entry counts from the
+rebuild, so a restart never forgets a producer sooner than a running process would. The table is kept in the
+order of each producer's last write, so forgetting looks at the expired producers only.
 """
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Container, Iterable
 
 from fabric.common.errors import InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError
 from fabric.common.types import ProducerBatch
 from fabric.storage.frame import FrameHeader
 
 BATCHES_KEPT = 5  # Kafka's max.in.flight.requests.per.connection bound for idempotence
+EXPIRATION_KEY = "producer.id.expiration.ms"
+DEFAULT_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default: a day
 SEQUENCE_MAX = (1 << 31) - 1  # sequences are int32 and wrap to 0 past it
 
 
@@ -43,22 +54,26 @@ def last_sequence(base_sequence: int, count: int) -> int:
 @dataclass
 class ProducerEntry:
     epoch: int
+    last_ms: int  # when its last frame was written or read here (the monotonic clock, ms)
     batches: deque[BatchEntry] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
 
 
 class ProducerStateTable:
-    """The producers of partition `partition` (a name for messages)."""
+    """The producers of partition `partition` (a name for messages), in the order of their last writes."""
 
     def __init__(self, partition: str) -> None:
         self.partition = partition
         self._producers: dict[int, ProducerEntry] = {}
 
+    def __len__(self) -> int:
+        return len(self._producers)
+
     @classmethod
-    def rebuild(cls, partition: str, headers: Iterable[FrameHeader]) -> ProducerStateTable:
-        """The table the frames with these headers (in offset order) leave."""
+    def rebuild(cls, partition: str, headers: Iterable[FrameHeader], now_ms: int) -> ProducerStateTable:
+        """The table the frames with these headers (in offset order) leave, each producer last seen `now_ms`."""
         table = cls(partition)
         for header in headers:
-            table.update(header)
+            table.update(header, now_ms)
         return table
 
     def check(self, batch: ProducerBatch, count: int) -> int | None:
@@ -99,16 +114,41 @@ class ProducerStateTable:
         """Who a refusal of `batch` concerns (made only for one: every idempotent append is checked)."""
         return f"producer {batch.producer_id} (epoch {batch.producer_epoch}) on {self.partition}"
 
-    def update(self, header: FrameHeader) -> None:
-        """Take a written frame (ignored unless an idempotent producer's). A transaction marker only moves the
-        producer's epoch: one that aborts a zombie's transaction carries a bumped epoch, which fences it."""
+    def update(self, header: FrameHeader, now_ms: int) -> None:
+        """Take a frame written `now_ms` (ignored unless an idempotent producer's). A transaction marker only moves
+        the producer's epoch: one that aborts a zombie's transaction carries a bumped epoch, which fences it."""
         if header.producer_id < 0 or header.is_schema:
             return
-        entry = self._producers.get(header.producer_id)
+        entry = self._producers.pop(header.producer_id, None)  # (put back last: the order of last writes)
         if entry is None or header.producer_epoch > entry.epoch:
-            entry = self._producers[header.producer_id] = ProducerEntry(header.producer_epoch)
+            entry = ProducerEntry(header.producer_epoch, now_ms)
+        entry.last_ms = now_ms
+        self._producers[header.producer_id] = entry
         if header.is_control:
             return
         entry.batches.append(BatchEntry(header.base_sequence, last_sequence(header.base_sequence,
                                                                             header.record_count),
                                         header.base_offset))
+
+    def expire(self, now_ms: int, expiration_ms: int, in_transaction: Callable[[], Container[int]]) -> int:
+        """Forget the producers that wrote nothing for `expiration_ms` before `now_ms`, except those
+        `in_transaction()` names (asked only if some are due), which count as writing now. How many were
+        forgotten."""
+        before = now_ms - expiration_ms
+        due = []
+        for producer_id, entry in self._producers.items():
+            if entry.last_ms > before:
+                break  # (the rest wrote later)
+            due.append(producer_id)
+        if not due:
+            return 0
+        open_ids = in_transaction()
+        forgotten = 0
+        for producer_id in due:
+            entry = self._producers.pop(producer_id)
+            if producer_id in open_ids:
+                entry.last_ms = now_ms
+                self._producers[producer_id] = entry
+            else:
+                forgotten += 1
+        return forgotten

@@ -7,6 +7,10 @@ lag; the coordinator gives group offsets and lag, offline and under-replicated p
 controller's elections and ISR changes: a SIGKILLed leader shows as an election, an ISR shrink and an
 under-replicated partition until it restarts and the ISR expands again.
 
+A leader's fabric_producer_ids counts the idempotent producers whose state it holds and falls back once one is
+silent for producer.id.expiration.ms; that producer's next sends are still delivered, each record once (refused
+as an unknown producer's, it takes a new id and sends again, as a Kafka producer does).
+
 The endpoint binds 127.0.0.1 unless --metrics-host says otherwise, whatever --listen's host, and with
 --metrics-token-file it answers 401 to a scrape without that bearer token.
 """
@@ -112,6 +116,30 @@ def test_nodes_and_the_coordinator_serve_request_replication_and_group_metrics(n
     assert coordinator.value("fabric_consumer_group_committed_offset", **replicated) == 50
     wait_for(lambda: coordinator_metrics(cluster).value("fabric_consumer_group_lag", **replicated) == 0, SETTLE_S,
              "the group's lag in the replicated topic, from the high watermark its leader reports", interval=0.5)
+
+
+EXPIRATION_MS = 8000  # long enough that the first scrape after the sends comes well before it, on a loaded machine
+
+
+def test_a_silent_producer_is_forgotten_and_its_next_sends_are_delivered_once(node_cluster, drain) -> None:
+    cluster = node_cluster(node_extra=(*METRICS, "--producer-id-expiration-ms", str(EXPIRATION_MS),
+                                       "--log-retention-check-interval-ms", "200"))
+    with fabric.connect(cluster.url) as fab:
+        fab.create_topic("idle-producers", partitions=1, replication_factor=3, config=TOPIC_CONFIG)
+        leader = fab.describe_topic("idle-producers").partitions[0].leader
+        with fab.producer() as producer:  # idempotent: acks=all by default
+            for i in range(5):
+                producer.send("idle-producers", b"before-%d" % i).get()
+            assert node_metrics(cluster, leader).value("fabric_producer_ids") == 1
+            wait_for(lambda: node_metrics(cluster, leader).value("fabric_producer_ids") == 0, SETTLE_S * 2,
+                     f"the leader to forget the producer silent for {EXPIRATION_MS} ms", interval=0.5)
+            for i in range(5):
+                producer.send("idle-producers", b"after-%d" % i).get()
+            assert node_metrics(cluster, leader).value("fabric_producer_ids") == 1  # under its new id
+        consumer = fab.consumer("idle-producers", auto_offset_reset="earliest")
+        records = drain(consumer, 10)
+        consumer.close()
+    assert [r.value for r in records] == [b"before-%d" % i for i in range(5)] + [b"after-%d" % i for i in range(5)]
 
 
 def test_a_killed_leader_is_an_election_an_isr_shrink_and_an_under_replicated_partition_until_it_rejoins(

@@ -81,6 +81,13 @@ def test_group_max_session_timeout_defaults_to_kafkas_thirty_minutes() -> None:
         parse("--group-max-session-timeout-ms", "forever")
 
 
+def test_producer_id_expiration_defaults_to_kafkas_day_and_a_bad_value_names_the_key() -> None:
+    assert parse().producer_id_expiration_ms == 86_400_000
+    assert parse("--producer-id-expiration-ms", "60000").producer_id_expiration_ms == 60_000
+    with pytest.raises(InvalidConfigError, match="producer.id.expiration.ms must be a number of milliseconds"):
+        parse("--producer-id-expiration-ms", "0")
+
+
 def test_connections_max_idle_ms_defaults_to_kafkas_and_a_bad_value_names_the_key() -> None:
     assert parse().connections_max_idle_ms == 600_000
     assert parse("--connections-max-idle-ms", "1500").connections_max_idle_ms == 1500

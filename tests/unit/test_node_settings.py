@@ -33,6 +33,9 @@ def test_the_shipped_node_config_is_valid(repo_root) -> None:
                  "65536").socket_request_max_bytes == 65536
     assert parse("--id", "1", "--coordinator", "fabric://h:1", "--max-connections-per-ip",
                  "50").connection_quotas().per_ip == 50  # the same socket keys as the coordinator's
+    assert settings.producer_id_expiration_ms == 86_400_000  # Kafka's producer.id.expiration.ms
+    assert parse("--id", "1", "--coordinator", "fabric://h:1", "--producer-id-expiration-ms",
+                 "60000").producer_id_expiration_ms == 60_000
     assert (settings.log_scrubber_io_max_bytes_per_second, settings.log_scrubber_backoff_ms) == (16 << 20, 15000)
     scrubbing = parse("--id", "1", "--coordinator", "fabric://h:1", "--log-scrubber-io-max-bytes-per-second", "0",
                       "--log-scrubber-backoff-ms", "500")
@@ -56,6 +59,8 @@ def test_the_shipped_node_config_is_valid(repo_root) -> None:
      "log.scrubber.io.max.bytes.per.second must be a number of bytes from 0"),
     (("--id", "1", "--coordinator", "fabric://h:1", "--connections-max-idle-ms", "-5"),
      "connections.max.idle.ms must be a number of milliseconds"),
+    (("--id", "1", "--coordinator", "fabric://h:1", "--producer-id-expiration-ms", "day"),
+     "producer.id.expiration.ms must be a number of milliseconds"),
     (("--id", "1", "--coordinator", "fabric://h:1", "--log-scrubber-backoff-ms", "0"),
      "log.scrubber.backoff.ms must be a number of milliseconds"),
 ])

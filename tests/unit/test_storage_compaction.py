@@ -31,6 +31,9 @@ class Clock:
     def now_us(self) -> int:
         return self.ms * 1000
 
+    def monotonic_ms(self) -> int:
+        return self.ms
+
 
 def batch(storage, pairs: list[tuple[bytes | None, bytes | None]], ts_ms: int) -> pa.RecordBatch:
     n = len(pairs)

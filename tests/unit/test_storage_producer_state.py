@@ -1,12 +1,16 @@
 """Idempotent producers' state in a partition log (fabric/storage/producer_state.py): a retried batch is not
 written again and answers its first offset; gaps, fenced epochs and unknown producers are refused with nothing
-written; the state is rebuilt from the frame headers after a reopen, and follows a truncation and copied frames."""
+written; the state is rebuilt from the frame headers after a reopen, and follows a truncation and copied frames; a
+producer silent for producer.id.expiration.ms is forgotten, unless its transaction is open."""
 from __future__ import annotations
 
 import pytest
 
+from fabric.common.config import TopicConfig
 from fabric.common.errors import InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError
 from fabric.common.types import ProducerBatch
+from fabric.storage.log import Log
+from fabric.storage.log_maintenance import LogMaintenance
 
 
 def values(plog) -> list[bytes]:
@@ -53,3 +57,61 @@ def test_a_producer_silent_for_more_than_the_last_segments_is_forgotten(tmp_path
     reopened = replicas.open(str(tmp_path / "p"), segment_bytes=1024)
     with pytest.raises(UnknownProducerIdError):
         reopened.append(storage.make_batch([b"b"]), producer=ProducerBatch(5, 0, 1))
+
+
+def clocked_log(storage, directory: str, clock) -> Log:
+    return Log(directory, storage.SCHEMA, TopicConfig({}), clock=clock)
+
+
+def test_producers_silent_for_the_expiration_are_forgotten_from_their_last_write_on(tmp_path, storage, clock
+                                                                                   ) -> None:
+    plog = clocked_log(storage, str(tmp_path / "p"), clock)
+    plog.append(storage.make_batch([b"a0"]), producer=ProducerBatch(7, 0, 0))
+    clock.ms += 10
+    plog.append(storage.make_batch([b"b0"]), producer=ProducerBatch(8, 0, 0))
+    clock.ms += 10
+    assert plog.append(storage.make_batch([b"a1"]), producer=ProducerBatch(7, 0, 1)) == 2  # 7 wrote last
+    clock.ms += 995  # 8 silent for 1,005 ms, 7 for 995
+    assert plog.expire_producers(1000) == 1
+    assert plog.producer_ids == 1
+    with pytest.raises(UnknownProducerIdError, match="producer 8 .* no state of the producer and sequence 1"):
+        plog.append(storage.make_batch([b"b1"]), producer=ProducerBatch(8, 0, 1))
+    assert plog.append(storage.make_batch([b"a1"]), producer=ProducerBatch(7, 0, 1)) == 2  # 7's retry: known
+    clock.ms += 6
+    assert plog.expire_producers(1000) == 1 and plog.producer_ids == 0
+    assert values(plog) == [b"a0", b"b0", b"a1"]
+
+
+def test_an_open_transaction_keeps_its_producer_until_it_ends(tmp_path, storage, clock) -> None:
+    plog = clocked_log(storage, str(tmp_path / "p"), clock)
+    assert plog.append(storage.make_batch([b"t"]), producer=ProducerBatch(9, 0, 0), transactional=True) == 0
+    clock.ms += 5000
+    assert plog.expire_producers(1000) == 0  # its transaction is open: still known
+    assert plog.append(storage.make_batch([b"t"]), producer=ProducerBatch(9, 0, 0), transactional=True) == 0
+    plog.write_marker(9, 0, commit=True)
+    clock.ms += 1001
+    assert plog.expire_producers(1000) == 1
+
+
+def test_a_rebuilt_producer_counts_from_the_rebuild(tmp_path, storage, clock) -> None:
+    clocked_log(storage, str(tmp_path / "p"), clock).append(storage.make_batch([b"a"]), producer=ProducerBatch(
+        3, 0, 0))
+    clock.ms += 5000  # longer than the expiration, but this process has not seen the producer yet
+    reopened = clocked_log(storage, str(tmp_path / "p"), clock)
+    assert reopened.append(storage.make_batch([b"a"]), producer=ProducerBatch(3, 0, 0)) == 0  # rebuilt: a retry
+    clock.ms += 1000
+    assert reopened.expire_producers(1001) == 0
+    assert reopened.expire_producers(1000) == 1
+
+
+def test_the_background_maintenance_forgets_producers_in_the_partitions_it_is_given(tmp_path, storage, clock
+                                                                                   ) -> None:
+    maintained, followed = (clocked_log(storage, str(tmp_path / name), clock) for name in ("led", "followed"))
+    for plog in (maintained, followed):
+        plog.append(storage.make_batch([b"a"]), producer=ProducerBatch(3, 0, 0))
+    clock.ms += 2000
+    LogMaintenance(lambda: [("led", lambda: maintained)], 60_000, producer_id_expiration_ms=1000).run_once()
+    assert (maintained.producer_ids, followed.producer_ids) == (0, 1)
+    LogMaintenance(lambda: [], 60_000, producer_id_expiration_ms=1000,
+                   expiring=lambda: [("followed", lambda: followed)]).run_once()
+    assert followed.producer_ids == 0

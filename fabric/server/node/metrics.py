@@ -14,7 +14,9 @@ For every replica it hosts: fabric_offline_replicas{health}, the replicas it can
 OfflineReplicaCount; storage_health), reported to the controller with its heartbeats, and those not yet
 scrubbed since the node started (Unverified, not reported). The scrubber's
 fabric_log_scrubbed_bytes_total, and fabric_log_damaged_ranges_total / fabric_log_repaired_ranges_total: damaged
-ranges found (by the scrubber or a read) and repaired from other replicas.
+ranges found (by the scrubber or a read) and repaired from other replicas. fabric_producer_ids: the idempotent
+producers whose state the replicas hold in memory (Kafka's ProducerIdCount), each forgotten once silent for
+producer.id.expiration.ms.
 """
 from __future__ import annotations
 
@@ -81,6 +83,9 @@ what `scrubber` walked, if the node scrubs)."""
             if health is not Health.HEALTHY:
                 offline.add_metric([health.value], unhealthy[health.value])
         yield from (led, under, lag, lag_s, hw, end, offline)
+        yield GaugeMetricFamily("fabric_producer_ids", "idempotent producers whose state this node's replicas hold "
+                                "(each forgotten once silent for producer.id.expiration.ms)",
+                                self.replicas.producer_ids())
         yield CounterMetricFamily("fabric_log_scrubbed_bytes", "bytes of frames the scrubber checked",
                                   self.scrubber.scrubbed_bytes if self.scrubber is not None else 0)
         yield CounterMetricFamily("fabric_log_damaged_ranges", "damaged ranges found in this node's replicas",

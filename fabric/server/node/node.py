@@ -320,7 +320,9 @@ def serve(settings: NodeSettings) -> None:
         heartbeats.start()
         threading.Thread(target=node.run_replication, name="node-replication", daemon=True).start()
         maintenance = LogMaintenance(replicas.maintained_partitions, settings.log_retention_check_interval_ms,
-                                     name="node-log-maintenance").start()
+                                     name="node-log-maintenance",
+                                     producer_id_expiration_ms=settings.producer_id_expiration_ms,
+                                     expiring=replicas.hosted_partitions).start()
         if scrubber is not None:
             scrubber.start()
         shutdown.serve_until_requested(f"node {settings.node_id} serving {settings.data_dir} at {server.address} "

@@ -542,6 +542,20 @@ class ReplicaManager(TransactionMarkers):
                         replica.state.role is Role.LEADER or (
                             replica.state.role is Role.FOLLOWER and partition_ops.compacted(self._topics[tp[0]])))]
 
+    def hosted_partitions(self) -> list[tuple[str, Callable[[], Log]]]:
+        """Every replica the node can serve, by name, with how to open its log: whose idempotent producers the
+        background maintenance forgets once silent for producer.id.expiration.ms, followers' too (a follower
+        copies every producer's state, to recognise retries once it leads)."""
+        with self._lock:
+            return [(replica.name, functools.partial(_replica_log, replica)) for tp, replica in
+                    sorted(self._replicas.items()) if not self.health.offline(tp)]
+
+    def producer_ids(self) -> int:
+        """The idempotent producers whose state this node's replicas hold in memory (Kafka's ProducerIdCount)."""
+        with self._lock:
+            replicas = [r for tp, r in self._replicas.items() if not self.health.offline(tp)]
+        return sum(replica.log.producer_ids for replica in replicas)
+
     def describe(self) -> list[dict[str, object]]:
         """Every hosted replica's role, epoch, high watermark and (as leader) ISR and followers' progress."""
         with self._lock:

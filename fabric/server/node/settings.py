@@ -19,6 +19,7 @@ from fabric.server.instance import (
     SOCKET_PROPERTIES,
     SocketSettings,
     add_metrics_arguments,
+    add_producer_expiration_argument,
     add_security_arguments,
     add_socket_arguments,
     byte_count,
@@ -30,6 +31,7 @@ from fabric.server.instance import (
 from fabric.server.node.fetcher import FetchSettings
 from fabric.server.node.scrubber import BACKOFF_KEY, DEFAULT_BACKOFF_MS, DEFAULT_SCRUB_RATE, SCRUB_RATE_KEY
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
+from fabric.storage.producer_state import DEFAULT_EXPIRATION_MS, EXPIRATION_KEY
 
 DEFAULT_LISTEN = "127.0.0.1:9095"
 
@@ -61,6 +63,7 @@ class NodeSettings(SocketSettings):
     metrics_host: str = METRICS_HOST
     metrics_token_file: str | None = None
     log_retention_check_interval_ms: int = DEFAULT_INTERVAL_MS
+    producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS
     log_scrubber_io_max_bytes_per_second: int = DEFAULT_SCRUB_RATE
     log_scrubber_backoff_ms: int = DEFAULT_BACKOFF_MS
 
@@ -84,7 +87,8 @@ PROPERTIES = {"node.id": "node_id", "node.listen": "listen", "node.advertised.li
               "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
               "replica.fetch.max.bytes": "replica_fetch_max_bytes",
               "replica.fetch.backoff.ms": "replica_fetch_backoff_ms", **METRICS_PROPERTIES,
-              INTERVAL_KEY: "log_retention_check_interval_ms", **SOCKET_PROPERTIES,
+              INTERVAL_KEY: "log_retention_check_interval_ms", EXPIRATION_KEY: "producer_id_expiration_ms",
+              **SOCKET_PROPERTIES,
               SCRUB_RATE_KEY: "log_scrubber_io_max_bytes_per_second", BACKOFF_KEY: "log_scrubber_backoff_ms"}
 PATH_KEYS = ("tokens_file", "acl_file", "token_file", "tls_cert", "tls_key", "metrics_token_file")
 MILLISECONDS = {"heartbeat_interval_ms": "node.heartbeat.interval.ms",
@@ -92,7 +96,8 @@ MILLISECONDS = {"heartbeat_interval_ms": "node.heartbeat.interval.ms",
                 "replica_lag_time_max_ms": "replica.lag.time.max.ms",
                 "replica_fetch_wait_max_ms": "replica.fetch.wait.max.ms",
                 "replica_fetch_backoff_ms": "replica.fetch.backoff.ms",
-                "log_retention_check_interval_ms": INTERVAL_KEY, "log_scrubber_backoff_ms": BACKOFF_KEY}
+                "log_retention_check_interval_ms": INTERVAL_KEY, "producer_id_expiration_ms": EXPIRATION_KEY,
+                "log_scrubber_backoff_ms": BACKOFF_KEY}
 
 
 def add_node_arguments(parser: argparse.ArgumentParser) -> None:
@@ -124,6 +129,7 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-retention-check-interval-ms", metavar="MS", help="how often the node applies "
                         "retention to the partitions it leads and cleans the replicas of compacted topics it hosts "
                         f"({INTERVAL_KEY}, default {DEFAULT_INTERVAL_MS})")
+    add_producer_expiration_argument(parser)
     parser.add_argument("--log-scrubber-io-max-bytes-per-second", metavar="BYTES", help="how fast the node reads "
                         "its replicas' logs to check every frame's CRC in the background, repairing damage from "
                         f"other replicas ({SCRUB_RATE_KEY}, default {DEFAULT_SCRUB_RATE}; 0 turns it off)")
