@@ -450,10 +450,13 @@ class Log(LogTail):
         under a pending-publish marker); False if it cannot be adopted (copy its frames then). See adopt."""
         return adopt.adopt_segment(self, path, frames, base_offset)
 
-    def forget_epochs_before(self, offset: int) -> None:
-        """Drop the loaded leader epochs that end below `offset`, the new log start (lock held)."""
+    def forget_before(self, offset: int) -> None:
+        """Drop the loaded leader epochs and aborted transactions that end below `offset`, the new log start
+        (lock held)."""
         if self._epochs is not None:
             self._epochs.truncate_from_start(offset)
+        if self._txns is not None:
+            self._txns.forget_before(offset)
 
     @writes
     def finish_publish(self, end_offset: int) -> None:

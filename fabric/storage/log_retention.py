@@ -96,7 +96,7 @@ class LogRetention:
                 seg.delete()
                 deleted += 1
             if deleted:
-                plog.forget_epochs_before(plog.start_offset)
+                plog.forget_before(plog.start_offset)
             plog.remember_tail(active, plog.end_offset)
         return deleted
 
@@ -131,7 +131,7 @@ class LogRetention:
                 deleted += 1
                 if crash:
                     crash("deleted")
-            plog.forget_epochs_before(target)
+            plog.forget_before(target)
             plog.remember_tail(active, log_end)
         log.info("%s: records before offset %d deleted (%d whole segment(s) removed); the log starts there now",
                  plog.name, target, deleted)

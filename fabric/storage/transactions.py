@@ -10,10 +10,13 @@ one is open already; a control frame of P (frame.ATTR_CONTROL, a marker of one r
 
 The state is rebuilt from the frame headers (`rebuild`), which carry all of it, so it needs no file of its own,
 survives restarts, and a follower has the state of the frames it copied. Thread-safe: readers ask while the
-partition's writer updates it.
+partition's writer updates it. An aborted range is forgotten once the log start passes its marker (`forget_before`:
+none of its frames is left to read), as Kafka's transaction index goes with its segment; a producer's ranges are
+kept in offset order, so a read looks one up by bisection however many the producer aborted.
 """
 from __future__ import annotations
 
+import bisect
 import threading
 from typing import Iterable
 
@@ -57,8 +60,27 @@ class TransactionState:
     def aborted(self, header: FrameHeader) -> bool:
         """True if this transactional data frame belongs to a transaction that aborted."""
         with self._lock:
-            ranges = self._aborted.get(header.producer_id, ())
-            return any(first <= header.base_offset < marker for first, marker in ranges)
+            ranges = self._aborted.get(header.producer_id)
+            if not ranges:
+                return False
+            at = bisect.bisect_right(ranges, (header.base_offset, 2**63)) - 1  # the last range starting at or before
+            return at >= 0 and header.base_offset < ranges[at][1]
+
+    def forget_before(self, offset: int) -> None:
+        """Forget the aborted transactions whose every frame is below `offset`, the new log start (their marker is
+        at or below it)."""
+        with self._lock:
+            for producer_id, ranges in list(self._aborted.items()):
+                kept = ranges[bisect.bisect_right(ranges, offset, key=lambda r: r[1]):]
+                if kept:
+                    self._aborted[producer_id] = kept
+                else:
+                    del self._aborted[producer_id]
+
+    def aborted_count(self) -> int:
+        """How many aborted transactions are remembered (for read_committed reads of their frames)."""
+        with self._lock:
+            return sum(len(ranges) for ranges in self._aborted.values())
 
     def open_transactions(self) -> dict[int, int]:
         """Producer id -> first offset of each open transaction (for describing the partition)."""

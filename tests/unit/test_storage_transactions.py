@@ -1,7 +1,7 @@
 """Transactions in a partition log (fabric/storage/transactions.py): transactional frames stay below no reader's
 bound until a marker ends them; read_committed readers skip aborted ones and markers, read_uncommitted ones
 only markers; an abort marker's bumped epoch fences the zombie; the state is rebuilt from frame headers after a
-reopen, a copy to a follower and a truncation."""
+reopen, a copy to a follower and a truncation; aborted transactions below the log start are forgotten."""
 from __future__ import annotations
 
 import pytest
@@ -67,6 +67,19 @@ def test_the_state_is_rebuilt_from_the_frames_of_a_reopened_copied_or_truncated_
     reopened.truncate_to(3)  # the commit marker is gone: producer 21's transaction is open again
     assert reopened.last_stable_offset(reopened.end_offset) == 1
     assert read(reopened, reopened.end_offset, READ_UNCOMMITTED) == [b"x", b"y"]
+
+
+def test_aborted_transactions_below_the_log_start_are_forgotten_and_the_rest_still_skipped(tmp_path,
+                                                                                           storage) -> None:
+    plog = storage.open_log(str(tmp_path / "p"))
+    for round_, commit in enumerate((False, True, False, False, True)):  # one producer, epoch by epoch
+        plog.append(storage.make_batch([b"t%d" % round_]), producer=txn(12, 0, round_), transactional=True)
+        plog.write_marker(12, round_, commit=commit)
+    assert plog.transactions.aborted_count() == 3
+    assert read(plog, plog.end_offset) == [b"t1", b"t4"]
+    plog.delete_records(5)  # past the second abort's marker (offset 5): the third's frame (6) is still there
+    assert plog.transactions.aborted_count() == 1
+    assert read(plog, plog.end_offset) == [b"t4"]
 
 
 def test_a_transactional_append_needs_a_producer(tmp_path, replicas, storage) -> None:
