@@ -546,15 +546,16 @@ class ReplicaManager(TransactionMarkers):
         """Every replica the node can serve, by name, with how to open its log: whose idempotent producers the
         background maintenance forgets once silent for producer.id.expiration.ms, followers' too (a follower
         copies every producer's state, to recognise retries once it leads)."""
-        with self._lock:
-            return [(replica.name, functools.partial(_replica_log, replica)) for tp, replica in
-                    sorted(self._replicas.items()) if not self.health.offline(tp)]
+        return [(replica.name, functools.partial(_replica_log, replica)) for replica in self._servable()]
 
     def producer_ids(self) -> int:
         """The idempotent producers whose state this node's replicas hold in memory (Kafka's ProducerIdCount)."""
+        return sum(replica.log.producer_ids for replica in self._servable())
+
+    def _servable(self) -> list[PartitionReplica]:
+        """The replicas whose storage is not offline, in partition order."""
         with self._lock:
-            replicas = [r for tp, r in self._replicas.items() if not self.health.offline(tp)]
-        return sum(replica.log.producer_ids for replica in replicas)
+            return [replica for tp, replica in sorted(self._replicas.items()) if not self.health.offline(tp)]
 
     def describe(self) -> list[dict[str, object]]:
         """Every hosted replica's role, epoch, high watermark and (as leader) ISR and followers' progress."""
