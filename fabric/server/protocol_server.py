@@ -192,8 +192,9 @@ class ProtocolServer:
                            "types": sorted(self.handlers)}
 
 
-class _Connection(asyncio.Protocol):
-    """One client's connection: frames in, answers out, each request served as its handler says."""
+class _Connection(asyncio.BufferedProtocol):
+    """One client's connection: frames in (read where its FrameReader says: a large payload in place), answers out,
+    each request served as its handler says."""
 
     def __init__(self, server: ProtocolServer) -> None:
         self.server = server
@@ -283,11 +284,14 @@ class _Connection(asyncio.Protocol):
             return True
         return False
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.reader.read_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self.refused:
             return
         self.active = self.server._loop.time()
-        self.reader.feed(data)
+        self.reader.read_into(nbytes)
         if not self.handshaking:  # (TLS may hand over the first request before its handshake's await returns)
             self._read_frames()
 

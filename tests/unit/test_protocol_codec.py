@@ -76,6 +76,35 @@ def test_large_frames_come_out_whole_in_buffers_of_their_own_fed_or_received_int
     assert reader.pending == 0 and reader.receive_buffer() is None
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=40), st.binary(max_size=600)), min_size=1, max_size=6),
+       st.lists(st.integers(1, 300), min_size=1, max_size=20))
+def test_an_event_loops_reads_land_in_large_payloads_or_the_threads_buffer_shared_by_its_connections(parts,
+                                                                                                      cuts) -> None:
+    """Two connections of one loop read by turns (BufferedProtocol: read_buffer, then read_into): a large frame's
+    payload is read into in place (the buffer given is its Arrow memory), other bytes through the thread's read
+    buffer, which both share, and each connection gets its own frames whole."""
+    parts = [*parts, (b"large", bytes(range(256)) * 3)]  # (longer than any read: read in place, at least in part)
+    stream = b"".join(frames.encode(header, payload) for header, payload in parts)
+    readers = [frames.FrameReader(large=200), frames.FrameReader(large=200)]
+    out: list[list[frames.Frame]] = [[], []]
+    positions, step, in_place = [0, 0], 0, 0
+    while min(positions) < len(stream):
+        cut, step = cuts[step % len(cuts)], step + 1
+        for i, reader in enumerate(readers):
+            target = reader.read_buffer()
+            count = min(cut, len(target), len(stream) - positions[i])
+            in_place += isinstance(target.obj, pa.Buffer)  # (the thread's read buffer is a bytearray)
+            target[:count] = stream[positions[i]:positions[i] + count]
+            reader.read_into(count)
+            positions[i] += count
+            out[i] += reader.frames()
+    for got in out:
+        assert [(f.header, bytes(f.payload)) for f in got] == parts
+    assert all(r.pending == 0 for r in readers)
+    assert in_place
+
+
 def test_an_arrow_buffer_payload_is_framed_through_a_view_of_it() -> None:
     payload = pa.py_buffer(bytes(range(256)) * 4)
     parts = frames.encode_parts(b'{"id": 7}', payload)

@@ -10,11 +10,14 @@ a frame longer than its limit (the server's socket.request.max.bytes) or one who
 before reading its payload: a refused frame is never handed on, so nothing of it is written. The payload of a
 large frame (LARGE_FRAME_BYTES or more: a fetch's answer, a batch's produce) is read into Arrow memory of its own,
 allocated once its header has arrived, and handed on as it is: a socket can receive into it (`receive_buffer`),
-and bytes fed in are copied there once.
+and bytes fed in are copied there once. An event loop's protocol reads through `read_buffer` and `read_into`
+(asyncio.BufferedProtocol): straight into a large frame's payload, other bytes into a buffer of the thread's own
+and from there into the reader, with no bytes object made for each read.
 """
 from __future__ import annotations
 
 import struct
+import threading
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -25,6 +28,7 @@ MAX_HEADER_BYTES = 2 << 20  # as a Flight request's JSON (a commit of 10,000 par
 MAX_FRAME_BYTES = (1 << 32) - 1  # what the length field can say
 HTTP2_PREFACE = b"PRI * HTTP/2.0"  # how a gRPC client starts: a Flight client at the wrong port
 LARGE_FRAME_BYTES = 1 << 16  # a frame this long or longer is read into a buffer of its own
+READ_BUFFER_BYTES = 1 << 18  # an event loop's reads outside large payloads (one buffer per thread)
 # a frame's payload as it is sent: one buffer, or (an answer) buffers written one after the other, never joined
 Payload: TypeAlias = bytes | pa.Buffer | tuple[bytes | pa.Buffer, ...]
 
@@ -81,6 +85,17 @@ class _LargeFrame:
         return count
 
 
+class _ReadBuffers(threading.local):
+    """Each thread's buffer for an event loop's reads: a loop reads one connection at a time and feeds what it read
+    to that connection's reader before its next read, so one buffer serves every connection of the loop."""
+
+    def __init__(self) -> None:
+        self.view = memoryview(bytearray(READ_BUFFER_BYTES))
+
+
+_READS = _ReadBuffers()
+
+
 class FrameReader:
     """Frames out of a byte stream fed in pieces. `limit`: the longest frame taken (its N plus 4); a longer one
     raises FrameError as soon as its prefix and header have arrived. A frame of `large` bytes or more gets a
@@ -92,6 +107,7 @@ class FrameReader:
         self._buffer = bytearray()
         self._start = 0
         self._large: _LargeFrame | None = None
+        self._into_payload = False  # the last read_buffer was a large frame's payload
 
     @property
     def pending(self) -> int:
@@ -110,6 +126,20 @@ class FrameReader:
         """`count` bytes arrived in receive_buffer()."""
         assert self._large is not None
         self._large.filled += count
+
+    def read_buffer(self) -> memoryview:
+        """Where an event loop reads next (BufferedProtocol.get_buffer): the rest of a large frame's payload, else
+        the thread's read buffer; then `read_into`."""
+        view = self.receive_buffer()
+        self._into_payload = view is not None
+        return _READS.view if view is None else view
+
+    def read_into(self, count: int) -> None:
+        """`count` bytes were read where read_buffer said (BufferedProtocol.buffer_updated)."""
+        if self._into_payload:
+            self.received(count)
+        else:
+            self.feed(_READS.view[:count])
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self._large is not None:

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 Result = tuple[msgspec.Raw, Payload]  # an answer's result and payload
 
 
-class LoopConnection(asyncio.Protocol):
+class LoopConnection(asyncio.BufferedProtocol):
     """One connection to `address` (host:port) read by the loop that opened it; `error_of` maps a refusal's
     {"type", "message"} to its exception (None: Refused)."""
 
@@ -81,12 +81,15 @@ class LoopConnection(asyncio.Protocol):
         if future is not None and not future.done():
             future.set_exception(ClientTimeoutError(f"{self.address} did not answer in time"))
 
-    # -- asyncio.Protocol ------------------------------------------------------------------------------------
+    # -- asyncio.BufferedProtocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # (uvloop's transports are no asyncio.Transport)
 
-    def data_received(self, data: bytes) -> None:
-        self._reader.feed(data)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._reader.read_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._reader.read_into(nbytes)
         while self._broken is None:
             try:
                 frame = self._reader.next()
