@@ -33,16 +33,24 @@ def cpu_seconds(process: psutil.Process) -> float:
     return times.user + times.system
 
 
-def tree_cpu_seconds() -> float:
-    """CPU seconds (user + system) used so far by this process and its live descendants (Spark's JVM and
-    its Python workers): steadier than wall time on a shared machine, whose other tenants stretch it."""
-    total = 0.0
+def tree_cpu() -> dict[tuple[int, float], float]:
+    """CPU seconds (user + system) used so far by this process and each of its live descendants (Spark's JVM and
+    its Python workers, the servers a benchmark started), by (pid, start time): steadier than wall time on a
+    shared machine, whose other tenants stretch it."""
+    usage = {}
     for proc in [psutil.Process(), *psutil.Process().children(recursive=True)]:
         try:
-            total += cpu_seconds(proc)
+            usage[(proc.pid, proc.create_time())] = cpu_seconds(proc)
         except psutil.Error:  # ended meanwhile
             continue
-    return total
+    return usage
+
+
+def tree_cpu_since(before: dict[tuple[int, float], float]) -> float:
+    """CPU seconds the process tree used since `before` (tree_cpu): a process that ended meanwhile (a server a
+    benchmark killed) counts nothing after `before`, rather than taking its whole CPU time off the sum."""
+    after = tree_cpu()
+    return sum(used - before.get(key, 0.0) for key, used in after.items())
 
 
 def _own_cpu_seconds() -> float:
@@ -51,15 +59,15 @@ def _own_cpu_seconds() -> float:
 
 @contextmanager
 def timed(label: str) -> Iterator[dict]:
-    """Time a block; the yielded dict gets 'seconds' (wall), 'cpu' (tree_cpu_seconds) and 'own_cpu' (this
+    """Time a block; the yielded dict gets 'seconds' (wall), 'cpu' (tree_cpu_since) and 'own_cpu' (this
     process's alone: the rest is its children's, e.g. the servers a benchmark started) when it ends."""
     progress(f"{label} ...")
     out: dict = {}
-    cpu, own = tree_cpu_seconds(), _own_cpu_seconds()
+    cpu, own = tree_cpu(), _own_cpu_seconds()
     start = time.perf_counter()
     yield out
     out["seconds"] = time.perf_counter() - start
-    out["cpu"] = tree_cpu_seconds() - cpu
+    out["cpu"] = tree_cpu_since(cpu)
     out["own_cpu"] = _own_cpu_seconds() - own
     progress(f"{label}: {out['seconds']:.2f} s, {out['cpu']:.2f} CPU s")
 

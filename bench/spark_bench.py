@@ -117,7 +117,7 @@ def prepare(records: int, directory: str, url: str) -> str:
 
 def best_of(actions: dict[str, Callable[[], None]], records: int, repeats: int,
             servers: Callable[[], float] | None = None) -> dict[str, dict[str, float]]:
-    """Each action's rows/s in its fastest run and its lowest CPU seconds (tree_cpu_seconds) of any run.
+    """Each action's rows/s in its fastest run and its lowest CPU seconds (timed's 'cpu') of any run.
     Every action runs once to warm up, then the actions take turns `repeats` times, so a slow spell of this
     noisy machine hits them alike. A run times the Spark job alone: an action's `before()` (making its output,
     e.g. a topic) and `after()` (checking and removing it), where it has them, run untimed around it.
