@@ -340,13 +340,19 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return settings
 
 
+DAY_MS = 24 * 3600 * 1000
+LONGEST_MS = {EXPIRATION_KEY: INT_MAX}  # durations that may pass a day (Kafka's int; its default is the day itself)
+
+
 def milliseconds(key: str, value: Any) -> int:
+    """Duration option `key` in milliseconds: an int from 1 to a day (LONGEST_MS names those that may be longer)."""
+    most = LONGEST_MS.get(key, DAY_MS)
     try:
         ms = int(value)
     except (TypeError, ValueError):
         ms = -1
-    if not 1 <= ms <= 24 * 3600 * 1000:
-        raise InvalidConfigError(f"{key} must be a number of milliseconds from 1 to 86400000, got {clip(value, 40)}")
+    if not 1 <= ms <= most:
+        raise InvalidConfigError(f"{key} must be a number of milliseconds from 1 to {most}, got {clip(value, 40)}")
     return ms
 
 

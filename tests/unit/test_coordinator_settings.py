@@ -84,8 +84,13 @@ def test_group_max_session_timeout_defaults_to_kafkas_thirty_minutes() -> None:
 def test_producer_id_expiration_defaults_to_kafkas_day_and_a_bad_value_names_the_key() -> None:
     assert parse().producer_id_expiration_ms == 86_400_000
     assert parse("--producer-id-expiration-ms", "60000").producer_id_expiration_ms == 60_000
+    assert parse("--producer-id-expiration-ms", "604800000").producer_id_expiration_ms == 604_800_000  # a week
     with pytest.raises(InvalidConfigError, match="producer.id.expiration.ms must be a number of milliseconds"):
         parse("--producer-id-expiration-ms", "0")
+    with pytest.raises(InvalidConfigError, match="from 1 to 2147483647, got '2147483648'"):  # Kafka's int
+        parse("--producer-id-expiration-ms", "2147483648")
+    with pytest.raises(InvalidConfigError, match="node.session.timeout.ms .* from 1 to 86400000"):  # others: a day
+        parse("--node-session-timeout-ms", "604800000")
 
 
 def test_connections_max_idle_ms_defaults_to_kafkas_and_a_bad_value_names_the_key() -> None:

@@ -36,6 +36,8 @@ def test_the_shipped_node_config_is_valid(repo_root) -> None:
     assert settings.producer_id_expiration_ms == 86_400_000  # Kafka's producer.id.expiration.ms
     assert parse("--id", "1", "--coordinator", "fabric://h:1", "--producer-id-expiration-ms",
                  "60000").producer_id_expiration_ms == 60_000
+    assert parse("--id", "1", "--coordinator", "fabric://h:1", "--producer-id-expiration-ms",
+                 "604800000").producer_id_expiration_ms == 604_800_000  # past a day, as Kafka takes it
     assert (settings.log_scrubber_io_max_bytes_per_second, settings.log_scrubber_backoff_ms) == (16 << 20, 15000)
     scrubbing = parse("--id", "1", "--coordinator", "fabric://h:1", "--log-scrubber-io-max-bytes-per-second", "0",
                       "--log-scrubber-backoff-ms", "500")
