@@ -5,7 +5,8 @@ the Flight server's tokens file), then carries any number of requests at once. A
 not wait (`Handler.waits`) is served on the event loop as it arrives; one that may wait (an acks=all append, a
 long-polling fetch, a commit) runs on a worker thread, so it holds up no other request; but requests of one
 order (`Handler.order`: a partition's produces, a group's commits) are served one at a time, as they came.
-Answers go back as they are ready, each naming its request's id. A frame over socket.request.max.bytes, or bytes
+Answers go back as they are ready, each naming its request's id. A frame over socket.request.max.bytes (before
+the hello is answered, over HELLO_MAX_BYTES: an unauthenticated client makes the server hold no more), or bytes
 that are not frames, are answered with the error and the connection is closed (where the next frame starts is
 unknown); nothing of such a request reaches a handler. A connection with no request in flight that has sent and been
 sent nothing for connections.max.idle.ms (Kafka's broker key and default: 10 minutes) is closed, so connections
@@ -52,6 +53,9 @@ log = logging.getLogger(__name__)
 # (principal, args, payload) -> (result, answer payload); or, from a handler served on the loop, a future of it
 # that the loop settles later; or a Held result (answered when its future is done, with no payload)
 Serve = Callable[[str, dict[str, Any], bytes], "tuple[Any, Payload] | concurrent.futures.Future | Held"]
+# the longest frame a connection may send before its hello is answered: a client that is not authenticated yet
+# makes the server hold no more than this (as Kafka's sasl.server.max.receive.size, and its default)
+HELLO_MAX_BYTES = 512 << 10
 MAX_IN_FLIGHT = 256  # a connection's requests being served at once; past it, it is read no further until some end
 WORKERS = 64
 CONNECTIONS_MAX_IDLE_MS = 600_000  # connections.max.idle.ms: Kafka's broker key and default
@@ -71,6 +75,12 @@ class Handler:
     serve: Serve
     waits: Callable[[dict[str, Any]], bool] = lambda args: True
     order: Callable[[dict[str, Any]], Hashable | None] = lambda args: None
+
+
+def _over_hello_limit(total: int, limit: int) -> str:
+    """Why a frame of `total` bytes is refused before the connection's hello was answered."""
+    return (f"the first frame of a connection, its hello, may be at most {limit} bytes (its client is not "
+            f"authenticated yet); got one of {total} bytes: send the hello first (docs/protocol.md)")
 
 
 def _order_key(handler: Handler, args: dict[str, Any]) -> Hashable | None:
@@ -198,7 +208,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     def __init__(self, server: ProtocolServer) -> None:
         self.server = server
-        self.reader = frames.FrameReader(server.limit)
+        self.reader = frames.FrameReader(min(server.limit, HELLO_MAX_BYTES), too_long=_over_hello_limit)
         self.principal: str | None = None
         self.transport: asyncio.Transport | None = None
         self.in_flight = 0
@@ -392,6 +402,7 @@ class _Connection(asyncio.BufferedProtocol):
         except FabricError as exc:
             self._refuse_and_close(request.id, exc)
             return
+        self.reader.limit, self.reader.too_long = self.server.limit, frames.over_request_limit
         self._write(messages.encode_result(request.id, answer), b"")
 
     def _serve(self, job: _Job) -> None:

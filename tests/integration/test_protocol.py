@@ -45,7 +45,7 @@ from fabric.common.records import to_storage
 from fabric.common.types import JoinRequest, PartitionState
 from fabric.coordinator.producer_ids import OFFSETS_PRODUCER_ID
 from fabric.server import wire
-from fabric.server.protocol_server import WORKERS
+from fabric.server.protocol_server import HELLO_MAX_BYTES, WORKERS
 from fabric.spark import jar
 
 TOKENS = {"admin-token": "admin", "node-token": "node", "user-token": "user", "other-token": "other"}
@@ -293,6 +293,27 @@ def test_the_first_request_must_be_hello(secured_cluster) -> None:
                            frames.encode(messages.encode_request(5, "fetch", {"topic": "mine"})))
     assert [a.id for a in answers] == [5] and answers[0].error is not None
     assert answers[0].error["message"].startswith("the first request of a connection must be 'hello'")
+
+
+@pytest.mark.parametrize("where", ["coordinator", "node"])
+def test_a_client_not_authenticated_yet_makes_the_server_hold_no_large_frame(secured_cluster, where) -> None:
+    """Until its hello is answered, a connection's frame may be at most HELLO_MAX_BYTES (512 KiB, as Kafka's
+    sasl.server.max.receive.size): a hello claiming 90 MiB is refused as soon as its header is in, and a frame whose
+    header alone would pass the limit as soon as its length is, each with the limit named, and closed, before any of
+    the payload was sent (four such connections held 360 MiB of a coordinator's memory before). After a hello,
+    frames up to socket.request.max.bytes go through (test_refusals_name_the_problem_and_write_nothing)."""
+    address = protocol_address(secured_cluster, where)
+    header = messages.encode_request(3, "hello", {"protocol": "fabric", "version": 1, "token": "user-token"})
+    refused = until_closed(address, frames.PREFIX.pack(4 + len(header) + (90 << 20), len(header)) + header)
+    assert [a.id for a in refused] == [3] and refused[0].error is not None
+    assert refused[0].error["type"] == RecordTooLargeError.__name__
+    assert refused[0].error["message"].startswith("the first frame of a connection, its hello, may be at most "
+                                                  f"{HELLO_MAX_BYTES} bytes (its client is not authenticated yet); "
+                                                  f"got one of {4 + 4 + len(header) + (90 << 20)} bytes")
+    refused = until_closed(address, frames.PREFIX.pack(4 + (600 << 10), 600 << 10))  # a 600 KiB header, unsent
+    assert [a.id for a in refused] == [-1] and refused[0].error is not None
+    assert refused[0].error["type"] == InvalidRequestError.__name__
+    assert f"may be at most {HELLO_MAX_BYTES} bytes" in refused[0].error["message"]
 
 
 @needs_reader

@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 import threading
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Callable, TypeAlias
 
 import pyarrow as pa
 
@@ -85,6 +85,13 @@ class _LargeFrame:
         return count
 
 
+def over_request_limit(total: int, limit: int) -> str:
+    """Why a request of `total` bytes is refused by a server whose socket.request.max.bytes is `limit`."""
+    return (f"a request of {total} bytes is over socket.request.max.bytes={limit} of this server; nothing of it was "
+            "written: send smaller requests (a fabric producer sends batches of at most the topic's "
+            "max.message.bytes), or raise socket.request.max.bytes in the server's properties")
+
+
 class _ReadBuffers(threading.local):
     """Each thread's buffer for an event loop's reads: a loop reads one connection at a time and feeds what it read
     to that connection's reader before its next read, so one buffer serves every connection of the loop."""
@@ -98,12 +105,14 @@ _READS = _ReadBuffers()
 
 class FrameReader:
     """Frames out of a byte stream fed in pieces. `limit`: the longest frame taken (its N plus 4); a longer one
-    raises FrameError as soon as its prefix and header have arrived. A frame of `large` bytes or more gets a
-    payload buffer of its own (a pyarrow.Buffer, where a smaller frame's payload is bytes)."""
+    raises FrameError (`too_long(length, limit)` says why) as soon as its prefix and header have arrived, or its
+    prefix alone if the header would not fit in the limit either: no more than `limit` bytes of a frame are ever
+    held. A frame of `large` bytes or more gets a payload buffer of its own (a pyarrow.Buffer, where a smaller
+    frame's payload is bytes)."""
 
-    def __init__(self, limit: int = MAX_FRAME_BYTES, what: str = "socket.request.max.bytes",
-                 large: int = LARGE_FRAME_BYTES) -> None:
-        self.limit, self.what, self.large = limit, what, large
+    def __init__(self, limit: int = MAX_FRAME_BYTES, large: int = LARGE_FRAME_BYTES,
+                 too_long: Callable[[int, int], str] = over_request_limit) -> None:
+        self.limit, self.large, self.too_long = limit, large, too_long
         self._buffer = bytearray()
         self._start = 0
         self._large: _LargeFrame | None = None
@@ -177,13 +186,12 @@ class FrameReader:
                              "split the request (e.g. commit fewer partitions at once)")
         total = 4 + length
         header_end = start + PREFIX.size + header_length
-        if total > self.limit:  # refused once its header is here, to name the request
-            if len(buffer) < header_end:
+        if total > self.limit:  # refused once its header is here, to name the request (if the limit holds that)
+            named = PREFIX.size + header_length <= self.limit
+            if named and len(buffer) < header_end:
                 return None
-            raise FrameError(f"a request of {total} bytes is over {self.what}={self.limit} of this server; "
-                             "nothing of it was written: send smaller requests (a fabric producer sends batches "
-                             f"of at most the topic's max.message.bytes), or raise {self.what} in the server's "
-                             "properties", bytes(buffer[start + PREFIX.size:header_end]))
+            raise FrameError(self.too_long(total, self.limit),
+                             bytes(buffer[start + PREFIX.size:header_end]) if named else None)
         if available < total:
             if total >= self.large and len(buffer) >= header_end:
                 self._open_large(start, header_end, start + total)
