@@ -8,7 +8,9 @@ order (`Handler.order`: a partition's produces, a group's commits) are served on
 Answers go back as they are ready, each naming its request's id. A frame over socket.request.max.bytes (before
 the hello is answered, over HELLO_MAX_BYTES: an unauthenticated client makes the server hold no more), or bytes
 that are not frames, are answered with the error and the connection is closed (where the next frame starts is
-unknown); nothing of such a request reaches a handler. A connection with no request in flight that has sent and been
+unknown); nothing of such a request reaches a handler. A client that asks faster than it reads the answers, or
+never reads them, is read no further while more than WRITE_BUFFER_HIGH bytes of its answers wait to be sent: its
+own requests wait in its socket, and the server holds no growing pile of answers for it. A connection with no request in flight that has sent and been
 sent nothing for connections.max.idle.ms (Kafka's broker key and default: 10 minutes) is closed, so connections
 that never said hello, or were forgotten, do not pin the server's descriptors; one over the connection quotas
 (max.connections, max.connections.per.ip: fabric.server.connection_quotas) is refused as it is accepted. TLS with
@@ -56,6 +58,9 @@ Serve = Callable[[str, dict[str, Any], bytes], "tuple[Any, Payload] | concurrent
 # the longest frame a connection may send before its hello is answered: a client that is not authenticated yet
 # makes the server hold no more than this (as Kafka's sasl.server.max.receive.size, and its default)
 HELLO_MAX_BYTES = 512 << 10
+# unsent answer bytes past which a connection is read no further until they drop to a quarter of it (asyncio's
+# write buffer limits: the transport calls pause_writing and resume_writing)
+WRITE_BUFFER_HIGH = 4 << 20
 MAX_IN_FLIGHT = 256  # a connection's requests being served at once; past it, it is read no further until some end
 WORKERS = 64
 CONNECTIONS_MAX_IDLE_MS = 600_000  # connections.max.idle.ms: Kafka's broker key and default
@@ -212,7 +217,8 @@ class _Connection(asyncio.BufferedProtocol):
         self.principal: str | None = None
         self.transport: asyncio.Transport | None = None
         self.in_flight = 0
-        self.paused = False
+        self.paused = False  # read no further: MAX_IN_FLIGHT requests are being served
+        self.backlogged = False  # read no further: WRITE_BUFFER_HIGH bytes of answers wait to be sent
         self.closing = False  # the client half-closed: close once the requests in flight are answered
         self.queues: dict[Hashable, collections.deque[_Job]] = {}  # per order key: requests waiting their turn
         self.active = server._loop.time()  # when it last received or sent bytes (connections.max.idle.ms)
@@ -226,6 +232,7 @@ class _Connection(asyncio.BufferedProtocol):
         that never finish one count too, and are closed once idle for connections.max.idle.ms), and refuse it if
         it is over them."""
         self.transport = typing.cast(asyncio.Transport, transport)  # uvloop's is no asyncio.Transport subclass
+        self.transport.set_write_buffer_limits(WRITE_BUFFER_HIGH)
         self.server._connections.add(self)
         peer = transport.get_extra_info("peername")
         address = str(peer[0]) if peer else "unknown"
@@ -254,6 +261,7 @@ class _Connection(asyncio.BufferedProtocol):
             self.connection_lost(None)  # (a handshake that did not finish calls no connection_lost of ours)
             return
         self.transport, self.handshaking = secured, False
+        secured.set_write_buffer_limits(WRITE_BUFFER_HIGH)
         self.active = self.server._loop.time()
         if refusal is not None:
             self._refuse_connection(refusal)
@@ -305,9 +313,31 @@ class _Connection(asyncio.BufferedProtocol):
         if not self.handshaking:  # (TLS may hand over the first request before its handshake's await returns)
             self._read_frames()
 
+    def pause_writing(self) -> None:
+        """Over WRITE_BUFFER_HIGH bytes of answers wait to be sent: take no more requests, received or not."""
+        self.backlogged = True
+        self._read_or_not()
+
+    def resume_writing(self) -> None:
+        """The answers waiting fell to a quarter of WRITE_BUFFER_HIGH: serve the requests received, and read on."""
+        self.backlogged = False
+        if not self.handshaking:
+            self._read_frames()
+        self._read_or_not()
+
+    def _read_or_not(self) -> None:
+        """Read from the socket unless too many requests are being served or too many answer bytes wait to be
+        sent (and not while TLS takes over the bytes, nor once closed)."""
+        if self.transport is None or self.handshaking or self.transport.is_closing():
+            return
+        if self.paused or self.backlogged:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
+
     def _read_frames(self) -> None:
-        """Serve the whole requests received so far."""
-        while self.transport is not None and not self.transport.is_closing():
+        """Serve the whole requests received so far (none while answers wait to be sent: resume_writing goes on)."""
+        while self.transport is not None and not self.transport.is_closing() and not self.backlogged:
             try:
                 frame = self.reader.next()
             except frames.FrameError as exc:
@@ -341,9 +371,9 @@ class _Connection(asyncio.BufferedProtocol):
             self._answer_error(request, exc)
             return
         self.in_flight += 1
-        if self.in_flight >= MAX_IN_FLIGHT and self.transport is not None:
+        if self.in_flight >= MAX_IN_FLIGHT and not self.paused:
             self.paused = True
-            self.transport.pause_reading()
+            self._read_or_not()
         if job.key is not None:
             queue = self.queues.get(job.key)
             if queue is not None:  # one of its order is being served: this one follows it
@@ -379,9 +409,9 @@ class _Connection(asyncio.BufferedProtocol):
         self.in_flight -= 1
         if self.closing and not self.in_flight:
             self.close()
-        if self.paused and self.in_flight < MAX_IN_FLIGHT // 2 and self.transport is not None:
+        if self.paused and self.in_flight < MAX_IN_FLIGHT // 2:
             self.paused = False
-            self.transport.resume_reading()
+            self._read_or_not()
 
     def _next_of_order(self, job: _Job) -> None:
         """Start the request that waits behind `job` in its order, if any."""

@@ -9,10 +9,12 @@ import ssl
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import fabric
 from fabric.common.errors import TooManyConnectionsError
+from fabric.common.protocol import frames, messages
 from fabric.common.protocol.connection import IDLE_CHECK_S, ProtocolConnection, client_ssl
 from fabric.common.waiting import wait_for
 from fabric.server import wire
@@ -100,6 +102,42 @@ def test_tls_connections_count_from_their_accept_not_their_handshake(coordinator
     finally:
         for sock in raw:
             sock.close()
+
+
+def test_a_client_that_does_not_read_its_answers_is_read_no_further_and_gets_them_all_once_it_reads(
+        coordinators) -> None:
+    """A raw client says hello, then sends echo requests of 256 KiB without reading an answer: the coordinator
+    process stops reading it once WRITE_BUFFER_HIGH bytes of answers wait (its sends block: a few dozen requests
+    went through, where the server used to read all 2,000 and hold 500 MiB of answers), serves another client
+    meanwhile, and once the first reads, answers each of its requests, in order, whole."""
+    instance = coordinators()
+    with fabric.connect(instance.url()) as fab:
+        fab.create_topic("backlog")
+        address = fab.cluster.connection.status_of(instance.address).protocol_address
+        host, _, port = address.rpartition(":")
+        pad = "p" * (256 << 10)
+        with socket.create_connection((host, int(port)), timeout=30) as raw:
+            raw.sendall(frames.encode(messages.encode_request(1, "hello", {"protocol": "fabric", "version": 1})))
+            raw.settimeout(5)  # (a send that blocks this long: the server stopped reading)
+            sent = 0
+            try:
+                while sent < 2000:
+                    raw.sendall(frames.encode(messages.encode_request(2 + sent, "echo", {"n": sent, "pad": pad})))
+                    sent += 1
+            except TimeoutError:
+                pass
+            assert 0 < sent < 400, sent  # (socket buffers and WRITE_BUFFER_HIGH hold a few dozen)
+            fab.cluster.coordinator.commit_offsets("backlog-group", {("backlog", 0): 0})  # another client, served
+            raw.settimeout(60)
+            reader, answers = frames.FrameReader(), []
+            while len(answers) < 1 + sent:
+                received = raw.recv(1 << 20)
+                assert received, f"closed after {len(answers)} answers of {1 + sent}"
+                reader.feed(received)
+                answers += [messages.decode_answer(f.header) for f in reader.frames()]
+        assert [a.id for a in answers] == list(range(1, 2 + sent)) and all(a.error is None for a in answers)
+        assert [msgspec.json.decode(a.result) for a in answers[1:]] == [{"n": n, "pad": pad} for n in range(sent)]
+    assert fab.cluster.coordinator.committed("backlog-group")[("backlog", 0)].offset == 0
 
 
 def _connected_or_none(address: str, tls: ssl.SSLContext | None = None) -> ProtocolConnection | None:
