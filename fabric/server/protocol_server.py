@@ -10,11 +10,11 @@ the hello is answered, over HELLO_MAX_BYTES: an unauthenticated client makes the
 that are not frames, are answered with the error and the connection is closed (where the next frame starts is
 unknown); nothing of such a request reaches a handler. A client that asks faster than it reads the answers, or
 never reads them, is read no further while more than WRITE_BUFFER_HIGH bytes of its answers wait to be sent: its
-own requests wait in its socket, and the server holds no growing pile of answers for it. A connection with no request in flight that has sent and been
-sent nothing for connections.max.idle.ms (Kafka's broker key and default: 10 minutes) is closed, so connections
-that never said hello, or were forgotten, do not pin the server's descriptors; one over the connection quotas
-(max.connections, max.connections.per.ip: fabric.server.connection_quotas) is refused as it is accepted. TLS with
-the Flight server's certificate and key.
+own requests wait in its socket, and the server holds no growing pile of answers for it. A connection with no
+request in flight that has sent and been sent nothing for connections.max.idle.ms (Kafka's broker key and default:
+10 minutes) is closed, so connections that never said hello, or were forgotten, do not pin the server's
+descriptors; one over the connection quotas (max.connections, max.connections.per.ip:
+fabric.server.connection_quotas) is refused as it is accepted. TLS with the Flight server's certificate and key.
 """
 from __future__ import annotations
 
