@@ -10,7 +10,10 @@ the hello is answered, over HELLO_MAX_BYTES: an unauthenticated client makes the
 that are not frames, are answered with the error and the connection is closed (where the next frame starts is
 unknown); nothing of such a request reaches a handler. A client that asks faster than it reads the answers, or
 never reads them, is read no further while more than WRITE_BUFFER_HIGH bytes of its answers wait to be sent: its
-own requests wait in its socket, and the server holds no growing pile of answers for it. A connection with no
+own requests wait in its socket, and the server holds no growing pile of answers for it. Nor is a connection read
+further while the payloads of its requests being served (a partition's produces waiting their turn behind an
+acks=all one, say) add up to socket.request.max.bytes: a client makes a server hold about that much of its
+requests at most, as a Kafka broker holds one request per connection. A connection with no
 request in flight that has sent and been sent nothing for connections.max.idle.ms (Kafka's broker key and default:
 10 minutes) is closed, so connections that never said hello, or were forgotten, do not pin the server's
 descriptors; one over the connection quotas (max.connections, max.connections.per.ip:
@@ -217,7 +220,8 @@ class _Connection(asyncio.BufferedProtocol):
         self.principal: str | None = None
         self.transport: asyncio.Transport | None = None
         self.in_flight = 0
-        self.paused = False  # read no further: MAX_IN_FLIGHT requests are being served
+        self.in_flight_bytes = 0  # of the payloads of the requests being served
+        self.paused = False  # read no further: MAX_IN_FLIGHT requests, or their limit's bytes, are being served
         self.backlogged = False  # read no further: WRITE_BUFFER_HIGH bytes of answers wait to be sent
         self.closing = False  # the client half-closed: close once the requests in flight are answered
         self.queues: dict[Hashable, collections.deque[_Job]] = {}  # per order key: requests waiting their turn
@@ -371,7 +375,8 @@ class _Connection(asyncio.BufferedProtocol):
             self._answer_error(request, exc)
             return
         self.in_flight += 1
-        if self.in_flight >= MAX_IN_FLIGHT and not self.paused:
+        self.in_flight_bytes += len(job.payload)
+        if (self.in_flight >= MAX_IN_FLIGHT or self.in_flight_bytes >= self.server.limit) and not self.paused:
             self.paused = True
             self._read_or_not()
         if job.key is not None:
@@ -401,15 +406,16 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _finish(self, job: _Job) -> None:
         """After `job` was answered: read on if the connection was paused, start the next request of its order."""
-        self._answered()
+        self._answered(job)
         self._next_of_order(job)
 
-    def _answered(self) -> None:
-        """A request was answered: read on if the connection was paused for it."""
+    def _answered(self, job: _Job) -> None:
+        """`job` was answered: read on if the connection was paused for the requests in flight."""
         self.in_flight -= 1
+        self.in_flight_bytes -= len(job.payload)
         if self.closing and not self.in_flight:
             self.close()
-        if self.paused and self.in_flight < MAX_IN_FLIGHT // 2:
+        if self.paused and self.in_flight < MAX_IN_FLIGHT // 2 and self.in_flight_bytes < self.server.limit // 2:
             self.paused = False
             self._read_or_not()
 
@@ -485,7 +491,7 @@ class _Connection(asyncio.BufferedProtocol):
             self._answer_error(job.request, exc)
         else:
             self._answer(job.request, done.result(), b"")
-        self._answered()
+        self._answered(job)
 
     def _answer(self, request: messages.Request, result: Any, payload: Payload) -> None:
         try:

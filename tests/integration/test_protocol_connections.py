@@ -10,12 +10,15 @@ import time
 from pathlib import Path
 
 import msgspec
+import pyarrow as pa
 import pytest
 
 import fabric
+from fabric.client.protocol_calls import produce_payload
 from fabric.common.errors import TooManyConnectionsError
 from fabric.common.protocol import frames, messages
 from fabric.common.protocol.connection import IDLE_CHECK_S, ProtocolConnection, client_ssl
+from fabric.common.records import to_storage
 from fabric.common.waiting import wait_for
 from fabric.server import wire
 
@@ -138,6 +141,53 @@ def test_a_client_that_does_not_read_its_answers_is_read_no_further_and_gets_the
         assert [a.id for a in answers] == list(range(1, 2 + sent)) and all(a.error is None for a in answers)
         assert [msgspec.json.decode(a.result) for a in answers[1:]] == [{"n": n, "pad": pad} for n in range(sent)]
     assert fab.cluster.coordinator.committed("backlog-group")[("backlog", 0)].offset == 0
+
+
+def test_produces_held_for_a_paused_follower_stop_reading_their_connection_at_socket_request_max_bytes(
+        node_cluster) -> None:
+    """A node with socket.request.max.bytes 4 MiB leads an RF 2 partition whose follower is SIGSTOPped: a raw client
+    pipelining 1 MiB acks=all produces there is read no further once the payloads held for the follower reach
+    4 MiB (its sends block after a handful, where the node used to read all 200 and hold them); once the follower
+    is SIGCONTed each is answered, in order, and written once."""
+    slow = ("--session-timeout-ms", "120000", "--replica-lag-time-max-ms", "120000")  # (the follower stays in sync)
+    cluster = node_cluster(nodes=2, coordinator_extra=("--node-session-timeout-ms", "120000"),
+                           node_extra=(*slow, "--socket-request-max-bytes", str(4 << 20)))
+    with fabric.connect(cluster.url) as fab:
+        fab.create_topic("held", replication_factor=2, config={"min.insync.replicas": "1"})
+        with fab.producer() as producer:  # (both replicas in sync)
+            producer.send("held", b"first", partition=0).get(timeout=60)
+        leader = fab.partition_assignment("held", 0).state.leader
+        follower = cluster.nodes[3 - leader]
+        address = cluster.nodes[leader].status()["protocol_address"]
+        host, _, port = address.rpartition(":")
+        batch = to_storage(pa.table({"value": [b"v" * 1000] * 1000}), None, time.time_ns() // 1000).to_batches()[0]
+        request = {"topic": "held", "partition": 0, "acks": "all", "timeout_ms": 600_000}
+        follower.pause()
+        try:
+            with socket.create_connection((host, int(port)), timeout=30) as raw:
+                raw.sendall(frames.encode(messages.encode_request(1, "hello", {"protocol": "fabric", "version": 1})))
+                raw.settimeout(5)  # (a send that blocks this long: the node stopped reading)
+                sent = 0
+                try:
+                    while sent < 200:
+                        raw.sendall(frames.encode(messages.encode_request(2 + sent, "produce", request),
+                                                  produce_payload(batch)))
+                        sent += 1
+                except TimeoutError:
+                    pass
+                assert 0 < sent < 100, sent  # (4 MiB held, and what the socket buffers take)
+                follower.resume()
+                raw.settimeout(120)
+                reader, answers = frames.FrameReader(), []
+                while len(answers) < 1 + sent:
+                    received = raw.recv(1 << 20)
+                    assert received, f"closed after {len(answers)} answers of {1 + sent}"
+                    reader.feed(received)
+                    answers += [messages.decode_answer(f.header) for f in reader.frames()]
+        finally:
+            follower.resume()
+        assert [a.id for a in answers] == list(range(1, 2 + sent)) and all(a.error is None for a in answers)
+        assert [msgspec.json.decode(a.result) for a in answers[1:]] == [1 + 1000 * n for n in range(sent)]
 
 
 def _connected_or_none(address: str, tls: ssl.SSLContext | None = None) -> ProtocolConnection | None:
