@@ -8,6 +8,7 @@ import socket
 import ssl
 import time
 from pathlib import Path
+from typing import Callable
 
 import msgspec
 import pyarrow as pa
@@ -120,24 +121,11 @@ def test_a_client_that_does_not_read_its_answers_is_read_no_further_and_gets_the
         host, _, port = address.rpartition(":")
         pad = "p" * (256 << 10)
         with socket.create_connection((host, int(port)), timeout=30) as raw:
-            raw.sendall(frames.encode(messages.encode_request(1, "hello", {"protocol": "fabric", "version": 1})))
-            raw.settimeout(5)  # (a send that blocks this long: the server stopped reading)
-            sent = 0
-            try:
-                while sent < 2000:
-                    raw.sendall(frames.encode(messages.encode_request(2 + sent, "echo", {"n": sent, "pad": pad})))
-                    sent += 1
-            except TimeoutError:
-                pass
+            sent = _sent_until_blocked(raw, lambda n: frames.encode(messages.encode_request(
+                2 + n, "echo", {"n": n, "pad": pad})), 2000)
             assert 0 < sent < 400, sent  # (socket buffers and WRITE_BUFFER_HIGH hold a few dozen)
             fab.cluster.coordinator.commit_offsets("backlog-group", {("backlog", 0): 0})  # another client, served
-            raw.settimeout(60)
-            reader, answers = frames.FrameReader(), []
-            while len(answers) < 1 + sent:
-                received = raw.recv(1 << 20)
-                assert received, f"closed after {len(answers)} answers of {1 + sent}"
-                reader.feed(received)
-                answers += [messages.decode_answer(f.header) for f in reader.frames()]
+            answers = _answers(raw, 1 + sent)
         assert [a.id for a in answers] == list(range(1, 2 + sent)) and all(a.error is None for a in answers)
         assert [msgspec.json.decode(a.result) for a in answers[1:]] == [{"n": n, "pad": pad} for n in range(sent)]
     assert fab.cluster.coordinator.committed("backlog-group")[("backlog", 0)].offset == 0
@@ -165,29 +153,42 @@ def test_produces_held_for_a_paused_follower_stop_reading_their_connection_at_so
         follower.pause()
         try:
             with socket.create_connection((host, int(port)), timeout=30) as raw:
-                raw.sendall(frames.encode(messages.encode_request(1, "hello", {"protocol": "fabric", "version": 1})))
-                raw.settimeout(5)  # (a send that blocks this long: the node stopped reading)
-                sent = 0
-                try:
-                    while sent < 200:
-                        raw.sendall(frames.encode(messages.encode_request(2 + sent, "produce", request),
-                                                  produce_payload(batch)))
-                        sent += 1
-                except TimeoutError:
-                    pass
+                sent = _sent_until_blocked(raw, lambda n: frames.encode(messages.encode_request(
+                    2 + n, "produce", request), produce_payload(batch)), 200)
                 assert 0 < sent < 100, sent  # (4 MiB held, and what the socket buffers take)
                 follower.resume()
-                raw.settimeout(120)
-                reader, answers = frames.FrameReader(), []
-                while len(answers) < 1 + sent:
-                    received = raw.recv(1 << 20)
-                    assert received, f"closed after {len(answers)} answers of {1 + sent}"
-                    reader.feed(received)
-                    answers += [messages.decode_answer(f.header) for f in reader.frames()]
+                answers = _answers(raw, 1 + sent)
         finally:
             follower.resume()
         assert [a.id for a in answers] == list(range(1, 2 + sent)) and all(a.error is None for a in answers)
         assert [msgspec.json.decode(a.result) for a in answers[1:]] == [1 + 1000 * n for n in range(sent)]
+
+
+def _sent_until_blocked(raw: socket.socket, request: Callable[[int], bytes], most: int) -> int:
+    """Say hello on `raw`, then send request(0), request(1), ... (at most `most`) without reading an answer, until
+    a send blocks for 5 s (the server stopped reading): how many were sent whole."""
+    raw.sendall(frames.encode(messages.encode_request(1, "hello", {"protocol": "fabric", "version": 1})))
+    raw.settimeout(5)
+    sent = 0
+    try:
+        while sent < most:
+            raw.sendall(request(sent))
+            sent += 1
+    except TimeoutError:
+        pass
+    return sent
+
+
+def _answers(raw: socket.socket, count: int) -> list[messages.Answer]:
+    """The next `count` answers read from `raw`."""
+    raw.settimeout(120)
+    reader, answers = frames.FrameReader(), []
+    while len(answers) < count:
+        received = raw.recv(1 << 20)
+        assert received, f"closed after {len(answers)} answers of {count}"
+        reader.feed(received)
+        answers += [messages.decode_answer(f.header) for f in reader.frames()]
+    return answers
 
 
 def _connected_or_none(address: str, tls: ssl.SSLContext | None = None) -> ProtocolConnection | None:
