@@ -1,22 +1,21 @@
 """The fabric protocol's server (docs/protocol.md): an asyncio server on its own thread, beside a Flight server.
 
-Each connection starts with `hello` (the protocol version, and the token of the principal its requests act for:
-the Flight server's tokens file), then carries any number of requests at once. A request the handler says does
-not wait (`Handler.waits`) is served on the event loop as it arrives; one that may wait (an acks=all append, a
-long-polling fetch, a commit) runs on a worker thread, so it holds up no other request; but requests of one
-order (`Handler.order`: a partition's produces, a group's commits) are served one at a time, as they came.
-Answers go back as they are ready, each naming its request's id. A frame over socket.request.max.bytes (before
-the hello is answered, over HELLO_MAX_BYTES: an unauthenticated client makes the server hold no more), or bytes
-that are not frames, are answered with the error and the connection is closed (where the next frame starts is
-unknown); nothing of such a request reaches a handler. A client that asks faster than it reads the answers, or
-never reads them, is read no further while more than WRITE_BUFFER_HIGH bytes of its answers wait to be sent: its
-own requests wait in its socket, and the server holds no growing pile of answers for it. Nor is a connection read
-further while the payloads of its requests being served (a partition's produces waiting their turn behind an
-acks=all one, say) add up to socket.request.max.bytes: a client makes a server hold about that much of its
-requests at most, as a Kafka broker holds one request per connection. A connection with no
-request in flight that has sent and been sent nothing for connections.max.idle.ms (Kafka's broker key and default:
-10 minutes) is closed, so connections that never said hello, or were forgotten, do not pin the server's
-descriptors; one over the connection quotas (max.connections, max.connections.per.ip:
+Each connection starts with `hello` (the protocol version, and the token of the principal its requests act for: the
+Flight server's tokens file), then carries any number of requests at once. A request the handler says does not wait
+(`Handler.waits`) is served on the event loop as it arrives; one that may wait (an acks=all append, a long-polling
+fetch, a commit) runs on a worker thread, so it holds up no other request; but requests of one order
+(`Handler.order`: a partition's produces, a group's commits) are served one at a time, as they came. Answers go back
+as they are ready, each naming its request's id. A frame over socket.request.max.bytes (before the hello is
+answered, over HELLO_MAX_BYTES: an unauthenticated client makes the server hold no more), or bytes that are not
+frames, are answered with the error and the connection is closed (where the next frame starts is unknown); nothing
+of such a request reaches a handler. A client that asks faster than it reads the answers, or never reads them, is
+read no further while more than WRITE_BUFFER_HIGH bytes of its answers wait to be sent: its own requests wait in its
+socket, and the server holds no growing pile of answers for it. Nor is a connection read further while the payloads
+of its requests being served (produces held by acks=all for their replicas, say) add up to socket.request.max.bytes:
+a client makes a server hold about that much of its requests at most, as a Kafka broker holds one request per
+connection. A connection with no request in flight that has sent and been sent nothing for connections.max.idle.ms
+(Kafka's broker key and default: 10 minutes) is closed, so connections that never said hello, or were forgotten, do
+not pin the server's descriptors; one over the connection quotas (max.connections, max.connections.per.ip:
 fabric.server.connection_quotas) is refused as it is accepted. TLS with the Flight server's certificate and key.
 """
 from __future__ import annotations
