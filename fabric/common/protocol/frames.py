@@ -116,7 +116,6 @@ class FrameReader:
         self._buffer = bytearray()
         self._start = 0
         self._large: _LargeFrame | None = None
-        self._into_payload = False  # the last read_buffer was a large frame's payload
 
     @property
     def pending(self) -> int:
@@ -128,8 +127,13 @@ class FrameReader:
     def receive_buffer(self) -> memoryview | None:
         """Where the next bytes go while a large frame's payload is under way (for a socket's recv_into: no copy;
         then `received`); None when they are to be fed in."""
+        large = self._receiving()
+        return None if large is None else large.view[large.filled:]
+
+    def _receiving(self) -> _LargeFrame | None:
+        """The large frame whose payload the next bytes go into, if one is under way and not yet filled."""
         large = self._large
-        return None if large is None or large.filled == len(large.view) else large.view[large.filled:]
+        return None if large is None or large.filled == len(large.view) else large
 
     def received(self, count: int) -> None:
         """`count` bytes arrived in receive_buffer()."""
@@ -140,12 +144,12 @@ class FrameReader:
         """Where an event loop reads next (BufferedProtocol.get_buffer): the rest of a large frame's payload, else
         the thread's read buffer; then `read_into`."""
         view = self.receive_buffer()
-        self._into_payload = view is not None
         return _READS.view if view is None else view
 
     def read_into(self, count: int) -> None:
-        """`count` bytes were read where read_buffer said (BufferedProtocol.buffer_updated)."""
-        if self._into_payload:
+        """`count` bytes were read where read_buffer said (BufferedProtocol.buffer_updated: nothing in between
+        changes where that was)."""
+        if self._receiving() is not None:
             self.received(count)
         else:
             self.feed(_READS.view[:count])
