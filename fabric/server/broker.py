@@ -11,6 +11,7 @@ offsets against the logs. A refused call changes nothing; a disk that refuses a 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -80,6 +81,20 @@ def partition_limit(value: Any = None) -> int:
     return limit
 
 
+def _topic_may_vanish(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A partition call (its topic the first argument) whose files vanished under it because the topic was deleted
+    after the call found it answers UnknownTopicError, as if the deletion came first: a reader takes that for the
+    deletion it is, where a FileNotFoundError would be a server failure."""
+    @functools.wraps(method)
+    def call(self: Broker, topic: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, topic, *args, **kwargs)
+        except FileNotFoundError:
+            self._topic(topic)
+            raise
+    return call
+
+
 class Broker:
     """The fabric in directory `root`; metadata in `coordinator` if given (the coordinator service's store),
     else in root's own SQLite database. Topics may have at most `max_partitions` partitions (default:
@@ -134,12 +149,23 @@ class Broker:
         return self._open(self._topic(topic), partition)
 
     def _open(self, info: TopicInfo, partition: int) -> Log:
+        """The partition's Log; UnknownTopicError if its topic was deleted since `info` was read (its directory is
+        never made again). A registered partition without a directory (a create under way in another process, or
+        one removed by hand) gets an empty one, as a create makes."""
         try:  # (not disk_errors: no message built on the way of every request)
-            return self.logs.log(info, partition)
+            return self.logs.log(info, partition, create=False)
+        except FileNotFoundError:
+            self._topic(info.name)
         except OSError:
-            with disk_errors(os.path.join(self.root, info.name, str(partition)),
-                             f"open partition {info.name}-{partition}"):
+            with self._opening(info, partition):
                 raise
+        with self._opening(info, partition):
+            return self.logs.log(info, partition)
+
+    def _opening(self, info: TopicInfo, partition: int) -> contextlib.AbstractContextManager[None]:
+        """What opening one partition's Log raises on a disk problem (disk_errors)."""
+        where = os.path.join(self.root, info.name, str(partition))
+        return disk_errors(where, f"open partition {info.name}-{partition}")
 
     def _partitions(self, topic: str) -> int:
         return self._topic(topic).partitions
@@ -236,6 +262,7 @@ class Broker:
             return recovery.recover_topics(self.logs, self.coordinator, names, self.max_partitions)
 
     # -- data --------------------------------------------------------------------------------------
+    @_topic_may_vanish
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
         """Append to a single-directory partition: it has one replica, so every `acks` answers after the append.
@@ -243,6 +270,7 @@ class Broker:
         return partition_ops.append(self.log(topic, partition), topic, partition, rows, codec,
                                     producer=partition_ops.producer_batch(producer_id, producer_epoch, base_sequence))
 
+    @_topic_may_vanish
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
               end_offset: int | None = None, max_wait_ms: int = 0, client_rack: str | None = None,
               isolation_level: str = "read_committed") -> list[Fetched]:
@@ -252,12 +280,15 @@ class Broker:
         its batches are published whole, never as open transactions: the isolation level is too."""
         return partition_ops.fetch(self.log(topic, partition), offset, max_bytes, end_offset, max_wait_ms)
 
+    @_topic_may_vanish
     def partition_state(self, topic: str, partition: int) -> PartitionState:
         return partition_ops.state(self.log(topic, partition), topic, partition)
 
+    @_topic_may_vanish
     def offset_for_time(self, topic: str, partition: int, timestamp_us: int) -> int | None:
         return partition_ops.offset_for_time(self.log(topic, partition), timestamp_us)
 
+    @_topic_may_vanish
     def offset_after_records(self, topic: str, partition: int, offset: int, count: int,
                              end_offset: int | None = None, isolation_level: str = "read_committed") -> int:
         """Counted below the watermark, as fetch reads (the isolation level is checked, and counts aborted

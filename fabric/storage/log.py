@@ -9,6 +9,7 @@ A replica log (a data node's) also takes frames copied from its leader and is tr
 """
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
@@ -72,6 +73,9 @@ class Log(LogTail):
     whole segments below it are deleted, so a crash in between leaves segments that nothing reads and the next
     delete_records or retention removes.
 
+    Opened with `create` False, a Log whose directory is gone (its topic deleted meanwhile) is FileNotFoundError,
+    never a directory made again.
+
     Two modes, fixed when the Log is made:
     - embedded (replica=False, the `file://` fabric): the watermark is the commit point; frames past it were
       never acknowledged and recovery cuts them. Frames carry leader epoch -1.
@@ -89,7 +93,9 @@ class Log(LogTail):
 
     def __init__(self, directory: str, schema: pa.Schema, config: TopicConfig,
                  resolve_pending: Callable[[str], bool] | None = None, clock: Clock = SYSTEM_CLOCK,
-                 replica: bool = False, recent_bytes: int = 0) -> None:
+                 replica: bool = False, recent_bytes: int = 0, create: bool = True) -> None:
+        if not create and not os.path.isdir(directory):
+            raise FileNotFoundError(errno.ENOENT, "no partition directory", directory)
         self.directory = directory
         self._name = f"{os.path.basename(os.path.dirname(directory))}-{os.path.basename(directory)}"
         self.replica = replica

@@ -42,8 +42,9 @@ class LogManager:
         assert os.path.dirname(path) == self.root
         return path
 
-    def log(self, info: TopicInfo, partition: int) -> Log:
-        """The Log of one partition of the topic `info` describes (reloaded if the metadata changed)."""
+    def log(self, info: TopicInfo, partition: int, create: bool = True) -> Log:
+        """The Log of one partition of the topic `info` describes (reloaded if the metadata changed); without
+        `create`, FileNotFoundError if it has no directory (see Log)."""
         if type(partition) is int:
             cached = self._logs.get((info.name, partition))
             if cached is not None and cached[0] is info:  # (the metadata object it was opened with: checked then)
@@ -62,7 +63,7 @@ class LogManager:
                 return cached[1]
             log = Log(os.path.join(self.topic_dir(info.name), str(partition)), storage_schema(info.value_schema),
                       info.settings, self._transaction_committed, replica=self.replica,
-                      recent_bytes=RECENT_BYTES if self.replica else 0)
+                      recent_bytes=RECENT_BYTES if self.replica else 0, create=create)
             self._logs[(info.name, partition)] = (info, log)
             return log
 

@@ -23,6 +23,7 @@ from fabric.common.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
+from fabric.common.records import plain_rows
 from fabric.coordinator.sqlite_store import SqliteCoordinator
 
 DELETING = ".deleting"  # the marker a delete writes in the topic directory before the metadata goes (README)
@@ -214,3 +215,31 @@ def test_offset_commits_must_be_ints_within_the_log(fab) -> None:
     consumer.commit({("t", 0): 5, ("t", 1): 0})  # the group is not poisoned
     assert fab.describe_group("g")[0].lag == 0
     consumer.close()
+
+
+@pytest.mark.parametrize("deleted", ["before its log is opened", "once its log is open"])
+@pytest.mark.parametrize("call", ["partition_state", "fetch", "offset_for_time", "offset_after_records", "append"])
+def test_a_partition_read_or_written_as_its_topic_is_deleted_answers_that_the_topic_is_gone(fab, fabric_dir,
+                                                                                            monkeypatch, call,
+                                                                                            deleted) -> None:
+    """A call that found the topic registered, then its files gone (deleted between the two: a CI run hit it in
+    a stream's planning), is UnknownTopicError, which readers take for a deletion, not a FileNotFoundError; and
+    it makes no directory again, which would block the topic's next create."""
+    fab.create_topic("doomed")
+    with fab.producer() as producer:
+        producer.send("doomed", b"v", partition=0)
+    owner, name = (fab.cluster.coordinator, "topic") if deleted.startswith("before") else (fab.cluster.logs, "log")
+    found = getattr(owner, name)
+
+    def found_then_deleted(*args, **kwargs):
+        out = found(*args, **kwargs)
+        monkeypatch.setattr(owner, name, found)
+        fab.delete_topic("doomed")
+        return out
+    monkeypatch.setattr(owner, name, found_then_deleted)
+    args = {"partition_state": (), "fetch": (0, 1 << 20), "offset_for_time": (0,), "offset_after_records": (0, 1),
+            "append": (plain_rows([b"w"], [None], [None], [None], 0),)}[call]
+    with pytest.raises(UnknownTopicError, match="doomed"):
+        getattr(fab.cluster, call)("doomed", 0, *args)
+    assert fab.list_topics() == [] and not os.path.exists(os.path.join(fabric_dir, "doomed"))
+    fab.create_topic("doomed")
