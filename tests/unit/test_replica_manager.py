@@ -13,7 +13,7 @@ from fabric.common.errors import InvalidConfigError, InvalidRequestError, NotLea
 from fabric.common.types import LeaderAndIsr, NodeAssignment, PartitionAssignment, PartitionRegistration, TopicInfo
 from fabric.common.waiting import wait_for
 from fabric.server.node import partition as partition_module
-from fabric.server.node import progress_clock
+from fabric.server.node import progress_clock, replica_manager
 from fabric.server.node.append_routing import append_waits
 from fabric.server.node.replica_manager import ReplicaManager
 
@@ -296,3 +296,24 @@ def test_a_log_start_moved_by_background_retention_reaches_a_follower_at_the_log
     assert open_log().maintain()[0] == 1 and open_log().start_offset == 2  # the old segment is gone
     [answer] = fetch(2)
     assert answer is not None and answer.log_start == 2
+
+
+def test_a_read_that_meets_its_topics_deletion_is_no_storage_failure(tmp_path, storage, monkeypatch) -> None:
+    """A partition_state whose topic is deleted between finding its replica and reading its files (a stream's
+    planning as the topic goes) answers that the node no longer hosts it; the replica is not marked offline,
+    so the topic created again under its name is served here at once."""
+    replicas = ReplicaManager(1, str(tmp_path / "node1"))
+    replicas.apply(view(1, {0: 1}))
+    replicas.append("t", 0, storage.make_batch([b"a"]))
+    state = replica_manager.partition_ops.state
+
+    def deleted_then_read(*args, **kwargs):
+        monkeypatch.setattr(replica_manager.partition_ops, "state", state)
+        replicas.apply(NodeAssignment(1, {}, {}))
+        return state(*args, **kwargs)
+    monkeypatch.setattr(replica_manager.partition_ops, "state", deleted_then_read)
+    with pytest.raises(UnknownTopicOrPartitionError, match="no longer hosts t-0, deleted or moved away"):
+        replicas.partition_state("t", 0)
+    assert not replicas.health.offline(("t", 0))
+    replicas.apply(view(2, {0: 1}))
+    assert replicas.append("t", 0, storage.make_batch([b"b"])) == 0

@@ -94,7 +94,7 @@ class ReplicaManager(TransactionMarkers):
         self.lag_ms = replica_lag_time_max_ms
         self.refresh: Callable[[], None] = lambda: None
         self.report: Callable[[], None] = lambda: None  # heartbeat soon: a replica's health changed (set by the node)
-        self.health = StorageHealth(node_id, self._partition_dir)
+        self.health = StorageHealth(node_id, self._partition_dir, lambda tp: tp in self._replicas)
         if verify_on_start:  # (the node scrubs them): reported from the first heartbeat on
             for tp in self.logs.partitions_on_disk():
                 self.health.unverified(tp)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Callable, Iterator, Literal
 
-from fabric.common.errors import KafkaStorageError, StorageError
+from fabric.common.errors import FabricError, KafkaStorageError, StorageError, UnknownTopicOrPartitionError
 from fabric.common.types import TopicPartition
 from fabric.storage.errors import os_problem
 from fabric.storage.scan import Damage
@@ -93,10 +93,12 @@ class _Replica:
 
 
 class StorageHealth:
-    """The health of node `node_id`'s replicas; `directory(tp)` is where a replica's log lives. Thread-safe."""
+    """The health of node `node_id`'s replicas; `directory(tp)` is where a replica's log lives, `hosted(tp)` whether
+    the node holds that replica now. Thread-safe."""
 
-    def __init__(self, node_id: int, directory: Callable[[TopicPartition], str]) -> None:
-        self.node_id, self.directory = node_id, directory
+    def __init__(self, node_id: int, directory: Callable[[TopicPartition], str],
+                 hosted: Callable[[TopicPartition], bool] = lambda tp: True) -> None:
+        self.node_id, self.directory, self.hosted = node_id, directory, hosted
         self.on_change: Callable[[TopicPartition, Condition], None] = lambda tp, condition: None
         self._replicas: dict[TopicPartition, _Replica] = {}
         self.damage_found = 0  # damaged ranges found so far (fabric_log_damaged_ranges_total)
@@ -195,14 +197,20 @@ class StorageHealth:
         self._change(tp, lambda known: known.damage.pop(damage.first_offset, None))
 
     # -- storage failures ------------------------------------------------------------------------------------
-    def failed(self, tp: TopicPartition, exc: BaseException, doing: str) -> KafkaStorageError | None:
+    def failed(self, tp: TopicPartition, exc: BaseException, doing: str) -> FabricError | None:
         """If `exc` (raised while doing `doing` to replica `tp`) is a storage failure, mark the replica offline
         and return the error to raise in its place; else None. A FileNotFoundError counts only if the replica's
-        directory is gone (else a segment was replaced under a reader: not a failure of the storage)."""
+        directory is gone (else a segment was replaced under a reader: not a failure of the storage) while the
+        node still hosts it: one the node dropped meanwhile (its topic deleted, or moved away) is the
+        UnknownTopicOrPartitionError a request after the drop gets, and marks nothing (the mark would outlive
+        the replica, and keep one made again under its name offline)."""
         directory = self.directory(tp)
         if isinstance(exc, OSError) and exc.errno in GONE:
             if os.path.isdir(directory):
                 return None
+            if not self.hosted(tp):
+                return UnknownTopicOrPartitionError(f"node {self.node_id} cannot {doing}: it no longer hosts "
+                                                    f"{tp[0]}-{tp[1]}, deleted or moved away from it meanwhile")
             reason, probe = f"its directory {directory} is gone", False
         elif isinstance(exc, OSError) and os_problem(exc) is not None:
             reason, probe = f"{os_problem(exc)} ({exc.filename or directory})", True
