@@ -23,7 +23,7 @@ from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.config import TopicConfig
 from fabric.common.records import TIMESTAMP_TYPES
 from fabric.common.types import Fetched, ProducerBatch
-from fabric.storage import adopt, batch_encoding, frame, log_start, reader, truncation
+from fabric.storage import adopt, batch_encoding, frame, log_start, reader, truncation, txn_index
 from fabric.storage.cleaner import CleanReport, LogCleaner
 from fabric.storage.errors import writes
 from fabric.storage.flush_policy import FlushPolicy
@@ -328,7 +328,8 @@ class Log(LogTail):
 
     @property
     def transactions(self) -> TransactionState:
-        """The partition's open and aborted transactions, rebuilt on first use from every frame header."""
+        """The partition's open and aborted transactions, rebuilt on first use from the segments' transaction
+        indexes and the frame headers past them (txn_index)."""
         return self._txns or self._load_transactions()
 
     def _load_transactions(self) -> TransactionState:
@@ -336,7 +337,7 @@ class Log(LogTail):
             if self._txns is None:
                 self.sync_tail()
                 end = self.tail_end()
-                self._txns = TransactionState.rebuild(self.name, self.headers(end))
+                self._txns = txn_index.rebuild(self.name, self.segments(), end)
             return self._txns
 
     def last_stable_offset(self, end: int) -> int:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable
 import pyarrow as pa
 
 from fabric.common.errors import InvalidFramesError
-from fabric.storage import frame
+from fabric.storage import frame, txn_index
 from fabric.storage.durable import fsync_dir
 from fabric.storage.mapcache import MAPS
 from fabric.storage.replica_frames import check_copied
@@ -112,6 +112,7 @@ def repair(plog: Log, damage: Damage, frames: pa.Buffer, source: str) -> bool:
         seg = next((s for s in plog.segments() if s.path == damage.path), None)
         if seg is None or not _still_damaged(seg, damage):
             return False
+        txn_index.remove(seg)  # (what it recorded of the damaged bytes' headers may change)
         if damage.end - damage.position == frames.size:
             _overwrite(seg.path, damage.position, frames)
         else:

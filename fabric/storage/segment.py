@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from fabric.common import vectored
 from fabric.common.errors import CorruptRecordError
-from fabric.storage import frame
+from fabric.storage import frame, txn_index
 from fabric.storage.frame import FrameError, FrameHeader
 from fabric.storage.index import OffsetIndex, TimeIndex
 from fabric.storage.index_builder import IndexBuilder
@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 DATA_SUFFIX = ".arrows"
 INDEX_SUFFIX = ".index"
 TIME_SUFFIX = ".timeindex"
+TXN_SUFFIX = ".txnindex"
 
 
 def segment_name(base_offset: int) -> str:
@@ -61,6 +62,7 @@ class Segment:
         self.path = stem + DATA_SUFFIX
         self.index = OffsetIndex(stem + INDEX_SUFFIX)
         self.timeindex = TimeIndex(stem + TIME_SUFFIX)
+        self.txn_index_path = stem + TXN_SUFFIX  # (txn_index)
         self.fallback_schema = schema
         self._schema: pa.Schema | None = None
         self._data_start = 0
@@ -297,6 +299,7 @@ class Segment:
     def truncate(self, position: int, next_offset: int) -> None:
         """Cut the data file at `position`, where offset `next_offset` would start, and drop the index entries
         of what was cut."""
+        txn_index.remove(self)
         with open(self.path, "r+b") as f:
             f.truncate(position)
         MAPS.forget(self.path)
@@ -354,8 +357,9 @@ class Segment:
         self._builder = None
 
     def delete(self) -> None:
-        """Remove the data file and both indexes (buffers readers hold stay readable until dropped)."""
+        """Remove the data file and its indexes (buffers readers hold stay readable until dropped)."""
         MAPS.forget(self.path)
+        txn_index.remove(self)
         for path in (self.path, self.index.path, self.timeindex.path):
             MAPS.forget(path)
             try:

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from fabric.storage import durable
+from fabric.storage import durable, txn_index
 from fabric.storage.index_builder import IndexBuilder
 from fabric.storage.mapcache import MAPS
 from fabric.storage.segment import DATA_SUFFIX, Segment, segment_name
@@ -70,6 +70,7 @@ def swap_in(plog: Log, swap: Swap, builder: IndexBuilder, crash: CrashHook = _no
     for index in (seg.index, seg.timeindex):
         _unlink(index.path)
         MAPS.forget(index.path)
+    txn_index.remove(seg)
     crash("indexes")
     os.replace(swap.cleaned_path(directory), seg.path)
     MAPS.forget(seg.path)

@@ -8,19 +8,19 @@ one is open already; a control frame of P (frame.ATTR_CONTROL, a marker of one r
   read_committed readers read below it and below the high watermark;
 - a transactional frame below the LSO is visible unless it lies in an aborted range of its producer.
 
-The state is rebuilt from the frame headers (`rebuild`), which carry all of it, so it needs no file of its own,
-survives restarts, and a follower has the state of the frames it copied. Thread-safe: readers ask while the
-partition's writer updates it. An aborted range is forgotten once the log start passes its marker (`forget_before`:
-none of its frames is left to read), as Kafka's transaction index goes with its segment; a producer's ranges are
-kept in offset order, so a read looks one up by bisection however many the producer aborted.
+The state is rebuilt from the frame headers, which carry all of it (txn_index, which keeps what each segment's
+frames say, so a rebuild walks only the frames past that), so it survives restarts and a follower has the state
+of the frames it copied. Thread-safe: readers ask while the partition's writer updates it. An aborted range is
+forgotten once the log start passes its marker (`forget_before`: none of its frames is left to read), as Kafka's
+transaction index goes with its segment; a producer's ranges are kept in offset order, so a read looks one up by
+bisection however many the producer aborted.
 """
 from __future__ import annotations
 
 import bisect
 import threading
-from typing import Iterable
 
-from fabric.storage.frame import ATTR_ABORT, FrameHeader
+from fabric.storage.frame import ATTR_ABORT, ATTR_CONTROL, FrameHeader
 
 
 class TransactionState:
@@ -32,25 +32,21 @@ class TransactionState:
         self._open: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self._aborted: dict[int, list[tuple[int, int]]] = {}  # producer id -> aborted [first, marker) ranges
 
-    @classmethod
-    def rebuild(cls, partition: str, headers: Iterable[FrameHeader]) -> TransactionState:
-        """The state the frames with these headers (in offset order) leave."""
-        state = cls(partition)
-        for header in headers:
-            state.update(header)
-        return state
-
     def update(self, header: FrameHeader) -> None:
         """Take a written frame (ignored unless transactional or a marker)."""
         if header.is_schema or not (header.is_transactional or header.is_control):
             return
+        self.take(header.producer_id, header.base_offset, header.attributes)
+
+    def take(self, producer_id: int, base_offset: int, attributes: int) -> None:
+        """Take a transactional frame or a marker, as its header's fields (txn_index keeps them)."""
         with self._lock:
-            if header.is_control:
-                first = self._open.pop(header.producer_id, None)
-                if header.attributes & ATTR_ABORT and first is not None:
-                    self._aborted.setdefault(header.producer_id, []).append((first, header.base_offset))
+            if attributes & ATTR_CONTROL:
+                first = self._open.pop(producer_id, None)
+                if attributes & ATTR_ABORT and first is not None:
+                    self._aborted.setdefault(producer_id, []).append((first, base_offset))
             else:
-                self._open.setdefault(header.producer_id, header.base_offset)
+                self._open.setdefault(producer_id, base_offset)
 
     def last_stable_offset(self, end: int) -> int:
         """The first offset of the oldest open transaction, at most `end` (the log end or high watermark)."""
