@@ -45,6 +45,7 @@ from fabric.common.records import TIMESTAMP, storage_schema  # noqa: E402
 from fabric.storage import frame, truncation  # noqa: E402
 from fabric.storage.log import Log  # noqa: E402
 from fabric.storage.segment import DATA_SUFFIX  # noqa: E402
+from fabric.storage.transactions import TransactionState  # noqa: E402
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -143,13 +144,14 @@ class StorageKit:
     def now_us() -> int:
         return time.time_ns() // 1000
 
-    def make_batch(self, values: list[bytes], timestamps: list[int] | None = None) -> pa.RecordBatch:
-        """A stored-rows batch of plain-topic records with the given values and µs timestamps."""
+    def make_batch(self, values: list[bytes], timestamps: list[int] | None = None,
+                   keys: list[bytes] | None = None) -> pa.RecordBatch:
+        """A stored-rows batch of plain-topic records with the given values, µs timestamps and keys (none)."""
         n = len(values)
         if timestamps is None:
             timestamps = [self.now_us()] * n
         return pa.RecordBatch.from_arrays(
-            [pa.array(timestamps, TIMESTAMP), pa.array([None] * n, pa.binary()),
+            [pa.array(timestamps, TIMESTAMP), pa.array(keys or [None] * n, pa.binary()),
              pa.nulls(n, self.SCHEMA.field("headers").type), pa.array(values, pa.binary())],
             schema=self.SCHEMA)
 
@@ -257,6 +259,19 @@ class StorageKit:
             assert last_pos + last.size == os.path.getsize(path), f"trailing bytes in {path}"
         offsets = [h.next_offset for _, _, h, _ in self.committed_frames(directory, hw)]
         assert not offsets or offsets[-1] == hw
+
+    @staticmethod
+    def assert_transactions_agree(plog: Log) -> None:
+        """The log's transaction state (kept as it appends, caught up or rebuilt) is what its frame headers give,
+        walked from the first: the open transactions, the aborted ranges, each transactional frame's fate."""
+        expected, got = TransactionState(plog.name), plog.transactions
+        for header in plog.headers(plog.end_offset):
+            expected.update(header)
+        assert got.open_transactions() == expected.open_transactions()
+        assert got.aborted_count() == expected.aborted_count()
+        for header in plog.headers(plog.end_offset):
+            if header.is_transactional:
+                assert got.aborted(header) == expected.aborted(header), header
 
 
 @pytest.fixture(scope="session")

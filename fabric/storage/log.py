@@ -306,13 +306,6 @@ class Log(LogTail):
             self._took(header)
         return base
 
-    def _took(self, header: FrameHeader) -> None:
-        """Update the producer and transaction states that are loaded with a frame just written."""
-        if self._producers is not None:
-            self._producers.update(header, self.clock.monotonic_ms())
-        if self._txns is not None:
-            self._txns.update(header)
-
     @writes
     def write_marker(self, producer_id: int, producer_epoch: int, commit: bool, leader_epoch: int = -1) -> int:
         """End producer `producer_id`'s transaction here with a marker (one record readers never get): committed

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, cast
 
 import pyarrow as pa
 
+from fabric.storage import catch_up
 from fabric.storage.errors import UNWRITABLE, writes
 from fabric.storage.flush_policy import FlushPolicy
 from fabric.storage.frame import FrameHeader
@@ -31,6 +32,7 @@ from fabric.storage.transactions import TransactionState
 from fabric.storage.watermark import HighWatermark
 
 if TYPE_CHECKING:
+    from fabric.common.clock import Clock
     from fabric.common.config import TopicConfig
     from fabric.storage.log import Log
     from fabric.storage.log_retention import LogRetention
@@ -70,6 +72,7 @@ class LogTail:
     _epochs: LeaderEpochCache | None
     _producers: ProducerStateTable | None
     _txns: TransactionState | None
+    clock: Clock
     segments: Callable[..., list[Segment]]
     create_segment: Callable[[int], Segment]
 
@@ -128,7 +131,7 @@ class LogTail:
                 segs[-1].base_offset, segs[-1].size, reading.value or 0):
             self._tail_epoch = self.lock.epoch
             return segs[-1]
-        self._tail_state = None  # (until recovered: nothing written meanwhile trusts it)
+        view, self._tail_state = self._tail_state, None  # (until recovered: nothing written meanwhile trusts it)
         self.forget_recent()
         for seg in segs:
             seg.forget_writes()  # another process wrote here, or recovery is about to change the files
@@ -136,11 +139,33 @@ class LogTail:
         assert active is not None
         self._recovered, self.last_recovery = True, report
         self._epochs = None  # another process may have taken a newer epoch: loaded again from its checkpoint
-        self._producers = self._txns = None  # the frames may have changed: rebuilt from them when next needed
+        self._take_appended(view, report)
         report.rebuilt = self.indexes.check(self.segments())
         self._tail_state, self._tail_epoch = TailState(active.base_offset, active.size, report.end_offset), \
             self.lock.epoch
         return active
+
+    def _take_appended(self, view: TailState | None, report: RecoveryReport) -> None:
+        """The producer and transaction states, if loaded, take the frames other processes appended since `view`
+        (catch_up) where recovery changed nothing; else they are dropped, rebuilt from the frames when next
+        needed."""
+        if self._producers is None and self._txns is None:
+            return
+        appended = None if view is None or report.changed else catch_up.appended_since(cast("Log", self), view,
+                                                                                          report.end_offset)
+        if appended is None:
+            self._producers = self._txns = None
+            return
+        for header in appended:
+            self._took(header)
+
+    def _took(self, header: FrameHeader) -> None:
+        """Update the producer and transaction states that are loaded with a frame written (here or, found by
+        catch_up, by another process)."""
+        if self._producers is not None:
+            self._producers.update(header, self.clock.monotonic_ms())
+        if self._txns is not None:
+            self._txns.update(header)
 
     @writes
     def sync_tail_locked(self) -> None:

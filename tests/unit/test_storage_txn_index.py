@@ -14,29 +14,11 @@ from hypothesis import strategies as st
 from fabric.common.types import ProducerBatch
 from fabric.storage import txn_index
 from fabric.storage.segment import Segment
-from fabric.storage.transactions import TransactionState
 
 OPS = st.lists(st.one_of(st.tuples(st.just("begin")), st.tuples(st.just("more"), st.integers(0, 7)),
                          st.tuples(st.just("end"), st.integers(0, 7), st.booleans()), st.tuples(st.just("plain")),
                          st.tuples(st.just("reopen")), st.tuples(st.just("truncate"), st.integers(1, 4))),
                max_size=40)
-
-
-def from_headers(plog) -> TransactionState:
-    """The state every frame header of the log gives, walked from the first (what the indexes must agree with)."""
-    state = TransactionState(plog.name)
-    for header in plog.headers(plog.end_offset):
-        state.update(header)
-    return state
-
-
-def assert_agrees(plog) -> None:
-    expected, got = from_headers(plog), plog.transactions
-    assert got.open_transactions() == expected.open_transactions()
-    assert got.aborted_count() == expected.aborted_count()
-    for header in plog.headers(plog.end_offset):
-        if header.is_transactional:
-            assert got.aborted(header) == expected.aborted(header), header
 
 
 @pytest.mark.parametrize("write_after", [txn_index.WRITE_AFTER_BYTES, 200])
@@ -83,8 +65,8 @@ def test_the_state_rebuilt_from_the_indexes_is_the_state_of_the_frames(replicas,
                     plog.truncate_to(bases[-op[1]])
                     ended += sorted(sequences)  # (their producers' sequences may be cut: they only end now)
                     sequences.clear()
-            assert_agrees(plog)
-        assert_agrees(replicas.open(directory))
+            storage.assert_transactions_agree(plog)
+        storage.assert_transactions_agree(replicas.open(directory))
     finally:
         shutil.rmtree(directory)
 
@@ -134,7 +116,7 @@ def test_a_truncated_segment_loses_its_index_and_the_state_follows_its_frames(tm
     assert plog.transactions.open_transactions() == {2: 2, 3: 6}
     reopened = replicas.open(str(tmp_path / "p"))
     assert reopened.transactions.open_transactions() == {2: 2, 3: 6}
-    assert_agrees(reopened)
+    storage.assert_transactions_agree(reopened)
 
 
 @pytest.mark.parametrize("damage", ["torn", "another segment's", "of a replaced data file"])
@@ -153,5 +135,5 @@ def test_an_index_that_cannot_be_trusted_is_walked_instead_and_written_again(tmp
     assert txn_index.read(first) is None
     reopened = replicas.open(str(tmp_path / "p"))
     assert reopened.transactions.open_transactions() == {3: 6}
-    assert_agrees(reopened)
+    storage.assert_transactions_agree(reopened)
     assert txn_index.read(first) is not None  # walked, and indexed again
