@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,20 @@ import pyarrow.flight as flight
 from fabric.common.ports import free_port
 from fabric.server import wire
 from fabric.server.connection import ENV_TOKEN
+
+PORT_DRAWS = 3  # ports a launch with a drawn port tries, each taken by another process before it bound it
+
+
+def taken(host: str, port: int) -> bool:
+    """Whether another socket listens on `port` of `host` now (connections of an earlier server there, closing,
+    do not count)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
 
 
 class ServerProcess:
@@ -32,10 +47,14 @@ class ServerProcess:
                  extra: tuple[str, ...] = (), log_dir: str | None = None, token: str | None = None,
                  host: str = "127.0.0.1") -> None:
         self.data_dir, self.tls, self.extra, self.token = data_dir, tls, extra, token
-        self.port = port or free_port()
-        self.address = f"{host}:{self.port}"
-        self.log_path = os.path.join(log_dir or data_dir, f"{self.kind}-{self.port}.log")
+        self.host, self._log_dir, self._drawn = host, log_dir or data_dir, port is None
+        self._use_port(port or free_port())
         self.process: subprocess.Popen | None = None
+
+    def _use_port(self, port: int) -> None:
+        self.port = port
+        self.address = f"{self.host}:{port}"
+        self.log_path = os.path.join(self._log_dir, f"{self.kind}-{port}.log")
 
     def command(self) -> list[str]:
         raise NotImplementedError
@@ -44,22 +63,34 @@ class ServerProcess:
         return ["--tls-cert", self.tls[0], "--tls-key", self.tls[1]] if self.tls else []
 
     def start(self, timeout: float = 60.0) -> Any:
-        """Start the process; return self once it is ready (see ready()), else raise with its log."""
+        """Start the process; return self once it is ready (see ready()), else raise with its log. Where the port
+        was drawn here (free_port) and another process took it before this one could bind it (a server of another
+        test run on the machine), it is started again on another, up to PORT_DRAWS times."""
         os.makedirs(self.data_dir, exist_ok=True)
-        os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
+        deadline = time.monotonic() + timeout
+        for draw in range(PORT_DRAWS):
+            if draw:
+                self._use_port(free_port())
+            os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
+            process = self.process = self._launch()
+            while not self.ready():
+                if process.poll() is not None:
+                    break
+                if time.monotonic() > deadline:
+                    self.kill()
+                    raise RuntimeError(f"{self.kind} did not answer within {timeout} s:\n{self.log()}")
+                time.sleep(0.05)  # poll interval of a deadline-bounded wait
+            else:
+                return self
+            if not (self._drawn and taken(self.host, self.port)):
+                break
+        raise RuntimeError(f"{self.kind} exited with {process.returncode}:\n{self.log()}")
+
+    def _launch(self) -> subprocess.Popen:
         env = {**os.environ, ENV_TOKEN: self.token} if self.token else None
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.command(), cwd=self.data_dir, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True, env=env)
-        deadline = time.monotonic() + timeout
-        while not self.ready():
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.kind} exited with {self.process.returncode}:\n{self.log()}")
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"{self.kind} did not answer within {timeout} s:\n{self.log()}")
-            time.sleep(0.05)  # poll interval of a deadline-bounded wait
-        return self
+            return subprocess.Popen(self.command(), cwd=self.data_dir, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, env=env)
 
     def status(self, token: str | None = None) -> Any:
         """The process's `status` answer, asked with `token` if given; a FlightError if it does not give one."""
@@ -74,10 +105,10 @@ class ServerProcess:
                 timeout=2, headers=headers)))).body)
 
     def answers(self) -> bool:
-        """True if the process answers a status call (even 'unauthenticated')."""
+        """True if the process answers a status call (even 'unauthenticated'), it and not another listening on
+        its address."""
         try:
-            self.status()
-            return True
+            return self.ours(self.status())
         except flight.FlightUnauthenticatedError:
             return True
         except flight.FlightError:
@@ -85,6 +116,12 @@ class ServerProcess:
 
     def ready(self) -> bool:
         return self.answers()
+
+    def ours(self, status: Any) -> bool:
+        """Whether a status answer came from this object's process: another server may listen on its port (one
+        that took it first, where this one could not bind it)."""
+        pid = status.get("pid") if isinstance(status, dict) else getattr(status, "pid", None)
+        return self.process is not None and pid == self.process.pid
 
     def log(self) -> str:
         with open(self.log_path, errors="replace") as handle:
@@ -183,7 +220,8 @@ class NodeProcess(ServerProcess):
         its own token; without one, its refusal is all there is to wait for."""
         token = self.token or os.environ.get(ENV_TOKEN)
         try:
-            return self.status(token)["node_epoch"] > 0
+            status = self.status(token)
+            return self.ours(status) and status["node_epoch"] > 0
         except flight.FlightUnauthenticatedError:
             return token is None
         except flight.FlightError:

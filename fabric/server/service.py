@@ -297,13 +297,13 @@ class CoordinatorService(FabricFlightServer):
         return [(name, f"{route.target}.{name}") for name, route in sorted(ROUTES.items())]
 
     def status(self) -> wire.InstanceStatus:
-        """Which instance this is, whether it is active, which one is, and where it serves metrics."""
+        """Which instance this is, whether it is active, which one is, where it serves metrics, its process id."""
         election, settings = self.election, self.settings
         return wire.InstanceStatus(self.instance, election.is_active, election.active_instance() or "",
                                    election.epoch, settings.store_url, os.path.abspath(settings.data_dir),
                                    settings.tls_cert is not None, self.metrics.port,
                                    settings.advertise_address(self.protocol.port) if self.protocol else "",
-                                   tuple(self.group_owners.given()) if self.group_owners else ())
+                                   tuple(self.group_owners.given()) if self.group_owners else (), os.getpid())
 
     # -- data plane --------------------------------------------------------------------------------
     @translated

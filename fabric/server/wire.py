@@ -70,6 +70,7 @@ class InstanceStatus:
     protocol_address: str = ""  # where it serves the fabric protocol (docs/protocol.md), if it does
     group_partitions: tuple[int, ...] = ()  # the __consumer_offsets partitions it serves the groups of, where
     # instances share them out (fabric.server.offsets_ownership)
+    pid: int = 0  # its process id (a launcher tells its own process from another listening where it meant to)
 
 
 DATACLASSES = {cls.__name__: cls for cls in (TopicInfo, CommittedOffset, JoinRequest, JoinResult, SyncResult,

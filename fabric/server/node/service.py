@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 from typing import Annotated, Any, Callable
 
 import msgspec
@@ -265,11 +266,12 @@ class NodeService(FabricFlightServer):
         return [(name, f"node.{name}") for name in sorted([*ACTIONS, *REPLICA_ACTIONS, "status"])]
 
     def status(self) -> dict[str, Any]:
-        """This node's id, address, epochs, metrics port, the partitions it leads, every replica's replication
-        state, its replica fetchers (one per leader node it copies from), how many followers' fetch sessions it
-        holds, and the config overrides it applies to each topic it hosts (a caller sees those of the topics it may
-        describe)."""
+        """This node's id, address, epochs, process id, metrics port, the partitions it leads, every replica's
+        replication state, its replica fetchers (one per leader node it copies from), how many followers' fetch
+        sessions it holds, and the config overrides it applies to each topic it hosts (a caller sees those of the
+        topics it may describe)."""
         return {"node_id": self.replicas.node_id, "address": self.address, "node_epoch": self.node_epoch,
+                "pid": os.getpid(),
                 "metrics_port": self.metrics.port, "protocol_address": self.protocol_address,
                 "controller_epoch": self.replicas.controller_epoch,
                 "leaders": [list(tp) for tp in self.replicas.leaders()], "replicas": self.replicas.describe(),
