@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.config import TopicConfig
-from fabric.common.errors import CoordinatorUnavailableError, InvalidLeaderEpochError
+from fabric.common.errors import CoordinatorUnavailableError, InvalidLeaderEpochError, StorageError
 from fabric.coordinator.commit_batch import Queued, append_together
 from fabric.coordinator.offsets_records import (
     CONFIG,
@@ -39,6 +39,7 @@ from fabric.storage.log import Log
 
 log = logging.getLogger(__name__)
 MIGRATED = ".migrated"
+PARTITION_COUNT = "partition-count"  # how many partitions the topic has (LocalOffsetsLog._partition_count)
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,30 @@ class LocalOffsetsLog:
         self._guard = threading.Condition()
 
     def _partition_count(self) -> int:
-        """The count the topic was created with (the group -> partition map depends on it), else the default."""
-        found = [int(n) for n in os.listdir(self.directory) if n.isdigit()]
-        return max(found) + 1 if found else OFFSETS_PARTITIONS
+        """The count the topic was created with, which maps groups to partitions: what its PARTITION_COUNT file
+        says. The first process to open the directory writes it, whole (a hard link of a file written aside, which
+        fails where one is there already), before any partition directory, so processes opening it together agree
+        (counting directories, one could count those another was still making, and send a group's commits to
+        another partition than the others read). A directory of an earlier version, without the file, keeps the
+        count of its partition directories."""
+        path = os.path.join(self.directory, PARTITION_COUNT)
+        if not os.path.exists(path):
+            found = [int(n) for n in os.listdir(self.directory) if n.isdigit()]
+            aside = f"{path}.{os.getpid()}-{threading.get_ident()}"
+            with open(aside, "w") as f:
+                f.write(f"{max(found) + 1 if found else OFFSETS_PARTITIONS}\n")
+            try:
+                os.link(aside, path)
+            except FileExistsError:
+                pass  # another process's count, written first
+            finally:
+                os.unlink(aside)
+        with open(path) as f:
+            text = f.read()
+        if not text.strip().isdigit() or int(text) < 1:
+            raise StorageError(f"the offsets topic's {path} holds {text[:40]!r}, not its partition count; write the "
+                               "count of its partition directories (0..N-1) into it, one number")
+        return int(text)
 
     def log(self, partition: int) -> Log:
         """The Log of one partition (what a publish writes a transaction's offsets to)."""

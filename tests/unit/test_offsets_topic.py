@@ -8,9 +8,10 @@ import threading
 
 import pytest
 
-from fabric.common.errors import CoordinatorUnavailableError
+from fabric.common.errors import CoordinatorUnavailableError, StorageError
 from fabric.common.waiting import wait_for
-from fabric.coordinator.offsets_log import LocalOffsetsLog
+from fabric.coordinator.offsets_log import PARTITION_COUNT, LocalOffsetsLog
+from fabric.coordinator.offsets_records import OFFSETS_PARTITIONS
 from fabric.coordinator.offsets_topic import OffsetsTopic, offsets_partition
 
 
@@ -78,3 +79,31 @@ def test_compact_waits_for_a_background_pass_of_its_own_process(tmp_path, caplog
         compacting.join()
     assert len(reports) == topic.partitions and "another process" not in reports[last], reports[last]
     assert {c.offset for c in topic.committed(group).values()} == {n - 1}
+
+
+def test_processes_opening_a_new_offsets_directory_together_agree_on_its_partition_count(tmp_path) -> None:
+    """Counting partition directories, one opener could count those another was still making, and send a group's
+    commits to another partition than the others read (a CI run lost commits so); the count file decides."""
+    def open_log(directory: str, barrier: threading.Barrier, counts: list[int]) -> None:
+        barrier.wait()
+        counts.append(LocalOffsetsLog(directory).partitions)
+    for attempt in range(20):
+        counts: list[int] = []
+        args = (str(tmp_path / str(attempt)), threading.Barrier(3), counts)
+        threads = [threading.Thread(target=open_log, args=args) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert counts == [OFFSETS_PARTITIONS] * 3, f"attempt {attempt}: {counts}"
+
+
+def test_an_offsets_directory_of_an_earlier_version_keeps_its_count_and_a_damaged_count_is_refused(tmp_path) -> None:
+    directory = tmp_path / "offsets"
+    for p in range(5):  # written before the count file existed
+        (directory / str(p)).mkdir(parents=True)
+    assert LocalOffsetsLog(str(directory)).partitions == 5
+    assert (directory / PARTITION_COUNT).read_text() == "5\n"
+    (directory / PARTITION_COUNT).write_text("five")
+    with pytest.raises(StorageError, match="holds 'five', not its partition count; write the count"):
+        LocalOffsetsLog(str(directory))
