@@ -262,13 +262,18 @@ class Broker:
             return recovery.recover_topics(self.logs, self.coordinator, names, self.max_partitions)
 
     # -- data --------------------------------------------------------------------------------------
-    @_topic_may_vanish
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
         """Append to a single-directory partition: it has one replica, so every `acks` answers after the append.
-        An idempotent producer's retry is not written twice (see Log.append)."""
-        return partition_ops.append(self.log(topic, partition), topic, partition, rows, codec,
-                                    producer=partition_ops.producer_batch(producer_id, producer_epoch, base_sequence))
+        An idempotent producer's retry is not written twice (see Log.append). Its topic deleted meanwhile is
+        UnknownTopicError, as for _topic_may_vanish's calls (written out: no call more on every append)."""
+        try:
+            return partition_ops.append(self.log(topic, partition), topic, partition, rows, codec,
+                                        producer=partition_ops.producer_batch(producer_id, producer_epoch,
+                                                                              base_sequence))
+        except FileNotFoundError:
+            self._topic(topic)
+            raise
 
     @_topic_may_vanish
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
