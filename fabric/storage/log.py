@@ -23,14 +23,14 @@ from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.config import TopicConfig
 from fabric.common.records import TIMESTAMP_TYPES
 from fabric.common.types import Fetched, ProducerBatch
-from fabric.storage import adopt, batch_encoding, frame, log_start, reader, truncation, txn_index
+from fabric.storage import adopt, batch_encoding, frame, log_start, producer_state_load, reader, truncation, txn_index
 from fabric.storage.cleaner import CleanReport, LogCleaner
 from fabric.storage.errors import writes
 from fabric.storage.flush_policy import FlushPolicy
 from fabric.storage.frame import FrameHeader
 from fabric.storage.index_repair import IndexRepair
 from fabric.storage.leader_epochs import LeaderEpochCache
-from fabric.storage.lock import PartitionLock
+from fabric.storage.lock import PartitionLock, may_wait
 from fabric.storage.log_retention import LogRetention
 from fabric.storage.marker import (
     PENDING,
@@ -56,7 +56,6 @@ from fabric.storage.watermark import HighWatermark
 __all__ = ["PENDING", "Log", "TailState"]
 
 log = logging.getLogger(__name__)
-PRODUCER_STATE_SEGMENTS = 2  # how far back a partition's producer state is rebuilt from frame headers
 
 
 class Log(LogTail):
@@ -123,6 +122,8 @@ class Log(LogTail):
         self.last_recovery: RecoveryReport | None = None
         self._epochs: LeaderEpochCache | None = None  # loaded on first use (embedded logs never use it)
         self._producers: ProducerStateTable | None = None  # built on an idempotent producer's first append
+        self._producer_scan = threading.Lock()  # one load of the producer state at a time (producer_state_load)
+        self.states_dropped = 0  # how often the producer and transaction states were dropped (LogTail.drop_states)
         self._txns: TransactionState | None = None  # built when a transaction or a read_committed reader needs it
         self.appended = threading.Condition()  # notified whenever the end offset moves on in this process
         self._append_waiters: dict[Callable[[], None], int] = {}
@@ -239,10 +240,7 @@ class Log(LogTail):
         """The headers of the data frames below offset `end` (of the last `last_segments` segments only, if
         given), in offset order (damaged frames left out)."""
         segs = self.segments()
-        for seg in segs[-last_segments:] if last_segments else segs:
-            for item in seg.walk(seg.data_start, seg.base_offset, stop=end):
-                if isinstance(item, Frame):
-                    yield item.header
+        return producer_state_load.frame_headers(segs[-last_segments:] if last_segments else segs, end)
 
     def _last_header(self, end: int) -> FrameHeader | None:
         """The header of the last data frame below offset `end`, walking from the last index entry."""
@@ -270,6 +268,8 @@ class Log(LogTail):
         if transactional and producer is None:
             raise ValueError("a transactional append needs its producer's id, epoch and sequence")
         batch_encoding.check_keys(batch, self.config, self.name)
+        if producer is not None:
+            self._load_producers_unlocked()
         template, payload = batch_encoding.encode(batch, codec, timestamp_type, self.clock)
         with self.lock:
             active = self.sync_tail()
@@ -313,6 +313,7 @@ class Log(LogTail):
         (fencing a zombie's later writes); so writing one twice is harmless. Returns the marker's offset."""
         template, payload = batch_encoding.encode_marker(self.schema, self.clock, producer_id, producer_epoch,
                                                          commit, leader_epoch)
+        self._load_producers_unlocked()
         with self.lock:
             active = self.sync_tail()
             base = self.tail_end()
@@ -338,13 +339,39 @@ class Log(LogTail):
         return self.transactions.last_stable_offset(end)
 
     def _producer_state(self, end: int) -> ProducerStateTable:
-        """The producer state of the frames below `end`, the log end (lock held), rebuilt on first use from the
-        headers of the last PRODUCER_STATE_SEGMENTS segments (a producer silent for longer is unknown: its next
-        batch is refused with UnknownProducerIdError and the producer takes a new id)."""
+        """The producer state of the frames below `end`, the log end (lock held): loaded before the lock was
+        taken (load_producer_state), else rebuilt here from the headers of the last PRODUCER_STATE_SEGMENTS
+        segments (a producer silent for longer is unknown: its next batch is refused with UnknownProducerIdError
+        and the producer takes a new id)."""
         if self._producers is None:
-            self._producers = ProducerStateTable.rebuild(self.name, self.headers(end, PRODUCER_STATE_SEGMENTS),
-                                                         self.clock.monotonic_ms())
+            self._producers = ProducerStateTable.rebuild(
+                self.name, self.headers(end, producer_state_load.PRODUCER_STATE_SEGMENTS), self.clock.monotonic_ms())
         return self._producers
+
+    @writes
+    def load_producer_state(self) -> bool:
+        """Load the producer state if it is not loaded, reading the segments without holding the partition lock
+        (producer_state_load), so appends and a follower's copies go on meanwhile; True once it is loaded (False:
+        the log changed under the scan, and the next idempotent append builds it under the lock). A data node's
+        follower loads it as it copies, so that it has it at hand if it is elected leader."""
+        with self._producer_scan:
+            return self._producers is not None or producer_state_load.Scan(self).read().install()
+
+    def _load_producers_unlocked(self) -> None:
+        """Before an idempotent append or a marker takes the lock: load the producer state if it is not loaded,
+        unless the lock is held already or the append may not wait (an embedded producer's, made in place on
+        the caller's thread, which must not queue behind another load): those build it under the lock."""
+        if self._producers is None and not self.lock.held and may_wait():
+            self.load_producer_state()
+
+    @property
+    def producer_state_loaded(self) -> bool:
+        """Whether this process holds the partition's producer state (else the next idempotent append loads it)."""
+        return self._producers is not None
+
+    def take_producer_state(self, table: ProducerStateTable) -> None:
+        """Make `table`, up to date with the log end, the partition's producer state (lock held)."""
+        self._producers = table
 
     def expire_producers(self, expiration_ms: int) -> int:
         """Forget the idempotent producers that wrote nothing here for `expiration_ms` (producer.id.expiration.ms),
@@ -411,7 +438,7 @@ class Log(LogTail):
             self.forget_recent()
             self._tail_state = None  # (readers go to the files until the cut is done: see end_offset)
             active = truncation.truncate(self, offset, end)
-            self._producers = self._txns = None
+            self.drop_states()
             self.remember_tail(active, offset)
         return True
 
@@ -423,7 +450,7 @@ class Log(LogTail):
             self.sync_tail()
             self._tail_state = None  # (readers go to the files until the cut is done: see end_offset)
             active = truncation.truncate_fully(self, offset)
-            self._producers = self._txns = None
+            self.drop_states()
             self.remember_tail(active, offset)
 
     def flush(self) -> None:

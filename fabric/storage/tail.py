@@ -71,6 +71,7 @@ class LogTail:
     recent: RecentFrames | None  # the frames written last, where this process alone writes the log
     _epochs: LeaderEpochCache | None
     _producers: ProducerStateTable | None
+    states_dropped: int
     _txns: TransactionState | None
     clock: Clock
     segments: Callable[..., list[Segment]]
@@ -154,10 +155,21 @@ class LogTail:
         appended = None if view is None or report.changed else catch_up.appended_since(cast("Log", self), view,
                                                                                           report.end_offset)
         if appended is None:
-            self._producers = self._txns = None
+            self.drop_states()
             return
         for header in appended:
             self._took(header)
+
+    def drop_states(self) -> None:
+        """Forget the producer and transaction states (rebuilt from the files when next needed), and count it: a
+        load of the producer state that began before (producer_state_load) is not installed."""
+        self._producers = self._txns = None
+        self.states_dropped += 1
+
+    @property
+    def tail_view(self) -> TailState | None:
+        """This process's view of the tail (lock held, after sync_tail), for catch_up."""
+        return self._tail_state
 
     def _took(self, header: FrameHeader) -> None:
         """Update the producer and transaction states that are loaded with a frame written (here or, found by
@@ -195,7 +207,8 @@ class LogTail:
     def forget_tail(self) -> None:
         """Drop the cached tail state, leader epochs and producer state, so the next writer recovers them from the
         files (after a write or publish that failed part-way)."""
-        self._tail_state, self._epochs, self._producers, self._txns = None, None, None, None
+        self._tail_state, self._epochs = None, None
+        self.drop_states()
         self.forget_recent()
 
     def forget_recent(self) -> None:

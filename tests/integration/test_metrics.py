@@ -9,7 +9,8 @@ under-replicated partition until it restarts and the ISR expands again.
 
 A leader's fabric_producer_ids counts the idempotent producers whose state it holds and falls back once one is
 silent for producer.id.expiration.ms; that producer's next sends are still delivered, each record once (refused
-as an unknown producer's, it takes a new id and sends again, as a Kafka producer does).
+as an unknown producer's, it takes a new id and sends again, as a Kafka producer does). Followers hold the state
+of the producers whose frames they copy, so a new leader has it at hand.
 
 The endpoint binds 127.0.0.1 unless --metrics-host says otherwise, whatever --listen's host, and with
 --metrics-token-file it answers 401 to a scrape without that bearer token.
@@ -137,6 +138,32 @@ def test_a_silent_producer_is_forgotten_and_its_next_sends_are_delivered_once(no
                 producer.send("idle-producers", b"after-%d" % i).get()
             assert node_metrics(cluster, leader).value("fabric_producer_ids") == 1  # under its new id
         consumer = fab.consumer("idle-producers", auto_offset_reset="earliest")
+        records = drain(consumer, 10)
+        consumer.close()
+    assert [r.value for r in records] == [b"before-%d" % i for i in range(5)] + [b"after-%d" % i for i in range(5)]
+
+
+def test_followers_hold_the_producer_state_they_copy_and_the_new_leader_keeps_it(node_cluster, drain) -> None:
+    """A follower loads its partition's producer state as it copies (in the background, without the partition
+    lock) and keeps it with every frame, so the one elected when the leader is SIGKILLed has it at hand; the
+    producer's sends after the failover are each delivered once."""
+    cluster = node_cluster(node_extra=METRICS)
+    with fabric.connect(cluster.url) as fab:
+        fab.create_topic("followed", partitions=1, replication_factor=3, config=TOPIC_CONFIG)
+        old = fab.describe_topic("followed").partitions[0]
+        followers = [n for n in old.replicas if n != old.leader]
+        with fab.producer() as producer:  # idempotent: acks=all by default
+            for i in range(5):
+                producer.send("followed", b"before-%d" % i).get()
+            wait_for(lambda: all(node_metrics(cluster, f).value("fabric_producer_ids") == 1 for f in followers),
+                     SETTLE_S, "both followers to hold the producer's state", interval=0.5)
+            cluster.nodes[old.leader].kill()
+            for i in range(5):
+                producer.send("followed", b"after-%d" % i).get()
+        new = fab.describe_topic("followed").partitions[0].leader
+        assert new in followers
+        assert node_metrics(cluster, new).value("fabric_producer_ids") == 1
+        consumer = fab.consumer("followed", auto_offset_reset="earliest")
         records = drain(consumer, 10)
         consumer.close()
     assert [r.value for r in records] == [b"before-%d" % i for i in range(5)] + [b"after-%d" % i for i in range(5)]

@@ -15,10 +15,13 @@ if TYPE_CHECKING:
 
 def append_waits(replicas: ReplicaManager, args: dict[str, Any]) -> bool:
     """Whether an append with these (not yet checked) arguments may wait: a transactional one (verified with the
-    coordinator), one to a topic that fsyncs, and one that first refreshes the node's assignment from the controller
-    (a partition it hosts no replica of, a newer leader epoch, another topic id). Arguments of the wrong shape wait
-    too: the append refuses them, as always."""
+    coordinator), one to a topic that fsyncs, one that first refreshes the node's assignment from the controller
+    (a partition it hosts no replica of, a newer leader epoch, another topic id), and an idempotent one to a
+    partition whose producer state is not loaded yet (read from its segments first: producer_state_loader).
+    Arguments of the wrong shape wait too: the append refuses them, as always."""
     if args.get("transactional") or refreshes(replicas, args):
+        return True
+    if args.get("producer_id", -1) != -1 and not replicas.producer_state_loaded((args["topic"], args["partition"])):
         return True
     info = replicas.hosted_topic(args["topic"])
     return info is None or partition_ops.fsyncs(info)

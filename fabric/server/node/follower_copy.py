@@ -29,6 +29,9 @@ class FollowerCopy:
     _leader_start: int  # the leader's log start this follower last took (-1: none since it restarted)
     following: Callable[[int], bool]  # whether the replica follows under the leader epoch given
     _notify: Callable[[], None]  # wakes what waits on the readable end (consumers long-polling this follower)
+    # loads the partition's producer state in the background (producer_state_loader), so that it is at hand if
+    # this follower is elected leader; asked while the state is not loaded (at the start, after a truncation)
+    wants_producer_state: Callable[[], None]
 
     @property
     def name(self) -> str:
@@ -52,6 +55,8 @@ class FollowerCopy:
             if frames.size:
                 cut = self._realigned(plog, frames, end)
                 end = plog.append_frames(frames) if cut is None else cut
+                if not plog.producer_state_loaded:
+                    self.wants_producer_state()
                 if trace.ON:
                     trace.event("follower_append", self.tp[0], self.tp[1], frame.unpack_header(frames, 0).base_offset,
                                 end, self.node_id)

@@ -99,6 +99,7 @@ class PartitionReplica(FollowerCopy):
         self._checkpoint = HighWatermarkCheckpoint()
         self._leader_start = -1  # the leader's log start this follower last took (-1: none since it restarted)
         self._fetch_waiters: set[FetchWaiter] = set()  # followers' fetches waiting for frames (watch)
+        self.wants_producer_state: Callable[[], None] = lambda: None  # (set by the replica manager)
         self._sessions: set[SessionChanges] = set()  # followers' fetch sessions holding it (join_session)
         self._read_waiters: set[Callable[[], None]] = set()  # consumers' fetches waiting (watch_readable)
         self._changes = 0  # new frames or role changes so far (_wake_fetches)

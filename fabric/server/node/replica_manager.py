@@ -54,6 +54,7 @@ from fabric.server.node import directory_ids, follower_fetches
 from fabric.server.node.fetcher import FetchSettings, Peer, ReplicaFetcher
 from fabric.server.node.leader import LeaderState
 from fabric.server.node.partition import PartitionReplica, Role
+from fabric.server.node.producer_state_loader import ProducerStateLoader
 from fabric.server.node.repair import RANGE_MAX_BYTES, Repairer, peer_copy
 from fabric.server.node.replica_fetch import ReplicaFetch
 from fabric.server.node.storage_health import Condition, Health, StorageHealth
@@ -115,6 +116,7 @@ class ReplicaManager(TransactionMarkers):
         self._addresses: dict[int, str] = {}
         self._offline_replicas: dict[TopicPartition, tuple[int, ...]] = {}  # replicas their nodes report offline
         self._lock = threading.RLock()  # (a replica found offline while the assignment is applied takes it again)
+        self.producer_states = ProducerStateLoader(node_id)  # followers' producer states, loaded as they copy
         self.repairer = Repairer(node_id, self.health, peer_copy(peer, self._addresses) if peer else None,
                                  lambda tp: self._offline_replicas.get(tp, ()), self._topic_id)
 
@@ -152,6 +154,8 @@ class ReplicaManager(TransactionMarkers):
                             replica = self._replicas.get(tp)
                             if replica is None:
                                 replica = self._replicas[tp] = PartitionReplica(tp, self.node_id, self._opener(tp))
+                                replica.wants_producer_state = functools.partial(
+                                    self.producer_states.load, tp, functools.partial(self._opener(tp), create=False))
                             if replica.become(registration):
                                 self._follow(replica)
                     except KafkaStorageError:
@@ -203,13 +207,15 @@ class ReplicaManager(TransactionMarkers):
             self.logs.delete_topic(info.name)
         directory_ids.write_topic_id(topic_dir, info.topic_id)
 
-    def _opener(self, tp: TopicPartition) -> Callable[[], Log]:
-        def opened() -> Log:
+    def _opener(self, tp: TopicPartition) -> Callable[..., Log]:
+        """What opens `tp`'s log; with create=False (a background task's) FileNotFoundError where its directory is
+        gone (the topic deleted meanwhile), never creating it again."""
+        def opened(create: bool = True) -> Log:
             info = self._topics.get(tp[0])
             if info is None:  # (an assignment without its topic is being applied: the replica is stopped next)
                 raise UnknownTopicOrPartitionError(f"node {self.node_id} no longer hosts topic {tp[0]!r}: partition "
                                                    f"{tp[0]}-{tp[1]} was deleted or moved away from it")
-            return self.logs.log(info, tp[1])
+            return self.logs.log(info, tp[1], create=create)
         return opened
 
     def _topic_id(self, topic: str) -> str:
@@ -271,7 +277,8 @@ class ReplicaManager(TransactionMarkers):
                 replica.fence(why)
 
     def stop(self) -> None:
-        """Stop every fetcher (the node is shutting down)."""
+        """Stop every fetcher and the producer state loader (the node is shutting down)."""
+        self.producer_states.stop()
         with self._lock:
             for tp in list(self._fetched_from):
                 self._stop_fetcher(tp)
@@ -547,6 +554,14 @@ class ReplicaManager(TransactionMarkers):
         background maintenance forgets once silent for producer.id.expiration.ms, followers' too (a follower
         copies every producer's state, to recognise retries once it leads)."""
         return [(replica.name, functools.partial(_replica_log, replica)) for replica in self._servable()]
+
+    def producer_state_loaded(self, tp: TopicPartition) -> bool:
+        """Whether this node holds the producer state of `tp`, a partition it hosts (False if it hosts none)."""
+        replica = self._replicas.get(tp)
+        try:
+            return replica is not None and replica.log.producer_state_loaded
+        except (FabricError, OSError):  # (its storage failed: the append, on a worker, says so)
+            return False
 
     def producer_ids(self) -> int:
         """The idempotent producers whose state this node's replicas hold in memory (Kafka's ProducerIdCount)."""

@@ -1,0 +1,89 @@
+"""Loading a partition's idempotent producer state without holding its lock through the scan.
+
+The state is rebuilt from the frame headers of the log's last segments (producer_state), 7 µs a frame here: a
+segment of small batches takes seconds. Built under the partition lock on the first idempotent append, that
+stalled every append and every follower copy of the partition meanwhile, and a new leader paid it on its first
+idempotent produce after a failover. As Kafka's followers keep their producer state, a data node's follower now
+has it loaded as it copies (fabric.server.node.producer_state_loader) and keeps it up to date with every frame it
+copies; an idempotent append that finds it not loaded loads it the same way before it takes the lock.
+
+The scan reads the segments without the lock, up to the log end seen under it (`view`); the frames written
+meanwhile are then taken under the lock (catch_up). Where the log changed in a way that cannot be followed (a
+truncation, a recovery that changed the files, a segment rewritten or deleted during the scan) nothing is
+loaded, and the next idempotent append builds the state under the lock as before.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Iterator
+
+from fabric.storage import catch_up
+from fabric.storage.frame import FrameHeader
+from fabric.storage.producer_state import ProducerStateTable
+from fabric.storage.scan import Frame
+from fabric.storage.segment import Segment
+
+if TYPE_CHECKING:
+    from fabric.storage.log import Log
+    from fabric.storage.tail import TailState
+
+log = logging.getLogger(__name__)
+PRODUCER_STATE_SEGMENTS = 2  # how far back a partition's producer state is rebuilt from frame headers
+
+
+def frame_headers(segs: list[Segment], end: int) -> Iterator[FrameHeader]:
+    """The headers of the data frames of `segs` below offset `end`, in offset order (damaged frames left out)."""
+    for seg in segs:
+        for item in seg.walk(seg.data_start, seg.base_offset, stop=end):
+            if isinstance(item, Frame):
+                yield item.header
+
+
+class Scan:
+    """A scan of the last segments' headers, begun under the lock at `view` (the tail then) and finished by
+    `install` under it again."""
+
+    def __init__(self, plog: Log) -> None:
+        with plog.lock:
+            plog.sync_tail()
+            self.view: TailState | None = plog.tail_view
+            self.dropped = plog.states_dropped
+        self.plog = plog
+        self.segments = plog.segments()[-PRODUCER_STATE_SEGMENTS:]
+        self.table: ProducerStateTable | None = None
+
+    def read(self) -> Scan:
+        """Rebuild the table from the segments' headers below the view's end (no lock held). A segment deleted
+        meanwhile (retention) leaves the scan without a table."""
+        if self.view is None:
+            return self
+        try:
+            self.table = ProducerStateTable.rebuild(self.plog.name, frame_headers(self.segments, self.view.end_offset),
+                                                    self.plog.clock.monotonic_ms())
+        except FileNotFoundError:
+            log.info("%s: a segment was deleted while its producers were read; they are read on the next "
+                     "idempotent append", self.plog.name)
+        return self
+
+    def install(self) -> bool:
+        """Under the lock: take the frames written since the view and make the table the log's producer state;
+        False, nothing installed, if the log changed in a way the scan cannot follow (see the module docstring).
+        True too where another thread loaded the state meanwhile."""
+        plog = self.plog
+        with plog.lock:
+            plog.sync_tail()
+            if plog.producer_state_loaded:
+                return True
+            if self.table is None or self.view is None or plog.states_dropped != self.dropped:
+                return False
+            listed = {seg.base_offset: seg for seg in plog.segments()}
+            if any(listed.get(seg.base_offset) is not seg for seg in self.segments):
+                return False  # (rewritten by the cleaner, or deleted by retention, while it was read)
+            appended = catch_up.appended_since(plog, self.view, plog.tail_end())
+            if appended is None:
+                return False
+            now = plog.clock.monotonic_ms()
+            for header in appended:
+                self.table.update(header, now)
+            plog.take_producer_state(self.table)
+            return True
