@@ -11,8 +11,8 @@ a worker thread, never on the event loop (append_routing), and reads the segment
 from __future__ import annotations
 
 import logging
-import queue
 import threading
+from collections import deque
 from typing import Callable
 
 from fabric.common.errors import FabricError
@@ -23,34 +23,43 @@ log = logging.getLogger(__name__)
 
 
 class ProducerStateLoader:
-    """A daemon thread loading the producer state of the partitions `load` is given, one at a time, each once
-    per call (a partition queued twice before its turn loads once)."""
+    """Loads the producer state of the partitions `load` is given, one at a time, each once per call (a partition
+    queued twice before its turn loads once), on a daemon thread that runs while there is something to load."""
 
     def __init__(self, node_id: int) -> None:
         self.node_id = node_id
-        self._queue: queue.SimpleQueue[tuple[TopicPartition, Callable[[], Log]] | None] = queue.SimpleQueue()
+        self._queue: deque[tuple[TopicPartition, Callable[[], Log]]] = deque()
         self._queued: set[TopicPartition] = set()
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name=f"producer-state-loader-{node_id}", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None  # while the queue has partitions
+        self._stopped = False
 
     def load(self, tp: TopicPartition, opened: Callable[[], Log]) -> None:
         """Load `tp`'s producer state soon (`opened` gives its log), unless it is already waiting its turn."""
         with self._lock:
-            if tp in self._queued:
+            if tp in self._queued or self._stopped:
                 return
             self._queued.add(tp)
-        self._queue.put((tp, opened))
+            self._queue.append((tp, opened))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"producer-state-loader-{self.node_id}",
+                                                daemon=True)
+                self._thread.start()
 
     def stop(self) -> None:
-        """Stop after the partition being loaded, if any (the others are loaded by their first idempotent
-        append)."""
-        self._queue.put(None)
+        """Load nothing more (the node is stopping; a partition being loaded finishes)."""
+        with self._lock:
+            self._stopped = True
+            self._queue.clear()
+            self._queued.clear()
 
     def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            tp, opened = item
+        while True:
             with self._lock:
+                if not self._queue:
+                    self._thread = None
+                    return
+                tp, opened = self._queue.popleft()
                 self._queued.discard(tp)
             try:
                 loaded = opened().load_producer_state()
