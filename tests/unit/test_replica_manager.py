@@ -72,6 +72,25 @@ def test_an_append_waits_on_a_worker_only_where_it_may_block(tmp_path, storage) 
         assert append_waits(replicas, waits), waits
 
 
+def test_a_restarted_leader_has_its_producers_loaded_once_a_follower_fetches(tmp_path, storage) -> None:
+    """After a restart the producers' state is not in memory: an idempotent append would read it first, so it is
+    served on a worker thread; a follower's fetch has it loaded in the background, and appends go on the event
+    loop again, a retry answered from it."""
+    before = ReplicaManager(1, str(tmp_path / "node1"))
+    before.apply(view(1, {0: 1}))
+    assert before.append("t", 0, storage.make_batch([b"a"]), producer_id=7, producer_epoch=0, base_sequence=0) == 0
+    before.stop()
+    replicas = ReplicaManager(1, str(tmp_path / "node1"))
+    replicas.apply(view(2, {0: 1}, epoch=1))
+    idempotent = {"topic": "t", "partition": 0, "leader_epoch": 1, "acks": "all", "producer_id": 7}
+    assert append_waits(replicas, idempotent) and replicas.producer_ids() == 0
+    assert not append_waits(replicas, {**idempotent, "producer_id": -1})
+    replicas.replica_fetch(2, [("t", 0, 0, 1, "")], max_wait_ms=0)
+    wait_for(lambda: replicas.producer_ids() == 1, 30, "the leader to load its producers' state in the background")
+    assert not append_waits(replicas, idempotent)
+    assert replicas.append("t", 0, storage.make_batch([b"a"]), producer_id=7, producer_epoch=0, base_sequence=0) == 0
+
+
 def test_a_deleted_topic_loses_its_logs_and_the_directory_keeps_its_owner(tmp_path, storage) -> None:
     """The logs go; a replica another thread still holds (a fetcher's round as the assignment is applied) reads
     as a refusal naming the deletion, which that thread handles as any other, not as a crash of its round."""

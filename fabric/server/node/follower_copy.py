@@ -30,7 +30,8 @@ class FollowerCopy:
     following: Callable[[int], bool]  # whether the replica follows under the leader epoch given
     _notify: Callable[[], None]  # wakes what waits on the readable end (consumers long-polling this follower)
     # loads the partition's producer state in the background (producer_state_loader), so that it is at hand if
-    # this follower is elected leader; asked while the state is not loaded (at the start, after a truncation)
+    # this follower is elected leader (or, as a leader, when producers come): asked while it is not loaded, by a
+    # follower's copies and a leader's answers to its followers
     wants_producer_state: Callable[[], None]
 
     @property

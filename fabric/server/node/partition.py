@@ -436,6 +436,8 @@ class PartitionReplica(FollowerCopy):
             if unchanged is not None:
                 return unchanged
             plog = self.log
+            if not plog.producer_state_loaded:  # (a restarted node's leader: loaded before producers come back)
+                self.wants_producer_state()
             now_range = plog.log_range()  # the watermark read and the segments listed once for the whole answer
             leo = now_range.end
             if offset > leo:

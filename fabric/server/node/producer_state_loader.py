@@ -1,12 +1,13 @@
-"""Loads the idempotent producer state of the partitions a data node follows, on a thread of its own.
+"""Loads the idempotent producer state of a data node's partitions in the background, on a thread of its own.
 
 A follower that copies frames into a log whose producer state is not loaded (after the node started, or after a
-truncation dropped it) has it loaded in the background (Log.load_producer_state: the segments are read without
-the partition lock, so its copies go on meanwhile), and keeps it up to date with every frame it copies, as
-Kafka's followers keep theirs. So a follower elected leader answers its first idempotent produce from memory,
-instead of reading the headers of its last segments first (seconds for segments of small batches). A leader
-whose state is not loaded (a restarted node's) loads it on its first idempotent produce, which is then served on
-a worker thread, never on the event loop (append_routing), and reads the segments without the partition lock.
+truncation dropped it) has it loaded (Log.load_producer_state: the segments are read without the partition lock,
+so its copies go on meanwhile), and keeps it up to date with every frame it copies, as Kafka's followers keep
+theirs. So a follower elected leader answers its first idempotent produce from memory, instead of reading the
+headers of its last segments first (seconds for segments of small batches). A leader whose state is not loaded
+(a restarted node's) has it loaded the same way when it answers its followers' fetches; one with no followers
+loads it on its first idempotent produce, served on a worker thread, never on the event loop (append_routing),
+without the partition lock.
 """
 from __future__ import annotations
 
