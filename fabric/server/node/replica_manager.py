@@ -116,7 +116,7 @@ class ReplicaManager(TransactionMarkers):
         self._addresses: dict[int, str] = {}
         self._offline_replicas: dict[TopicPartition, tuple[int, ...]] = {}  # replicas their nodes report offline
         self._lock = threading.RLock()  # (a replica found offline while the assignment is applied takes it again)
-        self.producer_states = ProducerStateLoader(node_id)  # followers' producer states, loaded as they copy
+        self.producer_states = ProducerStateLoader(node_id)  # the replicas' producer states, loaded in the background
         self.repairer = Repairer(node_id, self.health, peer_copy(peer, self._addresses) if peer else None,
                                  lambda tp: self._offline_replicas.get(tp, ()), self._topic_id)
 
