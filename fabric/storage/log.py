@@ -268,7 +268,7 @@ class Log(LogTail):
         if transactional and producer is None:
             raise ValueError("a transactional append needs its producer's id, epoch and sequence")
         batch_encoding.check_keys(batch, self.config, self.name)
-        if producer is not None:
+        if producer is not None and self._producers is None:
             self._load_producers_unlocked()
         template, payload = batch_encoding.encode(batch, codec, timestamp_type, self.clock)
         with self.lock:
