@@ -45,7 +45,7 @@ from fabric.storage.producer_state import ProducerStateTable
 from fabric.storage.recent_frames import RecentFrames
 from fabric.storage.recovery import RecoveryReport
 from fabric.storage.replica_frames import check_copied
-from fabric.storage.scan import Frame
+from fabric.storage.scan import Frame, frame_headers
 from fabric.storage.segment import Segment, disk_usage
 from fabric.storage.segment_listing import SegmentListing
 from fabric.storage.segment_swap import CrashHook
@@ -240,7 +240,7 @@ class Log(LogTail):
         """The headers of the data frames below offset `end` (of the last `last_segments` segments only, if
         given), in offset order (damaged frames left out)."""
         segs = self.segments()
-        return producer_state_load.frame_headers(segs[-last_segments:] if last_segments else segs, end)
+        return frame_headers(segs[-last_segments:] if last_segments else segs, end)
 
     def _last_header(self, end: int) -> FrameHeader | None:
         """The header of the last data frame below offset `end`, walking from the last index entry."""

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Iterator
 from fabric.storage import catch_up
 from fabric.storage.frame import FrameHeader
 from fabric.storage.producer_state import ProducerStateTable
-from fabric.storage.scan import Frame
-from fabric.storage.segment import Segment
+from fabric.storage.scan import frame_headers
 
 if TYPE_CHECKING:
     from fabric.storage.log import Log
@@ -41,14 +40,6 @@ def paced(headers: Iterator[FrameHeader]) -> Iterator[FrameHeader]:
         if not i % PACE:
             time.sleep(0)
         yield header
-
-
-def frame_headers(segs: list[Segment], end: int) -> Iterator[FrameHeader]:
-    """The headers of the data frames of `segs` below offset `end`, in offset order (damaged frames left out)."""
-    for seg in segs:
-        for item in seg.walk(seg.data_start, seg.base_offset, stop=end):
-            if isinstance(item, Frame):
-                yield item.header
 
 
 class Scan:

@@ -9,13 +9,16 @@ after it and a reader can skip past it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pyarrow as pa
 
 from fabric.common.errors import CorruptRecordError
 from fabric.storage import frame
 from fabric.storage.frame import FrameError, FrameHeader
+
+if TYPE_CHECKING:
+    from fabric.storage.segment import Segment
 
 _SCAN_CHUNK = 1 << 20
 
@@ -136,6 +139,14 @@ class Walk:
         if header.base_offset > expected:
             return header, "gap"
         return header, f"a stale frame of offset {header.base_offset} where offset {expected} should start"
+
+
+def frame_headers(segs: list[Segment], end: int) -> Iterator[FrameHeader]:
+    """The headers of the data frames of `segs` below offset `end`, in offset order (damaged frames left out)."""
+    for seg in segs:
+        for item in seg.walk(seg.data_start, seg.base_offset, stop=end):
+            if isinstance(item, Frame):
+                yield item.header
 
 
 def resync(buf: pa.Buffer, pos: int, expected: int, header: FrameHeader | None) -> Frame | None:

@@ -153,9 +153,10 @@ class ReplicaManager(TransactionMarkers):
                                 checked.add(tp[0])
                             replica = self._replicas.get(tp)
                             if replica is None:
-                                replica = self._replicas[tp] = PartitionReplica(tp, self.node_id, self._opener(tp))
+                                opener = self._opener(tp)
+                                replica = self._replicas[tp] = PartitionReplica(tp, self.node_id, opener)
                                 replica.wants_producer_state = functools.partial(
-                                    self.producer_states.load, tp, functools.partial(self._opener(tp), create=False))
+                                    self.producer_states.load, tp, functools.partial(opener, create=False))
                             if replica.become(registration):
                                 self._follow(replica)
                     except KafkaStorageError:
