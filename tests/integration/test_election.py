@@ -29,9 +29,12 @@ pytestmark = pytest.mark.zookeeper
 SESSION_S = 2.0  # short sessions make failover quick (the shared test server allows 0.4 s .. 60 s)
 # A restarted ZooKeeper server gives the sessions it reloads one session timeout to come back, counted from the
 # reload; the client is back only once the JVM has finished starting and the client's reconnect backoff (up to
-# 1 s) has passed, and on a loaded machine both take seconds. 4 s (then the test server's maximum) was not enough
-# (the session expired, the instance was re-elected with epoch 2), and 30 s once was not either beside CI's other
-# ZooKeeper tests (not active again within 30 s of the restart): the test server's maximum, 60 s, now.
+# 1 s) has passed, and on a loaded machine both take seconds: 60 s, the test server's maximum.
+# ZooKeeper 3.9 also leaves a connection that arrives between its bind and its database load hanging (closing it
+# as "not running" fails on a NullPointerException in removeCnxn, so the socket stays open, unanswered: seen in
+# its log, about once in 200 restarts), and kazoo waits for a handshake's answer session timeout / number of hosts.
+# With one host that wait was the whole session, which then expired (CI, 2026-12-05); the test lists the server
+# twice, so a hung handshake is given up after 30 s and the next one still finds the session.
 RESTART_SESSION_S = 60.0
 
 # A coordinator instance process (argv: url, instance id, session timeout): join the election and print
@@ -161,7 +164,8 @@ def test_operator_deleting_controller_forces_reelection(elections, observer):
 
 
 def test_unreachable_server_suspends_writes_until_reconnected(own_zookeeper):
-    client = layout.connect(own_zookeeper.url("/suspend"), session_timeout=RESTART_SESSION_S)
+    hosts = f"{own_zookeeper.hosts},{own_zookeeper.hosts}"  # see RESTART_SESSION_S
+    client = layout.connect(f"zk://{hosts}/suspend", session_timeout=RESTART_SESSION_S)
     election = ControllerElection(client, "x").start()
     try:
         assert client._session_timeout == RESTART_SESSION_S * 1000, "the server negotiated a shorter session"
