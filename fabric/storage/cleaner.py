@@ -20,7 +20,9 @@ A pass keeps, in the segments it may clean, the latest record of each key and dr
 Consecutive segments are cleaned into one copy of at most segment.bytes, swapped in by segment_swap (crash-safe
 at every step). The copy is written without the partition lock; the swap takes it and first checks that no
 source changed meanwhile (retention, truncation or another cleaner), else the group is left for the next pass.
-One cleaner runs per partition at a time, across processes (a lock file tried without waiting).
+One cleaner runs per partition at a time, across processes (a lock file tried without waiting). Its walk of
+every frame header (the producers' last batches) is paced (pacing.py); its walks of records are not: decoding
+and computing on each batch hand the interpreter lock over already.
 
 Invariant (replica logs): every offset a pass rewrites is below the replication high watermark, so a cleaned
 record is one every in-sync replica holds, and nothing a new leader could truncate (the uncommitted tail) is
@@ -43,6 +45,7 @@ from fabric.storage import frame, segment_swap
 from fabric.storage.cleaner_checkpoint import CleanerCheckpoint
 from fabric.storage.frame import FrameHeader
 from fabric.storage.index_builder import IndexBuilder
+from fabric.storage.pacing import paced
 from fabric.storage.scan import Damage, Frame
 from fabric.storage.segment import Segment, write_all
 from fabric.storage.segment_swap import CrashHook, Swap
@@ -250,7 +253,7 @@ class LogCleaner:
     def _producers_last_batches(self, plan: _Plan) -> set[int]:
         """Base offsets of the batches to keep whole: each producer's last in the log, if in the plan and recent."""
         last: dict[int, FrameHeader] = {}
-        for header in self.log.headers(self.log.end_offset):
+        for header in paced(self.log.headers(self.log.end_offset)):
             if header.producer_id >= 0 and not header.is_control:
                 last[header.producer_id] = header
         horizon = self.now_ms - PRODUCER_ID_EXPIRATION_MS

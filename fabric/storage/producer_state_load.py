@@ -15,11 +15,10 @@ loaded, and the next idempotent append builds the state under the lock as before
 from __future__ import annotations
 
 import logging
-import time
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from fabric.storage import catch_up
-from fabric.storage.frame import FrameHeader
+from fabric.storage.pacing import paced
 from fabric.storage.producer_state import ProducerStateTable
 from fabric.storage.scan import frame_headers
 
@@ -29,17 +28,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PRODUCER_STATE_SEGMENTS = 2  # how far back a partition's producer state is rebuilt from frame headers
-PACE = 64  # frames a scan reads between two hand-overs of the interpreter lock (a tenth of a millisecond)
-
-
-def paced(headers: Iterator[FrameHeader]) -> Iterator[FrameHeader]:
-    """`headers`, the interpreter lock handed over every PACE of them. A scan is seconds of Python on a
-    background thread; without it, every other thread of the process that blocks in a system call (a server's
-    event loop, at each send and receive) waits for the interpreter's switch interval, 5 ms, to run again."""
-    for i, header in enumerate(headers):
-        if not i % PACE:
-            time.sleep(0)
-        yield header
 
 
 class Scan:

@@ -25,6 +25,7 @@ import zlib
 from typing import TYPE_CHECKING
 
 from fabric.storage.frame import ATTR_CONTROL, ATTR_SCHEMA, ATTR_TRANSACTIONAL
+from fabric.storage.pacing import paced
 from fabric.storage.scan import Damage, Frame
 from fabric.storage.transactions import TransactionState
 
@@ -98,7 +99,7 @@ def rebuild(name: str, segments: list[Segment], end: int) -> TransactionState:
         position, offset, entries = known if known is not None else (seg.data_start, seg.base_offset, [])
         walk = seg.walk(position, offset, stop=end)
         damaged = False
-        for item in walk:
+        for item in paced(walk):
             if isinstance(item, Damage):
                 damaged = True
             elif isinstance(item, Frame):
