@@ -45,7 +45,6 @@ from fabric.storage import frame, segment_swap
 from fabric.storage.cleaner_checkpoint import CleanerCheckpoint
 from fabric.storage.frame import FrameHeader
 from fabric.storage.index_builder import IndexBuilder
-from fabric.storage.pacing import paced
 from fabric.storage.scan import Damage, Frame
 from fabric.storage.segment import Segment, write_all
 from fabric.storage.segment_swap import CrashHook, Swap
@@ -253,7 +252,7 @@ class LogCleaner:
     def _producers_last_batches(self, plan: _Plan) -> set[int]:
         """Base offsets of the batches to keep whole: each producer's last in the log, if in the plan and recent."""
         last: dict[int, FrameHeader] = {}
-        for header in paced(self.log.headers(self.log.end_offset)):
+        for header in self.log.headers(self.log.end_offset):
             if header.producer_id >= 0 and not header.is_control:
                 last[header.producer_id] = header
         horizon = self.now_ms - PRODUCER_ID_EXPIRATION_MS

@@ -1,5 +1,5 @@
-"""Walks of every frame header of a log (a producer-state scan, a transaction index rebuilt, the cleaner's
-producers) that hand the interpreter lock over often.
+"""Walks of every frame header of a log that hand the interpreter lock over often: `scan.frame_headers` (the
+producer state, the cleaner's producers), a transaction index or a segment's indexes rebuilt, recovery's walk.
 
 Such a walk is pure Python, 5 to 7 µs a frame: a second or more for a big log. Without hand-overs, every other
 thread of the process that blocks in a system call (a server's event loop, at each send and receive) waits for

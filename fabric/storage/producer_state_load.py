@@ -18,7 +18,6 @@ import logging
 from typing import TYPE_CHECKING
 
 from fabric.storage import catch_up
-from fabric.storage.pacing import paced
 from fabric.storage.producer_state import ProducerStateTable
 from fabric.storage.scan import frame_headers
 
@@ -49,7 +48,7 @@ class Scan:
         if self.view is None:
             return self
         try:
-            headers = paced(frame_headers(self.segments, self.view.end_offset))
+            headers = frame_headers(self.segments, self.view.end_offset)
             self.table = ProducerStateTable.rebuild(self.plog.name, headers, self.plog.clock.monotonic_ms())
         except FileNotFoundError:
             log.info("%s: a segment was deleted while its producers were read; they are read on the next "

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from fabric.common.errors import CorruptRecordError
 from fabric.storage import segment_swap
 from fabric.storage.marker import PendingPublish, UnreadableMarkerError, read_marker, remove_marker
+from fabric.storage.pacing import paced
 from fabric.storage.scan import Damage, Frame
 from fabric.storage.segment import Segment, StaleIndexError
 from fabric.storage.watermark import WatermarkReading, WatermarkState
@@ -172,7 +173,7 @@ class Recovery:
             return 0
         seg = segs[-1]
         end = seg.base_offset
-        for item in seg.walk(seg.data_start, seg.base_offset, verify_from=seg.base_offset):
+        for item in paced(seg.walk(seg.data_start, seg.base_offset, verify_from=seg.base_offset)):
             if isinstance(item, Frame):
                 end = item.header.next_offset
         return end

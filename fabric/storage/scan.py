@@ -16,6 +16,7 @@ import pyarrow as pa
 from fabric.common.errors import CorruptRecordError
 from fabric.storage import frame
 from fabric.storage.frame import FrameError, FrameHeader
+from fabric.storage.pacing import paced
 
 if TYPE_CHECKING:
     from fabric.storage.segment import Segment
@@ -142,9 +143,10 @@ class Walk:
 
 
 def frame_headers(segs: list[Segment], end: int) -> Iterator[FrameHeader]:
-    """The headers of the data frames of `segs` below offset `end`, in offset order (damaged frames left out)."""
+    """The headers of the data frames of `segs` below offset `end`, in offset order (damaged frames left out); the
+    walk is paced (pacing.py)."""
     for seg in segs:
-        for item in seg.walk(seg.data_start, seg.base_offset, stop=end):
+        for item in paced(seg.walk(seg.data_start, seg.base_offset, stop=end)):
             if isinstance(item, Frame):
                 yield item.header
 

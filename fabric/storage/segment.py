@@ -15,6 +15,7 @@ from fabric.storage.index import OffsetIndex, TimeIndex
 from fabric.storage.index_builder import IndexBuilder
 from fabric.storage.mapcache import MAPS
 from fabric.storage.open_files import DIRECT, DirectFiles
+from fabric.storage.pacing import paced
 from fabric.storage.scan import Damage, Frame, Walk, resync
 
 log = logging.getLogger(__name__)
@@ -348,7 +349,7 @@ class Segment:
     def rebuild_indexes(self, index_interval: int) -> None:
         """Recreate both indexes by walking the frame headers (damaged frames are left out)."""
         builder = IndexBuilder(self.base_offset, index_interval)
-        for item in self.walk(self.data_start, self.base_offset):
+        for item in paced(self.walk(self.data_start, self.base_offset)):
             if isinstance(item, Frame):
                 builder.add(item.position, item.header)
         builder.write(self.index, self.timeindex)

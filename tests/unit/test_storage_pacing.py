@@ -1,5 +1,6 @@
 """Walks of every frame header hand the interpreter lock over (fabric/storage/pacing.py): a producer-state scan,
-a transaction index rebuilt and the cleaner's walk of the producers call `time.sleep(0)` as they go."""
+the cleaner's walk of the producers, a transaction index and a segment's indexes rebuilt call `time.sleep(0)` as
+they go."""
 from __future__ import annotations
 
 import time
@@ -56,6 +57,16 @@ def test_a_transaction_index_rebuilt_hands_over_as_it_walks(tmp_path, storage, h
     reopened = storage.open_log(str(tmp_path / "p"))  # (its transactions not loaded yet: the frames are walked)
     hand_overs.clear()
     assert reopened.last_stable_offset(reopened.end_offset) == 30
+    assert len(hand_overs) >= 30
+
+
+def test_a_segments_indexes_rebuilt_hand_over_as_they_walk(tmp_path, storage, hand_overs) -> None:
+    plog = storage.open_log(str(tmp_path / "p"))
+    for _ in range(30):
+        plog.append(storage.make_batch([b"x"]))
+    seg = plog.segments()[-1]
+    hand_overs.clear()
+    seg.rebuild_indexes(plog.config["index.interval.bytes"])
     assert len(hand_overs) >= 30
 
 
