@@ -16,13 +16,23 @@ T = TypeVar("T")
 HAND_OVER_S = 0.0005  # the longest stretch a paced pass keeps the interpreter lock (a tenth of the switch interval)
 
 
-def paced(items: Iterable[T]) -> Iterator[T]:
-    """`items`, the interpreter lock handed over (`time.sleep(0)`) whenever HAND_OVER_S passed since the last
-    hand-over."""
-    clock = time.perf_counter
-    last = clock()
-    for item in items:
-        if clock() - last >= HAND_OVER_S:
+class Pacer:
+    """Called once per item of a walk: hands the interpreter lock over (`time.sleep(0)`) whenever HAND_OVER_S
+    passed since the last hand-over (or since the pacer was made)."""
+
+    def __init__(self) -> None:
+        self._clock = time.perf_counter
+        self._last = self._clock()
+
+    def __call__(self) -> None:
+        if self._clock() - self._last >= HAND_OVER_S:
             time.sleep(0)
-            last = clock()
+            self._last = self._clock()
+
+
+def paced(items: Iterable[T]) -> Iterator[T]:
+    """`items`, with a Pacer called before each."""
+    pace = Pacer()
+    for item in items:
+        pace()
         yield item

@@ -144,11 +144,9 @@ class Walk:
 
 def frame_headers(segs: list[Segment], end: int) -> Iterator[FrameHeader]:
     """The headers of the data frames of `segs` below offset `end`, in offset order (damaged frames left out); the
-    walk is paced (pacing.py)."""
-    for seg in segs:
-        for item in paced(seg.walk(seg.data_start, seg.base_offset, stop=end)):
-            if isinstance(item, Frame):
-                yield item.header
+    walk is paced (pacing.py) across the segments, however small each is."""
+    return paced(item.header for seg in segs for item in seg.walk(seg.data_start, seg.base_offset, stop=end)
+                 if isinstance(item, Frame))
 
 
 def resync(buf: pa.Buffer, pos: int, expected: int, header: FrameHeader | None) -> Frame | None:

@@ -25,7 +25,7 @@ import zlib
 from typing import TYPE_CHECKING
 
 from fabric.storage.frame import ATTR_CONTROL, ATTR_SCHEMA, ATTR_TRANSACTIONAL
-from fabric.storage.pacing import paced
+from fabric.storage.pacing import Pacer
 from fabric.storage.scan import Damage, Frame
 from fabric.storage.transactions import TransactionState
 
@@ -90,7 +90,7 @@ def _data_file(seg: Segment) -> tuple[int, int]:
 def rebuild(name: str, segments: list[Segment], end: int) -> TransactionState:
     """The transaction state of partition `name`'s frames below offset `end`, from each segment's index and a
     walk of the frames past it; indexes written where a walk went far enough (see the module doc)."""
-    state = TransactionState(name)
+    state, pace = TransactionState(name), Pacer()
     for i, seg in enumerate(segments):
         if seg.base_offset >= end:
             break
@@ -99,7 +99,8 @@ def rebuild(name: str, segments: list[Segment], end: int) -> TransactionState:
         position, offset, entries = known if known is not None else (seg.data_start, seg.base_offset, [])
         walk = seg.walk(position, offset, stop=end)
         damaged = False
-        for item in paced(walk):
+        for item in walk:
+            pace()
             if isinstance(item, Damage):
                 damaged = True
             elif isinstance(item, Frame):

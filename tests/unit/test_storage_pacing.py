@@ -78,3 +78,21 @@ def test_a_producer_state_scan_hands_over_as_it_reads(tmp_path, replicas, storag
     hand_overs.clear()
     scan.read()
     assert len(hand_overs) >= 30
+
+
+@pytest.mark.parametrize("walk", ["headers", "transactions"])
+def test_a_walk_over_many_small_segments_is_paced_across_them(tmp_path, storage, monkeypatch, walk) -> None:
+    plog = storage.open_log(str(tmp_path / "p"), segment_bytes=1200, **storage.KEEP)
+    for i in range(30):  # 1,200-byte segments: a frame or two each
+        plog.append(storage.make_batch([b"%d" % i * 600]))
+    assert len(plog.segments()) >= 15
+    reopened = storage.open_log(str(tmp_path / "p"), segment_bytes=1200, **storage.KEEP)
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks) * pacing.HAND_OVER_S / 2)  # half a stretch a call
+    calls: list[float] = []
+    monkeypatch.setattr(time, "sleep", calls.append)
+    if walk == "headers":
+        assert len(list(reopened.headers(reopened.end_offset))) == 30
+    else:  # (no segment has a transaction index yet: every frame is walked)
+        assert reopened.last_stable_offset(reopened.end_offset) == 30
+    assert len(calls) >= 8, len(calls)  # about one hand-over in three frames, not one per segment's first
