@@ -276,6 +276,20 @@ def parse_url(url: str) -> ZkAddress:
     return ZkAddress(",".join(hosts), chroot)
 
 
+HANDSHAKE_TRIES = 3  # a hung handshake costs at most 1/HANDSHAKE_TRIES of the session (kazoo_hosts)
+
+
+def kazoo_hosts(hosts: str) -> str:
+    """The connect string kazoo is given for `hosts`: the servers listed again until there are HANDSHAKE_TRIES.
+
+    kazoo waits for a handshake's answer session timeout / number of hosts, and ZooKeeper 3.9 never answers nor
+    closes a connection made while it starts (before its database is loaded). With one server listed, a restart
+    of it could cost the client its whole session; listed three times, a hung handshake is given up after a third
+    of it and the next one still finds the session."""
+    servers = hosts.split(",")
+    return ",".join(servers * -(-HANDSHAKE_TRIES // len(servers)))
+
+
 def _start(client: KazooClient, timeout: float, url: str) -> None:
     try:
         client.start(timeout=timeout)
@@ -295,14 +309,14 @@ def connect(url: str, timeout: float = 15.0,
     """
     address = parse_url(url)
     if address.chroot:
-        boot = KazooClient(hosts=address.hosts, timeout=session_timeout)
+        boot = KazooClient(hosts=kazoo_hosts(address.hosts), timeout=session_timeout)
         _start(boot, timeout, url)
         try:
             boot.ensure_path(address.chroot)
         finally:
             boot.stop()
             boot.close()
-    client = KazooClient(hosts=address.hosts + address.chroot, timeout=session_timeout,
+    client = KazooClient(hosts=kazoo_hosts(address.hosts) + address.chroot, timeout=session_timeout,
                          connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 1.0},
                          command_retry={"max_tries": -1, "delay": 0.02, "max_delay": 1.0, "deadline": timeout})
     _start(client, timeout, url)

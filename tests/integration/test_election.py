@@ -9,7 +9,8 @@ import sys
 import threading
 
 import pytest
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
+from kazoo.handlers.threading import KazooTimeoutError
 
 from fabric.common.errors import StaleControllerEpochError
 from fabric.common.types import LeaderAndIsr, PartitionAssignment, PartitionRegistration
@@ -33,8 +34,8 @@ SESSION_S = 2.0  # short sessions make failover quick (the shared test server al
 # ZooKeeper 3.9 also leaves a connection that arrives between its bind and its database load hanging (closing it
 # as "not running" fails on a NullPointerException in removeCnxn, so the socket stays open, unanswered: seen in
 # its log, about once in 200 restarts), and kazoo waits for a handshake's answer session timeout / number of hosts.
-# With one host that wait was the whole session, which then expired (CI, 2026-12-05); the test lists the server
-# twice, so a hung handshake is given up after 30 s and the next one still finds the session.
+# With one host that wait was the whole session, which then expired (CI, 2026-12-05); zk_layout.connect now lists
+# a lone server three times, so a hung handshake is given up after 20 s and the next one still finds the session.
 RESTART_SESSION_S = 60.0
 
 # A coordinator instance process (argv: url, instance id, session timeout): join the election and print
@@ -113,11 +114,30 @@ def test_three_processes_elect_exactly_one_and_fail_over_on_sigkill(zk_url, obse
 
 
 def _expire_session(client: KazooClient, hosts: str) -> None:
-    """Expire `client`'s session for real: attach a second client to it and close that one."""
-    ghost = KazooClient(hosts=hosts, client_id=client.client_id)
-    ghost.start(timeout=15)
-    ghost.stop()
-    ghost.close()
+    """Expire `client`'s session for real: attach a second client to it and close that one, again until `client`
+    hears that its session expired (it reconnects at once when the second one takes the session, and may take it
+    back before the close, or before the second one's handshake is answered)."""
+    session, expired = client.client_id, threading.Event()
+
+    def lost(state: KazooState) -> bool:
+        if state == KazooState.LOST:
+            expired.set()
+        return expired.is_set()  # (True removes the listener)
+
+    client.add_listener(lost)
+
+    def closed_by_a_ghost() -> bool:
+        ghost = KazooClient(hosts=hosts, client_id=session)
+        try:
+            ghost.start(timeout=5)
+            ghost.stop()
+        except KazooTimeoutError:
+            pass  # (the session went back and forth meanwhile: try again)
+        finally:
+            ghost.close()
+        return expired.wait(1.0)
+
+    wait_for(closed_by_a_ghost, 60, "the session to expire")
 
 
 def test_session_expiry_demotes_and_the_old_epoch_is_fenced(zk_url, elections, observer):
@@ -164,8 +184,7 @@ def test_operator_deleting_controller_forces_reelection(elections, observer):
 
 
 def test_unreachable_server_suspends_writes_until_reconnected(own_zookeeper):
-    hosts = f"{own_zookeeper.hosts},{own_zookeeper.hosts}"  # see RESTART_SESSION_S
-    client = layout.connect(f"zk://{hosts}/suspend", session_timeout=RESTART_SESSION_S)
+    client = layout.connect(own_zookeeper.url("/suspend"), session_timeout=RESTART_SESSION_S)
     election = ControllerElection(client, "x").start()
     try:
         assert client._session_timeout == RESTART_SESSION_S * 1000, "the server negotiated a shorter session"
