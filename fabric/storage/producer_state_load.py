@@ -1,6 +1,6 @@
 """Loading a partition's idempotent producer state without holding its lock through the scan.
 
-The state is rebuilt from the frame headers of the log's last segments (producer_state), 7 µs a frame here: a
+The state is rebuilt from the frame headers of the log's last segments (producer_state), 3 to 7 µs a frame here: a
 segment of small batches takes seconds. Built under the partition lock on the first idempotent append, that
 stalled every append and every follower copy of the partition meanwhile, and a new leader paid it on its first
 idempotent produce after a failover. As Kafka's followers keep their producer state, a data node's follower now
