@@ -560,7 +560,9 @@ class Broker:
         return path if batch is None else os.path.join(path, batch)
 
     def close(self) -> None:
-        """Stop the background maintenance and release the metadata store's connections."""
+        """Stop the background maintenance, snapshot the producer states this process holds (so its next start
+        walks no frames for them) and release the metadata store's connections."""
         self.stop_maintenance()
+        self.logs.snapshot_producer_states()
         self.coordinator.close()
 

@@ -23,7 +23,17 @@ from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.config import TopicConfig
 from fabric.common.records import TIMESTAMP_TYPES
 from fabric.common.types import Fetched, ProducerBatch
-from fabric.storage import adopt, batch_encoding, frame, log_start, producer_state_load, reader, truncation, txn_index
+from fabric.storage import (
+    adopt,
+    batch_encoding,
+    frame,
+    log_start,
+    producer_snapshot,
+    producer_state_load,
+    reader,
+    truncation,
+    txn_index,
+)
 from fabric.storage.cleaner import CleanReport, LogCleaner
 from fabric.storage.errors import writes
 from fabric.storage.flush_policy import FlushPolicy
@@ -123,6 +133,7 @@ class Log(LogTail):
         self._epochs: LeaderEpochCache | None = None  # loaded on first use (embedded logs never use it)
         self._producers: ProducerStateTable | None = None  # built on an idempotent producer's first append
         self._producer_scan = threading.Lock()  # one load of the producer state at a time (producer_state_load)
+        self._snapshot_segment: int | None = None  # the active segment its snapshot was last written in
         self.states_dropped = 0  # how often the producer and transaction states were dropped (LogTail.drop_states)
         self._txns: TransactionState | None = None  # built when a transaction or a read_committed reader needs it
         self.appended = threading.Condition()  # notified whenever the end offset moves on in this process
@@ -228,7 +239,8 @@ class Log(LogTail):
         with self.lock:
             self.sync_tail()
             end = self.tail_end()
-            last = self._last_header(end)
+            found = self._last_frame(end)
+            last = None if found is None else found[1].header
             cache = LeaderEpochCache.load(self.directory, self.name, -1 if last is None else last.leader_epoch,
                                           functools.partial(self.headers, end))
             cache.truncate_from_end(end)
@@ -242,15 +254,15 @@ class Log(LogTail):
         segs = self.segments()
         return frame_headers(segs[-last_segments:] if last_segments else segs, end)
 
-    def _last_header(self, end: int) -> FrameHeader | None:
-        """The header of the last data frame below offset `end`, walking from the last index entry."""
+    def _last_frame(self, end: int) -> tuple[Segment, Frame] | None:
+        """The last data frame below offset `end` and its segment, walking from the last index entry."""
         for seg in reversed(self.segments()):
             last = None
             for item in seg.walk(*self.indexes.start(seg, end), stop=end):
                 if isinstance(item, Frame):
-                    last = item.header
+                    last = item
             if last is not None:
-                return last
+                return seg, last
         return None
 
     # -- appends -----------------------------------------------------------------------------------
@@ -304,6 +316,7 @@ class Log(LogTail):
                 self.recent.wrote(active.base_offset, active.known_schema, tail.size - header.size, header, payload)
             self.commit(base + header.record_count, self.files)
             self._took(header)
+        self._snapshot_once_per_segment(header)
         return base
 
     @writes
@@ -340,12 +353,12 @@ class Log(LogTail):
 
     def _producer_state(self, end: int) -> ProducerStateTable:
         """The producer state of the frames below `end`, the log end (lock held): loaded before the lock was
-        taken (load_producer_state), else rebuilt here from the headers of the last PRODUCER_STATE_SEGMENTS
-        segments (a producer silent for longer is unknown: its next batch is refused with UnknownProducerIdError
-        and the producer takes a new id)."""
+        taken (load_producer_state), else rebuilt here (producer_state_load.rebuild: from its snapshot and the
+        frames after it, or from the headers of the last PRODUCER_STATE_SEGMENTS segments; a producer silent for
+        longer is unknown: its next batch is refused with UnknownProducerIdError and the producer takes a new
+        id)."""
         if self._producers is None:
-            self._producers = ProducerStateTable.rebuild(
-                self.name, self.headers(end, producer_state_load.PRODUCER_STATE_SEGMENTS), self.clock.monotonic_ms())
+            self._producers = producer_state_load.rebuild(self, self.segments(), end)
         return self._producers
 
     @writes
@@ -363,6 +376,29 @@ class Log(LogTail):
         the caller's thread, which must not queue behind another load): those build it under the lock."""
         if self._producers is None and not self.lock.held and may_wait():
             self.load_producer_state()
+
+    def _snapshot_once_per_segment(self, last: FrameHeader) -> None:
+        """After a write that ended with frame `last` (lock held, the states up to date with it): the producer
+        state's snapshot, if it is loaded, at this process's first write to each active segment
+        (producer_snapshot)."""
+        tail = self._tail_state
+        if self._producers is None or tail is None or tail.base_offset == self._snapshot_segment:
+            return
+        self._snapshot_segment = tail.base_offset
+        producer_snapshot.write(self.directory, self._producers, last, tail.base_offset, tail.size - last.size)
+
+    @writes
+    def snapshot_producer_state(self) -> None:
+        """Write the producer state's snapshot now if this process holds it (as it closes the partition: its next
+        start then walks no frame for it)."""
+        if self._producers is None:
+            return
+        with self.lock:
+            self.sync_tail()
+            table, found = self._producers, self._last_frame(self.tail_end())
+            if table is not None and found is not None:
+                producer_snapshot.write(self.directory, table, found[1].header, found[0].base_offset,
+                                        found[1].position)
 
     @property
     def producer_state_loaded(self) -> bool:
@@ -421,6 +457,7 @@ class Log(LogTail):
                 self.commit(end)
                 for header, _ in frames:
                     self._took(header)
+            self._snapshot_once_per_segment(frames[-1][0])
         return end
 
     @writes

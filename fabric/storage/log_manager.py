@@ -6,17 +6,20 @@ topic directory can never leave the root.
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import threading
 from typing import Callable
 
-from fabric.common.errors import UnknownPartitionError
+from fabric.common.errors import FabricError, UnknownPartitionError
 from fabric.common.names import validate_topic
 from fabric.common.records import storage_schema
 from fabric.common.types import TopicInfo, TopicPartition
 from fabric.storage.log import Log
 from fabric.storage.recent_frames import RECENT_BYTES
+
+log = logging.getLogger(__name__)
 
 INTERNAL_DIR = "__fabric"
 
@@ -66,6 +69,17 @@ class LogManager:
                       recent_bytes=RECENT_BYTES if self.replica else 0, create=create)
             self._logs[(info.name, partition)] = (info, log)
             return log
+
+    def snapshot_producer_states(self) -> None:
+        """Snapshot the producer state of every log this object opened that holds one (Log.snapshot_producer_state),
+        as the process closes them; a log that cannot be written is left out, logged."""
+        with self._guard:
+            logs = [plog for _, plog in self._logs.values()]
+        for plog in logs:
+            try:
+                plog.snapshot_producer_state()
+            except (FabricError, OSError) as exc:
+                log.warning("%s: its producer state snapshot is left out: %s", plog.name, exc)
 
     def create_partitions(self, info: TopicInfo, first: int = 0) -> None:
         """Create (or recover) the logs of partitions first..info.partitions-1 on disk."""

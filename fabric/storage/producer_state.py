@@ -56,6 +56,7 @@ class ProducerEntry:
     epoch: int
     last_ms: int  # when its last frame was written or read here (the monotonic clock, ms)
     batches: deque[BatchEntry] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
+    last_offset: int = -1  # the base offset of its last frame (a batch or a transaction marker)
 
 
 class ProducerStateTable:
@@ -75,6 +76,23 @@ class ProducerStateTable:
         for header in headers:
             table.update(header, now_ms)
         return table
+
+    @classmethod
+    def restore(cls, partition: str, entries: Iterable[tuple[int, ProducerEntry]], since: int, now_ms: int
+                ) -> ProducerStateTable:
+        """The table of `entries` (producer id, entry; in the order of their last writes, as `entries()` gives
+        them) cut to what `rebuild` would make of the frames from offset `since` on: producers whose last frame is
+        older are left out, and so are the batches older than it; each producer last seen `now_ms`."""
+        table = cls(partition)
+        for producer_id, entry in entries:
+            if entry.last_offset >= since:
+                batches = deque((b for b in entry.batches if b.base_offset >= since), maxlen=BATCHES_KEPT)
+                table._producers[producer_id] = ProducerEntry(entry.epoch, now_ms, batches, entry.last_offset)
+        return table
+
+    def entries(self) -> list[tuple[int, ProducerEntry]]:
+        """(producer id, entry) of every producer, in the order of their last writes (what `restore` takes)."""
+        return list(self._producers.items())
 
     def check(self, batch: ProducerBatch, count: int) -> int | None:
         """The base offset of the batch already written if this one is its retry; None if it is new and may be
@@ -122,7 +140,7 @@ class ProducerStateTable:
         entry = self._producers.pop(header.producer_id, None)  # (put back last: the order of last writes)
         if entry is None or header.producer_epoch > entry.epoch:
             entry = ProducerEntry(header.producer_epoch, now_ms)
-        entry.last_ms = now_ms
+        entry.last_ms, entry.last_offset = now_ms, header.base_offset
         self._producers[header.producer_id] = entry
         if header.is_control:
             return

@@ -17,21 +17,32 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from fabric.storage import catch_up
+from fabric.storage import catch_up, producer_snapshot
 from fabric.storage.producer_state import ProducerStateTable
 from fabric.storage.scan import frame_headers
 
 if TYPE_CHECKING:
     from fabric.storage.log import Log
+    from fabric.storage.segment import Segment
     from fabric.storage.tail import TailState
 
 log = logging.getLogger(__name__)
 PRODUCER_STATE_SEGMENTS = 2  # how far back a partition's producer state is rebuilt from frame headers
 
 
+def rebuild(plog: Log, segments: list[Segment], end: int) -> ProducerStateTable:
+    """The producer state of `plog`'s frames below `end`: from its snapshot and the frames after it where the log
+    still matches it (producer_snapshot), else from the headers of the last PRODUCER_STATE_SEGMENTS of
+    `segments` (the log's, listed under the lock)."""
+    window, now = segments[-PRODUCER_STATE_SEGMENTS:], plog.clock.monotonic_ms()
+    since = window[0].base_offset if window else end
+    table = producer_snapshot.load(plog.name, plog.directory, segments, end, since, now)
+    return table if table is not None else ProducerStateTable.rebuild(plog.name, frame_headers(window, end), now)
+
+
 class Scan:
-    """A scan of the last segments' headers, begun under the lock at `view` (the tail then) and finished by
-    `install` under it again."""
+    """A scan of the last segments' headers (or of those past the snapshot: rebuild), begun under the lock at
+    `view` (the tail then) and finished by `install` under it again."""
 
     def __init__(self, plog: Log) -> None:
         with plog.lock:
@@ -39,7 +50,8 @@ class Scan:
             self.view: TailState | None = plog.tail_view
             self.dropped = plog.states_dropped
         self.plog = plog
-        self.segments = plog.segments()[-PRODUCER_STATE_SEGMENTS:]
+        self.listed = plog.segments()
+        self.segments = self.listed[-PRODUCER_STATE_SEGMENTS:]
         self.table: ProducerStateTable | None = None
 
     def read(self) -> Scan:
@@ -48,8 +60,7 @@ class Scan:
         if self.view is None:
             return self
         try:
-            headers = frame_headers(self.segments, self.view.end_offset)
-            self.table = ProducerStateTable.rebuild(self.plog.name, headers, self.plog.clock.monotonic_ms())
+            self.table = rebuild(self.plog, self.listed, self.view.end_offset)
         except FileNotFoundError:
             log.info("%s: a segment was deleted while its producers were read; they are read on the next "
                      "idempotent append", self.plog.name)

@@ -153,11 +153,14 @@ class Walk:
         return header, f"a stale frame of offset {header.base_offset} where offset {expected} should start"
 
 
-def frame_headers(segs: list[Segment], end: int) -> Iterator[FrameHeader]:
+def frame_headers(segs: list[Segment], end: int, start: tuple[int, int] | None = None) -> Iterator[FrameHeader]:
     """The headers of the data frames of `segs` below offset `end`, in offset order (damaged frames left out); the
-    walk is paced (pacing.py) across the segments, however small each is."""
-    return paced(item.header for seg in segs for item in seg.walk(seg.data_start, seg.base_offset, stop=end)
-                 if isinstance(item, Frame))
+    first segment from `start` (byte position, the offset there) if given. The walk is paced (pacing.py) across
+    the segments, however small each is."""
+    starts = [start or (segs[0].data_start, segs[0].base_offset)] if segs else []
+    starts += [(seg.data_start, seg.base_offset) for seg in segs[1:]]
+    return paced(item.header for seg, (position, offset) in zip(segs, starts, strict=True)
+                 for item in seg.walk(position, offset, stop=end) if isinstance(item, Frame))
 
 
 def resync(buf: pa.Buffer, pos: int, expected: int, header: FrameHeader | None) -> Frame | None:

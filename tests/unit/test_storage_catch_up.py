@@ -13,14 +13,16 @@ from fabric.storage.producer_state import ProducerStateTable
 
 @pytest.fixture
 def rebuilds(monkeypatch) -> list[str]:
-    """The partitions whose producer table was rebuilt from the files, one entry a rebuild."""
+    """The partitions whose producer table was rebuilt from the files (from the frame headers, or from the
+    snapshot another Log wrote and the frames after it), one entry a rebuild."""
     done: list[str] = []
-    rebuild = ProducerStateTable.rebuild.__func__  # type: ignore[attr-defined]
+    for name in ("rebuild", "restore"):
+        made = getattr(ProducerStateTable, name).__func__
 
-    def counted(cls, partition, headers, now_ms):
-        done.append(partition)
-        return rebuild(cls, partition, headers, now_ms)
-    monkeypatch.setattr(ProducerStateTable, "rebuild", classmethod(counted))
+        def counted(cls, partition, *args, _made=made):
+            done.append(partition)
+            return _made(cls, partition, *args)
+        monkeypatch.setattr(ProducerStateTable, name, classmethod(counted))
     return done
 
 

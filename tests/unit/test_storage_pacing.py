@@ -3,12 +3,13 @@ the cleaner's walk of the producers, a transaction index and a segment's indexes
 they go."""
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
 from fabric.common.types import ProducerBatch
-from fabric.storage import pacing
+from fabric.storage import pacing, producer_snapshot
 from fabric.storage.producer_state_load import Scan
 from tests.unit.test_storage_compaction import open_log, written
 
@@ -74,6 +75,7 @@ def test_a_producer_state_scan_hands_over_as_it_reads(tmp_path, replicas, storag
     plog = replicas.open(str(tmp_path / "p"), segment_bytes=1 << 20)  # (one segment: all 30 frames scanned)
     for seq in range(30):
         plog.append(storage.make_batch([b"x"]), leader_epoch=0, producer=ProducerBatch(1, 0, seq))
+    os.remove(producer_snapshot.path_of(plog.directory))  # (none to start from: the frames are walked)
     scan = Scan(replicas.open(str(tmp_path / "p"), segment_bytes=1 << 20))
     hand_overs.clear()
     scan.read()

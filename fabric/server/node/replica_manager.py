@@ -278,11 +278,13 @@ class ReplicaManager(TransactionMarkers):
                 replica.fence(why)
 
     def stop(self) -> None:
-        """Stop every fetcher and the producer state loader (the node is shutting down)."""
+        """Stop every fetcher and the producer state loader, then snapshot the producer states the node holds, so
+        its next start walks no frames for them (the node is shutting down)."""
         self.producer_states.stop()
         with self._lock:
             for tp in list(self._fetched_from):
                 self._stop_fetcher(tp)
+        self.logs.snapshot_producer_states()
 
     def fetchers(self) -> list[dict[str, object]]:
         """Each fetcher: the leader node it copies from, the partitions it copies there, and its fetch session's id
