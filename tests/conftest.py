@@ -42,7 +42,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 import fabric  # noqa: E402
 from fabric.common.config import TopicConfig  # noqa: E402
 from fabric.common.records import TIMESTAMP, storage_schema  # noqa: E402
-from fabric.storage import frame, producer_snapshot, truncation  # noqa: E402
+from fabric.storage import clean_end, frame, producer_snapshot, truncation  # noqa: E402
 from fabric.storage.log import Log  # noqa: E402
 from fabric.storage.segment import DATA_SUFFIX  # noqa: E402
 from fabric.storage.transactions import TransactionState  # noqa: E402
@@ -329,11 +329,11 @@ class ReplicaKit:
 
     @staticmethod
     def files(directory: str) -> dict[str, bytes]:
-        """Every file of a partition directory but its lock and its producer state snapshot (a cache each
-        replica's process writes for itself), by name, as bytes."""
+        """Every file of a partition directory but its lock, its producer state snapshot and its clean end (what
+        each replica's process writes for itself), by name, as bytes."""
         out = {}
         for name in sorted(os.listdir(directory)):
-            if name not in (".lock", producer_snapshot.FILE):
+            if name not in (".lock", producer_snapshot.FILE, clean_end.FILE):
                 with open(os.path.join(directory, name), "rb") as f:
                     out[name] = f.read()
         return out

@@ -563,6 +563,6 @@ class Broker:
         """Stop the background maintenance, snapshot the producer states this process holds (so its next start
         walks no frames for them) and release the metadata store's connections."""
         self.stop_maintenance()
-        self.logs.snapshot_producer_states()
+        self.logs.closing()
         self.coordinator.close()
 

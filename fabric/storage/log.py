@@ -26,6 +26,7 @@ from fabric.common.types import Fetched, ProducerBatch
 from fabric.storage import (
     adopt,
     batch_encoding,
+    clean_end,
     frame,
     log_start,
     producer_snapshot,
@@ -388,17 +389,24 @@ class Log(LogTail):
         producer_snapshot.write(self.directory, self._producers, last, tail.base_offset, tail.size - last.size)
 
     @writes
-    def snapshot_producer_state(self) -> None:
-        """Write the producer state's snapshot now if this process holds it (as it closes the partition: its next
-        start then walks no frame for it)."""
-        if self._producers is None:
+    def closing(self) -> None:
+        """As the process closes the partition, record what spares its next start a walk of the frames: the
+        producer state's snapshot if this process holds it, and a replica log's clean end (after an fsync of its
+        last segment)."""
+        if self._producers is None and not self.replica:
             return
         with self.lock:
             self.sync_tail()
             table, found = self._producers, self._last_frame(self.tail_end())
-            if table is not None and found is not None:
+            if found is None:
+                return
+            if table is not None:
                 producer_snapshot.write(self.directory, table, found[1].header, found[0].base_offset,
                                         found[1].position)
+            segs = self.segments()
+            if self.replica and found[0] is segs[-1]:
+                self.flush()
+                clean_end.write(self.directory, found[0], found[1])
 
     @property
     def producer_state_loaded(self) -> bool:

@@ -10,18 +10,16 @@ frame is still where it was, with that CRC, ending at S (a log cut below S and w
 or deleted, is seen there), and only if S lies within the segments a rebuild reads; otherwise the state is rebuilt
 from the headers as before. It is written under the partition lock, where the state is up to date with the log end:
 after the first write of a process to each segment (so a crash leaves at most a segment to walk) and when the
-process closes the partition (`Log.snapshot_producer_state`: nothing to walk at its next start).
+process closes the partition (`Log.closing`: nothing to walk at its next start).
 """
 from __future__ import annotations
 
-import logging
 import os
 import struct
-import zlib
 from collections import deque
 from typing import TYPE_CHECKING
 
-from fabric.storage import frame
+from fabric.storage import cache_file, frame
 from fabric.storage.frame import FrameError, FrameHeader
 from fabric.storage.producer_state import BATCHES_KEPT, BatchEntry, ProducerEntry, ProducerStateTable
 from fabric.storage.scan import frame_headers
@@ -29,14 +27,11 @@ from fabric.storage.scan import frame_headers
 if TYPE_CHECKING:
     from fabric.storage.segment import Segment
 
-log = logging.getLogger(__name__)
-
 FILE = "producer-state.snapshot"
 MAGIC = b"FPS1"
 _HEAD = struct.Struct("<4sqqqIi")  # magic, S, the previous frame's segment base and position, its CRC, producers
 _PRODUCER = struct.Struct("<qhqB")  # producer id, epoch, last frame's offset, kept batches
 _BATCH = struct.Struct("<iiq")  # first and last sequence, base offset
-_CRC = struct.Struct("<I")
 
 
 def path_of(directory: str) -> str:
@@ -52,14 +47,7 @@ def write(directory: str, table: ProducerStateTable, last: FrameHeader, segment_
     for producer_id, entry in entries:
         parts.append(_PRODUCER.pack(producer_id, entry.epoch, entry.last_offset, len(entry.batches)))
         parts += [_BATCH.pack(b.first_sequence, b.last_sequence, b.base_offset) for b in entry.batches]
-    body = b"".join(parts)
-    path = path_of(directory)
-    try:
-        with open(path + ".tmp", "wb") as f:
-            f.write(body + _CRC.pack(zlib.crc32(body)))
-        os.replace(path + ".tmp", path)
-    except OSError as exc:
-        log.debug("%s: the producer state snapshot is left out (%s)", directory, exc)
+    cache_file.write(path_of(directory), b"".join(parts))
 
 
 def load(name: str, directory: str, segments: list[Segment], end: int, since: int, now_ms: int
@@ -92,14 +80,8 @@ def load(name: str, directory: str, segments: list[Segment], end: int, since: in
 def _read(path: str) -> tuple[int, int, int, int, list[tuple[int, ProducerEntry]]] | None:
     """(S, the previous frame's segment base, position and CRC, the entries) from the file; None if there is none
     or it is damaged."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    if len(data) < _HEAD.size + _CRC.size or zlib.crc32(data[:-_CRC.size]) != _CRC.unpack_from(
-            data, len(data) - _CRC.size)[0]:
-        log.info("%s: damaged, left unused (the producer state is rebuilt from the frames)", path)
+    data = cache_file.read(path)
+    if data is None or len(data) < _HEAD.size:
         return None
     magic, offset, segment_base, position, crc, count = _HEAD.unpack_from(data)
     if magic != MAGIC:
@@ -117,6 +99,6 @@ def _read(path: str) -> tuple[int, int, int, int, list[tuple[int, ProducerEntry]
             entries.append((producer_id, ProducerEntry(epoch, 0, batches, last_offset)))
     except struct.error:
         return None
-    if at != len(data) - _CRC.size:
+    if at != len(data):
         return None
     return offset, segment_base, position, crc, entries

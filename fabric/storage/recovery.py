@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fabric.common.errors import CorruptRecordError
-from fabric.storage import segment_swap
+from fabric.storage import clean_end, segment_swap
 from fabric.storage.marker import PendingPublish, UnreadableMarkerError, read_marker, remove_marker
 from fabric.storage.pacing import paced
 from fabric.storage.scan import Damage, Frame
@@ -153,8 +153,10 @@ class Recovery:
     def _log_end(self, report: RecoveryReport, reading: WatermarkReading, marker: PendingPublish | None,
                  segs: list[Segment]) -> int:
         """A replica log's end: the end of its last whole, CRC-valid frame, whatever the watermark file says
-        (frames past it are awaiting replication, not unacknowledged)."""
-        end = self._frames_end(segs)
+        (frames past it are awaiting replication, not unacknowledged); where it was closed cleanly and nothing
+        changed since, the end recorded then (clean_end), without walking the frames."""
+        recorded = clean_end.end(self.log.directory, segs)
+        end = self._frames_end(segs) if recorded is None else recorded
         if marker is not None:
             report.actions.append(f"pending-publish marker of transaction {marker.txn} ignored: a replica log keeps "
                                   "every whole, valid frame")

@@ -21,9 +21,9 @@ from __future__ import annotations
 import logging
 import os
 import struct
-import zlib
 from typing import TYPE_CHECKING
 
+from fabric.storage import cache_file
 from fabric.storage.frame import ATTR_CONTROL, ATTR_SCHEMA, ATTR_TRANSACTIONAL
 from fabric.storage.pacing import Pacer
 from fabric.storage.scan import Damage, Frame
@@ -36,27 +36,23 @@ log = logging.getLogger(__name__)
 MAGIC = b"FTXNIDX1"
 _HEAD = struct.Struct("<8sQQqI")  # magic, inode, position, offset at the position, entry count
 _ENTRY = struct.Struct("<qqB")  # producer id, base offset, attributes
-_CRC = struct.Struct("<I")
 WRITE_AFTER_BYTES = 1 << 20  # an active segment's index is written again once a rebuild walked this much past it
 Entry = tuple[int, int, int]
 
 
 def read(seg: Segment) -> tuple[int, int, list[Entry]] | None:
     """(position, offset there, entries below it) from the segment's index, or None if it has none it can trust."""
+    data = cache_file.read(seg.txn_index_path)
+    if data is None or len(data) < _HEAD.size:
+        return None
     try:
-        with open(seg.txn_index_path, "rb") as f:
-            data = f.read()
         inode, size = _data_file(seg)
     except OSError:
         return None
-    if len(data) < _HEAD.size + _CRC.size or zlib.crc32(data[:-_CRC.size]) != _CRC.unpack_from(data, len(data)
-                                                                                               - _CRC.size)[0]:
-        return None
     magic, recorded_inode, position, offset, count = _HEAD.unpack_from(data)
-    if (magic != MAGIC or recorded_inode != inode or position > size
-            or len(data) != _HEAD.size + count * _ENTRY.size + _CRC.size):
+    if magic != MAGIC or recorded_inode != inode or position > size or len(data) != _HEAD.size + count * _ENTRY.size:
         return None
-    return position, offset, list(_ENTRY.iter_unpack(data[_HEAD.size:-_CRC.size]))
+    return position, offset, list(_ENTRY.iter_unpack(data[_HEAD.size:]))
 
 
 def write(seg: Segment, position: int, offset: int, entries: list[Entry]) -> None:
@@ -64,13 +60,11 @@ def write(seg: Segment, position: int, offset: int, entries: list[Entry]) -> Non
     (a read-only or full disk) leaves the index out: it is a cache."""
     try:
         inode, _ = _data_file(seg)
-        body = _HEAD.pack(MAGIC, inode, position, offset, len(entries)) + b"".join(_ENTRY.pack(*e) for e in entries)
-        temporary = seg.txn_index_path + ".tmp"
-        with open(temporary, "wb") as f:
-            f.write(body + _CRC.pack(zlib.crc32(body)))
-        os.replace(temporary, seg.txn_index_path)
     except OSError as exc:
         log.debug("segment %s: its transaction index is left out (%s)", seg.path, exc)
+        return
+    body = _HEAD.pack(MAGIC, inode, position, offset, len(entries)) + b"".join(_ENTRY.pack(*e) for e in entries)
+    cache_file.write(seg.txn_index_path, body)
 
 
 def remove(seg: Segment) -> None:

@@ -40,7 +40,7 @@ def _state(table: ProducerStateTable) -> list[tuple[int, int, int, list[tuple[in
 def test_a_partition_closed_with_its_snapshot_is_opened_walking_no_frame(tmp_path, storage, walked) -> None:
     writer = storage.open_log(str(tmp_path / "p"))
     offsets = [writer.append(storage.make_batch([b"v%d" % i]), producer=ProducerBatch(4, 0, i)) for i in range(200)]
-    writer.snapshot_producer_state()  # (as the fabric closing it does)
+    writer.closing()  # (as the fabric closing it does)
 
     reader = storage.open_log(str(tmp_path / "p"))
     assert reader.append(storage.make_batch([b"v199"]), producer=ProducerBatch(4, 0, 199)) == offsets[-1]  # a retry
@@ -82,7 +82,7 @@ def test_a_state_loaded_from_a_snapshot_is_the_rebuilt_one(tmp_path_factory, sto
                         transactional=kind == "transactional")
             sequences[producer] += 1 + i % 3
         if i == snapshot_after:
-            plog.snapshot_producer_state()
+            plog.closing()
     segments, end = plog.segments(), plog.end_offset
     window = segments[-producer_state_load.PRODUCER_STATE_SEGMENTS:]
     rebuilt = ProducerStateTable.rebuild(plog.name, scan.frame_headers(window, end), 0)
@@ -105,7 +105,7 @@ def test_a_snapshot_the_log_no_longer_matches_is_not_used(tmp_path, storage, rep
     plog = replicas.open(str(tmp_path / "p"), segment_bytes=2048)
     for i in range(40):
         plog.append(storage.make_batch([b"v%d" % i]), leader_epoch=0, producer=ProducerBatch(1, 0, i))
-    plog.snapshot_producer_state()
+    plog.closing()
     path = producer_snapshot.path_of(plog.directory)
     if change == "the file damaged":
         with open(path, "r+b") as f:

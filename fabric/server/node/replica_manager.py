@@ -284,7 +284,7 @@ class ReplicaManager(TransactionMarkers):
         with self._lock:
             for tp in list(self._fetched_from):
                 self._stop_fetcher(tp)
-        self.logs.snapshot_producer_states()
+        self.logs.closing()
 
     def fetchers(self) -> list[dict[str, object]]:
         """Each fetcher: the leader node it copies from, the partitions it copies there, and its fetch session's id
