@@ -23,18 +23,7 @@ from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.config import TopicConfig
 from fabric.common.records import TIMESTAMP_TYPES
 from fabric.common.types import Fetched, ProducerBatch
-from fabric.storage import (
-    adopt,
-    batch_encoding,
-    clean_end,
-    frame,
-    log_start,
-    producer_snapshot,
-    producer_state_load,
-    reader,
-    truncation,
-    txn_index,
-)
+from fabric.storage import adopt, batch_encoding, frame, log_start, producer_state_load, reader, truncation, txn_index
 from fabric.storage.cleaner import CleanReport, LogCleaner
 from fabric.storage.errors import writes
 from fabric.storage.flush_policy import FlushPolicy
@@ -56,7 +45,7 @@ from fabric.storage.producer_state import ProducerStateTable
 from fabric.storage.recent_frames import RecentFrames
 from fabric.storage.recovery import RecoveryReport
 from fabric.storage.replica_frames import check_copied
-from fabric.storage.scan import Frame, frame_headers
+from fabric.storage.scan import frame_headers
 from fabric.storage.segment import Segment, disk_usage
 from fabric.storage.segment_listing import SegmentListing
 from fabric.storage.segment_swap import CrashHook
@@ -134,7 +123,7 @@ class Log(LogTail):
         self._epochs: LeaderEpochCache | None = None  # loaded on first use (embedded logs never use it)
         self._producers: ProducerStateTable | None = None  # built on an idempotent producer's first append
         self._producer_scan = threading.Lock()  # one load of the producer state at a time (producer_state_load)
-        self._snapshot_segment: int | None = None  # the active segment its snapshot was last written in
+        self._snapshot_segment = None
         self.states_dropped = 0  # how often the producer and transaction states were dropped (LogTail.drop_states)
         self._txns: TransactionState | None = None  # built when a transaction or a read_committed reader needs it
         self.appended = threading.Condition()  # notified whenever the end offset moves on in this process
@@ -255,17 +244,6 @@ class Log(LogTail):
         segs = self.segments()
         return frame_headers(segs[-last_segments:] if last_segments else segs, end)
 
-    def _last_frame(self, end: int) -> tuple[Segment, Frame] | None:
-        """The last data frame below offset `end` and its segment, walking from the last index entry."""
-        for seg in reversed(self.segments()):
-            last = None
-            for item in seg.walk(*self.indexes.start(seg, end), stop=end):
-                if isinstance(item, Frame):
-                    last = item
-            if last is not None:
-                return seg, last
-        return None
-
     # -- appends -----------------------------------------------------------------------------------
     @writes
     def append(self, batch: pa.RecordBatch, codec: str = "none", timestamp_type: int = 0,
@@ -377,36 +355,6 @@ class Log(LogTail):
         the caller's thread, which must not queue behind another load): those build it under the lock."""
         if self._producers is None and not self.lock.held and may_wait():
             self.load_producer_state()
-
-    def _snapshot_once_per_segment(self, last: FrameHeader) -> None:
-        """After a write that ended with frame `last` (lock held, the states up to date with it): the producer
-        state's snapshot, if it is loaded, at this process's first write to each active segment
-        (producer_snapshot)."""
-        tail = self._tail_state
-        if self._producers is None or tail is None or tail.base_offset == self._snapshot_segment:
-            return
-        self._snapshot_segment = tail.base_offset
-        producer_snapshot.write(self.directory, self._producers, last, tail.base_offset, tail.size - last.size)
-
-    @writes
-    def closing(self) -> None:
-        """As the process closes the partition, record what spares its next start a walk of the frames: the
-        producer state's snapshot if this process holds it, and a replica log's clean end (after an fsync of its
-        last segment)."""
-        if self._producers is None and not self.replica:
-            return
-        with self.lock:
-            self.sync_tail()
-            table, found = self._producers, self._last_frame(self.tail_end())
-            if found is None:
-                return
-            if table is not None:
-                producer_snapshot.write(self.directory, table, found[1].header, found[0].base_offset,
-                                        found[1].position)
-            segs = self.segments()
-            if self.replica and found[0] is segs[-1]:
-                self.flush()
-                clean_end.write(self.directory, found[0], found[1])
 
     @property
     def producer_state_loaded(self) -> bool:

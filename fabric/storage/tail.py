@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, cast
 
 import pyarrow as pa
 
-from fabric.storage import catch_up
+from fabric.storage import catch_up, clean_end, producer_snapshot
 from fabric.storage.errors import UNWRITABLE, writes
 from fabric.storage.flush_policy import FlushPolicy
 from fabric.storage.frame import FrameHeader
@@ -27,6 +27,7 @@ from fabric.storage.open_files import DIRECT, DirectFiles
 from fabric.storage.producer_state import ProducerStateTable
 from fabric.storage.recent_frames import RecentFrames
 from fabric.storage.recovery import Recovery, RecoveryReport
+from fabric.storage.scan import Frame
 from fabric.storage.segment import Segment
 from fabric.storage.transactions import TransactionState
 from fabric.storage.watermark import HighWatermark
@@ -71,6 +72,8 @@ class LogTail:
     recent: RecentFrames | None  # the frames written last, where this process alone writes the log
     _epochs: LeaderEpochCache | None
     _producers: ProducerStateTable | None
+    _snapshot_segment: int | None  # the active segment this process last wrote the producer snapshot in
+    replica: bool
     states_dropped: int
     _txns: TransactionState | None
     clock: Clock
@@ -159,6 +162,47 @@ class LogTail:
             return
         for header in appended:
             self._took(header)
+
+    def _last_frame(self, end: int) -> tuple[Segment, Frame] | None:
+        """The last data frame below offset `end` and its segment, walking from the last index entry."""
+        for seg in reversed(cast("Log", self).segments()):
+            last = None
+            for item in seg.walk(*self.indexes.start(seg, end), stop=end):
+                if isinstance(item, Frame):
+                    last = item
+            if last is not None:
+                return seg, last
+        return None
+
+    def _snapshot_once_per_segment(self, last: FrameHeader) -> None:
+        """After a write that ended with frame `last` (lock held, the states up to date with it): the producer
+        state's snapshot, if it is loaded, at this process's first write to each active segment
+        (producer_snapshot)."""
+        tail = self._tail_state
+        if self._producers is None or tail is None or tail.base_offset == self._snapshot_segment:
+            return
+        self._snapshot_segment = tail.base_offset
+        producer_snapshot.write(self.directory, self._producers, last, tail.base_offset, tail.size - last.size)
+
+    @writes
+    def closing(self) -> None:
+        """As the process closes the partition, record what spares its next start a walk of the frames: the
+        producer state's snapshot if this process holds it, and a replica log's clean end (after an fsync of its
+        last segment)."""
+        if self._producers is None and not self.replica:
+            return
+        with self.lock:
+            self.sync_tail()
+            plog = cast("Log", self)
+            table, found = self._producers, self._last_frame(self.tail_end())
+            if found is None:
+                return
+            if table is not None:
+                producer_snapshot.write(self.directory, table, found[1].header, found[0].base_offset,
+                                        found[1].position)
+            if self.replica and found[0] is plog.segments()[-1]:
+                plog.flush()
+                clean_end.write(self.directory, found[0], found[1])
 
     def drop_states(self) -> None:
         """Forget the producer and transaction states (rebuilt from the files when next needed), and count it: a
