@@ -14,8 +14,7 @@ import os
 import struct
 from typing import TYPE_CHECKING
 
-from fabric.storage import cache_file, frame
-from fabric.storage.frame import FrameError
+from fabric.storage import cache_file
 
 if TYPE_CHECKING:
     from fabric.storage.scan import Frame
@@ -44,9 +43,9 @@ def end(directory: str, segments: list[Segment]) -> int | None:
     if magic != MAGIC or last.base_offset != base:
         return None
     try:
-        header = frame.unpack_header(last.view(), position)
-    except (FrameError, OSError):
+        header = last.header_at(position)
+    except OSError:
         return None
-    if position + header.size != last.size or header.crc != crc or header.next_offset != next_offset:
+    if header is None or position + header.size != last.size or header.crc != crc or header.next_offset != next_offset:
         return None
     return next_offset

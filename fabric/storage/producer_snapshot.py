@@ -19,8 +19,8 @@ import struct
 from collections import deque
 from typing import TYPE_CHECKING
 
-from fabric.storage import cache_file, frame
-from fabric.storage.frame import FrameError, FrameHeader
+from fabric.storage import cache_file
+from fabric.storage.frame import FrameHeader
 from fabric.storage.producer_state import BATCHES_KEPT, BatchEntry, ProducerEntry, ProducerStateTable
 from fabric.storage.scan import frame_headers
 
@@ -65,10 +65,10 @@ def load(name: str, directory: str, segments: list[Segment], end: int, since: in
     if segment is None:
         return None
     try:
-        before = frame.unpack_header(segment.view(), position)
-    except (FrameError, OSError):
+        before = segment.header_at(position)
+    except OSError:
         return None
-    if before.crc != crc or before.next_offset != offset or before.is_schema:
+    if before is None or before.crc != crc or before.next_offset != offset:
         return None
     table = ProducerStateTable.restore(name, entries, since, now_ms)
     later = [seg for seg in segments if seg.base_offset > segment_base]

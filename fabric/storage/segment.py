@@ -186,7 +186,7 @@ class Segment:
             hit = self.index.floor(offset - self.base_offset)
             if hit is not None:
                 rel, pos = hit
-                header = self._header_at(pos, buf)
+                header = self.header_at(pos, buf)
                 if header is None or header.base_offset != self.base_offset + rel:
                     found = "no data frame" if header is None else f"a frame of offset {header.base_offset}"
                     raise StaleIndexError(f"index {self.index.path}: its entry for offset {self.base_offset + rel} "
@@ -201,14 +201,15 @@ class Segment:
         hint = self._tail_hint
         if hint is None or not start[1] < hint[1] <= offset:
             return start
-        header = self._header_at(hint[0], buf)
+        header = self.header_at(hint[0], buf)
         if header is not None and header.base_offset == hint[1]:
             return hint
         self._tail_hint = None  # the file changed under it (cut back or replaced)
         return start
 
-    def _header_at(self, pos: int, buf: pa.Buffer | None) -> FrameHeader | None:
-        """The header of the data frame starting at byte `pos` (of `buf`, as for start()), or None if none does."""
+    def header_at(self, pos: int, buf: pa.Buffer | None = None) -> FrameHeader | None:
+        """The header of the data frame starting at byte `pos` (of `buf`, as for start(), else of the file now), or
+        None if none does."""
         try:
             header = frame.unpack_header(self.view() if buf is None else buf, pos)
         except FrameError:
