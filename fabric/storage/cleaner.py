@@ -20,9 +20,10 @@ A pass keeps, in the segments it may clean, the latest record of each key and dr
 Consecutive segments are cleaned into one copy of at most segment.bytes, swapped in by segment_swap (crash-safe
 at every step). The copy is written without the partition lock; the swap takes it and first checks that no
 source changed meanwhile (retention, truncation or another cleaner), else the group is left for the next pass.
-One cleaner runs per partition at a time, across processes (a lock file tried without waiting). Its walk of
-every frame header (the producers' last batches) is paced (pacing.py); its walks of records are not: decoding
-and computing on each batch hand the interpreter lock over already.
+One cleaner runs per partition at a time, across processes (a lock file tried without waiting). Its walks are paced
+(pacing.py): of every frame header (the producers' last batches), and the two of the records (the keys' latest
+offsets, then the copy), which decide what to keep in plain Python over each frame's keys (a frame holds few
+records: a compute call per frame cost more than the comparisons) and so hold the interpreter lock throughout.
 
 Invariant (replica logs): every offset a pass rewrites is below the replication high watermark, so a cleaned
 record is one every in-sync replica holds, and nothing a new leader could truncate (the uncommitted tail) is
@@ -45,6 +46,7 @@ from fabric.storage import frame, segment_swap
 from fabric.storage.cleaner_checkpoint import CleanerCheckpoint
 from fabric.storage.frame import FrameHeader
 from fabric.storage.index_builder import IndexBuilder
+from fabric.storage.pacing import Pacer
 from fabric.storage.scan import Damage, Frame
 from fabric.storage.segment import Segment, write_all
 from fabric.storage.segment_swap import CrashHook, Swap
@@ -215,24 +217,29 @@ class LogCleaner:
                               f"{config['min.cleanable.dirty.ratio']}")
         return None
 
-    def _frames(self, seg: Segment, end: int) -> Iterator[Frame]:
-        """The frames of `seg`, which end at offset `end`; ValueError naming the damage if any."""
-        for item in seg.walk(seg.data_start, seg.base_offset, seg.view(), verify_from=seg.base_offset, limit=end):
+    def _frames(self, seg: Segment, buf: pa.Buffer, end: int) -> Iterator[Frame]:
+        """The frames of `seg` (mapped as `buf`), which end at offset `end`; ValueError naming the damage if any."""
+        for item in seg.walk(seg.known_data_start, seg.base_offset, buf, verify_from=seg.base_offset, limit=end):
             if isinstance(item, Damage):
                 raise ValueError(item.describe())
             yield item
 
-    def _records(self, plan: _Plan) -> Iterator[tuple[Segment, Frame, pa.RecordBatch | None]]:
-        """Every frame of the plan with its decoded batch (None for frames whose records are not delivered)."""
+    def _records(self, plan: _Plan) -> Iterator[tuple[pa.Buffer, Frame, pa.RecordBatch | None]]:
+        """Every frame of the plan with the segment's buffer it lies in and its decoded batch (None for frames whose
+        records are not delivered). A segment's map and schema are looked up once for all its frames: a closed
+        segment changes only by a swap, which checks its sources first (_unchanged)."""
+        pace = Pacer()
         for seg, end in zip(plan.segments, plan.ends, strict=True):
-            buf = seg.view()
-            for item in self._frames(seg, end):
+            buf, inode = seg.mapped()
+            schema = seg.schema_of(inode)
+            for item in self._frames(seg, buf, end):
+                pace()
                 header = item.header
                 if not header.delivered or (header.is_transactional and self.log.transactions.aborted(header)):
-                    yield seg, item, None
+                    yield buf, item, None
                     continue
                 payload = buf.slice(item.position + frame.HEADER_SIZE, header.length)
-                yield seg, item, frame.decode_batch(payload, seg.schema)
+                yield buf, item, frame.decode_batch(payload, schema)
 
     def _latest_offsets(self, plan: _Plan) -> dict[bytes, int] | None:
         """Key -> offset of its latest record in the plan's segments (None, with the reason, on damage)."""
@@ -330,42 +337,43 @@ class LogCleaner:
         tombstones removed)."""
         removed = tombstones = 0
         retention_ms = self.log.config["delete.retention.ms"]
-        for seg, item, batch in self._records(plan):
+        for buf, item, batch in self._records(plan):
             header = item.header
-            if header.is_control or header.is_gap or (batch is None and header.base_offset in keep_whole):
-                writer.copy(seg, item)
+            if header.is_control or header.is_gap or header.base_offset in keep_whole:
+                writer.copy(buf, item)
                 continue
             if batch is None:  # an aborted transaction's records
                 writer.gap(header.base_offset, header.record_count, header.leader_epoch)
                 removed += header.record_count
                 continue
-            if header.base_offset in keep_whole:
-                writer.copy(seg, item)
-                continue
-            base = header.base_offset
-            offsets = pa.array(range(base, base + batch.num_rows), pa.int64())
-            keys = batch.column(1).to_pylist()
-            newest = pa.array([latest.get(k, -1) if k is not None else -1 for k in keys], pa.int64())
-            keep = pc.equal(offsets, newest)
-            value_null = pc.is_null(batch.column(3))
-            cleaned_at = plan.checkpoint.cleaned_at(base)
-            expired = cleaned_at is not None and self.now_ms - cleaned_at >= retention_ms
-            if expired:
-                dropped = pc.and_(keep, value_null)
-                tombstones += pc.sum(dropped).as_py() or 0
-                keep = pc.and_(keep, pc.invert(value_null))
-            kept = pc.sum(keep).as_py() or 0
+            keep = _latest_of(batch, header.base_offset, latest)
+            values = batch.column(3)
+            if values.null_count:
+                cleaned_at = plan.checkpoint.cleaned_at(header.base_offset)
+                if cleaned_at is not None and self.now_ms - cleaned_at >= retention_ms:  # tombstones expired
+                    nulls = values.is_null().to_pylist()
+                    tombstones += sum(k and n for k, n in zip(keep, nulls, strict=True))
+                    keep = [k and not n for k, n in zip(keep, nulls, strict=True)]
+            kept = sum(keep)
             removed += batch.num_rows - kept
             if kept == batch.num_rows:
-                writer.copy(seg, item)
+                writer.copy(buf, item)
                 continue
-            for lo, hi, keep_run in _runs(keep.to_pylist()):
+            for lo, hi, keep_run in _runs(keep):
                 if keep_run:
                     writer.records(header, batch, lo, hi)
                 else:
-                    writer.gap(base + lo, hi - lo, header.leader_epoch)
+                    writer.gap(header.base_offset + lo, hi - lo, header.leader_epoch)
         writer.finish()
         return removed, tombstones
+
+
+def _latest_of(batch: pa.RecordBatch, base: int, latest: dict[bytes, int]) -> list[bool]:
+    """For each row of a frame's `batch` (at offset `base`): whether it is its key's latest record (a row without
+    a key never is). Plain Python over the keys: a frame holds few rows, and a compute call per frame cost more
+    than the comparisons."""
+    return [key is not None and latest.get(key) == offset
+            for offset, key in enumerate(batch.column(1).to_pylist(), base)]
 
 
 def _runs(mask: list[bool]) -> Iterator[tuple[int, int, bool]]:
@@ -412,10 +420,10 @@ class _CopyWriter:
         self._flush_gap()
         self._gap = (base, count, leader_epoch)
 
-    def copy(self, seg: Segment, item: Frame) -> None:
-        """Copy a frame byte for byte."""
+    def copy(self, buf: pa.Buffer, item: Frame) -> None:
+        """Copy a frame byte for byte from `buf`, the segment it lies in."""
         self._flush_gap()
-        self._write(item.header, [seg.view().slice(item.position, item.header.size)])
+        self._write(item.header, [buf.slice(item.position, item.header.size)])
 
     def records(self, header: FrameHeader, batch: pa.RecordBatch, lo: int, hi: int) -> None:
         """Write rows [lo, hi) of a frame's batch as a frame of their own, the frame's other fields kept."""

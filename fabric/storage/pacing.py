@@ -1,12 +1,12 @@
-"""Walks of every frame header of a log that hand the interpreter lock over often: `scan.frame_headers` (the
-producer state, the cleaner's producers), a transaction index or a segment's indexes rebuilt, recovery's walk.
+"""Walks of every frame of a log that hand the interpreter lock over often: `scan.frame_headers` (the producer
+state, the cleaner's producers), a transaction index or a segment's indexes rebuilt, recovery's walk, the
+cleaner's walks of the records.
 
-Such a walk is pure Python, about 3 µs a frame: a second or more for a big log. Without hand-overs, every other
+Such a walk is mostly Python, a few µs a frame: a second or more for a big log. Without hand-overs, every other
 thread of the process that blocks in a system call (a server's event loop, at each send and receive) waits for
 the interpreter's switch interval, 5 ms, to run again, and a request that makes a few system calls waits that
-many times. A walk that decodes records needs no pacing: pyarrow lets go of the lock as it decodes. Handing over
-costs a system call that sleeps the kernel's timer slack (55 µs here), and more where another thread takes the
-lock, so it is made at most every HAND_OVER_S.
+many times. Handing over costs a system call that sleeps the kernel's timer slack (55 µs here), and more where
+another thread takes the lock, so it is made at most every HAND_OVER_S.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Walks of every frame header hand the interpreter lock over (fabric/storage/pacing.py): a producer-state scan,
-the cleaner's walk of the producers, a transaction index and a segment's indexes rebuilt call `time.sleep(0)` as
-they go."""
+the cleaner's walks (of the producers, and of the records), a transaction index and a segment's indexes rebuilt
+call `time.sleep(0)` as they go."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from fabric.common.types import ProducerBatch
-from fabric.storage import pacing, producer_snapshot
+from fabric.storage import cleaner, pacing, producer_snapshot
 from fabric.storage.producer_state_load import Scan
 from tests.unit.test_storage_compaction import open_log, written
 
@@ -49,6 +49,21 @@ def test_a_cleaner_pass_hands_over_as_it_walks_the_headers(tmp_path, storage, ha
     report = plog.clean(force=True)
     assert report.cleaned, report.describe()
     assert len(hand_overs) >= frames, (len(hand_overs), frames)  # each header walked once
+
+
+def test_a_cleaner_pass_paces_its_walks_of_the_records(tmp_path, storage, monkeypatch) -> None:
+    paced: list[int] = []
+
+    class Counting(pacing.Pacer):
+        def __call__(self) -> None:
+            paced.append(1)
+            super().__call__()
+    monkeypatch.setattr(cleaner, "Pacer", Counting)
+    plog = open_log(storage, str(tmp_path / "p"))
+    written(storage, plog, rounds=12, keys=7, ts_ms=1_000)
+    frames = sum(1 for _ in plog.headers(plog.end_offset))
+    assert plog.clean(force=True).cleaned
+    assert len(paced) == 2 * frames  # each frame's records walked twice: the keys' latest offsets, then the copy
 
 
 def test_a_transaction_index_rebuilt_hands_over_as_it_walks(tmp_path, storage, hand_overs) -> None:
