@@ -21,9 +21,11 @@ from typing import Callable, Hashable, Iterator
 
 import pyarrow as pa
 
+from fabric.storage.batch_encoding import Encoded
+
 log = logging.getLogger(__name__)
 # (rows, validate, written) -> None: one offsets partition's append (OffsetsLog.append, its partition bound)
-Append = Callable[[pa.RecordBatch, Callable[[], None], Callable[[int], None]], None]
+Append = Callable[[Encoded, Callable[[], None], Callable[[int], None]], None]
 # (queued callers) -> None: one offsets partition's writer (OffsetsLog.write_queued, its partition bound); it
 # settles each caller's `done`, at once or later
 Write = Callable[[list["Queued"]], None]
@@ -40,13 +42,13 @@ class _Rejected(Exception):
 class Queued:
     """One caller's rows, its check, what to tell once written, and its outcome."""
 
-    rows: pa.RecordBatch
+    rows: Encoded
     validate: Callable[[], None]
     written: Callable[[int], None]
     done: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
 
 
-def queue(key: Hashable, write: Write, rows: pa.RecordBatch, validate: Callable[[], None],
+def queue(key: Hashable, write: Write, rows: Encoded, validate: Callable[[], None],
           written: Callable[[int], None]) -> bool:
     """Queue a commit's `rows` for offsets partition `key` (written by `write`) in the batch this thread is
     collecting into, if any (True); False: none is collecting, the caller appends them itself."""
@@ -119,9 +121,9 @@ def without_failed(callers: list[Queued], failed: list[tuple[Queued, Exception]]
     return [one for one in callers if not one.done.done()]
 
 
-def rows_of(callers: list[Queued]) -> pa.RecordBatch:
-    """The callers' rows as one batch, in their order."""
-    return callers[0].rows if len(callers) == 1 else pa.concat_batches([one.rows for one in callers])
+def rows_of(callers: list[Queued]) -> Encoded:
+    """The callers' rows as one batch, in their order (one caller's as it made them)."""
+    return callers[0].rows if len(callers) == 1 else Encoded.of(pa.concat_batches([one.rows.batch for one in callers]))
 
 
 def told(callers: list[Queued]) -> Callable[[int], None]:

@@ -35,6 +35,7 @@ from fabric.coordinator.offsets_records import (
     SEGMENT_BYTES,
     batch,
 )
+from fabric.storage.batch_encoding import Encoded
 from fabric.storage.log import Log
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ class LocalOffsetsLog:
                 yield fetched.offset, fetched.batch
                 position = fetched.offset + fetched.batch.num_rows
 
-    def append(self, partition: int, rows: pa.RecordBatch, validate: Callable[[], None],
+    def append(self, partition: int, rows: Encoded, validate: Callable[[], None],
                written: Callable[[int], None]) -> None:
         """`validate()`, then append `rows` and tell `written` their offset, all under the partition's flock;
         CoordinatorUnavailableError (nothing written) if a newer instance stamped its epoch."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import random
 import struct
 import zlib
 from typing import Mapping, Sequence, cast
@@ -26,6 +27,7 @@ import pyarrow as pa
 from fabric.common.names import OFFSETS_TOPIC
 from fabric.common.records import TIMESTAMP, storage_schema
 from fabric.common.types import TopicPartition
+from fabric.storage.batch_encoding import Encoded
 
 OFFSETS_PARTITIONS = 16  # Kafka's offsets.topic.num.partitions is 50; fixed once the topic exists
 VALUE = pa.schema([("next_offset", pa.int64()), ("metadata", pa.string()), ("commit_ms", pa.int64())])
@@ -68,12 +70,76 @@ def migrated_key(what: str) -> bytes:
 
 
 def batch(rows: Sequence[Row], now_us: int) -> pa.RecordBatch:
-    """The stored rows of `rows`, all timestamped `now_us`. A commit builds one on every call, so what repeats is
-    kept: the (null) headers column of each length, and the keys column of the last commits' keys (a consumer
-    commits the same partitions again and again)."""
-    n = len(rows)
-    return pa.RecordBatch.from_arrays([_int64s(TIMESTAMP, [now_us] * n), _keys(tuple(k for k, _ in rows)),
-                                       _no_headers(n), _values([v for _, v in rows])], schema=SCHEMA)
+    """The stored rows of `rows`, all timestamped `now_us`."""
+    return encoded(rows, now_us).batch
+
+
+def encoded(rows: Sequence[Row], now_us: int) -> Encoded:
+    """The stored rows of `rows`, all timestamped `now_us`, with their IPC message (what a log writes). A commit
+    makes them on every call, and a consumer commits the same partitions with the same metadata again and again:
+    the message of rows of offsets is the last such commit's with its numbers replaced (_Template), no batch built
+    nor encoded; the rest are built column by column (build) and encoded."""
+    values = [value for _, value in rows if value is not None]
+    if len(values) == len(rows):  # (no tombstone or marker among them)
+        template = _template((tuple(key for key, _ in rows), tuple(cast(str, v["metadata"]) for v in values)))
+        if template is not None:
+            return Encoded(template.fill(values, now_us), len(rows), now_us, now_us, SCHEMA)
+    return Encoded.of(build(rows, now_us))
+
+
+def build(rows: Sequence[Row], now_us: int) -> pa.RecordBatch:
+    """batch() column by column."""
+    return _built(rows, [now_us] * len(rows))
+
+
+def _built(rows: Sequence[Row], timestamps: list[int]) -> pa.RecordBatch:
+    """The stored rows of `rows`, stamped `timestamps` (one per row), column by column: what repeats is kept (the
+    null headers column of each length, and the keys column of the last commits' keys)."""
+    return pa.RecordBatch.from_arrays([_int64s(TIMESTAMP, timestamps), _keys(tuple(k for k, _ in rows)),
+                                       _no_headers(len(rows)), _values([v for _, v in rows])], schema=SCHEMA)
+
+
+class _Template:
+    """The IPC message of a batch of offsets with given keys and metadata, and where each of its numbers lies in it
+    (the timestamp, next_offset and commit_ms of each row: fixed-width values, so every batch of that shape is this
+    message with those eight-byte fields replaced). `fill` gives the message of other numbers: that of the batch
+    `build` makes of them, which a test checks byte for byte."""
+
+    def __init__(self, message: bytes, positions: list[tuple[int, int, int]]) -> None:
+        self.message, self.positions = message, positions
+
+    @classmethod
+    def find(cls, keys: tuple[bytes, ...], metadata: tuple[str, ...]) -> _Template | None:
+        """The template of that shape: built with a distinct random number in each field, each then found where
+        it occurs, once (None in the unlikely case one occurs elsewhere too: such a shape is built column by
+        column)."""
+        marks = [[_MARKS.getrandbits(62) | 1 << 62 for _ in range(3)] for _ in keys]
+        rows: list[Row] = [(key, {"next_offset": o, "metadata": text, "commit_ms": c})
+                           for key, text, (_, o, c) in zip(keys, metadata, marks, strict=True)]
+        message = _built(rows, [t for t, _, _ in marks]).serialize().to_pybytes()
+        found = [[message.find(_INT64.pack(mark)) for mark in row] for row in marks]
+        if any(at < 0 or message.count(_INT64.pack(mark)) != 1 for row, ats in zip(marks, found, strict=True)
+               for mark, at in zip(row, ats, strict=True)):
+            return None
+        return cls(message, [(t, o, c) for t, o, c in found])
+
+    def fill(self, values: Sequence[Mapping[str, object]], now_us: int) -> pa.Buffer:
+        """The message of rows of this shape with these `values` (one per row, in order), timestamped `now_us`."""
+        message = bytearray(self.message)
+        for (at_ts, at_offset, at_ms), value in zip(self.positions, values, strict=True):
+            _INT64.pack_into(message, at_ts, now_us)
+            _INT64.pack_into(message, at_offset, value["next_offset"])
+            _INT64.pack_into(message, at_ms, value["commit_ms"])
+        return pa.py_buffer(message)
+
+
+_INT64 = struct.Struct("<q")
+_MARKS = random.Random()
+
+
+@functools.lru_cache(maxsize=1024)
+def _template(shape: tuple[tuple[bytes, ...], tuple[str, ...]]) -> _Template | None:
+    return _Template.find(*shape)
 
 
 _NULL_FIELDS: Mapping[str, object] = {"next_offset": 0, "metadata": "", "commit_ms": 0}
@@ -97,7 +163,7 @@ def _values(values: list[Mapping[str, object] | None]) -> pa.Array:
         _int64s(pa.int64(), [v["commit_ms"] for v in present])])
 
 
-def _int64s(type_: pa.DataType, values: list[object]) -> pa.Array:
+def _int64s(type_: pa.DataType, values: Sequence[object]) -> pa.Array:
     """A column of 64-bit `type_` over `values` (ints, none null), packed straight into its buffer."""
     return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(struct.pack(f"<{len(values)}q", *values))])
 

@@ -57,12 +57,13 @@ from fabric.coordinator.offsets_records import (
     OFFSETS_TOPIC,
     SEGMENT_BYTES,
     Row,
-    batch,
+    encoded,
     offset_key,
     offset_rows,
     offsets_partition,
 )
 from fabric.coordinator.unstable_offsets import UnstableGroups
+from fabric.storage.batch_encoding import Encoded
 
 log = logging.getLogger(__name__)
 LegacyOffsets = Callable[[], Iterable[tuple[str, TopicPartition, CommittedOffset]]]
@@ -87,7 +88,7 @@ class OffsetsLog(Protocol):
     def read(self, partition: int, start: int) -> Iterator[tuple[int, pa.RecordBatch]]:
         """(offset, batch) of what the partition holds from `start` to its end (its high watermark) now."""
 
-    def append(self, partition: int, rows: pa.RecordBatch, validate: Callable[[], None],
+    def append(self, partition: int, rows: Encoded, validate: Callable[[], None],
                written: Callable[[int], None]) -> None:
         """validate(), append `rows` (acknowledged as the log's durability says) and written(their offset), all
         under the partition's write lock; CoordinatorUnavailableError if the append was fenced or failed."""
@@ -302,7 +303,7 @@ class OffsetsTopic:
                 "commit the offsets with the consumer after commit_transaction() instead")
         rows = offset_rows(group, offsets, metadata, self.clock.now_ms())
         partition, local = offsets_partition(group, self.partitions), self.log
-        return OffsetsPart(partition, self.partitions, local.log, batch(rows, self.clock.now_us()),
+        return OffsetsPart(partition, self.partitions, local.log, encoded(rows, self.clock.now_us()).batch,
                            lambda: local.check_epoch(partition))
 
     def newest_commits(self) -> dict[str, int]:
@@ -375,11 +376,12 @@ class OffsetsTopic:
         self.log.append(partition, records, validate, written)
 
     def _prepared(self, partition: int, rows: Sequence[Row], then: Callable[[], None]
-                  ) -> tuple[pa.RecordBatch, Callable[[int], None]]:
-        """The stored records of `rows`, and what to do once they are written at an offset: the cache takes them
-        at once if it has read everything before them (always, over an owned log; over a shared one, unless another
-        process appended since: it then reads them back with those), then then()."""
-        records = batch(rows, self.clock.now_us())
+                  ) -> tuple[Encoded, Callable[[int], None]]:
+        """The stored records of `rows` (encoded: what the log writes), and what to do once they are written at
+        an offset: the cache takes them at once if it has read everything before them (always, over an owned
+        log; over a shared one, unless another process appended since: it then reads them back with those), then
+        then()."""
+        records = encoded(rows, self.clock.now_us())
 
         def written(offset: int) -> None:
             cache = self._caches[partition]

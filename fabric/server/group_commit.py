@@ -16,6 +16,7 @@ from typing import Callable
 import pyarrow as pa
 
 from fabric.coordinator.commit_batch import Queued, append_together
+from fabric.storage.batch_encoding import Encoded
 
 Append = Callable[[pa.RecordBatch, Callable[[int], None]], None]  # (rows, written) -> None, write lock held
 
@@ -35,7 +36,7 @@ class GroupCommit:
         with self._guard:
             return len(self._queue)
 
-    def submit(self, rows: pa.RecordBatch, validate: Callable[[], None], written: Callable[[int], None]) -> None:
+    def submit(self, rows: Encoded, validate: Callable[[], None], written: Callable[[int], None]) -> None:
         """validate(), append `rows` (with the rows of whoever else is waiting) and written(their offset), as the
         module says; returns once acknowledged, else raises validate's or the append's error."""
         waiter = Queued(rows, validate, written)
@@ -51,7 +52,7 @@ class GroupCommit:
         with self._guard:
             queued, self._queue = self._queue, []
 
-        def append(rows: pa.RecordBatch, validate: Callable[[], None], written: Callable[[int], None]) -> None:
+        def append(rows: Encoded, validate: Callable[[], None], written: Callable[[int], None]) -> None:
             validate()
-            self._append(rows, written)
+            self._append(rows.batch, written)
         append_together(append, queued)

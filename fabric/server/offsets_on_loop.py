@@ -36,6 +36,7 @@ from fabric.coordinator.commit_batch import (
     told,
     without_failed,
 )
+from fabric.storage.batch_encoding import Encoded
 
 if TYPE_CHECKING:
     from fabric.server.replicated_offsets import ReplicatedOffsetsLog
@@ -82,7 +83,7 @@ class LoopAppends:
                 self._finished(partition)
                 return
             connection, args, sequence = route
-            rows = rows_of(callers)
+            rows = rows_of(callers).batch
             sent = connection.request("produce", args, payloads.ipc_stream(rows.schema, [rows]),
                                       self.log.timeout_s + ANSWER_GRACE_S)
             self.counts["loop"] += 1
@@ -157,9 +158,9 @@ class LoopAppends:
         if not held:
             lock.acquire()
         try:
-            def append(rows: pa.RecordBatch, validate: Callable[[], None], written: Callable[[int], None]) -> None:
+            def append(rows: Encoded, validate: Callable[[], None], written: Callable[[int], None]) -> None:
                 validate()
-                self.log.write(partition, rows, written)
+                self.log.write(partition, rows.batch, written)
             append_together(append, callers)
         finally:
             lock.release()

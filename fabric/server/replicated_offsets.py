@@ -73,6 +73,7 @@ from fabric.server.group_commit import GroupCommit
 from fabric.server.leader_calls import LeaderCalls
 from fabric.server.offsets_on_loop import LoopAppends
 from fabric.server.partition_ops import SHORT_MAX
+from fabric.storage.batch_encoding import Encoded
 from fabric.storage.producer_state import SEQUENCE_MAX
 
 log = logging.getLogger(__name__)
@@ -248,7 +249,7 @@ class ReplicatedOffsetsLog:
         that sequence, before the partition's next append (`resolve`); `told` hears where it landed."""
         self._unresolved[partition] = (sequence, rows, told)
 
-    def append(self, partition: int, rows: pa.RecordBatch, validate: Callable[[], None],
+    def append(self, partition: int, rows: Encoded, validate: Callable[[], None],
                written: Callable[[int], None]) -> None:
         """validate() and append `rows` under the partition's lock; appends that arrive meanwhile go together in
         the next one (fabric.server.group_commit), each caller answered once its rows are acknowledged."""

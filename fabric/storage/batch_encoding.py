@@ -1,7 +1,8 @@
 """Stored rows to unsealed frames: the header fields a batch's rows decide (record count, timestamps, codec,
 timestamp type) and its Arrow IPC payload, plus the one-record frame of a transaction marker. A Log seals them
-at its end; a FrameEncoder seals them outside any log. Also the check that a compacted topic's records have
-keys, made before anything is written."""
+at its end; a FrameEncoder seals them outside any log. Rows whose maker made their IPC message itself (`Encoded`)
+are written as they are. Also the check that a compacted topic's records have keys, made before anything is
+written."""
 from __future__ import annotations
 
 import struct
@@ -20,10 +21,43 @@ from fabric.storage import frame
 from fabric.storage.frame import FrameHeader
 
 
-def encode(batch: pa.RecordBatch, codec: str = "none", timestamp_type: int = 0, clock: Clock = SYSTEM_CLOCK
-           ) -> tuple[FrameHeader, pa.Buffer]:
+class Encoded:
+    """Stored rows with their Arrow IPC record-batch message already made, uncompressed, against `schema` (the
+    log's): a maker that lays the message out itself (the offsets topic's commits) hands it to Log.append, which
+    writes it as it is, the batch never built nor encoded again. The maker vouches for what Log.append would check
+    or read in a batch: `first_timestamp` and `max_timestamp` are the rows' first and largest, and every row has a
+    key. `batch` is the rows themselves, decoded (zero copy) on first use."""
+
+    __slots__ = ("payload", "num_rows", "first_timestamp", "max_timestamp", "schema", "_batch")
+
+    def __init__(self, payload: pa.Buffer, num_rows: int, first_timestamp: int, max_timestamp: int,
+                 schema: pa.Schema, batch: pa.RecordBatch | None = None) -> None:
+        self.payload, self.num_rows, self.schema, self._batch = payload, num_rows, schema, batch
+        self.first_timestamp, self.max_timestamp = first_timestamp, max_timestamp
+
+    @classmethod
+    def of(cls, batch: pa.RecordBatch) -> Encoded:
+        """A built batch, with its message made (frame.encode_batch) and its timestamps read."""
+        first, max_ts = _timestamps(batch.column(0)) if batch.num_rows else (-1, -1)
+        return cls(frame.encode_batch(batch), batch.num_rows, first, max_ts, batch.schema, batch)
+
+    @property
+    def batch(self) -> pa.RecordBatch:
+        if self._batch is None:
+            self._batch = frame.decode_batch(self.payload, self.schema)
+        return self._batch
+
+
+def encode(batch: pa.RecordBatch | Encoded, codec: str = "none", timestamp_type: int = 0,
+           clock: Clock = SYSTEM_CLOCK) -> tuple[FrameHeader, pa.Buffer]:
     """Encode stored rows into an unsealed frame header (base offset 0) and its payload; with LogAppendTime
-    every row is stamped with `clock`'s time now."""
+    every row is stamped with `clock`'s time now. Encoded rows keep their message where it is what the log
+    stores (no codec, CreateTime); otherwise they are decoded and encoded as any batch."""
+    if isinstance(batch, Encoded):
+        if codec == "none" and timestamp_type != LOG_APPEND_TIME:
+            return FrameHeader(0, 0, batch.num_rows, batch.first_timestamp, batch.max_timestamp,
+                               CODECS[codec].attribute), batch.payload
+        batch = batch.batch
     if timestamp_type == LOG_APPEND_TIME:
         stamp = pa.scalar(clock.now_us(), TIMESTAMP)
         batch = batch.set_column(0, "timestamp", pa.repeat(stamp, batch.num_rows))
@@ -60,9 +94,12 @@ def encode_marker(schema: pa.Schema, clock: Clock, producer_id: int, producer_ep
                    producer_epoch=producer_epoch), payload
 
 
-def check_keys(batch: pa.RecordBatch, config: TopicConfig, partition: str) -> None:
+def check_keys(batch: pa.RecordBatch | Encoded, config: TopicConfig, partition: str) -> None:
     """A compacted topic keeps the latest record of each key, so every record must have one (Kafka refuses
-    keyless records there too): InvalidRecordError, nothing written, if one has none."""
+    keyless records there too): InvalidRecordError, nothing written, if one has none. (Encoded rows: their maker
+    vouches for it.)"""
+    if isinstance(batch, Encoded):
+        return
     if "compact" in config["cleanup.policy"] and batch.num_rows and batch.column(1).null_count:
         first = pc.index(pc.is_null(batch.column(1)), True).as_py()
         raise InvalidRecordError(f"partition {partition} is compacted (cleanup.policy={config['cleanup.policy']}), "

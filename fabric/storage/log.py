@@ -246,16 +246,17 @@ class Log(LogTail):
 
     # -- appends -----------------------------------------------------------------------------------
     @writes
-    def append(self, batch: pa.RecordBatch, codec: str = "none", timestamp_type: int = 0,
+    def append(self, batch: pa.RecordBatch | batch_encoding.Encoded, codec: str = "none", timestamp_type: int = 0,
                leader_epoch: int = -1, producer: ProducerBatch | None = None, transactional: bool = False) -> int:
-        """Append a batch of stored rows; returns the offset of its first row. A leader gives its `leader_epoch`
-        (>= 0): it is stamped on the frame and taken by the leader-epoch cache first (InvalidLeaderEpochError,
-        nothing written, if it is below the latest); -1, an embedded log's, stamps no epoch. An idempotent
-        producer's batch (`producer`) is checked against the partition's producer state first (producer_state):
-        a retry of a batch already written writes nothing and returns that batch's offset. An empty batch
-        writes nothing (a frame holds at least one record, so every frame is copied to followers) and returns the
-        log end. A `transactional` batch (an idempotent producer's) is part of the producer's transaction here,
-        invisible to read_committed readers until a marker ends it (write_marker; fabric.storage.transactions)."""
+        """Append a batch of stored rows (or rows encoded by their maker); returns the offset of its first row.
+        A leader gives its `leader_epoch` (>= 0): it is stamped on the frame and taken by the leader-epoch cache
+        first (InvalidLeaderEpochError, nothing written, if it is below the latest); -1, an embedded log's,
+        stamps no epoch. An idempotent producer's batch (`producer`) is checked against the partition's producer
+        state first (producer_state): a retry of a batch already written writes nothing and returns that batch's
+        offset. An empty batch writes nothing (a frame holds at least one record, so every frame is copied to
+        followers) and returns the log end. A `transactional` batch (an idempotent producer's) is part of the
+        producer's transaction here, invisible to read_committed readers until a marker ends it (write_marker;
+        fabric.storage.transactions)."""
         if transactional and producer is None:
             raise ValueError("a transactional append needs its producer's id, epoch and sequence")
         batch_encoding.check_keys(batch, self.config, self.name)

@@ -9,7 +9,7 @@ from typing import Callable
 from fabric.common.config import TopicConfig
 from fabric.common.errors import IllegalGenerationError, InvalidLeaderEpochError
 from fabric.common.waiting import wait_for
-from fabric.coordinator.offsets_records import CONFIG, LEADER_KEY, SCHEMA, batch
+from fabric.coordinator.offsets_records import CONFIG, LEADER_KEY, SCHEMA, batch, encoded
 from fabric.server.group_commit import GroupCommit
 from fabric.storage.log import Log
 
@@ -43,7 +43,7 @@ class Partition:
 
         def run() -> None:
             try:
-                self.commit.submit(batch([(name.encode(), None)] * count, 0), check,
+                self.commit.submit(encoded([(name.encode(), None)] * count, 0), check,
                                    lambda offset: told.setdefault(name, offset))
             except Exception as exc:  # noqa: BLE001 (asserted by the test)
                 failed[name] = exc
@@ -93,5 +93,5 @@ def test_a_refused_append_fails_every_caller_of_its_batch_and_writes_nothing(tmp
     assert partition.keys() == [LEADER_KEY]  # nothing of theirs was written
     partition.epoch = 1
     after: list[int] = []
-    partition.commit.submit(batch([(b"e", None)], 0), lambda: None, after.append)
+    partition.commit.submit(encoded([(b"e", None)], 0), lambda: None, after.append)
     assert after == [1] and partition.keys() == [LEADER_KEY, b"e"]  # the partition takes appends again

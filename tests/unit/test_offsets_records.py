@@ -1,6 +1,7 @@
-"""The offsets topic's record batches (fabric/coordinator/offsets_records.py), laid on their buffers by hand: the
-same batch pyarrow's conversion of the rows' Python values makes, tombstones and markers included; and the
-offsets cache, which takes an instance's own rows as it takes records read back."""
+"""The offsets topic's record batches (fabric/coordinator/offsets_records.py), laid on their buffers by hand or made
+from the IPC message of an earlier commit of the same shape: the same batch pyarrow's conversion of the rows' Python
+values makes, tombstones and markers included; and the offsets cache, which takes an instance's own rows as it takes
+records read back."""
 from __future__ import annotations
 
 import pyarrow as pa
@@ -8,12 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fabric.common.records import TIMESTAMP
+from fabric.coordinator import offsets_records
 from fabric.coordinator.offsets_records import (
     HEADERS_TYPE,
     LEADER_KEY,
     SCHEMA,
     VALUE_TYPE,
     batch,
+    build,
     group_key,
     offset_key,
 )
@@ -35,6 +38,35 @@ def test_a_batch_is_what_converting_its_rows_makes(rows, now_us) -> None:
          pa.array([v for _, v in rows], VALUE_TYPE)], schema=SCHEMA)
     assert made.equals(expected)
     assert made.column(3).to_pylist() == [v for _, v in rows]
+
+
+SHAPES = st.lists(st.tuples(st.binary(min_size=1, max_size=30), st.text(max_size=40)), min_size=1, max_size=8)
+NUMBERS = st.tuples(st.integers(0, 1 << 62), INT64, INT64)
+
+
+@given(shape=SHAPES, first=st.lists(NUMBERS, min_size=8, max_size=8), second=st.lists(NUMBERS, min_size=8, max_size=8))
+def test_commits_of_one_shape_made_from_its_template_are_the_batches_built_column_by_column(shape, first, second
+                                                                                            ) -> None:
+    """A second commit of the same keys and metadata is made from the first's IPC message, its numbers replaced:
+    byte for byte the message of the batch built column by column, whichever numbers either holds."""
+    for numbers in (first, second):
+        rows = [(key, {"next_offset": offset, "metadata": text, "commit_ms": ms})
+                for (key, text), (_, offset, ms) in zip(shape, numbers[:len(shape)], strict=True)]
+        made, built = batch(rows, numbers[0][0]), build(rows, numbers[0][0])
+        made.validate(full=True)
+        assert made.equals(built)
+        assert made.serialize().to_pybytes() == built.serialize().to_pybytes()
+
+
+def test_a_shape_whose_marks_are_not_found_once_is_built_column_by_column(monkeypatch) -> None:
+    class Repeating:  # every mark the same: each occurs three times, so none can be told apart
+        def getrandbits(self, bits: int) -> int:
+            return 12345
+
+    monkeypatch.setattr(offsets_records, "_MARKS", Repeating())
+    rows = [(b"never-seen-key", {"next_offset": 7, "metadata": "m", "commit_ms": 9})]
+    assert offsets_records._template(((b"never-seen-key",), ("m",))) is None
+    assert batch(rows, 5).equals(build(rows, 5))
 
 
 GROUPS, TOPICS = st.sampled_from(["g", "h"]), st.sampled_from(["t", "u"])
