@@ -13,12 +13,10 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-import pyarrow as pa
-
 from fabric.coordinator.commit_batch import Queued, append_together
 from fabric.storage.batch_encoding import Encoded
 
-Append = Callable[[pa.RecordBatch, Callable[[int], None]], None]  # (rows, written) -> None, write lock held
+Append = Callable[[Encoded, Callable[[int], None]], None]  # (rows, written) -> None, write lock held
 
 
 class GroupCommit:
@@ -54,5 +52,5 @@ class GroupCommit:
 
         def append(rows: Encoded, validate: Callable[[], None], written: Callable[[int], None]) -> None:
             validate()
-            self._append(rows.batch, written)
+            self._append(rows, written)
         append_together(append, queued)

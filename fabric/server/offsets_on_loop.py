@@ -22,8 +22,6 @@ import concurrent.futures
 import logging
 from typing import TYPE_CHECKING, Callable
 
-import pyarrow as pa
-
 from fabric.common.errors import FabricError
 from fabric.common.protocol import messages, payloads
 from fabric.common.protocol.loop_connection import Result
@@ -83,8 +81,8 @@ class LoopAppends:
                 self._finished(partition)
                 return
             connection, args, sequence = route
-            rows = rows_of(callers).batch
-            sent = connection.request("produce", args, payloads.ipc_stream(rows.schema, [rows]),
+            rows = rows_of(callers)
+            sent = connection.request("produce", args, payloads.message_stream(rows.schema, [rows.payload]),
                                       self.log.timeout_s + ANSWER_GRACE_S)
             self.counts["loop"] += 1
         except Exception as exc:  # noqa: BLE001 (every caller hears it; nothing was sent)
@@ -93,7 +91,7 @@ class LoopAppends:
             return
         sent.add_done_callback(lambda answer: self._answered(partition, sequence, rows, callers, answer))
 
-    def _answered(self, partition: int, sequence: int, rows: pa.RecordBatch, callers: list[Queued],
+    def _answered(self, partition: int, sequence: int, rows: Encoded, callers: list[Queued],
                   answer: asyncio.Future[Result]) -> None:
         exc = answer.exception()
         if exc is None:
@@ -160,7 +158,7 @@ class LoopAppends:
         try:
             def append(rows: Encoded, validate: Callable[[], None], written: Callable[[int], None]) -> None:
                 validate()
-                self.log.write(partition, rows.batch, written)
+                self.log.write(partition, rows, written)
             append_together(append, callers)
         finally:
             lock.release()

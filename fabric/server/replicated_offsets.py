@@ -60,7 +60,7 @@ from fabric.coordinator.offsets_records import (
     OFFSETS_TOPIC,
     SEGMENT_BYTES,
     VALUE,
-    batch,
+    encoded,
     migrated_key,
 )
 from fabric.coordinator.offsets_topic import OffsetsTopic
@@ -102,7 +102,7 @@ class ReplicatedOffsetsLog:
         self._epochs = [-1] * self.partitions  # the producer epoch of this instance's appends, per partition
         self._sequences = [0] * self.partitions
         # per partition: an append whose outcome is unknown (sequence, rows, what to tell once written)
-        self._unresolved: list[tuple[int, pa.RecordBatch, Callable[[int], None]] | None] = [None] * self.partitions
+        self._unresolved: list[tuple[int, Encoded, Callable[[int], None]] | None] = [None] * self.partitions
         self._locks = [threading.Lock() for _ in range(self.partitions)]
         self._commits = [GroupCommit(lock, functools.partial(self.write, p)) for p, lock in enumerate(self._locks)]
         self._on_loop = LoopAppends(self)
@@ -208,10 +208,10 @@ class ReplicatedOffsetsLog:
                 "producer_id": OFFSETS_PRODUCER_ID, "producer_epoch": self._epochs[partition],
                 "base_sequence": sequence}
 
-    def _send(self, partition: int, sequence: int, rows: pa.RecordBatch) -> int:
+    def _send(self, partition: int, sequence: int, rows: Encoded) -> int:
         """Append `rows` at the leader with acks=all as sequence `sequence` of the offsets producer; its offset."""
         result, _ = self._at_leader(partition, "produce", self._produce_args(partition, sequence),
-                                    payloads.ipc_stream(rows.schema, [rows]))
+                                    payloads.message_stream(rows.schema, [rows.payload]))
         offset: int = messages.decode_result(result, int)
         return offset
 
@@ -225,7 +225,7 @@ class ReplicatedOffsetsLog:
             self._unresolved[partition] = None
             self.sent(partition, sequence, earlier.num_rows)
 
-    def write(self, partition: int, rows: pa.RecordBatch, written: Callable[[int], None]) -> None:
+    def write(self, partition: int, rows: Encoded, written: Callable[[int], None]) -> None:
         """Send `rows` as the partition's next sequence (lock held), after an earlier append whose outcome was
         unknown; kept as unknown again if this fails."""
         self.resolve(partition)
@@ -244,7 +244,7 @@ class ReplicatedOffsetsLog:
         """The append of `count` rows as `sequence` was acknowledged (lock held): the next sequence follows it."""
         self._sequences[partition] = (sequence + count) % (SEQUENCE_MAX + 1)
 
-    def unresolved(self, partition: int, sequence: int, rows: pa.RecordBatch, told: Callable[[int], None]) -> None:
+    def unresolved(self, partition: int, sequence: int, rows: Encoded, told: Callable[[int], None]) -> None:
         """The append of `rows` as `sequence` failed with its outcome unknown (lock held): it is sent again, with
         that sequence, before the partition's next append (`resolve`); `told` hears where it landed."""
         self._unresolved[partition] = (sequence, rows, told)
@@ -300,7 +300,7 @@ class ReplicatedOffsetsLog:
             with self._locks[partition]:
                 self._epochs[partition] = epoch
                 self._sequences[partition], self._unresolved[partition] = 0, None
-                self.write(partition, batch([(LEADER_KEY, None)], time.time_ns() // 1000), lambda offset: None)
+                self.write(partition, encoded([(LEADER_KEY, None)], time.time_ns() // 1000), lambda offset: None)
 
     def migrated(self) -> bool:
         """Whether partition 0, as this instance last loaded it, says the earlier stores' offsets and groups were
@@ -317,7 +317,7 @@ class ReplicatedOffsetsLog:
         yield pending
         if pending:
             with self._locks[0]:
-                self.write(0, batch([(key, None)], time.time_ns() // 1000), lambda offset: None)
+                self.write(0, encoded([(key, None)], time.time_ns() // 1000), lambda offset: None)
             self._migrated.add(key)
 
 

@@ -21,7 +21,13 @@ def ipc_stream(schema: pa.Schema, batches: Sequence[pa.RecordBatch]) -> tuple[by
     """`batches` (of `schema`) as one Arrow IPC stream, in parts: the schema's message (serialized once per
     schema), each batch's message, the end of the stream; the bytes a stream writer writes, at a quarter of its
     cost for a batch of one row (no writer set up per request)."""
-    return (_schema_message(schema), *(batch.serialize() for batch in batches), _END_OF_STREAM)
+    return message_stream(schema, [batch.serialize() for batch in batches])
+
+
+def message_stream(schema: pa.Schema, messages_: Sequence[pa.Buffer]) -> tuple[bytes | pa.Buffer, ...]:
+    """Record-batch messages already made (each a batch's `serialize()`, of `schema`) as one Arrow IPC stream, in
+    parts, as ipc_stream."""
+    return (_schema_message(schema), *messages_, _END_OF_STREAM)
 
 
 def fetched_stream(schema: pa.Schema, fetched: Sequence[Fetched]) -> tuple[bytes | pa.Buffer, ...]:
