@@ -15,13 +15,19 @@ _CRC = struct.Struct("<I")
 
 
 def write(path: str, body: bytes) -> None:
-    """Replace the file at `path` with `body` and its CRC; left out (logged at DEBUG) where it cannot be written."""
+    """Replace the file at `path` with `body` and its CRC; left out (logged at DEBUG) where it cannot be written,
+    what was written of it removed (a full disk gets its space back; the file there before stays as it was)."""
+    tmp = path + ".tmp"
     try:
-        with open(path + ".tmp", "wb") as f:
+        with open(tmp, "wb") as f:
             f.write(body + _CRC.pack(zlib.crc32(body)))
-        os.replace(path + ".tmp", path)
+        os.replace(tmp, path)
     except OSError as exc:
         log.debug("%s is left out: %s", path, exc)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def read(path: str) -> bytes | None:
