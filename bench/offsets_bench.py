@@ -9,7 +9,8 @@ server process's CPU over the measurement in cores (near 1: that process, one in
 clients' groups spread over the offsets topic's partitions; the cluster is measured again with groups that share
 one partition, where concurrent commits go together in one append (group commit), and (with ZooKeeper) with
 --instances coordinator instances that share the offsets topic's partitions out (each serving the groups of its
-own; issue 24's goal 7).
+own; issue 24's goal 7). Then (--sustained) one client commits one group's offset tens of thousands of times on the
+SQLite table and on the embedded offsets topic, whose cleaner runs beside the commits once its partition rolls.
 
 The issue's goal: on the cluster, at least 20x the commits/s of the ZooKeeper znodes (`vs_znodes`). With
 --without-zookeeper (a machine without Java) the cases that need ZooKeeper are skipped and the ratios are to the
@@ -112,6 +113,25 @@ def measure(pool: ProcessPoolExecutor, store: Store, clients: int, seconds: floa
     ms = np.array([x for o in outs for x in o["latencies_ms"]])
     return {"clients": clients, "commits": len(ms), "commits_per_s": len(ms) / span,
             "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
+
+
+def sustained(store: Store, commits: int, windows: int = 12) -> dict[str, Any]:
+    """One client of `store` committing one group's offset `commits` times back to back, in this process: µs per
+    commit over all of them and in each of `windows` equal stretches. On the offsets topic a partition rolls its
+    segment every 21,000 commits or so and its cleaner then runs beside the commits: what a consumer that commits
+    all the time pays for compaction (the stretches with a pass are the slow ones)."""
+    coordinator = open_store(store)
+    per_window, spans = max(commits // windows, 1), []
+    try:
+        for w in range(windows):
+            began = time.perf_counter()
+            for i in range(w * per_window, (w + 1) * per_window):
+                coordinator.commit_offsets("bench-sustained", {(TOPIC, 0): i % (RECORDS + 1)})
+            spans.append(time.perf_counter() - began)
+    finally:
+        coordinator.close()
+    return {"commits": per_window * windows, "us_per_commit": sum(spans) / (per_window * windows) * 1e6,
+            "windows_us": [span / per_window * 1e6 for span in spans]}
 
 
 def fill_topic(url: str, partitions: int) -> None:
@@ -261,6 +281,12 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], None]
                 progress(f"  {out['commits_per_s']:,.0f} commits/s, p50 {out['p50_ms']:.2f} ms, "
                          f"p99 {out['p99_ms']:.2f} ms")
                 results["cases"].setdefault(label, {})[str(clients)] = out
+    if args.sustained:
+        for label in (TABLE, "offsets topic, embedded"):
+            with timed(f"{label}, one client, {args.sustained:,} commits of one group"):
+                results.setdefault("sustained", {})[label] = out = sustained(cases[label], args.sustained)
+            progress(f"  {out['us_per_commit']:.0f} µs a commit; by stretches: "
+                     + " ".join(f"{us:.0f}" for us in out["windows_us"]))
     peer = results["cases"][baseline]
     results[RATIOS[baseline]] = {label: {n: out["commits_per_s"] / peer[n]["commits_per_s"] for n, out in modes.items()}
                             for label, modes in results["cases"].items()}
@@ -286,6 +312,12 @@ def report(results: dict[str, Any], _: None) -> None:
                 ("store", "clients", "commits/s", "p50 ms", "p99 ms", "server CPU ms/commit", "of it in the kernel",
                  "server context switches/commit", "busiest server, cores",
                  f"vs {baseline.removesuffix(' (before)')}")))
+    if results.get("sustained"):
+        peer = results["sustained"][TABLE]["us_per_commit"]
+        print(table([(label, f"{out['commits']:,}", f"{out['us_per_commit']:.0f}", f"{max(out['windows_us']):.0f}",
+                      f"{peer / out['us_per_commit']:.3g}x") for label, out in results["sustained"].items()],
+                    ("sustained, one client", "commits", "µs a commit", "slowest stretch, µs a commit",
+                     "vs SQLite table")))
     progress(f"plot: {chart}")
 
 
@@ -293,6 +325,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=4.0, help="duration of each measurement")
     parser.add_argument("--nodes", type=int, default=3, help="data nodes of the cluster case")
+    parser.add_argument("--sustained", type=int, default=60_000,
+                        help="commits of one client, back to back, on the SQLite table and the embedded offsets "
+                        "topic, whose cleaner runs beside them past about 21,000 (0: not measured)")
     parser.add_argument("--clients", type=int, default=MANY, help="client processes of the concurrent case")
     parser.add_argument("--instances", type=int, default=3,
                         help="coordinator instances of the case where they share the groups out")
@@ -300,8 +335,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="skip the cases that need ZooKeeper (and Java); ratios to the SQLite table instead")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
-    if args.seconds <= 0 or args.nodes < 1 or args.clients < 1 or args.instances < 1:
-        parser.error("--seconds must be positive, and --nodes, --clients and --instances at least 1")
+    if args.seconds <= 0 or args.nodes < 1 or args.clients < 1 or args.instances < 1 or args.sustained < 0:
+        parser.error("--seconds must be positive, --nodes, --clients and --instances at least 1, and --sustained 0 "
+                     "or more")
     return run_suite("offsets", args, run, report)
 
 
