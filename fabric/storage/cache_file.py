@@ -5,9 +5,10 @@ read-only or full disk) is left out, and one missing or damaged is read as none:
 from __future__ import annotations
 
 import logging
-import os
 import struct
 import zlib
+
+from fabric.storage import durable
 
 log = logging.getLogger(__name__)
 
@@ -17,17 +18,10 @@ _CRC = struct.Struct("<I")
 def write(path: str, body: bytes) -> None:
     """Replace the file at `path` with `body` and its CRC; left out (logged at DEBUG) where it cannot be written,
     what was written of it removed (a full disk gets its space back; the file there before stays as it was)."""
-    tmp = path + ".tmp"
     try:
-        with open(tmp, "wb") as f:
-            f.write(body + _CRC.pack(zlib.crc32(body)))
-        os.replace(tmp, path)
+        durable.replace_file(path, body + _CRC.pack(zlib.crc32(body)), durably=False)
     except OSError as exc:
         log.debug("%s is left out: %s", path, exc)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
 
 
 def read(path: str) -> bytes | None:

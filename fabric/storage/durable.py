@@ -1,24 +1,36 @@
-"""Replacing a small file atomically and durably: what the partition's checkpoint files (leader epochs, cleaner
-passes, log start) and the cleaner's swap marker are written with.
+"""Replacing a small file atomically, and durably unless told not to: what the partition's checkpoint files (leader
+epochs, cleaner passes, log start), the cleaner's swap marker, the cache files, a rebuilt index and the data
+directory's ids are written with.
 
-The bytes go to `<path>.tmp`, which is fsynced and renamed over `path`, then the directory is fsynced: a reader (or
-a process after a crash) sees the old file or the whole new one, and once this returns the new one survives a
-power loss.
+The bytes go to `<path>.tmp`, which is renamed over `path`: a reader (or a process after a crash) sees the old file
+or the whole new one. Durably, the temporary file is fsynced before the rename and the directory after it, so once
+this returns the new file survives a power loss. A write that fails part-way (a full disk) removes what it wrote:
+the file there before stays as it was, and the space comes back.
 """
 from __future__ import annotations
 
 import os
 
 
-def replace_file(path: str, data: bytes) -> None:
-    """Make `path` hold `data`, atomically and durably (see the module doc)."""
+def replace_file(path: str, data: bytes, durably: bool = True) -> None:
+    """Make `path` hold `data`, atomically and (`durably`) durably; OSError, with nothing left behind, if it
+    cannot be written (see the module doc)."""
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path) or ".")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if durably:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if durably:
+        fsync_dir(os.path.dirname(path) or ".")
 
 
 def remove_file(path: str) -> None:

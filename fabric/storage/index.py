@@ -18,6 +18,7 @@ from typing import Literal, Sequence, overload
 import numpy as np
 
 from fabric.common.errors import FabricError
+from fabric.storage import durable
 from fabric.storage.mapcache import MAPS
 from fabric.storage.open_files import DIRECT, DirectFiles
 
@@ -137,17 +138,7 @@ class _MappedIndex:
 
     def reset(self, entries: Sequence[tuple[int, int]] | np.ndarray) -> None:
         """Replace the file's contents atomically (used when rebuilding)."""
-        tmp = self.path + ".tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(np.asarray(entries, self.DTYPE).tobytes())
-            os.replace(tmp, self.path)
-        except OSError:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        durable.replace_file(self.path, np.asarray(entries, self.DTYPE).tobytes(), durably=False)
         MAPS.forget(self.path)
 
     def delete(self) -> None:

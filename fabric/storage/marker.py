@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 
 from fabric.common.errors import CorruptRecordError
+from fabric.storage import durable
 
 PENDING = "pending-publish"
 
@@ -61,9 +62,8 @@ def _offset(value: object) -> bool:
 def write_marker(directory: str, marker: PendingPublish) -> None:
     """Write the marker atomically (a reader sees the old one, none, or the whole new one)."""
     path = marker_path(directory)
-    with open(path + ".tmp", "w") as f:
-        json.dump({"txn": marker.txn, "base": marker.base, "end": marker.end}, f)
-    os.replace(path + ".tmp", path)
+    durable.replace_file(path, json.dumps({"txn": marker.txn, "base": marker.base, "end": marker.end}).encode(),
+                         durably=False)
 
 
 def remove_marker(directory: str) -> None:

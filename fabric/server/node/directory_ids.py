@@ -7,15 +7,14 @@ from __future__ import annotations
 import os
 
 from fabric.common.errors import InvalidConfigError
+from fabric.storage.durable import replace_file
 
 NODE_ID_FILE = "node.id"
 TOPIC_ID_FILE = "topic.id"  # in each topic directory: the id of the topic its logs belong to
 
 
 def _write(path: str, text: str) -> None:
-    with open(path + ".tmp", "w") as handle:
-        handle.write(text + "\n")
-    os.replace(path + ".tmp", path)
+    replace_file(path, f"{text}\n".encode(), durably=False)
 
 
 def claim(internal_dir: str, root: str, node_id: int) -> None:
