@@ -263,3 +263,70 @@ def test_arguments_must_be_an_object_of_text_and_payloads_an_arrow_stream() -> N
         messages.decode_args(messages.decode_request(b'{"id": 4, "type": "produce", "args": {"topic": "m\x95ne"}}'))
     with pytest.raises(InvalidRequestError, match="payload of a produce is not an Arrow IPC stream"):
         payloads.read_stream(b"junk", "a produce")
+
+
+def _stream_reader(payload: bytes) -> tuple[pa.Schema, list[Any]] | str:
+    """What pyarrow's own stream reader reads of `payload` (_valid); "refused" where it refuses it."""
+    try:
+        reader = pa.ipc.open_stream(payload)
+        return _valid(reader.schema, list(reader))
+    except (pa.ArrowException, ValueError, OSError):
+        return "refused"
+
+
+def _read(payload: bytes) -> tuple[pa.Schema, list[Any]] | str:
+    try:
+        return _valid(*payloads.read_stream(payload, "a test"))
+    except InvalidRequestError:
+        return "refused"
+
+
+def _valid(schema: pa.Schema, batches: list[pa.RecordBatch]) -> tuple[pa.Schema, list[Any]]:
+    """The schema and each batch's rows, or "invalid" for a batch whose buffers do not hold what its schema says
+    (a damaged stream can decode to one: the servers check each with validate(full=True) before they use it)."""
+    rows: list[Any] = []
+    for batch in batches:
+        try:
+            batch.validate(full=True)
+        except pa.ArrowInvalid:
+            rows.append("invalid")
+            continue
+        rows.append(batch.to_pylist())
+    return schema, rows
+
+
+SHAPES = {"plain": pa.schema([("value", pa.binary())]),
+          "typed": pa.schema([("key", pa.binary()), ("value", pa.struct([("n", pa.int64()), ("s", pa.string())]))]),
+          "dictionary": pa.schema([("value", pa.dictionary(pa.int32(), pa.string()))])}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(sorted(SHAPES)), st.lists(st.integers(0, 4), max_size=3), st.booleans(),
+       st.integers(0, 10_000), st.integers(0, 255) | st.none())
+def test_a_stream_is_read_as_a_stream_reader_reads_it_whole_cut_or_damaged(shape, sizes, end_marker, cut, flip
+                                                                           ) -> None:
+    """payloads.read_stream reads a stream whose schema message it met before without a stream reader
+    (_read_known): whatever the stream (any schema, no batch or several, with or without its end marker, cut
+    anywhere, a byte changed anywhere), it reads the schema and batches pyarrow's stream reader reads, or refuses
+    what that reader refuses; twice, so that the second read takes the schema from those met before."""
+    schema = SHAPES[shape]
+    batches = [pa.RecordBatch.from_pylist([_row(shape, i) for i in range(size)], schema=schema) for size in sizes]
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    whole = sink.getvalue().to_pybytes()
+    payload = bytearray(whole if end_marker else whole[:-8])
+    if cut < len(payload):
+        del payload[cut:]
+    if flip is not None and payload:
+        payload[flip % len(payload)] ^= 0x5A
+    expected = _stream_reader(bytes(payload))
+    for _ in range(2):
+        assert _read(bytes(payload)) == expected
+
+
+def _row(shape: str, i: int) -> dict[str, Any]:
+    if shape == "typed":
+        return {"key": b"k%d" % i, "value": {"n": i, "s": "x" * i}}
+    return {"value": f"v{i % 2}" if shape == "dictionary" else b"v" * i}
