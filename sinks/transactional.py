@@ -35,7 +35,6 @@ from fabric.client.cluster import Cluster
 from fabric.client.leader_transactions import TIMEOUT_S, append_batches, end_transaction
 from fabric.client.retry import retrying
 from fabric.client.staged import staged_rows
-from fabric.common.records import storage_schema
 from fabric.common.types import ProducerIdentity, TransactionRecord
 from fabric.sinks.staging import StagedBatch, StagedFile, Stager
 
@@ -72,7 +71,7 @@ def write_transaction(cluster: Cluster, txn: str, topic: str | None, codec: str,
 
 def _append_file(cluster: Cluster, txn: str, staged: StagedFile, identity: ProducerIdentity, codec: str) -> None:
     """Append a staged file's frames to its partition's leader, in order, as `identity`'s transaction `txn`."""
-    schema = storage_schema(cluster.coordinator.topic(staged.topic).value_schema)
+    schema = cluster.coordinator.topic(staged.topic).stored_schema
     append_batches(cluster, txn, staged.topic, staged.partition, staged_rows(staged.path, schema), identity, codec)
 
 

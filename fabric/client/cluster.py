@@ -12,7 +12,7 @@ from typing import Callable, Mapping, Sequence
 import pyarrow as pa
 
 from fabric.common.errors import FabricError, InvalidConfigError
-from fabric.common.records import TIMESTAMP_TYPES, storage_schema
+from fabric.common.records import TIMESTAMP_TYPES
 from fabric.common.types import (
     ClusterDescription,
     Fetched,
@@ -203,14 +203,14 @@ class Cluster(ABC):
         sink's tasks encode once, and the driver appends the bytes as they are."""
         info = self.coordinator.topic(topic)
         timestamp_type = TIMESTAMP_TYPES[info.settings["message.timestamp.type"]]
-        return FrameEncoder(storage_schema(info.value_schema), timestamp_type, codec)
+        return FrameEncoder(info.stored_schema, timestamp_type, codec)
 
     def publish_frames(self, txn: str, parts: Mapping[TopicPartition, Sequence[pa.Buffer]]) -> bool:
         """publish() for buffers of whole frames from a frame_encoder, laid end to end (a staged file; schema
         frames are skipped). This default decodes and re-encodes; EmbeddedCluster appends them as they are."""
         batches = {}
         for (topic, p), buffers in parts.items():
-            schema = storage_schema(self.coordinator.topic(topic).value_schema)
+            schema = self.coordinator.topic(topic).stored_schema
             batches[(topic, p)] = [frame.decode_batch(payload, schema) for buf in buffers
                                    for header, payload in frame.split_frames(buf) if not header.is_schema]
         return self.publish(txn, batches)

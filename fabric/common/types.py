@@ -11,6 +11,7 @@ from typing import Callable
 import pyarrow as pa
 
 from fabric.common.config import TopicConfig
+from fabric.common.records import storage_schema
 
 TopicPartition = tuple[str, int]
 
@@ -32,6 +33,12 @@ class TopicInfo:
         """The effective config (the overrides over Kafka's defaults), checked and parsed once per TopicInfo: a
         server keeps one per topic until its metadata changes, and reads a setting on every append."""
         return TopicConfig(self.config)
+
+    @functools.cached_property
+    def stored_schema(self) -> pa.Schema:
+        """The schema its batches are stored with (records.storage_schema), built once per TopicInfo: an append
+        checks its rows against it, and a typed topic's is a new nested schema each time it is built."""
+        return storage_schema(self.value_schema)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ import pyarrow.flight as flight
 
 from fabric.common import record_sizes
 from fabric.common.errors import FabricError, SchemaMismatchError
-from fabric.common.records import storage_schema
 from fabric.common.types import Fetched, TopicInfo
 from fabric.server import admission, partition_ops, security, wire
 from fabric.server.arguments import check_call
@@ -174,7 +173,7 @@ def stored_rows(info: TopicInfo, schema: pa.Schema, batches: Iterable[pa.RecordB
     RecordTooLargeError as soon as its records weigh more than the topic's max.message.bytes (the append is one
     batch): nothing more of it is read."""
     topic = info.name
-    expected = storage_schema(info.value_schema)
+    expected = info.stored_schema
     if not schema.equals(expected):
         raise SchemaMismatchError(
             f"an append to topic {topic!r} must carry stored rows with schema "

@@ -26,7 +26,6 @@ import pyarrow.flight as flight
 
 from fabric.common import pandas_probe
 from fabric.common.errors import AuthorizationError, InvalidRequestError
-from fabric.common.records import storage_schema
 from fabric.common.redaction import clip
 from fabric.common.types import ClusterDescription, transaction_sequence
 from fabric.coordinator import validation
@@ -332,7 +331,7 @@ class CoordinatorService(FabricFlightServer):
 
     def topic_schema(self, topic: str) -> pa.Schema:
         """The storage schema of a topic's rows (what an empty fetch answers)."""
-        return storage_schema(self.broker.coordinator.topic(topic).value_schema)
+        return self.broker.coordinator.topic(topic).stored_schema
 
     @translated
     @measured("fetch")

@@ -14,7 +14,6 @@ from typing import Callable
 
 from fabric.common.errors import FabricError, UnknownPartitionError
 from fabric.common.names import validate_topic
-from fabric.common.records import storage_schema
 from fabric.common.types import TopicInfo, TopicPartition
 from fabric.storage.log import Log
 from fabric.storage.recent_frames import RECENT_BYTES
@@ -64,7 +63,7 @@ class LogManager:
                 cached[1].config = info.settings  # log takes the configs (each use reads them) and keeps
                 self._logs[(info.name, partition)] = (info, cached[1])  # its tail, its kept frames, its waiters
                 return cached[1]
-            log = Log(os.path.join(self.topic_dir(info.name), str(partition)), storage_schema(info.value_schema),
+            log = Log(os.path.join(self.topic_dir(info.name), str(partition)), info.stored_schema,
                       info.settings, self._transaction_committed, replica=self.replica,
                       recent_bytes=RECENT_BYTES if self.replica else 0, create=create)
             self._logs[(info.name, partition)] = (info, log)

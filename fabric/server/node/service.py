@@ -34,7 +34,6 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from fabric.common.errors import FabricError, InvalidRequestError
-from fabric.common.records import storage_schema
 from fabric.common.redaction import clip
 from fabric.server import consumer_fetches, loop_handoff, partition_ops, protocol_handlers, security, wire
 from fabric.server.arguments import INT64_MAX, INT64_MIN, check_call
@@ -291,7 +290,7 @@ class NodeService(FabricFlightServer):
         writer.write(pa.py_buffer(wire.dumps(offset)))
 
     def topic_schema(self, topic: str) -> pa.Schema:
-        return storage_schema(self.replicas.topic(topic).value_schema)
+        return self.replicas.topic(topic).stored_schema
 
     @translated
     @measured("fetch")
