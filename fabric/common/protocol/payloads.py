@@ -66,7 +66,7 @@ _PREFIX = struct.Struct("<Ii")  # an IPC message's continuation marker and metad
 
 def _read_known(payload: bytes | pa.Buffer) -> tuple[pa.Schema, list[pa.RecordBatch]] | None:
     """The stream, its schema message taken from the messages read before where it is byte for byte one of them
-    (a topic's producers and leaders send the same one again and again): a third of what opening a stream reader
+    (a topic's producers and leaders send the same one again and again): three fifths of what opening a stream reader
     costs for a batch of one row, and the same schema object each time, which the append's schema check then
     compares at once. None, nothing read, for a stream whose schema message is new or that holds anything but
     record batches (a stream reader reads those)."""
