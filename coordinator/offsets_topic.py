@@ -57,6 +57,7 @@ from fabric.coordinator.offsets_records import (
     OFFSETS_TOPIC,
     SEGMENT_BYTES,
     Row,
+    batch,
     encoded,
     offset_key,
     offset_rows,
@@ -303,7 +304,7 @@ class OffsetsTopic:
                 "commit the offsets with the consumer after commit_transaction() instead")
         rows = offset_rows(group, offsets, metadata, self.clock.now_ms())
         partition, local = offsets_partition(group, self.partitions), self.log
-        return OffsetsPart(partition, self.partitions, local.log, encoded(rows, self.clock.now_us()).batch,
+        return OffsetsPart(partition, self.partitions, local.log, batch(rows, self.clock.now_us()),
                            lambda: local.check_epoch(partition))
 
     def newest_commits(self) -> dict[str, int]:
