@@ -2,7 +2,6 @@
 the record batches), which any Arrow library reads (Java's ArrowStreamReader among them)."""
 from __future__ import annotations
 
-import functools
 import struct
 from typing import Sequence
 
@@ -16,6 +15,10 @@ from fabric.common.redaction import shorten
 from fabric.common.types import Fetched
 
 _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an IPC stream's end: a continuation marker, length 0
+_SCHEMAS: dict[bytes, pa.Schema] = {}  # schema messages read before, byte for byte, and their schemas
+_MAX_SCHEMAS, _MAX_SCHEMA_BYTES = 256, 64 << 10  # at most 16 MiB of them
+_PREFIX = struct.Struct("<Ii")  # an IPC message's continuation marker and metadata length
+_MESSAGES: dict[int, tuple[pa.Schema, pa.Buffer]] = {}  # by id(schema): the schema (held, so its id stays its own)
 
 
 def ipc_stream(schema: pa.Schema, batches: Sequence[pa.RecordBatch]) -> tuple[bytes | pa.Buffer, ...]:
@@ -39,9 +42,18 @@ def fetched_stream(schema: pa.Schema, fetched: Sequence[Fetched]) -> tuple[bytes
             _END_OF_STREAM)
 
 
-@functools.lru_cache(maxsize=256)
 def _schema_message(schema: pa.Schema) -> pa.Buffer:
-    return schema.serialize()
+    """`schema`'s message, serialized once per schema object (a topic's, the offsets topic's, a batch's: the
+    same object request after request). Kept by identity, not by the schema's hash: hashing a schema makes an
+    object per field and the text of each type (7 to 20 µs for the offsets topic's), more than serializing it."""
+    known = _MESSAGES.get(id(schema))
+    if known is not None and known[0] is schema:
+        return known[1]
+    if len(_MESSAGES) >= _MAX_SCHEMAS:
+        _MESSAGES.clear()
+    message = schema.serialize()
+    _MESSAGES[id(schema)] = (schema, message)
+    return message
 
 
 def read_stream(payload: bytes | pa.Buffer, what: str) -> tuple[pa.Schema, list[pa.RecordBatch]]:
@@ -59,9 +71,6 @@ def _read_any(payload: bytes | pa.Buffer) -> tuple[pa.Schema, list[pa.RecordBatc
     return reader.schema, list(reader)
 
 
-_SCHEMAS: dict[bytes, pa.Schema] = {}  # schema messages read before, byte for byte, and their schemas
-_MAX_SCHEMAS, _MAX_SCHEMA_BYTES = 256, 64 << 10  # at most 16 MiB of them
-_PREFIX = struct.Struct("<Ii")  # an IPC message's continuation marker and metadata length
 
 
 def _read_known(payload: bytes | pa.Buffer) -> tuple[pa.Schema, list[pa.RecordBatch]] | None:
