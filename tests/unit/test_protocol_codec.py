@@ -214,6 +214,22 @@ def test_a_produce_payload_is_the_bytes_a_stream_writer_writes() -> None:
         assert joined(payloads.ipc_stream(schema, batches)) == sink.getvalue().to_pybytes()
 
 
+def test_a_schemas_message_is_kept_for_that_very_schema_object(monkeypatch) -> None:
+    """The schema messages are kept by the schema object's identity (hashing a schema costs more than serializing
+    it): each stream carries its own schema's message, whichever schemas came before, however many, and an entry
+    left under an id by another schema object is never taken for this one's."""
+    monkeypatch.setattr(payloads, "_MESSAGES", {})
+    schemas = [pa.schema([(f"c{i}", pa.int64() if i % 2 else pa.string())]) for i in range(300)]
+    for schema in [*schemas, *reversed(schemas)]:
+        sent = joined(payloads.message_stream(schema, []))
+        assert pa.ipc.open_stream(sent).schema.equals(schema)
+        assert len(payloads._MESSAGES) <= payloads._MAX_SCHEMAS
+    one, other = pa.schema([("a", pa.int64())]), pa.schema([("b", pa.string())])
+    payloads._MESSAGES[id(one)] = (other, other.serialize())  # as if `other` had had one's id
+    assert pa.ipc.read_schema(payloads._schema_message(one)).equals(one)
+    assert payloads._schema_message(one) is payloads._schema_message(one)  # kept: serialized once
+
+
 def joined(parts: tuple[bytes | pa.Buffer, ...]) -> bytes:
     """A payload's parts as the bytes a frame carries."""
     return b"".join(memoryview(p) if isinstance(p, pa.Buffer) else p for p in parts)
