@@ -12,6 +12,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 import weakref
 from dataclasses import replace
 from typing import Callable, Iterator, Sequence, TypeVar
@@ -41,6 +42,7 @@ from fabric.coordinator.transaction_offsets import TransactionOffsets
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_CACHED_NAMES = 10_000  # names whose replication is cached at once (a client may ask of any name)
+BUSY_TIMEOUT_S = 60.0  # how long a statement waits for another process's lock on the database
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics (
     name TEXT PRIMARY KEY, partitions INTEGER NOT NULL, config TEXT NOT NULL, value_schema BLOB,
@@ -72,6 +74,24 @@ def _migrate(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
             db.commit()
             log.info("metadata database: table %s gained column %s", table, column)
+
+
+def _write_ahead(db: sqlite3.Connection) -> None:
+    """Put the database in write-ahead-log mode (kept in the file: once set, a no-op). The switch needs the
+    database to itself, and SQLite refuses it at once (SQLITE_BUSY, "database is locked"), without its busy
+    timeout, while another connection holds a lock: processes opening a new fabric together (its first CLI
+    commands, run side by side) each try it while another creates the tables. Tried again until that timeout."""
+    deadline, pause = time.monotonic() + BUSY_TIMEOUT_S, 0.001
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = getattr(exc, "sqlite_errorname", "").startswith("SQLITE_BUSY") or str(exc) == "database is locked"
+            if not busy or time.monotonic() + pause > deadline:  # (Python < 3.11 has no sqlite_errorname)
+                raise
+        time.sleep(pause)  # (another process's statement, milliseconds at most: no condition to wait on)
+        pause = min(pause * 2, 0.1)
 
 
 class _Lease:
@@ -151,9 +171,9 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
         return lease
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         try:
-            db.execute("PRAGMA journal_mode=WAL")
+            _write_ahead(db)
             db.execute("PRAGMA synchronous=NORMAL")
         except BaseException:
             db.close()
@@ -165,7 +185,7 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
         (what a full or read-only disk still allows). StorageError if neither opens."""
         failure: sqlite3.Error = sqlite3.OperationalError(problem)
         for query in ("mode=ro", "mode=ro&immutable=1"):
-            db = sqlite3.connect(f"file:{self.path}?{query}", uri=True, timeout=60, isolation_level=None,
+            db = sqlite3.connect(f"file:{self.path}?{query}", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                  check_same_thread=False)
             try:
                 db.execute("SELECT count(*) FROM sqlite_master").fetchone()

@@ -1,13 +1,18 @@
 """The SQLite coordinator store's own behaviour beyond the Coordinator contract (which
 tests/integration/test_coordinator_contract.py runs against every store): transactions recorded by 0.1.0, and
-a database from before the replicated cluster, connections pooled across threads that come and go."""
+a database from before the replicated cluster, connections pooled across threads that come and go, a new database
+opened while another connection holds it."""
 from __future__ import annotations
 
 import os
 import sqlite3
 import threading
+import time
+import types
 
 from fabric.common.types import CommittedOffset, LeaderAndIsr, PartitionAssignment, PartitionRegistration
+from fabric.common.waiting import wait_for
+from fabric.coordinator import sqlite_store
 from fabric.coordinator.sqlite_store import SqliteCoordinator
 
 
@@ -25,6 +30,44 @@ def test_sqlite_store_folds_0_1_0_transactions_into_one_row_per_id(tmp_path):
         assert store._db().execute("SELECT name FROM sqlite_master WHERE name='transactions'").fetchone() is None
     finally:
         store.close()
+
+
+def test_a_new_database_another_connection_is_writing_is_opened_once_it_is_free(tmp_path, monkeypatch):
+    """Processes opening a new fabric together (its first CLI commands, run side by side): while one creates the
+    tables, SQLite refuses another's switch to write-ahead logging at once ("database is locked", without waiting
+    its busy timeout). The opener tries again, and opens the database once the other is done."""
+    path = str(tmp_path / "m.db")
+    writer = sqlite3.connect(path, isolation_level=None)  # another process creating the database's tables
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("CREATE TABLE another (x)")
+    tried_again = threading.Event()
+
+    def pause(seconds: float) -> None:
+        tried_again.set()
+        time.sleep(seconds)
+    monkeypatch.setattr(sqlite_store, "time", types.SimpleNamespace(monotonic=time.monotonic, sleep=pause),
+                        raising=False)
+    opened: dict[str, object] = {}
+
+    def open_store() -> None:
+        try:
+            opened["store"] = SqliteCoordinator(path)
+        except Exception as exc:  # noqa: BLE001 (the test's assertion names it)
+            opened["error"] = exc
+    opener = threading.Thread(target=open_store)
+    opener.start()
+    wait_for(lambda: tried_again.is_set() or not opener.is_alive(), 60, "the opener to find the database locked")
+    writer.execute("COMMIT")
+    opener.join(120)
+    assert "error" not in opened and isinstance(opened.get("store"), SqliteCoordinator), opened
+    store = opened["store"]
+    assert isinstance(store, SqliteCoordinator)
+    try:
+        assert store._db().execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert store.list_topics() == []
+    finally:
+        store.close()
+        writer.close()
 
 
 def test_a_database_from_before_replication_keeps_its_topics_and_gains_the_tables(tmp_path):
