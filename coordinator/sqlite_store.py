@@ -68,12 +68,21 @@ MIGRATIONS = (("partition_state", "target", "TEXT NOT NULL DEFAULT '[]'"),  # a 
 
 
 def _migrate(db: sqlite3.Connection) -> None:
-    """Bring a database written by an older version to the current schema: add the columns it lacks."""
+    """Bring a database written by an older version to the current schema: add the columns it lacks (another
+    process opening it at the same time may add one first)."""
+    def columns(table: str) -> set[str]:
+        return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
     for table, column, declaration in MIGRATIONS:
-        if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+        if column in columns(table):
+            continue
+        try:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
-            db.commit()
-            log.info("metadata database: table %s gained column %s", table, column)
+        except sqlite3.OperationalError:
+            if column in columns(table):  # added by another process since the look above
+                continue
+            raise
+        db.commit()
+        log.info("metadata database: table %s gained column %s", table, column)
 
 
 def _write_ahead(db: sqlite3.Connection) -> None:

@@ -1,7 +1,7 @@
 """The SQLite coordinator store's own behaviour beyond the Coordinator contract (which
 tests/integration/test_coordinator_contract.py runs against every store): transactions recorded by 0.1.0, and
 a database from before the replicated cluster, connections pooled across threads that come and go, a new database
-opened while another connection holds it."""
+opened while another connection holds it, an older one upgraded by two processes at once."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,7 @@ import types
 
 from fabric.common.types import CommittedOffset, LeaderAndIsr, PartitionAssignment, PartitionRegistration
 from fabric.common.waiting import wait_for
-from fabric.coordinator import sqlite_store
+from fabric.coordinator import sqlite_replicas, sqlite_store
 from fabric.coordinator.sqlite_store import SqliteCoordinator
 
 
@@ -68,6 +68,39 @@ def test_a_new_database_another_connection_is_writing_is_opened_once_it_is_free(
     finally:
         store.close()
         writer.close()
+
+
+def test_a_column_another_process_adds_first_while_both_upgrade_the_database_is_kept(tmp_path) -> None:
+    """Two processes opening a database of an older version at once both find a column missing; the one whose
+    ALTER comes second finds it added, and goes on."""
+    path = str(tmp_path / "m.db")
+    with sqlite3.connect(path) as db:  # the topics table as it was before topic ids
+        db.execute("CREATE TABLE topics (name TEXT PRIMARY KEY, partitions INTEGER NOT NULL, config TEXT NOT NULL, "
+                   "value_schema BLOB)")
+    mine, another = (sqlite3.connect(path, isolation_level=None) for _ in range(2))
+    mine.executescript(sqlite_store._SCHEMA + sqlite_replicas.SCHEMA)
+
+    class Racing:
+        """`mine`, with the other process adding topics.topic_id right after this one first looked for it."""
+
+        raced = False
+
+        def execute(self, sql: str, *args: object) -> list[tuple]:
+            rows = mine.execute(sql, *args).fetchall()
+            if sql == "PRAGMA table_info(topics)" and not self.raced:
+                self.raced = True
+                another.execute("ALTER TABLE topics ADD COLUMN topic_id TEXT NOT NULL DEFAULT ''")
+            return rows
+
+        def commit(self) -> None:
+            mine.commit()
+    racing = Racing()
+    sqlite_store._migrate(racing)  # (a connection, as far as _migrate looks)
+    assert racing.raced
+    for table, column, _ in sqlite_store.MIGRATIONS:
+        assert column in {row[1] for row in mine.execute(f"PRAGMA table_info({table})")}
+    mine.close()
+    another.close()
 
 
 def test_a_database_from_before_replication_keeps_its_topics_and_gains_the_tables(tmp_path):
