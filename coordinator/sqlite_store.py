@@ -7,6 +7,7 @@ reads keep working and every write fails with a StorageError naming the problem 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -30,7 +31,7 @@ from fabric.common.types import (
     transaction_sequence,
 )
 from fabric.coordinator import disk, sqlite_replicas, transactions, validation
-from fabric.coordinator.group_store import GroupMembership, GroupService, SqliteGroupStore
+from fabric.coordinator.group_store import GroupMembership, GroupService, SqliteGroupStore, conflict_backoff
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.metadata_version import MetadataVersion
 from fabric.coordinator.offsets_log import LocalOffsetsLog
@@ -89,18 +90,18 @@ def _write_ahead(db: sqlite3.Connection) -> None:
     """Put the database in write-ahead-log mode (kept in the file: once set, a no-op). The switch needs the
     database to itself, and SQLite refuses it at once (SQLITE_BUSY, "database is locked"), without its busy
     timeout, while another connection holds a lock: processes opening a new fabric together (its first CLI
-    commands, run side by side) each try it while another creates the tables. Tried again until that timeout."""
-    deadline, pause = time.monotonic() + BUSY_TIMEOUT_S, 0.001
-    while True:
+    commands, run side by side) each try it while another creates the tables. Tried again, after the backoff of
+    a lost compare-and-set (no condition tells when another process's statement ends), until that timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    for attempt in itertools.count():
         try:
             db.execute("PRAGMA journal_mode=WAL")
             return
         except sqlite3.OperationalError as exc:
             busy = getattr(exc, "sqlite_errorname", "").startswith("SQLITE_BUSY") or str(exc) == "database is locked"
-            if not busy or time.monotonic() + pause > deadline:  # (Python < 3.11 has no sqlite_errorname)
+            if not busy or time.monotonic() > deadline:  # (Python < 3.11 has no sqlite_errorname)
                 raise
-        time.sleep(pause)  # (another process's statement, milliseconds at most: no condition to wait on)
-        pause = min(pause * 2, 0.1)
+        conflict_backoff(attempt)
 
 
 class _Lease:

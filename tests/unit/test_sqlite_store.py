@@ -7,12 +7,10 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
-import types
 
 from fabric.common.types import CommittedOffset, LeaderAndIsr, PartitionAssignment, PartitionRegistration
 from fabric.common.waiting import wait_for
-from fabric.coordinator import sqlite_replicas, sqlite_store
+from fabric.coordinator import group_store, sqlite_replicas, sqlite_store
 from fabric.coordinator.sqlite_store import SqliteCoordinator
 
 
@@ -42,11 +40,10 @@ def test_a_new_database_another_connection_is_writing_is_opened_once_it_is_free(
     writer.execute("CREATE TABLE another (x)")
     tried_again = threading.Event()
 
-    def pause(seconds: float) -> None:
+    def backoff(attempt: int) -> None:
         tried_again.set()
-        time.sleep(seconds)
-    monkeypatch.setattr(sqlite_store, "time", types.SimpleNamespace(monotonic=time.monotonic, sleep=pause),
-                        raising=False)
+        group_store.conflict_backoff(attempt)
+    monkeypatch.setattr(sqlite_store, "conflict_backoff", backoff, raising=False)
     opened: dict[str, object] = {}
 
     def open_store() -> None:

@@ -71,8 +71,6 @@ def _read_any(payload: bytes | pa.Buffer) -> tuple[pa.Schema, list[pa.RecordBatc
     return reader.schema, list(reader)
 
 
-
-
 def _read_known(payload: bytes | pa.Buffer) -> tuple[pa.Schema, list[pa.RecordBatch]] | None:
     """The stream, its schema message taken from the messages read before where it is byte for byte one of them
     (a topic's producers and leaders send the same one again and again): three fifths of what opening a stream reader
