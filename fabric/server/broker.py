@@ -399,12 +399,13 @@ class Broker:
     @staticmethod
     def _check_committable(offsets: Mapping[TopicPartition, int], logs: Mapping[TopicPartition, Log | None]
                            ) -> None:
-        """OffsetOutOfRangeError unless every offset is within its partition's [log start, log end] now."""
+        """OffsetOutOfRangeError unless every offset is within its partition's [log start, log end]: the bounds
+        this process read last where they hold it, else read now (Log.bounds_holding)."""
         for (topic, partition), offset in offsets.items():
             partition_log = logs[(topic, partition)]
             if partition_log is None:
                 continue
-            start, end = partition_log.bounds()
+            start, end = partition_log.bounds_holding(offset)
             if not start <= offset <= end:
                 raise OffsetOutOfRangeError(
                     f"cannot commit offset {offset} for {topic}-{partition}: the partition holds offsets [{start}, "
