@@ -138,7 +138,7 @@ class LocalOffsetsLog:
         plog = self._logs[partition]
         epoch = self._epoch() if self._epoch is not None else -1
         try:
-            with plog.lock:
+            with plog.appending():
                 validate()
                 active = plog.active_base
                 written(plog.append(rows, leader_epoch=epoch))

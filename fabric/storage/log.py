@@ -9,6 +9,7 @@ A replica log (a data node's) also takes frames copied from its leader and is tr
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
@@ -261,6 +262,15 @@ class Log(LogTail):
         return frame_headers(segs[-last_segments:] if last_segments else segs, end)
 
     # -- appends -----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def appending(self) -> Iterator[None]:
+        """A hold of the partition lock whose holder only appends, with checks and bookkeeping of its own around
+        each append() (the offsets topic's commits, each checked and cached under the lock): its appends keep
+        the tail files open for the next hold, as a bare append's do (open_files)."""
+        with self.lock:
+            self.files.appending()
+            yield
+
     @writes
     def append(self, batch: pa.RecordBatch | batch_encoding.Encoded, codec: str = "none", timestamp_type: int = 0,
                leader_epoch: int = -1, producer: ProducerBatch | None = None, transactional: bool = False) -> int:

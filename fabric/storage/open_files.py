@@ -37,6 +37,9 @@ class DirectFiles:
     def done(self, fd: int) -> None:
         os.close(fd)
 
+    def appending(self) -> None:
+        """The lock's current hold only appends (Log.appending): nothing to keep here."""
+
 
 DIRECT = DirectFiles()
 
@@ -50,6 +53,7 @@ class OpenFiles(DirectFiles):
         self.lock = lock
         self._fds: dict[tuple[str, int], int] = {}
         self._epoch, self._hold = -1, -1  # the lock hold that last wrote through these descriptors
+        self._appending = (-1, -1)  # the (epoch, hold) its holder said only appends (appending)
         self._guard = threading.Lock()
 
     def open(self, path: str, flags: int) -> int:
@@ -71,13 +75,19 @@ class OpenFiles(DirectFiles):
             self._guard.release()
             raise
 
+    def appending(self) -> None:
+        """The lock's current hold (the caller holds it) only appends: writes within it at any depth keep their
+        descriptors, as an outermost hold's do."""
+        self._appending = (self.lock.epoch, self.lock.holds)
+
     def _begin(self, lock: PartitionLock) -> None:
         """The first write of a hold: the descriptors kept stay if the previous hold was the one that wrote
-        through them; nothing is kept from a hold that is not the lock's outermost (a write within a larger
-        operation, a publish say, whose next steps to the files are not known here)."""
+        through them; nothing is kept from a hold that is neither the lock's outermost nor one its holder said
+        only appends (a write within a larger operation, a publish say, whose next steps to the files are not
+        known here). A hold that failed part-way moved the epoch: nothing of it is kept."""
         if self._fds and not (lock.epoch == self._epoch and lock.holds == self._hold + 1):
             self.close()  # something else held the lock between
-        if lock.depth == 1:
+        if lock.depth == 1 or self._appending == (lock.epoch, lock.holds):
             self._epoch, self._hold = lock.epoch, lock.holds
             _OPEN.used(self)
         else:

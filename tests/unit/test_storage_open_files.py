@@ -46,6 +46,44 @@ def test_an_embedded_logs_appends_keep_its_tail_files_open_and_read_back(tmp_pat
     assert all(seg.indexes_consistent() for seg in fresh.segments())
 
 
+def _opened(monkeypatch, directory: str) -> list[str]:
+    """The files under `directory` that open_files opens from here on, by name."""
+    opened: list[str] = []
+    real = os.open
+
+    def counted(path, flags, mode=0o777, *, dir_fd=None):
+        if str(path).startswith(directory):
+            opened.append(os.path.basename(path))
+        return real(path, flags, mode, dir_fd=dir_fd)
+    monkeypatch.setattr(open_files.os, "open", counted)
+    return opened
+
+
+def test_appends_in_a_hold_that_only_appends_keep_the_tail_files_open(tmp_path, storage, monkeypatch):
+    """An append within a larger hold opens its files each time (what else the hold does is not known); within
+    a hold its holder said only appends (Log.appending, as the offsets topic's commits take), it keeps them as
+    a bare append does, and what it wrote reads back."""
+    log = storage.open_log(str(tmp_path / "t" / "0"), **storage.KEEP)
+    log.append(storage.make_batch([b"first"]))
+    opened = _opened(monkeypatch, str(tmp_path))
+    for i in range(3):
+        with log.lock:
+            log.append(storage.make_batch([b"held%d" % i]))
+    assert opened.count("00000000000000000000.arrows") == 3
+    opened.clear()
+    for i in range(5):
+        with log.appending():
+            log.append(storage.make_batch([b"appending%d" % i]))
+    assert opened.count("00000000000000000000.arrows") == 1 and opened.count("high-watermark") == 1
+    with log.lock:  # a hold that may do anything: what it writes goes through the paths again
+        log.append(storage.make_batch([b"last"]))
+    assert opened.count("00000000000000000000.arrows") == 2
+    fresh = storage.open_log(log.directory, **storage.KEEP)
+    assert [v for _, v, _ in storage.read_all(fresh)] == (
+        [b"first"] + [b"held%d" % i for i in range(3)] + [b"appending%d" % i for i in range(5)] + [b"last"])
+    assert all(seg.indexes_consistent() for seg in fresh.segments())
+
+
 def test_a_replica_log_keeps_nothing_open(tmp_path, storage):
     log = Log(str(tmp_path / "t" / "0"), storage.SCHEMA, TopicConfig({"retention.ms": -1}), replica=True)
     for i in range(5):
