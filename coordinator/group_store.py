@@ -28,6 +28,7 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 64
 CONFLICT_BACKOFF_S, CONFLICT_BACKOFF_MAX_S = 0.001, 0.05
+MAX_KEPT_STATES = 10_000  # group states a SqliteGroupStore keeps at once
 
 
 def conflict_backoff(attempt: int) -> None:
@@ -162,17 +163,30 @@ class GroupService:
 
 
 class SqliteGroupStore(GroupStore):
-    """Group states in the `groups` table of the embedded fabric's metadata database."""
+    """Group states in the `groups` table of the embedded fabric's metadata database. With `kept` (the database's
+    cache by metadata version, SqliteCoordinator._cached), states loaded to be checked are kept while no write of
+    any process changed the database since they were read."""
 
     def __init__(self, db: Callable[[], sqlite3.Connection],
-                 transaction: Callable[[], AbstractContextManager[sqlite3.Connection]]) -> None:
-        self._db, self._transaction = db, transaction
+                 transaction: Callable[[], AbstractContextManager[sqlite3.Connection]],
+                 kept: Callable[[dict, str, Callable[[sqlite3.Connection], GroupState | None]], GroupState | None]
+                 | None = None) -> None:
+        self._db, self._transaction, self._kept = db, transaction, kept
+        self._states: dict[str, tuple[bytes, GroupState | None]] = {}  # group: (the version read under, state)
         db().execute("CREATE TABLE IF NOT EXISTS groups "
                      "(grp TEXT PRIMARY KEY, state TEXT NOT NULL, version INTEGER NOT NULL)")
 
     def read(self, group: str) -> tuple[GroupState | None, Any]:
-        row = self._db().execute("SELECT state, version FROM groups WHERE grp=?", (group,)).fetchone()
-        return (GroupState.from_json(row[0]), row[1]) if row else (None, 0)
+        return _read(self._db(), group)
+
+    def load(self, group: str) -> GroupState | None:
+        """The group's state, kept (see the class) so that a commit's generation check reads no row and parses
+        no JSON. Transitions copy the states they are given (GroupCoordinator), so a kept one never changes."""
+        if self._kept is None:
+            return super().load(group)
+        if len(self._states) > MAX_KEPT_STATES:  # (groups that were never stored are asked too: keep it bounded)
+            self._states.clear()
+        return self._kept(self._states, group, lambda db: _read(db, group)[0])
 
     def write(self, group: str, state: GroupState | None, version: Any) -> bool:
         db = self._db()
@@ -194,6 +208,12 @@ class SqliteGroupStore(GroupStore):
             return super().update(group, fn)
         with self._transaction():
             return super().update(group, fn)
+
+
+def _read(db: sqlite3.Connection, group: str) -> tuple[GroupState | None, int]:
+    """A group's stored state and its row's version (None, 0 if it has none)."""
+    row = db.execute("SELECT state, version FROM groups WHERE grp=?", (group,)).fetchone()
+    return (GroupState.from_json(row[0]), row[1]) if row else (None, 0)
 
 
 class GroupMembership:

@@ -138,7 +138,7 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
             self._db().executescript(_SCHEMA + sqlite_replicas.SCHEMA)
             _migrate(self._db())
             self._migrate_transactions()
-            self._groups = GroupService(SqliteGroupStore(self._db, self._tx), self._partitions_of)
+            self._groups = GroupService(SqliteGroupStore(self._db, self._tx, self._cached), self._partitions_of)
             self._offsets = OffsetsTopic.in_directory(os.path.join(os.path.dirname(path), OFFSETS_TOPIC),
                                                       legacy=self._legacy_offsets,
                                                       resolve_pending=self.transaction_committed)

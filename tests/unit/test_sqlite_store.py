@@ -1,14 +1,18 @@
 """The SQLite coordinator store's own behaviour beyond the Coordinator contract (which
 tests/integration/test_coordinator_contract.py runs against every store): transactions recorded by 0.1.0, and
 a database from before the replicated cluster, connections pooled across threads that come and go, a new database
-opened while another connection holds it, an older one upgraded by two processes at once."""
+opened while another connection holds it, an older one upgraded by two processes at once, group states kept for
+commits' checks."""
 from __future__ import annotations
 
 import os
 import sqlite3
 import threading
 
-from fabric.common.types import CommittedOffset, LeaderAndIsr, PartitionAssignment, PartitionRegistration
+import pytest
+
+from fabric.common.errors import UnknownMemberError
+from fabric.common.types import CommittedOffset, JoinRequest, LeaderAndIsr, PartitionAssignment, PartitionRegistration
 from fabric.common.waiting import wait_for
 from fabric.coordinator import group_store, sqlite_replicas, sqlite_store
 from fabric.coordinator.sqlite_store import SqliteCoordinator
@@ -226,6 +230,36 @@ def test_every_partition_registration_is_read_again_once_another_writer_changes_
         assert reader.partition_registrations()[("r", 0)].state.isr == (1,)
         writer.delete_topic("r")
         assert reader.partition_registrations() == {}
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_a_groups_state_is_kept_for_commit_checks_until_another_writer_changes_the_database(tmp_path, monkeypatch):
+    """A commit's generation check reads the group's state once, then keeps it under the metadata version: the
+    next checks read no row. A member another process joins is seen by the next check (a commit without a
+    generation refused), and so is its leaving."""
+    path = str(tmp_path / "m.db")
+    writer, reader = SqliteCoordinator(path), SqliteCoordinator(path)  # two connections, as two processes
+    reads: list[str] = []
+    read = group_store._read
+
+    def counted(db, group):
+        reads.append(group)
+        return read(db, group)
+    monkeypatch.setattr(group_store, "_read", counted)
+    try:
+        for _ in range(3):
+            reader.check_commit("g")  # no members: a commit without a generation may be stored
+        assert reads == ["g"]
+        joined = writer.join_group(JoinRequest("g", "", ("t",)))
+        with pytest.raises(UnknownMemberError, match="live member"):
+            reader.check_commit("g")
+        assert joined.ready
+        writer.sync_group("g", joined.member_id, joined.generation)
+        reader.check_commit("g", joined.member_id, joined.generation)
+        writer.leave_group("g", joined.member_id)
+        reader.check_commit("g")
     finally:
         writer.close()
         reader.close()
