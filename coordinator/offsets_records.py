@@ -36,6 +36,7 @@ HEADERS_TYPE, VALUE_TYPE = SCHEMA.field("headers").type, SCHEMA.field("value").t
 # Kafka's offsets topic: compacted, 100 MiB segments (offsets.topic.segment.bytes); smaller here, so a pass runs
 # sooner on a small fabric
 SEGMENT_BYTES = 16 << 20
+KEPT_KEYS = 4096  # record keys made or parsed that a process keeps (offset_key, key_parts)
 CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.5", "retention.ms": "-1"}
 __all__ = ["OFFSETS_TOPIC"]  # re-exported: the offsets topic's name lives with the other topic names
 LEADER_KEY = json.dumps(["leader"]).encode()
@@ -50,8 +51,18 @@ def offsets_partition(group: str, partitions: int = OFFSETS_PARTITIONS) -> int:
     return zlib.crc32(group.encode()) % partitions
 
 
+@functools.lru_cache(maxsize=KEPT_KEYS)
 def offset_key(group: str, tp: TopicPartition) -> bytes:
+    """The key of `group`'s record of partition `tp` (kept: a consumer commits the same partitions again and
+    again)."""
     return json.dumps(["offset", group, tp[0], tp[1]], separators=(",", ":")).encode()
+
+
+@functools.lru_cache(maxsize=KEPT_KEYS)
+def key_parts(key: bytes) -> tuple:
+    """A record key's parts: ("offset", group, topic, partition), ("group", group), ("leader",), ... (kept, as
+    offset_key keeps the keys)."""
+    return tuple(json.loads(key))
 
 
 def offset_rows(group: str, offsets: Mapping[TopicPartition, int], metadata: str, commit_ms: int) -> list[Row]:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import json
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -59,6 +58,7 @@ from fabric.coordinator.offsets_records import (
     Row,
     batch,
     encoded,
+    key_parts,
     offset_key,
     offset_rows,
     offsets_partition,
@@ -152,7 +152,7 @@ class _Cache:
     def apply_rows(self, offset: int, rows: Sequence[Row]) -> None:
         """The rows appended at `offset`, as they were built (this process's own commit: not read back)."""
         for key, value in rows:
-            parts = json.loads(key)
+            parts = key_parts(key)
             if parts[0] != "offset":  # a group's metadata, a leadership or a migration record
                 continue
             _, group, topic, partition = parts

@@ -4,6 +4,8 @@ values makes, tombstones and markers included; and the offsets cache, which take
 records read back."""
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
@@ -87,3 +89,14 @@ def test_the_offsets_cache_takes_a_commits_rows_as_it_takes_their_records_read_b
         offset += len(rows)
         assert (from_rows.groups, from_rows.position) == (from_records.groups, from_records.position)
     assert from_rows.position == offset
+
+
+@given(st.text(max_size=30), st.text(max_size=30), st.integers(0, (1 << 31) - 1))
+def test_a_kept_offset_key_is_the_json_key_and_parses_back_to_its_parts(group, topic, partition) -> None:
+    """offset_key and key_parts keep what they made (a consumer commits the same partitions again and again): the
+    key is the compact JSON array records have always had, made again the same, and parsed back to its parts."""
+    key = offset_key(group, (topic, partition))
+    assert key == json.dumps(["offset", group, topic, partition], separators=(",", ":")).encode()
+    assert offset_key(group, (topic, partition)) == key
+    assert offsets_records.key_parts(key) == ("offset", group, topic, partition)
+    assert offsets_records.key_parts(group_key(group)) == ("group", group)
