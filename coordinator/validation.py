@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import pyarrow as pa
 

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from fabric.common.codecs import CODEC_NAMES, unsupported
 from fabric.common.errors import IgnoredConfigWarning, InvalidConfigError

@@ -7,7 +7,8 @@ records buffered with it); stored-row builders and the server check whole column
 from __future__ import annotations
 
 import numbers
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Mapping
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
