@@ -132,7 +132,7 @@ class Log(LogTail):
         self.clock = clock
         self.flushes = FlushPolicy(self)  # flush.messages, flush.ms
         self._start_checkpoint = log_start.CachedCheckpoint(directory)
-        self._seen_bounds: tuple[int, int] | None = None  # an embedded log's last log_range (bounds_holding)
+        self._seen_end: int | None = None  # the end offset an embedded log's last log_range read (bounds_holding)
         self.retention = LogRetention(self)
         self.indexes = IndexRepair(self)  # rebuilds broken or stale segment indexes
 
@@ -198,10 +198,9 @@ class Log(LogTail):
         the caller read just before (not read again)."""
         end = self.end_offset if end is None else end
         segs = self.segments()
-        start = self.start_within(segs, end)
         if not self.replica:
-            self._seen_bounds = (start, end)
-        return reader.LogRange(segs, start, end)
+            self._seen_end = end
+        return reader.LogRange(segs, self.start_within(segs, end), end)
 
     def bounds(self) -> tuple[int, int]:
         """(log start offset, end offset) now, read together (log_range)."""
@@ -209,16 +208,14 @@ class Log(LogTail):
         return start, end
 
     def bounds_holding(self, offset: int) -> tuple[int, int]:
-        """(log start, end offset) as this process last read them (log_range) where those hold `offset`, else read
-        now: an offset commit's range check at a position the partition held reads no file. Sound for an embedded
-        log only, whose end never falls (frames past the watermark were never acknowledged; nothing truncates
-        it). A log start another process raised since (delete_records, retention) then takes an offset that it
-        held a moment ago, as the same call a moment earlier would have; this object's delete_records forgets
-        them."""
-        seen = self._seen_bounds
-        if seen is not None and seen[0] <= offset <= seen[1]:
-            return seen
-        return self.bounds()
+        """(log start offset, end offset) for a check that `offset` is within them (an offset commit's): the start
+        read now, the end as this process last read it where that is at or past `offset`, else read now. An
+        embedded log's end never falls (frames past the watermark were never acknowledged; nothing truncates it),
+        so the watermark file is not read for a position the partition held; a replica log's, which truncation
+        cuts, is read each time."""
+        seen = self._seen_end
+        _, start, end = self.log_range(seen if seen is not None and offset <= seen else None)
+        return start, end
 
     def start_within(self, segs: list[Segment], end: int) -> int:
         """The log start offset, given the segments listed and the end offset: the larger of the first segment's
@@ -529,10 +526,7 @@ class Log(LogTail):
         log_start. `crash` is a test hook called once the checkpoint is written ("checkpointed") and after each
         segment deleted ("deleted"). A leader's replica log gives its replication `high_watermark`, which bounds
         the offset as the log end bounds an embedded log's."""
-        try:
-            return self.retention.delete_records(before_offset, crash, high_watermark)
-        finally:
-            self._seen_bounds = None
+        return self.retention.delete_records(before_offset, crash, high_watermark)
 
     @writes
     def roll(self) -> bool:

@@ -1,6 +1,7 @@
 """Log.bounds_holding (an offset commit's range check): an offset within the bounds this process read last is
-answered with them, reading no file; any other is checked against the bounds read now; this object's
-delete_records forgets them; a replica log, which truncation cuts, always reads them."""
+answered with the end read last, reading no watermark file, and the start read now (another process's
+delete_records or retention is seen at once); an offset past that end reads it again; a replica log, which
+truncation cuts, reads its end each time."""
 from __future__ import annotations
 
 from fabric.storage.watermark import HighWatermark
@@ -41,12 +42,18 @@ def test_an_offset_past_them_sees_what_another_process_appended_since(tmp_path, 
     assert log.bounds_holding(4) == (0, 9)  # (the bounds read for 9 are kept)
 
 
-def test_its_own_delete_records_forgets_them(tmp_path, storage):
+def test_a_log_start_another_process_raised_is_seen_at_once(tmp_path, storage):
     log = storage.open_log(str(tmp_path), **storage.KEEP)
     storage.fill(log, 3)
     assert log.bounds_holding(2) == (0, 6)
-    assert log.delete_records(4) == 4
-    assert log.bounds_holding(2) == (4, 6)  # below the new start: refused by the caller, as it must
+    other = storage.open_log(str(tmp_path), **storage.KEEP)
+    assert other.delete_records(4) == 4
+    assert log.bounds_holding(2) == (4, 6)  # below the new start: refused by the caller, as it must be
+    retention = storage.open_log(str(tmp_path), **{**storage.KEEP, "retention_bytes": 1})
+    storage.fill(retention, 1)
+    assert retention.roll() and retention.enforce_retention() == 1  # the whole segment below goes
+    start, _ = log.bounds_holding(5)
+    assert start > 5  # the listing is read again: 5 is gone
 
 
 def test_a_replica_log_cut_by_truncation_is_read_each_time(tmp_path, replicas):
