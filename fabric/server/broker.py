@@ -399,8 +399,8 @@ class Broker:
     @staticmethod
     def _check_committable(offsets: Mapping[TopicPartition, int], logs: Mapping[TopicPartition, Log | None]
                            ) -> None:
-        """OffsetOutOfRangeError unless every offset is within its partition's [log start, log end]: the bounds
-        this process read last where they hold it, else read now (Log.bounds_holding)."""
+        """OffsetOutOfRangeError unless every offset is within its partition's [log start, log end]: the start read
+        now, the end as this process last read it where that holds the offset (Log.bounds_holding)."""
         for (topic, partition), offset in offsets.items():
             partition_log = logs[(topic, partition)]
             if partition_log is None:
