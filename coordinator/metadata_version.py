@@ -7,6 +7,11 @@ once it has committed (or rolled back). A reader whose token differs reads the d
 taken without waiting: so what it caches is never older than the token it caches it with. Had a writer the
 lock (a transaction in flight, maybe in this very thread), the reader reads without caching. A writer killed
 mid-transaction has already replaced the token: readers read again, whatever it committed.
+
+A reader's map is of the file it opened: were the file removed (an operator clearing the directory of what
+looks like a stray file), writers would make a new one that the map never shows, and readers would trust what
+they cached forever. So a reader looks at the file's identity every RECHECK_S and maps the one there now if it
+changed: a removal is noticed within that time.
 """
 from __future__ import annotations
 
@@ -16,11 +21,13 @@ import logging
 import mmap
 import os
 import threading
+import time
 from typing import Iterator
 
 from fabric.storage.lock import TOKEN_SIZE, fresh_token
 
 log = logging.getLogger(__name__)
+RECHECK_S = 0.05  # how often a reader looks whether the file it mapped is still the one at its path
 
 
 class _Depth(threading.local):
@@ -37,6 +44,8 @@ class MetadataVersion:
         self.path = path
         self._writing = _Depth()
         self._map: mmap.mmap | None = None
+        self._identity = (-1, -1)  # the mapped file's (device, inode)
+        self._recheck_at = time.monotonic() + RECHECK_S
         try:
             self._map = self._mapped()
         except OSError as exc:
@@ -46,7 +55,9 @@ class MetadataVersion:
     def _mapped(self) -> mmap.mmap:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            if os.fstat(fd).st_size < TOKEN_SIZE:
+            st = os.fstat(fd)
+            self._identity = (st.st_dev, st.st_ino)
+            if st.st_size < TOKEN_SIZE:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 try:
                     if os.fstat(fd).st_size < TOKEN_SIZE:  # (another process may have filled it meanwhile)
@@ -59,7 +70,34 @@ class MetadataVersion:
 
     def current(self) -> bytes | None:
         """The token now (None: caching is off)."""
-        return None if self._map is None else self._map[:TOKEN_SIZE]
+        if self._map is None:
+            return None
+        if time.monotonic() >= self._recheck_at:
+            self._recheck()
+            if self._map is None:
+                return None
+        return self._map[:TOKEN_SIZE]
+
+    def _recheck(self) -> None:
+        """Map the file at the path if it is not the one mapped (removed, replaced); caching goes off if it cannot
+        be made or mapped (a read-only directory)."""
+        self._recheck_at = time.monotonic() + RECHECK_S
+        try:
+            st = os.stat(self.path)
+            if (st.st_dev, st.st_ino) == self._identity:
+                return
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return  # (the directory cannot be looked at now: keep the map; writers cannot write either)
+        log.warning("metadata version %s is not the file this process mapped (removed or replaced): mapping the one "
+                    "there now", self.path)
+        try:
+            self._map = self._mapped()
+        except OSError as exc:
+            log.warning("metadata version %s cannot be made or mapped again (%s): metadata is read from the "
+                        "database on every call", self.path, exc.strerror)
+            self._map = None
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[bytes | None]:
@@ -68,7 +106,11 @@ class MetadataVersion:
         if self._map is None or self._writing.depth:
             yield None
             return
-        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:  # removed (the next recheck maps the one writers make): nothing is cached
+            yield None
+            return
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

@@ -263,3 +263,26 @@ def test_a_groups_state_is_kept_for_commit_checks_until_another_writer_changes_t
     finally:
         writer.close()
         reader.close()
+
+
+def test_a_removed_metadata_version_file_is_noticed_and_what_was_kept_is_read_again(tmp_path):
+    """An operator removing the metadata version file while processes run: a writer makes a new one, which the
+    reader's map of the old never shows. The reader looks at the file every RECHECK_S and maps the new one: what
+    it kept (a topic's metadata, a group's state) is read again, not trusted forever."""
+    path = str(tmp_path / "m.db")
+    writer, reader = SqliteCoordinator(path), SqliteCoordinator(path)  # two connections, as two processes
+    try:
+        writer.create_topic("t", 1, {}, None)
+        assert reader.topic("t").config == {}
+        reader.check_commit("g")  # the group's (empty) state kept
+        os.unlink(f"{path}-version")
+        assert reader.topic("t").config == {}  # read with the file gone: no error
+        joined = writer.join_group(JoinRequest("g", "", ("t",)))
+        writer.alter_topic_config("t", {"retention.ms": "6"})
+        wait_for(lambda: reader.topic("t").config == {"retention.ms": "6"}, 30, "the reader to see the change")
+        with pytest.raises(UnknownMemberError):
+            reader.check_commit("g")
+        assert joined.member_id
+    finally:
+        writer.close()
+        reader.close()
