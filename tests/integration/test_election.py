@@ -39,7 +39,8 @@ SESSION_S = 2.0  # short sessions make failover quick (the shared test server al
 RESTART_SESSION_S = 60.0
 
 # A coordinator instance process (argv: url, instance id, session timeout): join the election and print
-# "<instance id> <epoch>" on every promotion until killed.
+# "<instance id> <epoch>" on every promotion until killed, in one write (a kill between the pieces of a print would
+# leave half a line).
 INSTANCE = r"""
 import sys, threading
 from fabric.coordinator import zk_layout as layout
@@ -47,7 +48,7 @@ from fabric.coordinator.election import ControllerElection
 url, instance_id, session_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
 client = layout.connect(url, session_timeout=session_s)
 ControllerElection(client, instance_id, f"127.0.0.1:{9000 + int(instance_id[-1])}",
-                   on_promote=lambda token: print(token.instance_id, token.epoch, flush=True)).start()
+                   on_promote=lambda token: print(f"{token.instance_id} {token.epoch}\n", end="", flush=True)).start()
 threading.Event().wait()  # serve forever: the test ends this process with SIGKILL
 """
 

@@ -17,16 +17,19 @@ import fabric
 GROUP, TOPIC, PARTITIONS, RECORDS = "resumers", "events", 2, 400
 
 # argv: url. Commits offsets n for every partition, n = 1, 2, ... (a "simple" commit: no membership), printing
-# "sending n" before and "ok n" after each acknowledged one.
+# "sending n" before and "ok n" after each acknowledged one, each line in one write (under PYTHONUNBUFFERED a
+# print of several pieces is several writes, and a SIGKILL between them left "ok " alone: CI, 2026-12-06).
 COMMITTER = r"""
 import sys
 import fabric
 url, partitions, records = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 with fabric.connect(url) as fab:
     for n in range(1, records + 1):
-        print("sending", n, flush=True)
+        sys.stdout.write(f"sending {n}\n")
+        sys.stdout.flush()
         fab.cluster.coordinator.commit_offsets("resumers", {("events", p): n for p in range(partitions)})
-        print("ok", n, flush=True)
+        sys.stdout.write(f"ok {n}\n")
+        sys.stdout.flush()
 """
 
 
@@ -57,8 +60,9 @@ def _commit_until_killed(url: str, kill) -> tuple[int, int]:
             take(line)
         kill(proc)
         proc.wait(timeout=30)
-        for line in proc.stdout.read().splitlines():  # what it printed before it was killed
-            take(line)
+        for line in proc.stdout.read().splitlines(keepends=True):  # what it printed before it was killed
+            if line.endswith("\n"):  # a line cut by the kill says nothing
+                take(line)
     finally:
         proc.kill()
         proc.wait(timeout=30)
