@@ -400,12 +400,12 @@ class Broker:
     def _check_committable(offsets: Mapping[TopicPartition, int], logs: Mapping[TopicPartition, Log | None]
                            ) -> None:
         """OffsetOutOfRangeError unless every offset is within its partition's [log start, log end]: the start read
-        now, the end as this process last read it where that holds the offset (Log.bounds_holding)."""
+        now, the end as this process last read it where that holds the offset (LogBounds.holding)."""
         for (topic, partition), offset in offsets.items():
             partition_log = logs[(topic, partition)]
             if partition_log is None:
                 continue
-            start, end = partition_log.bounds_holding(offset)
+            start, end = partition_log.bounds.holding(offset)
             if not start <= offset <= end:
                 raise OffsetOutOfRangeError(
                     f"cannot commit offset {offset} for {topic}-{partition}: the partition holds offsets [{start}, "

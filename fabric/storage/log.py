@@ -24,7 +24,7 @@ from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.config import TopicConfig
 from fabric.common.records import TIMESTAMP_TYPES
 from fabric.common.types import Fetched, ProducerBatch
-from fabric.storage import adopt, batch_encoding, frame, log_start, producer_state_load, reader, truncation, txn_index
+from fabric.storage import adopt, batch_encoding, frame, producer_state_load, reader, truncation, txn_index
 from fabric.storage.cleaner import CleanReport, LogCleaner
 from fabric.storage.errors import writes
 from fabric.storage.flush_policy import FlushPolicy
@@ -32,6 +32,7 @@ from fabric.storage.frame import FrameHeader
 from fabric.storage.index_repair import IndexRepair
 from fabric.storage.leader_epochs import LeaderEpochCache
 from fabric.storage.lock import PartitionLock, may_wait
+from fabric.storage.log_bounds import LogBounds
 from fabric.storage.log_retention import LogRetention
 from fabric.storage.marker import (
     PENDING,
@@ -131,8 +132,7 @@ class Log(LogTail):
         self._append_waiters: dict[Callable[[], None], int] = {}
         self.clock = clock
         self.flushes = FlushPolicy(self)  # flush.messages, flush.ms
-        self._start_checkpoint = log_start.CachedCheckpoint(directory)
-        self._seen_end: int | None = None  # the end offset an embedded log's last log_range read (bounds_holding)
+        self.bounds = LogBounds(self)  # the start and end offsets, read together
         self.retention = LogRetention(self)
         self.indexes = IndexRepair(self)  # rebuilds broken or stale segment indexes
 
@@ -190,38 +190,11 @@ class Log(LogTail):
     @property
     def start_offset(self) -> int:
         """The log start offset: the first offset not yet deleted by retention or delete_records."""
-        return self.log_range().start
+        return self.bounds.range().start
 
     def log_range(self, end: int | None = None) -> reader.LogRange:
-        """The segments, log start and end offset now, from one read of the watermark and one listing of the
-        directory: what a request that needs several of them reads once and passes down. `end`: the end offset
-        the caller read just before (not read again)."""
-        end = self.end_offset if end is None else end
-        segs = self.segments()
-        if not self.replica:
-            self._seen_end = end
-        return reader.LogRange(segs, self.start_within(segs, end), end)
-
-    def bounds(self) -> tuple[int, int]:
-        """(log start offset, end offset) now, read together (log_range)."""
-        _, start, end = self.log_range()
-        return start, end
-
-    def bounds_holding(self, offset: int) -> tuple[int, int]:
-        """(log start offset, end offset) for a check that `offset` is within them (an offset commit's): the start
-        read now, the end as this process last read it where that is at or past `offset`, else read now. An
-        embedded log's end never falls (frames past the watermark were never acknowledged; nothing truncates it),
-        so the watermark file is not read for a position the partition held; a replica log's, which truncation
-        cuts, is read each time."""
-        seen = self._seen_end
-        _, start, end = self.log_range(seen if seen is not None and offset <= seen else None)
-        return start, end
-
-    def start_within(self, segs: list[Segment], end: int) -> int:
-        """The log start offset, given the segments listed and the end offset: the larger of the first segment's
-        base offset and the log-start-offset checkpoint (log_start), at most `end`."""
-        first = segs[0].base_offset if segs else end
-        return min(max(first, self._start_checkpoint.offset()), end)
+        """The segments, log start and end offset now, read once (LogBounds.range)."""
+        return self.bounds.range(end)
 
     @property
     def timestamp_type(self) -> int:

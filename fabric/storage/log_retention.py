@@ -86,7 +86,7 @@ class LogRetention:
                 active = plog.create_segment(plog.end_offset)
                 segs = plog.segments()
             total = sum(s.size for s in segs)
-            start = plog.start_within(segs, plog.end_offset)
+            start = plog.bounds.start_within(segs, plog.end_offset)
             for seg, nxt in zip(segs, segs[1:], strict=False):
                 over = retention_bytes >= 0 and total - seg.size >= retention_bytes
                 if (bound is not None and nxt.base_offset > bound) or not (
@@ -114,7 +114,7 @@ class LogRetention:
                     f"cannot delete the records of partition {plog.name} before offset {before_offset}: it holds "
                     f"offsets up to its high watermark {end}; give an offset from 0 to {end}, or -1 for the high "
                     "watermark")
-            start = plog.start_within(plog.segments(), end)
+            start = plog.bounds.start_within(plog.segments(), end)
             if target <= start:
                 return start
             log_start.write(plog.directory, target)

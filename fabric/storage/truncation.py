@@ -30,7 +30,7 @@ def truncate(plog: Log, offset: int, end: int) -> Segment:
     the new active segment. OffsetOutOfRangeError below the log start, InvalidArgumentError for an offset inside
     a frame (nothing is changed then)."""
     segs = plog.segments()
-    start = plog.start_within(segs, end)
+    start = plog.bounds.start_within(segs, end)
     if offset < start:
         raise OffsetOutOfRangeError(f"partition {plog.name}: cannot truncate to offset {offset}, below the log start "
                                     f"{start}")

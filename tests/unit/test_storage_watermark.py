@@ -158,7 +158,7 @@ def test_a_log_range_reads_the_watermark_once_and_the_next_one_sees_other_writer
     reader, writer = storage.open_log(directory, **KEEP), storage.open_log(directory, **KEEP)  # as two processes
     reader.end_offset  # noqa: B018 (recovered on first use)
     reads, listings = count_calls(reader.hw, "read"), count_calls(reader, "segments")
-    start, end = reader.bounds()
+    start, end = reader.bounds.now()
     assert (reads(), listings()) == (1, 1)
     assert (start, end) == (writer.start_offset, writer.end_offset) == (0, writer.end_offset) and end > 0
     storage.fill(writer, 2, start=end)
