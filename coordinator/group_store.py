@@ -28,7 +28,6 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 64
 CONFLICT_BACKOFF_S, CONFLICT_BACKOFF_MAX_S = 0.001, 0.05
-MAX_KEPT_STATES = 10_000  # group states a SqliteGroupStore keeps at once
 
 
 def conflict_backoff(attempt: int) -> None:
@@ -184,8 +183,6 @@ class SqliteGroupStore(GroupStore):
         no JSON. Transitions copy the states they are given (GroupCoordinator), so a kept one never changes."""
         if self._kept is None:
             return super().load(group)
-        if len(self._states) > MAX_KEPT_STATES:  # (groups that were never stored are asked too: keep it bounded)
-            self._states.clear()
         return self._kept(self._states, group, lambda db: _read(db, group)[0])
 
     def write(self, group: str, state: GroupState | None, version: Any) -> bool:

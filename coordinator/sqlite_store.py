@@ -42,7 +42,7 @@ from fabric.coordinator.transaction_offsets import TransactionOffsets
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-MAX_CACHED_NAMES = 10_000  # names whose replication is cached at once (a client may ask of any name)
+MAX_CACHED_NAMES = 10_000  # entries a cache by metadata version keeps at once (a client may ask of any name)
 BUSY_TIMEOUT_S = 60.0  # how long a statement waits for another process's lock on the database
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics (
@@ -299,19 +299,20 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
 
     def replicated(self, name: str) -> bool:
         """Whether `name` is a replicated topic, cached as topic() is (every produce, fetch and commit asks)."""
-        if len(self._replicated_topics) > MAX_CACHED_NAMES:  # names of no topic are asked too: keep it bounded
-            self._replicated_topics.clear()
         return self._cached(self._replicated_topics, name, lambda db: self._replicated(db, name))
 
     def _cached(self, cache: dict[str, tuple[bytes, T]], name: str, read: Callable[[sqlite3.Connection], T]) -> T:
         """cache[name] while the metadata version it was read under is current; else read(db) again, kept when
-        no write was in flight meanwhile (MetadataVersion)."""
+        no write was in flight meanwhile (MetadataVersion). A cache holds at most MAX_CACHED_NAMES names (names of
+        no topic or group are asked too), emptied when it would hold more."""
         cached = cache.get(name)
         if cached is not None and cached[0] == self._version.current():
             return cached[1]
         with self._version.reading() as version:
             value = read(self._db())
         if version is not None:
+            if len(cache) >= MAX_CACHED_NAMES:
+                cache.clear()
             cache[name] = (version, value)
         return value
 

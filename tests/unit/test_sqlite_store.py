@@ -235,12 +235,9 @@ def test_every_partition_registration_is_read_again_once_another_writer_changes_
         reader.close()
 
 
-def test_a_groups_state_is_kept_for_commit_checks_until_another_writer_changes_the_database(tmp_path, monkeypatch):
-    """A commit's generation check reads the group's state once, then keeps it under the metadata version: the
-    next checks read no row. A member another process joins is seen by the next check (a commit without a
-    generation refused), and so is its leaving."""
-    path = str(tmp_path / "m.db")
-    writer, reader = SqliteCoordinator(path), SqliteCoordinator(path)  # two connections, as two processes
+@pytest.fixture
+def group_reads(monkeypatch) -> list[str]:
+    """The names of the groups whose row is read from now on, in order."""
     reads: list[str] = []
     read = group_store._read
 
@@ -248,10 +245,19 @@ def test_a_groups_state_is_kept_for_commit_checks_until_another_writer_changes_t
         reads.append(group)
         return read(db, group)
     monkeypatch.setattr(group_store, "_read", counted)
+    return reads
+
+
+def test_a_groups_state_is_kept_for_commit_checks_until_another_writer_changes_the_database(tmp_path, group_reads):
+    """A commit's generation check reads the group's state once, then keeps it under the metadata version: the
+    next checks read no row. A member another process joins is seen by the next check (a commit without a
+    generation refused), and so is its leaving."""
+    path = str(tmp_path / "m.db")
+    writer, reader = SqliteCoordinator(path), SqliteCoordinator(path)  # two connections, as two processes
     try:
         for _ in range(3):
             reader.check_commit("g")  # no members: a commit without a generation may be stored
-        assert reads == ["g"]
+        assert group_reads == ["g"]
         joined = writer.join_group(JoinRequest("g", "", ("t",)))
         with pytest.raises(UnknownMemberError, match="live member"):
             reader.check_commit("g")
@@ -263,6 +269,24 @@ def test_a_groups_state_is_kept_for_commit_checks_until_another_writer_changes_t
     finally:
         writer.close()
         reader.close()
+
+
+def test_kept_group_states_are_bounded_and_what_was_dropped_is_read_again(tmp_path, monkeypatch, group_reads):
+    """A cache by metadata version holds at most MAX_CACHED_NAMES names (any group name may be asked): past it
+    the cache is emptied, so a state asked for after is read again, and the latest kept."""
+    monkeypatch.setattr(sqlite_store, "MAX_CACHED_NAMES", 4)
+    coordinator = SqliteCoordinator(str(tmp_path / "m.db"))
+    try:
+        names = [f"g{i}" for i in range(10)]
+        for name in names:
+            coordinator.check_commit(name)
+        assert group_reads == names
+        coordinator.check_commit("g9")  # kept
+        assert group_reads == names
+        coordinator.check_commit("g0")  # dropped when the cache filled up: read again
+        assert group_reads == [*names, "g0"]
+    finally:
+        coordinator.close()
 
 
 def test_a_removed_metadata_version_file_is_noticed_and_what_was_kept_is_read_again(tmp_path):
