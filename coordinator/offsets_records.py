@@ -81,8 +81,10 @@ def migrated_key(what: str) -> bytes:
 
 
 def batch(rows: Sequence[Row], now_us: int) -> pa.RecordBatch:
-    """The stored rows of `rows`, all timestamped `now_us`."""
-    return encoded(rows, now_us).batch
+    """The stored rows of `rows`, all timestamped `now_us` (a batch that is not written as it is made: no IPC
+    message is made for rows that are built)."""
+    filled = _filled(rows, now_us)
+    return build(rows, now_us) if filled is None else filled.batch
 
 
 def encoded(rows: Sequence[Row], now_us: int) -> Encoded:
@@ -90,12 +92,18 @@ def encoded(rows: Sequence[Row], now_us: int) -> Encoded:
     makes them on every call, and a consumer commits the same partitions with the same metadata again and again:
     the message of rows of offsets is the last such commit's with its numbers replaced (_Template), no batch built
     nor encoded; the rest are built column by column (build) and encoded."""
+    filled = _filled(rows, now_us)
+    return Encoded.of(build(rows, now_us)) if filled is None else filled
+
+
+def _filled(rows: Sequence[Row], now_us: int) -> Encoded | None:
+    """The rows' message from the template of their keys and metadata (_Template), or None where they have a
+    tombstone or a marker, or no template fits them."""
     values = [value for _, value in rows if value is not None]
-    if len(values) == len(rows):  # (no tombstone or marker among them)
-        template = _template((tuple(key for key, _ in rows), tuple(cast(str, v["metadata"]) for v in values)))
-        if template is not None:
-            return Encoded(template.fill(values, now_us), len(rows), now_us, now_us, SCHEMA)
-    return Encoded.of(build(rows, now_us))
+    if len(values) != len(rows):
+        return None
+    template = _template((tuple(key for key, _ in rows), tuple(cast(str, v["metadata"]) for v in values)))
+    return None if template is None else Encoded(template.fill(values, now_us), len(rows), now_us, now_us, SCHEMA)
 
 
 def build(rows: Sequence[Row], now_us: int) -> pa.RecordBatch:

@@ -71,6 +71,16 @@ def test_a_shape_whose_marks_are_not_found_once_is_built_column_by_column(monkey
     assert batch(rows, 5).equals(build(rows, 5))
 
 
+def test_a_batch_of_a_marker_or_a_tombstone_is_built_and_no_message_made_for_it(monkeypatch) -> None:
+    """batch() is for rows not written as they are made (a publish's part, a leader's marker): rows that are built
+    get no IPC message (encoded() makes one, for the log)."""
+    def no_message(made: pa.RecordBatch) -> pa.Buffer:
+        raise AssertionError("an IPC message made for a batch() of built rows")
+    monkeypatch.setattr(offsets_records.Encoded, "of", no_message)
+    for rows in ([(LEADER_KEY, None)], [(offset_key("g", ("t", 0)), None)]):
+        assert batch(rows, 5).equals(build(rows, 5))
+
+
 GROUPS, TOPICS = st.sampled_from(["g", "h"]), st.sampled_from(["t", "u"])
 KEYS = st.one_of(st.builds(lambda g, t, p: offset_key(g, (t, p)), GROUPS, TOPICS, st.integers(0, 3)),
                  st.builds(group_key, GROUPS), st.just(LEADER_KEY))
