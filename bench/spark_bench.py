@@ -119,7 +119,8 @@ def best_of(actions: dict[str, Callable[[], None]], records: int, repeats: int,
             servers: Callable[[], float] | None = None) -> dict[str, dict[str, float]]:
     """Each action's rows/s in its fastest run and its lowest CPU seconds (timed's 'cpu') of any run.
     Every action runs once to warm up, then the actions take turns `repeats` times, so a slow spell of this
-    noisy machine hits them alike. A run times the Spark job alone: an action's `before()` (making its output,
+    noisy machine hits them alike; with `repeats` 0 the warm-up runs are the figures (cold: a quick check that
+    every path runs, as the tests make). A run times the Spark job alone: an action's `before()` (making its output,
     e.g. a topic) and `after()` (checking and removing it), where it has them, run untimed around it.
     `servers()`: the CPU seconds used so far by server processes among this one's descendants (a local
     cluster's); then each path also gets its lowest CPU seconds of those servers and of the rest of any run."""
@@ -132,9 +133,8 @@ def best_of(actions: dict[str, Callable[[], None]], records: int, repeats: int,
         getattr(action, "after", lambda: None)()
         return t
 
-    for name, action in actions.items():
-        run(name, action, "warm-up")
-    runs: dict[str, list[dict]] = {name: [] for name in actions}
+    warm = {name: run(name, action, "warm-up") for name, action in actions.items()}
+    runs: dict[str, list[dict]] = {name: [] if repeats else [warm[name]] for name in actions}
     for i in range(repeats):
         for name, action in actions.items():
             runs[name].append(run(name, action, f"run {i + 1}/{repeats}"))
@@ -145,6 +145,11 @@ def best_of(actions: dict[str, Callable[[], None]], records: int, repeats: int,
             best[name] |= {"servers_cpu_s": min(t["servers"] for t in ts),
                            "cpu_s_without_servers": min(t["cpu"] - t["servers"] for t in ts)}
     return best
+
+
+def best_of_label(repeats: int) -> str:
+    """How a chart names best_of's figures."""
+    return f"best of {repeats} warm" if repeats else "one cold run"
 
 
 def noop(df) -> None:
@@ -385,7 +390,8 @@ def _consume_stamped(consumer, count: int, deadline: float, since: int = 0) -> l
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=4_000_000)
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per path after one warm-up")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per path after one warm-up (0: the "
+                        "warm-up's cold figures, a quick check)")
     parser.add_argument("--rate", type=float, default=100.0, help="latency test: records sent per second")
     parser.add_argument("--seconds", type=float, default=20.0, help="latency test: how long to send")
     parser.add_argument("--trigger", default="0 seconds", help="latency test: processingTime trigger")
@@ -435,7 +441,7 @@ def main(argv: list[str] | None = None) -> dict:
     kinds = {"fabric": "#4C72B0", "spark": "#9A9A9A", "ceiling": "#DD8452"}
     colors = [kinds["ceiling"] if k.startswith("ceiling") else kinds["fabric"] if k in pairs else kinds["spark"]
               for k in rps]
-    chart = bar_chart("spark", f"Spark local[2], {args.records:,} x 100-byte records, best of {args.repeats} warm",
+    chart = bar_chart("spark", f"Spark local[2], {args.records:,} x 100-byte records, {best_of_label(args.repeats)}",
                       [(labels[k], v["rows_per_s"]) for k, v in rps.items()], "rows/s", colors,
                       {kinds["fabric"]: "fabric", kinds["spark"]: "Spark's parquet (the peer)",
                        kinds["ceiling"]: "Python source reading nothing"})

@@ -54,6 +54,7 @@ from bench.spark_bench import (
     FabricSink,
     ParquetSink,
     best_of,
+    best_of_label,
     committed_records,
     fabric_read,
     latency,
@@ -351,8 +352,8 @@ def report(results: dict, raw: dict[str, list[float]]) -> None:
           f"{lat['trigger']!r}")
     kinds = {"cluster": "#4C72B0", "file": "#55A868", "parquet": "#9A9A9A", "jvm": "#C44E52"}
     spark_paths = [k for k in rps if not paths[k].reference]  # the clients alone (in the table) dwarf them
-    chart = bar_chart("spark_cluster", f"Spark local[2], {results['records']:,} x 100-byte records, best of "
-                      f"{results['repeats']}; {NODES}-node cluster, RF {NODES}",
+    chart = bar_chart("spark_cluster", f"Spark local[2], {results['records']:,} x 100-byte records, "
+                      f"{best_of_label(results['repeats'])}; {NODES}-node cluster, RF {NODES}",
                       [(label(k), rps[k]["rows_per_s"]) for k in spark_paths], "rows/s",
                       [kinds[paths[k].where] for k in spark_paths],
                       {kinds["cluster"]: LABELS["cluster"], kinds["file"]: "file:// (embedded)",
@@ -380,7 +381,8 @@ def report(results: dict, raw: dict[str, list[float]]) -> None:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=2_000_000, help="records per path, even (default 2,000,000)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per path after one warm-up (default 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per path after one warm-up (default 3; "
+                        "0: the warm-up's cold figures, a quick check)")
     parser.add_argument("--rate", type=float, default=100.0, help="latency: records sent per second (default 100)")
     parser.add_argument("--seconds", type=float, default=15.0, help="latency: seconds of sending per fabric "
                         "(default 15)")
@@ -393,8 +395,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
     args.records -= args.records % PARTITIONS  # every path moves the same records: half in each partition
-    if args.records < PARTITIONS or args.repeats < 1 or args.rate * args.seconds < 1:
-        parser.error(f"--records at least {PARTITIONS}, --repeats at least 1, --rate x --seconds at least one record")
+    if args.records < PARTITIONS or args.repeats < 0 or args.rate * args.seconds < 1:
+        parser.error(f"--records at least {PARTITIONS}, --repeats at least 0, --rate x --seconds at least one record")
     return run_suite("spark_cluster", args, run, report)
 
 

@@ -16,16 +16,11 @@ The package is layered; each layer imports only the ones below it (import-linter
 from __future__ import annotations
 
 from importlib.metadata import version as _version
-from pkgutil import extend_path
 
-# coordinator/, sources/ and sinks/ live beside fabric/ in the repository and are installed as subpackages of
-# fabric: where the checkout itself is on sys.path (python -m from its root), find them in the installed tree.
-__path__ = extend_path(__path__, __name__)
-
-from fabric.client.admin import Fabric  # noqa: E402
-from fabric.client.topic_partition import TopicPartition  # noqa: E402
-from fabric.client.url import open_cluster  # noqa: E402
-from fabric.common.errors import *  # noqa: E402,F401,F403  (the exception types are part of the public API)
+from fabric.client.admin import Fabric
+from fabric.client.topic_partition import TopicPartition
+from fabric.client.url import open_cluster
+from fabric.common.errors import *  # noqa: F401,F403  (the exception types are part of the public API)
 
 __all__ = ["connect", "Fabric", "TopicPartition", "__version__"]
 __version__ = _version("spark-fabric")  # the installed distribution's, as kafka.__version__

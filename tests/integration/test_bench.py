@@ -21,7 +21,7 @@ SUITES = [
     ("bench.offsets_bench", ["--seconds", "0.3", "--nodes", "1", "--clients", "3", "--instances", "2",
                             "--sustained", "240"], "offsets",
      "vs_znodes"),
-    ("bench.spark_bench", ["--records", "4000", "--repeats", "1", "--seconds", "2", "--rate", "20"], "spark",
+    ("bench.spark_bench", ["--records", "4000", "--repeats", "0", "--seconds", "2", "--rate", "20"], "spark",
      "vs_peer"),
 ]
 CLUSTER_PATHS = {"rf3", "rf1", "service", "file"}
@@ -86,7 +86,7 @@ def test_latency_trace_follows_every_acks_all_write_through_every_process(repo_r
 
 def test_spark_cluster_benchmark_reports_every_path_goal_and_latency(repo_root, tmp_path) -> None:
     results = run_suite(repo_root, tmp_path, "bench.spark_cluster_bench", [
-        "--records", "2000", "--repeats", "1", "--rate", "20", "--seconds", "1", "--realtime-rate", "50",
+        "--records", "2000", "--repeats", "0", "--rate", "20", "--seconds", "1", "--realtime-rate", "50",
         "--realtime-batch", "5 seconds"], "spark_cluster")
     paths = results["paths"]
     for where in ("parquet", "file", "cluster"):

@@ -1,5 +1,6 @@
 """The spark-submit jobs, each run through a real `spark-submit` from a directory outside the checkout, and
-the demo end to end."""
+the demo end to end. The demo's test runs it twice, so it is the one that restarts transform and archive from
+their checkpoints (each run's queries take only the new events, once)."""
 from __future__ import annotations
 
 import os
@@ -75,8 +76,6 @@ def test_transform_job_filters_exactly_once(fab, fabric_url, clicks, demo_job, t
     first = batch_lines(spark_submit("transform", *args, cwd=str(tmp_path)).stdout, "transform")
     assert [batch for batch, _ in first] == list(range(len(first))) and len(first) >= 3  # each batch once
     assert sum(rows for _, rows in first) == clicks.num_rows
-    rerun = spark_submit("transform", *args, cwd=str(tmp_path))  # a rerun from the checkpoint adds nothing
-    assert sum(rows for _, rows in batch_lines(rerun.stdout, "transform")) == 0
     expected = clicks.filter(pc.greater(clicks.column("amount"), 50.0))
     got = fab.consumer("big", auto_offset_reset="earliest").poll_batch(5, columns=["user", "amount"])
     assert got.num_rows == expected.num_rows > 0
@@ -88,7 +87,6 @@ def test_transform_job_filters_exactly_once(fab, fabric_url, clicks, demo_job, t
 def test_archive_job_writes_a_delta_table(fab, fabric_url, clicks, tmp_path):
     table = str(tmp_path / "delta")
     args = ["--url", fabric_url, "--checkpoint", str(tmp_path / "ckpt"), "--topic", "clicks", "--table", table]
-    spark_submit("archive", *args, cwd=str(tmp_path))
     spark_submit("archive", *args, cwd=str(tmp_path))
     archived = DeltaTable(table).to_pyarrow_table(columns=["partition", "offset", "user"])
     assert archived.num_rows == clicks.num_rows
