@@ -397,6 +397,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--trigger", default="0 seconds", help="latency test: processingTime trigger")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
+    if args.records < PARTITIONS or args.repeats < 0 or args.rate * args.seconds < 1:
+        parser.error(f"--records at least {PARTITIONS}, --repeats at least 0, --rate x --seconds at least one record")
     directory = args.dir or tempfile.mkdtemp(prefix="fabric-spark-bench-")
     os.makedirs(directory, exist_ok=True)
     url = f"file://{os.path.join(directory, 'fabric')}"
