@@ -147,6 +147,12 @@ def best_of(actions: dict[str, Callable[[], None]], records: int, repeats: int,
     return best
 
 
+def check_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit with argparse's usage error unless --records, --repeats, --rate and --seconds make a run."""
+    if args.records < PARTITIONS or args.repeats < 0 or args.rate * args.seconds < 1:
+        parser.error(f"--records at least {PARTITIONS}, --repeats at least 0, --rate x --seconds at least one record")
+
+
 def best_of_label(repeats: int) -> str:
     """How a chart names best_of's figures."""
     return f"best of {repeats} warm" if repeats else "one cold run"
@@ -397,8 +403,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--trigger", default="0 seconds", help="latency test: processingTime trigger")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
-    if args.records < PARTITIONS or args.repeats < 0 or args.rate * args.seconds < 1:
-        parser.error(f"--records at least {PARTITIONS}, --repeats at least 0, --rate x --seconds at least one record")
+    check_sizes(parser, args)
     directory = args.dir or tempfile.mkdtemp(prefix="fabric-spark-bench-")
     os.makedirs(directory, exist_ok=True)
     url = f"file://{os.path.join(directory, 'fabric')}"

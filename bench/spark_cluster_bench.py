@@ -55,6 +55,7 @@ from bench.spark_bench import (
     ParquetSink,
     best_of,
     best_of_label,
+    check_sizes,
     committed_records,
     fabric_read,
     latency,
@@ -395,8 +396,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
     args.records -= args.records % PARTITIONS  # every path moves the same records: half in each partition
-    if args.records < PARTITIONS or args.repeats < 0 or args.rate * args.seconds < 1:
-        parser.error(f"--records at least {PARTITIONS}, --repeats at least 0, --rate x --seconds at least one record")
+    check_sizes(parser, args)
     return run_suite("spark_cluster", args, run, report)
 
 
