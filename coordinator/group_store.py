@@ -222,10 +222,11 @@ class GroupMembership:
     def _has_offsets(self, group: str) -> bool:
         raise NotImplementedError
 
-    def limit_sessions(self, max_session_timeout_ms: int) -> None:
+    def limit_groups(self, max_session_timeout_ms: int, max_size: int) -> None:
         """Refuse joins asking for a longer session (group.max.session.timeout.ms; Kafka's default, 30 minutes,
-        unless set)."""
+        unless set) and new members past `max_size` (group.max.size; Kafka's default, no limit)."""
         self._groups.machine.max_session_timeout_ms = max_session_timeout_ms
+        self._groups.machine.max_size = max_size
 
     def check_commit(self, group: str, member_id: str = "", generation: int = -1) -> None:
         self._groups.validate_commit(group, member_id, generation)

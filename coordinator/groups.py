@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from fabric.common.config import INT_MAX
 from fabric.common.errors import (
+    GroupMaxSizeReachedError,
     GroupNotEmptyError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -46,6 +47,7 @@ TRANSITIONS: dict[GroupStatus, frozenset[GroupStatus]] = {
 PartitionsOf = Callable[[str], int]  # topic -> partition count (0 for a topic that does not exist)
 HEARTBEAT_SLACK_FRACTION = 5  # a stored heartbeat is refreshed once it is session_timeout_ms / 5 old
 MAX_SESSION_TIMEOUT_MS = 1_800_000  # group.max.session.timeout.ms: Kafka's default, 30 minutes
+MAX_SIZE = INT_MAX  # group.max.size: Kafka's default, no limit (KIP-389)
 
 
 class IllegalStateTransition(RuntimeError):
@@ -188,9 +190,10 @@ class GroupCoordinator:
     (unknown member, illegal generation, rebalance in progress) are raised with no state change."""
 
     def __init__(self, new_member_id: Callable[[str], str] | None = None,
-                 max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS) -> None:
+                 max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS, max_size: int = MAX_SIZE) -> None:
         self._new_id = new_member_id or (lambda client: f"{client or 'consumer'}-{uuid.uuid4().hex[:16]}")
         self.max_session_timeout_ms = max_session_timeout_ms  # group.max.session.timeout.ms
+        self.max_size = max_size  # group.max.size
 
     # -- membership changes ------------------------------------------------------------------------
     def join(self, state: GroupState, req: JoinRequest, now_ms: int,
@@ -232,6 +235,10 @@ class GroupCoordinator:
         """Record the member (a static rejoin gets a new id in the old slot, fencing the old id).
         Returns its id and whether the group must rebalance for it (new member or changed subscription)."""
         old = s.members.get(slot)
+        if old is None and len(s.members) >= self.max_size:
+            raise GroupMaxSizeReachedError(
+                f"group {req.group!r} is full: this coordinator's group.max.size is {self.max_size} and it has "
+                f"{len(s.members)}; use another group.id, stop a member first, or raise the coordinator's limit")
         member_id = req.member_id or self._new_id(req.client_id)
         fresh = Member(req.group_instance_id, req.client_id, list(req.topics), list(req.assignors),
                        req.session_timeout_ms, req.rebalance_timeout_ms, now_ms, -1,

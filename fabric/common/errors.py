@@ -55,6 +55,11 @@ class InvalidSessionTimeoutError(InvalidConfigError):
     group.max.session.timeout.ms)."""
 
 
+class GroupMaxSizeReachedError(FabricError):
+    """A new member would take a group past the coordinator's group.max.size (Kafka's GROUP_MAX_SIZE_REACHED):
+    it is refused; the members the group has keep their places."""
+
+
 class InvalidArgumentError(FabricError):
     """An argument of a client call has the wrong type or is out of range (a negative offset, a timeout that
     is not a number); the message names the argument and what it takes."""

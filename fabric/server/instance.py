@@ -16,7 +16,7 @@ from fabric.common.errors import InvalidConfigError
 from fabric.common.logs import add_log_level_option
 from fabric.common.redaction import clip
 from fabric.coordinator.election import NotControllerError
-from fabric.coordinator.groups import MAX_SESSION_TIMEOUT_MS
+from fabric.coordinator.groups import MAX_SESSION_TIMEOUT_MS, MAX_SIZE
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.node_leases import DEFAULT_SESSION_TIMEOUT_MS
 from fabric.coordinator.offsets_records import SEGMENT_BYTES
@@ -87,6 +87,7 @@ class Settings(SocketSettings):
     offsets_retention_minutes: int = OFFSETS_RETENTION_MINUTES
     offsets_retention_check_interval_ms: int = 600_000
     group_max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS
+    group_max_size: int = MAX_SIZE
 
     @property
     def store_url(self) -> str:
@@ -132,7 +133,8 @@ PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir"
               "transaction.max.timeout.ms": "transaction_max_timeout_ms",
               CLEANUP_KEY: "transaction_cleanup_interval_ms", RETENTION_KEY: "offsets_retention_minutes",
               "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
-              "group.max.session.timeout.ms": "group_max_session_timeout_ms", **SOCKET_PROPERTIES}
+              "group.max.session.timeout.ms": "group_max_session_timeout_ms", "group.max.size": "group_max_size",
+              **SOCKET_PROPERTIES}
 PATH_KEYS = ("tokens_file", "acl_file", "token_file", "tls_cert", "tls_key", "metrics_token_file")
 MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
                 "shutdown_timeout_ms": "coordinator.shutdown.timeout.ms",
@@ -187,6 +189,8 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group-max-session-timeout-ms", metavar="MS", help="refuse a group member asking for a "
                         "longer session, which it would keep its partitions for once dead (InvalidSessionTimeoutError; "
                         f"group.max.session.timeout.ms, default {MAX_SESSION_TIMEOUT_MS})")
+    parser.add_argument("--group-max-size", metavar="N", help="refuse a new member of a group that has N already "
+                        "(GroupMaxSizeReachedError; group.max.size, default: no limit)")
     add_socket_arguments(parser)
     add_metrics_arguments(parser)
 
@@ -330,6 +334,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         values["offsets_retention_minutes"] = whole_number(
             RETENTION_KEY, values["offsets_retention_minutes"], "minutes",
             note=f" (Kafka's default: {OFFSETS_RETENTION_MINUTES}, 7 days)")
+    if values.get("group_max_size") is not None:
+        values["group_max_size"] = whole_number("group.max.size", values["group_max_size"], "members")
     if values.get("offsets_topic_segment_bytes") is not None:
         values["offsets_topic_segment_bytes"] = segment_bytes(values["offsets_topic_segment_bytes"])
     check_socket_values(values)

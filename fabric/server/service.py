@@ -357,7 +357,7 @@ def serve(settings: Settings) -> None:
     try:
         store, election = open_store(settings)
         if isinstance(store, GroupMembership):
-            store.limit_sessions(settings.group_max_session_timeout_ms)
+            store.limit_groups(settings.group_max_session_timeout_ms, settings.group_max_size)
         controller = ControllerDriver(store, settings.node_session_timeout_ms)
         loader = None
         if settings.offsets_replication_factor is not None and isinstance(store, TransactionOffsets):

@@ -13,7 +13,7 @@ import pytest
 
 import fabric
 from fabric.client.membership import GroupMetadata
-from fabric.common.errors import FabricError, InvalidSessionTimeoutError
+from fabric.common.errors import FabricError, GroupMaxSizeReachedError, InvalidSessionTimeoutError
 from fabric.common.types import JoinRequest
 from fabric.common.waiting import wait_for
 
@@ -105,3 +105,22 @@ def test_a_session_over_group_max_session_timeout_ms_is_refused_by_the_coordinat
             wait_for(lambda: careful.poll(0.2) is not None and len(careful.assignment()) == 2, 60,
                      "the careful consumer's assignment")
         assert fab.describe_consumer_group("careless").state == "Dead"  # the refused join stored nothing
+
+
+def test_a_member_past_group_max_size_is_refused_by_the_coordinator_process(coordinators) -> None:
+    """A coordinator started with --group-max-size 1: a second consumer of a group hears GroupMaxSizeReachedError
+    naming the key as it subscribes, and the first keeps every partition, in the same generation."""
+    instance = coordinators(extra=("--group-max-size", "1"))
+    with fabric.connect(instance.url()) as fab:
+        fab.create_topic("crowded", partitions=2)
+        with fab.consumer("crowded", group_id="small", session_timeout_ms=45_000) as first:
+            wait_for(lambda: first.poll(0.2) is not None and len(first.assignment()) == 2, 60,
+                     "the first consumer's assignment")
+            before = fab.describe_consumer_group("small")
+            with pytest.raises(GroupMaxSizeReachedError, match=r"group 'small' is full: this "
+                                                               r"coordinator's group.max.size is 1 and it has 1"):
+                fab.consumer("crowded", group_id="small", session_timeout_ms=45_000)
+            first.poll(0.2)
+            after = fab.describe_consumer_group("small")
+            assert (after.state, after.generation, len(after.members)) == ("Stable", before.generation, 1)
+            assert len(first.assignment()) == 2

@@ -81,6 +81,15 @@ def test_group_max_session_timeout_defaults_to_kafkas_thirty_minutes() -> None:
         parse("--group-max-session-timeout-ms", "forever")
 
 
+def test_group_max_size_defaults_to_kafkas_no_limit_and_a_bad_value_names_the_key() -> None:
+    assert parse().group_max_size == 2**31 - 1
+    assert parse("--group-max-size", "50").group_max_size == 50
+    for bad in ("0", "-3", "lots", "2147483648"):
+        with pytest.raises(InvalidConfigError, match=r"group.max.size must be a number of members from 1 to "
+                                                     r"2147483647, got"):
+            parse("--group-max-size", bad)
+
+
 def test_producer_id_expiration_defaults_to_kafkas_day_and_a_bad_value_names_the_key() -> None:
     assert parse().producer_id_expiration_ms == 86_400_000
     assert parse("--producer-id-expiration-ms", "60000").producer_id_expiration_ms == 60_000

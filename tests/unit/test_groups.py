@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fabric.common.errors import (
+    GroupMaxSizeReachedError,
     GroupNotEmptyError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -278,6 +279,28 @@ def test_a_coordinator_may_allow_longer_sessions_and_its_refusal_names_the_key(g
     gc.max_session_timeout_ms = 3_600_000
     _, joined = gc.join(GroupState(), req(session_timeout_ms=3_600_000), 1, parts)
     assert joined.ready
+
+
+def test_a_new_member_past_group_max_size_is_refused_and_the_members_keep_their_places(gc):
+    """group.max.size: the join that would make a member more is refused, nothing changed, naming the key; the
+    members rejoin (a static one taking its slot back), and once one leaves a new one fits."""
+    parts = Topics(t=4)
+    gc.max_size = 2
+    s, r0 = gc.join(GroupState(), req(group_instance_id="box-1"), 0, parts)
+    s, _ = gc.sync(s, r0.member_id, r0.generation, 0)
+    s, r1 = gc.join(s, req(), 1, parts)
+    before = s.to_json()
+    with pytest.raises(GroupMaxSizeReachedError, match=r"group 'g' is full: this coordinator's group.max.size "
+                                                        r"is 2 and it has 2; use another group.id"):
+        gc.join(s, req(), 2, parts)
+    assert s.to_json() == before
+    s, again = gc.join(s, req(r1.member_id), 3, parts)
+    s, static = gc.join(s, req(group_instance_id="box-1"), 4, parts)  # a restarted static member
+    assert again.member_id == r1.member_id and static.member_id not in (r0.member_id, r1.member_id)
+    assert sorted(s.members) == sorted((r1.member_id, static.member_id))
+    s, _ = gc.leave(s, r1.member_id, 5)
+    s, third = gc.join(s, req(), 6, parts)
+    assert sorted(s.members) == sorted((static.member_id, third.member_id))
 
 
 def test_a_member_without_a_shared_assignor_is_refused(gc):
