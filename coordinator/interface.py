@@ -107,6 +107,12 @@ class Coordinator(ABC):
         """Forget a group's offsets."""
 
     @abstractmethod
+    def delete_offsets(self, group: str, partitions: Sequence[TopicPartition]) -> list[TopicPartition]:
+        """Forget a group's offsets of `partitions` (Kafka's OffsetDelete, KIP-496): GroupIdNotFoundError if there
+        is no such group, GroupSubscribedToTopicError while a live member subscribes to one of their topics. The
+        partitions whose offsets went (those the group had committed), sorted."""
+
+    @abstractmethod
     def commit_transaction(self, txn: str, writers: Sequence[int] | None = None,
                            offsets: TransactionalOffsets | None = None) -> None:
         """Record that transaction `txn` (`<transactional id>:<sequence>`) committed (idempotent): its publish

@@ -45,7 +45,13 @@ from typing import Callable, Collection, ContextManager, Iterable, Iterator, Pro
 import pyarrow as pa
 
 from fabric.common.clock import SYSTEM_CLOCK, Clock
-from fabric.common.errors import CoordinatorUnavailableError, GroupNotEmptyError, InvalidConfigError
+from fabric.common.errors import (
+    CoordinatorUnavailableError,
+    GroupIdNotFoundError,
+    GroupNotEmptyError,
+    GroupSubscribedToTopicError,
+    InvalidConfigError,
+)
 from fabric.common.types import CommittedOffset, TopicPartition, TransactionalOffsets
 from fabric.coordinator import commit_batch, validation
 from fabric.coordinator.commit_batch import Queued
@@ -347,11 +353,15 @@ class OffsetsTopic:
             return []
         return sorted(expiring)
 
-    def delete_group(self, group: str) -> None:
-        """Append a tombstone for each of `group`'s committed offsets."""
-        keys = sorted(self.committed(group))
-        if keys:
-            self.append(offsets_partition(group, self.partitions), [(offset_key(group, tp), None) for tp in keys])
+    def delete_offsets(self, group: str, partitions: Iterable[TopicPartition],
+                       validate: Callable[[], None] = lambda: None) -> list[TopicPartition]:
+        """Append a tombstone for each of `partitions` that `group` has committed, validate() first under the
+        partition's write lock; those partitions, sorted."""
+        gone = sorted(set(self.committed(group)).intersection(partitions))
+        if gone:
+            self.append(offsets_partition(group, self.partitions), [(offset_key(group, tp), None) for tp in gone],
+                        validate)
+        return gone
 
     def forget_topic(self, topic: str) -> None:
         """Append a tombstone for every group's offsets in `topic` (the topic was deleted) in the partitions this
@@ -508,7 +518,26 @@ class TopicOffsets:
     def delete_group(self, group: str) -> None:
         """Forget a group's offsets and state; GroupNotEmptyError while it has live members."""
         self._groups.delete_group(group)
-        self._offsets.delete_group(group)
+        self._offsets.delete_offsets(group, self._offsets.committed(group))
+
+    def delete_offsets(self, group: str, partitions: Sequence[TopicPartition]) -> list[TopicPartition]:
+        """Kafka's OffsetDelete (KIP-496), refused for the topics a live member subscribes to, which the check
+        under the offsets partition's write lock sees too (a member joining meanwhile)."""
+        named = validation.group_partitions(group, partitions)
+        if group not in self.list_groups():
+            raise GroupIdNotFoundError(f"consumer group {group!r} does not exist (no committed offsets and no live "
+                                       "members); `fabric groups list` or list_groups() names the groups")
+
+        def unsubscribed() -> None:
+            since, subscribed = self._groups.liveness(group, self._offsets.clock.now_ms())
+            held = sorted(subscribed.intersection(t for t, _ in named)) if since is None else []
+            if held:
+                raise GroupSubscribedToTopicError(
+                    f"group {group!r} has live members subscribed to {', '.join(map(repr, held))}: they would "
+                    "commit those offsets again; stop its consumers (or subscribe them elsewhere) first. Nothing "
+                    "was deleted")
+        unsubscribed()
+        return self._offsets.delete_offsets(group, named, unsubscribed)
 
     def expire_groups(self, retention_ms: int) -> Expired:
         """Kafka's offsets.retention.minutes: forget the offsets and the state of each group served here that has

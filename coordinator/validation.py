@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -92,8 +92,7 @@ def offsets(group: Any, offsets: Any, metadata: Any) -> None:
     if not isinstance(offsets, Mapping):
         raise InvalidRequestError("offsets must be a mapping of (topic, partition) to the next offset to read")
     for key, offset in offsets.items():
-        if not (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str) and checks.is_integer(key[1])
-                and 0 <= key[1] <= INT_MAX):
+        if not (isinstance(key, tuple) and _is_pair(key)):
             raise InvalidRequestError(f"an offset commit's key must be a (topic, partition) pair, got {clip(key)}")
         if not checks.is_integer(offset):
             raise InvalidRequestError(f"the offset committed for {key[0]}-{key[1]} must be an int, got "
@@ -103,6 +102,24 @@ def offsets(group: Any, offsets: Any, metadata: Any) -> None:
                                         f"got {clip(offset)}")
     if not isinstance(metadata, str) or len(metadata) > MAX_OFFSET_METADATA:
         raise InvalidRequestError(f"offset metadata must be a string of at most {MAX_OFFSET_METADATA} characters")
+
+
+def _is_pair(value: tuple | list) -> bool:
+    """Whether `value` holds a (topic, partition) pair: a string and an int from 0 to INT_MAX."""
+    return len(value) == 2 and isinstance(value[0], str) and checks.is_integer(value[1]) and 0 <= value[1] <= INT_MAX
+
+
+def group_partitions(group: Any, partitions: Any) -> list[TopicPartition]:
+    """A request's partitions of a group (an offset deletion's): (topic, partition) pairs, lists as JSON sends
+    them taken too, with valid topic names; sorted, each once."""
+    validate_group(group)
+    if isinstance(partitions, (str, bytes)) or not isinstance(partitions, Sequence):
+        raise InvalidRequestError(f"partitions must be a list of (topic, partition) pairs, got {clip(partitions)}")
+    for item in partitions:
+        if not (isinstance(item, (tuple, list)) and _is_pair(item)):
+            raise InvalidRequestError(f"a partition must be a (topic, partition) pair, got {clip(item)}")
+        validate_topic(item[0])
+    return sorted({(topic, int(partition)) for topic, partition in partitions})
 
 
 def transactional_offsets(value: Any) -> TransactionalOffsets:

@@ -1,4 +1,4 @@
-"""`fabric groups list|describe|delete|reset-offsets`: kafka-consumer-groups."""
+"""`fabric groups list|describe|delete|reset-offsets|delete-offsets`: kafka-consumer-groups."""
 from __future__ import annotations
 
 import argparse
@@ -86,6 +86,11 @@ def _scope(text: str) -> str | list[TopicPartition]:
         raise argparse.ArgumentTypeError(f"expected TOPIC or TOPIC:P,P (e.g. orders:0,2), got {text!r}") from None
 
 
+def _named(scopes: list[str | list[TopicPartition]]) -> list[str | TopicPartition]:
+    """The topics and partitions of repeated --topic options, as the admin calls take them."""
+    return [item for scope in scopes for item in ([scope] if isinstance(scope, str) else scope)]
+
+
 def _read_plan(path: str) -> dict[TopicPartition, int]:
     """--from-file: Kafka's CSV of topic,partition,offset lines (what --export prints)."""
     plan: dict[TopicPartition, int] = {}
@@ -114,8 +119,7 @@ def reset_offsets(args: argparse.Namespace) -> None:
                            "partition the group has committed offsets for)")
     if args.from_file is not None and (args.topic or args.all_topics):
         raise CommandError("--from-file names the partitions to reset; drop --topic / --all-topics")
-    topics = None if args.all_topics or args.topic is None else \
-        [item for scope in args.topic for item in ([scope] if isinstance(scope, str) else scope)]
+    topics = None if args.all_topics or args.topic is None else _named(args.topic)
     with open_fabric(args) as fab:
         plan = fab.reset_offsets(args.group, topics, to_earliest=args.to_earliest, to_latest=args.to_latest,
                                  to_offset=args.to_offset, to_datetime=args.to_datetime, to_current=args.to_current,
@@ -135,9 +139,20 @@ def reset_offsets(args: argparse.Namespace) -> None:
         print("This was a dry run: no offsets changed. Add --execute to apply it.", file=sys.stderr)
 
 
+def delete_offsets(args: argparse.Namespace) -> None:
+    """Delete a group's committed offsets of some topics, as kafka-consumer-groups --delete-offsets: one row per
+    partition whose offset went."""
+    with open_fabric(args) as fab:
+        gone = fab.delete_offsets(args.group, _named(args.topic))
+    print(format_table(("TOPIC", "PARTITION", "STATUS"), [(t, p, "Successful") for t, p in gone]))
+    if not gone:
+        print(f"Group {args.group!r} had no committed offsets there: nothing was deleted.", file=sys.stderr)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `fabric groups ...`."""
-    groups = add_command(subparsers, "groups", None, "list and describe consumer groups, reset their offsets")
+    groups = add_command(subparsers, "groups", None, "list and describe consumer groups, reset or delete their "
+                         "offsets")
     verbs = add_subcommands(groups, "group commands")
 
     add_command(verbs, "list", list_groups, "list consumer groups that have committed offsets")
@@ -184,3 +199,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--execute", action="store_true", help="apply the new offsets")
     mode.add_argument("--dry-run", action="store_true", help="only print the new offsets (the default)")
+
+    p = add_command(verbs, "delete-offsets", delete_offsets, "delete a group's committed offsets of some topics",
+                    description="Delete a group's committed offsets of some topics (kafka-consumer-groups "
+                                "--delete-offsets, KIP-496), e.g. of a topic its consumers no longer read. Refused "
+                                "while a live member of the group subscribes to one of the topics "
+                                "(GroupSubscribedToTopicError): nothing is deleted then. Needs admin on the group "
+                                "and read on the topics.")
+    p.add_argument("group", metavar="GROUP")
+    p.add_argument("--topic", action="append", type=_scope, required=True, metavar="TOPIC[:P,P]",
+                   help="a topic whose offsets to delete (every partition, or those listed); repeatable")

@@ -290,6 +290,14 @@ class Fabric:
                                        "members); `fabric groups list` or list_groups() names the groups")
         self.cluster.coordinator.delete_group(group)
 
+    def delete_offsets(self, group: str, topics: str | Sequence[str | TopicPartition]) -> list[TopicPartition]:
+        """Delete a group's committed offsets of `topics` (a topic name, or a list of topic names, every partition,
+        and (topic, partition) pairs), as kafka-consumer-groups --delete-offsets and Kafka's
+        deleteConsumerGroupOffsets (KIP-496): GroupIdNotFoundError for an unknown group, GroupSubscribedToTopicError
+        while a live member subscribes to one of the topics (nothing deleted). The partitions whose offsets were
+        deleted: those the group had committed."""
+        return self.cluster.coordinator.delete_offsets(validate_group(group), self._named_partitions(topics))
+
     # -- transactions (kafka-transactions) ----------------------------------------------------------
     def list_transactions(self) -> list[TransactionRecord]:
         """The record of every transactional id (its latest transaction's `state`, writers and decision)."""
@@ -411,6 +419,11 @@ class Fabric:
                 raise InvalidConfigError(f"group {group!r} has no committed offsets, so there are no topics of "
                                          "its own to reset; name the topics")
             return sorted(committed)
+        return self._named_partitions(topics)
+
+    def _named_partitions(self, topics: str | Sequence[str | TopicPartition]) -> list[TopicPartition]:
+        """Every partition of each topic named in `topics`, and each (topic, partition) pair in it, checked to
+        exist."""
         out: list[TopicPartition] = []
         for item in [topics] if isinstance(topics, str) else topics:
             if isinstance(item, str):

@@ -105,6 +105,10 @@ class RemoteCoordinator(Coordinator):
     def delete_group(self, group: str) -> None:
         self._of_group(group, "delete_group", group=group)
 
+    def delete_offsets(self, group: str, partitions: Sequence[TopicPartition]) -> list[TopicPartition]:
+        gone = self._of_group(group, "delete_offsets", group=group, partitions=[tuple(tp) for tp in partitions])
+        return [(topic, partition) for topic, partition in gone]
+
     def commit_transaction(self, txn: str, writers: Sequence[int] | None = None,
                            offsets: TransactionalOffsets | None = None) -> None:
         """Committed by the instance serving the offsets' group (where instances share the groups out), else by

@@ -162,6 +162,11 @@ class GroupIdNotFoundError(FabricError):
     """No such consumer group: it has neither committed offsets nor live members."""
 
 
+class GroupSubscribedToTopicError(FabricError):
+    """A group's offsets of a topic its live members subscribe to cannot be deleted (Kafka's
+    GROUP_SUBSCRIBED_TO_TOPIC): they would commit them again, or start over from auto.offset.reset."""
+
+
 class CommitFailedError(FabricError):
     """An offset commit was rejected because this consumer's group generation is stale."""
 

@@ -86,6 +86,13 @@ def commit_checks(args: dict[str, Any]) -> list[tuple[str, str]]:
     return on_group("group")(args) + [("read", f"topic:{t}") for t in sorted({t for t, _ in args["offsets"]})]
 
 
+def delete_offsets_checks(args: dict[str, Any]) -> list[tuple[str, str]]:
+    """Deleting a group's offsets needs `admin` on the group (as deleting it does) and `read` on each topic named
+    (as Kafka's OffsetDelete)."""
+    named = validation.group_partitions(args["group"], args["partitions"])
+    return on_group("admin")(args) + [("read", f"topic:{t}") for t in sorted({t for t, _ in named})]
+
+
 def transaction_commit_checks(args: dict[str, Any]) -> list[tuple[str, str]]:
     """Committing a transaction needs `write` on its transactional id and, with a group's offsets, what committing
     them needs (commit_checks)."""
@@ -179,6 +186,7 @@ ROUTES: dict[str, Route] = {
     "committed": Route("coordinator", on_group("describe"), group=of_group),
     "list_groups": Route("coordinator", nothing, filter_by=names_allowed("describe", "group")),
     "delete_group": Route("coordinator", on_group("admin"), True, group=of_group),
+    "delete_offsets": Route("coordinator", delete_offsets_checks, True, group=of_group),
     "group_coordinators": Route("service", nothing),
     "commit_transaction": Route("broker", transaction_commit_checks, True, group=of_offsets),
     "transaction_committed": Route("coordinator", on_transactional_id("describe")),

@@ -211,6 +211,26 @@ def test_groups_delete_refuses_a_group_with_live_members_and_describe_all_groups
         fab.delete_group("one")
 
 
+def test_groups_delete_offsets_of_topics_no_live_member_reads(cli):
+    """kafka-consumer-groups --delete-offsets: a row per partition whose offset went; a live member's topic is
+    refused, nothing deleted."""
+    cli.ok("topics", "create", "a", "--partitions", "2")
+    cli.ok("topics", "create", "b")
+    cli.ok("produce", "b", stdin="x\ny\n")
+    cli.ok("groups", "reset-offsets", "g", "--topic", "a", "--topic", "b", "--to-latest", "--execute")
+    with fabric.connect(cli.url) as fab, fab.consumer("b", group_id="g", session_timeout_ms=30000) as member:
+        wait_for(lambda: member.poll(0.05) is not None and member.assignment() == [("b", 0)],
+                 timeout=60, what="the member to be assigned b-0")
+        assert "group 'g' has live members subscribed to 'b'" in cli.error("groups", "delete-offsets", "g",
+                                                                          "--topic", "a", "--topic", "b")
+        assert [(r["TOPIC"], r["PARTITION"], r["STATUS"]) for r in cli.rows(
+            "groups", "delete-offsets", "g", "--topic", "a:1")] == [("a", "1", "Successful")]
+    assert committed_offsets(cli, "g") == {("a", 0): "0", ("a", 1): "-", ("b", 0): "2"}
+    again = cli.run("groups", "delete-offsets", "g", "--topic", "a:1")
+    assert again.returncode == 0 and "had no committed offsets there: nothing was deleted" in again.stderr
+    assert "the following arguments are required: --topic" in cli.error("groups", "delete-offsets", "g")
+
+
 def test_reset_offsets_strategies_scopes_export_and_clamping(cli, tmp_path):
     cli.ok("topics", "create", "a", "--partitions", "2")
     cli.ok("topics", "create", "b")

@@ -94,6 +94,8 @@ def check_offsets(c: Coordinator, fill: Fill) -> None:
     c.delete_topic("t2")  # its committed offsets go with it
     assert set(c.committed("g/with:odd chars")) == {("t1", 0), ("t1", 1)}
     assert c.list_groups() == ["g/with:odd chars"]
+    assert c.delete_offsets("g/with:odd chars", [("t1", 1), ("t1", 2)]) == [("t1", 1)]  # KIP-496
+    assert set(c.committed("g/with:odd chars")) == {("t1", 0)}
     c.delete_group("g/with:odd chars")
     assert c.committed("g/with:odd chars") == {} and c.list_groups() == []
 

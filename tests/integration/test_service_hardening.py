@@ -173,6 +173,12 @@ def test_raw_admin_calls_are_validated_by_the_service(secured) -> None:
         (dict(name="commit_offsets", args={"group": "billing", "offsets": {("orders", 9): 0}}), Exception,
          "no partition 9"),
         (dict(name="commit_transaction", args={"txn": "q:" + "9" * 30}), InvalidRequestError, "sequence"),
+        (dict(name="delete_offsets", args={"group": "billing", "partitions": "orders"}), InvalidRequestError,
+         "partitions"),
+        (dict(name="delete_offsets", args={"group": "billing", "partitions": [("orders", -1)]}),
+         InvalidRequestError, r"a partition must be a \(topic, partition\) pair"),
+        (dict(name="delete_offsets", args={"group": "billing", "partitions": [("no/such", 0)]}), Exception,
+         "no/such"),
     ]
     for case, error, match in cases:
         before = snapshot(instance.url(f"token={ADMIN}"))
@@ -191,6 +197,20 @@ def test_raw_admin_calls_are_validated_by_the_service(secured) -> None:
             got += consumer.poll(1.0)
         consumer.commit()
         consumer.close()
+
+
+def test_only_a_groups_admin_deletes_its_offsets(secured) -> None:
+    """Deleting a group's offsets needs admin on the group, as Kafka's OffsetDelete needs DELETE: the app, which
+    commits for billing, is refused and nothing changes; the admin deletes them."""
+    instance, _, _ = secured
+    with fabric.connect(instance.url(f"token={ADMIN}")) as admin:
+        admin.cluster.commit_offsets("billing", {("orders", 0): 2})
+    with fabric.connect(instance.url(f"token={APP}")) as app:
+        refused(instance, lambda: app.delete_offsets("billing", "orders"), AuthorizationError,
+                "principal 'app' is not allowed to admin group:billing")
+    with fabric.connect(instance.url(f"token={ADMIN}")) as admin:
+        assert admin.delete_offsets("billing", "orders") == [("orders", 0)]
+        assert admin.cluster.coordinator.committed("billing") == {}
 
 
 def test_oversized_and_deeply_nested_requests_are_refused_up_front(secured) -> None:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from fabric.common.errors import (
     GroupMaxSizeReachedError,
     GroupNotEmptyError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidConfigError,
@@ -473,6 +474,24 @@ def test_sqlite_coordinator_groups(tmp_path):
     coord.leave_group("live", r.member_id)
     coord.delete_group("live")
     assert coord.list_groups() == ["offsets-only"] and coord.describe_group("live").state == GroupStatus.DEAD
+    coord.close()
+
+
+def test_offsets_deletion_checks_the_subscriptions_again_under_the_partitions_lock(tmp_path):
+    """A member subscribing to the topic after delete_offsets' first look but before its tombstones are written is
+    seen by the check made under the offsets partition's write lock: refused, nothing deleted."""
+    coord = SqliteCoordinator(str(tmp_path / "meta" / "metadata.db"))
+    coord.create_topic("t", 2, {}, None)
+    coord.commit_offsets("g", {("t", 0): 5, ("t", 1): 6})
+    tombstones = coord.offsets_topic.delete_offsets
+
+    def joined_meanwhile(*args, **kwargs):
+        coord.join_group(JoinRequest("g", "", ("t",)))
+        return tombstones(*args, **kwargs)
+    coord.offsets_topic.delete_offsets = joined_meanwhile  # type: ignore[method-assign]
+    with pytest.raises(GroupSubscribedToTopicError, match="group 'g' has live members subscribed to 't'"):
+        coord.delete_offsets("g", [("t", 0)])
+    assert {tp: c.offset for tp, c in coord.committed("g").items()} == {("t", 0): 5, ("t", 1): 6}
     coord.close()
 
 

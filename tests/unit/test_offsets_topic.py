@@ -24,7 +24,9 @@ def test_commits_are_read_back_by_another_writer_and_deletes_are_tombstones(tmp_
     assert {tp: c.offset for tp, c in b.committed("g1").items()} == {("t", 0): 6, ("t", 1): 7}
     assert a.groups() == b.groups() == ["g1", "g2"]
     b.forget_topic("u")
-    a.delete_group("g1")
+    assert a.delete_offsets("g1", [("t", 1), ("v", 0)]) == [("t", 1)]  # only what the group has
+    assert {tp: c.offset for tp, c in b.committed("g1").items()} == {("t", 0): 6}
+    assert a.delete_offsets("g1", a.committed("g1")) == [("t", 0)]
     assert a.committed("g1") == {} and b.groups() == []
     assert OffsetsTopic.in_directory(str(tmp_path)).groups() == []  # a fresh cache reads the same from the log
 

@@ -8,7 +8,9 @@ import logging
 import pytest
 
 from fabric.common.errors import (
+    GroupIdNotFoundError,
     GroupNotEmptyError,
+    GroupSubscribedToTopicError,
     InvalidArgumentError,
     InvalidConfigError,
     InvalidRequestError,
@@ -114,3 +116,29 @@ def test_delete_group(fab, drain):
     fab.delete_group("g")
     assert "g" not in fab.list_groups()
     assert fab.describe_group("g") == []
+
+
+def test_delete_offsets_of_a_topic_only_while_no_live_member_reads_it(fab) -> None:
+    """kafka-consumer-groups --delete-offsets (KIP-496): the group's offsets of a topic its live member does not
+    read go, partition by partition; of the topic it reads they are refused, nothing deleted; once the member left
+    they go too. An unknown group is GroupIdNotFoundError."""
+    fab.create_topic("read", partitions=2)
+    fab.create_topic("old")
+    for partition in (0, 1):
+        _produce(fab, "read", 3, partition)
+    _produce(fab, "old", 2)
+    fab.reset_offsets("g", ["read", "old"], to_latest=True, execute=True)
+    consumer = fab.consumer("read", group_id="g", session_timeout_ms=60000, enable_auto_commit=False)
+    wait_for(lambda: consumer.poll(0.2) is not None and len(consumer.assignment()) == 2, 60, "the assignment")
+    with pytest.raises(GroupSubscribedToTopicError, match="group 'g' has live members subscribed to 'read'"):
+        fab.delete_offsets("g", ["old", "read"])
+    committed = fab.cluster.coordinator.committed
+    assert {tp: c.offset for tp, c in committed("g").items()} == {("old", 0): 2, ("read", 0): 3, ("read", 1): 3}
+    assert fab.delete_offsets("g", "old") == [("old", 0)]
+    assert fab.delete_offsets("g", "old") == []  # none left to delete
+    consumer.close()
+    wait_for(lambda: not fab.describe_consumer_group("g").members, timeout=30, what="the member to leave")
+    assert fab.delete_offsets("g", [("read", 1)]) == [("read", 1)]
+    assert {tp: c.offset for tp, c in committed("g").items()} == {("read", 0): 3}
+    with pytest.raises(GroupIdNotFoundError, match="consumer group 'nobody' does not exist"):
+        fab.delete_offsets("nobody", "read")
