@@ -1,7 +1,7 @@
-"""`fabric transactions list|describe|abort|find-hanging`: kafka-transactions, for transactions on a cluster's data
-nodes (a transactional producer's, a Spark sink batch's). Abort names a transactional id (the coordinator knows
-every writer of its open transaction and the partitions each one registered), or, for a hanging transaction the
-coordinator does not know, the partition and offset where it starts (as find-hanging lists them)."""
+"""`fabric transactions list|describe|describe-producers|abort|find-hanging`: kafka-transactions, for transactions
+on a cluster's data nodes (a transactional producer's, a Spark sink batch's). Abort names a transactional id (the
+coordinator knows every writer of its open transaction and the partitions each one registered), or, for a hanging
+transaction the coordinator does not know, the partition and offset where it starts (as find-hanging lists them)."""
 from __future__ import annotations
 
 import argparse
@@ -24,6 +24,16 @@ def describe(args: argparse.Namespace) -> None:
     """The id's latest transaction (state, start, timeout), then one row per writer and partition."""
     with open_fabric(args) as fab:
         _print_record(fab.describe_transaction(args.transactional_id))
+
+
+def describe_producers(args: argparse.Namespace) -> None:
+    """One row per producer of the partition, at its leader, as kafka-transactions describe-producers."""
+    with open_fabric(args) as fab:
+        producers = fab.describe_producers(args.topic, args.partition)
+    print(format_table(("PRODUCER-ID", "PRODUCER-EPOCH", "LAST-SEQUENCE", "LAST-TIMESTAMP",
+                        "CURRENT-TRANSACTION-START-OFFSET"),
+                       [(p.producer_id, p.producer_epoch, p.last_sequence, _when(p.last_timestamp_us // 1000),
+                         p.transaction_start_offset) for p in producers]))
 
 
 def abort(args: argparse.Namespace) -> None:
@@ -72,9 +82,13 @@ def find_hanging(args: argparse.Namespace) -> None:
                         for h in found]))
 
 
+def _when(ms: int) -> str:
+    """A time in ms since the epoch as ISO 8601 in UTC, "-" for none (below 0)."""
+    return "-" if ms < 0 else datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+
+
 def _print_record(record: TransactionRecord) -> None:
-    started = "-" if record.started_ms < 0 else \
-        datetime.fromtimestamp(record.started_ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+    started = _when(record.started_ms)
     print(f"TransactionalId: {record.transactional_id}\tState: {record.state}\tSequence: {record.sequence}\t"
           f"CommittedSequence: {record.committed_sequence}\tStarted: {started}\t"
           f"TimeoutMs: {record.timeout_ms or '-'}")
@@ -93,6 +107,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_command(verbs, "list", list_transactions, "every transactional id with its latest transaction's state")
     p = add_command(verbs, "describe", describe, "a transactional id's latest transaction and its writers")
     p.add_argument("--transactional-id", required=True, metavar="ID")
+    p = add_command(verbs, "describe-producers", describe_producers, "a partition's producers: epoch, last "
+                    "sequence and timestamp, open transaction",
+                    description="List the idempotent and transactional producers of a replicated partition, at its "
+                                "leader (kafka-transactions describe-producers): each one's epoch, last sequence and "
+                                "last timestamp, and the offset its open transaction starts at (-1: none). Needs "
+                                "read on the topic.")
+    p.add_argument("--topic", required=True, metavar="T")
+    p.add_argument("--partition", required=True, type=int, metavar="P")
     p = add_command(verbs, "abort", abort, "abort the writers of a transactional id's open transaction, or a "
                     "hanging transaction by where it starts",
                     description="Abort the writers of a transactional id's open transaction now, as its "

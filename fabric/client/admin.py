@@ -41,6 +41,7 @@ from fabric.common.types import (
     NodeInfo,
     PartitionRegistration,
     PartitionState,
+    ProducerState,
     TopicInfo,
     TopicPartition,
     TopicRecovery,
@@ -322,6 +323,14 @@ class Fabric:
             time.sleep(0.1)
             record = self.describe_transaction(transactional_id)
         return record
+
+    def describe_producers(self, topic: str, partition: int) -> list[ProducerState]:
+        """kafka-transactions describe-producers and Kafka's describeProducers: the idempotent and transactional
+        producers of a replicated partition, at its leader, each with its epoch, last sequence and last timestamp,
+        and where its open transaction starts (-1: none). Needs read on the topic."""
+        tp = checks.topic_partition((topic, partition), "describe_producers")
+        self._check_partitions([tp])
+        return self.cluster.describe_producers(*tp)
 
     def find_hanging_transactions(self, node_id: int | None = None, topic: str | None = None,
                                   partition: int | None = None, max_timeout_ms: int = MAX_TIMEOUT_MS

@@ -23,6 +23,7 @@ from fabric.common.types import (
     PartitionState,
     ProducerBatch,
     ProducerIdentity,
+    ProducerState,
     TopicInfo,
     TopicPartition,
     TopicRecovery,
@@ -244,9 +245,10 @@ class Cluster(ABC):
         (Kafka's WriteTxnMarkers), once the coordinator decided (TransactionRecord). Idempotent."""
         raise self._no_transactions()
 
-    def describe_producers(self, topic: str, partition: int) -> list[OpenTransaction]:
-        """The transactions open on a replicated partition, oldest first, at its leader (Kafka's
-        DescribeProducers); elsewhere this refuses with the fix."""
+    def describe_producers(self, topic: str, partition: int) -> list[ProducerState]:
+        """The producers of a replicated partition and their open transactions, at its leader (Kafka's
+        DescribeProducers): those with a transaction open first, oldest first, then the others, the last to write
+        first; elsewhere this refuses with the fix."""
         raise self._no_transactions()
 
     def abort_open_transaction(self, topic: str, partition: int, start_offset: int) -> OpenTransaction:

@@ -4,9 +4,9 @@ leaders verified transactional appends, or its record moved on), or that it deci
 than the transaction timeout ago without its marker reaching the partition. Nothing ends such a transaction, and
 it holds the partition's last stable offset back: read_committed readers stop there for good.
 
-`find_hanging` asks each partition's leader for its open transactions (describe_producers) and the coordinator for
-every transactional id's record (it sees only the ids its principal may describe: give it describe on
-transactional-id:*, or an ongoing transaction looks unknown). `abort_hanging` ends the one starting at an offset
+`find_hanging` asks each partition's leader for its producers' open transactions (describe_producers) and the
+coordinator for every transactional id's record (it sees only the ids its principal may describe: give it describe
+on transactional-id:*, or an ongoing transaction looks unknown). `abort_hanging` ends the one starting at an offset
 with an abort marker at the leader (abort_open_transaction, cluster_action on the cluster), after checking it
 hangs: one the coordinator still runs is aborted through its transactional id, and one it committed is not aborted.
 """
@@ -18,7 +18,7 @@ from typing import Iterable
 
 from fabric.client.cluster import Cluster
 from fabric.common.errors import InvalidTxnStateError
-from fabric.common.types import OpenTransaction, TopicPartition, TransactionRecord
+from fabric.common.types import ProducerState, TopicPartition, TransactionRecord
 
 UNKNOWN = "unknown"
 
@@ -54,12 +54,17 @@ def _known(cluster: Cluster) -> dict[tuple[int, TopicPartition], tuple[str, str]
     return out
 
 
-def _hanging(tp: TopicPartition, opened: OpenTransaction, view: tuple[str, str] | None) -> HangingTransaction:
-    open_ms = -1 if opened.start_timestamp_us < 0 else max(0, int(time.time() * 1000)
-                                                           - opened.start_timestamp_us // 1000)
+def _opened(cluster: Cluster, tp: TopicPartition) -> list[ProducerState]:
+    """The producers with a transaction open on `tp`, at its leader, oldest transaction first."""
+    return [p for p in cluster.describe_producers(*tp) if p.transaction_start_offset >= 0]
+
+
+def _hanging(tp: TopicPartition, opened: ProducerState, view: tuple[str, str] | None) -> HangingTransaction:
+    started_us = opened.transaction_start_timestamp_us
+    open_ms = -1 if started_us < 0 else max(0, int(time.time() * 1000) - started_us // 1000)
     state, transactional_id = view or (UNKNOWN, None)
-    return HangingTransaction(tp[0], tp[1], opened.producer_id, opened.producer_epoch, opened.start_offset, open_ms,
-                              state, transactional_id)
+    return HangingTransaction(tp[0], tp[1], opened.producer_id, opened.producer_epoch,
+                              opened.transaction_start_offset, open_ms, state, transactional_id)
 
 
 def find_hanging(cluster: Cluster, partitions: Iterable[TopicPartition], max_timeout_ms: int
@@ -70,7 +75,7 @@ def find_hanging(cluster: Cluster, partitions: Iterable[TopicPartition], max_tim
     known = _known(cluster)
     out = []
     for tp in partitions:
-        for opened in cluster.describe_producers(*tp):
+        for opened in _opened(cluster, tp):
             found = _hanging(tp, opened, known.get((opened.producer_id, tp)))
             if found.coordinator == UNKNOWN or (found.coordinator != "ongoing" and found.open_ms > max_timeout_ms):
                 out.append(found)
@@ -82,7 +87,7 @@ def abort_hanging(cluster: Cluster, topic: str, partition: int, start_offset: in
     it by its transactional id) or committed it (its commit marker is due); InvalidTxnStateError naming the fix
     otherwise, or when no transaction starts there. The transaction ended."""
     tp = (topic, partition)
-    opened = next((t for t in cluster.describe_producers(topic, partition) if t.start_offset == start_offset), None)
+    opened = next((t for t in _opened(cluster, tp) if t.transaction_start_offset == start_offset), None)
     if opened is None:
         raise InvalidTxnStateError(f"no transaction open on {topic}-{partition} starts at offset {start_offset}: "
                                    "nothing to abort (`fabric transactions find-hanging --topic "

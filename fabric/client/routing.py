@@ -38,6 +38,7 @@ from fabric.common.types import (
     PartitionRegistration,
     PartitionState,
     ProducerBatch,
+    ProducerState,
     TopicInfo,
     TopicPartition,
     TransactionalOffsets,
@@ -301,7 +302,7 @@ class RoutingCluster(RemoteCluster):
                      lambda: super(RoutingCluster, self).write_markers(topic, partition, transactional_id, commit,
                                                                         abort))
 
-    def describe_producers(self, topic: str, partition: int) -> list[OpenTransaction]:
+    def describe_producers(self, topic: str, partition: int) -> list[ProducerState]:
         return self._routed(topic, partition,
                             lambda target: action_call("describe_producers", topic=topic, partition=partition,
                                                        **target.quoted()),

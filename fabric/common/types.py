@@ -361,6 +361,21 @@ class OpenTransaction:
 
 
 @dataclass(frozen=True)
+class ProducerState:
+    """An idempotent or transactional producer of a partition, as its leader describes it (Kafka's
+    DescribeProducers, `kafka-transactions describe-producers`): its id and epoch, the sequence of its last record
+    (-1: none kept, as after a marker alone) and its last frame's timestamp (µs since the epoch; -1 where that frame
+    cannot be read), and its open transaction's first offset and that record's timestamp (-1 for both: none)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp_us: int
+    transaction_start_offset: int = -1
+    transaction_start_timestamp_us: int = -1
+
+
+@dataclass(frozen=True)
 class TransactionRecord:
     """A transactional id's one record in the coordinator: its highest committed sequence, and the writers of
     its latest transaction (`sequence`: the one in progress, or the one committed last). `committed_writers`

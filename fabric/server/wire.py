@@ -38,6 +38,7 @@ from fabric.common.types import (
     PartitionRegistration,
     PartitionState,
     ProducerIdentity,
+    ProducerState,
     SyncResult,
     TopicInfo,
     TopicPartition,
@@ -79,7 +80,7 @@ DATACLASSES = {cls.__name__: cls for cls in (TopicInfo, CommittedOffset, JoinReq
                                              PartitionRegistration, ClusterDescription, NodeAssignment, NodeHeartbeat,
                                              EpochEndOffset, ProducerIdentity, TransactionWriter,
                                              TransactionRecord, TransactionalOffsets, CleanReport,
-                                             OpenTransaction)}
+                                             OpenTransaction, ProducerState)}
 ENUMS = {cls.__name__: cls for cls in (GroupStatus,)}
 
 

@@ -43,7 +43,7 @@ from fabric.storage.marker import (
     write_marker,
 )
 from fabric.storage.open_files import DIRECT, DirectFiles, OpenFiles
-from fabric.storage.producer_state import ProducerStateTable
+from fabric.storage.producer_state import ProducerEntry, ProducerStateTable
 from fabric.storage.recent_frames import RecentFrames
 from fabric.storage.recovery import RecoveryReport
 from fabric.storage.replica_frames import check_copied
@@ -374,6 +374,14 @@ class Log(LogTail):
                 return 0
             return table.expire(self.clock.monotonic_ms(), expiration_ms,
                                 lambda: self.transactions.open_transactions())
+
+    def producers(self) -> list[tuple[int, ProducerEntry]]:
+        """Every idempotent producer's state here, (producer id, entry) in the order of their last writes (Kafka's
+        DescribeProducers reads it): loaded first where it was not, as an idempotent append loads it."""
+        self._load_producers_unlocked()
+        with self.lock:
+            self.sync_tail()
+            return self._producer_state(self.tail_end()).entries()
 
     @property
     def producer_ids(self) -> int:

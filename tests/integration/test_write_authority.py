@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import datetime
 
 import pyarrow as pa
 import pytest
@@ -183,6 +184,14 @@ def test_a_hanging_transaction_from_before_verification_is_found_and_aborted(sec
         with admin.producer(linger_ms=0) as producer:  # retried until the restarted node leads again
             producer.send("hanging", b"after", partition=0).result(120)
         assert admin.describe_topic("hanging").partitions[0].end_offset == start  # pinned by the forged frame
+        # kafka-transactions describe-producers: the forged producer with its open transaction, then the admin's
+        # two idempotent producers, each at its sequence 0, the later one first
+        listed = [line.split() for line in cli("describe-producers", "--topic", "hanging", "--partition",
+                                                "0").splitlines()[1:]]
+        assert [(row[0], row[1], row[2], row[4]) for row in listed[:1]] == [("12345", "0", "0", str(start))], listed
+        assert [(row[2], row[4]) for row in listed[1:]] == [("0", "-1"), ("0", "-1")], listed
+        assert all(datetime.fromisoformat(row[3]).year >= 2026 for row in listed), listed  # a time, not "-"
+        assert "--partition" in cli("describe-producers", "--topic", "hanging", ok=False)
         for listing in (cli("find-hanging", "--topic", "hanging"), cli("find-hanging", "--node-id", "1")):
             found = [line.split() for line in listing.splitlines()[1:] if line.startswith("hanging ")]
             assert [row[:5] + row[6:] for row in found] == [["hanging", "0", "12345", "0", str(start), "unknown"]], \
@@ -193,6 +202,8 @@ def test_a_hanging_transaction_from_before_verification_is_found_and_aborted(sec
             "abort", "--topic", "hanging", "--partition", "0", "--start-offset", str(start))
         assert read_committed(admin, topic="hanging") == [b"before", b"after"]
         assert admin.find_hanging_transactions(topic="hanging") == []
+        forged = next(p for p in admin.describe_producers("hanging", 0) if p.producer_id == 12345)
+        assert (forged.producer_epoch, forged.transaction_start_offset) == (1, -1)  # fenced by the abort marker
 
 
 def test_a_nodes_status_shows_a_principal_the_configs_of_the_topics_it_may_describe(secured) -> None:

@@ -9,7 +9,7 @@ from typing import Callable
 
 from fabric.common.errors import InvalidRequestError, InvalidTxnStateError
 from fabric.common.redaction import clip
-from fabric.common.types import OpenTransaction, TransactionRecord
+from fabric.common.types import OpenTransaction, ProducerState, TransactionRecord
 from fabric.coordinator.disk import disk_errors
 from fabric.server import partition_ops
 from fabric.server.node import open_transactions
@@ -68,11 +68,12 @@ class TransactionMarkers:
                 f"{commit[:5]}, abort {abort[:5]}); nothing was written")
 
     def describe_producers(self, topic: str, partition: int, leader_epoch: int | None = None,
-                           topic_id: str = "") -> list[OpenTransaction]:
-        """The transactions open on the partition, at its leader (Kafka's DescribeProducers, for find-hanging)."""
+                           topic_id: str = "") -> list[ProducerState]:
+        """The partition's producers and their open transactions, at its leader (Kafka's DescribeProducers, for
+        describe-producers and find-hanging)."""
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
         with disk_errors(self.logs.topic_dir(topic), f"read partition {topic}-{partition}"):
-            return open_transactions.describe(replica.log)
+            return open_transactions.producers(replica.log)
 
     def abort_open_transaction(self, topic: str, partition: int, start_offset: int, leader_epoch: int | None = None,
                                timeout_ms: int = 30000, topic_id: str = "") -> OpenTransaction:
