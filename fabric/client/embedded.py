@@ -4,7 +4,9 @@ Every process that opens the directory (Spark executors, notebooks, the CLI) sha
 writes (appends or publishes) also runs the background log maintenance (fabric.storage.log_maintenance) on every
 partition of the directory from its first write until it closes the fabric: retention and compaction then need
 no further writes. Processes that only read, like the CLI's, run none. Where several writers' maintenance meets
-on one partition, the partition lock and the cleaner's lock keep their passes apart.
+on one partition, the partition lock and the cleaner's lock keep their passes apart. Beside it, such a process
+forgets the directory's abandoned groups as a coordinator does (offsets.retention.minutes,
+fabric.server.offsets_retention), so groups that come and go do not pile up in a fabric no server looks after.
 """
 from __future__ import annotations
 
@@ -19,12 +21,24 @@ from fabric.common.errors import InvalidConfigError
 from fabric.common.types import TopicPartition
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.offsets_log import OffsetsPart
+from fabric.coordinator.offsets_topic import TopicOffsets
+from fabric.server import offsets_retention
 from fabric.server.broker import Broker
-from fabric.server.instance import milliseconds
+from fabric.server.instance import milliseconds, whole_number
+from fabric.server.offsets_retention import (
+    CHECK_INTERVAL_KEY,
+    CHECK_INTERVAL_MS,
+    OFFSETS_RETENTION_MINUTES,
+    RETENTION_KEY,
+)
+from fabric.server.periodic import Periodic
 from fabric.server.publish import Staged
-from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
+from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY, LogMaintenance
+from fabric.storage.producer_state import DEFAULT_EXPIRATION_MS
 
 INTERVAL_ENV = "FABRIC_LOG_RETENTION_CHECK_INTERVAL_MS"
+RETENTION_ENV = "FABRIC_OFFSETS_RETENTION_MINUTES"
+CHECK_INTERVAL_ENV = "FABRIC_OFFSETS_RETENTION_CHECK_INTERVAL_MS"
 
 
 def maintenance_interval(value: int | str | None = None) -> int:
@@ -34,6 +48,17 @@ def maintenance_interval(value: int | str | None = None) -> int:
         value = os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL_MS
         return milliseconds(f"{INTERVAL_KEY} (${INTERVAL_ENV})", value)
     return milliseconds(INTERVAL_KEY, value)
+
+
+def offsets_retention_settings() -> tuple[int, int]:
+    """How a writing process forgets abandoned groups: (offsets.retention.minutes, offsets.retention.check.interval.ms)
+    from $FABRIC_OFFSETS_RETENTION_MINUTES and $FABRIC_OFFSETS_RETENTION_CHECK_INTERVAL_MS, else Kafka's defaults
+    (7 days, looked at every 10 minutes)."""
+    minutes = whole_number(f"{RETENTION_KEY} (${RETENTION_ENV})",
+                           os.environ.get(RETENTION_ENV) or OFFSETS_RETENTION_MINUTES, "minutes")
+    interval = milliseconds(f"{CHECK_INTERVAL_KEY} (${CHECK_INTERVAL_ENV})",
+                            os.environ.get(CHECK_INTERVAL_ENV) or CHECK_INTERVAL_MS)
+    return minutes, interval
 
 
 class EmbeddedCluster(Broker, Cluster):
@@ -46,6 +71,8 @@ class EmbeddedCluster(Broker, Cluster):
     def __init__(self, root: str, coordinator: Coordinator | None = None, max_partitions: int | None = None,
                  retention_check_interval_ms: int | None = None) -> None:
         self.retention_check_interval_ms = maintenance_interval(retention_check_interval_ms)
+        self.offsets_retention = offsets_retention_settings()
+        self._forgetting: Periodic | None = None  # the offsets retention's pass, from the first write
         try:
             super().__init__(root, coordinator, max_partitions)
         except (OSError, sqlite3.Error) as exc:  # a path that is no directory (a full disk is a StorageError)
@@ -53,6 +80,24 @@ class EmbeddedCluster(Broker, Cluster):
                 f"cannot open an embedded fabric in {root!r} ({exc}); give a directory this process can create "
                 "and write (file:///dir or a path)") from None
         self.url = f"file://{self.root}"
+
+    def start_maintenance(self, interval_ms: int, active: Callable[[], bool] | None = None,
+                          producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS) -> LogMaintenance:
+        """The log maintenance, and beside it the pass that forgets abandoned groups (once)."""
+        if self.maintenance is not None:  # (every write asks)
+            return self.maintenance
+        started = super().start_maintenance(interval_ms, active, producer_id_expiration_ms)
+        with self._maintenance_guard:
+            if self._forgetting is None and isinstance(self.coordinator, TopicOffsets):
+                self._forgetting = offsets_retention.start(self.coordinator, *self.offsets_retention, lambda: True)
+        return started
+
+    def stop_maintenance(self, timeout_s: float = 30.0) -> None:
+        with self._maintenance_guard:
+            forgetting, self._forgetting = self._forgetting, None
+        if forgetting is not None:
+            forgetting.stop(timeout_s)
+        super().stop_maintenance(timeout_s)
 
     def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:

@@ -24,6 +24,12 @@ from fabric.coordinator.transaction_timeouts import MAX_TIMEOUT_MS
 from fabric.server import security
 from fabric.server.broker import DEFAULT_MAX_PARTITIONS, partition_limit
 from fabric.server.connection_quotas import OVERRIDES_KEY, PER_IP_KEY, TOTAL_KEY, ConnectionQuotas, parse_overrides
+from fabric.server.offsets_retention import (
+    CHECK_INTERVAL_KEY,
+    CHECK_INTERVAL_MS,
+    OFFSETS_RETENTION_MINUTES,
+    RETENTION_KEY,
+)
 from fabric.server.protocol_server import CONNECTIONS_MAX_IDLE_MS
 from fabric.server.wire import SOCKET_REQUEST_MAX_BYTES
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY
@@ -31,8 +37,6 @@ from fabric.storage.producer_state import DEFAULT_EXPIRATION_MS, EXPIRATION_KEY
 
 log = logging.getLogger(__name__)
 CLEANUP_KEY = "transaction.abort.timed.out.transaction.cleanup.interval.ms"  # Kafka's name
-RETENTION_KEY = "offsets.retention.minutes"
-OFFSETS_RETENTION_MINUTES = 7 * 24 * 60  # Kafka's default
 DEFAULT_LISTEN = "127.0.0.1:9093"
 METRICS_HOST = "127.0.0.1"
 SERVER_LOG_LEVEL = "INFO"
@@ -85,7 +89,7 @@ class Settings(SocketSettings):
     transaction_max_timeout_ms: int = MAX_TIMEOUT_MS
     transaction_cleanup_interval_ms: int = 10_000
     offsets_retention_minutes: int = OFFSETS_RETENTION_MINUTES
-    offsets_retention_check_interval_ms: int = 600_000
+    offsets_retention_check_interval_ms: int = CHECK_INTERVAL_MS
     group_max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS
     group_max_size: int = MAX_SIZE
 
@@ -132,7 +136,7 @@ PROPERTIES = {"coordinator.listen": "listen", "coordinator.data.dir": "data_dir"
               "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
               "transaction.max.timeout.ms": "transaction_max_timeout_ms",
               CLEANUP_KEY: "transaction_cleanup_interval_ms", RETENTION_KEY: "offsets_retention_minutes",
-              "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
+              CHECK_INTERVAL_KEY: "offsets_retention_check_interval_ms",
               "group.max.session.timeout.ms": "group_max_session_timeout_ms", "group.max.size": "group_max_size",
               **SOCKET_PROPERTIES}
 PATH_KEYS = ("tokens_file", "acl_file", "token_file", "tls_cert", "tls_key", "metrics_token_file")
@@ -142,7 +146,7 @@ MILLISECONDS = {"zk_session_timeout_ms": "zookeeper.session.timeout.ms",
                 "log_retention_check_interval_ms": INTERVAL_KEY, "producer_id_expiration_ms": EXPIRATION_KEY,
                 "transaction_max_timeout_ms": "transaction.max.timeout.ms",
                 "transaction_cleanup_interval_ms": CLEANUP_KEY,
-                "offsets_retention_check_interval_ms": "offsets.retention.check.interval.ms",
+                "offsets_retention_check_interval_ms": CHECK_INTERVAL_KEY,
                 "group_max_session_timeout_ms": "group.max.session.timeout.ms"}
 
 
@@ -185,7 +189,7 @@ def add_start_arguments(parser: argparse.ArgumentParser) -> None:
                         "a group that has had no member and no commit for this long, as Kafka does "
                         f"({RETENTION_KEY}, default {OFFSETS_RETENTION_MINUTES}: 7 days)")
     parser.add_argument("--offsets-retention-check-interval-ms", metavar="MS", help="how often groups are looked at "
-                        "for that (offsets.retention.check.interval.ms, default 600000)")
+                        f"for that ({CHECK_INTERVAL_KEY}, default {CHECK_INTERVAL_MS})")
     parser.add_argument("--group-max-session-timeout-ms", metavar="MS", help="refuse a group member asking for a "
                         "longer session, which it would keep its partitions for once dead (InvalidSessionTimeoutError; "
                         f"group.max.session.timeout.ms, default {MAX_SESSION_TIMEOUT_MS})")

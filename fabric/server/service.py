@@ -36,7 +36,15 @@ from fabric.coordinator.offsets_records import OFFSETS_PARTITIONS, offsets_parti
 from fabric.coordinator.offsets_topic import TopicOffsets
 from fabric.coordinator.transaction_offsets import TransactionOffsets
 from fabric.coordinator.transaction_timeouts import TransactionTimeouts
-from fabric.server import coordinator_metrics, protocol_handlers, protocol_routes, replicated_offsets, security, wire
+from fabric.server import (
+    coordinator_metrics,
+    offsets_retention,
+    protocol_handlers,
+    protocol_routes,
+    replicated_offsets,
+    security,
+    wire,
+)
 from fabric.server.arguments import check_call
 from fabric.server.cluster_broker import ClusterBroker
 from fabric.server.connection import server_token
@@ -45,7 +53,6 @@ from fabric.server.entry import server_main
 from fabric.server.flight_server import FabricFlightServer, measured, translated
 from fabric.server.heap import QuietCollector
 from fabric.server.instance import (
-    RETENTION_KEY,
     Settings,
     add_start_arguments,
     open_store,
@@ -387,7 +394,7 @@ def serve(settings: Settings) -> None:
         if isinstance(store, TransactionTimeouts):
             background.append(transaction_reaper(store, controller, settings, lambda: election.is_active))
         if isinstance(store, TopicOffsets):
-            background.append(offsets_retention(store, settings, lambda: election.is_active))
+            background.append(retain_offsets(store, settings, lambda: election.is_active))
         election.start(server.instance, controller)
         controller.start_timer()
         shutdown.serve_until_requested(
@@ -415,24 +422,12 @@ def transaction_reaper(store: TransactionTimeouts, controller: ControllerDriver,
     return reaper
 
 
-def offsets_retention(store: TopicOffsets, settings: Settings, active: Callable[[], bool]) -> Periodic:
-    """Started: the expiry of the groups served here that had no member and no commit for
-    offsets.retention.minutes, every offsets.retention.check.interval.ms; over an offsets topic shared by every
-    instance (a directory), only while `active()`; over its own partitions (the nodes'), always."""
-    retention_ms = settings.offsets_retention_minutes * 60_000
-
-    def expire() -> None:
-        expired = store.expire_groups(retention_ms)
-        if expired.groups:
-            log.info("group offsets: forgot %d group(s) with no member and no commit for %d minutes (%s): %s",
-                     len(expired.groups), settings.offsets_retention_minutes, RETENTION_KEY,
-                     ", ".join(expired.groups[:20]))
-        for group, partitions in list(expired.partitions.items())[:20]:
-            log.info("group offsets: group %s forgot its offsets of %s, topics none of its members subscribes to, "
-                     "committed over %d minutes ago (%s)", group, ", ".join(f"{t}-{p}" for t, p in partitions[:20]),
-                     settings.offsets_retention_minutes, RETENTION_KEY)
-    return Periodic("offsets-retention", settings.offsets_retention_check_interval_ms / 1000,
-                    lambda: active() or not store.offsets_topic.log.shared, expire, "expiring group offsets").start()
+def retain_offsets(store: TopicOffsets, settings: Settings, active: Callable[[], bool]) -> Periodic:
+    """Started: the expiry of the groups served here (fabric.server.offsets_retention); over an offsets topic
+    shared by every instance (a directory), only while `active()`; over its own partitions (the nodes'), always."""
+    return offsets_retention.start(store, settings.offsets_retention_minutes,
+                                   settings.offsets_retention_check_interval_ms,
+                                   lambda: active() or not store.offsets_topic.log.shared)
 
 
 def _stop(shutdown: Shutdown, server: CoordinatorService | None, election: Any, broker: ClusterBroker | None,

@@ -6,11 +6,12 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 
 import pytest
 
 from fabric.client.admin import Fabric
-from fabric.client.embedded import INTERVAL_ENV, EmbeddedCluster
+from fabric.client.embedded import CHECK_INTERVAL_ENV, INTERVAL_ENV, RETENTION_ENV, EmbeddedCluster
 from fabric.common.errors import InvalidConfigError, UnknownTopicError
 from fabric.common.waiting import wait_for
 
@@ -123,6 +124,32 @@ def test_the_interval_comes_from_the_argument_the_environment_or_kafkas_default(
         EmbeddedCluster(fabric_dir)
     with pytest.raises(InvalidConfigError, match="log.retention.check.interval.ms must be a number of millis"):
         EmbeddedCluster(fabric_dir, retention_check_interval_ms=0)
+
+
+def test_a_writing_process_forgets_abandoned_groups_as_the_environment_or_kafkas_defaults_say(fabric_dir,
+                                                                                                   monkeypatch):
+    """offsets.retention.minutes and its check interval for a writing embedded process: Kafka's defaults, or the
+    environment's, a bad one named; the pass runs from the first write until the fabric closes."""
+    for name in (RETENTION_ENV, CHECK_INTERVAL_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert EmbeddedCluster(fabric_dir).offsets_retention == (7 * 24 * 60, 600_000)
+    monkeypatch.setenv(RETENTION_ENV, "60")
+    monkeypatch.setenv(CHECK_INTERVAL_ENV, "2000")
+    assert EmbeddedCluster(fabric_dir).offsets_retention == (60, 2000)
+    monkeypatch.setenv(RETENTION_ENV, "0")
+    with pytest.raises(InvalidConfigError, match=r"offsets.retention.minutes \(\$FABRIC_OFFSETS_RETENTION_MINUTES\) "
+                                                 r"must be a number of minutes from 1"):
+        EmbeddedCluster(fabric_dir)
+    monkeypatch.setenv(RETENTION_ENV, "60")
+
+    def passes() -> int:
+        return sum(t.name == "offsets-retention" and t.is_alive() for t in threading.enumerate())
+    before = passes()
+    with writer(fabric_dir) as fab:
+        start_maintenance_by_writing(fab)
+        produce(fab, "busy", [(b"k", b"v")])
+        assert passes() == before + 1  # one per process, from the first write
+    assert passes() == before  # stopped with the fabric
 
 
 def test_compact_topic_reports_what_it_did_per_partition(fab, drain):
