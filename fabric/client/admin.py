@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -11,10 +12,11 @@ from typing import Any, Iterable, Mapping, Sequence, overload
 
 import pyarrow as pa
 
-from fabric.client import hanging_transactions
+from fabric.client import hanging_transactions, kafka_admin
 from fabric.client.cluster import Cluster
 from fabric.client.consumer import Consumer
 from fabric.client.hanging_transactions import HangingTransaction
+from fabric.client.kafka_admin import NewPartitions, NewTopic
 from fabric.client.producer import Producer
 from fabric.client.topic_partition import TopicPartition as NamedPartition
 from fabric.common import checks
@@ -126,15 +128,10 @@ class Fabric:
         topic of that name is returned as it is instead of TopicExistsError; where it differs from what was asked
         (partition count, configs, schema) it is left unchanged, as Kafka's tools skip it, and the differences
         are logged at WARNING."""
-        validate_new_topic(name)
-        partitions = checks.partition_count(partitions)
-        config = validate_topic_config(config)
-        if schema is not None:
-            validate_value_schema(schema)
+        partitions, config, factor = self.check_new_topic(name, partitions, config, schema, replication_factor)
         try:
-            if replication_factor is None:
+            if factor is None:
                 return self.cluster.create_topic(name, partitions, config, schema)
-            factor = checks.integer(replication_factor, "replication_factor", 1, INT_MAX)
             return self.cluster.create_replicated_topic(name, partitions, factor, config, schema)
         except TopicExistsError:
             if not exist_ok or name not in self.list_topics():
@@ -146,6 +143,33 @@ class Fabric:
                         "(exist_ok): change it with alter_topic_config / create_partitions", name,
                         "; ".join(differences))
         return existing
+
+    @staticmethod
+    def check_new_topic(name: str, partitions: int = 1, config: Mapping[str, Any] | None = None,
+                        schema: pa.Schema | None = None, replication_factor: int | None = None
+                        ) -> tuple[int, dict[str, str], int | None]:
+        """The checks create_topic makes before it asks anything of the fabric (a Kafka validate_only create):
+        the partition count, configs and replication factor checked, else the error naming the problem."""
+        validate_new_topic(name)
+        if schema is not None:
+            validate_value_schema(schema)
+        factor = None if replication_factor is None else checks.integer(replication_factor, "replication_factor", 1,
+                                                                        INT_MAX)
+        return checks.partition_count(partitions), validate_topic_config(config), factor
+
+    def create_topics(self, new_topics: Iterable[NewTopic], timeout_ms: int | None = None, validate_only: bool = False,
+                      operation_timeout: float | None = None, request_timeout: float | None = None
+                      ) -> dict[str, Future]:
+        """Kafka's createTopics as kafka-python and confluent-kafka take it: `[NewTopic("orders", 3, 1)]`; a dict
+        of a done future per topic (fabric.client.kafka_admin)."""
+        return kafka_admin.create_topics(self, new_topics, validate_only)
+
+    def delete_topics(self, topics: Iterable[str], timeout_ms: int | None = None,
+                      operation_timeout: float | None = None, request_timeout: float | None = None
+                      ) -> dict[str, Future]:
+        """Kafka's deleteTopics as kafka-python and confluent-kafka take it: a list of names; a dict of a done
+        future per topic (fabric.client.kafka_admin)."""
+        return kafka_admin.delete_topics(self, topics)
 
     def delete_topic(self, name: str) -> None:
         self.cluster.delete_topic(validate_topic(name))
@@ -211,8 +235,23 @@ class Fabric:
         changes = validate_topic_config_changes(config)
         return self.cluster.coordinator.alter_topic_config(validate_topic(name), changes)
 
-    def create_partitions(self, name: str, total: int) -> TopicInfo:
-        """Grow the topic to `total` partitions (never shrinks; existing data stays put)."""
+    @overload
+    def create_partitions(self, name: str, total: int) -> TopicInfo: ...
+
+    @overload
+    def create_partitions(self, name: Mapping[str, NewPartitions] | Iterable[NewPartitions], total: None = None,
+                          timeout_ms: int | None = None, operation_timeout: float | None = None,
+                          request_timeout: float | None = None) -> dict[str, Future]: ...
+
+    def create_partitions(self, name: str | Mapping[str, NewPartitions] | Iterable[NewPartitions],
+                          total: int | None = None, timeout_ms: int | None = None,
+                          operation_timeout: float | None = None, request_timeout: float | None = None
+                          ) -> TopicInfo | dict[str, Future]:
+        """Grow topic `name` to `total` partitions (never shrinks; existing data stays put). Kafka's forms too:
+        `{"orders": NewPartitions(6)}` (kafka-python) or `[NewPartitions("orders", 6)]` (confluent-kafka), answered
+        with a dict of a done future per topic (fabric.client.kafka_admin)."""
+        if not isinstance(name, str):
+            return kafka_admin.create_partitions(self, name)
         return self.cluster.create_partitions(validate_topic(name), checks.partition_count(total))
 
     def recover_topics(self, *names: str) -> list[TopicRecovery]:

@@ -7,16 +7,19 @@ import logging
 
 import pytest
 
+from fabric import NewPartitions, NewTopic
 from fabric.common.errors import (
     GroupIdNotFoundError,
     GroupNotEmptyError,
     GroupSubscribedToTopicError,
     InvalidArgumentError,
     InvalidConfigError,
+    InvalidPartitionsError,
     InvalidRequestError,
     OffsetOutOfRangeError,
     TopicExistsError,
     UnknownPartitionError,
+    UnknownTopicError,
 )
 from fabric.common.waiting import wait_for
 
@@ -142,3 +145,33 @@ def test_delete_offsets_of_a_topic_only_while_no_live_member_reads_it(fab) -> No
     assert {tp: c.offset for tp, c in committed("g").items()} == {("read", 0): 3}
     with pytest.raises(GroupIdNotFoundError, match="consumer group 'nobody' does not exist"):
         fab.delete_offsets("nobody", "read")
+
+
+def test_topic_calls_as_kafka_python_and_confluent_kafka_users_type_them(fab) -> None:
+    """create_topics, delete_topics and create_partitions in both clients' forms: a done future per topic, each
+    topic's error in its own future while the others are done."""
+    made = fab.create_topics([NewTopic("kp", 2, -1, topic_configs={"retention.ms": "60000"}),
+                              NewTopic(topic="cf", num_partitions=-1, config={"cleanup.policy": "compact"})])
+    assert {topic: future.result() for topic, future in made.items()} == {"kp": None, "cf": None}
+    topic = fab.cluster.coordinator.topic
+    assert (topic("kp").partitions, topic("kp").config.get("retention.ms")) == (2, "60000")
+    assert (topic("cf").partitions, topic("cf").config.get("cleanup.policy")) == (1, "compact")
+    checked = fab.create_topics([NewTopic("kp", 1, -1), NewTopic("fresh", 1, -1)], validate_only=True)
+    with pytest.raises(TopicExistsError):
+        checked["kp"].result()
+    assert checked["fresh"].result() is None and "fresh" not in fab.list_topics()  # checked, not created
+    with pytest.raises(InvalidConfigError, match="no.such.key"):
+        fab.create_topics([NewTopic("bad", 1, -1, topic_configs={"no.such.key": "1"})])["bad"].result()
+    assert fab.create_partitions({"kp": NewPartitions(3)})["kp"].result() is None  # kafka-python's form
+    assert fab.create_partitions([NewPartitions("cf", 2)])["cf"].result() is None  # confluent-kafka's form
+    assert (topic("kp").partitions, topic("cf").partitions) == (3, 2)
+    with pytest.raises(InvalidPartitionsError):
+        fab.create_partitions([NewPartitions("cf", 1)])["cf"].result()
+    gone = fab.delete_topics(["kp", "nope"])
+    assert gone["kp"].result() is None and "kp" not in fab.list_topics()
+    with pytest.raises(UnknownTopicError):
+        gone["nope"].result()
+    with pytest.raises(InvalidArgumentError, match=r"create_topics takes a list, e.g. create_topics\(\[NewTopic"):
+        fab.create_topics(NewTopic("alone", 1, 1))
+    with pytest.raises(InvalidArgumentError, match="NewPartitions takes the new partition count once"):
+        NewPartitions("cf")

@@ -1,0 +1,148 @@
+"""Kafka's topic admin calls in the forms kafka-python's KafkaAdminClient and confluent-kafka's AdminClient users
+type from memory, on the fabric's admin client (`Fabric`):
+
+- `create_topics([NewTopic("orders", 3, 1)])`, NewTopic in both its forms (kafka-python's `topic_configs`,
+  confluent-kafka's `config`; -1 for a default), `validate_only=True` checking without creating;
+- `delete_topics(["orders"])`;
+- `create_partitions({"orders": NewPartitions(6)})` (kafka-python) or
+  `create_partitions([NewPartitions("orders", 6)])` (confluent-kafka); `validate_only` is not taken here.
+
+Each answers as confluent-kafka does: a dict of one future per topic, already done, whose `result()` returns None
+or raises that topic's error. Every topic is tried whatever the others' outcome, as a Kafka request's topics are.
+kafka-python's callers, which seldom read the answer, see the same effect. The calls return once done, so their
+timeouts (`timeout_ms`, `operation_timeout`, `request_timeout`) are taken and need no waiting.
+"""
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+from fabric.common.errors import FabricError, InvalidArgumentError, TopicExistsError
+
+if TYPE_CHECKING:
+    from fabric.client.admin import Fabric
+
+DEFAULT = -1  # Kafka's "the broker's default" for a partition count or a replication factor
+
+
+class NewTopic:
+    """A topic to create: kafka-python's NewTopic(name, num_partitions, replication_factor, replica_assignments,
+    topic_configs) and confluent-kafka's NewTopic(topic, num_partitions=-1, replication_factor=-1,
+    replica_assignment=None, config=None). -1 asks for the fabric's default (1 partition; the coordinator's
+    default.replication.factor). Where the fabric has no data nodes, a replication factor of 1 is its one copy in
+    the fabric's directory, as a one-broker Kafka takes it."""
+
+    def __init__(self, name: str | None = None, num_partitions: int = DEFAULT, replication_factor: int = DEFAULT,
+                 replica_assignments: Any = None, topic_configs: Mapping[str, Any] | None = None, *,
+                 topic: str | None = None, config: Mapping[str, Any] | None = None,
+                 replica_assignment: Any = None) -> None:
+        named = name if topic is None else topic
+        if named is None or None not in (name, topic):
+            raise InvalidArgumentError("NewTopic takes the topic's name once: NewTopic('orders', 3, 1) (or name= / "
+                                       "topic=)")
+        if topic_configs is not None and config is not None:
+            raise InvalidArgumentError("NewTopic takes its configs once: topic_configs= (kafka-python) or config= "
+                                       "(confluent-kafka)")
+        self.name: str = named
+        self.topic: str = named
+        self.num_partitions, self.replication_factor = num_partitions, replication_factor
+        self.replica_assignments = replica_assignments or replica_assignment
+        self.topic_configs = self.config = dict(topic_configs or config or {})
+
+    def __repr__(self) -> str:
+        return (f"NewTopic(topic={self.topic!r}, num_partitions={self.num_partitions!r}, "
+                f"replication_factor={self.replication_factor!r}, config={self.config!r})")
+
+
+class NewPartitions:
+    """A topic's new partition count: kafka-python's NewPartitions(total_count), the value of a {topic: ...}
+    dict, and confluent-kafka's NewPartitions(topic, new_total_count), an item of a list."""
+
+    def __init__(self, *args: Any, total_count: int | None = None, new_total_count: int | None = None,
+                 topic: str | None = None, new_assignments: Any = None, replica_assignment: Any = None) -> None:
+        if args and isinstance(args[0], str):
+            topic, args = args[0], args[1:]
+        given = [*args, *(n for n in (total_count, new_total_count) if n is not None)]
+        if len(given) != 1:
+            raise InvalidArgumentError("NewPartitions takes the new partition count once: NewPartitions(6) "
+                                       "(kafka-python) or NewPartitions('orders', 6) (confluent-kafka)")
+        self.topic = topic
+        self.total_count = self.new_total_count = given[0]
+        self.new_assignments = new_assignments or replica_assignment
+
+    def __repr__(self) -> str:
+        return f"NewPartitions(topic={self.topic!r}, new_total_count={self.new_total_count!r})"
+
+
+def create_topics(fab: Fabric, new_topics: Iterable[NewTopic], validate_only: bool = False) -> dict[str, Future]:
+    """Each NewTopic created (or with `validate_only`, checked and its name found free), as the module says."""
+    topics = _listed(new_topics, NewTopic, "create_topics", "[NewTopic('orders', 3, 1)]")
+    one_copy = (DEFAULT, 1) if topics and not fab.list_nodes() else (DEFAULT,)
+
+    def create(new: NewTopic) -> None:
+        _no_assignment(new.replica_assignments, "create_topics")
+        partitions = 1 if new.num_partitions == DEFAULT else new.num_partitions
+        factor = None if new.replication_factor in one_copy else new.replication_factor
+        if not validate_only:
+            fab.create_topic(new.topic, partitions, new.config, replication_factor=factor)
+            return
+        fab.check_new_topic(new.topic, partitions, new.config, replication_factor=factor)
+        if new.topic in fab.list_topics():
+            raise TopicExistsError.of(new.topic)
+    return {new.topic: _done(create, new) for new in topics}
+
+
+def delete_topics(fab: Fabric, topics: Iterable[str]) -> dict[str, Future]:
+    """Each named topic deleted, as the module says."""
+    names = _listed(topics, str, "delete_topics", "['orders']")
+    return {name: _done(fab.delete_topic, name) for name in names}
+
+
+def create_partitions(fab: Fabric, new_partitions: Mapping[str, NewPartitions] | Iterable[NewPartitions]
+                      ) -> dict[str, Future]:
+    """Each topic grown to its NewPartitions' count, as the module says: a {topic: NewPartitions(n)} dict or a
+    [NewPartitions(topic, n)] list."""
+    if isinstance(new_partitions, Mapping):
+        pairs = [(topic, new) for topic, new in new_partitions.items()]
+    else:
+        listed = _listed(new_partitions, NewPartitions, "create_partitions", "[NewPartitions('orders', 6)]")
+        pairs = [(new.topic, new) for new in listed]
+    for topic, new in pairs:
+        if not isinstance(topic, str) or not isinstance(new, NewPartitions):
+            raise InvalidArgumentError(f"create_partitions takes {{'orders': NewPartitions(6)}} or "
+                                       f"[NewPartitions('orders', 6)], got {topic!r}: {new!r}")
+
+    def grow(topic: str, new: NewPartitions) -> None:
+        _no_assignment(new.new_assignments, "create_partitions")
+        fab.create_partitions(topic, new.new_total_count)
+    return {topic: _done(grow, topic, new) for topic, new in pairs}
+
+
+def _listed(values: Any, kind: type, call: str, example: str) -> list[Any]:
+    """`values` as a list of `kind`: a collection of them, never one alone or a string."""
+    if isinstance(values, (str, bytes, kind)) or not isinstance(values, Iterable):
+        raise InvalidArgumentError(f"{call} takes a list, e.g. {call}({example}); got {values!r}")
+    out = list(values)
+    wrong = [v for v in out if not isinstance(v, kind)]
+    if wrong:
+        raise InvalidArgumentError(f"{call} takes a list of {kind.__name__}, e.g. {call}({example}); got "
+                                   f"{wrong[0]!r}")
+    return out
+
+
+def _no_assignment(assignment: Any, call: str) -> None:
+    if assignment:
+        raise InvalidArgumentError(f"{call} takes no replica assignment here: give a replication factor, then move "
+                                   "replicas with reassign_partition (`fabric partitions reassign`)")
+
+
+def _done(call: Callable[..., object], *args: Any) -> Future:
+    """A future already done with call(*args)'s outcome: None, or the FabricError it raised."""
+    future: Future = Future()
+    try:
+        call(*args)
+    except FabricError as exc:
+        future.set_exception(exc)
+    else:
+        future.set_result(None)
+    return future
