@@ -18,12 +18,12 @@ from __future__ import annotations
 from importlib.metadata import version as _version
 
 from fabric.client.admin import Fabric
-from fabric.client.kafka_admin import NewPartitions, NewTopic
+from fabric.client.kafka_admin import NewPartitions, NewTopic, OffsetSpec
 from fabric.client.topic_partition import TopicPartition
 from fabric.client.url import open_cluster
 from fabric.common.errors import *  # noqa: F401,F403  (the exception types are part of the public API)
 
-__all__ = ["connect", "Fabric", "NewPartitions", "NewTopic", "TopicPartition", "__version__"]
+__all__ = ["connect", "Fabric", "NewPartitions", "NewTopic", "OffsetSpec", "TopicPartition", "__version__"]
 __version__ = _version("spark-fabric")  # the installed distribution's, as kafka.__version__
 
 

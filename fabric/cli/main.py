@@ -21,7 +21,8 @@ from fabric.common import pandas_probe
 from fabric.common.errors import FabricError
 from fabric.common.logs import add_log_level_option, configure, level_of
 
-COMMAND_MODULES = ("topics", "clients", "groups", "transactions", "coordinator", "nodes", "partitions", "cluster")
+COMMAND_MODULES = ("topics", "clients", "offsets", "groups", "transactions", "coordinator", "nodes", "partitions",
+                   "cluster")
 CLI_LOG_LEVEL = "WARNING"
 
 EPILOG = """examples:

@@ -16,7 +16,7 @@ from fabric.client import hanging_transactions, kafka_admin
 from fabric.client.cluster import Cluster
 from fabric.client.consumer import Consumer
 from fabric.client.hanging_transactions import HangingTransaction
-from fabric.client.kafka_admin import NewPartitions, NewTopic
+from fabric.client.kafka_admin import NewPartitions, NewTopic, OffsetSpec
 from fabric.client.producer import Producer
 from fabric.client.topic_partition import TopicPartition as NamedPartition
 from fabric.common import checks
@@ -163,6 +163,12 @@ class Fabric:
         """Kafka's createTopics as kafka-python and confluent-kafka take it: `[NewTopic("orders", 3, 1)]`; a dict
         of a done future per topic (fabric.client.kafka_admin)."""
         return kafka_admin.create_topics(self, new_topics, validate_only)
+
+    def list_offsets(self, topic_partition_offsets: Mapping[tuple[str, int], OffsetSpec],
+                     request_timeout: float | None = None) -> dict[NamedPartition, Future]:
+        """Kafka's listOffsets as confluent-kafka takes it: `{TopicPartition("orders", 0): OffsetSpec.latest()}`;
+        a dict of a done future per partition, of a ListOffsetsResultInfo (fabric.client.kafka_admin)."""
+        return kafka_admin.list_offsets(self, topic_partition_offsets)
 
     def delete_topics(self, topics: Iterable[str], timeout_ms: int | None = None,
                       operation_timeout: float | None = None, request_timeout: float | None = None

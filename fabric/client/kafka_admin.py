@@ -5,19 +5,25 @@ type from memory, on the fabric's admin client (`Fabric`):
   confluent-kafka's `config`; -1 for a default), `validate_only=True` checking without creating;
 - `delete_topics(["orders"])`;
 - `create_partitions({"orders": NewPartitions(6)})` (kafka-python) or
-  `create_partitions([NewPartitions("orders", 6)])` (confluent-kafka); `validate_only` is not taken here.
+  `create_partitions([NewPartitions("orders", 6)])` (confluent-kafka); `validate_only` is not taken here;
+- `list_offsets({TopicPartition("orders", 0): OffsetSpec.latest()})` (confluent-kafka; Kafka's listOffsets, what
+  `kafka-get-offsets` prints): each partition's earliest or latest offset, or the first at or after a time.
 
-Each answers as confluent-kafka does: a dict of one future per topic, already done, whose `result()` returns None
-or raises that topic's error. Every topic is tried whatever the others' outcome, as a Kafka request's topics are.
-kafka-python's callers, which seldom read the answer, see the same effect. The calls return once done, so their
-timeouts (`timeout_ms`, `operation_timeout`, `request_timeout`) are taken and need no waiting.
+Each answers as confluent-kafka does: a dict of one future per topic (or partition), already done, whose
+`result()` returns the answer (None for a change) or raises that topic's error. Every topic is tried whatever the
+others' outcome, as a Kafka request's topics are. kafka-python's callers, which seldom read the answer, see the
+same effect. The calls return once done, so their timeouts (`timeout_ms`, `operation_timeout`,
+`request_timeout`) are taken and need no waiting.
 """
 from __future__ import annotations
 
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from fabric.common.errors import FabricError, InvalidArgumentError, TopicExistsError
+from fabric.client.topic_partition import TopicPartition
+from fabric.common import checks
+from fabric.common.errors import FabricError, InvalidArgumentError, LeaderNotAvailableError, TopicExistsError
 
 if TYPE_CHECKING:
     from fabric.client.admin import Fabric
@@ -72,6 +78,66 @@ class NewPartitions:
 
     def __repr__(self) -> str:
         return f"NewPartitions(topic={self.topic!r}, new_total_count={self.new_total_count!r})"
+
+
+class OffsetSpec:
+    """Which offset list_offsets gives, confluent-kafka's OffsetSpec: `earliest()` (the log start), `latest()`
+    (the log end: the high watermark of a replicated partition) or `for_timestamp(ms)` (the first record whose
+    timestamp is at or after it; -1 where none is)."""
+
+    def __init__(self, kind: str, timestamp_ms: int = -1) -> None:
+        self.kind, self.timestamp_ms = kind, timestamp_ms
+
+    @classmethod
+    def earliest(cls) -> OffsetSpec:
+        return cls("earliest")
+
+    @classmethod
+    def latest(cls) -> OffsetSpec:
+        return cls("latest")
+
+    @classmethod
+    def for_timestamp(cls, timestamp_ms: int) -> OffsetSpec:
+        return cls("timestamp", checks.integer(timestamp_ms, "OffsetSpec.for_timestamp's milliseconds", 0,
+                                               checks.LONG_MAX // 1000))
+
+    def __repr__(self) -> str:
+        return f"OffsetSpec.for_timestamp({self.timestamp_ms})" if self.kind == "timestamp" else \
+            f"OffsetSpec.{self.kind}()"
+
+
+@dataclass(frozen=True)
+class ListOffsetsResultInfo:
+    """A partition's offset as list_offsets found it (confluent-kafka's name): the offset (-1: none), and the
+    leader epoch of a replicated partition (None for one that is not). `timestamp` is -1, as Kafka answers for
+    the earliest and latest offsets."""
+
+    offset: int
+    timestamp: int = -1
+    leader_epoch: int | None = None
+
+
+def list_offsets(fab: Fabric, specs: Mapping[tuple[str, int], OffsetSpec]) -> dict[TopicPartition, Future]:
+    """Each partition's offset by its OffsetSpec, as the module says."""
+    if not isinstance(specs, Mapping):
+        raise InvalidArgumentError("list_offsets takes {TopicPartition('orders', 0): OffsetSpec.latest()}, got "
+                                   f"{specs!r}")
+
+    def find(tp: TopicPartition, spec: OffsetSpec) -> ListOffsetsResultInfo:
+        if not isinstance(spec, OffsetSpec):
+            raise InvalidArgumentError(f"list_offsets takes an OffsetSpec for {tp}, e.g. OffsetSpec.latest(); got "
+                                       f"{spec!r}")
+        state = fab.cluster.partition_state(*checks.topic_partition(tp, "list_offsets"))
+        if state.replicas and state.leader is None:
+            raise LeaderNotAvailableError(f"partition {tp[0]}-{tp[1]} has no leader now (every replica in its ISR "
+                                          "is down); retry once one is back")
+        if spec.kind == "timestamp":
+            found = fab.cluster.offset_for_time(tp[0], tp[1], spec.timestamp_ms * 1000)
+            offset = -1 if found is None else found
+        else:
+            offset = state.start_offset if spec.kind == "earliest" else state.end_offset
+        return ListOffsetsResultInfo(offset, -1, state.leader_epoch if state.leader_epoch >= 0 else None)
+    return {TopicPartition(*tp): _done(find, tp, spec) for tp, spec in specs.items()}
 
 
 def create_topics(fab: Fabric, new_topics: Iterable[NewTopic], validate_only: bool = False) -> dict[str, Future]:
@@ -137,12 +203,10 @@ def _no_assignment(assignment: Any, call: str) -> None:
 
 
 def _done(call: Callable[..., object], *args: Any) -> Future:
-    """A future already done with call(*args)'s outcome: None, or the FabricError it raised."""
+    """A future already done with call(*args)'s outcome: what it returned, or the FabricError it raised."""
     future: Future = Future()
     try:
-        call(*args)
+        future.set_result(call(*args))
     except FabricError as exc:
         future.set_exception(exc)
-    else:
-        future.set_result(None)
     return future

@@ -231,6 +231,21 @@ def test_groups_delete_offsets_of_topics_no_live_member_reads(cli):
     assert "the following arguments are required: --topic" in cli.error("groups", "delete-offsets", "g")
 
 
+def test_get_offsets_prints_kafka_get_offsets_lines(cli):
+    """kafka-get-offsets: topic:partition:offset, latest by default, earliest with -2, the first record at or after
+    a timestamp (empty past the last)."""
+    cli.ok("topics", "create", "a", "--partitions", "2")
+    cli.ok("topics", "create", "b")
+    cli.ok("produce", "a", "--partition", "1", stdin="x\ny\nz\n")
+    cli.ok("topics", "delete-records", "a", "--partition", "1", "--before-offset", "1")
+    assert cli.ok("get-offsets") == "a:0:0\na:1:3\nb:0:0\n"
+    assert cli.ok("get-offsets", "--topic", "a", "--time", "-2") == "a:0:0\na:1:1\n"
+    assert cli.ok("get-offsets", "--topic", "a", "--partitions", "1", "--time", "0") == "a:1:1\n"
+    assert cli.ok("get-offsets", "--topic", "a", "--time", str(2**50)) == "a:0:\na:1:\n"  # year 37,000
+    assert "there is no partition 5" in cli.error("get-offsets", "--topic", "a", "--partitions", "0,5")
+    assert "--time takes -1 (latest), -2 (earliest) or a timestamp" in cli.error("get-offsets", "--time", "-3")
+
+
 def test_reset_offsets_strategies_scopes_export_and_clamping(cli, tmp_path):
     cli.ok("topics", "create", "a", "--partitions", "2")
     cli.ok("topics", "create", "b")

@@ -4,10 +4,11 @@ fixture). On a replicated topic delete_records runs at the partition's leader, w
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
-from fabric import NewPartitions, NewTopic
+from fabric import NewPartitions, NewTopic, OffsetSpec, TopicPartition
 from fabric.common.errors import (
     GroupIdNotFoundError,
     GroupNotEmptyError,
@@ -175,3 +176,25 @@ def test_topic_calls_as_kafka_python_and_confluent_kafka_users_type_them(fab) ->
         fab.create_topics(NewTopic("alone", 1, 1))
     with pytest.raises(InvalidArgumentError, match="NewPartitions takes the new partition count once"):
         NewPartitions("cf")
+
+
+def test_list_offsets_as_confluent_kafka_users_type_it(fab) -> None:
+    """list_offsets({TopicPartition: OffsetSpec}): the earliest and latest offsets, the first record at or after a
+    time (-1 past the last), each in its own done future; a partition that does not exist fails its own."""
+    fab.create_topic("lo", partitions=2)
+    _produce(fab, "lo", 3, partition=0)
+    cut_ms = int(time.time() * 1000) + 1  # after every record so far
+    wait_for(lambda: time.time() * 1000 > cut_ms, 10, "the clock to pass the cut")
+    _produce(fab, "lo", 2, partition=0)
+    fab.delete_records("lo", 0, 1)
+    asked = {TopicPartition("lo", 0): OffsetSpec.earliest(), ("lo", 1): OffsetSpec.latest(),
+             TopicPartition("lo", 2): OffsetSpec.latest()}
+    found = fab.list_offsets(asked)
+    assert found[("lo", 0)].result().offset == 1 and found[("lo", 1)].result().offset == 0
+    with pytest.raises(UnknownPartitionError):
+        found[("lo", 2)].result()
+    at = fab.list_offsets({("lo", 0): OffsetSpec.for_timestamp(cut_ms), ("lo", 1): OffsetSpec.for_timestamp(0)})
+    assert [at[tp].result().offset for tp in (("lo", 0), ("lo", 1))] == [3, -1]
+    assert fab.list_offsets({("lo", 0): OffsetSpec.latest()})[("lo", 0)].result().offset == 5
+    with pytest.raises(InvalidArgumentError, match="list_offsets takes an OffsetSpec"):
+        fab.list_offsets({("lo", 0): "latest"})[("lo", 0)].result()
