@@ -246,6 +246,40 @@ def test_get_offsets_prints_kafka_get_offsets_lines(cli):
     assert "--time takes -1 (latest), -2 (earliest) or a timestamp" in cli.error("get-offsets", "--time", "-3")
 
 
+def test_dump_log_prints_frames_records_damage_and_index_mismatches(cli, fabric_dir):
+    """kafka-dump-log: each frame with its fields and a checked CRC, its records with --print-data-log, the damage
+    a flipped byte leaves (the frames before it still printed), and an offset index entry naming no frame."""
+    cli.ok("topics", "create", "d")
+    cli.ok("produce", "d", stdin="a\nb\nc\n")
+    cli.ok("produce", "d", stdin="d\n")
+    stem = os.path.join(fabric_dir, "d", "0", "0" * 20)
+    dumped = cli.ok("dump-log", "--files", f"{stem}.arrows", "--print-data-log").splitlines()
+    frames = [dict(zip(line.split()[::2], line.split()[1::2], strict=True)) for line in dumped
+              if line.startswith("baseOffset: ")]
+    records = [json.loads(line[2:]) for line in dumped if line.startswith("| ")]
+    assert [(r["offset"], r["value"]) for r in records] == [(0, "a"), (1, "b"), (2, "c"), (3, "d")]
+    assert sum(int(f["count:"]) for f in frames) == 4 and {f["isvalid:"] for f in frames} == {"true"}
+    last = frames[-1]
+    with open(f"{stem}.arrows", "r+b") as data:  # a flipped byte in the last frame's batch
+        data.seek(int(last["position:"]) + 100)
+        byte = data.read(1)
+        data.seek(-1, os.SEEK_CUR)
+        data.write(bytes([byte[0] ^ 0xFF]))
+    damaged = cli.ok("dump-log", "--files", f"{stem}.arrows")
+    assert (f"Damaged: offsets from {last['baseOffset:']} on at byte {last['position:']} of {stem}.arrows (its CRC "
+            "check failed)") in damaged
+    assert damaged.count("baseOffset: ") == len(frames) - 1
+    first = frames[0]["position:"]
+    assert f"offset: 0 position: {first}\n" in cli.ok("dump-log", "--files", f"{stem}.index")
+    with open(f"{stem}.index", "r+b") as index:  # the first entry pointing a byte past its frame
+        index.seek(4)
+        index.write((int(first) + 1).to_bytes(4, "little"))
+    assert f"offset: 0 position: {int(first) + 1} MISMATCH: no frame header there" in cli.ok(
+        "dump-log", "--files", f"{stem}.index")
+    assert "timestamp: " in cli.ok("dump-log", "--files", f"{stem}.timeindex")
+    assert "is not a segment (.arrows) or index" in cli.error("dump-log", "--files", f"{stem}.txnindex")
+
+
 def test_reset_offsets_strategies_scopes_export_and_clamping(cli, tmp_path):
     cli.ok("topics", "create", "a", "--partitions", "2")
     cli.ok("topics", "create", "b")
