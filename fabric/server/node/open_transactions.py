@@ -12,7 +12,7 @@ from fabric.storage.frame import FrameHeader
 from fabric.storage.log import Log
 from fabric.storage.producer_state import ProducerEntry
 
-MAX_LISTED = 1000  # open transactions one answer lists at most (the oldest)
+MAX_LISTED = 1000  # producers (or open transactions) one answer lists at most
 
 
 def describe(plog: Log) -> list[OpenTransaction]:
