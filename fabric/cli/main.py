@@ -22,7 +22,7 @@ from fabric.common.errors import FabricError
 from fabric.common.logs import add_log_level_option, configure, level_of
 
 COMMAND_MODULES = ("topics", "clients", "offsets", "groups", "transactions", "coordinator", "nodes", "partitions",
-                   "cluster", "dump_log")
+                   "cluster", "configs", "dump_log")
 CLI_LOG_LEVEL = "WARNING"
 
 EPILOG = """examples:

@@ -280,6 +280,28 @@ def test_dump_log_prints_frames_records_damage_and_index_mismatches(cli, fabric_
     assert "is not a segment (.arrows) or index" in cli.error("dump-log", "--files", f"{stem}.txnindex")
 
 
+def test_configs_describes_and_alters_topic_configs_with_kafka_configs_flags(cli):
+    """kafka-configs: --alter --add-config (a bracketed value keeps its commas) and --delete-config, --describe of
+    the overrides and --all of every config with its source; other entity types are refused with the fix."""
+    cli.ok("topics", "create", "c")
+    assert cli.ok("configs", "--entity-type", "topics", "--entity-name", "c", "--alter", "--add-config",
+                  "retention.ms=60000,cleanup.policy=[compact,delete]") == "Completed updating config for topic c.\n"
+    described = cli.ok("configs", "--topic", "c", "--describe").splitlines()
+    assert [line.split()[0] for line in described] == ["Dynamic", "cleanup.policy=compact,delete",
+                                                       "retention.ms=60000"]
+    every = cli.ok("configs", "--topic", "c", "--describe", "--all")
+    assert "  retention.ms=60000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=60000}" in every
+    assert "synonyms={DEFAULT_CONFIG:segment.bytes=" in every
+    cli.ok("configs", "--topic", "c", "--alter", "--delete-config", "cleanup.policy")
+    assert [line.split()[0] for line in cli.ok("configs", "--topic", "c", "--describe").splitlines()[1:]] == [
+        "retention.ms=60000"]
+    assert "unknown topic config 'no.such'" in cli.error("configs", "--topic", "c", "--alter", "--add-config",
+                                                         "no.such=1")
+    assert "only topics have configs" in cli.error("configs", "--entity-type", "brokers", "--entity-name", "1",
+                                                   "--describe")
+    assert "give --describe or --alter" in cli.error("configs", "--topic", "c")
+
+
 def test_reset_offsets_strategies_scopes_export_and_clamping(cli, tmp_path):
     cli.ok("topics", "create", "a", "--partitions", "2")
     cli.ok("topics", "create", "b")
