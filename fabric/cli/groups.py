@@ -20,22 +20,26 @@ def list_groups(args: argparse.Namespace) -> None:
 
 def describe(args: argparse.Namespace) -> None:
     """Print the group's state line, then per partition its offsets, lag and owning member, like
-    kafka-consumer-groups --describe; with --members one row per member and its assignment instead. With
-    --all-groups, every group, one block after another."""
+    kafka-consumer-groups --describe (--offsets); with --members one row per member and its assignment instead,
+    with --state one line of the group's state. With --all-groups, every group, one block after another."""
     if (args.group is None) == (not args.all_groups):
         raise CommandError("name one GROUP or give --all-groups")
     with open_fabric(args) as fab:
         for number, group in enumerate(fab.list_groups() if args.all_groups else [args.group]):
             if number:
                 print()
-            _describe_group(fab, group, args.members)
+            _describe_group(fab, group, args.members, args.state)
 
 
-def _describe_group(fab: Fabric, name: str, members: bool) -> None:
+def _describe_group(fab: Fabric, name: str, members: bool, state: bool) -> None:
     group = fab.describe_consumer_group(name)
     if group.state == "Dead" and not group.offsets:
         raise CommandError(f"consumer group {name!r} does not exist: it has no live members and no "
                            "committed offsets; `fabric groups list` shows the groups")
+    if state:  # kafka-consumer-groups --describe --state: one line
+        print(format_table(("GROUP", "COORDINATOR", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"),
+                           [(group.group, fab.url, group.protocol or None, group.state, len(group.members))]))
+        return
     print(f"Group: {group.group}\tState: {group.state}\tGeneration: {group.generation}\t"
           f"Protocol: {group.protocol or '-'}\tMembers: {len(group.members)}")
     if members:
@@ -162,8 +166,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "offset, lag and the member that owns it")
     p.add_argument("group", metavar="GROUP", nargs="?")
     p.add_argument("--all-groups", action="store_true", help="describe every group, one after another")
-    p.add_argument("--members", action="store_true",
-                   help="list the live members (id, group.instance.id, client.id) and their assignments instead")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--members", action="store_true",
+                       help="list the live members (id, group.instance.id, client.id) and their assignments instead")
+    shown.add_argument("--state", action="store_true",
+                       help="one line instead: the coordinator, assignment strategy, state and member count")
+    shown.add_argument("--offsets", action="store_true", help="per partition offsets, lag and owner (the default)")
 
     p = add_command(verbs, "delete", delete, "delete consumer groups (their committed offsets and state)",
                     description="Delete consumer groups, their committed offsets and state (kafka-consumer-groups "

@@ -197,6 +197,8 @@ def test_groups_delete_refuses_a_group_with_live_members_and_describe_all_groups
                                        timeout=60, what="the member to be assigned t-0")
         with pytest.raises(GroupNotEmptyError, match="live member"):
             fab.delete_group("one")
+        assert [(r["GROUP"], r["STATE"], r["#MEMBERS"]) for r in cli.rows("groups", "describe", "one", "--state")] \
+            == [("one", "Stable", "1")]  # kafka-consumer-groups --describe --state
         err = cli.error("groups", "delete", "one", "two")
         assert "could not delete group 'one': the group has 1 live member(s)" in err
         assert cli.ok("groups", "list").split() == ["one"]  # two was deleted all the same
