@@ -1,8 +1,11 @@
 """The `python -m` entry point every server process shares (a coordinator instance, a data node): its options,
-its log level, and a FabricError as one `error:` line and exit code 1, never a traceback."""
+its log level, and a FabricError as one `error:` line and exit code 1, never a traceback. A fatal signal (SIGSEGV,
+SIGBUS, SIGFPE, SIGABRT, SIGILL) prints every thread's Python stack on stderr before the process dies
+(faulthandler), so the log of a crashed server says where it was."""
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import sys
 from typing import Any, Callable, Sequence
 
@@ -20,6 +23,7 @@ def server_main(prog: str, description: str | None, add_arguments: Callable[[arg
     add_arguments(parser)
     args = parser.parse_args(argv)
     logs.configure(logs.level_of(args, SERVER_LOG_LEVEL))
+    faulthandler.enable(all_threads=True)
     try:
         serve(settings_from(args))
     except FabricError as exc:

@@ -26,6 +26,7 @@ from fabric.common.records import TIMESTAMP_TYPES
 from fabric.common.types import Fetched, ProducerBatch
 from fabric.storage import adopt, batch_encoding, frame, producer_state_load, reader, truncation, txn_index
 from fabric.storage.cleaner import CleanReport, LogCleaner
+from fabric.storage.cut_barrier import CutBarrier
 from fabric.storage.errors import writes
 from fabric.storage.flush_policy import FlushPolicy
 from fabric.storage.frame import FrameHeader
@@ -125,6 +126,7 @@ class Log(LogTail):
         self._epochs: LeaderEpochCache | None = None  # loaded on first use (embedded logs never use it)
         self._producers: ProducerStateTable | None = None  # built on an idempotent producer's first append
         self._producer_scan = threading.Lock()  # one load of the producer state at a time (producer_state_load)
+        self.cut_barrier = CutBarrier()  # lock-free walks kept out of the way of a truncation
         self._snapshot_segment = None
         self.states_dropped = 0  # how often the producer and transaction states were dropped (LogTail.drop_states)
         self._txns: TransactionState | None = None  # built when a transaction or a read_committed reader needs it

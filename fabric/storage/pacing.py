@@ -11,7 +11,7 @@ another thread takes the lock, so it is made at most every HAND_OVER_S.
 from __future__ import annotations
 
 import time
-from typing import Iterable, Iterator, TypeVar
+from typing import Callable, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
 HAND_OVER_S = 0.0005  # the longest stretch a paced pass keeps the interpreter lock (a tenth of the switch interval)
@@ -31,9 +31,12 @@ class Pacer:
             self._last = self._clock()
 
 
-def paced(items: Iterable[T]) -> Iterator[T]:
-    """`items`, with a Pacer called before each."""
+def paced(items: Iterable[T], check: Callable[[], None] | None = None) -> Iterator[T]:
+    """`items`, with a Pacer called before each, and `check()` (a lock-free walk's cut_barrier check) after each
+    is made, before the next is read."""
     pace = Pacer()
     for item in items:
         pace()
         yield item
+        if check is not None:
+            check()

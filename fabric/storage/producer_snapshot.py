@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import struct
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from fabric.storage import cache_file
 from fabric.storage.frame import FrameHeader
@@ -50,11 +50,12 @@ def write(directory: str, table: ProducerStateTable, last: FrameHeader, segment_
     cache_file.write(path_of(directory), b"".join(parts))
 
 
-def load(name: str, directory: str, segments: list[Segment], end: int, since: int, now_ms: int
-         ) -> ProducerStateTable | None:
+def load(name: str, directory: str, segments: list[Segment], end: int, since: int, now_ms: int,
+         check: Callable[[], None] | None = None) -> ProducerStateTable | None:
     """Partition `name`'s producer state below offset `end`, as a rebuild from the frames from offset `since` on
     makes it (producer_state.restore), from the snapshot and a walk of the frames after it; None where there is
-    no snapshot this log still matches (see the module doc). `segments`: the log's, listed under the lock."""
+    no snapshot this log still matches (see the module doc). `segments`: the log's, listed under the lock;
+    `check`: a lock-free walk's (frame_headers)."""
     found = _read(path_of(directory))
     if found is None:
         return None
@@ -72,7 +73,7 @@ def load(name: str, directory: str, segments: list[Segment], end: int, since: in
         return None
     table = ProducerStateTable.restore(name, entries, since, now_ms)
     later = [seg for seg in segments if seg.base_offset > segment_base]
-    for header in frame_headers([segment, *later], end, start=(position + before.size, offset)):
+    for header in frame_headers([segment, *later], end, start=(position + before.size, offset), check=check):
         table.update(header, now_ms)
     return table
 

@@ -10,14 +10,16 @@ copies; an idempotent append that finds it not loaded loads it the same way befo
 The scan reads the segments without the lock, up to the log end seen under it (`view`); the frames written
 meanwhile are then taken under the lock (catch_up). Where the log changed in a way that cannot be followed (a
 truncation, a recovery that changed the files, a segment rewritten or deleted during the scan) nothing is
-loaded, and the next idempotent append builds the state under the lock as before.
+loaded, and the next idempotent append builds the state under the lock as before. A truncation waits for the scan
+to leave the files before it cuts them (cut_barrier): the scan stops at its next frame, and loads nothing.
 """
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from fabric.storage import catch_up, producer_snapshot
+from fabric.storage.cut_barrier import CutPending
 from fabric.storage.producer_state import ProducerStateTable
 from fabric.storage.scan import frame_headers
 
@@ -30,14 +32,17 @@ log = logging.getLogger(__name__)
 PRODUCER_STATE_SEGMENTS = 2  # how far back a partition's producer state is rebuilt from frame headers
 
 
-def rebuild(plog: Log, segments: list[Segment], end: int) -> ProducerStateTable:
+def rebuild(plog: Log, segments: list[Segment], end: int, check: Callable[[], None] | None = None
+            ) -> ProducerStateTable:
     """The producer state of `plog`'s frames below `end`: from its snapshot and the frames after it where the log
     still matches it (producer_snapshot), else from the headers of the last PRODUCER_STATE_SEGMENTS of
-    `segments` (the log's, listed under the lock)."""
+    `segments` (the log's, listed under the lock). `check`: a lock-free walk's (cut_barrier)."""
     window, now = segments[-PRODUCER_STATE_SEGMENTS:], plog.clock.monotonic_ms()
     since = window[0].base_offset if window else end
-    table = producer_snapshot.load(plog.name, plog.directory, segments, end, since, now)
-    return table if table is not None else ProducerStateTable.rebuild(plog.name, frame_headers(window, end), now)
+    table = producer_snapshot.load(plog.name, plog.directory, segments, end, since, now, check)
+    if table is not None:
+        return table
+    return ProducerStateTable.rebuild(plog.name, frame_headers(window, end, check=check), now)
 
 
 class Scan:
@@ -60,9 +65,13 @@ class Scan:
         if self.view is None:
             return self
         try:
-            self.table = rebuild(self.plog, self.listed, self.view.end_offset)
+            with self.plog.cut_barrier.reading() as barrier:
+                self.table = rebuild(self.plog, self.listed, self.view.end_offset, barrier.check)
         except FileNotFoundError:
             log.info("%s: a segment was deleted while its producers were read; they are read on the next "
+                     "idempotent append", self.plog.name)
+        except CutPending:
+            log.info("%s: the log was truncated while its producers were read; they are read on the next "
                      "idempotent append", self.plog.name)
         return self
 

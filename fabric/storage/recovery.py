@@ -222,7 +222,8 @@ class Recovery:
         size = active.size
         if size > cut_at:
             cut = [i.header.next_offset for i in active.walk(cut_at, hw) if isinstance(i, Frame)]
-            active.truncate(cut_at, hw)
+            with self.log.cut_barrier.cutting():  # (no lock-free walk may read the bytes cut: cut_barrier)
+                active.truncate(cut_at, hw)
             report.truncated.append((active.path, cut_at, hw))
             offsets = f"offsets {hw}..{max(cut) - 1}, " if cut else ""
             what = "a torn or invalid tail" if self.log.replica else "never acknowledged"

@@ -9,7 +9,7 @@ after it and a reader can skip past it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
 import pyarrow as pa
 
@@ -153,14 +153,15 @@ class Walk:
         return header, f"a stale frame of offset {header.base_offset} where offset {expected} should start"
 
 
-def frame_headers(segs: list[Segment], end: int, start: tuple[int, int] | None = None) -> Iterator[FrameHeader]:
+def frame_headers(segs: list[Segment], end: int, start: tuple[int, int] | None = None,
+                  check: Callable[[], None] | None = None) -> Iterator[FrameHeader]:
     """The headers of the data frames of `segs` below offset `end`, in offset order (damaged frames left out); the
     first segment from `start` (byte position, the offset there) if given. The walk is paced (pacing.py) across
-    the segments, however small each is."""
+    the segments, however small each is, and calls `check()` between frames (a lock-free walk's, cut_barrier)."""
     starts = [start or (segs[0].data_start, segs[0].base_offset)] if segs else []
     starts += [(seg.data_start, seg.base_offset) for seg in segs[1:]]
-    return paced(item.header for seg, (position, offset) in zip(segs, starts, strict=True)
-                 for item in seg.walk(position, offset, stop=end) if isinstance(item, Frame))
+    return paced((item.header for seg, (position, offset) in zip(segs, starts, strict=True)
+                  for item in seg.walk(position, offset, stop=end) if isinstance(item, Frame)), check)
 
 
 def resync(buf: pa.Buffer, pos: int, expected: int, header: FrameHeader | None) -> Frame | None:

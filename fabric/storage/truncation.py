@@ -45,7 +45,8 @@ def truncate(plog: Log, offset: int, end: int) -> Segment:
     for seg in reversed(dropped):
         seg.delete()
     size = target.size
-    target.truncate(position, offset)
+    with plog.cut_barrier.cutting():  # (no lock-free walk may read the bytes cut: cut_barrier)
+        target.truncate(position, offset)
     log.warning("%s: truncated from log end offset %d to offset %d: %d bytes cut at byte %d of %s%s", plog.name, end,
                 offset, size - position, position, target.path,
                 f", segments deleted: {', '.join(s.path for s in dropped)}" if dropped else "")

@@ -1,8 +1,9 @@
 """Loading a partition's producer state without its lock (fabric/storage/producer_state_load.py): a follower that
 loaded it keeps it through every frame it copies, so as leader it knows producers whose frames left its last
 segments; frames written during the scan are taken under the lock after it; a truncation during the scan installs
-nothing (the next idempotent append rebuilds the state, as before); and a load beside a follower's copies ends with
-the state they left."""
+nothing (the next idempotent append rebuilds the state, as before), and waits until the scan has left the files
+(a mapped page cut under it would kill the process: SIGBUS); and a load beside a follower's copies ends with the
+state they left."""
 from __future__ import annotations
 
 import threading
@@ -11,6 +12,7 @@ import pytest
 
 from fabric.common.errors import UnknownProducerIdError
 from fabric.common.types import ProducerBatch
+from fabric.storage.cut_barrier import CutBarrier
 from fabric.storage.producer_state_load import Scan
 
 SMALL = dict(segment_bytes=1024)  # a frame of 600 bytes fills a segment of its own
@@ -74,6 +76,45 @@ def test_a_truncation_during_the_scan_installs_nothing(tmp_path, replicas, stora
     assert not scan.read().install() and not plog.producer_state_loaded
     # the next idempotent append builds the state from the files: the truncated batch is new again
     assert plog.append(storage.make_batch([b"b"]), leader_epoch=1, producer=ProducerBatch(2, 0, 1)) == 1
+
+
+class PausingBarrier(CutBarrier):
+    """A log's cut barrier whose walk pauses at its first check until `go` is set (a scan halfway through a
+    segment)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paused, self.go = threading.Event(), threading.Event()
+
+    def check(self) -> None:
+        if not self.paused.is_set():
+            self.paused.set()
+            assert self.go.wait(30)
+        super().check()
+
+
+def test_a_truncation_waits_for_a_scan_reading_the_files_to_leave_them(tmp_path, replicas, storage) -> None:
+    plog = replicas.open(str(tmp_path / "p"), segment_bytes=1 << 20)  # one segment: no snapshot at a roll
+    for i in range(6):
+        plog.append(storage.make_batch([b"v%d" % i * 100]), leader_epoch=0, producer=ProducerBatch(2, 0, i))
+    plog = replicas.open(str(tmp_path / "p"), segment_bytes=1 << 20)  # (reopened: its state not loaded)
+    barrier = plog.cut_barrier = PausingBarrier()
+    scan = Scan(plog)
+    reader = threading.Thread(target=scan.read)
+    reader.start()
+    assert barrier.paused.wait(30)  # the scan is walking the segment, its frames past offset 2 still to read
+    size = plog.segments()[-1].size
+    cut = threading.Thread(target=plog.truncate_to, args=(2,))
+    cut.start()
+    cut.join(0.5)
+    assert cut.is_alive() and plog.segments()[-1].size == size  # the cut waits: the scan still reads the file
+    barrier.go.set()
+    reader.join(30)
+    cut.join(30)
+    assert not reader.is_alive() and not cut.is_alive()
+    assert plog.end_offset == 2 and plog.segments()[-1].size < size  # cut once the scan left (it stopped there)
+    assert scan.table is None and not scan.install()
+    assert plog.append(storage.make_batch([b"v2"]), leader_epoch=1, producer=ProducerBatch(2, 0, 2)) == 2
 
 
 def test_a_load_beside_a_followers_copies_ends_with_the_state_they_left(tmp_path, replicas, storage) -> None:

@@ -29,6 +29,8 @@ from fabric.server.node.partition import PartitionReplica
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.storage_health import Health
 from fabric.storage import scrub
+from fabric.storage.cut_barrier import CutPending
+from fabric.storage.scan import Damage
 
 log = logging.getLogger(__name__)
 SCRUB_RATE_KEY = "log.scrubber.io.max.bytes.per.second"
@@ -36,6 +38,7 @@ DEFAULT_SCRUB_RATE = 16 << 20  # bytes per second (0 turns scrubbing off)
 BACKOFF_KEY = "log.scrubber.backoff.ms"
 DEFAULT_BACKOFF_MS = 15_000  # as Kafka's log.cleaner.backoff.ms
 POLL_S = 1.0  # how often a scrubber between passes looks for unverified replicas
+CUT_WALKS = 3  # walks of a replica a pass tries while truncations stop them
 # the share of a pass's time its thread may spend on the CPU: after each replica it sleeps for the rest, so that the
 # node's event loop, wanting the interpreter lock, finds it free (the walk of a small replica is Python throughout,
 # and a thread that holds the lock keeps it for up to sys.getswitchinterval(), 5 ms, at each request's turn)
@@ -159,7 +162,7 @@ class Scrubber:
                 log_end = replica.log.end_offset
                 self._on_disk.setdefault(tp, log_end)
                 self._walked[tp] = end
-            found = scrub.scrub(replica.log, end, self._throttle)
+            found = self._walk(replica, end)
         except (OSError, StorageError) as exc:
             if self.replicas.hosts(replica):  # (one that left the node meanwhile may have lost its directory)
                 health.failed(tp, exc, f"scrub partition {replica.name}")
@@ -180,6 +183,23 @@ class Scrubber:
             self._walked.pop(tp, None)
         for damage in found:
             self.replicas.repairer.repair(replica, damage)
+
+    def _walk(self, replica: PartitionReplica, end: int) -> list[Damage]:
+        """scrub.scrub of the replica below `end`, as a lock-free walk of its log (cut_barrier): a truncation of
+        the log stops it, and it walks again below the high watermark then, up to CUT_WALKS times (then none is
+        reported: the next pass walks it)."""
+        for _ in range(CUT_WALKS):
+            try:
+                with replica.log.cut_barrier.reading() as barrier:
+                    def throttle(nbytes: int) -> None:
+                        barrier.check()
+                        self._throttle(nbytes)
+                    return scrub.scrub(replica.log, end, throttle)
+            except CutPending:
+                end = min(end, replica.hw)
+        log.info("node %d: partition %s was truncated %d times while it was scrubbed; it is scrubbed next pass",
+                 self.replicas.node_id, replica.name, CUT_WALKS)
+        return []
 
     def _throttle(self, nbytes: int) -> None:
         """Wait as long as walking `nbytes` more takes at `rate`; Stopped once stop() was called."""
