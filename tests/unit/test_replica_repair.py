@@ -22,6 +22,7 @@ from fabric.server.node.repair import Repairer
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.scrubber import Scrubber
 from fabric.storage import frame
+from fabric.storage.cut_barrier import CutBarrier, CutPending
 
 TP = ("t", 0)
 VIEW = NodeAssignment(1, {TP: PartitionRegistration(PartitionAssignment((1, 2, 3)), LeaderAndIsr(1, 0, (1, 2, 3), 0,
@@ -143,6 +144,36 @@ def test_corrupt_record_error_reaches_a_reader_only_when_no_copy_is_intact(stora
     with pytest.raises(CorruptRecordError, match=f"offsets {header.base_offset}"):
         nodes[1].fetch("t", 0, header.base_offset, 1 << 20)
     assert nodes[1].fetch("t", 0, header.next_offset, 1 << 20)  # everything else is still served
+
+
+class CutOnce(CutBarrier):
+    """A log's cut barrier whose walk meets a pending cut at its `at`th check, once (a truncation arriving
+    mid-walk)."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.checks, self.at = 0, at
+
+    def check(self) -> None:
+        self.checks += 1
+        if self.checks == self.at:
+            raise CutPending()
+        super().check()
+
+
+def test_a_scrub_stopped_by_a_truncation_walks_the_replica_again(tmp_path, storage, nodes, caplog) -> None:
+    """A walk that a pending cut stops (cut_barrier) starts again, so the pass still finds the damage."""
+    for node in nodes.values():
+        node.maintain()
+    header = flip(storage, nodes[2], 7)
+    restarted = start(tmp_path, 2, nodes, verify=True)
+    [replica] = restarted.hosted()
+    barrier = replica.log.cut_barrier = CutOnce(at=3)
+    with caplog.at_level(logging.INFO):
+        assert Scrubber(restarted, FAST).run_once() > 0
+    assert barrier.checks > barrier.at  # stopped at its third frame, then walked again to the end
+    assert f"found damage: offsets {header.base_offset}..{header.next_offset - 1}" in caplog.text
+    assert restarted.repairer.repaired == 1 and restarted.describe()[0]["health"] == "Healthy"
 
 
 def test_the_scrubber_keeps_to_its_rate(nodes) -> None:
