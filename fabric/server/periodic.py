@@ -1,6 +1,7 @@
-"""A coordinator instance's background pass, run every so often while the instance should run it: the abort of
-timed-out transactions (fabric.server.transaction_reaper), the expiry of abandoned groups' offsets
-(offsets.retention.minutes). A pass that fails is logged and tried again at the next one.
+"""A background pass, run every so often while its process should run it: a coordinator instance's abort of
+timed-out transactions (fabric.server.transaction_reaper), and the expiry of abandoned groups' offsets
+(fabric.server.offsets_retention), a coordinator instance's or a writing embedded fabric's. A pass that fails is
+logged and tried again at the next one.
 """
 from __future__ import annotations
 
