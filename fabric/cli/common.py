@@ -8,6 +8,7 @@ import argparse
 import os
 import sys
 import textwrap
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Sequence
 from urllib.parse import urlencode, urlparse
 
@@ -124,6 +125,14 @@ def parse_config(pairs: Iterable[str] | None, option: str = "--config", example:
             raise CommandError(f"{option} expects key=value (e.g. {example}), got {pair!r}")
         out[key.strip()] = value.strip() if strip_values else value
     return out
+
+
+def utc_text(micros: int, timespec: str = "microseconds") -> str | None:
+    """A time in µs since the epoch as ISO 8601 in UTC (to `timespec`); None outside the years 1970 to 9999 (-1,
+    "none", among them)."""
+    if not 0 <= micros < 253402300800_000000:
+        return None
+    return datetime.fromtimestamp(micros / 1e6, timezone.utc).isoformat(timespec=timespec)
 
 
 def format_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

@@ -8,11 +8,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from fabric.cli.common import CommandError, add_command
+from fabric.cli.common import CommandError, add_command, utc_text
 from fabric.cli.formats import json_line
 from fabric.common.codecs import CODECS
 from fabric.common.errors import CorruptRecordError
@@ -91,8 +90,7 @@ def _frame_line(h: FrameHeader, position: int) -> str:
 
 
 def _when(micros: int) -> str:
-    return datetime.fromtimestamp(micros / 1e6, timezone.utc).isoformat(timespec="microseconds") \
-        if 0 <= micros < 253402300800_000000 else str(micros)
+    return utc_text(micros) or str(micros)
 
 
 def _named(path: str) -> tuple[str, int]:

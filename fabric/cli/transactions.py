@@ -5,9 +5,8 @@ transaction the coordinator does not know, the partition and offset where it sta
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timezone
 
-from fabric.cli.common import CommandError, add_command, add_subcommands, format_table, open_fabric
+from fabric.cli.common import CommandError, add_command, add_subcommands, format_table, open_fabric, utc_text
 from fabric.common.types import TransactionRecord
 
 
@@ -84,7 +83,7 @@ def find_hanging(args: argparse.Namespace) -> None:
 
 def _when(ms: int) -> str:
     """A time in ms since the epoch as ISO 8601 in UTC, "-" for none (below 0)."""
-    return "-" if ms < 0 else datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+    return utc_text(ms * 1000, "milliseconds") or "-"
 
 
 def _print_record(record: TransactionRecord) -> None:

@@ -144,6 +144,7 @@ def create_topics(fab: Fabric, new_topics: Iterable[NewTopic], validate_only: bo
     """Each NewTopic created (or with `validate_only`, checked and its name found free), as the module says."""
     topics = _listed(new_topics, NewTopic, "create_topics", "[NewTopic('orders', 3, 1)]")
     one_copy = (DEFAULT, 1) if topics and not fab.list_nodes() else (DEFAULT,)
+    existing = set(fab.list_topics()) if validate_only else set()  # (listed once for every topic checked)
 
     def create(new: NewTopic) -> None:
         _no_assignment(new.replica_assignments, "create_topics")
@@ -153,7 +154,7 @@ def create_topics(fab: Fabric, new_topics: Iterable[NewTopic], validate_only: bo
             fab.create_topic(new.topic, partitions, new.config, replication_factor=factor)
             return
         fab.check_new_topic(new.topic, partitions, new.config, replication_factor=factor)
-        if new.topic in fab.list_topics():
+        if new.topic in existing:
             raise TopicExistsError.of(new.topic)
     return {new.topic: _done(create, new) for new in topics}
 
