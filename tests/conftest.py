@@ -139,6 +139,24 @@ class StorageKit:
     SCHEMA = storage_schema()
     # small, fixed or old (1970 / 2023) timestamps must not be rolled or expired by the 7-day defaults
     KEEP = dict(retention_ms=-1, segment_ms=2**62)
+    # make_batch (values only) and open_log for a child process's script, which imports only the installed package
+    CHILD_PRELUDE = r"""
+import time
+import pyarrow as pa
+from fabric.common.config import TopicConfig
+from fabric.common.records import TIMESTAMP, storage_schema
+from fabric.storage.log import Log
+SCHEMA = storage_schema()
+
+def make_batch(values):
+    n = len(values)
+    return pa.RecordBatch.from_arrays(
+        [pa.array([time.time_ns() // 1000] * n, TIMESTAMP), pa.array([None] * n, pa.binary()),
+         pa.nulls(n, SCHEMA.field("headers").type), pa.array(values, pa.binary())], schema=SCHEMA)
+
+def open_log(directory, **config):
+    return Log(directory, SCHEMA, TopicConfig({k.replace("_", "."): v for k, v in config.items()}))
+"""
 
     @staticmethod
     def now_us() -> int:

@@ -1,7 +1,8 @@
 """Several processes appending to one partition at once (with rolls), while this process reads.
 
-The writers are scripts importing only the installed package (and the history recorder's source, which the
-`history` fixture gives them); each records its sends in the history, and this process its reads."""
+The writers are scripts importing only the installed package (and the history recorder's source and the storage
+kit's CHILD_PRELUDE, which the `history` and `storage` fixtures give them); each records its sends in the history,
+and this process its reads."""
 from __future__ import annotations
 
 import os
@@ -14,23 +15,9 @@ from fabric.common.waiting import wait_for
 
 PYTHON = sys.executable
 
+# After the test's `history.child_prelude` (Recorder) and `storage.CHILD_PRELUDE` (make_batch, open_log).
 WRITER = r"""
 import os, random, sys, time
-import pyarrow as pa
-from fabric.common.config import TopicConfig
-from fabric.common.records import TIMESTAMP, storage_schema
-from fabric.storage.log import Log
-SCHEMA = storage_schema()
-
-def make_batch(values):
-    n = len(values)
-    return pa.RecordBatch.from_arrays(
-        [pa.array([time.time_ns() // 1000] * n, TIMESTAMP), pa.array([None] * n, pa.binary()),
-         pa.nulls(n, SCHEMA.field("headers").type), pa.array(values, pa.binary())], schema=SCHEMA)
-
-def open_log(directory, **config):
-    return Log(directory, SCHEMA, TopicConfig({k.replace("_", "."): v for k, v in config.items()}))
-
 directory, wid, batches, segment_bytes, history_dir = sys.argv[1:6]
 batches, segment_bytes, history = int(batches), int(segment_bytes), Recorder(history_dir, wid)
 log = open_log(directory, segment_bytes=segment_bytes, index_interval_bytes=256, retention_ms=-1)
@@ -60,8 +47,9 @@ def test_concurrent_appenders(tmp_path, segment_bytes, storage, history):
     directory = str(tmp_path / "part")
     os.makedirs(directory)
     storage.open_log(directory, retention_ms=-1).sync_tail_locked()
-    procs = [subprocess.Popen([PYTHON, "-c", history.child_prelude + WRITER, directory, f"w{w}", str(BATCHES),
-                               str(segment_bytes), history.directory],
+    script = history.child_prelude + storage.CHILD_PRELUDE + WRITER
+    procs = [subprocess.Popen([PYTHON, "-c", script, directory, f"w{w}", str(BATCHES), str(segment_bytes),
+                               history.directory],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(WRITERS)]
     test = history.recorder("test")
     try:

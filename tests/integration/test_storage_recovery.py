@@ -20,30 +20,12 @@ from fabric.storage.log import PENDING
 KEEP = dict(retention_ms=-1, segment_ms=2**62)  # small fixed timestamps must not roll or expire
 PYTHON = sys.executable
 
-# What a child needs to build stored rows and open a partition log, from the installed package only.
-CHILD_PRELUDE = r"""
-import time
-import pyarrow as pa
-from fabric.common.config import TopicConfig
-from fabric.common.records import TIMESTAMP, storage_schema
-from fabric.storage.log import Log
-SCHEMA = storage_schema()
-
-def make_batch(values):
-    n = len(values)
-    return pa.RecordBatch.from_arrays(
-        [pa.array([time.time_ns() // 1000] * n, TIMESTAMP), pa.array([None] * n, pa.binary()),
-         pa.nulls(n, SCHEMA.field("headers").type), pa.array(values, pa.binary())], schema=SCHEMA)
-
-def open_log(directory, **config):
-    return Log(directory, SCHEMA, TopicConfig({k.replace("_", "."): v for k, v in config.items()}))
-"""
-
 
 # -- (e) SIGKILL during appends ----------------------------------------------------------------------
 # argv: partition directory, history directory, tag. Appends batches of 1..5 records for ever, recording each
-# record's send in the history (the test's `history.child_prelude` gives it Recorder) and printing a progress line.
-CHILD = CHILD_PRELUDE + r"""
+# record's send in the history and printing a progress line. It runs after the test's `history.child_prelude`
+# (Recorder) and `storage.CHILD_PRELUDE` (make_batch, open_log).
+CHILD = r"""
 import sys
 directory, history_dir, tag = sys.argv[1:4]
 history = Recorder(history_dir, tag)
@@ -69,8 +51,9 @@ def test_sigkill_during_appends_loses_no_acknowledged_record(tmp_path, storage, 
     reader = history.recorder("test")
     progress = 0
     for round_no in range(4):
-        proc = subprocess.Popen([PYTHON, "-c", history.child_prelude + CHILD, directory, history.directory,
-                                 f"r{round_no}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        script = history.child_prelude + storage.CHILD_PRELUDE + CHILD
+        proc = subprocess.Popen([PYTHON, "-c", script, directory, history.directory, f"r{round_no}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         target = rng.randrange(1, 120)
         try:
             for _ in range(target):
@@ -99,7 +82,8 @@ def test_sigkill_during_appends_loses_no_acknowledged_record(tmp_path, storage, 
 
 
 # -- (e') SIGKILL during a follower's copy -------------------------------------------------------------
-FOLLOWER_CHILD = CHILD_PRELUDE + r"""
+# After `storage.CHILD_PRELUDE`: copies the leader's frames one at a time, printing each acknowledged end offset.
+FOLLOWER_CHILD = r"""
 import json, sys
 leader_dir, follower_dir, config = sys.argv[1], sys.argv[2], TopicConfig(json.loads(sys.argv[3]))
 leader = Log(leader_dir, SCHEMA, config, replica=True)
@@ -120,8 +104,8 @@ def test_sigkill_during_a_followers_copy_keeps_every_copied_frame(tmp_path, repl
     config = json.dumps({k.replace("_", "."): str(v) for k, v in replicas.CONFIG.items()})
     rng = random.Random()
     for _ in range(4):
-        proc = subprocess.Popen([PYTHON, "-c", FOLLOWER_CHILD, leader.directory, follower_dir, config],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([PYTHON, "-c", storage.CHILD_PRELUDE + FOLLOWER_CHILD, leader.directory,
+                                 follower_dir, config], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         acked, target = 0, rng.randrange(1, 60)
         try:
             for _ in range(target):
