@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import gc
 import logging
-import threading
 import time
+
+from fabric.server.background import BackgroundWorker
 
 log = logging.getLogger(__name__)
 FREEZE_S = 60.0  # how often the objects that survived since are frozen
@@ -26,29 +27,21 @@ FIRST_FREEZE_S = 1.0  # the first time, after the start; each wait then doubles,
 FULL_S = 600.0  # how often everything is collected, frozen objects included
 
 
-class QuietCollector:
+class QuietCollector(BackgroundWorker):
     """Freezes the long-lived objects of this process every `freeze_s`, and collects all of them every `full_s`,
-    on a daemon thread of its own."""
+    on a daemon thread of its own (stop() stops freezing and collecting)."""
 
     def __init__(self, freeze_s: float = FREEZE_S, full_s: float = FULL_S) -> None:
         if not 0 < freeze_s <= full_s:
             raise ValueError(f"freeze_s must be above 0 and at most full_s, got {freeze_s} and {full_s}")
+        super().__init__("quiet-collector")
         self.freeze_s, self.full_s = freeze_s, full_s
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="quiet-collector", daemon=True)
 
     def start(self) -> QuietCollector:
         """Freeze what the process holds now, then keep at it."""
         gc.collect()
         gc.freeze()
-        self._thread.start()
-        return self
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop freezing and collecting; return once the thread has (or after `timeout_s`)."""
-        self._stopped.set()
-        if self._thread.ident is not None:
-            self._thread.join(timeout_s)
+        return super().start()
 
     def _run(self) -> None:
         full_at, wait_s = time.monotonic() + self.full_s, min(FIRST_FREEZE_S, self.freeze_s)

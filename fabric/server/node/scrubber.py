@@ -19,12 +19,12 @@ starts again log.scrubber.backoff.ms after each pass (at once when a replica is 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Callable
 
 from fabric.common.errors import StorageError
 from fabric.common.types import TopicPartition
+from fabric.server.background import BackgroundWorker
 from fabric.server.node.partition import PartitionReplica
 from fabric.server.node.replica_manager import ReplicaManager
 from fabric.server.node.storage_health import Health
@@ -52,30 +52,23 @@ class Stopped(Exception):
     """The scrubber was stopped in the middle of a walk."""
 
 
-class Scrubber:
+class Scrubber(BackgroundWorker):
     """Scrubs the replicas of `replicas` at `rate` bytes per second at most, a pass every `backoff_ms` (and at once
     for an unverified replica), on a thread (`start`, `stop`)."""
 
     def __init__(self, replicas: ReplicaManager, rate: int, backoff_ms: int = DEFAULT_BACKOFF_MS) -> None:
+        super().__init__("node-scrubber")
         self.replicas, self.rate, self.backoff_s = replicas, rate, backoff_ms / 1000
         self.scrubbed_bytes = 0
-        self._stopped = threading.Event()
         self._window = (time.monotonic(), 0)  # (since, bytes walked since): the rate limit's reference
         self._slice_began = time.thread_time()  # this thread's CPU time when it last slept for its share
         self._on_disk: dict[TopicPartition, int] = {}  # an unverified replica's log end when first walked
         self._walked: dict[TopicPartition, int] = {}  # and the high watermark it was last walked below
-        self._thread = threading.Thread(target=self._run, name="node-scrubber", daemon=True)
 
     def start(self) -> Scrubber:
         log.info("scrubbing every replica's log at most %d bytes/s (%s), a pass every %.0f s (%s)", self.rate,
                  SCRUB_RATE_KEY, self.backoff_s, BACKOFF_KEY)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self._stopped.set()
-        if self._thread.ident is not None:
-            self._thread.join(timeout_s)
+        return super().start()
 
     def _run(self) -> None:
         while not self._stopped.is_set():
