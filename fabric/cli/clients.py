@@ -12,7 +12,7 @@ from typing import Any, BinaryIO, Iterator
 
 import pyarrow as pa
 
-from fabric.cli.common import CommandError, add_command, open_fabric, parse_config
+from fabric.cli.common import CommandError, add_command, add_subject, open_fabric, parse_config
 from fabric.cli.formats import (
     FORMATTER_DEFAULTS,
     READER_DEFAULTS,
@@ -259,7 +259,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     description="Send one record per line of stdin (like kafka-console-producer). For a typed "
                                 "topic each line is a JSON object with the schema's fields (blank lines are "
                                 "skipped). Prints progress on stderr every 100000 records.")
-    p.add_argument("topic", metavar="TOPIC")
+    add_subject(p, "topic", "--topic", "topic", "TOPIC", "the topic")
     p.add_argument("--partition", type=int, metavar="P", help="send every record to partition P")
     p.add_argument("--key-separator", metavar="SEP",
                    help="split each line at the first SEP into key and value (Kafka's parse.key=true "
@@ -274,7 +274,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     description="Print records (like kafka-console-consumer): values as text, or one JSON object "
                                 "per record with --format json. Runs until Ctrl-C unless --max-messages, "
                                 "--timeout-ms or --exit-at-end stops it; with --group it commits what it printed.")
-    p.add_argument("topic", metavar="TOPIC")
+    add_subject(p, "topic", "--topic", "topic", "TOPIC", "the topic")
     p.add_argument("--from-beginning", action="store_true",
                    help="start at the log start when there is no committed offset (default: only new records)")
     p.add_argument("--group", metavar="G", help="consumer group: resume from and commit its offsets")

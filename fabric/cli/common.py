@@ -9,7 +9,7 @@ import os
 import sys
 import textwrap
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 from urllib.parse import urlencode, urlparse
 
 from fabric.client.admin import Fabric
@@ -106,6 +106,45 @@ def defer_arguments(parser: argparse.ArgumentParser, add: Callable[[argparse.Arg
 def add_subcommands(parser: argparse.ArgumentParser, title: str) -> argparse._SubParsersAction:
     """A required choice of subcommands under `parser` (e.g. `fabric topics {create,list,...}`)."""
     return parser.add_subparsers(title=title, metavar="COMMAND", dest="command", required=True)
+
+
+class Subject(NamedTuple):
+    """What a command acts on (a topic, a group), given as a positional or as Kafka's tools name it (`--topic T`);
+    `resolve_subjects` merges the two forms into `dest`."""
+
+    dest: str
+    option: str
+    noun: str  # "topic", "group"
+    metavar: str
+    command: str  # e.g. "fabric topics create", for the error that asks for the subject
+    required: bool
+    many: bool
+
+
+def add_subject(parser: argparse.ArgumentParser, dest: str, option: str, noun: str, metavar: str, help: str, *,
+                required: bool = True, many: bool = False) -> None:
+    """`parser` takes its subject as a positional METAVAR or as `option` METAVAR (Kafka's form, e.g.
+    `kafka-topics --create --topic T`), repeatable where the command takes `many`."""
+    parser.add_argument(dest, metavar=metavar, nargs="*" if many else "?", help=f"{help} (or {option} {metavar})")
+    parser.add_argument(option, dest=f"{dest}_option", metavar=metavar, action="append" if many else "store",
+                        help=f"as Kafka's tools: the same as {metavar}" + (" (repeatable)" if many else ""))
+    subject = Subject(dest, option, noun, metavar, parser.prog, required, many)
+    parser.set_defaults(subjects=(*(parser.get_default("subjects") or ()), subject))
+
+
+def resolve_subjects(args: argparse.Namespace) -> None:
+    """Each subject of the command (add_subject) into its `dest`, from the positional or the option: a
+    CommandError where two different ones are given, or a required one is missing."""
+    for s in getattr(args, "subjects", ()):
+        named, option = getattr(args, s.dest), getattr(args, f"{s.dest}_option")
+        if s.many:
+            setattr(args, s.dest, list(dict.fromkeys([*(named or ()), *(option or ())])))
+        elif named is not None and option is not None and named != option:
+            raise CommandError(f"two {s.noun}s given ({named!r} and {s.option} {option!r}); name one")
+        else:
+            setattr(args, s.dest, named if named is not None else option)
+        if s.required and not getattr(args, s.dest):
+            raise CommandError(f"name the {s.noun}: {s.command} {s.metavar} (or {s.option} {s.metavar})")
 
 
 def open_fabric(args: argparse.Namespace) -> Fabric:

@@ -5,7 +5,7 @@ import argparse
 import csv
 import sys
 
-from fabric.cli.common import CommandError, add_command, add_subcommands, format_table, open_fabric
+from fabric.cli.common import CommandError, add_command, add_subcommands, add_subject, format_table, open_fabric
 from fabric.client.admin import Fabric
 from fabric.common.errors import FabricError
 from fabric.common.types import TopicPartition
@@ -164,7 +164,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = add_command(verbs, "describe", describe,
                     "the group's state, generation and assignor; per partition: committed offset, log end "
                     "offset, lag and the member that owns it")
-    p.add_argument("group", metavar="GROUP", nargs="?")
+    add_subject(p, "group", "--group", "group", "GROUP", "the group", required=False)
     p.add_argument("--all-groups", action="store_true", help="describe every group, one after another")
     shown = p.add_mutually_exclusive_group()
     shown.add_argument("--members", action="store_true",
@@ -177,7 +177,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     description="Delete consumer groups, their committed offsets and state (kafka-consumer-groups "
                                 "--delete). A group with live members is refused (GroupNotEmptyError): stop its "
                                 "consumers first.")
-    p.add_argument("groups", metavar="GROUP", nargs="+")
+    add_subject(p, "groups", "--group", "group", "GROUP", "the groups", many=True)
 
     p = add_command(verbs, "reset-offsets", reset_offsets, "move a group's committed offsets",
                     description="Move a group's committed offsets in some topics (--topic, repeatable), in every "
@@ -185,7 +185,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 "Without --execute this is a dry run that prints the new offsets and changes "
                                 "nothing (as Kafka's tool). New offsets outside a partition's [log start, log end] "
                                 "are clamped to it, with a note on stderr.")
-    p.add_argument("group", metavar="GROUP")
+    add_subject(p, "group", "--group", "group", "GROUP", "the group")
     p.add_argument("--topic", action="append", type=_scope, metavar="TOPIC[:P,P]",
                    help="a topic to reset (every partition, or those listed); repeatable")
     p.add_argument("--all-topics", action="store_true", help="every partition the group has committed offsets for")
@@ -214,6 +214,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 "while a live member of the group subscribes to one of the topics "
                                 "(GroupSubscribedToTopicError): nothing is deleted then. Needs admin on the group "
                                 "and read on the topics.")
-    p.add_argument("group", metavar="GROUP")
+    add_subject(p, "group", "--group", "group", "GROUP", "the group")
     p.add_argument("--topic", action="append", type=_scope, required=True, metavar="TOPIC[:P,P]",
                    help="a topic whose offsets to delete (every partition, or those listed); repeatable")

@@ -16,7 +16,8 @@ from typing import NoReturn, Sequence
 import argcomplete
 
 import fabric
-from fabric.cli.common import add_url_option
+from fabric.cli.action_flags import as_verbs
+from fabric.cli.common import CommandError, add_url_option, resolve_subjects
 from fabric.common import pandas_probe
 from fabric.common.errors import FabricError
 from fabric.common.logs import add_log_level_option, configure, level_of
@@ -71,10 +72,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     prints the completions of the command line instead and exits."""
     parser = build_parser()
     argcomplete.autocomplete(parser)
+    try:
+        argv = as_verbs(sys.argv[1:] if argv is None else argv)
+    except CommandError as exc:
+        parser.error(str(exc))
     args = parser.parse_args(argv)
     configure(level_of(args, getattr(args, "log_level_default", CLI_LOG_LEVEL)))
     pandas_probe.settle_without_pandas()
     try:
+        resolve_subjects(args)
         return args.func(args) or 0
     except FabricError as exc:
         print(f"error: {exc}", file=sys.stderr)

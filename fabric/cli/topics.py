@@ -10,8 +10,17 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from fabric.cli.common import CommandError, add_command, add_subcommands, format_table, open_fabric, parse_config
+from fabric.cli.common import (
+    CommandError,
+    add_command,
+    add_subcommands,
+    add_subject,
+    format_table,
+    open_fabric,
+    parse_config,
+)
 from fabric.client.admin import TopicDescription
+from fabric.client.kafka_admin import one_copy_factors
 from fabric.common.config import TOPIC_SETTINGS
 from fabric.common.types import PartitionState
 
@@ -61,8 +70,11 @@ def create(args: argparse.Namespace) -> None:
     schema = parse_schema(args.schema) if args.schema is not None else None
     with open_fabric(args) as fab:
         existed = args.if_not_exists and args.name in fab.list_topics()
-        info = fab.create_topic(args.name, args.partitions, parse_config(args.config), schema,
-                                args.replication_factor, exist_ok=args.if_not_exists)
+        factor = args.replication_factor
+        if factor is not None and factor in one_copy_factors(fab):
+            factor = None  # (--replication-factor 1 on a fabric without data nodes: its one copy, as Kafka's)
+        info = fab.create_topic(args.name, args.partitions, parse_config(args.config), schema, factor,
+                                exist_ok=args.if_not_exists)
     if existed:
         print(f"Topic {args.name} already exists ({info.partitions} partition(s)); left as it is.")
     else:
@@ -184,7 +196,7 @@ def recover(args: argparse.Namespace) -> int:
 
 def retain(args: argparse.Namespace) -> None:
     """Apply a topic's retention now; print how many segments went and where each partition starts now."""
-    name = _topic_of(args)
+    name = args.name
     with open_fabric(args) as fab:
         deleted = fab.enforce_retention(name)
         desc = fab.describe_topic(name)
@@ -196,7 +208,7 @@ def retain(args: argparse.Namespace) -> None:
 
 def compact(args: argparse.Namespace) -> None:
     """Compact a topic now; print what the cleaner did to each partition."""
-    name = _topic_of(args)
+    name = args.name
     with open_fabric(args) as fab:
         reports = fab.compact_topic(name)
     cleaned = [r for r in reports if r.cleaned]
@@ -225,13 +237,13 @@ def delete_records(args: argparse.Namespace) -> None:
 def _deletions(args: argparse.Namespace) -> list[tuple[str, int, int]]:
     """(topic, partition, before offset) of each partition to delete records of, from the options or the file."""
     if args.offset_json_file is not None:
-        if args.name or args.topic or args.partition is not None or args.before_offset is not None:
+        if args.name or args.partition is not None or args.before_offset is not None:
             raise CommandError("give either --offset-json-file or NAME --partition P --before-offset N, not both")
         return _offset_json(args.offset_json_file)
-    if args.partition is None or args.before_offset is None:
-        raise CommandError("name the records to delete: fabric topics delete-records NAME --partition P "
-                           "--before-offset N (N=-1: every record), or --offset-json-file FILE")
-    return [(_topic_of(args), args.partition, args.before_offset)]
+    if args.name is None or args.partition is None or args.before_offset is None:
+        raise CommandError("name the records to delete: fabric topics delete-records NAME (or --topic NAME) "
+                           "--partition P --before-offset N (N=-1: every record), or --offset-json-file FILE")
+    return [(args.name, args.partition, args.before_offset)]
 
 
 def _offset_json(path: str) -> list[tuple[str, int, int]]:
@@ -257,19 +269,8 @@ def _offset_json(path: str) -> list[tuple[str, int, int]]:
     return out
 
 
-def _topic_of(args: argparse.Namespace) -> str:
-    """The topic a command names, as NAME or --topic NAME (not two different ones)."""
-    if args.name and args.topic and args.name != args.topic:
-        raise CommandError(f"two topics given ({args.name!r} and --topic {args.topic!r}); name one")
-    name: str | None = args.name or args.topic
-    if not name:
-        raise CommandError(f"name the topic: fabric topics {args.command} NAME (or --topic NAME)")
-    return name
-
-
-def _topic_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", metavar="NAME", nargs="?", help="the topic")
-    parser.add_argument("--topic", metavar="NAME", help="the topic (instead of NAME)")
+def _topic_subject(parser: argparse.ArgumentParser, help: str = "the topic", required: bool = True) -> None:
+    add_subject(parser, "name", "--topic", "topic", "NAME", help, required=required)
 
 
 def _config_option(parser: argparse.ArgumentParser) -> None:
@@ -284,12 +285,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verbs = add_subcommands(topics, "topic commands")
 
     p = add_command(verbs, "create", create, "create a topic")
-    p.add_argument("name", metavar="NAME", help="topic name: letters, digits, '.', '_', '-'")
+    _topic_subject(p, "the topic's name: letters, digits, '.', '_', '-'")
     p.add_argument("--partitions", type=int, default=1, metavar="N", help="number of partitions (default 1)")
     _config_option(p)
     p.add_argument("--schema", metavar="FIELDS", help=SCHEMA_HELP)
     p.add_argument("--replication-factor", type=int, metavar="N", help="place the partitions on data nodes with N "
-                   "replicas each (a cluster with data nodes; default: each partition in the fabric's one directory)")
+                   "replicas each (a cluster with data nodes; default, and 1 where the fabric has no data nodes: each "
+                   "partition in the fabric's one directory)")
     p.add_argument("--if-not-exists", action="store_true", help="if the topic exists, leave it as it is (even where "
                    "its partitions, configs or schema differ) instead of failing")
 
@@ -298,7 +300,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = add_command(verbs, "describe", describe,
                     "show per-partition offsets, segments and bytes (leaders, replicas, ISR of a replicated topic), "
                     "config overrides and the schema")
-    p.add_argument("name", metavar="NAME", nargs="?", help="the topic (default: every topic)")
+    _topic_subject(p, "the topic (default: every topic)", required=False)
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
     only = p.add_mutually_exclusive_group()
     only.add_argument("--under-replicated-partitions", action="store_true",
@@ -307,7 +309,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="only replicated partitions without a leader (offline)")
 
     p = add_command(verbs, "delete", delete, "delete a topic, its data and its groups' offsets in it")
-    p.add_argument("name", metavar="NAME")
+    _topic_subject(p)
 
     p = add_command(verbs, "recover", recover, "register topic directories whose metadata was lost, from their data",
                     description="Register topic directories the metadata does not know (e.g. after "
@@ -319,7 +321,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "metadata does not know)")
 
     p = add_command(verbs, "alter", alter, "add partitions, or set or remove topic config overrides")
-    p.add_argument("name", metavar="NAME")
+    _topic_subject(p)
     p.add_argument("--partitions", type=int, metavar="N", help="grow the topic to N partitions (more than it has; "
                    "records already written stay in their partitions, so keys may map to other partitions from now)")
     _config_option(p)
@@ -331,14 +333,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 "retention.bytes no longer keep, now, instead of at the next background pass "
                                 "(log.retention.check.interval.ms). Topics with cleanup.policy=compact alone "
                                 "keep their segments.")
-    _topic_option(p)
+    _topic_subject(p)
 
     p = add_command(verbs, "compact", compact, "compact a topic now (cleanup.policy=compact)",
                     description="Roll the active segment of every partition of a compacted topic and compact "
                                 "everything the cleaner may, now, whatever min.cleanable.dirty.ratio says; print what "
                                 "was done to each partition. A topic with cleanup.policy=delete is refused: make "
                                 "it compacted with `fabric topics alter NAME --config cleanup.policy=compact`.")
-    _topic_option(p)
+    _topic_subject(p)
 
     p = add_command(verbs, "delete-records", delete_records,
                     "delete a partition's records below an offset (kafka-delete-records)",
@@ -347,7 +349,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 "whole segments below it are deleted. Prints each partition's new low watermark. "
                                 "Several partitions at once: --offset-json-file, in kafka-delete-records' format. "
                                 "As in Kafka, a topic whose cleanup.policy lacks `delete` refuses it.")
-    _topic_option(p)
+    _topic_subject(p, required=False)
     p.add_argument("--partition", type=int, metavar="P", help="the partition")
     p.add_argument("--before-offset", type=int, metavar="N",
                    help="delete the records below offset N (-1: below the high watermark)")

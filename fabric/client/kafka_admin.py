@@ -140,10 +140,16 @@ def list_offsets(fab: Fabric, specs: Mapping[tuple[str, int], OffsetSpec]) -> di
     return {TopicPartition(*tp): _done(find, tp, spec) for tp, spec in specs.items()}
 
 
+def one_copy_factors(fab: Fabric) -> tuple[int, ...]:
+    """The replication factors that ask `fab` for a topic kept in its one directory (no replication_factor):
+    Kafka's default (-1), and on a fabric without data nodes 1, as a one-broker Kafka takes it."""
+    return (DEFAULT,) if fab.list_nodes() else (DEFAULT, 1)
+
+
 def create_topics(fab: Fabric, new_topics: Iterable[NewTopic], validate_only: bool = False) -> dict[str, Future]:
     """Each NewTopic created (or with `validate_only`, checked and its name found free), as the module says."""
     topics = _listed(new_topics, NewTopic, "create_topics", "[NewTopic('orders', 3, 1)]")
-    one_copy = (DEFAULT, 1) if topics and not fab.list_nodes() else (DEFAULT,)
+    one_copy = one_copy_factors(fab) if topics else (DEFAULT,)
     existing = set(fab.list_topics()) if validate_only else set()  # (listed once for every topic checked)
 
     def create(new: NewTopic) -> None:

@@ -1,5 +1,6 @@
-"""What a Kafka user's hands type first at the `fabric` command, run as real subprocesses: `--version`, and
-Kafka's `--bootstrap-server host:port` for a coordinator service's fabric:// URL."""
+"""What a Kafka user's hands type first at the `fabric` command, run as real subprocesses: `--version`,
+Kafka's `--bootstrap-server host:port` for a coordinator service's fabric:// URL, and the tools' lines with their
+action flags and `--topic` / `--group`."""
 from __future__ import annotations
 
 from importlib.metadata import version
@@ -27,3 +28,33 @@ def test_a_bootstrap_server_without_a_port_is_refused_naming_the_form(fabric_cli
     done = fabric_cli("--bootstrap-server", "localhost", "topics", "list")
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "--bootstrap-server expects host:port[,host:port], got 'localhost'" in done.stderr
+
+
+def test_kafka_tools_lines_typed_from_memory_work_on_file_url(fabric_cli, tmp_path) -> None:
+    """kafka-topics, kafka-console-producer/-consumer and kafka-consumer-groups as their users type them, action
+    flag and --topic / --group included, each line given to `fabric` with only the tool's name changed."""
+    url = f"file://{tmp_path / 'fab'}"
+
+    def ok(*line: str, stdin: str = "") -> str:
+        done = fabric_cli("--url", url, *line, stdin=stdin)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert ok("topics", "--create", "--topic", "orders", "--partitions", "2", "--replication-factor", "1") \
+        == "Created topic orders.\n"
+    assert ok("topics", "--list").split() == ["orders"]
+    ok("topics", "--alter", "--topic", "orders", "--partitions", "3")
+    assert len(fabric.connect(url).describe_topic("orders").partitions) == 3
+    ok("produce", "--topic", "orders", stdin="a\nb\n")
+    assert sorted(ok("consume", "--topic", "orders", "--from-beginning", "--group", "billing", "--max-messages",
+                     "2").split()) == ["a", "b"]
+    assert "Empty" in ok("groups", "--describe", "--group", "billing", "--state")
+    ok("groups", "--reset-offsets", "--group", "billing", "--topic", "orders", "--to-earliest", "--execute")
+    assert {o.committed for o in fabric.connect(url).describe_group("billing")} == {0}
+    assert "Successful" in ok("groups", "--delete-offsets", "--group", "billing", "--topic", "orders")
+    assert fabric.connect(url).describe_group("billing") == []
+    ok("topics", "--delete", "--topic", "orders")
+    assert fabric.connect(url).list_topics() == []
+
+    both = fabric_cli("--url", url, "topics", "--create", "--delete", "--topic", "x")
+    assert both.returncode == 1 and "--create and --delete given" in both.stderr and "Traceback" not in both.stderr
