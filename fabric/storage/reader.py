@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"
 ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
 FOREIGN_APPEND_POLL_S = 0.05  # how often a waiting reader looks for appends by other processes (not notified)
+SCAN_BYTES = 1 << 20  # the most a time lookup reads at a time, when the frame its index named is not the one
 
 
 class LogRange(NamedTuple):
@@ -323,17 +324,36 @@ def offset_for_time(plog: Log, timestamp_us: int) -> int | None:
         maxima.append(-1 if running is None else running)
     i = bisect.bisect_left(maxima, timestamp_us)
     hw = plog.end_offset
-    for seg in segs[i:]:
+    for j in range(i, len(segs)):
+        seg = segs[j]
         rel = _time_entry(plog, seg, timestamp_us)
         if rel is None:
             continue
         if seg.base_offset + rel >= hw:  # only uncommitted batches (past the watermark) reach it
             return None
-        for fetched in plog.read(max(seg.base_offset + rel, plog.start_offset), 1, hw):
+        limit = min(hw, segs[j + 1].base_offset) if j + 1 < len(segs) else hw
+        found = _first_reaching(plog, timestamp_us, max(seg.base_offset + rel, plog.start_offset), limit)
+        if found is not None:
+            return found
+    return None
+
+
+def _first_reaching(plog: Log, timestamp_us: int, offset: int, end: int) -> int | None:
+    """The first offset in [offset, end) whose record's timestamp is >= timestamp_us, read forward from the frame
+    the time index named (which holds it) or from the log start, where that cut into the segment after the frame
+    (then any later frame may): one batch first, then ever more bytes at a time, up to SCAN_BYTES."""
+    budget = 1
+    while offset < end:
+        before = offset
+        for fetched in plog.read(offset, budget, end):
             mask = pc.greater_equal(fetched.batch.column(0), pa.scalar(timestamp_us, TIMESTAMP))
             idx = pc.index(mask, True).as_py()
             if idx >= 0:
                 return fetched.offset + idx
+            offset = fetched.offset + fetched.batch.num_rows
+        if offset == before:
+            break
+        budget = 64 << 10 if budget == 1 else min(budget * 8, SCAN_BYTES)
     return None
 
 

@@ -38,6 +38,18 @@ def test_delete_inside_a_segment_hides_the_records_below(tmp_path, storage):
     assert log.offset_for_time(0) == 5  # the earliest record a reader can get
 
 
+def test_a_time_lookup_reads_on_from_a_start_past_the_frame_its_index_names(tmp_path, storage):
+    """The time index names the first frame reaching a time; where that frame lies below the log start, the record
+    that reaches it later in the segment is the answer, not the end of the search."""
+    log = storage.open_log(str(tmp_path), **storage.KEEP)
+    log.append(storage.make_batch([b"a", b"b"], [10, 100]))  # offsets 0-1: the index's entry for 100
+    log.append(storage.make_batch([b"c"], [50]))
+    log.append(storage.make_batch([b"d"], [100]))  # offset 3
+    log.append(storage.make_batch([b"e"], [300]))
+    log.delete_records(2)
+    assert [log.offset_for_time(t) for t in (0, 60, 100, 101, 300, 301)] == [2, 3, 3, 4, 4, None]
+
+
 def test_delete_across_segments_removes_the_whole_ones_below(tmp_path, storage):
     log = storage.open_log(str(tmp_path), **SMALL)
     expected = storage.fill(log, 60)

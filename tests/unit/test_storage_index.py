@@ -195,6 +195,22 @@ def test_offset_for_time_matches_brute_force(tmp_path_factory, storage, data):
         assert fresh.offset_for_time(t) == model, t
 
 
+@given(data=st.data())
+@FAST
+def test_offset_for_time_from_a_log_start_inside_a_segment_matches_brute_force(tmp_path_factory, storage, data):
+    """With the log start moved into a segment (DeleteRecords), the frame the time index names may lie below it:
+    the lookup reads on from the start, to the record that reaches the time in that segment or a later one."""
+    sizes = data.draw(st.lists(st.integers(1, 12), min_size=1, max_size=30), label="sizes")
+    total = sum(sizes)
+    stamps = data.draw(st.lists(st.integers(0, 200), min_size=total, max_size=total), label="stamps")
+    log, expected = _build(storage, str(tmp_path_factory.mktemp("log")), sizes, lambda n, k: stamps[n:n + k],
+                           segment_bytes=1024, index_interval_bytes=300, **KEEP)
+    start = data.draw(st.integers(0, total), label="start")
+    log.delete_records(start)
+    for t in sorted({0, 201, *stamps[:40]}):
+        assert log.offset_for_time(t) == next((o for o, _, ts in expected if o >= start and ts >= t), None), t
+
+
 def test_offset_for_time_ignores_uncommitted_frames(tmp_path, storage):
     """A batch written but not yet committed (beyond the watermark) is invisible to time lookups too."""
     log = storage.open_log(str(tmp_path), **KEEP)
