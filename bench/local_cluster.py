@@ -57,11 +57,8 @@ class LocalCluster:
 
     def restart(self, node_id: int) -> NodeProcess:
         """Start node `node_id` again (after a kill) on its port and data directory; return once it registered."""
-        old = self.nodes[node_id]
-        old.stop()
-        self.nodes[node_id] = NodeProcess(node_id, old.data_dir, self.url, port=old.port,
-                                          extra=self._node_options(node_id), host=old.address.rpartition(":")[0])
-        return self.nodes[node_id].start()
+        self.nodes[node_id] = self.nodes[node_id].restarted()
+        return self.nodes[node_id]
 
     def close(self) -> None:
         """Stop the nodes, then the coordinator instances (SIGTERM, SIGKILL after 10 s)."""

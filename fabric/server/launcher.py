@@ -215,6 +215,18 @@ class NodeProcess(ServerProcess):
         return [sys.executable, "-m", "fabric.server.node", "--id", str(self.node_id), "--listen", self.address,
                 "--data", self.data_dir, "--coordinator", self.coordinator, *self._tls_arguments(), *self.extra]
 
+    def restarted(self) -> NodeProcess:
+        """Stop this process and start the node again with all its settings (id, directories, port, coordinator,
+        options, host, token, TLS); the new one once registered, or stopped too if its start fails or is interrupted."""
+        self.stop()
+        again = NodeProcess(self.node_id, self.data_dir, self.coordinator, port=self.port, tls=self.tls,
+                            extra=self.extra, log_dir=self._log_dir, token=self.token, host=self.host)
+        try:
+            return again.start()
+        except BaseException:  # e.g. Ctrl-C while it registers: the caller holds only this object, not `again`
+            again.stop()
+            raise
+
     def ready(self) -> bool:
         """True once the node answers with a node epoch (it has registered). A node requiring tokens is asked with
         its own token; without one, its refusal is all there is to wait for."""

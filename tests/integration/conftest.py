@@ -253,11 +253,8 @@ class NodeCluster:
 
     def restart(self, node_id: int) -> NodeProcess:
         """Start node `node_id` again on its port and data directory; returns once it registered."""
-        old = self.nodes[node_id]
-        old.stop()
-        self.nodes[node_id] = NodeProcess(node_id, old.data_dir, old.coordinator, port=old.port, extra=old.extra,
-                                          log_dir=os.path.dirname(old.log_path), token=old.token, tls=old.tls)
-        return self.nodes[node_id].start()
+        self.nodes[node_id] = self.nodes[node_id].restarted()
+        return self.nodes[node_id]
 
     def close(self) -> None:
         for node in self.nodes.values():
