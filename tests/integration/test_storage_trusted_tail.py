@@ -16,30 +16,19 @@ import pytest
 
 from fabric.storage.lock import PartitionLock
 
+# After `storage.CHILD_PRELUDE` (make_batch, open_log).
 PEER = r"""
-import os, signal, sys, time
-import pyarrow as pa
-from fabric.common.config import TopicConfig
-from fabric.common.records import TIMESTAMP, storage_schema
-from fabric.storage.log import Log
-SCHEMA = storage_schema()
-
-def batch(values):
-    n = len(values)
-    return pa.RecordBatch.from_arrays(
-        [pa.array([time.time_ns() // 1000] * n, TIMESTAMP), pa.array([None] * n, pa.binary()),
-         pa.nulls(n, SCHEMA.field("headers").type), pa.array(values, pa.binary())], schema=SCHEMA)
-
+import os, signal, sys
 directory = sys.argv[1]
 log = None
 print("ready", flush=True)
 for line in sys.stdin:
     op, *args = line.split()
     if op == "open":
-        log = Log(directory, SCHEMA, TopicConfig({"retention.ms": "-1", "segment.ms": str(2**62)}))
+        log = open_log(directory, retention_ms="-1", segment_ms=str(2**62))
         out = log.end_offset
     elif op == "append":
-        out = log.append(batch([a.encode() for a in args]))
+        out = log.append(make_batch([a.encode() for a in args]))
     elif op == "roll":
         out = log.roll()
     elif op == "delete_records":
@@ -56,10 +45,10 @@ for line in sys.stdin:
 
 
 class Peer:
-    """Another process with a Log over the same partition directory."""
+    """Another process with a Log over the same partition directory; `prelude` is the storage kit's CHILD_PRELUDE."""
 
-    def __init__(self, directory: str) -> None:
-        self.process = subprocess.Popen([sys.executable, "-c", PEER, directory], stdin=subprocess.PIPE,
+    def __init__(self, directory: str, prelude: str) -> None:
+        self.process = subprocess.Popen([sys.executable, "-c", prelude + PEER, directory], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True)
         assert self.ask_line() == "ready"
 
@@ -88,10 +77,10 @@ class Peer:
 
 
 @pytest.fixture
-def peer(tmp_path):
+def peer(tmp_path, storage):
     directory = tmp_path / "t" / "0"
     directory.mkdir(parents=True)
-    started = Peer(str(directory))
+    started = Peer(str(directory), storage.CHILD_PRELUDE)
     yield started
     started.close()
 
