@@ -62,6 +62,11 @@ class Consumer(Lookups):
                  key_deserializer: Deserializer | None = None, value_deserializer: Deserializer | None = None,
                  **config: Any) -> None:
         self.cluster = cluster
+        if "group.id" in config:  # (confluent-kafka's config dict names the group with the rest)
+            dotted = config.pop("group.id")
+            if group_id is not None and dotted != group_id:
+                raise InvalidConfigError(f"group_id={group_id!r} and group.id={dotted!r} differ; give one")
+            group_id = dotted
         self.group_id = validate_group(group_id) if group_id is not None else None
         self._deserializers = Deserializers(key_deserializer, value_deserializer)
         self.config = client_config("consumer", CONSUMER_SETTINGS, config)
@@ -410,16 +415,29 @@ class Consumer(Lookups):
         return min(left_ms, self.config["fetch_max_wait_ms"] if len(self._assignment) == 1
                    else int(IDLE_WAIT_S * 1000))
 
-    def poll(self, timeout: float = 0.0) -> list[Record]:
-        """Up to max_poll_records records, waiting up to `timeout` seconds for the first."""
+    def poll(self, timeout: float = 0.0, max_records: int | None = None) -> list[Record]:
+        """Up to `max_records` (kafka-python's; default max_poll_records) records, waiting up to `timeout` seconds
+        for the first."""
         self._check_open()
         timeout = checks.timeout(timeout, "poll() timeout")
+        most = self.config["max_poll_records"] if max_records is None else \
+            checks.integer(max_records, "poll() max_records", 1, checks.INT_MAX)
 
         def attempt(wait_ms: int) -> list[FetchedRun]:
             if not self._buffer:
                 self._buffer.extend(self._fetch(self.config["fetch_max_bytes"], wait_ms))
-            return self._buffer.take(self.config["max_poll_records"])
+            return self._buffer.take(most)
         return self._deserializers.apply([r for run in self._wait(timeout, attempt) for r in run.records()])
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Record]:
+        """confluent-kafka's consume(): up to `num_messages` records, waiting up to `timeout` seconds (-1: as
+        long as it takes) for the first."""
+        most = checks.integer(num_messages, "consume() num_messages", 1, checks.INT_MAX)
+        if timeout == -1:
+            while not (records := self.poll(ITERATOR_POLL_S, most)):
+                pass
+            return records
+        return self.poll(timeout, most)
 
     def poll_batch(self, timeout: float = 0.0, columns: list[str] | None = None) -> pa.Table:
         """The next committed records as one Arrow table (up to fetch_max_bytes), no per-record work.

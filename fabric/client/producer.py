@@ -38,7 +38,15 @@ from fabric.client import batching, idempotence
 from fabric.client.appends import Appender
 from fabric.client.client_metrics import Metrics, ProducerCounts
 from fabric.client.cluster import Cluster
-from fabric.client.delivery import BatchMetadata, DeliveryCallback, Drain, SendFuture
+from fabric.client.delivery import (
+    BatchMetadata,
+    DeliveredMessage,
+    DeliveryCallback,
+    Drain,
+    ProduceCallback,
+    RecordMetadata,
+    SendFuture,
+)
 from fabric.client.idempotence import Sequences
 from fabric.client.partitioner import StickyPartitioner, assign_listed, assign_partitions
 from fabric.client.send_timeouts import Deadline, delivery_timeout_ms
@@ -51,6 +59,7 @@ from fabric.common.errors import (
     ClientTimeoutError,
     FabricError,
     IllegalStateError,
+    InvalidArgumentError,
     InvalidConfigError,
     InvalidRecordError,
     RecordTooLargeError,
@@ -170,15 +179,19 @@ class Producer:
     # -- sending -----------------------------------------------------------------------------------
     def send(self, topic: str, value: Any = None, key: bytes | str | None = None, headers: Headers = None,
              partition: int | None = None, timestamp: int | None = None, *, callback: DeliveryCallback | None = None,
-             on_delivery: DeliveryCallback | None = None) -> SendFuture:
-        """Queue one record; timestamp is in ms since the epoch (Kafka's convention), default now.
-        `callback` / `on_delivery` (confluent-kafka's names) is called with (error, metadata) once the outcome
-        is known: (None, RecordMetadata) or (the error, None).
+             on_delivery: DeliveryCallback | None = None, timestamp_ms: int | None = None) -> SendFuture:
+        """Queue one record; timestamp (kafka-python's `timestamp_ms`) is in ms since the epoch (Kafka's
+        convention), default now. `callback` / `on_delivery` (confluent-kafka's names) is called with (error,
+        metadata) once the outcome is known: (None, RecordMetadata) or (the error, None).
 
         The record is checked here (types, sizes, partition, timestamp range), so a bad one is refused by
         this call alone and never fails the records buffered with it."""
         if callback is not None and on_delivery is not None:
             raise InvalidConfigError("send() takes callback= or on_delivery= (the same thing), not both")
+        if timestamp_ms is not None:
+            if timestamp is not None:
+                raise InvalidArgumentError("send() takes timestamp= or timestamp_ms= (the same thing), not both")
+            timestamp = timestamp_ms
         delivery = callback or on_delivery
         if delivery is not None and not callable(delivery):
             raise InvalidConfigError(f"send(callback=...) must be callable(error, metadata), got "
@@ -484,26 +497,61 @@ class Producer:
         finally:
             self._lock.release()
 
-    def flush(self, timeout: float | None = None) -> None:
-        """Send everything buffered and wait until it is appended (or has failed: its futures say so). With a
-        `timeout` (seconds), ClientTimeoutError if records are still unsent after it (kafka-python's flush raises
-        KafkaTimeoutError): they stay queued, and go in the background, each within delivery_timeout_ms."""
+    def produce(self, topic: str, value: Any = None, key: bytes | str | None = None, partition: int = -1,
+                on_delivery: ProduceCallback | None = None, timestamp: int = 0, headers: Headers = None, *,
+                callback: ProduceCallback | None = None) -> SendFuture:
+        """confluent-kafka's produce(): send() with its defaults, partition -1 (the partitioner picks) and
+        timestamp 0 (now), whose delivery callback (`on_delivery` or `callback`) gets confluent-kafka's (error,
+        message): a DeliveredMessage, with `.topic()`, `.partition()`, `.offset()`, `.value()`, ..."""
+        if callback is not None and on_delivery is not None:
+            raise InvalidConfigError("produce() takes callback= or on_delivery= (the same thing), not both")
+        report = callback or on_delivery
+        chosen = None if partition == -1 else partition
+        if report is None:
+            return self.send(topic, value, key, headers, chosen, timestamp or None)
+        if not callable(report):
+            raise InvalidConfigError(f"produce(on_delivery=...) must be callable(error, message), got "
+                                     f"{type(report).__name__}")
+        reported: ProduceCallback = report
+
+        def delivered(error: BaseException | None, metadata: RecordMetadata | None) -> None:
+            reported(error, DeliveredMessage(topic, key, value, headers, timestamp, error, metadata))
+        return self.send(topic, value, key, headers, chosen, timestamp or None, callback=delivered)
+
+    def poll(self, timeout: float | None = None) -> int:
+        """confluent-kafka's producer poll(): delivery callbacks run here as each outcome is known (on the
+        producer's own threads), so none wait to be served: 0, at once, whatever the `timeout`."""
+        if timeout is not None and timeout != -1:
+            checks.timeout(timeout, "poll() timeout")
+        return 0
+
+    def __len__(self) -> int:
+        """Records queued or in flight, not yet acknowledged (confluent-kafka's len(producer))."""
+        with self._lock:
+            return sum(len(b.values) for b in self._buffers.values()) + sum(n for _, n in self._draining.values())
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Send everything buffered and wait until it is appended (or has failed: its futures say so); 0, the
+        records left queued (confluent-kafka's answer). With a `timeout` (seconds), ClientTimeoutError if records
+        are still unsent after it (kafka-python's flush raises KafkaTimeoutError): they stay queued, and go in the
+        background, each within delivery_timeout_ms."""
         if timeout is None:
             with self._lock:
                 topics = set(self._buffers) | set(self._draining)
             for topic in sorted(topics):
                 self._drain_topic(topic)  # (after its batch in flight, if any)
-            return
+            return 0
         deadline = time.monotonic() + checks.timeout(timeout, "flush() timeout")
         hurried = self._hurry(None, deadline)
         if hurried is None and not self._buffers and not self._draining:  # (read without the lock)
-            return  # the lock was busy a moment, but nothing is waiting to be sent
+            return 0  # the lock was busy a moment, but nothing is waiting to be sent
         unsent = None if hurried is None else sum(n for drain, n in hurried if not drain.wait(_left(deadline)))
         if unsent is None or unsent:
             what = "the producer busy with another call" if unsent is None else f"{unsent} record(s) unsent"
             raise ClientTimeoutError(f"flush(timeout={timeout:g}) ran out with {what}; the records stay queued "
                                      "and are sent in the background, each within delivery_timeout_ms: call flush() "
                                      "again to wait for them")
+        return 0
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, then stop the linger thread. With a `timeout` (seconds), stop waiting after it, as Kafka's

@@ -3,6 +3,8 @@ list (pause([tp]), resume([tp]), position([tp]), committed([tp])), a TopicPartit
 (assign, seek, commit(offsets=[...])), commit(message=...) and commit(asynchronous=...), and KafkaException."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from fabric import TopicPartition
@@ -39,3 +41,47 @@ def test_partition_lists_and_topic_partitions_carrying_offsets(fab, drain):
         fab.consumer().pause("orders")
     with pytest.raises(KafkaException):
         fab.consumer().assign([TopicPartition("no-such-topic", 0)])
+
+
+def test_a_config_dict_produce_poll_flush_and_consume(fab):
+    """confluent-kafka's producer and consumer lines: a config dict of Kafka's names (group.id among them),
+    produce() with its delivery callback's message methods, poll(0), len(), flush() -> 0, consume()."""
+    from fabric.errors import KafkaException
+    fab.create_topic("orders", partitions=2)
+    reports = []
+    producer = fab.producer({"linger.ms": 5, "acks": "all"})
+    for i in range(6):
+        producer.poll(0)
+        producer.produce("orders", f"order-{i}".encode(), key=b"k", partition=i % 2 if i < 5 else -1,
+                         on_delivery=lambda err, msg: reports.append((err, msg)), headers={"h": b"v"})
+    stamp = int(time.time() * 1000) - 3_600_000  # an hour ago: within the topic's retention
+    producer.produce("orders", b"stamped", partition=0, timestamp=stamp)
+    assert producer.flush() == 0 and len(producer) == 0
+    assert [e for e, _ in reports] == [None] * 6
+    first = reports[0][1]
+    assert (first.topic(), first.partition(), first.offset(), first.key(), first.value(), first.headers()) == \
+        ("orders", 0, 0, b"k", b"order-0", [("h", b"v")])
+    assert sorted((m.partition(), m.offset()) for _, m in reports[:5]) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+    with pytest.raises(KafkaException, match="callback= or on_delivery="):
+        producer.produce("orders", b"x", callback=print, on_delivery=print)
+    with pytest.raises(KafkaException, match="poll\\(\\) timeout must be a number of seconds >= 0, got -5"):
+        producer.poll(-5)
+    producer.close()
+
+    consumer = fab.consumer({"group.id": "billing", "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    assert consumer.group_id == "billing"
+    consumer.subscribe(["orders"])
+    got = []
+    while len(got) < 7:
+        batch = consumer.consume(num_messages=3, timeout=10)
+        assert 1 <= len(batch) <= 3
+        got += batch
+    assert sorted(r.value for r in got) == sorted([f"order-{i}".encode() for i in range(6)] + [b"stamped"])
+    assert [r.timestamp for r in got if r.value == b"stamped"] == [stamp]
+    consumer.commit(asynchronous=False)
+    consumer.close()
+
+    with pytest.raises(KafkaException, match="'linger.ms' is given twice"):
+        fab.producer({"linger.ms": 5}, linger_ms=6)
+    with pytest.raises(KafkaException, match="group_id='a' and group.id='b' differ"):
+        fab.consumer({"group.id": "b"}, group_id="a")

@@ -4,6 +4,8 @@ highwater(tp) and metrics(), the producer's partitions_for(topic) and metrics(),
 consumer_timeout_ms, and kafka-python's error names from fabric.errors."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import fabric
@@ -135,3 +137,21 @@ def test_fabric_errors_has_every_error_and_kafka_python_names_for_the_same_meani
         assert getattr(fabric.errors, kafka_name) is getattr(errors, fabric_name)
     assert issubclass(errors.UnknownTopicError, errors.UnknownTopicOrPartitionError)
     assert issubclass(errors.UnknownPartitionError, errors.UnknownTopicOrPartitionError)
+
+
+def test_send_timestamp_ms_and_poll_max_records(fab):
+    """kafka-python's send(timestamp_ms=...) and poll(max_records=...)."""
+    fab.create_topic("stamps")
+    stamp = int(time.time() * 1000) - 3_600_000  # an hour ago: within the topic's retention
+    with fab.producer() as producer:
+        meta = producer.send("stamps", b"a", timestamp_ms=stamp).get()
+        for value in (b"b", b"c"):
+            producer.send("stamps", value)
+    assert meta.offset == 0
+    with fab.consumer("stamps", auto_offset_reset="earliest") as consumer:
+        first = consumer.poll(10, max_records=1)
+        assert [(r.value, r.timestamp) for r in first] == [(b"a", stamp)]
+        rest = []
+        while len(rest) < 2:
+            rest += consumer.poll(10, max_records=2)
+        assert [r.value for r in rest] == [b"b", b"c"]
