@@ -433,11 +433,11 @@ class Consumer(Lookups):
         """confluent-kafka's consume(): up to `num_messages` records, waiting up to `timeout` seconds (-1: as
         long as it takes) for the first."""
         most = checks.integer(num_messages, "consume() num_messages", 1, checks.INT_MAX)
-        if timeout == -1:
-            while not (records := self.poll(ITERATOR_POLL_S, most)):
-                pass
-            return records
-        return self.poll(timeout, most)
+        if timeout != -1:
+            return self.poll(checks.timeout(timeout, "consume() timeout (or -1: as long as it takes)"), most)
+        while not (records := self.poll(ITERATOR_POLL_S, most)):
+            pass
+        return records
 
     def poll_batch(self, timeout: float = 0.0, columns: list[str] | None = None) -> pa.Table:
         """The next committed records as one Arrow table (up to fetch_max_bytes), no per-record work.
