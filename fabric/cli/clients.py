@@ -12,6 +12,7 @@ from typing import Any, BinaryIO, Iterator
 
 import pyarrow as pa
 
+from fabric.cli import client_properties
 from fabric.cli.common import CommandError, add_command, add_subject, open_fabric, parse_config
 from fabric.cli.formats import (
     FORMATTER_DEFAULTS,
@@ -97,7 +98,11 @@ def produce(args: argparse.Namespace) -> None:
     """Send stdin lines as records, batched by the Producer; flushed and checked before exit."""
     reader = _reader(args)
     progress = _Progress()
-    with open_fabric(args) as fab, fab.producer() as producer:
+    configs = client_properties.given(args, "producer")
+    acks = client_properties.take(configs, "acks", "--request-required-acks", args.request_required_acks)
+    if acks is not None:
+        configs["acks"] = acks
+    with open_fabric(args) as fab, fab.producer(configs) as producer:
         topic = fab.describe_topic(args.topic)
         schema = topic.value_schema
         if args.partition is not None and not 0 <= args.partition < len(topic.partitions):
@@ -168,14 +173,30 @@ def _formatter(args: argparse.Namespace) -> LineFormatter:
     return LineFormatter.of(properties(given, FORMATTER_DEFAULTS))
 
 
-def _open_consumer(fab: Fabric, args: argparse.Namespace) -> Consumer:
+def _consumer_configs(args: argparse.Namespace) -> tuple[dict[str, str], bool]:
+    """The consumer's configs from --consumer.config, --consumer-property and the flags that set some of them
+    (--group: group.id, which goes to `args.group`; --from-beginning and --offset: auto.offset.reset;
+    --isolation-level), and whether to commit what was printed (enable.auto.commit, default true: the command
+    commits itself, after each poll's records are printed)."""
+    configs = client_properties.given(args, "consumer")
+    args.group = client_properties.take(configs, "group.id", "--group", args.group)
+    start = "earliest" if args.from_beginning or args.offset == "earliest" else \
+        "latest" if args.offset == "latest" else None
+    configs["auto.offset.reset"] = client_properties.take(configs, "auto.offset.reset", "--from-beginning/--offset",
+                                                          start) or "latest"
+    isolation = client_properties.take(configs, "isolation.level", "--isolation-level", args.isolation_level)
+    if isolation is not None:
+        configs["isolation.level"] = isolation
+    return configs, client_properties.flag(configs, "enable.auto.commit", True)
+
+
+def _open_consumer(fab: Fabric, args: argparse.Namespace, configs: dict[str, str]) -> Consumer:
     """The topic's consumer (with --group, a member of it), or with --partition one assigned that partition
     at --offset (an offset outside the log is moved to its nearest end, saying so on stderr)."""
-    reset = "earliest" if args.from_beginning or args.offset == "earliest" else "latest"
     if args.partition is None:
-        consumer = fab.consumer(args.topic, group_id=args.group, auto_offset_reset=reset, enable_auto_commit=False)
+        consumer = fab.consumer(configs, args.topic, group_id=args.group, enable_auto_commit=False)
     else:
-        consumer = fab.consumer(auto_offset_reset=reset, enable_auto_commit=False)
+        consumer = fab.consumer(configs, enable_auto_commit=False)
     try:
         if args.partition is not None:
             tp = (args.topic, args.partition)
@@ -225,12 +246,13 @@ def _stop_on_signals() -> Iterator[threading.Event]:
 def consume(args: argparse.Namespace) -> None:
     """Print records until --max-messages, --timeout-ms, --exit-at-end or a signal; commit what was printed
     (with --group)."""
+    configs, commit_printed = _consumer_configs(args)
     _check_consume_options(args)
     formatter = None if args.format == "json" else _formatter(args)
     out = sys.stdout.buffer
     count = 0
     ends: dict[NamedPartition, int] = {}
-    with _stop_on_signals() as stop, open_fabric(args) as fab, _open_consumer(fab, args) as consumer:
+    with _stop_on_signals() as stop, open_fabric(args) as fab, _open_consumer(fab, args, configs) as consumer:
         typed = fab.describe_topic(args.topic).value_schema is not None
         last_record = time.monotonic()
         while not stop.is_set() and count != args.max_messages:
@@ -244,7 +266,7 @@ def consume(args: argparse.Namespace) -> None:
             if printed:
                 out.flush()
                 last_record = time.monotonic()
-                if args.group is not None:
+                if args.group is not None and commit_printed:
                     consumer.commit(printed)
             elif args.exit_at_end and _reached_end(consumer, ends):
                 break  # an empty poll: nothing is buffered, so each position is what was printed
@@ -264,6 +286,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--key-separator", metavar="SEP",
                    help="split each line at the first SEP into key and value (Kafka's parse.key=true "
                         "key.separator=SEP)")
+    p.add_argument("--request-required-acks", metavar="ACKS", help="the producer's acks: all (-1), 1 or 0")
+    client_properties.add_options(p, "producer", "acks=all linger.ms=5")
     p.add_argument("--property", action="extend", nargs="+", metavar="K=V",
                    help="line reader properties, as Kafka's console producer (KIP-798): "
                         "parse.headers=true reads `k:v,k2:v2<TAB>value` (headers.delimiter, default tab; "
@@ -282,6 +306,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="read only partition P (no group; start with --offset, default latest)")
     p.add_argument("--offset", type=_start_offset, metavar="N|earliest|latest",
                    help="with --partition: the offset to start at (one outside the log starts at its nearest end)")
+    p.add_argument("--isolation-level", choices=("read_committed", "read_uncommitted"),
+                   help="read_committed (the default) leaves out the records of aborted transactions and stops "
+                        "at the last stable offset; read_uncommitted reads them as well")
+    client_properties.add_options(p, "consumer", "max.poll.records=100 client.id=me")
     p.add_argument("--max-messages", type=int, metavar="N", help="exit after printing N records")
     p.add_argument("--timeout-ms", type=int, metavar="MS", help="exit after MS milliseconds without a new record")
     p.add_argument("--exit-at-end", action="store_true",

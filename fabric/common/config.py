@@ -141,7 +141,7 @@ def _text(value: Any) -> str:
 
 
 def _error(kind: str, key: str, value: object, why: str, table: Mapping[str, Setting]) -> InvalidConfigError:
-    if key not in table:
+    if key not in table and key.replace(".", "_") not in table:  # (a client's key may be given with '.' for '_')
         return InvalidConfigError(
             f"unknown {kind} config {key!r}; known keys: {', '.join(sorted(table))}")
     return InvalidConfigError(f"invalid value {value!r} for {kind} config {key!r}: {why}")

@@ -58,3 +58,34 @@ def test_kafka_tools_lines_typed_from_memory_work_on_file_url(fabric_cli, tmp_pa
 
     both = fabric_cli("--url", url, "topics", "--create", "--delete", "--topic", "x")
     assert both.returncode == 1 and "--create and --delete given" in both.stderr and "Traceback" not in both.stderr
+
+
+def test_console_tools_client_configs(fabric_cli, tmp_path) -> None:
+    """--producer-property / --consumer-property, --consumer.config, --request-required-acks and
+    --isolation-level, as Kafka's console producer and consumer take them; the group of group.id commits what
+    was printed, unless enable.auto.commit=false."""
+    url = f"file://{tmp_path / 'fab'}"
+    fabric.connect(url).create_topic("orders")
+    sent = fabric_cli("--url", url, "produce", "--topic", "orders", "--request-required-acks", "1",
+                      "--producer-property", "linger.ms=0", "client.id=cli", stdin="a\nb\nc\n")
+    assert sent.returncode == 0, sent.stderr
+    config = tmp_path / "consumer.properties"
+    config.write_text("# as Kafka's --consumer.config\nmax.poll.records=1\nauto.offset.reset=earliest\n")
+    read = fabric_cli("--url", url, "consume", "--topic", "orders", "--consumer.config", str(config),
+                      "--consumer-property", "group.id=billing", "--isolation-level", "read_uncommitted",
+                      "--max-messages", "2")
+    assert read.returncode == 0 and read.stdout.split() == ["a", "b"], read.stderr
+    again = fabric_cli("--url", url, "consume", "--topic", "orders", "--from-beginning", "--max-messages", "3",
+                       "--consumer-property", "group.id=audit", "enable.auto.commit=false")
+    assert again.returncode == 0 and again.stdout.split() == ["a", "b", "c"], again.stderr
+    with fabric.connect(url) as fab:
+        assert [o.committed for o in fab.describe_group("billing")] == [2]
+        assert "audit" not in fab.list_groups()
+
+    for line, message in [
+        (("--consumer-property", "max.poll.records=0"), "invalid value '0' for consumer config 'max.poll.records'"),
+        (("--consumer-property", "group.id=a", "--group", "b"), "--group and the config group.id=a disagree"),
+        (("--consumer-property", "enable.auto.commit=maybe"), "enable.auto.commit=maybe: expected true or false"),
+    ]:
+        bad = fabric_cli("--url", url, "consume", "--topic", "orders", "--max-messages", "1", *line)
+        assert bad.returncode == 1 and message in bad.stderr and "Traceback" not in bad.stderr, bad.stderr

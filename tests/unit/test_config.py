@@ -56,6 +56,14 @@ def test_kafka_client_configs_the_fabric_does_not_use_warn_naming_its_way(fab):
         fab.producer(no_such_thing=1)
 
 
+def test_a_bad_value_of_a_client_config_given_with_kafkas_dots_names_the_value(fab):
+    with pytest.raises(InvalidConfigError, match="invalid value '-1' for consumer config 'max.poll.records': must "
+                       "be an integer from 1"):
+        fab.consumer({"max.poll.records": "-1"})
+    with pytest.raises(InvalidConfigError, match="invalid value 'x' for producer config 'linger.ms'"):
+        fab.producer({"linger.ms": "x"})
+
+
 def test_a_record_over_max_request_size_is_refused_naming_it(fab):
     fab.create_topic("t")
     with fab.producer(max_request_size=10) as producer:
