@@ -144,6 +144,11 @@ def _start_offset(text: str) -> int | str:
 
 def _check_consume_options(args: argparse.Namespace) -> None:
     """The option combinations Kafka's console consumer refuses, and bad numbers."""
+    if (args.topic is None) == (args.include is None):
+        raise CommandError("name the topic: fabric consume TOPIC (or --topic TOPIC), or every topic matching a "
+                           "regular expression with --include REGEX; one of them")
+    if args.include is not None and args.partition is not None:
+        raise CommandError("--partition reads one partition of one topic; give --topic TOPIC with it, not --include")
     if args.max_messages is not None and args.max_messages < 1:
         raise CommandError(f"--max-messages must be at least 1, got {args.max_messages}")
     if args.timeout_ms is not None and args.timeout_ms < 0:
@@ -194,10 +199,13 @@ def _open_consumer(fab: Fabric, args: argparse.Namespace, configs: dict[str, str
     """The topic's consumer (with --group, a member of it), or with --partition one assigned that partition
     at --offset (an offset outside the log is moved to its nearest end, saying so on stderr)."""
     if args.partition is None:
-        consumer = fab.consumer(configs, args.topic, group_id=args.group, enable_auto_commit=False)
+        topics = () if args.include is not None else (args.topic,)
+        consumer = fab.consumer(configs, *topics, group_id=args.group, enable_auto_commit=False)
     else:
         consumer = fab.consumer(configs, enable_auto_commit=False)
     try:
+        if args.include is not None:
+            consumer.subscribe(pattern=args.include)
         if args.partition is not None:
             tp = (args.topic, args.partition)
             consumer.assign([tp])
@@ -253,12 +261,15 @@ def consume(args: argparse.Namespace) -> None:
     count = 0
     ends: dict[NamedPartition, int] = {}
     with _stop_on_signals() as stop, open_fabric(args) as fab, _open_consumer(fab, args, configs) as consumer:
-        typed = fab.describe_topic(args.topic).value_schema is not None
+        typed: dict[str, bool] = {}  # topic -> whether its values are typed, looked up at its first record
         last_record = time.monotonic()
         while not stop.is_set() and count != args.max_messages:
             printed: dict[TopicPartition, int] = {}
             for record in consumer.poll(POLL_S):
-                out.write(json_line(record, typed) if formatter is None else formatter.line(record, typed))
+                if record.topic not in typed:
+                    typed[record.topic] = fab.describe_topic(record.topic).value_schema is not None
+                is_typed = typed[record.topic]
+                out.write(json_line(record, is_typed) if formatter is None else formatter.line(record, is_typed))
                 printed[(record.topic, record.partition)] = record.offset + 1
                 count += 1
                 if count == args.max_messages:
@@ -298,7 +309,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     description="Print records (like kafka-console-consumer): values as text, or one JSON object "
                                 "per record with --format json. Runs until Ctrl-C unless --max-messages, "
                                 "--timeout-ms or --exit-at-end stops it; with --group it commits what it printed.")
-    add_subject(p, "topic", "--topic", "topic", "TOPIC", "the topic")
+    add_subject(p, "topic", "--topic", "topic", "TOPIC", "the topic", required=False)
+    p.add_argument("--include", "--whitelist", metavar="REGEX",
+                   help="every topic whose name matches REGEX instead (kafka-console-consumer's --include; "
+                        "--whitelist, its old name), topics created later too")
     p.add_argument("--from-beginning", action="store_true",
                    help="start at the log start when there is no committed offset (default: only new records)")
     p.add_argument("--group", metavar="G", help="consumer group: resume from and commit its offsets")

@@ -89,3 +89,20 @@ def test_console_tools_client_configs(fabric_cli, tmp_path) -> None:
     ]:
         bad = fabric_cli("--url", url, "consume", "--topic", "orders", "--max-messages", "1", *line)
         assert bad.returncode == 1 and message in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+def test_console_consumer_include_reads_every_matching_topic(fabric_cli, tmp_path) -> None:
+    """kafka-console-consumer --include REGEX (--whitelist, its old name): every topic whose name matches."""
+    url = f"file://{tmp_path / 'fab'}"
+    with fabric.connect(url) as fab:
+        for topic in ("orders-eu", "orders-us", "refunds"):
+            fab.create_topic(topic)
+            with fab.producer() as producer:
+                producer.send(topic, topic.encode())
+    read = fabric_cli("--url", url, "consume", "--include", "orders-.*", "--from-beginning", "--exit-at-end",
+                      "--group", "all-orders")
+    assert read.returncode == 0 and sorted(read.stdout.split()) == ["orders-eu", "orders-us"], read.stderr
+    old = fabric_cli("--url", url, "consume", "--whitelist", "ref.*", "--from-beginning", "--max-messages", "1")
+    assert old.returncode == 0 and old.stdout.split() == ["refunds"], old.stderr
+    both = fabric_cli("--url", url, "consume", "refunds", "--include", "orders-.*")
+    assert both.returncode == 1 and "or every topic matching a regular expression with --include" in both.stderr
