@@ -7,6 +7,7 @@ The package is layered; each layer imports only the ones below it (import-linter
     fabric.sources, fabric.sinks   Spark source and sinks (from the repository's sources/ and sinks/)
     fabric.spark                   what Spark jobs, sources, sinks and notebooks share: options, session
     fabric.cli                     the `fabric` command
+    fabric.kafka                   kafka-python's and confluent-kafka's client classes, over the client layer
     fabric.client, fabric.errors   clusters (embedded, remote), producer, consumer, admin; the error types
     fabric.server                  the coordinator service and its wire format
     fabric.coordinator             metadata stores, groups, assignors, election (the repository's coordinator/)

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 from urllib.parse import urlencode, urlparse
 
 from fabric.client.admin import Fabric
+from fabric.client.url import bootstrap_url as servers_url
 from fabric.client.url import open_cluster, resolve
 from fabric.common.errors import FabricError
 from fabric.server.connection import ENV_TOKEN, QUERY_KEYS, SCHEMES, url_token
@@ -28,13 +29,11 @@ class CommandError(FabricError):
 def bootstrap_url(servers: str) -> str:
     """Kafka's `--bootstrap-server host:port[,host:port]` as the fabric:// URL of those coordinators (a value
     that already names a scheme is kept)."""
-    if "://" in servers:
-        return servers
-    if not servers.strip() or any(not s.strip().rpartition(":")[0] or not s.strip().rpartition(":")[2].isdigit()
-                                  for s in servers.split(",")):
+    try:
+        return servers_url(servers)
+    except FabricError:
         raise argparse.ArgumentTypeError(f"--bootstrap-server expects host:port[,host:port], got {servers!r} "
-                                         "(or use --url file:///dir for an embedded fabric)")
-    return "fabric://" + ",".join(s.strip() for s in servers.split(","))
+                                         "(or use --url file:///dir for an embedded fabric)") from None
 
 
 def add_url_option(parser: argparse.ArgumentParser, default: Any) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from typing import Sequence
 from urllib.parse import urlparse
 
 from fabric.client.cluster import Cluster
@@ -15,6 +16,19 @@ ENV_URL = "FABRIC_URL"
 def resolve(url: str | None = None) -> str:
     """The URL to use: the argument, else $FABRIC_URL, else ./fabric-data."""
     return url or os.environ.get(ENV_URL) or DEFAULT_URL
+
+
+def bootstrap_url(servers: str | Sequence[str]) -> str:
+    """Kafka's bootstrap servers (`host:port[,host:port]`, or a list of them) as the fabric:// URL of those
+    coordinator services; a value that names a scheme (file://, fabric://) is kept as it is."""
+    if isinstance(servers, str) and "://" in servers:
+        return servers
+    listed = servers.split(",") if isinstance(servers, str) else list(servers)
+    if not listed or not all(isinstance(s, str) and s.strip().rpartition(":")[0]
+                             and s.strip().rpartition(":")[2].isdigit() for s in listed):
+        raise InvalidConfigError(f"bootstrap servers are host:port[,host:port] (a coordinator service's), got "
+                                 f"{servers!r}; or name the fabric by URL: file:///dir for an embedded one")
+    return "fabric://" + ",".join(s.strip() for s in listed)
 
 
 def open_cluster(url: str | None = None) -> Cluster:

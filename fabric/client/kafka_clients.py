@@ -1,0 +1,194 @@
+"""kafka-python's and confluent-kafka's client classes over a fabric, so that a program written for either runs
+with its import line changed (`from fabric.kafka import KafkaConsumer` for `from kafka import KafkaConsumer`,
+`from fabric.kafka import Producer` for `from confluent_kafka import Producer`).
+
+Each names its fabric where those clients name brokers, `bootstrap_servers` (kafka-python) or
+`bootstrap.servers` (confluent-kafka): a fabric URL (file:///dir, fabric://host:port), or host:port pairs of
+coordinator services; without it, $FABRIC_URL, else ./fabric-data. Each client opens its own connection to the
+fabric and closes it with itself. The producers and kafka-python's consumer are the fabric's own; confluent-kafka's
+Consumer answers poll() with one message or None, as confluent-kafka does, its messages having methods
+(`msg.value()`).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from fabric.client.admin import Fabric
+from fabric.client.cluster import Cluster
+from fabric.client.consumer import Consumer
+from fabric.client.producer import Producer as FabricProducer
+from fabric.client.url import bootstrap_url, open_cluster
+from fabric.common.config import PRODUCER_SETTINGS, client_config
+from fabric.common.errors import InvalidConfigError
+from fabric.common.records import Record
+
+Servers = str | Sequence[str] | None
+ADMIN_SETTINGS = {"client_id": PRODUCER_SETTINGS["client_id"]}  # what the admin clients take besides their servers
+
+
+def _cluster(servers: Servers) -> Cluster:
+    """The fabric that bootstrap servers name (None: $FABRIC_URL, else ./fabric-data)."""
+    return open_cluster(None if servers is None else bootstrap_url(servers))
+
+
+def _conf(conf: Mapping[str, Any] | None, kwargs: Mapping[str, Any], kind: str) -> tuple[Servers, dict[str, Any]]:
+    """confluent-kafka's config dict (and keyword configs beside it): its bootstrap.servers and the rest."""
+    if conf is not None and not isinstance(conf, Mapping):
+        raise InvalidConfigError(f"{kind}() takes a dict of Kafka's config names, e.g. {{'bootstrap.servers': "
+                                 f"'fabric://host:9093'}}, got {type(conf).__name__}")
+    merged = {**(conf or {}), **kwargs}
+    return merged.pop("bootstrap.servers", None), merged
+
+
+class _OwningProducer(FabricProducer):
+    """The fabric's producer over a connection of its own to the fabric `servers` name, closed with it."""
+
+    def __init__(self, servers: Servers, **configs: Any) -> None:
+        self._owned = _cluster(servers)
+        try:
+            super().__init__(self._owned, **configs)
+        except BaseException:
+            self._owned.close()
+            raise
+
+    def close(self, timeout: float | None = None) -> None:
+        try:
+            super().close(timeout)
+        finally:
+            self._owned.close()
+
+
+class KafkaProducer(_OwningProducer):
+    """kafka-python's KafkaProducer: the fabric's producer, over the fabric `bootstrap_servers` names."""
+
+    def __init__(self, bootstrap_servers: Servers = None, **configs: Any) -> None:
+        super().__init__(bootstrap_servers, **configs)
+
+
+class KafkaConsumer(Consumer):
+    """kafka-python's KafkaConsumer: the fabric's consumer of `topics`, over the fabric `bootstrap_servers`
+    names."""
+
+    def __init__(self, *topics: str, bootstrap_servers: Servers = None, group_id: str | None = None,
+                 **configs: Any) -> None:
+        self._owned = _cluster(bootstrap_servers)
+        try:
+            super().__init__(self._owned, *topics, group_id=group_id, **configs)
+        except BaseException:
+            self._owned.close()
+            raise
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._owned.close()
+
+
+class KafkaAdminClient(Fabric):
+    """kafka-python's KafkaAdminClient: the fabric's admin calls (create_topics, delete_topics,
+    create_partitions, list_topics, ...), over the fabric `bootstrap_servers` names."""
+
+    def __init__(self, bootstrap_servers: Servers = None, **configs: Any) -> None:
+        client_config("admin", ADMIN_SETTINGS, configs)  # (Kafka's connection settings are ignored, with a warning)
+        super().__init__(_cluster(bootstrap_servers))
+
+
+class Producer(_OwningProducer):
+    """confluent-kafka's Producer(conf): produce(), poll(), flush() and len() over the fabric its
+    `bootstrap.servers` names; the rest of `conf` is the producer's config, with Kafka's names."""
+
+    def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        servers, configs = _conf(conf, kwargs, "Producer")
+        super().__init__(servers, **configs)
+
+
+class Message:
+    """A consumed record as confluent-kafka's Message: its fields through methods."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: Record) -> None:
+        self.record = record
+
+    def error(self) -> None:
+        return None  # (a failed fetch raises instead)
+
+    def topic(self) -> str:
+        return self.record.topic
+
+    def partition(self) -> int:
+        return self.record.partition
+
+    def offset(self) -> int:
+        return self.record.offset
+
+    def key(self) -> bytes | None:
+        return self.record.key
+
+    def value(self) -> Any:
+        return self.record.value
+
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
+        return self.record.headers or None
+
+    def timestamp(self) -> tuple[int, int]:
+        """(confluent-kafka's TIMESTAMP_CREATE_TIME 1 or TIMESTAMP_LOG_APPEND_TIME 2, milliseconds)."""
+        return self.record.timestamp_type + 1, self.record.timestamp
+
+    def __len__(self) -> int:
+        value = self.record.value
+        return len(value) if isinstance(value, (bytes, str)) else 0
+
+    def __repr__(self) -> str:
+        return f"Message(topic={self.topic()!r}, partition={self.partition()}, offset={self.offset()})"
+
+
+class ConsumerClient:
+    """confluent-kafka's Consumer(conf) (exported as fabric.kafka.Consumer): poll() answers one Message or None,
+    consume() a list of Messages, commit() is asynchronous unless asked (`asynchronous=False`) and takes a
+    Message; every other call (subscribe, assign, position, seek, pause, close, ...) is the fabric consumer's,
+    `consumer` here. `group.id` and the rest of `conf` are its config, with Kafka's names."""
+
+    def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        servers, configs = _conf(conf, kwargs, "Consumer")
+        self._owned = _cluster(servers)
+        try:
+            self.consumer = Consumer(self._owned, **configs)
+        except BaseException:
+            self._owned.close()
+            raise
+
+    def poll(self, timeout: float | None = None) -> Message | None:
+        """The next message, waiting up to `timeout` seconds (None or -1: as long as it takes); None if none came."""
+        messages = self.consume(1, -1 if timeout is None else timeout)
+        return messages[0] if messages else None
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        """Up to `num_messages` messages, waiting up to `timeout` seconds (-1: as long as it takes) for the first."""
+        return [Message(r) for r in self.consumer.consume(num_messages, timeout)]
+
+    def commit(self, message: Message | None = None, offsets: Any = None, asynchronous: bool = True) -> None:
+        """Commit the offset after `message`, or `offsets`, or the positions; in the background unless
+        `asynchronous=False` (confluent-kafka's default)."""
+        self.consumer.commit(offsets, asynchronous=asynchronous,
+                             message=None if message is None else message.record)
+
+    def close(self) -> None:
+        try:
+            self.consumer.close()
+        finally:
+            self._owned.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.consumer, name)
+
+
+class AdminClient(Fabric):
+    """confluent-kafka's AdminClient(conf): the fabric's admin calls, each of create_topics, delete_topics,
+    create_partitions and list_offsets answering a dict of futures, over the fabric `bootstrap.servers` names."""
+
+    def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        servers, configs = _conf(conf, kwargs, "AdminClient")
+        client_config("admin", ADMIN_SETTINGS, configs)
+        super().__init__(_cluster(servers))

@@ -1,0 +1,20 @@
+"""Kafka's Python client classes over a fabric: a program written for kafka-python or confluent-kafka runs with
+its import line changed, its brokers named by a fabric URL:
+
+    from fabric.kafka import KafkaProducer, KafkaConsumer, KafkaAdminClient   # for: from kafka import ...
+    from fabric.kafka import Producer, Consumer, AdminClient                  # for: from confluent_kafka import ...
+
+    producer = KafkaProducer(bootstrap_servers="fabric://localhost:9093")
+    consumer = Consumer({"bootstrap.servers": "file:///tmp/fabric", "group.id": "billing"})
+
+The errors under the names both clients give them are in fabric.errors (KafkaError, KafkaException, ...).
+"""
+from __future__ import annotations
+
+from fabric.client.kafka_admin import NewPartitions, NewTopic, OffsetSpec
+from fabric.client.kafka_clients import AdminClient, KafkaAdminClient, KafkaConsumer, KafkaProducer, Message, Producer
+from fabric.client.kafka_clients import ConsumerClient as Consumer
+from fabric.client.topic_partition import TopicPartition
+
+__all__ = ["AdminClient", "Consumer", "KafkaAdminClient", "KafkaConsumer", "KafkaProducer", "Message", "NewPartitions",
+           "NewTopic", "OffsetSpec", "Producer", "TopicPartition"]

@@ -1,0 +1,76 @@
+"""kafka-python's and confluent-kafka's client classes (fabric.kafka), as their programs construct them, on every
+kind of cluster: the fabric named where they name brokers, each client closing the connection it opened."""
+from __future__ import annotations
+
+import pytest
+
+from fabric.errors import KafkaException
+from fabric.kafka import (
+    AdminClient,
+    Consumer,
+    KafkaAdminClient,
+    KafkaConsumer,
+    KafkaProducer,
+    NewTopic,
+    Producer,
+    TopicPartition,
+)
+
+
+def test_kafka_python_classes(fab):
+    admin = KafkaAdminClient(bootstrap_servers=fab.url, client_id="setup")
+    admin.create_topics([NewTopic("orders", 2, 1)])["orders"].result()
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=fab.url, value_serializer=str.encode, linger_ms=1)
+    metas = [producer.send("orders", f"order-{i}", partition=i % 2).get(timeout=30) for i in range(4)]
+    producer.close()
+    assert sorted((m.partition, m.offset) for m in metas) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+    consumer = KafkaConsumer("orders", bootstrap_servers=fab.url, group_id="billing",
+                             auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=3000)
+    values = sorted(m.value for m in consumer)
+    consumer.commit()
+    consumer.close()
+    assert values == [f"order-{i}".encode() for i in range(4)]
+    assert {tp: o.committed for o in fab.describe_group("billing") for tp in [(o.topic, o.partition)]} == {
+        ("orders", 0): 2, ("orders", 1): 2}
+
+
+def test_confluent_kafka_classes(fab):
+    admin = AdminClient({"bootstrap.servers": fab.url})
+    admin.create_topics([NewTopic("orders", num_partitions=2)])["orders"].result()
+    admin.close()
+    reports = []
+    producer = Producer({"bootstrap.servers": fab.url, "linger.ms": 1})
+    for i in range(4):
+        producer.produce("orders", f"order-{i}".encode(), partition=i % 2,
+                         callback=lambda err, msg: reports.append((err, msg.partition(), msg.offset())))
+        producer.poll(0)
+    assert producer.flush() == 0
+    producer.close()
+    assert sorted(reports) == [(None, 0, 0), (None, 0, 1), (None, 1, 0), (None, 1, 1)]
+
+    consumer = Consumer({"bootstrap.servers": fab.url, "group.id": "billing", "auto.offset.reset": "earliest"})
+    consumer.subscribe(["orders"])
+    seen = []
+    while len(seen) < 4:
+        msg = consumer.poll(10.0)
+        assert msg is not None and msg.error() is None
+        seen.append((msg.topic(), msg.partition(), msg.offset(), msg.value(), msg.timestamp()[0]))
+    assert consumer.poll(0.2) is None
+    consumer.commit(message=msg, asynchronous=False)  # the offset after the last message of its partition
+    committed = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed([TopicPartition("orders", 0),
+                                                                                  TopicPartition("orders", 1)])}
+    consumer.close()
+    assert sorted(s[3] for s in seen) == [f"order-{i}".encode() for i in range(4)]
+    assert {s[4] for s in seen} == {1}  # confluent-kafka's TIMESTAMP_CREATE_TIME
+    assert committed[(msg.topic(), msg.partition())] == msg.offset() + 1
+
+
+def test_bad_servers_and_configs_are_refused_naming_the_fix(fab):
+    with pytest.raises(KafkaException, match="bootstrap servers are host:port"):
+        KafkaProducer(bootstrap_servers="localhost")
+    with pytest.raises(KafkaException, match="unknown admin config 'nosuch'; known keys: client_id"):
+        KafkaAdminClient(bootstrap_servers=fab.url, nosuch=1)
+    with pytest.raises(KafkaException, match="Consumer\\(\\) takes a dict of Kafka's config names"):
+        Consumer(["bootstrap.servers"])
