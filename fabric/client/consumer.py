@@ -555,8 +555,11 @@ class Consumer(Lookups):
         if self._closed:
             raise FabricError("the consumer is closed; create a new one")
 
-    def close(self) -> None:
-        """Commit (with auto-commit on) and stop; a group member commits as it revokes, then leaves."""
+    def close(self, autocommit: bool = True) -> None:
+        """Commit (with auto-commit on, unless `autocommit=False`, kafka-python's) and stop; a group member
+        commits as it revokes, then leaves."""
+        if not autocommit:
+            self.config["enable_auto_commit"] = False  # (the member's revocation as it leaves commits by it too)
         if self._committer is not None:
             self._committer.shutdown(wait=True)  # the async commits sent so far land first
         if not self._closed and self.group_id is not None and self.config["enable_auto_commit"] \

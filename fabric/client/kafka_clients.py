@@ -5,24 +5,27 @@ with its import line changed (`from fabric.kafka import KafkaConsumer` for `from
 Each names its fabric where those clients name brokers, `bootstrap_servers` (kafka-python) or
 `bootstrap.servers` (confluent-kafka): a fabric URL (file:///dir, fabric://host:port), or host:port pairs of
 coordinator services; without it, $FABRIC_URL, else ./fabric-data. Each client opens its own connection to the
-fabric and closes it with itself. The producers and kafka-python's consumer are the fabric's own; confluent-kafka's
-Consumer answers poll() with one message or None, as confluent-kafka does, its messages having methods
-(`msg.value()`).
+fabric and closes it with itself. The producers are the fabric's own; the consumers answer poll() in their
+client's shape (kafka-python's by partition, confluent-kafka's one message or None, with methods: `msg.value()`)
+and are otherwise the fabric's consumer.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence, TypeVar
 
 from fabric.client.admin import Fabric
 from fabric.client.cluster import Cluster
 from fabric.client.consumer import Consumer
 from fabric.client.producer import Producer as FabricProducer
+from fabric.client.topic_partition import TopicPartition
 from fabric.client.url import bootstrap_url, open_cluster
+from fabric.common import checks
 from fabric.common.config import PRODUCER_SETTINGS, client_config
-from fabric.common.errors import InvalidConfigError
+from fabric.common.errors import InvalidArgumentError, InvalidConfigError
 from fabric.common.records import Record
 
 Servers = str | Sequence[str] | None
+C = TypeVar("C", bound="_OwningConsumer")
 ADMIN_SETTINGS = {"client_id": PRODUCER_SETTINGS["client_id"]}  # what the admin clients take besides their servers
 
 
@@ -65,24 +68,56 @@ class KafkaProducer(_OwningProducer):
         super().__init__(bootstrap_servers, **configs)
 
 
-class KafkaConsumer(Consumer):
-    """kafka-python's KafkaConsumer: the fabric's consumer of `topics`, over the fabric `bootstrap_servers`
-    names."""
+class _OwningConsumer:
+    """The fabric's consumer (`consumer`) over a connection of its own to the fabric `servers` name, closed with
+    it; the calls a subclass does not answer in its client's shape are the consumer's."""
 
-    def __init__(self, *topics: str, bootstrap_servers: Servers = None, group_id: str | None = None,
-                 **configs: Any) -> None:
-        self._owned = _cluster(bootstrap_servers)
+    def __init__(self, servers: Servers, *topics: str, **configs: Any) -> None:
+        self._owned = _cluster(servers)
         try:
-            super().__init__(self._owned, *topics, group_id=group_id, **configs)
+            self.consumer = Consumer(self._owned, *topics, **configs)
         except BaseException:
             self._owned.close()
             raise
 
-    def close(self) -> None:
+    def close(self, autocommit: bool = True) -> None:
         try:
-            super().close()
+            self.consumer.close(autocommit)
         finally:
             self._owned.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.consumer, name)
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.consumer)
+
+    def __enter__(self: C) -> C:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class KafkaConsumer(_OwningConsumer):
+    """kafka-python's KafkaConsumer of `topics`, over the fabric `bootstrap_servers` names: poll(timeout_ms,
+    max_records) answers {TopicPartition: [records]}; iterating it and every other call are the fabric
+    consumer's."""
+
+    def __init__(self, *topics: str, bootstrap_servers: Servers = None, **configs: Any) -> None:
+        super().__init__(bootstrap_servers, *topics, **configs)
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None, update_offsets: bool = True
+             ) -> dict[TopicPartition, list[Record]]:
+        """The next records by partition, waiting up to `timeout_ms` for the first."""
+        if update_offsets is not True:
+            raise InvalidArgumentError("poll(update_offsets=False) is not taken: every poll moves the positions "
+                                       "past what it returns")
+        wait_ms = checks.integer(timeout_ms, "poll() timeout_ms", 0, checks.INT_MAX)
+        out: dict[TopicPartition, list[Record]] = {}
+        for record in self.consumer.poll(wait_ms / 1000, max_records):
+            out.setdefault(TopicPartition(record.topic, record.partition), []).append(record)
+        return out
 
 
 class KafkaAdminClient(Fabric):
@@ -144,20 +179,15 @@ class Message:
         return f"Message(topic={self.topic()!r}, partition={self.partition()}, offset={self.offset()})"
 
 
-class ConsumerClient:
+class ConsumerClient(_OwningConsumer):
     """confluent-kafka's Consumer(conf) (exported as fabric.kafka.Consumer): poll() answers one Message or None,
     consume() a list of Messages, commit() is asynchronous unless asked (`asynchronous=False`) and takes a
-    Message; every other call (subscribe, assign, position, seek, pause, close, ...) is the fabric consumer's,
-    `consumer` here. `group.id` and the rest of `conf` are its config, with Kafka's names."""
+    Message; every other call (subscribe, assign, position, seek, pause, close, ...) is the fabric consumer's.
+    `group.id` and the rest of `conf` are its config, with Kafka's names."""
 
     def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         servers, configs = _conf(conf, kwargs, "Consumer")
-        self._owned = _cluster(servers)
-        try:
-            self.consumer = Consumer(self._owned, **configs)
-        except BaseException:
-            self._owned.close()
-            raise
+        super().__init__(servers, **configs)
 
     def poll(self, timeout: float | None = None) -> Message | None:
         """The next message, waiting up to `timeout` seconds (None or -1: as long as it takes); None if none came."""
@@ -173,15 +203,6 @@ class ConsumerClient:
         `asynchronous=False` (confluent-kafka's default)."""
         self.consumer.commit(offsets, asynchronous=asynchronous,
                              message=None if message is None else message.record)
-
-    def close(self) -> None:
-        try:
-            self.consumer.close()
-        finally:
-            self._owned.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.consumer, name)
 
 
 class AdminClient(Fabric):

@@ -35,6 +35,16 @@ def test_kafka_python_classes(fab):
     assert {tp: o.committed for o in fab.describe_group("billing") for tp in [(o.topic, o.partition)]} == {
         ("orders", 0): 2, ("orders", 1): 2}
 
+    with KafkaConsumer(bootstrap_servers=fab.url, group_id="audit", auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition("orders", 1)])
+        polled: dict = {}
+        while not polled:
+            polled = consumer.poll(timeout_ms=1000, max_records=1)
+        assert [(tp, [r.value for r in records]) for tp, records in polled.items()] == [
+            (TopicPartition("orders", 1), [b"order-1"])]
+        consumer.close(autocommit=False)  # (auto-commit is on: without autocommit=False it would commit 1)
+    assert "audit" not in fab.list_groups()
+
 
 def test_confluent_kafka_classes(fab):
     admin = AdminClient({"bootstrap.servers": fab.url})
