@@ -530,6 +530,10 @@ class Producer:
         with self._lock:
             return sum(len(b.values) for b in self._buffers.values()) + sum(n for _, n in self._draining.values())
 
+    def __bool__(self) -> bool:
+        """True: a producer with nothing queued is a producer still (`if not self.producer:` must not make another)."""
+        return True
+
     def flush(self, timeout: float | None = None) -> int:
         """Send everything buffered and wait until it is appended (or has failed: its futures say so); 0, the
         records left queued (confluent-kafka's answer). With a `timeout` (seconds), ClientTimeoutError if records

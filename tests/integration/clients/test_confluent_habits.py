@@ -57,6 +57,7 @@ def test_a_config_dict_produce_poll_flush_and_consume(fab):
     stamp = int(time.time() * 1000) - 3_600_000  # an hour ago: within the topic's retention
     producer.produce("orders", b"stamped", partition=0, timestamp=stamp)
     assert producer.flush() == 0 and len(producer) == 0
+    assert producer  # (truthy with nothing queued: `if not producer:` must not take it for a missing one)
     assert [e for e, _ in reports] == [None] * 6
     first = reports[0][1]
     assert (first.topic(), first.partition(), first.offset(), first.key(), first.value(), first.headers()) == \
