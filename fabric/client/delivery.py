@@ -79,6 +79,10 @@ class DeliveredMessage:
     def __len__(self) -> int:
         return len(self._value) if isinstance(self._value, (bytes, str)) else 0
 
+    def __bool__(self) -> bool:
+        """True, whatever len() (the value's size) says: `if not msg:` skips no empty value or tombstone."""
+        return True
+
     def __repr__(self) -> str:
         return f"DeliveredMessage(topic={self._topic!r}, partition={self._partition}, offset={self._offset})"
 

@@ -175,6 +175,10 @@ class Message:
         value = self.record.value
         return len(value) if isinstance(value, (bytes, str)) else 0
 
+    def __bool__(self) -> bool:
+        """True, whatever len() (the value's size) says: `if not msg:` skips no empty value or tombstone."""
+        return True
+
     def __repr__(self) -> str:
         return f"Message(topic={self.topic()!r}, partition={self.partition()}, offset={self.offset()})"
 

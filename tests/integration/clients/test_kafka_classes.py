@@ -84,3 +84,20 @@ def test_bad_servers_and_configs_are_refused_naming_the_fix(fab):
         KafkaAdminClient(bootstrap_servers=fab.url, nosuch=1)
     with pytest.raises(KafkaException, match="Consumer\\(\\) takes a dict of Kafka's config names"):
         Consumer(["bootstrap.servers"])
+
+
+def test_confluent_messages_of_empty_values_and_tombstones_are_truthy(fab):
+    """`if not msg: continue` (a common confluent-kafka loop) must skip no empty value or tombstone."""
+    fab.create_topic("table")
+    reports = []
+    producer = Producer({"bootstrap.servers": fab.url})
+    for value in (b"", None):
+        producer.produce("table", value, key=b"k", on_delivery=lambda err, msg: reports.append(msg))
+    producer.flush()
+    producer.close()
+    assert [bool(m) for m in reports] == [True, True] and [len(m) for m in reports] == [0, 0]
+    consumer = Consumer({"bootstrap.servers": fab.url, "group.id": "g", "auto.offset.reset": "earliest"})
+    consumer.subscribe(["table"])
+    messages = [consumer.poll(10.0), consumer.poll(10.0)]
+    consumer.close()
+    assert all(messages) and [m.value() for m in messages] == [b"", None]
