@@ -11,6 +11,7 @@ and are otherwise the fabric's consumer.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Iterator, Mapping, Sequence, TypeVar
 
 from fabric.client.admin import Fabric
@@ -19,7 +20,6 @@ from fabric.client.consumer import Consumer
 from fabric.client.producer import Producer as FabricProducer
 from fabric.client.topic_partition import TopicPartition
 from fabric.client.url import bootstrap_url, open_cluster
-from fabric.common import checks
 from fabric.common.config import PRODUCER_SETTINGS, client_config
 from fabric.common.errors import InvalidArgumentError, InvalidConfigError
 from fabric.common.records import Record
@@ -87,6 +87,8 @@ class _OwningConsumer:
             self._owned.close()
 
     def __getattr__(self, name: str) -> Any:
+        if name == "consumer":  # (not made: the constructor failed)
+            raise AttributeError(name)
         return getattr(self.consumer, name)
 
     def __iter__(self) -> Iterator[Record]:
@@ -113,9 +115,10 @@ class KafkaConsumer(_OwningConsumer):
         if update_offsets is not True:
             raise InvalidArgumentError("poll(update_offsets=False) is not taken: every poll moves the positions "
                                        "past what it returns")
-        wait_ms = checks.integer(timeout_ms, "poll() timeout_ms", 0, checks.INT_MAX)
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or not 0 <= timeout_ms < math.inf:
+            raise InvalidArgumentError(f"poll() timeout_ms must be a number of milliseconds >= 0, got {timeout_ms!r}")
         out: dict[TopicPartition, list[Record]] = {}
-        for record in self.consumer.poll(wait_ms / 1000, max_records):
+        for record in self.consumer.poll(timeout_ms / 1000, max_records):
             out.setdefault(TopicPartition(record.topic, record.partition), []).append(record)
         return out
 

@@ -84,6 +84,10 @@ def test_bad_servers_and_configs_are_refused_naming_the_fix(fab):
         KafkaAdminClient(bootstrap_servers=fab.url, nosuch=1)
     with pytest.raises(KafkaException, match="Consumer\\(\\) takes a dict of Kafka's config names"):
         Consumer(["bootstrap.servers"])
+    with KafkaConsumer(bootstrap_servers=fab.url) as consumer:
+        with pytest.raises(KafkaException, match="poll\\(\\) timeout_ms must be a number of milliseconds >= 0, "
+                           "got -1"):
+            consumer.poll(timeout_ms=-1)
 
 
 def test_confluent_messages_of_empty_values_and_tombstones_are_truthy(fab):
