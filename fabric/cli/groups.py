@@ -58,9 +58,12 @@ def _describe_group(fab: Fabric, name: str, members: bool, state: bool) -> None:
 def delete(args: argparse.Namespace) -> None:
     """Delete each group (its offsets and state), as kafka-consumer-groups --delete: a group with live members
     or that does not exist is reported and the others are still deleted."""
+    if bool(args.groups) == args.all_groups:
+        raise CommandError("name the groups to delete: fabric groups delete GROUP [GROUP ...] (or --group GROUP), "
+                           "or --all-groups; one of them")
     failed = []
     with open_fabric(args) as fab:
-        for group in dict.fromkeys(args.groups):
+        for group in fab.list_groups() if args.all_groups else dict.fromkeys(args.groups):
             try:
                 fab.delete_group(group)
             except FabricError as exc:
@@ -177,7 +180,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     description="Delete consumer groups, their committed offsets and state (kafka-consumer-groups "
                                 "--delete). A group with live members is refused (GroupNotEmptyError): stop its "
                                 "consumers first.")
-    add_subject(p, "groups", "--group", "group", "GROUP", "the groups", many=True)
+    add_subject(p, "groups", "--group", "group", "GROUP", "the groups", required=False, many=True)
+    p.add_argument("--all-groups", action="store_true", help="every group (those with live members are refused, "
+                   "the others deleted)")
 
     p = add_command(verbs, "reset-offsets", reset_offsets, "move a group's committed offsets",
                     description="Move a group's committed offsets in some topics (--topic, repeatable), in every "

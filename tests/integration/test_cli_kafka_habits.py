@@ -53,6 +53,11 @@ def test_kafka_tools_lines_typed_from_memory_work_on_file_url(fabric_cli, tmp_pa
     assert {o.committed for o in fabric.connect(url).describe_group("billing")} == {0}
     assert "Successful" in ok("groups", "--delete-offsets", "--group", "billing", "--topic", "orders")
     assert fabric.connect(url).describe_group("billing") == []
+    ok("consume", "--topic", "orders", "--from-beginning", "--group", "audit", "--max-messages", "1")
+    nothing = fabric_cli("--url", url, "groups", "--delete")
+    assert nothing.returncode == 1 and "or --all-groups; one of them" in nothing.stderr, nothing.stderr
+    assert ok("groups", "--delete", "--all-groups") == "Deleted consumer group 'audit'.\n"
+    assert fabric.connect(url).list_groups() == []
     ok("topics", "--delete", "--topic", "orders")
     assert fabric.connect(url).list_topics() == []
 

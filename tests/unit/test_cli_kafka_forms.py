@@ -59,7 +59,8 @@ def test_a_subject_is_taken_in_either_form(line: str, dest: str, value: object) 
     ("topics create a --topic b", "two topics given ('a' and --topic 'b'); name one"),
     ("topics --create", "name the topic: fabric topics create NAME (or --topic NAME)"),
     ("produce", "name the topic: fabric produce TOPIC (or --topic TOPIC)"),
-    ("groups --delete", "name the group: fabric groups delete GROUP (or --group GROUP)"),
+    ("groups --reset-offsets --topic t --to-latest", "name the group: fabric groups reset-offsets GROUP (or --group "
+     "GROUP)"),
     ("groups delete-offsets --topic t", "name the group: fabric groups delete-offsets GROUP (or --group GROUP)"),
     ("groups describe a --group b", "two groups given ('a' and --group 'b'); name one"),
 ])
