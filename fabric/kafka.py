@@ -11,8 +11,9 @@ The errors under the names both clients give them are in fabric.errors (KafkaErr
 """
 from __future__ import annotations
 
+from fabric.client.confluent_message import Message
 from fabric.client.kafka_admin import NewPartitions, NewTopic, OffsetSpec
-from fabric.client.kafka_clients import AdminClient, KafkaAdminClient, KafkaConsumer, KafkaProducer, Message, Producer
+from fabric.client.kafka_clients import AdminClient, KafkaAdminClient, KafkaConsumer, KafkaProducer, Producer
 from fabric.client.kafka_clients import ConsumerClient as Consumer
 from fabric.client.topic_partition import TopicPartition
 

@@ -23,6 +23,7 @@ from fabric.common import checks
 from fabric.common.config import (
     INT_MAX,
     LONG_MAX,
+    merged_client_config,
     validate_topic_config,
     validate_topic_config_changes,
 )
@@ -294,7 +295,7 @@ class Fabric:
     def producer(self, conf: Mapping[str, Any] | None = None, **config: Any) -> Producer:
         """A producer; its config as keywords (`linger_ms=5`) or, as confluent-kafka takes it, a dict of Kafka's
         names (`{"linger.ms": 5}`), or both."""
-        return Producer(self.cluster, **_merged("producer", conf, config))
+        return Producer(self.cluster, **merged_client_config("producer", conf, config))
 
     def consumer(self, *topics: str | Mapping[str, Any], group_id: str | None = None, **config: Any) -> Consumer:
         """A consumer of `topics` (or none: subscribe or assign later); its config as keywords or, first of
@@ -302,7 +303,7 @@ class Fabric:
         "earliest"}`)."""
         conf = topics[0] if topics and isinstance(topics[0], Mapping) else None
         names = cast("tuple[str, ...]", topics[1:] if conf is not None else topics)  # (the consumer checks each)
-        return Consumer(self.cluster, *names, group_id=group_id, **_merged("consumer", conf, config))
+        return Consumer(self.cluster, *names, group_id=group_id, **merged_client_config("consumer", conf, config))
 
     # -- groups ------------------------------------------------------------------------------------
     def list_groups(self) -> list[str]:
@@ -509,25 +510,6 @@ class Fabric:
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
-
-
-def _merged(kind: str, conf: Mapping[str, Any] | None, config: dict[str, Any]) -> dict[str, Any]:
-    """A client's config from confluent-kafka's dict (`conf`) and the keywords together; a key given both ways
-    (`linger.ms` and `linger_ms`) with two values is refused."""
-    if conf is None:
-        return config
-    if not isinstance(conf, Mapping) or not all(isinstance(k, str) for k in conf):
-        raise InvalidConfigError(f"{kind}() takes its config as keywords or as a dict of Kafka's config names "
-                                 f"(e.g. {{'linger.ms': 5}}), got {type(conf).__name__}")
-    merged = dict(config)
-    named = {k.replace(".", "_"): k for k in config}
-    for key, value in conf.items():
-        other = named.get(key.replace(".", "_"))
-        if other is not None and config[other] != value:
-            raise InvalidConfigError(f"{kind} config {key!r} is given twice, {value!r} in the dict and {other}="
-                                     f"{config[other]!r}; give one")
-        merged.setdefault(other or key, value)
-    return merged
 
 
 def _epoch_us(when: datetime | str) -> int:

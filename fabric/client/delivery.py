@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import numpy as np
 
@@ -36,58 +36,6 @@ class BatchMetadata:
 
 
 DeliveryCallback = Callable[[BaseException | None, "RecordMetadata | None"], Any]
-
-
-class DeliveredMessage:
-    """What confluent-kafka's produce() hands its delivery callback, with its methods: the record as produced and
-    where it landed (`partition()` and `offset()` -1 where it failed: `error()` says why)."""
-
-    __slots__ = ("_topic", "_partition", "_offset", "_key", "_value", "_headers", "_timestamp", "_error")
-
-    def __init__(self, topic: str, key: Any, value: Any, headers: Any, timestamp_ms: int | None,
-                 error: BaseException | None, metadata: RecordMetadata | None) -> None:
-        self._topic, self._key, self._value, self._error = topic, key, value, error
-        self._headers = list(headers.items()) if isinstance(headers, Mapping) else (list(headers) if headers else None)
-        self._partition, self._offset = (metadata.partition, metadata.offset) if metadata is not None else (-1, -1)
-        # (confluent-kafka's TIMESTAMP_CREATE_TIME, or TIMESTAMP_NOT_AVAILABLE where the producer stamped it)
-        self._timestamp = (1, timestamp_ms) if timestamp_ms else (0, 0)
-
-    def error(self) -> BaseException | None:
-        return self._error
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> Any:
-        return self._key
-
-    def value(self) -> Any:
-        return self._value
-
-    def headers(self) -> list[tuple[str, Any]] | None:
-        return self._headers
-
-    def timestamp(self) -> tuple[int, int]:
-        return self._timestamp
-
-    def __len__(self) -> int:
-        return len(self._value) if isinstance(self._value, (bytes, str)) else 0
-
-    def __bool__(self) -> bool:
-        """True, whatever len() (the value's size) says: `if not msg:` skips no empty value or tombstone."""
-        return True
-
-    def __repr__(self) -> str:
-        return f"DeliveredMessage(topic={self._topic!r}, partition={self._partition}, offset={self._offset})"
-
-
-ProduceCallback = Callable[[BaseException | None, DeliveredMessage], Any]  # produce()'s, confluent-kafka's shape
 
 
 class Drain:

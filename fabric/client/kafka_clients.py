@@ -16,12 +16,13 @@ from typing import Any, Iterator, Mapping, Sequence, TypeVar
 
 from fabric.client.admin import Fabric
 from fabric.client.cluster import Cluster
+from fabric.client.confluent_message import Message
 from fabric.client.consumer import Consumer
 from fabric.client.producer import Producer as FabricProducer
 from fabric.client.topic_partition import TopicPartition
 from fabric.client.url import bootstrap_url, open_cluster
-from fabric.common.config import PRODUCER_SETTINGS, client_config
-from fabric.common.errors import InvalidArgumentError, InvalidConfigError
+from fabric.common.config import PRODUCER_SETTINGS, client_config, merged_client_config
+from fabric.common.errors import InvalidArgumentError
 from fabric.common.records import Record
 
 Servers = str | Sequence[str] | None
@@ -34,12 +35,10 @@ def _cluster(servers: Servers) -> Cluster:
     return open_cluster(None if servers is None else bootstrap_url(servers))
 
 
-def _conf(conf: Mapping[str, Any] | None, kwargs: Mapping[str, Any], kind: str) -> tuple[Servers, dict[str, Any]]:
-    """confluent-kafka's config dict (and keyword configs beside it): its bootstrap.servers and the rest."""
-    if conf is not None and not isinstance(conf, Mapping):
-        raise InvalidConfigError(f"{kind}() takes a dict of Kafka's config names, e.g. {{'bootstrap.servers': "
-                                 f"'fabric://host:9093'}}, got {type(conf).__name__}")
-    merged = {**(conf or {}), **kwargs}
+def _conf(conf: Mapping[str, Any] | None, kwargs: dict[str, Any], kind: str) -> tuple[Servers, dict[str, Any]]:
+    """confluent-kafka's config dict and keyword configs beside it (merged_client_config): its bootstrap.servers
+    and the rest."""
+    merged = merged_client_config(kind, conf, kwargs)
     return merged.pop("bootstrap.servers", None), merged
 
 
@@ -139,51 +138,6 @@ class Producer(_OwningProducer):
     def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         servers, configs = _conf(conf, kwargs, "Producer")
         super().__init__(servers, **configs)
-
-
-class Message:
-    """A consumed record as confluent-kafka's Message: its fields through methods."""
-
-    __slots__ = ("record",)
-
-    def __init__(self, record: Record) -> None:
-        self.record = record
-
-    def error(self) -> None:
-        return None  # (a failed fetch raises instead)
-
-    def topic(self) -> str:
-        return self.record.topic
-
-    def partition(self) -> int:
-        return self.record.partition
-
-    def offset(self) -> int:
-        return self.record.offset
-
-    def key(self) -> bytes | None:
-        return self.record.key
-
-    def value(self) -> Any:
-        return self.record.value
-
-    def headers(self) -> list[tuple[str, bytes | None]] | None:
-        return self.record.headers or None
-
-    def timestamp(self) -> tuple[int, int]:
-        """(confluent-kafka's TIMESTAMP_CREATE_TIME 1 or TIMESTAMP_LOG_APPEND_TIME 2, milliseconds)."""
-        return self.record.timestamp_type + 1, self.record.timestamp
-
-    def __len__(self) -> int:
-        value = self.record.value
-        return len(value) if isinstance(value, (bytes, str)) else 0
-
-    def __bool__(self) -> bool:
-        """True, whatever len() (the value's size) says: `if not msg:` skips no empty value or tombstone."""
-        return True
-
-    def __repr__(self) -> str:
-        return f"Message(topic={self.topic()!r}, partition={self.partition()}, offset={self.offset()})"
 
 
 class ConsumerClient(_OwningConsumer):

@@ -19,8 +19,6 @@ buffered until the commit, never appended one batch at a time.
 from __future__ import annotations
 
 import atexit
-import concurrent.futures
-import concurrent.futures.thread  # noqa: F401 (see _close_at_exit)
 import contextlib
 import functools
 import logging
@@ -38,20 +36,14 @@ from fabric.client import batching, idempotence
 from fabric.client.appends import Appender
 from fabric.client.client_metrics import Metrics, ProducerCounts
 from fabric.client.cluster import Cluster
-from fabric.client.delivery import (
-    BatchMetadata,
-    DeliveredMessage,
-    DeliveryCallback,
-    Drain,
-    ProduceCallback,
-    RecordMetadata,
-    SendFuture,
-)
+from fabric.client.confluent_producer import ConfluentProducerCalls
+from fabric.client.delivery import BatchMetadata, DeliveryCallback, Drain, SendFuture
 from fabric.client.idempotence import Sequences
 from fabric.client.partitioner import StickyPartitioner, assign_listed, assign_partitions
 from fabric.client.send_timeouts import Deadline, delivery_timeout_ms
 from fabric.client.serializers import Serializer, Serializers
 from fabric.client.transaction import Bases, TransactionManager, TxnState
+from fabric.client.unclosed import close_at_exit, close_unclosed
 from fabric.common import checks, record_checks, trace
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.config import PRODUCER_SETTINGS, client_config
@@ -103,7 +95,7 @@ class _TopicMeta:
     typed: TypedValueRule | None
 
 
-class Producer:
+class Producer(ConfluentProducerCalls):
     """Sends records to topics of one cluster. Thread-safe; use as a context manager or close().
     `key_serializer` / `value_serializer` (kafka-python's) turn each non-null key / value into what send() takes
     (bytes or str; a typed topic's dict); a None value stays a tombstone."""
@@ -140,7 +132,7 @@ class Producer:
         self._counts = ProducerCounts()
         self._appender = Appender(cluster, self.config, self._acks, self._sequences, self._counts)
         self._linger_wakes_at = float("inf")  # when the linger thread wakes next (time.monotonic())
-        self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
+        self._at_exit = functools.partial(close_at_exit, weakref.ref(self))
         atexit.register(self._at_exit)
 
     # -- metadata ----------------------------------------------------------------------------------
@@ -497,34 +489,6 @@ class Producer:
         finally:
             self._lock.release()
 
-    def produce(self, topic: str, value: Any = None, key: bytes | str | None = None, partition: int = -1,
-                on_delivery: ProduceCallback | None = None, timestamp: int = 0, headers: Headers = None, *,
-                callback: ProduceCallback | None = None) -> SendFuture:
-        """confluent-kafka's produce(): send() with its defaults, partition -1 (the partitioner picks) and
-        timestamp 0 (now), whose delivery callback (`on_delivery` or `callback`) gets confluent-kafka's (error,
-        message): a DeliveredMessage, with `.topic()`, `.partition()`, `.offset()`, `.value()`, ..."""
-        if callback is not None and on_delivery is not None:
-            raise InvalidConfigError("produce() takes callback= or on_delivery= (the same thing), not both")
-        report = callback or on_delivery
-        chosen = None if partition == -1 else partition
-        if report is None:
-            return self.send(topic, value, key, headers, chosen, timestamp or None)
-        if not callable(report):
-            raise InvalidConfigError(f"produce(on_delivery=...) must be callable(error, message), got "
-                                     f"{type(report).__name__}")
-        reported: ProduceCallback = report
-
-        def delivered(error: BaseException | None, metadata: RecordMetadata | None) -> None:
-            reported(error, DeliveredMessage(topic, key, value, headers, timestamp, error, metadata))
-        return self.send(topic, value, key, headers, chosen, timestamp or None, callback=delivered)
-
-    def poll(self, timeout: float | None = None) -> int:
-        """confluent-kafka's producer poll(): delivery callbacks run here as each outcome is known (on the
-        producer's own threads), so none wait to be served: 0, at once, whatever the `timeout`."""
-        if timeout is not None and timeout != -1:
-            checks.timeout(timeout, "poll() timeout")
-        return 0
-
     def __len__(self) -> int:
         """Records queued or in flight, not yet acknowledged (confluent-kafka's len(producer))."""
         with self._lock:
@@ -586,7 +550,7 @@ class Producer:
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):  # (a constructor that raised left no buffers)
-            _close_unclosed(self)
+            close_unclosed(self)
 
     def __enter__(self) -> Producer:
         return self
@@ -625,21 +589,3 @@ def _linger_loop(ref: weakref.ref[Producer], wake: threading.Condition) -> None:
             del producer
             if wait > 0:
                 wake.wait(wait)
-
-
-def _close_at_exit(ref: weakref.ref[Producer]) -> None:
-    """At interpreter exit, close a producer its program never closed. (Building the batch may make pyarrow
-    import pandas, which imports concurrent.futures.thread; that import fails once the interpreter is shutting
-    down, so this module imports it first.)"""
-    producer = ref()
-    if producer is not None:
-        _close_unclosed(producer)
-
-
-def _close_unclosed(producer: Producer) -> None:
-    """Close, so flush, a producer nobody closed (at exit, or when collected): its buffered records are sent,
-    not lost, as Kafka's clients flush on close."""
-    try:
-        producer.close()
-    except FabricError as exc:
-        log.warning("flushing an unclosed producer failed: %s; its buffered records were not sent", exc)

@@ -281,6 +281,25 @@ IGNORED_CLIENT_SETTINGS: dict[str, str] = {
 }
 
 
+def merged_client_config(kind: str, conf: Mapping[str, Any] | None, config: dict[str, Any]) -> dict[str, Any]:
+    """A client's config from confluent-kafka's dict (`conf`) and the keywords together; a key given both ways
+    (`linger.ms` and `linger_ms`) with two values is refused."""
+    if conf is None:
+        return config
+    if not isinstance(conf, Mapping) or not all(isinstance(k, str) for k in conf):
+        raise InvalidConfigError(f"{kind}() takes a dict of Kafka's config names (e.g. {{'linger.ms': 5}}), or "
+                                 f"keywords, got {type(conf).__name__}")
+    merged = dict(config)
+    named = {k.replace(".", "_"): k for k in config}
+    for key, value in conf.items():
+        other = named.get(key.replace(".", "_"))
+        if other is not None and config[other] != value:
+            raise InvalidConfigError(f"{kind} config {key!r} is given twice, {value!r} in the dict and {other}="
+                                     f"{config[other]!r}; give one")
+        merged.setdefault(other or key, value)
+    return merged
+
+
 def client_config(kind: str, table: Mapping[str, Setting], given: Mapping[str, object]) -> dict[str, Any]:
     """Validate client keyword config (Kafka names with '_' for '.') and fill in defaults. A Kafka config the
     fabric does not use (IGNORED_CLIENT_SETTINGS) is dropped with an IgnoredConfigWarning naming why."""

@@ -1,0 +1,49 @@
+"""confluent-kafka's producer calls over the fabric producer's own: produce(), whose delivery callback gets a
+message with confluent-kafka's methods, and poll(), which has no callbacks left to serve."""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from fabric.client.confluent_message import DeliveredMessage, ProduceCallback
+from fabric.client.delivery import DeliveryCallback, RecordMetadata, SendFuture
+from fabric.common import checks
+from fabric.common.errors import InvalidConfigError
+from fabric.common.record_checks import Headers
+
+
+class _Sends(Protocol):
+    def send(self, topic: str, value: Any = None, key: bytes | str | None = None, headers: Headers = None,
+             partition: int | None = None, timestamp: int | None = None, *,
+             callback: DeliveryCallback | None = None) -> SendFuture: ...
+
+
+class ConfluentProducerCalls:
+    """What a producer (fabric.client.producer.Producer) takes as confluent-kafka's, over its send()."""
+
+    def produce(self: _Sends, topic: str, value: Any = None, key: bytes | str | None = None, partition: int = -1,
+                on_delivery: ProduceCallback | None = None, timestamp: int = 0, headers: Headers = None, *,
+                callback: ProduceCallback | None = None) -> SendFuture:
+        """confluent-kafka's produce(): send() with its defaults, partition -1 (the partitioner picks) and
+        timestamp 0 (now), whose delivery callback (`on_delivery` or `callback`) gets confluent-kafka's (error,
+        message): a DeliveredMessage, with `.topic()`, `.partition()`, `.offset()`, `.value()`, ..."""
+        if callback is not None and on_delivery is not None:
+            raise InvalidConfigError("produce() takes callback= or on_delivery= (the same thing), not both")
+        report = callback or on_delivery
+        chosen = None if partition == -1 else partition
+        if report is None:
+            return self.send(topic, value, key, headers, chosen, timestamp or None)
+        if not callable(report):
+            raise InvalidConfigError(f"produce(on_delivery=...) must be callable(error, message), got "
+                                     f"{type(report).__name__}")
+        reported: ProduceCallback = report
+
+        def delivered(error: BaseException | None, metadata: RecordMetadata | None) -> None:
+            reported(error, DeliveredMessage(topic, key, value, headers, timestamp, error, metadata))
+        return self.send(topic, value, key, headers, chosen, timestamp or None, callback=delivered)
+
+    def poll(self, timeout: float | None = None) -> int:
+        """confluent-kafka's producer poll(): delivery callbacks run here as each outcome is known (on the
+        producer's own threads), so none wait to be served: 0, at once, whatever the `timeout`."""
+        if timeout is not None and timeout != -1:
+            checks.timeout(timeout, "poll() timeout")
+        return 0
