@@ -69,12 +69,11 @@ from fabric.common.records import to_storage
 from fabric.sinks import transactional
 from fabric.sinks.commit import checked_messages, publish_staged, remove_staged, sink_ids
 from fabric.sinks.staging import StagedBatch, Stager
-from fabric.spark.options import USE_URL, get_option, refuse_kafka_options, resolve_url
+from fabric.spark.options import BOOTSTRAP_OPTION, get_option, refuse_kafka_options, resolve_url
 
-SINK_OPTIONS = ("url", "topic", "transactionalId", "compression.type", "transaction.timeout.ms")
+SINK_OPTIONS = ("url", BOOTSTRAP_OPTION, "topic", "transactionalId", "compression.type", "transaction.timeout.ms")
 SPARK_OPTIONS = ("checkpointLocation", "queryName", "path")  # Spark passes these along; the sink ignores them
 KAFKA_EQUIVALENTS = {  # what to write instead of Spark Kafka's kafka.* producer configs
-    "bootstrap.servers": USE_URL,
     "compression.type": "use option 'compression.type' instead",
     "transactional.id": "use option 'transactionalId' instead (every write is published atomically)",
     "transaction.timeout.ms": "use option 'transaction.timeout.ms' instead",

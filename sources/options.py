@@ -17,8 +17,8 @@ from fabric.common.names import validate_group, validate_topic
 from fabric.common.redaction import redact_url
 from fabric.common.types import TopicPartition
 from fabric.spark.options import (
+    BOOTSTRAP_OPTION,
     CLIENT_RACK_OPTION,
-    USE_URL,
     get_option,
     refuse_kafka_options,
     resolve_client_rack,
@@ -28,7 +28,7 @@ from fabric.spark.options import (
 SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
 ENDING_OPTIONS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 SOURCE_OPTIONS = SUBSCRIPTIONS + ENDING_OPTIONS + (
-    "url", "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp",
+    "url", BOOTSTRAP_OPTION, "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp",
     "startingOffsetsByTimestampStrategy", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
     "maxBytesPerTrigger", "minPartitions", "failOnDataLoss", "includeHeaders", "groupId", "groupIdPrefix",
     CLIENT_RACK_OPTION)
@@ -41,7 +41,6 @@ DURATION_MS = {"us": 0.001, "ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_
                "d": 86_400_000}
 GENERATED_GROUP_SUFFIX = 37  # "-" and a uuid4, appended to groupIdPrefix
 KAFKA_EQUIVALENTS = {  # what to write instead of Spark Kafka's kafka.* consumer configs
-    "bootstrap.servers": USE_URL,
     "group.id": "use option 'groupId' instead (the group the query commits its offsets to), or 'groupIdPrefix'",
     "client.rack": f"use option '{CLIENT_RACK_OPTION}' instead",
     "isolation.level": "the source always reads committed records only (read_committed); remove it",

@@ -16,7 +16,7 @@ import os
 from typing import Any, Mapping
 from urllib.parse import urlparse
 
-from fabric.client.url import DEFAULT_URL, ENV_URL
+from fabric.client.url import DEFAULT_URL, ENV_URL, bootstrap_url
 from fabric.common.config import IGNORED_CLIENT_SETTINGS
 from fabric.common.errors import InvalidConfigError
 
@@ -25,10 +25,10 @@ CLIENT_RACK_OPTION = "clientRack"
 CLIENT_RACK_CONF = "spark.fabric.clientRack"
 ENV_CLIENT_RACK = "FABRIC_CLIENT_RACK"  # read by each task, on its executor: racks may differ per worker
 MAX_RACK_LENGTH = 255
-# Spark's Kafka source and sink pass `kafka.`-prefixed options to their Kafka clients; the fabric's have none
+# Spark's Kafka source and sink pass `kafka.`-prefixed options to their Kafka clients; the fabric's have none, and
+# take only the one every Kafka query names, its bootstrap servers (the fabric's coordinator services)
 KAFKA_PREFIX = "kafka."
-USE_URL = ("name the fabric with option 'url' instead: fabric://host:port[,host:port] for a coordinator service "
-           "(Kafka's host:port list with fabric:// in front), file:///dir for an embedded fabric")
+BOOTSTRAP_OPTION = "kafka.bootstrap.servers"
 
 
 def get_option(options: Mapping[str, Any], name: str) -> str | None:
@@ -52,12 +52,29 @@ def _session_conf(key: str) -> str | None:
 
 
 def resolve_url(options: Mapping[str, Any]) -> str:
-    """The fabric URL: option `url`, else Spark conf spark.fabric.url (where this process has a session), else
-    $FABRIC_URL, else ./fabric-data.
+    """The fabric URL: option `url` or Spark Kafka's `kafka.bootstrap.servers` (host:port[,host:port] of
+    coordinator services; both given, they must name the same fabric), else Spark conf spark.fabric.url (where this
+    process has a session), else $FABRIC_URL, else ./fabric-data.
 
     A plain path is made absolute here, on the driver, so executors with another cwd open the same fabric."""
-    url = get_option(options, "url") or _session_conf(URL_CONF) or os.environ.get(ENV_URL) or DEFAULT_URL
+    url = option_url(options) or _session_conf(URL_CONF) or os.environ.get(ENV_URL) or DEFAULT_URL
     return f"file://{os.path.abspath(url)}" if urlparse(url).scheme == "" else url
+
+
+def option_url(options: Mapping[str, Any]) -> str | None:
+    """The fabric the options name: `url`, or `kafka.bootstrap.servers` as the fabric:// URL of those services;
+    InvalidConfigError for servers that are not host:port pairs, or for the two naming different fabrics."""
+    url, servers = get_option(options, "url"), get_option(options, BOOTSTRAP_OPTION)
+    if servers is None:
+        return url
+    try:
+        named = bootstrap_url(servers)
+    except InvalidConfigError as exc:
+        raise InvalidConfigError(f"option {BOOTSTRAP_OPTION!r}: {exc}") from None
+    if url is not None and url != named:
+        raise InvalidConfigError(f"options 'url' and {BOOTSTRAP_OPTION!r} name different fabrics; give one of them "
+                                 f"({BOOTSTRAP_OPTION} host:port[,host:port] is url fabric://host:port[,host:port])")
+    return named
 
 
 def check_rack(value: str, where: str) -> str:
@@ -94,10 +111,10 @@ def task_client_rack(resolved: str | None) -> str | None:
 
 def refuse_kafka_options(options: Mapping[str, Any], what: str, equivalents: Mapping[str, str]) -> None:
     """Refuse Spark Kafka's `kafka.*` client configs given to the fabric `what` ("source", "sink"), all at once,
-    each with what to write instead: its entry in `equivalents` (by config name), else why the config means
-    nothing here (the Python client's table of Kafka configs), else that it has no equivalent. Values are never
-    echoed (sasl.jaas.config holds passwords)."""
-    given = sorted(k for k in options if k.lower().startswith(KAFKA_PREFIX))
+    but the bootstrap servers (resolve_url's), each with what to write instead: its entry in `equivalents` (by
+    config name), else why the config means nothing here (the Python client's table of Kafka configs), else that
+    it has no equivalent. Values are never echoed (sasl.jaas.config holds passwords)."""
+    given = sorted(k for k in options if k.lower().startswith(KAFKA_PREFIX) and k.lower() != BOOTSTRAP_OPTION)
     if not given:
         return
     reasons = []

@@ -178,6 +178,10 @@ BAD = [  # options both sources refuse, and the words both name the problem with
     ({"subscribe": "jvm-typed,jvm-kept"}, "the subscribed topics have different value schemas"),
     ({"bogus": "1"}, "unknown fabric source option(s)"),
     ({"kafka.group.id": "g"}, "has no Kafka client to pass 'kafka.' options to"),
+    ({"kafka.bootstrap.servers": "broker"}, "option 'kafka.bootstrap.servers': bootstrap servers are "
+                                            "host:port[,host:port] (a coordinator service's), got 'broker'"),
+    ({"kafka.bootstrap.servers": "elsewhere:9093"}, "options 'url' and 'kafka.bootstrap.servers' name different "
+                                                    "fabrics; give one of them"),
 ]
 
 
@@ -544,3 +548,28 @@ def test_format_fabric_reads_clusters_with_the_jvm_reader_and_hands_the_rest_to_
     (spark.createDataFrame([(b"a",), (b"b",)], "value binary").write.format("fabric")
      .options(url=shared_cluster.url, topic="jvm-written").mode("append").save())
     assert scan(shared_cluster.url, "jvm-written")[0] == 2
+
+
+def test_a_query_naming_kafkas_bootstrap_servers_writes_and_reads_the_cluster(spark, shared_cluster, topics) -> None:
+    """A Spark Kafka query's `kafka.bootstrap.servers` (the coordinator services' host:port list, no url) names the
+    fabric for the sink and for both readers: the rows written are the rows read, by the JVM reader and by the
+    Python source (conf spark.fabric.jvmReader=false)."""
+    servers = shared_cluster.url.removeprefix("fabric://")
+    assert "://" not in servers
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic("jvm-bootstrap", partitions=2, replication_factor=3)
+    written = spark.createDataFrame([(b"k%d" % i, b"v%d" % i) for i in range(20)], "key binary, value binary")
+    (written.write.format("fabric").option("kafka.bootstrap.servers", servers).option("topic", "jvm-bootstrap")
+     .mode("append").save())
+
+    def read(source: str) -> list[tuple]:
+        df = (spark.read.format(source).option("kafka.bootstrap.servers", servers)
+              .option("subscribe", "jvm-bootstrap").load())
+        return sorted((r["key"], r["value"]) for r in df.collect())
+    expected = sorted((bytes(k), bytes(v)) for k, v in written.collect())
+    assert [(bytes(k), bytes(v)) for k, v in read("fabric-jvm")] == expected
+    spark.conf.set("spark.fabric.jvmReader", "false")
+    try:
+        assert [(bytes(k), bytes(v)) for k, v in read("fabric")] == expected
+    finally:
+        spark.conf.unset("spark.fabric.jvmReader")

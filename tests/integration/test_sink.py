@@ -103,7 +103,7 @@ def test_typed_topic_takes_value_columns(spark, fab, fabric_url):
     ("CAST('v' AS BINARY) AS value", {}, "'topic' column or the 'topic' option"),
     ("CAST('v' AS BINARY) AS value", {"topic": "t", "topics": "t"}, "unknown fabric sink option"),
     ("CAST('v' AS BINARY) AS value", {"topic": "t", "kafka.bootstrap.servers": "broker:9092"},
-     "'kafka.bootstrap.servers': name the fabric with option 'url' instead"),
+     "options 'url' and 'kafka.bootstrap.servers' name different fabrics"),
     ("CAST('v' AS BINARY) AS value, 'p' AS partition", {"topic": "t"}, "'partition' must be an integer"),
     ("CAST('v' AS BINARY) AS value", {"topic": "missing"}, "missing"),
 ])

@@ -240,8 +240,8 @@ def test_typed_topic_returns_value_columns(spark, fab, fabric_url):
     ({"subscribePattern": "(unclosed"}, "not a valid regular expression"),
     ({"subscribe": "t", "clientRack": " "}, "for fabric source option 'clientRack'"),
     ({"subscribe": "t", "minOffsetsPerTrigger": "5"}, "streaming queries only"),
-    ({"subscribe": "t", "kafka.bootstrap.servers": "broker:9092"}, "'kafka.bootstrap.servers': name the fabric "
-                                                                   "with option 'url' instead"),
+    ({"subscribe": "t", "kafka.bootstrap.servers": "broker:9092"}, "options 'url' and 'kafka.bootstrap.servers' "
+                                                                   "name different fabrics"),
     ({"subscribe": "t", "kafka.group.id": "g"}, "'kafka.group.id': use option 'groupId' instead"),
 ])
 def test_bad_options_fail_with_a_clear_error(spark, fab, fabric_url, options, message):

@@ -16,7 +16,7 @@ from fabric.common.errors import InvalidConfigError
 from fabric.sinks.fabric_sink import SinkConfig
 from fabric.sources.options import DEFAULT_MAX_TRIGGER_DELAY_MS, generated_group_id, parse_source_options
 from fabric.sources.progress import offsets_behind_latest
-from fabric.spark.options import ENV_CLIENT_RACK, MAX_RACK_LENGTH, task_client_rack
+from fabric.spark.options import ENV_CLIENT_RACK, MAX_RACK_LENGTH, resolve_url, task_client_rack
 
 READ = {"url": "file:///nowhere", "subscribe": "t"}
 
@@ -110,9 +110,6 @@ def test_group_id_prefix_is_checked_and_makes_a_new_group_per_run() -> None:
 
 
 @pytest.mark.parametrize("key, message", [
-    ("kafka.bootstrap.servers", "'kafka.bootstrap.servers': name the fabric with option 'url' instead: "
-                                "fabric://host:port"),
-    ("KAFKA.Bootstrap.Servers", "'KAFKA.Bootstrap.Servers': name the fabric with option 'url' instead"),
     ("kafka.group.id", "'kafka.group.id': use option 'groupId' instead"),
     ("kafka.client.rack", "'kafka.client.rack': use option 'clientRack' instead"),
     ("kafka.isolation.level", "'kafka.isolation.level': the source always reads committed records only"),
@@ -128,11 +125,38 @@ def test_kafka_consumer_options_are_refused_naming_the_fabric_equivalent(key: st
         assert "secret-value" not in str(error.value)  # values (passwords in sasl.jaas.config) are never echoed
 
 
+@pytest.mark.parametrize("options, url", [
+    ({"kafka.bootstrap.servers": "h1:9093, h2:9094"}, "fabric://h1:9093,h2:9094"),
+    ({"KAFKA.Bootstrap.Servers": "h1:9093"}, "fabric://h1:9093"),
+    ({"kafka.bootstrap.servers": "fabric+tls://h1:9093"}, "fabric+tls://h1:9093"),
+    ({"kafka.bootstrap.servers": "h1:9093", "url": "fabric://h1:9093"}, "fabric://h1:9093"),
+])
+def test_kafkas_bootstrap_servers_name_the_fabric_as_url_does(options: dict[str, str], url: str) -> None:
+    """Spark Kafka's one `kafka.` option every query gives is taken: the coordinator services' host:port list is
+    the fabric:// URL of those services, for the source and the sink alike (SinkConfig.parse resolves it so too)."""
+    assert parse_source_options({"subscribe": "t", **options}, streaming=True).url == url
+    assert resolve_url(options) == url
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"kafka.bootstrap.servers": "broker"}, "option 'kafka.bootstrap.servers': bootstrap servers are "
+                                            "host:port[,host:port] (a coordinator service's), got 'broker'"),
+    ({"kafka.bootstrap.servers": "h1:9093,"}, "option 'kafka.bootstrap.servers': bootstrap servers are"),
+    ({"kafka.bootstrap.servers": "h1:93", "url": "fabric://h2:93"}, "options 'url' and 'kafka.bootstrap.servers' "
+                                                                     "name different fabrics; give one of them"),
+])
+def test_bootstrap_servers_that_name_no_fabric_or_another_are_refused(options: dict[str, str],
+                                                                      message: str) -> None:
+    with pytest.raises(InvalidConfigError, match=re.escape(message)):
+        parse_source_options({"subscribe": "t", **options}, streaming=False)
+    with pytest.raises(InvalidConfigError, match=re.escape(message)):
+        SinkConfig.parse({"topic": "t", **options}, StructType([StructField("value", BinaryType())]))
+
+
 def test_every_kafka_option_given_is_named_at_once() -> None:
     with pytest.raises(InvalidConfigError) as error:
-        parse_source_options({"kafka.bootstrap.servers": "h:9092", "subscribe": "t", "kafka.group.id": "g"},
-                             streaming=True)
-    assert "'kafka.bootstrap.servers': name the fabric with option 'url'" in str(error.value)
+        parse_source_options({"kafka.client.rack": "r", "subscribe": "t", "kafka.group.id": "g"}, streaming=True)
+    assert "'kafka.client.rack': use option 'clientRack'" in str(error.value)
     assert "'kafka.group.id': use option 'groupId'" in str(error.value)
 
 
@@ -142,9 +166,7 @@ def test_the_sink_refuses_kafka_producer_options_naming_its_own() -> None:
                           "kafka.compression.type": "zstd", "kafka.acks": "all"}, StructType([]))
     assert str(error.value) == (
         "the fabric sink has no Kafka client to pass 'kafka.' options to; 'kafka.acks': a Kafka client config with no "
-        "fabric equivalent; remove it; 'kafka.bootstrap.servers': name the fabric with option 'url' instead: "
-        "fabric://host:port[,host:port] for a coordinator service (Kafka's host:port list with fabric:// in front), "
-        "file:///dir for an embedded fabric; 'kafka.compression.type': use option 'compression.type' instead")
+        "fabric equivalent; remove it; 'kafka.compression.type': use option 'compression.type' instead")
 
 
 def _progress_source(end: dict | None, latest: dict | None) -> dict:

@@ -10,8 +10,8 @@ import java.util.regex.Pattern;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** The options of a read, format("fabric")'s (sources/options.py), checked and refused with its words: url (else
- *  $FABRIC_URL), the subscription, where to start and end (null: the read's default), the stream's admission
+/** The options of a read, format("fabric")'s (sources/options.py), checked and refused with its words: url or
+ *  kafka.bootstrap.servers (else $FABRIC_URL), the subscription, where to start and end (null: the read's default), the stream's admission
  *  limits (0: none), minPartitions (0: none), failOnDataLoss, includeHeaders, the group the stream commits to and
  *  the readers' rack (clientRack, else conf spark.fabric.clientRack; null: each task's $FABRIC_CLIENT_RACK: Racks).
  *  `streamingOnly` holds the
@@ -22,9 +22,10 @@ record ReadOptions(FabricUrl url, Subscription subscription, OffsetSpec starting
                    boolean headers, String groupId, String groupIdPrefix, String clientRack,
                    Map<String, String> streamingOnly)
         implements Serializable {
+    static final String BOOTSTRAP = "kafka.bootstrap.servers";  // Spark Kafka's, the one kafka.* option taken
     private static final List<String> KNOWN = List.of(
         "subscribe", "subscribePattern", "assign", "endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp",
-        "url", "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp",
+        "url", BOOTSTRAP, "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp",
         "startingOffsetsByTimestampStrategy", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
         "maxBytesPerTrigger", "minPartitions", "failOnDataLoss", "includeHeaders", "groupId", "groupIdPrefix",
         "clientRack");
@@ -35,7 +36,6 @@ record ReadOptions(FabricUrl url, Subscription subscription, OffsetSpec starting
     // Spark's time strings (JavaUtils.timeStringAsMs): a whole number and a unit, milliseconds when none is given
     private static final Pattern DURATION = Pattern.compile("(\\d+)\\s*(us|ms|s|m|min|h|d)?");
     private static final Map<String, String> KAFKA_EQUIVALENTS = Map.of(
-        "bootstrap.servers", "name the fabric with option 'url' instead: fabric://host:port[,host:port]",
         "group.id", "use option 'groupId' instead (the group the query commits its offsets to), or 'groupIdPrefix'",
         "client.rack", "use option 'clientRack' instead",
         "isolation.level", "the source always reads committed records only (read_committed); remove it");
@@ -72,10 +72,11 @@ record ReadOptions(FabricUrl url, Subscription subscription, OffsetSpec starting
                                groupIdPrefix(options), clientRack(options), Map.copyOf(streamingOnly));
     }
 
-    /** The fabric's URL, in format("fabric")'s order (fabric.spark.options.resolve_url): option url, else the
-     *  session's conf spark.fabric.url, else $FABRIC_URL, else ./fabric-data (a directory: file://). */
+    /** The fabric's URL, in format("fabric")'s order (fabric.spark.options.resolve_url): option url or
+     *  kafka.bootstrap.servers (optionUrl), else the session's conf spark.fabric.url, else $FABRIC_URL, else
+     *  ./fabric-data (a directory: file://). */
     static String url(CaseInsensitiveStringMap options) {
-        String url = options.get("url");
+        String url = optionUrl(options);
         if (url == null && SparkSession.getActiveSession().isDefined()) {
             url = SparkSession.getActiveSession().get().conf().get("spark.fabric.url", null);
         }
@@ -139,12 +140,44 @@ record ReadOptions(FabricUrl url, Subscription subscription, OffsetSpec starting
         }
     }
 
+    /** The fabric the options name: url, or kafka.bootstrap.servers (host:port[,host:port]) as the fabric:// URL of
+     *  those coordinator services, a value with a scheme kept as it is (fabric.client.url.bootstrap_url's rule);
+     *  refused where the servers are not host:port pairs, or where the two name different fabrics. */
+    static String optionUrl(CaseInsensitiveStringMap options) {
+        String url = options.get("url");
+        String servers = options.get(BOOTSTRAP);
+        if (servers == null) {
+            return url;
+        }
+        String named = servers;
+        if (!servers.contains("://")) {
+            List<String> listed = new ArrayList<>();
+            for (String server : servers.split(",", -1)) {
+                String address = server.strip();
+                int colon = address.lastIndexOf(':');
+                String port = colon < 0 ? "" : address.substring(colon + 1);
+                if (colon < 1 || port.isEmpty() || !port.chars().allMatch(Character::isDigit)) {
+                    throw new IllegalArgumentException("option '" + BOOTSTRAP + "': bootstrap servers are "
+                        + "host:port[,host:port] (a coordinator service's), got '" + servers + "'; or name the "
+                        + "fabric by URL: file:///dir for an embedded one");
+                }
+                listed.add(address);
+            }
+            named = "fabric://" + String.join(",", listed);
+        }
+        if (url != null && !url.equals(named)) {
+            throw new IllegalArgumentException("options 'url' and '" + BOOTSTRAP + "' name different fabrics; give one "
+                + "of them (" + BOOTSTRAP + " host:port[,host:port] is url fabric://host:port[,host:port])");
+        }
+        return named;
+    }
+
     private static void refuseUnknown(CaseInsensitiveStringMap options) {
         List<String> kafka = new ArrayList<>();
         List<String> unknown = new ArrayList<>();
         for (String name : options.asCaseSensitiveMap().keySet()) {
             String lower = name.toLowerCase();
-            if (lower.startsWith("kafka.")) {
+            if (lower.startsWith("kafka.") && !lower.equals(BOOTSTRAP)) {
                 kafka.add("'" + name + "': " + KAFKA_EQUIVALENTS.getOrDefault(lower.substring("kafka.".length()),
                     "a Kafka client config with no fabric equivalent; remove it"));
             } else if (!lower.equals("path") && KNOWN.stream().noneMatch(known -> known.equalsIgnoreCase(name))) {
