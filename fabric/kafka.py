@@ -15,7 +15,9 @@ from fabric.client.confluent_message import Message
 from fabric.client.kafka_admin import NewPartitions, NewTopic, OffsetSpec
 from fabric.client.kafka_clients import AdminClient, KafkaAdminClient, KafkaConsumer, KafkaProducer, Producer
 from fabric.client.kafka_clients import ConsumerClient as Consumer
+from fabric.client.kafka_groups import ConsumerGroupState, ConsumerGroupTopicPartitions, OffsetAndMetadata
 from fabric.client.topic_partition import TopicPartition
 
-__all__ = ["AdminClient", "Consumer", "KafkaAdminClient", "KafkaConsumer", "KafkaProducer", "Message", "NewPartitions",
-           "NewTopic", "OffsetSpec", "Producer", "TopicPartition"]
+__all__ = ["AdminClient", "Consumer", "ConsumerGroupState", "ConsumerGroupTopicPartitions", "KafkaAdminClient",
+           "KafkaConsumer", "KafkaProducer", "Message", "NewPartitions", "NewTopic", "OffsetAndMetadata", "OffsetSpec",
+           "Producer", "TopicPartition"]

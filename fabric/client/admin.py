@@ -135,7 +135,7 @@ class Fabric:
                 return self.cluster.create_topic(name, partitions, config, schema)
             return self.cluster.create_replicated_topic(name, partitions, factor, config, schema)
         except TopicExistsError:
-            if not exist_ok or name not in self.list_topics():
+            if not exist_ok or name not in self.topic_names():
                 raise  # (a directory without metadata is no topic to return: its error says how to recover it)
         existing = self.cluster.coordinator.topic(name)
         differences = _differences(existing, partitions, config, schema)
@@ -183,6 +183,11 @@ class Fabric:
 
     def list_topics(self) -> list[str]:
         """The topics, without the fabric's internal ones (Kafka's listTopics; describe_topic shows those)."""
+        return self.topic_names()
+
+    def topic_names(self) -> list[str]:
+        """What list_topics answers here, by a name that confluent-kafka's AdminClient, whose list_topics answers
+        cluster metadata, keeps meaning this."""
         return [t for t in self.cluster.coordinator.list_topics() if t not in INTERNAL_TOPICS]
 
     @overload
@@ -197,7 +202,7 @@ class Fabric:
         meanwhile is left out)."""
         if name is None:
             described = {}
-            for topic in self.list_topics():
+            for topic in self.topic_names():
                 try:
                     described[topic] = self._describe(topic)
                 except UnknownTopicError:

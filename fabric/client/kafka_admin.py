@@ -137,7 +137,7 @@ def list_offsets(fab: Fabric, specs: Mapping[tuple[str, int], OffsetSpec]) -> di
         else:
             offset = state.start_offset if spec.kind == "earliest" else state.end_offset
         return ListOffsetsResultInfo(offset, -1, state.leader_epoch if state.leader_epoch >= 0 else None)
-    return {TopicPartition(*tp): _done(find, tp, spec) for tp, spec in specs.items()}
+    return {TopicPartition(*tp): done_future(find, tp, spec) for tp, spec in specs.items()}
 
 
 def one_copy_factors(fab: Fabric) -> tuple[int, ...]:
@@ -148,9 +148,9 @@ def one_copy_factors(fab: Fabric) -> tuple[int, ...]:
 
 def create_topics(fab: Fabric, new_topics: Iterable[NewTopic], validate_only: bool = False) -> dict[str, Future]:
     """Each NewTopic created (or with `validate_only`, checked and its name found free), as the module says."""
-    topics = _listed(new_topics, NewTopic, "create_topics", "[NewTopic('orders', 3, 1)]")
+    topics = listed(new_topics, NewTopic, "create_topics", "[NewTopic('orders', 3, 1)]")
     one_copy = one_copy_factors(fab) if topics else (DEFAULT,)
-    existing = set(fab.list_topics()) if validate_only else set()  # (listed once for every topic checked)
+    existing = set(fab.topic_names()) if validate_only else set()  # (listed once for every topic checked)
 
     def create(new: NewTopic) -> None:
         _no_assignment(new.replica_assignments, "create_topics")
@@ -162,13 +162,13 @@ def create_topics(fab: Fabric, new_topics: Iterable[NewTopic], validate_only: bo
         fab.check_new_topic(new.topic, partitions, new.config, replication_factor=factor)
         if new.topic in existing:
             raise TopicExistsError.of(new.topic)
-    return {new.topic: _done(create, new) for new in topics}
+    return {new.topic: done_future(create, new) for new in topics}
 
 
 def delete_topics(fab: Fabric, topics: Iterable[str]) -> dict[str, Future]:
     """Each named topic deleted, as the module says."""
-    names = _listed(topics, str, "delete_topics", "['orders']")
-    return {name: _done(fab.delete_topic, name) for name in names}
+    names = listed(topics, str, "delete_topics", "['orders']")
+    return {name: done_future(fab.delete_topic, name) for name in names}
 
 
 def create_partitions(fab: Fabric, new_partitions: Mapping[str, NewPartitions] | Iterable[NewPartitions]
@@ -178,8 +178,8 @@ def create_partitions(fab: Fabric, new_partitions: Mapping[str, NewPartitions] |
     if isinstance(new_partitions, Mapping):
         pairs = [(topic, new) for topic, new in new_partitions.items()]
     else:
-        listed = _listed(new_partitions, NewPartitions, "create_partitions", "[NewPartitions('orders', 6)]")
-        pairs = [(new.topic, new) for new in listed]
+        given = listed(new_partitions, NewPartitions, "create_partitions", "[NewPartitions('orders', 6)]")
+        pairs = [(new.topic, new) for new in given]
     for topic, new in pairs:
         if not isinstance(topic, str) or not isinstance(new, NewPartitions):
             raise InvalidArgumentError(f"create_partitions takes {{'orders': NewPartitions(6)}} or "
@@ -188,10 +188,10 @@ def create_partitions(fab: Fabric, new_partitions: Mapping[str, NewPartitions] |
     def grow(topic: str, new: NewPartitions) -> None:
         _no_assignment(new.new_assignments, "create_partitions")
         fab.create_partitions(topic, new.new_total_count)
-    return {topic: _done(grow, topic, new) for topic, new in pairs}
+    return {topic: done_future(grow, topic, new) for topic, new in pairs}
 
 
-def _listed(values: Any, kind: type, call: str, example: str) -> list[Any]:
+def listed(values: Any, kind: type, call: str, example: str) -> list[Any]:
     """`values` as a list of `kind`: a collection of them, never one alone or a string."""
     if isinstance(values, (str, bytes, kind)) or not isinstance(values, Iterable):
         raise InvalidArgumentError(f"{call} takes a list, e.g. {call}({example}); got {values!r}")
@@ -209,7 +209,7 @@ def _no_assignment(assignment: Any, call: str) -> None:
                                    "replicas with reassign_partition (`fabric partitions reassign`)")
 
 
-def _done(call: Callable[..., object], *args: Any) -> Future:
+def done_future(call: Callable[..., object], *args: Any) -> Future:
     """A future already done with call(*args)'s outcome: what it returned, or the FabricError it raised."""
     future: Future = Future()
     try:

@@ -12,17 +12,20 @@ and are otherwise the fabric's consumer.
 from __future__ import annotations
 
 import math
+from concurrent.futures import Future
 from typing import Any, Iterator, Mapping, Sequence, TypeVar
 
+from fabric.client import kafka_groups
 from fabric.client.admin import Fabric
 from fabric.client.cluster import Cluster
 from fabric.client.confluent_message import Message
 from fabric.client.consumer import Consumer
+from fabric.client.kafka_metadata import ClusterMetadata, cluster_metadata
 from fabric.client.producer import Producer as FabricProducer
 from fabric.client.topic_partition import TopicPartition
 from fabric.client.url import bootstrap_url, open_cluster
 from fabric.common.config import PRODUCER_SETTINGS, client_config, merged_client_config
-from fabric.common.errors import InvalidArgumentError
+from fabric.common.errors import FabricError, InvalidArgumentError
 from fabric.common.records import Record
 
 Servers = str | Sequence[str] | None
@@ -124,20 +127,42 @@ class KafkaConsumer(_OwningConsumer):
 
 class KafkaAdminClient(Fabric):
     """kafka-python's KafkaAdminClient: the fabric's admin calls (create_topics, delete_topics,
-    create_partitions, list_topics, ...), over the fabric `bootstrap_servers` names."""
+    create_partitions, list_topics, ...) and kafka-python's consumer group calls (kafka_groups), over the fabric
+    `bootstrap_servers` names."""
 
     def __init__(self, bootstrap_servers: Servers = None, **configs: Any) -> None:
         client_config("admin", ADMIN_SETTINGS, configs)  # (Kafka's connection settings are ignored, with a warning)
         super().__init__(_cluster(bootstrap_servers))
 
+    def list_consumer_groups(self, broker_ids: Any = None) -> list[tuple[str, str]]:
+        """(group id, protocol type) of every group."""
+        return kafka_groups.python_list_groups(self)
+
+    def describe_consumer_groups(self, group_ids: Sequence[str], group_coordinator_id: Any = None,
+                                 include_authorized_operations: bool = False) -> list[kafka_groups.GroupInformation]:
+        return kafka_groups.python_describe_groups(self, group_ids)
+
+    def list_consumer_group_offsets(self, group_id: str, group_coordinator_id: Any = None,
+                                    partitions: Sequence[Any] | None = None
+                                    ) -> dict[TopicPartition, kafka_groups.OffsetAndMetadata]:
+        return kafka_groups.python_group_offsets(self, group_id, partitions)
+
+    def delete_consumer_groups(self, group_ids: Sequence[str], group_coordinator_id: Any = None
+                               ) -> list[tuple[str, FabricError | None]]:
+        return kafka_groups.python_delete_groups(self, group_ids)
+
 
 class Producer(_OwningProducer):
-    """confluent-kafka's Producer(conf): produce(), poll(), flush() and len() over the fabric its
+    """confluent-kafka's Producer(conf): produce(), poll(), flush(), len() and list_topics() over the fabric its
     `bootstrap.servers` names; the rest of `conf` is the producer's config, with Kafka's names."""
 
     def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         servers, configs = _conf(conf, kwargs, "Producer")
         super().__init__(servers, **configs)
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
+        """confluent-kafka's cluster metadata (kafka_metadata), of `topic` or of every topic."""
+        return cluster_metadata(self._owned, topic)
 
 
 class ConsumerClient(_OwningConsumer):
@@ -165,12 +190,42 @@ class ConsumerClient(_OwningConsumer):
         self.consumer.commit(offsets, asynchronous=asynchronous,
                              message=None if message is None else message.record)
 
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
+        """confluent-kafka's cluster metadata (kafka_metadata), of `topic` or of every topic."""
+        return cluster_metadata(self._owned, topic)
+
 
 class AdminClient(Fabric):
     """confluent-kafka's AdminClient(conf): the fabric's admin calls, each of create_topics, delete_topics,
-    create_partitions and list_offsets answering a dict of futures, over the fabric `bootstrap.servers` names."""
+    create_partitions and list_offsets answering a dict of futures, confluent-kafka's consumer group calls
+    (kafka_groups) and its list_topics() (cluster metadata: topic_names() lists the names), over the fabric
+    `bootstrap.servers` names."""
 
     def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         servers, configs = _conf(conf, kwargs, "AdminClient")
         client_config("admin", ADMIN_SETTINGS, configs)
         super().__init__(_cluster(servers))
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1  # type: ignore[override]
+                    ) -> ClusterMetadata:
+        """confluent-kafka's cluster metadata (kafka_metadata), of `topic` or of every topic; the fabric's own
+        callers list names with topic_names()."""
+        return cluster_metadata(self.cluster, topic)
+
+    def list_consumer_groups(self, states: Any = None, **kwargs: Any) -> Future:
+        """A future of the groups (a ListConsumerGroupsResult), of those in `states` only where given."""
+        return kafka_groups.confluent_list_groups(self, states)
+
+    def describe_consumer_groups(self, group_ids: Sequence[str], **kwargs: Any) -> dict[str, Future]:
+        return kafka_groups.confluent_describe_groups(self, group_ids)
+
+    def list_consumer_group_offsets(self, list_consumer_group_offsets_request: Sequence[Any],
+                                    **kwargs: Any) -> dict[str, Future]:
+        return kafka_groups.confluent_group_offsets(self, list_consumer_group_offsets_request)
+
+    def alter_consumer_group_offsets(self, alter_consumer_group_offsets_request: Sequence[Any],
+                                     **kwargs: Any) -> dict[str, Future]:
+        return kafka_groups.confluent_alter_offsets(self, alter_consumer_group_offsets_request)
+
+    def delete_consumer_groups(self, group_ids: Sequence[str], **kwargs: Any) -> dict[str, Future]:
+        return kafka_groups.confluent_delete_groups(self, group_ids)
