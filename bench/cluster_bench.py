@@ -49,12 +49,12 @@ import pyarrow as pa
 
 import fabric
 from bench.latency_turns import MIN_ISR, PAD, SETTLE_S, Path, latency_turn, summary
-from bench.local_cluster import LocalCluster
 from bench.log_bench import VALUE_BYTES, make_values
 from bench.report import bar_chart, cpu_seconds, latency_plot, progress, run_suite, table, timed
 from fabric.common.config import PRODUCER_SETTINGS
 from fabric.common.waiting import wait_for
 from fabric.server.launcher import CoordinatorProcess
+from fabric.server.local_cluster import LocalCluster, node_racks
 
 NODES = 3
 RATIO_GOAL, KREPS_2014 = 0.6, 0.51  # RF3 acks=all over RF1 acks=1: the goal and Kafka's 2014 figure
@@ -257,7 +257,8 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], dict[
     with ExitStack() as stack:
         with timed(f"starting a coordinator and {NODES} data nodes, and a coordinator service alone"):
             cluster = stack.enter_context(LocalCluster(os.path.join(directory, "cluster"), NODES,
-                                                       args.session_timeout_ms, args.heartbeat_ms))
+                                                       args.session_timeout_ms, args.heartbeat_ms,
+                                                       racks=node_racks(NODES)))
             service = CoordinatorProcess(os.path.join(directory, "service"))
             stack.callback(service.stop)
             service.start()

@@ -33,11 +33,11 @@ import numpy as np
 import fabric
 from bench.cluster_bench import NODES
 from bench.latency_turns import MIN_ISR, PAD, SETTLE_S, Path, schedule
-from bench.local_cluster import LocalCluster
 from bench.report import bar_chart, progress, run_suite, table, timed
 from fabric.common import trace
 from fabric.common.trace import Event
 from fabric.common.waiting import wait_for
+from fabric.server.local_cluster import LocalCluster, node_racks
 
 TOPIC = "latency-trace"
 SESSION_TIMEOUT_MS, HEARTBEAT_MS = 10_000, 1000  # nothing is killed here: the node defaults' pace of heartbeats
@@ -170,7 +170,8 @@ def run(args: argparse.Namespace, directory: str) -> tuple[dict[str, Any], None]
         with ExitStack() as stack:
             with timed(f"starting a coordinator and {NODES} data nodes, tracing to {path}"):
                 cluster = stack.enter_context(LocalCluster(os.path.join(directory, "cluster"), NODES,
-                                                           SESSION_TIMEOUT_MS, HEARTBEAT_MS))
+                                                           SESSION_TIMEOUT_MS, HEARTBEAT_MS,
+                                                           racks=node_racks(NODES)))
             fab = stack.enter_context(fabric.connect(cluster.url))
             Path("rf3", "", fab, "all", NODES).create_topic(TOPIC, 1)
             wait_for(lambda: len(fab.describe_topic(TOPIC).partitions[0].isr) == NODES, SETTLE_S,

@@ -3,8 +3,8 @@
 Python source, whose API cannot name any).
 
 Hosts are loopback addresses, so one machine holds several as Spark's scheduler sees hosts: data node i serves on
-127.0.0.<i+1> in rack rack-<i> (bench.local_cluster), and a Spark standalone worker of one core runs on each of the
-first `--workers` of those hosts (fabric.spark.standalone), its executors labelled with that rack
+127.0.0.<i+1> in rack rack-<i> (fabric.server.local_cluster), and a Spark standalone worker of one core runs on
+each of the first `--workers` of those hosts (fabric.spark.standalone), its executors labelled with that rack
 ($FABRIC_CLIENT_RACK). The topic has `--partitions` partitions of one replica each (RF 1: a partition is on one host
 only), holding `--records` records. Each reader reads it whole into noop `--repeats` times; Spark's REST API gives
 every task's host and locality level.
@@ -24,9 +24,9 @@ import urllib.request
 from typing import Any
 
 import fabric
-from bench.local_cluster import LocalCluster
 from bench.report import bar_chart, progress, run_suite, table, timed
 from fabric.common.ports import free_port
+from fabric.server.local_cluster import LocalCluster, node_racks
 from fabric.spark import jar
 from fabric.spark.standalone import StandaloneSpark
 
@@ -69,7 +69,8 @@ def read(spark, url: str, reader: str) -> None:
 
 def run(args: argparse.Namespace, directory: str) -> tuple[dict, None]:
     workers = HOSTS[:args.workers]
-    with LocalCluster(os.path.join(directory, "cluster"), NODES, 10_000, 300, hosts=HOSTS) as cluster:
+    with LocalCluster(os.path.join(directory, "cluster"), NODES, 10_000, 300, hosts=HOSTS,
+                      racks=node_racks(NODES)) as cluster:
         with fabric.connect(cluster.url) as fab:
             fab.create_topic("spread", partitions=args.partitions, replication_factor=1)
             with fab.producer() as producer:

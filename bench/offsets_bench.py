@@ -33,7 +33,6 @@ import pyarrow as pa
 
 import fabric
 from bench.legacy_offsets import TableOffsets, ZnodeOffsets
-from bench.local_cluster import LocalCluster
 from bench.report import bar_chart, progress, run_suite, table, timed
 from fabric.common.waiting import wait_for
 from fabric.coordinator.interface import Coordinator
@@ -41,6 +40,7 @@ from fabric.coordinator.offsets_records import offsets_partition
 from fabric.coordinator.sqlite_store import SqliteCoordinator
 from fabric.coordinator.zk_store import ZkCoordinator
 from fabric.server.launcher import CoordinatorProcess
+from fabric.server.local_cluster import LocalCluster, node_racks
 from fabric.server.zookeeper import ZooKeeperServer
 
 TOPIC = "bench-commits"
@@ -188,7 +188,7 @@ def stores(stack: ExitStack, directory: str, nodes: int, clients: int, zookeeper
         pids[name] = {"service": process.process.pid}
     with timed(f"starting a cluster: a coordinator and {nodes} data nodes, the offsets topic on them"):
         cluster = stack.enter_context(LocalCluster(os.path.join(directory, "cluster"), nodes, 6000, 500, (
-            "--offsets-topic-replication-factor", str(min(nodes, 3)))))
+            "--offsets-topic-replication-factor", str(min(nodes, 3))), racks=node_racks(nodes)))
         fill_topic(cluster.url, clients)
         offsets_loaded(cluster.url)
     pids["cluster"] = server_pids(cluster)
@@ -197,7 +197,8 @@ def stores(stack: ExitStack, directory: str, nodes: int, clients: int, zookeeper
         with timed(f"starting a cluster of {instances} coordinator instances over ZooKeeper and {nodes} data nodes"):
             shared_out = stack.enter_context(LocalCluster(
                 os.path.join(directory, "sharded"), nodes, 6000, 500,
-                ("--offsets-topic-replication-factor", str(min(nodes, 3))), instances, zk.url("/sharded")))
+                ("--offsets-topic-replication-factor", str(min(nodes, 3))), instances, zk.url("/sharded"),
+                racks=node_racks(nodes)))
             fill_topic(shared_out.url, clients)
             offsets_loaded(shared_out.url)
         pids[sharded] = server_pids(shared_out)

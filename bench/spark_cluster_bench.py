@@ -1,5 +1,5 @@
 """Spark benchmark on a replicated cluster: the fabric source and sink on a local cluster (a coordinator and 3 data
-nodes, real processes on 127.0.0.1; bench.local_cluster) beside the same on the embedded `file://` fabric and
+nodes, real processes on 127.0.0.1; fabric.server.local_cluster) beside the same on the embedded `file://` fabric and
 Spark's own parquet, on the same records (random 100-byte values, null keys) in the same run, local[2], warm
 (spark_bench's best_of: every path runs once untimed, then the paths take turns `--repeats` times and each keeps
 its best run, by wall time and by CPU seconds of Spark's JVM and Python workers and the cluster's servers, and
@@ -46,7 +46,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import fabric
-from bench.local_cluster import LocalCluster
 from bench.log_bench import VALUE_BYTES, make_values
 from bench.report import bar_chart, cpu_seconds, latency_plot, progress, run_suite, table, timed
 from bench.spark_bench import (
@@ -64,6 +63,7 @@ from bench.spark_bench import (
     write_parquet,
     write_topic,
 )
+from fabric.server.local_cluster import LocalCluster, node_racks
 from fabric.spark import jar
 
 NODES, MIN_ISR = 3, 2
@@ -252,7 +252,8 @@ def summary(ms: list[float], phases: dict) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, directory: str) -> tuple[dict, dict[str, list[float]]]:
     """Start the cluster and Spark, load the records everywhere, measure; the results and the raw latencies."""
-    with LocalCluster(os.path.join(directory, "cluster"), NODES, SESSION_TIMEOUT_MS, HEARTBEAT_MS) as cluster:
+    with LocalCluster(os.path.join(directory, "cluster"), NODES, SESSION_TIMEOUT_MS, HEARTBEAT_MS,
+                      racks=node_racks(NODES)) as cluster:
         urls = {"cluster": cluster.url, "file": f"file://{os.path.join(directory, 'fabric')}"}
         progress(f"cluster {cluster.url}: a coordinator and {NODES} data nodes")
         tbl = make_values(args.records)

@@ -27,7 +27,8 @@ from nbclient import NotebookClient
 
 from fabric.common.records import to_storage
 from fabric.server import wire
-from fabric.server.launcher import CoordinatorProcess, NodeProcess
+from fabric.server.launcher import CoordinatorProcess
+from fabric.server.local_cluster import LocalCluster
 from fabric.server.zookeeper import ZooKeeperServer
 
 PYTHON = sys.executable
@@ -201,66 +202,20 @@ def the_active() -> Callable[[Any], Any]:
 
 
 # -- a replicated cluster: a coordinator and data nodes --------------------------------------------------------
-class NodeCluster:
-    """Coordinator instances (`instances` of them sharing one data directory: a SQLite store, or with
-    `coordinator_extra` e.g. a zk:// store) and data nodes 1..`nodes` as real processes under `root`, with quick
-    leases: a node is dead `SESSION_MS` after its last heartbeat. `start()` returns once every node registered;
-    `close()` stops them all. `node_token` is the nodes' own token (given in their environment, as a token must
-    never be on a command line), `node_extra`
-    to their options (after the defaults, so they override them), `racks[i - 1]` is node i's --rack; with
-    `separate_dirs` each coordinator instance has a data directory of its own (coordinator1, coordinator2, ...);
-    `data_dirs[i]` is node i's data directory instead of root/node<i> (e.g. on a SmallDisk), with its log in
-    root/logs (so it outlives the directory). With `tls` ((certificate, key) of 127.0.0.1) every process serves TLS
-    only and trusts that certificate ($FABRIC_TLS_CA in their environment: the caller sets it)."""
+class NodeCluster(LocalCluster):
+    """The tests' LocalCluster (coordinator instances and data nodes 1..`nodes` as real processes under `root`),
+    with quick leases a loaded machine still meets: a node is dead SESSION_MS after its last heartbeat, sent every
+    HEARTBEAT_MS (death tests wait up to 30 s). The other arguments are LocalCluster's."""
 
-    SESSION_MS, HEARTBEAT_MS = 6000, 500  # a loaded machine meets these; death tests wait up to 30 s
+    SESSION_MS, HEARTBEAT_MS = 6000, 500
 
     def __init__(self, root: Path, nodes: int = 3, coordinator_extra: tuple[str, ...] = (),
                  node_token: str | None = None, instances: int = 1, node_extra: tuple[str, ...] = (),
                  racks: tuple[str, ...] = (), separate_dirs: bool = False,
                  data_dirs: Mapping[int, Path] | None = None, tls: tuple[str, str] | None = None) -> None:
-        self.root, self.node_extra, self.racks, self.tls = root, node_extra, racks, tls
-        self.data_dirs = dict(data_dirs or {})
-        self.coordinators = [CoordinatorProcess(str(root / (f"coordinator{i}" if separate_dirs else "coordinator")),
-                                                tls=tls,
-                                                extra=("--node-session-timeout-ms", str(self.SESSION_MS),
-                                                       *coordinator_extra)) for i in range(1, instances + 1)]
-        self.node_token = node_token
-        self.nodes: dict[int, NodeProcess] = {}
-        self.count = nodes
-
-    @property
-    def coordinator(self) -> CoordinatorProcess:
-        return self.coordinators[0]
-
-    @property
-    def url(self) -> str:
-        return ("fabric+tls://" if self.tls else "fabric://") + ",".join(c.address for c in self.coordinators)
-
-    def start(self) -> NodeCluster:
-        for coordinator in self.coordinators:
-            coordinator.start()
-        for i in range(1, self.count + 1):
-            self.nodes[i] = NodeProcess(i, str(self.data_dirs.get(i, self.root / f"node{i}")), self.url,
-                                        token=self.node_token, tls=self.tls,
-                                        extra=("--heartbeat-interval-ms", str(self.HEARTBEAT_MS),
-                                               "--session-timeout-ms", str(self.SESSION_MS), *self.node_extra,
-                                               *(("--rack", self.racks[i - 1]) if self.racks else ())),
-                                        log_dir=str(self.root / "logs") if i in self.data_dirs else None)
-        for node in self.nodes.values():
-            node.start()
-        return self
-
-    def restart(self, node_id: int) -> NodeProcess:
-        """Start node `node_id` again on its port and data directory; returns once it registered."""
-        self.nodes[node_id] = self.nodes[node_id].restarted()
-        return self.nodes[node_id]
-
-    def close(self) -> None:
-        for node in self.nodes.values():
-            node.stop()
-        for coordinator in self.coordinators:
-            coordinator.stop()
+        super().__init__(root, nodes, self.SESSION_MS, self.HEARTBEAT_MS, coordinator_extra, instances, racks=racks,
+                         node_extra=node_extra, node_token=node_token, separate_dirs=separate_dirs,
+                         data_dirs=data_dirs, tls=tls)
 
 
 @pytest.fixture(scope="module")
