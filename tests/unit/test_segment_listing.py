@@ -13,12 +13,15 @@ from fabric.storage.segment_listing import SegmentListing
 
 
 @pytest.fixture
-def listdir_calls(monkeypatch) -> list[str]:
+def listdir_calls(monkeypatch, tmp_path) -> list[str]:
+    """The listings of the test's directory (those of other directories, by a background thread an earlier test
+    of this process left running, say, are not the test's)."""
     calls: list[str] = []
     real = os.listdir
 
     def counted(path):
-        calls.append(path)
+        if os.fspath(path) == str(tmp_path):
+            calls.append(path)
         return real(path)
     monkeypatch.setattr(segment_listing.os, "listdir", counted)
     return calls
