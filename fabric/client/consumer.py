@@ -25,6 +25,7 @@ from fabric.client.cluster import Cluster
 from fabric.client.fetch_buffer import FetchBuffer, FetchedRun
 from fabric.client.lookups import Lookups
 from fabric.client.membership import Callback, GroupMember, GroupMetadata
+from fabric.client.offset_store import OffsetStore
 from fabric.client.serializers import Deserializer, Deserializers
 from fabric.client.topic_partition import TopicPartition as NamedPartition
 from fabric.client.topic_partition import named, named_keys, with_offsets
@@ -83,6 +84,7 @@ class Consumer(Lookups):
         self._committer: ThreadPoolExecutor | None = None  # commit_async's one thread, started on first use
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
+        self._store = OffsetStore(self.config["enable_auto_offset_store"])
         self._buffer = FetchBuffer()  # fetched, not yet handed out
         self._schemas: dict[str, tuple[float, pa.Schema | None]] = {}  # topic -> (when read, value schema)
         self._next = 0
@@ -173,7 +175,7 @@ class Consumer(Lookups):
     def _revoked(self, partitions: list[TopicPartition]) -> None:
         """Before giving partitions up: commit their positions (with auto-commit on), tell the application."""
         if self.config["enable_auto_commit"]:
-            positions = self._consumed_positions()
+            positions = self._store.committable(self._consumed_positions())
             mine = {tp: positions[tp] for tp in partitions if tp in positions}
             if mine:
                 self._try_commit(mine)
@@ -226,6 +228,7 @@ class Consumer(Lookups):
         self._assignment = [NamedPartition(*tp) for tp in sorted(set(partitions))]
         self._paused &= set(self._assignment)  # a partition assigned again starts unpaused, as in Kafka
         self._positions = {tp: o for tp, o in self._positions.items() if tp in self._assignment}
+        self._store.keep(self._assignment)
         self._buffer.drop(lambda tp: tp not in self._positions)
 
     # -- flow control ------------------------------------------------------------------------------
@@ -474,6 +477,10 @@ class Consumer(Lookups):
         self._commit_call(offsets, "commit()")[1]()
         self._last_auto_commit = time.monotonic()
 
+    def store_offsets(self, message: Record | None = None, offsets: Any = None) -> None:
+        """confluent-kafka's store_offsets(record) / (offsets=[...]): what commits commit (client.offset_store)."""
+        self._store.store(message, offsets, self._assignment)
+
     def commit_async(self, offsets: dict[TopicPartition, int] | None = None,
                      callback: CommitCallback | None = None) -> Future[None]:
         """commit() on a background thread: returns at once with a Future (its exception a CommitFailedError
@@ -500,7 +507,7 @@ class Consumer(Lookups):
         group, member = self.group_id, self._member
         generation, member_id = (member.generation, member.member_id) if member else (-1, "")
         chosen = checks.by_partition(offsets, what, checks.offset) if offsets is not None \
-            else self._consumed_positions()
+            else self._store.committable(self._consumed_positions())
 
         def send() -> None:
             if not chosen:

@@ -15,7 +15,7 @@ import math
 from concurrent.futures import Future
 from typing import Any, Iterator, Mapping, Sequence, TypeVar
 
-from fabric.client import kafka_groups
+from fabric.client import kafka_groups, partition_args
 from fabric.client.admin import Fabric
 from fabric.client.cluster import Cluster
 from fabric.client.confluent_message import Message
@@ -24,6 +24,7 @@ from fabric.client.kafka_metadata import ClusterMetadata, cluster_metadata
 from fabric.client.producer import Producer as FabricProducer
 from fabric.client.topic_partition import TopicPartition
 from fabric.client.url import bootstrap_url, open_cluster
+from fabric.common import checks
 from fabric.common.config import PRODUCER_SETTINGS, client_config, merged_client_config
 from fabric.common.errors import FabricError, InvalidArgumentError
 from fabric.common.records import Record
@@ -31,6 +32,7 @@ from fabric.common.records import Record
 Servers = str | Sequence[str] | None
 C = TypeVar("C", bound="_OwningConsumer")
 ADMIN_SETTINGS = {"client_id": PRODUCER_SETTINGS["client_id"]}  # what the admin clients take besides their servers
+OFFSET_INVALID = -1001  # confluent-kafka's offset that is not known
 
 
 def _cluster(servers: Servers) -> Cluster:
@@ -168,7 +170,9 @@ class Producer(_OwningProducer):
 class ConsumerClient(_OwningConsumer):
     """confluent-kafka's Consumer(conf) (exported as fabric.kafka.Consumer): poll() answers one Message or None,
     consume() a list of Messages, commit() is asynchronous unless asked (`asynchronous=False`) and takes a
-    Message; every other call (subscribe, assign, position, seek, pause, close, ...) is the fabric consumer's.
+    Message; list_topics(), get_watermark_offsets(), memberid() and the incremental assignment calls are
+    confluent-kafka's too; every other call (subscribe, assign, position, seek, pause, close, ...) is the fabric
+    consumer's.
     `group.id` and the rest of `conf` are its config, with Kafka's names."""
 
     def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
@@ -190,9 +194,62 @@ class ConsumerClient(_OwningConsumer):
         self.consumer.commit(offsets, asynchronous=asynchronous,
                              message=None if message is None else message.record)
 
+    def store_offsets(self, message: Message | None = None, offsets: Any = None) -> None:
+        """The offset after `message`, or `offsets` ([TopicPartition(topic, partition, offset)]), kept for the
+        next commit without offsets (with enable.auto.offset.store=False: fabric.client.offset_store)."""
+        self.consumer.store_offsets(None if message is None else message.record, offsets)
+
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
         """confluent-kafka's cluster metadata (kafka_metadata), of `topic` or of every topic."""
         return cluster_metadata(self._owned, topic)
+
+    def get_watermark_offsets(self, partition: Any, timeout: float | None = None, cached: bool = False
+                              ) -> tuple[int, int]:
+        """(low, high): the partition's log start and high watermark, asked now; `cached=True`, the high watermark
+        this consumer last fetched, the low one unknown (OFFSET_INVALID, -1001, for both when not fetched)."""
+        topic, number = checks.topic_partition(partition, "get_watermark_offsets()")
+        if cached:
+            high = self.consumer.highwater(TopicPartition(topic, number))
+            return OFFSET_INVALID, OFFSET_INVALID if high is None else high
+        state = self._owned.partition_state(topic, number)
+        return state.start_offset, state.end_offset
+
+    def memberid(self) -> str | None:
+        """This consumer's member id in its group; None while it is not a member."""
+        member = self.consumer.group_metadata().member_id if self.consumer.group_id is not None else ""
+        return member or None
+
+    def unassign(self) -> None:
+        """Drop the partitions assign() gave (a subscribed consumer's are its group's: unsubscribe())."""
+        self._assigned_by_hand("unassign()")
+        self.consumer.assign([])
+
+    def incremental_assign(self, partitions: Sequence[Any]) -> None:
+        """Add `partitions` to those assign() gave, each read from its TopicPartition's offset where it carries
+        one; the others keep their positions."""
+        self._assigned_by_hand("incremental_assign()")
+        added = partition_args.partition_list(partitions, "incremental_assign()")
+        kept = [tp for tp in self.consumer.assignment() if tp not in added]
+        positions = {tp: self.consumer.position(tp) for tp in kept}
+        self.consumer.assign([*kept, *added])
+        for tp, offset in positions.items():
+            self.consumer.seek(tp, offset)
+
+    def incremental_unassign(self, partitions: Sequence[Any]) -> None:
+        """Drop `partitions` from those assign() gave; the others keep their positions."""
+        self._assigned_by_hand("incremental_unassign()")
+        dropped = set(partition_args.partition_list(partitions, "incremental_unassign()"))
+        kept = [tp for tp in self.consumer.assignment() if tp not in dropped]
+        positions = {tp: self.consumer.position(tp) for tp in kept}
+        self.consumer.assign(kept)
+        for tp, offset in positions.items():
+            self.consumer.seek(tp, offset)
+
+    def _assigned_by_hand(self, call: str) -> None:
+        if self.consumer.subscription():
+            raise InvalidArgumentError(f"{call} changes the partitions assign() gave; this consumer subscribes, and "
+                                       "its group assigns its partitions (and calls its rebalance callbacks): "
+                                       "unsubscribe() first, or assign() instead of subscribe()")
 
 
 class AdminClient(Fabric):

@@ -234,6 +234,9 @@ CONSUMER_SETTINGS: dict[str, Setting] = {
     "auto_offset_reset": Setting("latest", _choice("earliest", "latest", "none"),
                                  "where to start without a committed offset"),
     "enable_auto_commit": Setting(True, _bool, "commit positions periodically in poll"),
+    "enable_auto_offset_store": Setting(True, _bool, "store the position of each record poll() returns for the "
+                                        "next commit; false: only what store_offsets() stores (confluent-kafka's "
+                                        "at-least-once pattern)"),
     "auto_commit_interval_ms": Setting(5000, _long(0, INT_MAX), "auto-commit period"),
     "max_poll_records": Setting(500, _long(1, INT_MAX), "most records one poll() returns"),
     "fetch_max_bytes": Setting(52428800, _long(1, INT_MAX), "most bytes one poll_batch() reads"),

@@ -105,3 +105,75 @@ def test_confluent_messages_of_empty_values_and_tombstones_are_truthy(fab):
     messages = [consumer.poll(10.0), consumer.poll(10.0)]
     consumer.close()
     assert all(messages) and [m.value() for m in messages] == [b"", None]
+
+
+def test_confluent_consumer_assignment_and_watermark_calls(fab):
+    """confluent-kafka's incremental_assign / incremental_unassign / unassign on partitions given by hand (the
+    others keep their positions), get_watermark_offsets asked and cached, and memberid()."""
+    fab.create_topic("orders", partitions=2)
+    with fab.producer() as producer:
+        for i in range(4):
+            producer.send("orders", b"order-%d" % i, partition=i % 2)
+    p0, p1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
+    consumer = Consumer({"bootstrap.servers": fab.url, "group.id": "by-hand", "auto.offset.reset": "earliest"})
+    try:
+        assert consumer.memberid() is None  # no member: nothing subscribed
+        consumer.incremental_assign([p0])
+        got = [consumer.poll(10.0), consumer.poll(10.0)]
+        assert [(m.partition(), m.offset()) for m in got] == [(0, 0), (0, 1)]
+        consumer.incremental_assign([TopicPartition("orders", 1, 1)])  # from offset 1; partition 0 stays at 2
+        got = consumer.poll(10.0)
+        assert (got.partition(), got.offset()) == (1, 1) and consumer.poll(0.2) is None
+        assert consumer.get_watermark_offsets(p0) == (0, 2)
+        assert consumer.get_watermark_offsets(p1, cached=True) == (-1001, 2)
+        consumer.incremental_unassign([p0])
+        assert consumer.assignment() == [p1] and consumer.position(p1) == 2
+        consumer.unassign()
+        assert consumer.assignment() == []
+    finally:
+        consumer.close()
+    member = Consumer({"bootstrap.servers": fab.url, "group.id": "joined", "auto.offset.reset": "earliest"})
+    try:
+        member.subscribe(["orders"])
+        assert member.poll(10.0) is not None
+        assert isinstance(member.memberid(), str) and member.memberid()
+        with pytest.raises(KafkaException, match=r"unsubscribe\(\) first"):
+            member.unassign()
+    finally:
+        member.close()
+
+
+def test_confluent_at_least_once_commits_only_the_offsets_stored(fab):
+    """confluent-kafka's at-least-once pattern: enable.auto.offset.store=False, and store_offsets(msg) once a
+    message is processed; commit() (and auto-commit) commit what was stored, not what poll() handed out."""
+    fab.create_topic("orders")
+    with fab.producer() as producer:
+        for i in range(5):
+            producer.send("orders", b"order-%d" % i)
+    tp = TopicPartition("orders", 0)
+    consumer = Consumer({"bootstrap.servers": fab.url, "group.id": "careful", "auto.offset.reset": "earliest",
+                         "enable.auto.offset.store": False, "auto.commit.interval.ms": 3_600_000})
+    try:
+        consumer.subscribe(["orders"])
+        messages = [consumer.poll(10.0) for _ in range(5)]
+        assert [m.offset() for m in messages] == [0, 1, 2, 3, 4]
+        consumer.commit(asynchronous=False)  # nothing stored yet: nothing committed
+        assert tp not in fab.cluster.coordinator.committed("careful")
+        consumer.store_offsets(messages[1])  # processed up to offset 1
+        consumer.commit(asynchronous=False)
+        assert fab.cluster.coordinator.committed("careful")[tp].offset == 2
+        consumer.store_offsets(offsets=[TopicPartition("orders", 0, 4)])
+        with pytest.raises(KafkaException, match="not assigned to this consumer"):
+            consumer.store_offsets(offsets=[TopicPartition("orders", 1, 1)])
+        consumer.close()  # auto-commit on: a member commits what is stored as it leaves
+        assert fab.cluster.coordinator.committed("careful")[tp].offset == 4
+    finally:
+        consumer.close()
+    default = Consumer({"bootstrap.servers": fab.url, "group.id": "eager", "auto.offset.reset": "earliest"})
+    try:
+        default.subscribe(["orders"])
+        assert default.poll(10.0) is not None
+        with pytest.raises(KafkaException, match="enable.auto.offset.store=False"):
+            default.store_offsets(offsets=[tp])
+    finally:
+        default.close()
