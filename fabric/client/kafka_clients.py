@@ -221,35 +221,28 @@ class ConsumerClient(_OwningConsumer):
 
     def unassign(self) -> None:
         """Drop the partitions assign() gave (a subscribed consumer's are its group's: unsubscribe())."""
-        self._assigned_by_hand("unassign()")
-        self.consumer.assign([])
+        self._reassign("unassign()", self.consumer.assignment())
 
     def incremental_assign(self, partitions: Sequence[Any]) -> None:
         """Add `partitions` to those assign() gave, each read from its TopicPartition's offset where it carries
         one; the others keep their positions."""
-        self._assigned_by_hand("incremental_assign()")
         added = partition_args.partition_list(partitions, "incremental_assign()")
-        kept = [tp for tp in self.consumer.assignment() if tp not in added]
-        positions = {tp: self.consumer.position(tp) for tp in kept}
-        self.consumer.assign([*kept, *added])
-        for tp, offset in positions.items():
-            self.consumer.seek(tp, offset)
+        self._reassign("incremental_assign()", added, added)
 
     def incremental_unassign(self, partitions: Sequence[Any]) -> None:
         """Drop `partitions` from those assign() gave; the others keep their positions."""
-        self._assigned_by_hand("incremental_unassign()")
-        dropped = set(partition_args.partition_list(partitions, "incremental_unassign()"))
-        kept = [tp for tp in self.consumer.assignment() if tp not in dropped]
-        positions = {tp: self.consumer.position(tp) for tp in kept}
-        self.consumer.assign(kept)
-        for tp, offset in positions.items():
-            self.consumer.seek(tp, offset)
+        self._reassign("incremental_unassign()", partition_args.partition_list(partitions, "incremental_unassign()"))
 
-    def _assigned_by_hand(self, call: str) -> None:
+    def _reassign(self, call: str, replaced: Sequence[Any], added: Sequence[Any] = ()) -> None:
+        """Assign the partitions assign() gave but `replaced`, at their positions, and `added`."""
         if self.consumer.subscription():
             raise InvalidArgumentError(f"{call} changes the partitions assign() gave; this consumer subscribes, and "
                                        "its group assigns its partitions (and calls its rebalance callbacks): "
                                        "unsubscribe() first, or assign() instead of subscribe()")
+        positions = {tp: self.consumer.position(tp) for tp in self.consumer.assignment() if tp not in replaced}
+        self.consumer.assign([*positions, *added])
+        for tp, offset in positions.items():
+            self.consumer.seek(tp, offset)
 
 
 class AdminClient(Fabric):
