@@ -142,15 +142,18 @@ class KafkaAdminClient(Fabric):
 
     def describe_consumer_groups(self, group_ids: Sequence[str], group_coordinator_id: Any = None,
                                  include_authorized_operations: bool = False) -> list[kafka_groups.GroupInformation]:
+        """Each group's state, assignor and members."""
         return kafka_groups.python_describe_groups(self, group_ids)
 
     def list_consumer_group_offsets(self, group_id: str, group_coordinator_id: Any = None,
                                     partitions: Sequence[Any] | None = None
                                     ) -> dict[TopicPartition, kafka_groups.OffsetAndMetadata]:
+        """The group's committed offsets (of `partitions` only, where given: -1 for one without a commit)."""
         return kafka_groups.python_group_offsets(self, group_id, partitions)
 
     def delete_consumer_groups(self, group_ids: Sequence[str], group_coordinator_id: Any = None
                                ) -> list[tuple[str, FabricError | None]]:
+        """Each group deleted: (group id, None), or (group id, the error that kept it)."""
         return kafka_groups.python_delete_groups(self, group_ids)
 
 
@@ -267,15 +270,19 @@ class AdminClient(Fabric):
         return kafka_groups.confluent_list_groups(self, states)
 
     def describe_consumer_groups(self, group_ids: Sequence[str], **kwargs: Any) -> dict[str, Future]:
+        """A future of each group's description (state, assignor, members)."""
         return kafka_groups.confluent_describe_groups(self, group_ids)
 
     def list_consumer_group_offsets(self, list_consumer_group_offsets_request: Sequence[Any],
                                     **kwargs: Any) -> dict[str, Future]:
+        """A future of each group's committed offsets (ConsumerGroupTopicPartitions)."""
         return kafka_groups.confluent_group_offsets(self, list_consumer_group_offsets_request)
 
     def alter_consumer_group_offsets(self, alter_consumer_group_offsets_request: Sequence[Any],
                                      **kwargs: Any) -> dict[str, Future]:
+        """A future of each group's offsets committed outside any generation (refused while it has members)."""
         return kafka_groups.confluent_alter_offsets(self, alter_consumer_group_offsets_request)
 
     def delete_consumer_groups(self, group_ids: Sequence[str], **kwargs: Any) -> dict[str, Future]:
+        """A future of each group's deletion."""
         return kafka_groups.confluent_delete_groups(self, group_ids)
