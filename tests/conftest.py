@@ -244,16 +244,26 @@ def open_log(directory, **config):
                 out.append((path, pos, header, ok))
         return out
 
-    @staticmethod
-    def cluster(root: str, partitions: int = 1, **config):
-        """A real EmbeddedCluster in `root` with one plain topic 'events' (config: Kafka keys, '_' for '.')."""
+    def __init__(self) -> None:
+        self.opened: list[Any] = []  # the clusters `cluster` made, closed after their test
+
+    def cluster(self, root: str, partitions: int = 1, **config):
+        """A real EmbeddedCluster in `root` with one plain topic 'events' (config: Kafka keys, '_' for '.'), closed
+        after the test (close_clusters)."""
         from fabric.client.embedded import EmbeddedCluster
 
         cluster = EmbeddedCluster(root)
+        self.opened.append(cluster)
         if "events" not in cluster.coordinator.list_topics():
             cluster.create_topic("events", partitions, {k.replace("_", "."): str(v) for k, v in config.items()},
                                  None)
         return cluster
+
+    def close_clusters(self) -> None:
+        """Close the clusters made since the last call: their background work must not run on into the next test
+        of the worker."""
+        while self.opened:
+            self.opened.pop().close()
 
     def fill(self, log: Log, batches: int, start: int = 0, width: int = 3) -> list[tuple[int, bytes, int]]:
         """Append `batches` batches of 1..`width` records with small timestamps; the expected read_all()."""
@@ -296,6 +306,13 @@ def open_log(directory, **config):
 def storage() -> StorageKit:
     """The storage tests' helpers (make_batch, open_log, read_all, scan_frames, cluster, fill, ...)."""
     return StorageKit()
+
+
+@pytest.fixture(autouse=True)
+def _storage_clusters_closed(storage: StorageKit) -> Iterator[None]:
+    """Every cluster a test made with storage.cluster() is closed after it."""
+    yield
+    storage.close_clusters()
 
 
 class ReplicaKit:
