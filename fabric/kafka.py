@@ -15,9 +15,11 @@ from fabric.client.confluent_message import Message
 from fabric.client.kafka_admin import NewPartitions, NewTopic, OffsetSpec
 from fabric.client.kafka_clients import AdminClient, KafkaAdminClient, KafkaConsumer, KafkaProducer, Producer
 from fabric.client.kafka_clients import ConsumerClient as Consumer
+from fabric.client.kafka_configs import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
 from fabric.client.kafka_groups import ConsumerGroupState, ConsumerGroupTopicPartitions, OffsetAndMetadata
 from fabric.client.topic_partition import TopicPartition
 
-__all__ = ["AdminClient", "Consumer", "ConsumerGroupState", "ConsumerGroupTopicPartitions", "KafkaAdminClient",
-           "KafkaConsumer", "KafkaProducer", "Message", "NewPartitions", "NewTopic", "OffsetAndMetadata", "OffsetSpec",
-           "Producer", "TopicPartition"]
+__all__ = ["AdminClient", "AlterConfigOpType", "ConfigEntry", "ConfigResource", "ConfigSource", "Consumer",
+           "ConsumerGroupState", "ConsumerGroupTopicPartitions", "KafkaAdminClient", "KafkaConsumer", "KafkaProducer",
+           "Message", "NewPartitions", "NewTopic", "OffsetAndMetadata", "OffsetSpec", "Producer", "ResourceType",
+           "TopicPartition"]

@@ -15,7 +15,7 @@ import math
 from concurrent.futures import Future
 from typing import Any, Iterator, Mapping, Sequence, TypeVar
 
-from fabric.client import kafka_groups, partition_args
+from fabric.client import kafka_configs, kafka_groups, partition_args
 from fabric.client.admin import Fabric
 from fabric.client.cluster import Cluster
 from fabric.client.confluent_message import Message
@@ -251,8 +251,8 @@ class ConsumerClient(_OwningConsumer):
 class AdminClient(Fabric):
     """confluent-kafka's AdminClient(conf): the fabric's admin calls, each of create_topics, delete_topics,
     create_partitions and list_offsets answering a dict of futures, confluent-kafka's consumer group calls
-    (kafka_groups) and its list_topics() (cluster metadata: topic_names() lists the names), over the fabric
-    `bootstrap.servers` names."""
+    (kafka_groups), its topic config calls (kafka_configs) and its list_topics() (cluster metadata: topic_names()
+    lists the names), over the fabric `bootstrap.servers` names."""
 
     def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         servers, configs = _conf(conf, kwargs, "AdminClient")
@@ -286,3 +286,15 @@ class AdminClient(Fabric):
     def delete_consumer_groups(self, group_ids: Sequence[str], **kwargs: Any) -> dict[str, Future]:
         """A future of each group's deletion."""
         return kafka_groups.confluent_delete_groups(self, group_ids)
+
+    def describe_configs(self, resources: Sequence[Any], **kwargs: Any) -> dict[Any, Future]:
+        """A future of each topic's configs, {name: ConfigEntry} (kafka_configs)."""
+        return kafka_configs.describe_configs(self, resources)
+
+    def incremental_alter_configs(self, resources: Sequence[Any], **kwargs: Any) -> dict[Any, Future]:
+        """A future of each topic's incremental config changes applied (kafka_configs)."""
+        return kafka_configs.incremental_alter_configs(self, resources)
+
+    def alter_configs(self, resources: Sequence[Any], **kwargs: Any) -> dict[Any, Future]:
+        """A future of each topic's overrides replaced by those given (kafka_configs)."""
+        return kafka_configs.alter_configs(self, resources)

@@ -1,6 +1,6 @@
-"""kafka-python's and confluent-kafka's consumer group admin calls and confluent-kafka's cluster metadata
-(fabric.kafka's KafkaAdminClient, AdminClient, Producer and Consumer), in the shapes their programs read, on every
-kind of cluster."""
+"""kafka-python's and confluent-kafka's consumer group admin calls, confluent-kafka's cluster metadata and topic
+config calls (fabric.kafka's KafkaAdminClient, AdminClient, Producer and Consumer), in the shapes their programs
+read, on every kind of cluster."""
 from __future__ import annotations
 
 import pytest
@@ -9,6 +9,7 @@ from fabric.common.errors import (
     GroupIdNotFoundError,
     GroupNotEmptyError,
     InvalidArgumentError,
+    InvalidConfigError,
     OffsetOutOfRangeError,
     UnknownMemberError,
     UnknownTopicError,
@@ -16,12 +17,17 @@ from fabric.common.errors import (
 from fabric.common.waiting import wait_for
 from fabric.kafka import (
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
     Consumer,
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     KafkaAdminClient,
     OffsetAndMetadata,
     Producer,
+    ResourceType,
     TopicPartition,
 )
 
@@ -144,3 +150,38 @@ def test_confluent_list_topics_answers_cluster_metadata(fab):
     finally:
         producer.close()
         consumer.close()
+
+
+def test_confluent_topic_config_calls(fab):
+    """describe_configs, incremental_alter_configs (SET, DELETE, APPEND, SUBTRACT) and alter_configs (the overrides
+    replaced) of confluent-kafka's AdminClient, on topics; a broker's configs are refused naming where they are."""
+    fab.create_topic("orders", config={"retention.ms": "600000"})
+    admin = AdminClient({"bootstrap.servers": fab.url})
+    orders = ConfigResource(ResourceType.TOPIC, "orders")
+    try:
+        entries = admin.describe_configs([orders])[orders].result()
+        assert entries["retention.ms"].value == "600000"
+        assert entries["retention.ms"].source is ConfigSource.DYNAMIC_TOPIC_CONFIG
+        assert entries["cleanup.policy"].is_default and entries["cleanup.policy"].value == "delete"
+        changes = ConfigResource("topic", "orders", incremental_configs=[
+            ConfigEntry("segment.ms", "3600000", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)])
+        assert admin.incremental_alter_configs([changes])[changes].result() is None
+        overrides = fab.describe_topic("orders").overrides
+        assert overrides == {"segment.ms": "3600000", "cleanup.policy": "compact,delete"}  # (kept sorted)
+        subtract = ConfigResource(ResourceType.TOPIC, "orders", incremental_configs=[
+            ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SUBTRACT)])
+        admin.incremental_alter_configs([subtract])[subtract].result()
+        assert fab.describe_topic("orders").overrides["cleanup.policy"] == "compact"
+        bad = ConfigResource(ResourceType.TOPIC, "orders", incremental_configs=[ConfigEntry("retention.ms", "-7")])
+        with pytest.raises(InvalidConfigError, match="retention.ms"):
+            admin.incremental_alter_configs([bad])[bad].result()
+        replaced = ConfigResource(ResourceType.TOPIC, "orders", set_config={"retention.ms": 1000})
+        admin.alter_configs([replaced])[replaced].result()  # the other overrides go back to their defaults
+        assert fab.describe_topic("orders").overrides == {"retention.ms": "1000"}
+        broker = ConfigResource(ResourceType.BROKER, "1")
+        with pytest.raises(InvalidConfigError, match="only topics have configs"):
+            admin.describe_configs([broker])[broker].result()
+    finally:
+        admin.close()
