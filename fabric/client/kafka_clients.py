@@ -15,7 +15,7 @@ import math
 from concurrent.futures import Future
 from typing import Any, Iterator, Mapping, Sequence, TypeVar
 
-from fabric.client import kafka_configs, kafka_groups, partition_args
+from fabric.client import kafka_configs, kafka_groups, kafka_metadata, partition_args
 from fabric.client.admin import Fabric
 from fabric.client.cluster import Cluster
 from fabric.client.confluent_message import Message
@@ -286,6 +286,14 @@ class AdminClient(Fabric):
     def delete_consumer_groups(self, group_ids: Sequence[str], **kwargs: Any) -> dict[str, Future]:
         """A future of each group's deletion."""
         return kafka_groups.confluent_delete_groups(self, group_ids)
+
+    def describe_cluster(self, **kwargs: Any) -> Future:
+        """A future of the live data nodes and the cluster id (kafka_metadata.DescribeClusterResult)."""
+        return kafka_metadata.describe_cluster(self.cluster)
+
+    def describe_topics(self, topics: Any, **kwargs: Any) -> dict[str, Future]:
+        """A future per topic of a TopicCollection of its description: its partitions' leader, replicas and ISR."""
+        return kafka_metadata.describe_topics(self.cluster, topics)
 
     def describe_configs(self, resources: Sequence[Any], **kwargs: Any) -> dict[Any, Future]:
         """A future of each topic's configs, {name: ConfigEntry} (kafka_configs)."""

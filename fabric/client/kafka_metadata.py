@@ -1,6 +1,8 @@
 """confluent-kafka's cluster metadata (`list_topics()` of its AdminClient, Producer and Consumer): a ClusterMetadata
 of the fabric's data nodes as brokers and its topics with their partitions' leaders, replicas and in-sync
-replicas, from one describe_cluster and one topic read per topic listed.
+replicas, from one describe_cluster and one topic read per topic listed; and the same in the shapes of its
+AdminClient's `describe_cluster()` (a future of the live nodes) and `describe_topics(TopicCollection([...]))` (a
+future per topic, its partitions naming their nodes).
 
 A topic the fabric keeps in its own directory (a fabric without data nodes, or a topic created without a
 replication factor) has partitions no broker leads: their leader is -1 and their replicas and ISR are empty,
@@ -9,15 +11,18 @@ a leader (every replica in its ISR down) has leader -1 too, and its replicas and
 """
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
-from fabric.common.errors import FabricError, UnknownTopicError
+from fabric.client.kafka_admin import done_future
+from fabric.common.errors import FabricError, InvalidArgumentError, UnknownTopicError
 from fabric.common.names import INTERNAL_TOPICS, validate_topic
 from fabric.common.redaction import redact_url
 
 if TYPE_CHECKING:
     from fabric.client.cluster import Cluster
+    from fabric.common.types import ClusterDescription
 
 NO_LEADER = -1  # confluent-kafka's leader of a partition no broker leads
 
@@ -67,14 +72,89 @@ class ClusterMetadata:
     orig_broker_name: str = ""
 
 
+@dataclass(frozen=True)
+class Node:
+    """A data node as confluent-kafka's describe calls name a broker: id, host, port and rack."""
+
+    id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
+class TopicPartitionInfo:
+    """A partition as describe_topics names it: its id, leader (None: none), replicas and in-sync replicas."""
+
+    id: int
+    leader: Node | None
+    replicas: list[Node]
+    isr: list[Node]
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    """A topic as confluent-kafka's describe_topics answers it (a topic the fabric keeps in its own directory has
+    no topic id, and partitions without leader or replicas)."""
+
+    name: str
+    topic_id: str | None
+    is_internal: bool
+    partitions: list[TopicPartitionInfo]
+    authorized_operations: None = None
+
+
+@dataclass(frozen=True)
+class DescribeClusterResult:
+    """confluent-kafka's describe_cluster answer: the live data nodes (the controller is the fabric's coordinator,
+    which is no node: None) and the cluster id (the fabric's URL, without credentials)."""
+
+    controller: Node | None
+    nodes: list[Node]
+    cluster_id: str
+    authorized_operations: None = None
+
+
+class TopicCollection:
+    """The topics describe_topics describes (confluent-kafka's TopicCollection)."""
+
+    def __init__(self, topic_names: Iterable[str]) -> None:
+        self.topic_names = list(topic_names)
+
+
+def describe_cluster(cluster: Cluster) -> Future:
+    """A future of the cluster's live data nodes (DescribeClusterResult)."""
+    def describe() -> DescribeClusterResult:
+        return DescribeClusterResult(None, list(_nodes(cluster.describe_cluster(refresh=True)).values()),
+                                     redact_url(cluster.url))
+    return done_future(describe)
+
+
+def describe_topics(cluster: Cluster, topics: TopicCollection) -> dict[str, Future]:
+    """A future per topic of its description (UnknownTopicError for one that does not exist)."""
+    if not isinstance(topics, TopicCollection):
+        raise InvalidArgumentError(f"describe_topics takes TopicCollection(['orders']), got {topics!r}")
+    described = cluster.describe_cluster(refresh=True)
+    nodes = _nodes(described, alive_only=False)
+
+    def node(node_id: int) -> Node:
+        return nodes.get(node_id) or Node(node_id, "", 0)
+
+    def describe(name: str) -> TopicDescription:
+        count = cluster.coordinator.topic(validate_topic(name)).partitions
+        partitions = [TopicPartitionInfo(p.id, None if p.leader == NO_LEADER else node(p.leader),
+                                         [node(r) for r in p.replicas], [node(r) for r in p.isrs])
+                      for p in _partitions(described, name, count).values()]
+        return TopicDescription(name, described.topic_ids.get(name), name in INTERNAL_TOPICS, partitions)
+    return {name: done_future(describe, name) for name in topics.topic_names}
+
+
 def cluster_metadata(cluster: Cluster, topic: str | None = None) -> ClusterMetadata:
     """The metadata of `topic`, or of every topic but the internal ones (an unknown `topic` is listed with its
     UnknownTopicError, as confluent-kafka lists it with its error)."""
     described = cluster.describe_cluster(refresh=True)
-    brokers = {}
-    for node in described.nodes:
-        host, _, port = node.address.rpartition(":")
-        brokers[node.id] = BrokerMetadata(node.id, host, int(port) if port.isdigit() else 0)
+    brokers = {node.id: BrokerMetadata(node.id, node.host, node.port)
+               for node in _nodes(described, alive_only=False).values()}
     names = [validate_topic(topic)] if topic is not None else \
         [t for t in cluster.coordinator.list_topics() if t not in INTERNAL_TOPICS]
     topics = {}
@@ -86,14 +166,30 @@ def cluster_metadata(cluster: Cluster, topic: str | None = None) -> ClusterMetad
                 continue  # deleted since it was listed
             topics[name] = TopicMetadata(name, error=exc)
             continue
-        partitions = {}
-        for p in range(count):
-            registered = described.partitions.get((name, p))
-            if registered is None:
-                partitions[p] = PartitionMetadata(p)
-                continue
-            leader = registered.state.leader
-            partitions[p] = PartitionMetadata(p, NO_LEADER if leader is None else leader,
-                                              list(registered.assignment.replicas), list(registered.state.isr))
-        topics[name] = TopicMetadata(name, partitions)
+        topics[name] = TopicMetadata(name, _partitions(described, name, count))
     return ClusterMetadata(redact_url(cluster.url), brokers=brokers, topics=topics)
+
+
+def _nodes(described: ClusterDescription, alive_only: bool = True) -> dict[int, Node]:
+    """The registered data nodes by id (the live ones only, unless not `alive_only`)."""
+    out = {}
+    for info in described.nodes:
+        if info.alive or not alive_only:
+            host, _, port = info.address.rpartition(":")
+            out[info.id] = Node(info.id, host, int(port) if port.isdigit() else 0, info.rack)
+    return out
+
+
+def _partitions(described: ClusterDescription, topic: str, count: int) -> dict[int, PartitionMetadata]:
+    """The `count` partitions of `topic` as the cluster's registrations have them (none: kept in the fabric's own
+    directory, no leader)."""
+    partitions = {}
+    for p in range(count):
+        registered = described.partitions.get((topic, p))
+        if registered is None:
+            partitions[p] = PartitionMetadata(p)
+            continue
+        leader = registered.state.leader
+        partitions[p] = PartitionMetadata(p, NO_LEADER if leader is None else leader,
+                                          list(registered.assignment.replicas), list(registered.state.isr))
+    return partitions

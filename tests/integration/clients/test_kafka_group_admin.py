@@ -28,6 +28,7 @@ from fabric.kafka import (
     OffsetAndMetadata,
     Producer,
     ResourceType,
+    TopicCollection,
     TopicPartition,
 )
 
@@ -141,6 +142,18 @@ def test_confluent_list_topics_answers_cluster_metadata(fab):
         assert metadata.brokers == {} and all((p.leader, p.replicas, p.isrs) == (-1, [], []) for p in
                                               partitions.values())
     assert isinstance(admin.list_topics("nope").topics["nope"].error, UnknownTopicError)
+    cluster = admin.describe_cluster().result()
+    assert sorted(n.id for n in cluster.nodes) == sorted(n.id for n in nodes if n.alive)
+    assert cluster.controller is None and cluster.cluster_id
+    described = admin.describe_topics(TopicCollection(["orders", "nope"]))
+    with pytest.raises(UnknownTopicError):
+        described["nope"].result()
+    orders = described["orders"].result()
+    assert (orders.name, orders.is_internal, [p.id for p in orders.partitions]) == ("orders", False, [0, 1])
+    for info in orders.partitions:  # the same partitions list_topics answered, naming nodes instead of ids
+        assert [n.id for n in info.replicas] == partitions[info.id].replicas
+        assert (info.leader.id if info.leader else -1) == partitions[info.id].leader
+    assert (orders.topic_id is not None) == bool(nodes)  # a replicated topic has an id
     admin.close()
     producer = Producer({"bootstrap.servers": fab.url})
     consumer = Consumer({"bootstrap.servers": fab.url, "group.id": "meta"})
