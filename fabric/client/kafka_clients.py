@@ -156,6 +156,14 @@ class KafkaAdminClient(Fabric):
         """Each group deleted: (group id, None), or (group id, the error that kept it)."""
         return kafka_groups.python_delete_groups(self, group_ids)
 
+    def describe_cluster(self) -> dict[str, Any]:
+        """The live data nodes as brokers and the cluster id, as kafka-python's dict."""
+        return kafka_metadata.python_describe_cluster(self.cluster)
+
+    def describe_topics(self, topics: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Each topic (every one, if none are named) with its partitions' leader, replicas and ISR."""
+        return kafka_metadata.python_describe_topics(self.cluster, topics)
+
 
 class Producer(_OwningProducer):
     """confluent-kafka's Producer(conf): produce(), poll(), flush(), len() and list_topics() over the fabric its

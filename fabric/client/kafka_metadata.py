@@ -2,7 +2,8 @@
 of the fabric's data nodes as brokers and its topics with their partitions' leaders, replicas and in-sync
 replicas, from one describe_cluster and one topic read per topic listed; and the same in the shapes of its
 AdminClient's `describe_cluster()` (a future of the live nodes) and `describe_topics(TopicCollection([...]))` (a
-future per topic, its partitions naming their nodes).
+future per topic, its partitions naming their nodes), and in kafka-python's KafkaAdminClient's, the dicts of its
+`describe_cluster()` and `describe_topics()`.
 
 A topic the fabric keeps in its own directory (a fabric without data nodes, or a topic created without a
 replication factor) has partitions no broker leads: their leader is -1 and their replicas and ISR are empty,
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from fabric.client.kafka_admin import done_future
 from fabric.common.errors import FabricError, InvalidArgumentError, UnknownTopicError
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from fabric.common.types import ClusterDescription
 
 NO_LEADER = -1  # confluent-kafka's leader of a partition no broker leads
+UNKNOWN_TOPIC = 3  # Kafka's error code UNKNOWN_TOPIC_OR_PARTITION, as kafka-python's describe_topics answers it
 
 
 @dataclass
@@ -147,6 +149,27 @@ def describe_topics(cluster: Cluster, topics: TopicCollection) -> dict[str, Futu
                       for p in _partitions(described, name, count).values()]
         return TopicDescription(name, described.topic_ids.get(name), name in INTERNAL_TOPICS, partitions)
     return {name: done_future(describe, name) for name in topics.topic_names}
+
+
+def python_describe_cluster(cluster: Cluster) -> dict[str, Any]:
+    """kafka-python's describe_cluster(): the live data nodes as brokers, the cluster id, no controller (-1)."""
+    nodes = _nodes(cluster.describe_cluster(refresh=True)).values()
+    return {"throttle_time_ms": 0, "cluster_id": redact_url(cluster.url), "controller_id": NO_LEADER,
+            "brokers": [{"node_id": n.id, "host": n.host, "port": n.port, "rack": n.rack} for n in nodes]}
+
+
+def python_describe_topics(cluster: Cluster, topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """kafka-python's describe_topics(): each topic (every one but the internal ones, if none are named) with its
+    partitions' leader, replicas and ISR as node ids; an unknown topic's error code 3 (UNKNOWN_TOPIC_OR_PARTITION)."""
+    metadata = cluster_metadata(cluster) if topics is None else None
+    out = []
+    for name in (list(metadata.topics) if metadata is not None else list(topics or [])):
+        topic = metadata.topics[name] if metadata is not None else cluster_metadata(cluster, name).topics[name]
+        out.append({"error_code": UNKNOWN_TOPIC if topic.error is not None else 0, "topic": name,
+                    "is_internal": name in INTERNAL_TOPICS,
+                    "partitions": [{"error_code": 0, "partition": p.id, "leader": p.leader, "replicas": p.replicas,
+                                    "isr": p.isrs, "offline_replicas": []} for p in topic.partitions.values()]})
+    return out
 
 
 def cluster_metadata(cluster: Cluster, topic: str | None = None) -> ClusterMetadata:

@@ -198,3 +198,21 @@ def test_confluent_topic_config_calls(fab):
             admin.describe_configs([broker])[broker].result()
     finally:
         admin.close()
+
+
+def test_kafka_python_cluster_and_topic_descriptions(fab):
+    """kafka-python's describe_cluster() and describe_topics(): its dicts, the data nodes as brokers."""
+    _orders(fab)
+    admin = KafkaAdminClient(bootstrap_servers=fab.url)
+    try:
+        cluster = admin.describe_cluster()
+        assert sorted(b["node_id"] for b in cluster["brokers"]) == sorted(n.id for n in fab.list_nodes() if n.alive)
+        assert cluster["controller_id"] == -1 and cluster["cluster_id"]
+        [orders, nope] = admin.describe_topics(["orders", "nope"])
+        assert (orders["topic"], orders["error_code"], orders["is_internal"]) == ("orders", 0, False)
+        assert [p["partition"] for p in orders["partitions"]] == [0, 1]
+        assert all(p["leader"] in p["isr"] for p in orders["partitions"]) == bool(fab.list_nodes())
+        assert (nope["error_code"], nope["partitions"]) == (3, [])  # UNKNOWN_TOPIC_OR_PARTITION
+        assert [t["topic"] for t in admin.describe_topics()] == ["orders"]
+    finally:
+        admin.close()
