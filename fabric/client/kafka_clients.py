@@ -217,10 +217,11 @@ class ConsumerClient(_OwningConsumer):
     def get_watermark_offsets(self, partition: Any, timeout: float | None = None, cached: bool = False
                               ) -> tuple[int, int]:
         """(low, high): the partition's log start and high watermark, asked now; `cached=True`, the high watermark
-        this consumer last fetched, the low one unknown (OFFSET_INVALID, -1001, for both when not fetched)."""
+        this consumer last fetched, the low one unknown (OFFSET_INVALID, -1001, for both when not fetched here)."""
         topic, number = checks.topic_partition(partition, "get_watermark_offsets()")
         if cached:
-            high = self.consumer.highwater(TopicPartition(topic, number))
+            tp = TopicPartition(topic, number)
+            high = self.consumer.highwater(tp) if tp in self.consumer.assignment() else None
             return OFFSET_INVALID, OFFSET_INVALID if high is None else high
         state = self._owned.partition_state(topic, number)
         return state.start_offset, state.end_offset

@@ -126,6 +126,7 @@ def test_confluent_consumer_assignment_and_watermark_calls(fab):
         assert (got.partition(), got.offset()) == (1, 1) and consumer.poll(0.2) is None
         assert consumer.get_watermark_offsets(p0) == (0, 2)
         assert consumer.get_watermark_offsets(p1, cached=True) == (-1001, 2)
+        assert consumer.get_watermark_offsets(TopicPartition("other", 0), cached=True) == (-1001, -1001)
         consumer.incremental_unassign([p0])
         assert consumer.assignment() == [p1] and consumer.position(p1) == 2
         consumer.unassign()
