@@ -173,7 +173,7 @@ class Consumer(Lookups):
             self._on_assign(partitions)
 
     def _revoked(self, partitions: list[TopicPartition]) -> None:
-        """Before giving partitions up: commit their positions (with auto-commit on), tell the application."""
+        """Before giving them up: commit what the offset store has of them (with auto-commit on), tell the app."""
         if self.config["enable_auto_commit"]:
             positions = self._store.committable(self._consumed_positions())
             mine = {tp: positions[tp] for tp in partitions if tp in positions}
