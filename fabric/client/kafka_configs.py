@@ -1,6 +1,6 @@
-"""confluent-kafka's topic config calls on its AdminClient, over the fabric's (Fabric.describe_topic,
-alter_topic_config): `describe_configs([ConfigResource(ResourceType.TOPIC, "orders")])` a done future per resource
-of {name: ConfigEntry}, every config the topic has (an override's source DYNAMIC_TOPIC_CONFIG, a default's
+"""confluent-kafka's topic config calls on its AdminClient, over the fabric's (the topic's metadata,
+Fabric.alter_topic_config): `describe_configs([ConfigResource(ResourceType.TOPIC, "orders")])` a done future per
+resource of {name: ConfigEntry}, every config the topic has (an override's source DYNAMIC_TOPIC_CONFIG, a default's
 DEFAULT_CONFIG); `incremental_alter_configs([ConfigResource(..., incremental_configs=[ConfigEntry(name, value,
 incremental_operation=AlterConfigOpType.SET)])])` (SET, DELETE, and APPEND / SUBTRACT on a list config such as
 cleanup.policy); `alter_configs([ConfigResource(..., set_config={...})])`, which replaces the topic's overrides
@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from fabric.client.kafka_admin import done_future, listed
 from fabric.common.errors import InvalidArgumentError, InvalidConfigError
+from fabric.common.names import validate_topic
 
 if TYPE_CHECKING:
     from fabric.client.admin import Fabric
+    from fabric.common.types import TopicInfo
 
 
 class ResourceType(enum.Enum):
@@ -97,18 +99,18 @@ class ConfigResource:
 def describe_configs(fab: Fabric, resources: Iterable[ConfigResource]) -> dict[ConfigResource, Future]:
     """A future of each resource's configs, {name: ConfigEntry}."""
     def describe(resource: ConfigResource) -> dict[str, ConfigEntry]:
-        described = fab.describe_topic(_topic(resource))
-        return {name: ConfigEntry(name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG if name in described.overrides
-                                  else ConfigSource.DEFAULT_CONFIG, is_default=name not in described.overrides)
-                for name, value in sorted(described.config.items())}
+        info = _info(fab, resource)
+        return {name: ConfigEntry(name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG if name in info.config
+                                  else ConfigSource.DEFAULT_CONFIG, is_default=name not in info.config)
+                for name, value in sorted(info.settings.effective().items())}
     return {r: done_future(describe, r) for r in listed(resources, ConfigResource, "describe_configs", _EXAMPLE)}
 
 
 def incremental_alter_configs(fab: Fabric, resources: Iterable[ConfigResource]) -> dict[ConfigResource, Future]:
     """A future of each resource's incremental changes applied (None)."""
     def alter(resource: ConfigResource) -> None:
-        topic = _topic(resource)
-        current = fab.describe_topic(topic).config
+        info = _info(fab, resource)
+        current = info.settings.effective()
         changes: dict[str, str | None] = {}
         for entry in resource.incremental_configs:
             changes[entry.name] = _changed(entry, current.get(entry.name))
@@ -116,16 +118,16 @@ def incremental_alter_configs(fab: Fabric, resources: Iterable[ConfigResource]) 
             raise InvalidArgumentError("incremental_alter_configs takes each resource with its changes: "
                                        "ConfigResource(ResourceType.TOPIC, 'orders', incremental_configs=[ConfigEntry("
                                        "'retention.ms', '60000', incremental_operation=AlterConfigOpType.SET)])")
-        fab.alter_topic_config(topic, changes)
+        fab.alter_topic_config(info.name, changes)
     return {r: done_future(alter, r) for r in listed(resources, ConfigResource, "incremental_alter_configs", _EXAMPLE)}
 
 
 def alter_configs(fab: Fabric, resources: Iterable[ConfigResource]) -> dict[ConfigResource, Future]:
     """A future of each resource's overrides replaced by its `set_config` (None)."""
     def replace(resource: ConfigResource) -> None:
-        topic = _topic(resource)
-        dropped = {name: None for name in fab.describe_topic(topic).overrides if name not in resource.set_config_dict}
-        fab.alter_topic_config(topic, {**dropped, **resource.set_config_dict})
+        info = _info(fab, resource)
+        dropped = {name: None for name in info.config if name not in resource.set_config_dict}
+        fab.alter_topic_config(info.name, {**dropped, **resource.set_config_dict})
     return {r: done_future(replace, r) for r in listed(resources, ConfigResource, "alter_configs", _EXAMPLE)}
 
 
@@ -140,6 +142,11 @@ def _restype(value: ResourceType | str | int) -> ResourceType:
         return ResourceType[value.upper()] if isinstance(value, str) else ResourceType(value)
     except (KeyError, ValueError):
         raise InvalidArgumentError(f"unknown resource type {value!r}; use ResourceType.TOPIC") from None
+
+
+def _info(fab: Fabric, resource: ConfigResource) -> TopicInfo:
+    """The metadata of the topic a resource names (its overrides, and the effective config over them)."""
+    return fab.cluster.coordinator.topic(validate_topic(_topic(resource)))
 
 
 def _topic(resource: ConfigResource) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, cast
 
 from fabric.client.kafka_admin import done_future, listed
 from fabric.client.topic_partition import TopicPartition
@@ -107,14 +107,9 @@ def python_group_offsets(fab: Fabric, group_id: str, partitions: Iterable[Any] |
 
 def python_delete_groups(fab: Fabric, group_ids: Iterable[str]) -> list[tuple[str, FabricError | None]]:
     """kafka-python's delete_consumer_groups: each group deleted, or the error that kept it (the others go on)."""
-    out: list[tuple[str, FabricError | None]] = []
-    for group in listed(group_ids, str, "delete_consumer_groups", "['billing']"):
-        try:
-            fab.delete_group(group)
-            out.append((group, None))
-        except FabricError as exc:
-            out.append((group, exc))
-    return out
+    deleted = [(group, done_future(fab.delete_group, group).exception())
+               for group in listed(group_ids, str, "delete_consumer_groups", "['billing']")]
+    return cast("list[tuple[str, FabricError | None]]", deleted)  # (done_future keeps FabricErrors only)
 
 
 # -- confluent-kafka's shapes ----------------------------------------------------------------------------------
@@ -197,7 +192,7 @@ def confluent_list_groups(fab: Fabric, states: Iterable[ConsumerGroupState] | No
         valid = []
         for group in fab.list_groups():
             described = _live(fab, group)
-            state = STATES.get(GroupStatus(described.state), ConsumerGroupState.UNKNOWN)
+            state = _state(described)
             if wanted is None or state in wanted:
                 valid.append(ConsumerGroupListing(group, not _protocol_type(described), state))
         return ListConsumerGroupsResult(valid)
@@ -211,7 +206,7 @@ def confluent_describe_groups(fab: Fabric, group_ids: Iterable[str]) -> dict[str
         members = [GroupMember(m.member_id, m.client_id, "", MemberTopicPartitions(
             [TopicPartition(*tp) for tp in m.assignment]), m.group_instance_id or None) for m in described.members]
         return GroupDescription(group, not _protocol_type(described), members, described.protocol,
-                                STATES.get(GroupStatus(described.state), ConsumerGroupState.UNKNOWN))
+                                _state(described))
     return {group: done_future(describe, group)
             for group in listed(group_ids, str, "describe_consumer_groups", "['billing']")}
 
@@ -255,6 +250,11 @@ def confluent_delete_groups(fab: Fabric, group_ids: Iterable[str]) -> dict[str, 
 def _live(fab: Fabric, group: str) -> LiveGroup:
     """The group's state, assignor and members as its coordinator has them (no offsets read)."""
     return fab.cluster.coordinator.describe_group(validate_group(group))
+
+
+def _state(described: LiveGroup) -> ConsumerGroupState:
+    """The group's state by confluent-kafka's name."""
+    return STATES.get(GroupStatus(described.state), ConsumerGroupState.UNKNOWN)
 
 
 def _protocol_type(described: LiveGroup) -> str:

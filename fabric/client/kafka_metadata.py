@@ -161,31 +161,34 @@ def python_describe_cluster(cluster: Cluster) -> dict[str, Any]:
 def python_describe_topics(cluster: Cluster, topics: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """kafka-python's describe_topics(): each topic (every one but the internal ones, if none are named) with its
     partitions' leader, replicas and ISR as node ids; an unknown topic's error code 3 (UNKNOWN_TOPIC_OR_PARTITION)."""
-    metadata = cluster_metadata(cluster) if topics is None else None
-    out = []
-    for name in (list(metadata.topics) if metadata is not None else list(topics or [])):
-        topic = metadata.topics[name] if metadata is not None else cluster_metadata(cluster, name).topics[name]
-        out.append({"error_code": UNKNOWN_TOPIC if topic.error is not None else 0, "topic": name,
-                    "is_internal": name in INTERNAL_TOPICS,
-                    "partitions": [{"error_code": 0, "partition": p.id, "leader": p.leader, "replicas": p.replicas,
-                                    "isr": p.isrs, "offline_replicas": []} for p in topic.partitions.values()]})
-    return out
+    metadata = _metadata(cluster, None if topics is None else list(topics))
+    return [{"error_code": UNKNOWN_TOPIC if topic.error is not None else 0, "topic": name,
+             "is_internal": name in INTERNAL_TOPICS,
+             "partitions": [{"error_code": 0, "partition": p.id, "leader": p.leader, "replicas": p.replicas,
+                             "isr": p.isrs, "offline_replicas": []} for p in topic.partitions.values()]}
+            for name, topic in metadata.topics.items()]
 
 
 def cluster_metadata(cluster: Cluster, topic: str | None = None) -> ClusterMetadata:
     """The metadata of `topic`, or of every topic but the internal ones (an unknown `topic` is listed with its
     UnknownTopicError, as confluent-kafka lists it with its error)."""
+    return _metadata(cluster, None if topic is None else [topic])
+
+
+def _metadata(cluster: Cluster, names: list[str] | None) -> ClusterMetadata:
+    """The metadata of the topics `names` (an unknown one listed with its UnknownTopicError), or of every topic but
+    the internal ones, from one describe_cluster."""
     described = cluster.describe_cluster(refresh=True)
     brokers = {node.id: BrokerMetadata(node.id, node.host, node.port)
                for node in _nodes(described, alive_only=False).values()}
-    names = [validate_topic(topic)] if topic is not None else \
+    listed = [validate_topic(name) for name in names] if names is not None else \
         [t for t in cluster.coordinator.list_topics() if t not in INTERNAL_TOPICS]
     topics = {}
-    for name in names:
+    for name in listed:
         try:
             count = cluster.coordinator.topic(name).partitions
         except UnknownTopicError as exc:
-            if topic is None:
+            if names is None:
                 continue  # deleted since it was listed
             topics[name] = TopicMetadata(name, error=exc)
             continue

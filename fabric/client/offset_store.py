@@ -9,7 +9,7 @@ consumer then lost is forgotten, never committed over its new owner's).
 """
 from __future__ import annotations
 
-from typing import Any, Collection, Mapping
+from typing import Any, Collection
 
 from fabric.client import partition_args
 from fabric.common import checks
@@ -45,10 +45,10 @@ class OffsetStore:
                                         f"{sorted(assigned)}); only a partition's owner stores its offsets")
         self._stored.update(offsets)
 
-    def committable(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """What a commit without offsets commits: `positions` (of what was handed out) while automatic, else the
-        offsets stored."""
-        return dict(positions) if self.automatic else dict(self._stored)
+    def committable(self, positions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """What a commit without offsets commits: `positions` (of what was handed out, a dict of the caller's own)
+        while automatic, else a copy of the offsets stored."""
+        return positions if self.automatic else dict(self._stored)
 
     def keep(self, assigned: Collection[TopicPartition]) -> None:
         """Forget the offsets stored for partitions no longer `assigned`."""
