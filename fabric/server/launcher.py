@@ -217,10 +217,13 @@ class NodeProcess(ServerProcess):
 
     def restarted(self) -> NodeProcess:
         """Stop this process and start the node again with all its settings (id, directories, port, coordinator,
-        options, host, token, TLS); the new one once registered, or stopped too if its start fails or is interrupted."""
+        options, host, token, TLS); the new one once registered, or stopped too if its start fails or is interrupted.
+        A port drawn here may have been drawn by another process while the node was down (a server of another
+        test run on the machine: a CI run failed on it); the node then starts on another, as a first start does."""
         self.stop()
         again = NodeProcess(self.node_id, self.data_dir, self.coordinator, port=self.port, tls=self.tls,
                             extra=self.extra, log_dir=self._log_dir, token=self.token, host=self.host)
+        again._drawn = self._drawn
         try:
             return again.start()
         except BaseException:  # e.g. Ctrl-C while it registers: the caller holds only this object, not `again`

@@ -79,7 +79,8 @@ class LocalCluster:
         return self
 
     def restart(self, node_id: int) -> NodeProcess:
-        """Start node `node_id` again (after a kill) on its port and data directory; return once it registered."""
+        """Start node `node_id` again (after a kill) on its port (another, where a process took it meanwhile:
+        NodeProcess.restarted) and data directory; return once it registered."""
         self.nodes[node_id] = self.nodes[node_id].restarted()
         return self.nodes[node_id]
 

@@ -3,6 +3,8 @@ before it could bind it (a server of another test run on the machine: a CI run f
 the one listening there, and starts on another port."""
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from fabric.common import ports
@@ -27,3 +29,24 @@ def test_a_server_whose_drawn_port_was_taken_starts_on_another(coordinators, tmp
         assert first.status().pid == first.process.pid  # the first one serves on, untouched
     finally:
         second.stop()
+
+
+def test_a_restarted_node_whose_port_was_taken_meanwhile_starts_on_another(coordinators, tmp_path) -> None:
+    """While a killed node is down, a server of another test run may draw its port (a CI run failed on it): the
+    restarted node registers on another port; a node given its port keeps failing loudly on it."""
+    coordinator = coordinators()
+    node = NodeProcess(1, str(tmp_path / "node"), coordinator.url()).start()
+    old = node.port
+    node.kill()
+    with socket.socket() as squatter:  # another process's server, listening there now
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", old))
+        squatter.listen()
+        again = node.restarted()
+        try:
+            assert again.port != old and again.status()["node_epoch"] > 1
+        finally:
+            again.stop()
+        pinned = NodeProcess(1, str(tmp_path / "node"), coordinator.url(), port=old)
+        with pytest.raises(RuntimeError, match="Address already in use"):
+            pinned.restarted()
