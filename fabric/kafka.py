@@ -18,9 +18,10 @@ from fabric.client.kafka_clients import ConsumerClient as Consumer
 from fabric.client.kafka_configs import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
 from fabric.client.kafka_groups import ConsumerGroupState, ConsumerGroupTopicPartitions, OffsetAndMetadata
 from fabric.client.kafka_metadata import TopicCollection
+from fabric.client.lookups import OffsetAndTimestamp
 from fabric.client.topic_partition import TopicPartition
 
 __all__ = ["AdminClient", "AlterConfigOpType", "ConfigEntry", "ConfigResource", "ConfigSource", "Consumer",
            "ConsumerGroupState", "ConsumerGroupTopicPartitions", "KafkaAdminClient", "KafkaConsumer", "KafkaProducer",
-           "Message", "NewPartitions", "NewTopic", "OffsetAndMetadata", "OffsetSpec", "Producer", "ResourceType",
-           "TopicCollection", "TopicPartition"]
+           "Message", "NewPartitions", "NewTopic", "OffsetAndMetadata", "OffsetAndTimestamp", "OffsetSpec", "Producer",
+           "ResourceType", "TopicCollection", "TopicPartition"]

@@ -21,6 +21,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from fabric.client.lookups import found_by_time
 from fabric.client.topic_partition import TopicPartition
 from fabric.common import checks
 from fabric.common.errors import FabricError, InvalidArgumentError, LeaderNotAvailableError, TopicExistsError
@@ -109,8 +110,8 @@ class OffsetSpec:
 @dataclass(frozen=True)
 class ListOffsetsResultInfo:
     """A partition's offset as list_offsets found it (confluent-kafka's name): the offset (-1: none), and the
-    leader epoch of a replicated partition (None for one that is not). `timestamp` is -1, as Kafka answers for
-    the earliest and latest offsets."""
+    leader epoch of a replicated partition (None for one that is not). `timestamp`: the found record's (ms), for
+    `for_timestamp`; -1 for the earliest and latest offsets, as Kafka answers."""
 
     offset: int
     timestamp: int = -1
@@ -131,12 +132,11 @@ def list_offsets(fab: Fabric, specs: Mapping[tuple[str, int], OffsetSpec]) -> di
         if state.replicas and state.leader is None:
             raise LeaderNotAvailableError(f"partition {tp[0]}-{tp[1]} has no leader now (every replica in its ISR "
                                           "is down); retry once one is back")
+        offset, timestamp = state.start_offset if spec.kind == "earliest" else state.end_offset, -1
         if spec.kind == "timestamp":
-            found = fab.cluster.offset_for_time(tp[0], tp[1], spec.timestamp_ms * 1000)
-            offset = -1 if found is None else found
-        else:
-            offset = state.start_offset if spec.kind == "earliest" else state.end_offset
-        return ListOffsetsResultInfo(offset, -1, state.leader_epoch if state.leader_epoch >= 0 else None)
+            found = found_by_time(fab.cluster, tp[0], tp[1], spec.timestamp_ms)
+            offset, timestamp = (-1, -1) if found is None else found[:2]
+        return ListOffsetsResultInfo(offset, timestamp, state.leader_epoch if state.leader_epoch >= 0 else None)
     return {TopicPartition(*tp): done_future(find, tp, spec) for tp, spec in specs.items()}
 
 

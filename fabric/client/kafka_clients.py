@@ -21,6 +21,7 @@ from fabric.client.cluster import Cluster
 from fabric.client.confluent_message import Message
 from fabric.client.consumer import Consumer
 from fabric.client.kafka_metadata import ClusterMetadata, cluster_metadata
+from fabric.client.lookups import OffsetAndTimestamp, times_wanted
 from fabric.client.producer import Producer as FabricProducer
 from fabric.client.topic_partition import TopicPartition
 from fabric.client.url import bootstrap_url, open_cluster
@@ -38,6 +39,15 @@ OFFSET_INVALID = -1001  # confluent-kafka's offset that is not known
 def _cluster(servers: Servers) -> Cluster:
     """The fabric that bootstrap servers name (None: $FABRIC_URL, else ./fabric-data)."""
     return open_cluster(None if servers is None else bootstrap_url(servers))
+
+
+def _connected(cluster: Cluster) -> bool:
+    """kafka-python's bootstrap_connected(): whether the fabric answers a metadata request now."""
+    try:
+        cluster.describe_cluster(refresh=True)
+    except FabricError:
+        return False
+    return True
 
 
 def _conf(conf: Mapping[str, Any] | None, kwargs: dict[str, Any], kind: str) -> tuple[Servers, dict[str, Any]]:
@@ -70,6 +80,10 @@ class KafkaProducer(_OwningProducer):
 
     def __init__(self, bootstrap_servers: Servers = None, **configs: Any) -> None:
         super().__init__(bootstrap_servers, **configs)
+
+    def bootstrap_connected(self) -> bool:
+        """Whether the fabric answers now."""
+        return _connected(self._owned)
 
 
 class _OwningConsumer:
@@ -107,8 +121,8 @@ class _OwningConsumer:
 
 class KafkaConsumer(_OwningConsumer):
     """kafka-python's KafkaConsumer of `topics`, over the fabric `bootstrap_servers` names: poll(timeout_ms,
-    max_records) answers {TopicPartition: [records]}; iterating it and every other call are the fabric
-    consumer's."""
+    max_records) answers {TopicPartition: [records]}, offsets_for_times() OffsetAndTimestamps; iterating it and
+    every other call are the fabric consumer's."""
 
     def __init__(self, *topics: str, bootstrap_servers: Servers = None, **configs: Any) -> None:
         super().__init__(bootstrap_servers, *topics, **configs)
@@ -125,6 +139,15 @@ class KafkaConsumer(_OwningConsumer):
         for record in self.consumer.poll(timeout_ms / 1000, max_records):
             out.setdefault(TopicPartition(record.topic, record.partition), []).append(record)
         return out
+
+    def offsets_for_times(self, timestamps: Mapping[Any, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """For each partition, its first record whose timestamp is at or after the given one (ms), as
+        OffsetAndTimestamp(offset, timestamp), or None where no record is that late."""
+        return self.consumer.records_for_times(timestamps)
+
+    def bootstrap_connected(self) -> bool:
+        """Whether the fabric answers now."""
+        return _connected(self._owned)
 
 
 class KafkaAdminClient(Fabric):
@@ -181,8 +204,9 @@ class Producer(_OwningProducer):
 class ConsumerClient(_OwningConsumer):
     """confluent-kafka's Consumer(conf) (exported as fabric.kafka.Consumer): poll() answers one Message or None,
     consume() a list of Messages, commit() is asynchronous unless asked (`asynchronous=False`) and takes a
-    Message; list_topics(), get_watermark_offsets(), memberid() and the incremental assignment calls are
-    confluent-kafka's too; every other call (subscribe, assign, position, seek, pause, close, ...) is the fabric
+    Message; position([...]), committed([...]) and offsets_for_times([...]) answer its lists of TopicPartitions;
+    list_topics(), get_watermark_offsets(), memberid() and the incremental assignment calls are confluent-kafka's
+    too; every other call (subscribe, assign, position, seek, pause, close, ...) is the fabric
     consumer's.
     `group.id` and the rest of `conf` are its config, with Kafka's names."""
 
@@ -213,6 +237,40 @@ class ConsumerClient(_OwningConsumer):
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
         """confluent-kafka's cluster metadata (kafka_metadata), of `topic` or of every topic."""
         return cluster_metadata(self._owned, topic)
+
+    def position(self, partitions: Any, *more: Any) -> Any:
+        """position([tp, ...]): each partition with the offset of the next record poll() returns from it (the
+        fabric consumer's one-partition forms answer the offset)."""
+        if not partition_args.is_list((partitions, *more)):
+            return self.consumer.position(partitions, *more)
+        return _listed(self.consumer.position(partition_args.partition_list(partitions, "position()")))
+
+    def committed(self, partitions: Any = None, *more: Any, timeout: float | None = None) -> Any:
+        """committed([tp, ...]) or committed() (the assignment): each partition with the group's committed offset
+        (OFFSET_INVALID, -1001, where none is); the fabric consumer's one-partition forms answer the offset or
+        None."""
+        if partitions is not None and not partition_args.is_list((partitions,)):
+            return self.consumer.committed(partitions, *more)
+        if len(more) > 1:
+            raise InvalidArgumentError(f"committed() takes a list of partitions and a timeout, got "
+                                       f"{checks.shown((partitions, *more))}")
+        for waited in (*more, timeout):  # (confluent-kafka's timeout, positional too: the answer never waits)
+            if waited is not None:
+                checks.timeout(waited, "committed() timeout")
+        return _listed(self.consumer.committed(partitions))
+
+    def offsets_for_times(self, partitions: Sequence[Any] | Mapping[Any, int], timeout: float | None = None
+                          ) -> list[TopicPartition]:
+        """Each partition, given with a timestamp (ms) as its offset (or as {partition: ms}), with the offset of
+        its first record at or after that time (-1 where no record is that late)."""
+        times: Mapping[Any, Any] = partitions if isinstance(partitions, Mapping) else \
+            {tp: tp.offset for tp in partition_args.partition_list(partitions, "offsets_for_times()")}
+        if any(ms is None for ms in times.values()):
+            raise InvalidArgumentError("offsets_for_times() takes each partition with its time (ms) as its offset: "
+                                       f"[TopicPartition('orders', 0, 1700000000000)]; got {checks.shown(partitions)}")
+        found = self.consumer.offsets_for_times(times_wanted(times))
+        return [TopicPartition(tp.topic, tp.partition, -1 if offset is None else offset)
+                for tp, offset in found.items()]
 
     def get_watermark_offsets(self, partition: Any, timeout: float | None = None, cached: bool = False
                               ) -> tuple[int, int]:
@@ -255,6 +313,12 @@ class ConsumerClient(_OwningConsumer):
         self.consumer.assign([*positions, *added])
         for tp, offset in positions.items():
             self.consumer.seek(tp, offset)
+
+
+def _listed(offsets: Mapping[TopicPartition, int | None]) -> list[TopicPartition]:
+    """confluent-kafka's list of partitions carrying their offsets (OFFSET_INVALID where none is known)."""
+    return [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID if offset is None else offset)
+            for tp, offset in offsets.items()]
 
 
 class AdminClient(Fabric):

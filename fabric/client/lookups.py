@@ -3,7 +3,7 @@ partitions, and a partition's offsets (first, end, by time), as kafka-python's a
 answer them. Every end offset looked up is noted as the partition's last known high watermark."""
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable, Mapping, NamedTuple
 
 from fabric.client import partition_args
 from fabric.client.client_metrics import ConsumerCounts
@@ -14,6 +14,29 @@ from fabric.common import checks
 from fabric.common.names import INTERNAL_PREFIX, validate_topic
 from fabric.common.record_checks import MAX_TIMESTAMP_MS
 from fabric.common.types import PartitionState, TopicPartition
+
+
+class OffsetAndTimestamp(NamedTuple):
+    """A record found by its time (kafka-python's offsets_for_times answer): its offset, its timestamp (ms) and
+    its leader epoch (-1: not known)."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int = -1
+
+
+def found_by_time(cluster: Cluster, topic: str, partition: int, timestamp_ms: int) -> OffsetAndTimestamp | None:
+    """The partition's first record whose timestamp is at or after `timestamp_ms`, with that record's own
+    timestamp (Kafka's ListOffsets by time answers both; a second read of the one record finds it), or None where
+    no record is that late. The timestamp is -1 where the offset holds no record a reader gets (a marker)."""
+    offset = cluster.offset_for_time(topic, partition, timestamp_ms * 1000)
+    if offset is None:
+        return None
+    for run in cluster.fetch(topic, partition, offset, 1, end_offset=offset + 1,
+                             isolation_level="read_uncommitted"):
+        if run.offset <= offset < run.offset + run.batch.num_rows:
+            return OffsetAndTimestamp(offset, run.batch.column("timestamp")[offset - run.offset].value // 1000)
+    return OffsetAndTimestamp(offset, -1)
 
 
 class Lookups:
@@ -44,12 +67,23 @@ class Lookups:
 
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[NamedPartition, int | None]:
         """For each partition, the earliest offset whose timestamp (ms) is >= the given one, or None."""
-        wanted = checks.by_partition(timestamps, "offsets_for_times()",
-                                     lambda ts, what: checks.integer(ts, f"{what} (ms)", 0, MAX_TIMESTAMP_MS))
+        wanted = times_wanted(timestamps)
         return named_keys({tp: self.cluster.offset_for_time(tp[0], tp[1], ts * 1000) for tp, ts in wanted.items()})
+
+    def records_for_times(self, timestamps: Mapping[Any, int]) -> dict[NamedPartition, OffsetAndTimestamp | None]:
+        """offsets_for_times() with each found record's timestamp: an OffsetAndTimestamp, or None (kafka-python's
+        answer)."""
+        wanted = times_wanted(timestamps)
+        return named_keys({tp: found_by_time(self.cluster, tp[0], tp[1], ts) for tp, ts in wanted.items()})
 
     def _partition_state(self, tp: TopicPartition) -> PartitionState:
         """The partition's offsets, asked of the fabric (its end noted as the last known high watermark)."""
         state = self.cluster.partition_state(*tp)
         self._counts.saw_end(tp, state.end_offset)
         return state
+
+
+def times_wanted(timestamps: Any) -> dict[TopicPartition, int]:
+    """offsets_for_times()'s {partition: ms}, each a time a record may carry."""
+    return checks.by_partition(timestamps, "offsets_for_times()",
+                               lambda ts, what: checks.integer(ts, f"{what} (ms)", 0, MAX_TIMESTAMP_MS))
