@@ -23,7 +23,7 @@ from fabric.common.errors import FabricError
 from fabric.common.logs import add_log_level_option, configure, level_of
 
 COMMAND_MODULES = ("topics", "clients", "offsets", "groups", "transactions", "coordinator", "nodes", "partitions",
-                   "cluster", "configs", "dump_log")
+                   "cluster", "configs", "dump_log", "perf_test")
 CLI_LOG_LEVEL = "WARNING"
 
 EPILOG = """examples:
@@ -39,6 +39,7 @@ EPILOG = """examples:
   fabric groups reset-offsets billing --topic orders --to-earliest --execute
   fabric groups reset-offsets billing --all-topics --shift-by -10 --export
   fabric transactions abort --transactional-id my-sink               (readers held back by a dead writer)
+  fabric producer-perf-test --topic perf --num-records 100000 --record-size 100 --throughput -1
 
 Shell completion: eval "$(register-python-argcomplete fabric)"
 

@@ -1,0 +1,85 @@
+"""`fabric producer-perf-test` and `fabric consumer-perf-test`, run as real subprocesses with the lines Kafka's
+kafka-producer-perf-test and kafka-consumer-perf-test take: what they print is checked against what the topic
+holds afterwards, and bad input is refused naming the fix."""
+from __future__ import annotations
+
+import re
+
+import fabric
+
+SUMMARY = re.compile(r"^(\d+) records sent, [\d.]+ records/sec \([\d.]+ MB/sec\), [\d.]+ ms avg latency, [\d.]+ ms "
+                     r"max latency, ([\d.]+) ms 50th, [\d.]+ ms 95th, [\d.]+ ms 99th, ([\d.]+) ms 99.9th\.$")
+
+
+def test_producer_perf_test_sends_what_it_reports_and_consumer_perf_test_reads_it(fabric_cli, tmp_path) -> None:
+    url = f"file://{tmp_path / 'fab'}"
+    fabric.connect(url).create_topic("perf", partitions=3)
+    sent = fabric_cli("--url", url, "producer-perf-test", "--topic", "perf", "--num-records", "5000",
+                      "--record-size", "100", "--throughput", "-1", "--producer-props", "acks=all", "linger.ms=2",
+                      "--print-metrics")
+    assert sent.returncode == 0, sent.stderr
+    summary = next(line for line in sent.stdout.splitlines() if line.endswith("99.9th."))
+    found = SUMMARY.match(summary)
+    assert found and found.group(1) == "5000", summary
+    assert float(found.group(2)) <= float(found.group(3))
+    assert "producer-metrics:record-send-total: 5000" in sent.stdout
+    ends = fabric.connect(url).describe_topic("perf").partitions
+    assert sum(p.end_offset for p in ends) == 5000
+    values = fabric.connect(url).consumer("perf", auto_offset_reset="earliest").poll(10, max_records=1)
+    assert len(values[0].value) == 100 and values[0].value.isalpha()
+
+    read = fabric_cli("--url", url, "consumer-perf-test", "--topic", "perf", "--messages", "5000",
+                      "--group", "perf-readers")
+    assert read.returncode == 0, read.stderr
+    header, row = read.stdout.strip().splitlines()
+    assert header.split(", ")[:5] == ["start.time", "end.time", "data.consumed.in.MB", "MB.sec",
+                                      "data.consumed.in.nMsg"]
+    cells = row.split(", ")
+    assert cells[4] == "5000" and abs(float(cells[2]) - 5000 * 100 / 2**20) < 0.001, row
+    assert "perf-readers" in fabric.connect(url).list_groups()
+
+
+def test_a_payload_file_a_throughput_cap_and_a_short_topic(fabric_cli, tmp_path) -> None:
+    url = f"file://{tmp_path / 'fab'}"
+    fabric.connect(url).create_topic("perf")
+    payloads = tmp_path / "payloads.txt"
+    payloads.write_text("alpha\nbeta\n\ngamma\n")
+    sent = fabric_cli("--url", url, "producer-perf-test", "--topic", "perf", "--num-records", "300",
+                      "--payload-file", str(payloads), "--throughput", "100000")
+    assert sent.returncode == 0, sent.stderr
+    with fabric.connect(url).consumer("perf", auto_offset_reset="earliest") as consumer:
+        seen = {r.value for r in consumer.poll(10, max_records=300)}
+    assert seen <= {b"alpha", b"beta", b"gamma"} and len(seen) >= 2
+
+    short = fabric_cli("--url", url, "consumer-perf-test", "--topic", "perf", "--messages", "301", "--timeout",
+                       "300", "--hide-header")
+    assert short.returncode == 1
+    assert "stopped after 300 of the 301 records" in short.stderr
+    assert short.stdout.strip().split(", ")[4] == "300"
+
+
+def test_bad_perf_test_lines_are_refused_naming_the_fix(fabric_cli, tmp_path) -> None:
+    url = f"file://{tmp_path / 'fab'}"
+    fabric.connect(url).create_topic("perf")
+    cases = [
+        (["--topic", "nope", "--num-records", "1", "--record-size", "1", "--throughput", "-1"],
+         "topic 'nope' does not exist"),
+        (["--topic", "perf", "--num-records", "1", "--throughput", "-1"], "give --record-size BYTES or --payload-file"),
+        (["--topic", "perf", "--num-records", "0", "--record-size", "1", "--throughput", "-1"],
+         "--num-records must be at least 1"),
+        (["--topic", "perf", "--num-records", "1", "--record-size", "1", "--throughput", "0"], "or -1 for no limit"),
+        (["--topic", "perf", "--num-records", "1", "--record-size", "-3", "--throughput", "-1"],
+         "--record-size must be >= 0"),
+        (["--topic", "perf", "--num-records", "1", "--payload-file", str(tmp_path / "missing"), "--throughput", "-1"],
+         "No such file"),
+        (["--topic", "perf", "--num-records", "1", "--record-size", "1", "--throughput", "-1", "--producer-props",
+          "bootstrap.servers=localhost:9"], "name two fabrics"),
+        (["--topic", "perf", "--num-records", "1", "--record-size", "1", "--throughput", "-1", "--producer-props",
+          "acks"], "expects key=value"),
+    ]
+    for line, message in cases:
+        done = fabric_cli("--url", url, "producer-perf-test", *line)
+        assert done.returncode == 1 and message in done.stderr and "Traceback" not in done.stderr, (line, done.stderr)
+    done = fabric_cli("--url", url, "consumer-perf-test", "--topic", "perf", "--messages", "0")
+    assert done.returncode == 1 and "--messages must be at least 1" in done.stderr
+    assert fabric.connect(url).describe_topic("perf").partitions[0].end_offset == 0  # nothing was sent
