@@ -11,6 +11,7 @@ from fabric.client.cluster import Cluster
 from fabric.client.topic_partition import TopicPartition as NamedPartition
 from fabric.client.topic_partition import named_keys
 from fabric.common import checks
+from fabric.common.errors import AuthorizationError
 from fabric.common.names import INTERNAL_PREFIX, validate_topic
 from fabric.common.record_checks import MAX_TIMESTAMP_MS
 from fabric.common.types import PartitionState, TopicPartition
@@ -28,12 +29,16 @@ class OffsetAndTimestamp(NamedTuple):
 def found_by_time(cluster: Cluster, topic: str, partition: int, timestamp_ms: int) -> OffsetAndTimestamp | None:
     """The partition's first record whose timestamp is at or after `timestamp_ms`, with that record's own
     timestamp (Kafka's ListOffsets by time answers both; a second read of the one record finds it), or None where
-    no record is that late. The timestamp is -1 where the offset holds no record a reader gets (a marker)."""
+    no record is that late. The timestamp is -1 where the offset holds no record a reader gets (a marker), and
+    for a principal that may describe the topic (all a time lookup needs) but not read it."""
     offset = cluster.offset_for_time(topic, partition, timestamp_ms * 1000)
     if offset is None:
         return None
-    for run in cluster.fetch(topic, partition, offset, 1, end_offset=offset + 1,
-                             isolation_level="read_uncommitted"):
+    try:
+        runs = cluster.fetch(topic, partition, offset, 1, end_offset=offset + 1, isolation_level="read_uncommitted")
+    except AuthorizationError:
+        return OffsetAndTimestamp(offset, -1)
+    for run in runs:
         if run.offset <= offset < run.offset + run.batch.num_rows:
             return OffsetAndTimestamp(offset, run.batch.column("timestamp")[offset - run.offset].value // 1000)
     return OffsetAndTimestamp(offset, -1)

@@ -92,3 +92,24 @@ def test_list_offsets_by_time_answers_the_found_records_timestamp(fab, stamped):
         assert [(a.offset, a.timestamp) for a in (f.result() for f in latest.values())] == [(3, -1)]
     finally:
         admin.close()
+
+
+def test_a_principal_that_may_only_describe_the_topic_gets_the_offset_by_time_without_its_timestamp(
+        secured_service):
+    """A time lookup needs `describe` on the topic, as Kafka's ListOffsets; reading the found record's timestamp
+    needs `read`, so a principal without it gets the offset and timestamp -1, not an AuthorizationError."""
+    import fabric
+    instance = secured_service({"admin-secret": "admin", "viewer-secret": "viewer"}, "viewer describe topic:events\n")
+    stamp = int(time.time() * 1000) - 3_600_000  # (an hour ago: within the topic's retention)
+    with fabric.connect(instance.url("token=admin-secret")) as admin_fab:
+        admin_fab.create_topic("events")
+        with admin_fab.producer() as producer:
+            producer.send("events", b"e0", timestamp=stamp).get(timeout=30)
+    spec = {TopicPartition("events", 0): OffsetSpec.for_timestamp(stamp - 1000)}
+    for token, timestamp in (("admin-secret", stamp), ("viewer-secret", -1)):
+        admin = AdminClient({"bootstrap.servers": instance.url(f"token={token}")})
+        try:
+            answer = admin.list_offsets(spec)[TopicPartition("events", 0)].result()
+            assert (answer.offset, answer.timestamp) == (0, timestamp), token
+        finally:
+            admin.close()
