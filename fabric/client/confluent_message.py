@@ -60,8 +60,8 @@ class ConfluentMessage:
 
 class DeliveredMessage(ConfluentMessage):
     """What confluent-kafka's produce() hands its delivery callback: the record as produced and where it landed
-    (`partition()` and `offset()` -1 where it failed: `error()` says why; `timestamp()` not available where the
-    producer stamped the record)."""
+    (`partition()` and `offset()` -1 where it failed: `error()` says why), and its timestamp as stored (`timestamp()`
+    not available where the log stamps it, LogAppendTime, or where the send failed, unless produce() gave one)."""
 
     __slots__ = ()
 
@@ -69,7 +69,10 @@ class DeliveredMessage(ConfluentMessage):
                  error: BaseException | None, metadata: RecordMetadata | None) -> None:
         listed = list(headers.items()) if isinstance(headers, Mapping) else (list(headers) if headers else None)
         partition, offset = (metadata.partition, metadata.offset) if metadata is not None else (-1, -1)
-        stamped = (TIMESTAMP_CREATE_TIME, timestamp_ms) if timestamp_ms else (TIMESTAMP_NOT_AVAILABLE, 0)
+        if metadata is not None and metadata.timestamp >= 0:
+            stamped = (TIMESTAMP_CREATE_TIME, metadata.timestamp)
+        else:
+            stamped = (TIMESTAMP_CREATE_TIME, timestamp_ms) if timestamp_ms else (TIMESTAMP_NOT_AVAILABLE, 0)
         super().__init__(topic, partition, offset, key, value, listed, stamped, error)
 
 

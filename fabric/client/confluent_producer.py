@@ -1,13 +1,13 @@
 """confluent-kafka's producer calls over the fabric producer's own: produce(), whose delivery callback gets a
-message with confluent-kafka's methods, and poll(), which has no callbacks left to serve."""
+message with confluent-kafka's methods, poll(), which has no callbacks left to serve, and purge()."""
 from __future__ import annotations
 
 from typing import Any, Protocol
 
 from fabric.client.confluent_message import DeliveredMessage, ProduceCallback
-from fabric.client.delivery import DeliveryCallback, RecordMetadata, SendFuture
+from fabric.client.delivery import DeliveryCallback, Drain, RecordMetadata, SendFuture
 from fabric.common import checks
-from fabric.common.errors import InvalidConfigError
+from fabric.common.errors import IllegalStateError, InvalidArgumentError, InvalidConfigError, PurgedError
 from fabric.common.record_checks import Headers
 
 
@@ -15,6 +15,12 @@ class _Sends(Protocol):
     def send(self, topic: str, value: Any = None, key: bytes | str | None = None, headers: Headers = None,
              partition: int | None = None, timestamp: int | None = None, *,
              callback: DeliveryCallback | None = None) -> SendFuture: ...
+
+
+class _Purges(Protocol):
+    config: dict[str, Any]
+
+    def _purge(self, dropped: BaseException | None) -> list[Drain]: ...
 
 
 class ConfluentProducerCalls:
@@ -47,3 +53,22 @@ class ConfluentProducerCalls:
         if timeout is not None and timeout != -1:
             checks.timeout(timeout, "poll() timeout")
         return 0
+
+    def purge(self: _Purges, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        """confluent-kafka's purge(): with `in_queue`, drop the records still buffered, not yet taken into an
+        append: their futures fail with PurgedError (their delivery callbacks run with it) and neither len() nor
+        flush() counts them. An append under way may land whatever is done here, so purge never makes an outcome
+        unknown: with `in_flight`, those appends are left to report their real outcome, and `blocking` waits for
+        them (a flush of nothing new). Refused by a transactional producer: abort_transaction() drops its records."""
+        for name, flag in (("in_queue", in_queue), ("in_flight", in_flight), ("blocking", blocking)):
+            if type(flag) is not bool:
+                raise InvalidArgumentError(f"purge() {name} must be True or False, got {checks.shown(flag)}")
+        if self.config["transactional_id"]:
+            raise IllegalStateError("purge() does not drop a transaction's records: a transactional producer drops "
+                                    "them with abort_transaction()")
+        dropped = PurgedError("purge() dropped this record from the producer's buffer before it was sent: it was "
+                              "not written") if in_queue else None
+        appending = self._purge(dropped)
+        if in_flight and blocking:
+            for drain in appending:
+                drain.wait()

@@ -18,11 +18,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RecordMetadata:
-    """Where a record landed."""
+    """Where a record landed, and its timestamp in ms since the epoch (kafka-python's `.timestamp`): on a CreateTime
+    topic the stored one, given to send() or stamped by the producer; -1 (Kafka's NO_TIMESTAMP) on a LogAppendTime
+    topic, whose log stamps the record at the append, a time the append's answer does not carry."""
 
     topic: str
     partition: int
     offset: int
+    timestamp: int
 
 
 @dataclass(frozen=True)
@@ -44,12 +47,15 @@ class Drain:
     A thread that waits for the outcome before it is known gets an Event to wait on; one that appends the batch
     itself (a send().get()) never needs one."""
 
-    __slots__ = ("topic", "partitions", "offsets", "error", "finished", "_event", "_waiting", "_guard")
+    __slots__ = ("topic", "partitions", "offsets", "_given", "_stamped", "error", "finished", "_event", "_waiting",
+                 "_guard")
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
         self.partitions: np.ndarray | None = None
         self.offsets: np.ndarray | None = None
+        self._given: list[int | None] | None = None  # the records' timestamps as sent (see stamp)
+        self._stamped = -1
         self.error: BaseException | None = None
         self.finished = False  # the outcome is set
         self._event: threading.Event | None = None
@@ -74,6 +80,19 @@ class Drain:
                 self._waiting.append(call)
                 return
         _call_back(call)
+
+    def stamp(self, given: list[int | None], stamped_ms: int, create_time: bool) -> None:
+        """How the batch's rows are stamped as they are built: each record's timestamp as sent (`given`, in ms, kept
+        as it is: timestamp() reads one), else the producer's `stamped_ms`; on a LogAppendTime topic (not
+        `create_time`), by the log instead."""
+        self._given, self._stamped = given if create_time else None, stamped_ms
+
+    def timestamp(self, index: int) -> int:
+        """The stored timestamp (ms) of the batch's record `index`; -1 where the log stamps it (LogAppendTime)."""
+        if self._given is None:
+            return -1
+        given = self._given[index]
+        return self._stamped if given is None else given
 
     def finish(self) -> None:
         """Mark the outcome set, wake the threads waiting for it, then run the callbacks waiting for it."""
@@ -136,7 +155,9 @@ class SendFuture:
     def _metadata(self) -> RecordMetadata:
         drain = self._drain
         assert drain.partitions is not None and drain.offsets is not None  # set with done, unless error is
-        return RecordMetadata(drain.topic, int(drain.partitions[self._index]), int(drain.offsets[self._index]))
+        index = self._index
+        return RecordMetadata(drain.topic, int(drain.partitions[index]), int(drain.offsets[index]),
+                              drain.timestamp(index))
 
     def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> SendFuture:
         """Call fn(*args, metadata, **kwargs) once the record is appended (not if the send fails)."""

@@ -350,9 +350,12 @@ class Producer(ConfluentProducerCalls):
             self._hurry(drain, time.monotonic() + timeout)
 
     def _buffered_rows(self, buf: _Buffer, info: TopicInfo) -> tuple[pa.Table | pa.RecordBatch, np.ndarray]:
-        """A buffer's records as stored rows of its topic (`info`), and the partition of each."""
+        """A buffer's records as stored rows of its topic (`info`), and the partition of each; its drain learns how
+        they are stamped (the timestamps its RecordMetadata report)."""
+        now_us = SYSTEM_CLOCK.now_us()
+        buf.drain.stamp(buf.timestamps, now_us // 1000, info.settings["message.timestamp.type"] == "CreateTime")
         if info.value_schema is None:  # plain values, each checked by send(): built straight in their stored types
-            return (plain_rows(buf.values, buf.keys, buf.headers, buf.timestamps, SYSTEM_CLOCK.now_us()),
+            return (plain_rows(buf.values, buf.keys, buf.headers, buf.timestamps, now_us),
                     assign_listed(buf.drain.topic, buf.keys, buf.partitions, info.partitions, self._sticky))
         values = typed_rows(buf.values, info.value_schema)
         columns = {
@@ -361,8 +364,7 @@ class Producer(ConfluentProducerCalls):
             "key": pa.array(buf.keys, pa.binary()),
             "headers": pa.array(buf.headers, HEADERS) if any(buf.headers) else pa.nulls(len(buf.keys), HEADERS)}
         columns.update({f.name: values.field(f.name) for f in info.value_schema})
-        rows = to_storage(pa.table(columns), info.value_schema, SYSTEM_CLOCK.now_us(),
-                          values.is_null() if values.null_count else None)
+        rows = to_storage(pa.table(columns), info.value_schema, now_us, values.is_null() if values.null_count else None)
         explicit = pa.chunked_array([pa.array(buf.partitions, pa.int32())])
         return rows, self._partition(buf.drain.topic, rows.column("key"), explicit, info.partitions)
 
@@ -403,7 +405,6 @@ class Producer(ConfluentProducerCalls):
             manager.require("commit_transaction")
             buffers, self._buffers = self._buffers, {}
             built: list[tuple[_Buffer, np.ndarray, list[tuple[int, int, int]]]] = []
-
             parts: dict[TopicPartition, list[pa.RecordBatch]] = {}
 
             def publish(txn: str, offsets: TransactionalOffsets | None) -> Bases | None:
@@ -489,6 +490,15 @@ class Producer(ConfluentProducerCalls):
         finally:
             self._lock.release()
 
+    def _purge(self, dropped: BaseException | None) -> list[Drain]:
+        """purge(): drop the buffered records (if `dropped`: their futures fail with it); the drains in flight."""
+        with self._lock:
+            buffers, self._buffers = (self._buffers, {}) if dropped is not None else ({}, self._buffers)
+            in_flight = [drain for drain, _ in self._draining.values()]
+        if dropped is not None:
+            _fail(buffers.values(), dropped)
+        return in_flight
+
     def __len__(self) -> int:
         """Records queued or in flight, not yet acknowledged (confluent-kafka's len(producer))."""
         with self._lock:
@@ -557,7 +567,6 @@ class Producer(ConfluentProducerCalls):
 
     def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
-
 
 
 def _left(deadline: float) -> float:

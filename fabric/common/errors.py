@@ -272,6 +272,11 @@ class TransactionAbortedError(FabricError):
     before its commit point): nothing of the transaction was written (Kafka's TRANSACTION_ABORTED)."""
 
 
+class PurgedError(FabricError):
+    """A record dropped from the producer's buffer by purge() before any append took it: it was not written
+    (confluent-kafka reports it as a KafkaError with code _PURGE_QUEUE)."""
+
+
 class IllegalStateError(FabricError):
     """A transactional producer's call made in the wrong state, e.g. send() before begin_transaction() (Kafka's
     IllegalStateException); the message names the call to make first."""

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -19,17 +20,19 @@ def test_future_get_and_callbacks_report_where_each_record_landed(fab):
     fab.create_topic("events", partitions=2)
     landed: list[tuple[str, RecordMetadata]] = []
     delivered: list[tuple[object, RecordMetadata | None]] = []
+    ts = time.time_ns() // 1_000_000
     with fab.producer(linger_ms=60_000) as producer:
-        future = producer.send("events", b"a", partition=1).add_callback(lambda m: landed.append(("cb", m)))
+        future = producer.send("events", b"a", partition=1, timestamp_ms=ts)
+        future.add_callback(lambda m: landed.append(("cb", m)))
         future.add_callback(lambda tag, m, suffix: landed.append((tag + suffix, m)), "with", suffix="-args")
         future.add_errback(lambda exc: landed.append(("errback", exc)))
-        producer.send("events", b"b", partition=0, on_delivery=lambda err, m: delivered.append((err, m)))
-        producer.send("events", b"c", partition=0, callback=lambda err, m: delivered.append((err, m)))
+        producer.send("events", b"b", partition=0, timestamp=ts, on_delivery=lambda err, m: delivered.append((err, m)))
+        producer.send("events", b"c", partition=0, timestamp=ts, callback=lambda err, m: delivered.append((err, m)))
         assert not future.is_done and landed == [] and delivered == []  # lingering: nothing sent yet
         metadata = future.get(timeout=30)
-    assert metadata == RecordMetadata("events", 1, 0) and future.succeeded() and future.exception() is None
+    assert metadata == RecordMetadata("events", 1, 0, ts) and future.succeeded() and future.exception() is None
     assert landed == [("cb", metadata), ("with-args", metadata)]
-    assert delivered == [(None, RecordMetadata("events", 0, 0)), (None, RecordMetadata("events", 0, 1))]
+    assert delivered == [(None, RecordMetadata("events", 0, 0, ts)), (None, RecordMetadata("events", 0, 1, ts))]
     late: list[RecordMetadata] = []
     future.add_callback(late.append)  # added after delivery: called at once
     assert late == [metadata]
