@@ -1,5 +1,6 @@
 """`fabric get-offsets`: kafka-get-offsets (Kafka's GetOffsetShell), each partition's offset at a time as a
-`topic:partition:offset` line: the latest (-1), the earliest (-2), or the first at or after a timestamp."""
+`topic:partition:offset` line: the latest (-1), the earliest (-2), the first record of the largest timestamp
+(-3), or the first at or after a timestamp."""
 from __future__ import annotations
 
 import argparse
@@ -8,16 +9,16 @@ from fabric import OffsetSpec
 from fabric.cli.common import CommandError, add_command, open_fabric
 
 TIMES = {"-1": OffsetSpec.latest, "latest": OffsetSpec.latest, "-2": OffsetSpec.earliest,
-         "earliest": OffsetSpec.earliest}
+         "earliest": OffsetSpec.earliest, "-3": OffsetSpec.max_timestamp, "max-timestamp": OffsetSpec.max_timestamp}
 
 
 def _spec(text: str) -> OffsetSpec:
-    """--time: -1 or latest, -2 or earliest, or a timestamp in ms since the epoch."""
+    """--time: -1 or latest, -2 or earliest, -3 or max-timestamp, or a timestamp in ms since the epoch."""
     if text in TIMES:
         return TIMES[text]()
     if not text.isdigit():
-        raise CommandError(f"--time takes -1 (latest), -2 (earliest) or a timestamp in ms since the epoch, got "
-                           f"{text!r}")
+        raise CommandError(f"--time takes -1 (latest), -2 (earliest), -3 (max-timestamp) or a timestamp in ms since "
+                           f"the epoch, got {text!r}")
     return OffsetSpec.for_timestamp(int(text))
 
 
@@ -53,9 +54,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "time (kafka-get-offsets)",
                     description="Print each partition's offset as topic:partition:offset, as kafka-get-offsets "
                                 "does: the latest (--time -1, the default: the log end), the earliest (-2: the log "
-                                "start), or the first record at or after a timestamp in ms (empty where there is "
-                                "none). Of --topic, else of every topic.")
+                                "start), the first record of the largest timestamp (-3), or the first record at or "
+                                "after a timestamp in ms (empty where there is none). Of --topic, else of every "
+                                "topic.")
     p.add_argument("--topic", metavar="T", help="this topic only (default: every topic)")
     p.add_argument("--partitions", type=_partitions, metavar="P,P", help="these partitions only (with --topic)")
     p.add_argument("--time", default="-1", metavar="TIME",
-                   help="-1 or latest (default), -2 or earliest, or a timestamp in ms since the epoch")
+                   help="-1 or latest (default), -2 or earliest, -3 or max-timestamp, or a timestamp in ms since "
+                        "the epoch")

@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from fabric.client.lookups import found_by_time
+from fabric.client.lookups import found_at_max_time, found_by_time
 from fabric.client.topic_partition import TopicPartition
 from fabric.common import checks
 from fabric.common.errors import FabricError, InvalidArgumentError, LeaderNotAvailableError, TopicExistsError
@@ -83,8 +83,9 @@ class NewPartitions:
 
 class OffsetSpec:
     """Which offset list_offsets gives, confluent-kafka's OffsetSpec: `earliest()` (the log start), `latest()`
-    (the log end: the high watermark of a replicated partition) or `for_timestamp(ms)` (the first record whose
-    timestamp is at or after it; -1 where none is)."""
+    (the log end: the high watermark of a replicated partition), `for_timestamp(ms)` (the first record whose
+    timestamp is at or after it; -1 where none is) or `max_timestamp()` (the first record of the largest
+    timestamp, KIP-734; -1 where the partition holds none)."""
 
     def __init__(self, kind: str, timestamp_ms: int = -1) -> None:
         self.kind, self.timestamp_ms = kind, timestamp_ms
@@ -96,6 +97,10 @@ class OffsetSpec:
     @classmethod
     def latest(cls) -> OffsetSpec:
         return cls("latest")
+
+    @classmethod
+    def max_timestamp(cls) -> OffsetSpec:
+        return cls("max_timestamp")
 
     @classmethod
     def for_timestamp(cls, timestamp_ms: int) -> OffsetSpec:
@@ -111,7 +116,7 @@ class OffsetSpec:
 class ListOffsetsResultInfo:
     """A partition's offset as list_offsets found it (confluent-kafka's name): the offset (-1: none), and the
     leader epoch of a replicated partition (None for one that is not). `timestamp`: the found record's (ms), for
-    `for_timestamp`; -1 for the earliest and latest offsets, as Kafka answers."""
+    `for_timestamp` and `max_timestamp`; -1 for the earliest and latest offsets, as Kafka answers."""
 
     offset: int
     timestamp: int = -1
@@ -133,8 +138,9 @@ def list_offsets(fab: Fabric, specs: Mapping[tuple[str, int], OffsetSpec]) -> di
             raise LeaderNotAvailableError(f"partition {tp[0]}-{tp[1]} has no leader now (every replica in its ISR "
                                           "is down); retry once one is back")
         offset, timestamp = state.start_offset if spec.kind == "earliest" else state.end_offset, -1
-        if spec.kind == "timestamp":
-            found = found_by_time(fab.cluster, tp[0], tp[1], spec.timestamp_ms)
+        if spec.kind in ("timestamp", "max_timestamp"):
+            found = found_by_time(fab.cluster, tp[0], tp[1], spec.timestamp_ms) if spec.kind == "timestamp" \
+                else found_at_max_time(fab.cluster, tp[0], tp[1])
             offset, timestamp = (-1, -1) if found is None else found[:2]
         return ListOffsetsResultInfo(offset, timestamp, state.leader_epoch if state.leader_epoch >= 0 else None)
     return {TopicPartition(*tp): done_future(find, tp, spec) for tp, spec in specs.items()}

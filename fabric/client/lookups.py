@@ -13,7 +13,7 @@ from fabric.client.topic_partition import named_keys
 from fabric.common import checks
 from fabric.common.errors import AuthorizationError
 from fabric.common.names import INTERNAL_PREFIX, validate_topic
-from fabric.common.record_checks import MAX_TIMESTAMP_MS
+from fabric.common.record_checks import MAX_TIMESTAMP_MS, MAX_TIMESTAMP_US
 from fabric.common.types import PartitionState, TopicPartition
 
 
@@ -24,6 +24,22 @@ class OffsetAndTimestamp(NamedTuple):
     offset: int
     timestamp: int
     leader_epoch: int = -1
+
+
+def found_at_max_time(cluster: Cluster, topic: str, partition: int) -> OffsetAndTimestamp | None:
+    """The partition's first record of its largest timestamp (Kafka's ListOffsets MAX_TIMESTAMP, KIP-734), or
+    None where it holds no committed record. Found with time lookups alone (binary search for the latest time some
+    record reaches: about 60 lookups, each a request to the partition's leader), so it needs no more than they do:
+    `describe` on the topic, and no scan of the records."""
+    lo, found = 0, cluster.offset_for_time(topic, partition, 0)
+    if found is None:
+        return None
+    hi = MAX_TIMESTAMP_US + 1  # lo: a time some record reaches (found: the first such); hi: one none reaches
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        offset = cluster.offset_for_time(topic, partition, mid)
+        lo, hi, found = (mid, hi, offset) if offset is not None else (lo, mid, found)
+    return OffsetAndTimestamp(found, lo // 1000)
 
 
 def found_by_time(cluster: Cluster, topic: str, partition: int, timestamp_ms: int) -> OffsetAndTimestamp | None:

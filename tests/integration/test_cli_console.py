@@ -234,8 +234,8 @@ def test_groups_delete_offsets_of_topics_no_live_member_reads(cli):
 
 
 def test_get_offsets_prints_kafka_get_offsets_lines(cli):
-    """kafka-get-offsets: topic:partition:offset, latest by default, earliest with -2, the first record at or after
-    a timestamp (empty past the last)."""
+    """kafka-get-offsets: topic:partition:offset, latest by default, earliest with -2, the first record of the
+    largest timestamp with -3, the first record at or after a timestamp (empty past the last)."""
     cli.ok("topics", "create", "a", "--partitions", "2")
     cli.ok("topics", "create", "b")
     cli.ok("produce", "a", "--partition", "1", stdin="x\ny\nz\n")
@@ -245,7 +245,11 @@ def test_get_offsets_prints_kafka_get_offsets_lines(cli):
     assert cli.ok("get-offsets", "--topic", "a", "--partitions", "1", "--time", "0") == "a:1:1\n"
     assert cli.ok("get-offsets", "--topic", "a", "--time", str(2**50)) == "a:0:\na:1:\n"  # year 37,000
     assert "there is no partition 5" in cli.error("get-offsets", "--topic", "a", "--partitions", "0,5")
-    assert "--time takes -1 (latest), -2 (earliest) or a timestamp" in cli.error("get-offsets", "--time", "-3")
+    assert "--time takes -1 (latest), -2 (earliest), -3 (max-timestamp) or a timestamp" in cli.error(
+        "get-offsets", "--time", "-4")
+    cli.ok("produce", "a", "--partition", "1", stdin="w\n")  # (stamped after x, y and z were)
+    assert cli.ok("get-offsets", "--topic", "a", "--time", "-3") == "a:0:\na:1:3\n"
+    assert cli.ok("get-offsets", "--topic", "a", "--time", "max-timestamp") == "a:0:\na:1:3\n"
 
 
 def test_dump_log_prints_frames_records_damage_and_index_mismatches(cli, fabric_dir):

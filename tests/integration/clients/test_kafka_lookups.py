@@ -113,3 +113,21 @@ def test_a_principal_that_may_only_describe_the_topic_gets_the_offset_by_time_wi
             assert (answer.offset, answer.timestamp) == (0, timestamp), token
         finally:
             admin.close()
+
+
+def test_list_offsets_max_timestamp_answers_the_first_record_of_the_largest_timestamp(fab, stamped):
+    """KIP-734: the record with the largest timestamp, not the last one; the first of two that share it; -1 for a
+    partition with no record."""
+    fab.create_topic("spare")
+    with fab.producer() as producer:  # partition 0 now: t, t + 1 s, t + 2 s, t + 5 s, t + 3 s, t + 5 s
+        for shift in (5000, 3000, 5000):
+            producer.send("events", b"more", partition=0, timestamp=stamped + shift)
+    admin = AdminClient({"bootstrap.servers": fab.url})
+    try:
+        asked = {TopicPartition("events", 0): OffsetSpec.max_timestamp(),
+                 TopicPartition("events", 1): OffsetSpec.max_timestamp(),
+                 TopicPartition("spare", 0): OffsetSpec.max_timestamp()}
+        answers = [f.result() for f in admin.list_offsets(asked).values()]
+        assert [(a.offset, a.timestamp) for a in answers] == [(3, stamped + 5000), (0, stamped + 2000), (-1, -1)]
+    finally:
+        admin.close()
