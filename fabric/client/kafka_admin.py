@@ -197,6 +197,31 @@ def create_partitions(fab: Fabric, new_partitions: Mapping[str, NewPartitions] |
     return {topic: done_future(grow, topic, new) for topic, new in pairs}
 
 
+@dataclass(frozen=True)
+class DeletedRecords:
+    """What delete_records left of a partition (confluent-kafka's): its new log start offset."""
+
+    low_watermark: int
+
+
+def delete_records(fab: Fabric, partitions: Iterable[Any]) -> dict[TopicPartition, Future]:
+    """confluent-kafka's delete_records([TopicPartition(topic, p, offset)]): each partition's records below its
+    offset deleted (-1, OFFSET_END: every record), a future of its DeletedRecords per partition."""
+    chosen: dict[TopicPartition, int] = {}
+    for tp in listed(partitions, tuple, "delete_records", "[TopicPartition('orders', 0, 42)]"):
+        topic, partition = checks.topic_partition(tp, "delete_records")
+        offset = getattr(tp, "offset", None)
+        if offset is None:
+            raise InvalidArgumentError(f"delete_records takes each partition with the offset to delete below, e.g. "
+                                       f"TopicPartition({topic!r}, {partition}, 42) (-1: every record); "
+                                       f"{topic}-{partition} has none")
+        chosen[TopicPartition(topic, partition, offset)] = offset
+
+    def delete(tp: TopicPartition, before: int) -> DeletedRecords:
+        return DeletedRecords(fab.delete_records(tp.topic, tp.partition, before))
+    return {tp: done_future(delete, tp, before) for tp, before in chosen.items()}
+
+
 def listed(values: Any, kind: type, call: str, example: str) -> list[Any]:
     """`values` as a list of `kind`: a collection of them, never one alone or a string."""
     if isinstance(values, (str, bytes, kind)) or not isinstance(values, Iterable):

@@ -15,7 +15,7 @@ import math
 from concurrent.futures import Future
 from typing import Any, Iterator, Mapping, Sequence, TypeVar
 
-from fabric.client import kafka_configs, kafka_groups, kafka_metadata, partition_args
+from fabric.client import kafka_admin, kafka_configs, kafka_groups, kafka_metadata, partition_args
 from fabric.client.admin import Fabric
 from fabric.client.cluster import Cluster
 from fabric.client.confluent_message import Message
@@ -359,6 +359,20 @@ class AdminClient(Fabric):
     def delete_consumer_groups(self, group_ids: Sequence[str], **kwargs: Any) -> dict[str, Future]:
         """A future of each group's deletion."""
         return kafka_groups.confluent_delete_groups(self, group_ids)
+
+    def delete_consumer_group_offsets(self, delete_consumer_group_offsets_request: Sequence[Any],
+                                      **kwargs: Any) -> dict[str, Future]:
+        """A future of each group's partitions once their committed offsets are deleted."""
+        return kafka_groups.confluent_delete_offsets(self, delete_consumer_group_offsets_request)
+
+    def delete_records(self, topic_partition_offsets: Any, partition: int | None = None,  # type: ignore[override]
+                       before_offset: int | None = None, **kwargs: Any) -> dict[TopicPartition, Future] | int:
+        """delete_records([TopicPartition(topic, p, offset)]): a future per partition of its records below that
+        offset deleted (kafka_admin.DeletedRecords); the fabric's own form, delete_records(topic, partition,
+        before_offset), answers the new log start."""
+        if isinstance(topic_partition_offsets, str):
+            return super().delete_records(topic_partition_offsets, partition, before_offset)  # type: ignore[arg-type]
+        return kafka_admin.delete_records(self, topic_partition_offsets)
 
     def describe_cluster(self, **kwargs: Any) -> Future:
         """A future of the live data nodes and the cluster id (kafka_metadata.DescribeClusterResult)."""

@@ -240,6 +240,20 @@ def confluent_alter_offsets(fab: Fabric, requests: Iterable[ConsumerGroupTopicPa
     return {request.group_id: done_future(alter, request) for request in _requests(requests, "alter")}
 
 
+def confluent_delete_offsets(fab: Fabric, requests: Iterable[ConsumerGroupTopicPartitions]) -> dict[str, Future]:
+    """confluent-kafka's delete_consumer_group_offsets: a future of each group's named partitions once their
+    committed offsets are deleted (refused while a live member subscribes to one of their topics)."""
+    def delete(request: ConsumerGroupTopicPartitions) -> ConsumerGroupTopicPartitions:
+        named = [TopicPartition(*checks.topic_partition(tp, "delete_consumer_group_offsets"))
+                 for tp in request.topic_partitions or []]
+        if not named:
+            raise InvalidArgumentError("delete_consumer_group_offsets takes the partitions whose offsets to delete: "
+                                       "ConsumerGroupTopicPartitions('billing', [TopicPartition('orders', 0)])")
+        fab.delete_offsets(request.group_id, named)
+        return ConsumerGroupTopicPartitions(request.group_id, named)
+    return {request.group_id: done_future(delete, request) for request in _requests(requests, "delete")}
+
+
 def confluent_delete_groups(fab: Fabric, group_ids: Iterable[str]) -> dict[str, Future]:
     """confluent-kafka's delete_consumer_groups: a future of each group's deletion."""
     return {group: done_future(fab.delete_group, group)

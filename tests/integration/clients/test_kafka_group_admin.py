@@ -127,6 +127,38 @@ def test_confluent_group_calls(fab):
     admin.close()
 
 
+def test_confluent_delete_consumer_group_offsets_and_delete_records(fab):
+    from fabric.common.errors import GroupSubscribedToTopicError
+    _orders(fab)
+    admin = AdminClient({"bootstrap.servers": fab.url})
+    try:
+        admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions("audit", [
+            TopicPartition("orders", 0, 1), TopicPartition("orders", 1, 2)])])["audit"].result()
+        gone = admin.delete_consumer_group_offsets([ConsumerGroupTopicPartitions("audit", [ORDERS[0]])])
+        assert [(tp.topic, tp.partition) for tp in gone["audit"].result().topic_partitions] == [("orders", 0)]
+        assert sorted(fab.cluster.coordinator.committed("audit")) == [("orders", 1)]
+        with pytest.raises(InvalidArgumentError, match="takes the partitions whose offsets to delete"):
+            admin.delete_consumer_group_offsets([ConsumerGroupTopicPartitions("audit")])["audit"].result()
+        consumer = _joined(fab, "billing")
+        try:
+            with pytest.raises(GroupSubscribedToTopicError):
+                admin.delete_consumer_group_offsets([ConsumerGroupTopicPartitions("billing", ORDERS)])[
+                    "billing"].result()
+        finally:
+            consumer.close()
+
+        deleted = admin.delete_records([TopicPartition("orders", 0, 1), TopicPartition("orders", 1, -1)])
+        assert [f.result().low_watermark for f in deleted.values()] == [1, 2]
+        assert admin.delete_records("orders", 0, 2) == 2  # (the fabric's own form, on the same object)
+        assert [fab.describe_topic("orders").partitions[p].start_offset for p in (0, 1)] == [2, 2]
+        with pytest.raises(InvalidArgumentError, match="with the offset to delete below"):
+            admin.delete_records([ORDERS[0]])
+        with pytest.raises(OffsetOutOfRangeError):
+            admin.delete_records([TopicPartition("orders", 0, 99)])[ORDERS[0]].result()
+    finally:
+        admin.close()
+
+
 def test_confluent_list_topics_answers_cluster_metadata(fab):
     _orders(fab)
     admin = AdminClient({"bootstrap.servers": fab.url})
