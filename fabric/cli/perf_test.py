@@ -152,11 +152,16 @@ def producer_perf_test(args: argparse.Namespace) -> int:
         raise CommandError(f"--num-records must be at least 1, got {args.num_records}")
     if args.throughput == 0 or args.throughput < -1:
         raise CommandError(f"--throughput is records/s > 0, or -1 for no limit; got {args.throughput:g}")
-    payloads = _payloads(args)
+    if args.reporting_interval < 1:
+        raise CommandError(f"--reporting-interval is milliseconds >= 1, got {args.reporting_interval}")
     configs = _producer_configs(args)
     stride = max(1, min(MOST_SAMPLE_STRIDE, args.num_records // 1000))
     with open_fabric(args) as fab, fab.producer(configs) as producer:
-        fab.cluster.coordinator.topic(args.topic)  # (an unknown topic is named before anything is sent)
+        most = fab.cluster.coordinator.topic(args.topic).settings["max.message.bytes"]  # (an unknown topic: named)
+        if args.record_size is not None and args.record_size > most:
+            raise CommandError(f"--record-size {args.record_size} is over max.message.bytes={most} of topic "
+                               f"{args.topic!r}: give at most {most}, or raise it (fabric configs --alter)")
+        payloads = _payloads(args)
         stats = _SendStats(stride, args.reporting_interval / 1000)
         total_bytes = _send_all(producer, args, payloads, stats)
         producer.flush()
