@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import logging
 import os
 import sys
 import time
@@ -306,6 +307,19 @@ def open_log(directory, **config):
 def storage() -> StorageKit:
     """The storage tests' helpers (make_batch, open_log, read_all, scan_frames, cluster, fill, ...)."""
     return StorageKit()
+
+
+@pytest.fixture(autouse=True)
+def _cli_log_handlers_dropped() -> Iterator[None]:
+    """The stderr handler an in-process `fabric` command gave the root logger (fabric.common.logs.configure) goes
+    with its test: it writes to that test's captured stderr, which pytest closes, so a later log record (from a
+    thread another test left) would print a logging error into whatever test runs then."""
+    before = list(logging.getLogger().handlers)
+    yield
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if type(handler) is logging.StreamHandler and handler not in before:
+            root.removeHandler(handler)
 
 
 @pytest.fixture(autouse=True)
