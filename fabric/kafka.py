@@ -19,9 +19,10 @@ from fabric.client.kafka_configs import AlterConfigOpType, ConfigEntry, ConfigRe
 from fabric.client.kafka_groups import ConsumerGroupState, ConsumerGroupTopicPartitions, OffsetAndMetadata
 from fabric.client.kafka_metadata import TopicCollection
 from fabric.client.lookups import OffsetAndTimestamp
-from fabric.client.topic_partition import TopicPartition
+from fabric.client.topic_partition import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, TopicPartition
 
-__all__ = ["AdminClient", "AlterConfigOpType", "ConfigEntry", "ConfigResource", "ConfigSource", "Consumer",
-           "ConsumerGroupState", "ConsumerGroupTopicPartitions", "KafkaAdminClient", "KafkaConsumer", "KafkaProducer",
-           "Message", "NewPartitions", "NewTopic", "OffsetAndMetadata", "OffsetAndTimestamp", "OffsetSpec", "Producer",
+__all__ = ["OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "OFFSET_STORED", "AdminClient", "AlterConfigOpType",
+           "ConfigEntry", "ConfigResource", "ConfigSource", "Consumer", "ConsumerGroupState",
+           "ConsumerGroupTopicPartitions", "KafkaAdminClient", "KafkaConsumer", "KafkaProducer", "Message",
+           "NewPartitions", "NewTopic", "OffsetAndMetadata", "OffsetAndTimestamp", "OffsetSpec", "Producer",
            "ResourceType", "TopicCollection", "TopicPartition"]

@@ -26,6 +26,7 @@ from fabric.client.fetch_buffer import FetchBuffer, FetchedRun
 from fabric.client.lookups import Lookups
 from fabric.client.membership import Callback, GroupMember, GroupMetadata
 from fabric.client.offset_store import OffsetStore
+from fabric.client.rebalance_callbacks import RebalanceCallbacks
 from fabric.client.serializers import Deserializer, Deserializers
 from fabric.client.topic_partition import TopicPartition as NamedPartition
 from fabric.client.topic_partition import named, named_keys, with_offsets
@@ -37,7 +38,6 @@ from fabric.common.errors import (
     InvalidArgumentError,
     InvalidConfigError,
     MembershipError,
-    NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     UnknownPartitionError,
 )
@@ -71,11 +71,7 @@ class Consumer(Lookups):
         self.group_id = validate_group(group_id) if group_id is not None else None
         self._deserializers = Deserializers(key_deserializer, value_deserializer)
         self.config = client_config("consumer", CONSUMER_SETTINGS, config)
-        if (on_assign or on_revoke) and group_id is None:
-            raise InvalidConfigError("on_assign/on_revoke are group rebalance callbacks; pass group_id=... too")
-        if not all(callback is None or callable(callback) for callback in (on_assign, on_revoke)):
-            raise InvalidArgumentError("on_assign and on_revoke must be functions taking a list of (topic, partition)")
-        self._on_assign, self._on_revoke = on_assign, on_revoke
+        self._callbacks = RebalanceCallbacks.own(on_assign, on_revoke, group_id)
         self._member: GroupMember | None = None
         self._subscription: list[str] = []
         self._pattern: re.Pattern[str] | None = None
@@ -96,11 +92,16 @@ class Consumer(Lookups):
             self.subscribe(list(topics))
 
     # -- assignment --------------------------------------------------------------------------------
-    def subscribe(self, topics: Iterable[str] | str = (), pattern: str | None = None) -> None:
+    def subscribe(self, topics: Iterable[str] | str = (), pattern: str | None = None, *, on_assign: Any = None,
+                  on_revoke: Any = None, on_lost: Any = None, listener: Any = None) -> None:
         """Consume every partition of these topics (a str is one topic; new partitions are picked up as they
         appear), or of every topic whose name matches the regular expression `pattern` (re.match, as Kafka's
         pattern subscription; topics created later are picked up within a second; internal topics, named
-        __*, never match). An empty list unsubscribes, as in Kafka."""
+        __*, never match). An empty list unsubscribes, as in Kafka. Rebalance callbacks given here, confluent-kafka's
+        or kafka-python's listener, replace the consumer's (fabric.client.rebalance_callbacks)."""
+        callbacks = RebalanceCallbacks.given(self, on_assign, on_revoke, on_lost, listener, self.group_id)
+        if callbacks is not None:
+            self._callbacks = callbacks
         if pattern is not None:
             if topics:
                 raise InvalidArgumentError("subscribe() takes topics or pattern=, not both")
@@ -169,8 +170,7 @@ class Consumer(Lookups):
     def _assigned(self, partitions: list[TopicPartition]) -> None:
         if self._member is not None:
             self._set_assignment(self._member.assignment())
-        if self._on_assign:
-            self._on_assign(partitions)
+        self._callbacks.assigned(partitions)
 
     def _revoked(self, partitions: list[TopicPartition]) -> None:
         """Before giving them up: commit what the offset store has of them (with auto-commit on), tell the app."""
@@ -179,11 +179,11 @@ class Consumer(Lookups):
             mine = {tp: positions[tp] for tp in partitions if tp in positions}
             if mine:
                 self._try_commit(mine)
-        self._lost(partitions)
+        self._callbacks.revoked(partitions)
+        self._set_assignment([tp for tp in self._assignment if tp not in partitions])
 
     def _lost(self, partitions: list[TopicPartition]) -> None:
-        if self._on_revoke:
-            self._on_revoke(partitions)
+        self._callbacks.lost(partitions)
         self._set_assignment([tp for tp in self._assignment if tp not in partitions])
 
     def group_metadata(self) -> GroupMetadata:
@@ -304,32 +304,13 @@ class Consumer(Lookups):
             self._positions[tp] = self._initial_position(tp)
         return self._positions[tp]
 
-    def _initial_position(self, tp: TopicPartition) -> int:
-        if self.group_id is not None:
-            committed = self.cluster.coordinator.committed(self.group_id, [tp[0]]).get(tp)
-            if committed is not None:
-                return self._clamp(tp, committed.offset)
-        return self._reset(tp)
-
-    def _reset(self, tp: TopicPartition) -> int:
-        state = self._partition_state(tp)
-        policy = self.config["auto_offset_reset"]
-        if policy == "none":
-            raise NoOffsetForPartitionError(
-                f"no committed offset for {tp[0]}-{tp[1]} and auto_offset_reset=none; "
-                "seek() first or set auto_offset_reset to earliest or latest")
-        return state.start_offset if policy == "earliest" else state.end_offset
-
-    def _clamp(self, tp: TopicPartition, offset: int) -> int:
-        state = self._partition_state(tp)
-        return offset if state.start_offset <= offset <= state.end_offset else self._reset(tp)
-
     def seek(self, partition: Any, offset: Any = None, *more: Any) -> None:
         """Read the partition from `offset` next: seek(tp, offset) (kafka-python), seek(TopicPartition(topic,
-        partition, offset)) (confluent-kafka) or seek(topic, partition, offset)."""
+        partition, offset)) (confluent-kafka) or seek(topic, partition, offset); confluent-kafka's logical offsets
+        too (OFFSET_BEGINNING, OFFSET_END, OFFSET_STORED: Lookups._logical)."""
         tp, offset = partition_args.seek_target(partition, offset, more)
         self._fetch_position(tp)
-        self._positions[tp] = offset
+        self._positions[tp] = offset if offset >= 0 else self._logical(tp, offset)
         self._buffer.drop(lambda pending: pending == tp)
 
     def seek_to_beginning(self, *partitions: Any) -> None:

@@ -23,7 +23,7 @@ from fabric.client.consumer import Consumer
 from fabric.client.kafka_metadata import ClusterMetadata, cluster_metadata
 from fabric.client.lookups import OffsetAndTimestamp, times_wanted
 from fabric.client.producer import Producer as FabricProducer
-from fabric.client.topic_partition import TopicPartition
+from fabric.client.topic_partition import OFFSET_INVALID, TopicPartition
 from fabric.client.url import bootstrap_url, open_cluster
 from fabric.common import checks
 from fabric.common.config import PRODUCER_SETTINGS, client_config, merged_client_config
@@ -33,7 +33,6 @@ from fabric.common.records import Record
 Servers = str | Sequence[str] | None
 C = TypeVar("C", bound="_OwningConsumer")
 ADMIN_SETTINGS = {"client_id": PRODUCER_SETTINGS["client_id"]}  # what the admin clients take besides their servers
-OFFSET_INVALID = -1001  # confluent-kafka's offset that is not known
 
 
 def _cluster(servers: Servers) -> Cluster:
@@ -204,15 +203,47 @@ class Producer(_OwningProducer):
 class ConsumerClient(_OwningConsumer):
     """confluent-kafka's Consumer(conf) (exported as fabric.kafka.Consumer): poll() answers one Message or None,
     consume() a list of Messages, commit() is asynchronous unless asked (`asynchronous=False`) and takes a
-    Message; position([...]), committed([...]) and offsets_for_times([...]) answer its lists of TopicPartitions;
+    Message; subscribe() calls its rebalance callbacks with the consumer; position([...]), committed([...]) and
+    offsets_for_times([...]) answer its lists of TopicPartitions;
     list_topics(), get_watermark_offsets(), memberid() and the incremental assignment calls are confluent-kafka's
     too; every other call (subscribe, assign, position, seek, pause, close, ...) is the fabric
     consumer's.
     `group.id` and the rest of `conf` are its config, with Kafka's names."""
 
+    _assigning = False  # inside subscribe()'s on_assign: assign() starts the group's partitions at offsets
+
     def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         servers, configs = _conf(conf, kwargs, "Consumer")
         super().__init__(servers, **configs)
+
+    def subscribe(self, topics: Sequence[str], on_assign: Any = None, on_revoke: Any = None, on_lost: Any = None
+                  ) -> None:
+        """Subscribe to `topics` (one name starting with ^ is a regular expression, as librdkafka's), with the
+        rebalance callbacks called as confluent-kafka calls them: callback(this consumer, partitions). Inside
+        on_assign, assign(partitions) starts each partition at the offset it carries (OFFSET_BEGINNING, OFFSET_END
+        or a number), as librdkafka's rebalance callback does."""
+        def assigning(consumer: Any, partitions: list[TopicPartition]) -> None:
+            self._assigning = True
+            try:
+                on_assign(self, partitions)
+            finally:
+                self._assigning = False
+        names = [topics] if isinstance(topics, str) else list(topics)
+        pattern = names[0] if len(names) == 1 and isinstance(names[0], str) and names[0].startswith("^") else None
+        revoking = None if on_revoke is None else (lambda _c, parts: on_revoke(self, parts))
+        losing = None if on_lost is None else (lambda _c, parts: on_lost(self, parts))
+        self.consumer.subscribe(() if pattern else names, pattern=pattern,
+                                on_assign=None if on_assign is None else assigning, on_revoke=revoking, on_lost=losing)
+
+    def assign(self, partitions: Sequence[Any]) -> None:
+        """Consume exactly these partitions; inside subscribe()'s on_assign, start the group's partitions at the
+        offsets they carry instead (their assignment is the group's)."""
+        if not self._assigning:
+            self.consumer.assign(partitions)
+            return
+        for tp in partition_args.partition_list(partitions, "assign()"):
+            if tp.offset is not None and tp.offset != OFFSET_INVALID:
+                self.consumer.seek(tp)
 
     def poll(self, timeout: float | None = None) -> Message | None:
         """The next message, waiting up to `timeout` seconds (None or -1: as long as it takes); None if none came."""

@@ -1,6 +1,7 @@
 """What a consumer looks up about topics and partitions without reading them: the topics it may read, a topic's
-partitions, and a partition's offsets (first, end, by time), as kafka-python's and confluent-kafka's consumers
-answer them. Every end offset looked up is noted as the partition's last known high watermark."""
+partitions, a partition's offsets (first, end, by time) as kafka-python's and confluent-kafka's consumers answer
+them, and where a partition without a position is read from (the group's commit, else auto_offset_reset). Every
+end offset looked up is noted as the partition's last known high watermark."""
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, NamedTuple
@@ -8,10 +9,10 @@ from typing import Any, Iterable, Mapping, NamedTuple
 from fabric.client import partition_args
 from fabric.client.client_metrics import ConsumerCounts
 from fabric.client.cluster import Cluster
+from fabric.client.topic_partition import OFFSET_BEGINNING, OFFSET_END, named_keys
 from fabric.client.topic_partition import TopicPartition as NamedPartition
-from fabric.client.topic_partition import named_keys
 from fabric.common import checks
-from fabric.common.errors import AuthorizationError
+from fabric.common.errors import AuthorizationError, NoOffsetForPartitionError
 from fabric.common.names import INTERNAL_PREFIX, validate_topic
 from fabric.common.record_checks import MAX_TIMESTAMP_MS, MAX_TIMESTAMP_US
 from fabric.common.types import PartitionState, TopicPartition
@@ -64,6 +65,8 @@ class Lookups:
     """The consumer's lookups (a base of fabric.client.consumer.Consumer, whose cluster and counts they use)."""
 
     cluster: Cluster
+    group_id: str | None
+    config: dict[str, Any]
     _counts: ConsumerCounts
 
     def topics(self) -> set[str]:
@@ -96,6 +99,36 @@ class Lookups:
         answer)."""
         wanted = times_wanted(timestamps)
         return named_keys({tp: found_by_time(self.cluster, tp[0], tp[1], ts) for tp, ts in wanted.items()})
+
+    def _initial_position(self, tp: TopicPartition) -> int:
+        """Where a partition without a position is read from: the group's committed offset, else
+        auto_offset_reset's end of the log."""
+        if self.group_id is not None:
+            committed = self.cluster.coordinator.committed(self.group_id, [tp[0]]).get(tp)
+            if committed is not None:
+                return self._clamp(tp, committed.offset)
+        return self._reset(tp)
+
+    def _reset(self, tp: TopicPartition) -> int:
+        state = self._partition_state(tp)
+        policy = self.config["auto_offset_reset"]
+        if policy == "none":
+            raise NoOffsetForPartitionError(
+                f"no committed offset for {tp[0]}-{tp[1]} and auto_offset_reset=none; "
+                "seek() first or set auto_offset_reset to earliest or latest")
+        return state.start_offset if policy == "earliest" else state.end_offset
+
+    def _clamp(self, tp: TopicPartition, offset: int) -> int:
+        state = self._partition_state(tp)
+        return offset if state.start_offset <= offset <= state.end_offset else self._reset(tp)
+
+    def _logical(self, tp: TopicPartition, offset: int) -> int:
+        """confluent-kafka's logical offset as a position: OFFSET_BEGINNING the log start, OFFSET_END its end,
+        OFFSET_STORED and OFFSET_INVALID where a partition without a position is read from."""
+        if offset in (OFFSET_BEGINNING, OFFSET_END):
+            state = self._partition_state(tp)
+            return state.start_offset if offset == OFFSET_BEGINNING else state.end_offset
+        return self._initial_position(tp)
 
     def _partition_state(self, tp: TopicPartition) -> PartitionState:
         """The partition's offsets, asked of the fabric (its end noted as the last known high watermark)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, TypeGuard
 
-from fabric.client.topic_partition import TopicPartition
+from fabric.client.topic_partition import LOGICAL_OFFSETS, TopicPartition
 from fabric.common import checks
 from fabric.common.errors import InvalidArgumentError
 from fabric.common.records import Record
@@ -60,19 +60,22 @@ def one(args: tuple[Any, ...], what: str, or_list: bool = False) -> TopicPartiti
 
 def seek_target(partition: Any, offset: Any, more: tuple[Any, ...]) -> tuple[TopicPartition, int]:
     """seek()'s partition and offset: seek(tp, offset) (kafka-python), seek(TopicPartition(topic, partition,
-    offset)) (confluent-kafka) or seek(topic, partition, offset)."""
+    offset)) (confluent-kafka, whose logical offsets OFFSET_BEGINNING, ... a TopicPartition may carry) or
+    seek(topic, partition, offset)."""
+    carried = False
     if len(more) == 1 and isinstance(partition, str):
         tp, offset = _partition((partition, offset), "seek()"), more[0]
     elif not more and not isinstance(partition, str):
         tp = _partition(partition, "seek()")
-        offset = tp.offset if offset is None else offset
+        carried, offset = offset is None, tp.offset if offset is None else offset
     else:
         tp = None
     if tp is None or offset is None:
         given = checks.shown((partition, offset, *more))
         raise InvalidArgumentError("seek() takes a partition and an offset: seek(TopicPartition('orders', 0), 42), "
                                    f"seek(TopicPartition('orders', 0, 42)) or seek('orders', 0, 42); got {given}")
-    return tp, checks.offset(offset, "seek() offset")
+    logical = carried and type(offset) is int and offset in LOGICAL_OFFSETS
+    return tp, offset if logical else checks.offset(offset, "seek() offset")
 
 
 def commit_offsets(offsets: Any, message: Record | None) -> Any:

@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import Iterable, Mapping, NamedTuple, TypeVar
 
 V = TypeVar("V")
+# confluent-kafka's logical offsets, which a TopicPartition may carry to assign() and seek()
+OFFSET_BEGINNING, OFFSET_END, OFFSET_STORED, OFFSET_INVALID = -2, -1, -1000, -1001
+LOGICAL_OFFSETS = (OFFSET_BEGINNING, OFFSET_END, OFFSET_STORED, OFFSET_INVALID)
 
 
 class _Pair(NamedTuple):

@@ -34,7 +34,9 @@ def unfrozen():
 def test_objects_held_now_and_made_later_are_frozen_and_a_periodic_full_collection_reclaims_cycles(unfrozen) -> None:
     collector = QuietCollector(freeze_s=0.01, full_s=0.2).start()
     try:
-        assert gc.get_freeze_count() > 0 and frozen(Node)  # what the process held at the start
+        # what the process held at the start (waited for: a loaded machine may let the collector's own full
+        # collection, 0.2 s on, begin first, and the objects are unfrozen while it runs)
+        wait_for(lambda: gc.get_freeze_count() > 0 and frozen(Node), 30, "what the process held to be frozen")
         kept = [Node() for _ in range(1000)]
         wait_for(lambda: frozen(kept[-1]), 30, "objects made later to be frozen")
         cycle = Node()
