@@ -26,6 +26,7 @@ from fabric.common import trace
 from fabric.common.errors import FabricError, OutOfOrderSequenceError, UnknownProducerIdError
 from fabric.common.types import TopicPartition
 from fabric.server.connection import call_deadline
+from fabric.storage.batch_encoding import Encoded, Rows
 from fabric.storage.lock import PartitionBusy, may_wait
 
 log = logging.getLogger(__name__)
@@ -54,12 +55,16 @@ class Appender:
             if self._pool is not None:
                 self._pool.shutdown(wait=False)
 
-    def by_partition(self, topic: str, rows: pa.Table | pa.RecordBatch, parts: np.ndarray, deadline: Deadline,
+    def by_partition(self, topic: str, rows: pa.Table | Rows, parts: np.ndarray, deadline: Deadline,
                      max_bytes: int) -> list[BatchMetadata]:
         """Append each partition's run of `rows`, in chunks of at most `max_bytes` (the topic's
         max.message.bytes), by `deadline`; where each chunk landed, in partition order (other producers may append
         between two chunks of one run). Over a network the partitions' runs go together, each run's chunks one
-        after another; the first partition's error is raised once every run has ended."""
+        after another; the first partition's error is raised once every run has ended. Rows encoded by their
+        maker (one record: fabric.client.one_record) go to their one partition as they are."""
+        if isinstance(rows, Encoded):
+            partition = int(parts[0])
+            return [BatchMetadata(topic, partition, self.append(topic, partition, rows, deadline), rows.num_rows)]
         rows, runs = batching.by_partition(rows, parts)
         size = self.config["batch_size"]
         work = [(p, batching.chunks(batching.run(rows, lo, hi), size, max_bytes)) for p, lo, hi in runs]
@@ -153,7 +158,7 @@ class Appender:
         except FabricError as exc:
             return exc
 
-    def _acknowledged(self, topic: str, partition: int, rows: pa.RecordBatch, batch: BatchSequence | None,
+    def _acknowledged(self, topic: str, partition: int, rows: Rows, batch: BatchSequence | None,
                       base: int) -> int:
         """An append was acknowledged at `base`: counted, and an idempotent batch's sequence followed."""
         if trace.ON:
@@ -181,7 +186,7 @@ class Appender:
                 self._pool = concurrent.futures.ThreadPoolExecutor(APPEND_THREADS, "fabric-producer-append")
             return self._pool
 
-    def append(self, topic: str, partition: int, rows: pa.RecordBatch, deadline: Deadline) -> int:
+    def append(self, topic: str, partition: int, rows: Rows, deadline: Deadline) -> int:
         """Append one batch by `deadline`. An idempotent producer's batch carries its producer id and sequence,
         so a retry after a lost answer or a leader failover is not written twice; without idempotence it may be
         (at least once)."""
@@ -200,7 +205,7 @@ class Appender:
             return contextlib.nullcontext()
         return _InOrder(self.sequences.partition_lock(tp), tp, records, deadline)
 
-    def _sequenced(self, topic: str, partition: int, rows: pa.RecordBatch, deadline: Deadline,
+    def _sequenced(self, topic: str, partition: int, rows: Rows, deadline: Deadline,
                    batch: BatchSequence, failed: FabricError | None = None) -> int:
         """Append an idempotent batch with `batch`'s fields (its partition lock held), after an attempt that
         `failed` if any; a partition that forgot the producer makes it take a new id and send once more."""
@@ -218,7 +223,7 @@ class Appender:
         batch.written(rows.num_rows)
         return base
 
-    def _retrying(self, topic: str, partition: int, rows: pa.RecordBatch, deadline: Deadline,
+    def _retrying(self, topic: str, partition: int, rows: Rows, deadline: Deadline,
                   producer: Callable[[], dict[str, int]], failed: FabricError | None = None) -> int:
         """Append one batch (with the `producer()` fields: an idempotent producer's id and sequence, asked for
         within the attempt), each attempt within request_timeout_ms, retrying a retriable error (a coordinator

@@ -31,6 +31,7 @@ from fabric.common.types import (
 )
 from fabric.coordinator.interface import Coordinator
 from fabric.storage import frame
+from fabric.storage.batch_encoding import Rows
 from fabric.storage.cleaner import CleanReport
 from fabric.storage.encoder import FrameEncoder as FrameEncoder  # part of this interface
 
@@ -119,9 +120,10 @@ class Cluster(ABC):
         generation and member id fence a group member's commit as Coordinator.commit_offsets does."""
 
     @abstractmethod
-    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
+    def append(self, topic: str, partition: int, rows: Rows, codec: str = "none", acks: str = "all",
                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
-        """Append stored rows to a partition; returns the first row's offset. `acks` ("0", "1", "all") says when
+        """Append stored rows (or their message, as a maker in this process laid it out) to a partition; returns
+        the first row's offset. `acks` ("0", "1", "all") says when
         a replicated partition's leader answers: after its own append, or once the in-sync replicas have it. An
         idempotent producer (producer_id from init_producer_id, and the partition's sequence of the first row)
         is not written twice by a retry: the retry answers the offset of the first write."""

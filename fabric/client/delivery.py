@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -103,6 +103,13 @@ class Drain:
             event.set()
         for call in waiting:
             _call_back(call)
+
+
+def fail_all(drains: Iterable[Drain], error: BaseException) -> None:
+    """Fail every future of these batches with `error` (their callbacks run)."""
+    for drain in drains:
+        drain.error = error
+        drain.finish()
 
 
 def _call_back(call: Callable[[], None]) -> None:

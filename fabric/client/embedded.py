@@ -14,8 +14,6 @@ import os
 import sqlite3
 from typing import Callable, Mapping
 
-import pyarrow as pa
-
 from fabric.client.cluster import Cluster
 from fabric.common.errors import InvalidConfigError
 from fabric.common.types import TopicPartition
@@ -33,6 +31,7 @@ from fabric.server.offsets_retention import (
 )
 from fabric.server.periodic import Periodic
 from fabric.server.publish import Staged
+from fabric.storage.batch_encoding import Rows
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY, LogMaintenance
 from fabric.storage.producer_state import DEFAULT_EXPIRATION_MS
 
@@ -99,7 +98,7 @@ class EmbeddedCluster(Broker, Cluster):
             forgetting.stop(timeout_s)
         super().stop_maintenance(timeout_s)
 
-    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
+    def append(self, topic: str, partition: int, rows: Rows, codec: str = "none", acks: str = "all",
                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
         self.start_maintenance(self.retention_check_interval_ms)
         return super().append(topic, partition, rows, codec, acks, producer_id, producer_epoch, base_sequence)

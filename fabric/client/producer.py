@@ -27,17 +27,17 @@ import time
 import weakref
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from fabric.client import batching, idempotence
+from fabric.client import batching, idempotence, one_record
 from fabric.client.appends import Appender
 from fabric.client.client_metrics import Metrics, ProducerCounts
 from fabric.client.cluster import Cluster
 from fabric.client.confluent_producer import ConfluentProducerCalls
-from fabric.client.delivery import BatchMetadata, DeliveryCallback, Drain, SendFuture
+from fabric.client.delivery import BatchMetadata, DeliveryCallback, Drain, SendFuture, fail_all
 from fabric.client.idempotence import Sequences
 from fabric.client.partitioner import StickyPartitioner, assign_listed, assign_partitions
 from fabric.client.send_timeouts import Deadline, delivery_timeout_ms
@@ -59,9 +59,10 @@ from fabric.common.errors import (
 )
 from fabric.common.names import validate_topic
 from fabric.common.record_checks import Headers, TypedValueRule
-from fabric.common.records import HEADERS, TIMESTAMP, plain_rows, to_storage, typed_rows
+from fabric.common.records import HEADERS, TIMESTAMP, to_storage, typed_rows
 from fabric.common.types import TopicInfo, TopicPartition, TransactionalOffsets
 from fabric.server.connection import call_deadline
+from fabric.storage.batch_encoding import Encoded
 from fabric.storage.lock import PartitionBusy, without_waiting
 
 METADATA_MAX_AGE_S = 5.0
@@ -110,6 +111,7 @@ class Producer(ConfluentProducerCalls):
         self._batch_size = self.config["batch_size"]
         self._linger = self.config["linger_ms"] / 1000.0
         self._codec = self.config["compression_type"]
+        self._direct = cluster.appends_in_process and self._codec == "none"  # one record: fabric.client.one_record
         self._acks = "all" if self.config["acks"] == "-1" else self.config["acks"]
         idempotent = idempotence.enabled(self.config, self._acks, given)
         self._sequences = Sequences(cluster) if idempotent else None
@@ -320,7 +322,7 @@ class Producer(ConfluentProducerCalls):
         deadline = self._deadline(buf.created)
         try:  # (each call below is bounded by the deadline: a metadata refresh, each append's request)
             meta = self._topic(topic, within=max(deadline.left(), 0))
-            rows, parts = self._buffered_rows(buf, meta.info)
+            rows, parts = self._buffered_rows(buf, meta.info, self._direct)
             with without_waiting() if in_place else contextlib.nullcontext():
                 metas = self._appender.by_partition(topic, rows, parts, deadline, meta.max_bytes)
             drain.partitions, drain.offsets = parts, batching.record_offsets(parts, metas)
@@ -349,13 +351,15 @@ class Producer(ConfluentProducerCalls):
                   and self._drain_topic(drain.topic, only=drain, wait=False, in_place=True)):
             self._hurry(drain, time.monotonic() + timeout)
 
-    def _buffered_rows(self, buf: _Buffer, info: TopicInfo) -> tuple[pa.Table | pa.RecordBatch, np.ndarray]:
+    def _buffered_rows(self, buf: _Buffer, info: TopicInfo, direct: bool = False
+                       ) -> tuple[pa.Table | pa.RecordBatch | Encoded, np.ndarray]:
         """A buffer's records as stored rows of its topic (`info`), and the partition of each; its drain learns how
-        they are stamped (the timestamps its RecordMetadata report)."""
+        they are stamped (the timestamps its RecordMetadata report). `direct`: an append to a log of this process,
+        which takes one record as its message (one_record)."""
         now_us = SYSTEM_CLOCK.now_us()
         buf.drain.stamp(buf.timestamps, now_us // 1000, info.settings["message.timestamp.type"] == "CreateTime")
         if info.value_schema is None:  # plain values, each checked by send(): built straight in their stored types
-            return (plain_rows(buf.values, buf.keys, buf.headers, buf.timestamps, now_us),
+            return (one_record.plain_stored(buf.values, buf.keys, buf.headers, buf.timestamps, now_us, info, direct),
                     assign_listed(buf.drain.topic, buf.keys, buf.partitions, info.partitions, self._sticky))
         values = typed_rows(buf.values, info.value_schema)
         columns = {
@@ -422,7 +426,7 @@ class Producer(ConfluentProducerCalls):
                 bases = manager.commit(publish)
             except BaseException as exc:
                 self._counts.failed(sum(len(buf.values) for buf in buffers.values()))
-                _fail(buffers.values(), exc)
+                fail_all((b.drain for b in buffers.values()), exc)
                 raise
             self._counts.sent(*(chunk for chunks in parts.values() for chunk in chunks))
             for buf, assigned, runs in built:
@@ -441,8 +445,8 @@ class Producer(ConfluentProducerCalls):
             buffers, self._buffers = self._buffers, {}
             txn = manager.txn
             manager.aborted()
-        _fail(buffers.values(), TransactionAbortedError(f"transaction {txn} was aborted: this record was not "
-                                                        "written"))
+        fail_all((b.drain for b in buffers.values()), TransactionAbortedError(f"transaction {txn} was aborted: "
+                                                                              "this record was not written"))
 
     # -- linger, flush, close ----------------------------------------------------------------------
     def _ensure_linger_thread(self) -> None:
@@ -461,8 +465,8 @@ class Producer(ConfluentProducerCalls):
             else:
                 now = time.monotonic()
                 return [t for t, b in self._buffers.items() if b.due <= now and t not in self._draining]
-        _fail(buffers.values(), ClientTimeoutError("the producer was closed before this record was sent "
-                                                   "(close(timeout) ran out); it was not written"))
+        fail_all((b.drain for b in buffers.values()), ClientTimeoutError(
+            "the producer was closed before this record was sent (close(timeout) ran out); it was not written"))
         return None
 
     def _until_due(self) -> float:
@@ -496,7 +500,7 @@ class Producer(ConfluentProducerCalls):
             buffers, self._buffers = (self._buffers, {}) if dropped is not None else ({}, self._buffers)
             in_flight = [drain for drain, _ in self._draining.values()]
         if dropped is not None:
-            _fail(buffers.values(), dropped)
+            fail_all((b.drain for b in buffers.values()), dropped)
         return in_flight
 
     def __len__(self) -> int:
@@ -572,13 +576,6 @@ class Producer(ConfluentProducerCalls):
 def _left(deadline: float) -> float:
     """Seconds until `deadline` (time.monotonic()), at least 0."""
     return max(deadline - time.monotonic(), 0.0)
-
-
-def _fail(buffers: Iterable[_Buffer], error: BaseException) -> None:
-    """Fail every future of the buffered records with `error` (their callbacks run)."""
-    for buf in buffers:
-        buf.drain.error = error
-        buf.drain.finish()
 
 
 def _linger_loop(ref: weakref.ref[Producer], wake: threading.Condition) -> None:

@@ -32,7 +32,8 @@ class RebalanceCallbacks:
         """The fabric consumer's own callbacks (its constructor's), each called with the partitions."""
         if (on_assign or on_revoke) and group_id is None:
             raise InvalidConfigError("on_assign/on_revoke are group rebalance callbacks; pass group_id=... too")
-        _callable(("on_assign", on_assign), ("on_revoke", on_revoke))
+        if not all(callback is None or callable(callback) for callback in (on_assign, on_revoke)):
+            raise InvalidArgumentError("on_assign and on_revoke must be functions taking a list of (topic, partition)")
         return cls(on_assign, on_revoke)
 
     @classmethod

@@ -35,6 +35,7 @@ from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.offsets_records import OFFSETS_PARTITIONS, OFFSETS_TOPIC, offsets_partition
 from fabric.server import wire
 from fabric.server.connection import Connection, action_call, fetch_call, parse_url, put_call, time_left
+from fabric.storage.batch_encoding import Rows, decoded
 from fabric.storage.cleaner import CleanReport
 
 
@@ -194,8 +195,9 @@ class RemoteCluster(Cluster):
         """One DoPut of `batches()` (re-made on every retry); returns the server's JSON answer."""
         return self.connection.call(put_call(descriptor, schema, batches))
 
-    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
+    def append(self, topic: str, partition: int, rows: Rows, codec: str = "none", acks: str = "all",
                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
+        rows = decoded(rows)
         args = {"topic": topic, "partition": partition, "codec": codec, "producer_id": producer_id,
                 "producer_epoch": producer_epoch, "base_sequence": base_sequence}
         answer = self.protocol.coordinator("produce", args, produce_payload(rows))

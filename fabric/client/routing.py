@@ -45,6 +45,7 @@ from fabric.common.types import (
 )
 from fabric.server import wire
 from fabric.server.connection import Call, action_call, fetch_call, put_call
+from fabric.storage.batch_encoding import Rows, decoded
 from fabric.storage.cleaner import CleanReport
 
 log = logging.getLogger(__name__)
@@ -207,9 +208,10 @@ class RoutingCluster(RemoteCluster):
                                   state.isr, state.leader_epoch)
 
     # -- data ------------------------------------------------------------------------------------------------
-    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
+    def append(self, topic: str, partition: int, rows: Rows, codec: str = "none", acks: str = "all",
                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
         """At the leader node, which answers (acks=all) once the in-sync replicas have the rows, within hold_ms."""
+        rows = decoded(rows)
         def at_node(target: Target) -> Call:
             return self._produce_call(target, rows, self._produce_args(target, topic, partition, codec, acks,
                                                                        producer_id, producer_epoch, base_sequence))

@@ -53,6 +53,7 @@ from fabric.server import admission, partition_ops, publish, recovery
 from fabric.server.publish import Frame, Staged
 from fabric.server.security import ANONYMOUS
 from fabric.storage import batch_encoding, frame
+from fabric.storage.batch_encoding import Rows
 from fabric.storage.cleaner import CleanReport
 from fabric.storage.log import Log
 from fabric.storage.log_maintenance import LogMaintenance
@@ -262,7 +263,7 @@ class Broker:
             return recovery.recover_topics(self.logs, self.coordinator, names, self.max_partitions)
 
     # -- data --------------------------------------------------------------------------------------
-    def append(self, topic: str, partition: int, rows: pa.RecordBatch, codec: str = "none", acks: str = "all",
+    def append(self, topic: str, partition: int, rows: Rows, codec: str = "none", acks: str = "all",
                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
         """Append to a single-directory partition: it has one replica, so every `acks` answers after the append.
         An idempotent producer's retry is not written twice (see Log.append). Its topic deleted meanwhile is

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import pyarrow as pa
-
 from fabric.common import checks
 from fabric.common.codecs import CODECS
 from fabric.common.config import INT_MAX, LONG_MAX
@@ -14,6 +12,7 @@ from fabric.common.errors import InvalidConfigError, InvalidRequestError
 from fabric.common.redaction import clip
 from fabric.common.types import Fetched, PartitionState, ProducerBatch, TopicInfo
 from fabric.server import admission
+from fabric.storage.batch_encoding import Rows
 from fabric.storage.log import Log
 from fabric.storage.producer_state import SEQUENCE_MAX
 from fabric.storage.reader import ISOLATION_LEVELS
@@ -89,7 +88,7 @@ def marker_producer(value: Any) -> tuple[int, int]:
     return batch.producer_id, batch.producer_epoch
 
 
-def append(log: Log, topic: str, partition: int, rows: pa.RecordBatch, codec: str, leader_epoch: int = -1,
+def append(log: Log, topic: str, partition: int, rows: Rows, codec: str, leader_epoch: int = -1,
            producer: ProducerBatch | None = None, transactional: bool = False) -> int:
     """Append stored rows after admission (schema, sizes, timestamps); returns the first row's offset (an
     idempotent producer's retry: the offset it was written at). A leader stamps its `leader_epoch` on the frame

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import replace
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -46,6 +47,14 @@ class Encoded:
         if self._batch is None:
             self._batch = frame.decode_batch(self.payload, self.schema)
         return self._batch
+
+
+Rows: TypeAlias = pa.RecordBatch | Encoded  # stored rows: a batch, or its message as its maker laid it out
+
+
+def decoded(rows: Rows) -> pa.RecordBatch:
+    """The rows as a batch (an Encoded one's, decoded without a copy): what a request to a server carries."""
+    return rows.batch if isinstance(rows, Encoded) else rows
 
 
 def encode(batch: pa.RecordBatch | Encoded, codec: str = "none", timestamp_type: int = 0,
