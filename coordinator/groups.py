@@ -323,8 +323,8 @@ class GroupCoordinator:
                 self._check_generation(s, generation)
             return s, True  # joined the new generation, has not fetched it yet
         topics = {t for m in s.members.values() for t in m.topics}
-        if any(partitions_of(t) != s.partition_counts.get(t, 0) for t in topics):
-            self._prepare(s, now_ms)
+        if len(s.members) > self.max_size or any(partitions_of(t) != s.partition_counts.get(t, 0) for t in topics):
+            self._prepare(s, now_ms)  # over a lowered group.max.size: the rebalance keeps the first to rejoin
             return s, True
         return s, False
 
@@ -373,12 +373,13 @@ class GroupCoordinator:
         _to(s, GroupStatus.EMPTY)
 
     def _maybe_complete(self, s: GroupState, now_ms: int, partitions_of: PartitionsOf) -> None:
-        """Finish the rebalance once every member has rejoined (or the deadline removed the rest):
-        bump the generation, pick the protocol and compute the assignment."""
+        """Finish the rebalance once every member has rejoined (or the deadline removed the rest, or group.max.size
+        members rejoined a group that was over a lowered limit: the rest are removed, as Kafka evicts the last to
+        rejoin): bump the generation, pick the protocol and compute the assignment."""
         if s.state != GroupStatus.PREPARING_REBALANCE:
             return
         waiting = [mid for mid, m in s.members.items() if m.joined_generation != s.generation + 1]
-        if waiting and now_ms < s.rebalance_deadline_ms:
+        if waiting and now_ms < s.rebalance_deadline_ms and len(s.members) - len(waiting) < self.max_size:
             return
         for mid in waiting:
             s.members.pop(mid)

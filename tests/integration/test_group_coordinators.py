@@ -124,3 +124,41 @@ def test_a_member_past_group_max_size_is_refused_by_the_coordinator_process(coor
             after = fab.describe_consumer_group("small")
             assert (after.state, after.generation, len(after.members)) == ("Stable", before.generation, 1)
             assert len(first.assignment()) == 2
+
+
+def test_a_group_over_a_lowered_group_max_size_keeps_one_member_when_its_coordinator_restarts(coordinators) -> None:
+    """The coordinator restarted with --group-max-size 1 under a group of two consumers (Kafka's rolling restart
+    with a lower group.max.size): the group rebalances at the next heartbeat, the first member to rejoin keeps
+    every partition, and the other hears GroupMaxSizeReachedError naming the key from its poll()."""
+    instance = coordinators()
+    with fabric.connect(instance.url()) as fab:
+        fab.create_topic("shrunk", partitions=2)
+        members = [fab.consumer("shrunk", group_id="shrinking", session_timeout_ms=45_000,
+                                heartbeat_interval_ms=500) for _ in range(2)]
+        try:
+            def spread() -> bool:
+                for member in members:
+                    member.poll(0.1)
+                return [len(member.assignment()) for member in members] == [1, 1]
+            wait_for(spread, SETTLE_S, "a partition each")
+            instance.stop()
+            instance.extra = ("--group-max-size", "1")
+            instance.start()
+            refused: dict[int, GroupMaxSizeReachedError] = {}
+
+            def shrunk() -> bool:
+                for number, member in enumerate(members):
+                    if number not in refused:
+                        try:
+                            member.poll(0.1)
+                        except GroupMaxSizeReachedError as exc:
+                            refused[number] = exc
+                kept = [member for number, member in enumerate(members) if number not in refused]
+                return len(kept) == 1 and len(kept[0].assignment()) == 2
+            wait_for(shrunk, SETTLE_S, "one member keeping both partitions, the other refused")
+            assert "group.max.size is 1 and it has 1" in str(next(iter(refused.values())))
+            group = fab.describe_consumer_group("shrinking")
+            assert (group.state, len(group.members)) == ("Stable", 1)
+        finally:
+            for member in members:
+                member.close()

@@ -304,6 +304,38 @@ def test_a_new_member_past_group_max_size_is_refused_and_the_members_keep_their_
     assert sorted(s.members) == sorted((static.member_id, third.member_id))
 
 
+def test_a_group_over_a_lowered_group_max_size_keeps_the_first_members_to_rejoin(gc):
+    """group.max.size lowered under a group's size (a coordinator restarted with a smaller limit): the next heartbeat
+    starts a rebalance, which completes once the limit's worth of members rejoined, without the rest (Kafka evicts
+    the last to rejoin); an evicted member is unknown, and joining again it is refused as any new member past the
+    limit is. The members kept share every partition."""
+    parts = Topics(t=4)
+    s, ids = GroupState(), []
+    for now in range(3):
+        s, joined = gc.join(s, req(), now, parts)
+        ids.append(joined.member_id)
+    for mid in ids:
+        s, joined = gc.join(s, req(mid), 3, parts)
+    for mid in ids:
+        s, _ = gc.sync(s, mid, joined.generation, 4)
+    assert s.state == GroupStatus.STABLE and len(s.members) == 3
+    generation = s.generation
+    gc.max_size = 2
+    s, rejoin = gc.heartbeat(s, ids[1], generation, 5, parts)
+    assert rejoin and s.state == GroupStatus.PREPARING_REBALANCE
+    s, first = gc.join(s, req(ids[2]), 6, parts)
+    assert not first.ready and s.state == GroupStatus.PREPARING_REBALANCE
+    s, second = gc.join(s, req(ids[0]), 7, parts)
+    assert second.ready and second.generation == generation + 1 and second.members == tuple(sorted(ids[::2]))
+    assert sorted(s.members) == sorted(ids[::2]) and s.rebalance_deadline_ms > 7  # well before the deadline
+    owned = [gc.sync(s, mid, second.generation, 8)[1].assignment for mid in ids[::2]]
+    assert sorted(tp for tps in owned for tp in tps) == [("t", p) for p in range(4)]
+    with pytest.raises(UnknownMemberError):
+        gc.join(s, req(ids[1]), 9, parts)
+    with pytest.raises(GroupMaxSizeReachedError, match=r"group.max.size is 2 and it has 2"):
+        gc.join(s, req(), 10, parts)
+
+
 def test_a_member_without_a_shared_assignor_is_refused(gc):
     parts = Topics(t=2)
     s, _, _ = stable_pair(gc, parts, assignors=("range",))
