@@ -1,13 +1,15 @@
 """`fabric dump-log`: kafka-dump-log, for an operator looking into a partition's files as they lie on disk (a
 damaged disk, a recovery's report): a segment's frames one line each, every CRC checked, the damage between them
-(scan.Walk, as readers find it), and with --print-data-log their records; an offset or time index's entries,
-each offset index entry checked against the frame it names. It reads the files only, so it works on a copy, or
-on a stopped node's directory, with nothing running."""
+(scan.Walk, as readers find it), with --deep-iteration each record's metadata and with --print-data-log the
+records; an offset or time index's entries, each checked (an offset index entry against the frame it names), or
+with --verify-index-only / --index-sanity-check only the entries that fail. It reads the files only, so it works
+on a copy, or on a stopped node's directory, with nothing running."""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from typing import Any
 
 import pyarrow as pa
 
@@ -15,7 +17,7 @@ from fabric.cli.common import CommandError, add_command, utc_text
 from fabric.cli.formats import json_line
 from fabric.common.codecs import CODECS
 from fabric.common.errors import CorruptRecordError
-from fabric.common.records import CREATE_TIME, LOG_APPEND_TIME, stored_records, value_schema_of
+from fabric.common.records import CREATE_TIME, LOG_APPEND_TIME, Record, stored_records, value_schema_of
 from fabric.storage import frame
 from fabric.storage.frame import FrameError, FrameHeader
 from fabric.storage.index import OffsetIndex, TimeIndex
@@ -34,9 +36,9 @@ def dump_log(args: argparse.Namespace) -> None:
         base = _base_offset(path, kind)
         print(f"Dumping {path}")
         if kind == DATA_SUFFIX:
-            _dump_segment(path, base, args.print_data_log)
+            _dump_segment(path, base, args.print_data_log, args.deep_iteration)
         else:
-            _dump_index(path, base, kind)
+            _dump_index(path, base, kind, args.verify_index_only or args.index_sanity_check)
 
 
 def _base_offset(path: str, kind: str) -> int:
@@ -51,8 +53,9 @@ def _base_offset(path: str, kind: str) -> int:
     return int(stem)
 
 
-def _dump_segment(path: str, base: int, print_data: bool) -> None:
-    """The schema, then one line per frame or damaged range, and the records of each with `print_data`."""
+def _dump_segment(path: str, base: int, print_data: bool, deep: bool) -> None:
+    """The schema, then one line per frame or damaged range, and the records of each: with `print_data` as JSON
+    lines, with `deep` their metadata as kafka-dump-log --deep-iteration prints it."""
     seg = Segment(os.path.dirname(os.path.abspath(path)), base)
     schema: pa.Schema | None
     try:
@@ -68,13 +71,26 @@ def _dump_segment(path: str, base: int, print_data: bool) -> None:
             print(f"Damaged: {item.describe()}")
             continue
         print(_frame_line(item.header, item.position))
-        if print_data and schema is not None and item.header.delivered:
+        if (print_data or deep) and schema is not None and item.header.delivered:
             payload = seg.view().slice(item.position + frame.HEADER_SIZE, item.header.length)
             batch = frame.decode_batch(payload, schema)
             stamp_type = LOG_APPEND_TIME if item.header.attributes & frame.ATTR_LOG_APPEND_TIME else CREATE_TIME
             typed = value_schema_of(schema) is not None
-            for record in stored_records(batch, topic, partition, item.header.base_offset, stamp_type):
-                sys.stdout.write("| " + json_line(record, typed).decode())
+            for number, record in enumerate(stored_records(batch, topic, partition, item.header.base_offset,
+                                                           stamp_type)):
+                sys.stdout.write("| " + json_line(record, typed).decode() if print_data
+                                 else _record_line(record, item.header, number) + "\n")
+
+
+def _record_line(record: Record, h: FrameHeader, number: int) -> str:
+    """One record's metadata as kafka-dump-log --deep-iteration prints it (a typed value's size is its columns')."""
+    def size(data: Any) -> str:
+        return "-1" if data is None else str(len(data)) if isinstance(data, bytes) else "typed"
+    stamp = "LogAppendTime" if record.timestamp_type == LOG_APPEND_TIME else "CreateTime"
+    sequence = -1 if h.base_sequence < 0 else h.base_sequence + number
+    return (f"| offset: {record.offset} {stamp}: {record.timestamp} keySize: {size(record.key)} "
+            f"valueSize: {size(record.value)} sequence: {sequence} "
+            f"headerKeys: [{','.join(key for key, _ in record.headers)}]")
 
 
 def _frame_line(h: FrameHeader, position: int) -> str:
@@ -100,17 +116,28 @@ def _named(path: str) -> tuple[str, int]:
     return (os.path.basename(os.path.dirname(directory)), int(name)) if name.isdigit() else ("", -1)
 
 
-def _dump_index(path: str, base: int, kind: str) -> None:
-    """An index's entries (absolute offsets); an offset index entry that names no frame starting at its offset is
-    flagged, as kafka-dump-log --index-sanity-check flags it."""
+def _dump_index(path: str, base: int, kind: str, failures_only: bool) -> None:
+    """An index's entries (absolute offsets), each checked: an offset index entry must name a frame starting at
+    its offset, a time index's timestamps and offsets must not fall. With `failures_only`, only the failing
+    entries, then whether the index passed (kafka-dump-log --verify-index-only, --index-sanity-check)."""
+    lines: list[tuple[str, str]] = []
     if kind == TIME_SUFFIX:
+        previous = (-2**63, -1)
         for stamp, rel in TimeIndex(path).entries.tolist():
-            print(f"timestamp: {_when(stamp)} offset: {base + rel}")
-        return
-    data = path[:-len(kind)] + DATA_SUFFIX
-    view = Segment(os.path.dirname(os.path.abspath(path)), base).view() if os.path.isfile(data) else None
-    for rel, position in OffsetIndex(path).entries.tolist():
-        print(f"offset: {base + rel} position: {position}{_index_check(view, base + rel, position)}")
+            fault = " MISMATCH: it falls below the entry before it" if (stamp, rel) < previous else ""
+            previous = max(previous, (stamp, rel))
+            lines.append((f"timestamp: {_when(stamp)} offset: {base + rel}", fault))
+    else:
+        data = path[:-len(kind)] + DATA_SUFFIX
+        view = Segment(os.path.dirname(os.path.abspath(path)), base).view() if os.path.isfile(data) else None
+        lines = [(f"offset: {base + rel} position: {position}", _index_check(view, base + rel, position))
+                 for rel, position in OffsetIndex(path).entries.tolist()]
+    failed = [line + fault for line, fault in lines if fault]
+    for line in failed if failures_only else [line + fault for line, fault in lines]:
+        print(line)
+    if failures_only:
+        print(f"{path} failed sanity check: {len(failed)} of {len(lines)} entries" if failed
+              else f"{path} passed sanity check ({len(lines)} entries).")
 
 
 def _index_check(view: pa.Buffer | None, offset: int, position: int) -> str:
@@ -136,4 +163,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 "flagging offset index entries that name no frame. Reads the files only: nothing "
                                 "needs to run, and a copy of the files will do.")
     p.add_argument("--files", required=True, metavar="FILE[,FILE]", help="the files to print, comma-separated")
-    p.add_argument("--print-data-log", action="store_true", help="print each frame's records too")
+    p.add_argument("--print-data-log", action="store_true", help="print each frame's records too, as JSON lines")
+    p.add_argument("--deep-iteration", action="store_true", help="print each frame's records' offset, timestamp, "
+                   "key and value sizes, sequence and header keys")
+    p.add_argument("--verify-index-only", action="store_true", help="of an index, print only the entries that "
+                   "fail their check, then whether it passed")
+    p.add_argument("--index-sanity-check", action="store_true", help="the same as --verify-index-only")

@@ -286,6 +286,31 @@ def test_dump_log_prints_frames_records_damage_and_index_mismatches(cli, fabric_
     assert "is not a segment (.arrows) or index" in cli.error("dump-log", "--files", f"{stem}.txnindex")
 
 
+def test_dump_log_deep_iteration_and_index_checks_as_kafka_dump_log_takes_them(cli, fabric_dir):
+    """--deep-iteration: a line of metadata per record (offset, timestamp, key and value sizes, sequence, header
+    keys); --verify-index-only and --index-sanity-check: only an index's failing entries, then whether it passed."""
+    cli.ok("topics", "create", "deep")
+    cli.ok("produce", "deep", "--property", "parse.key=true", stdin="k1\tone\nk22\tthree\n")
+    stem = os.path.join(fabric_dir, "deep", "0", "0" * 20)
+    deep = [line for line in cli.ok("dump-log", "--files", f"{stem}.arrows", "--deep-iteration").splitlines()
+            if line.startswith("| ")]
+    assert [line.split(" CreateTime: ")[0] for line in deep] == ["| offset: 0", "| offset: 1"]
+    assert [line.split(" keySize: ")[1] for line in deep] == [
+        "2 valueSize: 3 sequence: 0 headerKeys: []", "3 valueSize: 5 sequence: 1 headerKeys: []"]  # idempotent
+    for flag in ("--verify-index-only", "--index-sanity-check"):
+        assert cli.ok("dump-log", "--files", f"{stem}.index", flag) == \
+            f"Dumping {stem}.index\n{stem}.index passed sanity check (1 entries).\n"
+    with open(f"{stem}.index", "r+b") as index:
+        index.seek(4)
+        position = int.from_bytes(index.read(4), "little")
+        index.seek(4)
+        index.write((position + 1).to_bytes(4, "little"))
+    assert cli.ok("dump-log", "--files", f"{stem}.index", "--verify-index-only").splitlines()[1:] == [
+        f"offset: 0 position: {position + 1} MISMATCH: no frame header there",
+        f"{stem}.index failed sanity check: 1 of 1 entries"]
+    assert "passed sanity check (" in cli.ok("dump-log", "--files", f"{stem}.timeindex", "--index-sanity-check")
+
+
 def test_configs_describes_and_alters_topic_configs_with_kafka_configs_flags(cli):
     """kafka-configs: --alter --add-config (a bracketed value keeps its commas) and --delete-config, --describe of
     the overrides and --all of every config with its source; other entity types are refused with the fix."""
