@@ -30,6 +30,8 @@ from fabric.client.producer import Producer
 
 MB = 1024 * 1024
 MOST_SAMPLE_STRIDE = 64  # a delivery callback on one record in at most this many
+DEFAULT_TRANSACTIONAL_ID = "performance-producer-default-transactional-id"  # Kafka's test's
+TRANSACTION_DURATION_MS = 3000  # a transactional test's transactions, by default (Kafka's test's)
 POLL_S = 0.1  # the consumer test's longest wait per poll, so that its timeout is noticed promptly
 NOT_RECORD_BYTES = {"topic", "partition", "offset", "timestamp", "timestampType", "headers"}  # not counted as data
 CSV_HEADER = ("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
@@ -155,6 +157,7 @@ def producer_perf_test(args: argparse.Namespace) -> int:
     if args.reporting_interval < 1:
         raise CommandError(f"--reporting-interval is milliseconds >= 1, got {args.reporting_interval}")
     configs = _producer_configs(args)
+    duration_ms = _transactions(args, configs)
     stride = max(1, min(MOST_SAMPLE_STRIDE, args.num_records // 1000))
     with open_fabric(args) as fab, fab.producer(configs) as producer:
         most = fab.cluster.coordinator.topic(args.topic).settings["max.message.bytes"]  # (an unknown topic: named)
@@ -163,7 +166,7 @@ def producer_perf_test(args: argparse.Namespace) -> int:
                                f"{args.topic!r}: give at most {most}, or raise it (fabric configs --alter)")
         payloads = _payloads(args)
         stats = _SendStats(stride, args.reporting_interval / 1000)
-        total_bytes = _send_all(producer, args, payloads, stats)
+        total_bytes = _send_all(producer, args, payloads, stats, duration_ms)
         producer.flush()
         print(stats.summary(args.num_records, total_bytes), flush=True)
         if args.print_metrics:
@@ -176,11 +179,35 @@ def producer_perf_test(args: argparse.Namespace) -> int:
     return 0
 
 
-def _send_all(producer: Producer, args: argparse.Namespace, payloads: list[bytes], stats: _SendStats) -> int:
-    """send() each record, a sampled one with its delivery callback; the bytes sent."""
+def _transactions(args: argparse.Namespace, configs: dict[str, str]) -> int | None:
+    """How long each transaction runs (ms), None unless the test is transactional: --transactional-id,
+    --transaction-duration-ms or a transactional.id among the producer's configs (which the first sets), as
+    Kafka's test takes them (the id then defaults to DEFAULT_TRANSACTIONAL_ID, the duration to 3000 ms)."""
+    duration_ms = args.transaction_duration_ms
+    if duration_ms is not None and duration_ms < 1:
+        raise CommandError(f"--transaction-duration-ms must be at least 1, got {duration_ms}")
+    if args.transactional_id is not None:
+        configs["transactional.id"] = args.transactional_id
+    elif duration_ms is not None:
+        configs.setdefault("transactional.id", DEFAULT_TRANSACTIONAL_ID)
+    return (duration_ms or TRANSACTION_DURATION_MS) if configs.get("transactional.id") else None
+
+
+def _send_all(producer: Producer, args: argparse.Namespace, payloads: list[bytes], stats: _SendStats,
+              duration_ms: int | None) -> int:
+    """send() each record, a sampled one with its delivery callback, in transactions of `duration_ms` each
+    (committed as each ends, the last at the end) unless it is None; the bytes sent."""
     single = payloads[0] if len(payloads) == 1 else None
     total = 0
+    if duration_ms is not None:
+        producer.init_transactions()
+        producer.begin_transaction()
+        began = time.perf_counter()
     for i in range(args.num_records):
+        if duration_ms is not None and (time.perf_counter() - began) * 1000 >= duration_ms:
+            producer.commit_transaction()
+            producer.begin_transaction()
+            began = time.perf_counter()
         value = single if single is not None else random.choice(payloads)
         total += len(value)
         if i % stats.stride:
@@ -190,6 +217,8 @@ def _send_all(producer: Producer, args: argparse.Namespace, payloads: list[bytes
             stats.report_due()
         if args.throughput > 0:
             _throttled(i + 1, args.throughput, stats.started)
+    if duration_ms is not None:
+        producer.commit_transaction()
     return total
 
 
@@ -295,6 +324,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--reporting-interval", type=int, default=5000, metavar="MS",
                    help="a line of the last MS milliseconds' figures every MS (default 5000)")
     p.add_argument("--print-metrics", action="store_true", help="print the producer's metrics at the end")
+    p.add_argument("--transactional-id", metavar="ID", help="send in transactions of this transactional.id "
+                   f"(default with --transaction-duration-ms: {DEFAULT_TRANSACTIONAL_ID})")
+    p.add_argument("--transaction-duration-ms", type=int, metavar="MS", help="commit each transaction after MS "
+                   f"milliseconds and begin the next (default when transactional: {TRANSACTION_DURATION_MS})")
 
     p = add_command(subparsers, "consumer-perf-test", consumer_perf_test,
                     "read records as fast as they come and print the rate (kafka-consumer-perf-test)",

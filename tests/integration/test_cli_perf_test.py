@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import fabric
+from fabric.common.waiting import wait_for
 
 SUMMARY = re.compile(r"^(\d+) records sent, [\d.]+ records/sec \([\d.]+ MB/sec\), [\d.]+ ms avg latency, [\d.]+ ms "
                      r"max latency, ([\d.]+) ms 50th, [\d.]+ ms 95th, [\d.]+ ms 99th, ([\d.]+) ms 99.9th\.$")
@@ -56,6 +57,28 @@ def test_a_payload_file_a_throughput_cap_and_a_short_topic(fabric_cli, tmp_path)
     assert short.returncode == 1
     assert "stopped after 300 of the 301 records" in short.stderr
     assert short.stdout.strip().split(", ")[4] == "300"
+
+
+def test_a_transactional_producer_perf_test_commits_every_transaction_duration(fabric_cli, tmp_path) -> None:
+    """--transactional-id and --transaction-duration-ms (Kafka's): the records go in transactions committed as each
+    duration ends and at the end, so a read_committed consumer reads them all and the id has committed more than
+    one; a duration under 1 ms is refused."""
+    url = f"file://{tmp_path / 'fab'}"
+    fabric.connect(url).create_topic("perf-tx", partitions=2)
+    sent = fabric_cli("--url", url, "producer-perf-test", "--topic", "perf-tx", "--num-records", "400",
+                      "--record-size", "10", "--throughput", "2000", "--transactional-id", "perf-tx-id",
+                      "--transaction-duration-ms", "50")
+    assert sent.returncode == 0, sent.stderr
+    assert fabric.connect(url).describe_transaction("perf-tx-id").committed_sequence >= 1  # 0.2 s at 2,000/s
+    with fabric.connect(url).consumer("perf-tx", auto_offset_reset="earliest",
+                                      isolation_level="read_committed") as consumer:
+        read: list = []
+        wait_for(lambda: read.extend(consumer.poll(0.2, max_records=400)) or len(read) >= 400, 30,
+                 "the committed records")
+    assert len(read) == 400
+    refused = fabric_cli("--url", url, "producer-perf-test", "--topic", "perf-tx", "--num-records", "1",
+                         "--record-size", "1", "--throughput", "-1", "--transaction-duration-ms", "0")
+    assert refused.returncode == 1 and "--transaction-duration-ms must be at least 1" in refused.stderr
 
 
 def test_bad_perf_test_lines_are_refused_naming_the_fix(fabric_cli, tmp_path) -> None:
