@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fabric.cli import client_properties
+from fabric.cli import client_properties, perf_plot
 from fabric.cli.common import CommandError, add_command, add_subject, bootstrap_url, open_fabric
 from fabric.client.client_metrics import Metrics
 from fabric.client.consumer import Consumer
@@ -55,6 +55,12 @@ class _Window:
                 f"({self.bytes / seconds / MB:.2f} MB/sec), {np.mean(lat):.1f} ms avg latency, "
                 f"{max(lat):.1f} ms max latency.")
 
+    def point(self, now: float, started: float) -> perf_plot.Point:
+        """The window as --plot draws it, ending at `now`, `started` being when the test started."""
+        lat = self.latencies or [0.0]
+        return perf_plot.Point(now - started, self.records / max(now - self.began, 1e-9), float(np.mean(lat)),
+                               max(lat))
+
 
 class _SendStats:
     """What a producer test prints: a window line every `interval_s`, from the sampled acknowledgements (each
@@ -66,6 +72,7 @@ class _SendStats:
         self.window = _Window(self.started)
         self.latencies: list[float] = []
         self.errors: list[BaseException] = []
+        self.points: list[perf_plot.Point] = []  # every window's, for --plot
 
     def sampled(self, sent_at: float, size: int) -> DeliveryCallback:
         """The delivery callback of a record sent at `sent_at`, `size` bytes."""
@@ -86,7 +93,13 @@ class _SendStats:
         now = time.perf_counter()
         if now - self.window.began >= self.interval_s:
             print(self.window.line(now), flush=True)
+            self.points.append(self.window.point(now, self.started))
             self.window = _Window(now)
+
+    def plotted(self) -> list[perf_plot.Point]:
+        """Every window's point, the last one's (cut short by the test's end) among them when it has records."""
+        last = [self.window.point(time.perf_counter(), self.started)] if self.window.records else []
+        return self.points + last
 
     def summary(self, records: int, total_bytes: int) -> str:
         seconds = max(time.perf_counter() - self.started, 1e-9)
@@ -156,6 +169,7 @@ def producer_perf_test(args: argparse.Namespace) -> int:
         raise CommandError(f"--throughput is records/s > 0, or -1 for no limit; got {args.throughput:g}")
     if args.reporting_interval < 1:
         raise CommandError(f"--reporting-interval is milliseconds >= 1, got {args.reporting_interval}")
+    perf_plot.check(args.plot)
     configs = _producer_configs(args)
     duration_ms = _transactions(args, configs)
     stride = max(1, min(MOST_SAMPLE_STRIDE, args.num_records // 1000))
@@ -169,6 +183,8 @@ def producer_perf_test(args: argparse.Namespace) -> int:
         total_bytes = _send_all(producer, args, payloads, stats, duration_ms)
         producer.flush()
         print(stats.summary(args.num_records, total_bytes), flush=True)
+        if args.plot:
+            perf_plot.save(args.plot, f"producer-perf-test, {args.topic}: acknowledged records", stats.plotted())
         if args.print_metrics:
             _print_metrics(producer.metrics())
         failed = producer.metrics()["producer-metrics"]["record-error-total"]
@@ -259,6 +275,7 @@ def consumer_perf_test(args: argparse.Namespace) -> int:
         raise CommandError(f"--messages must be at least 1, got {args.messages}")
     if args.timeout < 1 or args.reporting_interval < 1:
         raise CommandError("--timeout and --reporting-interval are milliseconds >= 1")
+    perf_plot.check(args.plot)
     configs = client_properties.given(args, "consumer")
     group = client_properties.take(configs, "group.id", "--group", args.group)
     configs.setdefault("auto.offset.reset", "latest" if args.from_latest else "earliest")
@@ -271,12 +288,18 @@ def consumer_perf_test(args: argparse.Namespace) -> int:
             return _read_all(consumer, args, started)
 
 
+def _read_point(started: float, begin: float, end: float, records: int) -> perf_plot.Point:
+    """A consumer test's span [begin, end] (epoch seconds) as --plot draws it."""
+    return perf_plot.Point(end - started, records / max(end - begin, 1e-9))
+
+
 def _read_all(consumer: Consumer, args: argparse.Namespace, started: float) -> int:
     """consumer_perf_test's reading, from `started` (epoch seconds), when the consumer was asked for."""
     joined_s = time.time() - started if consumer.assignment() else None
     records = data = 0
     last_data = interval_start = started
     interval_records = interval_data = 0
+    points: list[perf_plot.Point] = []
     while records < args.messages:
         table = consumer.poll_batch(POLL_S)
         now = time.time()
@@ -293,8 +316,13 @@ def _read_all(consumer: Consumer, args: argparse.Namespace, started: float) -> i
         if (now - interval_start) * 1000 >= args.reporting_interval:
             line = _csv_row(interval_start, now, 0.0, records - interval_records, data - interval_data)
             print(line, flush=True, file=sys.stdout if args.show_detailed_stats else sys.stderr)
+            points.append(_read_point(started, interval_start, now, records - interval_records))
             interval_start, interval_records, interval_data = now, records, data
     print(_csv_row(started, time.time(), joined_s or 0.0, records, data), flush=True)
+    if args.plot:
+        last = [_read_point(started, interval_start, time.time(), records - interval_records)]
+        perf_plot.save(args.plot, f"consumer-perf-test, {args.topic}: records read",
+                       points + (last if records > interval_records else []))
     if args.print_metrics:
         _print_metrics(consumer.metrics())
     return 0 if records >= args.messages else 1
@@ -324,6 +352,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--reporting-interval", type=int, default=5000, metavar="MS",
                    help="a line of the last MS milliseconds' figures every MS (default 5000)")
     p.add_argument("--print-metrics", action="store_true", help="print the producer's metrics at the end")
+    p.add_argument("--plot", metavar="FILE.png", help="draw each window's records/s and latencies into FILE.png")
     p.add_argument("--transactional-id", metavar="ID", help="send in transactions of this transactional.id "
                    f"(default with --transaction-duration-ms: {DEFAULT_TRANSACTIONAL_ID})")
     p.add_argument("--transaction-duration-ms", type=int, metavar="MS", help="commit each transaction after MS "
@@ -350,3 +379,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="Kafka's old name of --bootstrap-server")
     client_properties.add_options(p, "consumer", "fetch.max.bytes=52428800")
     p.add_argument("--print-metrics", action="store_true", help="print the consumer's metrics at the end")
+    p.add_argument("--plot", metavar="FILE.png", help="draw each --reporting-interval's records/s into FILE.png")

@@ -81,6 +81,24 @@ def test_a_transactional_producer_perf_test_commits_every_transaction_duration(f
     assert refused.returncode == 1 and "--transaction-duration-ms must be at least 1" in refused.stderr
 
 
+def test_perf_tests_plot_their_windows_into_a_png(fabric_cli, tmp_path) -> None:
+    """--plot FILE.png: the windows' records/s (and the producer's latencies) drawn into a PNG; another file name is
+    refused before anything is sent."""
+    url = f"file://{tmp_path / 'fab'}"
+    fabric.connect(url).create_topic("perf-plot")
+    for tool, line in (("producer-perf-test", ["--num-records", "600", "--record-size", "10", "--throughput", "3000"]),
+                       ("consumer-perf-test", ["--messages", "600"])):
+        png = tmp_path / f"{tool}.png"
+        done = fabric_cli("--url", url, tool, "--topic", "perf-plot", *line, "--reporting-interval", "50",
+                          "--plot", str(png))
+        assert done.returncode == 0, done.stderr
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    refused = fabric_cli("--url", url, "producer-perf-test", "--topic", "perf-plot", "--num-records", "1",
+                         "--record-size", "1", "--throughput", "-1", "--plot", str(tmp_path / "plot.txt"))
+    assert refused.returncode == 1 and "give a file name ending in .png" in refused.stderr
+    assert fabric.connect(url).describe_topic("perf-plot").partitions[0].end_offset == 600
+
+
 def test_bad_perf_test_lines_are_refused_naming_the_fix(fabric_cli, tmp_path) -> None:
     url = f"file://{tmp_path / 'fab'}"
     fabric.connect(url).create_topic("perf")
