@@ -16,13 +16,15 @@ from fabric.client.kafka_admin import NewPartitions, NewTopic, OffsetSpec
 from fabric.client.kafka_clients import AdminClient, KafkaAdminClient, KafkaConsumer, KafkaProducer, Producer
 from fabric.client.kafka_clients import ConsumerClient as Consumer
 from fabric.client.kafka_configs import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
+from fabric.client.kafka_configs import ResourceType as ConfigResourceType  # kafka-python's name (TOPIC, BROKER)
+from fabric.client.kafka_elections import ElectionType
 from fabric.client.kafka_groups import ConsumerGroupState, ConsumerGroupTopicPartitions, OffsetAndMetadata
 from fabric.client.kafka_metadata import TopicCollection
 from fabric.client.lookups import OffsetAndTimestamp
 from fabric.client.topic_partition import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, TopicPartition
 
 __all__ = ["OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "OFFSET_STORED", "AdminClient", "AlterConfigOpType",
-           "ConfigEntry", "ConfigResource", "ConfigSource", "Consumer", "ConsumerGroupState",
-           "ConsumerGroupTopicPartitions", "KafkaAdminClient", "KafkaConsumer", "KafkaProducer", "Message",
-           "NewPartitions", "NewTopic", "OffsetAndMetadata", "OffsetAndTimestamp", "OffsetSpec", "Producer",
+           "ConfigEntry", "ConfigResource", "ConfigResourceType", "ConfigSource", "Consumer", "ConsumerGroupState",
+           "ConsumerGroupTopicPartitions", "ElectionType", "KafkaAdminClient", "KafkaConsumer", "KafkaProducer",
+           "Message", "NewPartitions", "NewTopic", "OffsetAndMetadata", "OffsetAndTimestamp", "OffsetSpec", "Producer",
            "ResourceType", "TopicCollection", "TopicPartition"]

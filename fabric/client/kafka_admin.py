@@ -19,12 +19,18 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NoReturn
 
 from fabric.client.lookups import found_at_max_time, found_by_time
 from fabric.client.topic_partition import TopicPartition
 from fabric.common import checks
-from fabric.common.errors import FabricError, InvalidArgumentError, LeaderNotAvailableError, TopicExistsError
+from fabric.common.errors import (
+    FabricError,
+    InvalidArgumentError,
+    InvalidRequestError,
+    LeaderNotAvailableError,
+    TopicExistsError,
+)
 
 if TYPE_CHECKING:
     from fabric.client.admin import Fabric
@@ -216,10 +222,41 @@ def delete_records(fab: Fabric, partitions: Iterable[Any]) -> dict[TopicPartitio
                                        f"TopicPartition({topic!r}, {partition}, 42) (-1: every record); "
                                        f"{topic}-{partition} has none")
         chosen[TopicPartition(topic, partition, offset)] = offset
+    return records_deleted(fab, chosen)
 
+
+def records_deleted(fab: Fabric, chosen: Mapping[TopicPartition, int]) -> dict[TopicPartition, Future]:
+    """Each partition's records below its offset deleted (-1: every record), a future of its DeletedRecords:
+    what both clients' delete_records do, each then answering in its own shape."""
     def delete(tp: TopicPartition, before: int) -> DeletedRecords:
         return DeletedRecords(fab.delete_records(tp.topic, tp.partition, before))
     return {tp: done_future(delete, tp, before) for tp, before in chosen.items()}
+
+
+class NoAclCalls:
+    """Both clients' ACL calls (create_acls, describe_acls, delete_acls), refused naming the file that holds the
+    fabric's ACLs and how a change takes effect (no_acl_calls)."""
+
+    def create_acls(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Create ACLs: refused, as no admin call reaches the acl.file that holds them."""
+        raise no_acl_calls("create_acls()")
+
+    def describe_acls(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """List ACLs: refused, as no admin call reaches the acl.file that holds them."""
+        raise no_acl_calls("describe_acls()")
+
+    def delete_acls(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Delete ACLs: refused, as no admin call reaches the acl.file that holds them."""
+        raise no_acl_calls("delete_acls()")
+
+
+def no_acl_calls(call: str) -> InvalidRequestError:
+    """The error of both clients' ACL calls: the fabric's ACLs are a file its servers read, not admin state."""
+    return InvalidRequestError(
+        f"{call} is not served: a fabric keeps its ACLs in the acl.file (--acl-file) of its coordinator and of "
+        "each data node, `principal operation resource` lines each process reads when it starts, and no admin call "
+        "lists or changes them. Read or edit that file on every server, then restart each process so it reads it "
+        "again (docs/security.md, Principals, tokens and ACLs). An embedded fabric (file://) has no ACLs.")
 
 
 def listed(values: Any, kind: type, call: str, example: str) -> list[Any]:

@@ -13,13 +13,24 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import Future
-from typing import Any, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Iterator, Mapping, Sequence, TypeVar, cast
 
-from fabric.client import kafka_admin, kafka_configs, kafka_groups, kafka_metadata, partition_args
+from fabric.client import (
+    kafka_admin,
+    kafka_configs,
+    kafka_elections,
+    kafka_groups,
+    kafka_metadata,
+    kafka_python_admin,
+    partition_args,
+)
 from fabric.client.admin import Fabric
 from fabric.client.cluster import Cluster
 from fabric.client.confluent_message import Message
 from fabric.client.consumer import Consumer
+from fabric.client.kafka_admin import NoAclCalls
+from fabric.client.kafka_configs import ConfigResource
+from fabric.client.kafka_groups import OffsetAndMetadata
 from fabric.client.kafka_metadata import ClusterMetadata, cluster_metadata
 from fabric.client.lookups import OffsetAndTimestamp, times_wanted
 from fabric.client.producer import Producer as FabricProducer
@@ -120,8 +131,9 @@ class _OwningConsumer:
 
 class KafkaConsumer(_OwningConsumer):
     """kafka-python's KafkaConsumer of `topics`, over the fabric `bootstrap_servers` names: poll(timeout_ms,
-    max_records) answers {TopicPartition: [records]}, offsets_for_times() OffsetAndTimestamps; iterating it and
-    every other call are the fabric consumer's."""
+    max_records) answers {TopicPartition: [records]}, offsets_for_times() OffsetAndTimestamps, assignment() and
+    subscription() sets, committed(tp, metadata=True) an OffsetAndMetadata; iterating it and every other call are
+    the fabric consumer's."""
 
     def __init__(self, *topics: str, bootstrap_servers: Servers = None, **configs: Any) -> None:
         super().__init__(bootstrap_servers, *topics, **configs)
@@ -144,15 +156,36 @@ class KafkaConsumer(_OwningConsumer):
         OffsetAndTimestamp(offset, timestamp), or None where no record is that late."""
         return self.consumer.records_for_times(timestamps)
 
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads now, as kafka-python's set."""
+        return set(self.consumer.assignment())
+
+    def subscription(self) -> set[str] | None:
+        """The topics subscribed, as kafka-python's set; None while the consumer subscribes to none."""
+        topics = self.consumer.subscription()
+        return set(topics) if topics else None
+
+    def committed(self, partition: Any = None, *more: Any, metadata: bool = False) -> Any:
+        """The group's committed offset of the partition, or None; `metadata=True`, as kafka-python's
+        OffsetAndMetadata(offset, metadata, leader_epoch). Lists of partitions take the fabric consumer's forms."""
+        offset = self.consumer.committed(partition, *more)
+        if not metadata or offset is None or isinstance(offset, Mapping):
+            return offset
+        tp = partition_args.one((partition, *more), "committed()")
+        group = cast("str", self.consumer.group_id)  # (committed() above refused a consumer without a group)
+        stored = self._owned.coordinator.committed(group).get(tp)
+        return None if stored is None else OffsetAndMetadata(stored.offset, stored.metadata)
+
     def bootstrap_connected(self) -> bool:
         """Whether the fabric answers now."""
         return _connected(self._owned)
 
 
-class KafkaAdminClient(Fabric):
+class KafkaAdminClient(NoAclCalls, Fabric):
     """kafka-python's KafkaAdminClient: the fabric's admin calls (create_topics, delete_topics,
-    create_partitions, list_topics, ...) and kafka-python's consumer group calls (kafka_groups), over the fabric
-    `bootstrap_servers` names."""
+    create_partitions, list_topics, ...), kafka-python's consumer group calls (kafka_groups), config and record
+    calls (kafka_python_admin) and leader elections (kafka_elections), over the fabric `bootstrap_servers` names;
+    its ACL calls are refused, naming the acl.file that holds the ACLs."""
 
     def __init__(self, bootstrap_servers: Servers = None, **configs: Any) -> None:
         client_config("admin", ADMIN_SETTINGS, configs)  # (Kafka's connection settings are ignored, with a warning)
@@ -185,6 +218,32 @@ class KafkaAdminClient(Fabric):
     def describe_topics(self, topics: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Each topic (every one, if none are named) with its partitions' leader, replicas and ISR."""
         return kafka_metadata.python_describe_topics(self.cluster, topics)
+
+    def describe_configs(self, config_resources: Sequence[ConfigResource], include_synonyms: bool = False
+                         ) -> list[kafka_python_admin.DescribeConfigsResponse]:
+        """Each topic's configs, as a list of kafka-python's DescribeConfigsResponse (its `.resources` rows)."""
+        return kafka_python_admin.describe_configs(self, config_resources, include_synonyms)
+
+    def alter_configs(self, config_resources: Sequence[ConfigResource]) -> kafka_python_admin.AlterConfigsResponse:
+        """Each topic's overrides replaced by its `configs`, as kafka-python's AlterConfigsResponse."""
+        return kafka_python_admin.alter_configs(self, config_resources)
+
+    def perform_leader_election(self, election_type: Any, topic_partitions: Any = None, timeout_ms: int | None = None,
+                                raise_errors: bool = True) -> kafka_elections.ElectLeadersResponse:
+        """A preferred (0) or unclean (1) election of {topic: [partitions]} (None: every replicated one), as
+        kafka-python's ElectLeadersResponse."""
+        return kafka_elections.python_perform_leader_election(self, election_type, topic_partitions, raise_errors)
+
+    def delete_records(self, records_to_delete: Any, timeout_ms: Any = None,  # type: ignore[override]
+                       partition_leader_id: Any = None, **native: Any) -> dict[TopicPartition, dict[str, int]] | int:
+        """delete_records({tp: offset}): each partition's records below the offset deleted, kafka-python 2.1's
+        {tp: {"partition_index", "low_watermark", "error_code"}}; the fabric's delete_records(topic, partition,
+        before_offset) answers the new log start."""
+        if isinstance(records_to_delete, str):
+            given = {k: v for k, v in (("partition", timeout_ms), ("before_offset", partition_leader_id))
+                     if v is not None}
+            return super().delete_records(records_to_delete, **given, **native)
+        return kafka_python_admin.delete_records(self, records_to_delete)
 
 
 class Producer(_OwningProducer):
@@ -352,11 +411,12 @@ def _listed(offsets: Mapping[TopicPartition, int | None]) -> list[TopicPartition
             for tp, offset in offsets.items()]
 
 
-class AdminClient(Fabric):
+class AdminClient(NoAclCalls, Fabric):
     """confluent-kafka's AdminClient(conf): the fabric's admin calls, each of create_topics, delete_topics,
     create_partitions and list_offsets answering a dict of futures, confluent-kafka's consumer group calls
-    (kafka_groups), its topic config calls (kafka_configs) and its list_topics() (cluster metadata: topic_names()
-    lists the names), over the fabric `bootstrap.servers` names."""
+    (kafka_groups), its topic config calls (kafka_configs), elect_leaders (kafka_elections) and its list_topics()
+    (cluster metadata: topic_names() lists the names), over the fabric `bootstrap.servers` names; its ACL calls
+    are refused, naming the acl.file that holds the ACLs."""
 
     def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         servers, configs = _conf(conf, kwargs, "AdminClient")
@@ -424,3 +484,12 @@ class AdminClient(Fabric):
     def alter_configs(self, resources: Sequence[Any], **kwargs: Any) -> dict[Any, Future]:
         """A future of each topic's overrides replaced by those given (kafka_configs)."""
         return kafka_configs.alter_configs(self, resources)
+
+    def elect_leaders(self, election_type: Any = "preferred",  # type: ignore[override]
+                      partitions: Sequence[Any] | None = None, **kwargs: Any) -> Future | dict:
+        """elect_leaders(ElectionType.PREFERRED, [tp, ...]) (None: every replicated partition): a future of
+        {TopicPartition: None or the error}; the fabric's own form, elect_leaders("preferred", ...), answers the
+        partitions whose leader changed."""
+        if isinstance(election_type, str):
+            return super().elect_leaders(election_type, partitions)
+        return kafka_elections.confluent_elect_leaders(self, election_type, partitions)

@@ -68,14 +68,23 @@ class ConfigEntry:
 
 class ConfigResource:
     """A resource whose configs are described or altered: its type, name, the configs to set (`set_config`,
-    alter_configs) and the incremental changes (`incremental_configs`)."""
+    alter_configs) and the incremental changes (`incremental_configs`). kafka-python's ConfigResource(resource_type,
+    name, configs) too: `configs` a {name: value} dict to alter, or the names kafka-python's describe_configs asks."""
 
-    def __init__(self, restype: ResourceType | str | int, name: str, set_config: Mapping[str, Any] | None = None,
-                 described_configs: Any = None, error: Any = None,
-                 incremental_configs: list[ConfigEntry] | None = None) -> None:
+    def __init__(self, restype: ResourceType | str | int, name: str,
+                 set_config: Mapping[str, Any] | Iterable[str] | None = None, described_configs: Any = None,
+                 error: Any = None, incremental_configs: list[ConfigEntry] | None = None, *,
+                 configs: Mapping[str, Any] | Iterable[str] | None = None) -> None:
         self.restype, self.name = _restype(restype), name
-        self.set_config_dict = {k: str(v) for k, v in (set_config or {}).items()}
+        self.configs = set_config if configs is None else configs  # (kafka-python's attribute)
+        given = self.configs if isinstance(self.configs, Mapping) else {}
+        self.set_config_dict = {k: str(v) for k, v in given.items()}
         self.incremental_configs = list(incremental_configs or [])
+
+    @property
+    def resource_type(self) -> ResourceType:
+        """The resource's type, by kafka-python's name."""
+        return self.restype
 
     def set_config(self, name: str, value: Any, overwrite: bool = True) -> None:
         """A config alter_configs sets (kept if already set and not `overwrite`)."""

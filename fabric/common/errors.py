@@ -315,6 +315,25 @@ class IneligibleReplicaError(FabricError):
     its own ISR (Kafka's INELIGIBLE_REPLICA)."""
 
 
+class ElectionNotNeededError(FabricError):
+    """A leader election named a partition that needs none (Kafka's ELECTION_NOT_NEEDED): its preferred replica
+    leads it already (preferred), or it has a leader (unclean). Nothing changed."""
+
+
+class PreferredLeaderNotAvailableError(FabricError):
+    """A preferred leader election could not move a partition to its preferred replica (Kafka's
+    PREFERRED_LEADER_NOT_AVAILABLE): that replica is down or out of sync; retry once it has caught up."""
+
+    retriable = True
+
+
+class EligibleLeadersNotAvailableError(FabricError):
+    """An unclean leader election found no live replica to lead an offline partition (Kafka's
+    ELIGIBLE_LEADERS_NOT_AVAILABLE); retry once one of its replicas is back."""
+
+    retriable = True
+
+
 class InvalidUpdateVersionError(FabricError):
     """An ISR change quoted a partition epoch other than the current one (Kafka's INVALID_UPDATE_VERSION):
     the partition changed since the leader last read it; it must learn the new state first."""
