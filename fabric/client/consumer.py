@@ -487,15 +487,15 @@ class Consumer(Lookups):
             raise FabricError(f"{what} needs a consumer created with group_id=...")
         group, member = self.group_id, self._member
         generation, member_id = (member.generation, member.member_id) if member else (-1, "")
+        offsets, notes = partition_args.split_metadata(offsets, what) if offsets is not None else (None, {})
         chosen = checks.by_partition(offsets, what, checks.offset) if offsets is not None \
             else self._store.committable(self._consumed_positions())
 
         def send() -> None:
-            if not chosen:
-                return
             try:
-                self.cluster.commit_offsets(group, chosen, generation=generation, member_id=member_id)
-                self._counts.commits += 1
+                for note, some in partition_args.by_metadata(chosen, notes).items():
+                    self.cluster.commit_offsets(group, some, note, generation=generation, member_id=member_id)
+                    self._counts.commits += 1
             except MembershipError as exc:
                 if member is None:  # a plain commit while the group has members: the error says why
                     raise

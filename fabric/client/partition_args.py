@@ -4,19 +4,22 @@ TopicPartition objects, so that one call takes every form its users type from me
 - kafka-python: a TopicPartition per argument: pause(tp1, tp2), seek(tp, offset), position(tp), committed(tp);
 - confluent-kafka: one list: pause([tp1, tp2]), position([tp]), committed([tp]); a TopicPartition carrying
   the offset: seek(TopicPartition(topic, partition, offset)), assign([TopicPartition(topic, partition, offset)]),
-  commit(offsets=[TopicPartition(topic, partition, offset)]); and commit(message);
+  commit(offsets=[TopicPartition(topic, partition, offset, metadata)]); and commit(message);
+- kafka-python's commit({tp: OffsetAndMetadata(offset, metadata)}) (split_metadata);
 - the fabric's own: seek(topic, partition, offset), position(topic, partition).
 
 A TopicPartition is any (topic, partition) pair; an offset it carries (`.offset`) is kept.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, TypeGuard
+from typing import Any, Iterable, Mapping, TypeGuard, TypeVar
 
 from fabric.client.topic_partition import LOGICAL_OFFSETS, TopicPartition
 from fabric.common import checks
 from fabric.common.errors import InvalidArgumentError
 from fabric.common.records import Record
+
+K = TypeVar("K")
 
 
 def is_list(args: tuple[Any, ...]) -> bool:
@@ -100,7 +103,34 @@ def _is_pair(value: Any) -> TypeGuard[tuple[Any, ...] | list[Any]]:
 
 def _partition(value: Any, what: str) -> TopicPartition:
     topic, partition = checks.topic_partition(value, what)
-    return TopicPartition(topic, partition, getattr(value, "offset", None))
+    return TopicPartition(topic, partition, getattr(value, "offset", None), getattr(value, "metadata", None))
+
+
+def split_metadata(offsets: Mapping[Any, Any], what: str) -> tuple[dict[Any, Any], dict[Any, str]]:
+    """A commit's offsets and each partition's metadata, as Kafka's clients give them: kafka-python's {tp:
+    OffsetAndMetadata(offset, metadata)} (any value with .offset), confluent-kafka's TopicPartition(topic,
+    partition, offset, metadata) keys (commit_offsets made its list a mapping), plain {tp: offset} (no metadata)."""
+    plain: dict[Any, Any] = {}
+    notes: dict[Any, str] = {}
+    for tp, value in offsets.items():
+        carried = hasattr(value, "offset") and not isinstance(value, int)
+        plain[tp] = value.offset if carried else value
+        note = getattr(value if carried else tp, "metadata", None)
+        if note is not None and not isinstance(note, str):
+            raise InvalidArgumentError(f"the metadata {what} stores for {tp!r:.80} is a string or None, got "
+                                       f"{checks.shown(note)}")
+        if note:
+            notes[tp] = note
+    return plain, notes
+
+
+def by_metadata(offsets: Mapping[K, int], notes: Mapping[Any, str]) -> dict[str, dict[K, int]]:
+    """A commit's offsets grouped by their metadata ("" where none): a fabric commit stores one string with all of
+    its partitions, so partitions with different metadata go in commits of their own."""
+    groups: dict[str, dict[K, int]] = {}
+    for tp, offset in offsets.items():
+        groups.setdefault(notes.get(tp, ""), {})[tp] = offset
+    return groups
 
 
 def _is_collection(value: Any) -> bool:

@@ -23,18 +23,24 @@ class _Pair(NamedTuple):
 
 class TopicPartition(_Pair):
     """A partition of a topic: `TopicPartition("orders", 0)`, equal to ("orders", 0);
-    `TopicPartition("orders", 0, 42)` also carries offset 42 (confluent-kafka's third argument)."""
+    `TopicPartition("orders", 0, 42)` also carries offset 42, and `TopicPartition("orders", 0, 42, "note")` the
+    metadata a commit stores with it (confluent-kafka's third to fifth arguments; the leader epoch is kept only)."""
 
     offset: int | None = None
+    metadata: str | None = None
+    leader_epoch: int | None = None
 
-    def __new__(cls, topic: str, partition: int, offset: int | None = None) -> TopicPartition:
+    def __new__(cls, topic: str, partition: int, offset: int | None = None, metadata: str | None = None,
+                leader_epoch: int | None = None) -> TopicPartition:
         self = super().__new__(cls, topic, partition)
-        if offset is not None:
-            self.offset = offset
+        for name, value in (("offset", offset), ("metadata", metadata), ("leader_epoch", leader_epoch)):
+            if value is not None:
+                setattr(self, name, value)
         return self
 
     def __repr__(self) -> str:
-        shown = f", offset={self.offset!r}" if self.offset is not None else ""
+        shown = "".join(f", {name}={value!r}" for name, value in (("offset", self.offset), ("metadata", self.metadata))
+                        if value is not None)
         return f"TopicPartition(topic={self.topic!r}, partition={self.partition!r}{shown})"
 
 
