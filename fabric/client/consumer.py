@@ -532,7 +532,7 @@ class Consumer(Lookups):
                 else self._assignment
         stored = self.cluster.coordinator.committed(self.group_id)
         offsets = {tp: (stored[tp].offset if tp in stored else None) for tp in wanted}
-        return offsets[wanted[0]] if one else with_offsets(offsets)
+        return offsets[wanted[0]] if one else with_offsets(offsets, {tp: c.metadata for tp, c in stored.items()})
 
     def _maybe_auto_commit(self) -> None:
         if (self.group_id is not None and self.config["enable_auto_commit"] and self._positions

@@ -406,9 +406,10 @@ class ConsumerClient(_OwningConsumer):
 
 
 def _listed(offsets: Mapping[TopicPartition, int | None]) -> list[TopicPartition]:
-    """confluent-kafka's list of partitions carrying their offsets (OFFSET_INVALID where none is known)."""
-    return [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID if offset is None else offset)
-            for tp, offset in offsets.items()]
+    """confluent-kafka's list of partitions carrying their offsets (OFFSET_INVALID where none is known) and the
+    metadata a key carries (a commit's)."""
+    return [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID if offset is None else offset,
+                           getattr(tp, "metadata", None)) for tp, offset in offsets.items()]
 
 
 class AdminClient(NoAclCalls, Fabric):

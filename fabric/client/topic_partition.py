@@ -54,7 +54,10 @@ def named_keys(by_partition: Mapping[tuple[str, int], V]) -> dict[TopicPartition
     return {TopicPartition(*tp): value for tp, value in by_partition.items()}
 
 
-def with_offsets(offsets: Mapping[tuple[str, int], int | None]) -> dict[TopicPartition, int | None]:
-    """The mapping with each key a TopicPartition carrying its own value as `.offset`, so that both dict users
-    (`result[tp]`) and confluent-kafka's list users (`[tp.offset for tp in result]`) read it."""
-    return {TopicPartition(tp[0], tp[1], offset): offset for tp, offset in offsets.items()}
+def with_offsets(offsets: Mapping[tuple[str, int], int | None], metadata: Mapping[tuple[str, int], str] | None = None
+                 ) -> dict[TopicPartition, int | None]:
+    """The mapping with each key a TopicPartition carrying its own value as `.offset` (and its `metadata`, where
+    given and not empty), so that both dict users (`result[tp]`) and confluent-kafka's list users
+    (`[tp.offset for tp in result]`) read it."""
+    notes = metadata or {}
+    return {TopicPartition(tp[0], tp[1], offset, notes.get(tp) or None): offset for tp, offset in offsets.items()}

@@ -1,7 +1,7 @@
 """Commits typed as each of Kafka's Python clients types them, metadata included, on every kind of cluster:
 kafka-python's commit({tp: OffsetAndMetadata(offset, metadata)}) (metadata None stores none) and confluent-kafka's
 commit(offsets=[TopicPartition(topic, partition, offset, metadata)]); partitions with different metadata each keep
-their own, read back by kafka-python's committed(tp, metadata=True)."""
+their own, read back by kafka-python's committed(tp, metadata=True) and confluent-kafka's committed([tp])."""
 from __future__ import annotations
 
 import pytest
@@ -46,6 +46,9 @@ def test_confluent_commits_topic_partitions_carrying_metadata(fab, topic):
         noted = TopicPartition(topic, 0, 2, "from-confluent")
         assert (noted.offset, noted.metadata, noted) == (2, "from-confluent", (topic, 0))
         consumer.commit(offsets=[noted, TopicPartition(topic, 1, 1)], asynchronous=False)
+        assert [(tp.offset, tp.metadata) for tp in consumer.committed([TopicPartition(topic, 0),
+                                                                      TopicPartition(topic, 1)])] == [
+            (2, "from-confluent"), (1, None)]  # (confluent-kafka's committed() carries the metadata)
     finally:
         consumer.close()
     reader = KafkaConsumer(bootstrap_servers=fab.url, group_id="noting-confluent", enable_auto_commit=False)
