@@ -64,6 +64,17 @@ def claim(path: str) -> int | None:
     return fd
 
 
+def still_claimed(fd: int, path: str) -> bool:
+    """Whether `path` is still the file the claim `fd` locked: False once it was removed or replaced (its directory
+    deleted and made again, say), when another process may claim the new file while this one holds the old."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (found.st_dev, found.st_ino) == (own.st_dev, own.st_ino)
+
+
 class PartitionLock:
     """Re-entrant within a thread, exclusive across threads and processes; released if the holder dies.
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from collections import Counter
 
@@ -253,6 +254,36 @@ def test_a_second_node_process_on_the_same_data_directory_is_refused(shared_clus
         twin.start(timeout=60)
     assert twin.process is not None and twin.process.returncode == 1
     assert first.status()["node_epoch"] == epoch  # the twin never registered
+
+
+def test_a_node_whose_data_directory_is_deleted_under_it_exits_before_a_second_process_can_share_it(
+        node_cluster, tmp_path) -> None:
+    """A careless operator deletes a running node's data directory (to start a fresh node there, say): the node
+    sees within a maintenance round that its lock file is not the one it claimed and exits at once, writing
+    nothing more, so a process started on the new directory never writes the same files beside it; the
+    controller moves its leadership on, as after a SIGKILL, and a node started on the directory serves it."""
+    cluster = node_cluster(nodes=2)
+    cluster.nodes[2].stop()  # (node 2 again, its log kept outside the directory the test deletes)
+    node = NodeProcess(2, cluster.nodes[2].data_dir, cluster.nodes[2].coordinator, extra=cluster.nodes[2].extra,
+                       log_dir=str(tmp_path))
+    node.start()
+    try:
+        with fabric.connect(cluster.url) as fab:
+            fab.create_topic("pulled", partitions=2, replication_factor=2, config={"min.insync.replicas": "1"})
+            wait_for(lambda: all(len(p.isr) == 2 for p in fab.describe_topic("pulled").partitions), SETTLE_S,
+                     "both replicas in sync")
+            shutil.rmtree(node.data_dir)
+            wait_for(lambda: node.process.poll() is not None, SETTLE_S, "the node to exit")
+            assert node.process.returncode == 1
+            assert "is no longer the lock file this node claimed" in node.log()
+            wait_for(lambda: set(leaders(fab, "pulled").values()) == {1}, SETTLE_S, "node 1 to lead both partitions")
+            with fab.producer(acks="all") as producer:
+                assert producer.send("pulled", b"after", partition=0).result(SETTLE_S).offset == 0
+            node.start()
+            wait_for(lambda: all(len(p.isr) == 2 for p in fab.describe_topic("pulled").partitions), SETTLE_S,
+                     "the new node on the directory in sync again")
+    finally:
+        node.stop()
 
 
 def test_a_second_process_with_a_live_nodes_id_is_refused_and_changes_nothing(shared_cluster, tmp_path) -> None:

@@ -56,8 +56,9 @@ from fabric.server.node.service import NodeService
 from fabric.server.node.settings import NodeSettings, add_node_arguments, node_settings_from
 from fabric.server.node.transaction_verification import TransactionVerification
 from fabric.server.peer_calls import PeerCalls
+from fabric.server.periodic import Periodic
 from fabric.server.producer_owners import ProducerOwners
-from fabric.server.shutdown import Interrupted, Shutdown
+from fabric.server.shutdown import Interrupted, Shutdown, exit_now
 from fabric.storage import lock
 from fabric.storage.log_maintenance import LogMaintenance
 from fabric.storage.log_manager import INTERNAL_DIR
@@ -287,10 +288,26 @@ def _claim_data_dir(data_dir: str) -> int:
     return claimed
 
 
+def _guard_claim(claimed: int, data_dir: str) -> Periodic:
+    """Exit at once, writing nothing more, once the data directory's lock file is no longer the one this process
+    claimed (the directory deleted or replaced under it): another node process may claim the new one, and two
+    processes must never write the same partitions' files. Its replicas are then as after a SIGKILL."""
+    path = os.path.join(data_dir, INTERNAL_DIR, NODE_LOCK)
+
+    def check() -> None:
+        if not lock.still_claimed(claimed, path):
+            exit_now(f"data directory {data_dir}: {path} is no longer the lock file this node claimed (the directory "
+                     "was deleted or replaced while the node ran); exiting without writing more, so no other "
+                     "process writes the same files beside it. Restart the node on its own --data", 1)
+    return Periodic("node-data-dir-claim", MAINTAIN_INTERVAL_S, lambda: True, check,
+                    "check of the data directory's lock").start()
+
+
 def serve(settings: NodeSettings) -> None:
     """Run one data node until SIGTERM/SIGINT, then stop within settings.shutdown_timeout_ms."""
     pandas_probe.settle_without_pandas()
     claimed = _claim_data_dir(settings.data_dir)
+    guard = _guard_claim(claimed, settings.data_dir)
     shutdown = Shutdown(settings.shutdown_timeout_ms / 1000)
     shutdown.install()
     options = parse_url(settings.coordinator)
@@ -332,6 +349,7 @@ def serve(settings: NodeSettings) -> None:
     finally:
         _stop(shutdown, server, node, connection, maintenance, scrubber)
         protocol.close()
+        guard.stop(MAINTAIN_INTERVAL_S)
         os.close(claimed)
         collector.stop()
 
