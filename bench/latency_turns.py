@@ -156,6 +156,7 @@ def consumed_apart(url: str, topic: str, total: int, seconds: float,
     ready, results = context.Event(), context.Queue()
     child = context.Process(target=_consume_apart, args=(url, topic, total, seconds, ready, results), daemon=True)
     child.start()
+    outcome: Any = None
     try:
         if not ready.wait(SETTLE_S):
             raise RuntimeError(f"the consumer process of {url} was not ready within {SETTLE_S:g} s")
@@ -163,7 +164,7 @@ def consumed_apart(url: str, topic: str, total: int, seconds: float,
             pass
         outcome = results.get(timeout=seconds + 2 * SETTLE_S)
     finally:
-        child.join(SETTLE_S)
+        child.join(SETTLE_S if outcome is not None else 0)  # (a turn cut short, or stopped, ends its consumer now)
         if child.is_alive():
             child.kill()
     if isinstance(outcome, BaseException):

@@ -5,6 +5,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -87,6 +88,7 @@ def run_suite(name: str, args: Any, run: Callable[[Any, str], tuple[dict, Any]],
     its report; the results."""
     directory = args.dir or tempfile.mkdtemp(prefix=f"fabric-bench-{name}-")
     os.makedirs(directory, exist_ok=True)
+    signal.signal(signal.SIGTERM, _stopped)
     try:
         results, raw = run(args, directory)
     finally:
@@ -95,6 +97,12 @@ def run_suite(name: str, args: Any, run: Callable[[Any, str], tuple[dict, Any]],
     save(name, results)
     report(results, raw)
     return results
+
+
+def _stopped(signum: int, frame: Any) -> None:
+    """SIGTERM ends a suite as Ctrl-C does, through its cleanup: the servers it started are stopped with it, not
+    left running (a later run in the same --dir would share their files)."""
+    raise SystemExit(f"stopped by signal {signum}")
 
 
 def bar_chart(name: str, title: str, rows: list[tuple[str, float]], unit: str,
