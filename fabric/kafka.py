@@ -12,6 +12,19 @@ The errors under the names both clients give them are in fabric.errors (KafkaErr
 from __future__ import annotations
 
 from fabric.client.confluent_message import Message
+from fabric.client.kafka_acls import (
+    ACL,
+    AclBinding,
+    AclBindingFilter,
+    ACLFilter,
+    ACLOperation,
+    AclOperation,
+    ACLPermissionType,
+    AclPermissionType,
+    ACLResourcePatternType,
+    ResourcePattern,
+    ResourcePatternType,
+)
 from fabric.client.kafka_admin import NewPartitions, NewTopic, OffsetSpec
 from fabric.client.kafka_clients import AdminClient, KafkaAdminClient, KafkaConsumer, KafkaProducer, Producer
 from fabric.client.kafka_clients import ConsumerClient as Consumer
@@ -23,8 +36,10 @@ from fabric.client.kafka_metadata import TopicCollection
 from fabric.client.lookups import OffsetAndTimestamp
 from fabric.client.topic_partition import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, TopicPartition
 
-__all__ = ["OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "OFFSET_STORED", "AdminClient", "AlterConfigOpType",
+__all__ = ["ACL", "OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "OFFSET_STORED", "ACLFilter", "ACLOperation",
+           "ACLPermissionType", "ACLResourcePatternType", "AclBinding", "AclBindingFilter", "AclOperation",
+           "AclPermissionType", "AdminClient", "AlterConfigOpType",
            "ConfigEntry", "ConfigResource", "ConfigResourceType", "ConfigSource", "Consumer", "ConsumerGroupState",
            "ConsumerGroupTopicPartitions", "ElectionType", "KafkaAdminClient", "KafkaConsumer", "KafkaProducer",
            "Message", "NewPartitions", "NewTopic", "OffsetAndMetadata", "OffsetAndTimestamp", "OffsetSpec", "Producer",
-           "ResourceType", "TopicCollection", "TopicPartition"]
+           "ResourcePattern", "ResourcePatternType", "ResourceType", "TopicCollection", "TopicPartition"]

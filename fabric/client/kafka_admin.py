@@ -19,18 +19,12 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from fabric.client.lookups import found_at_max_time, found_by_time
 from fabric.client.topic_partition import TopicPartition
 from fabric.common import checks
-from fabric.common.errors import (
-    FabricError,
-    InvalidArgumentError,
-    InvalidRequestError,
-    LeaderNotAvailableError,
-    TopicExistsError,
-)
+from fabric.common.errors import FabricError, InvalidArgumentError, LeaderNotAvailableError, TopicExistsError
 
 if TYPE_CHECKING:
     from fabric.client.admin import Fabric
@@ -231,32 +225,6 @@ def records_deleted(fab: Fabric, chosen: Mapping[TopicPartition, int]) -> dict[T
     def delete(tp: TopicPartition, before: int) -> DeletedRecords:
         return DeletedRecords(fab.delete_records(tp.topic, tp.partition, before))
     return {tp: done_future(delete, tp, before) for tp, before in chosen.items()}
-
-
-class NoAclCalls:
-    """Both clients' ACL calls (create_acls, describe_acls, delete_acls), refused naming the file that holds the
-    fabric's ACLs and how a change takes effect (no_acl_calls)."""
-
-    def create_acls(self, *args: Any, **kwargs: Any) -> NoReturn:
-        """Create ACLs: refused, as no admin call reaches the acl.file that holds them."""
-        raise no_acl_calls("create_acls()")
-
-    def describe_acls(self, *args: Any, **kwargs: Any) -> NoReturn:
-        """List ACLs: refused, as no admin call reaches the acl.file that holds them."""
-        raise no_acl_calls("describe_acls()")
-
-    def delete_acls(self, *args: Any, **kwargs: Any) -> NoReturn:
-        """Delete ACLs: refused, as no admin call reaches the acl.file that holds them."""
-        raise no_acl_calls("delete_acls()")
-
-
-def no_acl_calls(call: str) -> InvalidRequestError:
-    """The error of both clients' ACL calls: the fabric's ACLs are a file its servers read, not admin state."""
-    return InvalidRequestError(
-        f"{call} is not served: a fabric keeps its ACLs in the acl.file (--acl-file) of its coordinator and of "
-        "each data node, `principal operation resource` lines each process reads when it starts, and no admin call "
-        "lists or changes them. Read or edit that file on every server, then restart each process so it reads it "
-        "again (docs/security.md, Principals, tokens and ACLs). An embedded fabric (file://) has no ACLs.")
 
 
 def listed(values: Any, kind: type, call: str, example: str) -> list[Any]:

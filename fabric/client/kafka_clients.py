@@ -28,7 +28,7 @@ from fabric.client.admin import Fabric
 from fabric.client.cluster import Cluster
 from fabric.client.confluent_message import Message
 from fabric.client.consumer import Consumer
-from fabric.client.kafka_admin import NoAclCalls
+from fabric.client.kafka_acls import NoAclCalls
 from fabric.client.kafka_configs import ConfigResource
 from fabric.client.kafka_groups import OffsetAndMetadata
 from fabric.client.kafka_metadata import ClusterMetadata, cluster_metadata

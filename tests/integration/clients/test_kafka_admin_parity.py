@@ -24,6 +24,13 @@ from fabric.common.errors import (
 from fabric.common.types import LeaderAndIsr, PartitionAssignment, PartitionRegistration
 from fabric.common.waiting import wait_for
 from fabric.kafka import (
+    ACL,
+    AclBinding,
+    ACLOperation,
+    AclOperation,
+    ACLPermissionType,
+    AclPermissionType,
+    ACLResourcePatternType,
     AdminClient,
     ConfigResource,
     ConfigResourceType,
@@ -31,6 +38,9 @@ from fabric.kafka import (
     KafkaAdminClient,
     KafkaConsumer,
     OffsetAndMetadata,
+    ResourcePattern,
+    ResourcePatternType,
+    ResourceType,
     TopicPartition,
 )
 
@@ -187,12 +197,17 @@ def test_leader_elections_by_each_client(fab):
 
 
 def test_acl_calls_are_refused_naming_the_acl_file(fab):
-    for admin in (AdminClient({"bootstrap.servers": fab.url}), KafkaAdminClient(bootstrap_servers=fab.url)):
+    confluent = AclBinding(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, "User:alice", "*",
+                           AclOperation.READ, AclPermissionType.ALLOW)  # (built as a confluent-kafka program does)
+    python = ACL("User:alice", "*", ACLOperation.READ, ACLPermissionType.ALLOW,
+                 ResourcePattern(ResourceType.TOPIC, "orders", ACLResourcePatternType.LITERAL))
+    for admin, binding in ((AdminClient({"bootstrap.servers": fab.url}), confluent),
+                           (KafkaAdminClient(bootstrap_servers=fab.url), python)):
         try:
             for call in (admin.create_acls, admin.describe_acls, admin.delete_acls):
                 with pytest.raises(InvalidRequestError, match=f"{call.__name__}\\(\\) is not served: .* acl.file "
                                                               ".* restart each process"):
-                    call([])
+                    call([binding])
         finally:
             admin.close()
 
