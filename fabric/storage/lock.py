@@ -64,15 +64,16 @@ def claim(path: str) -> int | None:
     return fd
 
 
-def still_claimed(fd: int, path: str) -> bool:
-    """Whether `path` is still the file the claim `fd` locked: False once it was removed or replaced (its directory
-    deleted and made again, say), when another process may claim the new file while this one holds the old."""
+def replaced(fd: int, path: str) -> bool:
+    """Whether another file is at `path` than the one the claim `fd` locked: its directory was deleted and made
+    again, and another process may hold the new file's lock while this one holds the old's (an flock is on the
+    file, not the name). A `path` that is gone is not replaced: nothing else claimed it."""
     try:
         found = os.stat(path)
     except FileNotFoundError:
         return False
     own = os.fstat(fd)
-    return (found.st_dev, found.st_ino) == (own.st_dev, own.st_ino)
+    return (found.st_dev, found.st_ino) != (own.st_dev, own.st_ino)
 
 
 class PartitionLock:

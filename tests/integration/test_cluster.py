@@ -256,34 +256,36 @@ def test_a_second_node_process_on_the_same_data_directory_is_refused(shared_clus
     assert first.status()["node_epoch"] == epoch  # the twin never registered
 
 
-def test_a_node_whose_data_directory_is_deleted_under_it_exits_before_a_second_process_can_share_it(
+def test_a_node_whose_data_directory_is_made_again_under_it_exits_before_it_shares_it_with_another(
         node_cluster, tmp_path) -> None:
-    """A careless operator deletes a running node's data directory (to start a fresh node there, say): the node
-    sees within a maintenance round that its lock file is not the one it claimed and exits at once, writing
-    nothing more, so a process started on the new directory never writes the same files beside it; the
-    controller moves its leadership on, as after a SIGKILL, and a node started on the directory serves it."""
+    """A careless operator deletes a running node's data directory and starts a node on it again without stopping
+    the first: the new process's lock file is not the one the first locked (an flock does not survive its file's
+    deletion), so the first sees it within a maintenance round and exits at once, writing nothing more, and the
+    two never write the same files; the controller moves its leadership on, as after a SIGKILL, and the new node
+    serves the directory. (A directory only deleted leaves the node serving, its replicas offline:
+    test_replica_storage.)"""
     cluster = node_cluster(nodes=2)
     cluster.nodes[2].stop()  # (node 2 again, its log kept outside the directory the test deletes)
-    node = NodeProcess(2, cluster.nodes[2].data_dir, cluster.nodes[2].coordinator, extra=cluster.nodes[2].extra,
-                       log_dir=str(tmp_path))
-    node.start()
+    first = NodeProcess(2, cluster.nodes[2].data_dir, cluster.nodes[2].coordinator, extra=cluster.nodes[2].extra,
+                        log_dir=str(tmp_path / "first"))
+    second = NodeProcess(2, first.data_dir, first.coordinator, extra=first.extra, log_dir=str(tmp_path / "second"))
+    first.start()
     try:
         with fabric.connect(cluster.url) as fab:
             fab.create_topic("pulled", partitions=2, replication_factor=2, config={"min.insync.replicas": "1"})
             wait_for(lambda: all(len(p.isr) == 2 for p in fab.describe_topic("pulled").partitions), SETTLE_S,
                      "both replicas in sync")
-            shutil.rmtree(node.data_dir)
-            wait_for(lambda: node.process.poll() is not None, SETTLE_S, "the node to exit")
-            assert node.process.returncode == 1
-            assert "is no longer the lock file this node claimed" in node.log()
-            wait_for(lambda: set(leaders(fab, "pulled").values()) == {1}, SETTLE_S, "node 1 to lead both partitions")
+            shutil.rmtree(first.data_dir)
+            second.start()  # (ready once it registered: the first's lease lapsed, the first having exited)
+            assert first.process.poll() == 1
+            assert "is not the lock file this node claimed" in first.log()
             with fab.producer(acks="all") as producer:
                 assert producer.send("pulled", b"after", partition=0).result(SETTLE_S).offset == 0
-            node.start()
             wait_for(lambda: all(len(p.isr) == 2 for p in fab.describe_topic("pulled").partitions), SETTLE_S,
-                     "the new node on the directory in sync again")
+                     "the second node in sync")
     finally:
-        node.stop()
+        first.stop()
+        second.stop()
 
 
 def test_a_second_process_with_a_live_nodes_id_is_refused_and_changes_nothing(shared_cluster, tmp_path) -> None:

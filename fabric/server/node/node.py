@@ -289,16 +289,17 @@ def _claim_data_dir(data_dir: str) -> int:
 
 
 def _guard_claim(claimed: int, data_dir: str) -> Periodic:
-    """Exit at once, writing nothing more, once the data directory's lock file is no longer the one this process
-    claimed (the directory deleted or replaced under it): another node process may claim the new one, and two
-    processes must never write the same partitions' files. Its replicas are then as after a SIGKILL."""
+    """Exit at once, writing nothing more, once another lock file is at the data directory's (the directory deleted
+    and made again under this process, and another node started on it): two processes must never write the same
+    partitions' files. Its replicas are then as after a SIGKILL. A directory only deleted leaves the process
+    serving, its replicas reported offline (storage_health), until it is restarted."""
     path = os.path.join(data_dir, INTERNAL_DIR, NODE_LOCK)
 
     def check() -> None:
-        if not lock.still_claimed(claimed, path):
-            exit_now(f"data directory {data_dir}: {path} is no longer the lock file this node claimed (the directory "
-                     "was deleted or replaced while the node ran); exiting without writing more, so no other "
-                     "process writes the same files beside it. Restart the node on its own --data", 1)
+        if lock.replaced(claimed, path):
+            exit_now(f"data directory {data_dir}: {path} is not the lock file this node claimed (the directory was "
+                     "deleted and made again while the node ran, and another node process started on it); exiting "
+                     "without writing more, so that the two never write the same files", 1)
     return Periodic("node-data-dir-claim", MAINTAIN_INTERVAL_S, lambda: True, check,
                     "check of the data directory's lock").start()
 
