@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import Future
-from typing import Any, Iterator, Mapping, Sequence, TypeVar, cast
+from typing import Any, Iterator, Mapping, Sequence, TypeVar
 
 from fabric.client import (
     kafka_admin,
@@ -168,13 +168,11 @@ class KafkaConsumer(_OwningConsumer):
     def committed(self, partition: Any = None, *more: Any, metadata: bool = False) -> Any:
         """The group's committed offset of the partition, or None; `metadata=True`, as kafka-python's
         OffsetAndMetadata(offset, metadata, leader_epoch). Lists of partitions take the fabric consumer's forms."""
-        offset = self.consumer.committed(partition, *more)
-        if not metadata or offset is None or isinstance(offset, Mapping):
-            return offset
-        tp = partition_args.one((partition, *more), "committed()")
-        group = cast("str", self.consumer.group_id)  # (committed() above refused a consumer without a group)
-        stored = self._owned.coordinator.committed(group).get(tp)
-        return None if stored is None else OffsetAndMetadata(stored.offset, stored.metadata)
+        if not metadata or partition is None or partition_args.is_list((partition, *more)):
+            return self.consumer.committed(partition, *more)
+        tp = partition_args.one((partition, *more), "committed()", or_list=True)
+        [(key, offset)] = self.consumer.committed([tp]).items()  # (its key carries the commit's metadata)
+        return None if offset is None else OffsetAndMetadata(offset, key.metadata or "")
 
     def bootstrap_connected(self) -> bool:
         """Whether the fabric answers now."""
