@@ -109,8 +109,8 @@ class Lookups:
                 return self._clamp(tp, committed.offset)
         return self._reset(tp)
 
-    def _reset(self, tp: TopicPartition) -> int:
-        state = self._partition_state(tp)
+    def _reset(self, tp: TopicPartition, state: PartitionState | None = None) -> int:
+        state = self._partition_state(tp) if state is None else state
         policy = self.config["auto_offset_reset"]
         if policy == "none":
             raise NoOffsetForPartitionError(
@@ -120,7 +120,7 @@ class Lookups:
 
     def _clamp(self, tp: TopicPartition, offset: int) -> int:
         state = self._partition_state(tp)
-        return offset if state.start_offset <= offset <= state.end_offset else self._reset(tp)
+        return offset if state.start_offset <= offset <= state.end_offset else self._reset(tp, state)
 
     def _logical(self, tp: TopicPartition, offset: int) -> int:
         """confluent-kafka's logical offset as a position: OFFSET_BEGINNING the log start, OFFSET_END its end,
