@@ -82,8 +82,8 @@ class Coordinator(ABC):
         from the loop); False unless a store knows it."""
         return self.serves_locally()
 
-    def transactional_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = ""
-                              ) -> OffsetsPart:
+    def transactional_offsets(self, group: str, offsets: dict[TopicPartition, int],
+                              metadata: str | dict[TopicPartition, str] = "") -> OffsetsPart:
         """The commit as a partition of a producer transaction's publish (coordinator.offsets_log.OffsetsPart):
         only a store whose offsets topic is in a local directory has one; this refuses with the fix."""
         raise InvalidConfigError(f"{type(self).__name__} keeps no offsets topic a producer transaction can write; "

@@ -65,9 +65,13 @@ def key_parts(key: bytes) -> tuple:
     return tuple(json.loads(key))
 
 
-def offset_rows(group: str, offsets: Mapping[TopicPartition, int], metadata: str, commit_ms: int) -> list[Row]:
-    """The records of one commit of `group`'s `offsets`, a record per partition, in partition order."""
-    return [(offset_key(group, tp), {"next_offset": o, "metadata": metadata, "commit_ms": commit_ms})
+def offset_rows(group: str, offsets: Mapping[TopicPartition, int], metadata: str | Mapping[TopicPartition, str],
+                commit_ms: int) -> list[Row]:
+    """The records of one commit of `group`'s `offsets`, a record per partition, in partition order; `metadata` the
+    string stored with each, or each partition's ("" for one it leaves out)."""
+    notes = metadata if isinstance(metadata, Mapping) else None
+    return [(offset_key(group, tp), {"next_offset": o, "metadata": metadata if notes is None else notes.get(tp, ""),
+                                     "commit_ms": commit_ms})
             for tp, o in sorted(offsets.items())]
 
 

@@ -299,7 +299,8 @@ class OffsetsTopic:
         if failures:  # written, but still pending in the record: a retry of the commit applies them again
             raise failures[0]
 
-    def publish_part(self, group: str, offsets: dict[TopicPartition, int], metadata: str) -> OffsetsPart:
+    def publish_part(self, group: str, offsets: dict[TopicPartition, int], metadata: str | dict[TopicPartition, str]
+                     ) -> OffsetsPart:
         """The commit as a partition of a producer transaction's publish (OffsetsPart); InvalidConfigError when
         the topic is not kept in a local directory (a cluster's replicated one), which a publish cannot write."""
         self.check_serving(offsets_partition(group, self.partitions))
@@ -502,7 +503,8 @@ class TopicOffsets:
         self._offsets.commit(group, dict(offsets), metadata,
                              lambda: self._groups.validate_commit(group, member_id, generation))
 
-    def transactional_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "") -> OffsetsPart:
+    def transactional_offsets(self, group: str, offsets: dict[TopicPartition, int],
+                              metadata: str | dict[TopicPartition, str] = "") -> OffsetsPart:
         validation.offsets(group, offsets, metadata)
         return self._offsets.publish_part(group, dict(offsets), metadata)
 

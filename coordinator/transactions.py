@@ -174,8 +174,10 @@ def to_json(record: TransactionRecord) -> str:
         data["aborted"] = _writers_json(record.aborted)
     pending = record.offsets
     if pending is not None:
+        notes = pending.metadata
         data["offsets"] = [pending.group, [[t, p, o] for (t, p), o in sorted(pending.offsets.items())],
-                           pending.metadata, pending.generation, pending.member_id]
+                           notes if isinstance(notes, str) else [[t, p, m] for (t, p), m in sorted(notes.items())],
+                           pending.generation, pending.member_id]
     return json.dumps(data, separators=(",", ":"))
 
 
@@ -187,7 +189,8 @@ def from_json(transactional_id: str, committed_sequence: int, text: str) -> Tran
     data = json.loads(text)
     committed, pending = data["committed"], data.get("offsets")
     offsets = None if pending is None else TransactionalOffsets(
-        pending[0], {(t, p): o for t, p, o in pending[1]}, pending[2], pending[3], pending[4])
+        pending[0], {(t, p): o for t, p, o in pending[1]},
+        pending[2] if isinstance(pending[2], str) else {(t, p): m for t, p, m in pending[2]}, pending[3], pending[4])
     return TransactionRecord(
         transactional_id, committed_sequence, data["sequence"], _writers(data["writers"]),
         None if committed is None else tuple(committed), offsets, data.get("started_ms", -1),

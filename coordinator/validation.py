@@ -87,7 +87,8 @@ def config_change(name: str, current: Mapping[str, str], change: Any) -> dict[st
 
 def offsets(group: Any, offsets: Any, metadata: Any) -> None:
     """Check an offset commit's shape: (topic, partition) keys, offsets that are ints from 0 to 2^63-1, and
-    metadata of at most MAX_OFFSET_METADATA characters. (The broker also checks them against the logs.)"""
+    metadata of at most MAX_OFFSET_METADATA characters: one string, or (a transaction's) a mapping of some of the
+    committed partitions to theirs. (The broker also checks them against the logs.)"""
     validate_group(group)
     if not isinstance(offsets, Mapping):
         raise InvalidRequestError("offsets must be a mapping of (topic, partition) to the next offset to read")
@@ -100,8 +101,20 @@ def offsets(group: Any, offsets: Any, metadata: Any) -> None:
         if not 0 <= offset <= LONG_MAX:
             raise OffsetOutOfRangeError(f"the offset committed for {key[0]}-{key[1]} must be from 0 to {LONG_MAX}, "
                                         f"got {clip(offset)}")
-    if not isinstance(metadata, str) or len(metadata) > MAX_OFFSET_METADATA:
-        raise InvalidRequestError(f"offset metadata must be a string of at most {MAX_OFFSET_METADATA} characters")
+    if not isinstance(metadata, Mapping):
+        _metadata(metadata)
+        return
+    for key, note in metadata.items():
+        if key not in offsets:
+            raise InvalidRequestError(f"offset metadata is given for {clip(key)}, whose offset is not committed: "
+                                      "give metadata only for the partitions committed")
+        _metadata(note)
+
+
+def _metadata(note: Any) -> None:
+    if not isinstance(note, str) or len(note) > MAX_OFFSET_METADATA:
+        raise InvalidRequestError(f"offset metadata must be a string of at most {MAX_OFFSET_METADATA} characters, "
+                                  f"got {clip(note)}")
 
 
 def _is_pair(value: tuple | list) -> bool:

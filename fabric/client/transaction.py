@@ -25,7 +25,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable
 
-from fabric.client import leader_transactions
+from fabric.client import leader_transactions, partition_args
 from fabric.client.cluster import Cluster
 from fabric.client.membership import GroupMetadata
 from fabric.common import checks
@@ -131,8 +131,11 @@ class TransactionManager:
             raise InvalidArgumentError(
                 f"transaction {self.txn} already commits offsets of group {self.offsets.group!r}; a transaction "
                 f"commits one group's offsets here (got group {given.group!r}): commit it in its own transaction")
-        merged = {**self.offsets.offsets, **given.offsets} if self.offsets is not None else given.offsets
-        self.offsets = TransactionalOffsets(given.group, merged, "", given.generation, given.member_id)
+        if self.offsets is not None:  # a partition sent again takes its new offset and metadata
+            kept = {tp: note for tp, note in _notes(self.offsets).items() if tp not in given.offsets}
+            given = TransactionalOffsets(given.group, {**self.offsets.offsets, **given.offsets},
+                                         {**kept, **_notes(given)} or "", given.generation, given.member_id)
+        self.offsets = given
 
     def commit(self, publish: Callable[[str, TransactionalOffsets | None], Bases | None]) -> Bases:
         """Run `publish(txn, offsets)`, the commit; its base offsets. On a refusal that committed nothing the
@@ -195,16 +198,30 @@ def _transactional_offsets(offsets: Any, group_metadata: Any) -> TransactionalOf
                                    f"a group id, got {type(group_metadata).__name__}")
     validate_group(group)
     if isinstance(offsets, Mapping):
-        items = [(tp, getattr(o, "offset", o)) for tp, o in offsets.items()]
+        given = offsets
     elif isinstance(offsets, Iterable) and not isinstance(offsets, (str, bytes)):
-        items = [((getattr(tp, "topic", None), getattr(tp, "partition", None)), getattr(tp, "offset", None))
-                 for tp in offsets]
+        given = {_pair(tp): tp for tp in offsets}  # a TopicPartition's offset and metadata, as split_metadata reads
     else:
         raise InvalidArgumentError(f"send_offsets_to_transaction takes a mapping of TopicPartition to the next "
                                    f"offset to read, got {type(offsets).__name__}")
+    plain, notes = partition_args.split_metadata(given, "send_offsets_to_transaction")
     out: dict[TopicPartition, int] = {}
-    for tp, offset in items:
+    for tp, offset in plain.items():
         if not (isinstance(tp, tuple) and len(tp) == 2 and isinstance(tp[0], str) and checks.is_integer(tp[1])):
             raise InvalidArgumentError(f"send_offsets_to_transaction: {tp!r:.80} is not a (topic, partition) pair")
         out[(tp[0], int(tp[1]))] = checks.integer(offset, f"the offset sent for {tp[0]}-{tp[1]}", 0, LONG_MAX)
-    return TransactionalOffsets(group, out, "", generation, member_id)
+    metadata = {(tp[0], int(tp[1])): note for tp, note in notes.items()}
+    return TransactionalOffsets(group, out, metadata or "", generation, member_id)
+
+
+def _pair(tp: Any) -> Any:
+    """A TopicPartition object's (topic, partition), the key its offset is sent for."""
+    return getattr(tp, "topic", None), getattr(tp, "partition", None)
+
+
+def _notes(offsets: TransactionalOffsets) -> dict[TopicPartition, str]:
+    """The metadata of each partition of `offsets` that has any."""
+    notes = offsets.metadata
+    if isinstance(notes, str):
+        return {tp: notes for tp in offsets.offsets} if notes else {}
+    return dict(notes)

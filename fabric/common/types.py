@@ -328,12 +328,14 @@ class NodeHeartbeat:
 @dataclass(frozen=True)
 class TransactionalOffsets:
     """A group's offsets committed by a producer transaction (Kafka's TxnOffsetCommit): written to the offsets
-    topic by the same publish as the transaction's records, so both become visible at its commit point. The
-    generation and member id fence a group member's commit as commit_offsets does (-1 and "": a simple commit)."""
+    topic by the same publish as the transaction's records, so both become visible at its commit point.
+    `metadata` is one string stored with every partition's offset, or each partition's own (Kafka's
+    TxnOffsetCommit carries one per partition; a partition the mapping leaves out stores ""). The generation and
+    member id fence a group member's commit as commit_offsets does (-1 and "": a simple commit)."""
 
     group: str
     offsets: dict[TopicPartition, int]
-    metadata: str = ""
+    metadata: str | dict[TopicPartition, str] = ""
     generation: int = -1
     member_id: str = ""
 
