@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -265,11 +266,19 @@ def test_bytes_that_are_no_frames_are_refused(data, match) -> None:
     (b'{"id": 1}', "not a fabric protocol request"),
     (b'{"id": "1", "type": "echo"}', "not a fabric protocol request"),
     (b'{"id": 1, "type": "echo", "extra": 1}', "not a fabric protocol request"),
+    (b'{"id": 1, "type": "echo", "args": {"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}",
+     "not a fabric protocol request"),  # deeper than the decoder follows: named, not a RecursionError
 ])
 def test_malformed_request_headers_are_named(header, match) -> None:
     with pytest.raises(InvalidRequestError, match=match):
         messages.decode_request(header)
     assert messages.request_id(header) == -1
+
+
+def test_an_answer_nested_deeper_than_the_decoder_follows_is_a_decode_error() -> None:
+    """A client reading a broken (or hostile) server's answer breaks the connection on msgspec's DecodeError."""
+    with pytest.raises(msgspec.DecodeError, match="nests deeper"):
+        messages.decode_answer(b'{"id": 1, "result": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
 
 
 def test_arguments_must_be_an_object_of_text_and_payloads_an_arrow_stream() -> None:

@@ -76,6 +76,11 @@ def encode_result(request_id: int, result: Any) -> bytes:
     return _encoder.encode({"id": request_id, "result": result})
 
 
+# what decoding a client's JSON may raise: msgspec's errors, UTF-8 it checks as it decodes a string, and nesting
+# deeper than its decoder follows (a RecursionError, which would otherwise end the connection unanswered)
+_MALFORMED = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+
+
 def encode_error(request_id: int, error: dict[str, Any]) -> bytes:
     """A refused request's answer: `error` is {"type", "message", ...}."""
     return _encoder.encode({"id": request_id, "error": error})
@@ -85,7 +90,7 @@ def decode_request(header: bytes) -> Request:
     """A request's header; InvalidRequestError naming what is wrong with it."""
     try:
         return _requests.decode(header)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgspec checks UTF-8 as it decodes a string
+    except _MALFORMED as exc:
         raise InvalidRequestError(f"a request header is not a fabric protocol request ({shorten(str(exc))}); "
                                   'it is a JSON object {"id": int, "type": str, "args": {...}} '
                                   "(docs/protocol.md)") from None
@@ -103,14 +108,17 @@ def decode_args(request: Request) -> dict[str, Any]:
     """A request's arguments: a JSON object of named values; InvalidRequestError if they are not."""
     try:
         return _args.decode(request.args)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+    except _MALFORMED as exc:
         raise InvalidRequestError(f"the arguments of {request.type!r} request {request.id} must be a JSON object "
                                   f"of named values ({shorten(str(exc))})") from None
 
 
 def decode_answer(header: bytes) -> Answer:
-    """An answer's header (a server's answer: msgspec's own errors are a broken server's)."""
-    return _answers.decode(header)
+    """An answer's header (a server's answer: msgspec's own errors are a broken server's, DecodeError)."""
+    try:
+        return _answers.decode(header)
+    except RecursionError:
+        raise msgspec.DecodeError("an answer header nests deeper than a JSON decoder follows") from None
 
 
 def decode_result(raw: msgspec.Raw, kind: type[T] | Any) -> T:
@@ -126,5 +134,5 @@ def decode_value(raw: bytes | msgspec.Raw, kind: type[T] | Any) -> T:
     """A JSON value decoded as `kind`; InvalidRequestError naming the mismatch (request arguments)."""
     try:
         return decode_result(msgspec.Raw(raw) if isinstance(raw, bytes) else raw, kind)
-    except (msgspec.DecodeError, ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+    except (*_MALFORMED, ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
         raise InvalidRequestError(f"a request argument does not decode ({shorten(str(exc))})") from None
