@@ -37,7 +37,7 @@ def check_rows(topic: str, batch: Rows, schema: pa.Schema, max_bytes: int,
             f"({schema_text(batch.schema)}); produce with a fabric producer (fabric.records.to_storage)")
     if isinstance(batch, Encoded):
         return
-    _valid(batch, f"a batch for topic {topic!r}")
+    valid(batch, f"a batch for topic {topic!r}")
     missing = batch.column(0).null_count  # (the timestamps: first in every storage schema)
     if missing:
         raise InvalidRecordError(f"{missing} of the {batch.num_rows} rows for topic {topic!r} have no timestamp; "
@@ -85,6 +85,7 @@ def check_sizes(topic: str, batch: pa.RecordBatch, max_bytes: int) -> None:
     columns' offsets; only a batch over the limit has its records measured one by one, to name the one over it."""
     if not batch.num_rows or record_sizes.fits(batch, max_bytes):
         return
+    valid(batch, f"a batch for topic {topic!r}")  # its records are weighed by their offsets, which must hold
     total = record_sizes.batch_bytes(batch)
     if total <= max_bytes:
         return
@@ -117,8 +118,9 @@ def _decode(payload: pa.Buffer, schema: pa.Schema, where: str) -> pa.RecordBatch
     return batch
 
 
-def _valid(batch: pa.RecordBatch, what: str) -> pa.RecordBatch:
-    """`batch` if its buffers are consistent (offsets in bounds, valid UTF-8: a reader can decode every row)."""
+def valid(batch: pa.RecordBatch, what: str) -> pa.RecordBatch:
+    """`batch` if its buffers are consistent (offsets in bounds, valid UTF-8: a reader can decode every row), else
+    CorruptRecordError naming `what`."""
     try:
         batch.validate(full=True)
     except (pa.ArrowException, ValueError) as exc:

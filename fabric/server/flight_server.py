@@ -168,6 +168,10 @@ def fetched_bytes(fetched: list[Fetched]) -> int:
     return sum(f.batch.get_total_buffer_size() for f in fetched)
 
 
+def _batch_of(topic: str, number: int) -> str:
+    return f"batch {number} of an append to topic {topic!r}"
+
+
 def stored_rows(info: TopicInfo, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> pa.RecordBatch:
     """An append's rows for topic `info` as one batch; SchemaMismatchError unless they have its storage schema,
     RecordTooLargeError as soon as its records weigh more than the topic's max.message.bytes (the append is one
@@ -187,13 +191,16 @@ def stored_rows(info: TopicInfo, schema: pa.Schema, batches: Iterable[pa.RecordB
         read.append(batch)
         records, bound = records + batch.num_rows, bound + batch.get_total_buffer_size()
         if bound > max_bytes:  # the buffers (a bound on the records' weight) pass the limit: weigh the records
-            weight += sum(record_sizes.batch_bytes(b) for b in read[weighed:])
+            weight += sum(record_sizes.batch_bytes(admission.valid(b, _batch_of(topic, weighed + n)))
+                          for n, b in enumerate(read[weighed:]))
             weighed = len(read)
             if weight > max_bytes:
                 raise admission.batch_too_large(topic, records, weight, max_bytes)
     if len(read) == 1:
         rows = read[0]
-    else:
+    else:  # (combined from their buffers, which must hold first; check_rows validates a single batch)
+        for number, batch in enumerate(read[weighed:], weighed):
+            admission.valid(batch, _batch_of(topic, number))
         combined = pa.Table.from_batches(read, schema=schema).combine_chunks().to_batches()
         rows = combined[0] if combined else pa.RecordBatch.from_pylist([], schema=schema)
     count_bytes(bound)  # the batches' buffer sizes, as read (`nbytes` would walk the nested columns again)

@@ -15,6 +15,7 @@ import glob
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import time
 
@@ -28,6 +29,7 @@ from fabric.common.errors import (
     AuthenticationError,
     AuthorizationError,
     ClientTimeoutError,
+    CorruptRecordError,
     FencedLeaderEpochError,
     IllegalGenerationError,
     InvalidRequestError,
@@ -257,6 +259,39 @@ def test_refusals_name_the_problem_and_write_nothing(secured_cluster, admin, whe
     with socket.create_connection((host, int(port)), timeout=30) as raw:  # a frame cut short, then closed
         raw.sendall(hello() + frames.encode(header, produce_payload(rows(b"cut")))[:-10])
     assert end_offset(admin, topic, 0) == before
+    connection.close()
+
+
+def pointing_past(batches: list[pa.RecordBatch], size: int, slot: int) -> bytes:
+    """An Arrow IPC stream of `batches` whose first value column of `size`-byte values has offset `slot` pointing
+    2^30 bytes on, past its data (patched in the stream's bytes: Arrow writes only what holds)."""
+    stream = bytearray(b"".join(bytes(part) for part in payloads.ipc_stream(batches[0].schema, batches)))
+    count = batches[0].num_rows
+    offsets = struct.pack(f"<{count + 1}i", *range(0, (count + 1) * size, size))
+    at = stream.index(offsets) + 4 * slot
+    stream[at:at + 4] = struct.pack("<i", 1 << 30)
+    return bytes(stream)
+
+
+@pytest.mark.parametrize("where", ["coordinator", "node"])
+def test_a_produce_whose_offsets_point_past_their_data_is_refused_as_corrupt_with_nothing_written(
+        secured_cluster, admin, where) -> None:
+    """Batches whose offsets point past their data are refused as CorruptRecordError naming the batch, before
+    any is combined with the next or weighed against max.message.bytes by those offsets (an Arrow or numpy index
+    error, logged as the server's own failure, before; or a record "too large" by the offsets' count)."""
+    topic = "mine" if where == "coordinator" else "mine-rf"
+    before = end_offset(admin, topic, 0)
+    connection = connect(secured_cluster, where)
+    produce = {"topic": topic, "partition": 0}
+    small = rows(b"1234567", b"abcdefg", b"ABCDEFG")
+    with pytest.raises(CorruptRecordError, match=r"batch 0 of an append to topic .* is not a valid Arrow batch: "
+                                                 r".*out of bounds"):
+        connection.call("produce", produce, pointing_past([small, rows(b"next")], 7, 3))
+    large = rows(b"x" * 700_000, b"y" * 700_000)  # its buffers over the topic's max.message.bytes (1 MiB)
+    with pytest.raises(CorruptRecordError, match=r"a batch for topic .* is not a valid Arrow batch: .*out of bounds"):
+        connection.call("produce", produce, pointing_past([large], 700_000, 1))
+    assert end_offset(admin, topic, 0) == before
+    assert messages.decode_result(connection.call("produce", produce, produce_payload(small))[0], int) == before
     connection.close()
 
 
