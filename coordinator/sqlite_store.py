@@ -147,6 +147,12 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
         """True while the offsets topic is the local one (a cluster's coordinator keeps it replicated on nodes)."""
         return isinstance(self.offsets_topic.log, LocalOffsetsLog)
 
+    def topic_on_loop(self, name: str) -> bool:
+        """True: a topic is a SQLite row of this machine, and a server's data calls are to the topics kept in its
+        own directory (a cluster's replicated ones are refused there), whether or not the offsets topic is (so a
+        cluster's coordinator holds consumers' long polls on its loop, as a lone service does, not on workers)."""
+        return True
+
     def commits_on_loop(self, group: str, topics: Sequence[str]) -> bool:
         """True: the metadata and group checks of a commit read SQLite and memory, and either offsets log writes
         queued commits without blocking (a cluster's replicated one sends them from the loop)."""

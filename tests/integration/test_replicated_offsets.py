@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import fabric
 from fabric.common.errors import FabricError, InvalidProducerEpochError
+from fabric.common.protocol import payloads
 from fabric.common.protocol.connection import ProtocolConnection
 from fabric.common.waiting import wait_for
 from fabric.coordinator.offsets_records import OFFSETS_PARTITIONS, OFFSETS_TOPIC, batch, offset_key, offsets_partition
@@ -384,6 +385,32 @@ def test_commits_waiting_on_a_paused_leader_hold_no_worker_of_the_coordinator(st
             scraped = {s.labels.get("path"): s.value for family in text_string_to_metric_families(
                 answer.read().decode()) for s in family.samples if s.name == "fabric_offsets_appends_total"}
         assert scraped["loop"] >= 1 and scraped["worker"] >= 1, scraped
+
+
+def test_a_coordinator_whose_offsets_are_on_the_nodes_holds_long_polls_without_a_worker(node_cluster) -> None:
+    """A cluster's coordinator (its offsets topic on the nodes) holds consumers' long polls of the topics it keeps
+    itself on its event loop, as a lone service does: more of them than it has worker threads, all from one
+    connection, leave another client's produce and fetch answered at once (before, each held a worker, and the
+    produce waited until the polls' max_wait_ms ran out), and an append to their partition answers every one."""
+    cluster = node_cluster(nodes=1, coordinator_extra=("--offsets-topic-replication-factor", "1"))
+    with fabric.connect(cluster.url) as fab:
+        fab.create_topic("kept-here", partitions=2)  # no replication factor: in the coordinator's directory
+        address = fab.cluster.connection.status_of(cluster.coordinator.address).protocol_address
+        polls = ProtocolConnection(address, None, None, SETTLE_S, wire.exception_of)
+        idle = [polls.send("fetch", {"topic": "kept-here", "partition": 0, "offset": 0, "max_bytes": 1 << 20,
+                                     "max_wait_ms": 120_000}) for _ in range(WORKERS + 6)]
+        with fab.producer() as producer:  # (a client of its own connection)
+            assert producer.send("kept-here", b"not stalled", partition=1).get(timeout=30).offset == 0
+        reader = fab.consumer(auto_offset_reset="earliest")
+        reader.assign([("kept-here", 1)])
+        assert [r.value for r in reader.poll(timeout=30)] == [b"not stalled"]
+        reader.close()
+        with fab.producer() as producer:
+            producer.send("kept-here", b"the end of the wait", partition=0).get(timeout=30)
+        for request in idle:
+            fetched = payloads.fetched_of(*polls.wait(request, SETTLE_S))
+            assert [(r.offset, r.batch.column("value").to_pylist()) for r in fetched] == [(0, [b"the end of the wait"])]
+        polls.close()
 
 
 def _served_by(fab: fabric.Fabric, address: str, shared: bool) -> set[int] | None:
