@@ -140,12 +140,12 @@ class GroupService:
                        for m in stored.members.values()), set()
         return stored.empty_since_ms, set()
 
-    def validate_commit(self, group: str, member_id: str, generation: int) -> None:
+    def validate_commit(self, group: str, member_id: str, generation: int, transactional: bool = False) -> None:
         """Raise unless this offset commit may be stored now (see GroupCoordinator.validate_commit). A group with
         no stored state (one that only commits: a standalone consumer, a Spark query) has nothing to expire."""
         stored = self.store.load(group)
         state = GroupState() if stored is None else self.machine.expire(stored, self.clock.now_ms())
-        self.machine.validate_commit(state, member_id, generation)
+        self.machine.validate_commit(state, member_id, generation, transactional)
 
     def describe_group(self, group: str) -> GroupDescription | None:
         """The group's state with timeouts applied, or None if the store never heard of it."""
@@ -228,8 +228,9 @@ class GroupMembership:
         self._groups.machine.max_session_timeout_ms = max_session_timeout_ms
         self._groups.machine.max_size = max_size
 
-    def check_commit(self, group: str, member_id: str = "", generation: int = -1) -> None:
-        self._groups.validate_commit(group, member_id, generation)
+    def check_commit(self, group: str, member_id: str = "", generation: int = -1, transactional: bool = False
+                     ) -> None:
+        self._groups.validate_commit(group, member_id, generation, transactional)
 
     def join_group(self, request: JoinRequest) -> JoinResult:
         return self._groups.join_group(request)

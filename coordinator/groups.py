@@ -328,11 +328,14 @@ class GroupCoordinator:
             return s, True
         return s, False
 
-    def validate_commit(self, state: GroupState, member_id: str, generation: int) -> None:
+    def validate_commit(self, state: GroupState, member_id: str, generation: int, transactional: bool = False
+                        ) -> None:
         """Reject offset commits from stale generations or unknown members. A "simple" commit (generation
-        -1, no member id) is allowed only while the group has no members, as in Kafka."""
+        -1, no member id) is allowed only while the group has no members, as in Kafka, unless it is a producer
+        transaction's (`transactional`): Kafka's TxnOffsetCommit takes one from a client that sends no member
+        (kafka-python's send_offsets_to_transaction(offsets, group_id)) whatever the group's members."""
         if generation < 0 and not member_id:
-            if state.members:
+            if state.members and not transactional:
                 raise UnknownMemberError(
                     f"the group has {len(state.members)} live member(s), so only its members may commit "
                     "(with their generation and member id); stop the consumers to commit offsets by hand")

@@ -89,10 +89,11 @@ class Coordinator(ABC):
         raise InvalidConfigError(f"{type(self).__name__} keeps no offsets topic a producer transaction can write; "
                                  "commit the offsets with the consumer after commit_transaction() instead")
 
-    def check_commit(self, group: str, member_id: str = "", generation: int = -1) -> None:  # noqa: B027
-        """Raise the MembershipError an offset commit by this member would get now, so a fenced member hears it
-        must rejoin before anything else is checked (a hint: commit_offsets decides atomically). Stores without
-        group state keep this no-op."""
+    def check_commit(self, group: str, member_id: str = "", generation: int = -1,  # noqa: B027
+                     transactional: bool = False) -> None:
+        """Raise the MembershipError an offset commit by this member would get now (`transactional`: a producer
+        transaction's), so a fenced member hears it must rejoin before anything else is checked (a hint:
+        commit_offsets decides atomically). Stores without group state keep this no-op."""
 
     @abstractmethod
     def committed(self, group: str, topics: list[str] | None = None) -> dict[TopicPartition, CommittedOffset]:

@@ -51,7 +51,7 @@ class TransactionOffsets(TransactionTimeouts, TopicOffsets):
                     "default.replication.factor) set, so the group offsets live on the nodes, or commit the "
                     "consumer's offsets after commit_transaction()")
             with self._offsets.unstable.committing(offsets.group), self._as_owner_of(offsets.group):
-                self._groups.validate_commit(offsets.group, offsets.member_id, offsets.generation)
+                self._groups.validate_commit(offsets.group, offsets.member_id, offsets.generation, transactional=True)
                 self._commit(transactional_id, sequence, writers, offsets)  # (reads of the offsets wait meanwhile)
             return
         self._commit(transactional_id, sequence, writers, offsets)

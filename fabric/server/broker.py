@@ -378,14 +378,14 @@ class Broker:
         self.coordinator.commit_offsets(group, dict(offsets), metadata, generation, member_id)  # checks it too
 
     def _check_offset_ranges(self, group: str, offsets: Mapping[TopicPartition, int], member_id: str,
-                             generation: int) -> None:
+                             generation: int, transactional: bool = False) -> None:
         """Each offset within its partition's range (shapes checked); on a refusal, a fenced member hears first
         that it must rejoin. The store's commit checks the member's generation itself."""
         logs = self._offset_logs(offsets)
         try:
             self._check_committable(offsets, logs)
         except OffsetOutOfRangeError:
-            self.coordinator.check_commit(group, member_id, generation)  # a fenced member hears that first
+            self.coordinator.check_commit(group, member_id, generation, transactional)  # a fenced member hears it first
             raise
 
     def _offset_logs(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, Log | None]:
@@ -458,7 +458,7 @@ class Broker:
         commits nothing."""
         if offsets is not None:
             validation.transactional_offsets(offsets)
-            self._check_offset_ranges(offsets.group, offsets.offsets, offsets.member_id, offsets.generation)
+            self._check_offset_ranges(offsets.group, offsets.offsets, offsets.member_id, offsets.generation, True)
         self.coordinator.commit_transaction(txn, writers, offsets)
 
     def _transaction_offsets(self, offsets: TransactionalOffsets) -> tuple[OffsetsPart, Callable[[], None]]:
@@ -471,12 +471,12 @@ class Broker:
         for partition_log in logs.values():
             if partition_log is not None:
                 partition_log.end_offset  # noqa: B018 (recovers it now: read under the publish's locks, it takes no lock)
-        self.coordinator.check_commit(group, offsets.member_id, generation)
+        self.coordinator.check_commit(group, offsets.member_id, generation, transactional=True)
         part = self.coordinator.transactional_offsets(group, dict(committed), offsets.metadata)
 
         def validate() -> None:
             part.check()
-            self.coordinator.check_commit(group, offsets.member_id, generation)
+            self.coordinator.check_commit(group, offsets.member_id, generation, transactional=True)
             self._check_committable(committed, logs)
         return part, validate
 

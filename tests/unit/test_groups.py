@@ -237,8 +237,11 @@ def test_offset_commit_validation(gc):
         gc.validate_commit(s, m0, 1)
     with pytest.raises(UnknownMemberError):
         gc.validate_commit(s, "", -1)
+    gc.validate_commit(s, "", -1, transactional=True)  # a producer transaction's, as Kafka's TxnOffsetCommit
     with pytest.raises(UnknownMemberError):
         gc.validate_commit(s, "ghost", 2)
+    with pytest.raises(IllegalGenerationError):  # a member's own transactional commit is fenced as any
+        gc.validate_commit(s, m0, 1, transactional=True)
     s, r = gc.join(s, req(), 5, parts)
     s, _ = gc.join(s, req(m0), 6, parts)
     s, _ = gc.join(s, req(m1), 7, parts)

@@ -11,6 +11,7 @@ import pytest
 import fabric
 from fabric import TopicPartition
 from fabric.common.ports import free_port
+from fabric.kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata
 
 
 def fill(fab, topic: str, partitions: int, per_partition: int) -> None:
@@ -155,3 +156,32 @@ def test_send_timestamp_ms_and_poll_max_records(fab):
         while len(rest) < 2:
             rest += consumer.poll(10, max_records=2)
         assert [r.value for r in rest] == [b"b", b"c"]
+
+
+def test_a_consume_transform_produce_loop_commits_with_the_group_id_while_its_consumer_is_a_member(fab):
+    """kafka-python's transactional loop: send_offsets_to_transaction(offsets, group_id), its only form, names the
+    group of the live KafkaConsumer that read the records. Kafka takes a producer transaction's offsets without a
+    member (TxnOffsetCommit's clients before KIP-447) whatever the group's members; the commit becomes visible with
+    the transaction's records, and the consumer's next committed() reads it."""
+    fill(fab, "tx-in", partitions=1, per_partition=4)
+    fab.create_topic("tx-out")
+    consumer = KafkaConsumer("tx-in", bootstrap_servers=fab.url, group_id="tx-loop", enable_auto_commit=False,
+                             auto_offset_reset="earliest", isolation_level="read_committed")
+    producer = KafkaProducer(bootstrap_servers=fab.url, transactional_id="tx-loop-1")
+    try:
+        producer.init_transactions()
+        records = []
+        deadline = time.monotonic() + 60
+        while len(records) < 4 and time.monotonic() < deadline:
+            records += [r for batch in consumer.poll(timeout_ms=500).values() for r in batch]
+        assert [r.value for r in records] == [b"0-0", b"0-1", b"0-2", b"0-3"]
+        producer.begin_transaction()
+        for record in records:
+            producer.send("tx-out", record.value.upper())
+        tp = TopicPartition("tx-in", 0)
+        producer.send_offsets_to_transaction({tp: OffsetAndMetadata(records[-1].offset + 1, None)}, "tx-loop")
+        producer.commit_transaction()
+        assert consumer.committed(tp) == 4  # the consumer is still the group's member
+    finally:
+        producer.close()
+        consumer.close()
