@@ -151,6 +151,13 @@ def page() -> str:
         "",
         table(("config", "ignored by", "why"),
               ((f"`{key}`", ignored_by(key), why) for key, why in config.IGNORED_CLIENT_SETTINGS.items())),
+        "## librdkafka's names for the same configs",
+        "",
+        "confluent-kafka's configs under librdkafka's own names are those of the tables above. Source: "
+        "`CLIENT_ALIASES`.",
+        "",
+        table(("librdkafka's config", "is"), ((f"`{key.replace('_', '.')}`", f"`{name}`")
+                                             for key, name in config.CLIENT_ALIASES.items())),
         "## Coordinator service",
         "",
         "`fabric coordinator start --config conf/fabric.properties`: each property below can be set in the "

@@ -53,12 +53,24 @@ def _bool(text: str) -> bool:
     return value == "true"
 
 
-def _choice(*options: str) -> Callable[[str], str]:
+def _choice(*options: str, aliases: Mapping[str, str] | None = None) -> Callable[[str], str]:
+    """One of `options`, or one of the `aliases` of one (librdkafka's names for the same choice)."""
     def parse(text: str) -> str:
         value = str(text).strip()
+        value = (aliases or {}).get(value, value)
         if value not in options:
             raise ValueError(f"must be one of {', '.join(options)}")
         return value
+    return parse
+
+
+def _preferred(*options: str) -> Callable[[str], str]:
+    """One of `options`, or a comma-separated list of them in order of preference (librdkafka's form, e.g. its
+    default "range,roundrobin"): the first is used."""
+    choose = _choice(*options)
+
+    def parse(text: str) -> str:
+        return choose(str(text).split(",")[0])
     return parse
 
 
@@ -231,8 +243,11 @@ PRODUCER_SETTINGS: dict[str, Setting] = {
 }
 
 CONSUMER_SETTINGS: dict[str, Setting] = {
-    "auto_offset_reset": Setting("latest", _choice("earliest", "latest", "none"),
-                                 "where to start without a committed offset"),
+    "auto_offset_reset": Setting("latest", _choice("earliest", "latest", "none", aliases={
+                                     "smallest": "earliest", "beginning": "earliest", "largest": "latest",
+                                     "end": "latest", "error": "none"}),
+                                 "where to start without a committed offset (librdkafka's smallest/beginning, "
+                                 "largest/end and error too)"),
     "enable_auto_commit": Setting(True, _bool, "commit positions periodically in poll"),
     "enable_auto_offset_store": Setting(True, _bool, "store the position of each record poll() returns for the "
                                         "next commit; false: only what store_offsets() stores (confluent-kafka's "
@@ -248,8 +263,9 @@ CONSUMER_SETTINGS: dict[str, Setting] = {
     "session_timeout_ms": Setting(45000, _long(1, INT_MAX), "group member is dead without heartbeats this long"),
     "heartbeat_interval_ms": Setting(3000, _long(1, INT_MAX), "how often members heartbeat"),
     "max_poll_interval_ms": Setting(300000, _long(1, INT_MAX), "longest gap between polls"),
-    "partition_assignment_strategy": Setting("range", _choice("range", "roundrobin", "cooperative-sticky"),
-                                             "how the group splits partitions"),
+    "partition_assignment_strategy": Setting("range", _preferred("range", "roundrobin", "cooperative-sticky"),
+                                             "how the group splits partitions (a comma-separated list: the "
+                                             "first)"),
     "group_instance_id": Setting("", _identifier("a dynamic group member"), "static membership id"),
     "isolation_level": Setting("read_committed", _choice("read_committed", "read_uncommitted"),
                                "read_committed: read a replicated partition below its last stable offset, "
@@ -266,6 +282,12 @@ _SECURITY = ("a service is reached with TLS by fabric+tls://host:port and authen
 _TRANSPORT = ("the fabric's transport manages its own connections (one fabric protocol connection per server, opened "
               "again once the server closed it idle; Arrow Flight for the rest) and timeouts (?timeout_ms= in the "
               "fabric:// URL)")
+_ERRORS = "every error is raised by the call it concerns (or given to a send's callback)"
+_METRICS = "clients' metrics are their metrics() (Prometheus on the servers)"
+_LOGS = "clients log with Python's logging, under the logger fabric"
+_CREATE = "topics are created by create_topic() or `fabric topics create`, never by a send or a subscription"
+_BUFFERED = "buffered records are bounded by batch_size per topic besides its batch in flight"
+_PREFETCH = "a consumer buffers one fetch (fetch_max_bytes) at a time"
 # Kafka client configs (kafka-python's names, '.' or '_') that mean nothing here: each is accepted with a warning
 # saying why, so code written for Kafka runs unchanged instead of failing on its first line.
 IGNORED_CLIENT_SETTINGS: dict[str, str] = {
@@ -281,7 +303,27 @@ IGNORED_CLIENT_SETTINGS: dict[str, str] = {
     "a record is there (fetch_max_wait_ms bounds the wait)", "max_partition_fetch_bytes": "fetch_max_bytes bounds "
     "a poll", "check_crcs": "every frame's CRC is always checked", "exclude_internal_topics": "internal topics "
     "(__consumer_offsets) are never listed or subscribed",
+    # librdkafka's (confluent-kafka's) and kafka-python's names with nothing to do here
+    "sasl_mechanisms": _SECURITY, "sasl_username": _SECURITY, "sasl_password": _SECURITY,
+    "ssl_ca_location": _SECURITY, "ssl_certificate_location": _SECURITY, "ssl_key_location": _SECURITY,
+    "ssl_key_password": _SECURITY, "ssl_context": _SECURITY, "ssl_password": _SECURITY,
+    "socket_timeout_ms": _TRANSPORT, "socket_keepalive_enable": _TRANSPORT,
+    "api_version_request": "the fabric has one protocol version",
+    "api_version_auto_timeout_ms": "the fabric has one protocol version",
+    "error_cb": _ERRORS, "throttle_cb": "the fabric applies no client quotas", "stats_cb": _METRICS,
+    "statistics_interval_ms": _METRICS, "metric_reporters": _METRICS, "metrics_num_samples": _METRICS,
+    "metrics_sample_window_ms": _METRICS, "logger": _LOGS, "debug": _LOGS, "log_level": _LOGS,
+    "allow_auto_create_topics": _CREATE, "queue_buffering_max_messages": _BUFFERED,
+    "queue_buffering_max_kbytes": _BUFFERED, "batch_num_messages": "a batch is bounded by batch_size bytes",
+    "message_max_bytes": "a record's size is bounded by the topic's max.message.bytes, checked by the server",
+    "fetch_message_max_bytes": "fetch_max_bytes bounds a poll", "queued_max_messages_kbytes": _PREFETCH,
+    "queued_min_messages": _PREFETCH, "partitioner": "records with a key go to the partition of Kafka's murmur2 "
+    "hash of it (the Java client's), the others to a partition per batch (KIP-480's sticky partitioner)",
+    "leave_group_on_close": "close() always leaves the group (a static member keeps its place: group_instance_id)",
 }
+# librdkafka's names for settings the fabric's clients take under Kafka's (Java's, kafka-python's) names
+CLIENT_ALIASES: dict[str, str] = {"queue_buffering_max_ms": "linger_ms", "message_timeout_ms": "delivery_timeout_ms",
+                                  "fetch_wait_max_ms": "fetch_max_wait_ms", "compression_codec": "compression_type"}
 
 
 def merged_client_config(kind: str, conf: Mapping[str, Any] | None, config: dict[str, Any]) -> dict[str, Any]:
@@ -309,6 +351,7 @@ def client_config(kind: str, table: Mapping[str, Setting], given: Mapping[str, o
     out: dict[str, Any] = {}
     for key, value in given.items():
         norm = key.replace(".", "_")
+        norm = CLIENT_ALIASES.get(norm, norm) if norm not in table else norm
         setting = table.get(norm)
         if setting is None and norm in IGNORED_CLIENT_SETTINGS:
             warnings.warn(f"{kind} config {key!r} is ignored: {IGNORED_CLIENT_SETTINGS[norm]}",
@@ -316,7 +359,7 @@ def client_config(kind: str, table: Mapping[str, Setting], given: Mapping[str, o
             continue
         if setting is None:
             raise _error(kind, key, value, "", table)
-        if value is None and setting.default == "":  # an optional string left unset (kafka-python's None)
+        if value is None:  # left unset (kafka-python's None: compression_type, transactional_id, ...)
             continue
         if isinstance(value, bool):
             value = str(value).lower()

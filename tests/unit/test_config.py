@@ -2,9 +2,18 @@
 clients treat Kafka's client configs."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
-from fabric.common.config import TopicConfig, validate_topic_config, validate_topic_config_changes
+from fabric.common.config import (
+    CONSUMER_SETTINGS,
+    PRODUCER_SETTINGS,
+    TopicConfig,
+    client_config,
+    validate_topic_config,
+    validate_topic_config_changes,
+)
 from fabric.common.errors import IgnoredConfigWarning, InvalidConfigError, RecordTooLargeError
 
 
@@ -80,3 +89,28 @@ def test_kafkas_gzip_and_snappy_are_refused_naming_what_to_use(fab, kafka_codec,
     with pytest.raises(InvalidConfigError, match=f"{kafka_codec} is a Kafka codec .* use {ours}"):
         fab.create_topic("t", config={"compression.type": kafka_codec})
     assert fab.list_topics() == []
+
+
+def test_librdkafka_names_and_values_and_kafka_pythons_none_are_taken() -> None:
+    """A confluent-kafka config typed for Confluent Cloud, with librdkafka's names, runs: its aliases set the
+    fabric's settings, its SASL and callback configs are ignored with a warning naming what does their job, and
+    kafka-python's None (compression_type's default) leaves a setting at its default."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        producer = client_config("producer", PRODUCER_SETTINGS, {
+            "queue.buffering.max.ms": 7, "message.timeout.ms": 60_000, "compression_type": None,
+            "security.protocol": "SASL_SSL", "sasl.mechanisms": "PLAIN", "sasl.username": "key",
+            "sasl.password": "secret", "error_cb": print})
+    assert (producer["linger_ms"], producer["delivery_timeout_ms"], producer["compression_type"]) == (7, 60_000, "none")
+    assert sorted(str(w.message).split("'")[1] for w in caught) == [
+        "error_cb", "sasl.mechanisms", "sasl.password", "sasl.username", "security.protocol"]
+    assert all(issubclass(w.category, IgnoredConfigWarning) for w in caught)
+    assert "?token=" in next(str(w.message) for w in caught if "sasl.password" in str(w.message))
+    consumer = client_config("consumer", CONSUMER_SETTINGS, {
+        "auto.offset.reset": "smallest", "partition.assignment.strategy": "range,roundrobin", "fetch.wait.max.ms": 100})
+    assert (consumer["auto_offset_reset"], consumer["partition_assignment_strategy"], consumer["fetch_max_wait_ms"]) \
+        == ("earliest", "range", 100)
+    largest = client_config("consumer", CONSUMER_SETTINGS, {"auto.offset.reset": "largest"})
+    assert largest["auto_offset_reset"] == "latest"
+    with pytest.raises(InvalidConfigError, match="auto.offset.reset.*must be one of earliest, latest, none"):
+        client_config("consumer", CONSUMER_SETTINGS, {"auto.offset.reset": "sometimes"})
