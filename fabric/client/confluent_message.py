@@ -73,7 +73,13 @@ class DeliveredMessage(ConfluentMessage):
             stamped = (TIMESTAMP_CREATE_TIME, metadata.timestamp)
         else:
             stamped = (TIMESTAMP_CREATE_TIME, timestamp_ms) if timestamp_ms else (TIMESTAMP_NOT_AVAILABLE, 0)
-        super().__init__(topic, partition, offset, key, value, listed, stamped, error)
+        super().__init__(topic, partition, offset, _produced(key), _produced(value), listed, stamped, error)
+
+
+def _produced(data: Any) -> Any:
+    """A key or value as produce() sent it: text as its UTF-8 bytes (confluent-kafka's delivered messages hold
+    bytes)."""
+    return data.encode() if isinstance(data, str) else data
 
 
 class Message(ConfluentMessage):

@@ -38,7 +38,7 @@ from fabric.client.topic_partition import OFFSET_INVALID, TopicPartition
 from fabric.client.url import bootstrap_url, open_cluster
 from fabric.common import checks
 from fabric.common.config import PRODUCER_SETTINGS, client_config, merged_client_config
-from fabric.common.errors import FabricError, InvalidArgumentError
+from fabric.common.errors import ClientTimeoutError, FabricError, InvalidArgumentError
 from fabric.common.records import Record
 
 Servers = str | Sequence[str] | None
@@ -255,6 +255,17 @@ class Producer(_OwningProducer):
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
         """confluent-kafka's cluster metadata (kafka_metadata), of `topic` or of every topic."""
         return cluster_metadata(self._owned, topic)
+
+    def flush(self, timeout: float | None = None) -> int:
+        """confluent-kafka's flush: wait up to `timeout` seconds (None or negative: as long as it takes) for every
+        record queued to be acknowledged or failed; the number still queued or in flight then (0: none), never
+        an error: they stay queued and go in the background."""
+        try:
+            forever = timeout is None or (isinstance(timeout, (int, float)) and timeout < 0)
+            super().flush(None if forever else timeout)
+        except ClientTimeoutError:
+            pass
+        return len(self)
 
 
 class ConsumerClient(_OwningConsumer):

@@ -86,3 +86,30 @@ def test_a_config_dict_produce_poll_flush_and_consume(fab):
         fab.producer({"linger.ms": 5}, linger_ms=6)
     with pytest.raises(KafkaException, match="group_id='a' and group.id='b' differ"):
         fab.consumer({"group.id": "b"}, group_id="a")
+
+
+def test_confluent_programs_first_lines_errors_and_flush_answers(fab):
+    """What confluent-kafka programs type first: `from confluent_kafka import KafkaError, KafkaException` (the
+    error codes a poll loop compares, KafkaError._PARTITION_EOF among them, and the base every fabric error is),
+    Producer.flush(timeout) answering how many records are still queued (never raising), and a delivery callback
+    whose message holds the key and value produced as text as bytes."""
+    from fabric.kafka import KafkaError, KafkaException, Producer
+    assert (KafkaError._PARTITION_EOF, KafkaError._MSG_TIMED_OUT, KafkaError.UNKNOWN_TOPIC_OR_PART) == (-191, -192, 3)
+    eof = KafkaError(KafkaError._PARTITION_EOF)
+    assert (eof.code(), eof.name(), eof == KafkaError._PARTITION_EOF, eof.retriable()) == (
+        -191, "_PARTITION_EOF", True, False)
+    with pytest.raises(KafkaException) as raised:
+        raise KafkaException(KafkaError(KafkaError.TOPIC_ALREADY_EXISTS, "it is there"))
+    assert (raised.value.args[0].code(), str(raised.value.args[0])) == (36, "it is there")
+    with pytest.raises(KafkaException):  # every fabric error
+        fab.consumer().assign([TopicPartition("no-such-topic", 0)])
+
+    fab.create_topic("texts")
+    delivered = []
+    producer = Producer({"bootstrap.servers": fab.url, "linger.ms": 600_000})
+    producer.produce("texts", "héllo", key="k1", on_delivery=lambda err, msg: delivered.append((err, msg)))
+    assert producer.flush(0) == 1 and len(producer) == 1  # lingering: still queued, and no error
+    assert producer.flush(-1) == 0 and len(producer) == 0
+    [(error, message)] = delivered
+    assert error is None and (message.key(), message.value()) == (b"k1", "héllo".encode())
+    producer.close()
