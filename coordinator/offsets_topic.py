@@ -9,7 +9,8 @@ per key. The topic has OFFSETS_PARTITIONS partitions, a group's offsets all in p
 count, so one group's commit is one append.
 
 The cache: each partition's latest offsets by group. Over a shared log it is read from the log on first use and
-brought up to date before every answer (other processes append to the same logs). Over a log this instance owns
+brought up to date before every answer (other processes append to the same logs), past damaged records (their
+commits are lost, logged: coordinator.offsets_damage). Over a log this instance owns
 (`shared` False: the replicated topic, written only by the active coordinator instance) it is the truth while
 the instance is active: it is loaded from the log when the instance takes the leadership, and until then the
 offsets are not served (CoordinatorUnavailableError, retriable: Kafka's COORDINATOR_LOAD_IN_PROGRESS; the
@@ -57,6 +58,7 @@ from fabric.coordinator import commit_batch, validation
 from fabric.coordinator.commit_batch import Queued
 from fabric.coordinator.election import NotControllerError
 from fabric.coordinator.group_store import GroupService, GroupStore
+from fabric.coordinator.offsets_damage import SkippingReader
 from fabric.coordinator.offsets_log import LocalOffsetsLog, OffsetsPart
 from fabric.coordinator.offsets_records import (
     OFFSETS_TOPIC,
@@ -172,6 +174,10 @@ class _Cache:
                     cast(int, value["next_offset"]), cast(str, value["metadata"]), cast(int, value["commit_ms"]))
         self.position = offset + len(rows)
 
+    def skip(self, offset: int) -> None:
+        """The records before `offset` could not be read (damaged: coordinator.offsets_damage): read on from it."""
+        self.position = max(self.position, offset)
+
 
 class OffsetsTopic:
     """The offsets topic over `log`; `legacy` gives the offsets an earlier store kept, to migrate (at once over a
@@ -183,6 +189,7 @@ class OffsetsTopic:
         self.log, self.clock, self._legacy, self._roll_forward = log, clock, legacy, roll_forward
         self.partitions = log.partitions
         self._caches = [_Cache() for _ in range(self.partitions)]
+        self._reader = SkippingReader(log.read)  # the log's records, past damaged ones
         # each partition's: over an owned log, only those this instance took are served
         self._serving = [Serving.READY if log.shared else Serving.IDLE] * self.partitions
         self._load_failure = ""  # why the last take_leadership of an owned log failed
@@ -250,7 +257,7 @@ class OffsetsTopic:
         cache = self._caches[partition]
         if self.log.shared:
             with cache.lock:
-                for offset, records in self.log.read(partition, cache.position):
+                for offset, records in self._reader.read(partition, cache.position, cache.skip):
                     cache.apply(offset, records)
         return cache
 
@@ -420,7 +427,7 @@ class OffsetsTopic:
                 self.companion.loading()
             for p in taken:
                 cache = _Cache()
-                for offset, records in self.log.read(p, 0):
+                for offset, records in self._reader.read(p, 0, cache.skip):
                     cache.apply(offset, records)
                     if self.companion is not None:
                         self.companion.apply(records)

@@ -1,18 +1,26 @@
 """The offsets topic (coordinator/offsets_topic.py): commits are keyed records, read back through a cache that
 catches up with other writers; a deposed instance's commits are refused; compaction keeps the topic small under a
-million commits of the same keys."""
+million commits of the same keys; a damaged commit record is skipped (lost, logged), not raised to every group
+call."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
+from typing import Iterator
 
+import pyarrow as pa
 import pytest
 
 from fabric.common.errors import CoordinatorUnavailableError, StorageError
 from fabric.common.waiting import wait_for
+from fabric.coordinator.offsets_damage import SkippingReader
 from fabric.coordinator.offsets_log import PARTITION_COUNT, LocalOffsetsLog
 from fabric.coordinator.offsets_records import OFFSETS_PARTITIONS
 from fabric.coordinator.offsets_topic import OffsetsTopic, offsets_partition
+from fabric.coordinator.sqlite_store import SqliteCoordinator
+from fabric.storage import frame
+from fabric.storage.scan import CorruptRangeError, Damage, Frame
 
 
 def test_commits_are_read_back_by_another_writer_and_deletes_are_tombstones(tmp_path) -> None:
@@ -109,3 +117,87 @@ def test_an_offsets_directory_of_an_earlier_version_keeps_its_count_and_a_damage
     (directory / PARTITION_COUNT).write_text("five")
     with pytest.raises(StorageError, match="holds 'five', not its partition count; write the count"):
         LocalOffsetsLog(str(directory))
+
+
+def _flip_a_payload_byte(directory: str, partition: int, offset: int) -> None:
+    """Bit rot in the frame of the offsets topic's partition that starts at `offset`."""
+    seg = LocalOffsetsLog(directory).log(partition).segments()[-1]
+    found = next(item for item in seg.walk(seg.data_start, seg.base_offset)
+                 if isinstance(item, Frame) and item.header.base_offset == offset)
+    with open(seg.path, "r+b") as f:
+        f.seek(found.position + frame.HEADER_SIZE + found.header.length // 2)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0xFF]))
+
+
+def _damaged_last_commit(tmp_path) -> tuple[str, str, int, int]:
+    """An embedded fabric's store (its metadata database's path) where groups `a` and `b`, of one offsets
+    partition, committed three times each in turn, `a`'s last commit (its two records) damaged on disk; the path,
+    the other group, the partition and the damaged commit's first offset."""
+    path = str(tmp_path / "__fabric" / "metadata.db")
+    os.makedirs(os.path.dirname(path))
+    store = SqliteCoordinator(path)
+    directory = os.path.join(os.path.dirname(path), "__consumer_offsets")
+    partition = offsets_partition("a", store.offsets_topic.partitions)
+    assert offsets_partition("b", store.offsets_topic.partitions) != partition  # b's commits go elsewhere...
+    b = next(g for g in (f"b{n}" for n in range(1000)) if offsets_partition(g, store.offsets_topic.partitions)
+             == partition)  # ...so another b, whose commits come before and after a's damaged one
+    for n in (1, 2, 3):
+        if n == 3:
+            damaged = LocalOffsetsLog(directory).end_offset(partition)
+        store.commit_offsets("a", {("t", 0): n, ("t", 1): 10 + n}, f"a{n}")
+        store.commit_offsets(b, {("t", 0): 20 + n}, f"b{n}")
+    store.close()
+    _flip_a_payload_byte(directory, partition, damaged)
+    return path, b, partition, damaged
+
+
+def test_a_damaged_commit_record_is_skipped_and_logged_not_raised_to_every_group_call(tmp_path, caplog) -> None:
+    """Every group call failed on a damaged record of __consumer_offsets (CorruptRangeError, advising a seek no
+    user can make in the internal topic); as Kafka's coordinator, the load skips it: its commits are lost."""
+    path, b, partition, damaged = _damaged_last_commit(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="fabric.coordinator.offsets_damage"):
+        store = SqliteCoordinator(path)
+        assert store.list_groups() == sorted(["a", b])
+        assert {tp: (c.offset, c.metadata) for tp, c in store.committed(b).items()} == {("t", 0): (23, "b3")}
+        assert {tp: (c.offset, c.metadata) for tp, c in store.committed("a").items()} == {
+            ("t", 0): (2, "a2"), ("t", 1): (12, "a2")}  # the previous commit, not the damaged one
+        store.commit_offsets("a", {("t", 0): 4}, "a4")
+        assert {tp: c.offset for tp, c in store.committed("a").items()} == {("t", 0): 4, ("t", 1): 12}
+        store.close()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "fabric.coordinator.offsets_damage"]
+    assert len(warnings) == 1 and warnings[0].startswith(f"__consumer_offsets-{partition}: offsets {damaged}.."
+                                                         f"{damaged + 1} at byte "), warnings
+    assert "CRC check failed" in warnings[0] and "lost" in warnings[0]
+    again = SqliteCoordinator(path)  # a fresh cache reads the new commit back, past the damage
+    assert {tp: c.offset for tp, c in again.committed("a").items()} == {("t", 0): 4, ("t", 1): 12}
+    assert again.delete_offsets(b, [("t", 0)]) == [("t", 0)] and again.list_groups() == ["a"]
+    again.close()
+
+
+def test_an_owned_offsets_log_loads_past_a_damaged_commit_record(tmp_path, caplog) -> None:
+    """A coordinator instance taking the leadership of the partitions (a cluster's replicated topic) loads them
+    skipping the damage as well."""
+    path, b, partition, damaged = _damaged_last_commit(tmp_path)
+
+    class Owned(LocalOffsetsLog):
+        shared = False
+    topic = OffsetsTopic(Owned(os.path.join(os.path.dirname(path), "__consumer_offsets")))
+    with caplog.at_level(logging.WARNING, logger="fabric.coordinator.offsets_damage"):
+        topic.take_leadership(1)
+    assert topic.groups() == sorted(["a", b])
+    assert {tp: c.offset for tp, c in topic.committed("a").items()} == {("t", 0): 2, ("t", 1): 12}
+    assert {tp: c.offset for tp, c in topic.committed(b).items()} == {("t", 0): 23}
+    assert f"__consumer_offsets-{partition}: offsets {damaged}..{damaged + 1} at byte" in caplog.text
+
+
+def test_damage_whose_end_is_unknown_is_raised_not_skipped() -> None:
+    """Nothing says where to read on after it: skipping to the end would serve no later commit either."""
+    def read(partition: int, start: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+        raise CorruptRangeError(Damage("seg", 64, 128, start, None, "a torn frame"))
+        yield  # (a generator, as OffsetsLog.read)
+    skipped: list[int] = []
+    with pytest.raises(CorruptRangeError, match="offsets from 5 on"):
+        list(SkippingReader(read).read(0, 5, skipped.append))
+    assert skipped == []
