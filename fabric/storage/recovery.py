@@ -5,8 +5,12 @@ An embedded log's watermark with a valid checksum is trusted: frames past it wer
 cut, unless a pending-publish marker names a committed transaction (then they are rolled forward). A missing,
 short, corrupt, negative, out-of-range or checksum-less (older format) watermark is recovered from the frames,
 as Kafka recovers a log's end by scanning its segments: the end of the last whole, CRC-valid frame. Damage below
-the watermark is reported and kept, never cut: readers report it and can skip it. Every decision is logged at
-WARNING naming the partition and the offsets, and returned as a RecoveryReport.
+the watermark is reported and kept, never cut: readers report it and can skip it. Where that damage runs to the
+end of the active segment (a torn last frame or header), appends go to a new segment based at the watermark: one
+written after the torn bytes would lie inside the extent the torn header declares, never readable, and make that
+frame look whole. Empty segment files at the end that start inside the frames before them (a stray file named
+like a segment) are not segments of the log and are deleted. Every decision is logged at WARNING naming the
+partition and the offsets, and returned as a RecoveryReport.
 
 A replica log (Log.replica) ends at its last whole, CRC-valid frame whatever the watermark file says: frames
 past the watermark are awaiting replication, not unacknowledged, so only a torn or invalid tail is cut (a
@@ -14,6 +18,7 @@ follower truncates its log only as the leader-epoch protocol tells it, with Log.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -69,6 +74,7 @@ class _Boundary:
     damage: list[Damage]
     straddled: bool = False  # a whole frame holds offsets on both sides: the watermark is not a frame boundary
     missing: bool = False  # the frames end before it: they were lost
+    torn_end: bool = False  # damage below it runs to the end of the file: nothing may be appended after it
 
 
 class Recovery:
@@ -82,11 +88,11 @@ class Recovery:
         """Recover; returns the report and the active segment (None with apply=False)."""
         plog = self.log
         swapped = segment_swap.complete(plog) if self.apply else None
-        segs = plog.segments(fresh=True)
         reading = plog.hw.read()
         report = RecoveryReport(plog.name, reading, applied=self.apply)
         if swapped:
             report.actions.append(swapped)
+        segs = self._without_strays(report, plog.segments(fresh=True))
         if not segs and reading.state is WatermarkState.MISSING:  # a new partition: nothing to report
             if not self.apply:
                 return report, None
@@ -94,19 +100,46 @@ class Recovery:
             return report, plog.create_segment(0)
         marker, marker_found = self._marker(report)
         hw = self._watermark(report, reading, marker, segs)
-        active, hw, cut_at = self._tail(report, segs, hw)
+        active, hw, boundary = self._tail(report, segs, hw)
         report.end_offset = hw
         if self.apply:
             if not reading.trusted or reading.value != hw:  # the watermark first: it decides what is committed
                 plog.hw.write(hw)
             if marker_found:
                 remove_marker(plog.directory)
-            active = self._finish(report, segs, active, hw, cut_at)
+            active = self._finish(report, segs, active, hw, boundary)
         if report.changed:
             log.warning("%s", report.describe())
         return report, active
 
     # -- deciding -----------------------------------------------------------------------------------
+    def _without_strays(self, report: RecoveryReport, segs: list[Segment]) -> list[Segment]:
+        """`segs` less the empty segment files at the end that start below where the frames before them end (a
+        stray file named like a segment, an operator's `touch`): not segments of the log, they are deleted (and
+        reported). Only an empty last segment costs a walk of the previous segment's end; a non-empty one that
+        overlaps is a cleaner's swap, which segment_swap finishes."""
+        empty = 0
+        while empty < len(segs) - 1 and _holds_no_records(segs[-1 - empty]):
+            empty += 1
+        if not empty:
+            return segs
+        kept = segs[:-empty]
+        prev = kept[-1]
+        end = prev.end(_walk_start(prev, 2**62)).expected
+        for seg in segs[-empty:]:
+            if seg.base_offset >= end:
+                kept.append(seg)
+                continue
+            done = "left out" if not self.apply else "deleted"
+            if self.apply:
+                seg.delete()
+                self.log.forget_segments([seg.base_offset])
+                report.deleted.append(seg.path)
+            report.actions.append(f"segment {seg.path} holds no records and starts at offset {seg.base_offset}, "
+                                  f"inside the frames of {prev.path} (they end at offset {end}): not a segment of "
+                                  f"the log, {done}")
+        return kept
+
     def _marker(self, report: RecoveryReport) -> tuple[PendingPublish | None, bool]:
         """The pending-publish marker, and whether there was one (readable or not)."""
         try:
@@ -180,13 +213,14 @@ class Recovery:
                 end = item.header.next_offset
         return end
 
-    def _tail(self, report: RecoveryReport, segs: list[Segment], hw: int) -> tuple[Segment | None, int, int]:
-        """(active segment, watermark, byte where what follows the watermark starts), the watermark checked
-        against the frames: lowered to where they end if they were lost, recovered from them if it splits one."""
+    def _tail(self, report: RecoveryReport, segs: list[Segment], hw: int
+              ) -> tuple[Segment | None, int, _Boundary | None]:
+        """(active segment, watermark, where the watermark starts in it), the watermark checked against the
+        frames: lowered to where they end if they were lost, recovered from them if it splits one."""
         for _ in range(3):
             live = [s for s in segs if s.base_offset <= hw]
             if not live:
-                return None, hw, 0
+                return None, hw, None
             boundary = _boundary(live[-1], hw)
             if boundary.straddled:
                 end = self._frames_end(live)
@@ -199,26 +233,32 @@ class Recovery:
                 hw = boundary.offset
             else:
                 report.damage.extend(boundary.damage)
-                return live[-1], hw, boundary.position
+                return live[-1], hw, boundary
         raise CorruptRecordError(f"partition {self.log.name}: no watermark agrees with the frames; restore the "
                                  "partition from a backup")
 
     # -- applying -----------------------------------------------------------------------------------
     def _finish(self, report: RecoveryReport, segs: list[Segment], active: Segment | None, hw: int,
-                cut_at: int) -> Segment:
+                boundary: _Boundary | None) -> Segment:
         """Delete segments past the watermark, give the tail a valid segment and cut what lies past `hw`."""
         for seg in segs:
             if seg.base_offset > hw:
                 seg.delete()
                 report.deleted.append(seg.path)
                 report.actions.append(f"segment {seg.path} past the watermark deleted")
-        if active is None:
+        if active is None or boundary is None:
             active = self.log.create_segment(hw)
             report.actions.append(f"no segment held the tail: {active.path} created at offset {hw}")
             return active
         if active.base_offset == hw and not active.schema_frame_ok:
             report.actions.append(f"segment {active.path} had no valid schema frame and no records: recreated")
             return self.log.create_segment(hw)
+        if boundary.torn_end:  # its bytes are kept as they are: readers report them (as offsets up to `hw`)
+            damaged, active = active, self.log.create_segment(hw)
+            report.actions.append(f"segment {damaged.path} ends in damage below the watermark, which is kept: "
+                                  f"appends go to a new segment, {active.path}, created at offset {hw}")
+            return active
+        cut_at = boundary.position
         size = active.size
         if size > cut_at:
             cut = [i.header.next_offset for i in active.walk(cut_at, hw) if isinstance(i, Frame)]
@@ -232,12 +272,24 @@ class Recovery:
         return active
 
 
+def _walk_start(seg: Segment, offset: int) -> tuple[int, int]:
+    """Where to walk `seg` from to reach `offset`: the index entry before it, else (a stale index) the start."""
+    try:
+        return seg.start(offset)
+    except StaleIndexError:
+        return seg.data_start, seg.base_offset
+
+
+def _holds_no_records(seg: Segment) -> bool:
+    """True if `seg`'s file holds nothing past its schema frame (zero length, a schema frame only, or no whole
+    frame at all)."""
+    size = seg.size
+    return size == 0 or size <= seg.data_start
+
+
 def _boundary(seg: Segment, hw: int) -> _Boundary:
     """Where offset `hw` starts in `seg`, walking (CRC-checked) from the index entry before it."""
-    try:
-        pos, expected = seg.start(hw)
-    except StaleIndexError:
-        pos, expected = seg.data_start, seg.base_offset
+    pos, expected = _walk_start(seg, hw)
     walk = seg.walk(pos, expected, stop=hw, verify_from=expected)
     items = list(walk)
     damage = [d for d in items if isinstance(d, Damage)]
@@ -246,5 +298,9 @@ def _boundary(seg: Segment, hw: int) -> _Boundary:
         straddled = isinstance(last, Frame) and last.header.next_offset > hw
         return _Boundary(walk.position, hw, damage, straddled=straddled)
     if isinstance(last, Damage) and last.end > last.position:  # bytes that may hold the missing offsets: damage
-        return _Boundary(walk.position, hw, damage)
+        if last.next_offset is not None:  # a whole frame with a damaged base offset: appends may follow it
+            return _Boundary(walk.position, hw, damage)
+        # it runs to the end of the file, nothing whole after it (a torn frame or header): its offsets end at `hw`
+        damage[-1] = dataclasses.replace(last, next_offset=hw)
+        return _Boundary(walk.position, hw, damage, torn_end=True)
     return _Boundary(walk.position, walk.expected, damage, missing=True)

@@ -14,6 +14,7 @@ from fabric.common.errors import CorruptRecordError
 from fabric.common.records import storage_schema
 from fabric.storage import batch_encoding, frame
 from fabric.storage.log import PENDING
+from fabric.storage.scan import CorruptRangeError
 from fabric.storage.segment import Segment
 
 KEEP = dict(retention_ms=-1, segment_ms=2**62)  # small fixed timestamps must not roll or expire
@@ -247,3 +248,136 @@ def test_an_unreadable_pending_marker_is_recovered(tmp_path, storage, garbage, c
     assert not os.path.exists(os.path.join(log.directory, PENDING))
     assert storage.read_all(reopened.log("events", 0)) == expected + [(hw, b"next", 4)]
     storage.assert_clean(log.directory, hw + 1)
+
+
+# -- (f) damage at the end of the active segment; stray files named like segments --------------------------
+def _fifty(storage, log, **append):
+    """Append offsets 0..49 in ten batches of five (watermark 50); the expected read_all()."""
+    expected = []
+    for b in range(10):
+        values = [f"v{b}-{i}".encode() for i in range(5)]
+        stamps = [1_000 + 5 * b + i for i in range(5)]
+        assert log.append(storage.make_batch(values, stamps), **append) == 5 * b
+        expected += [(5 * b + i, v, s) for i, (v, s) in enumerate(zip(values, stamps, strict=True))]
+    return expected
+
+
+def _tear_last_frame(storage, path, torn):
+    """Cut the last frame of data file `path` (offsets 45..49) in half, or its header; the file's bytes after."""
+    pos, header, _ = storage.scan_frames(path)[-1]
+    assert (header.base_offset, header.next_offset) == (45, 50)
+    os.truncate(path, pos + (frame.HEADER_SIZE + header.length // 2 if torn == "half the frame"
+                             else frame.HEADER_SIZE // 2))
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _read_to_damage(log, offset):
+    """The records read from `offset` until the read raises CorruptRangeError, and that error."""
+    got = []
+    with pytest.raises(CorruptRangeError) as raised:
+        for fetched in log.read(offset, 1 << 30):
+            got += [(fetched.offset + i, v) for i, v in enumerate(fetched.batch.column(3).to_pylist())]
+    return got, raised.value
+
+
+@pytest.mark.parametrize("torn", ["half the frame", "half its header"])
+def test_an_append_after_a_torn_last_frame_below_the_watermark_goes_to_a_new_segment(tmp_path, storage, torn,
+                                                                                        caplog):
+    """The last frame (offsets 45..49, below the watermark) lost its end on disk: kept and reported, never cut.
+    An append written after the torn bytes lay inside the extent the torn header declares: acknowledged at 50,
+    never readable, and the torn frame looked whole. Recovery rolls a segment at the watermark for appends."""
+    directory = str(tmp_path)
+    expected = _fifty(storage, storage.open_log(directory, **KEEP))
+    path = storage.data_files(directory)[0]
+    damaged = _tear_last_frame(storage, path, torn)
+    rolled = os.path.join(directory, f"{50:020d}.arrows")
+
+    reopened = storage.open_log(directory, **KEEP)
+    with caplog.at_level(logging.WARNING, logger="fabric.storage.recovery"):
+        assert reopened.append(storage.make_batch([b"after"], [9_000])) == 50
+    # (it was CorruptRangeError to a new reader: never readable)
+    assert storage.read_all(storage.open_log(directory, **KEEP), 50) == [(50, b"after", 9_000)]
+    report = reopened.last_recovery
+    assert report.end_offset == 50 and report.deleted == [] and report.truncated == []
+    assert report.actions == [f"segment {path} ends in damage below the watermark, which is kept: appends go to a "
+                              f"new segment, {rolled}, created at offset 50"]
+    assert [(d.path, d.first_offset, d.next_offset) for d in report.damage] == [(path, 45, 50)]
+    assert any(rolled in r.getMessage() and "offsets 45..49" in r.getMessage() for r in caplog.records)
+    assert storage.data_files(directory) == [path, rolled]
+
+    for reader in (reopened, storage.open_log(directory, **KEEP)):  # the second: a reopen, recovered again
+        assert storage.read_all(reader, 50) == [(50, b"after", 9_000)]
+        for start in (0, 45):
+            got, error = _read_to_damage(reader, start)
+            assert got == [(o, v) for o, v, _ in expected[start:45]]
+            assert (error.damage.path, error.damage.first_offset, error.damage.next_offset) == (path, 45, 50)
+            assert "offsets 45..49" in str(error) and "seek to offset 50" in str(error)
+        assert reader.end_offset == 51
+    assert reader.last_recovery.end_offset == 51
+    assert reader.last_recovery.actions == [] and not reader.last_recovery.changed  # nothing further to do
+    assert reader.append(storage.make_batch([b"later"], [9_001])) == 51
+    assert storage.read_all(storage.open_log(directory, **KEEP), 50) == [(50, b"after", 9_000), (51, b"later", 9_001)]
+    assert storage.data_files(directory) == [path, rolled]
+    with open(path, "rb") as f:
+        assert f.read() == damaged  # the damaged segment's bytes are untouched
+
+
+def test_a_replica_log_still_cuts_a_torn_last_frame(tmp_path, storage, replicas):
+    """A replica log's recovery ends it at its last whole, valid frame: the torn frame is cut, no segment rolled."""
+    directory = str(tmp_path)
+    expected = _fifty(storage, replicas.open(directory, segment_bytes=1 << 20), leader_epoch=0)
+    path = storage.data_files(directory)[0]
+    pos = storage.scan_frames(path)[-1][0]
+    _tear_last_frame(storage, path, "half the frame")
+
+    reopened = replicas.open(directory, segment_bytes=1 << 20)
+    assert reopened.append(storage.make_batch([b"after"], [9_000]), leader_epoch=0) == 45
+    report = reopened.last_recovery
+    assert report.end_offset == 45 and report.damage == [] and report.truncated == [(path, pos, 45)]
+    assert not any("new segment" in a for a in report.actions)
+    assert storage.data_files(directory) == [path]
+    assert storage.read_all(replicas.open(directory, segment_bytes=1 << 20)) == expected[:45] + [(45, b"after", 9_000)]
+
+
+@pytest.mark.parametrize("stray", ["empty file", "schema frame only", "no whole frame"])
+@pytest.mark.parametrize("watermark", ["trusted", "missing"])
+@pytest.mark.parametrize("rolled", [False, True])
+def test_a_stray_empty_segment_file_inside_a_segment_is_deleted(tmp_path, storage, stray, watermark, rolled, caplog):
+    """An operator touched a segment's name, 20, inside segment 0 (offsets 0..49): recovery took it for the active
+    segment, lowered the watermark to 20 and gave the next record offset 20, which read back segment 0's. A file
+    holding no records that starts inside the frames before it is no segment: deleted, the log unchanged (an empty
+    segment rolled at the end of those frames, `rolled`, is one: kept)."""
+    directory = str(tmp_path)
+    expected = _fifty(storage, storage.open_log(directory, **KEEP))
+    segment0 = storage.data_files(directory)[0]
+    if rolled:  # a writer died right after rolling
+        Segment.create(directory, 50, storage_schema())
+    path = os.path.join(directory, f"{20:020d}.arrows")
+    if stray == "schema frame only":
+        Segment.create(directory, 20, storage_schema())
+    else:
+        with open(path, "wb") as f:
+            f.write(b"" if stray == "empty file" else b"not a segment\n")
+    if watermark == "missing":
+        os.unlink(os.path.join(directory, "high-watermark"))
+
+    reopened = storage.open_log(directory, **KEEP)
+    with caplog.at_level(logging.WARNING, logger="fabric.storage.recovery"):
+        assert reopened.end_offset == 50
+    report = reopened.last_recovery
+    assert path in report.deleted and not os.path.exists(path)
+    assert not os.path.exists(os.path.join(directory, f"{20:020d}.index"))
+    assert (f"segment {path} holds no records and starts at offset 20, inside the frames of {segment0} (they end at "
+            "offset 50): not a segment of the log, deleted") in report.actions
+    assert any(path in r.getMessage() and "not a segment of the log" in r.getMessage() for r in caplog.records)
+    assert storage.data_files(directory) == [segment0] + ([os.path.join(directory, f"{50:020d}.arrows")] if rolled
+                                                          else [])
+    assert storage.read_all(reopened) == expected
+    assert storage.read_all(reopened, 20) == expected[20:]
+    assert reopened.append(storage.make_batch([b"after"], [9_000])) == 50
+    assert storage.read_all(reopened, 49) == [expected[-1], (50, b"after", 9_000)]
+    again = storage.open_log(directory, **KEEP)
+    assert storage.read_all(again) == expected + [(50, b"after", 9_000)]
+    assert not again.last_recovery.changed
+    storage.assert_clean(directory, 51)
