@@ -28,6 +28,7 @@ from fabric.common.errors import (
     StaleNodeEpochError,
     TopicExistsError,
     UnknownMemberError,
+    UnsupportedVersionError,
 )
 
 # The base class: kafka-python's KafkaError, confluent-kafka's KafkaException.
@@ -35,12 +36,16 @@ KafkaError = KafkaException = FabricError
 
 # kafka-python's names of the client's own errors.
 NoBrokersAvailable = CoordinatorUnavailableError  # nothing at the URL answered
+KafkaConnectionError = NodeNotReadyError = KafkaUnavailableError = CoordinatorUnavailableError  # (the same: a server
+# that did not answer, after the client's retries)
+BrokerResponseError = FabricError  # the base of the errors a server answers
+IncompatibleBrokerVersion = UnsupportedVersionError
 KafkaTimeoutError = ClientTimeoutError  # a send, flush, close or future not done within its timeout
 IllegalArgumentError = InvalidArgumentError
 KafkaConfigurationError = InvalidConfigError
 
 # kafka-python's names of Kafka's error codes (the fabric's error of the same meaning).
-CoordinatorNotAvailableError = NotCoordinatorError = CoordinatorUnavailableError
+CoordinatorNotAvailableError = NotCoordinatorError = GroupCoordinatorNotAvailableError = CoordinatorUnavailableError
 NotLeaderForPartitionError = NotLeaderOrFollowerError = NotLeaderError
 MessageSizeTooLargeError = RecordTooLargeError
 CorruptRecordException = CorruptRecordError

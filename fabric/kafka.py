@@ -37,6 +37,7 @@ from fabric.client.kafka_error import KafkaError
 from fabric.client.kafka_groups import ConsumerGroupState, ConsumerGroupTopicPartitions, OffsetAndMetadata
 from fabric.client.kafka_metadata import TopicCollection
 from fabric.client.lookups import OffsetAndTimestamp
+from fabric.client.rebalance_callbacks import ConsumerRebalanceListener
 from fabric.client.topic_partition import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, TopicPartition
 from fabric.common.errors import FabricError as KafkaException
 
@@ -44,6 +45,7 @@ __all__ = ["ACL", "OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "OFFSET_ST
            "ACLPermissionType", "ACLResourcePatternType", "AclBinding", "AclBindingFilter", "AclOperation",
            "AclPermissionType", "AdminClient", "AlterConfigOpType",
            "ConfigEntry", "ConfigResource", "ConfigResourceType", "ConfigSource", "Consumer", "ConsumerGroupState",
+           "ConsumerRebalanceListener",
            "ConsumerGroupTopicPartitions", "ElectionType", "KafkaAdminClient", "KafkaConsumer", "KafkaError",
            "KafkaException", "KafkaProducer",
            "Message", "NewPartitions", "NewTopic", "OffsetAndMetadata", "OffsetAndTimestamp", "OffsetSpec", "Producer",

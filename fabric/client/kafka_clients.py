@@ -135,8 +135,32 @@ class KafkaConsumer(_OwningConsumer):
     subscription() sets, committed(tp, metadata=True) an OffsetAndMetadata; iterating it and every other call are
     the fabric consumer's."""
 
+    _iterating: Iterator[Record] | None = None  # next()'s iteration, from its first call to its StopIteration
+
     def __init__(self, *topics: str, bootstrap_servers: Servers = None, **configs: Any) -> None:
         super().__init__(bootstrap_servers, *topics, **configs)
+
+    def __next__(self) -> Record:
+        """next(consumer): the next record; StopIteration once consumer_timeout_ms passed without one (a next
+        call waits again), as kafka-python's."""
+        if self._iterating is None:
+            self._iterating = iter(self.consumer)
+        try:
+            return next(self._iterating)
+        except StopIteration:
+            self._iterating = None
+            raise
+
+    def commit_async(self, offsets: Any = None, callback: Any = None) -> Future[None]:
+        """The fabric consumer's commit_async, its `callback(offsets, error or None)` given kafka-python's
+        {TopicPartition: OffsetAndMetadata} (the metadata each offset was committed with)."""
+        if not callable(callback):
+            return self.consumer.commit_async(offsets, callback)
+        noted = partition_args.split_metadata(offsets, "commit_async()")[1] if isinstance(offsets, Mapping) else {}
+
+        def called(sent: Mapping[TopicPartition, int], error: BaseException | None) -> None:
+            callback({tp: OffsetAndMetadata(offset, noted.get(tp, "")) for tp, offset in sent.items()}, error)
+        return self.consumer.commit_async(offsets, called)
 
     def poll(self, timeout_ms: int = 0, max_records: int | None = None, update_offsets: bool = True
              ) -> dict[TopicPartition, list[Record]]:

@@ -10,6 +10,7 @@ The partitions are fabric.TopicPartition objects (`.topic`, `.partition`), equal
 """
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -17,6 +18,19 @@ from fabric.client.topic_partition import TopicPartition, named
 from fabric.common.errors import InvalidArgumentError, InvalidConfigError
 
 Handler = Callable[[list[TopicPartition]], Any]
+
+
+class ConsumerRebalanceListener(abc.ABC):
+    """kafka-python's base class of a `subscribe(topics, listener=...)`: a subclass says what to do with the
+    partitions the group takes back (before another member gets them) and gives."""
+
+    @abc.abstractmethod
+    def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        """The partitions taken back: commit what was done with their records."""
+
+    @abc.abstractmethod
+    def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        """The partitions given."""
 
 
 @dataclass(frozen=True)

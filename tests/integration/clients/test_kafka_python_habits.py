@@ -11,6 +11,7 @@ import pytest
 import fabric
 from fabric import TopicPartition
 from fabric.common.ports import free_port
+from fabric.common.waiting import wait_for
 from fabric.kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata
 
 
@@ -185,3 +186,47 @@ def test_a_consume_transform_produce_loop_commits_with_the_group_id_while_its_co
     finally:
         producer.close()
         consumer.close()
+
+
+def test_next_a_listener_subclass_commit_async_callbacks_and_connection_error_names(fab):
+    """kafka-python's lines: next(consumer) (StopIteration after consumer_timeout_ms, and a later next() waits
+    again), a ConsumerRebalanceListener subclass given to subscribe(), commit_async(callback=...) called with
+    {TopicPartition: OffsetAndMetadata}, and the connection errors' names a program catches."""
+    from fabric.errors import (
+        GroupCoordinatorNotAvailableError,
+        KafkaConnectionError,
+        NoBrokersAvailable,
+        NodeNotReadyError,
+    )
+    from fabric.kafka import ConsumerRebalanceListener
+    assert KafkaConnectionError is NodeNotReadyError is GroupCoordinatorNotAvailableError is NoBrokersAvailable
+    fill(fab, "nexts", partitions=1, per_partition=2)
+    assigned: list = []
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked):
+            pass
+
+        def on_partitions_assigned(self, assigned_now):
+            assigned.extend(assigned_now)
+
+    consumer = KafkaConsumer(bootstrap_servers=fab.url, group_id="nexting", auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=1000)
+    try:
+        consumer.subscribe(["nexts"], listener=Listener())
+        assert [next(consumer).value, next(consumer).value] == [b"0-0", b"0-1"]
+        assert assigned == [TopicPartition("nexts", 0)]
+        with pytest.raises(StopIteration):
+            next(consumer)
+        done: list = []
+        consumer.commit_async({TopicPartition("nexts", 0): OffsetAndMetadata(2, "noted")},
+                              callback=lambda offsets, error: done.append((offsets, error)))
+        wait_for(lambda: done, 30, "the commit's callback")  # (it runs after the future's result is set)
+        assert done == [({TopicPartition("nexts", 0): OffsetAndMetadata(2, "noted")}, None)]
+        with fab.producer() as producer:
+            producer.send("nexts", b"0-2", partition=0).get(30)
+        assert next(consumer).value == b"0-2"  # (iterating again after StopIteration)
+    finally:
+        consumer.close()
+    with pytest.raises(TypeError):
+        ConsumerRebalanceListener()  # (abstract, as kafka-python's)
