@@ -118,6 +118,15 @@ def wait_seconds(name: str, value: int) -> float:
     return min(value, MAX_WAIT_MS) / 1000
 
 
+def fetch_bytes(max_bytes: int) -> int:
+    """A consumer fetch's max_bytes, refused below 0; at least 1, so a fetch of 0 bytes still answers the first
+    batch there is whatever its size, as Kafka's (KIP-74): a consumer always makes progress."""
+    if max_bytes < 0:
+        raise InvalidRequestError(f"max_bytes must be 0 or more (about how many bytes to read; the first batch comes "
+                                  f"back whatever its size), got {clip(max_bytes)}")
+    return max(max_bytes, 1)
+
+
 def at_once(fetch: Callable[..., list[Fetched]]) -> Callable[..., list[Fetched]]:
     """`fetch` (called with a fetch request's arguments) without its wait: max_wait_ms checked, then 0. A server
     reading on its event loop holds the fetch there instead (fabric.server.consumer_fetches)."""
@@ -131,6 +140,7 @@ def fetch(log: Log, offset: int, max_bytes: int, end_offset: int | None, max_wai
     """Committed batches from `offset`; at the end of the log, wait up to `max_wait_ms` for some (Kafka's
     fetch.max.wait.ms), so a consumer gets a record as soon as it is appended instead of polling for it."""
     wait_s = wait_seconds("max_wait_ms", max_wait_ms)
+    max_bytes = fetch_bytes(max_bytes)
     end = log.end_offset  # (one read of the watermark: the segments are listed only to read from)
     if wait_s and end_offset is None and end == offset:
         if not log.wait_for_records(offset, wait_s):

@@ -295,6 +295,23 @@ def test_a_produce_whose_offsets_point_past_their_data_is_refused_as_corrupt_wit
     connection.close()
 
 
+@pytest.mark.parametrize("where", ["coordinator", "node"])
+def test_a_fetch_of_no_bytes_answers_the_first_batch_and_a_negative_one_is_refused(secured_cluster, admin,
+                                                                                 where) -> None:
+    """max_bytes is about how much to read: 0 still answers the first batch there is, whatever its size (Kafka's
+    KIP-74: a consumer always makes progress); below 0 is refused, naming it."""
+    topic = "mine" if where == "coordinator" else "mine-rf"
+    connection = connect(secured_cluster, where)
+    first = end_offset(admin, topic, 0)
+    connection.call("produce", {"topic": topic, "partition": 0}, produce_payload(rows(b"one", b"two")))
+    fetch = {"topic": topic, "partition": 0, "offset": first}
+    fetched = payloads.fetched_of(*connection.call("fetch", {**fetch, "max_bytes": 0}))
+    assert [(f.offset, f.batch.column("value").to_pylist()) for f in fetched] == [(first, [b"one", b"two"])]
+    with pytest.raises(InvalidRequestError, match="max_bytes must be 0 or more .* got -1"):
+        connection.call("fetch", {**fetch, "max_bytes": -1})
+    connection.close()
+
+
 def test_the_coordinators_requests_to_a_node_need_cluster_action_for_the_offsets_producer_and_markers(
         secured_cluster, admin) -> None:
     """The coordinator's calls to partition leaders (offsets-topic appends as the fixed offsets producer, the

@@ -439,7 +439,7 @@ class ReplicaManager(TransactionMarkers):
         to `max_wait_ms` for some at its end; a follower serves them too when asked `from_follower` under its
         leader epoch (KIP-392)."""
         wait_s = partition_ops.wait_seconds("max_wait_ms", max_wait_ms)
-        isolation = partition_ops.isolation_level(isolation_level)
+        isolation, max_bytes = partition_ops.isolation_level(isolation_level), partition_ops.fetch_bytes(max_bytes)
         replica = self.replica(topic, partition, leader_epoch, from_follower, topic_id)
         with self.health.guard((topic, partition), f"read partition {topic}-{partition}"):
             return self.repairer.read_repaired(replica, lambda: replica.read(
