@@ -327,7 +327,6 @@ class Consumer(Lookups):
     def _fetch(self, max_bytes: int, wait_ms: int = 0) -> list[FetchedRun]:
         """One pass over the assigned partitions, round robin, from the current positions; the first partition
         of the pass may be held up to `wait_ms` by the server for records to arrive (long polling)."""
-        self._refresh_assignment()
         out: list[FetchedRun] = []
         n = len(self._assignment)
         for i in range(n):
@@ -370,11 +369,18 @@ class Consumer(Lookups):
         every pass long-polls (the server answers as soon as it has records); with several, the first pass holds
         none and later ones at most IDLE_WAIT_S, so no partition's records wait long behind another's hold. A
         retriable error (the coordinator failing over, the group rebalancing) is retried after
-        retry_backoff_ms while time is left, then raised."""
+        retry_backoff_ms while time is left, then raised.
+
+        Every pass first takes the group member's poll step, even when the buffer answers, as Kafka's consumer runs
+        its coordinator's poll on every poll(): the member counts as polling (max_poll_interval_ms), and a
+        rebalance or eviction is acted on (callbacks run, buffered records of partitions it lost are dropped)
+        before anything is handed out. The step sends nothing unless something is due (a join under way; a
+        subscription's metadata refresh, at most every METADATA_REFRESH_S)."""
         deadline = time.monotonic() + max(timeout, 0)
         wait_ms = self._long_poll_ms(deadline) if len(self._assignment) == 1 else 0
         while True:
             try:
+                self._refresh_assignment()
                 result = attempt(wait_ms)
             except FabricError as exc:
                 if not exc.retriable or time.monotonic() >= deadline:

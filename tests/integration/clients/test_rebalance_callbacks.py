@@ -1,12 +1,16 @@
 """Rebalance callbacks given as each client gives them, on every kind of cluster: confluent-kafka's
 subscribe(on_assign=, on_revoke=) called with the consumer (and its librdkafka habit of assign() inside on_assign
 to start the partitions at OFFSET_BEGINNING), kafka-python's subscribe(listener=...), and confluent-kafka's
-logical offsets in seek() and assign()."""
+logical offsets in seek() and assign(); and a member answering poll() from its prefetch buffer still polls the
+group (max_poll_interval_ms, rebalances)."""
 from __future__ import annotations
+
+import time
 
 import pytest
 
 from fabric.common.errors import InvalidArgumentError, InvalidConfigError
+from fabric.common.types import GroupStatus
 from fabric.common.waiting import wait_for
 from fabric.kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_STORED, Consumer, KafkaConsumer, TopicPartition
 
@@ -100,3 +104,65 @@ def test_callbacks_given_wrongly_are_refused_naming_the_fix(fab, orders):
         with pytest.raises(InvalidArgumentError, match="on_revoke must be a function"):
             member.subscribe(["orders"], on_revoke="print")
         assert member.subscription() == []  # (nothing was subscribed by the refused calls)
+
+
+GROUP_TIMING = dict(max_poll_interval_ms=3000, session_timeout_ms=6000, heartbeat_interval_ms=100)
+
+
+def produce_many(fab, topic: str, partitions: int, per_partition: int) -> None:
+    """Small records, so one fetch buffers them all and poll(max_records=1) drains them for seconds."""
+    fab.create_topic(topic, partitions=partitions)
+    with fab.producer() as producer:
+        for i in range(partitions * per_partition):
+            producer.send(topic, b"%s-%d" % (topic.encode(), i), partition=i % partitions)
+
+
+def test_polling_from_the_buffer_counts_as_polling_for_max_poll_interval(fab):
+    produce_many(fab, "clicks", 1, 2000)
+    consumer = fab.consumer("clicks", group_id="dashboard", auto_offset_reset="earliest", enable_auto_commit=False,
+                            **GROUP_TIMING)
+    try:
+        got: list = []
+        wait_for(lambda: got.extend(consumer.poll(0.5, max_records=1)) or got, 60, "the member to join and fetch")
+        started = time.monotonic()  # (one record every 5 ms: the 2000 buffered last well past max_poll_interval_ms)
+        wait_for(lambda: got.extend(consumer.poll(0, max_records=1)) or time.monotonic() - started > 4.5, 60,
+                 "the member to poll for longer than max_poll_interval_ms", interval=0.005)
+        assert [r.offset for r in got] == list(range(len(got)))
+        group = fab.describe_consumer_group("dashboard")
+        assert (group.state, len(group.members)) == (GroupStatus.STABLE, 1)
+        consumer.commit()  # (still the group's member: the commit's generation is current)
+        assert consumer.committed(TopicPartition("clicks", 0)) == len(got)
+    finally:
+        consumer.close()
+
+
+def test_a_rebalance_drops_what_the_first_member_buffered_of_partitions_it_gave_up(fab):
+    produce_many(fab, "trades", 2, 1000)
+    every = {(p, o) for p in range(2) for o in range(1000)}
+    revoked: list = []
+    got: dict[str, list] = {"first": [], "second": []}
+    first = fab.consumer("trades", group_id="settlement", auto_offset_reset="earliest", on_revoke=revoked.append,
+                         **GROUP_TIMING)
+    second = None
+    try:
+        wait_for(lambda: got["first"].extend(first.poll(0.5, max_records=1)) or got["first"], 60,
+                 "the first member to join and buffer both partitions")
+        second = fab.consumer("trades", group_id="settlement", auto_offset_reset="earliest", **GROUP_TIMING)
+
+        def a_round(timeout: float = 0) -> bool:
+            """Both members poll; the first one record at a time until the rebalance (its buffer lasts seconds)."""
+            few = 100 if revoked or got["second"] else 1
+            got["first"].extend(first.poll(timeout, max_records=few))
+            got["second"].extend(second.poll(timeout, max_records=100))
+            return every <= {(r.partition, r.offset) for records in got.values() for r in records}
+
+        wait_for(a_round, 60, "the two members to read every record", interval=0.005)
+        a_round(0.2)  # (drained: neither has anything more to deliver)
+        delivered = {name: {(r.partition, r.offset) for r in records} for name, records in got.items()}
+        assert delivered["first"] & delivered["second"] == set()
+        assert delivered["first"] | delivered["second"] == every
+        assert revoked and sorted(revoked[0]) == [("trades", 0), ("trades", 1)]  # (range: eager, all revoked)
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
