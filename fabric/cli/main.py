@@ -91,6 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (e.g. `fabric consume t | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as exc:  # a file the command opens itself (dump-log's): named, not a traceback
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}; check the path, and that this user may read it", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

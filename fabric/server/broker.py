@@ -55,6 +55,7 @@ from fabric.server.security import ANONYMOUS
 from fabric.storage import batch_encoding, frame
 from fabric.storage.batch_encoding import Rows
 from fabric.storage.cleaner import CleanReport
+from fabric.storage.errors import told
 from fabric.storage.log import Log
 from fabric.storage.log_maintenance import LogMaintenance
 from fabric.storage.log_manager import LogManager
@@ -85,7 +86,8 @@ def partition_limit(value: Any = None) -> int:
 def _topic_may_vanish(method: Callable[..., Any]) -> Callable[..., Any]:
     """A partition call (its topic the first argument) whose files vanished under it because the topic was deleted
     after the call found it answers UnknownTopicError, as if the deletion came first: a reader takes that for the
-    deletion it is, where a FileNotFoundError would be a server failure."""
+    deletion it is, where a FileNotFoundError would be a server failure. A file it cannot read (permissions, a
+    directory in its place) is a StorageError naming it and the fix."""
     @functools.wraps(method)
     def call(self: Broker, topic: str, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -93,6 +95,8 @@ def _topic_may_vanish(method: Callable[..., Any]) -> Callable[..., Any]:
         except FileNotFoundError:
             self._topic(topic)
             raise
+        except OSError as exc:
+            raise told(exc, self.root, f"read topic {topic}") from exc
     return call
 
 
@@ -275,6 +279,8 @@ class Broker:
         except FileNotFoundError:
             self._topic(topic)
             raise
+        except OSError as exc:
+            raise told(exc, self.root, f"write partition {topic}-{partition}") from exc
 
     @_topic_may_vanish
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,

@@ -89,6 +89,8 @@ class HighWatermark:
                 return WatermarkReading(WatermarkState.MISSING)
             try:
                 raw = os.pread(fd, SIZE + 1, 0)
+            except OSError as exc:  # (a directory opens, then fails to read: named, as an open's error is)
+                raise OSError(exc.errno, exc.strerror, self.path) from None
             finally:
                 os.close(fd)
             reading = decode(raw)

@@ -17,6 +17,8 @@ import sys
 import tempfile
 from typing import Any, Iterator
 
+import pytest
+
 KEEP = dict(retention_ms=-1, segment_ms=2**62)
 NOBODY = 65534
 
@@ -142,3 +144,43 @@ def _reads_on_an_unwritable_directory(shared_dir: str, storage) -> None:
     assert report.rebuilt == [segs[1].path] and [t[0] for t in report.truncated] == [segs[-1].path]
     assert storage.read_all(writer) == expected + [(len(expected), b"yes", 1)]
     storage.assert_clean(directory, len(expected) + 1)
+
+
+def test_a_file_in_the_way_or_unreadable_is_a_storage_error_naming_it_never_a_traceback() -> None:
+    """A directory where a partition's file belongs (an operator's mistake), or a file this process may not read:
+    the consumer, the producer and the CLI say which file, the problem and the fix (a StorageError; `error: ...`
+    from the CLI), never an OSError's traceback; dump-log too. The unreadable case runs as user nobody when root."""
+    import fabric
+    from fabric.common.errors import StorageError
+    with shared_dir() as root:
+        url = f"file://{root}"
+        with fabric.connect(url) as fab:
+            fab.create_topic("t")
+            with fab.producer() as producer:
+                producer.send("t", b"kept", partition=0).get(30)
+        partition = os.path.join(root, "t", "0")
+        watermark = os.path.join(partition, "high-watermark")
+        os.remove(watermark)
+        os.mkdir(watermark)
+        in_the_way = rf"a directory is where the fabric keeps a file \({re.escape(watermark)}\); move it aside"
+        with fabric.connect(url) as fab:
+            consumer = fab.consumer(auto_offset_reset="earliest")
+            consumer.assign([("t", 0)])
+            with pytest.raises(StorageError, match=in_the_way):
+                consumer.poll(timeout=5)
+            consumer.close()
+            with fab.producer() as producer, pytest.raises(StorageError, match=in_the_way):
+                producer.send("t", b"refused", partition=0).get(30)
+        cli = [os.path.join(os.path.dirname(sys.executable), "fabric"), "--url", url]
+        consumed = subprocess.run([*cli, "consume", "t", "--from-beginning", "--max-messages", "1", "--timeout-ms",
+                                   "2000"], capture_output=True, text=True, timeout=120)
+        assert consumed.returncode == 1 and "Traceback" not in consumed.stderr, consumed.stderr
+        assert re.search(f"error: cannot read topic t: {in_the_way}", consumed.stderr), consumed.stderr
+        os.rmdir(watermark)
+        segment = next(os.path.join(partition, f) for f in os.listdir(partition) if f.endswith(".arrows"))
+        os.chmod(segment, 0)
+        dump = (f"import os, sys; from fabric.cli import main; main.build_parser(); "  # (imported as root, as READER)
+                f"os.geteuid() == 0 and os.setuid({NOBODY}); sys.exit(main.main(['dump-log', '--files', {segment!r}]))")
+        dumped = subprocess.run([sys.executable, "-c", dump], capture_output=True, text=True, timeout=120)
+        assert dumped.returncode == 1 and "Traceback" not in dumped.stderr, dumped.stderr
+        assert f"error: Permission denied ({segment}); check the path, and that this user may read it" in dumped.stderr
