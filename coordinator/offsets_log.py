@@ -101,7 +101,13 @@ class LocalOffsetsLog:
         if not text.strip().isdigit() or int(text) < 1:
             raise StorageError(f"the offsets topic's {path} holds {text[:40]!r}, not its partition count; write the "
                                "count of its partition directories (0..N-1) into it, one number")
-        return int(text)
+        count = int(text)
+        beyond = max((int(n) for n in os.listdir(self.directory) if n.isdigit()), default=-1)
+        if beyond >= count:  # a count lowered by hand would map groups to other partitions: their offsets lost
+            raise StorageError(f"the offsets topic's {path} says {count} partitions, but it has partition "
+                               f"directories up to {beyond}; write the count of its partition directories "
+                               f"({beyond + 1}) into it, one number")
+        return count
 
     def log(self, partition: int) -> Log:
         """The Log of one partition (what a publish writes a transaction's offsets to)."""

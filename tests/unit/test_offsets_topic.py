@@ -117,6 +117,10 @@ def test_an_offsets_directory_of_an_earlier_version_keeps_its_count_and_a_damage
     (directory / PARTITION_COUNT).write_text("five")
     with pytest.raises(StorageError, match="holds 'five', not its partition count; write the count"):
         LocalOffsetsLog(str(directory))
+    (directory / PARTITION_COUNT).write_text("3\n")  # lowered by hand: groups would map to other partitions
+    with pytest.raises(StorageError, match=r"says 3 partitions, but it has partition directories up to 4; write "
+                                           r"the count of its partition directories \(5\)"):
+        LocalOffsetsLog(str(directory))
 
 
 def _flip_a_payload_byte(directory: str, partition: int, offset: int) -> None:
