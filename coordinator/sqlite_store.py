@@ -124,8 +124,10 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
     """Coordinator state in `path` (created if missing); the replicated cluster's tables: sqlite_replicas; group
     offsets in the offsets topic beside it (`<dir of path>/__consumer_offsets`, coordinator.offsets_topic)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, unknown_topic: Callable[[str], str | None] = lambda name: None) -> None:
         self.path = path
+        self._unknown_topic = unknown_topic  # what to say of a topic it does not know, if not the usual (its data
+        # still in the directory: how to register it again)
         self._local = threading.local()
         self._idle: list[tuple[sqlite3.Connection, int, str | None]] = []  # (connection, pid, read-only problem)
         self._warned_read_only = False
@@ -271,7 +273,7 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
         row = db.execute("SELECT name, partitions, config, value_schema, topic_id FROM topics WHERE name=?",
                          (name,)).fetchone()
         if row is None:
-            raise UnknownTopicError(f"topic {name!r} does not exist; create it with "
+            raise UnknownTopicError(self._unknown_topic(name) or f"topic {name!r} does not exist; create it with "
                                     f"`fabric topics create {name}` or create_topic()")
         return row
 

@@ -110,7 +110,8 @@ class Broker:
         with disk_errors(root, "open the data directory"):
             self.logs = LogManager(root, self._transaction_committed)
         self.root = self.logs.root
-        self.coordinator = coordinator or SqliteCoordinator(os.path.join(self.logs.internal_dir, METADATA_DB))
+        self.coordinator = coordinator or SqliteCoordinator(os.path.join(self.logs.internal_dir, METADATA_DB),
+                                                            unknown_topic=self._unregistered)
         self.producer_ids = ProducerIds(self.coordinator)
         self.maintenance: LogMaintenance | None = None
         self._maintenance_guard = threading.Lock()
@@ -139,15 +140,21 @@ class Broker:
         """The topic's metadata; UnknownTopicError, saying how to recover it if its data is still here."""
         try:
             return self.coordinator.topic(name)
-        except UnknownTopicError as exc:
-            try:
-                directory = self.logs.topic_dir(name)
-            except FabricError:
-                raise exc from None
-            if os.path.isdir(directory) and not recovery.is_deleting(directory):
-                raise UnknownTopicError(f"topic {name!r} is not registered: {recovery.orphan_hint(name, directory)}"
-                                        ) from None
+        except UnknownTopicError:
+            orphaned = self._unregistered(name)
+            if orphaned is not None:
+                raise UnknownTopicError(orphaned) from None
             raise
+
+    def _unregistered(self, name: str) -> str | None:
+        """Of a topic the metadata does not know: how to recover it, if its data is still here (else None)."""
+        try:
+            directory = self.logs.topic_dir(name)
+        except FabricError:
+            return None
+        if os.path.isdir(directory) and not recovery.is_deleting(directory):
+            return f"topic {name!r} is not registered: {recovery.orphan_hint(name, directory)}"
+        return None
 
     def log(self, topic: str, partition: int) -> Log:
         """The Log of one partition (UnknownTopicError / UnknownPartitionError if there is none)."""

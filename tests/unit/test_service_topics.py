@@ -68,6 +68,14 @@ def test_create_over_orphaned_data_is_refused_and_recover_registers_it(fabric_di
     with fabric.connect(url) as fab:
         with pytest.raises(UnknownTopicError, match="fabric topics recover orders"):
             fab.cluster.fetch("orders", 0, 0, 1 << 20)
+        with fab.producer() as producer, pytest.raises(UnknownTopicError, match="fabric topics recover plain"):
+            producer.send("plain", b"refused")  # the clients' calls name the way back too
+        with pytest.raises(UnknownTopicError, match=f"directory {fabric_dir}/orders holds .* recover orders"):
+            fab.describe_topic("orders")
+        consumer = fab.consumer()
+        with pytest.raises(UnknownTopicError, match="fabric topics recover orders"):
+            consumer.assign([("orders", 0)])
+        consumer.close()
         with pytest.raises(TopicExistsError, match="holds the data of a topic 'orders' the metadata does not know.*"
                                                    "fabric topics recover orders"):
             fab.create_topic("orders", partitions=1)
