@@ -15,13 +15,14 @@ import sqlite3
 from typing import Callable, Mapping
 
 from fabric.client.cluster import Cluster
-from fabric.common.errors import InvalidConfigError
+from fabric.common.errors import InvalidConfigError, StorageError
 from fabric.common.types import TopicPartition
 from fabric.coordinator.interface import Coordinator
 from fabric.coordinator.offsets_log import OffsetsPart
+from fabric.coordinator.offsets_records import OFFSETS_TOPIC
 from fabric.coordinator.offsets_topic import TopicOffsets
 from fabric.server import offsets_retention
-from fabric.server.broker import Broker
+from fabric.server.broker import METADATA_DB, Broker
 from fabric.server.instance import milliseconds, whole_number
 from fabric.server.offsets_retention import (
     CHECK_INTERVAL_KEY,
@@ -33,6 +34,7 @@ from fabric.server.periodic import Periodic
 from fabric.server.publish import Staged
 from fabric.storage.batch_encoding import Rows
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY, LogMaintenance
+from fabric.storage.log_manager import INTERNAL_DIR
 from fabric.storage.producer_state import DEFAULT_EXPIRATION_MS
 
 INTERVAL_ENV = "FABRIC_LOG_RETENTION_CHECK_INTERVAL_MS"
@@ -74,11 +76,23 @@ class EmbeddedCluster(Broker, Cluster):
         self._forgetting: Periodic | None = None  # the offsets retention's pass, from the first write
         try:
             super().__init__(root, coordinator, max_partitions)
+        except sqlite3.DatabaseError as exc:
+            if getattr(exc, "sqlite_errorname", "") not in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
+                raise self._unusable(root, exc) from None
+            database = os.path.join(os.path.abspath(root), INTERNAL_DIR, METADATA_DB)
+            raise StorageError(
+                f"the metadata database {database} is damaged ({exc}); move it aside, then `fabric topics recover` "
+                "registers the topics again from their data (the groups' committed offsets are kept apart, in "
+                f"{OFFSETS_TOPIC})") from None
         except (OSError, sqlite3.Error) as exc:  # a path that is no directory (a full disk is a StorageError)
-            raise InvalidConfigError(
-                f"cannot open an embedded fabric in {root!r} ({exc}); give a directory this process can create "
-                "and write (file:///dir or a path)") from None
+            raise self._unusable(root, exc) from None
         self.url = f"file://{self.root}"
+
+    @staticmethod
+    def _unusable(root: str, exc: Exception) -> InvalidConfigError:
+        """The refusal of `root`, which this process cannot make a fabric of (`exc` says why)."""
+        return InvalidConfigError(f"cannot open an embedded fabric in {root!r} ({exc}); give a directory this "
+                                  "process can create and write (file:///dir or a path)")
 
     def start_maintenance(self, interval_ms: int, active: Callable[[], bool] | None = None,
                           producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS) -> LogMaintenance:

@@ -20,6 +20,7 @@ from fabric.common.errors import (
     InvalidRequestError,
     OffsetOutOfRangeError,
     SchemaMismatchError,
+    StorageError,
     TopicExistsError,
     UnknownTopicError,
 )
@@ -96,6 +97,27 @@ def test_create_over_orphaned_data_is_refused_and_recover_registers_it(fabric_di
         with fab.producer() as producer:
             producer.send("orders", {"user": "after", "amount": 7}, partition=0)
         assert values(fab, "orders", 0)[-1] == {"user": "after", "amount": 7}
+
+
+def test_a_damaged_metadata_database_is_named_with_the_way_back(fabric_dir, capsys) -> None:
+    """metadata.db overwritten (bit rot, a stray copy): opening the fabric names the file and the fix, moving it
+    aside and `fabric topics recover`, which brings the topic and its records back."""
+    url = f"file://{fabric_dir}"
+    with fabric.connect(url) as fab:
+        fab.create_topic("kept")
+        with fab.producer() as producer:
+            producer.send("kept", b"still here").get(30)
+    database = os.path.join(fabric_dir, "__fabric", "metadata.db")
+    with open(database, "r+b") as f:
+        f.write(b"not a database " * 8)
+    with pytest.raises(StorageError, match=f"the metadata database {database} is damaged .*; move it aside, then "
+                                           "`fabric topics recover` registers the topics again"):
+        fabric.connect(url)
+    lose_metadata(fabric_dir)  # (moved aside)
+    assert cli(["--url", url, "topics", "recover"]) == 0
+    assert "kept" in capsys.readouterr().out
+    with fabric.connect(url) as fab:
+        assert values(fab, "kept", 0) == [b"still here"]
 
 
 def test_recover_skips_what_it_cannot_register_and_says_why(fab, fabric_dir) -> None:
