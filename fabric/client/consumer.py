@@ -453,16 +453,20 @@ class Consumer(Lookups):
         positions.update(self._buffer.first_offsets())
         return positions
 
-    def commit(self, offsets: Any = None, *, asynchronous: bool = False, message: Record | None = None) -> None:
+    def commit(self, offsets: Any = None, *, asynchronous: bool = False, message: Record | None = None
+               ) -> dict[NamedPartition, int] | None:
         """Commit the given next-offsets (an empty dict commits nothing), or the current positions, for this
         consumer's group: commit({tp: offset}) (kafka-python), or as confluent-kafka: commit(offsets=[
-        TopicPartition(topic, partition, offset)]), commit(record) (the offset after it), asynchronous=True."""
+        TopicPartition(topic, partition, offset)]), commit(record) (the offset after it), asynchronous=True.
+        What a commit that waited committed, by partition (None from one in the background)."""
         offsets = partition_args.commit_offsets(offsets, message)
         if asynchronous:
             self.commit_async(offsets)
-            return
-        self._commit_call(offsets, "commit()")[1]()
+            return None
+        chosen, call = self._commit_call(offsets, "commit()")
+        call()
         self._last_auto_commit = time.monotonic()
+        return named_keys(chosen)
 
     def store_offsets(self, message: Record | None = None, offsets: Any = None) -> None:
         """confluent-kafka's store_offsets(record) / (offsets=[...]): what commits commit (client.offset_store)."""

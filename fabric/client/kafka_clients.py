@@ -346,11 +346,14 @@ class ConsumerClient(_OwningConsumer):
         """Up to `num_messages` messages, waiting up to `timeout` seconds (-1: as long as it takes) for the first."""
         return [Message(r) for r in self.consumer.consume(num_messages, timeout)]
 
-    def commit(self, message: Message | None = None, offsets: Any = None, asynchronous: bool = True) -> None:
+    def commit(self, message: Message | None = None, offsets: Any = None, asynchronous: bool = True
+               ) -> list[TopicPartition] | None:
         """Commit the offset after `message`, or `offsets`, or the positions; in the background unless
-        `asynchronous=False` (confluent-kafka's default)."""
-        self.consumer.commit(offsets, asynchronous=asynchronous,
-                             message=None if message is None else message.record)
+        `asynchronous=False` (confluent-kafka's default), which answers the partitions committed, each carrying
+        its offset, as confluent-kafka's."""
+        committed = self.consumer.commit(offsets, asynchronous=asynchronous,
+                                         message=None if message is None else message.record)
+        return None if committed is None else _listed(committed)
 
     def store_offsets(self, message: Message | None = None, offsets: Any = None) -> None:
         """The offset after `message`, or `offsets` ([TopicPartition(topic, partition, offset)]), kept for the

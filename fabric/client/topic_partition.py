@@ -29,8 +29,9 @@ class TopicPartition(_Pair):
     offset: int | None = None
     metadata: str | None = None
     leader_epoch: int | None = None
+    error: object = None  # confluent-kafka's: the error of this partition in a result (none: the fabric raises)
 
-    def __new__(cls, topic: str, partition: int, offset: int | None = None, metadata: str | None = None,
+    def __new__(cls, topic: str, partition: int = -1, offset: int | None = None, metadata: str | None = None,
                 leader_epoch: int | None = None) -> TopicPartition:
         self = super().__new__(cls, topic, partition)
         for name, value in (("offset", offset), ("metadata", metadata), ("leader_epoch", leader_epoch)):

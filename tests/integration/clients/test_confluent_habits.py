@@ -92,7 +92,8 @@ def test_confluent_programs_first_lines_errors_and_flush_answers(fab):
     """What confluent-kafka programs type first: `from confluent_kafka import KafkaError, KafkaException` (the
     error codes a poll loop compares, KafkaError._PARTITION_EOF among them, and the base every fabric error is),
     Producer.flush(timeout) answering how many records are still queued (never raising), and a delivery callback
-    whose message holds the key and value produced as text as bytes."""
+    whose message holds the key and value produced as text as bytes; a commit that waits answers the partitions it
+    committed, and a TopicPartition has confluent-kafka's defaults (partition -1, no error)."""
     from fabric.kafka import KafkaError, KafkaException, Producer
     assert (KafkaError._PARTITION_EOF, KafkaError._MSG_TIMED_OUT, KafkaError.UNKNOWN_TOPIC_OR_PART) == (-191, -192, 3)
     eof = KafkaError(KafkaError._PARTITION_EOF)
@@ -113,3 +114,12 @@ def test_confluent_programs_first_lines_errors_and_flush_answers(fab):
     [(error, message)] = delivered
     assert error is None and (message.key(), message.value()) == (b"k1", "héllo".encode())
     producer.close()
+    from fabric.kafka import Consumer
+    consumer = Consumer({"bootstrap.servers": fab.url, "group.id": "first-lines", "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition("texts", 0)])
+    assert consumer.poll(30).value() == "héllo".encode()
+    committed = consumer.commit(asynchronous=False)  # confluent-kafka's answer: the partitions committed
+    assert [(tp.topic, tp.partition, tp.offset, tp.error) for tp in committed] == [("texts", 0, 1, None)]
+    assert consumer.commit(asynchronous=True) is None
+    consumer.close()
+    assert (TopicPartition("texts").partition, TopicPartition("texts", 0).error) == (-1, None)
