@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from fabric.client.delivery import RecordMetadata
+from fabric.client.kafka_error import KafkaError
 from fabric.common.records import Record
 
 # confluent-kafka's timestamp types: (type, ms) as Message.timestamp() answers
@@ -19,11 +20,11 @@ class ConfluentMessage:
 
     def __init__(self, topic: str, partition: int, offset: int, key: Any, value: Any,
                  headers: list[tuple[str, Any]] | None, timestamp: tuple[int, int],
-                 error: BaseException | None = None) -> None:
+                 error: BaseException | KafkaError | None = None) -> None:
         self._topic, self._partition, self._offset, self._key, self._value = topic, partition, offset, key, value
         self._headers, self._timestamp, self._error = headers, timestamp, error
 
-    def error(self) -> BaseException | None:
+    def error(self) -> BaseException | KafkaError | None:
         return self._error
 
     def topic(self) -> str:

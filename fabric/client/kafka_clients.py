@@ -12,6 +12,7 @@ and are otherwise the fabric's consumer.
 from __future__ import annotations
 
 import math
+import time
 from concurrent.futures import Future
 from typing import Any, Iterator, Mapping, Sequence, TypeVar
 
@@ -23,22 +24,24 @@ from fabric.client import (
     kafka_metadata,
     kafka_python_admin,
     partition_args,
+    partition_eof,
 )
 from fabric.client.admin import Fabric
 from fabric.client.cluster import Cluster
-from fabric.client.confluent_message import Message
+from fabric.client.confluent_message import ConfluentMessage, Message
 from fabric.client.consumer import Consumer
 from fabric.client.kafka_acls import NoAclCalls
 from fabric.client.kafka_configs import ConfigResource
 from fabric.client.kafka_groups import OffsetAndMetadata
 from fabric.client.kafka_metadata import ClusterMetadata, cluster_metadata
 from fabric.client.lookups import OffsetAndTimestamp, times_wanted
+from fabric.client.partition_eof import PartitionEnds
 from fabric.client.producer import Producer as FabricProducer
 from fabric.client.topic_partition import OFFSET_INVALID, TopicPartition
 from fabric.client.url import bootstrap_url, open_cluster
 from fabric.common import checks
 from fabric.common.config import PRODUCER_SETTINGS, client_config, merged_client_config
-from fabric.common.errors import ClientTimeoutError, FabricError, InvalidArgumentError
+from fabric.common.errors import ClientTimeoutError, FabricError, InvalidArgumentError, InvalidConfigError
 from fabric.common.records import Record
 
 Servers = str | Sequence[str] | None
@@ -303,10 +306,18 @@ class ConsumerClient(_OwningConsumer):
     `group.id` and the rest of `conf` are its config, with Kafka's names."""
 
     _assigning = False  # inside subscribe()'s on_assign: assign() starts the group's partitions at offsets
+    _ends: PartitionEnds | None = None  # with enable.partition.eof: the partitions whose end was reported
 
     def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         servers, configs = _conf(conf, kwargs, "Consumer")
+        eof = [configs.pop(key) for key in ("enable.partition.eof", "enable_partition_eof") if key in configs]
         super().__init__(servers, **configs)
+        if eof and str(eof[-1]).lower() == "true":
+            self._ends = PartitionEnds()
+        elif eof and str(eof[-1]).lower() != "false":
+            self.close()
+            raise InvalidConfigError(f"invalid value {eof[-1]!r} for Consumer config 'enable.partition.eof': must be "
+                                     "true or false")
 
     def subscribe(self, topics: Sequence[str], on_assign: Any = None, on_revoke: Any = None, on_lost: Any = None
                   ) -> None:
@@ -337,14 +348,27 @@ class ConsumerClient(_OwningConsumer):
             if tp.offset is not None and tp.offset != OFFSET_INVALID:
                 self.consumer.seek(tp)
 
-    def poll(self, timeout: float | None = None) -> Message | None:
+    def poll(self, timeout: float | None = None) -> ConfluentMessage | None:
         """The next message, waiting up to `timeout` seconds (None or -1: as long as it takes); None if none came."""
         messages = self.consume(1, -1 if timeout is None else timeout)
         return messages[0] if messages else None
 
-    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
-        """Up to `num_messages` messages, waiting up to `timeout` seconds (-1: as long as it takes) for the first."""
-        return [Message(r) for r in self.consumer.consume(num_messages, timeout)]
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[ConfluentMessage]:
+        """Up to `num_messages` messages, waiting up to `timeout` seconds (-1: as long as it takes) for the first;
+        with enable.partition.eof, a partition's EOF event where nothing came (partition_eof)."""
+        if self._ends is None:
+            return [Message(r) for r in self.consumer.consume(num_messages, timeout)]
+        forever = timeout is None or (isinstance(timeout, (int, float)) and timeout < 0)
+        deadline = None if forever else time.monotonic() + checks.timeout(timeout, "consume() timeout")
+        while True:
+            left = partition_eof.CHECK_S if deadline is None else max(deadline - time.monotonic(), 0.0)
+            records = self.consumer.consume(num_messages, min(left, partition_eof.CHECK_S))
+            if records:
+                self._ends.moved(records)
+                return [Message(r) for r in records]
+            ended = self._ends.reached(self.consumer, num_messages)
+            if ended or (deadline is not None and time.monotonic() >= deadline):
+                return ended
 
     def commit(self, message: Message | None = None, offsets: Any = None, asynchronous: bool = True
                ) -> list[TopicPartition] | None:

@@ -123,3 +123,44 @@ def test_confluent_programs_first_lines_errors_and_flush_answers(fab):
     assert consumer.commit(asynchronous=True) is None
     consumer.close()
     assert (TopicPartition("texts").partition, TopicPartition("texts", 0).error) == (-1, None)
+
+
+def test_enable_partition_eof_ends_a_read_until_the_end_loop(fab):
+    """confluent-kafka's "read everything, then stop" loop: with enable.partition.eof, a poll that finds nothing
+    answers a Message whose error() is KafkaError._PARTITION_EOF, once per partition each time its end is reached
+    (again after a new record); off (the default, or False), none; a value that is no boolean is refused."""
+    from fabric.kafka import Consumer, KafkaError, KafkaException
+    fab.create_topic("ends", partitions=2)
+    with fab.producer() as producer:
+        for i in range(3):
+            producer.send("ends", b"v%d" % i, partition=0)
+    consumer = Consumer({"bootstrap.servers": fab.url, "group.id": "to-the-end", "auto.offset.reset": "earliest",
+                         "enable.partition.eof": True})
+    consumer.subscribe(["ends"])
+    values, ended = [], set()
+    deadline = time.monotonic() + 120
+    while len(ended) < 2 and time.monotonic() < deadline:
+        msg = consumer.poll(1.0)
+        if msg is None:
+            continue
+        if msg.error():
+            if msg.error().code() != KafkaError._PARTITION_EOF:
+                raise KafkaException(msg.error())
+            ended.add((msg.topic(), msg.partition(), msg.offset()))
+        else:
+            values.append(msg.value())
+    assert values == [b"v0", b"v1", b"v2"] and ended == {("ends", 0, 3), ("ends", 1, 0)}
+    assert consumer.poll(0.2) is None  # each end reported once
+    with fab.producer() as producer:
+        producer.send("ends", b"v3", partition=1).get(30)
+    assert consumer.poll(30).value() == b"v3"
+    again = consumer.poll(30)
+    assert (again.partition(), again.offset(), again.error().code()) == (1, 1, KafkaError._PARTITION_EOF)
+    consumer.close()
+    plain = Consumer({"bootstrap.servers": fab.url, "group.id": "plain", "auto.offset.reset": "earliest",
+                      "enable.partition.eof": False})
+    plain.assign([TopicPartition("ends", 1)])
+    assert plain.poll(30).value() == b"v3" and plain.poll(0.5) is None
+    plain.close()
+    with pytest.raises(KafkaException, match="'enable.partition.eof': must be true or false"):
+        Consumer({"bootstrap.servers": fab.url, "enable.partition.eof": "sometimes"})
