@@ -96,7 +96,7 @@ def _topic_may_vanish(method: Callable[..., Any]) -> Callable[..., Any]:
             self._topic(topic)
             raise
         except OSError as exc:
-            raise told(exc, self.root, f"read topic {topic}") from exc
+            raise told(exc, self.root, f"read topic {topic}", misplaced=True) from exc
     return call
 
 
@@ -287,7 +287,7 @@ class Broker:
             self._topic(topic)
             raise
         except OSError as exc:
-            raise told(exc, self.root, f"write partition {topic}-{partition}") from exc
+            raise told(exc, self.root, f"write partition {topic}-{partition}", misplaced=True) from exc
 
     @_topic_may_vanish
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int,

@@ -1,7 +1,7 @@
-"""Disk failures as StorageError: a full or read-only filesystem, a quota, a foreign directory, an I/O error or a
-directory where a file belongs (and the reverse) while the fabric writes or reads its files, told as what failed,
-the file, the problem (a full or read-only filesystem named as such, whatever error reported it) and the fix,
-instead of an OSError. Reads go on where a write is refused."""
+"""Disk failures as StorageError: a full or read-only filesystem, a quota, a foreign directory or an I/O error
+(and, for a client's call, a directory where a file belongs or the reverse) while the fabric writes or reads its
+files, told as what failed, the file, the problem (a full or read-only filesystem named as such, whatever error
+reported it) and the fix, instead of an OSError. Reads go on where a write is refused."""
 from __future__ import annotations
 
 import contextlib
@@ -14,11 +14,12 @@ from fabric.common.errors import StorageError
 
 OS_PROBLEMS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exhausted",
                errno.EROFS: "the filesystem is read-only", errno.EIO: "the disk reported an I/O error",
-               errno.EACCES: "permission denied", errno.EPERM: "permission denied",
-               errno.EISDIR: "a directory is where the fabric keeps a file",
-               errno.ENOTDIR: "a file is where the fabric keeps a directory"}
+               errno.EACCES: "permission denied", errno.EPERM: "permission denied"}
+# An operator's mistake rather than the disk's (a data node does not take it for a failure of its storage)
+MISPLACED = {errno.EISDIR: "a directory is where the fabric keeps a file",
+             errno.ENOTDIR: "a file is where the fabric keeps a directory"}
 # What a write to a read-only, full or foreign directory fails with (a reader falls back to memory on these).
-UNWRITABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+UNWRITABLE = frozenset(OS_PROBLEMS) - {errno.EIO}
 FIX = "free space on that filesystem or make it writable, then retry"
 _MISPLACED_FIX = "move it aside (the fabric makes what belongs there again, or recovery says what is lost), then retry"
 _Write = TypeVar("_Write", bound=Callable[..., Any])
@@ -48,15 +49,16 @@ def state_of(path: str) -> str | None:
 
 def storage_error(problem: str, path: str, doing: str) -> StorageError:
     """The error to raise: what failed, where, why and the fix."""
-    misplaced = problem in (OS_PROBLEMS[errno.EISDIR], OS_PROBLEMS[errno.ENOTDIR])
+    misplaced = problem in MISPLACED.values()
     fix = _MISPLACED_FIX if misplaced else FIX
     return StorageError(f"cannot {doing}: {(None if misplaced else state_of(path)) or problem} ({path}); {fix}")
 
 
-def told(exc: OSError, path: str, doing: str) -> BaseException:
+def told(exc: OSError, path: str, doing: str, misplaced: bool = False) -> BaseException:
     """`exc` as the StorageError of its disk problem (naming its file, else `path`), or `exc` itself if it reports
-    none: for an `except OSError` clause that costs the calls through it nothing while nothing fails."""
-    problem = os_problem(exc)
+    none: for an `except OSError` clause that costs the calls through it nothing while nothing fails. With
+    `misplaced`, a directory where a file belongs (and the reverse) is told too (a client's call)."""
+    problem = os_problem(exc) or (MISPLACED.get(exc.errno or 0) if misplaced else None)
     return exc if problem is None else storage_error(problem, exc.filename or path, doing)
 
 
