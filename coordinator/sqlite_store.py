@@ -21,7 +21,7 @@ from typing import Callable, Iterator, Sequence, TypeVar
 import pyarrow as pa
 
 from fabric.common.clock import SYSTEM_CLOCK
-from fabric.common.errors import InvalidPartitionsError, TopicExistsError, UnknownTopicError
+from fabric.common.errors import TopicExistsError, UnknownTopicError
 from fabric.common.types import (
     CommittedOffset,
     PartitionRegistration,
@@ -338,9 +338,7 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
         validation.partition_count(name, total)
         with self._tx() as db:
             info = self._info(self._row(db, name))
-            if total < info.partitions:
-                raise InvalidPartitionsError(
-                    f"topic {name!r} has {info.partitions} partitions; partitions can be added, never removed")
+            validation.partition_growth(name, info.partitions, total)
             validation.plain_growth(name, self._replicated(db, name))
             db.execute("UPDATE topics SET partitions=? WHERE name=?", (total, name))
         return replace(info, partitions=total)

@@ -44,6 +44,13 @@ def partition_count(name: str, partitions: Any) -> int:
     return checks.partition_count(partitions, f"the partition count of topic {name!r}", INT_MAX)
 
 
+def partition_growth(name: str, current: int, total: int) -> None:
+    """InvalidPartitionsError if a count of `total` would remove partitions of topic `name`, which has `current`:
+    partitions are added, never removed (Kafka's CreatePartitions)."""
+    if total < current:
+        raise InvalidPartitionsError(f"topic {name!r} has {current} partitions; partitions can be added, never removed")
+
+
 def _config(name: str, config: Any) -> Mapping[str, Any]:
     """`config` if it is a mapping of short strings (no topic config key or value is long, and an error must
     not echo a long one); the shared rules check the rest."""

@@ -32,7 +32,6 @@ from kazoo.retry import KazooRetry, RetryFailedError
 from fabric.common.clock import SYSTEM_CLOCK
 from fabric.common.errors import (
     CoordinatorUnavailableError,
-    InvalidPartitionsError,
     InvalidRequestError,
     TopicExistsError,
     UnknownTopicError,
@@ -407,9 +406,7 @@ class ZkCoordinator(TransactionOffsets, GroupMembership, ZkReplication, Coordina
         validation.partition_count(name, total)
 
         def change(info: TopicInfo, assignment: Assignment) -> tuple[TopicInfo, Assignment]:
-            if total < info.partitions:
-                raise InvalidPartitionsError(
-                    f"topic {name!r} has {info.partitions} partitions; partitions can be added, never removed")
+            validation.partition_growth(name, info.partitions, total)
             validation.plain_growth(name, bool(assignment))
             return replace(info, partitions=total), assignment
         return self._update_topic(name, change, lambda txn, old, new, token: self._create_partitions(

@@ -253,17 +253,18 @@ class Fabric:
     @overload
     def create_partitions(self, name: Mapping[str, NewPartitions] | Iterable[NewPartitions], total: None = None,
                           timeout_ms: int | None = None, operation_timeout: float | None = None,
-                          request_timeout: float | None = None) -> dict[str, Future]: ...
+                          request_timeout: float | None = None, validate_only: bool = False
+                          ) -> dict[str, Future]: ...
 
     def create_partitions(self, name: str | Mapping[str, NewPartitions] | Iterable[NewPartitions],
                           total: int | None = None, timeout_ms: int | None = None,
-                          operation_timeout: float | None = None, request_timeout: float | None = None
-                          ) -> TopicInfo | dict[str, Future]:
+                          operation_timeout: float | None = None, request_timeout: float | None = None,
+                          validate_only: bool = False) -> TopicInfo | dict[str, Future]:
         """Grow topic `name` to `total` partitions (never shrinks; existing data stays put). Kafka's forms too:
         `{"orders": NewPartitions(6)}` (kafka-python) or `[NewPartitions("orders", 6)]` (confluent-kafka), answered
-        with a dict of a done future per topic (fabric.client.kafka_admin)."""
+        with a dict of a done future per topic (fabric.client.kafka_admin), `validate_only` checking only."""
         if not isinstance(name, str):
-            return kafka_admin.create_partitions(self, name)
+            return kafka_admin.create_partitions(self, name, validate_only)
         return self.cluster.create_partitions(validate_topic(name), checks.partition_count(total))
 
     def recover_topics(self, *names: str) -> list[TopicRecovery]:

@@ -5,7 +5,8 @@ type from memory, on the fabric's admin client (`Fabric`):
   confluent-kafka's `config`; -1 for a default), `validate_only=True` checking without creating;
 - `delete_topics(["orders"])`;
 - `create_partitions({"orders": NewPartitions(6)})` (kafka-python) or
-  `create_partitions([NewPartitions("orders", 6)])` (confluent-kafka); `validate_only` is not taken here;
+  `create_partitions([NewPartitions("orders", 6)])` (confluent-kafka), `validate_only=True` checking without
+  growing;
 - `list_offsets({TopicPartition("orders", 0): OffsetSpec.latest()})` (confluent-kafka; Kafka's listOffsets, what
   `kafka-get-offsets` prints): each partition's earliest or latest offset, or the first at or after a time.
 
@@ -25,6 +26,7 @@ from fabric.client.lookups import found_at_max_time, found_by_time
 from fabric.client.topic_partition import TopicPartition
 from fabric.common import checks
 from fabric.common.errors import FabricError, InvalidArgumentError, LeaderNotAvailableError, TopicExistsError
+from fabric.coordinator import validation
 
 if TYPE_CHECKING:
     from fabric.client.admin import Fabric
@@ -177,10 +179,11 @@ def delete_topics(fab: Fabric, topics: Iterable[str]) -> dict[str, Future]:
     return {name: done_future(fab.delete_topic, name) for name in names}
 
 
-def create_partitions(fab: Fabric, new_partitions: Mapping[str, NewPartitions] | Iterable[NewPartitions]
-                      ) -> dict[str, Future]:
+def create_partitions(fab: Fabric, new_partitions: Mapping[str, NewPartitions] | Iterable[NewPartitions],
+                      validate_only: bool = False) -> dict[str, Future]:
     """Each topic grown to its NewPartitions' count, as the module says: a {topic: NewPartitions(n)} dict or a
-    [NewPartitions(topic, n)] list."""
+    [NewPartitions(topic, n)] list; with `validate_only`, only checked (the topic there, the count one it may
+    grow to)."""
     if isinstance(new_partitions, Mapping):
         pairs = [(topic, new) for topic, new in new_partitions.items()]
     else:
@@ -193,7 +196,11 @@ def create_partitions(fab: Fabric, new_partitions: Mapping[str, NewPartitions] |
 
     def grow(topic: str, new: NewPartitions) -> None:
         _no_assignment(new.new_assignments, "create_partitions")
-        fab.create_partitions(topic, new.new_total_count)
+        if not validate_only:
+            fab.create_partitions(topic, new.new_total_count)
+            return
+        total = validation.partition_count(topic, new.new_total_count)
+        validation.partition_growth(topic, fab.cluster.coordinator.topic(topic).partitions, total)
     return {topic: done_future(grow, topic, new) for topic, new in pairs}
 
 

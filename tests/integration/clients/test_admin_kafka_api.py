@@ -198,3 +198,16 @@ def test_list_offsets_as_confluent_kafka_users_type_it(fab) -> None:
     assert fab.list_offsets({("lo", 0): OffsetSpec.latest()})[("lo", 0)].result().offset == 5
     with pytest.raises(InvalidArgumentError, match="list_offsets takes an OffsetSpec"):
         fab.list_offsets({("lo", 0): "latest"})[("lo", 0)].result()
+
+
+def test_create_partitions_validate_only_checks_and_grows_nothing(fab):
+    """confluent-kafka's and kafka-python's create_partitions(..., validate_only=True): a growth that would be taken
+    answers None and changes nothing; a shrink and an unknown topic answer their errors, as the real call does."""
+    fab.create_topic("grows", partitions=2)
+    checked = fab.create_partitions([NewPartitions("grows", 5), NewPartitions("grows-not", 3)], validate_only=True)
+    assert checked["grows"].result() is None
+    with pytest.raises(UnknownTopicError):
+        checked["grows-not"].result()
+    with pytest.raises(InvalidPartitionsError, match="has 2 partitions; partitions can be added, never removed"):
+        fab.create_partitions({"grows": NewPartitions(1)}, validate_only=True)["grows"].result()
+    assert len(fab.describe_topic("grows").partitions) == 2  # nothing grew
