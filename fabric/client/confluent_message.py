@@ -49,6 +49,25 @@ class ConfluentMessage:
         """(confluent-kafka's timestamp type, milliseconds)."""
         return self._timestamp
 
+    def leader_epoch(self) -> int | None:
+        """The leader epoch the record was written under: not carried to clients here (None, as confluent-kafka
+        answers where it is unknown)."""
+        return None
+
+    def latency(self) -> float | None:
+        """A delivered message's produce latency: not measured here (None, as for a consumed message)."""
+        return None
+
+    def set_key(self, key: Any) -> None:
+        """Replace the key (confluent-kafka's, for a program that rewrites messages it passes on)."""
+        self._key = key
+
+    def set_value(self, value: Any) -> None:
+        self._value = value
+
+    def set_headers(self, headers: list[tuple[str, Any]] | None) -> None:
+        self._headers = headers
+
     def __len__(self) -> int:
         return len(self._value) if isinstance(self._value, (bytes, str)) else 0
 

@@ -484,6 +484,11 @@ class AdminClient(NoAclCalls, Fabric):
         client_config("admin", ADMIN_SETTINGS, configs)
         super().__init__(_cluster(servers))
 
+    def poll(self, timeout: float | None = None) -> int:
+        """confluent-kafka's poll() serving the client's callbacks: 0, none wait here (each call's future is done
+        when the call returns)."""
+        return 0
+
     def list_topics(self, topic: str | None = None, timeout: float = -1  # type: ignore[override]
                     ) -> ClusterMetadata:
         """confluent-kafka's cluster metadata (kafka_metadata), of `topic` or of every topic; the fabric's own

@@ -113,7 +113,16 @@ def test_confluent_programs_first_lines_errors_and_flush_answers(fab):
     assert producer.flush(-1) == 0 and len(producer) == 0
     [(error, message)] = delivered
     assert error is None and (message.key(), message.value()) == (b"k1", "héllo".encode())
+    assert (message.leader_epoch(), message.latency()) == (None, None)
+    message.set_value(b"rewritten")
+    message.set_key(None)
+    message.set_headers([("h", b"v")])
+    assert (message.key(), message.value(), message.headers()) == (None, b"rewritten", [("h", b"v")])
     producer.close()
+    from fabric.kafka import AdminClient
+    admin = AdminClient({"bootstrap.servers": fab.url})
+    assert admin.poll(0) == 0
+    admin.close()
     from fabric.kafka import Consumer
     consumer = Consumer({"bootstrap.servers": fab.url, "group.id": "first-lines", "auto.offset.reset": "earliest"})
     consumer.assign([TopicPartition("texts", 0)])
