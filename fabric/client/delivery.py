@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from fabric.client.topic_partition import TopicPartition
 from fabric.common import checks
 from fabric.common.errors import ClientTimeoutError
 
@@ -26,6 +27,17 @@ class RecordMetadata:
     partition: int
     offset: int
     timestamp: int
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        """kafka-python's RecordMetadata.topic_partition."""
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def log_start_offset(self) -> int:
+        """kafka-python's: -1, the append's answer does not carry the log start (end_offsets() and
+        beginning_offsets() read it)."""
+        return -1
 
 
 @dataclass(frozen=True)

@@ -142,14 +142,14 @@ def test_fabric_errors_has_every_error_and_kafka_python_names_for_the_same_meani
 
 
 def test_send_timestamp_ms_and_poll_max_records(fab):
-    """kafka-python's send(timestamp_ms=...) and poll(max_records=...)."""
+    """kafka-python's send(timestamp_ms=...) (its RecordMetadata's topic_partition too) and poll(max_records=...)."""
     fab.create_topic("stamps")
     stamp = int(time.time() * 1000) - 3_600_000  # an hour ago: within the topic's retention
     with fab.producer() as producer:
         meta = producer.send("stamps", b"a", timestamp_ms=stamp).get()
         for value in (b"b", b"c"):
             producer.send("stamps", value)
-    assert meta.offset == 0
+    assert (meta.offset, meta.topic_partition, meta.log_start_offset) == (0, TopicPartition("stamps", 0), -1)
     with fab.consumer("stamps", auto_offset_reset="earliest") as consumer:
         first = consumer.poll(10, max_records=1)
         assert [(r.value, r.timestamp) for r in first] == [(b"a", stamp)]
