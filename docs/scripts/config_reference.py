@@ -143,6 +143,10 @@ def page() -> str:
         "`fabric/common/config.py`.",
         "",
         settings_table(config.CONSUMER_SETTINGS, dotted_alias=True),
+        "confluent-kafka's `Consumer` (`fabric.kafka.Consumer`) also takes these. Source: "
+        "`CONFLUENT_CONSUMER_SETTINGS` in `fabric/common/config.py`.",
+        "",
+        settings_table(config.CONFLUENT_CONSUMER_SETTINGS, dotted_alias=True),
         "## Kafka client configs that are accepted and ignored",
         "",
         "Code written for a Kafka client runs unchanged: these configs are accepted with an "

@@ -40,8 +40,13 @@ from fabric.client.producer import Producer as FabricProducer
 from fabric.client.topic_partition import OFFSET_INVALID, TopicPartition
 from fabric.client.url import bootstrap_url, open_cluster
 from fabric.common import checks
-from fabric.common.config import PRODUCER_SETTINGS, client_config, merged_client_config
-from fabric.common.errors import ClientTimeoutError, FabricError, InvalidArgumentError, InvalidConfigError
+from fabric.common.config import (
+    CONFLUENT_CONSUMER_SETTINGS,
+    PRODUCER_SETTINGS,
+    client_config,
+    merged_client_config,
+)
+from fabric.common.errors import ClientTimeoutError, FabricError, InvalidArgumentError
 from fabric.common.records import Record
 
 Servers = str | Sequence[str] | None
@@ -61,6 +66,12 @@ def _connected(cluster: Cluster) -> bool:
     except FabricError:
         return False
     return True
+
+
+def _unless_forever(timeout: Any) -> Any:
+    """confluent-kafka's timeout in seconds, None where it means forever: no timeout, or a negative one (its -1).
+    Anything else is returned as given, for the call to check."""
+    return None if timeout is None or (isinstance(timeout, (int, float)) and timeout < 0) else timeout
 
 
 def _conf(conf: Mapping[str, Any] | None, kwargs: dict[str, Any], kind: str) -> tuple[Servers, dict[str, Any]]:
@@ -288,8 +299,7 @@ class Producer(_OwningProducer):
         record queued to be acknowledged or failed; the number still queued or in flight then (0: none), never
         an error: they stay queued and go in the background."""
         try:
-            forever = timeout is None or (isinstance(timeout, (int, float)) and timeout < 0)
-            super().flush(None if forever else timeout)
+            super().flush(_unless_forever(timeout))
         except ClientTimeoutError:
             pass
         return len(self)
@@ -310,14 +320,11 @@ class ConsumerClient(_OwningConsumer):
 
     def __init__(self, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         servers, configs = _conf(conf, kwargs, "Consumer")
-        eof = [configs.pop(key) for key in ("enable.partition.eof", "enable_partition_eof") if key in configs]
+        own_keys = [key for key in configs if key.replace(".", "_") in CONFLUENT_CONSUMER_SETTINGS]
+        own = client_config("Consumer", CONFLUENT_CONSUMER_SETTINGS, {key: configs.pop(key) for key in own_keys})
         super().__init__(servers, **configs)
-        if eof and str(eof[-1]).lower() == "true":
+        if own["enable_partition_eof"]:
             self._ends = PartitionEnds()
-        elif eof and str(eof[-1]).lower() != "false":
-            self.close()
-            raise InvalidConfigError(f"invalid value {eof[-1]!r} for Consumer config 'enable.partition.eof': must be "
-                                     "true or false")
 
     def subscribe(self, topics: Sequence[str], on_assign: Any = None, on_revoke: Any = None, on_lost: Any = None
                   ) -> None:
@@ -358,8 +365,8 @@ class ConsumerClient(_OwningConsumer):
         with enable.partition.eof, a partition's EOF event where nothing came (partition_eof)."""
         if self._ends is None:
             return [Message(r) for r in self.consumer.consume(num_messages, timeout)]
-        forever = timeout is None or (isinstance(timeout, (int, float)) and timeout < 0)
-        deadline = None if forever else time.monotonic() + checks.timeout(timeout, "consume() timeout")
+        wait = _unless_forever(timeout)
+        deadline = None if wait is None else time.monotonic() + checks.timeout(wait, "consume() timeout")
         while True:
             left = partition_eof.CHECK_S if deadline is None else max(deadline - time.monotonic(), 0.0)
             records = self.consumer.consume(num_messages, min(left, partition_eof.CHECK_S))

@@ -274,6 +274,11 @@ CONSUMER_SETTINGS: dict[str, Setting] = {
     "consumer_timeout_ms": Setting(float("inf"), _ms_or_forever, "how long iterating the consumer (for record in "
                                    "consumer) waits for a record before the loop ends; default forever"),
 }
+# What confluent-kafka's Consumer (fabric.kafka.Consumer) takes besides CONSUMER_SETTINGS
+CONFLUENT_CONSUMER_SETTINGS: dict[str, Setting] = {
+    "enable_partition_eof": Setting(False, _bool, "a poll that finds nothing answers a message whose error is "
+                                    "KafkaError._PARTITION_EOF, once per partition each time its end is reached"),
+}
 
 
 _CONNECTION = "the fabric is named by fabric.connect(url): file:///dir, or fabric://host:port[,host:port]"

@@ -228,15 +228,12 @@ def shared_cluster(tmp_path_factory) -> Iterator[NodeCluster]:
     cluster.close()
 
 
-@pytest.fixture(scope="module")
-def secured_cluster(request, tmp_path_factory) -> Iterator[NodeCluster]:
-    """One NodeCluster of 1 node with token authentication and ACLs, for a test module's tests (they may restart the
-    node): the module's TOKENS ({token: principal}) and ACLS (ACL file lines). The coordinator and the node reach
-    each other with the token of principal "node", which ACLS grants cluster_action on the cluster."""
-    root = tmp_path_factory.mktemp("secured")
-    tokens: dict[str, str] = request.module.TOKENS
+def _secured(root: Path, tokens: Mapping[str, str], acls: str) -> NodeCluster:
+    """A started NodeCluster of 1 node in `root` with token authentication (`tokens`: {token: principal}) and ACLs
+    (`acls`: ACL file lines). The coordinator and the node reach each other with the token of principal "node",
+    which `acls` grants cluster_action on the cluster."""
     (root / "tokens").write_text("".join(f"{token} {principal}\n" for token, principal in tokens.items()))
-    (root / "acls").write_text(request.module.ACLS)
+    (root / "acls").write_text(acls)
     files = ("--tokens-file", str(root / "tokens"), "--acl-file", str(root / "acls"))
     node_token = next(token for token, principal in tokens.items() if principal == "node")
     with pytest.MonkeyPatch.context() as env:
@@ -248,8 +245,35 @@ def secured_cluster(request, tmp_path_factory) -> Iterator[NodeCluster]:
         except BaseException:
             cluster.close()
             raise
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def secured_cluster(request, tmp_path_factory) -> Iterator[NodeCluster]:
+    """One NodeCluster of 1 node with token authentication and ACLs, for a test module's tests (they may restart the
+    node): the module's TOKENS ({token: principal}) and ACLS (ACL file lines). The coordinator and the node reach
+    each other with the token of principal "node", which ACLS grants cluster_action on the cluster."""
+    cluster = _secured(tmp_path_factory.mktemp("secured"), request.module.TOKENS, request.module.ACLS)
     yield cluster
     cluster.close()
+
+
+@pytest.fixture(scope="module")
+def protocol_cluster(protocol_kit: ModuleType, tmp_path_factory) -> Iterator[NodeCluster]:
+    """secured_cluster with the protocol tests' TOKENS and ACLS (tests/protocol_kit.py), one for each test module
+    of them."""
+    cluster = _secured(tmp_path_factory.mktemp("secured"), protocol_kit.TOKENS, protocol_kit.ACLS)
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def protocol_admin(protocol_kit: ModuleType, protocol_cluster: NodeCluster) -> Iterator[Any]:
+    """The admin's client of protocol_cluster, with topic mine (2 partitions, at the coordinator) and mine-rf (1
+    partition on the node)."""
+    handle = protocol_kit.open_admin(protocol_cluster)
+    yield handle
+    handle.close()
 
 
 @pytest.fixture(scope="module")
@@ -312,6 +336,13 @@ def node_cluster(tmp_path) -> Iterator[Callable[..., NodeCluster]]:
 def offsets_kit(plain_module: Callable[[str], ModuleType]) -> ModuleType:
     """tests/offsets_kit.py: HaOffsetsCluster, shared_out, group_served_by, refuses_bad_group_fields."""
     return plain_module("offsets_kit")
+
+
+@pytest.fixture(scope="session")
+def protocol_kit(plain_module: Callable[[str], ModuleType]) -> ModuleType:
+    """tests/protocol_kit.py: TOKENS and ACLS (of protocol_cluster), open_admin, rows, protocol_address, connect,
+    end_offset, hello, until_closed."""
+    return plain_module("protocol_kit")
 
 
 @pytest.fixture(scope="session")

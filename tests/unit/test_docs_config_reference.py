@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pytest
 
-from fabric.common.config import CONSUMER_SETTINGS, PRODUCER_SETTINGS, TOPIC_SETTINGS
+from fabric.common.config import CONFLUENT_CONSUMER_SETTINGS, CONSUMER_SETTINGS, PRODUCER_SETTINGS, TOPIC_SETTINGS
 from fabric.server import instance
 from fabric.server.node import settings as node_settings
 from fabric.sources.options import SOURCE_OPTIONS
@@ -30,7 +30,7 @@ def rows(page: str, name: str) -> list[str]:
 
 def test_every_topic_and_client_config_is_listed_with_its_default_and_accepted_values(reference):
     page = reference.page()
-    for table in (TOPIC_SETTINGS, PRODUCER_SETTINGS, CONSUMER_SETTINGS):
+    for table in (TOPIC_SETTINGS, PRODUCER_SETTINGS, CONSUMER_SETTINGS, CONFLUENT_CONSUMER_SETTINGS):
         for key, setting in table.items():
             found = rows(page, key)
             assert found, f"{key} is missing from the configuration reference"
