@@ -65,6 +65,16 @@ class TransactionTimeouts:
                 out.append(record)
         return out
 
+    def decided_owing_markers(self, now_ms: int) -> list[TransactionRecord]:
+        """Every record whose decided transaction's markers the coordinator writes itself at `now_ms`
+        (transactions.owes_markers: its writer died between the commit point and its markers)."""
+        return [record for record in self._transaction_records() if transactions.owes_markers(record, now_ms)]
+
+    def transaction_decided_markers_written(self, transactional_id: str, sequence: int) -> None:
+        """The markers of `transactional_id`'s decided transaction `sequence` are on every partition."""
+        self._change_transaction(transactional_id,
+                                 lambda record: transactions.decided_markers_written(record, sequence))
+
     def list_transactions(self) -> list[str]:
         return sorted(r.transactional_id for r in self._transaction_records())
 

@@ -12,6 +12,12 @@ States of transaction `sequence` S of an id:
 - Committed(S): `commit` with the producer ids of the writers whose output counts (the tasks that succeeded)
   is the commit point: those writers' transactions are committed on every partition they registered, every
   other writer of S aborted (TransactionRecord.markers), even when the markers are only written later.
+- Markers owed: a decided S (committed, or decided with no writers: aborted) keeps its writers' `started_ms`
+  until the coordinator knows their markers are written. Its writer writes them right after the commit point; one
+  that died there would leave its open transactions pinning the last stable offset of its partitions for good, so
+  once S's transaction.timeout.ms has passed since its first join the coordinator writes S's markers itself
+  (`owes_markers`; writing one twice is harmless), as Kafka's coordinator ends every decided transaction, and
+  `decided_markers_written` drops `started_ms`.
 - Timed out: Ongoing(S) past its transaction.timeout.ms (counted from its first writer's join) has its writers
   aborted by the coordinator (`expire`): they move to the record's `aborted` writers, whose abort markers the
   coordinator writes (`markers_written` then forgets them), and S stays Ongoing with no writers, so a replay of S
@@ -140,6 +146,22 @@ def expire(record: TransactionRecord, now_ms: int) -> TransactionRecord | None:
     return abort_writers(record)
 
 
+def owes_markers(record: TransactionRecord, now_ms: int) -> bool:
+    """Whether the coordinator writes the markers of the record's decided transaction itself at `now_ms`: it has
+    writers, was decided, and its transaction.timeout.ms has passed since its first writer joined with no word
+    that its markers are written (module docstring, "Markers owed")."""
+    return (bool(record.writers) and record.committed_sequence == record.sequence and record.started_ms >= 0
+            and now_ms >= record.started_ms + record.timeout_ms)
+
+
+def decided_markers_written(record: TransactionRecord, sequence: int) -> TransactionRecord | None:
+    """The record once the markers of its decided transaction `sequence` are on every partition its writers
+    registered; None if it has moved on (a newer transaction joined) or owes none."""
+    if record.committed_sequence != sequence or record.sequence != sequence or record.started_ms < 0:
+        return None
+    return replace(record, started_ms=-1, timeout_ms=0)
+
+
 def abort_writers(record: TransactionRecord) -> TransactionRecord | None:
     """The record once the writers of its open transaction were aborted, as `expire` does, whatever their timeout
     (an operator's `fabric transactions abort`); None if it is not open."""
@@ -168,7 +190,7 @@ def to_json(record: TransactionRecord) -> str:
     field)."""
     data: dict[str, Any] = {"sequence": record.sequence, "committed": record.committed_writers,
                             "writers": _writers_json(record.writers)}
-    if record.open:
+    if record.writers and record.started_ms >= 0:  # open, or decided with its markers owed
         data["started_ms"], data["timeout_ms"] = record.started_ms, record.timeout_ms
     if record.aborted:
         data["aborted"] = _writers_json(record.aborted)

@@ -126,10 +126,15 @@ def abort_writer(cluster: Cluster, txn: str, identity: ProducerIdentity, keys: S
 def abandon_open(cluster: Cluster, transactional_id: str) -> None:
     """End the transaction of `transactional_id` that a writer joined but nobody committed (its producer died or
     is a zombie): its sequence commits with no writers, so every writer's records are aborted and a zombie's
-    later commit finds it decided. Nothing if no transaction is open."""
+    later commit finds it decided. A decided one whose markers may be unwritten (its producer died after the commit
+    point) gets them, as Kafka's InitProducerId completes a pending commit. Nothing if no transaction is open."""
     record = retrying(cluster, lambda: cluster.coordinator.transaction_record(transactional_id),
                       f"read transaction {transactional_id}", TIMEOUT_S)
-    if record.sequence <= record.committed_sequence or not record.writers:
+    if not record.writers:
+        return
+    if record.sequence <= record.committed_sequence:  # decided: its markers may be owed (a writer died after the
+        if record.started_ms >= 0:  # commit point); this id's next transaction would forget its writers
+            end_transaction(cluster, f"{transactional_id}:{record.sequence}")
         return
     txn = f"{transactional_id}:{record.sequence}"
     log.warning("transaction %s was left open by %d writer(s): aborting it", txn, len(record.writers))

@@ -386,8 +386,9 @@ class TransactionRecord:
     applied to the offsets topic (stored with the commit, cleared once applied; coordinator.transaction_offsets).
     `started_ms` and `timeout_ms`: when the first writer of `sequence` joined, and its transaction.timeout.ms
     (the largest its writers asked for); past both, the coordinator aborts the writers (coordinator.
-    transaction_timeouts). `aborted`: writers the coordinator aborted that way whose abort markers are still to be
-    written (of any sequence).
+    transaction_timeouts), or, once `sequence` is decided, writes its markers itself (kept until then:
+    coordinator.transactions, "Markers owed"). `aborted`: writers the coordinator aborted that way whose abort
+    markers are still to be written (of any sequence).
     """
 
     transactional_id: str

@@ -271,6 +271,44 @@ def test_an_aborted_batch_write_refuses_a_writer_that_joins_late(shared_cluster)
         assert fab.describe_topic("txn-late").partitions[0].end_offset == 3  # x, its abort marker, after
 
 
+def test_a_transaction_decided_but_left_unmarked_is_ended_by_the_coordinator_or_the_next_producer(
+        shared_cluster) -> None:
+    """A writer that dies between the commit point and its markers (a transactional producer SIGKILLed in
+    commit_transaction) leaves open transactions on the leaders that nobody else would end: read_committed readers
+    of the partition would stop before them for good. Once the transaction's timeout has passed, the coordinator
+    writes the markers it decided (the committed writer's commit, the other writer's abort); and a new producer of
+    the transactional id writes them at its init_transactions, whatever the timeout."""
+    with fabric.connect(shared_cluster.url) as fab:
+        fab.create_topic("txn-unmarked", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+        kept, failed = fab.cluster.init_producer_id(), fab.cluster.init_producer_id()
+        for writer in (kept, failed):
+            fab.cluster.coordinator.add_transaction_writer("died:0", writer.producer_id, writer.producer_epoch,
+                                                           [("txn-unmarked", 0)], timeout_ms=1500)
+        append(fab, "txn-unmarked", "died:0", kept, [b"k1", b"k2"])
+        append(fab, "txn-unmarked", "died:0", failed, [b"f1"])
+        fab.cluster.coordinator.commit_transaction("died:0", [kept.producer_id])  # the commit point; then it died
+        with fab.producer(linger_ms=0) as producer:
+            producer.send("txn-unmarked", b"after", partition=0).result(60)
+        wait_for(lambda: read_all(fab, "txn-unmarked") == [b"k1", b"k2", b"after"], 90,
+                 "the coordinator to write the markers of the committed transaction its writer left unwritten")
+        wait_for(lambda: fab.cluster.coordinator.transaction_record("died").started_ms == -1, 60,
+                 "the coordinator to record that the markers are written")
+
+        # a transactional producer died the same way, with a long timeout: its successor ends the transaction
+        dead = fab.cluster.init_producer_id()
+        fab.cluster.coordinator.add_transaction_writer("etl-died:0", dead.producer_id, dead.producer_epoch,
+                                                       [("txn-unmarked", 0)], timeout_ms=600_000)
+        append(fab, "txn-unmarked", "etl-died:0", dead, [b"d1"])
+        fab.cluster.coordinator.commit_transaction("etl-died:0", [dead.producer_id])
+        with fab.producer(transactional_id="etl-died") as producer:
+            producer.init_transactions()
+            assert read_all(fab, "txn-unmarked") == [b"k1", b"k2", b"after", b"d1"]
+            producer.begin_transaction()
+            producer.send("txn-unmarked", b"next", partition=0)
+            producer.commit_transaction()
+        assert read_all(fab, "txn-unmarked") == [b"k1", b"k2", b"after", b"d1", b"next"]
+
+
 def test_a_leader_killed_before_the_markers_loses_nothing(node_cluster, replication) -> None:
     """The writer's records are replicated (acks=all) before the leader is SIGKILLed; the new leader rebuilt the
     open transaction from the frames it copied, so the markers end it there: the batch is read once."""

@@ -98,6 +98,36 @@ def test_the_store_expires_open_transactions_and_forgets_writers_whose_markers_a
         store.close()
 
 
+def test_a_decided_transaction_owes_its_markers_past_its_timeout_until_they_are_written(tmp_path) -> None:
+    """Its writer may die between the commit point and its markers: past the timeout the coordinator writes them
+    (the reaper), and the record keeps what it needs for that across a restart (its JSON)."""
+    committed = transactions.commit(open_record(), 3, [1])
+    assert committed is not None and not committed.open
+    assert not transactions.owes_markers(committed, 10_999)
+    assert transactions.owes_markers(committed, 11_000)
+    assert transactions.from_json("sink", 3, transactions.to_json(committed)) == committed
+    assert committed.markers() == {TP: ([(1, 0)], [(2, 1)])}  # what the coordinator writes
+    done = transactions.decided_markers_written(committed, 3)
+    assert done is not None and not transactions.owes_markers(done, 10**15)
+    assert done.markers() == committed.markers()  # a late writer's own markers are still accepted
+    assert transactions.decided_markers_written(done, 3) is None
+    assert not transactions.owes_markers(transactions.expire(open_record(), 20_000), 10**15)  # undecided
+    newer = transactions.add_writer(committed, 4, writer(5), 30_000, 1000)
+    assert transactions.decided_markers_written(newer, 3) is None  # moved on: nothing to record
+    store = SqliteCoordinator(str(tmp_path / "m.db"))
+    try:
+        store.add_transaction_writer("died:0", 1, 0, [TP], timeout_ms=1)
+        store.commit_transaction("died:0", [1])
+        now = SYSTEM_CLOCK.now_ms() + 5
+        assert store.expire_transactions(now) == []  # decided: nothing to abort
+        [owed] = store.decided_owing_markers(now)
+        assert owed.transactional_id == "died" and owed.committed_writers == (1,)
+        store.transaction_decided_markers_written("died", 0)
+        assert store.decided_owing_markers(now) == []
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("timeout_ms", [0, -5, 900_001, "60000", 1.5, True])
 def test_a_timeout_outside_one_to_the_coordinators_maximum_is_refused_with_the_fix(tmp_path, timeout_ms) -> None:
     store = SqliteCoordinator(str(tmp_path / "m.db"))
