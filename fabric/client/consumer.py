@@ -401,9 +401,9 @@ class Consumer(Lookups):
     def _long_poll_ms(self, deadline: float) -> int:
         """How long the server may hold the next pass: up to fetch_max_wait_ms with one partition assigned,
         IDLE_WAIT_S with several, never past `deadline`."""
-        left_ms = max(int((deadline - time.monotonic()) * 1000), 0)
-        return min(left_ms, self.config["fetch_max_wait_ms"] if len(self._assignment) == 1
-                   else int(IDLE_WAIT_S * 1000))
+        most = self.config["fetch_max_wait_ms"] if len(self._assignment) == 1 else int(IDLE_WAIT_S * 1000)
+        left_ms = (deadline - time.monotonic()) * 1000  # (inf for poll(timeout=math.inf): capped before int())
+        return most if left_ms >= most else max(int(left_ms), 0)
 
     def poll(self, timeout: float = 0.0, max_records: int | None = None) -> list[Record]:
         """Up to `max_records` (kafka-python's; default max_poll_records) records, waiting up to `timeout` seconds

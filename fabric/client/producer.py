@@ -574,8 +574,9 @@ class Producer(ConfluentProducerCalls):
 
 
 def _left(deadline: float) -> float:
-    """Seconds until `deadline` (time.monotonic()), at least 0."""
-    return max(deadline - time.monotonic(), 0.0)
+    """Seconds until `deadline` (time.monotonic()), at least 0 and at most threading.TIMEOUT_MAX (what a lock or an
+    event waits at most: flush(timeout=math.inf) waits as long as it takes)."""
+    return min(max(deadline - time.monotonic(), 0.0), threading.TIMEOUT_MAX)
 
 
 def _linger_loop(ref: weakref.ref[Producer], wake: threading.Condition) -> None:

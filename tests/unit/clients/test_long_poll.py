@@ -2,6 +2,7 @@
 makes one fetch that the fabric holds until a record is appended, instead of fetching again and again."""
 from __future__ import annotations
 
+import math
 import threading
 
 from fabric.client.consumer import Consumer
@@ -43,3 +44,15 @@ def test_a_fetch_past_the_end_is_refused_at_once_however_long_it_may_wait(flaky)
     fetcher.join(60)
     assert len(done) == 1 and "outside the log's range [0, 1]" in str(done[0])
     assert flaky.fetch("t", 0, 1, 1 << 20, max_wait_ms=1) == []  # at the end: held, then nothing
+
+
+def test_an_infinite_poll_timeout_means_as_long_as_it_takes(flaky):
+    """poll(timeout=math.inf) (and one so large a float holds it only approximately) waits as long as it takes, as
+    Kafka's poll(Duration.ofMillis(Long.MAX_VALUE)); it was an OverflowError turning inf into milliseconds."""
+    with Producer(flaky, linger_ms=0) as producer:
+        producer.send("t", b"x").result(timeout=30)
+        producer.send("t", b"y").result(timeout=30)
+    consumer = Consumer(flaky, auto_offset_reset="earliest", max_poll_records=1)
+    consumer.assign([("t", 0)])
+    assert [r.value for r in consumer.poll(timeout=math.inf)] == [b"x"]
+    assert consumer.poll_batch(timeout=1e300).column("value").to_pylist() == [b"y"]

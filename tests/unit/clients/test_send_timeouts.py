@@ -5,6 +5,7 @@ unsent queued (flush, result) or failed (close). Over a real embedded fabric who
 demand (FlakyCluster); the same over real processes with a paused leader: tests/integration/test_client_limits.py."""
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -123,6 +124,17 @@ def test_flush_with_a_timeout_raises_and_keeps_the_records_queued(hanging) -> No
         assert future.get(0).offset == 0
         producer.flush(timeout=0)  # nothing left to send: no error
     assert flaky.partition_state("t", 0).end_offset == 1  # written once
+
+
+def test_flush_and_close_with_an_infinite_timeout_wait_as_long_as_it_takes(flaky) -> None:
+    """flush(timeout=math.inf) and close(timeout=math.inf) (Kafka's close(Duration.ofMillis(Long.MAX_VALUE))) send
+    everything; a lock's wait longer than threading.TIMEOUT_MAX was an OverflowError."""
+    producer = Producer(flaky, linger_ms=60_000)
+    first = producer.send("t", b"x")
+    assert producer.flush(timeout=math.inf) == 0 and first.get(0).offset == 0
+    second = producer.send("t", b"y")
+    producer.close(timeout=1e300)
+    assert second.get(0).offset == 1
 
 
 def test_close_with_a_timeout_gives_up_and_fails_what_is_still_buffered(hanging) -> None:
