@@ -10,6 +10,7 @@ import numbers
 from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -83,6 +84,12 @@ def check_timestamps(column: pa.Array | pa.ChunkedArray) -> None:
     """Refuse a timestamp[us] column with a value outside the record timestamp range (naming its row)."""
     if not len(column) or column.null_count == len(column):
         return
+    if isinstance(column, pa.Array) and not column.null_count:
+        # the usual case read from the values buffer: 3 µs, where a cast and compute's min_max cost 22 µs of a
+        # one-record produce on the server
+        values = np.frombuffer(column.buffers()[1], np.int64, len(column), column.offset * 8)
+        if values.min() >= 0 and values.max() <= MAX_TIMESTAMP_US:
+            return
     micros = column.cast(pa.int64())
     bounds = pc.min_max(micros)
     if bounds["min"].as_py() >= 0 and bounds["max"].as_py() <= MAX_TIMESTAMP_US:

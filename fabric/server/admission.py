@@ -17,6 +17,7 @@ import pyarrow as pa
 from fabric.common import record_sizes
 from fabric.common.config import TopicConfig
 from fabric.common.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError, SchemaMismatchError
+from fabric.common.record_checks import MAX_TIMESTAMP_US, check_timestamps
 from fabric.common.redaction import shorten
 from fabric.server.wire import schema_text
 from fabric.storage import frame
@@ -42,6 +43,7 @@ def check_rows(topic: str, batch: Rows, schema: pa.Schema, max_bytes: int,
     if missing:
         raise InvalidRecordError(f"{missing} of the {batch.num_rows} rows for topic {topic!r} have no timestamp; "
                                  "every stored row needs one (fabric.common.records.to_storage sets them)")
+    check_timestamps(batch.column(0))  # (1970 to 9999, as a producer's send() checks: readers convert them)
     check_sizes(topic, batch, max_bytes)
     if config is not None:
         check_keys(batch, config, topic)
@@ -140,3 +142,5 @@ def _check_timestamps(header: FrameHeader, batch: pa.RecordBatch, where: str) ->
     if (header.first_timestamp, header.max_timestamp) != (first, largest):
         raise CorruptRecordError(f"{where}: its header's timestamps ({header.first_timestamp}, "
                                  f"{header.max_timestamp}) are not its rows' ({first}, {largest})")
+    if int(stamps.min()) < 0 or largest > MAX_TIMESTAMP_US:
+        check_timestamps(column)  # (names the row out of range)

@@ -279,6 +279,7 @@ class Broker:
         """Append to a single-directory partition: it has one replica, so every `acks` answers after the append.
         An idempotent producer's retry is not written twice (see Log.append). Its topic deleted meanwhile is
         UnknownTopicError, as for _topic_may_vanish's calls (written out: no call more on every append)."""
+        partition_ops.check_acks(acks)
         try:
             return partition_ops.append(self.log(topic, partition), topic, partition, rows, codec,
                                         producer=partition_ops.producer_batch(producer_id, producer_epoch,

@@ -19,6 +19,14 @@ from fabric.storage.reader import ISOLATION_LEVELS
 from fabric.storage.segment import disk_usage
 
 SHORT_MAX = (1 << 15) - 1
+ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}  # a produce's acks, and what each means
+
+
+def check_acks(acks: Any) -> str:
+    """A produce's acks, checked ("-1" is "all"): a server refuses another, as Kafka's INVALID_REQUIRED_ACKS."""
+    if not isinstance(acks, str) or acks not in ACKS:
+        raise InvalidRequestError(f"acks must be one of 0, 1, all (-1), got {clip(acks)}")
+    return ACKS[acks]
 
 
 def compacted(info: TopicInfo) -> bool:

@@ -12,7 +12,13 @@ import time
 import pyarrow as pa
 import pytest
 
-from fabric.common.errors import CorruptRecordError, RecordTooLargeError, SchemaMismatchError
+from fabric.common.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidRequestError,
+    RecordTooLargeError,
+    SchemaMismatchError,
+)
 from fabric.common.records import storage_schema, to_storage
 from fabric.storage import frame
 
@@ -108,6 +114,29 @@ def test_publish_refuses_frames_whose_header_timestamps_are_not_their_rows(topic
     refused(topics, lambda: topics.cluster.publish_frames(
         "sink:1", {("plain", 1): [pa.py_buffer(forged.pack() + payload.to_pybytes())]}),
         CorruptRecordError, "timestamps")
+
+
+@pytest.mark.parametrize("stamp", [-1, -2**63, 2**63 - 1])
+def test_every_write_refuses_timestamps_outside_1970_to_9999(topics, stamp) -> None:
+    """The server checks record timestamps as a producer's send() does, whatever a hand-made client sends: a row
+    stamped -2**63 or 2**63-1 µs was stored, then read back as nonsense (and kept by retention forever)."""
+    good = rows([b"one"])
+    bad = good.set_column(0, "timestamp", pa.array([stamp], good.schema.field("timestamp").type))
+    refused(topics, lambda: topics.cluster.append("plain", 1, bad), InvalidRecordError,
+            f"row 0 has timestamp {stamp} µs, out of range")
+    refused(topics, lambda: topics.cluster.publish("sink:1", {("plain", 1): [good, bad]}), InvalidRecordError,
+            "out of range: record timestamps run from 1970-01-01 to 9999-12-31")
+    header, payload = topics.cluster.frame_encoder("plain").encode(bad)
+    refused(topics, lambda: topics.cluster.publish_frames("sink:1", {("plain", 1): [pa.py_buffer(
+        header + payload.to_pybytes())]}), InvalidRecordError, "out of range")
+
+
+def test_an_append_refuses_acks_other_than_0_1_all(topics) -> None:
+    """acks is checked on every server (a data node did, the coordinator's own partitions took any string)."""
+    for acks in ("2", "ALL", ""):
+        refused(topics, lambda acks=acks: topics.cluster.append("plain", 1, rows([b"x"]), acks=acks),
+                InvalidRequestError, f"acks must be one of 0, 1, all \\(-1\\), got '{acks}'")
+    assert topics.cluster.append("plain", 1, rows([b"x"]), acks="-1") == 0
 
 
 def test_every_write_checks_max_message_bytes(topics, tmp_path) -> None:

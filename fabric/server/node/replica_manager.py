@@ -68,7 +68,6 @@ from fabric.storage.log_manager import LogManager
 from fabric.storage.reader import READ_COMMITTED
 
 log = logging.getLogger(__name__)
-ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
 
 
 # the controller's answer to an ISR change: (partition, leader state it was asked for, ISR) -> the new state
@@ -420,17 +419,16 @@ class ReplicaManager(TransactionMarkers):
         `transactional_id` the coordinator verifies (`verification`), stay invisible to read_committed readers
         until write_markers ends them."""
         producer = partition_ops.producer_batch(producer_id, producer_epoch, base_sequence)
-        if acks not in ACKS:
-            raise InvalidRequestError(f"acks must be one of 0, 1, all (-1), got {clip(acks)}")
+        acks = partition_ops.check_acks(acks)
         if transactional:
             partition_ops.check_transactional_id(transactional_id)
         timeout_s = partition_ops.wait_seconds("timeout_ms", timeout_ms)
         replica = self.replica(topic, partition, leader_epoch, topic_id=topic_id)
         with self.health.writing((topic, partition), f"append to partition {topic}-{partition}"):
             if not transactional or producer is None or self.verification is None:
-                return replica.append_held(rows, codec, leader_epoch, ACKS[acks], timeout_s, producer, transactional)
+                return replica.append_held(rows, codec, leader_epoch, acks, timeout_s, producer, transactional)
             return self.verification.append(transactional_id, (topic, partition), producer, replica.log, lambda p: (
-                replica.append_held(rows, codec, leader_epoch, ACKS[acks], timeout_s, p, True)))
+                replica.append_held(rows, codec, leader_epoch, acks, timeout_s, p, True)))
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, end_offset: int | None = None,
               leader_epoch: int | None = None, max_wait_ms: int = 0, from_follower: bool = False,
