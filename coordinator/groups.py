@@ -47,6 +47,10 @@ TRANSITIONS: dict[GroupStatus, frozenset[GroupStatus]] = {
 PartitionsOf = Callable[[str], int]  # topic -> partition count (0 for a topic that does not exist)
 HEARTBEAT_SLACK_FRACTION = 5  # a stored heartbeat is refreshed once it is session_timeout_ms / 5 old
 MAX_SESSION_TIMEOUT_MS = 1_800_000  # group.max.session.timeout.ms: Kafka's default, 30 minutes
+# group.min.session.timeout.ms: a shorter session ends between a member's heartbeats and polls, so the group
+# rebalances without end and its members read their records again and again (Kafka's default is 6000; the
+# fabric's floor is lower, for the 1 to 2 s sessions of tests and local clusters)
+MIN_SESSION_TIMEOUT_MS = 1000
 MAX_SIZE = INT_MAX  # group.max.size: Kafka's default, no limit (KIP-389)
 
 
@@ -175,6 +179,12 @@ def _validate_join(req: JoinRequest, max_session_timeout_ms: int) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= INT_MAX:
             raise InvalidConfigError(f"{key} must be a positive integer of milliseconds up to {INT_MAX} (Kafka's "
                                      f"int32), got {value!r}")
+    if req.session_timeout_ms < MIN_SESSION_TIMEOUT_MS:
+        raise InvalidSessionTimeoutError(
+            f"session_timeout_ms {req.session_timeout_ms} is under the coordinator's group.min.session.timeout.ms "
+            f"({MIN_SESSION_TIMEOUT_MS}): the member would be dropped between its heartbeats and the group "
+            "rebalance without end, its records read again and again; use at least that (Kafka's default consumer "
+            "session is 45000)")
     if req.session_timeout_ms > max_session_timeout_ms:
         raise InvalidSessionTimeoutError(
             f"session_timeout_ms {req.session_timeout_ms} is over this coordinator's group.max.session.timeout.ms "

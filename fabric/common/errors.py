@@ -52,7 +52,7 @@ class InvalidConfigError(FabricError):
 
 class InvalidSessionTimeoutError(InvalidConfigError):
     """A member asked for a session timeout the group coordinator does not allow (over its
-    group.max.session.timeout.ms)."""
+    group.max.session.timeout.ms, or under its group.min.session.timeout.ms)."""
 
 
 class GroupMaxSizeReachedError(FabricError):

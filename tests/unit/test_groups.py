@@ -259,6 +259,8 @@ def test_offset_commit_validation(gc):
     (dict(assignors=()), InvalidConfigError),
     (dict(session_timeout_ms=0), InvalidConfigError),
     (dict(rebalance_timeout_ms=-5), InvalidConfigError),
+    (dict(session_timeout_ms=3), InvalidSessionTimeoutError),  # under group.min.session.timeout.ms: endless rebalances
+    (dict(session_timeout_ms=999), InvalidSessionTimeoutError),
     (dict(session_timeout_ms=1_800_001), InvalidSessionTimeoutError),  # over group.max.session.timeout.ms
     (dict(session_timeout_ms=2**31 - 1), InvalidSessionTimeoutError),  # 24 days: a dead member keeps its partitions
     (dict(session_timeout_ms=10**15), InvalidConfigError),  # absurd: over Kafka's int32
