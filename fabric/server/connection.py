@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, urlparse
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from fabric.common.checks import INT_MAX
 from fabric.common.errors import CoordinatorUnavailableError, InvalidConfigError
 from fabric.common.redaction import redact_url
 from fabric.server import security, wire
@@ -100,11 +101,15 @@ def parse_url(url: str) -> RemoteOptions:
         timeout_ms = int(query.get("timeout_ms", "30000"))
     except ValueError:
         timeout_ms = -1
-    if timeout_ms <= 0:
-        raise InvalidConfigError(f"timeout_ms in {shown!r} must be a positive integer number of milliseconds, "
-                                 "e.g. timeout_ms=30000")
+    if not 0 < timeout_ms <= INT_MAX:  # (a longer one overflowed the waits on a socket: Kafka's is an int32 too)
+        raise InvalidConfigError(f"timeout_ms in {shown!r} must be a positive integer number of milliseconds up to "
+                                 f"{INT_MAX}, e.g. timeout_ms=30000")
     timeout_s = timeout_ms / 1000
-    tls = SCHEMES[parsed.scheme] or query.get("tls", "false").lower() in ("true", "1", "yes")
+    tls_flag = query.get("tls", "false").lower()
+    if tls_flag not in ("true", "1", "yes", "false", "0", "no"):  # (tls=on was plaintext)
+        raise InvalidConfigError(f"tls in {shown!r} must be true or false, got {tls_flag!r}; or name the scheme "
+                                 "fabric+tls://")
+    tls = SCHEMES[parsed.scheme] or tls_flag in ("true", "1", "yes")
     return RemoteOptions(addresses, query.get("token") or os.environ.get(ENV_TOKEN) or None, tls,
                          query.get("ca") or os.environ.get(ENV_CA) or None, timeout_s)
 

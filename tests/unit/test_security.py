@@ -29,6 +29,19 @@ def test_bad_security_files_name_the_line_and_the_fix(tmp_path) -> None:
         fabric.connect("fabric://127.0.0.1:1?tokn=x")
 
 
+@pytest.mark.parametrize("query, why", [
+    ("timeout_ms=99999999999999999999999", "must be a positive integer number of milliseconds up to 2147483647"),
+    ("timeout_ms=2147483648", "up to 2147483647"),
+    ("tls=on", "tls in .* must be true or false, got 'on'; or name the scheme fabric\\+tls://"),
+    ("tls=2", "must be true or false"),
+])
+def test_absurd_url_options_are_refused_naming_the_fix(query, why) -> None:
+    """A timeout past Kafka's int32 was taken, then overflowed a wait on the socket (OverflowError); tls=on was
+    read as false, connecting in plaintext."""
+    with pytest.raises(InvalidConfigError, match=why):
+        fabric.connect(f"fabric://127.0.0.1:1?{query}")
+
+
 def test_shipped_config_is_valid(repo_root) -> None:
     config = os.path.join(repo_root, "conf", "fabric.properties")
     args = argparse.Namespace(config=config, **{k: None for k in ("listen", "advertise", "store", "data_dir",
