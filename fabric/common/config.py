@@ -15,11 +15,13 @@ INT_MAX = 2**31 - 1
 
 @dataclass(frozen=True)
 class Setting:
-    """One config key: its default and a parser that returns the typed value or raises ValueError."""
+    """One config key: its default and a parser that returns the typed value or raises ValueError. `text`: the
+    value must be given as a str (an id: str() of bytes or a list would make one up)."""
 
     default: Any
     parse: Callable[[str], Any]
     doc: str
+    text: bool = False
 
 
 def _long(lo: int, hi: int = LONG_MAX) -> Callable[[str], int]:
@@ -237,7 +239,8 @@ PRODUCER_SETTINGS: dict[str, Setting] = {
                                   "and its acks=all replication, a metadata refresh); then it is retried"),
     "transactional_id": Setting("", _identifier("a producer without transactions"),
                                 "send in transactions (init_transactions, begin_transaction, "
-                                "commit_transaction): records and offsets are published together or not at all"),
+                                "commit_transaction): records and offsets are published together or not at all",
+                                text=True),
     "transaction_timeout_ms": Setting(60000, _long(1, INT_MAX), "on a cluster with data nodes, the coordinator "
                                       "aborts a transaction still undecided this long after it began"),
 }
@@ -266,7 +269,7 @@ CONSUMER_SETTINGS: dict[str, Setting] = {
     "partition_assignment_strategy": Setting("range", _preferred("range", "roundrobin", "cooperative-sticky"),
                                              "how the group splits partitions (a comma-separated list: the "
                                              "first)"),
-    "group_instance_id": Setting("", _identifier("a dynamic group member"), "static membership id"),
+    "group_instance_id": Setting("", _identifier("a dynamic group member"), "static membership id", text=True),
     "isolation_level": Setting("read_committed", _choice("read_committed", "read_uncommitted"),
                                "read_committed: read a replicated partition below its last stable offset, "
                                "skipping aborted transactions; read_uncommitted: up to the high watermark"),
@@ -366,6 +369,8 @@ def client_config(kind: str, table: Mapping[str, Setting], given: Mapping[str, o
             raise _error(kind, key, value, "", table)
         if value is None:  # left unset (kafka-python's None: compression_type, transactional_id, ...)
             continue
+        if setting.text and not isinstance(value, str):
+            raise _error(kind, key, value, f"must be a string, got {type(value).__name__}", table)
         if isinstance(value, bool):
             value = str(value).lower()
         try:

@@ -73,6 +73,16 @@ def test_a_bad_value_of_a_client_config_given_with_kafkas_dots_names_the_value(f
         fab.producer({"linger.ms": "x"})
 
 
+@pytest.mark.parametrize("table, key", [(PRODUCER_SETTINGS, "transactional_id"),
+                                        (CONSUMER_SETTINGS, "group_instance_id")])
+@pytest.mark.parametrize("value", [b"etl", ["etl"], 5])
+def test_an_id_given_as_anything_but_a_string_is_refused(table, key, value):
+    """str() would have made one up (b'etl' became the id "b'etl'"): Kafka's ids are strings."""
+    with pytest.raises(InvalidConfigError, match=f"invalid value .* for .* config '{key}': must be a string, got"):
+        client_config("Producer", table, {key: value})
+    assert client_config("Producer", table, {key: "etl"})[key] == "etl"
+
+
 def test_a_record_over_max_request_size_is_refused_naming_it(fab):
     fab.create_topic("t")
     with fab.producer(max_request_size=10) as producer:
