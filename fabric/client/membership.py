@@ -108,8 +108,8 @@ class GroupMember:
     def poll(self) -> None:
         """Note the poll (max_poll_interval_ms), act on what heartbeats reported, and take one step of a
         pending join/sync (rate-limited, never blocking)."""
-        self._last_poll = time.monotonic()
-        with self._lock:
+        with self._lock:  # (the heartbeat thread weighs _last_poll under it: see _heartbeat)
+            self._last_poll = time.monotonic()
             fenced, keep_id, rejoin = self._fenced, self._keep_id, self._rejoin
             self._fenced = self._rejoin = self._keep_id = False
         if fenced:
@@ -194,18 +194,22 @@ class GroupMember:
 
     def _heartbeat(self) -> None:
         """One heartbeat of the member, its outcome noted for poll(); or, past max_poll_interval_ms without a
-        poll, its leaving (fenced, even if the coordinator cannot be told)."""
+        poll, its leaving (fenced, even if the coordinator cannot be told). The overdue check and the fencing are
+        one step under the lock poll() notes its time under: a poll either counts, or finds the member fenced and
+        hands out nothing of the generation it is leaving."""
         with self._lock:
             member_id, generation, phase = self.member_id, self.generation, self._phase
             if phase == Phase.UNJOINED or self._fenced:
                 return
-        if (time.monotonic() - self._last_poll) * 1000 > self.max_poll_interval_ms:
+            overdue = (time.monotonic() - self._last_poll) * 1000 > self.max_poll_interval_ms
+            if overdue:
+                self._fenced, self._keep_id = True, False
+        if overdue:
             try:
                 self._leave(member_id)
             except FabricError as exc:  # (the coordinator evicts it once its session times out)
                 log.info("group %s: %s left (no poll for max.poll.interval.ms) without telling the coordinator: %s",
                          self.group, member_id, exc)
-            self._note(member_id, generation, fenced=True)
             return
         try:
             self.coordinator.heartbeat(self.group, member_id, generation)

@@ -105,3 +105,42 @@ def test_the_heartbeat_thread_outlives_an_unexpected_failure_and_a_leave_it_cann
     finally:
         member.close()
     cluster.close()
+
+
+class WatchedLeave:
+    """A real coordinator that notes, at each leave_group, whether its `member` was already fenced then."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.member, self.fenced_at_leave = inner, None, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def leave_group(self, group: str, member_id: str) -> None:
+        self.fenced_at_leave.append(self.member._fenced)
+        self.inner.leave_group(group, member_id)
+
+
+def test_a_member_past_max_poll_interval_is_fenced_before_it_leaves(fabric_dir):
+    """The heartbeat thread fences the member in the same step, under poll()'s lock, as it finds no poll for
+    max_poll_interval_ms, and only then sends the leave: a poll racing the leave finds the member fenced and
+    hands out nothing of the generation being left (it left first, then fenced it: a poll in that gap handed out
+    buffered records of partitions the group was giving to others)."""
+    cluster = EmbeddedCluster(fabric_dir)
+    cluster.create_topic("t", 2, {}, None)
+    coordinator = WatchedLeave(cluster.coordinator)
+    lost: list[list[Any]] = []
+    member = GroupMember(coordinator, "g", ["t"], session_timeout_ms=60000, heartbeat_interval_ms=50,
+                         max_poll_interval_ms=60000, on_lost=lost.append)
+    coordinator.member = member
+    try:
+        wait_for(lambda: member.poll() or member.assignment() == BOTH, 30, "the member's first assignment")
+        member.max_poll_interval_ms = 100  # no poll for longer than that from now on
+        wait_for(lambda: coordinator.fenced_at_leave, 30, "the member to leave the group")
+        assert coordinator.fenced_at_leave == [True]
+        wait_for(lambda: member.poll() or (lost and member.assignment() == BOTH), 30,
+                 "the member to give its partitions up and join again")
+        assert lost == [BOTH]
+    finally:
+        member.close()
+    cluster.close()
