@@ -57,10 +57,12 @@ from fabric.sources.offsets import (
     current_states,
     from_json,
     rate_limit,
+    report_data_loss,
     resolve,
     split_ranges,
     states,
     to_json,
+    vanished,
 )
 from fabric.sources.options import (
     ENDING_OPTIONS,
@@ -215,7 +217,9 @@ class FabricStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = byte_limit(begin, end, max_bytes, now)
         if end != begin:
             self.last_batch = time.monotonic()
-        return to_json({**{tp: o for tp, o in previous.items() if tp[0] not in gone}, **end})
+        kept = {tp: o for tp, o in previous.items() if tp[0] not in gone}
+        lost = vanished(self.cluster, kept)  # a topic re-created with fewer partitions: partitions() reports them
+        return to_json({**{tp: o for tp, o in kept.items() if tp not in lost}, **end})
 
     def _limits(self, limit: ReadLimit) -> tuple[int | None, int | None, int | None]:
         """(minimum offsets, maximum records, maximum bytes) of a trigger: the limit Spark passes, and the options
@@ -252,9 +256,15 @@ class FabricStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, stop = from_json(start), from_json(end)
-        now = states(self.cluster, list(stop))
+        lost = vanished(self.cluster, {*begin, *stop})
+        if lost:
+            report_data_loss(f"partitions {', '.join(f'{t}-{p}' for t, p in sorted(lost))} no longer exist (was "
+                             "the topic deleted, or re-created with fewer partitions?)", self.opts.fail_on_data_loss)
+        now = states(self.cluster, [tp for tp in stop if tp not in lost])
         ranges = []
         for tp, last in stop.items():
+            if tp in lost:
+                continue
             first = checked_start(tp, begin.get(tp, 0), now[tp], self.opts.fail_on_data_loss)
             ranges.append(OffsetRange(tp[0], tp[1], min(first, last), last))
         return _tasks(ranges, self.opts)

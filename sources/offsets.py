@@ -7,7 +7,7 @@ import itertools
 import logging
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from fabric.client.cluster import Cluster
 from fabric.client.retry import retrying
@@ -47,8 +47,14 @@ def to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
 
 
 def from_json(obj: Mapping[str, Mapping[str, int]]) -> Offsets:
-    """The inverse of to_json."""
-    return {(topic, int(p)): int(o) for topic, parts in obj.items() for p, o in parts.items()}
+    """The inverse of to_json; FabricError naming the offsets when they are not in that form (a damaged
+    checkpoint, or one written by another source)."""
+    try:
+        return {(topic, int(p)): int(o) for topic, parts in obj.items() for p, o in parts.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise FabricError(f"the offsets {str(obj)[:200]} are not the fabric source's {{\"topic\":{{\"0\":23}}}}: "
+                          "the query's checkpoint is damaged or was written by another source; restore its "
+                          "offsets/ directory or start the query with a new checkpointLocation") from None
 
 
 def current_partitions(cluster: Cluster, subscription: Subscription,
@@ -159,6 +165,18 @@ def checked_start(tp: TopicPartition, start: int, state: PartitionState, fail: b
                          f"{state.end_offset} (was the topic deleted and re-created?)", fail)
         return state.start_offset
     return start
+
+
+def vanished(cluster: Cluster, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+    """The `partitions` that no longer exist: their topic was deleted, or deleted and re-created with fewer
+    partitions."""
+    counts: dict[str, int] = {}
+    for topic in sorted({t for t, _ in partitions}):
+        try:
+            counts[topic] = cluster.coordinator.topic(topic).partitions
+        except UnknownTopicError:
+            counts[topic] = 0
+    return {tp for tp in partitions if tp[1] >= counts[tp[0]]}
 
 
 def deleted_topics(cluster: Cluster, subscription: Subscription, previous: Mapping[TopicPartition, int],

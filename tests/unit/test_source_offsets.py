@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
 
+from fabric.common.errors import FabricError
 from fabric.sources.fabric_source import FabricStreamReader, spark_schema
 from fabric.sources.offsets import DataLossError, OffsetRange, split_ranges
 
@@ -114,3 +115,44 @@ def test_a_topic_deleted_between_two_listings_of_one_trigger_is_reported_as_dele
     monkeypatch.setattr(coordinator, "list_topics", listed_then_deleted)
     with pytest.raises(DataLossError, match="topic 'doomed' was deleted while the query was reading it"):
         source.latestOffset(start, ReadAllAvailable())
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_topic_re_created_with_fewer_partitions_is_data_loss_not_an_unknown_partition(fab, fabric_url, fail):
+    """A query restarted (or running) after its topic was deleted and re-created with fewer partitions: the
+    checkpoint's offsets name partitions that no longer exist. failOnDataLoss=true fails naming them; false skips
+    them and reads the new topic (it used to fail with UnknownPartitionError either way, the batch Spark replays
+    from the checkpoint included)."""
+    fab.create_topic("r", partitions=2)
+    with fab.producer() as producer:
+        for partition in (0, 1):
+            for _ in range(5):
+                producer.send("r", b"old", partition=partition)
+    source = FabricStreamReader({"url": fabric_url, "subscribe": "r", "startingOffsets": "earliest",
+                                 "failOnDataLoss": str(fail).lower()}, spark_schema(None, False))
+    done = source.latestOffset(source.initialOffset(), ReadAllAvailable())
+    assert done == {"r": {"0": 5, "1": 5}}
+    fab.delete_topic("r")
+    fab.create_topic("r", partitions=1)
+    with fab.producer() as producer:
+        for _ in range(6):
+            producer.send("r", b"new", partition=0)
+    replayed = {"r": {"0": 5, "1": 5}}  # a batch in the offset log, not yet committed when the query stopped
+    if fail:
+        with pytest.raises(DataLossError, match="partitions r-1 no longer exist .*failOnDataLoss=false"):
+            source.partitions({"r": {"0": 0, "1": 0}}, replayed)
+        with pytest.raises(DataLossError, match="partitions r-1 no longer exist"):
+            source.partitions(done, source.latestOffset(done, ReadAllAvailable()))
+        return
+    assert [p.value for p in source.partitions({"r": {"0": 0, "1": 0}}, replayed)] == [OffsetRange("r", 0, 0, 5)]
+    latest = source.latestOffset(done, ReadAllAvailable())
+    assert latest == {"r": {"0": 6}}
+    assert [p.value for p in source.partitions(done, latest)] == [OffsetRange("r", 0, 5, 6)]
+
+
+def test_offsets_of_a_damaged_checkpoint_are_refused_naming_the_checkpoint(fab, fabric_url):
+    fab.create_topic("t", partitions=1)
+    source = FabricStreamReader({"url": fabric_url, "subscribe": "t"}, spark_schema(None, False))
+    for damaged in ({"t": {"zero": 3}}, {"t": 3}, {"t": {"0": "x"}}):
+        with pytest.raises(FabricError, match="checkpoint is damaged or was written by another source"):
+            source.latestOffset(damaged, ReadAllAvailable())
