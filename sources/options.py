@@ -146,6 +146,7 @@ def _json_partitions(name: str, text: str, leaf: str) -> dict[TopicPartition, An
     out: dict[TopicPartition, Any] = {}
     for topic, parts in parsed.items():
         validate_topic(topic)
+        items: list[tuple[Any, Any]]
         if leaf == "partitions" and isinstance(parts, list):
             items = [(p, None) for p in parts]
         elif leaf != "partitions" and isinstance(parts, dict):
@@ -153,12 +154,17 @@ def _json_partitions(name: str, text: str, leaf: str) -> dict[TopicPartition, An
         else:
             raise _error(name, text, f"topic {topic!r} is not mapped to its partitions as in {example}")
         for p, value in items:
-            try:
-                partition = int(p)
+            try:  # JSON true/false and 0.7 are no partitions (int() would take them as 1, 0 and 0)
+                partition = int(p) if not isinstance(p, (bool, float)) else None
             except (TypeError, ValueError):
-                raise _error(name, text, f"partition {p!r} of topic {topic!r} is not a number") from None
-            if partition < 0 or (leaf != "partitions" and not isinstance(value, int)):
+                partition = None
+            if partition is None:
+                raise _error(name, text, f"partition {p!r} of topic {topic!r} is not a whole number")
+            if partition < 0 or (leaf != "partitions" and (not isinstance(value, int) or isinstance(value, bool))):
                 raise _error(name, text, f"{topic}-{p}: partitions are numbers >= 0 and {leaf} are integers")
+            if leaf == "timestamps" and value < 0:
+                raise _error(name, text, f"{topic}-{p}: timestamps are milliseconds since the epoch, >= 0 (for the "
+                                         "earliest or latest offset use startingOffsets with -2 or -1)")
             out[(topic, partition)] = value
     return out
 
@@ -190,9 +196,13 @@ def _timestamp(options: Mapping[str, Any], name: str) -> int | None:
     if text is None:
         return None
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise _error(name, text, "must be milliseconds since the epoch, e.g. 1767225600000") from None
+    if value < 0:
+        raise _error(name, text, "must be milliseconds since the epoch, >= 0 (for the earliest or latest offset "
+                                 f"use {name.replace('Timestamp', 'Offsets')}=earliest or latest)")
+    return value
 
 
 def _offset_spec(options: Mapping[str, Any], prefix: str, streaming: bool) -> OffsetSpec:

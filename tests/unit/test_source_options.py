@@ -87,6 +87,25 @@ def test_bad_trigger_minimums_are_refused_naming_the_option(options: dict, messa
         parse_source_options({**READ, **options}, streaming=True)
 
 
+@pytest.mark.parametrize("options, message", [
+    ({"assign": '{"t":[0.7]}'}, "'assign': partition 0.7 of topic 't' is not a whole number"),
+    ({"assign": '{"t":[true]}'}, "'assign': partition True of topic 't' is not a whole number"),
+    ({"startingOffsets": '{"t":{"0":true}}'}, "'startingOffsets': t-0: partitions are numbers >= 0 and offsets are "
+                                              "integers"),
+    ({"startingTimestamp": "-1"}, "'startingTimestamp': must be milliseconds since the epoch, >= 0 (for the "
+                                  "earliest or latest offset use startingOffsets=earliest or latest)"),
+    ({"startingOffsetsByTimestamp": '{"t":{"0":-1}}'}, "'startingOffsetsByTimestamp': t-0: timestamps are "
+                                                       "milliseconds since the epoch, >= 0"),
+    ({"endingOffsetsByTimestamp": '{"t":{"0":-2}}'}, "'endingOffsetsByTimestamp': t-0: timestamps are"),
+])
+def test_json_values_and_timestamps_that_mean_something_else_are_refused(options: dict, message: str) -> None:
+    """JSON true and 0.7 used to be taken as partition (or offset) 1 and 0, and a negative timestamp (-1: Kafka's
+    "latest" in its ListOffsets request) as the earliest offset: each read other records than the user meant."""
+    with pytest.raises(InvalidConfigError, match=re.escape(message)):
+        parse_source_options({"url": "file:///nowhere", **({} if "assign" in options else {"subscribe": "t"}),
+                              **options}, streaming=False)
+
+
 @pytest.mark.parametrize("name", ["minOffsetsPerTrigger", "maxTriggerDelay"])
 def test_trigger_minimums_are_for_streaming_queries_only(name: str) -> None:
     with pytest.raises(InvalidConfigError, match=f"'{name}': applies to streaming queries only"):
