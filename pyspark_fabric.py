@@ -33,7 +33,7 @@ class DefaultSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from fabric.sinks.fabric_sink import FabricBatchWriter
-        return FabricBatchWriter(self.options, schema)
+        return FabricBatchWriter(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from fabric.sinks.fabric_sink import FabricStreamWriter

@@ -128,7 +128,9 @@ class SinkConfig:
             raise SchemaMismatchError(
                 f"the fabric sink needs a 'topic' column or the 'topic' option; the input has {names}")
         for name, ok, want in (("topic", pa.types.is_string, "string"),
-                               ("partition", pa.types.is_integer, "an integer")):
+                               ("partition", pa.types.is_integer, "an integer"),  # as Kafka's sink: a number would
+                               ("timestamp", pa.types.is_timestamp,  # be taken as microseconds, not milliseconds
+                                "a timestamp (for milliseconds since the epoch, timestamp_millis(ms))")):
             if name in names and not ok(arrow.field(name).type):
                 raise SchemaMismatchError(f"column {name!r} must be {want}, got {arrow.field(name).type}")
         if self.topic is not None:
@@ -164,7 +166,12 @@ def _stage_task(config: SinkConfig, sink_id: str, batch: str, txn: str,
 class FabricBatchWriter(DataSourceArrowWriter):
     """`df.write.format("fabric")`: appends the whole job atomically (one transaction of its own)."""
 
-    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool = False) -> None:
+        if overwrite:  # as Spark's Kafka sink refuses it: appending instead would keep what the user meant to replace
+            raise InvalidConfigError(
+                "the fabric sink cannot overwrite a topic (a topic is an append-only log): write with "
+                "mode('append'); to replace what a topic holds, delete its records first (fabric topics "
+                "delete-records TOPIC --partition P --before-offset -1) or delete and re-create it")
         self.config = SinkConfig.parse(options, schema)
         self.sink_id = f"job-{uuid.uuid4().hex}"
 

@@ -196,12 +196,16 @@ def to_storage(table: pa.Table | pa.RecordBatch, value_schema: pa.Schema | None,
         ts = pc.fill_null(ts, pa.scalar(now_us, TIMESTAMP))
     headers = _column(table, "headers", n, HEADERS)
     if headers.type != HEADERS:
+        wrong = SchemaMismatchError(
+            f"column 'headers' must be list<struct<key: string, value: binary>>, got {headers.type}")
+        item = headers.type.value_type if pa.types.is_list(headers.type) or pa.types.is_large_list(headers.type) \
+            else None
+        if item is not None and pa.types.is_struct(item) and sorted(f.name for f in item) != ["key", "value"]:
+            raise wrong  # a cast would match fields by name and null those missing: the headers' contents lost
         try:
             headers = pc.cast(headers, HEADERS)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            raise SchemaMismatchError(
-                f"column 'headers' must be list<struct<key: string, value: binary>>, got {headers.type}") \
-                from None
+            raise wrong from None
     key = _as_binary(_column(table, "key", n, pa.binary()), "key")
     return pa.Table.from_arrays([ts, key, headers, value], schema=storage_schema(value_schema))
 

@@ -106,11 +106,25 @@ def test_typed_topic_takes_value_columns(spark, fab, fabric_url):
      "options 'url' and 'kafka.bootstrap.servers' name different fabrics"),
     ("CAST('v' AS BINARY) AS value, 'p' AS partition", {"topic": "t"}, "'partition' must be an integer"),
     ("CAST('v' AS BINARY) AS value", {"topic": "missing"}, "missing"),
+    ("CAST('v' AS BINARY) AS value, array(named_struct('k', 'h', 'v', CAST('x' AS BINARY))) AS headers",
+     {"topic": "t"}, "column 'headers' must be list<struct<key: string, value: binary>>"),
+    ("CAST('v' AS BINARY) AS value, 1700000000000 AS timestamp", {"topic": "t"},
+     r"column 'timestamp' must be a timestamp \(for milliseconds since the epoch, timestamp_millis\(ms\)\)"),
 ])
 def test_bad_input_fails_naming_the_problem(spark, fab, fabric_url, select, options, message):
     fab.create_topic("t")
     with pytest.raises(Exception, match=message):
         _write(spark.sql(f"SELECT {select}"), fabric_url, **options)
+    assert fab.describe_topic("t").partitions[0].end_offset == 0
+
+
+def test_overwrite_is_refused_not_turned_into_an_append(spark, fab, fabric_url):
+    """Spark's Kafka sink refuses mode("overwrite"); the fabric sink used to append instead, silently keeping the
+    records the user meant to replace."""
+    fab.create_topic("t")
+    df = spark.sql("SELECT CAST('v' AS BINARY) AS value")
+    with pytest.raises(Exception, match=r"cannot overwrite a topic .*mode\('append'\)"):
+        df.write.format("fabric").option("url", fabric_url).option("topic", "t").mode("overwrite").save()
     assert fab.describe_topic("t").partitions[0].end_offset == 0
 
 

@@ -133,3 +133,20 @@ def test_typed_values_have_only_schema_fields_of_the_right_types():
 def test_typed_rows_name_the_field_that_overflows():
     with pytest.raises(SchemaMismatchError, match="'at' must be timestamp"):
         typed_rows([{"id": 1, "at": 2**70}], SCHEMA)
+
+
+def test_a_headers_column_whose_structs_are_not_key_and_value_is_refused_not_stored_as_nulls():
+    """A cast matches struct fields by name: struct<k, v> used to become headers of null key and value, losing them
+    (a Spark sink user's named_struct('k', ..., 'v', ...)). Other spellings of the same pairs still convert."""
+    def stored(headers: pa.Array) -> list:
+        return to_storage(pa.table({"value": [b"v"], "headers": headers}), None, 0).column("headers").to_pylist()
+    pairs = [{"key": "h", "value": b"x"}]
+    for bad in (pa.struct([("k", pa.string()), ("v", pa.binary())]), pa.struct([("key", pa.string())]),
+                pa.struct([("key", pa.string()), ("value", pa.binary()), ("extra", pa.int32())])):
+        headers = pa.array([[{n: "h" if n == "key" else b"x" if n in ("v", "value") else None
+                              for n in bad.names}]], pa.list_(bad))
+        with pytest.raises(SchemaMismatchError, match="column 'headers' must be list<struct<key: string"):
+            stored(headers)
+    swapped = pa.struct([("value", pa.string()), ("key", pa.string())])
+    assert stored(pa.array([[{"value": "x", "key": "h"}]], pa.list_(swapped))) == [pairs]
+    assert stored(pa.array([[("h", b"x")]], pa.map_(pa.string(), pa.binary()))) == [pairs]
