@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fabric.common.errors import SchemaMismatchError
+from fabric.common.errors import InvalidRecordError, SchemaMismatchError
 from fabric.common.record_checks import CONVERSION_ERRORS, check_timestamps, mismatch
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -163,6 +163,16 @@ def plain_rows(values: Sequence[bytes | None], keys: Sequence[bytes | None], hea
                                        pa.array(values, pa.binary())], schema=PLAIN_SCHEMA)
 
 
+def _from_millis(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """An integer timestamp column (milliseconds since the epoch) as stored timestamps."""
+    try:
+        return pc.multiply_checked(pc.cast(column, pa.int64()), 1000).cast(TIMESTAMP)
+    except (pa.ArrowInvalid, OverflowError):
+        raise InvalidRecordError("column 'timestamp' holds integers far outside milliseconds from 1970 to 9999 "
+                                 "(0 to 253402300799999): give milliseconds since the epoch, or a timestamp "
+                                 "column") from None
+
+
 def to_storage(table: pa.Table | pa.RecordBatch, value_schema: pa.Schema | None, now_us: int,
                null_values: pa.BooleanArray | None = None) -> pa.Table:
     """Convert user columns (value or typed value fields, key, headers, timestamp) to stored columns.
@@ -186,6 +196,8 @@ def to_storage(table: pa.Table | pa.RecordBatch, value_schema: pa.Schema | None,
             f"unexpected column(s) {unknown}: neither record columns nor fields of the topic's schema; drop them "
             f"(expected {sorted(allowed - extra)})")
     ts = _column(table, "timestamp", n, TIMESTAMP)
+    if pa.types.is_integer(ts.type):  # milliseconds since the epoch, as send()'s timestamp= and Kafka's
+        ts = _from_millis(ts)
     if ts.type != TIMESTAMP:
         try:
             ts = pc.cast(ts, TIMESTAMP)

@@ -150,3 +150,13 @@ def test_a_headers_column_whose_structs_are_not_key_and_value_is_refused_not_sto
     swapped = pa.struct([("value", pa.string()), ("key", pa.string())])
     assert stored(pa.array([[{"value": "x", "key": "h"}]], pa.list_(swapped))) == [pairs]
     assert stored(pa.array([[("h", b"x")]], pa.map_(pa.string(), pa.binary()))) == [pairs]
+
+
+def test_an_integer_timestamp_column_is_milliseconds_as_sends():
+    """send_batch()'s integer timestamps are milliseconds since the epoch, as send(timestamp=) and Kafka's (they
+    were read as microseconds: 2023 became 1970-01-20)."""
+    stored = to_storage(pa.table({"value": [b"a"], "timestamp": pa.array([1_700_000_000_123], pa.int64())}), None, 1)
+    assert stored.column("timestamp").cast(pa.int64()).to_pylist() == [1_700_000_000_123_000]
+    for absurd in (-1, 253_402_300_800_000, 2**62):
+        with pytest.raises(InvalidRecordError, match="timestamp"):
+            to_storage(pa.table({"value": [b"a"], "timestamp": pa.array([absurd], pa.int64())}), None, 1)
