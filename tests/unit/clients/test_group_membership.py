@@ -56,11 +56,14 @@ def test_a_member_fenced_for_a_stale_generation_rejoins_under_its_own_id(fabric_
 
 class FailingCoordinator:
     """A real coordinator whose next heartbeat, once `broken` is set, fails with an error no transport classifies
-    (a bug's RuntimeError), and whose leave_group fails as unavailable while `unreachable` is set."""
+    (a bug's RuntimeError), and whose leave_group fails as unavailable while `unreachable` is set; each
+    leave_group notes whether its `member` was fenced already then."""
 
     def __init__(self, inner: Any) -> None:
         self.inner, self.broken, self.unreachable = inner, threading.Event(), threading.Event()
         self.heartbeats = 0
+        self.member: Any = None
+        self.fenced_at_leave: list[bool] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -73,6 +76,7 @@ class FailingCoordinator:
         self.inner.heartbeat(group, member_id, generation)
 
     def leave_group(self, group: str, member_id: str) -> None:
+        self.fenced_at_leave.append(self.member is not None and self.member._fenced)
         if self.unreachable.is_set():
             raise CoordinatorUnavailableError("the coordinator is unreachable")
         self.inner.leave_group(group, member_id)
@@ -82,13 +86,17 @@ def test_the_heartbeat_thread_outlives_an_unexpected_failure_and_a_leave_it_cann
     """An unclassified failure of one heartbeat does not end the member's heartbeats; and a member that passed
     max_poll_interval_ms while the coordinator could not be told that it leaves is fenced all the same: its next
     poll gives its partitions up and joins again (as a new member, once the coordinator evicted the old one after
-    its session timeout)."""
+    its session timeout). It is fenced before the leave is sent, in the same step, under poll()'s lock, as the
+    heartbeat thread finds it overdue: a poll racing the leave hands out nothing of the generation being left (it
+    left first, then was fenced: a poll in that gap handed out buffered records of partitions the group was giving
+    to others)."""
     cluster = EmbeddedCluster(fabric_dir)
     cluster.create_topic("t", 2, {}, None)
     coordinator = FailingCoordinator(cluster.coordinator)
     lost: list[list[Any]] = []
     member = GroupMember(coordinator, "g", ["t"], session_timeout_ms=2000, heartbeat_interval_ms=50,
                          max_poll_interval_ms=60000, on_lost=lost.append)
+    coordinator.member = member
     try:
         wait_for(lambda: member.poll() or member.assignment() == BOTH, 30, "the member's first assignment")
         coordinator.broken.set()
@@ -97,7 +105,9 @@ def test_the_heartbeat_thread_outlives_an_unexpected_failure_and_a_leave_it_cann
         wait_for(lambda: coordinator.heartbeats > after, 30, "a heartbeat after the failure")
         coordinator.unreachable.set()
         member.max_poll_interval_ms = 100  # no poll for longer than that from now on
-        wait_for(lambda: member._fenced, 30, "the member to leave, fenced, though the coordinator was not told")
+        wait_for(lambda: member._fenced and coordinator.fenced_at_leave, 30,
+                 "the member to leave, fenced, though the coordinator was not told")
+        assert coordinator.fenced_at_leave == [True]
         coordinator.unreachable.clear()
         wait_for(lambda: member.poll() or (lost and member.assignment() == BOTH), 30,
                  "the member to give its partitions up and join again")
@@ -106,41 +116,3 @@ def test_the_heartbeat_thread_outlives_an_unexpected_failure_and_a_leave_it_cann
         member.close()
     cluster.close()
 
-
-class WatchedLeave:
-    """A real coordinator that notes, at each leave_group, whether its `member` was already fenced then."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.member, self.fenced_at_leave = inner, None, []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def leave_group(self, group: str, member_id: str) -> None:
-        self.fenced_at_leave.append(self.member._fenced)
-        self.inner.leave_group(group, member_id)
-
-
-def test_a_member_past_max_poll_interval_is_fenced_before_it_leaves(fabric_dir):
-    """The heartbeat thread fences the member in the same step, under poll()'s lock, as it finds no poll for
-    max_poll_interval_ms, and only then sends the leave: a poll racing the leave finds the member fenced and
-    hands out nothing of the generation being left (it left first, then fenced it: a poll in that gap handed out
-    buffered records of partitions the group was giving to others)."""
-    cluster = EmbeddedCluster(fabric_dir)
-    cluster.create_topic("t", 2, {}, None)
-    coordinator = WatchedLeave(cluster.coordinator)
-    lost: list[list[Any]] = []
-    member = GroupMember(coordinator, "g", ["t"], session_timeout_ms=60000, heartbeat_interval_ms=50,
-                         max_poll_interval_ms=60000, on_lost=lost.append)
-    coordinator.member = member
-    try:
-        wait_for(lambda: member.poll() or member.assignment() == BOTH, 30, "the member's first assignment")
-        member.max_poll_interval_ms = 100  # no poll for longer than that from now on
-        wait_for(lambda: coordinator.fenced_at_leave, 30, "the member to leave the group")
-        assert coordinator.fenced_at_leave == [True]
-        wait_for(lambda: member.poll() or (lost and member.assignment() == BOTH), 30,
-                 "the member to give its partitions up and join again")
-        assert lost == [BOTH]
-    finally:
-        member.close()
-    cluster.close()
