@@ -6,7 +6,9 @@ A writer takes the file's exclusive flock, writes a fresh random token, then run
 once it has committed (or rolled back). A reader whose token differs reads the database under the shared flock,
 taken without waiting: so what it caches is never older than the token it caches it with. Had a writer the
 lock (a transaction in flight, maybe in this very thread), the reader reads without caching. A writer killed
-mid-transaction has already replaced the token: readers read again, whatever it committed.
+mid-transaction has already replaced the token: readers read again, whatever it committed. A writer waits for the
+lock at most WRITE_WAIT_S (less within storage.lock.waiting_until; not at all within without_waiting), then fails
+naming the process that holds it: one paused (SIGSTOP) while it reads or writes stalls other writers no longer.
 
 A reader's map is of the file it opened: were the file removed (an operator clearing the directory of what
 looks like a stray file), writers would make a new one that the map never shows, and readers would trust what
@@ -24,10 +26,11 @@ import threading
 import time
 from typing import Iterator
 
-from fabric.storage.lock import TOKEN_SIZE, fresh_token
+from fabric.storage.lock import TOKEN_SIZE, PartitionBusy, fresh_token, may_wait, poll_until, wait_deadline
 
 log = logging.getLogger(__name__)
 RECHECK_S = 0.05  # how often a reader looks whether the file it mapped is still the one at its path
+WRITE_WAIT_S = 60.0  # how long a writer waits for the lock another process holds (SQLite's busy timeout, beside it)
 
 
 class _Depth(threading.local):
@@ -136,7 +139,15 @@ class MetadataVersion:
             return
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            if not may_wait():  # (a producer's append in place: it goes on a thread that may wait instead)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise PartitionBusy(f"{self.path} is held by another process") from None
+            else:
+                until, limit = wait_deadline(), time.monotonic() + WRITE_WAIT_S
+                poll_until(lambda: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB), self.path,
+                           limit if until is None else min(until, limit))
             if os.pwrite(fd, fresh_token(), 0) != TOKEN_SIZE:
                 raise OSError(f"short write of the metadata version {self.path}")
             self._writing.depth = 1

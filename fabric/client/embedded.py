@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from typing import Callable, Mapping
 
 from fabric.client.cluster import Cluster
@@ -33,6 +34,7 @@ from fabric.server.offsets_retention import (
 from fabric.server.periodic import Periodic
 from fabric.server.publish import Staged
 from fabric.storage.batch_encoding import Rows
+from fabric.storage.lock import waiting_until
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY, LogMaintenance
 from fabric.storage.log_manager import INTERNAL_DIR
 from fabric.storage.producer_state import DEFAULT_EXPIRATION_MS
@@ -40,6 +42,9 @@ from fabric.storage.producer_state import DEFAULT_EXPIRATION_MS
 INTERVAL_ENV = "FABRIC_LOG_RETENTION_CHECK_INTERVAL_MS"
 RETENTION_ENV = "FABRIC_OFFSETS_RETENTION_MINUTES"
 CHECK_INTERVAL_ENV = "FABRIC_OFFSETS_RETENTION_CHECK_INTERVAL_MS"
+# how long a commit waits for its offsets partition's lock (or the metadata's) that another process holds, as
+# Kafka's commitSync waits default.api.timeout.ms: a process paused holding it fails the commit, retriable, then
+COMMIT_WAIT_S = 60.0
 
 
 def maintenance_interval(value: int | str | None = None) -> int:
@@ -116,6 +121,11 @@ class EmbeddedCluster(Broker, Cluster):
                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> int:
         self.start_maintenance(self.retention_check_interval_ms)
         return super().append(topic, partition, rows, codec, acks, producer_id, producer_epoch, base_sequence)
+
+    def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
+                       generation: int = -1, member_id: str = "") -> None:
+        with waiting_until(time.monotonic() + COMMIT_WAIT_S):
+            super().commit_offsets(group, offsets, metadata, generation, member_id)
 
     def _publish(self, txn: str, staged: Mapping[TopicPartition, Staged], validate: Callable[[], None] = lambda: None,
                  offsets: OffsetsPart | None = None) -> dict[TopicPartition, int] | None:

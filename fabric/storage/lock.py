@@ -7,8 +7,11 @@ import fcntl
 import os
 import random
 import threading
+import time
 from types import TracebackType
+from typing import Callable
 
+from fabric.common.errors import RequestTimedOutError
 from fabric.storage.kept_files import KeptFiles
 
 TOKEN_SIZE = 8
@@ -18,6 +21,9 @@ os.register_at_fork(after_in_child=_tokens.seed)  # nor can a forked child repea
 
 # whether this thread's partition locks are taken only if free at once (without_waiting)
 _NO_WAIT: contextvars.ContextVar[bool] = contextvars.ContextVar("fabric_lock_no_wait", default=False)
+# when this thread's waits for a lock held elsewhere end (time.monotonic(); None: never; waiting_until)
+_WAIT_UNTIL: contextvars.ContextVar[float | None] = contextvars.ContextVar("fabric_lock_wait_until", default=None)
+POLL_S = 0.02  # the longest pause between two looks at a lock file another process holds, in a bounded wait
 
 
 class PartitionBusy(Exception):
@@ -38,6 +44,75 @@ class without_waiting:  # noqa: N801 (used as a function: `with without_waiting(
 
     def __exit__(self, *exc_info: object) -> None:
         _NO_WAIT.reset(self._token)
+
+
+class waiting_until:  # noqa: N801 (used as a function: `with waiting_until(deadline):`)
+    """Within the block, this thread waits for a partition lock (or the metadata version's) held by another thread
+    or process only until `deadline` (time.monotonic(); an enclosing block's if sooner), then RequestTimedOutError
+    naming the holder: a process paused (SIGSTOP) or stuck while it holds the lock stalls a caller bounded by its
+    own timeout (a producer's request_timeout_ms, a commit) no longer than that."""
+
+    __slots__ = ("_deadline", "_token")
+
+    def __init__(self, deadline: float) -> None:
+        self._deadline = deadline
+
+    def __enter__(self) -> None:
+        outer = _WAIT_UNTIL.get()
+        self._token = _WAIT_UNTIL.set(self._deadline if outer is None else min(outer, self._deadline))
+
+    def __exit__(self, *exc_info: object) -> None:
+        _WAIT_UNTIL.reset(self._token)
+
+
+def wait_deadline() -> float | None:
+    """When this thread's waits for a lock end (waiting_until), None if they do not."""
+    return _WAIT_UNTIL.get()
+
+
+def holders(path: str) -> list[int]:
+    """The processes holding a lock on the file at `path` (from /proc/locks, Linux; [] where it cannot tell)."""
+    try:
+        inode = os.stat(path).st_ino
+        with open("/proc/locks") as locks:
+            lines = locks.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:  # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"; a waiter's line has "->"
+        fields = line.split()
+        if "->" not in fields and len(fields) > 5 and fields[5].endswith(f":{inode}") and fields[4].isdigit():
+            found.append(int(fields[4]))
+    return sorted(set(found))
+
+
+def wait_ended(path: str, waited_s: float, holder: str | None = None) -> RequestTimedOutError:
+    """The error of a wait for the lock at `path` that ended at its deadline after `waited_s`: who holds it (or
+    `holder`), and what to do."""
+    advice = ""
+    if holder is None:
+        pids = ", ".join(map(str, holders(path)))
+        holder = f"process {pids}" if pids else "another process"
+        advice = (f" (if it is stopped, resume it: kill -CONT {pids or '<pid>'}; a process that ends frees its "
+                  "locks)")
+    return RequestTimedOutError(f"the lock {path} was not free within {waited_s:.3g} s: {holder} holds it{advice}; "
+                                "nothing was done under it, retry once it is free")
+
+
+def poll_until(take: Callable[[], None], path: str, deadline: float) -> None:
+    """`take()` (which raises BlockingIOError while another holds the lock at `path`) until it succeeds, looking
+    again at growing pauses (at most POLL_S); RequestTimedOutError (wait_ended) once `deadline` passes."""
+    began, pause = time.monotonic(), 0.0005
+    while True:
+        try:
+            take()
+            return
+        except BlockingIOError:
+            now = time.monotonic()
+            if now >= deadline:
+                raise wait_ended(path, now - began) from None
+            time.sleep(min(pause, deadline - now))
+            pause = min(pause * 2, POLL_S)
 
 
 def may_wait() -> bool:
@@ -116,11 +191,20 @@ class PartitionLock:
 
     def __enter__(self) -> PartitionLock:
         wait = may_wait()
-        if not self._thread_lock.acquire(blocking=wait):
-            raise PartitionBusy(f"{self.path} is held by another thread")
+        until = _WAIT_UNTIL.get() if wait else None
+        if until is None:
+            if not self._thread_lock.acquire(blocking=wait):
+                raise PartitionBusy(f"{self.path} is held by another thread")
+        else:
+            began = time.monotonic()
+            if not self._thread_lock.acquire(timeout=min(max(until - began, 0), threading.TIMEOUT_MAX)):
+                raise wait_ended(self.path, time.monotonic() - began, "another thread of this process")
         if self._depth == 0:
             try:  # (a read-only directory fails here or at the token: the caller decides what to do unlocked)
-                self._lock_file(fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if until is None:
+                    self._lock_file(fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+                else:
+                    poll_until(lambda: self._lock_file(fcntl.LOCK_EX | fcntl.LOCK_NB), self.path, until)
             except BaseException as exc:
                 self._thread_lock.release()
                 if isinstance(exc, BlockingIOError):

@@ -38,12 +38,6 @@ class PausedHolder:
                                         stdout=subprocess.PIPE, text=True)
         assert self.process.stdout is not None and self.process.stdout.readline().strip() == "held"
         os.kill(self.process.pid, signal.SIGSTOP)
-        self.inode = os.stat(lock_file).st_ino
-
-    def waited_on(self) -> bool:
-        """Whether another holder waits for the lock now (the kernel lists it in /proc/locks with "->")."""
-        with open("/proc/locks") as locks:
-            return any("->" in line and line.split()[6].endswith(f":{self.inode}") for line in locks)
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -115,7 +109,8 @@ def test_a_get_with_a_timeout_ends_at_it_while_the_producers_own_batch_waits_for
                 batch = threading.Thread(target=producer.send_batch, args=(
                     "t", pa.table({"value": [b"b1", b"b2"], "partition": [0, 0]})))
                 batch.start()  # it holds the producer's order for t-0 while it waits for the lock
-                wait_for(holder.waited_on, 60, "send_batch waiting for the paused process's lock")
+                order = producer._appender.sequences.partition_lock(("t", 0))  # (a waiter polls: the kernel
+                wait_for(order.locked, 60, "send_batch waiting for the paused process's lock")  # lists none)
                 future = producer.send("t", b"late", partition=0)
                 outcome = get_in_thread(future, 0.5)
                 assert len(outcome) == 1 and isinstance(outcome[0], ClientTimeoutError)

@@ -1,0 +1,164 @@
+"""A process paused (SIGSTOP) while it holds one of a `file://` fabric's locks stalls the other processes' calls no
+longer than their own timeouts, and the error names the process: a producer's sends end within delivery_timeout_ms
+while another process holds their partition's lock (flush() and close() return), a commit ends within
+embedded.COMMIT_WAIT_S while another holds its offsets partition's lock, and a metadata write (create_topic, a
+producer id) within metadata_version.WRITE_WAIT_S while another reads or writes the metadata database (the version
+file's flock). Nothing was written by a call that failed so, and everything works again once the holder is gone.
+Each holder is a real process that took the lock as the fabric does, then was paused."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import pytest
+
+import fabric
+from fabric import TopicPartition
+from fabric.client import embedded
+from fabric.common.errors import ClientTimeoutError, RequestTimedOutError
+from fabric.coordinator import metadata_version
+from fabric.coordinator.offsets_records import offsets_partition
+
+HOLDER = r"""
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_SH if sys.argv[2] == "shared" else fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.read()
+"""
+HANG_S = 60  # a call still running after this has hung: each bound below is a few seconds at most
+
+
+class PausedHolder:
+    """A real process holding the flock of `path` (`shared`: as a metadata reader holds it), paused until killed."""
+
+    def __init__(self, path, shared: bool = False) -> None:
+        self.process = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), "shared" if shared else "exclusive"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None and self.process.stdout.readline().strip() == "held"
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()  # its lock goes with it
+        self.process.wait(60)
+
+
+def outcome(call: Callable[[], Any]) -> tuple[Any, BaseException | None, float]:
+    """call() on a thread of its own, joined for at most HANG_S: what it returned or raised, and how long it took."""
+    result: list[Any] = [None, None, 0.0]
+
+    def run() -> None:
+        began = time.monotonic()
+        try:
+            result[0] = call()
+        except BaseException as exc:  # noqa: BLE001 (the test looks at it)
+            result[1] = exc
+        result[2] = time.monotonic() - began
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(HANG_S)
+    assert not thread.is_alive(), f"{call} still waits after {HANG_S} s while a paused process holds a lock"
+    return result[0], result[1], result[2]
+
+
+def assert_names_holder(error: BaseException | None, holder: PausedHolder, path) -> None:
+    assert isinstance(error, RequestTimedOutError), error
+    assert str(path) in str(error) and f"process {holder.process.pid}" in str(error) and "kill -CONT" in str(error)
+
+
+def values(fab, topic: str) -> list[bytes]:
+    with fab.consumer(topic, auto_offset_reset="earliest") as consumer:
+        return consumer.poll_batch(100).column("value").to_pylist()
+
+
+def test_sends_end_within_delivery_timeout_while_a_paused_process_holds_the_partition(tmp_path) -> None:
+    with fabric.connect(f"file://{tmp_path}") as fab:
+        fab.create_topic("t", partitions=1)
+        lock = tmp_path / "t" / "0" / ".lock"
+        with fab.producer() as producer:
+            producer.send("t", b"before").get(timeout=60)  # (the lock file exists, the producer has its id)
+        holder = PausedHolder(lock)
+        try:
+            producer = fab.producer(linger_ms=0, request_timeout_ms=1000, delivery_timeout_ms=3000)
+            future = producer.send("t", b"stalled")
+            _, error, took = outcome(future.get)  # no timeout of its own: delivery_timeout_ms bounds it
+            assert_names_holder(error, holder, lock)
+            assert "delivery_timeout_ms=3000 passed" in str(error) and took < HANG_S / 2
+            producer.send("t", b"stalled too")
+            _, error, _ = outcome(producer.flush)  # its record fails within delivery_timeout_ms: flush() ends
+            assert error is None
+            _, error, _ = outcome(producer.close)
+            assert error is None
+        finally:
+            holder.kill()
+        with fab.producer() as producer:
+            assert producer.send("t", b"after").get(timeout=60).offset == 1  # nothing was written by the failed ones
+        assert values(fab, "t") == [b"before", b"after"]
+
+
+def test_a_commit_ends_while_a_paused_process_holds_its_offsets_partition(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(embedded, "COMMIT_WAIT_S", 1.0, raising=False)  # (fails, not errs, unfixed)
+    with fabric.connect(f"file://{tmp_path}") as fab:
+        fab.create_topic("t", partitions=1)
+        with fab.producer() as producer:
+            producer.send("t", b"v").get(timeout=60)
+        consumer = fab.consumer(group_id="g", enable_auto_commit=False)
+        tp = TopicPartition("t", 0)
+        consumer.commit({tp: 0})  # (the offsets partition's lock file exists)
+        lock = tmp_path / "__fabric" / "__consumer_offsets" / str(offsets_partition("g")) / ".lock"
+        holder = PausedHolder(lock)
+        try:
+            _, error, took = outcome(lambda: consumer.commit({tp: 1}))
+            assert_names_holder(error, holder, lock)
+            assert isinstance(error, RequestTimedOutError) and error.retriable and took < HANG_S / 2
+            assert consumer.committed(tp) == 0  # not committed
+        finally:
+            holder.kill()
+        consumer.commit({tp: 1})
+        assert consumer.committed(tp) == 1
+        consumer.close()
+
+
+def test_metadata_writes_end_while_a_paused_process_reads_the_metadata(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(metadata_version, "WRITE_WAIT_S", 1.0, raising=False)
+    with fabric.connect(f"file://{tmp_path}") as fab:
+        fab.create_topic("t", partitions=1)
+        version = tmp_path / "__fabric" / "metadata.db-version"
+        holder = PausedHolder(version, shared=True)  # a reader holds it so while it reads the database
+        try:
+            _, error, took = outcome(lambda: fab.create_topic("u"))
+            assert_names_holder(error, holder, version)
+            assert took < HANG_S / 2
+            producer = fab.producer(linger_ms=0)  # its first send claims a producer id: a metadata write
+            future = producer.send("t", b"queued")
+            _, error, _ = outcome(lambda: future.get(timeout=2))  # ends at its timeout, the record left queued
+            assert isinstance(error, ClientTimeoutError) and not future.done()
+        finally:
+            holder.kill()
+        assert future.get(timeout=60).offset == 0
+        producer.close()
+        assert fab.create_topic("u").name == "u"
+        assert values(fab, "t") == [b"queued"]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_lock_wait_within_waiting_until_ends_at_its_deadline(tmp_path, shared: bool) -> None:
+    from fabric.storage.lock import PartitionLock, waiting_until
+    path = tmp_path / ".lock"
+    path.touch()
+    holder = PausedHolder(path, shared)
+    try:
+        lock = PartitionLock(str(path))
+        with waiting_until(time.monotonic() + 0.2), pytest.raises(RequestTimedOutError, match="kill -CONT"):
+            lock.__enter__()
+        assert not lock.held
+    finally:
+        holder.kill()
+    with waiting_until(time.monotonic() + 60), lock:
+        assert lock.held
