@@ -4,7 +4,7 @@ read as the verb's: the one action flag, wherever it stands after the command, b
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Collection, Sequence
 
 from fabric.cli.common import CommandError
 
@@ -12,6 +12,22 @@ from fabric.cli.common import CommandError
 ACTIONS = {"topics": ("create", "list", "describe", "delete", "alter"),
            "groups": ("list", "describe", "delete", "reset-offsets", "delete-offsets")}
 GLOBAL_VALUED = ("--url", "--bootstrap-server", "--command-config", "--log-level")  # `fabric`'s options with values
+# Kafka's tools that are no `fabric` command of their own name (typed as `kafka-NAME[.sh]`, or NAME): where they are
+KAFKA_TOOLS = {
+    "console-producer": "is `fabric produce` here", "console-consumer": "is `fabric consume` here",
+    "consumer-groups": "is `fabric groups` here", "delete-records": "is `fabric topics delete-records` here",
+    "leader-election": "is `fabric partitions elect-leaders` here",
+    "reassign-partitions": "is `fabric partitions reassign` here",
+    "metadata-quorum": "is `fabric coordinator status` here",
+    "server-start": "is `fabric coordinator start` and `fabric node start` here",
+    "log-dirs": "is `fabric topics describe` here (each partition's segments and bytes)",
+    "acls": "has no counterpart: the ACLs are the acl.file of the coordinator and of each data node (docs: Security)",
+}
+# Kafka tools' flags a `fabric` command does not take under that name: what to give instead
+KAFKA_FLAGS = {
+    "--broker-list": "--bootstrap-server HOST:PORT (its newer name in Kafka's tools too)",
+    "--zookeeper": "--bootstrap-server HOST:PORT or --url: the tools reach the fabric's coordinator, never ZooKeeper",
+}
 
 
 def as_verbs(argv: Sequence[str]) -> list[str]:
@@ -32,6 +48,29 @@ def as_verbs(argv: Sequence[str]) -> list[str]:
     verb = flags[args.pop(found[0])]
     args.insert(at + 1, verb)
     return args
+
+
+def kafka_tool_hint(argv: Sequence[str], commands: Collection[str]) -> str | None:
+    """Where a Kafka tool typed as the command (`fabric delete-records`, `fabric kafka-topics.sh`) is in `fabric`,
+    as an error's text; None where the command is one of `commands`, or no Kafka tool's name."""
+    args = list(argv)
+    at = _command_at(args)
+    if at is None or args[at] in commands:
+        return None
+    typed = args[at]
+    name = typed.removesuffix(".sh").removesuffix(".bat").removeprefix("kafka-")
+    where = f"is `fabric {name}` here" if name in commands else KAFKA_TOOLS.get(name)
+    if where is None:
+        return None
+    return f"`fabric {typed}` is no command; kafka-{name} {where} (`fabric --help` lists the commands)"
+
+
+def unknown_flags_hint(extra: Sequence[str], prog: str) -> str:
+    """The error for arguments `prog` (e.g. "fabric produce") does not take: a Kafka flag's counterpart where it
+    has one, and where to find what the command takes."""
+    hints = [f"{flag}: give {KAFKA_FLAGS[flag]}" for flag in extra if flag in KAFKA_FLAGS]
+    return (f"unrecognized arguments: {' '.join(extra)}" + "".join(f"; {h}" for h in hints)
+            + f" (`{prog} --help` lists what it takes)")
 
 
 def _command_at(args: list[str]) -> int | None:

@@ -76,12 +76,14 @@ def client_url(args: argparse.Namespace) -> str | None:
 
 def add_command(subparsers: argparse._SubParsersAction, name: str, handler: Handler | None, help: str,
                 description: str | None = None, epilog: str | None = None) -> argparse.ArgumentParser:
-    """Declare one (sub)command; `handler(args)` runs it (None for a group that only has subcommands)."""
+    """Declare one (sub)command; `handler(args)` runs it (None for a group that only has subcommands). Every one
+    takes --url / --bootstrap-server / --command-config, a group's before its verb as Kafka's tools have them
+    (`kafka-transactions --bootstrap-server H list` -> `fabric transactions --bootstrap-server H list`)."""
     parser = subparsers.add_parser(name, help=help, description=textwrap.fill(description or help, 90),
                                    epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_url_option(parser, argparse.SUPPRESS)
     if handler is not None:
-        add_url_option(parser, argparse.SUPPRESS)
-        parser.set_defaults(func=handler)
+        parser.set_defaults(func=handler, prog=parser.prog)  # (prog: named in the error for arguments it lacks)
     return parser
 
 

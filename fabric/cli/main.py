@@ -16,7 +16,7 @@ from typing import NoReturn, Sequence
 import argcomplete
 
 import fabric
-from fabric.cli.action_flags import as_verbs
+from fabric.cli.action_flags import as_verbs, kafka_tool_hint, unknown_flags_hint
 from fabric.cli.common import CommandError, add_url_option, resolve_subjects
 from fabric.common import pandas_probe
 from fabric.common.errors import FabricError
@@ -73,11 +73,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     prints the completions of the command line instead and exits."""
     parser = build_parser()
     argcomplete.autocomplete(parser)
+    argv = sys.argv[1:] if argv is None else argv
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    hint = kafka_tool_hint(argv, commands)
+    if hint:
+        parser.error(hint)
     try:
-        argv = as_verbs(sys.argv[1:] if argv is None else argv)
+        argv = as_verbs(argv)
     except CommandError as exc:
         parser.error(str(exc))
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        parser.error(unknown_flags_hint(extra, getattr(args, "prog", "fabric")))
     configure(level_of(args, getattr(args, "log_level_default", CLI_LOG_LEVEL)))
     pandas_probe.settle_without_pandas()
     try:

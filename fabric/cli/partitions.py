@@ -13,6 +13,8 @@ from fabric.common.types import TopicPartition
 
 def _chosen(args: argparse.Namespace, fab: Fabric) -> list[TopicPartition] | None:
     """The partitions named by --topic/--partition; None (every replicated one) with neither."""
+    if args.all_topic_partitions and args.topic is not None:
+        raise InvalidArgumentError("--all-topic-partitions or --topic: give one")
     if args.topic is None:
         if args.partition is not None:
             raise InvalidArgumentError("--partition needs --topic: name the topic the partition is of")
@@ -25,7 +27,8 @@ def _chosen(args: argparse.Namespace, fab: Fabric) -> list[TopicPartition] | Non
 def elect_leaders(args: argparse.Namespace) -> None:
     """Run the election and show each partition whose leader changed."""
     with open_fabric(args) as fab:
-        changed = fab.elect_leaders("unclean" if args.unclean else "preferred", _chosen(args, fab))
+        unclean = args.unclean or args.election_type == "unclean"
+        changed = fab.elect_leaders("unclean" if unclean else "preferred", _chosen(args, fab))
     rows = sorted(changed.items())
     if args.format == "json":
         print(json.dumps([{"topic": t, "partition": p, "leader": s.leader, "leader_epoch": s.leader_epoch,
@@ -87,10 +90,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 "unclean.leader.election.enable=true: they are available again, but records the "
                                 "old in-sync replicas acknowledged may be lost.",
                     epilog="examples:\n  fabric partitions elect-leaders --preferred\n"
-                           "  fabric partitions elect-leaders --unclean --topic clicks --partition 0")
+                           "  fabric partitions elect-leaders --unclean --topic clicks --partition 0\n"
+                           "  fabric partitions elect-leaders --election-type PREFERRED --all-topic-partitions")
     kind = p.add_mutually_exclusive_group()
     kind.add_argument("--preferred", action="store_true", help="a preferred-leader election (the default)")
     kind.add_argument("--unclean", action="store_true", help="an unclean election of offline partitions")
+    kind.add_argument("--election-type", type=str.lower, choices=("preferred", "unclean"),
+                      help="as kafka-leader-election: --preferred or --unclean")
+    p.add_argument("--all-topic-partitions", action="store_true",
+                   help="as kafka-leader-election: every replicated partition (the default without --topic)")
     p.add_argument("--topic", metavar="T", help="only this topic's partitions (default: every replicated one)")
     p.add_argument("--partition", metavar="P", type=int, help="only this partition of --topic")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")

@@ -94,6 +94,8 @@ def describe(args: argparse.Namespace) -> None:
     keep the partitions short of replicas in sync, or without a leader (as kafka-topics --describe has them)."""
     with open_fabric(args) as fab:
         described = [fab.describe_topic(args.name)] if args.name else list(fab.describe_topic().values())
+    if args.topics_with_overrides:
+        described = [desc for desc in described if desc.overrides]
     wanted = _partition_filter(args)
     if args.format == "json":
         print(json.dumps([_topic_json(desc, wanted) for desc in described]))
@@ -278,6 +280,11 @@ def _config_option(parser: argparse.ArgumentParser) -> None:
                         help="a topic config override (repeatable); keys: " + ", ".join(sorted(TOPIC_SETTINGS)))
 
 
+def _exclude_internal(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--exclude-internal", action="store_true",
+                        help="as kafka-topics: the fabric's internal topics, which are left out anyway")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `fabric topics ...`."""
     topics = add_command(subparsers, "topics", None, "create, list, describe, delete and alter topics; apply "
@@ -295,7 +302,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--if-not-exists", action="store_true", help="if the topic exists, leave it as it is (even where "
                    "its partitions, configs or schema differ) instead of failing")
 
-    add_command(verbs, "list", list_topics, "list topic names")
+    p = add_command(verbs, "list", list_topics, "list topic names")
+    _exclude_internal(p)
 
     p = add_command(verbs, "describe", describe,
                     "show per-partition offsets, segments and bytes (leaders, replicas, ISR of a replicated topic), "
@@ -307,6 +315,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="only replicated partitions with fewer in-sync replicas than replicas")
     only.add_argument("--unavailable-partitions", action="store_true",
                       help="only replicated partitions without a leader (offline)")
+    p.add_argument("--topics-with-overrides", action="store_true", help="only topics with config overrides")
+    _exclude_internal(p)
 
     p = add_command(verbs, "delete", delete, "delete a topic, its data and its groups' offsets in it")
     _topic_subject(p)

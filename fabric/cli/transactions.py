@@ -136,7 +136,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 "partition: they hold read_committed readers back for good. Abort one with `abort "
                                 "--topic T --partition P --start-offset O`. Needs read on the topics and describe on "
                                 "every transactional id (transactional-id:*).")
-    p.add_argument("--node-id", type=int, metavar="N", help="the partitions this node leads")
+    p.add_argument("--node-id", "--broker-id", type=int, metavar="N",
+                   help="the partitions this node leads (--broker-id: Kafka's name)")
     p.add_argument("--topic", metavar="T")
     p.add_argument("--partition", type=int, metavar="P", help="with --topic: this partition only")
     p.add_argument("--max-transaction-timeout", type=int, default=15, metavar="MINUTES",

@@ -6,7 +6,7 @@ import pytest
 
 from fabric.cli.action_flags import as_verbs
 from fabric.cli.common import CommandError, resolve_subjects
-from fabric.cli.main import build_parser
+from fabric.cli.main import build_parser, main
 
 
 @pytest.mark.parametrize(("line", "read_as"), [
@@ -68,3 +68,54 @@ def test_a_subject_missing_or_given_twice_is_refused(line: str, message: str) ->
     with pytest.raises(CommandError) as raised:
         parsed(line)
     assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(("line", "url"), [
+    # kafka-transactions takes --bootstrap-server before its verb; so does every command group here
+    ("transactions --bootstrap-server h:1 list", "fabric://h:1"),
+    ("groups --url file:///d describe g", "file:///d"),
+    ("topics --bootstrap-server h:1 --list", "fabric://h:1"),
+    ("--url file:///d topics list", "file:///d"),
+])
+def test_a_command_group_takes_the_fabric_before_its_verb(line: str, url: str) -> None:
+    assert parsed(line).url == url
+
+
+@pytest.mark.parametrize(("line", "attr", "value"), [
+    ("partitions elect-leaders --election-type PREFERRED --all-topic-partitions", "election_type", "preferred"),
+    ("partitions elect-leaders --election-type unclean", "election_type", "unclean"),
+    ("transactions find-hanging --broker-id 2", "node_id", 2),
+    ("topics --list --exclude-internal", "exclude_internal", True),
+    ("topics --describe --topics-with-overrides", "topics_with_overrides", True),
+])
+def test_kafka_tools_flags_are_taken(line: str, attr: str, value: object) -> None:
+    assert getattr(parsed(line), attr) == value
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("delete-records --offset-json-file f", "`fabric delete-records` is no command; kafka-delete-records is "
+     "`fabric topics delete-records` here"),
+    ("kafka-topics.sh --list", "`fabric kafka-topics.sh` is no command; kafka-topics is `fabric topics` here"),
+    ("--url file:///d leader-election --all-topic-partitions", "kafka-leader-election is `fabric partitions "
+     "elect-leaders` here"),
+    ("kafka-acls --list", "kafka-acls has no counterpart: the ACLs are the acl.file"),
+    ("produce --broker-list h:1 --topic t", "unrecognized arguments: --broker-list; --broker-list: give "
+     "--bootstrap-server HOST:PORT"),
+    ("topics describe --bogus", "unrecognized arguments: --bogus (`fabric topics describe --help` lists what it "
+     "takes)"),
+])
+def test_a_kafka_tool_or_flag_fabric_lacks_is_refused_naming_the_fix(line: str, message: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(line.split())
+    assert exited.value.code == 1
+    assert message in capsys.readouterr().err
+
+
+def test_describe_keeps_the_topics_with_overrides(tmp_path, capsys) -> None:
+    url = f"file://{tmp_path / 'fab'}"
+    for line in (f"--url {url} topics create plain", f"--url {url} topics create kept --config retention.ms=1000"):
+        assert main(line.split()) == 0
+    capsys.readouterr()
+    assert main(f"--url {url} topics --describe --topics-with-overrides".split()) == 0
+    out = capsys.readouterr().out
+    assert "Topic: kept" in out and "plain" not in out
