@@ -131,7 +131,8 @@ class SinkConfig:
                                ("partition", pa.types.is_integer, "an integer"),  # as Kafka's sink: a number would
                                ("timestamp", pa.types.is_timestamp,  # be taken as microseconds, not milliseconds
                                 "a timestamp (for milliseconds since the epoch, timestamp_millis(ms))")):
-            if name in names and not ok(arrow.field(name).type):
+            ignored = name == "topic" and self.topic is not None  # the option wins over the column, as Kafka's sink
+            if name in names and not ignored and not ok(arrow.field(name).type):
                 raise SchemaMismatchError(f"column {name!r} must be {want}, got {arrow.field(name).type}")
         if self.topic is not None:
             with contextlib.closing(open_cluster(self.url)) as cluster:

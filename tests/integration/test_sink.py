@@ -118,6 +118,17 @@ def test_bad_input_fails_naming_the_problem(spark, fab, fabric_url, select, opti
     assert fab.describe_topic("t").partitions[0].end_offset == 0
 
 
+def test_the_topic_option_wins_over_a_topic_column_of_any_type(spark, fab, fabric_url):
+    """As Kafka's sink: with the 'topic' option the column is not read, so its type does not matter; without the
+    option a non-string one is refused."""
+    fab.create_topic("t")
+    df = spark.sql("SELECT CAST('v' AS BINARY) AS value, 7 AS topic")
+    with pytest.raises(Exception, match="column 'topic' must be string, got int32"):
+        _write(df, fabric_url)
+    _write(df, fabric_url, topic="t")
+    assert fab.describe_topic("t").partitions[0].end_offset == 1
+
+
 def test_overwrite_is_refused_not_turned_into_an_append(spark, fab, fabric_url):
     """Spark's Kafka sink refuses mode("overwrite"); the fabric sink used to append instead, silently keeping the
     records the user meant to replace."""
