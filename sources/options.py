@@ -148,6 +148,9 @@ def _json_partitions(name: str, text: str, leaf: str) -> dict[TopicPartition, An
         validate_topic(topic)
         items: list[tuple[Any, Any]]
         if leaf == "partitions" and isinstance(parts, list):
+            if not parts:  # it would read nothing of the topic, silently
+                raise _error(name, text, f"topic {topic!r} lists no partitions: name them, as in {example}, or "
+                                         "leave the topic out")
             items = [(p, None) for p in parts]
         elif leaf != "partitions" and isinstance(parts, dict):
             items = list(parts.items())

@@ -153,6 +153,7 @@ BAD = [  # options both sources refuse, and the words both name the problem with
     ({"subscribePattern": "jvm-(", "subscribe": None}, "not a valid regular expression"),
     ({"assign": '{"jvm-kept": 0}', "subscribe": None}, "is not mapped to its partitions"),
     ({"assign": '{"jvm-kept": [3]}', "subscribe": None}, "has partitions 0..0"),
+    ({"assign": '{"jvm-kept": []}', "subscribe": None}, "topic 'jvm-kept' lists no partitions: name them"),
     ({"startingOffsets": "latest"}, "a batch query cannot start at latest"),
     ({"endingOffsets": "earliest"}, "a batch query cannot end at earliest"),
     ({"startingOffsets": '{"jvm-kept": {"0": -3}}'}, "offsets are >= 0, or -2 (earliest) / -1 (latest)"),

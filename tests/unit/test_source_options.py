@@ -90,6 +90,7 @@ def test_bad_trigger_minimums_are_refused_naming_the_option(options: dict, messa
 @pytest.mark.parametrize("options, message", [
     ({"assign": '{"t":[0.7]}'}, "'assign': partition 0.7 of topic 't' is not a whole number"),
     ({"assign": '{"t":[true]}'}, "'assign': partition True of topic 't' is not a whole number"),
+    ({"assign": '{"t":[0],"u":[]}'}, "'assign': topic 'u' lists no partitions: name them"),
     ({"startingOffsets": '{"t":{"0":true}}'}, "'startingOffsets': t-0: partitions are numbers >= 0 and offsets are "
                                               "integers"),
     ({"startingTimestamp": "-1"}, "'startingTimestamp': must be milliseconds since the epoch, >= 0 (for the "

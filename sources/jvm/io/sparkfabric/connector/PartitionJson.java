@@ -34,6 +34,10 @@ final class PartitionJson {
                 throw OptionError.invalid(option, text, "topic '" + topic.getKey()
                                           + "' is not mapped to its partitions as in " + example);
             }
+            if (partitions && parts.isEmpty()) {  // it would read nothing of the topic, silently
+                throw OptionError.invalid(option, text, "topic '" + topic.getKey() + "' lists no partitions: name "
+                                          + "them, as in " + example + ", or leave the topic out");
+            }
             List<Map.Entry<String, JsonNode>> items = new ArrayList<>();
             if (partitions) {
                 parts.forEach(p -> items.add(Map.entry(p.asText(), p)));
