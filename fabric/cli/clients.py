@@ -27,6 +27,7 @@ from fabric.client.consumer import Consumer
 from fabric.client.delivery import SendFuture
 from fabric.client.producer import Producer
 from fabric.client.topic_partition import TopicPartition as NamedPartition
+from fabric.common.checks import LONG_MAX
 from fabric.common.errors import FabricError
 from fabric.common.types import TopicPartition
 
@@ -137,8 +138,8 @@ def _start_offset(text: str) -> int | str:
         offset = int(text)
     except ValueError:
         offset = -1
-    if offset < 0:
-        raise argparse.ArgumentTypeError(f"expected an offset (0 or more), earliest or latest, got {text!r}")
+    if not 0 <= offset <= LONG_MAX:
+        raise argparse.ArgumentTypeError(f"expected an offset from 0 to {LONG_MAX}, earliest or latest, got {text!r}")
     return offset
 
 
