@@ -181,7 +181,7 @@ class FabricBatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         with contextlib.closing(open_cluster(self.config.url)) as cluster:
-            _commit(cluster, self.sink_id, None, messages)
+            _commit(cluster, self.sink_id, None, messages, self.config.transaction_timeout_ms)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         with contextlib.closing(open_cluster(self.config.url)) as cluster:
@@ -210,7 +210,7 @@ class FabricStreamWriter(DataSourceStreamArrowWriter):
             raise InvalidConfigError(f"micro-batch {batchId} got commit messages of {sorted(staged)}")
         with contextlib.closing(open_cluster(self.config.url)) as cluster:
             for sink_id, batch in staged:
-                _commit(cluster, sink_id, batch, messages)
+                _commit(cluster, sink_id, batch, messages, self.config.transaction_timeout_ms)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         with contextlib.closing(open_cluster(self.config.url)) as cluster:
@@ -218,13 +218,16 @@ class FabricStreamWriter(DataSourceStreamArrowWriter):
                 _abort(cluster, sink_id, batch)
 
 
-def _commit(cluster: Cluster, sink_id: str, batch: str | None, messages: list[WriterCommitMessage | None]) -> None:
-    """Make batch `batch` of sink `sink_id` (None: a batch write, its own transaction) visible, once."""
+def _commit(cluster: Cluster, sink_id: str, batch: str | None, messages: list[WriterCommitMessage | None],
+            timeout_ms: int) -> None:
+    """Make batch `batch` of sink `sink_id` (None: a batch write, its own transaction) visible, once; on local
+    files waiting at most `timeout_ms` (the sink's transaction.timeout.ms) for a lock another process holds."""
     txn = sink_id if batch is None else f"{sink_id}:{batch}"
     if _on_leaders(cluster):
         transactional.commit_transaction(cluster, txn, checked_messages(txn, messages))
         return
-    publish_staged(cluster, txn, messages)
+    with cluster.lock_waits_within(timeout_ms / 1000):  # a paused process holding a partition's lock fails the batch
+        publish_staged(cluster, txn, messages)
     remove_staged(cluster, sink_id, batch)
 
 

@@ -6,8 +6,9 @@ CLI and the Spark sources and sinks only ever call this.
 """
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
-from typing import Callable, Mapping, Sequence
+from typing import Callable, ContextManager, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -34,6 +35,7 @@ from fabric.storage import frame
 from fabric.storage.batch_encoding import Rows
 from fabric.storage.cleaner import CleanReport
 from fabric.storage.encoder import FrameEncoder as FrameEncoder  # part of this interface
+from fabric.storage.lock import waiting_until
 
 
 class PendingAppend:
@@ -217,6 +219,12 @@ class Cluster(ABC):
             batches[(topic, p)] = [frame.decode_batch(payload, schema) for buf in buffers
                                    for header, payload in frame.split_frames(buf) if not header.is_schema]
         return self.publish(txn, batches)
+
+    def lock_waits_within(self, seconds: float) -> ContextManager[None]:
+        """Inside the block, this thread waits at most `seconds` for a lock of the fabric's files that another
+        process holds (one paused by SIGSTOP holds it for good), then RequestTimedOutError naming that process.
+        Only a fabric whose files this process writes (file://) takes such locks; a server's are its own."""
+        return waiting_until(time.monotonic() + seconds)
 
     def publish_files(self, txn: str, parts: Mapping[TopicPartition, Sequence[str]]) -> bool:
         """publish_frames() for staged files (a schema frame, then frames based from 0) in a directory this

@@ -403,8 +403,12 @@ class Producer(ConfluentProducerCalls):
         none); then every record's future resolves with its offset and the callbacks run. ProducerFencedError
         if another producer with the same transactional_id committed this transaction's sequence first (this
         one wrote nothing and is fenced for good); another error means nothing was committed: call
-        abort_transaction()."""
-        with self._lock:
+        abort_transaction(). On `file://` a lock another process holds is waited for at most `timeout` seconds
+        (None or negative, as librdkafka's -1: transaction_timeout_ms), then RequestTimedOutError naming it."""
+        whole = timeout is None or (isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout < 0)
+        wait_s = (self.config["transaction_timeout_ms"] / 1000 if whole
+                  else checks.timeout(timeout, "commit_transaction() timeout"))
+        with self._lock, self.cluster.lock_waits_within(wait_s):
             manager = self._transactional("commit_transaction")
             manager.require("commit_transaction")
             buffers, self._buffers = self._buffers, {}

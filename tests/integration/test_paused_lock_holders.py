@@ -1,10 +1,11 @@
 """A process paused (SIGSTOP) while it holds one of a `file://` fabric's locks stalls the other processes' calls no
 longer than their own timeouts, and the error names the process: a producer's sends end within delivery_timeout_ms
 while another process holds their partition's lock (flush() and close() return), a commit ends within
-embedded.COMMIT_WAIT_S while another holds its offsets partition's lock, and a metadata write (create_topic, a
-producer id) within metadata_version.WRITE_WAIT_S while another reads or writes the metadata database (the version
-file's flock). Nothing was written by a call that failed so, and everything works again once the holder is gone.
-Each holder is a real process that took the lock as the fabric does, then was paused."""
+embedded.COMMIT_WAIT_S while another holds its offsets partition's lock, a transaction's commit within its timeout
+and a Spark sink's batch within its transaction.timeout.ms while another holds a partition's, and a metadata write
+(create_topic, a producer id) within metadata_version.WRITE_WAIT_S while another reads or writes the metadata
+database (the version file's flock). Nothing was written by a call that failed so, and everything works again once
+the holder is gone. Each holder is a real process that took the lock as the fabric does, then was paused."""
 from __future__ import annotations
 
 import os
@@ -145,6 +146,51 @@ def test_metadata_writes_end_while_a_paused_process_reads_the_metadata(tmp_path,
         producer.close()
         assert fab.create_topic("u").name == "u"
         assert values(fab, "t") == [b"queued"]
+
+
+def test_a_transaction_commit_ends_while_a_paused_process_holds_a_partition(tmp_path) -> None:
+    with fabric.connect(f"file://{tmp_path}") as fab:
+        fab.create_topic("t", partitions=1)
+        with fab.producer() as producer:
+            producer.send("t", b"before").get(timeout=60)
+        lock = tmp_path / "t" / "0" / ".lock"
+        producer = fab.producer(transactional_id="tx")
+        producer.init_transactions()
+        producer.begin_transaction()
+        future = producer.send("t", b"stalled")
+        holder = PausedHolder(lock)
+        try:
+            _, error, took = outcome(lambda: producer.commit_transaction(timeout=1))
+            assert_names_holder(error, holder, lock)
+            assert took < HANG_S / 2 and future.done() and future.exception() is not None
+            producer.abort_transaction()  # the failed commit wrote nothing: the transaction is abortable
+        finally:
+            holder.kill()
+        producer.begin_transaction()
+        producer.send("t", b"after")
+        producer.commit_transaction(timeout=-1)  # (librdkafka's -1: within the transaction timeout)
+        producer.close()
+        assert values(fab, "t") == [b"before", b"after"]
+
+
+def test_a_spark_sink_batch_ends_while_a_paused_process_holds_a_partition(tmp_path, spark) -> None:
+    url = f"file://{tmp_path}"
+    with fabric.connect(url) as fab:
+        fab.create_topic("t", partitions=1)
+        with fab.producer() as producer:
+            producer.send("t", b"before").get(timeout=60)
+        lock = tmp_path / "t" / "0" / ".lock"
+        writer = (spark.sql("SELECT CAST('v' AS BINARY) AS value").write.format("fabric").option("url", url)
+                  .option("topic", "t").option("transaction.timeout.ms", "1000").mode("append"))
+        holder = PausedHolder(lock)
+        try:
+            _, error, took = outcome(writer.save)
+            assert error is not None and "kill -CONT" in str(error) and f"process {holder.process.pid}" in str(error)
+            assert took < HANG_S / 2
+        finally:
+            holder.kill()
+        writer.save()
+        assert values(fab, "t") == [b"before", b"v"]
 
 
 @pytest.mark.parametrize("shared", [False, True])
