@@ -115,6 +115,8 @@ def _fetched(cluster: Cluster, offsets: OffsetRange, plan: ReadPlan) -> Iterator
             continue
         if not fetched:  # the replica answering is behind the planned end: a new leader yet to learn its high
             try:         # watermark from its followers; lost only if that does not come within the retry time
+                if not cluster.replicated(topic):  # no leader to catch up: a log re-created shorter, at once
+                    raise OffsetNotAvailableError(f"{topic}-{partition} ends before offset {offset + 1}")
                 fetched = retrying(cluster, functools.partial(_caught_up, cluster, offsets, offset),
                                    f"{topic}-{partition} to reach offset {offset + 1}", plan.retry_timeout_s)
             except OffsetNotAvailableError:

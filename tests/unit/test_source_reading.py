@@ -16,7 +16,7 @@ from fabric.common.errors import (
     NotLeaderError,
 )
 from fabric.sources.fabric_source import read_plan, spark_schema
-from fabric.sources.offsets import OffsetRange
+from fabric.sources.offsets import DataLossError, OffsetRange
 from fabric.sources.options import parse_source_options
 from fabric.sources.reading import ReadPlan, read_range
 
@@ -64,3 +64,20 @@ def test_retries_end_at_the_plans_deadline(plan, fab, flaky_cluster) -> None:
         values(dataclasses.replace(plan, retry_timeout_s=1.0), flaky)
     assert 1.0 <= time.monotonic() - started < 10.0
     assert 2 <= flaky.calls["fetch"] < 100  # with a backoff between attempts, not a busy loop
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_range_past_a_shorter_logs_end_is_data_loss_at_once(plan, fab, fail: bool) -> None:
+    """A replayed batch planned before its topic was re-created with fewer records: where no leader can catch up
+    (an unreplicated topic), the records past the end are lost now, not after the plan's whole retry time."""
+    plan = dataclasses.replace(plan, fail_on_data_loss=fail, retry_timeout_s=600.0)
+    past = OffsetRange("t", 0, 0, len(VALUES) + 5)
+    started = time.monotonic()
+    if fail:
+        with pytest.raises(DataLossError, match=f"offsets {len(VALUES)} to {len(VALUES) + 4} of topic 't' partition 0 "
+                                                "are no longer in the log"):
+            list(read_range(plan, past, fab.cluster))
+    else:
+        got = [v for batch in read_range(plan, past, fab.cluster) for v in batch.column("value").to_pylist()]
+        assert got == VALUES
+    assert time.monotonic() - started < 60  # (it waited the 600 s before)
