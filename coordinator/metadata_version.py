@@ -2,13 +2,14 @@
 transaction replaces, so each process may cache what it read (a topic's metadata) and trust it while the token
 is the one it read under, at the cost of reading 8 mapped bytes.
 
-A writer takes the file's exclusive flock, writes a fresh random token, then runs its transaction, and lets go
-once it has committed (or rolled back). A reader whose token differs reads the database under the shared flock,
-taken without waiting: so what it caches is never older than the token it caches it with. Had a writer the
-lock (a transaction in flight, maybe in this very thread), the reader reads without caching. A writer killed
-mid-transaction has already replaced the token: readers read again, whatever it committed. A writer waits for the
-lock at most WRITE_WAIT_S (less within storage.lock.waiting_until; not at all within without_waiting), then fails
-naming the process that holds it: one paused (SIGSTOP) while it reads or writes stalls other writers no longer.
+A writer takes the file's exclusive flock, writes a fresh token marked in flight (its first byte odd), runs its
+transaction, then writes a fresh settled token (first byte even) and lets go. A reader takes no lock, so a reader
+paused (SIGSTOP) at any moment stalls nobody: it notes the token before it reads the database (settled()) and
+keeps what it read only if the token is still that one after (current()), which no write can leave so. A token
+marked in flight whose writer died (no process holds the flock) is settled by the next reader that finds it. A
+writer waits for the lock at most WRITE_WAIT_S (less within storage.lock.waiting_until; not at all within
+without_waiting), then fails naming the process that holds it: a writer paused mid-transaction stalls others no
+longer than that.
 
 A reader's map is of the file it opened: were the file removed (an operator clearing the directory of what
 looks like a stray file), writers would make a new one that the map never shows, and readers would trust what
@@ -64,7 +65,7 @@ class MetadataVersion:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 try:
                     if os.fstat(fd).st_size < TOKEN_SIZE:  # (another process may have filled it meanwhile)
-                        os.pwrite(fd, fresh_token(), 0)
+                        os.pwrite(fd, _settled(fresh_token()), 0)
                 finally:
                     fcntl.flock(fd, fcntl.LOCK_UN)  # (a map holds the open file, so closing would not unlock it)
             return mmap.mmap(fd, TOKEN_SIZE, prot=mmap.PROT_READ)
@@ -102,27 +103,29 @@ class MetadataVersion:
                         "database on every call", self.path, exc.strerror)
             self._map = None
 
-    @contextlib.contextmanager
-    def reading(self) -> Iterator[bytes | None]:
-        """Read the database inside the block; yields the token to cache what was read with, or None if a writer
-        holds the lock (what is read then is not cached)."""
-        if self._map is None or self._writing.depth:
-            yield None
-            return
+    def settled(self) -> bytes | None:
+        """The token to cache what is read next with, if current() is still it after the read; None while a write
+        is in flight (in this thread, or its token showing), or with caching off. A token in flight whose writer
+        is gone is settled here."""
+        if self._writing.depth:
+            return None
+        token = self.current()
+        if token is None or not token[0] & 1:
+            return token
         try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:  # removed (the next recheck maps the one writers make): nothing is cached
-            yield None
-            return
+            fd = os.open(self.path, os.O_RDWR)
+        except OSError:
+            return None
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield None
-                return
-            yield os.pread(fd, TOKEN_SIZE, 0)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (held for two syscalls, only after a writer died)
+            if os.pread(fd, TOKEN_SIZE, 0) == token:
+                log.info("metadata version %s: a writer died mid-transaction; its version is settled", self.path)
+                os.pwrite(fd, _settled(fresh_token()), 0)
+        except BlockingIOError:  # the writer is alive: its transaction is in flight
+            pass
         finally:
             os.close(fd)
+        return None
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -148,12 +151,23 @@ class MetadataVersion:
                 until, limit = wait_deadline(), time.monotonic() + WRITE_WAIT_S
                 poll_until(lambda: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB), self.path,
                            limit if until is None else min(until, limit))
-            if os.pwrite(fd, fresh_token(), 0) != TOKEN_SIZE:
+            if os.pwrite(fd, _in_flight(fresh_token()), 0) != TOKEN_SIZE:
                 raise OSError(f"short write of the metadata version {self.path}")
             self._writing.depth = 1
             try:
                 yield
             finally:
                 self._writing.depth = 0
+                os.pwrite(fd, _settled(fresh_token()), 0)  # (not reached if killed: a reader settles it)
         finally:
             os.close(fd)
+
+
+def _in_flight(token: bytes) -> bytes:
+    """`token` marked as a write's in flight: its first byte odd."""
+    return bytes([token[0] | 1]) + token[1:]
+
+
+def _settled(token: bytes) -> bytes:
+    """`token` marked as no write's in flight: its first byte even."""
+    return bytes([token[0] & 0xFE]) + token[1:]

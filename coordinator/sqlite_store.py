@@ -316,9 +316,9 @@ class SqliteCoordinator(TransactionOffsets, GroupMembership, SqliteReplication, 
         cached = cache.get(name)
         if cached is not None and cached[0] == self._version.current():
             return cached[1]
-        with self._version.reading() as version:
-            value = read(self._db())
-        if version is not None:
+        version = self._version.settled()
+        value = read(self._db())
+        if version is not None and self._version.current() == version:
             if len(cache) >= MAX_CACHED_NAMES:
                 cache.clear()
             cache[name] = (version, value)
