@@ -11,12 +11,12 @@ import math
 import numbers
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
+from fabric.common.config import INT_MAX as INT_MAX  # (what callers of these checks name)
+from fabric.common.config import LONG_MAX as LONG_MAX
 from fabric.common.errors import FabricError, InvalidArgumentError, InvalidPartitionsError
 from fabric.common.names import validate_topic
 from fabric.common.types import TopicPartition
 
-LONG_MAX = 2**63 - 1
-INT_MAX = 2**31 - 1  # partition numbers are 32-bit, as Kafka's (a cluster caps a topic far lower)
 T = TypeVar("T")
 
 

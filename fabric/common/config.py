@@ -10,7 +10,7 @@ from fabric.common.codecs import CODEC_NAMES, unsupported
 from fabric.common.errors import IgnoredConfigWarning, InvalidConfigError
 
 LONG_MAX = 2**63 - 1
-INT_MAX = 2**31 - 1
+INT_MAX = 2**31 - 1  # partition numbers are 32-bit, as Kafka's (a cluster caps a topic far lower)
 
 
 @dataclass(frozen=True)
