@@ -291,7 +291,7 @@ def test_a_node_whose_data_directory_is_made_again_under_it_exits_before_it_shar
 def test_a_second_process_with_a_live_nodes_id_is_refused_and_changes_nothing(shared_cluster, tmp_path) -> None:
     """A careless operator starts `--id 1` again, on an empty data directory and another port, while node 1 is
     alive. The controller refuses its registrations (the id's lease is held from another data directory), naming
-    the id and the live node's address; it retries for one session (a replaced disk waits so for its old
+    the id and the live node's address; it retries for two sessions (a replaced disk waits so for its old
     process's lease to lapse), then exits non-zero. Node 1 keeps its registration and node epoch, and no
     partition changes."""
     first = shared_cluster.nodes[1]

@@ -251,11 +251,12 @@ class ReportedHighWatermarks:
 
 
 def _register_until_answered(node: Node, shutdown: Shutdown) -> None:
-    """Register, retrying while the coordinator is unavailable (it may be starting), and for one session while
-    another data directory's process holds the id's lease: a process that died with it (a replaced disk) stops
-    renewing it, so it lapses within a session; refused after that, the holder is alive and this process exits.
-    Other refusals raise."""
-    session_s = node.settings.session_timeout_ms / 1000
+    """Register, retrying while the coordinator is unavailable (it may be starting), and for two sessions while
+    another data directory's process holds the id's lease: a process that died with it (a replaced disk, or one
+    that exits on seeing its directory taken by this one) stops renewing it, so it lapses a session after its last
+    renewal, which may come up to a session after this process's first try; refused after that, the holder is
+    alive and this process exits. Other refusals raise."""
+    session_s = 2 * node.settings.session_timeout_ms / 1000
     refused_since: float | None = None
     while True:
         try:
@@ -264,7 +265,7 @@ def _register_until_answered(node: Node, shutdown: Shutdown) -> None:
         except DuplicateNodeRegistrationError as exc:
             refused_since = time.monotonic() if refused_since is None else refused_since
             if time.monotonic() - refused_since > session_s:
-                raise DuplicateNodeRegistrationError(f"{exc} (refused for over node.session.timeout.ms, "
+                raise DuplicateNodeRegistrationError(f"{exc} (refused for over twice node.session.timeout.ms, "
                                                      f"{session_s:g} s: that process is alive)") from None
             log.warning("node %d: %s; retrying until its session could have lapsed", node.settings.node_id, exc)
         except FabricError as exc:
