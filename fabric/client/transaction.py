@@ -37,6 +37,7 @@ from fabric.common.errors import (
     InvalidConfigError,
     ProducerFencedError,
 )
+from fabric.common.kafka_codes import ErrorText
 from fabric.common.names import validate_group
 from fabric.common.types import TopicPartition, TransactionalOffsets
 from fabric.coordinator.validation import MAX_TRANSACTION_ID
@@ -169,6 +170,8 @@ class TransactionManager:
         if not committed:
             log.warning("transaction %s was not committed (%s): nothing of it is visible", self.txn, exc)
             self.state = TxnState.ABORTABLE
+            if exc.args and isinstance(exc.args[0], ErrorText):
+                exc.args[0].abortable = True  # (confluent-kafka's txn_requires_abort())
             return
         self._final = FabricError(
             f"the outcome of transaction {self.txn} is unknown: its commit failed ({exc}), and the transaction is "

@@ -8,11 +8,23 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from fabric.common.kafka_codes import CODES, ErrorText
+
 
 class FabricError(Exception):
-    """Base class of every error the fabric raises on purpose."""
+    """Base class of every error the fabric raises on purpose. Its message is an ErrorText, so a program written for
+    a Kafka client finds the Kafka error code of the same meaning where it looks: `e.args[0].code()`
+    (confluent-kafka), `e.errno` and `e.message`, the code's name (kafka-python)."""
 
     retriable: ClassVar[bool] = False
+    fatal: ClassVar[bool] = False  # the client cannot go on (confluent-kafka's fatal(): a fenced producer)
+    errno: ClassVar[int] = -1  # Kafka's code (the table at the end of this module); -1: UNKNOWN
+    message: ClassVar[str] = "UNKNOWN"
+
+    def __init__(self, *args: object) -> None:
+        if args and type(args[0]) is str:
+            args = (ErrorText(args[0], type(self)), *args[1:])
+        super().__init__(*args)
 
 
 class InvalidTopicError(FabricError):
@@ -240,7 +252,7 @@ class RequestTimedOutError(FabricError):
     retriable = True
 
 
-class ClientTimeoutError(RequestTimedOutError, TimeoutError):
+class ClientTimeoutError(RequestTimedOutError, TimeoutError):  # type: ignore[misc]  # errno: Kafka's, not the OS's
     """A client call did not finish within its timeout (Kafka's TimeoutException): a send within
     delivery_timeout_ms, a flush() or close() within the timeout given, a future's result() within its own. The
     message says what was still pending; it may still happen. Also a built-in TimeoutError."""
@@ -380,3 +392,42 @@ class InvalidFetchSessionEpochError(FetchSessionError):
 
 class IgnoredConfigWarning(UserWarning):
     """A Kafka client config the fabric accepts but does not use; the message names what does its job here."""
+
+
+# Kafka's error code of each error's meaning, by librdkafka's name (a subclass not named has its base's)
+_KAFKA_CODES = {
+    InvalidTopicError: "TOPIC_EXCEPTION", InvalidGroupError: "INVALID_GROUP_ID",
+    UnknownTopicOrPartitionError: "UNKNOWN_TOPIC_OR_PART", TopicExistsError: "TOPIC_ALREADY_EXISTS",
+    InvalidConfigError: "INVALID_CONFIG", InvalidSessionTimeoutError: "INVALID_SESSION_TIMEOUT",
+    GroupMaxSizeReachedError: "GROUP_MAX_SIZE_REACHED", InvalidArgumentError: "_INVALID_ARG",
+    InvalidRecordError: "INVALID_RECORD", InvalidPartitionsError: "INVALID_PARTITIONS",
+    RecordTooLargeError: "MSG_SIZE_TOO_LARGE", SchemaMismatchError: "INVALID_RECORD",
+    OffsetOutOfRangeError: "OFFSET_OUT_OF_RANGE", OffsetNotAvailableError: "OFFSET_NOT_AVAILABLE",
+    NoOffsetForPartitionError: "_NO_OFFSET", CorruptRecordError: "INVALID_MSG",
+    IllegalGenerationError: "ILLEGAL_GENERATION", UnknownMemberError: "UNKNOWN_MEMBER_ID",
+    RebalanceInProgressError: "REBALANCE_IN_PROGRESS", UnstableOffsetCommitError: "UNSTABLE_OFFSET_COMMIT",
+    AuthorizationError: "TOPIC_AUTHORIZATION_FAILED", AuthenticationError: "SASL_AUTHENTICATION_FAILED",
+    CoordinatorUnavailableError: "COORDINATOR_NOT_AVAILABLE", InconsistentGroupProtocolError:
+    "INCONSISTENT_GROUP_PROTOCOL", GroupNotEmptyError: "NON_EMPTY_GROUP", GroupIdNotFoundError: "GROUP_ID_NOT_FOUND",
+    GroupSubscribedToTopicError: "GROUP_SUBSCRIBED_TO_TOPIC", StorageError: "KAFKA_STORAGE_ERROR",
+    InvalidRequestError: "INVALID_REQUEST", UnsupportedVersionError: "UNSUPPORTED_VERSION",
+    NotLeaderError: "NOT_LEADER_FOR_PARTITION", InconsistentTopicIdError: "INCONSISTENT_TOPIC_ID",
+    KafkaStorageError: "KAFKA_STORAGE_ERROR", FencedLeaderEpochError: "FENCED_LEADER_EPOCH",
+    LeaderNotAvailableError: "LEADER_NOT_AVAILABLE", NotEnoughReplicasError: "NOT_ENOUGH_REPLICAS",
+    NotEnoughReplicasAfterAppendError: "NOT_ENOUGH_REPLICAS_AFTER_APPEND", RequestTimedOutError: "REQUEST_TIMED_OUT",
+    ClientTimeoutError: "_TIMED_OUT", OutOfOrderSequenceError: "OUT_OF_ORDER_SEQUENCE_NUMBER",
+    UnknownProducerIdError: "UNKNOWN_PRODUCER_ID", InvalidProducerEpochError: "INVALID_PRODUCER_EPOCH",
+    ProducerFencedError: "PRODUCER_FENCED", PurgedError: "_PURGE_QUEUE", IllegalStateError: "_STATE",
+    InvalidTxnStateError: "INVALID_TXN_STATE", ConcurrentTransactionsError: "CONCURRENT_TRANSACTIONS",
+    StaleNodeEpochError: "STALE_BROKER_EPOCH", DuplicateNodeRegistrationError: "DUPLICATE_BROKER_REGISTRATION",
+    InvalidReplicationFactorError: "INVALID_REPLICATION_FACTOR", ElectionNotNeededError: "ELECTION_NOT_NEEDED",
+    PreferredLeaderNotAvailableError: "PREFERRED_LEADER_NOT_AVAILABLE",
+    EligibleLeadersNotAvailableError: "ELIGIBLE_LEADERS_NOT_AVAILABLE", InvalidUpdateVersionError:
+    "INVALID_UPDATE_VERSION", StaleControllerEpochError: "STALE_CTRL_EPOCH",
+    FetchSessionIdNotFoundError: "FETCH_SESSION_ID_NOT_FOUND", InvalidFetchSessionEpochError:
+    "INVALID_FETCH_SESSION_EPOCH",
+}
+for _kind, _name in _KAFKA_CODES.items():
+    _kind.errno, _kind.message = CODES[_name], _name
+ProducerFencedError.fatal = True
+del _kind, _name

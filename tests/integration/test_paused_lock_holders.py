@@ -192,6 +192,7 @@ def test_a_transaction_commit_ends_while_a_paused_process_holds_a_partition(tmp_
             _, error, took = outcome(lambda: producer.commit_transaction(timeout=1))
             assert_names_holder(error, holder, lock)
             assert took < HANG_S / 2 and future.done() and future.exception() is not None
+            assert error is not None and error.args[0].txn_requires_abort()  # (confluent-kafka's question)
             producer.abort_transaction()  # the failed commit wrote nothing: the transaction is abortable
         finally:
             holder.kill()

@@ -93,7 +93,8 @@ def test_confluent_programs_first_lines_errors_and_flush_answers(fab):
     error codes a poll loop compares, KafkaError._PARTITION_EOF among them, and the base every fabric error is),
     Producer.flush(timeout) answering how many records are still queued (never raising), and a delivery callback
     whose message holds the key and value produced as text as bytes; a commit that waits answers the partitions it
-    committed, and a TopicPartition has confluent-kafka's defaults (partition -1, no error)."""
+    committed, and a TopicPartition has confluent-kafka's defaults (partition -1, no error). A fabric error answers
+    its Kafka code as a KafkaException's does (`e.args[0].code()`) and as kafka-python's (`e.errno`)."""
     from fabric.kafka import KafkaError, KafkaException, Producer
     assert (KafkaError._PARTITION_EOF, KafkaError._MSG_TIMED_OUT, KafkaError.UNKNOWN_TOPIC_OR_PART) == (-191, -192, 3)
     eof = KafkaError(KafkaError._PARTITION_EOF)
@@ -102,8 +103,13 @@ def test_confluent_programs_first_lines_errors_and_flush_answers(fab):
     with pytest.raises(KafkaException) as raised:
         raise KafkaException(KafkaError(KafkaError.TOPIC_ALREADY_EXISTS, "it is there"))
     assert (raised.value.args[0].code(), str(raised.value.args[0])) == (36, "it is there")
-    with pytest.raises(KafkaException):  # every fabric error
+    with pytest.raises(KafkaException) as raised:  # every fabric error, its Kafka code where programs look
         fab.consumer().assign([TopicPartition("no-such-topic", 0)])
+    text = raised.value.args[0]
+    assert (text.code(), text.name(), text.retriable(), text.fatal(), text.txn_requires_abort()) == (
+        KafkaError.UNKNOWN_TOPIC_OR_PART, "UNKNOWN_TOPIC_OR_PART", False, False, False)
+    assert text.str() == str(raised.value) == text and "no-such-topic" in text
+    assert (raised.value.errno, raised.value.message) == (3, "UNKNOWN_TOPIC_OR_PART")  # kafka-python's names
 
     fab.create_topic("texts")
     delivered = []
