@@ -61,7 +61,8 @@ class Deserializers:
         for r in records:
             try:
                 out.append(dataclasses.replace(r, key=kd(r.key) if kd and r.key is not None else r.key,
-                                               value=vd(r.value) if vd and r.value is not None else r.value))
+                                               value=vd(r.value) if vd and r.value is not None else r.value,
+                                               stored_sizes=(r.serialized_key_size, r.serialized_value_size)))
             except Exception as exc:  # noqa: BLE001 (user code: name the record it failed on)
                 raise InvalidArgumentError(
                     f"a deserializer failed on {r.topic}-{r.partition} offset {r.offset} ({type(exc).__name__}: "

@@ -322,7 +322,8 @@ def to_output(batch: pa.RecordBatch, base_offset: int, topic: str, partition: in
 
 @dataclass(frozen=True)
 class Record:
-    """One consumed record, with Kafka's ConsumerRecord attributes."""
+    """One consumed record, with Kafka's ConsumerRecord attributes (kafka-python's serialized sizes, checksum and
+    leader_epoch too)."""
 
     topic: str
     partition: int
@@ -332,6 +333,39 @@ class Record:
     headers: list[tuple[str, bytes | None]]
     timestamp: int
     timestamp_type: int
+    stored_sizes: tuple[int, int] | None = None  # the key's and value's as stored, once a deserializer turned them
+
+    @property
+    def serialized_key_size(self) -> int:
+        """The key's size in bytes as stored; -1 for a null key (kafka-python's)."""
+        return self.stored_sizes[0] if self.stored_sizes is not None else _stored_size(self.key)
+
+    @property
+    def serialized_value_size(self) -> int:
+        """The value's size in bytes as stored; -1 for a null value or a typed topic's (its columns have none)."""
+        return self.stored_sizes[1] if self.stored_sizes is not None else _stored_size(self.value)
+
+    @property
+    def serialized_header_size(self) -> int:
+        """The headers' keys and values in bytes; -1 without headers (kafka-python's)."""
+        if not self.headers:
+            return -1
+        return sum(len(k.encode()) + (len(v) if v is not None else 0) for k, v in self.headers)
+
+    @property
+    def checksum(self) -> None:
+        """None: a batch is checked as a whole (kafka-python's, for Kafka's v2 batches)."""
+        return None
+
+    @property
+    def leader_epoch(self) -> int:
+        """-1: the fetch does not say which leader epoch wrote the record (kafka-python's unknown)."""
+        return -1
+
+
+def _stored_size(data: Any) -> int:
+    """len() of stored bytes; -1 for null or a typed value."""
+    return len(data) if isinstance(data, (bytes, bytearray, memoryview)) else -1
 
 
 def stored_records(batch: pa.RecordBatch, topic: str, partition: int, offset: int, timestamp_type: int

@@ -138,11 +138,15 @@ def test_deserializers_turn_keys_and_values(fab, drain):
     with fab.producer(value_serializer=lambda v: json.dumps(v).encode()) as producer:
         producer.send("events", {"n": 1}, key=b"k")
         producer.send("events", None, key=b"k")
-        producer.send("events", {"n": 2}, key=b"k2")
+        producer.send("events", {"n": 2}, key=b"k2", headers=[("h", b"vv")])
     with fab.consumer("events", auto_offset_reset="earliest", value_deserializer=json.loads,
                       key_deserializer=bytes.decode) as consumer:
         records = drain(consumer, 3)
     assert [(r.key, r.value) for r in records] == [("k", {"n": 1}), ("k", None), ("k2", {"n": 2})]
+    # kafka-python's ConsumerRecord fields beside them: the sizes as stored, not as deserialized
+    assert [(r.serialized_key_size, r.serialized_value_size, r.serialized_header_size) for r in records] == [
+        (1, 8, -1), (1, -1, -1), (2, 8, 3)]
+    assert (records[0].checksum, records[0].leader_epoch) == (None, -1)
     with pytest.raises(InvalidConfigError, match="value_deserializer must be a function"):
         fab.consumer(value_deserializer="json")
 
