@@ -296,6 +296,7 @@ _LOGS = "clients log with Python's logging, under the logger fabric"
 _CREATE = "topics are created by create_topic() or `fabric topics create`, never by a send or a subscription"
 _BUFFERED = "buffered records are bounded by batch_size per topic besides its batch in flight"
 _PREFETCH = "a consumer buffers one fetch (fetch_max_bytes) at a time"
+_ADMIN_RETRIES = "an admin call retries a retriable error with the fabric's own backoff, within its timeout"
 # Kafka client configs (kafka-python's names, '.' or '_') that mean nothing here: each is accepted with a warning
 # saying why, so code written for Kafka runs unchanged instead of failing on its first line.
 IGNORED_CLIENT_SETTINGS: dict[str, str] = {
@@ -328,6 +329,8 @@ IGNORED_CLIENT_SETTINGS: dict[str, str] = {
     "queued_min_messages": _PREFETCH, "partitioner": "records with a key go to the partition of Kafka's murmur2 "
     "hash of it (the Java client's), the others to a partition per batch (KIP-480's sticky partitioner)",
     "leave_group_on_close": "close() always leaves the group (a static member keeps its place: group_instance_id)",
+    # (an admin client's; a producer's and a consumer's are theirs)
+    "retry_backoff_ms": _ADMIN_RETRIES, "retry_backoff_max_ms": _ADMIN_RETRIES,
 }
 # librdkafka's names for settings the fabric's clients take under Kafka's (Java's, kafka-python's) names
 CLIENT_ALIASES: dict[str, str] = {"queue_buffering_max_ms": "linger_ms", "message_timeout_ms": "delivery_timeout_ms",

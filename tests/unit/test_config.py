@@ -101,6 +101,17 @@ def test_kafkas_gzip_and_snappy_are_refused_naming_what_to_use(fab, kafka_codec,
     assert fab.list_topics() == []
 
 
+def test_an_admin_clients_retry_backoff_is_taken_with_a_warning(fab) -> None:
+    """kafka-python's KafkaAdminClient(retry_backoff_ms=...) and confluent-kafka's AdminClient retry.backoff.ms
+    were refused as unknown; a producer still takes its own."""
+    from fabric.kafka import AdminClient, KafkaAdminClient
+    with pytest.warns(IgnoredConfigWarning, match="admin config 'retry_backoff_ms' is ignored: an admin call retries"):
+        KafkaAdminClient(bootstrap_servers=fab.url, retry_backoff_ms=50).close()
+    with pytest.warns(IgnoredConfigWarning, match="'retry.backoff.ms' is ignored"):
+        AdminClient({"bootstrap.servers": fab.url, "retry.backoff.ms": 50}).close()
+    assert client_config("producer", PRODUCER_SETTINGS, {"retry_backoff_ms": 7})["retry_backoff_ms"] == 7
+
+
 def test_librdkafka_names_and_values_and_kafka_pythons_none_are_taken() -> None:
     """A confluent-kafka config typed for Confluent Cloud, with librdkafka's names, runs: its aliases set the
     fabric's settings, its SASL and callback configs are ignored with a warning naming what does their job, and
