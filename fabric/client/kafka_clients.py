@@ -335,13 +335,13 @@ class ConsumerClient(_OwningConsumer):
         def assigning(consumer: Any, partitions: list[TopicPartition]) -> None:
             self._assigning = True
             try:
-                on_assign(self, partitions)
+                on_assign(self, _unpositioned(partitions))
             finally:
                 self._assigning = False
         names = [topics] if isinstance(topics, str) else list(topics)
         pattern = names[0] if len(names) == 1 and isinstance(names[0], str) and names[0].startswith("^") else None
-        revoking = None if on_revoke is None else (lambda _c, parts: on_revoke(self, parts))
-        losing = None if on_lost is None else (lambda _c, parts: on_lost(self, parts))
+        revoking = None if on_revoke is None else (lambda _c, parts: on_revoke(self, _unpositioned(parts)))
+        losing = None if on_lost is None else (lambda _c, parts: on_lost(self, _unpositioned(parts)))
         self.consumer.subscribe(() if pattern else names, pattern=pattern,
                                 on_assign=None if on_assign is None else assigning, on_revoke=revoking, on_lost=losing)
 
@@ -470,6 +470,11 @@ class ConsumerClient(_OwningConsumer):
         self.consumer.assign([*positions, *added])
         for tp, offset in positions.items():
             self.consumer.seek(tp, offset)
+
+
+def _unpositioned(partitions: Sequence[TopicPartition]) -> list[TopicPartition]:
+    """A rebalance callback's partitions as confluent-kafka hands them over: offset OFFSET_INVALID (-1001)."""
+    return _listed({tp: None for tp in partitions})
 
 
 def _listed(offsets: Mapping[TopicPartition, int | None]) -> list[TopicPartition]:

@@ -12,7 +12,15 @@ import pytest
 from fabric.common.errors import InvalidArgumentError, InvalidConfigError
 from fabric.common.types import GroupStatus
 from fabric.common.waiting import wait_for
-from fabric.kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_STORED, Consumer, KafkaConsumer, TopicPartition
+from fabric.kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    OFFSET_STORED,
+    Consumer,
+    KafkaConsumer,
+    TopicPartition,
+)
 
 P0, P1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
 
@@ -28,10 +36,12 @@ def orders(fab) -> None:
 
 def test_confluent_callbacks_get_the_consumer_and_assign_inside_on_assign_sets_the_start(fab, orders):
     calls: list[tuple[str, bool, list]] = []
+    offsets: list[list] = []
     consumer = Consumer({"bootstrap.servers": fab.url, "group.id": "billing", "auto.offset.reset": "latest"})
 
     def on_assign(c, partitions):
         calls.append(("assign", c is consumer, sorted(partitions)))
+        offsets.append([tp.offset for tp in partitions])  # confluent-kafka's: OFFSET_INVALID, no position yet
         for tp in partitions:
             tp.offset = OFFSET_BEGINNING  # (the group has no commit and the reset is latest: start over instead)
         c.assign(partitions)
@@ -45,6 +55,7 @@ def test_confluent_callbacks_get_the_consumer_and_assign_inside_on_assign_sets_t
     assert sorted(consumer.assignment()) == [P0, P1]  # (assign() inside on_assign kept the group's partitions)
     consumer.close()
     assert calls == [("assign", True, [P0, P1]), ("revoke", True, [P0, P1])]
+    assert offsets == [[OFFSET_INVALID, OFFSET_INVALID]]
 
 
 def test_a_confluent_subscription_to_a_regular_expression(fab, orders):
