@@ -115,7 +115,9 @@ def _fetched(cluster: Cluster, offsets: OffsetRange, plan: ReadPlan) -> Iterator
             continue
         if not fetched:  # the replica answering is behind the planned end: a new leader yet to learn its high
             try:         # watermark from its followers; lost only if that does not come within the retry time
-                if not cluster.replicated(topic):  # no leader to catch up: a log re-created shorter, at once
+                # (an unreplicated log has no leader to catch up: ending before the offset, a re-created one, it is
+                # lost at once)
+                if not cluster.replicated(topic) and cluster.partition_state(topic, partition).end_offset <= offset:
                     raise OffsetNotAvailableError(f"{topic}-{partition} ends before offset {offset + 1}")
                 fetched = retrying(cluster, functools.partial(_caught_up, cluster, offsets, offset),
                                    f"{topic}-{partition} to reach offset {offset + 1}", plan.retry_timeout_s)
