@@ -27,7 +27,7 @@ from fabric.common.errors import FabricError, OutOfOrderSequenceError, UnknownPr
 from fabric.common.types import TopicPartition
 from fabric.server.connection import call_deadline
 from fabric.storage.batch_encoding import Encoded, Rows
-from fabric.storage.lock import PartitionBusy, may_wait, waiting_until
+from fabric.storage.lock import PartitionBusy, may_wait
 
 log = logging.getLogger(__name__)
 APPEND_THREADS = 16  # partitions' runs appended together, at most (each run's chunks go one after another)
@@ -239,9 +239,9 @@ class Appender:
                 try:
                     if trace.ON:
                         trace.event("request", topic, partition)
-                    # (waiting_until: on local files, a lock another process holds is waited for within the request
-                    # too, so a process paused while it holds one cannot stall this send past its deadline)
-                    with call_deadline(budget), waiting_until(time.monotonic() + budget):
+                    # (on local files, a lock another process holds is waited for within the request too, so a
+                    # process paused while it holds one cannot stall this send past its deadline)
+                    with call_deadline(budget), self.cluster.lock_waits_within(budget):
                         base = self.cluster.append(topic, partition, rows, self.config["compression_type"],
                                                    self.acks, **producer())
                     return self._acknowledged(topic, partition, rows, None, base)

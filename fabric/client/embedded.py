@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
 from typing import Callable, Mapping
 
 from fabric.client.cluster import Cluster
@@ -34,7 +33,6 @@ from fabric.server.offsets_retention import (
 from fabric.server.periodic import Periodic
 from fabric.server.publish import Staged
 from fabric.storage.batch_encoding import Rows
-from fabric.storage.lock import waiting_until
 from fabric.storage.log_maintenance import DEFAULT_INTERVAL_MS, INTERVAL_KEY, LogMaintenance
 from fabric.storage.log_manager import INTERNAL_DIR
 from fabric.storage.producer_state import DEFAULT_EXPIRATION_MS
@@ -124,7 +122,7 @@ class EmbeddedCluster(Broker, Cluster):
 
     def commit_offsets(self, group: str, offsets: dict[TopicPartition, int], metadata: str = "",
                        generation: int = -1, member_id: str = "") -> None:
-        with waiting_until(time.monotonic() + COMMIT_WAIT_S):
+        with self.lock_waits_within(COMMIT_WAIT_S):
             super().commit_offsets(group, offsets, metadata, generation, member_id)
 
     def _publish(self, txn: str, staged: Mapping[TopicPartition, Staged], validate: Callable[[], None] = lambda: None,

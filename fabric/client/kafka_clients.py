@@ -68,12 +68,6 @@ def _connected(cluster: Cluster) -> bool:
     return True
 
 
-def _unless_forever(timeout: Any) -> Any:
-    """confluent-kafka's timeout in seconds, None where it means forever: no timeout, or a negative one (its -1).
-    Anything else is returned as given, for the call to check."""
-    return None if timeout is None or (isinstance(timeout, (int, float)) and timeout < 0) else timeout
-
-
 def _conf(conf: Mapping[str, Any] | None, kwargs: dict[str, Any], kind: str) -> tuple[Servers, dict[str, Any]]:
     """confluent-kafka's config dict and keyword configs beside it (merged_client_config): its bootstrap.servers
     and the rest."""
@@ -299,7 +293,7 @@ class Producer(_OwningProducer):
         record queued to be acknowledged or failed; the number still queued or in flight then (0: none), never
         an error: they stay queued and go in the background."""
         try:
-            super().flush(_unless_forever(timeout))
+            super().flush(checks.unless_forever(timeout))
         except ClientTimeoutError:
             pass
         return len(self)
@@ -365,7 +359,7 @@ class ConsumerClient(_OwningConsumer):
         with enable.partition.eof, a partition's EOF event where nothing came (partition_eof)."""
         if self._ends is None:
             return [Message(r) for r in self.consumer.consume(num_messages, timeout)]
-        wait = _unless_forever(timeout)
+        wait = checks.unless_forever(timeout)
         deadline = None if wait is None else time.monotonic() + checks.timeout(wait, "consume() timeout")
         while True:
             left = partition_eof.CHECK_S if deadline is None else max(deadline - time.monotonic(), 0.0)

@@ -399,15 +399,14 @@ class Producer(ConfluentProducerCalls):
             self._transactional("send_offsets_to_transaction").add_offsets(offsets, group_metadata)
 
     def commit_transaction(self, timeout: float | None = None) -> None:
-        """Publish the transaction's records and offsets at once (one publish: all of them become visible, or
-        none); then every record's future resolves with its offset and the callbacks run. ProducerFencedError
-        if another producer with the same transactional_id committed this transaction's sequence first (this
-        one wrote nothing and is fenced for good); another error means nothing was committed: call
-        abort_transaction(). On `file://` a lock another process holds is waited for at most `timeout` seconds
-        (None or negative, as librdkafka's -1: transaction_timeout_ms), then RequestTimedOutError naming it."""
-        whole = timeout is None or (isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout < 0)
-        wait_s = (self.config["transaction_timeout_ms"] / 1000 if whole
-                  else checks.timeout(timeout, "commit_transaction() timeout"))
+        """Publish the transaction's records and offsets at once (one publish: all of them become visible, or none);
+        then every record's future resolves with its offset and the callbacks run. ProducerFencedError if another
+        producer with the same transactional_id committed this transaction's sequence first (this one wrote nothing and
+        is fenced for good); another error means nothing was committed: call abort_transaction(). On `file://` a lock
+        another process holds is waited for at most `timeout` seconds (None or negative, as librdkafka's -1:
+        transaction_timeout_ms), then RequestTimedOutError names it."""
+        wait_s = checks.timeout(checks.unless_forever(timeout, self.config["transaction_timeout_ms"] / 1000),
+                                "commit_transaction() timeout")
         with self._lock, self.cluster.lock_waits_within(wait_s):
             manager = self._transactional("commit_transaction")
             manager.require("commit_transaction")
@@ -578,8 +577,7 @@ class Producer(ConfluentProducerCalls):
 
 
 def _left(deadline: float) -> float:
-    """Seconds until `deadline` (time.monotonic()), at least 0 and at most threading.TIMEOUT_MAX (what a lock or an
-    event waits at most: flush(timeout=math.inf) waits as long as it takes)."""
+    """Seconds until `deadline` (time.monotonic()), from 0 to threading.TIMEOUT_MAX (a lock's or an event's most)."""
     return min(max(deadline - time.monotonic(), 0.0), threading.TIMEOUT_MAX)
 
 

@@ -54,6 +54,12 @@ def offset(value: Any, what: str = "offset") -> int:
     return integer(value, what, 0, LONG_MAX)
 
 
+def unless_forever(timeout: Any, default: Any = None) -> Any:
+    """A timeout in seconds as confluent-kafka's calls take it: `default` (None: forever) where none is given or a
+    negative one (librdkafka's -1); anything else as given, for the call to check."""
+    return default if timeout is None or (isinstance(timeout, (int, float)) and timeout < 0) else timeout
+
+
 def timeout(value: Any, what: str = "timeout") -> float:
     """A timeout in seconds: a number >= 0 (not NaN)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value) or value < 0:
