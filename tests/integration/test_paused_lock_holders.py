@@ -49,6 +49,7 @@ class PausedHolder:
     """A real process holding the flock of `path` (`shared`: as a metadata reader holds it), paused until killed."""
 
     def __init__(self, path, shared: bool = False) -> None:
+        assert path.exists()
         self.process = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), "shared" if shared else "exclusive"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.process.stdout is not None and self.process.stdout.readline().strip() == "held"
@@ -58,6 +59,12 @@ class PausedHolder:
         if self.process.poll() is None:
             self.process.kill()  # its lock goes with it
         self.process.wait(60)
+
+
+def values(fab, topic: str) -> list[bytes]:
+    """Every record of the topic's one partition (all of it is written before this is called)."""
+    with fab.consumer(topic, auto_offset_reset="earliest") as consumer:
+        return consumer.poll_batch(100).column("value").to_pylist()
 
 
 def outcome(call: Callable[[], Any]) -> tuple[Any, BaseException | None, float]:
@@ -81,11 +88,6 @@ def outcome(call: Callable[[], Any]) -> tuple[Any, BaseException | None, float]:
 def assert_names_holder(error: BaseException | None, holder: PausedHolder, path) -> None:
     assert isinstance(error, RequestTimedOutError), error
     assert str(path) in str(error) and f"process {holder.process.pid}" in str(error) and "kill -CONT" in str(error)
-
-
-def values(fab, topic: str) -> list[bytes]:
-    with fab.consumer(topic, auto_offset_reset="earliest") as consumer:
-        return consumer.poll_batch(100).column("value").to_pylist()
 
 
 def test_sends_end_within_delivery_timeout_while_a_paused_process_holds_the_partition(tmp_path) -> None:

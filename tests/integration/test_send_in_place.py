@@ -3,13 +3,9 @@ thread when the partition's lock is free (no hand-off to the linger thread: what
 `get()` does), and otherwise leaves the append to a thread that may wait for the lock: the caller's wait still
 ends at its timeout, the record stays queued, and it is written once; the same where the producer's own batch to
 the partition (a send_batch on another thread) waits for the lock. The lock's holder is a real process, paused
-with SIGSTOP."""
+with SIGSTOP (test_paused_lock_holders.PausedHolder)."""
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 
 import pyarrow as pa
@@ -18,31 +14,9 @@ import pytest
 import fabric
 from fabric.common.errors import ClientTimeoutError
 from fabric.common.waiting import wait_for
+from tests.integration.test_paused_lock_holders import PausedHolder, values
 
 LINGER_MS = 600_000  # the linger thread never sends a batch first: each is the get(timeout)'s to take
-HOLDER = r"""
-import fcntl, os, sys
-fd = os.open(sys.argv[1], os.O_RDWR)
-fcntl.flock(fd, fcntl.LOCK_EX)
-print("held", flush=True)
-sys.stdin.read()
-"""
-
-
-class PausedHolder:
-    """A real process holding a partition's lock file (flock), paused with SIGSTOP until killed."""
-
-    def __init__(self, lock_file) -> None:
-        assert lock_file.exists()
-        self.process = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock_file)], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True)
-        assert self.process.stdout is not None and self.process.stdout.readline().strip() == "held"
-        os.kill(self.process.pid, signal.SIGSTOP)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()  # its lock goes with it
-        self.process.wait(60)
 
 
 def get_in_thread(future, timeout: float) -> list[BaseException]:
@@ -59,12 +33,6 @@ def get_in_thread(future, timeout: float) -> list[BaseException]:
     waiter.join(60)
     assert not waiter.is_alive(), f"get(timeout={timeout}) waited on past its timeout"
     return outcome
-
-
-def values(fab, topic: str) -> list[bytes]:
-    """Every record of the topic's one partition (all of it is written before this is called)."""
-    with fab.consumer(topic, auto_offset_reset="earliest") as consumer:
-        return consumer.poll_batch(100).column("value").to_pylist()
 
 
 def test_a_get_with_a_timeout_appends_in_the_calling_thread(tmp_path) -> None:
