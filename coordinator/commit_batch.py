@@ -16,12 +16,15 @@ import concurrent.futures
 import contextlib
 import contextvars
 import logging
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterator
 
 import pyarrow as pa
 
 from fabric.storage.batch_encoding import Encoded
+from fabric.storage.lock import REQUEST_WAIT_S, PartitionBusy, waiting_until
 
 log = logging.getLogger(__name__)
 # (rows, validate, written) -> None: one offsets partition's append (OffsetsLog.append, its partition bound)
@@ -88,19 +91,74 @@ class CommitBatch:
 
 def append_together(append: Append, queued: list[Queued]) -> None:
     """Append the rows of the callers `queued` whose checks pass as one batch, in their order, and settle each
-    caller's `done`: None once written, else its check's error or the append's (each of the batch hears it)."""
+    caller's `done`: None once written, else its check's error or the append's (each of the batch hears it).
+    Within storage.lock.without_waiting, PartitionBusy if the partition's lock is held: nothing was appended, and
+    the callers not answered yet are left to the caller (Deferrals)."""
     try:
-        pending = queued
+        pending = [one for one in queued if not one.done.done()]
         while pending:
             failed = _append_checked(append, pending)
             if not failed:
                 settle(pending, None)
                 return
             pending = without_failed(pending, failed)  # nothing was written: again, without those
+    except PartitionBusy:
+        raise
     except BaseException as exc:  # noqa: BLE001 (every caller not yet answered hears it)
         settle(queued, exc)
         if not isinstance(exc, Exception):
             raise
+
+
+class Deferrals:
+    """Commit batches that an event loop could not append at once because another thread or process held their
+    offsets partition's lock (PartitionBusy, within storage.lock.without_waiting: a loop waits for no lock), per
+    partition: a thread of the partition's own appends them as one batch, waiting for the lock at most
+    REQUEST_WAIT_S from the oldest one's deferral (then their callers hear who holds it). While a partition has
+    batches deferred, later ones join them, so its batches keep their order, and a paused lock holder takes one
+    thread per partition at most."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._deferred: dict[Hashable, list[tuple[float, list[Queued]]]] = {}  # partition -> (when, callers)
+        self._guard = threading.Lock()
+
+    def write(self, key: Hashable, append: Append, queued: list[Queued]) -> None:
+        """append_together(append, queued) for partition `key` now, or deferred: behind its deferred batches, or
+        if its lock is held."""
+        with self._guard:
+            behind = self._deferred.get(key)
+            if behind is not None:
+                behind.append((time.monotonic(), queued))
+                return
+        try:
+            append_together(append, queued)
+        except PartitionBusy:
+            self._defer(key, append, queued)
+
+    def _defer(self, key: Hashable, append: Append, queued: list[Queued]) -> None:
+        with self._guard:
+            behind = self._deferred.setdefault(key, [])
+            behind.append((time.monotonic(), queued))
+            if len(behind) > 1:  # (another thread deferred one first: its writer takes this one too)
+                return
+        threading.Thread(target=self._drain, args=(key, append), name=f"{self._name}-{key}", daemon=True).start()
+
+    def _drain(self, key: Hashable, append: Append) -> None:
+        """Append the partition's deferred batches, those deferred meanwhile next, until none is left."""
+        while True:
+            with self._guard:
+                batches = self._deferred[key]
+                if not batches:
+                    del self._deferred[key]
+                    return
+                self._deferred[key] = []
+            callers = [one for _, queued in batches for one in queued]
+            try:
+                with waiting_until(batches[0][0] + REQUEST_WAIT_S):
+                    append_together(append, callers)
+            except Exception as exc:  # noqa: BLE001 (settled already; the next batches still get their turn)
+                log.error("deferred commits to %s %s failed: %s", self._name, key, exc)
 
 
 def failed_checks(callers: list[Queued]) -> list[tuple[Queued, Exception]]:

@@ -25,7 +25,7 @@ import pyarrow as pa
 from fabric.common.clock import SYSTEM_CLOCK, Clock
 from fabric.common.config import TopicConfig
 from fabric.common.errors import CoordinatorUnavailableError, InvalidLeaderEpochError, StorageError
-from fabric.coordinator.commit_batch import Queued, append_together
+from fabric.coordinator.commit_batch import Deferrals, Queued
 from fabric.coordinator.offsets_records import (
     CONFIG,
     LEADER_KEY,
@@ -76,6 +76,7 @@ class LocalOffsetsLog:
         self._cleaning: set[int] = set()  # partitions a pass of this process is cleaning
         self._rolled: set[int] = set()  # of those, the ones that rolled meanwhile: another pass follows
         self._guard = threading.Condition()
+        self._deferrals = Deferrals(f"{OFFSETS_TOPIC}-deferred")
 
     def _partition_count(self) -> int:
         """The count the topic was created with, which maps groups to partitions: what its PARTITION_COUNT file
@@ -157,8 +158,9 @@ class LocalOffsetsLog:
             self._clean_soon(partition)
 
     def write_queued(self, partition: int, queued: list[Queued]) -> None:
-        """Append the rows of the commits `queued` (coordinator.commit_batch) as one batch, now."""
-        append_together(functools.partial(self.append, partition), queued)
+        """Append the rows of the commits `queued` (coordinator.commit_batch) as one batch: now, or (on an event
+        loop, where another holds the partition's lock) on a thread that waits for it (commit_batch.Deferrals)."""
+        self._deferrals.write(partition, functools.partial(self.append, partition), queued)
 
     def take_leadership(self, epoch: int, partitions: Sequence[int]) -> None:
         """Stamp `epoch` on each of `partitions`: appends of older epochs to them are refused from here on."""

@@ -23,6 +23,7 @@ from fabric.server.metrics import ServerMetrics
 from fabric.server.producer_owners import ProducerOwners
 from fabric.server.protocol_server import ProtocolServer
 from fabric.server.request_metrics import count_bytes
+from fabric.storage.lock import for_a_request
 
 log = logging.getLogger(__name__)
 RowsOf = Callable[[str], tuple[pa.Schema, Iterable[pa.RecordBatch]]]  # topic -> an append's schema and batches
@@ -136,11 +137,14 @@ class FabricFlightServer(flight.FlightServerBase):
 
 def translated(handler: Callable) -> Callable:
     """Send any exception a handler raises as the Flight error `translate` makes of it (a refusal is logged at
-    debug level, anything else with its trace: the client gets its type and message)."""
+    debug level, anything else with its trace: the client gets its type and message). The handler's waits for a
+    partition's lock end within storage.lock.REQUEST_WAIT_S (a paused process holding one fails the request,
+    naming the process, and frees its thread)."""
     @functools.wraps(handler)
     def run(self: FabricFlightServer, *args: Any, **kwargs: Any) -> Any:
         try:
-            return handler(self, *args, **kwargs)
+            with for_a_request():
+                return handler(self, *args, **kwargs)
         except Exception as exc:
             if isinstance(exc, FabricError):
                 log.debug("%s refused: %s", handler.__name__, exc)

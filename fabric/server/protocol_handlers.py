@@ -49,7 +49,8 @@ def produce(server: FabricFlightServer, method: Callable, append: Append, topic_
         if trace.ON:
             trace.event("produce_answered", args["topic"], args["partition"], offset)
         return offset, b""
-    return Handler(serve, waits, order=lambda args: ("produce", args.get("topic"), args.get("partition")))
+    return Handler(serve, waits, order=lambda args: ("produce", args.get("topic"), args.get("partition")),
+                   moves=True)
 
 
 def _answered(topic: str, partition: int, done: concurrent.futures.Future) -> None:

@@ -29,6 +29,7 @@ from fabric.server import loop_handoff, partition_ops, protocol_handlers
 from fabric.server.cluster_broker import ClusterBroker
 from fabric.server.producer_owners import ProducerOwners
 from fabric.server.protocol_server import Handler, Payload
+from fabric.storage.lock import without_waiting
 
 if TYPE_CHECKING:
     from fabric.server.service import CoordinatorService
@@ -104,7 +105,8 @@ class LoopCommits:
     def _write(self) -> None:
         batch, self._batch = self._batch, None
         if batch is not None:
-            batch.write()
+            with without_waiting():  # (a partition whose lock is held is appended by a thread that waits for it)
+                batch.write()
 
 
 def handlers(service: CoordinatorService) -> dict[str, Handler]:
@@ -160,7 +162,8 @@ def handlers(service: CoordinatorService) -> dict[str, Handler]:
                                                                             args)),
             "fetch": protocol_handlers.fetch(service, ClusterBroker.fetch, broker.fetch, service.topic_schema,
                                              broker.log, functools.partial(topic_waits, key="topic")),
-            "commit_offsets": Handler(commit_offsets, commit_waits, order=lambda args: ("commit", args.get("group"))),
+            "commit_offsets": Handler(commit_offsets, commit_waits, order=lambda args: ("commit", args.get("group")),
+                                      moves=True),
             "committed": Handler(routed("committed", committed_rows)), "topic": Handler(routed("topic"), topic_waits),
             "describe_cluster": Handler(routed("describe_cluster", cluster_json)),
             "partition_state": Handler(routed("partition_state"), store_waits),

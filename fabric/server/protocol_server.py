@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import ssl
 import threading
@@ -47,6 +48,7 @@ from fabric.common.redaction import clip
 from fabric.server import loop_handoff, security
 from fabric.server.connection_quotas import ConnectionQuotas
 from fabric.server.held import Held
+from fabric.storage.lock import PartitionBusy, for_a_request, without_waiting
 
 try:
     import uvloop
@@ -77,11 +79,16 @@ class Handler:
     `waits(args)` says whether it may wait (run on a worker thread); `order(args)`, if not None, is a key: a
     connection's requests with the same key are served one at a time, in the order they came (a partition's
     produces, a group's commits), so their effects and answers keep that order; a request answered with a Held
-    result lets the next one start, and is answered when its future is (a produce waiting for its replicas)."""
+    result lets the next one start, and is answered when its future is (a produce waiting for its replicas);
+    `moves`: served on the loop, the request takes no partition lock that is not free at once (PartitionBusy,
+    storage.lock.without_waiting) and is served again on a worker thread, which may wait for it (its handler did
+    nothing before the lock: a produce, a commit); else the loop waits for a lock held by another of the server's
+    threads."""
 
     serve: Serve
     waits: Callable[[dict[str, Any]], bool] = lambda args: True
     order: Callable[[dict[str, Any]], Hashable | None] = lambda args: None
+    moves: bool = False
 
 
 def _over_hello_limit(total: int, limit: int) -> str:
@@ -112,6 +119,13 @@ class _Job:
     payload: bytes | pa.Buffer  # as the frame brought it
     waits: bool
     key: Hashable | None
+
+
+def _bounded(serve: Serve, principal: str, args: dict[str, Any], payload: bytes | pa.Buffer
+             ) -> tuple[Any, Payload] | concurrent.futures.Future | Held:
+    """serve(...) on a worker thread, its waits for a partition's lock ending within storage.lock.REQUEST_WAIT_S."""
+    with for_a_request():
+        return serve(principal, args, payload)
 
 
 def server_ssl(tls_cert: str | None, tls_key: str | None) -> ssl.SSLContext | None:
@@ -387,11 +401,15 @@ class _Connection(asyncio.BufferedProtocol):
         self._start(job)
 
     def _start(self, job: _Job) -> None:
-        if not job.waits:
+        if job.waits:
+            self._on_worker(job)
+        else:
             self._serve(job)
-            return
+
+    def _on_worker(self, job: _Job) -> None:
+        """Serve `job` on a worker thread, its waits for a partition's lock bounded (storage.lock.for_a_request)."""
         assert self.principal is not None
-        future = self.server.workers.submit(job.handler.serve, self.principal, job.args, job.payload)
+        future = self.server.workers.submit(_bounded, job.handler.serve, self.principal, job.args, job.payload)
         future.add_done_callback(lambda done: self._back_on_loop(job, done))
 
     def _back_on_loop(self, job: _Job, done: concurrent.futures.Future) -> None:
@@ -441,10 +459,15 @@ class _Connection(asyncio.BufferedProtocol):
         self._write(messages.encode_result(request.id, answer), b"")
 
     def _serve(self, job: _Job) -> None:
-        """Serve `job` on the loop: answered at once, or when the future its handler returned is done."""
+        """Serve `job` on the loop: answered at once, or when the future its handler returned is done. A handler
+        that `moves` finds a partition's lock held (by another thread or process): served on a worker instead."""
         assert self.principal is not None
         try:
-            answer = job.handler.serve(self.principal, job.args, job.payload)
+            with without_waiting() if job.handler.moves else contextlib.nullcontext():
+                answer = job.handler.serve(self.principal, job.args, job.payload)
+        except PartitionBusy:
+            self._on_worker(job)
+            return
         except Exception as exc:  # noqa: BLE001 (answered as the error it is)
             self._answer_error(job.request, exc)
             self._finish(job)

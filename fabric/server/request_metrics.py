@@ -16,6 +16,8 @@ from typing import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from fabric.storage.lock import PartitionBusy
+
 KINDS = ("produce", "fetch")
 # from sub-millisecond reads to acks=all appends waiting for the ISR (request.timeout.ms defaults to 30 s)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -74,13 +76,18 @@ class RequestMetrics:
         request = _Request()
         token = _current.set(request)
         start = time.perf_counter()
+        counted = True
         try:
             yield
+        except PartitionBusy:  # not served here: an event loop hands it to a worker thread, which measures it
+            counted = False
+            raise
         except Exception as exc:
             metrics.errors.labels(type(exc).__name__).inc()
             raise
         finally:
             _current.reset(token)
-            metrics.latency.observe(time.perf_counter() - start)
-            metrics.requests.inc()
-            metrics.nbytes.inc(request.nbytes)
+            if counted:
+                metrics.latency.observe(time.perf_counter() - start)
+                metrics.requests.inc()
+                metrics.nbytes.inc(request.nbytes)

@@ -24,6 +24,9 @@ _NO_WAIT: contextvars.ContextVar[bool] = contextvars.ContextVar("fabric_lock_no_
 # when this thread's waits for a lock held elsewhere end (time.monotonic(); None: never; waiting_until)
 _WAIT_UNTIL: contextvars.ContextVar[float | None] = contextvars.ContextVar("fabric_lock_wait_until", default=None)
 POLL_S = 0.02  # the longest pause between two looks at a lock file another process holds, in a bounded wait
+# the longest a server's request waits for a lock (for_a_request): Kafka's request.timeout.ms default, past which no
+# client waits for its answer (a write done later would be one its client already counted as failed)
+REQUEST_WAIT_S = 30.0
 
 
 class PartitionBusy(Exception):
@@ -63,6 +66,12 @@ class waiting_until:  # noqa: N801 (used as a function: `with waiting_until(dead
 
     def __exit__(self, *exc_info: object) -> None:
         _WAIT_UNTIL.reset(self._token)
+
+
+def for_a_request() -> waiting_until:
+    """Bound this thread's lock waits within the block to REQUEST_WAIT_S from now (a server serving a request: a
+    process paused while it holds a partition's lock in the server's directory holds up a request no longer)."""
+    return waiting_until(time.monotonic() + REQUEST_WAIT_S)
 
 
 def wait_deadline() -> float | None:
@@ -198,7 +207,9 @@ class PartitionLock:
         else:
             began = time.monotonic()
             if not self._thread_lock.acquire(timeout=min(max(until - began, 0), threading.TIMEOUT_MAX)):
-                raise wait_ended(self.path, time.monotonic() - began, "another thread of this process")
+                pids = holders(self.path)  # (the thread may itself wait for another process: that one is named)
+                raise wait_ended(self.path, time.monotonic() - began,
+                                 None if pids and os.getpid() not in pids else "another thread of this process")
         if self._depth == 0:
             try:  # (a read-only directory fails here or at the token: the caller decides what to do unlocked)
                 if until is None:

@@ -4,9 +4,10 @@ while another process holds their partition's lock (flush() and close() return),
 embedded.COMMIT_WAIT_S while another holds its offsets partition's lock, a transaction's commit within its timeout
 and a Spark sink's batch within its transaction.timeout.ms while another holds a partition's, and a metadata write
 (create_topic, a producer id) within metadata_version.WRITE_WAIT_S while another writes the metadata database (the
-version file's flock; a reader takes none). Nothing was written by a call that failed so, and everything works
-again once the holder is gone. Each holder is a real process that took the lock as the fabric does, then was
-paused."""
+version file's flock; a reader takes none). A coordinator service serving the directory goes on answering every
+other request, and ends those that wait for the held lock within storage.lock.REQUEST_WAIT_S. Nothing was written
+by a call that failed so, and everything works again once the holder is gone. Each holder is a real process that
+took the lock as the fabric does, then was paused."""
 from __future__ import annotations
 
 import os
@@ -17,14 +18,20 @@ import threading
 import time
 from typing import Any, Callable
 
+import pyarrow as pa
 import pytest
 
 import fabric
 from fabric import TopicPartition
 from fabric.client import embedded
+from fabric.client.protocol_calls import produce_payload
 from fabric.common.errors import ClientTimeoutError, RequestTimedOutError
+from fabric.common.protocol import payloads
+from fabric.common.protocol.connection import ProtocolConnection
+from fabric.common.records import to_storage
 from fabric.coordinator import metadata_version, sqlite_store
 from fabric.coordinator.offsets_records import offsets_partition
+from fabric.server import wire
 
 HOLDER = r"""
 import fcntl, os, sys
@@ -67,22 +74,37 @@ def values(fab, topic: str) -> list[bytes]:
         return consumer.poll_batch(100).column("value").to_pylist()
 
 
-def outcome(call: Callable[[], Any]) -> tuple[Any, BaseException | None, float]:
-    """call() on a thread of its own, joined for at most HANG_S: what it returned or raised, and how long it took."""
-    result: list[Any] = [None, None, 0.0]
+class Outcome:
+    """call() on a thread of its own, started at once; `result()` joins it for at most HANG_S."""
 
-    def run() -> None:
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self.call, self._result = call, [None, None, 0.0]
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
         began = time.monotonic()
         try:
-            result[0] = call()
+            self._result[0] = self.call()
         except BaseException as exc:  # noqa: BLE001 (the test looks at it)
-            result[1] = exc
-        result[2] = time.monotonic() - began
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(HANG_S)
-    assert not thread.is_alive(), f"{call} still waits after {HANG_S} s while a paused process holds a lock"
-    return result[0], result[1], result[2]
+            self._result[1] = exc
+        self._result[2] = time.monotonic() - began
+
+    def result(self) -> tuple[Any, BaseException | None, float]:
+        """What call() returned or raised, and how long it took."""
+        self._thread.join(HANG_S)
+        assert not self._thread.is_alive(), f"{self.call} still waits after {HANG_S} s"
+        return self._result[0], self._result[1], self._result[2]
+
+
+def outcome(call: Callable[[], Any]) -> tuple[Any, BaseException | None, float]:
+    """call() on a thread of its own, joined for at most HANG_S: what it returned or raised, and how long it took."""
+    return Outcome(call).result()
+
+
+def rows(*values: bytes) -> pa.RecordBatch:
+    """Stored rows of `values`."""
+    return to_storage(pa.table({"value": list(values)}), None, 0).to_batches()[0]
 
 
 def assert_names_holder(error: BaseException | None, holder: PausedHolder, path) -> None:
@@ -225,6 +247,54 @@ def test_a_spark_sink_batch_ends_while_a_paused_process_holds_a_partition(tmp_pa
         assert values(fab, "t") == [b"before", b"v"]
 
 
+def test_a_services_requests_wait_for_no_paused_process_holding_a_lock_in_its_directory(coordinators, tmp_path):
+    """A coordinator service's event loop waits for no lock: with a paused `file://` process holding the lock of
+    partition t-0 and that of a group's offsets partition, both in the service's directory, every other request
+    is answered meanwhile (a produce to t-1, another group's commit, a fetch); a produce to t-0 and a commit of
+    that group end within storage.lock.REQUEST_WAIT_S, naming the process, and nothing of them is written."""
+    service = coordinators()
+    with fabric.connect(service.url()) as served:
+        served.create_topic("t", partitions=2)
+    stalled, free = "g-stalled", next(f"g{n}" for n in range(100) if offsets_partition(f"g{n}")
+                                      != offsets_partition("g-stalled"))
+    connection = ProtocolConnection(service.status().protocol_address, None, None, 30.0, wire.exception_of)
+
+    def produce(partition: int, value: bytes) -> int:
+        return connection.send("produce", {"topic": "t", "partition": partition},
+                               produce_payload(rows(value)))
+    for request in (produce(0, b"a"), produce(1, b"b")):
+        connection.wait(request, HANG_S)
+    for group in (stalled, free):  # (the offsets partitions' lock files exist)
+        connection.call("commit_offsets", {"group": group, "offsets": [["t", 0, 1]]})
+    locks = [tmp_path / "data" / "t" / "0" / ".lock",
+             tmp_path / "data" / "__fabric" / "__consumer_offsets" / str(offsets_partition(stalled)) / ".lock"]
+    holders = [PausedHolder(path) for path in locks]
+    served = fabric.connect(service.url("timeout_ms=120000"))  # (the service's bound ends the call, not this)
+    try:
+        began = time.monotonic()
+        publish = Outcome(lambda: served.cluster.publish("txn", {TopicPartition("t", 0): [rows(b"p")]}))  # Flight
+        waiting = [produce(0, b"stalled"),
+                   connection.send("commit_offsets", {"group": stalled, "offsets": [["t", 0, 0]]})]
+        assert int(bytes(connection.wait(produce(1, b"c"), HANG_S)[0])) == 1
+        connection.call("commit_offsets", {"group": free, "offsets": [["t", 1, 2]]})
+        fetch = {"topic": "t", "partition": 1, "offset": 0, "max_bytes": 1 << 20}
+        assert [r.batch.num_rows for r in payloads.fetched_of(*connection.call("fetch", fetch))] == [1, 1]
+        for request, holder, path in zip(waiting, holders, locks, strict=True):
+            with pytest.raises(RequestTimedOutError) as error:
+                connection.wait(request, HANG_S)
+            assert_names_holder(error.value, holder, path)
+        assert_names_holder(publish.result()[1], holders[0], locks[0])
+        assert time.monotonic() - began < HANG_S
+    finally:
+        for holder in holders:
+            holder.kill()
+        served.close()
+    assert int(bytes(connection.wait(produce(0, b"after"), HANG_S)[0])) == 1  # the stalled one was not written
+    with fabric.connect(service.url()) as served:
+        assert served.consumer(group_id=stalled).committed(TopicPartition("t", 0)) == 1
+    connection.close()
+
+
 @pytest.mark.parametrize("shared", [False, True])
 def test_a_lock_wait_within_waiting_until_ends_at_its_deadline(tmp_path, shared: bool) -> None:
     from fabric.storage.lock import PartitionLock, waiting_until
@@ -270,3 +340,50 @@ def test_a_writer_killed_mid_transaction_leaves_readers_caching_again(tmp_path):
         assert reader.topic("t") is reader.topic("t") and reader.topic("t").config == {}
     finally:
         reader.close()
+
+
+def test_commits_a_loop_defers_for_a_paused_lock_holder_land_in_order_or_end_at_the_bound(tmp_path, monkeypatch):
+    """On an event loop (without_waiting) the local offsets topic defers a batch whose partition's lock a paused
+    process holds to a thread that waits for it; a later batch of the partition joins it, even once the lock is
+    free, so they land in the order they came. Past commit_batch's bound, a deferred batch's callers hear who
+    holds the lock, and nothing of theirs is written."""
+    from fabric.coordinator import commit_batch
+    from fabric.coordinator.commit_batch import Queued
+    from fabric.coordinator.offsets_log import LocalOffsetsLog
+    from fabric.coordinator.offsets_records import encoded, offset_rows
+    from fabric.storage.lock import without_waiting
+
+    offsets = LocalOffsetsLog(str(tmp_path / "offsets"))
+    landed: list[tuple[str, int]] = []
+
+    def commit(group: str) -> Queued:
+        rows = offset_rows(group, {TopicPartition("t", 0): 1}, "", 0)
+        return Queued(encoded(rows, time.time_ns() // 1000), lambda: None,
+                      lambda offset: landed.append((group, offset)))
+
+    def write(*queued: Queued) -> None:
+        with without_waiting():
+            offsets.write_queued(0, list(queued))
+    write(commit("first"))  # (the lock file exists)
+    lock = tmp_path / "offsets" / "0" / ".lock"
+    holder = PausedHolder(lock)
+    try:
+        deferred, joined = commit("deferred"), commit("joined")
+        assert outcome(lambda: write(deferred))[1] is None  # it returned, the loop free
+        assert not deferred.done.done()
+        holder.kill()
+        write(joined)
+        for queued in (deferred, joined):
+            assert queued.done.result(HANG_S) is None
+        assert landed == [("first", 0), ("deferred", 1), ("joined", 2)]
+        monkeypatch.setattr(commit_batch, "REQUEST_WAIT_S", 0.5)
+        holder = PausedHolder(lock)
+        late = commit("late")
+        write(late)
+        with pytest.raises(RequestTimedOutError) as error:
+            late.done.result(HANG_S)
+        assert_names_holder(error.value, holder, lock)
+    finally:
+        holder.kill()
+    write(commit("after"))
+    assert landed[-1] == ("after", 3)
