@@ -20,11 +20,11 @@ class ConfluentMessage:
 
     def __init__(self, topic: str, partition: int, offset: int, key: Any, value: Any,
                  headers: list[tuple[str, Any]] | None, timestamp: tuple[int, int],
-                 error: BaseException | KafkaError | None = None) -> None:
+                 error: KafkaError | None = None) -> None:
         self._topic, self._partition, self._offset, self._key, self._value = topic, partition, offset, key, value
         self._headers, self._timestamp, self._error = headers, timestamp, error
 
-    def error(self) -> BaseException | KafkaError | None:
+    def error(self) -> KafkaError | None:
         return self._error
 
     def topic(self) -> str:
@@ -86,7 +86,7 @@ class DeliveredMessage(ConfluentMessage):
     __slots__ = ()
 
     def __init__(self, topic: str, key: Any, value: Any, headers: Any, timestamp_ms: int | None,
-                 error: BaseException | None, metadata: RecordMetadata | None) -> None:
+                 error: KafkaError | None, metadata: RecordMetadata | None) -> None:
         listed = list(headers.items()) if isinstance(headers, Mapping) else (list(headers) if headers else None)
         partition, offset = (metadata.partition, metadata.offset) if metadata is not None else (-1, -1)
         if metadata is not None and metadata.timestamp >= 0:
@@ -115,4 +115,4 @@ class Message(ConfluentMessage):
         self.record = record
 
 
-ProduceCallback = Callable[[BaseException | None, DeliveredMessage], Any]  # produce()'s, confluent-kafka's shape
+ProduceCallback = Callable[[KafkaError | None, DeliveredMessage], Any]  # produce()'s, confluent-kafka's shape

@@ -6,6 +6,7 @@ from typing import Any, Protocol
 
 from fabric.client.confluent_message import DeliveredMessage, ProduceCallback
 from fabric.client.delivery import DeliveryCallback, Drain, RecordMetadata, SendFuture
+from fabric.client.kafka_error import KafkaError
 from fabric.common import checks
 from fabric.common.errors import IllegalStateError, InvalidArgumentError, InvalidConfigError, PurgedError
 from fabric.common.record_checks import Headers
@@ -30,8 +31,9 @@ class ConfluentProducerCalls:
                 on_delivery: ProduceCallback | None = None, timestamp: int = 0, headers: Headers = None, *,
                 callback: ProduceCallback | None = None) -> SendFuture:
         """confluent-kafka's produce(): send() with its defaults, partition -1 (the partitioner picks) and
-        timestamp 0 (now), whose delivery callback (`on_delivery` or `callback`) gets confluent-kafka's (error,
-        message): a DeliveredMessage, with `.topic()`, `.partition()`, `.offset()`, `.value()`, ..."""
+        timestamp 0 (now), whose delivery callback (`on_delivery` or `callback`) gets confluent-kafka's (err,
+        message): err None, or a KafkaError (`err.code()`, `err.str()`, `err.retriable()`, ...); the message a
+        DeliveredMessage, with `.topic()`, `.partition()`, `.offset()`, `.value()`, `.error()` (err), ..."""
         if callback is not None and on_delivery is not None:
             raise InvalidConfigError("produce() takes callback= or on_delivery= (the same thing), not both")
         report = callback or on_delivery
@@ -44,7 +46,8 @@ class ConfluentProducerCalls:
         reported: ProduceCallback = report
 
         def delivered(error: BaseException | None, metadata: RecordMetadata | None) -> None:
-            reported(error, DeliveredMessage(topic, key, value, headers, timestamp, error, metadata))
+            failure = None if error is None else KafkaError.of(error)  # (confluent-kafka's err: a value, not raised)
+            reported(failure, DeliveredMessage(topic, key, value, headers, timestamp, failure, metadata))
         return self.send(topic, value, key, headers, chosen, timestamp or None, callback=delivered)
 
     def poll(self, timeout: float | None = None) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
+from fabric.common.kafka_codes import CODES, ErrorText
 from fabric.common.kafka_codes import NAMES as _NAMES
 
 
@@ -19,6 +20,15 @@ class KafkaError:
                  txn_requires_abort: bool = False) -> None:
         self._code, self._reason = int(error), reason
         self._fatal, self._retriable, self._abort = fatal, retriable, txn_requires_abort
+
+    @classmethod
+    def of(cls, exc: BaseException) -> KafkaError:
+        """The value confluent-kafka reports for `exc` (a delivery callback's `err`): a fabric error's code,
+        message and flags, from its ErrorText; any other exception as _FAIL, naming its type."""
+        text = exc.args[0] if exc.args else None
+        if isinstance(text, ErrorText):
+            return cls(text.code(), text.str(), text.fatal(), text.retriable(), text.txn_requires_abort())
+        return cls(CODES["_FAIL"], f"{type(exc).__name__}: {exc}")
 
     def code(self) -> int:
         return self._code

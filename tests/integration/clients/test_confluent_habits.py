@@ -43,6 +43,27 @@ def test_partition_lists_and_topic_partitions_carrying_offsets(fab, drain):
         fab.consumer().assign([TopicPartition("no-such-topic", 0)])
 
 
+def test_a_failed_produce_reports_confluent_kafkas_error_value(fab):
+    """A delivery callback's err is what confluent-kafka gives: a KafkaError value (err.code(), err.name(),
+    err.str(), err.retriable() as methods), the message's error() the same, and `raise KafkaException(err)` keeps
+    it as args[0]."""
+    from fabric.kafka import KafkaError, KafkaException
+    fab.create_topic("doomed", partitions=1)
+    reports = []
+    producer = fab.producer({"linger.ms": 60_000})
+    producer.produce("doomed", b"x", on_delivery=lambda err, msg: reports.append((err, msg)))
+    fab.delete_topic("doomed")  # the record fails when it is sent
+    producer.flush()
+    [(err, msg)] = reports
+    assert isinstance(err, KafkaError) and msg.error() is err and (msg.partition(), msg.offset()) == (-1, -1)
+    assert err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART and err.name() == "UNKNOWN_TOPIC_OR_PART"
+    assert "doomed" in err.str() and err.retriable() is False and err.fatal() is False  # (methods, not flags)
+    with pytest.raises(KafkaException) as raised:
+        raise KafkaException(err)
+    assert raised.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    producer.close()
+
+
 def test_a_config_dict_produce_poll_flush_and_consume(fab):
     """confluent-kafka's producer and consumer lines: a config dict of Kafka's names (group.id among them),
     produce() with its delivery callback's message methods, poll(0), len(), flush() -> 0, consume()."""
