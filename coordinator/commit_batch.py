@@ -23,6 +23,7 @@ from typing import Callable, Hashable, Iterator
 
 import pyarrow as pa
 
+from fabric.common.errors import RequestTimedOutError
 from fabric.storage.batch_encoding import Encoded
 from fabric.storage.lock import REQUEST_WAIT_S, PartitionBusy, waiting_until
 
@@ -146,19 +147,30 @@ class Deferrals:
 
     def _drain(self, key: Hashable, append: Append) -> None:
         """Append the partition's deferred batches, those deferred meanwhile next, until none is left."""
-        while True:
+        try:
+            while (batches := self._take(key)) is not None:
+                try:
+                    with waiting_until(batches[0][0] + REQUEST_WAIT_S):
+                        append_together(append, [one for _, queued in batches for one in queued])
+                except Exception as exc:  # noqa: BLE001 (settled already; the next batches still get their turn)
+                    log.error("deferred commits to %s %s failed: %s", self._name, key, exc)
+        except BaseException:  # (an unexpected end: what was deferred since must not wait for good)
             with self._guard:
-                batches = self._deferred[key]
-                if not batches:
-                    del self._deferred[key]
-                    return
-                self._deferred[key] = []
-            callers = [one for _, queued in batches for one in queued]
-            try:
-                with waiting_until(batches[0][0] + REQUEST_WAIT_S):
-                    append_together(append, callers)
-            except Exception as exc:  # noqa: BLE001 (settled already; the next batches still get their turn)
-                log.error("deferred commits to %s %s failed: %s", self._name, key, exc)
+                left = self._deferred.pop(key, [])
+            settle([one for _, queued in left for one in queued], RequestTimedOutError(
+                f"the thread appending deferred commits to {self._name} {key} ended; nothing of these was "
+                "written, retry"))
+            raise
+
+    def _take(self, key: Hashable) -> list[tuple[float, list[Queued]]] | None:
+        """The partition's deferred batches, taken; None, and the partition no longer deferred, if there are none."""
+        with self._guard:
+            batches = self._deferred[key]
+            if not batches:
+                del self._deferred[key]
+                return None
+            self._deferred[key] = []
+            return batches
 
 
 def failed_checks(callers: list[Queued]) -> list[tuple[Queued, Exception]]:
