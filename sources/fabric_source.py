@@ -265,7 +265,11 @@ class FabricStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for tp, last in stop.items():
             if tp in lost:
                 continue
-            first = checked_start(tp, begin.get(tp, 0), now[tp], self.opts.fail_on_data_loss)
+            first = begin.get(tp, 0)
+            if not now[tp].end_offset < first <= last:  # (else a range planned before its log got shorter, a batch
+                # replayed after its topic was re-created: the task reports what is gone, and the next batch, whose
+                # start is then past the end, reads the new log from its start, once)
+                first = checked_start(tp, first, now[tp], self.opts.fail_on_data_loss)
             ranges.append(OffsetRange(tp[0], tp[1], min(first, last), last))
         return _tasks(ranges, self.opts)
 

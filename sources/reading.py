@@ -108,11 +108,11 @@ def _fetched(cluster: Cluster, offsets: OffsetRange, plan: ReadPlan) -> Iterator
         except OffsetOutOfRangeError:
             log_start = retrying(cluster, lambda: cluster.partition_state(topic, partition).start_offset,
                                  f"log start of {topic}-{partition}", plan.retry_timeout_s)
-            if offset >= log_start:
-                raise
-            report_data_loss(lost_range_message((topic, partition), offset, log_start), plan.fail_on_data_loss)
-            offset = log_start
-            continue
+            if offset < log_start:
+                report_data_loss(lost_range_message((topic, partition), offset, log_start), plan.fail_on_data_loss)
+                offset = log_start
+                continue
+            fetched = []  # past the log's end: as an answer with nothing
         if not fetched:  # the replica answering is behind the planned end: a new leader yet to learn its high
             try:         # watermark from its followers; lost only if that does not come within the retry time
                 # (an unreplicated log has no leader to catch up: ending before the offset, a re-created one, it is
@@ -132,7 +132,10 @@ def _fetched(cluster: Cluster, offsets: OffsetRange, plan: ReadPlan) -> Iterator
 def _caught_up(cluster: Cluster, offsets: OffsetRange, at: int) -> list[Fetched]:
     """A fetch at the leader from `at` that returns something; OffsetNotAvailableError (retriable) while the
     partition's end is at or below `at`."""
-    fetched = cluster.fetch(offsets.topic, offsets.partition, at, FETCH_BYTES, offsets.end)
+    try:
+        fetched = cluster.fetch(offsets.topic, offsets.partition, at, FETCH_BYTES, offsets.end)
+    except OffsetOutOfRangeError:  # (past its end: the same)
+        fetched = []
     if not fetched:
         raise OffsetNotAvailableError(f"{offsets.topic}-{offsets.partition} ends at or before offset {at}, below "
                                       f"the {offsets.end} this read was planned to: its leader is catching up")

@@ -150,6 +150,30 @@ def test_a_topic_re_created_with_fewer_partitions_is_data_loss_not_an_unknown_pa
     assert [p.value for p in source.partitions(done, latest)] == [OffsetRange("r", 0, 5, 6)]
 
 
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_batch_replayed_after_its_topic_was_re_created_shorter_reads_the_new_log_once(fab, fabric_url, fail):
+    """A batch planned as [10, 20) before its topic was re-created with 5 records, replayed from the checkpoint:
+    its range is left as planned (the task reports offsets 10 to 19 as lost, at once on an unreplicated topic),
+    and the next batch, starting past the new end, reads the new log from its start: its records come once (the
+    replayed batch read them too, from 0, and the next one again)."""
+    fab.create_topic("s", partitions=1)
+    source = FabricStreamReader({"url": fabric_url, "subscribe": "s", "startingOffsets": "earliest",
+                                 "failOnDataLoss": str(fail).lower()}, spark_schema(None, False))
+    fab.delete_topic("s")
+    fab.create_topic("s", partitions=1)
+    with fab.producer() as producer:
+        for _ in range(5):
+            producer.send("s", b"new")
+    assert [p.value for p in source.partitions({"s": {"0": 10}}, {"s": {"0": 20}})] == [OffsetRange("s", 0, 10, 20)]
+    latest = source.latestOffset({"s": {"0": 20}}, ReadAllAvailable())
+    assert latest == {"s": {"0": 5}}
+    if fail:
+        with pytest.raises(DataLossError, match="offset 20 of topic 's' partition 0 is past its end 5"):
+            source.partitions({"s": {"0": 20}}, latest)
+        return
+    assert [p.value for p in source.partitions({"s": {"0": 20}}, latest)] == [OffsetRange("s", 0, 0, 5)]
+
+
 def test_offsets_of_a_damaged_checkpoint_are_refused_naming_the_checkpoint(fab, fabric_url):
     fab.create_topic("t", partitions=1)
     source = FabricStreamReader({"url": fabric_url, "subscribe": "t"}, spark_schema(None, False))

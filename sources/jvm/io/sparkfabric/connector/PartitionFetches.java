@@ -75,30 +75,55 @@ final class PartitionFetches implements Closeable {
                     return answer;
                 }
                 answer.close();
-                // A bounded task planned to an end this replica has not reached: a new leader yet to learn its high
-                // watermark from its followers. Lost only if that does not come within the retry time.
-                failure = new FabricException("OffsetNotAvailableError", name + " ends at or before offset "
-                    + position + ", below the " + task.until() + " this read was planned to: its leader is catching up");
+                failure = behindTheTask();
             } catch (FabricException e) {
-                if ("OffsetOutOfRangeError".equals(e.type()) && skippedLostOffsets()) {
+                if (!"OffsetOutOfRangeError".equals(e.type())) {
+                    failure = e;
+                } else if (skippedLostOffsets()) {
                     continue;
+                } else {
+                    failure = behindTheTask();  // past the log's end: as an answer with nothing
                 }
-                failure = e;
             } catch (IOException e) {  // no answer: the server is down or paused; the controller moves the leader
                 failure = new IOException("the server of " + name + " at " + address + " did not answer: " + e, e);
                 disconnect();  // a refusal leaves the connection sound: call() moves it if the leader moved
             }
-            if (!retries.again(failure)) {
-                if (failure instanceof FabricException refusal && "OffsetNotAvailableError".equals(refusal.type())) {
-                    DataLoss.report("offsets " + position + " to " + (task.until() - 1) + " of topic '" + task.topic()
-                                    + "' partition " + task.partition() + " are no longer in the log",
-                                    task.failOnDataLoss());
-                    position = task.until();
-                    return new ProtocolClient.Fetched(ProtocolClient.JSON.createArrayNode(), allocator.getEmpty());
+            if (failure == null || !retries.again(failure)) {
+                if (failure == null || failure instanceof FabricException refusal
+                        && "OffsetNotAvailableError".equals(refusal.type())) {
+                    return lost();
                 }
                 throw failure;
             }
             relocate();
+        }
+    }
+
+    /** A bounded task's partition ends at or before position(), below the task's end: null where that is
+     *  loss at once (the coordinator's own partition has no leader to catch up: a log re-created shorter; as in
+     *  sources/reading.py), else the retriable error (a new leader yet to learn its high watermark from its
+     *  followers: lost only if that does not come within the retry time). */
+    private FabricException behindTheTask() throws IOException {
+        if (leaderEpoch < 0 && coordinatorEnd() <= position) {
+            return null;
+        }
+        return new FabricException("OffsetNotAvailableError", name + " ends at or before offset " + position
+            + ", below the " + task.until() + " this read was planned to: its leader is catching up");
+    }
+
+    /** The rest of the task's range is no longer in the log: reported as failOnDataLoss says, and skipped. */
+    private ProtocolClient.Fetched lost() throws IOException {
+        DataLoss.report("offsets " + position + " to " + (task.until() - 1) + " of topic '" + task.topic()
+                        + "' partition " + task.partition() + " are no longer in the log", task.failOnDataLoss());
+        position = task.until();
+        return new ProtocolClient.Fetched(ProtocolClient.JSON.createArrayNode(), allocator.getEmpty());
+    }
+
+    /** The end of the coordinator's own partition now, read again on a connection of its own (the task's may have
+     *  a fetch sent ahead), so that an empty fetch read a moment before another process appended is not loss. */
+    private long coordinatorEnd() throws IOException {
+        try (ProtocolClient state = ProtocolClient.connect(address, task.url(), Planner.TIMEOUT_MS)) {
+            return state.call("partition_state", Planner.partitionArgs(tp)).result().path("end_offset").asLong();
         }
     }
 

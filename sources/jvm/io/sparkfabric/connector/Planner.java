@@ -393,7 +393,7 @@ final class Planner implements Closeable {
         return args;
     }
 
-    private static ObjectNode partitionArgs(TopicPartition tp) {
+    static ObjectNode partitionArgs(TopicPartition tp) {
         ObjectNode args = ProtocolClient.args();
         args.put("topic", tp.topic());
         args.put("partition", tp.partition());

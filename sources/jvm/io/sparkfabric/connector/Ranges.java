@@ -21,7 +21,12 @@ final class Ranges {
             if (last == null) {
                 continue;
             }
-            long first = checkedStart(at, from.getOrDefault(at.tp(), at.start()), options.failOnDataLoss());
+            long first = from.getOrDefault(at.tp(), at.start());
+            if (!(at.end() < first && first <= last)) {  // (else a range planned before its log got shorter, a batch
+                // replayed after its topic was re-created: the task reports what is gone, and the next batch, whose
+                // start is then past the end, reads the new log from its start, once; sources/fabric_source.py)
+                first = checkedStart(at, first, options.failOnDataLoss());
+            }
             if (last > first) {
                 whole.add(Planner.Snapshot.task(options, at, first, last, layout));
                 total += last - first;
