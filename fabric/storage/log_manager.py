@@ -78,6 +78,9 @@ class LogManager:
             try:
                 plog.closing()
             except (FabricError, OSError) as exc:
+                if not os.path.isdir(plog.directory):  # its partition was deleted meanwhile: nothing is left to keep
+                    log.debug("%s: deleted before it was closed (%s)", plog.name, exc)
+                    continue
                 log.warning("%s: closed without its producer state snapshot or clean end: %s", plog.name, exc)
 
     def create_partitions(self, info: TopicInfo, first: int = 0) -> None:

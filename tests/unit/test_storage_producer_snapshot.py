@@ -129,3 +129,23 @@ def test_a_snapshot_the_log_no_longer_matches_is_not_used(tmp_path, storage, rep
         return
     reopened.append(storage.make_batch([b"n"]), leader_epoch=2, producer=ProducerBatch(2, 0, int("cut" in change)))
     assert walked, "the state was rebuilt from the frames"
+
+
+def test_partitions_another_client_deleted_are_closed_without_a_warning(tmp_path, caplog) -> None:
+    """Two fabrics of one process over a directory (confluent-kafka's AdminClient and Producer each connect): the
+    producer's wrote a topic the other deleted. Closing it warns of nothing (there is nothing left to keep); it
+    warned of each partition's missing lock file."""
+    import logging
+
+    import fabric
+    url = f"file://{tmp_path}"
+    writer, admin = fabric.connect(url), fabric.connect(url)
+    writer.create_topic("gone", partitions=2)
+    with writer.producer(enable_idempotence=True) as producer:
+        for partition in (0, 1):
+            producer.send("gone", b"v", partition=partition).get(timeout=30)
+    admin.delete_topic("gone")
+    with caplog.at_level(logging.DEBUG, logger="fabric.storage.log_manager"):
+        writer.close()
+        admin.close()
+    assert [r.levelno for r in caplog.records if r.name == "fabric.storage.log_manager"] == [logging.DEBUG] * 2
