@@ -27,6 +27,14 @@ class RecordMetadata:
     partition: int
     offset: int
     timestamp: int
+    serialized_key_size: int = -1  # kafka-python's: the key's bytes as sent, -1 for none
+    serialized_value_size: int = -1  # the value's, -1 for none or a typed topic's (its columns have no size)
+    serialized_header_size: int = -1  # the headers' keys and values, -1 without headers
+
+    @property
+    def checksum(self) -> None:
+        """kafka-python's: None, as for Kafka's v2 batches (a frame is checked as a whole)."""
+        return None
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -132,14 +140,21 @@ def _call_back(call: Callable[[], None]) -> None:
         log.exception("a delivery callback raised")
 
 
+def sent_sizes(key: bytes | None, value: Any, typed: object, header_bytes: int) -> tuple[int, int, int]:
+    """A record's serialized key, value and header sizes as RecordMetadata reports them (-1: none; a value of a
+    `typed` topic has none)."""
+    return (-1 if key is None else len(key), -1 if value is None or typed is not None else len(value), header_bytes)
+
+
 class SendFuture:
     """The result of one send(): `.get()` / `.result()` wait for the batch and return RecordMetadata;
     `add_callback` / `add_errback` (kafka-python's names) run when it is known."""
 
-    __slots__ = ("_drain", "_index", "_send_now")
+    __slots__ = ("_drain", "_index", "_send_now", "_sizes")
 
-    def __init__(self, drain: Drain, index: int, send_now: Callable[[Drain, float | None], None]) -> None:
-        self._drain, self._index, self._send_now = drain, index, send_now
+    def __init__(self, drain: Drain, index: int, send_now: Callable[[Drain, float | None], None],
+                 sizes: tuple[int, int, int] = (-1, -1, -1)) -> None:
+        self._drain, self._index, self._send_now, self._sizes = drain, index, send_now, sizes
 
     def done(self) -> bool:
         return self._drain.finished
@@ -176,7 +191,7 @@ class SendFuture:
         assert drain.partitions is not None and drain.offsets is not None  # set with done, unless error is
         index = self._index
         return RecordMetadata(drain.topic, int(drain.partitions[index]), int(drain.offsets[index]),
-                              drain.timestamp(index))
+                              drain.timestamp(index), *self._sizes)
 
     def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> SendFuture:
         """Call fn(*args, metadata, **kwargs) once the record is appended (not if the send fails)."""

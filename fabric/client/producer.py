@@ -37,7 +37,7 @@ from fabric.client.appends import Appender
 from fabric.client.client_metrics import Metrics, ProducerCounts
 from fabric.client.cluster import Cluster
 from fabric.client.confluent_producer import ConfluentProducerCalls
-from fabric.client.delivery import BatchMetadata, DeliveryCallback, Drain, SendFuture, fail_all
+from fabric.client.delivery import BatchMetadata, DeliveryCallback, Drain, SendFuture, fail_all, sent_sizes
 from fabric.client.idempotence import Sequences
 from fabric.client.partitioner import StickyPartitioner, assign_listed, assign_partitions
 from fabric.client.send_timeouts import Deadline, delivery_timeout_ms
@@ -205,7 +205,7 @@ class Producer(ConfluentProducerCalls):
         else:
             value = meta.typed.check(value)
             size = 64 + (len(key) if key is not None else 0)
-        stored_headers = None
+        stored_headers, header_bytes = None, -1
         if headers:
             stored_headers, header_bytes = record_checks.headers(headers)
             size += header_bytes
@@ -238,7 +238,7 @@ class Producer(ConfluentProducerCalls):
             buf.partitions.append(partition)
             buf.timestamps.append(timestamp)
             buf.size += size
-            future = SendFuture(buf.drain, index, self._send_now)
+            future = SendFuture(buf.drain, index, self._send_now, sent_sizes(key, value, meta.typed, header_bytes))
             if delivery is not None:
                 future.add_done_callback(delivery)
             full = buf.size >= self._batch_size and self._transactions is None

@@ -20,7 +20,10 @@ def resolve(url: str | None = None) -> str:
 
 def bootstrap_url(servers: str | Sequence[str]) -> str:
     """Kafka's bootstrap servers (`host:port[,host:port]`, or a list of them) as the fabric:// URL of those
-    coordinator services; a value that names a scheme (file://, fabric://) is kept as it is."""
+    coordinator services; a value that names a scheme (file://, fabric://), or a list of one such, is kept as it
+    is (kafka-python's habit of a list: bootstrap_servers=["file:///dir"])."""
+    if not isinstance(servers, str) and isinstance(servers, Sequence) and len(servers) == 1:
+        servers = servers[0]
     if isinstance(servers, str) and "://" in servers:
         return servers
     listed = servers.split(",") if isinstance(servers, str) else list(servers)

@@ -80,6 +80,9 @@ def test_confluent_kafka_classes(fab):
 def test_bad_servers_and_configs_are_refused_naming_the_fix(fab):
     with pytest.raises(KafkaException, match="bootstrap servers are host:port"):
         KafkaProducer(bootstrap_servers="localhost")
+    fab.create_topic("listed")
+    with KafkaProducer(bootstrap_servers=[fab.url]) as listed:  # (kafka-python's list, of the fabric's URL)
+        assert listed.send("listed", b"v").get(timeout=30).offset == 0
     with pytest.raises(KafkaException, match="unknown admin config 'nosuch'; known keys: client_id"):
         KafkaAdminClient(bootstrap_servers=fab.url, nosuch=1)
     with pytest.raises(KafkaException, match="Consumer\\(\\) takes a dict of Kafka's config names"):

@@ -27,12 +27,15 @@ def test_future_get_and_callbacks_report_where_each_record_landed(fab):
         future.add_callback(lambda tag, m, suffix: landed.append((tag + suffix, m)), "with", suffix="-args")
         future.add_errback(lambda exc: landed.append(("errback", exc)))
         producer.send("events", b"b", partition=0, timestamp=ts, on_delivery=lambda err, m: delivered.append((err, m)))
-        producer.send("events", b"c", partition=0, timestamp=ts, callback=lambda err, m: delivered.append((err, m)))
+        producer.send("events", b"cc", key=b"key", partition=0, timestamp=ts, headers={"hé": b"v"},
+                      callback=lambda err, m: delivered.append((err, m)))
         assert not future.is_done and landed == [] and delivered == []  # lingering: nothing sent yet
         metadata = future.get(timeout=30)
-    assert metadata == RecordMetadata("events", 1, 0, ts) and future.succeeded() and future.exception() is None
-    assert landed == [("cb", metadata), ("with-args", metadata)]
-    assert delivered == [(None, RecordMetadata("events", 0, 0, ts)), (None, RecordMetadata("events", 0, 1, ts))]
+    assert metadata == RecordMetadata("events", 1, 0, ts, -1, 1, -1) and future.succeeded()
+    assert future.exception() is None and landed == [("cb", metadata), ("with-args", metadata)]
+    assert delivered == [(None, RecordMetadata("events", 0, 0, ts, -1, 1, -1)),
+                         (None, RecordMetadata("events", 0, 1, ts, 3, 2, 4))]  # (kafka-python's sizes: "hé" is 3)
+    assert metadata.checksum is None and metadata.serialized_value_size == 1
     late: list[RecordMetadata] = []
     future.add_callback(late.append)  # added after delivery: called at once
     assert late == [metadata]
