@@ -18,7 +18,6 @@ import threading
 import time
 from typing import Any, Callable
 
-import pyarrow as pa
 import pytest
 
 import fabric
@@ -28,7 +27,6 @@ from fabric.client.protocol_calls import produce_payload
 from fabric.common.errors import ClientTimeoutError, RequestTimedOutError
 from fabric.common.protocol import payloads
 from fabric.common.protocol.connection import ProtocolConnection
-from fabric.common.records import to_storage
 from fabric.coordinator import metadata_version, sqlite_store
 from fabric.coordinator.offsets_records import offsets_partition
 from fabric.server import wire
@@ -100,11 +98,6 @@ class Outcome:
 def outcome(call: Callable[[], Any]) -> tuple[Any, BaseException | None, float]:
     """call() on a thread of its own, joined for at most HANG_S: what it returned or raised, and how long it took."""
     return Outcome(call).result()
-
-
-def rows(*values: bytes) -> pa.RecordBatch:
-    """Stored rows of `values`."""
-    return to_storage(pa.table({"value": list(values)}), None, 0).to_batches()[0]
 
 
 def assert_names_holder(error: BaseException | None, holder: PausedHolder, path) -> None:
@@ -247,7 +240,8 @@ def test_a_spark_sink_batch_ends_while_a_paused_process_holds_a_partition(tmp_pa
         assert values(fab, "t") == [b"before", b"v"]
 
 
-def test_a_services_requests_wait_for_no_paused_process_holding_a_lock_in_its_directory(coordinators, tmp_path):
+def test_a_services_requests_wait_for_no_paused_process_holding_a_lock_in_its_directory(coordinators, tmp_path,
+                                                                                        protocol_kit):
     """A coordinator service's event loop waits for no lock: with a paused `file://` process holding the lock of
     partition t-0 and that of a group's offsets partition, both in the service's directory, every other request
     is answered meanwhile (a produce to t-1, another group's commit, a fetch); a produce to t-0 and a commit of
@@ -261,7 +255,7 @@ def test_a_services_requests_wait_for_no_paused_process_holding_a_lock_in_its_di
 
     def produce(partition: int, value: bytes) -> int:
         return connection.send("produce", {"topic": "t", "partition": partition},
-                               produce_payload(rows(value)))
+                               produce_payload(protocol_kit.rows(value)))
     for request in (produce(0, b"a"), produce(1, b"b")):
         connection.wait(request, HANG_S)
     for group in (stalled, free):  # (the offsets partitions' lock files exist)
@@ -272,7 +266,8 @@ def test_a_services_requests_wait_for_no_paused_process_holding_a_lock_in_its_di
     served = fabric.connect(service.url("timeout_ms=120000"))  # (the service's bound ends the call, not this)
     try:
         began = time.monotonic()
-        publish = Outcome(lambda: served.cluster.publish("txn", {TopicPartition("t", 0): [rows(b"p")]}))  # Flight
+        published = {TopicPartition("t", 0): [protocol_kit.rows(b"p")]}
+        publish = Outcome(lambda: served.cluster.publish("txn", published))  # (over Flight)
         waiting = [produce(0, b"stalled"),
                    connection.send("commit_offsets", {"group": stalled, "offsets": [["t", 0, 0]]})]
         assert int(bytes(connection.wait(produce(1, b"c"), HANG_S)[0])) == 1
