@@ -140,12 +140,6 @@ def _call_back(call: Callable[[], None]) -> None:
         log.exception("a delivery callback raised")
 
 
-def sent_sizes(key: bytes | None, value: Any, typed: object, header_bytes: int) -> tuple[int, int, int]:
-    """A record's serialized key, value and header sizes as RecordMetadata reports them (-1: none; a value of a
-    `typed` topic has none)."""
-    return (-1 if key is None else len(key), -1 if value is None or typed is not None else len(value), header_bytes)
-
-
 class SendFuture:
     """The result of one send(): `.get()` / `.result()` wait for the batch and return RecordMetadata;
     `add_callback` / `add_errback` (kafka-python's names) run when it is known."""

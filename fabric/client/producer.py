@@ -37,7 +37,7 @@ from fabric.client.appends import Appender
 from fabric.client.client_metrics import Metrics, ProducerCounts
 from fabric.client.cluster import Cluster
 from fabric.client.confluent_producer import ConfluentProducerCalls
-from fabric.client.delivery import BatchMetadata, DeliveryCallback, Drain, SendFuture, fail_all, sent_sizes
+from fabric.client.delivery import BatchMetadata, DeliveryCallback, Drain, SendFuture, fail_all
 from fabric.client.idempotence import Sequences
 from fabric.client.partitioner import StickyPartitioner, assign_listed, assign_partitions
 from fabric.client.send_timeouts import Deadline, delivery_timeout_ms
@@ -59,7 +59,7 @@ from fabric.common.errors import (
 )
 from fabric.common.names import validate_topic
 from fabric.common.record_checks import Headers, TypedValueRule
-from fabric.common.records import HEADERS, TIMESTAMP, to_storage, typed_rows
+from fabric.common.records import HEADERS, TIMESTAMP, stored_size, to_storage, typed_rows
 from fabric.common.types import TopicInfo, TopicPartition, TransactionalOffsets
 from fabric.server.connection import call_deadline
 from fabric.storage.batch_encoding import Encoded
@@ -238,7 +238,7 @@ class Producer(ConfluentProducerCalls):
             buf.partitions.append(partition)
             buf.timestamps.append(timestamp)
             buf.size += size
-            future = SendFuture(buf.drain, index, self._send_now, sent_sizes(key, value, meta.typed, header_bytes))
+            future = SendFuture(buf.drain, index, self._send_now, (stored_size(key), stored_size(value), header_bytes))
             if delivery is not None:
                 future.add_done_callback(delivery)
             full = buf.size >= self._batch_size and self._transactions is None

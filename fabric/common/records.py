@@ -338,12 +338,12 @@ class Record:
     @property
     def serialized_key_size(self) -> int:
         """The key's size in bytes as stored; -1 for a null key (kafka-python's)."""
-        return self.stored_sizes[0] if self.stored_sizes is not None else _stored_size(self.key)
+        return self.stored_sizes[0] if self.stored_sizes is not None else stored_size(self.key)
 
     @property
     def serialized_value_size(self) -> int:
         """The value's size in bytes as stored; -1 for a null value or a typed topic's (its columns have none)."""
-        return self.stored_sizes[1] if self.stored_sizes is not None else _stored_size(self.value)
+        return self.stored_sizes[1] if self.stored_sizes is not None else stored_size(self.value)
 
     @property
     def serialized_header_size(self) -> int:
@@ -363,8 +363,9 @@ class Record:
         return -1
 
 
-def _stored_size(data: Any) -> int:
-    """len() of stored bytes; -1 for null or a typed value."""
+def stored_size(data: Any) -> int:
+    """len() of stored bytes; -1 for null or a typed value (kafka-python's serialized sizes: a consumed record's, a
+    sent one's RecordMetadata)."""
     return len(data) if isinstance(data, (bytes, bytearray, memoryview)) else -1
 
 
